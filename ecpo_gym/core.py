@@ -1,0 +1,270 @@
+"""The ``TextAgentEnv`` contract that every ECPO environment follows (ARCHITECTURE.md).
+
+An environment here is only the game: its state, its admissible actions, the canonical form of an
+action and the reward. Prompts live in ``prompts/`` and response parsing in the policy. Subclasses
+provide five hooks (``task_ids``, ``_load_task``, ``_admissible_actions``, ``_state_key``, ``_execute``)
+and may override ``parse_action`` when their actions are open-ended (search-QA).
+
+Every ``reset`` and ``step`` returns an ``info`` with ``task_id``, ``task``, ``task_type``, ``state_key``,
+``observation_key``, ``admissible_actions`` and ``step``; a step adds ``action_key``,
+``is_action_valid`` and ``won`` plus the environment's own metrics. ``step`` never raises on any input:
+text that matches no admissible action is an invalid action (reward ``reward_invalid``, state unchanged).
+"""
+
+from __future__ import annotations
+
+import abc
+import string
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+from gymnasium import spaces
+
+from ecpo_gym.canonical import INVALID_ACTION, ActionCanonicalizer, normalize_text
+
+MAX_TEXT_LENGTH = 1 << 20
+_SAMPLE_CHARSET = string.ascii_letters + string.digits + string.punctuation + " "
+
+
+class AnyText(spaces.Text):
+    """A ``Text`` space that contains every ``str`` up to ``max_length`` characters.
+
+    Gymnasium's ``Text`` checks each character against an alphanumeric charset; real observations carry
+    punctuation, newlines and unicode, so membership here only checks type and length. Sampling draws
+    printable ASCII, which is what ``check_env`` and fuzzers feed to ``step``.
+    """
+
+    def __init__(self, max_length: int = MAX_TEXT_LENGTH, *, sample_length: int = 64, seed: Any = None):
+        super().__init__(max_length=max_length, min_length=0, charset=_SAMPLE_CHARSET, seed=seed)
+        self.sample_length = sample_length
+
+    def sample(self, mask: Any = None, probability: Any = None) -> str:
+        if mask is None and probability is None:
+            length = int(self.np_random.integers(0, self.sample_length + 1))
+            return super().sample(mask=(length, None))
+        return super().sample(mask=mask, probability=probability)
+
+    def contains(self, x: Any) -> bool:
+        return isinstance(x, str) and len(x) <= self.max_length
+
+    def __repr__(self) -> str:
+        return f"AnyText(max_length={self.max_length})"
+
+    def __eq__(self, other: Any) -> bool:
+        return isinstance(other, AnyText) and other.max_length == self.max_length
+
+
+@dataclass
+class TaskStart:
+    """What ``_load_task`` returns: the first observation and the task's description."""
+
+    observation: str
+    task: str
+    task_type: str = ""
+    extra_info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Transition:
+    """What ``_execute`` returns for a valid action."""
+
+    observation: str
+    terminated: bool = False
+    won: bool = False
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+class TextAgentEnv(gym.Env[str, str], abc.ABC):
+    """Base class of every ECPO text environment (see the module docstring for the contract)."""
+
+    metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 4}
+    canonicalizer: ActionCanonicalizer = ActionCanonicalizer()
+    invalid_feedback: str = "Nothing happens."
+
+    def __init__(
+        self,
+        *,
+        max_steps: int,
+        reward_success: float = 10.0,
+        reward_failure: float = 0.0,
+        reward_invalid: float = -0.1,
+        render_mode: str | None = None,
+        max_text_length: int = MAX_TEXT_LENGTH,
+    ) -> None:
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode={render_mode!r}; supported: {self.metadata['render_modes']}")
+        if max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+        self.max_steps = int(max_steps)
+        self.reward_success = float(reward_success)
+        self.reward_failure = float(reward_failure)
+        self.reward_invalid = float(reward_invalid)
+        self.render_mode = render_mode
+        self.observation_space = AnyText(max_text_length)
+        self.action_space = AnyText(max_text_length)
+        self._task_id: str | None = None
+        self._task_start: TaskStart | None = None
+        self._observation = ""
+        self._steps = 0
+        self._done = False
+        self._last_terminated = False
+        self._last_truncated = False
+        self._admissible_cache: list[str] | None = None
+        self._action_table: dict[str, str] | None = None
+
+    # ------------------------------------------------------------------ hooks for subclasses
+    @property
+    @abc.abstractmethod
+    def task_ids(self) -> Sequence[str]:
+        """Stable ids of every task this environment can reset to."""
+
+    @abc.abstractmethod
+    def _load_task(self, task_id: str) -> TaskStart:
+        """Start the episode of ``task_id``; randomness must come from ``self.np_random``."""
+
+    @abc.abstractmethod
+    def _admissible_actions(self) -> list[str]:
+        """The admissible actions of the current state."""
+
+    @abc.abstractmethod
+    def _state_key(self) -> str:
+        """The canonical anchor key of the current state (paper App. A, anchor-state matching)."""
+
+    @abc.abstractmethod
+    def _execute(self, command: Any) -> Transition:
+        """Apply a parsed, valid command (the second item ``parse_action`` returned)."""
+
+    def _invalid_observation(self) -> str:
+        """What the agent sees after an invalid action."""
+        return self.invalid_feedback
+
+    def _release(self) -> None:
+        """Free engine resources (called by ``close``)."""
+
+    # ------------------------------------------------------------------ action identity
+    def admissible_actions(self) -> list[str]:
+        """Admissible actions of the current state (cached until the state changes)."""
+        if self._admissible_cache is None:
+            self._admissible_cache = list(self._admissible_actions())
+        return self._admissible_cache
+
+    def parse_action(self, action: Any) -> tuple[str, Any]:
+        """Return ``(action_key, command)``: the canonical action and what ``_execute`` receives.
+
+        The default matches against the admissible set; an unmatched action is
+        ``(INVALID_ACTION, None)``.
+        """
+        if self._action_table is None:
+            self._action_table = self.canonicalizer.index(self.admissible_actions())
+        key = self.canonicalizer(action, self._action_table)
+        return key, (None if key == INVALID_ACTION else key)
+
+    def canonical_action(self, action: Any) -> str:
+        """``can(a)`` of the paper: the canonical action key, or ``"<invalid>"``."""
+        return self.parse_action(action)[0]
+
+    # ------------------------------------------------------------------ gymnasium API
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict]:
+        super().reset(seed=seed)
+        options = options or {}
+        task_id = options.get("task_id")
+        ids = self.task_ids
+        if task_id is None:
+            if len(ids) == 0:
+                raise RuntimeError(f"{type(self).__name__} has no tasks to reset to")
+            task_id = ids[int(self.np_random.integers(len(ids)))]
+        task_id = str(task_id)
+        self._task_id = task_id
+        self._steps = 0
+        self._done = False
+        self._last_terminated = self._last_truncated = False
+        self._state_changed()
+        self._task_start = self._load_task(task_id)
+        self._observation = self._task_start.observation
+        info = self._info()
+        info["won"] = False
+        info.update(self._task_start.extra_info)
+        return self._observation, info
+
+    def step(self, action: Any) -> tuple[str, float, bool, bool, dict]:
+        if self._task_start is None:
+            raise gym.error.ResetNeeded("call reset() before step()")
+        if self._done:
+            info = self._info()
+            info.update(action_key=INVALID_ACTION, is_action_valid=False, won=False,
+                        error="the episode has ended; call reset()")
+            return self._observation, 0.0, self._last_terminated, self._last_truncated, info
+        try:
+            action_key, command = self.parse_action(action)
+        except Exception as exc:  # a parser must never turn bad text into a crash
+            action_key, command = INVALID_ACTION, None
+            parse_error = f"{type(exc).__name__}: {exc}"
+        else:
+            parse_error = None
+        self._steps += 1
+        metrics: dict[str, Any] = {}
+        if action_key == INVALID_ACTION:
+            valid, won, terminated = False, False, False
+            reward = self.reward_invalid
+            self._observation = self._invalid_observation()
+        else:
+            transition = self._execute(command)
+            self._state_changed()
+            valid, won, terminated = True, bool(transition.won), bool(transition.terminated or transition.won)
+            self._observation = transition.observation
+            metrics = transition.metrics
+            if won:
+                reward = self.reward_success
+            elif terminated:
+                reward = self.reward_failure
+            else:
+                reward = 0.0
+        truncated = not terminated and self._steps >= self.max_steps
+        self._done = terminated or truncated
+        self._last_terminated, self._last_truncated = terminated, truncated
+        info = self._info()
+        info.update(metrics)
+        info.update(action_key=action_key, is_action_valid=valid, won=won)
+        if parse_error is not None:
+            info["error"] = parse_error
+        return self._observation, float(reward), terminated, truncated, info
+
+    def render(self) -> str | None:
+        if self.render_mode == "ansi":
+            return self._observation
+        return None
+
+    def close(self) -> None:
+        self._release()
+        super().close()
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def task_id(self) -> str | None:
+        return self._task_id
+
+    @property
+    def observation(self) -> str:
+        return self._observation
+
+    @property
+    def steps_taken(self) -> int:
+        return self._steps
+
+    def _state_changed(self) -> None:
+        self._admissible_cache = None
+        self._action_table = None
+
+    def _info(self) -> dict[str, Any]:
+        assert self._task_start is not None
+        return {
+            "task_id": self._task_id,
+            "task": self._task_start.task,
+            "task_type": self._task_start.task_type,
+            "state_key": self._state_key(),
+            "observation_key": normalize_text(self._observation),
+            "admissible_actions": list(self.admissible_actions()),
+            "step": self._steps,
+        }
