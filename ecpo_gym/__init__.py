@@ -21,6 +21,8 @@ ENV_ENTRY_POINTS: dict[str, str] = {
     "ecpo/SearchQAGen-v0": "ecpo_gym.searchqa.env:SearchQAGenEnv",
     # diagnostic MDPs (credit study): ids below are owned by ecpo_gym/diagnostic/
     "ecpo/DivergentAnchor-v0": "ecpo_gym.diagnostic.env:DivergentAnchorEnv",
+    "ecpo/DivergentAnchorNoisy-v0": "ecpo_gym.diagnostic.env:DivergentAnchorNoisyEnv",
+    "ecpo/DivergentAnchorWide-v0": "ecpo_gym.diagnostic.env:DivergentAnchorWideEnv",
 }
 
 
