@@ -50,7 +50,7 @@ def test_registered_ids_follow_the_env_contract(env_id):
     assert env.observation_space.contains(obs) and len(obs) < 80
     assert info["state_key"].endswith(":room0") and len(info["admissible_actions"]) >= 2
     # invalid text: -0.1, state unchanged, never raises
-    obs2, reward, terminated, truncated, info2 = env.step("fly out of the window!!")
+    _, reward, terminated, _, info2 = env.step("fly out of the window!!")
     assert (reward, terminated, info2["action_key"], info2["is_action_valid"]) == (-0.1, False, "<invalid>", False)
     assert info2["state_key"] == info["state_key"]
     # canonicalisation: case and trailing punctuation do not change the action's identity
