@@ -1,0 +1,147 @@
+"""A tabular softmax policy over ``(state_key -> admissible canonical actions)`` for fast CPU experiments.
+
+One logit per ``(state_key, action)`` pair, created lazily the first time the pair is seen and
+initialised to zero (so an unseen state starts uniform). pi(a | s) is a softmax over the state's
+admissible actions only. The policy speaks the same row format as the LLM policy: the "prompt" of a
+step is the list of parameter slots of its admissible actions and the "response" is one token, the
+position of the chosen action in that list, so the clipped objective of eq. ecpo_objective applies
+unchanged with every action a one-token sequence.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from ecpo_train.policies.base import Policy, PolicyOutput, StepContext
+
+
+class TabularSoftmaxPolicy(Policy):
+    """Softmax over lazily created, zero-initialised logits per ``(state_key, action)``."""
+
+    def __init__(self, seed: int = 0, initial_capacity: int = 4096) -> None:
+        super().__init__()
+        self.logits = torch.nn.Parameter(torch.zeros(int(initial_capacity)))
+        self.slots: dict[tuple[str, str], int] = {}
+        self.generator = torch.Generator().manual_seed(int(seed))
+
+    # ------------------------------------------------------------------ slots
+    def slot(self, state_key: str, action: str) -> int:
+        """The parameter index of ``(state_key, action)``, created (zero logit) on first sight."""
+        key = (state_key, action)
+        index = self.slots.get(key)
+        if index is None:
+            index = len(self.slots)
+            self.slots[key] = index
+            if index >= self.logits.numel():
+                self._grow(2 * self.logits.numel())
+        return index
+
+    def _grow(self, capacity: int) -> None:
+        extra = capacity - self.logits.numel()
+        self.logits.data = torch.cat([self.logits.data, self.logits.data.new_zeros(extra)])
+
+    def grow_optimizer_state(self, optimizer: torch.optim.Optimizer) -> None:
+        """Pad the optimizer's per-parameter state (Adam moments) to the grown logit table."""
+        state = optimizer.state.get(self.logits)
+        if not state:
+            return
+        size = self.logits.numel()
+        for name, value in state.items():
+            if torch.is_tensor(value) and value.dim() == 1 and value.numel() < size:
+                state[name] = torch.cat([value, value.new_zeros(size - value.numel())])
+
+    def _padded_logits(self, slot_lists: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``[rows, K]`` logits of each row's admissible slots (slots beyond the table read 0) and a mask."""
+        width = max((len(s) for s in slot_lists), default=1) or 1
+        index = torch.zeros(len(slot_lists), width, dtype=torch.long)
+        valid = torch.zeros(len(slot_lists), width, dtype=torch.bool)
+        for row, slots in enumerate(slot_lists):
+            if slots:
+                index[row, : len(slots)] = torch.as_tensor(list(slots), dtype=torch.long)
+                valid[row, : len(slots)] = True
+        in_table = valid & (index < self.logits.numel())
+        gathered = self.logits[index.clamp(max=self.logits.numel() - 1)]
+        logits = torch.where(in_table, gathered, torch.zeros((), dtype=gathered.dtype))
+        return logits.masked_fill(~valid, float("-inf")), valid
+
+    # ------------------------------------------------------------------ Policy API
+    @torch.no_grad()
+    def act(self, contexts: Sequence[StepContext], temperature: float = 1.0) -> PolicyOutput:
+        if temperature <= 0:
+            raise ValueError(f"temperature must be > 0, got {temperature}")
+        slot_lists = [[self.slot(c.state_key, a) for a in c.admissible_actions] for c in contexts]
+        out = PolicyOutput(actions=[], responses=[])
+        if not contexts:
+            return out
+        logits, valid = self._padded_logits(slot_lists)
+        logp = torch.log_softmax(logits / temperature, dim=-1)
+        has_actions = valid.any(dim=-1)
+        probs = torch.where(has_actions.unsqueeze(-1), logp.exp(), torch.ones_like(logp))
+        choice = torch.multinomial(probs, 1, generator=self.generator).squeeze(-1)
+        for row, ctx in enumerate(contexts):
+            if not ctx.admissible_actions:  # nothing admissible: send text the env will treat as invalid
+                out.actions.append("")
+                out.responses.append("")
+                out.prompt_ids.append([])
+                out.response_ids.append([])
+                out.logprobs.append([])
+                continue
+            k = int(choice[row])
+            action = ctx.admissible_actions[k]
+            out.actions.append(action)
+            out.responses.append(action)
+            out.prompt_ids.append(slot_lists[row])
+            out.response_ids.append([k])
+            out.logprobs.append([float(logp[row, k])])
+        return out
+
+    def logprobs(
+        self,
+        prompt_ids: Sequence[Sequence[int]],
+        response_ids: Sequence[Sequence[int]],
+        *,
+        temperature: float = 1.0,
+        with_entropy: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        logits, valid = self._padded_logits(prompt_ids)
+        logp_all = torch.log_softmax(logits / temperature, dim=-1)
+        chosen = torch.as_tensor([r[0] if r else 0 for r in response_ids], dtype=torch.long)
+        mask = torch.as_tensor([1.0 if r else 0.0 for r in response_ids]).unsqueeze(-1)
+        token_logp = logp_all.gather(1, chosen.unsqueeze(-1))
+        token_logp = torch.where(mask > 0, token_logp, torch.zeros_like(token_logp))
+        entropy = None
+        if with_entropy:
+            p = logp_all.exp()
+            entropy = -(torch.where(valid, p * logp_all, torch.zeros_like(p))).sum(-1, keepdim=True)
+        return token_logp, mask, entropy
+
+    def action_probabilities(self, state_key: str, admissible_actions: Sequence[str]) -> dict[str, float]:
+        """pi(. | state) over the admissible actions (without creating slots)."""
+        slots = [self.slots.get((state_key, a), self.logits.numel()) for a in admissible_actions]
+        with torch.no_grad():
+            logits, _ = self._padded_logits([slots])
+            probs = torch.softmax(logits[0], dim=-1)
+        return {a: float(p) for a, p in zip(admissible_actions, probs)}
+
+    def frozen_copy(self) -> TabularSoftmaxPolicy:
+        ref = copy.deepcopy(self)
+        ref.requires_grad_(False)
+        return ref
+
+    # ------------------------------------------------------------------ checkpointing
+    def get_extra_state(self) -> Any:
+        return {"slots": list(self.slots.items()), "generator": self.generator.get_state()}
+
+    def set_extra_state(self, state: Any) -> None:
+        self.slots = {tuple(key): int(index) for key, index in state["slots"]}
+        self.generator.set_state(state["generator"])
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):  # type: ignore[override]
+        stored = state_dict.get(prefix + "logits")
+        if stored is not None and stored.shape != self.logits.shape:
+            self.logits.data = torch.zeros_like(stored)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
