@@ -1,0 +1,90 @@
+"""The Search-R1 turn protocol: parsing one model turn, formatting retrieved documents (SEARCHQA.md §1, §3).
+
+A turn is raw model text. It is cut right after the first ``</search>`` (else after the first ``</answer>``)
+and the first ``<search>…</search>`` or ``<answer>…</answer>`` block is its action. Beyond Search-R1's
+rule, the verl-agent validity checks apply: a turn with both tag kinds, or the same opening tag twice, is
+invalid, and so is a turn without a complete block or with an empty one. Complete ``<think>…</think>``
+blocks are removed first so that reasoning which mentions a tag does not spoil the action. Tags match
+case-insensitively (as verl-agent does). Nothing here raises on any string.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+SEARCH_TEMPLATE = "<search>{query}</search>"
+ANSWER_TEMPLATE = "<answer>{answer}</answer>"
+ACTION_TEMPLATES = [SEARCH_TEMPLATE, ANSWER_TEMPLATE]
+
+INVALID_TURN_FEEDBACK = (
+    "\nThe previous turn had no valid action. To search, write one query as <search> query </search>; "
+    "to finish, write the final answer as <answer> answer </answer>.\n"
+)
+
+_THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
+_SEARCH_CLOSE = re.compile(r"</search>", re.IGNORECASE)
+_ANSWER_CLOSE = re.compile(r"</answer>", re.IGNORECASE)
+_SEARCH_OPEN = re.compile(r"<search>", re.IGNORECASE)
+_ANSWER_OPEN = re.compile(r"<answer>", re.IGNORECASE)
+_ACTION_BLOCK = re.compile(r"<(search|answer)>(.*?)</\1>", re.DOTALL | re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class ParsedTurn:
+    """One parsed turn: ``kind`` is ``"search"``, ``"answer"`` or ``"invalid"`` (then ``reason`` says why)."""
+
+    kind: str
+    content: str = ""
+    reason: str = ""
+
+    @property
+    def is_valid(self) -> bool:
+        return self.kind != "invalid"
+
+
+def cut_turn(text: str) -> str:
+    """The text up to and including the first ``</search>``, else the first ``</answer>``, else all of it."""
+    close = _SEARCH_CLOSE.search(text) or _ANSWER_CLOSE.search(text)
+    return text[: close.end()] if close else text
+
+
+def parse_turn(text: object) -> ParsedTurn:
+    """Parse one model turn into a search, an answer or an invalid action (never raises)."""
+    if not isinstance(text, str):
+        return ParsedTurn("invalid", reason=f"the action must be a str, got {type(text).__name__}")
+    turn = cut_turn(_THINK_BLOCK.sub(" ", text))
+    search_tags = len(_SEARCH_OPEN.findall(turn))
+    answer_tags = len(_ANSWER_OPEN.findall(turn))
+    if search_tags and answer_tags:
+        return ParsedTurn("invalid", reason="the turn holds both a <search> and an <answer> tag")
+    if search_tags > 1 or answer_tags > 1:
+        return ParsedTurn("invalid", reason="the turn repeats an action tag")
+    block = _ACTION_BLOCK.search(turn)
+    if block is None:
+        return ParsedTurn("invalid", reason="no complete <search>...</search> or <answer>...</answer> block")
+    kind, content = block.group(1).lower(), block.group(2).strip()
+    if not content:
+        return ParsedTurn("invalid", reason=f"the <{kind}> block is empty")
+    return ParsedTurn(kind, content)
+
+
+def split_contents(contents: str) -> tuple[str, str]:
+    """``(title, text)`` of a corpus ``contents`` string: the first line and the remaining lines."""
+    title, _, text = contents.partition("\n")
+    return title, text
+
+
+def format_documents(contents: Iterable[str]) -> str:
+    """Search-R1's document list: ``Doc i(Title: T) X`` per document, one per line, ``i`` from 1."""
+    lines = []
+    for rank, doc in enumerate(contents, start=1):
+        title, text = split_contents(doc)
+        lines.append(f"Doc {rank}(Title: {title}) {text}\n")
+    return "".join(lines)
+
+
+def information_block(documents_text: str) -> str:
+    """The observation appended after a search: the documents between ``<information>`` tags."""
+    return "\n\n<information>" + documents_text.strip() + "</information>\n\n"
