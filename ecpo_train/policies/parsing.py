@@ -1,0 +1,119 @@
+"""From a model's response text to the action string an environment steps with.
+
+Every function here takes any ``str`` (CJK, control characters, 100 kB of garbage) and never raises;
+each runs in time linear in the response length: only ``str.find``/``str.rfind`` scans and regexes
+without nested quantifiers, so no input can trigger catastrophic backtracking.
+
+**Action-tag environments** (ALFWorld, WebShop, the default template). A response is *well-formed* when
+
+1. it holds exactly one opening ``<action>`` and exactly one closing ``</action>`` tag (ASCII
+   case-insensitive, no spaces inside the tag), the opening one first;
+2. the block is not inside a ``<think>...</think>`` span (an action quoted while reasoning is not taken);
+3. its content holds no other protocol tag (``<think>``, ``<action>``, ``<search>``, ``<answer>``,
+   ``<information>`` or their closing forms): such nesting means the model lost the format;
+4. its content is not blank.
+
+The action is that content with surrounding whitespace stripped; anything else gives ``None`` (the
+rollout then steps the environment with an invalid action). The content is not otherwise judged: CJK
+or misspelt text is returned as written and the environment's canonicaliser maps it to ``<invalid>``.
+
+**Search-QA** follows Search-R1's turn rule (SEARCHQA.md §1): cut the response right after the first
+``</search>`` (else after the first ``</answer>``), then take the first ``<search>...</search>`` or
+``<answer>...</answer>`` block (case-sensitive, content may span lines). The whole block is returned,
+tags included, because the search-QA environment parses it itself; ``None`` when there is none.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ecpo_train.prompting import template_name
+
+ACTION_OPEN, ACTION_CLOSE = "<action>", "</action>"
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+SEARCH_TAGS = ("search", "answer")
+
+_ACTION_TAG = re.compile(r"</?action>", re.IGNORECASE)
+_THINK_TAG = re.compile(r"</?think>", re.IGNORECASE)
+_THINK_OPEN_TAG = re.compile(r"<think>", re.IGNORECASE)
+_THINK_CLOSE_TAG = re.compile(r"</think>", re.IGNORECASE)
+_PROTOCOL_TAG = re.compile(r"</?(?:think|action|search|answer|information)>", re.IGNORECASE)
+
+
+def parse_action(response_text: str, env_name: str) -> str | None:
+    """The action in ``response_text`` for environment ``env_name``, or ``None`` if malformed.
+
+    See the module docstring for what well-formed means in each environment family.
+    """
+    if not isinstance(response_text, str):
+        return None
+    if template_name(env_name) == "searchqa":
+        return parse_search_block(response_text)
+    return parse_action_block(response_text)
+
+
+def parse_action_block(text: str) -> str | None:
+    """The stripped content of the single well-formed ``<action>`` block of ``text``, else ``None``."""
+    tags = [(match.start(), match.end(), match.group(0).startswith("</")) for match in _ACTION_TAG.finditer(text)]
+    if len(tags) != 2:
+        return None
+    (_, open_end, open_is_close), (close_start, _, close_is_close) = tags
+    if open_is_close or not close_is_close:
+        return None
+    if _inside_think(text, tags[0][0]):
+        return None
+    content = text[open_end:close_start]
+    if _PROTOCOL_TAG.search(content):
+        return None
+    content = content.strip()
+    return content or None
+
+
+def _inside_think(text: str, position: int) -> bool:
+    """Whether ``position`` lies after an opening ``<think>`` that is not closed before it."""
+    depth = 0
+    for match in _THINK_TAG.finditer(text, 0, position):
+        depth = max(depth - 1, 0) if match.group(0).startswith("</") else depth + 1
+    return depth > 0
+
+
+def parse_search_block(text: str) -> str | None:
+    """Search-R1's turn rule: cut after the first ``</search>`` (else ``</answer>``), first block wins.
+
+    Equivalent to ``re.search(r"<(search|answer)>(.*?)</\\1>", cut, re.DOTALL)`` on the cut text, but
+    computed with ``find``/``rfind`` in linear time: a ``<tag>`` starts a match exactly when a ``</tag>``
+    follows it somewhere, so the earliest match starts at the first ``<tag>`` of the tag type whose
+    closer lies after it, and ends at the first closer after that opening.
+    """
+    if not isinstance(text, str):
+        return None
+    for tag in SEARCH_TAGS:
+        cut = text.find(f"</{tag}>")
+        if cut != -1:
+            text = text[: cut + len(tag) + 3]
+            break
+    else:
+        return None
+    best: tuple[int, int] | None = None
+    for tag in SEARCH_TAGS:
+        opening, closing = f"<{tag}>", f"</{tag}>"
+        start = text.find(opening)
+        if start == -1 or text.rfind(closing) < start + len(opening):
+            continue
+        end = text.find(closing, start + len(opening)) + len(closing)
+        if best is None or start < best[0]:
+            best = (start, end)
+    return None if best is None else text[best[0] : best[1]]
+
+
+def extract_think(response_text: str) -> str | None:
+    """The stripped content of the first ``<think>...</think>`` block, or ``None`` when there is none."""
+    if not isinstance(response_text, str):
+        return None
+    opening = _THINK_OPEN_TAG.search(response_text)
+    if opening is None:
+        return None
+    closing = _THINK_CLOSE_TAG.search(response_text, opening.end())
+    if closing is None:
+        return None
+    return response_text[opening.end() : closing.start()].strip()

@@ -1,0 +1,153 @@
+"""Response parsing: well-formed action blocks, Search-R1's search/answer rule, hostile inputs."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ecpo_train.policies.parsing import extract_think, parse_action, parse_search_block
+
+ALF = "ecpo/ALFWorld-v0"
+QA = "ecpo/SearchQA-v0"
+
+
+@pytest.mark.parametrize(
+    ("response", "expected"),
+    [
+        ("<think>the mug is on the desk</think>\n<action>go to desk 1</action>", "go to desk 1"),
+        ("<action>  take mug 1 from desk 1 \n</action>", "take mug 1 from desk 1"),
+        ("<ACTION>look</Action>", "look"),
+        ("<think>a</think><action>click[b07x4 buy now]</action> trailing words", "click[b07x4 buy now]"),
+        ("<action>去 书桌 1</action>", "去 书桌 1"),  # returned as written; the env calls it invalid
+        ("<action>go\x00 to\x1b desk 1</action>", "go\x00 to\x1b desk 1"),
+    ],
+)
+def test_well_formed_action_block_returns_its_stripped_content(response, expected):
+    assert parse_action(response, ALF) == expected
+
+
+@pytest.mark.parametrize(
+    "response",
+    [
+        "",
+        "go to desk 1",  # no tags
+        "<think>go to desk 1</think>",
+        "<action>look</action><action>inventory</action>",  # two action blocks
+        "<action><action>look</action></action>",  # nested action
+        "<action>look <think>hmm</think></action>",  # another tag nested inside
+        "<action>look <search>x</search></action>",
+        "<action>look",  # unclosed
+        "look</action>",  # no opening
+        "</action>look<action>",  # closing before opening
+        "<action>   </action>",  # blank
+        "<think>I could say <action>look</action></think>",  # quoted inside reasoning
+        "<think>unclosed reasoning <action>look</action>",
+        "<action >look</action>",  # not the tag
+    ],
+)
+def test_malformed_responses_give_none(response):
+    assert parse_action(response, ALF) is None
+
+
+def test_action_after_closed_think_is_taken_even_if_think_mentions_tags():
+    assert parse_action("<think>use the action tag</think><action>look</action>", "ecpo/WebShop-v0") == "look"
+    assert parse_action("<think>a</think><think>b</think><action>look</action>", ALF) == "look"
+
+
+@pytest.mark.parametrize(
+    ("response", "expected"),
+    [
+        ("<think>need facts</think><search> first nobel prize physics </search>",
+         "<search> first nobel prize physics </search>"),
+        ("<think>known</think><answer> Wilhelm Röntgen </answer>", "<answer> Wilhelm Röntgen </answer>"),
+        # cut after the first </search>: the answer after it is never seen
+        ("<search>q1</search><answer>a</answer>", "<search>q1</search>"),
+        # the first match in the cut text wins, whichever tag it is
+        ("<answer>a</answer><search>q</search>", "<answer>a</answer>"),
+        ("<search>q1</search><search>q2</search>", "<search>q1</search>"),
+        ("<search>multi\nline</search>", "<search>multi\nline</search>"),
+        ("<search></search>", "<search></search>"),
+        # a <search> with no closer before the cut gives way to the answer block
+        ("<search>dangling <answer>x</answer>", "<answer>x</answer>"),
+        ("<search>a <search>b</search>", "<search>a <search>b</search>"),
+    ],
+)
+def test_search_r1_cut_and_first_match(response, expected):
+    assert parse_action(response, QA) == expected
+
+
+@pytest.mark.parametrize(
+    "response",
+    ["", "just text", "<action>look</action>", "<SEARCH>q</SEARCH>", "<search>q", "<answer>a</search>"],
+)
+def test_search_r1_no_match_gives_none(response):
+    assert parse_action(response, QA) is None
+
+
+def _search_r1_reference(text: str) -> str | None:
+    """The rule as SEARCHQA.md states it, with the regex (fine for the short strings hypothesis makes)."""
+    for closing in ("</search>", "</answer>"):
+        index = text.find(closing)
+        if index != -1:
+            text = text[: index + len(closing)]
+            break
+    match = re.search(r"<(search|answer)>(.*?)</\1>", text, re.DOTALL)
+    return match.group(0) if match else None
+
+
+_PIECES = st.sampled_from(["<search>", "</search>", "<answer>", "</answer>", "q", " ", "\n", "<", ">", "/"])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_PIECES, max_size=14).map("".join))
+def test_linear_search_rule_matches_the_regex_definition(text):
+    assert parse_search_block(text) == _search_r1_reference(text)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=300))
+def test_parsers_never_raise_on_any_text(text):
+    for env in (ALF, QA, "ecpo/WebShop-v0", "diagnostic"):
+        result = parse_action(text, env)
+        assert result is None or isinstance(result, str)
+    assert extract_think(text) is None or isinstance(extract_think(text), str)
+
+
+@pytest.mark.parametrize(
+    "response",
+    [
+        "<action>" * 12_500,  # 100 kB of openers
+        "<search>" * 12_500 + "</answer>",  # every opener scans to the end with a naive lazy regex
+        "<think>" * 14_000 + "<action>look</action>",
+        ("中文" * 30_000) + "<action>look</action>",
+        "<action" + " " * 100_000 + ">",
+        "\x00\x01\x7f" * 34_000,
+    ],
+)
+def test_100kb_adversarial_responses_finish_fast(response):
+    start = time.perf_counter()
+    for env in (ALF, QA):
+        parse_action(response, env)
+    extract_think(response)
+    assert time.perf_counter() - start < 0.5
+
+
+def test_long_valid_response_still_parses():
+    response = "<think>" + "reasoning " * 10_000 + "</think><action>go to desk 1</action>"
+    assert parse_action(response, ALF) == "go to desk 1"
+    assert parse_action("<think>" + "x" * 100_000 + "</think><answer>Paris</answer>", QA) == "<answer>Paris</answer>"
+
+
+def test_non_string_input_gives_none():
+    assert parse_action(None, ALF) is None  # type: ignore[arg-type]
+    assert parse_action(b"<action>look</action>", ALF) is None  # type: ignore[arg-type]
+
+
+def test_extract_think():
+    assert extract_think("<think> plan: go to desk </think><action>go to desk 1</action>") == "plan: go to desk"
+    assert extract_think("<action>look</action>") is None
+    assert extract_think("<think>unclosed") is None
