@@ -1,0 +1,18 @@
+"""ECPO inside RLlib (ray 2.60 new API stack): ``ECPOConfig``, ``ECPO`` and their parts.
+
+Importing this package imports ray; ``import ecpo_train`` does not.
+"""
+
+from ecpo_train.rllib.algorithm import ECPO, ECPOConfig, split_groups
+from ecpo_train.rllib.candidate_env import CandidateActionEnv, hashed_text_features
+from ecpo_train.rllib.connector import ECPOAdvantages, episodes_to_step_rows
+
+__all__ = [
+    "ECPO",
+    "ECPOAdvantages",
+    "ECPOConfig",
+    "CandidateActionEnv",
+    "episodes_to_step_rows",
+    "hashed_text_features",
+    "split_groups",
+]

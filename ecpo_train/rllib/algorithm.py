@@ -1,0 +1,235 @@
+"""``ECPOConfig`` / ``ECPO``: ECPO inside RLlib's new API stack (env runners, learner group, connectors).
+
+Usage::
+
+    from ecpo_train.rllib import ECPOConfig
+
+    algo = (ECPOConfig()
+            .environment("ecpo/DivergentAnchor-v0", env_config={"env_kwargs": {"depth": 6}})
+            .training(group_size=8, groups_per_batch=4, kappa=2.0, tau=2.0)
+            .build_algo())
+    for _ in range(10):
+        result = algo.train()
+
+What differs from PPO: no critic and no GAE (``ECPOTorchLearner`` computes advantages with
+``credit.compute_advantages``); complete episodes only; every env runner samples whole groups (each task
+repeated for ``group_size`` consecutive resets by ``CandidateActionEnv``) and the learner group receives
+one object per group, so a group is never split across learners.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import ray
+from ray.rllib.algorithms.algorithm_config import NotProvided
+from ray.rllib.algorithms.ppo import PPO, PPOConfig
+from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+from ray.rllib.utils.metrics import (
+    ALL_MODULES,
+    ENV_RUNNER_RESULTS,
+    ENV_RUNNER_SAMPLING_TIMER,
+    LEARNER_RESULTS,
+    LEARNER_UPDATE_TIMER,
+    NUM_ENV_STEPS_SAMPLED_LIFETIME,
+    NUM_MODULE_STEPS_TRAINED_LIFETIME,
+    SYNCH_WORKER_WEIGHTS_TIMER,
+    TIMERS,
+)
+
+from ecpo_train.rllib.candidate_env import CandidateActionEnv
+from ecpo_train.rllib.connector import group_sizes
+
+CREDIT_HYPERPARAMETERS = ("gamma", "omega", "kappa", "tau", "d_min", "rho_min")
+
+
+class ECPOConfig(PPOConfig):
+    """PPO's config plus ECPO's: ``group_size`` (N), ``groups_per_batch``, ``estimator`` and the credit
+    hyperparameters (paper App. A defaults: gamma 0.95, omega 1, kappa 2, tau 2, d_min 7, rho_min 0.5).
+
+    ``groups_per_batch`` groups are sampled per iteration, split evenly over the env runners (rounded up
+    to a multiple of their number). ``environment("ecpo/...")`` wraps the text env in
+    ``CandidateActionEnv``; its ``env_config`` takes ``env_kwargs``, ``max_candidates``, ``feature_dim``,
+    ``task_ids`` and ``seed``.
+    """
+
+    def __init__(self, algo_class=None):
+        super().__init__(algo_class=algo_class or ECPO)
+        self.group_size = 8
+        self.groups_per_batch = 16
+        self.estimator = "ecpo"
+        self.gamma = 0.95
+        self.omega = 1.0
+        self.kappa = 2.0
+        self.tau = 2.0
+        self.d_min = 7
+        self.rho_min = 0.5
+        # Critic off, whole episodes, one env per runner (so its resets stay grouped).
+        self.use_critic = False
+        self.use_gae = False
+        self.batch_mode = "complete_episodes"
+        self.num_env_runners = 0
+        self.num_envs_per_env_runner = 1
+        self.use_kl_loss = False
+        self.lr = 1e-3
+        self.num_epochs = 4
+        self.minibatch_size = None
+        self.entropy_coeff = 0.0
+        self.clip_param = 0.2
+
+    def training(
+        self,
+        *,
+        group_size: int | None = NotProvided,
+        groups_per_batch: int | None = NotProvided,
+        estimator: str | None = NotProvided,
+        omega: float | None = NotProvided,
+        kappa: float | None = NotProvided,
+        tau: float | None = NotProvided,
+        d_min: int | None = NotProvided,
+        rho_min: float | None = NotProvided,
+        **kwargs: Any,
+    ) -> ECPOConfig:
+        super().training(**kwargs)
+        for name, value in (("group_size", group_size), ("groups_per_batch", groups_per_batch),
+                            ("estimator", estimator), ("omega", omega), ("kappa", kappa), ("tau", tau),
+                            ("d_min", d_min), ("rho_min", rho_min)):
+            if value is not NotProvided:
+                setattr(self, name, value)
+        self._sync_env_config()
+        return self
+
+    def environment(self, env: Any = NotProvided, **kwargs: Any) -> ECPOConfig:
+        super().environment(env, **kwargs)
+        if isinstance(self.env, str) and _is_text_env_id(self.env):
+            self.env_config = {**dict(self.env_config or {}), "env_id": self.env}
+            self.env = CandidateActionEnv
+        self._sync_env_config()
+        return self
+
+    def _sync_env_config(self) -> None:
+        if self.env is CandidateActionEnv:
+            self.env_config = {**dict(self.env_config or {}), "group_size": self.group_size}
+
+    def credit_hyperparameters(self) -> dict[str, Any]:
+        """The keyword arguments ``credit.compute_advantages`` receives."""
+        return {name: getattr(self, name) for name in CREDIT_HYPERPARAMETERS}
+
+    def get_default_rl_module_spec(self) -> RLModuleSpec:
+        from ecpo_train.rllib.module import CandidateScorerModule
+
+        return RLModuleSpec(module_class=CandidateScorerModule)
+
+    def get_default_learner_class(self):
+        from ecpo_train.rllib.learner import ECPOTorchLearner
+
+        return ECPOTorchLearner
+
+    def validate(self) -> None:
+        super().validate()
+        if self.use_critic:
+            self._value_error("ECPO is critic-free: set training(use_critic=False)")
+        if self.batch_mode != "complete_episodes":
+            self._value_error("ECPO needs batch_mode='complete_episodes' (credit is over whole trajectories)")
+        if self.num_envs_per_env_runner != 1:
+            self._value_error("ECPO needs num_envs_per_env_runner=1 so that each runner's resets stay grouped; "
+                              "scale with num_env_runners instead")
+        if int(self.group_size) < 2:
+            self._value_error(f"group_size must be >= 2 (group baselines), got {self.group_size}")
+        if int(self.groups_per_batch) < max(1, int(self.num_learners)):
+            self._value_error(f"groups_per_batch ({self.groups_per_batch}) must be >= num_learners "
+                              f"({self.num_learners}): groups are never split across learners")
+        if self.env is CandidateActionEnv and int(self.env_config.get("group_size", -1)) != int(self.group_size):
+            self._value_error("env_config['group_size'] disagrees with training(group_size=...)")
+
+    @property
+    def groups_per_env_runner(self) -> int:
+        return math.ceil(int(self.groups_per_batch) / max(1, int(self.num_env_runners)))
+
+
+class ECPO(PPO):
+    """PPO's loop with group sampling and group-preserving learner updates (see the module docstring)."""
+
+    @classmethod
+    def get_default_config(cls) -> ECPOConfig:
+        return ECPOConfig()
+
+    def training_step(self) -> None:
+        config: ECPOConfig = self.config
+        with self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER)):
+            episodes, runner_metrics = self._sample_groups()
+            if not episodes:
+                return
+            self.metrics.aggregate(runner_metrics, key=ENV_RUNNER_RESULTS)
+        groups = split_groups(episodes, config.group_size)
+
+        with self.metrics.log_time((TIMERS, LEARNER_UPDATE_TIMER)):
+            timesteps = {
+                NUM_ENV_STEPS_SAMPLED_LIFETIME: self.metrics.peek(
+                    (ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME)),
+                NUM_MODULE_STEPS_TRAINED_LIFETIME: self.metrics.peek(
+                    (LEARNER_RESULTS, ALL_MODULES, NUM_MODULE_STEPS_TRAINED_LIFETIME), default=0),
+            }
+            update_kwargs = dict(timesteps=timesteps, num_epochs=config.num_epochs,
+                                 minibatch_size=config.minibatch_size,
+                                 shuffle_batch_per_epoch=config.shuffle_batch_per_epoch)
+            num_learners = max(1, int(config.num_learners))
+            if num_learners == 1:
+                learner_results = self.learner_group.update(
+                    episodes=[e for group in groups for e in group], **update_kwargs)
+            else:
+                # One object per group: the learner group shards the list of refs, never a group.
+                total_steps = sum(len(e) for group in groups for e in group)
+                minibatches = 0
+                if config.minibatch_size:
+                    minibatches = max(1, int(config.num_epochs * total_steps
+                                             / (num_learners * config.minibatch_size)))
+                learner_results = self.learner_group.update(
+                    episodes_refs=[ray.put(group) for group in groups], num_total_minibatches=minibatches,
+                    **update_kwargs)
+            self.metrics.aggregate(learner_results, key=LEARNER_RESULTS)
+
+        with self.metrics.log_time((TIMERS, SYNCH_WORKER_WEIGHTS_TIMER)):
+            modules_to_update = set(learner_results[0].keys()) - {ALL_MODULES, "ecpo"}
+            self.env_runner_group.sync_weights(from_worker_or_learner_group=self.learner_group,
+                                               policies=modules_to_update, inference_only=True)
+
+    def _sample_groups(self) -> tuple[list, list]:
+        """``groups_per_env_runner * group_size`` complete episodes from every env runner."""
+        config: ECPOConfig = self.config
+        num_episodes = config.groups_per_env_runner * int(config.group_size)
+        if self.env_runner_group.num_remote_env_runners() == 0:
+            runner = self.env_runner_group.local_env_runner
+            results = [(runner.sample(num_episodes=num_episodes, explore=True), runner.get_metrics())]
+        else:
+            results = self.env_runner_group.foreach_env_runner(
+                lambda runner: (runner.sample(num_episodes=num_episodes, explore=True), runner.get_metrics()),
+                local_env_runner=False,
+                timeout_seconds=config.sample_timeout_s,
+            )
+        episodes = [episode for sampled, _ in results for episode in sampled]
+        return episodes, [m for _, m in results]
+
+
+def split_groups(episodes: list, group_size: int) -> list[list]:
+    """Episodes grouped by ``info['group_key']`` (first-seen order); every group must hold ``group_size``."""
+    groups: dict[str, list] = {}
+    for episode in episodes:
+        groups.setdefault(str(episode.get_infos(0).get("group_key")), []).append(episode)
+    bad = {k: len(v) for k, v in groups.items() if len(v) != group_size}
+    if bad:
+        raise RuntimeError(
+            f"sampling returned incomplete groups {bad} (expected {group_size} episodes each; "
+            f"all sizes: {group_sizes(episodes)}): the env must repeat each task for group_size resets "
+            "and each runner must sample a multiple of group_size episodes from one env"
+        )
+    return list(groups.values())
+
+
+def _is_text_env_id(env_id: str) -> bool:
+    try:
+        from ecpo_gym import ENV_ENTRY_POINTS
+    except ImportError:
+        return False
+    return env_id in ENV_ENTRY_POINTS or env_id.startswith("ecpo/")

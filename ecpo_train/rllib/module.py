@@ -1,0 +1,40 @@
+"""Critic-free RLModule that scores the admissible-action candidates of ``CandidateActionEnv``.
+
+``logit_k = MLP([context, candidate_k, context * candidate_k])`` with absent candidates masked out, so the
+policy is a softmax over the state's admissible actions. There is no value head: ECPO's baseline is the
+group (``credit.py``), not a critic.
+"""
+
+from __future__ import annotations
+
+import torch
+from ray.rllib.core.columns import Columns
+from ray.rllib.core.rl_module.torch import TorchRLModule
+
+from ecpo_train.rllib.candidate_env import layout_from_space, split_observation
+
+# Finite (not -inf) so masked entries give zero probability without NaN entropies or KLs.
+MASKED_LOGIT = -1e9
+
+
+class CandidateScorerModule(TorchRLModule):
+    """Policy over ``Discrete(K)`` candidate indices; ``model_config``: ``hidden_dim`` (default 64)."""
+
+    def setup(self) -> None:
+        self.feature_dim, self.max_candidates = layout_from_space(
+            self.observation_space.shape[0], self.action_space.n
+        )
+        hidden = int((self.model_config or {}).get("hidden_dim", 64))
+        self.scorer = torch.nn.Sequential(
+            torch.nn.Linear(3 * self.feature_dim, hidden),
+            torch.nn.Tanh(),
+            torch.nn.Linear(hidden, 1),
+        )
+
+    def _forward(self, batch, **kwargs):
+        obs = batch[Columns.OBS].float()
+        context, candidates, mask = split_observation(obs, self.feature_dim, self.max_candidates)
+        context = context.unsqueeze(-2).expand_as(candidates)
+        scores = self.scorer(torch.cat([context, candidates, context * candidates], dim=-1)).squeeze(-1)
+        logits = torch.where(mask > 0.5, scores, torch.full_like(scores, MASKED_LOGIT))
+        return {Columns.ACTION_DIST_INPUTS: logits}
