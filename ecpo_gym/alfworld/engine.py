@@ -1,0 +1,123 @@
+"""TextWorld's PDDL engine with alfworld's demangler: building it, speeding up reset, reading its state.
+
+Facts measured on the real games are in ``specs/ALFWORLD.md``; the ones this module acts on:
+
+- every ``reset`` runs the PDDL-to-SAS translation twice; the translation only reads its inputs and its
+  result is only read, so memoising it on ``(domain, problem, optimize)`` cuts reset ~7x;
+- the translation rewrites ``sys.argv``, swaps ``sys.stdout`` and edits module globals, so one process
+  must never translate from two threads (``GroupVectorEnv`` uses processes; the memo holds a lock);
+- ``state["won"]`` can flip back to ``False``: callers end the episode at the first ``won``;
+- the anchor key is a digest of the positive *dynamic* facts (``checked`` and static facts left out).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+import threading
+from collections import OrderedDict
+from typing import Any
+
+# Predicates that change during play; their positive facts identify the world state (ALFWORLD.md §4).
+DYNAMIC_PREDICATES = frozenset({
+    "atlocation", "opened", "inreceptacle", "objectatlocation", "holds", "holdsany",
+    "isclean", "ishot", "iscool", "ison", "istoggled", "issliced",
+})
+
+# Folder prefix of a real game -> subtask name used in ``info["task_type"]``.
+TASK_TYPES: dict[str, str] = {
+    "pick_and_place_simple": "Pick",
+    "look_at_obj_in_light": "Look",
+    "pick_clean_then_place_in_recep": "Clean",
+    "pick_heat_then_place_in_recep": "Heat",
+    "pick_cool_then_place_in_recep": "Cool",
+    "pick_two_obj_and_place": "Pick2",
+}
+SUBTASKS: tuple[str, ...] = ("Pick", "Look", "Clean", "Heat", "Cool", "Pick2")
+TASK_PREFIX = "Your task is to: "
+HELP_COMMAND = "help"
+
+_MEMO_SIZE = 512
+_memo: OrderedDict[tuple, Any] = OrderedDict()
+_memo_lock = threading.Lock()
+_memo_installed = False
+
+
+def install_translation_memo(max_entries: int = _MEMO_SIZE) -> None:
+    """Replace ``fast_downward.pddl2sas`` by an LRU-memoised version (idempotent, process-wide)."""
+    global _memo_installed, _MEMO_SIZE
+    _MEMO_SIZE = int(max_entries)
+    if _memo_installed:
+        return
+    import fast_downward
+
+    translate = fast_downward.pddl2sas
+
+    def memoised_pddl2sas(domain: str, problem: str, verbose: bool = False, optimize: bool = False):
+        key = (hash(domain), len(domain), hash(problem), len(problem), bool(optimize))
+        with _memo_lock:
+            hit = _memo.get(key)
+            if hit is not None:
+                _memo.move_to_end(key)
+                return hit
+            argv = list(sys.argv)
+            try:
+                result = translate(domain, problem, verbose=verbose, optimize=optimize)
+            finally:
+                sys.argv = argv  # the translator overwrites it
+            _memo[key] = result
+            while len(_memo) > _MEMO_SIZE:
+                _memo.popitem(last=False)
+            return result
+
+    memoised_pddl2sas.__wrapped__ = translate  # type: ignore[attr-defined]
+    fast_downward.pddl2sas = memoised_pddl2sas
+    _memo_installed = True
+
+
+def make_engine() -> Any:
+    """A fresh ``AlfredDemangler(PddlEnv)`` with numbered names (``cabinet 3``), no shuffling."""
+    install_translation_memo()
+    import textworld
+    import textworld.envs.pddl
+    from alfworld.agents.environment.alfred_tw_env import AlfredDemangler
+
+    # policy_commands is never requested: it re-runs Fast Downward after every step.
+    infos = textworld.EnvInfos(admissible_commands=True, won=True)
+    return AlfredDemangler(shuffle=False)(textworld.envs.pddl.PddlEnv(infos))
+
+
+def release_engine(engine: Any) -> None:
+    """Unload the engine's private copy of ``libdownward.so``."""
+    if engine is None:
+        return
+    try:
+        import fast_downward
+
+        pddl_env = engine.unwrapped if hasattr(engine, "unwrapped") else engine
+        lib = getattr(pddl_env, "downward_lib", None)
+        if lib is not None:
+            fast_downward.close_lib(lib)
+            pddl_env.downward_lib = None
+    except Exception:
+        pass
+
+
+def state_key_of_facts(facts: Any) -> str:
+    """sha1 of the sorted positive dynamic facts: the anchor key of an ALFWorld state (ALFWORLD.md §4)."""
+    lines = sorted(str(f) for f in facts if f.name in DYNAMIC_PREDICATES)
+    return hashlib.sha1("\n".join(lines).encode("utf-8")).hexdigest()
+
+
+def goal_of_intro(intro: str) -> str:
+    """The task sentence of a reset text: what follows ``Your task is to: ``, without the final period."""
+    at = intro.rfind(TASK_PREFIX)
+    if at < 0:
+        return ""
+    return intro[at + len(TASK_PREFIX):].strip().rstrip(".").strip()
+
+
+def entity_names(engine: Any) -> dict[str, str]:
+    """Raw PDDL id (lowercased) -> demangled name (``apple 1``) of the loaded game."""
+    pddl_env = engine.unwrapped if hasattr(engine, "unwrapped") else engine
+    return {key: info.name for key, info in pddl_env._entity_infos.items()}

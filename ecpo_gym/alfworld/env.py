@@ -1,0 +1,335 @@
+"""ALFWorld environments: real ``game.tw-pddl`` files (``ecpo/ALFWorld-v0``) and generated households
+(``ecpo/ALFWorldGen-v0``), both on TextWorld's PDDL engine with alfworld's demangler.
+
+Both follow the ``TextAgentEnv`` contract: ``info["task_type"]`` is the subtask (Pick, Look, Clean, Heat,
+Cool, Pick2), ``info["state_key"]`` a digest of the positive dynamic PDDL facts (``info["observation_key"]``
+is the text-based alternative), ``help`` is hidden from the admissible actions (typed anyway, it runs), and
+the episode ends at the first ``won`` because the engine's flag can flip back.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ecpo_gym.alfworld.engine import (
+    HELP_COMMAND,
+    SUBTASKS,
+    TASK_TYPES,
+    entity_names,
+    goal_of_intro,
+    make_engine,
+    release_engine,
+    state_key_of_facts,
+)
+from ecpo_gym.alfworld.generator import GeneratedGame, generate_game, render_plan
+from ecpo_gym.canonical import INVALID_ACTION, ActionCanonicalizer
+from ecpo_gym.core import TaskStart, TextAgentEnv, Transition
+
+# Template variants of ALFWorld commands, applied in order to normalised text (and to the admissible set).
+ALFWORLD_REWRITES: list[tuple[str, str]] = [
+    (r"[,;\"'`()\[\]]", " "),  # inner punctuation carries no identity
+    (r"\b([a-z]+)(\d+)\b", r"\1 \2"),  # "desk1" -> "desk 1"
+    (r"\b(?:the|a|an|some)\s+", ""),  # articles before object names
+    (r"^(?:check\s+)?(?:inventory|inv|i)$", "inventory"),
+    (r"^look\s+around$", "look"),
+    (r"^(?:goto|(?:walk|navigate|head|travel|move|go)\s+(?:over\s+)?to)\s+", "go to "),
+    (r"^(?:put|place|set|drop|move)(?:\s+down)?\s+(.+?)\s+(?:in\s*/\s*on|into|onto|inside|in|on|to)\s+(.+)$",
+     r"move \1 to \2"),
+    (r"^(?:pick\s+up|pick|take|get|grab|remove|retrieve)\s+(.+?)\s+(?:from|out\s+of|off\s+of|off)\s+(.+)$",
+     r"take \1 from \2"),
+    (r"^(?:turn\s+on|switch\s+on|toggle|activate|light)\s+(.+)$", r"use \1"),
+    (r"^(?:clean|wash|rinse)\s+(.+?)\s+(?:with|using|in|at)\s+(.+)$", r"clean \1 with \2"),
+    (r"^(?:heat|warm|microwave)\s+(.+?)\s+(?:with|using|in|at)\s+(.+)$", r"heat \1 with \2"),
+    (r"^(?:cool|chill|refrigerate)\s+(.+?)\s+(?:with|using|in|at)\s+(.+)$", r"cool \1 with \2"),
+    (r"^(?:inspect|look\s+at|check|x)\s+(.+)$", r"examine \1"),
+]
+
+DOWNLOAD_HINT = (
+    "Get the games with `pip install alfworld && alfworld-download` (creates $ALFWORLD_DATA/json_2.1.1/"
+    "{train,valid_seen,valid_unseen}), or extract json_2.1.1-train.tar.gz, then pass data_path=... or set "
+    "ALFWORLD_DATA. No download needed for ecpo/ALFWorldGen-v0."
+)
+GAME_FILE = "game.tw-pddl"
+
+
+def subtask_of(name: str) -> str:
+    """Subtask of a task folder name (``pick_heat_then_place_in_recep-Apple-...`` -> ``Heat``)."""
+    prefix = name.split("/", 1)[0].split("-", 1)[0]
+    if prefix not in TASK_TYPES:
+        raise ValueError(f"{name!r} does not start with an ALFWorld task prefix {sorted(TASK_TYPES)}")
+    return TASK_TYPES[prefix]
+
+
+def normalize_task_types(task_types: Iterable[str] | None) -> tuple[str, ...]:
+    """Accept subtask names (``Heat``, any case) or folder prefixes; ``None`` means all six."""
+    if task_types is None:
+        return SUBTASKS
+    if isinstance(task_types, str):
+        task_types = [task_types]
+    by_lower = {s.lower(): s for s in SUBTASKS}
+    chosen = []
+    for t in task_types:
+        name = TASK_TYPES.get(t) or by_lower.get(str(t).lower())
+        if name is None:
+            raise ValueError(f"unknown ALFWorld task type {t!r}; choose from {list(SUBTASKS)} or {sorted(TASK_TYPES)}")
+        if name not in chosen:
+            chosen.append(name)
+    return tuple(s for s in SUBTASKS if s in chosen)
+
+
+def _has_games(folder: Path) -> bool:
+    return folder.is_dir() and next(iter(glob.iglob(str(folder / "*" / "*" / GAME_FILE))), None) is not None
+
+
+def resolve_split_dir(data_path: str | os.PathLike | None, split: str) -> Path:
+    """Find the split folder: ``data_path`` or ``$ALFWORLD_DATA`` or ``$ECPO_DATA_DIR/alfworld``.
+
+    Each root may be the data folder (holding ``json_2.1.1``), ``json_2.1.1`` itself, or the split folder.
+    """
+    roots: list[Path] = []
+    if data_path is not None:
+        roots.append(Path(data_path))
+    else:
+        if os.environ.get("ALFWORLD_DATA"):
+            roots.append(Path(os.environ["ALFWORLD_DATA"]))
+        if os.environ.get("ECPO_DATA_DIR"):
+            roots.append(Path(os.environ["ECPO_DATA_DIR"]) / "alfworld")
+    tried = []
+    for root in roots:
+        for candidate in (root / "json_2.1.1" / split, root / split, root):
+            tried.append(str(candidate))
+            if _has_games(candidate):
+                return candidate
+    where = ", ".join(tried) if tried else "nothing (data_path, ALFWORLD_DATA and ECPO_DATA_DIR are all unset)"
+    raise FileNotFoundError(f"ALFWorld split {split!r} not found: looked in {where}. {DOWNLOAD_HINT}")
+
+
+class _ALFWorldBase(TextAgentEnv):
+    """Shared engine handling of the real and generated ALFWorld environments."""
+
+    canonicalizer = ActionCanonicalizer(rewrites=ALFWORLD_REWRITES)
+
+    def __init__(
+        self,
+        *,
+        max_steps: int = 50,
+        hide_help: bool = True,
+        reward_success: float = 10.0,
+        reward_failure: float = 0.0,
+        reward_invalid: float = -0.1,
+        render_mode: str | None = None,
+    ) -> None:
+        super().__init__(max_steps=max_steps, reward_success=reward_success, reward_failure=reward_failure,
+                         reward_invalid=reward_invalid, render_mode=render_mode)
+        self.hide_help = bool(hide_help)
+        self._engine: Any = None
+        self._loaded_task: str | None = None
+        self._game_state: Any = None
+        self._key_cache: tuple[int, str] | None = None
+
+    # ------------------------------------------------------------------ per-source hooks
+    def _game_data(self, task_id: str) -> dict:
+        """The game dict (``pddl_domain``, ``grammar``, ``pddl_problem``, ...) of ``task_id``."""
+        raise KeyError(task_id)
+
+    def _task_type_of(self, task_id: str) -> str:
+        raise KeyError(task_id)
+
+    def expert_plan(self) -> list[str]:
+        """Commands that win the current game from its reset state."""
+        return []
+
+    # ------------------------------------------------------------------ TextAgentEnv hooks
+    def _load_task(self, task_id: str) -> TaskStart:
+        task_type = self._task_type_of(task_id)
+        if self._engine is None:
+            self._engine = make_engine()
+        if self._loaded_task != task_id:
+            self._loaded_task = None
+            self._engine.load(self._game_data(task_id))
+            self._loaded_task = task_id
+        self._game_state = self._engine.reset()
+        self._key_cache = None
+        intro = self._game_state["feedback"]
+        return TaskStart(observation=intro, task=goal_of_intro(intro), task_type=task_type)
+
+    def _admissible_actions(self) -> list[str]:
+        commands = self._game_state["admissible_commands"]
+        if self.hide_help:
+            return [c for c in commands if c != HELP_COMMAND]
+        return list(commands)
+
+    def _state_key(self) -> str:
+        state = self._game_state
+        if self._key_cache is None or self._key_cache[0] != id(state):
+            self._key_cache = (id(state), state_key_of_facts(state["_facts"]))
+        return self._key_cache[1]
+
+    def parse_action(self, action: Any) -> tuple[str, Any]:
+        key, command = super().parse_action(action)
+        if (key == INVALID_ACTION and self.hide_help and self.canonicalizer.key(action) == HELP_COMMAND
+                and HELP_COMMAND in self._game_state["admissible_commands"]):
+            return HELP_COMMAND, HELP_COMMAND
+        return key, command
+
+    def _execute(self, command: str) -> Transition:
+        state, _, _ = self._engine.step(command)
+        self._game_state = state
+        won = bool(state["won"])
+        return Transition(observation=state["feedback"], terminated=won, won=won)
+
+    def _release(self) -> None:
+        release_engine(self._engine)
+        self._engine = None
+        self._loaded_task = None
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def game_state(self) -> Any:
+        """The engine's current ``GameState`` (``_facts``, ``admissible_commands``, ``won``, ...)."""
+        return self._game_state
+
+    def entity_names(self) -> dict[str, str]:
+        """Raw PDDL id (lowercased) -> displayed name of the loaded game."""
+        return entity_names(self._engine)
+
+
+class ALFWorldEnv(_ALFWorldBase):
+    """The real ALFWorld games of one split (``ecpo/ALFWorld-v0``).
+
+    Task ids are game paths relative to the split folder
+    (``pick_heat_then_place_in_recep-Apple-None-DiningTable-26/trial_.../game.tw-pddl``).
+    ``split="valid_seen"`` is the evaluation default; use ``split="train"`` for training.
+    """
+
+    def __init__(
+        self,
+        data_path: str | os.PathLike | None = None,
+        split: str = "valid_seen",
+        task_types: Iterable[str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.split = split
+        self.split_dir = resolve_split_dir(data_path, split)
+        self.task_types = normalize_task_types(task_types)
+        wanted = set(self.task_types)
+        ids = sorted(
+            os.path.relpath(path, self.split_dir)
+            for path in glob.iglob(str(self.split_dir / "*" / "*" / GAME_FILE))
+        )
+        self._task_ids = [t for t in ids if t.split("-", 1)[0] in TASK_TYPES and subtask_of(t) in wanted]
+        if not self._task_ids:
+            raise FileNotFoundError(f"no {GAME_FILE} of task types {list(self.task_types)} under {self.split_dir}. "
+                                    f"{DOWNLOAD_HINT}")
+        self._known = set(self._task_ids)
+        self._walkthrough: list[str] = []
+
+    @property
+    def task_ids(self) -> Sequence[str]:
+        return self._task_ids
+
+    def _canonical_id(self, task_id: str) -> str:
+        task_id = task_id.strip().strip("/")
+        if not task_id.endswith(GAME_FILE):
+            task_id = f"{task_id}/{GAME_FILE}"
+        if task_id not in self._known:
+            raise KeyError(f"unknown ALFWorld task id {task_id!r} in {self.split_dir}")
+        return task_id
+
+    def _task_type_of(self, task_id: str) -> str:
+        return subtask_of(task_id)
+
+    def _game_data(self, task_id: str) -> dict:
+        with open(self.split_dir / task_id) as handle:
+            data = json.load(handle)
+        self._walkthrough = list(data.get("walkthrough") or [])
+        return data
+
+    def _load_task(self, task_id: str) -> TaskStart:
+        return super()._load_task(self._canonical_id(task_id))
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict]:
+        if options and options.get("task_id") is not None:
+            options = {**options, "task_id": self._canonical_id(str(options["task_id"]))}
+        return super().reset(seed=seed, options=options)
+
+    def expert_plan(self) -> list[str]:
+        """The game's stored walkthrough (wins on its last command in all 140 valid_seen games)."""
+        return list(self._walkthrough)
+
+
+_GEN_ID = re.compile(r"^gen/([A-Za-z0-9]+)/(\d+)$")
+
+
+class ALFWorldGenEnv(_ALFWorldBase):
+    """Procedurally generated ALFWorld households (``ecpo/ALFWorldGen-v0``); needs no download.
+
+    ``task_ids`` are ``gen/<task_type>/<seed>`` for ``num_tasks`` seeds, cycling over ``task_types``; any
+    well-formed id resets (also seeds beyond ``num_tasks``). Games are generated lazily on reset.
+    """
+
+    def __init__(
+        self,
+        num_tasks: int = 300,
+        task_types: Iterable[str] | None = None,
+        num_receptacles: tuple[int, int] = (12, 20),
+        max_objects_per_receptacle: int = 3,
+        first_seed: int = 0,
+        cache_size: int = 64,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if num_tasks < 1:
+            raise ValueError(f"num_tasks must be >= 1, got {num_tasks}")
+        self.task_types = normalize_task_types(task_types)
+        self.num_receptacles = (int(num_receptacles[0]), int(num_receptacles[1]))
+        self.max_objects_per_receptacle = int(max_objects_per_receptacle)
+        self._task_ids = [
+            f"gen/{self.task_types[k % len(self.task_types)]}/{first_seed + k}" for k in range(int(num_tasks))
+        ]
+        self._games: OrderedDict[str, GeneratedGame] = OrderedDict()
+        self._cache_size = max(1, int(cache_size))
+
+    @property
+    def task_ids(self) -> Sequence[str]:
+        return self._task_ids
+
+    def _parse_id(self, task_id: str) -> tuple[str, int]:
+        match = _GEN_ID.match(task_id)
+        if match is None:
+            raise KeyError(f"generated ALFWorld task ids look like 'gen/Heat/17', got {task_id!r}")
+        return normalize_task_types([match.group(1)])[0], int(match.group(2))
+
+    def game(self, task_id: str) -> GeneratedGame:
+        """The generated game of ``task_id`` (cached)."""
+        game = self._games.get(task_id)
+        if game is None:
+            task_type, seed = self._parse_id(task_id)
+            game = generate_game(task_type, seed, num_receptacles=self.num_receptacles,
+                                 max_objects_per_receptacle=self.max_objects_per_receptacle)
+            self._games[task_id] = game
+            while len(self._games) > self._cache_size:
+                self._games.popitem(last=False)
+        else:
+            self._games.move_to_end(task_id)
+        return game
+
+    def _task_type_of(self, task_id: str) -> str:
+        return self._parse_id(task_id)[0]
+
+    def _game_data(self, task_id: str) -> dict:
+        return self.game(task_id).game
+
+    def expert_plan(self) -> list[str]:
+        """The generator's constructive plan with this game's displayed names."""
+        if self._task_id is None or self._engine is None:
+            return []
+        return render_plan(self.game(self._task_id).plan, self.entity_names())
