@@ -1,0 +1,180 @@
+"""TrajectoryBatch: flat step rows, the one data structure between rollout and learner.
+
+One row per environment step: ``group_id`` (task group), ``traj_id``, ``step`` (1-based), ``state_key``,
+``action_key``, ``reward`` (penalties included), ``is_action_valid``. The trainer attaches per-row token
+fields (prompt ids, response ids, old log-probs, ...) as extra columns: plain lists / object arrays with
+one entry per row, carried untouched. Credit reads :meth:`TrajectoryBatch.credit_arrays`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+INVALID_ACTION_KEY = "<invalid>"
+
+_TRAJECTORY_FIELDS = ("group_id", "traj_id", "state_keys", "action_keys", "rewards", "is_action_valid", "extras")
+_REQUIRED_TRAJECTORY_FIELDS = ("group_id", "state_keys", "action_keys", "rewards")
+
+
+def _object_array(values: Sequence[Any]) -> np.ndarray:
+    out = np.empty(len(values), dtype=object)
+    out[:] = list(values)
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class TrajectoryBatch:
+    """Flat step rows as numpy arrays (object arrays for ids/keys) plus optional extra per-row columns.
+
+    Construct with :meth:`from_trajectories` (per-trajectory lists) or directly from row arrays; either
+    way the rows are validated (equal lengths, non-empty, finite rewards, 1-based steps, each trajectory's
+    steps exactly ``1..T``) and a clear ``ValueError`` is raised otherwise.
+    """
+
+    group_id: np.ndarray
+    traj_id: np.ndarray
+    step: np.ndarray
+    state_key: np.ndarray
+    action_key: np.ndarray
+    reward: np.ndarray
+    is_action_valid: np.ndarray
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        n = len(self.reward) if hasattr(self.reward, "__len__") else -1
+        for name in ("group_id", "traj_id", "state_key", "action_key"):
+            set_(self, name, _object_array(getattr(self, name)))
+        set_(self, "reward", np.asarray(self.reward))
+        set_(self, "step", np.asarray(self.step))
+        set_(self, "is_action_valid", np.asarray(self.is_action_valid))
+        lengths = {name: len(getattr(self, name)) for name in self.column_names()}
+        lengths |= {f"extras[{k!r}]": len(v) for k, v in self.extras.items()}
+        if n <= 0 or min(lengths.values()) == 0:
+            raise ValueError("empty batch: a TrajectoryBatch needs at least one step row")
+        if len(set(lengths.values())) != 1:
+            raise ValueError(f"every column needs one entry per step row; got lengths {lengths}")
+        if self.reward.ndim != 1 or self.reward.dtype.kind not in "fiu":
+            raise ValueError(f"rewards must be a flat list of numbers, got dtype {self.reward.dtype}")
+        set_(self, "reward", self.reward.astype(np.float64))
+        if not np.isfinite(self.reward).all():
+            row = int(np.flatnonzero(~np.isfinite(self.reward))[0])
+            raise ValueError(f"reward of row {row} (traj_id={self.traj_id[row]!r}) is {self.reward[row]}, not finite")
+        if self.step.dtype.kind not in "iu":
+            raise ValueError(f"steps must be integers, got dtype {self.step.dtype}")
+        if self.is_action_valid.dtype.kind != "b":
+            raise ValueError(f"is_action_valid must be booleans, got dtype {self.is_action_valid.dtype}")
+        for name in ("group_id", "traj_id", "state_key", "action_key"):
+            missing = [i for i, v in enumerate(getattr(self, name)) if v is None]
+            if missing:
+                raise ValueError(f"{name} is missing (None) at row {missing[0]}")
+        # Steps/trajectory structure: the same check credit applies (one message for both callers).
+        from ecpo_train.credit import prepare_rows
+
+        prepare_rows(self.group_id, self.traj_id, self.step, self.state_key, self.action_key, self.reward)
+
+    @staticmethod
+    def column_names() -> tuple[str, ...]:
+        return ("group_id", "traj_id", "step", "state_key", "action_key", "reward", "is_action_valid")
+
+    @classmethod
+    def from_trajectories(cls, trajectories: Sequence[Mapping[str, Any]]) -> TrajectoryBatch:
+        """Build the flat rows from per-trajectory records.
+
+        Each record is a mapping with ``group_id`` and the per-step lists ``state_keys``, ``action_keys``,
+        ``rewards`` (all the same length T >= 1); optional: ``traj_id`` (default: the record's index in
+        ``trajectories``), ``is_action_valid`` (default: ``action_key != "<invalid>"``) and ``extras``
+        (``{column: per-step list}``; every record must carry the same extra columns). Steps are numbered
+        1..T in list order.
+        """
+        if isinstance(trajectories, Mapping) or not isinstance(trajectories, Sequence) or not trajectories:
+            raise ValueError("from_trajectories needs a non-empty sequence of per-trajectory mappings")
+        columns: dict[str, list[Any]] = {name: [] for name in cls.column_names()}
+        extra_names: tuple[str, ...] | None = None
+        extras: dict[str, list[Any]] = {}
+        for index, record in enumerate(trajectories):
+            where = f"trajectory {index}"
+            if not isinstance(record, Mapping):
+                raise ValueError(f"{where} must be a mapping, got {type(record).__name__}")
+            unknown = sorted(set(record) - set(_TRAJECTORY_FIELDS))
+            if unknown:
+                raise ValueError(f"{where} has unknown field(s) {unknown}; valid: {', '.join(_TRAJECTORY_FIELDS)}")
+            missing = [name for name in _REQUIRED_TRAJECTORY_FIELDS if name not in record]
+            if missing:
+                raise ValueError(f"{where} lacks required field(s) {missing}")
+            per_step = {name: record[name] for name in ("state_keys", "action_keys", "rewards")}
+            if "is_action_valid" in record:
+                per_step["is_action_valid"] = record["is_action_valid"]
+            record_extras = dict(record.get("extras") or {})
+            for name, values in list(per_step.items()) + [(f"extras[{k!r}]", v) for k, v in record_extras.items()]:
+                if isinstance(values, (str, bytes)) or not isinstance(values, Sequence | np.ndarray):
+                    raise ValueError(f"{where}: {name} must be a per-step list, got {type(values).__name__}")
+            lengths = {name: len(values) for name, values in per_step.items()}
+            lengths |= {f"extras[{k!r}]": len(v) for k, v in record_extras.items()}
+            if len(set(lengths.values())) != 1:
+                raise ValueError(f"{where} is ragged: per-step lengths {lengths}")
+            length = lengths["rewards"]
+            if length == 0:
+                raise ValueError(f"{where} has no steps")
+            if extra_names is None:
+                extra_names = tuple(sorted(record_extras))
+                extras = {name: [] for name in extra_names}
+            elif tuple(sorted(record_extras)) != extra_names:
+                raise ValueError(f"{where} has extra columns {sorted(record_extras)}, others have {list(extra_names)}")
+            action_keys = list(per_step["action_keys"])
+            valid = per_step.get("is_action_valid", [a != INVALID_ACTION_KEY for a in action_keys])
+            columns["group_id"] += [record["group_id"]] * length
+            columns["traj_id"] += [record.get("traj_id", index)] * length
+            columns["step"] += range(1, length + 1)
+            columns["state_key"] += list(per_step["state_keys"])
+            columns["action_key"] += action_keys
+            columns["reward"] += list(per_step["rewards"])
+            columns["is_action_valid"] += [bool(v) for v in valid]
+            for name in extra_names:
+                extras[name] += list(record_extras[name])
+        try:
+            reward = np.asarray(columns.pop("reward"), dtype=np.float64)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"rewards must be numbers: {err}") from None
+        return cls(
+            reward=reward,
+            step=np.asarray(columns.pop("step"), dtype=np.int64),
+            is_action_valid=np.asarray(columns.pop("is_action_valid"), dtype=bool),
+            extras=extras,
+            **columns,
+        )
+
+    def __len__(self) -> int:
+        return len(self.reward)
+
+    def credit_arrays(self) -> dict[str, Any]:
+        """The keyword arguments of :func:`ecpo_train.credit.compute_advantages` for these rows."""
+        return {
+            "group_ids": self.group_id,
+            "traj_ids": self.traj_id,
+            "steps": self.step,
+            "state_keys": self.state_key,
+            "action_keys": self.action_key,
+            "rewards": self.reward,
+        }
+
+    def with_columns(self, **columns: Sequence[Any]) -> TrajectoryBatch:
+        """A copy with extra per-row columns added or replaced (e.g. ``response_ids=..., old_logprobs=...``)."""
+        clash = sorted(set(columns) & set(self.column_names()))
+        if clash:
+            raise ValueError(f"{clash} are core columns, not extras")
+        return TrajectoryBatch(
+            group_id=self.group_id, traj_id=self.traj_id, step=self.step, state_key=self.state_key,
+            action_key=self.action_key, reward=self.reward, is_action_valid=self.is_action_valid,
+            extras=self.extras | {name: list(values) for name, values in columns.items()},
+        )
+
+    def advantages(self, estimator: str = "ecpo", **hyperparameters: Any) -> tuple[np.ndarray, dict[str, float]]:
+        """Per-row advantages of ``estimator`` on this batch (see :func:`ecpo_train.credit.compute_advantages`)."""
+        from ecpo_train.credit import compute_advantages
+
+        return compute_advantages(estimator, **self.credit_arrays(), **hyperparameters)

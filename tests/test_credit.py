@@ -1,0 +1,272 @@
+"""Credit estimators: vectorised code against the loop reference, the paper's worked cases, bad input."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from credit_reference import advantages as reference_advantages
+from credit_reference import anchor_evidence, future_returns
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ecpo_train.credit import (
+    available_estimators,
+    compute_advantages,
+    eca_shrinkage,
+    get_estimator,
+    register_estimator,
+)
+
+ESTIMATORS = ["grpo", "rloo", "gigpo", "gigpo_std", "ecpo", "ecpo_eca_only", "ecpo_vargate_only"]
+
+
+def _columns(rows):
+    g, t, s, st_, a, r = zip(*rows)
+    return dict(group_ids=list(g), traj_ids=list(t), steps=list(s), state_keys=list(st_), action_keys=list(a),
+                rewards=list(r))
+
+
+@st.composite
+def step_batches(draw):
+    """Random batches: groups of different sizes (singletons included), shared states at different steps,
+    one-action anchors, invalid actions, zero-variance groups; rows shuffled."""
+    rows = []
+    n_groups = draw(st.integers(1, 3))
+    reward_pool = draw(st.sampled_from([[0.0], [0.0, 10.0], [0.0, 10.0, -0.1], [0.0, 1.0, -0.1, 0.5, 10.0]]))
+    states = draw(st.sampled_from([["s0"], ["s0", "s1"], ["s0", "s1", "s2", "s3"]]))
+    actions = draw(st.sampled_from([["go"], ["go", "<invalid>"], ["go", "take", "<invalid>"]]))
+    for group in range(n_groups):
+        n_traj = draw(st.integers(1, 5))
+        for traj in range(n_traj):
+            length = draw(st.integers(1, 9))
+            for step in range(1, length + 1):
+                rows.append((
+                    f"task{group}", traj, step,
+                    draw(st.sampled_from(states)) if step > 1 or len(states) == 1 else "start",
+                    draw(st.sampled_from(actions)),
+                    draw(st.sampled_from(reward_pool)),
+                ))
+    order = draw(st.permutations(range(len(rows))))
+    return [rows[i] for i in order]
+
+
+HYPER = st.fixed_dictionaries({
+    "gamma": st.sampled_from([0.0, 0.5, 0.95, 1.0]),
+    "d_min": st.sampled_from([1, 2, 7]),
+    "kappa": st.sampled_from([0.5, 2.0]),
+    "tau": st.sampled_from([1.0, 2.0]),
+    "rho_min": st.sampled_from([0.0, 0.5]),
+    "omega": st.sampled_from([1.0, 0.3]),
+})
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=step_batches(), hp=HYPER)
+def test_vectorised_estimators_equal_loop_reference(rows, hp):
+    cols = _columns(rows)
+    for name in ESTIMATORS:
+        adv, diag = compute_advantages(name, **cols, **hp)
+        expected = reference_advantages(name, rows, **hp)
+        np.testing.assert_allclose(adv, expected, rtol=1e-9, atol=1e-7, err_msg=name)
+        assert diag["advantage_min"] == pytest.approx(min(expected), abs=1e-7)
+        assert diag["advantage_max"] == pytest.approx(max(expected), abs=1e-7)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=step_batches(), compat_name=st.sampled_from(["gigpo", "gigpo_std"]))
+def test_verl_agent_compat_equals_reference(rows, compat_name):
+    adv, _ = compute_advantages(compat_name, **_columns(rows), compat="verl-agent")
+    np.testing.assert_allclose(adv, reference_advantages(compat_name, rows, compat="verl-agent"), rtol=1e-9, atol=1e-7)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=step_batches(), hp=HYPER)
+def test_rho_lies_in_unit_interval_and_floor_only_on_strict_valid(rows, hp):
+    g = future_returns(rows, hp["gamma"])
+    _, _, info = anchor_evidence(rows, g, hp["kappa"], hp["tau"], hp["d_min"], hp["rho_min"], 1e-6)
+    cols = _columns(rows)
+    ecpo, diag = compute_advantages("ecpo", **cols, **hp)
+    eca, _ = compute_advantages("ecpo_eca_only", **cols, **hp)
+    grpo, _ = compute_advantages("grpo", **cols, **hp)
+    for value in info.values():
+        assert 0.0 <= value["rho_vg"] <= 1.0
+        assert value["rho"] == (max(value["rho_vg"], hp["rho_min"]) if value["strict"] else 0.0)
+    # the per-row rho the vectorised ECPO applied: (ECPO - GRPO) = rho * (ECA-only - GRPO)
+    step_term = eca - grpo
+    applied = ecpo - grpo
+    for i, (group, _t, _s, state, _a, _r) in enumerate(rows):
+        rho = info[(group, state)]["rho"]
+        assert applied[i] == pytest.approx(rho * step_term[i], abs=1e-7)
+    assert 0.0 <= diag["mean_rho"] <= 1.0
+
+
+def _fig1_batch(depth: int = 7):
+    """Paper fig. 1: 8 rollouts reach one anchor at step ``depth``; action A 7 visits / 6 successes,
+    action B 1 visit / 1 success (success = reward 10 at the anchor step, the last step)."""
+    rows = []
+    actions = ["A"] * 7 + ["B"]
+    success = [1, 1, 1, 1, 1, 1, 0, 1]
+    for traj in range(8):
+        for step in range(1, depth + 1):
+            at_anchor = step == depth
+            rows.append(("fig1", traj, step, "anchor" if at_anchor else f"corridor-{traj}-{step}",
+                         actions[traj] if at_anchor else "walk", 10.0 * success[traj] if at_anchor else 0.0))
+    anchor_rows = [i for i, row in enumerate(rows) if row[3] == "anchor"]
+    return rows, anchor_rows
+
+
+def test_fig1_divergent_anchor_gigpo_over_rewards_the_lucky_singleton():
+    rows, anchor_rows = _fig1_batch()
+    cols = _columns(rows)
+    gigpo, diag = compute_advantages("gigpo_std", **cols)
+    grpo, _ = compute_advantages("grpo", **cols)
+    anchor_term = (gigpo - grpo)[anchor_rows]
+    a_mean, b = anchor_term[:7].mean(), anchor_term[7]
+    assert b > a_mean  # GiGPO ranks the rare lucky action B above the frequent action A
+    # occurrence-level: mu_s = 8.75, unbiased sigma_s = sqrt(12.5)
+    assert b == pytest.approx(1.25 / (math.sqrt(12.5) + 1e-6), rel=1e-12)
+    assert diag["divergent_anchor_fraction"] == 1.0 and diag["num_anchors"] == 1.0
+    assert diag["anchor_hit_rate"] == pytest.approx(1 / 7)
+
+
+def test_fig1_eca_shrinks_singleton_evidence_by_one_over_one_plus_kappa():
+    # eq. bad_shrinkage: mu~ - mu_s = (Gbar - mu_s)/(1 + kappa) for a singleton, for any kappa
+    mu_s = 70.0 / 8
+    for kappa in (0.5, 2.0, 5.0):
+        calibrated = eca_shrinkage(np.array([10.0]), np.array([1.0]), np.array([mu_s]), kappa)
+        assert calibrated[0] - mu_s == pytest.approx((10.0 - mu_s) / (1 + kappa), rel=1e-13)
+
+
+def test_fig1_ecpo_numbers_follow_the_equations():
+    """ECPO on fig. 1, by hand: the (7, 1) two-action anchor gives A_act(B) = 3/sqrt(5), A_act(A) = -1/sqrt(5)
+    (sigma_act normalises over the two actions), and rho = rho_min since rho_VG ~ 0.02 < 0.5."""
+    rows, anchor_rows = _fig1_batch()
+    cols = _columns(rows)
+    ecpo, diag = compute_advantages("ecpo", **cols)
+    grpo, _ = compute_advantages("grpo", **cols)
+    term = (ecpo - grpo)[anchor_rows]
+    mu_s = 8.75
+    centred_a, centred_b = 7 / 9 * (60 / 7 - mu_s), 1 / 3 * (10 - mu_s)
+    sigma_act = math.sqrt((centred_a**2 + centred_b**2) / 2)
+    np.testing.assert_allclose(term[:7], 0.5 * centred_a / (sigma_act + 1e-6), rtol=1e-12)
+    assert term[7] == pytest.approx(0.5 * centred_b / (sigma_act + 1e-6), rel=1e-12)
+    assert term[7] == pytest.approx(0.5 * 3 / math.sqrt(5), rel=1e-5)
+    assert diag["mean_rho"] == 0.5 and diag["gated_fraction"] == 0.0
+    # ECA keeps the within-anchor order of actions (shrinkage is monotone) but not their raw evidence:
+    assert term[7] > term[:7].mean()
+    # Below d_min the anchor is not StrictValid: rho = 0 and ECPO falls back to GRPO exactly.
+    rows, anchor_rows = _fig1_batch(depth=3)
+    cols = _columns(rows)
+    ecpo, diag = compute_advantages("ecpo", **cols)
+    np.testing.assert_array_equal(ecpo, compute_advantages("grpo", **cols)[0])
+    assert diag["gated_fraction"] == 1.0 and diag["strict_valid_fraction"] == 0.0
+    # with d_min lowered the same anchor passes and gets the floor
+    _, diag = compute_advantages("ecpo", **cols, d_min=3)
+    assert diag["mean_rho"] == 0.5
+
+
+def test_rho_is_zero_for_non_comparable_anchor():
+    # 4 rollouts share an anchor at step 8 but all take the same canonical action: rho = 0 despite variance
+    rows = []
+    for traj in range(4):
+        for step in range(1, 9):
+            rows.append(("g", traj, step, "anchor" if step == 8 else f"c{traj}{step}", "open door",
+                         10.0 * (traj % 2) if step == 8 else 0.0))
+    cols = _columns(rows)
+    ecpo, diag = compute_advantages("ecpo", **cols)
+    np.testing.assert_array_equal(ecpo, compute_advantages("grpo", **cols)[0])
+    assert diag["mean_rho"] == 0.0 and diag["gated_fraction"] == 1.0
+    eca, _ = compute_advantages("ecpo_eca_only", **cols)  # one action: A_act = 0 exactly
+    np.testing.assert_array_equal(eca, ecpo)
+
+
+def test_future_return_and_grpo_by_hand():
+    # one group, two trajectories given in scrambled row order
+    cols = dict(group_ids=["g"] * 5, traj_ids=["b", "a", "a", "b", "a"], steps=[2, 3, 1, 1, 2],
+                state_keys=["x", "y", "z", "w", "v"], action_keys=["u"] * 5, rewards=[10.0, 10.0, -0.1, 0.0, 0.0])
+    adv, _ = compute_advantages("grpo", **cols)
+    r_a, r_b = 9.9, 10.0
+    mean, sd = (r_a + r_b) / 2, abs(r_a - r_b) / math.sqrt(2)
+    expected = {"a": (r_a - mean) / (sd + 1e-6), "b": (r_b - mean) / (sd + 1e-6)}
+    np.testing.assert_allclose(adv, [expected[t] for t in cols["traj_ids"]], rtol=1e-12)
+    gigpo, _ = compute_advantages("gigpo", **cols | {"state_keys": ["s"] * 5}, gamma=0.5)
+    # G: traj a (steps 1..3: -0.1, 0, 10) -> [-0.1 + 0.25*10, 5, 10]; traj b (0, 10) -> [5, 10]
+    g = {("a", 1): 2.4, ("a", 2): 5.0, ("a", 3): 10.0, ("b", 1): 5.0, ("b", 2): 10.0}
+    mu = sum(g.values()) / 5
+    rows_g = [g[(t, s)] for t, s in zip(cols["traj_ids"], cols["steps"])]
+    np.testing.assert_allclose(gigpo - adv, [x - mu for x in rows_g], rtol=1e-12)
+
+
+def test_rloo_and_singleton_group():
+    cols = dict(group_ids=[0, 0, 0, 1], traj_ids=[0, 1, 2, 0], steps=[1, 1, 1, 1], state_keys=["s"] * 4,
+                action_keys=["a"] * 4, rewards=[1.0, 2.0, 6.0, 5.0])
+    adv, _ = compute_advantages("rloo", **cols)
+    np.testing.assert_allclose(adv, [1 - 4, 2 - 3.5, 6 - 1.5, 0.0])
+    grpo, _ = compute_advantages("grpo", **cols)
+    assert grpo[3] == 0.0  # a group of one gets 0 (native); verl-agent compat gives R itself
+    verl, _ = compute_advantages("gigpo", **cols, compat="verl-agent")
+    assert verl[3] == 5.0
+
+
+def test_torch_in_torch_out_equals_numpy():
+    rows, _ = _fig1_batch()
+    cols = _columns(rows)
+    tensor_cols = cols | {"rewards": torch.tensor(cols["rewards"], dtype=torch.float32),
+                          "steps": torch.tensor(cols["steps"]), "traj_ids": torch.tensor(cols["traj_ids"])}
+    for name in ESTIMATORS:
+        expected, diag = compute_advantages(name, **cols)
+        got, diag_t = compute_advantages(name, **tensor_cols)
+        assert isinstance(got, torch.Tensor) and got.dtype == torch.float64 and got.device.type == "cpu"
+        np.testing.assert_allclose(got.numpy(), expected, rtol=1e-12, atol=1e-12)
+        assert diag_t == pytest.approx(diag)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_cuda_tensors_stay_on_device():
+    rows, _ = _fig1_batch()
+    cols = _columns(rows)
+    expected, _ = compute_advantages("ecpo", **cols)
+    got, _ = compute_advantages("ecpo", **cols | {"rewards": torch.tensor(cols["rewards"], device="cuda")})
+    assert got.device.type == "cuda"
+    np.testing.assert_allclose(got.cpu().numpy(), expected, rtol=1e-10, atol=1e-10)
+
+
+def test_long_trajectory_returns_are_exact():
+    # 400 steps, reward 1 each: G_t = (1 - gamma^(T-t+1)) / (1 - gamma)
+    n = 400
+    cols = dict(group_ids=[0] * n, traj_ids=[0] * n, steps=list(range(n, 0, -1)), state_keys=["s"] * n,
+                action_keys=["a"] * n, rewards=[1.0] * n)
+    adv, _ = compute_advantages("gigpo", **cols, gamma=0.95)
+    g = np.array([(1 - 0.95 ** (n - s + 1)) / 0.05 for s in cols["steps"]])
+    np.testing.assert_allclose(adv, g - g.mean(), rtol=1e-10, atol=1e-10)
+
+
+def test_registry_and_bad_input_errors():
+    assert set(ESTIMATORS) <= set(available_estimators())
+    with pytest.raises(ValueError, match="valid: grpo, rloo"):
+        get_estimator("ppo")
+    with pytest.raises(ValueError, match="already registered"):
+        register_estimator("grpo")(lambda rows, config: None)
+    rows, _ = _fig1_batch()
+    cols = _columns(rows)
+    with pytest.raises(ValueError, match="unknown credit hyperparameter.*valid ones: gamma"):
+        compute_advantages("ecpo", **cols, kapa=2.0)
+    with pytest.raises(ValueError, match="kappa"):
+        compute_advantages("ecpo", **cols, kappa=0.0)
+    with pytest.raises(ValueError, match="compat"):
+        compute_advantages("ecpo", **cols, compat="verl-agent")
+    with pytest.raises(ValueError, match="lengths"):
+        compute_advantages("grpo", **cols | {"rewards": cols["rewards"][:-1]})
+    with pytest.raises(ValueError, match="finite"):
+        compute_advantages("grpo", **cols | {"rewards": [math.nan] + cols["rewards"][1:]})
+    with pytest.raises(ValueError, match="no step rows"):
+        compute_advantages("grpo", [], [], [], [], [], [])
+    with pytest.raises(ValueError, match="1..T"):
+        compute_advantages("grpo", **cols | {"steps": [s + (s > 3) for s in cols["steps"]]})
+    with pytest.raises(ValueError, match="1-based"):
+        compute_advantages("grpo", **cols | {"steps": [s - 1 for s in cols["steps"]]})
+    with pytest.raises(ValueError, match="hashable"):
+        compute_advantages("grpo", **cols | {"state_keys": [[1]] * len(rows)})
