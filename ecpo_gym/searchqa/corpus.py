@@ -104,5 +104,4 @@ class Corpus(Sequence[Document]):
 
     def write_jsonl(self, path: str | os.PathLike) -> None:
         with Path(path).open("w", encoding="utf-8") as handle:
-            for document in self._documents:
-                handle.write(json.dumps(document.to_json(), ensure_ascii=False) + "\n")
+            handle.writelines(json.dumps(document.to_json(), ensure_ascii=False) + "\n" for document in self._documents)

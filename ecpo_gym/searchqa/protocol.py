@@ -1,11 +1,12 @@
 """The Search-R1 turn protocol: parsing one model turn, formatting retrieved documents (SEARCHQA.md §1, §3).
 
 A turn is raw model text. It is cut right after the first ``</search>`` (else after the first ``</answer>``)
-and the first ``<search>…</search>`` or ``<answer>…</answer>`` block is its action. Beyond Search-R1's
-rule, the verl-agent validity checks apply: a turn with both tag kinds, or the same opening tag twice, is
-invalid, and so is a turn without a complete block or with an empty one. Complete ``<think>…</think>``
-blocks are removed first so that reasoning which mentions a tag does not spoil the action. Tags match
-case-insensitively (as verl-agent does). Nothing here raises on any string.
+and the first ``<search>…</search>`` or ``<answer>…</answer>`` block of the cut text is its action. Beyond
+Search-R1's rule, the verl-agent validity checks apply to the whole turn: a turn holding both tag kinds
+(in either order), or the same opening tag twice, is ambiguous and invalid, and so is a turn without a
+complete block or with an empty one. Complete ``<think>…</think>`` blocks are removed first so that
+reasoning which mentions a tag does not spoil the action. Tags match case-insensitively (as verl-agent
+does). Nothing here raises on any string.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ INVALID_TURN_FEEDBACK = (
     "to finish, write the final answer as <answer> answer </answer>.\n"
 )
 
-_THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
+_THINK_OPEN = re.compile(r"<think>", re.IGNORECASE)
+_THINK_CLOSE = re.compile(r"</think>", re.IGNORECASE)
 _SEARCH_CLOSE = re.compile(r"</search>", re.IGNORECASE)
 _ANSWER_CLOSE = re.compile(r"</answer>", re.IGNORECASE)
 _SEARCH_OPEN = re.compile(r"<search>", re.IGNORECASE)
@@ -44,6 +46,19 @@ class ParsedTurn:
         return self.kind != "invalid"
 
 
+def drop_think_blocks(text: str) -> str:
+    """``text`` with every complete ``<think>…</think>`` block replaced by a space (linear time)."""
+    pieces, position = [], 0
+    while (opening := _THINK_OPEN.search(text, position)) is not None:
+        closing = _THINK_CLOSE.search(text, opening.end())
+        if closing is None:
+            break
+        pieces.append(text[position: opening.start()] + " ")
+        position = closing.end()
+    pieces.append(text[position:])
+    return "".join(pieces)
+
+
 def cut_turn(text: str) -> str:
     """The text up to and including the first ``</search>``, else the first ``</answer>``, else all of it."""
     close = _SEARCH_CLOSE.search(text) or _ANSWER_CLOSE.search(text)
@@ -54,14 +69,14 @@ def parse_turn(text: object) -> ParsedTurn:
     """Parse one model turn into a search, an answer or an invalid action (never raises)."""
     if not isinstance(text, str):
         return ParsedTurn("invalid", reason=f"the action must be a str, got {type(text).__name__}")
-    turn = cut_turn(_THINK_BLOCK.sub(" ", text))
-    search_tags = len(_SEARCH_OPEN.findall(turn))
-    answer_tags = len(_ANSWER_OPEN.findall(turn))
+    text = drop_think_blocks(text)
+    search_tags = len(_SEARCH_OPEN.findall(text))
+    answer_tags = len(_ANSWER_OPEN.findall(text))
     if search_tags and answer_tags:
         return ParsedTurn("invalid", reason="the turn holds both a <search> and an <answer> tag")
     if search_tags > 1 or answer_tags > 1:
         return ParsedTurn("invalid", reason="the turn repeats an action tag")
-    block = _ACTION_BLOCK.search(turn)
+    block = _ACTION_BLOCK.search(cut_turn(text))
     if block is None:
         return ParsedTurn("invalid", reason="no complete <search>...</search> or <answer>...</answer> block")
     kind, content = block.group(1).lower(), block.group(2).strip()
