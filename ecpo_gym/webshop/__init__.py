@@ -1,0 +1,1 @@
+"""WebShop semantics (pages, search, reward) over WebShop's own files or a generated catalogue."""

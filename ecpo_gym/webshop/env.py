@@ -1,0 +1,215 @@
+"""``ecpo/WebShop-v0`` (WebShop's own data files) and ``ecpo/WebShopGen-v0`` (a generated catalogue).
+
+Both run the same pages, search and reward. Actions follow WebShop's grammar ``name[argument]``:
+``search[query]`` (accepted on every page, as in the original) and ``click[clickable]``. The canonical
+action of a click is the clickable it names; a search canonicalises to ``search[<normalised query>]``.
+Anything else is an invalid action (reward ``reward_invalid``; the page stays as it was). Buying ends the
+episode with WebShop's score in ``info["score"]`` and ``won = score == 1``; the env reward is
+``reward_success`` (10) for a win and ``reward_failure`` (0) otherwise.
+
+Seeding: ``seed`` (constructor) fixes the purchase prices of range-priced products and the price ceilings
+of the goals, so one seed gives the same goals in every process. The original draws both before it seeds
+anything, so its instructions and prices differ between processes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from ecpo_gym.canonical import INVALID_ACTION
+from ecpo_gym.core import TaskStart, TextAgentEnv, Transition
+from ecpo_gym.webshop.catalogue import Catalogue, cached_catalogue
+from ecpo_gym.webshop.goals import GOAL_SHUFFLE_SEED, Goal, build_goals, goal_summary, split_indices
+from ecpo_gym.webshop.pages import DONE, OBSERVATION_MODES, PageState, Shop
+from ecpo_gym.webshop.products import load_product_files, load_products, resolve_data_files
+from ecpo_gym.webshop.reward import webshop_reward
+
+ACTION_PATTERN = re.compile(r"(.+)\[(.+)\]", re.DOTALL)
+_WHITESPACE = re.compile(r"\s+")
+SEARCH_PLACEHOLDER = "search[<query>]"
+
+
+def _squash(text: str) -> str:
+    return _WHITESPACE.sub(" ", text).strip().lower()
+
+
+class WebShopEnv(TextAgentEnv):
+    """WebShop over its own files (``items_shuffle(_1000).json``, ``items_ins_v2(_1000).json``)."""
+
+    def __init__(
+        self,
+        *,
+        data_dir: str | os.PathLike | None = None,
+        products_file: str | os.PathLike | None = None,
+        attributes_file: str | os.PathLike | None = None,
+        human_file: str | os.PathLike | None = None,
+        small: bool = True,
+        num_products: int | None = None,
+        human_goals: bool = False,
+        seed: int = 42,
+        shuffle_seed: int | None = GOAL_SHUFFLE_SEED,
+        split: str = "all",
+        split_convention: str = "original",
+        observation_mode: str = "text",
+        show_attrs: bool = False,
+        search_backend: str = "bm25s",
+        max_steps: int = 15,
+        **kwargs: Any,
+    ) -> None:
+        files = resolve_data_files(data_dir, small=small, products_file=products_file,
+                                   attributes_file=attributes_file, human_file=human_file)
+        key = ("files", tuple(str(v) for v in files.values()), num_products, human_goals, seed, shuffle_seed)
+
+        def build():
+            products = load_product_files(files, seed=seed, num_products=num_products, human_goals=human_goals)
+            return products, build_goals(products, human=human_goals, seed=seed, shuffle_seed=shuffle_seed)
+
+        catalogue = cached_catalogue(key, build, search_backend)
+        full = num_products is None and not small
+        self._setup(catalogue, split, split_convention, full, observation_mode, show_attrs, max_steps, **kwargs)
+
+    # ------------------------------------------------------------------ construction shared by both ids
+    def _setup(self, catalogue: Catalogue, split: str, split_convention: str, full_catalogue: bool,
+               observation_mode: str, show_attrs: bool, max_steps: int, **kwargs: Any) -> None:
+        super().__init__(max_steps=max_steps, **kwargs)
+        if observation_mode not in OBSERVATION_MODES:
+            raise ValueError(f"observation_mode={observation_mode!r}; expected one of {OBSERVATION_MODES}")
+        if not catalogue.goals:
+            raise ValueError("this WebShop catalogue has no goals (no product with an instruction)")
+        self.catalogue = catalogue
+        self.observation_mode = observation_mode
+        self.shop = Shop(catalogue.by_asin, catalogue.retriever, show_attrs=show_attrs,
+                         search_cache=catalogue.search_cache)
+        self.split = split
+        indices = split_indices(len(catalogue.goals), split, convention=split_convention,
+                                full_catalogue=full_catalogue)
+        self._task_ids = [f"goal_{i}" for i in indices]
+        self.goal: Goal | None = None
+        self.page = PageState()
+        self.visited: list[str] = []
+        self.score: float | None = None
+
+    # ------------------------------------------------------------------ TextAgentEnv hooks
+    @property
+    def task_ids(self) -> Sequence[str]:
+        return self._task_ids
+
+    def goal_of(self, task_id: str) -> Goal:
+        """The goal behind a task id (``goal_<index in the shuffled goal list>``)."""
+        try:
+            index = int(str(task_id).removeprefix("goal_"))
+            return self.catalogue.goals[index]
+        except (ValueError, IndexError):
+            raise KeyError(f"unknown WebShop task id {task_id!r}; ids look like 'goal_0'") from None
+
+    def _load_task(self, task_id: str) -> TaskStart:
+        self.goal = self.goal_of(task_id)
+        self.page = PageState()
+        self.visited = []
+        self.score = None
+        return TaskStart(observation=self._render(), task=self.goal.instruction_text,
+                         task_type=self.goal.category, extra_info={"goal": goal_summary(self.goal)})
+
+    def _admissible_actions(self) -> list[str]:
+        actions = [SEARCH_PLACEHOLDER] if self.shop.has_search_bar(self.page) else []
+        actions += [f"click[{key}]" for key in self.shop.clickables(self.page) if key != "search"]
+        return actions
+
+    def _state_key(self) -> str:
+        return self.page.key()
+
+    def parse_action(self, action: Any) -> tuple[str, Any]:
+        """WebShop's grammar on the lowercased, trimmed action; see the module docstring."""
+        if not isinstance(action, str) or self.page.kind == DONE:
+            return INVALID_ACTION, None
+        match = ACTION_PATTERN.match(action.strip())
+        if match is None:
+            return INVALID_ACTION, None
+        name, argument = _squash(match.group(1)), _squash(match.group(2))
+        if not argument:
+            return INVALID_ACTION, None
+        if name == "search":
+            return f"search[{argument}]", ("search", argument)
+        if name == "click" and argument != "search":
+            table = self.shop.clickables(self.page)
+            target = table.get(argument)
+            if target is None:
+                for key, candidate in table.items():  # option values may hold runs of spaces
+                    if _squash(key) == argument:
+                        argument, target = key, candidate
+                        break
+            if target is not None and argument != "search":
+                return f"click[{argument}]", ("click", target)
+        return INVALID_ACTION, None
+
+    def _execute(self, command: Any) -> Transition:
+        kind, payload = command
+        if kind == "search":
+            self.page = self.shop.search(self.page, payload)
+            return Transition(self._render(), metrics={"score": 0.0})
+        previous = self.page
+        self.page = self.shop.click(previous, payload)
+        if payload.kind == "product":
+            self.visited.append(payload.value)
+        elif self.page.kind == "home":
+            self.visited = []
+        if self.page.kind != DONE:
+            return Transition(self._render(), metrics={"score": 0.0})
+        return self._buy()
+
+    def _invalid_observation(self) -> str:
+        return self._observation  # the original's no-op: the page stays as it was
+
+    # ------------------------------------------------------------------ helpers
+    def _buy(self) -> Transition:
+        assert self.goal is not None
+        product = self.catalogue.by_asin.get(self.page.asin or "")
+        if product is None:
+            self.score = 0.0
+            return Transition(self._render(), terminated=True, metrics={"score": 0.0})
+        breakdown = webshop_reward(product, self.goal, self.page.options_dict, product.purchase_price)
+        self.score = breakdown.score
+        metrics = {"score": breakdown.score, "r_type": breakdown.r_type, "n_att": breakdown.n_att,
+                   "n_opt": breakdown.n_opt, "r_price": breakdown.r_price,
+                   "purchased_asin": product.asin, "selected_options": self.page.options_dict}
+        return Transition(self._render(), terminated=True, won=breakdown.won, metrics=metrics)
+
+    def _render(self) -> str:
+        assert self.goal is not None
+        return self.shop.render(self.page, self.goal.instruction_text, mode=self.observation_mode,
+                                visited=self.visited, score=self.score)
+
+
+class WebShopGenEnv(WebShopEnv):
+    """WebShop over a catalogue generated from ``catalogue_seed`` (no download; same code as WebShop-v0)."""
+
+    def __init__(
+        self,
+        *,
+        num_products: int = 1000,
+        catalogue_seed: int = 0,
+        seed: int = 42,
+        shuffle_seed: int | None = GOAL_SHUFFLE_SEED,
+        split: str = "all",
+        split_convention: str = "original",
+        observation_mode: str = "text",
+        show_attrs: bool = False,
+        search_backend: str = "bm25s",
+        max_steps: int = 15,
+        **kwargs: Any,
+    ) -> None:
+        from ecpo_gym.webshop.generator import generate_records
+
+        key = ("generated", num_products, catalogue_seed, seed, shuffle_seed)
+
+        def build():
+            records, instructions = generate_records(num_products, catalogue_seed)
+            products = load_products(records, seed=seed, attributes_by_asin=instructions)
+            return products, build_goals(products, seed=seed, shuffle_seed=shuffle_seed)
+
+        catalogue = cached_catalogue(key, build, search_backend)
+        self._setup(catalogue, split, split_convention, False, observation_mode, show_attrs, max_steps,
+                    **kwargs)

@@ -1,0 +1,103 @@
+"""Product search (WEBSHOP.md section 2): one BM25 document per product, top 50 hits.
+
+``Retriever`` is the interface pages use: ``search(query, k) -> [asin, ...]``. ``BM25Retriever`` (default)
+scores with ``bm25s`` using Lucene's BM25 variant and pyserini's defaults (k1=0.9, b=0.4) over an
+analyzer close to Anserini's English one: ``[a-z0-9]+`` tokens, Lucene's English stop words, a light
+plural stemmer (not Porter: rankings differ slightly from the original's). Ties keep catalogue order.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+
+from ecpo_gym.webshop.products import Product
+
+SEARCH_RETURN_N = 50
+BM25_K1, BM25_B = 0.9, 0.4
+_TOKEN = re.compile(r"[a-z0-9]+")
+# Lucene's EnglishAnalyzer default stop set.
+STOP_WORDS = frozenset("""
+a an and are as at be but by for if in into is it no not of on or such that the their then there these
+they this to was will with
+""".split())
+
+
+def option_text(product: Product) -> str:
+    return ", and ".join(f"{name}: {', '.join(values)}" for name, values in product.options.items())
+
+
+def search_document(product: Product) -> str:
+    """Lowercased ``Title Description BulletPoints[0] option_text`` (the indexed ``contents``)."""
+    first_bullet = product.bullet_points[0] if product.bullet_points else ""
+    return " ".join([product.title, product.description, first_bullet, option_text(product)]).lower()
+
+
+def normalize_query(query: str) -> str:
+    """The search argument as the original builds it: lowercased, split on single spaces, re-joined."""
+    return " ".join(query.lower().split(" "))
+
+
+def stem(token: str) -> str:
+    """A light English plural stemmer (ies -> y, es after s/x/z/ch/sh, s -> ''; never below 3 letters)."""
+    if len(token) > 4 and token.endswith("ies"):
+        return token[:-3] + "y"
+    if len(token) > 4 and token.endswith("es") and token[-3] in "sxz":
+        return token[:-2]
+    if len(token) > 4 and token.endswith(("ches", "shes")):
+        return token[:-2]
+    if len(token) > 3 and token.endswith("s") and not token.endswith(("ss", "us", "is")):
+        return token[:-1]
+    return token
+
+
+def analyze(text: str) -> list[str]:
+    return [stem(t) for t in _TOKEN.findall(text.lower()) if t not in STOP_WORDS]
+
+
+class Retriever(Protocol):
+    def search(self, query: str, k: int = SEARCH_RETURN_N) -> list[str]:
+        """ASINs of the top ``k`` products for ``query``, best first."""
+
+
+class BM25Retriever:
+    """BM25 over the product documents with ``bm25s`` (Lucene scoring, pyserini's k1/b)."""
+
+    def __init__(self, products: Sequence[Product], *, k1: float = BM25_K1, b: float = BM25_B) -> None:
+        import bm25s
+
+        self.asins = [p.asin for p in products]
+        corpus = [analyze(search_document(p)) for p in products]
+        self._bm25 = bm25s.BM25(k1=k1, b=b, method="lucene")
+        self._bm25.index(corpus, show_progress=False)
+        self._vocab = self._bm25.vocab_dict
+
+    def search(self, query: str, k: int = SEARCH_RETURN_N) -> list[str]:
+        tokens = [t for t in analyze(normalize_query(query)) if t in self._vocab]
+        if not tokens or not self.asins:
+            return []
+        scores = self._bm25.get_scores(tokens)
+        positive = np.flatnonzero(scores > 0)
+        if positive.size > k:
+            top = positive[np.argpartition(-scores[positive], k - 1)[:k]]
+            # argpartition breaks the k-th place arbitrarily: include every doc tied with it, then cut
+            cutoff = scores[top].min()
+            top = positive[scores[positive] >= cutoff]
+        else:
+            top = positive
+        order = np.lexsort((top, -scores[top]))
+        return [self.asins[i] for i in top[order][:k]]
+
+
+def build_retriever(products: Sequence[Product], backend: str = "bm25s", **kwargs) -> Retriever:
+    """``bm25s`` (default, pure Python) or ``lucene`` (pyserini; the ``lucene`` extra)."""
+    if backend == "bm25s":
+        return BM25Retriever(products, **kwargs)
+    if backend == "lucene":
+        from ecpo_gym.webshop.lucene import LuceneRetriever
+
+        return LuceneRetriever(products, **kwargs)
+    raise ValueError(f"search backend {backend!r}; expected 'bm25s' or 'lucene'")
