@@ -71,6 +71,8 @@ def action_values(model: TransitionModel, *, gamma: float, horizon: int,
             probs = _action_probs(model, state, policy, q[state])
             v[state] = sum(p * q[state][a] for a, p in probs.items())
             win[state] = sum(p * q_win[state][a] for a, p in probs.items())
+        if v == v_next and win == win_next:  # a fixed point: more steps left change nothing
+            break
         v_next, win_next = v, win
     return ActionValues(q=q, v=v_next, win=win_next, q_win=q_win)
 
