@@ -75,9 +75,53 @@ def install_translation_memo(max_entries: int = _MEMO_SIZE) -> None:
     _memo_installed = True
 
 
+_parse_memo: dict[tuple, Any] = {}
+_parse_memo_installed = False
+
+
+def _memoised_parser(parse: Any, namespace: str, max_entries: int) -> Any:
+    import copy
+
+    def memoised_parse(text: str, *args: Any, **kwargs: Any) -> Any:
+        if args or set(kwargs) - {"rule_name", "trace"} or kwargs.get("trace") or not isinstance(text, str):
+            return parse(text, *args, **kwargs)
+        key = (namespace, text, kwargs.get("rule_name"))
+        with _memo_lock:
+            parsed = _parse_memo.get(key)
+            if parsed is None:
+                parsed = parse(text, rule_name=kwargs.get("rule_name"))
+                if len(_parse_memo) >= max_entries:
+                    _parse_memo.clear()
+                _parse_memo[key] = parsed
+            return copy.deepcopy(parsed)
+
+    memoised_parse.__wrapped__ = parse  # type: ignore[attr-defined]
+    return memoised_parse
+
+
+def install_grammar_parse_memo(max_entries: int = 8192) -> None:
+    """Memoise TextWorld's TatSu parses of grammar templates and logic queries (idempotent, process-wide).
+
+    On every step the engine re-parses each command/feedback template (``textworld.envs.pddl.textgen``)
+    and each grammar condition (``textworld.logic``) it derives: most of step time. A parse is a pure
+    function of its text; callers mutate the parsed objects (contexts are attached), so each call returns a
+    deep copy of the cached parse, which costs a fraction of parsing.
+    """
+    global _parse_memo_installed
+    if _parse_memo_installed:
+        return
+    import textworld.logic
+    from textworld.envs.pddl import textgen
+
+    textgen._parse_and_convert = _memoised_parser(textgen._parse_and_convert, "textgen", max_entries)
+    textworld.logic._parse_and_convert = _memoised_parser(textworld.logic._parse_and_convert, "logic", max_entries)
+    _parse_memo_installed = True
+
+
 def make_engine() -> Any:
     """A fresh ``AlfredDemangler(PddlEnv)`` with numbered names (``cabinet 3``), no shuffling."""
     install_translation_memo()
+    install_grammar_parse_memo()
     import textworld
     import textworld.envs.pddl
     from alfworld.agents.environment.alfred_tw_env import AlfredDemangler

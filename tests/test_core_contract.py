@@ -1,0 +1,132 @@
+"""The TextAgentEnv contract on a tiny environment defined here: a row of rooms with a key and a door."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+from ecpo_gym import INVALID_ACTION, ActionCanonicalizer, TaskStart, TextAgentEnv, Transition
+
+INFO_KEYS = {"task_id", "task", "task_type", "state_key", "observation_key", "admissible_actions", "step"}
+STEP_KEYS = INFO_KEYS | {"action_key", "is_action_valid", "won"}
+
+
+class KeyDoorEnv(TextAgentEnv):
+    """Corridor of ``n`` rooms; the key lies in the last room; ``open door`` in room 0 with the key wins."""
+
+    canonicalizer = ActionCanonicalizer(rewrites=[(r"^walk (east|west)$", r"go \1"), (r"\bthe\s+", "")])
+
+    def __init__(self, max_steps: int = 8, **kwargs):
+        super().__init__(max_steps=max_steps, **kwargs)
+        self.released = False
+
+    @property
+    def task_ids(self):
+        return ["corridor-2", "corridor-3"]
+
+    def _load_task(self, task_id):
+        self.length = int(task_id.split("-")[1])
+        self.room, self.has_key = 0, False
+        return TaskStart(observation=f"You are in room 0 of {self.length}.", task="open the door",
+                         task_type="KeyDoor", extra_info={"length": self.length})
+
+    def _admissible_actions(self):
+        actions = ["look"]
+        if self.room > 0:
+            actions.append("go west")
+        if self.room < self.length - 1:
+            actions.append("go east")
+        if self.room == self.length - 1 and not self.has_key:
+            actions.append("take key")
+        if self.room == 0 and self.has_key:
+            actions.append("open door")
+        return actions
+
+    def _state_key(self):
+        return f"{self.room}|{int(self.has_key)}"
+
+    def _execute(self, command):
+        if command == "go east":
+            self.room += 1
+        elif command == "go west":
+            self.room -= 1
+        elif command == "take key":
+            self.has_key = True
+        elif command == "open door":
+            return Transition("The door opens.", won=True)
+        return Transition(f"You are in room {self.room}.")
+
+    def _release(self):
+        self.released = True
+
+
+def test_reset_and_step_info_keys_and_rewards():
+    env = KeyDoorEnv()
+    obs, info = env.reset(seed=0, options={"task_id": "corridor-2"})
+    assert obs == "You are in room 0 of 2."
+    assert INFO_KEYS <= set(info) and info["won"] is False and info["length"] == 2
+    assert info["task_id"] == "corridor-2" and info["task"] == "open the door" and info["task_type"] == "KeyDoor"
+    assert info["state_key"] == "0|0" and info["observation_key"] == "you are in room 0 of 2"
+    assert info["admissible_actions"] == ["look", "go east"] and info["step"] == 0
+    total = 0.0
+    for action in ["Walk East", "take the key.", "  GO   west ", "open door"]:
+        obs, reward, terminated, truncated, info = env.step(action)
+        assert STEP_KEYS <= set(info) and info["is_action_valid"]
+        total += reward
+    assert (terminated, truncated, info["won"], reward, total) == (True, False, True, 10.0, 10.0)
+    assert info["action_key"] == "open door" and info["step"] == 4
+
+
+def test_invalid_action_costs_penalty_and_keeps_state():
+    env = KeyDoorEnv(reward_invalid=-0.5)
+    env.reset(options={"task_id": "corridor-3"})
+    for bad in ["take key", "", "go north", None, 17, "go east now"]:
+        obs, reward, terminated, truncated, info = env.step(bad)
+        assert (reward, terminated, info["action_key"], info["is_action_valid"]) == (-0.5, False, INVALID_ACTION, False)
+        assert obs == "Nothing happens." and info["state_key"] == "0|0" and info["won"] is False
+
+
+def test_step_limit_truncates_and_step_after_done_is_inert():
+    env = KeyDoorEnv(max_steps=3)
+    env.reset(options={"task_id": "corridor-3"})
+    results = [env.step("look") for _ in range(3)]
+    assert [r[3] for r in results] == [False, False, True] and not any(r[2] for r in results)
+    obs, reward, terminated, truncated, info = env.step("go east")
+    assert (reward, terminated, truncated, info["is_action_valid"]) == (0.0, False, True, False)
+    assert "error" in info and info["state_key"] == "0|0"
+    env.reset(options={"task_id": "corridor-3"})
+    assert env.step("go east")[4]["state_key"] == "1|0"
+
+
+def test_step_before_reset_raises_reset_needed():
+    with pytest.raises(gym.error.ResetNeeded):
+        KeyDoorEnv().step("look")
+
+
+def test_seeded_reset_is_deterministic_and_render_ansi():
+    env = KeyDoorEnv(render_mode="ansi")
+    picks = {env.reset(seed=s)[1]["task_id"] for s in range(20)}
+    assert picks == {"corridor-2", "corridor-3"}
+    assert [env.reset(seed=7)[1]["task_id"] for _ in range(3)] == [KeyDoorEnv().reset(seed=7)[1]["task_id"]] * 3
+    env.reset(seed=1)
+    env.step("go east")
+    assert env.render() == "You are in room 1."
+    assert KeyDoorEnv().render() is None
+    with pytest.raises(ValueError):
+        KeyDoorEnv(render_mode="human")
+
+
+def test_spaces_contain_any_text_and_close_releases():
+    env = KeyDoorEnv()
+    assert env.observation_space.contains("Ünïcode\nwith [punct]!") and not env.action_space.contains(3)
+    check_env(env, skip_render_check=True)
+    env.close()
+    assert env.released
+
+
+def test_custom_rewards():
+    env = KeyDoorEnv(reward_success=1.0, reward_invalid=-0.01)
+    env.reset(options={"task_id": "corridor-2"})
+    rewards = [env.step(a)[1] for a in ["xyz", "go east", "take key", "go west", "open door"]]
+    assert rewards == [-0.01, 0.0, 0.0, 0.0, 1.0]
