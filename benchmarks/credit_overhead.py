@@ -17,19 +17,19 @@ import os
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
-import argparse  # noqa: E402
-import json  # noqa: E402
-import math  # noqa: E402
-import platform  # noqa: E402
-import statistics  # noqa: E402
-import time  # noqa: E402
-from collections import defaultdict  # noqa: E402
-from pathlib import Path  # noqa: E402
+import argparse
+import json
+import math
+import platform
+import statistics
+import time
+from collections import defaultdict
+from pathlib import Path
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+import numpy as np
+import torch
 
-from ecpo_train.credit import compute_advantages, factorize_keys  # noqa: E402
+from ecpo_train.credit import compute_advantages, factorize_keys
 
 RECEPTACLES = ["cabinet", "countertop", "drawer", "fridge", "garbagecan", "shelf", "sinkbasin", "stoveburner",
                "microwave", "coffeemachine", "toaster", "diningtable", "sidetable", "dresser", "bed", "desk"]
@@ -134,7 +134,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     if hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 
     cols = build_batch(args.seed)
     n_rows = len(cols["rewards"])

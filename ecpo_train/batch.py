@@ -99,7 +99,7 @@ class TrajectoryBatch:
         for index, record in enumerate(trajectories):
             where = f"trajectory {index}"
             if not isinstance(record, Mapping):
-                raise ValueError(f"{where} must be a mapping, got {type(record).__name__}")
+                raise ValueError(f"{where} must be a mapping, got {type(record).__name__}")  # noqa: TRY004
             unknown = sorted(set(record) - set(_TRAJECTORY_FIELDS))
             if unknown:
                 raise ValueError(f"{where} has unknown field(s) {unknown}; valid: {', '.join(_TRAJECTORY_FIELDS)}")
@@ -112,7 +112,7 @@ class TrajectoryBatch:
             record_extras = dict(record.get("extras") or {})
             for name, values in list(per_step.items()) + [(f"extras[{k!r}]", v) for k, v in record_extras.items()]:
                 if isinstance(values, (str, bytes)) or not isinstance(values, Sequence | np.ndarray):
-                    raise ValueError(f"{where}: {name} must be a per-step list, got {type(values).__name__}")
+                    raise ValueError(f"{where}: {name} must be a per-step list, got {type(values).__name__}")  # noqa: TRY004
             lengths = {name: len(values) for name, values in per_step.items()}
             lengths |= {f"extras[{k!r}]": len(v) for k, v in record_extras.items()}
             if len(set(lengths.values())) != 1:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
-DEFAULTS = dict(gamma=0.95, omega=1.0, kappa=2.0, tau=2.0, d_min=7, rho_min=0.5, eps=1e-6)
+DEFAULTS = {"gamma": 0.95, "omega": 1.0, "kappa": 2.0, "tau": 2.0, "d_min": 7, "rho_min": 0.5, "eps": 1e-6}
 
 
 def _mean(xs):
@@ -134,7 +134,7 @@ def anchor_evidence(rows, G, kappa, tau, d_min, rho_min, eps):
         depth = min(rows[i][2] for i in members)
         strict = depth >= d_min and n_s >= 2 and len(by_action) >= 2 and between + within > eps
         rho = max(rho_vg, rho_min) if strict else 0.0
-        info[key] = dict(rho_vg=rho_vg, rho=rho, strict=strict, between=between, within=within)
+        info[key] = {"rho_vg": rho_vg, "rho": rho, "strict": strict, "between": between, "within": within}
         for i in members:
             rho_row[i] = rho
     return a_act, rho_row, info

@@ -25,8 +25,8 @@ ESTIMATORS = ["grpo", "rloo", "gigpo", "gigpo_std", "ecpo", "ecpo_eca_only", "ec
 
 def _columns(rows):
     g, t, s, st_, a, r = zip(*rows)
-    return dict(group_ids=list(g), traj_ids=list(t), steps=list(s), state_keys=list(st_), action_keys=list(a),
-                rewards=list(r))
+    return {"group_ids": list(g), "traj_ids": list(t), "steps": list(s), "state_keys": list(st_), "action_keys": list(a),
+                "rewards": list(r)}
 
 
 @st.composite
@@ -185,8 +185,8 @@ def test_rho_is_zero_for_non_comparable_anchor():
 
 def test_future_return_and_grpo_by_hand():
     # one group, two trajectories given in scrambled row order
-    cols = dict(group_ids=["g"] * 5, traj_ids=["b", "a", "a", "b", "a"], steps=[2, 3, 1, 1, 2],
-                state_keys=["x", "y", "z", "w", "v"], action_keys=["u"] * 5, rewards=[10.0, 10.0, -0.1, 0.0, 0.0])
+    cols = {"group_ids": ["g"] * 5, "traj_ids": ["b", "a", "a", "b", "a"], "steps": [2, 3, 1, 1, 2],
+                "state_keys": ["x", "y", "z", "w", "v"], "action_keys": ["u"] * 5, "rewards": [10.0, 10.0, -0.1, 0.0, 0.0]}
     adv, _ = compute_advantages("grpo", **cols)
     r_a, r_b = 9.9, 10.0
     mean, sd = (r_a + r_b) / 2, abs(r_a - r_b) / math.sqrt(2)
@@ -201,8 +201,8 @@ def test_future_return_and_grpo_by_hand():
 
 
 def test_rloo_and_singleton_group():
-    cols = dict(group_ids=[0, 0, 0, 1], traj_ids=[0, 1, 2, 0], steps=[1, 1, 1, 1], state_keys=["s"] * 4,
-                action_keys=["a"] * 4, rewards=[1.0, 2.0, 6.0, 5.0])
+    cols = {"group_ids": [0, 0, 0, 1], "traj_ids": [0, 1, 2, 0], "steps": [1, 1, 1, 1], "state_keys": ["s"] * 4,
+                "action_keys": ["a"] * 4, "rewards": [1.0, 2.0, 6.0, 5.0]}
     adv, _ = compute_advantages("rloo", **cols)
     np.testing.assert_allclose(adv, [1 - 4, 2 - 3.5, 6 - 1.5, 0.0])
     grpo, _ = compute_advantages("grpo", **cols)
@@ -237,8 +237,8 @@ def test_cuda_tensors_stay_on_device():
 def test_long_trajectory_returns_are_exact():
     # 400 steps, reward 1 each: G_t = (1 - gamma^(T-t+1)) / (1 - gamma)
     n = 400
-    cols = dict(group_ids=[0] * n, traj_ids=[0] * n, steps=list(range(n, 0, -1)), state_keys=["s"] * n,
-                action_keys=["a"] * n, rewards=[1.0] * n)
+    cols = {"group_ids": [0] * n, "traj_ids": [0] * n, "steps": list(range(n, 0, -1)), "state_keys": ["s"] * n,
+                "action_keys": ["a"] * n, "rewards": [1.0] * n}
     adv, _ = compute_advantages("gigpo", **cols, gamma=0.95)
     g = np.array([(1 - 0.95 ** (n - s + 1)) / 0.05 for s in cols["steps"]])
     np.testing.assert_allclose(adv, g - g.mean(), rtol=1e-10, atol=1e-10)

@@ -16,7 +16,11 @@ from ecpo_train.credit import (
     vargate_reliability,
     within_action_variance,
 )
-from ecpo_train.theory import eca_singleton_shrinkage_factor, gigpo_bad_event_probability, gigpo_bad_gap_expectation
+from ecpo_train.theory import (
+    eca_singleton_shrinkage_factor,
+    gigpo_bad_event_probability,
+    gigpo_bad_gap_expectation,
+)
 
 Z99 = 2.5758
 M = 7  # visits of the frequent good action; the bad action is visited once
@@ -36,10 +40,10 @@ def test_gigpo_bad_event_probability_and_gap_match_monte_carlo(p_plus, p_minus):
     # One group per replicate: M+1 single-step trajectories meeting at one anchor; return = success.
     outcome = np.concatenate([good, bad[:, None]], axis=1)  # (REPS, M+1), bad action last
     n = M + 1
-    cols = dict(
-        group_ids=np.repeat(np.arange(REPS), n), traj_ids=np.tile(np.arange(n), REPS), steps=np.ones(REPS * n, int),
-        state_keys=["anchor"] * (REPS * n), action_keys=(["good"] * M + ["bad"]) * REPS, rewards=outcome.reshape(-1),
-    )
+    cols = {
+        "group_ids": np.repeat(np.arange(REPS), n), "traj_ids": np.tile(np.arange(n), REPS), "steps": np.ones(REPS * n, int),
+        "state_keys": ["anchor"] * (REPS * n), "action_keys": (["good"] * M + ["bad"]) * REPS, "rewards": outcome.reshape(-1),
+    }
     gigpo, _ = compute_advantages("gigpo_std", **cols)
     grpo, _ = compute_advantages("grpo", **cols)
     anchor_term = (gigpo - grpo).reshape(REPS, n)
