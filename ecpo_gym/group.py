@@ -162,7 +162,7 @@ class _Worker:
         try:
             self.conn.send((command, payload))
         except (BrokenPipeError, ConnectionResetError, OSError) as exc:
-            raise WorkerError(f"worker pid {self.process.pid} is gone: {exc}") from exc
+            raise WorkerError(f"worker pid {self.process.pid} died (its pipe is closed): {exc}") from exc
 
     def receive(self, timeout: float | None) -> tuple[str, Any]:
         try:
