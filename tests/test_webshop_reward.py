@@ -5,11 +5,25 @@ from collections import Counter
 
 import pytest
 
-from ecpo_gym.webshop.goals import (NO_PRICE_CEILING, Goal, build_goals, human_goals, sample_price_ceiling,
-                                    split_indices)
+from ecpo_gym.webshop.goals import (
+    NO_PRICE_CEILING,
+    Goal,
+    build_goals,
+    human_goals,
+    sample_price_ceiling,
+    split_indices,
+)
 from ecpo_gym.webshop.products import Product, parse_options, parse_price
-from ecpo_gym.webshop.reward import (attribute_matches, fuzzy_match, fuzzy_score, normalize_color,
-                                     option_matches, title_score, type_score, webshop_reward)
+from ecpo_gym.webshop.reward import (
+    attribute_matches,
+    fuzzy_match,
+    fuzzy_score,
+    normalize_color,
+    option_matches,
+    title_score,
+    type_score,
+    webshop_reward,
+)
 
 
 def make_product(**overrides) -> Product:
@@ -188,10 +202,10 @@ def test_human_goals_use_lists_skip_empty_attributes():
 
 
 def test_split_conventions():
-    assert split_indices(2000, "test") == range(0, 500)
+    assert split_indices(2000, "test") == range(500)
     assert split_indices(2000, "eval") == range(500, 1500)
     assert split_indices(2000, "train") == range(1500, 2000)
-    assert split_indices(2000, "test", full_catalogue=False) == range(0, 2000)
+    assert split_indices(2000, "test", full_catalogue=False) == range(2000)
     assert split_indices(2000, "train", convention="verl") == range(500, 2000)
     with pytest.raises(ValueError):
         split_indices(10, "dev")

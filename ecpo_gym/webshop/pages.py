@@ -12,7 +12,6 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-
 from ecpo_gym.webshop.products import Product
 from ecpo_gym.webshop.search import SEARCH_RETURN_N, Retriever, normalize_query
 

@@ -24,15 +24,7 @@ CATEGORY_SEPARATOR = "\u203a"
 
 # WebShop's normalize.py colour words, in its order: normalisation returns the FIRST word that is a
 # substring of the value, so the order is behaviour ("standard" -> "tan", "washed" -> "ash").
-COLOR_SET: tuple[str, ...] = tuple("""
-alabaster apricot aqua ash asphalt azure banana beige black blue blush bordeaux bronze brown burgundy
-camel camo caramel champagne charcoal cheetah chestnut chocolate christmas coffee cognac copper coral
-cranberry cream crystal dark denim eggplant elephant espresso fuchsia gold granite grape graphite grass
-gray green grey heather indigo ivory ivy khaki lavender lemon leopard light lilac lime magenta maroon
-mauve merlot midnight mint mocha multicolor mushroom mustard natural navy nude olive orange peach pewter
-pink plum purple rainbow red rose royal rust sand sapphire seashell silver skull slate steel stone
-stonewash sunflower tan taupe teal tiger turquoise violet walnut wheat white wine yellow
-""".split())
+COLOR_SET: tuple[str, ...] = tuple(["alabaster", "apricot", "aqua", "ash", "asphalt", "azure", "banana", "beige", "black", "blue", "blush", "bordeaux", "bronze", "brown", "burgundy", "camel", "camo", "caramel", "champagne", "charcoal", "cheetah", "chestnut", "chocolate", "christmas", "coffee", "cognac", "copper", "coral", "cranberry", "cream", "crystal", "dark", "denim", "eggplant", "elephant", "espresso", "fuchsia", "gold", "granite", "grape", "graphite", "grass", "gray", "green", "grey", "heather", "indigo", "ivory", "ivy", "khaki", "lavender", "lemon", "leopard", "light", "lilac", "lime", "magenta", "maroon", "mauve", "merlot", "midnight", "mint", "mocha", "multicolor", "mushroom", "mustard", "natural", "navy", "nude", "olive", "orange", "peach", "pewter", "pink", "plum", "purple", "rainbow", "red", "rose", "royal", "rust", "sand", "sapphire", "seashell", "silver", "skull", "slate", "steel", "stone", "stonewash", "sunflower", "tan", "taupe", "teal", "tiger", "turquoise", "violet", "walnut", "wheat", "white", "wine", "yellow"])
 
 OptionItem = str | tuple[str, ...]
 
@@ -48,7 +40,7 @@ def normalize_color(value: OptionItem) -> OptionItem:
 
 def fuzzy_score(a: Any, b: Any) -> int:
     """thefuzz-style ``token_set_ratio``: ``str()`` of each side, default-processed, rounded to an int."""
-    return int(round(fuzz.token_set_ratio(str(a), str(b), processor=default_process)))
+    return round(fuzz.token_set_ratio(str(a), str(b), processor=default_process))
 
 
 def fuzzy_match(a: Any, b: Any) -> bool:
@@ -86,9 +78,7 @@ def attribute_matches(goal_attributes: Sequence[str], product: Product) -> int:
     description = product.description.lower()
     matched = 0
     for wanted in goal_attributes:
-        if any(fuzzy_match(have, wanted) for have in product.attributes):
-            matched += 1
-        elif wanted in title or wanted in bullets or wanted in description:
+        if any(fuzzy_match(have, wanted) for have in product.attributes) or wanted in title or wanted in bullets or wanted in description:
             matched += 1
     return matched
 

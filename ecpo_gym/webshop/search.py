@@ -20,10 +20,7 @@ SEARCH_RETURN_N = 50
 BM25_K1, BM25_B = 0.9, 0.4
 _TOKEN = re.compile(r"[a-z0-9]+")
 # Lucene's EnglishAnalyzer default stop set.
-STOP_WORDS = frozenset("""
-a an and are as at be but by for if in into is it no not of on or such that the their then there these
-they this to was will with
-""".split())
+STOP_WORDS = frozenset(["a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "if", "in", "into", "is", "it", "no", "not", "of", "on", "or", "such", "that", "the", "their", "then", "there", "these", "they", "this", "to", "was", "will", "with"])
 
 
 def option_text(product: Product) -> str:
