@@ -40,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
+SEARCH_TEMPLATE = "search[<query>]"  # WebShop's open-ended admissible action
 PROTOCOL_PATH = Path(__file__).with_name("credit_study.yaml")
 RESULTS_DIR = Path(__file__).with_name("results")
 METHOD_LABELS = {
@@ -123,6 +124,8 @@ def collect_groups(envs, policy, task_ids: Sequence[str], seed: int, temperature
         actions: list[str | None] = [None] * n
         for k, i in enumerate(live):
             actions[i] = out.actions[k]
+            if actions[i] == SEARCH_TEMPLATE:  # a tabular policy cannot write text: it searches the instruction
+                actions[i] = "search[" + contexts[k].task.replace("[", " ").replace("]", " ")[:200] + "]"
         stepped = envs.step(actions)
         for k, i in enumerate(live):
             step = stepped[i]
@@ -315,7 +318,7 @@ def mean_ci(values: Sequence[float]) -> dict[str, float]:
     if len(x) == 0:
         return {"mean": float("nan"), "ci": float("nan"), "n": 0}
     half = t975(len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)) if len(x) > 1 else float("nan")
-    return {"mean": float(x.mean()), "ci": float(half), "n": int(len(x))}
+    return {"mean": float(x.mean()), "ci": float(half), "n": len(x)}
 
 
 def diff_ci(a: Sequence[float], b: Sequence[float]) -> dict[str, float]:
@@ -407,7 +410,7 @@ def summarize(runs: Sequence[dict[str, Any]], protocol: dict[str, Any]) -> dict[
         return {"label": label, "N": n, "metric": metric, "a": a, "b": b, **d, "verdict": verdict(d, direction)}
 
     for env in envs:
-        has = lambda m: m in methods  # noqa: E731
+        has = lambda m: m in methods
         if has("gigpo_std"):
             parts = []
             for n in sizes:

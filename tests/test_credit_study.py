@@ -1,0 +1,79 @@
+"""Credit study: the --quick run produces the table, plots and report, and the report's numbers equal the JSON."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+STUDY_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "credit_study.py"
+
+
+def _study():
+    # imported by name (not from a file spec) so the study's spawned worker processes can import it too
+    if str(STUDY_PATH.parent) not in sys.path:
+        sys.path.insert(0, str(STUDY_PATH.parent))
+    return importlib.import_module("credit_study")
+
+
+def test_statistics_match_textbook_values():
+    cs = _study()
+    cell = cs.mean_ci([1.0, 2.0, 3.0, 4.0])
+    assert cell["mean"] == 2.5 and cell["ci"] == pytest.approx(3.182 * np.std([1, 2, 3, 4], ddof=1) / 2)
+    d = cs.diff_ci([5.0, 6.0, 7.0], [1.0, 2.0, 3.0])
+    assert d["diff"] == 4.0 and d["low"] == pytest.approx(4.0 - 4.303 * math.sqrt(2 / 3))
+    assert cs.verdict(d, +1) == "holds" and cs.verdict(d, -1) == "contradicted"
+    assert cs.verdict({"diff": 0.1, "low": -0.2, "high": 0.4}, +1) == "not significant"
+
+
+def test_misranked_anchor_fraction_counts_lucky_rare_actions():
+    cs = _study()
+    rows = {"group_ids": [0, 0, 0, 0, 1, 1], "state_keys": ["s", "s", "s", "s", "s", "s"],
+            "action_keys": ["good", "good", "rare", "rare", "good", "rare"]}
+    best = {"s": {"good"}}
+    # group 0: rare out-scores good (misranked); group 1: good out-scores rare
+    adv = np.array([0.1, 0.3, 0.9, 0.5, 1.0, -1.0])
+    assert cs.misranked_anchor_fraction(rows, adv, best) == 0.5
+
+
+@pytest.mark.slow
+def test_quick_run_writes_table_plots_and_a_report_that_matches_the_json(tmp_path):
+    cs = _study()
+    assert cs.main(["--quick", "--out", str(tmp_path), "--envs", "diagnostic"]) == 0
+    payload = json.loads((tmp_path / "credit_study_quick.json").read_text())
+    report = (tmp_path / "credit_study_quick.md").read_text()
+    summary = payload["summary"]
+    protocol = payload["protocol"]
+    assert "QUICK SMOKE RUN" in report
+    # every method x N cell was trained with every seed
+    assert len(payload["runs"]) == len(protocol["methods"]) * len(protocol["group_sizes"]) * protocol["seeds"]
+    # the summary is exactly what the raw runs give
+    recomputed = json.loads(json.dumps(cs.summarize(payload["runs"], protocol)))
+    assert recomputed["cells"] == summary["cells"] and recomputed["claims"] == summary["claims"]
+    # the report's results table shows the JSON's numbers
+    for method in summary["methods"]:
+        label = cs.METHOD_LABELS[method]
+        expected = [cs.fmt(summary["cells"][f"diagnostic|{method}|{n}"]["final_success"])
+                    for n in summary["group_sizes"]]
+        row = f"| {label} | " + " | ".join(expected) + " |"
+        assert row in report, row
+    # ... and every claim's difference and verdict
+    for claim in summary["claims"]:
+        assert f"| {claim['id']}: {claim['claim']} | {claim['env']} | **{claim['verdict']}** |" in report
+        for part in claim["parts"]:
+            assert f"| {part['label']} | {part['N']} | {cs.fmt_diff(part)} | {part['verdict']} |" in report
+    # final success in the JSON is the exact DP success of each run's last iteration, a probability
+    finals = [r["curves"]["eval_success"][-1] for r in payload["runs"]]
+    assert all(0.0 <= f <= 1.0 for f in finals)
+    pngs = sorted(p.name for p in tmp_path.glob("credit_study_quick_*.png"))
+    assert pngs == ["credit_study_quick_diagnostic_curves.png", "credit_study_quick_diagnostic_divergent.png",
+                    "credit_study_quick_diagnostic_per_n.png"]
+    assert all((tmp_path / p).stat().st_size < 200_000 for p in pngs)
+    for png in pngs:
+        assert re.search(re.escape(f"({png})"), report)
