@@ -9,9 +9,9 @@ from ecpo_train.rllib.connector import ECPOAdvantages, episodes_to_step_rows
 
 __all__ = [
     "ECPO",
+    "CandidateActionEnv",
     "ECPOAdvantages",
     "ECPOConfig",
-    "CandidateActionEnv",
     "episodes_to_step_rows",
     "hashed_text_features",
     "split_groups",

@@ -163,6 +163,8 @@ class ECPO(PPO):
                 return
             self.metrics.aggregate(runner_metrics, key=ENV_RUNNER_RESULTS)
         groups = split_groups(episodes, config.group_size)
+        self.metrics.log_value(("ecpo_sampling", "success_rate"), episode_success_rate(episodes), window=1)
+        self.metrics.log_value(("ecpo_sampling", "num_groups"), len(groups), window=1)
 
         with self.metrics.log_time((TIMERS, LEARNER_UPDATE_TIMER)):
             timesteps = {
@@ -171,9 +173,9 @@ class ECPO(PPO):
                 NUM_MODULE_STEPS_TRAINED_LIFETIME: self.metrics.peek(
                     (LEARNER_RESULTS, ALL_MODULES, NUM_MODULE_STEPS_TRAINED_LIFETIME), default=0),
             }
-            update_kwargs = dict(timesteps=timesteps, num_epochs=config.num_epochs,
-                                 minibatch_size=config.minibatch_size,
-                                 shuffle_batch_per_epoch=config.shuffle_batch_per_epoch)
+            update_kwargs = {"timesteps": timesteps, "num_epochs": config.num_epochs,
+                                 "minibatch_size": config.minibatch_size,
+                                 "shuffle_batch_per_epoch": config.shuffle_batch_per_epoch}
             num_learners = max(1, int(config.num_learners))
             if num_learners == 1:
                 learner_results = self.learner_group.update(
@@ -225,6 +227,13 @@ def split_groups(episodes: list, group_size: int) -> list[list]:
             "and each runner must sample a multiple of group_size episodes from one env"
         )
     return list(groups.values())
+
+
+def episode_success_rate(episodes: list) -> float:
+    """Fraction of episodes whose last info says ``won``."""
+    if not episodes:
+        return 0.0
+    return sum(bool(e.get_infos(-1).get("won", False)) for e in episodes) / len(episodes)
 
 
 def _is_text_env_id(env_id: str) -> bool:

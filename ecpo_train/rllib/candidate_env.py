@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 import zlib
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -62,7 +62,7 @@ class CandidateActionEnv(gym.Env[np.ndarray, np.int64]):
     draw tasks from; default: the env's whole list) and ``seed`` (base of the task stream).
     """
 
-    metadata: dict[str, Any] = {"render_modes": []}
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
 
     def __init__(self, config: Mapping[str, Any] | None = None, **overrides: Any) -> None:
         cfg = {**dict(config or {}), **overrides}
