@@ -89,12 +89,11 @@ class BM25Retriever:
         return [self.asins[i] for i in top[order][:k]]
 
 
-def build_retriever(products: Sequence[Product], backend: str = "bm25s", **kwargs) -> Retriever:
-    """``bm25s`` (default, pure Python) or ``lucene`` (pyserini; the ``lucene`` extra)."""
-    if backend == "bm25s":
-        return BM25Retriever(products, **kwargs)
-    if backend == "lucene":
-        from ecpo_gym.webshop.lucene import LuceneRetriever
+RETRIEVERS = {"bm25s": BM25Retriever}
 
-        return LuceneRetriever(products, **kwargs)
-    raise ValueError(f"search backend {backend!r}; expected 'bm25s' or 'lucene'")
+
+def build_retriever(products: Sequence[Product], backend: str = "bm25s", **kwargs) -> Retriever:
+    """The retriever registered under ``backend`` (``RETRIEVERS``), built over ``products``."""
+    if backend not in RETRIEVERS:
+        raise ValueError(f"search backend {backend!r}; available: {sorted(RETRIEVERS)}")
+    return RETRIEVERS[backend](products, **kwargs)
