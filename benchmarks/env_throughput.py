@@ -130,8 +130,100 @@ def webshop_section(args: argparse.Namespace) -> dict:
     return payload
 
 
+# ---------------------------------------------------------------------------------------------- searchqa
+def searchqa_section(args: argparse.Namespace) -> dict:
+    """HotpotQA paragraph corpus: index build time, per-query retrieval latency and recall@3 for bm25s and
+    Lucene (skipped with a note when the ``lucene`` extra is missing), plus env reset/step latency."""
+    import os
+    import tempfile
+
+    from ecpo_gym.searchqa.datasets import load_dataset
+    from ecpo_gym.searchqa.env import SearchQAEnv, SearchQAGenEnv
+    from ecpo_gym.searchqa.retrieval import BM25sRetriever
+
+    def latency(seconds: list[float]) -> dict[str, float]:
+        ms = [x * 1000.0 for x in seconds]
+        return {"median_ms": statistics.median(ms), "p95_ms": percentile(ms, 0.95),
+                "mean_ms": statistics.fmean(ms), "count": len(ms)}
+
+    def measure(retriever, examples) -> dict:
+        times, recall = [], 0.0
+        for example in examples:
+            t = time.perf_counter()
+            hits = retriever.search(example.question, 3)
+            times.append(time.perf_counter() - t)
+            found = {hit.document.id for hit in hits} & set(example.supporting_doc_ids)
+            recall += len(found) / len(example.supporting_doc_ids)
+        return {"query": latency(times), "recall_at_3": recall / len(examples)}
+
+    data_dir = args.data_dir or os.path.join(os.environ.get("ECPO_DATA_DIR", "../shared/data"), "searchqa")
+    data = load_dataset("hotpotqa", "dev500", data_dir=data_dir)
+    examples, corpus = data.examples, data.corpus
+    results: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory() as cache_dir:
+        t = time.perf_counter()
+        bm25 = BM25sRetriever(corpus, cache_dir=cache_dir)
+        build_s = time.perf_counter() - t
+        t = time.perf_counter()
+        BM25sRetriever(corpus, cache_dir=cache_dir)
+        load_s = time.perf_counter() - t
+        measure(bm25, examples[:50])  # warm-up
+        row = {"index_build_s": build_s, "index_load_from_cache_s": load_s, "k1": bm25.k1, "b": bm25.b,
+               **measure(bm25, examples)}
+        t = time.perf_counter()
+        bm25.batch_search([e.question for e in examples], 3)
+        row["batched_per_query_ms"] = (time.perf_counter() - t) * 1000.0 / len(examples)
+        results["bm25s"] = row
+
+        from ecpo_gym.searchqa.lucene import LuceneRetriever, lucene_available
+
+        t = time.perf_counter()
+        ok, why = lucene_available()
+        jvm_s = time.perf_counter() - t
+        if ok:
+            t = time.perf_counter()
+            lucene = LuceneRetriever(corpus, cache_dir=cache_dir)
+            build_s = time.perf_counter() - t
+            measure(lucene, examples[:50])
+            results["lucene"] = {"jvm_start_s": jvm_s, "index_build_s": build_s, "k1": 0.9, "b": 0.4,
+                                 **measure(lucene, examples)}
+            lucene.close()
+        else:
+            results["lucene"] = {"skipped": why}
+
+        env = SearchQAEnv(data_dir=data_dir, cache_dir=cache_dir)
+        gen = SearchQAGenEnv()
+        for name, environment in (("env_hotpotqa_bm25s", env), ("env_generated", gen)):
+            resets, steps = [], []
+            for task_id in environment.task_ids[: args.episodes]:
+                t = time.perf_counter()
+                _, info = environment.reset(options={"task_id": task_id})
+                resets.append(time.perf_counter() - t)
+                for action in (f"<think>look</think><search>{info['task']}</search>", "<answer>unknown</answer>"):
+                    t = time.perf_counter()
+                    environment.step(action)
+                    steps.append(time.perf_counter() - t)
+            results[name] = {"reset": latency(resets), "step": latency(steps)}
+    for name, row in results.items():
+        if "skipped" in row:
+            print(f"searchqa {name}: skipped ({row['skipped']})")
+        elif "query" in row:
+            print(f"searchqa {name}: build={row['index_build_s']:.2f}s query median={row['query']['median_ms']:.3f}ms "
+                  f"p95={row['query']['p95_ms']:.3f}ms recall@3={row['recall_at_3']:.3f}")
+        else:
+            print(f"searchqa {name}: reset median={row['reset']['median_ms']:.3f}ms "
+                  f"step median={row['step']['median_ms']:.3f}ms p95={row['step']['p95_ms']:.3f}ms")
+    payload = {"corpus": {"name": corpus.name, "documents": len(corpus)}, "questions": len(examples),
+               "load_average_1m": os.getloadavg()[0],  # the machine is shared: p95 tails track its load
+               "retrievers": {k: v for k, v in results.items() if not k.startswith("env_")},
+               "env": {k: v for k, v in results.items() if k.startswith("env_")}}
+    write_results("searchqa", payload)
+    return payload
+
+
 SECTIONS: dict[str, Callable[[argparse.Namespace], dict]] = {
     "webshop": webshop_section,
+    "searchqa": searchqa_section,
 }
 
 
@@ -141,6 +233,8 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 100000],
                         help="webshop: generated catalogue sizes")
     parser.add_argument("--episodes", type=int, default=300, help="episodes timed per configuration")
+    parser.add_argument("--data-dir", default=None,
+                        help="searchqa: folder holding hotpotqa_dev500_ircot.jsonl (default $ECPO_DATA_DIR/searchqa)")
     args = parser.parse_args()
     SECTIONS[args.env](args)
 
