@@ -1,0 +1,67 @@
+"""Training curves as PNG: ``plot_run(run_dir)`` for one run, ``plot_comparison`` for several.
+
+Reads the run's ``metrics.jsonl`` (one JSON object per iteration, written by the trainer).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+PANELS = (
+    ("success", "val/success", "success rate"),
+    ("reward_mean", None, "episode reward (mean)"),
+    ("episode_length", None, "episode length"),
+    ("update/kl", None, "KL to reference (k3)"),
+)
+
+
+def read_metrics(run_dir: str | Path) -> list[dict[str, float]]:
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found: is {run_dir} a run directory written by `ecpo train`?")
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _series(rows: list[dict[str, float]], key: str) -> tuple[list[float], list[float]]:
+    xs = [r["iteration"] for r in rows if key in r]
+    return xs, [r[key] for r in rows if key in r]
+
+
+def plot_comparison(runs: Mapping[str, str | Path], out: str | Path, title: str = "") -> Path:
+    """One figure, one line per run and panel (success incl. validation, reward, length, KL)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    data = {label: read_metrics(run_dir) for label, run_dir in runs.items()}
+    fig, axes = plt.subplots(1, len(PANELS), figsize=(4.2 * len(PANELS), 3.4))
+    for ax, (key, val_key, label) in zip(axes, PANELS):
+        for index, (name, rows) in enumerate(data.items()):
+            color = f"C{index}"
+            xs, ys = _series(rows, key)
+            ax.plot(xs, ys, color=color, label=f"{name} (train)" if val_key else name, alpha=0.85)
+            if val_key:
+                vx, vy = _series(rows, val_key)
+                if vx:
+                    ax.plot(vx, vy, color=color, linestyle="--", marker="o", markersize=3, label=f"{name} (val)")
+        ax.set_xlabel("iteration")
+        ax.set_title(label)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
+def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
+    """``run_dir/curves.png`` (or ``out``) from one run's metrics."""
+    run_dir = Path(run_dir)
+    return plot_comparison({run_dir.name: run_dir}, out or run_dir / "curves.png", title=str(run_dir))

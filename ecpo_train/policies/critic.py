@@ -1,0 +1,158 @@
+"""The learned critic of the PPO baseline (the paper's actor-critic comparison; critic lr 1e-5 in App. A).
+
+Two critics with one interface, ``values(prompt_ids, state_keys) -> [rows]``:
+``TabularCritic`` keeps one value per ``state_key`` (lazily created, zero-initialised) for the tabular
+policy; ``LLMValueCritic`` is a causal-LM backbone with a linear value head read at the last prompt token.
+``gae_advantages`` turns per-step rewards and values into PPO's advantages and value targets, and
+``critic_update`` fits the critic to those targets (mean squared error).
+
+The critic-free algorithms (GRPO, RLOO, GiGPO, ECPO) never touch this module; their estimators live in
+``ecpo_train/credit.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+
+def gae_advantages(
+    traj_ids: np.ndarray, steps: np.ndarray, rewards: np.ndarray, values: np.ndarray, gamma: float, lam: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Generalised advantage estimation per trajectory: returns ``(advantages, value_targets)`` per row.
+
+    delta_t = r_t + gamma V(s_{t+1}) - V(s_t), A_t = sum_k (gamma lam)^k delta_{t+k}; the value after a
+    trajectory's last step is 0 (an episode that hits the step limit counts as ended, the step limit being
+    part of the task). Rows may come in any order; ``steps`` are 1-based within each trajectory.
+    """
+    traj_ids = np.asarray(traj_ids)
+    steps = np.asarray(steps, dtype=np.int64)
+    rewards = np.asarray(rewards, dtype=np.float64)
+    values = np.asarray(values, dtype=np.float64)
+    n = len(rewards)
+    if n == 0:
+        return np.zeros(0), np.zeros(0)
+    _, traj_code = np.unique(traj_ids, return_inverse=True)
+    n_traj, horizon = int(traj_code.max()) + 1, int(steps.max())
+    r = np.zeros((n_traj, horizon + 1))
+    v = np.zeros((n_traj, horizon + 1))
+    r[traj_code, steps - 1] = rewards
+    v[traj_code, steps - 1] = values
+    adv = np.zeros((n_traj, horizon + 1))
+    for t in range(horizon - 1, -1, -1):  # a loop over time, vectorised over trajectories
+        delta = r[:, t] + gamma * v[:, t + 1] - v[:, t]
+        adv[:, t] = delta + gamma * lam * adv[:, t + 1]
+    row_adv = adv[traj_code, steps - 1]
+    return row_adv, row_adv + values
+
+
+class TabularCritic(torch.nn.Module):
+    """V(s) as one parameter per ``state_key``, created on first sight with value 0."""
+
+    def __init__(self, initial_capacity: int = 4096) -> None:
+        super().__init__()
+        self.table = torch.nn.Parameter(torch.zeros(int(initial_capacity)))
+        self.index: dict[str, int] = {}
+
+    def _slot(self, state_key: str) -> int:
+        slot = self.index.get(state_key)
+        if slot is None:
+            slot = self.index[state_key] = len(self.index)
+            if slot >= self.table.numel():
+                extra = self.table.numel()
+                self.table.data = torch.cat([self.table.data, self.table.data.new_zeros(extra)])
+        return slot
+
+    def values(self, prompt_ids: Sequence[Sequence[int]], state_keys: Sequence[str]) -> torch.Tensor:
+        slots = torch.as_tensor([self._slot(k) for k in state_keys], dtype=torch.long)
+        return self.table[slots]
+
+    def grow_optimizer_state(self, optimizer: torch.optim.Optimizer) -> None:
+        state = optimizer.state.get(self.table)
+        if state:
+            for name, value in state.items():
+                if torch.is_tensor(value) and value.dim() == 1 and value.numel() < self.table.numel():
+                    state[name] = torch.cat([value, value.new_zeros(self.table.numel() - value.numel())])
+
+    def get_extra_state(self) -> Any:
+        return {"index": list(self.index.items())}
+
+    def set_extra_state(self, state: Any) -> None:
+        self.index = {str(k): int(v) for k, v in state["index"]}
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):  # type: ignore[override]
+        stored = state_dict.get(prefix + "table")
+        if stored is not None and stored.shape != self.table.shape:
+            self.table.data = torch.zeros_like(stored)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+
+class LLMValueCritic(torch.nn.Module):
+    """A causal-LM backbone with a linear value head on the hidden state of the last prompt token."""
+
+    def __init__(self, model_name_or_path: str, *, pad_token_id: int, dtype: torch.dtype = torch.float32,
+                 device: str = "cpu") -> None:
+        super().__init__()
+        from transformers import AutoModel
+
+        self.backbone = AutoModel.from_pretrained(model_name_or_path, dtype=dtype).to(device)
+        hidden = int(self.backbone.config.hidden_size)
+        self.head = torch.nn.Linear(hidden, 1, dtype=dtype, device=device)
+        torch.nn.init.zeros_(self.head.weight)
+        torch.nn.init.zeros_(self.head.bias)
+        self.pad_token_id = int(pad_token_id)
+        self.device_name = device
+
+    def values(self, prompt_ids: Sequence[Sequence[int]], state_keys: Sequence[str]) -> torch.Tensor:
+        width = max(len(p) for p in prompt_ids)
+        ids = torch.full((len(prompt_ids), width), self.pad_token_id, dtype=torch.long)
+        attention = torch.zeros(len(prompt_ids), width, dtype=torch.long)
+        for row, p in enumerate(prompt_ids):
+            ids[row, : len(p)] = torch.as_tensor(list(p), dtype=torch.long)
+            attention[row, : len(p)] = 1
+        ids, attention = ids.to(self.device_name), attention.to(self.device_name)
+        hidden = self.backbone(input_ids=ids, attention_mask=attention).last_hidden_state
+        last = attention.sum(dim=1) - 1
+        return self.head(hidden[torch.arange(len(prompt_ids)), last]).squeeze(-1).float()
+
+    def grow_optimizer_state(self, optimizer: torch.optim.Optimizer) -> None:
+        """Fixed-size parameters: nothing to grow."""
+
+
+def critic_update(
+    critic: TabularCritic | LLMValueCritic,
+    optimizer: torch.optim.Optimizer,
+    prompt_ids: Sequence[Sequence[int]],
+    state_keys: Sequence[str],
+    value_targets: np.ndarray,
+    *,
+    mini_batch_size: int,
+    micro_batch_size: int,
+    max_grad_norm: float,
+    generator: np.random.Generator,
+    epochs: int = 1,
+) -> dict[str, float]:
+    """Fit V to the GAE value targets: mean over rows of 0.5 (V(s) - target)^2, with accumulation."""
+    targets = torch.as_tensor(np.asarray(value_targets), dtype=torch.float32)
+    n_rows = len(targets)
+    losses = []
+    for _ in range(epochs):
+        order = generator.permutation(n_rows)
+        for start in range(0, n_rows, mini_batch_size):
+            mini = order[start : start + mini_batch_size]
+            optimizer.zero_grad(set_to_none=True)
+            total = 0.0
+            for micro_start in range(0, len(mini), micro_batch_size):
+                rows = mini[micro_start : micro_start + micro_batch_size]
+                predicted = critic.values([prompt_ids[i] for i in rows], [state_keys[i] for i in rows])
+                loss = 0.5 * ((predicted - targets[rows].to(predicted.device)) ** 2).sum() / len(mini)
+                loss.backward()
+                total += float(loss.detach())
+            critic.grow_optimizer_state(optimizer)
+            torch.nn.utils.clip_grad_norm_(list(critic.parameters()), max_grad_norm)
+            optimizer.step()
+            losses.append(total)
+    return {"value_loss": float(np.mean(losses)) if losses else 0.0}

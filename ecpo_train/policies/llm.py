@@ -1,0 +1,198 @@
+"""The LLM policy on transformers: any causal LM by local path or hub id.
+
+Each step's prompt is the environment's template (``prompts/<env>.txt`` via ``ecpo_train.prompting``)
+wrapped in the model's chat template. Sampling is batched over every live environment copy with left
+padding and a KV cache, one token at a time, so the per-token log-prob of each sampled token is taken
+from exactly the distribution it was drawn from (raw logits / temperature; no top-k/top-p), which is
+what the learner's ``logprobs`` recomputes: at the first update the ratio of eq. ecpo_objective is 1.
+
+A response is cut after its first end-of-sequence token (kept: it is part of the action's tokens). The
+action is parsed with ``ecpo_train.policies.parsing.parse_action``; a response without a well-formed
+action block is sent to the environment as ``"<invalid>"``, which it answers with its invalid-action
+outcome.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+
+import torch
+
+from ecpo_gym.canonical import INVALID_ACTION
+from ecpo_train.policies.base import Policy, PolicyOutput, StepContext
+from ecpo_train.policies.parsing import parse_action
+from ecpo_train.prompting import render_prompt, to_chat
+
+
+class TransformersPolicy(Policy):
+    """A ``transformers`` causal LM as a policy (see the module docstring)."""
+
+    def __init__(
+        self,
+        model_name_or_path: str,
+        *,
+        env_name: str,
+        max_prompt_length: int = 2048,
+        max_response_length: int = 512,
+        device: str = "cpu",
+        dtype: str = "float32",
+        history_length: int | None = None,
+    ) -> None:
+        super().__init__()
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(model_name_or_path)
+            self.model = AutoModelForCausalLM.from_pretrained(model_name_or_path, dtype=getattr(torch, dtype))
+        except OSError as err:
+            raise OSError(
+                f"could not load the causal LM {model_name_or_path!r}: {err}\nGive a local folder with "
+                "config.json, weights and tokenizer files (e.g. `ecpo models pull smollm2-135m-instruct` or "
+                "`ecpo models tiny DIR`) or a Hugging Face hub id on a machine with internet access."
+            ) from err
+        self.model.to(device)
+        self.device = torch.device(device)
+        self.env_name = env_name
+        self.max_prompt_length = int(max_prompt_length)
+        self.max_response_length = int(max_response_length)
+        self.history_length = history_length
+        eos = self.model.generation_config.eos_token_id
+        eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+        if self.tokenizer.eos_token_id is not None:
+            eos_ids.add(int(self.tokenizer.eos_token_id))
+        if not eos_ids:
+            raise ValueError(f"{model_name_or_path!r} defines no end-of-sequence token")
+        self.eos_token_ids = torch.as_tensor(sorted(eos_ids), device=self.device)
+        pad = self.tokenizer.pad_token_id
+        self.pad_token_id = int(pad if pad is not None else min(eos_ids))
+
+    # ------------------------------------------------------------------ prompts
+    def prompt_text(self, ctx: StepContext) -> str:
+        """The chat-formatted prompt of one step."""
+        user = render_prompt(ctx.env_name or self.env_name, task=ctx.task, step_count=ctx.step_count,
+                             history=ctx.history, observation=ctx.observation,
+                             admissible_actions=ctx.admissible_actions, history_length=self.history_length)
+        return to_chat(self.tokenizer, user)
+
+    def encode_prompts(self, contexts: Sequence[StepContext]) -> list[list[int]]:
+        """Token ids of each prompt; a prompt over ``max_prompt_length`` keeps its last tokens."""
+        encoded = self.tokenizer([self.prompt_text(c) for c in contexts], add_special_tokens=False)["input_ids"]
+        return [list(ids[-self.max_prompt_length :]) for ids in encoded]
+
+    # ------------------------------------------------------------------ sampling
+    @torch.no_grad()
+    def act(self, contexts: Sequence[StepContext], temperature: float = 1.0) -> PolicyOutput:
+        out = PolicyOutput(actions=[], responses=[])
+        if not contexts:
+            return out
+        prompts = self.encode_prompts(contexts)
+        responses, logprobs = self.sample(prompts, temperature)
+        for ctx, prompt, response, logp in zip(contexts, prompts, responses, logprobs):
+            text = self.tokenizer.decode(response, skip_special_tokens=True)
+            action = parse_action(text, ctx.env_name or self.env_name)
+            out.actions.append(action if action is not None else INVALID_ACTION)
+            out.responses.append(text)
+            out.prompt_ids.append(prompt)
+            out.response_ids.append(response)
+            out.logprobs.append(logp)
+        return out
+
+    @torch.no_grad()
+    def sample(self, prompts: Sequence[Sequence[int]], temperature: float) -> tuple[list[list[int]], list[list[float]]]:
+        """Left-padded batched sampling with a KV cache; returns response ids and their log-probs.
+
+        ``temperature <= 0`` decodes greedily (log-probs are then those of the untempered softmax).
+        """
+        self.model.eval()
+        rows, width = len(prompts), max(len(p) for p in prompts)
+        ids = torch.full((rows, width), self.pad_token_id, dtype=torch.long)
+        attention = torch.zeros(rows, width, dtype=torch.long)
+        for row, prompt in enumerate(prompts):
+            ids[row, width - len(prompt) :] = torch.as_tensor(list(prompt), dtype=torch.long)
+            attention[row, width - len(prompt) :] = 1
+        ids, attention = ids.to(self.device), attention.to(self.device)
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        finished = torch.zeros(rows, dtype=torch.bool, device=self.device)
+        tokens, token_logps = [], []
+        result = self.model(input_ids=ids, attention_mask=attention, position_ids=positions, use_cache=True)
+        next_position = positions[:, -1:] + 1
+        for _ in range(self.max_response_length):
+            logits = result.logits[:, -1, :].float()
+            if temperature > 0:
+                logp = torch.log_softmax(logits / temperature, dim=-1)
+                token = torch.multinomial(logp.exp(), 1).squeeze(-1)
+            else:
+                logp = torch.log_softmax(logits, dim=-1)
+                token = logits.argmax(-1)
+            token = torch.where(finished, torch.full_like(token, self.pad_token_id), token)
+            tokens.append(token)
+            token_logps.append(logp.gather(-1, token.unsqueeze(-1)).squeeze(-1))
+            finished = finished | torch.isin(token, self.eos_token_ids)
+            if bool(finished.all()):
+                break
+            attention = torch.cat([attention, torch.ones(rows, 1, dtype=attention.dtype, device=self.device)], dim=1)
+            result = self.model(input_ids=token.unsqueeze(-1), attention_mask=attention, position_ids=next_position,
+                                past_key_values=result.past_key_values, use_cache=True)
+            next_position = next_position + 1
+        all_tokens = torch.stack(tokens, dim=1).cpu()
+        all_logps = torch.stack(token_logps, dim=1).cpu()
+        responses, logprobs = [], []
+        eos = set(self.eos_token_ids.tolist())
+        for row in range(rows):
+            length = all_tokens.shape[1]
+            for t in range(all_tokens.shape[1]):
+                if int(all_tokens[row, t]) in eos:
+                    length = t + 1
+                    break
+            responses.append(all_tokens[row, :length].tolist())
+            logprobs.append(all_logps[row, :length].tolist())
+        return responses, logprobs
+
+    # ------------------------------------------------------------------ learner side
+    def logprobs(
+        self,
+        prompt_ids: Sequence[Sequence[int]],
+        response_ids: Sequence[Sequence[int]],
+        *,
+        temperature: float = 1.0,
+        with_entropy: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        rows = len(prompt_ids)
+        lengths = [len(p) + len(r) for p, r in zip(prompt_ids, response_ids)]
+        width = max(lengths)
+        resp_width = max((len(r) for r in response_ids), default=1) or 1
+        ids = torch.full((rows, width), self.pad_token_id, dtype=torch.long)
+        attention = torch.zeros(rows, width, dtype=torch.long)
+        targets = torch.zeros(rows, resp_width, dtype=torch.long)
+        gather_at = torch.zeros(rows, resp_width, dtype=torch.long)
+        mask = torch.zeros(rows, resp_width)
+        for row, (prompt, response) in enumerate(zip(prompt_ids, response_ids)):
+            seq = list(prompt) + list(response)
+            ids[row, : len(seq)] = torch.as_tensor(seq, dtype=torch.long)
+            attention[row, : len(seq)] = 1
+            n = len(response)
+            if n:
+                targets[row, :n] = torch.as_tensor(list(response), dtype=torch.long)
+                # the token at position len(prompt)+j is predicted by the logits at len(prompt)+j-1
+                gather_at[row, :n] = torch.arange(len(prompt) - 1, len(prompt) - 1 + n)
+                mask[row, :n] = 1.0
+        ids, attention = ids.to(self.device), attention.to(self.device)
+        positions = torch.arange(width, device=self.device).unsqueeze(0).expand(rows, -1)
+        logits = self.model(input_ids=ids, attention_mask=attention, position_ids=positions).logits
+        picked = logits[torch.arange(rows).unsqueeze(-1), gather_at.to(self.device)].float()
+        scale = temperature if temperature > 0 else 1.0
+        logp_all = torch.log_softmax(picked / scale, dim=-1)
+        token_logp = logp_all.gather(-1, targets.to(self.device).unsqueeze(-1)).squeeze(-1)
+        mask = mask.to(self.device)
+        token_logp = token_logp * mask
+        entropy = None
+        if with_entropy:
+            entropy = -(logp_all.exp() * logp_all).sum(-1) * mask
+        return token_logp, mask, entropy
+
+    def frozen_copy(self) -> TransformersPolicy:
+        ref = copy.deepcopy(self)
+        ref.requires_grad_(False)
+        ref.eval()
+        return ref

@@ -1,0 +1,161 @@
+"""Group rollouts (Algorithm 1, step A): G groups x N copies of one task each, stepped together.
+
+Every live copy gets its prompt context, the policy answers all of them in one batched call, and the
+group vector env steps them together; finished copies are dropped from generation. The result is a
+``TrajectoryBatch`` (one row per step) whose extra columns carry what the learner needs: the prompt and
+response token ids and the old log-probs, plus per-episode statistics and the time split between
+generation and environment stepping.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ecpo_gym.group import GroupVectorEnv
+from ecpo_train.batch import TrajectoryBatch
+from ecpo_train.policies.base import Policy, StepContext
+
+ANCHOR_KEYS = ("state_key", "observation_key")
+
+
+@dataclass
+class Episode:
+    """Outcome of one trajectory."""
+
+    group_id: int
+    traj_id: int
+    task_id: str
+    task_type: str
+    won: bool
+    length: int
+    total_reward: float
+    invalid_steps: int
+
+
+@dataclass
+class Rollout:
+    """A batch of step rows plus episode outcomes and timings."""
+
+    batch: TrajectoryBatch
+    episodes: list[Episode]
+    generation_seconds: float = 0.0
+    env_seconds: float = 0.0
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def episode_metrics(episodes: Sequence[Episode], prefix: str = "") -> dict[str, float]:
+    """Success (overall and per task type), reward mean/std, episode length and invalid-action rate."""
+    if not episodes:
+        return {}
+    won = np.array([e.won for e in episodes], dtype=float)
+    rewards = np.array([e.total_reward for e in episodes])
+    lengths = np.array([e.length for e in episodes], dtype=float)
+    metrics = {
+        f"{prefix}success": float(won.mean()),
+        f"{prefix}reward_mean": float(rewards.mean()),
+        f"{prefix}reward_std": float(rewards.std()),
+        f"{prefix}episode_length": float(lengths.mean()),
+        f"{prefix}invalid_action_rate": float(sum(e.invalid_steps for e in episodes) / max(lengths.sum(), 1.0)),
+    }
+    for task_type in sorted({e.task_type for e in episodes if e.task_type}):
+        mask = np.array([e.task_type == task_type for e in episodes])
+        metrics[f"{prefix}success/{task_type}"] = float(won[mask].mean())
+    return metrics
+
+
+def collect_rollout(
+    envs: GroupVectorEnv,
+    policy: Policy,
+    task_ids: Sequence[str],
+    *,
+    env_name: str,
+    temperature: float,
+    seed: int | None = None,
+    anchor_key: str = "state_key",
+    history_length: int | None = None,
+) -> Rollout:
+    """Play one episode on every copy of ``envs`` (group ``g`` on ``task_ids[g]``) with ``policy``.
+
+    ``anchor_key`` picks the info field that becomes the credit's ``state_key`` column: the env's
+    structured ``state_key`` (default) or the normalised observation ``observation_key`` (the paper's
+    text anchor). Both are kept as extras (``policy_state_key``, ``observation_key``).
+    """
+    if anchor_key not in ANCHOR_KEYS:
+        raise ValueError(f"anchor_key={anchor_key!r}; valid: {', '.join(ANCHOR_KEYS)}")
+    n = envs.num_envs
+    started = time.perf_counter()
+    results = envs.reset(task_ids=list(task_ids), seed=seed)
+    env_seconds = time.perf_counter() - started
+    generation_seconds = 0.0
+    observations = [obs for obs, _ in results]
+    infos = [info for _, info in results]
+    live = [True] * n
+    histories: list[list[tuple[str, str]]] = [[] for _ in range(n)]
+    columns = ("state_keys", "action_keys", "rewards", "is_action_valid")
+    extra_columns = ("prompt_ids", "response_ids", "old_logprobs", "policy_state_key", "observation_key", "response")
+    records: list[dict[str, list[Any]]] = [{name: [] for name in columns + extra_columns} for _ in range(n)]
+    episodes: list[Episode | None] = [None] * n
+    while any(live):
+        active = [i for i in range(n) if live[i]]
+        contexts = [
+            StepContext(
+                env_name=env_name,
+                task=str(infos[i].get("task", "")),
+                step_count=int(infos[i].get("step", len(histories[i]))),
+                history=histories[i][-history_length:] if history_length else list(histories[i]),
+                observation=observations[i],
+                admissible_actions=list(infos[i].get("admissible_actions", [])),
+                state_key=str(infos[i]["state_key"]),
+            )
+            for i in active
+        ]
+        started = time.perf_counter()
+        output = policy.act(contexts, temperature=temperature)
+        generation_seconds += time.perf_counter() - started
+        actions: list[str | None] = [None] * n
+        for k, i in enumerate(active):
+            actions[i] = output.actions[k]
+        started = time.perf_counter()
+        steps = envs.step(actions)
+        env_seconds += time.perf_counter() - started
+        for k, i in enumerate(active):
+            before, after = infos[i], steps[i].info
+            record = records[i]
+            record["state_keys"].append(str(before[anchor_key]))
+            record["action_keys"].append(str(after.get("action_key", "<invalid>")))
+            record["rewards"].append(float(steps[i].reward))
+            record["is_action_valid"].append(bool(after.get("is_action_valid", False)))
+            record["prompt_ids"].append(output.prompt_ids[k])
+            record["response_ids"].append(output.response_ids[k])
+            record["old_logprobs"].append(output.logprobs[k])
+            record["policy_state_key"].append(str(before["state_key"]))
+            record["observation_key"].append(str(before.get("observation_key", "")))
+            record["response"].append(output.responses[k])
+            histories[i].append((observations[i], output.actions[k]))
+            observations[i], infos[i] = steps[i].observation, after
+            if steps[i].terminated or steps[i].truncated:
+                live[i] = False
+                episodes[i] = Episode(
+                    group_id=envs.group_of(i), traj_id=i, task_id=str(after.get("task_id", "")),
+                    task_type=str(after.get("task_type", "")), won=bool(after.get("won", False)),
+                    length=len(record["rewards"]), total_reward=float(sum(record["rewards"])),
+                    invalid_steps=sum(not v for v in record["is_action_valid"]),
+                )
+    trajectories = [
+        {
+            "group_id": envs.group_of(i),
+            "traj_id": i,
+            **{name: records[i][name] for name in columns},
+            "extras": {name: records[i][name] for name in extra_columns},
+        }
+        for i in range(n)
+    ]
+    batch = TrajectoryBatch.from_trajectories(trajectories)
+    done = [e for e in episodes if e is not None]
+    return Rollout(batch=batch, episodes=done, generation_seconds=generation_seconds, env_seconds=env_seconds,
+                   metrics=episode_metrics(done))
