@@ -147,10 +147,6 @@ class SearchQABaseEnv(TextAgentEnv):
             info["invalid_reason"] = self._invalid_reason
         return info
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict]:
-        self._invalid_reason = ""
-        return super().reset(seed=seed, options=options)
-
 
 class SearchQAEnv(SearchQABaseEnv):
     """``ecpo/SearchQA-v0``: a real QA dataset over a real retriever.
