@@ -1,0 +1,229 @@
+"""Agents a leaderboard evaluates: one interface over trained policies, prompted chat models and rule-based play.
+
+The runner drives an agent through ``begin_task`` (once per task and seed: clear per-task memory),
+``begin_episode`` (after each ``env.reset``), ``act`` (one ``StepContext`` in, the action text out) and
+``end_episode`` (the finished trial). ``max_trials > 1`` (Reflexion) makes the runner replay a failed task.
+
+- ``PolicyAgent``: a project ``Policy`` (a trained checkpoint via ``load_checkpoint_policy``, LLM or tabular);
+- ``PromptingAgent``: the paper's prompt template as one user turn to any ``ChatModel`` ("Prompting" rows,
+  local transformers models and OpenAI-compatible endpoints alike);
+- ``ReActAgent`` / ``ReflexionAgent`` live in ``react.py``;
+- ``ExpertAgent``: rule-based upper bound reading the environment (ALFWorld walkthrough / generator plan,
+  WebShop target product, search-QA gold evidence); ``RandomAgent``: uniform admissible actions.
+"""
+
+from __future__ import annotations
+
+import abc
+import hashlib
+import random
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ecpo_gym.canonical import INVALID_ACTION
+from ecpo_train.evaluation.chat import ChatModel
+from ecpo_train.policies.base import Policy, StepContext
+from ecpo_train.policies.parsing import parse_action
+from ecpo_train.prompting import render_prompt, template_name
+
+
+def episode_seed(seed: int, task_id: str, trial: int = 0) -> int:
+    """A 31-bit seed from ``(seed, task_id, trial)``: an episode's randomness never depends on run order."""
+    digest = hashlib.sha256(f"{seed}|{task_id}|{trial}".encode()).digest()
+    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
+
+
+@dataclass
+class Trial:
+    """A finished episode as the agent sees it: (observation, action, response) per step and the outcome."""
+
+    task: str
+    steps: list[tuple[str, str, str]]
+    won: bool
+    final_observation: str
+
+
+class Agent(abc.ABC):
+    """See the module docstring for the call order."""
+
+    name: str = "agent"
+    max_trials: int = 1
+
+    def describe(self) -> dict[str, Any]:
+        """Settings that identify this agent's results (a resumed run must match them)."""
+        return {"agent": type(self).__name__, "name": self.name}
+
+    def begin_task(self, env: Any, task_id: str, seed: int) -> None:
+        """Called once per (task, seed) before its first trial."""
+
+    def begin_episode(self, env: Any, observation: str, info: dict[str, Any], seed: int) -> None:
+        """Called after each reset with that episode's seed."""
+
+    @abc.abstractmethod
+    def act(self, ctx: StepContext) -> str:
+        """The action text for the current step (``"<invalid>"`` when the agent produced none)."""
+
+    def last_response(self) -> str:
+        """The raw text behind the last action (the action itself for non-LLM agents)."""
+        return ""
+
+    def end_episode(self, trial: Trial) -> None:
+        """Called after each trial (Reflexion reflects on failures here)."""
+
+
+class PolicyAgent(Agent):
+    """A project ``Policy`` at a fixed temperature (``<= 0``: greedy; tabular policies then take the argmax)."""
+
+    def __init__(self, policy: Policy, *, temperature: float = 0.4, name: str = "policy") -> None:
+        self.policy = policy
+        self.temperature = float(temperature)
+        self.name = name
+        self._response = ""
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "policy": type(self.policy).__name__, "temperature": self.temperature}
+
+    def begin_episode(self, env: Any, observation: str, info: dict[str, Any], seed: int) -> None:
+        import torch
+
+        torch.manual_seed(seed)
+        generator = getattr(self.policy, "generator", None)
+        if generator is not None:
+            generator.manual_seed(seed)
+
+    def act(self, ctx: StepContext) -> str:
+        if self.temperature <= 0 and hasattr(self.policy, "action_probabilities"):
+            if not ctx.admissible_actions:
+                return INVALID_ACTION
+            probs = self.policy.action_probabilities(ctx.state_key, ctx.admissible_actions)
+            action = max(ctx.admissible_actions, key=lambda a: probs[a])
+            self._response = action
+            return action
+        output = self.policy.act([ctx], temperature=self.temperature)
+        self._response = output.responses[0]
+        return output.actions[0] or INVALID_ACTION
+
+    def last_response(self) -> str:
+        return self._response
+
+
+def load_checkpoint_policy(path: str | Path, *, device: str = "cpu") -> tuple[Policy, dict[str, Any]]:
+    """The policy saved by ``Trainer.save_checkpoint`` (a ``checkpoint.pt`` or the run folder holding it).
+
+    Returns the policy and the run's config dict. An LLM run rebuilds its model from the config's ``model``
+    path before loading the trained weights, so that path must exist here too.
+    """
+    import torch
+
+    from ecpo_train.trainer import build_policy, make_config
+
+    path = Path(path)
+    if path.is_dir():
+        path = path / "checkpoint.pt"
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint {path} not found (a training run writes <run_dir>/checkpoint.pt)")
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    if not isinstance(state, dict) or "policy" not in state or "config" not in state:
+        raise ValueError(f"{path} is not an ECPO trainer checkpoint (no 'policy'/'config' entries)")
+    values = dict(state["config"])
+    values["device"] = device
+    config = make_config(values)
+    policy = build_policy(config)
+    policy.load_state_dict(state["policy"])
+    policy.eval()
+    return policy, dict(state["config"])
+
+
+class PromptingAgent(Agent):
+    """The paper's template (``prompts/<env>.txt``) as a single user turn to a chat model."""
+
+    def __init__(self, chat: ChatModel, *, temperature: float = 0.4, history_length: int | None = None,
+                 max_tokens: int | None = None, name: str | None = None) -> None:
+        self.chat = chat
+        self.temperature = float(temperature)
+        self.history_length = history_length
+        self.max_tokens = max_tokens
+        self.name = name or f"prompting:{chat.name}"
+        self._seed = 0
+        self._response = ""
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "model": self.chat.name, "temperature": self.temperature,
+                "history_length": self.history_length}
+
+    def begin_episode(self, env: Any, observation: str, info: dict[str, Any], seed: int) -> None:
+        self._seed = seed
+
+    def act(self, ctx: StepContext) -> str:
+        prompt = render_prompt(ctx.env_name, task=ctx.task, step_count=ctx.step_count, history=ctx.history,
+                               observation=ctx.observation, admissible_actions=ctx.admissible_actions,
+                               history_length=self.history_length)
+        self._response = self.chat.complete([{"role": "user", "content": prompt}], temperature=self.temperature,
+                                            max_tokens=self.max_tokens, seed=self._seed + ctx.step_count)
+        return parse_action(self._response, ctx.env_name) or INVALID_ACTION
+
+    def last_response(self) -> str:
+        return self._response
+
+
+class ExpertAgent(Agent):
+    """Rule-based play with privileged access to the environment (an upper bound; see the module docstring)."""
+
+    name = "expert"
+
+    def __init__(self) -> None:
+        self.plan: list[str] = []
+        self.oracle: Any = None
+
+    def begin_episode(self, env: Any, observation: str, info: dict[str, Any], seed: int) -> None:
+        base = env.unwrapped
+        self.plan, self.oracle = [], None
+        if hasattr(base, "expert_plan"):
+            from ecpo_gym.alfworld.expert import expert_plan
+
+            self.plan = expert_plan(base)
+        elif hasattr(base, "goal_of") and hasattr(base, "shop"):
+            from ecpo_gym.webshop.expert import expert_actions_for_task
+
+            self.plan = expert_actions_for_task(base, str(info["task_id"]))
+        else:
+            from ecpo_gym.searchqa.expert import GoldEvidenceOracle
+
+            self.oracle = GoldEvidenceOracle(base)  # raises TypeError naming the env when it has no expert
+
+    def act(self, ctx: StepContext) -> str:
+        if self.oracle is not None:
+            return self.oracle.act()
+        return self.plan[ctx.step_count] if ctx.step_count < len(self.plan) else INVALID_ACTION
+
+
+_WORD = re.compile(r"[A-Za-z0-9]+")
+
+
+class RandomAgent(Agent):
+    """Uniform over the admissible actions; search templates get random words of the task and observation."""
+
+    name = "random"
+
+    def __init__(self) -> None:
+        self.rng = random.Random(0)
+
+    def begin_episode(self, env: Any, observation: str, info: dict[str, Any], seed: int) -> None:
+        self.rng = random.Random(seed)
+
+    def _words(self, text: str, k: int) -> str:
+        words = _WORD.findall(text) or ["nothing"]
+        return " ".join(self.rng.choice(words) for _ in range(k))
+
+    def act(self, ctx: StepContext) -> str:
+        source = f"{ctx.task} {ctx.observation}"
+        if template_name(ctx.env_name) == "searchqa":
+            if self.rng.random() < 0.5:
+                return f"<search>{self._words(source, 3)}</search>"
+            return f"<answer>{self._words(ctx.observation, 1)}</answer>"
+        if not ctx.admissible_actions:
+            return INVALID_ACTION
+        action = self.rng.choice(ctx.admissible_actions)
+        return action.replace("<query>", self._words(source, 3))

@@ -1,0 +1,165 @@
+"""Chat models for prompt-based agents: one ``complete(messages) -> text`` call, local or over HTTP.
+
+- ``TransformersChatModel``: any causal LM folder or hub id, sampled with the project's
+  ``TransformersPolicy.sample`` (temperature <= 0 decodes greedily).
+- ``OpenAIChatModel``: an OpenAI-compatible ``POST {base_url}/chat/completions`` endpoint (vLLM's server, a
+  hosted model, or ``ecpo_train.evaluation.serve``) with the standard library's ``urllib``. ``base_url``,
+  ``model`` and the key default to ``$ECPO_OPENAI_BASE_URL`` / ``$OPENAI_BASE_URL``, ``$ECPO_OPENAI_MODEL``
+  and ``$ECPO_OPENAI_API_KEY`` / ``$OPENAI_API_KEY``.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from typing import Any
+
+Message = dict[str, str]
+
+
+class ChatModel(abc.ABC):
+    """Something that answers a list of chat messages with the assistant's next message."""
+
+    name: str = "chat"
+
+    @abc.abstractmethod
+    def complete(self, messages: Sequence[Message], *, temperature: float, max_tokens: int | None = None,
+                 seed: int | None = None) -> str:
+        """The assistant's reply to ``messages`` (``temperature <= 0``: greedy)."""
+
+
+def check_messages(messages: Any) -> list[Message]:
+    """``messages`` as a list of ``{"role", "content"}`` dicts; ``ValueError`` on anything else."""
+    if not isinstance(messages, (list, tuple)) or not messages:
+        raise ValueError("messages must be a non-empty list of {'role': ..., 'content': ...} objects")
+    checked = []
+    for k, message in enumerate(messages):
+        if not isinstance(message, dict) or message.get("role") not in ("system", "user", "assistant"):
+            raise ValueError(f"message {k} must be an object with role system|user|assistant")
+        content = message.get("content")
+        if not isinstance(content, str):
+            raise ValueError(f"message {k} content must be a string")
+        checked.append({"role": message["role"], "content": content})
+    return checked
+
+
+def chat_text(tokenizer: Any, messages: Sequence[Message]) -> str:
+    """The messages in the tokenizer's chat template with the assistant turn opened (plain transcript otherwise)."""
+    if getattr(tokenizer, "chat_template", None):
+        text = tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+        if isinstance(text, str):
+            return text
+    lines = [f"{m['role'].capitalize()}: {m['content']}" for m in messages]
+    return "\n".join(lines) + "\nAssistant:"
+
+
+class TransformersChatModel(ChatModel):
+    """A local ``transformers`` causal LM (see the module docstring)."""
+
+    def __init__(self, model_name_or_path: str, *, device: str = "cpu", dtype: str = "float32",
+                 max_new_tokens: int = 512, max_prompt_length: int = 4096) -> None:
+        from ecpo_train.policies.llm import TransformersPolicy
+
+        self.policy = TransformersPolicy(model_name_or_path, env_name="default", device=device, dtype=dtype,
+                                         max_prompt_length=max_prompt_length, max_response_length=max_new_tokens)
+        self.name = str(model_name_or_path)
+        self.max_new_tokens = int(max_new_tokens)
+        self.max_prompt_length = int(max_prompt_length)
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.policy.tokenizer
+
+    def complete_with_usage(self, messages: Sequence[Message], *, temperature: float, max_tokens: int | None = None,
+                            seed: int | None = None) -> tuple[str, int, int, bool]:
+        """``(text, prompt tokens, completion tokens, stopped at end-of-sequence)``."""
+        import torch
+
+        messages = check_messages(messages)
+        ids = self.tokenizer(chat_text(self.tokenizer, messages), add_special_tokens=False)["input_ids"]
+        ids = list(ids[-self.max_prompt_length :])
+        if seed is not None:
+            torch.manual_seed(int(seed))
+        limit = self.max_new_tokens if max_tokens is None else max(1, int(max_tokens))
+        saved, self.policy.max_response_length = self.policy.max_response_length, limit
+        try:
+            (response,), _ = self.policy.sample([ids], float(temperature))
+        finally:
+            self.policy.max_response_length = saved
+        eos = set(self.policy.eos_token_ids.tolist())
+        stopped = bool(response) and response[-1] in eos
+        return self.tokenizer.decode(response, skip_special_tokens=True), len(ids), len(response), stopped
+
+    def complete(self, messages: Sequence[Message], *, temperature: float, max_tokens: int | None = None,
+                 seed: int | None = None) -> str:
+        return self.complete_with_usage(messages, temperature=temperature, max_tokens=max_tokens, seed=seed)[0]
+
+
+def _env_first(*names: str) -> str | None:
+    for name in names:
+        value = os.environ.get(name)
+        if value:
+            return value
+    return None
+
+
+class OpenAIChatModel(ChatModel):
+    """An OpenAI-compatible chat-completions endpoint over ``urllib`` (see the module docstring)."""
+
+    def __init__(self, model: str | None = None, *, base_url: str | None = None, api_key: str | None = None,
+                 max_new_tokens: int = 512, timeout_s: float = 120.0, retries: int = 3) -> None:
+        base_url = base_url or _env_first("ECPO_OPENAI_BASE_URL", "OPENAI_BASE_URL")
+        model = model or _env_first("ECPO_OPENAI_MODEL")
+        if not base_url:
+            raise ValueError("no endpoint: pass base_url (e.g. http://127.0.0.1:8000/v1) or set "
+                             "$ECPO_OPENAI_BASE_URL / $OPENAI_BASE_URL")
+        if not model:
+            raise ValueError("no model name: pass model or set $ECPO_OPENAI_MODEL")
+        self.base_url = base_url.rstrip("/")
+        self.name = self.model = model
+        self.api_key = api_key if api_key is not None else _env_first("ECPO_OPENAI_API_KEY", "OPENAI_API_KEY")
+        self.max_new_tokens = int(max_new_tokens)
+        self.timeout_s = float(timeout_s)
+        self.retries = max(1, int(retries))
+
+    def request(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """POST ``payload`` to ``/chat/completions``; retries connection errors, 429 and 5xx with backoff."""
+        data = json.dumps(payload).encode("utf-8")
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        url = f"{self.base_url}/chat/completions"
+        last_error: Exception | None = None
+        for attempt in range(self.retries):
+            request = urllib.request.Request(url, data=data, headers=headers, method="POST")
+            try:
+                with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                    return json.loads(response.read().decode("utf-8"))
+            except urllib.error.HTTPError as err:
+                body = err.read().decode("utf-8", "replace")[:500]
+                if err.code != 429 and err.code < 500:
+                    raise RuntimeError(f"{url} answered HTTP {err.code}: {body}") from None
+                last_error = RuntimeError(f"{url} answered HTTP {err.code}: {body}")
+            except (urllib.error.URLError, TimeoutError, ConnectionError) as err:
+                last_error = err
+            time.sleep(min(2.0**attempt, 10.0))
+        raise ConnectionError(f"chat endpoint {url} failed after {self.retries} tries: {last_error}")
+
+    def complete(self, messages: Sequence[Message], *, temperature: float, max_tokens: int | None = None,
+                 seed: int | None = None) -> str:
+        payload: dict[str, Any] = {"model": self.model, "messages": check_messages(messages),
+                                   "temperature": max(0.0, float(temperature)),
+                                   "max_tokens": self.max_new_tokens if max_tokens is None else int(max_tokens)}
+        if seed is not None:
+            payload["seed"] = int(seed)
+        answer = self.request(payload)
+        try:
+            content = answer["choices"][0]["message"]["content"]
+        except (KeyError, IndexError, TypeError):
+            raise RuntimeError(f"unexpected chat-completions answer from {self.base_url}: {str(answer)[:300]}") from None
+        return content if isinstance(content, str) else ""

@@ -1,0 +1,157 @@
+"""Task manifests: the fixed lists of task ids a leaderboard evaluates, so every run and machine sees the same.
+
+A manifest is a small JSON file (committed in ``ecpo_train/manifests/``)::
+
+    {"name": "alfworld_valid_seen", "benchmark": "alfworld", "env_id": "ecpo/ALFWorld-v0",
+     "env_kwargs": {"split": "valid_seen"},
+     "groups": {"valid_seen": {"task_ids": ["pick_and_place_simple-.../trial_.../game.tw-pddl", ...]}},
+     "description": "..."}
+
+``benchmark`` picks the table the results go to (``alfworld``, ``webshop``, ``searchqa``; anything else gets
+a generic success table). Each group is one column source (a split, or a QA dataset) with its own
+``env_kwargs`` merged over the manifest's. A group lists its ``task_ids`` explicitly, or says ``"first": K``:
+the first K ids of the environment's own ``task_ids`` order (used for QA datasets whose files are not
+shipped here; dataset task ids are the rows' own ids, so the same file gives the same K ids).
+
+Without a manifest (``manifest_from_env``) the runner lists the environment's ``task_ids`` sorted, so any
+split folder works, e.g. ALFWorld ``valid_unseen`` (not listed here: that split is not available to us).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+MANIFEST_DIR = Path(__file__).resolve().parent.parent / "manifests"
+BENCHMARKS = ("alfworld", "webshop", "searchqa")
+
+
+@dataclass
+class TaskGroup:
+    """One split or dataset of a manifest: its environment settings and its task ids."""
+
+    name: str
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    task_ids: list[str] | None = None  # None: take the first ``first`` ids of the environment
+    first: int | None = None
+
+
+@dataclass
+class TaskManifest:
+    name: str
+    benchmark: str
+    env_id: str
+    env_kwargs: dict[str, Any]
+    groups: list[TaskGroup]
+    description: str = ""
+
+    def group_env_kwargs(self, group: TaskGroup, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The environment constructor arguments of ``group`` (manifest < group < ``overrides``)."""
+        return {**self.env_kwargs, **group.env_kwargs, **(overrides or {})}
+
+    def to_json(self) -> dict[str, Any]:
+        groups: dict[str, Any] = {}
+        for group in self.groups:
+            entry: dict[str, Any] = {}
+            if group.env_kwargs:
+                entry["env_kwargs"] = group.env_kwargs
+            if group.task_ids is not None:
+                entry["task_ids"] = list(group.task_ids)
+            if group.first is not None:
+                entry["first"] = group.first
+            groups[group.name] = entry
+        return {"name": self.name, "benchmark": self.benchmark, "env_id": self.env_id,
+                "env_kwargs": self.env_kwargs, "description": self.description, "groups": groups}
+
+
+def benchmark_of(env_id: str) -> str:
+    """``alfworld`` / ``webshop`` / ``searchqa`` from an environment id, else the id's bare name."""
+    base = env_id.rsplit("/", 1)[-1].lower()
+    for name in BENCHMARKS:
+        if base.startswith(name):
+            return name
+    return base.split("-", 1)[0]
+
+
+def parse_manifest(data: dict[str, Any], source: str = "<dict>") -> TaskManifest:
+    """Validate a manifest's JSON; a clear ``ValueError`` naming ``source`` on bad input."""
+    if not isinstance(data, dict):
+        raise ValueError(f"manifest {source}: expected a JSON object")
+    missing = [key for key in ("name", "env_id", "groups") if key not in data]
+    if missing:
+        raise ValueError(f"manifest {source}: missing key(s) {', '.join(missing)}")
+    raw_groups = data["groups"]
+    if not isinstance(raw_groups, dict) or not raw_groups:
+        raise ValueError(f"manifest {source}: 'groups' must be a non-empty object of group name -> spec")
+    groups = []
+    for name, spec in raw_groups.items():
+        if not isinstance(spec, dict):
+            raise ValueError(f"manifest {source}: group {name!r} must be an object")
+        task_ids, first = spec.get("task_ids"), spec.get("first")
+        if (task_ids is None) == (first is None):
+            raise ValueError(f"manifest {source}: group {name!r} needs exactly one of 'task_ids' or 'first'")
+        if task_ids is not None:
+            if not isinstance(task_ids, list) or not all(isinstance(t, str) for t in task_ids):
+                raise ValueError(f"manifest {source}: group {name!r} 'task_ids' must be a list of strings")
+            if len(set(task_ids)) != len(task_ids):
+                raise ValueError(f"manifest {source}: group {name!r} lists a task id twice")
+        if first is not None and (not isinstance(first, int) or first < 1):
+            raise ValueError(f"manifest {source}: group {name!r} 'first' must be a positive integer")
+        groups.append(TaskGroup(name=str(name), env_kwargs=dict(spec.get("env_kwargs") or {}),
+                                task_ids=list(task_ids) if task_ids is not None else None, first=first))
+    env_id = str(data["env_id"])
+    return TaskManifest(name=str(data["name"]), benchmark=str(data.get("benchmark") or benchmark_of(env_id)),
+                        env_id=env_id, env_kwargs=dict(data.get("env_kwargs") or {}), groups=groups,
+                        description=str(data.get("description", "")))
+
+
+def available_manifests() -> list[str]:
+    """Names of the committed manifests."""
+    return sorted(path.stem for path in MANIFEST_DIR.glob("*.json"))
+
+
+def load_manifest(name_or_path: str | Path) -> TaskManifest:
+    """A committed manifest by name (``alfworld_gen``) or any manifest file by path."""
+    path = Path(name_or_path)
+    if not path.is_file():
+        path = MANIFEST_DIR / f"{name_or_path}.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"manifest {name_or_path!r} not found (neither a file nor one of the committed "
+                                f"manifests in {MANIFEST_DIR}: {', '.join(available_manifests())})")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"manifest {path} is not valid JSON: {err}") from None
+    return parse_manifest(data, str(path))
+
+
+def manifest_from_env(env_id: str, env_kwargs: dict[str, Any] | None = None, *, group: str | None = None,
+                      limit: int | None = None) -> TaskManifest:
+    """An ad-hoc manifest: every task id of the environment, sorted (the first ``limit`` when given)."""
+    import gymnasium as gym
+
+    import ecpo_gym  # noqa: F401  (registers the ids)
+
+    kwargs = dict(env_kwargs or {})
+    env = gym.make(env_id, disable_env_checker=True, **kwargs)
+    try:
+        ids = sorted(str(t) for t in env.unwrapped.task_ids)
+    finally:
+        env.close()
+    if limit is not None:
+        ids = ids[:limit]
+    group_name = group or str(kwargs.get("split") or kwargs.get("dataset") or "all")
+    name = env_id.rsplit("/", 1)[-1] + ("_" + group_name if group_name != "all" else "")
+    return TaskManifest(name=name, benchmark=benchmark_of(env_id), env_id=env_id, env_kwargs=kwargs,
+                        groups=[TaskGroup(name=group_name, task_ids=ids)],
+                        description=f"every task of {env_id} {kwargs}, sorted")
+
+
+def resolve_task_ids(group: TaskGroup, env: Any) -> list[str]:
+    """The task ids of ``group`` on a made environment (``first`` reads the environment's own order)."""
+    if group.task_ids is not None:
+        return list(group.task_ids)
+    ids = [str(t) for t in env.unwrapped.task_ids]
+    return ids[: group.first]

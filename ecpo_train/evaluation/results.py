@@ -1,0 +1,58 @@
+"""The append-only results log of an evaluation: one JSON line per finished episode, fsynced.
+
+An interrupted evaluation loses at most the episode in flight: ``load_records`` reads every complete line,
+drops a torn last line (and truncates it away so the next append starts on a fresh line) and skips lines
+that are not JSON objects.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+RECORD_KEY = ("manifest", "group", "task_id", "seed")
+
+
+def record_key(record: dict[str, Any]) -> tuple[str, str, str, int]:
+    return (str(record["manifest"]), str(record["group"]), str(record["task_id"]), int(record["seed"]))
+
+
+def load_records(path: str | Path, *, repair: bool = True) -> list[dict[str, Any]]:
+    """The complete records of ``path`` (first one wins per key); ``repair`` cuts a torn last line."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    data = path.read_bytes()
+    end = data.rfind(b"\n") + 1
+    if repair and end < len(data):
+        with open(path, "r+b") as handle:
+            handle.truncate(end)
+            handle.flush()
+            os.fsync(handle.fileno())
+    records: dict[tuple, dict[str, Any]] = {}
+    skipped = 0
+    for line in data[:end].splitlines():
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            key = record_key(record)
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+            skipped += 1
+            continue
+        records.setdefault(key, record)
+    if skipped:
+        warnings.warn(f"{path}: skipped {skipped} unreadable line(s)", stacklevel=2)
+    return list(records.values())
+
+
+def append_record(path: str | Path, record: dict[str, Any]) -> None:
+    """Append one record as a JSON line and fsync it."""
+    line = json.dumps(record, sort_keys=True, ensure_ascii=False) + "\n"
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(line)
+        handle.flush()
+        os.fsync(handle.fileno())

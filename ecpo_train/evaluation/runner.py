@@ -1,0 +1,207 @@
+"""Run an agent over manifests and seeds, resumably, and write the leaderboard's JSON and markdown.
+
+Layout under ``out_dir``::
+
+    <agent>/run.json             the agent's settings, temperature and seeds (a resume must match them)
+    <agent>/<manifest>.jsonl     one fsynced line per finished (group, task, seed) episode
+    <agent>/results.json         every episode record + the aggregated tables, derived from the jsonl files
+    leaderboard.json / .md       the tables of every agent under ``out_dir``
+
+Starting again with the same ``out_dir`` and agent skips the (group, task, seed) pairs already logged.
+Each episode's randomness comes from ``episode_seed(seed, task_id, trial)`` (environment reset and agent
+sampling), so a resumed run gives the records an uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ecpo_gym.canonical import INVALID_ACTION
+from ecpo_train.evaluation.agents import Agent, Trial, episode_seed
+from ecpo_train.evaluation.manifests import TaskManifest, resolve_task_ids
+from ecpo_train.evaluation.results import append_record, load_records, record_key
+from ecpo_train.evaluation.tables import aggregate, markdown_tables
+from ecpo_train.policies.base import StepContext
+
+VALIDATION_TEMPERATURE = 0.4  # paper App. A (ALFWorld, WebShop); search-QA validates greedily
+
+
+@dataclass
+class EvalSettings:
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    limit: int | None = None  # first N tasks of each group (smoke runs)
+    env_overrides: dict[str, Any] = field(default_factory=dict)
+    progress: bool = True
+
+
+def safe_name(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_.+" else "_" for c in name).strip("._") or "agent"
+
+
+def play_task(env: Any, env_id: str, agent: Agent, task_id: str, seed: int) -> dict[str, Any]:
+    """Every trial of ``agent`` on ``task_id`` (stops at the first win); the outcome of the last trial."""
+    agent.begin_task(env, task_id, seed)
+    started = time.perf_counter()
+    total_steps = total_invalid = 0
+    outcome: dict[str, Any] = {}
+    trial_wins = []
+    for trial_index in range(max(1, agent.max_trials)):
+        trial_seed = episode_seed(seed, task_id, trial_index)
+        observation, info = env.reset(seed=trial_seed, options={"task_id": task_id})
+        agent.begin_episode(env, observation, info, trial_seed)
+        history: list[tuple[str, str]] = []
+        steps: list[tuple[str, str, str]] = []
+        reward_sum, invalid, won, done = 0.0, 0, False, False
+        task_text, task_type = str(info.get("task", "")), str(info.get("task_type", ""))
+        while not done:
+            ctx = StepContext(env_name=env_id, task=task_text, step_count=int(info.get("step", len(history))),
+                              history=list(history), observation=observation,
+                              admissible_actions=list(info.get("admissible_actions", [])),
+                              state_key=str(info.get("state_key", "")))
+            action = agent.act(ctx)
+            if not isinstance(action, str) or not action:
+                action = INVALID_ACTION
+            next_observation, reward, terminated, truncated, info = env.step(action)
+            steps.append((observation, action, agent.last_response()))
+            history.append((observation, action))
+            observation = next_observation
+            reward_sum += float(reward)
+            invalid += 0 if info.get("is_action_valid", False) else 1
+            won = won or bool(info.get("won", False))
+            done = bool(terminated or truncated)
+        total_steps += len(steps)
+        total_invalid += invalid
+        trial_wins.append(won)
+        agent.end_episode(Trial(task=task_text, steps=steps, won=won, final_observation=observation))
+        score = info.get("score")
+        em = info.get("em")
+        outcome = {"task_type": task_type, "success": won, "reward": reward_sum, "steps": len(steps),
+                   "invalid_actions": invalid,
+                   "score": float(score) if score is not None else float(won),
+                   "em": float(em) if em is not None else None}
+        if won:
+            break
+    outcome.update(trials=len(trial_wins), trial_wins=trial_wins, total_steps=total_steps,
+                   total_invalid_actions=total_invalid, seconds=round(time.perf_counter() - started, 3))
+    return outcome
+
+
+class _Progress:
+    """A rich progress bar with the running success rate (a no-op when disabled)."""
+
+    def __init__(self, enabled: bool, total: int, done: int, label: str) -> None:
+        self.enabled, self.total, self.done, self.label = enabled, total, done, label
+        self.wins = self.count = 0
+        self._bar: Any = None
+
+    def __enter__(self) -> _Progress:
+        if self.enabled:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), TextColumn("{task.fields[status]}"))
+            self._bar.__enter__()
+            self._task = self._bar.add_task(self.label, total=self.total, completed=self.done, status="")
+        return self
+
+    def update(self, success: bool, where: str) -> None:
+        self.count += 1
+        self.wins += int(success)
+        if self._bar is not None:
+            status = f"success {self.wins / self.count:.3f} ({self.count} new) | {where}"
+            self._bar.update(self._task, advance=1, status=status)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(*exc)
+
+
+def check_run_config(run_dir: Path, config: dict[str, Any]) -> None:
+    """Write ``run.json``, or check that an existing one describes the same agent and settings."""
+    path = run_dir / "run.json"
+    if path.is_file():
+        stored = json.loads(path.read_text(encoding="utf-8"))
+        if stored.get("agent") != config["agent"]:
+            raise ValueError(f"{run_dir} holds results of a different agent configuration:\n  stored  "
+                             f"{stored.get('agent')}\n  current {config['agent']}\nuse another --out-dir or --name")
+        merged = {**stored, "seeds": sorted(set(stored.get("seeds", [])) | set(config["seeds"]))}
+        path.write_text(json.dumps(merged, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        return
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(config, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def evaluate(agent: Agent, manifests: Sequence[TaskManifest], out_dir: str | Path,
+             settings: EvalSettings | None = None) -> dict[str, Any]:
+    """Evaluate ``agent`` on every task of ``manifests`` for each seed; returns the agent's results dict."""
+    import gymnasium as gym
+
+    import ecpo_gym  # noqa: F401  (registers the ids)
+
+    settings = settings or EvalSettings()
+    out_dir = Path(out_dir)
+    run_dir = out_dir / safe_name(agent.name)
+    check_run_config(run_dir, {"agent": agent.describe(), "seeds": list(settings.seeds)})
+    for manifest in manifests:
+        log = run_dir / f"{safe_name(manifest.name)}.jsonl"
+        done = {record_key(r) for r in load_records(log)}
+        for group in manifest.groups:
+            env_kwargs = manifest.group_env_kwargs(group, settings.env_overrides)
+            ids = group.task_ids[: settings.limit] if group.task_ids is not None else None
+            pending_known = ids is not None and all((manifest.name, group.name, t, s) in done
+                                                    for t in ids for s in settings.seeds)
+            if pending_known:
+                continue
+            env = gym.make(manifest.env_id, disable_env_checker=True, **env_kwargs)
+            try:
+                ids = ids if ids is not None else resolve_task_ids(group, env)[: settings.limit]
+                todo = [(s, t) for s in settings.seeds for t in ids if (manifest.name, group.name, t, s) not in done]
+                label = f"{agent.name} | {manifest.name}/{group.name}"
+                with _Progress(settings.progress, len(ids) * len(settings.seeds),
+                               len(ids) * len(settings.seeds) - len(todo), label) as bar:
+                    for seed, task_id in todo:
+                        outcome = play_task(env, manifest.env_id, agent, task_id, seed)
+                        record = {"agent": agent.name, "manifest": manifest.name, "benchmark": manifest.benchmark,
+                                  "env_id": manifest.env_id, "group": group.name, "task_id": task_id,
+                                  "seed": seed, **outcome}
+                        append_record(log, record)
+                        done.add(record_key(record))
+                        bar.update(bool(outcome["success"]), f"seed {seed}")
+            finally:
+                env.close()
+    return write_reports(out_dir, agent.name, [m.name for m in manifests])
+
+
+def collect_records(run_dir: Path, manifest_names: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """Every record of a run folder (optionally only some manifests), in a stable order."""
+    paths = sorted(run_dir.glob("*.jsonl"))
+    if manifest_names is not None:
+        wanted = {safe_name(m) for m in manifest_names}
+        paths = [p for p in paths if p.stem in wanted]
+    records = [r for p in paths for r in load_records(p, repair=False)]
+    return sorted(records, key=lambda r: (r["manifest"], r["group"], int(r["seed"]), r["task_id"]))
+
+
+def write_reports(out_dir: str | Path, agent_name: str | None = None,
+                  manifest_names: Sequence[str] | None = None) -> dict[str, Any]:
+    """Derive ``<agent>/results.json`` (when ``agent_name``) and ``leaderboard.json/.md`` from the jsonl logs."""
+    out_dir = Path(out_dir)
+    result: dict[str, Any] = {}
+    if agent_name is not None:
+        run_dir = out_dir / safe_name(agent_name)
+        records = collect_records(run_dir, manifest_names)
+        run = json.loads((run_dir / "run.json").read_text(encoding="utf-8")) if (run_dir / "run.json").is_file() else {}
+        result = {"run": run, "summary": aggregate(records).get(agent_name, {}), "episodes": records}
+        (run_dir / "results.json").write_text(json.dumps(result, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    everything = [r for d in sorted(p for p in out_dir.iterdir() if p.is_dir()) for r in collect_records(d)]
+    summary = aggregate(everything)
+    (out_dir / "leaderboard.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    markdown = markdown_tables(summary)
+    (out_dir / "leaderboard.md").write_text(markdown, encoding="utf-8")
+    result["markdown"] = markdown
+    return result

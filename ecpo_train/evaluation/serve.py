@@ -1,0 +1,141 @@
+"""A minimal OpenAI-compatible chat server over a local transformers model (stdlib ``http.server``).
+
+``python -m ecpo_train.evaluation.serve MODEL_DIR [--host 127.0.0.1] [--port 8000]`` serves
+``POST /v1/chat/completions`` (``messages``, ``temperature``, ``max_tokens``, ``seed``) and ``GET /v1/models``,
+so a local checkpoint can stand in wherever an OpenAI-style endpoint is expected, e.g. the leaderboard's
+``--backend openai`` rows. Requests are answered one at a time (one model, one lock); it is meant for a
+single evaluation client on localhost, not for serving traffic.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from ecpo_train.evaluation.chat import TransformersChatModel, check_messages
+
+MAX_BODY_BYTES = 16 << 20
+
+
+class ChatCompletionServer(ThreadingHTTPServer):
+    """``ThreadingHTTPServer`` holding one chat model; ``port=0`` picks a free port (see ``.port``)."""
+
+    daemon_threads = True
+
+    def __init__(self, model: TransformersChatModel, host: str = "127.0.0.1", port: int = 0,
+                 model_name: str | None = None) -> None:
+        super().__init__((host, port), _Handler)
+        self.model = model
+        self.model_name = model_name or model.name
+        self.lock = threading.Lock()
+
+    @property
+    def port(self) -> int:
+        return int(self.server_address[1])
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.server_address[0]}:{self.port}/v1"
+
+    def start(self) -> threading.Thread:
+        """Serve in a daemon thread (stop with ``shutdown()`` then ``server_close()``)."""
+        thread = threading.Thread(target=self.serve_forever, daemon=True)
+        thread.start()
+        return thread
+
+    def chat_completion(self, body: dict[str, Any]) -> dict[str, Any]:
+        messages = check_messages(body.get("messages"))
+        temperature = float(body.get("temperature", 1.0))
+        max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
+        seed = body.get("seed")
+        with self.lock:
+            text, prompt_tokens, completion_tokens, stopped = self.model.complete_with_usage(
+                messages, temperature=temperature, max_tokens=int(max_tokens) if max_tokens else None,
+                seed=int(seed) if seed is not None else None)
+        return {
+            "id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "object": "chat.completion", "created": int(time.time()),
+            "model": self.model_name,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                         "finish_reason": "stop" if stopped else "length"}],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                      "total_tokens": prompt_tokens + completion_tokens},
+        }
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: ChatCompletionServer
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet: the client reports failures
+        return
+
+    def _send(self, status: int, payload: dict[str, Any]) -> None:
+        data = json.dumps(payload).encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _error(self, status: int, message: str) -> None:
+        self._send(status, {"error": {"message": message, "type": "invalid_request_error", "code": status}})
+
+    def do_GET(self) -> None:
+        if self.path.rstrip("/") == "/v1/models":
+            self._send(200, {"object": "list", "data": [{"id": self.server.model_name, "object": "model",
+                                                         "owned_by": "ecpo"}]})
+        else:
+            self._error(404, f"no route GET {self.path}")
+
+    def do_POST(self) -> None:
+        if self.path.rstrip("/") != "/v1/chat/completions":
+            self._error(404, f"no route POST {self.path}")
+            return
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = -1
+        if length <= 0 or length > MAX_BODY_BYTES:
+            self._error(400, "a JSON body with a Content-Length up to 16 MiB is required")
+            return
+        try:
+            body = json.loads(self.rfile.read(length).decode("utf-8"))
+            if not isinstance(body, dict):
+                raise ValueError("the body must be a JSON object")
+            answer = self.server.chat_completion(body)
+        except (ValueError, TypeError, UnicodeDecodeError) as err:
+            self._error(400, str(err))
+            return
+        except Exception as err:  # the model failed: tell the client instead of dropping the connection
+            self._error(500, f"{type(err).__name__}: {err}")
+            return
+        self._send(200, answer)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model", help="local model folder or hub id")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--name", default=None, help="model name reported to clients (default: the path)")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--max-new-tokens", type=int, default=512)
+    args = parser.parse_args(argv)
+    model = TransformersChatModel(args.model, device=args.device, dtype=args.dtype, max_new_tokens=args.max_new_tokens)
+    server = ChatCompletionServer(model, args.host, args.port, model_name=args.name)
+    print(f"serving {server.model_name} at {server.base_url}/chat/completions", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
+if __name__ == "__main__":
+    main()
