@@ -49,5 +49,38 @@ def models_tiny(
     typer.echo(write_tiny_model(out_dir, tokenizer_path=tokenizer, seed=seed))
 
 
+@app.command()
+def leaderboard(
+    agent: str = typer.Option("expert", help="checkpoint | prompting | react | reflexion | expert | random"),
+    manifest: list[str] = typer.Option(None, help="committed manifest name or JSON path (repeatable); "
+                                       "default alfworld_gen + webshop_gen"),
+    env: str = typer.Option(None, help="evaluate every task of this env id (sorted) instead of manifests"),
+    env_kwarg: list[str] = typer.Option(None, help="key=value environment argument (repeatable)"),
+    data_dir: str = typer.Option(None, help="data folder / split folder for the real-data environments"),
+    model: str = typer.Option(None, help="transformers folder or hub id; the model name for --backend openai"),
+    checkpoint: str = typer.Option(None, help="training run folder or checkpoint.pt (--agent checkpoint)"),
+    backend: str = typer.Option("transformers", help="transformers | openai (chat endpoint)"),
+    base_url: str = typer.Option(None, help="OpenAI-compatible base URL; default $ECPO_OPENAI_BASE_URL"),
+    seeds: int = typer.Option(3, help="seeds 0..N-1; tables show mean ± std over them"),
+    temperature: float = typer.Option(0.4, help="sampling temperature (paper validation: 0.4)"),
+    greedy: bool = typer.Option(False, help="greedy decoding (temperature 0)"),
+    trials: int = typer.Option(3, help="Reflexion trials per task"),
+    limit: int = typer.Option(None, help="only the first N tasks of each manifest group"),
+    out_dir: str = typer.Option("leaderboard", help="results folder (resumes what is already there)"),
+    name: str = typer.Option(None, help="row label of this agent"),
+    device: str = typer.Option("cpu"),
+    progress: bool = typer.Option(True, help="rich progress bar"),
+    report_only: bool = typer.Option(False, help="only rebuild the tables from out_dir"),
+) -> None:
+    """Evaluate an agent on fixed task lists and print the paper's tables (mean ± std over seeds)."""
+    from ecpo_train.evaluation.command import run_leaderboard
+
+    result = run_leaderboard(agent=agent, manifests=manifest, env_id=env, env_kwargs=env_kwarg, data_dir=data_dir,
+                             model=model, checkpoint=checkpoint, backend=backend, base_url=base_url, seeds=seeds,
+                             temperature=temperature, greedy=greedy, trials=trials, limit=limit, out_dir=out_dir,
+                             name=name, device=device, progress=progress, report_only=report_only)
+    typer.echo(result["markdown"])
+
+
 if __name__ == "__main__":
     app()
