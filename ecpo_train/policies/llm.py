@@ -115,13 +115,16 @@ class TransformersPolicy(Policy):
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
         finished = torch.zeros(rows, dtype=torch.bool, device=self.device)
         tokens, token_logps = [], []
-        result = self.model(input_ids=ids, attention_mask=attention, position_ids=positions, use_cache=True)
+        result = self.model(input_ids=ids, attention_mask=attention, position_ids=positions, use_cache=True,
+                            logits_to_keep=1)
         next_position = positions[:, -1:] + 1
         for _ in range(self.max_response_length):
             logits = result.logits[:, -1, :].float()
             if temperature > 0:
                 logp = torch.log_softmax(logits / temperature, dim=-1)
-                token = torch.multinomial(logp.exp(), 1).squeeze(-1)
+                # exponential race (= Gumbel-max): argmax p / E with E ~ Exp(1) is a draw from p, and much
+                # faster than multinomial over a 150k vocabulary
+                token = (logp.exp() / torch.empty_like(logp).exponential_()).argmax(-1)
             else:
                 logp = torch.log_softmax(logits, dim=-1)
                 token = logits.argmax(-1)
@@ -179,8 +182,10 @@ class TransformersPolicy(Policy):
                 mask[row, :n] = 1.0
         ids, attention = ids.to(self.device), attention.to(self.device)
         positions = torch.arange(width, device=self.device).unsqueeze(0).expand(rows, -1)
-        logits = self.model(input_ids=ids, attention_mask=attention, position_ids=positions).logits
-        picked = logits[torch.arange(rows).unsqueeze(-1), gather_at.to(self.device)].float()
+        # the LM head only runs on the response positions: the vocabulary projection dominates small models
+        hidden = self.model.base_model(input_ids=ids, attention_mask=attention, position_ids=positions).last_hidden_state
+        picked_hidden = hidden[torch.arange(rows).unsqueeze(-1), gather_at.to(self.device)]
+        picked = self.model.get_output_embeddings()(picked_hidden).float()
         scale = temperature if temperature > 0 else 1.0
         logp_all = torch.log_softmax(picked / scale, dim=-1)
         token_logp = logp_all.gather(-1, targets.to(self.device).unsqueeze(-1)).squeeze(-1)
