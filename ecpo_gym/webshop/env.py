@@ -7,6 +7,14 @@ Anything else is an invalid action (reward ``reward_invalid``; the page stays as
 episode with WebShop's score in ``info["score"]`` and ``won = score == 1``; the env reward is
 ``reward_success`` (10) for a win and ``reward_failure`` (0) otherwise.
 
+Tasks: ``goal_<i>`` (WebShop's shuffled goal list, split by ``split``) or, with ``task_source="fixed100"``,
+the 100 fixed tasks ``fixed_<i>`` of ``expel_webshop.fixed100.json`` (see ``fixed_tasks``). ``reset()`` without
+a ``task_id`` samples a task by WebShop's goal weights (synthetic goals: rarity of their attributes; human
+and fixed goals: uniform) with ``np_random``, so it is deterministic under ``reset(seed=...)``.
+
+Search: ``search_backend="bm25s"`` (default, in-process) or ``"lucene"`` (the original's pyserini/Lucene
+engine; the ``lucene`` extra).
+
 Seeding: ``seed`` (constructor) fixes the purchase prices of range-priced products and the price ceilings
 of the goals, so one seed gives the same goals in every process. The original draws both before it seeds
 anything, so its instructions and prices differ between processes.
@@ -14,14 +22,18 @@ anything, so its instructions and prices differ between processes.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import os
 import re
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from ecpo_gym.canonical import INVALID_ACTION
 from ecpo_gym.core import TaskStart, TextAgentEnv, Transition
 from ecpo_gym.webshop.catalogue import Catalogue, cached_catalogue
+from ecpo_gym.webshop.fixed_tasks import FIXED_TASKS_FILE, fixed_task_goals, load_fixed_tasks
 from ecpo_gym.webshop.goals import GOAL_SHUFFLE_SEED, Goal, build_goals, goal_summary, split_indices
 from ecpo_gym.webshop.pages import DONE, OBSERVATION_MODES, PageState, Shop
 from ecpo_gym.webshop.products import load_product_files, load_products, resolve_data_files
@@ -30,6 +42,7 @@ from ecpo_gym.webshop.reward import webshop_reward
 ACTION_PATTERN = re.compile(r"(.+)\[(.+)\]", re.DOTALL)
 _WHITESPACE = re.compile(r"\s+")
 SEARCH_PLACEHOLDER = "search[<query>]"
+TASK_SOURCES = ("goals", "fixed100")
 
 
 def _squash(text: str) -> str:
@@ -56,37 +69,71 @@ class WebShopEnv(TextAgentEnv):
         observation_mode: str = "text",
         show_attrs: bool = False,
         search_backend: str = "bm25s",
+        task_source: str = "goals",
+        fixed_tasks_file: str | os.PathLike | None = None,
+        missing_fixed_tasks: str = "error",
         max_steps: int = 15,
         **kwargs: Any,
     ) -> None:
+        if task_source not in TASK_SOURCES:
+            raise ValueError(f"task_source={task_source!r}; expected one of {TASK_SOURCES}")
+        if missing_fixed_tasks not in ("error", "skip"):
+            raise ValueError(f"missing_fixed_tasks={missing_fixed_tasks!r}; expected 'error' or 'skip'")
+        fixed = task_source == "fixed100"
         files = resolve_data_files(data_dir, small=small, products_file=products_file,
                                    attributes_file=attributes_file, human_file=human_file)
-        key = ("files", tuple(str(v) for v in files.values()), num_products, human_goals, seed, shuffle_seed)
+        with_human = human_goals or fixed  # fixed tasks take their goal attributes from items_human_ins.json
+        key = ("files", tuple(str(v) for v in files.values()), num_products, with_human, human_goals, fixed, seed,
+               shuffle_seed)
 
         def build():
-            products = load_product_files(files, seed=seed, num_products=num_products, human_goals=human_goals)
+            products = load_product_files(files, seed=seed, num_products=num_products, human_goals=with_human)
+            if fixed:
+                return products, []  # fixed goals are made per env from the catalogue (cheap)
             return products, build_goals(products, human=human_goals, seed=seed, shuffle_seed=shuffle_seed)
 
         catalogue = cached_catalogue(key, build, search_backend)
         full = num_products is None and not small
-        self._setup(catalogue, split, split_convention, full, observation_mode, show_attrs, max_steps, **kwargs)
+        self.missing_fixed_tasks: list[str] = []
+        self.fixed_tasks_without_attributes: list[str] = []
+        if not fixed:
+            self._setup(catalogue, split, split_convention, full, observation_mode, show_attrs, max_steps,
+                        **kwargs)
+            return
+        if split not in ("all", "test"):
+            raise ValueError(f"the fixed tasks are one test set; split={split!r} must be 'all' or 'test'")
+        path = Path(fixed_tasks_file) if fixed_tasks_file else Path(files["products"]).parent / FIXED_TASKS_FILE
+        made = fixed_task_goals(load_fixed_tasks(path), catalogue.by_asin,
+                                skip_missing=missing_fixed_tasks == "skip")
+        self.missing_fixed_tasks = [t.task_id for t in made.missing]
+        self.fixed_tasks_without_attributes = made.without_attributes
+        self._setup(catalogue, split, split_convention, full, observation_mode, show_attrs, max_steps,
+                    fixed_goals=dict(zip(made.task_ids, made.goals)), **kwargs)
 
     # ------------------------------------------------------------------ construction shared by both ids
     def _setup(self, catalogue: Catalogue, split: str, split_convention: str, full_catalogue: bool,
-               observation_mode: str, show_attrs: bool, max_steps: int, **kwargs: Any) -> None:
+               observation_mode: str, show_attrs: bool, max_steps: int,
+               fixed_goals: dict[str, Goal] | None = None, **kwargs: Any) -> None:
         super().__init__(max_steps=max_steps, **kwargs)
         if observation_mode not in OBSERVATION_MODES:
             raise ValueError(f"observation_mode={observation_mode!r}; expected one of {OBSERVATION_MODES}")
-        if not catalogue.goals:
+        if fixed_goals is not None and not fixed_goals:
+            raise ValueError("none of the fixed WebShop tasks has its product in the loaded catalogue")
+        if fixed_goals is None and not catalogue.goals:
             raise ValueError("this WebShop catalogue has no goals (no product with an instruction)")
         self.catalogue = catalogue
         self.observation_mode = observation_mode
         self.shop = Shop(catalogue.by_asin, catalogue.retriever, show_attrs=show_attrs,
                          search_cache=catalogue.search_cache)
         self.split = split
-        indices = split_indices(len(catalogue.goals), split, convention=split_convention,
-                                full_catalogue=full_catalogue)
-        self._task_ids = [f"goal_{i}" for i in indices]
+        self._fixed_goals = fixed_goals
+        if fixed_goals is not None:
+            self._task_ids = list(fixed_goals)
+        else:
+            indices = split_indices(len(catalogue.goals), split, convention=split_convention,
+                                    full_catalogue=full_catalogue)
+            self._task_ids = [f"goal_{i}" for i in indices]
+        self._cumulative_weights: list[float] | None = None
         self.goal: Goal | None = None
         self.page = PageState()
         self.visited: list[str] = []
@@ -98,12 +145,36 @@ class WebShopEnv(TextAgentEnv):
         return self._task_ids
 
     def goal_of(self, task_id: str) -> Goal:
-        """The goal behind a task id (``goal_<index in the shuffled goal list>``)."""
+        """The goal behind a task id (``goal_<index in the shuffled goal list>``, or ``fixed_<i>``)."""
+        if self._fixed_goals is not None:
+            if task_id not in self._fixed_goals:
+                raise KeyError(f"unknown fixed WebShop task id {task_id!r}; ids look like 'fixed_0'")
+            return self._fixed_goals[task_id]
         try:
             index = int(str(task_id).removeprefix("goal_"))
             return self.catalogue.goals[index]
         except (ValueError, IndexError):
             raise KeyError(f"unknown WebShop task id {task_id!r}; ids look like 'goal_0'") from None
+
+    def sample_task_id(self) -> str:
+        """A task drawn by goal weight, as WebShop's reset without a session: ``bisect`` of
+        ``uniform(0, total)`` on the cumulative weights of this env's tasks, drawn from ``np_random``."""
+        if self._cumulative_weights is None:
+            weights = (self.goal_of(t).weight for t in self._task_ids)
+            self._cumulative_weights = list(itertools.accumulate(weights))
+        total = self._cumulative_weights[-1]
+        index = bisect.bisect(self._cumulative_weights, float(self.np_random.uniform(0.0, total)))
+        return self._task_ids[min(index, len(self._task_ids) - 1)]
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict]:
+        """As ``TextAgentEnv.reset``, but without a ``task_id`` the task is sampled by goal weight."""
+        options = dict(options or {})
+        if options.get("task_id") is None and self._task_ids:
+            if seed is not None:
+                super(TextAgentEnv, self).reset(seed=seed)  # seed np_random before drawing the task
+                seed = None
+            options["task_id"] = self.sample_task_id()
+        return super().reset(seed=seed, options=options)
 
     def _load_task(self, task_id: str) -> TaskStart:
         self.goal = self.goal_of(task_id)

@@ -4,10 +4,14 @@
 scores with ``bm25s`` using Lucene's BM25 variant and pyserini's defaults (k1=0.9, b=0.4) over an
 analyzer close to Anserini's English one: ``[a-z0-9]+`` tokens, Lucene's English stop words, a light
 plural stemmer (not Porter: rankings differ slightly from the original's). Ties keep catalogue order.
+``LuceneRetriever`` (``search_backend="lucene"``, the ``lucene`` extra) is the original's engine: Lucene BM25
+with Anserini's English analyzer through pyserini, index cached on disk (``ecpo_gym.lucene``).
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 from collections.abc import Sequence
 from typing import Protocol
@@ -89,7 +93,55 @@ class BM25Retriever:
         return [self.asins[i] for i in top[order][:k]]
 
 
-RETRIEVERS = {"bm25s": BM25Retriever}
+LUCENE_INDEX_VERSION = 1
+
+
+def catalogue_fingerprint(documents: Sequence[tuple[str, str]]) -> str:
+    """SHA-256 of every ``(asin, contents)`` pair, in order (keys the on-disk Lucene index)."""
+    digest = hashlib.sha256()
+    for asin, contents in documents:
+        digest.update(asin.encode("utf-8", "surrogatepass") + b"\0" + contents.encode("utf-8", "surrogatepass") + b"\n")
+    return digest.hexdigest()
+
+
+class LuceneRetriever:
+    """The original's engine: Lucene BM25 (pyserini's k1/b, Anserini's English analyzer) over the same documents.
+
+    Needs the ``lucene`` extra (``pip install 'ecpo[lucene]'``). The index is built once per catalogue under
+    ``<cache_dir or $ECPO_CACHE_DIR or ~/.cache/ecpo>/lucene/webshop-<catalogue fingerprint>`` and reused.
+    """
+
+    def __init__(self, products: Sequence[Product], *, k1: float = BM25_K1, b: float = BM25_B,
+                 cache_dir: str | os.PathLike | None = None) -> None:
+        from ecpo_gym.lucene import (
+            LuceneSearcher,
+            build_lucene_index,
+            default_index_root,
+            index_is_built,
+            write_documents_jsonl,
+        )
+
+        documents = [(p.asin, search_document(p)) for p in products]
+        fingerprint = catalogue_fingerprint(documents)
+        self.index_dir = default_index_root(cache_dir) / f"webshop-{fingerprint[:32]}-v{LUCENE_INDEX_VERSION}"
+        self.built_index = False
+        if not index_is_built(self.index_dir):
+            meta = {"catalogue": "webshop", "fingerprint": fingerprint, "documents": len(documents),
+                    "version": LUCENE_INDEX_VERSION}
+            build_lucene_index(lambda path: write_documents_jsonl(documents, path), self.index_dir, meta=meta)
+            self.built_index = True
+        self._loaded = {p.asin for p in products}
+        self._searcher = LuceneSearcher(self.index_dir, k1=k1, b=b)
+
+    def search(self, query: str, k: int = SEARCH_RETURN_N) -> list[str]:
+        hits = self._searcher.search(normalize_query(query), k)
+        return [asin for asin, _ in hits if asin in self._loaded]  # the original drops unloaded ASINs
+
+    def close(self) -> None:
+        self._searcher.close()
+
+
+RETRIEVERS = {"bm25s": BM25Retriever, "lucene": LuceneRetriever}
 
 
 def build_retriever(products: Sequence[Product], backend: str = "bm25s", **kwargs) -> Retriever:
