@@ -19,6 +19,38 @@ def demo() -> None:
     main()
 
 
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def train(
+    ctx: typer.Context,
+    config: str = typer.Option(..., help="YAML preset path or name: alfworld | webshop | searchqa | quickstart"),
+    resume: bool = typer.Option(False, help="continue from run_dir/checkpoint.pt if it exists"),
+) -> None:
+    """Train with the native trainer; extra arguments are key=value config overrides (e.g. model=DIR lr=2e-6)."""
+    from ecpo_train.trainer import load_config
+    from ecpo_train.trainer import train as run_training
+
+    try:
+        cfg = load_config(config, list(ctx.args))
+    except (ValueError, FileNotFoundError) as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+    run_training(cfg, resume=resume)
+    typer.echo(f"run folder: {cfg.run_dir} (metrics.jsonl, tensorboard/, checkpoint.pt, curves.png)")
+
+
+@app.command()
+def plot(run_dir: str = typer.Argument(..., help="a run folder written by `ecpo train`"),
+         out: str = typer.Option(None, help="PNG path; default RUN_DIR/curves.png")) -> None:
+    """Training curves of a run as a PNG."""
+    from ecpo_train.plotting import plot_run
+
+    try:
+        typer.echo(plot_run(run_dir, out))
+    except FileNotFoundError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+
+
 models_app = typer.Typer(no_args_is_help=True, help="Get models without the Hugging Face Hub.")
 app.add_typer(models_app, name="models")
 

@@ -56,6 +56,7 @@ class TrainConfig:
     val_tasks: list | None = None  # None = the first val_num_tasks of the environment's task ids
     val_num_tasks: int = 16
     val_every: int = 10  # iterations between validations (0 = never)
+    val_episodes_per_task: int = 1
     # group rollout (step A)
     n_groups: int = 16
     group_size: int = 8
@@ -339,10 +340,11 @@ class Trainer:
 
     @torch.no_grad()
     def validate(self) -> dict[str, float]:
-        """Success on the fixed validation tasks at the validation temperature (one episode per task)."""
+        """Success on the fixed validation tasks at the validation temperature (``val_episodes_per_task`` each)."""
         cfg = self.config
         if self.val_envs is None:
-            self.val_envs = GroupVectorEnv(cfg.env_id, len(self.val_tasks), 1, num_workers=cfg.env_workers,
+            self.val_envs = GroupVectorEnv(cfg.env_id, len(self.val_tasks), cfg.val_episodes_per_task,
+                                           num_workers=cfg.env_workers,
                                            env_kwargs=cfg.env_kwargs)
         self.policy.eval()
         rollout = collect_rollout(self.val_envs, self.policy, self.val_tasks, env_name=cfg.env_id,
