@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from ecpo_train.evaluation.agents import Agent, ExpertAgent, PolicyAgent, PromptingAgent, RandomAgent, load_checkpoint_policy
+from ecpo_train.evaluation.agents import (
+    Agent,
+    ExpertAgent,
+    PolicyAgent,
+    PromptingAgent,
+    RandomAgent,
+    load_checkpoint_policy,
+)
 from ecpo_train.evaluation.chat import ChatModel, OpenAIChatModel, TransformersChatModel
 from ecpo_train.evaluation.react import ReActAgent, ReflexionAgent
 

@@ -116,7 +116,7 @@ class _Progress:
             status = f"success {self.wins / self.count:.3f} ({self.count} new) | {where}"
             self._bar.update(self._task, advance=1, status=status)
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self._bar is not None:
             self._bar.__exit__(*exc)
 

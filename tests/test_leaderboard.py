@@ -1,0 +1,291 @@
+"""Leaderboard evaluation: expert/random agents guard the environments' success logic end to end, the tables
+equal the aggregation of the per-task records, an interrupted run resumes without losing or repeating
+episodes, and the HTTP agent plays an episode against a real local OpenAI-compatible server."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from ecpo_train.evaluation.agents import Agent, RandomAgent
+from ecpo_train.evaluation.build import build_agent, parse_overrides
+from ecpo_train.evaluation.manifests import (
+    TaskGroup,
+    TaskManifest,
+    available_manifests,
+    load_manifest,
+    parse_manifest,
+)
+from ecpo_train.evaluation.results import load_records
+from ecpo_train.evaluation.runner import EvalSettings, evaluate
+from ecpo_train.evaluation.tables import ALFWORLD_COLUMNS, aggregate, format_cell
+
+FAST = EvalSettings(seeds=[0], progress=False)
+
+
+def _manifest(name: str, limit: int) -> TaskManifest:
+    manifest = load_manifest(name)
+    for group in manifest.groups:
+        group.task_ids = group.task_ids[:limit]
+    return manifest
+
+
+# ------------------------------------------------------------------ manifests
+def test_committed_manifests_are_fixed_small_and_valid():
+    names = available_manifests()
+    for expected in ("alfworld_gen", "alfworld_valid_seen", "webshop_gen", "webshop_test", "searchqa_gen", "searchqa"):
+        assert expected in names
+    for name in names:
+        path = Path(load_manifest.__globals__["MANIFEST_DIR"]) / f"{name}.json"
+        assert path.stat().st_size < 64_000, f"{name} manifest is not small"
+        load_manifest(name)
+    valid_seen = load_manifest("alfworld_valid_seen").groups[0].task_ids
+    assert len(valid_seen) == 140 and valid_seen == sorted(valid_seen)
+    assert all(t.endswith("/game.tw-pddl") for t in valid_seen)
+    gen = load_manifest("alfworld_gen").groups[0].task_ids
+    assert {t.split("/")[1] for t in gen[:6]} == set(ALFWORLD_COLUMNS[:-1])  # any prefix covers every subtask
+    assert load_manifest("webshop_test").groups[0].task_ids == [f"goal_{i}" for i in range(500)]
+
+
+def test_bad_manifests_give_clear_errors(tmp_path):
+    with pytest.raises(ValueError, match="missing key"):
+        parse_manifest({"name": "x"})
+    with pytest.raises(ValueError, match="exactly one of"):
+        parse_manifest({"name": "x", "env_id": "ecpo/ALFWorldGen-v0", "groups": {"g": {}}})
+    with pytest.raises(ValueError, match="twice"):
+        parse_manifest({"name": "x", "env_id": "e", "groups": {"g": {"task_ids": ["a", "a"]}}})
+    with pytest.raises(FileNotFoundError, match="alfworld_gen"):
+        load_manifest("no_such_manifest")
+    assert parse_overrides(["max_steps=5", "split=test", "flag=true"]) == {"max_steps": 5, "split": "test",
+                                                                           "flag": True}
+    with pytest.raises(ValueError, match="key=value"):
+        parse_overrides(["oops"])
+
+
+# ------------------------------------------------------------------ experts win, random loses (embedded envs)
+@pytest.mark.slow
+def test_expert_scores_100_and_random_near_0_on_embedded_envs(tmp_path):
+    manifests = [_manifest("alfworld_gen", 6), _manifest("webshop_gen", 10), _manifest("searchqa_gen", 10)]
+    expert = evaluate(build_agent("expert"), manifests, tmp_path, FAST)
+    table = expert["summary"]
+    for column in ALFWORLD_COLUMNS:  # one generated game of each subtask
+        assert table["alfworld_gen"]["table"][column]["mean"] == 100.0
+    assert table["webshop_gen"]["table"]["Score"]["mean"] == 100.0
+    assert table["webshop_gen"]["table"]["Success"]["mean"] == 100.0
+    assert table["searchqa_gen"]["table"]["Avg."]["mean"] == 100.0
+    assert all(r["invalid_actions"] == 0 for r in expert["episodes"])
+
+    short = EvalSettings(seeds=[0, 1], progress=False, env_overrides={"max_steps": 8})
+    alf = evaluate(build_agent("random"), [_manifest("alfworld_gen", 3)], tmp_path, short)
+    rest = evaluate(build_agent("random"), [_manifest("webshop_gen", 10), _manifest("searchqa_gen", 10)],
+                    tmp_path, EvalSettings(seeds=[0, 1], progress=False))
+    assert alf["summary"]["alfworld_gen"]["table"]["All"]["mean"] <= 20.0
+    assert rest["summary"]["webshop_gen"]["table"]["Success"]["mean"] <= 10.0
+    assert rest["summary"]["webshop_gen"]["table"]["Score"]["mean"] < 40.0
+    assert rest["summary"]["searchqa_gen"]["table"]["Avg."]["mean"] <= 10.0
+    # the leaderboard table holds both agents' rows
+    markdown = (tmp_path / "leaderboard.md").read_text()
+    assert "| expert | 100.0 ± 0.0" in markdown and "| random |" in markdown
+
+
+@pytest.mark.data
+def test_expert_wins_real_valid_seen_games(tmp_path):
+    if not os.environ.get("ECPO_DATA_DIR"):
+        pytest.skip("ECPO_DATA_DIR is unset: real ALFWorld valid_seen games are not available")
+    manifest = load_manifest("alfworld_valid_seen")
+    ids = manifest.groups[0].task_ids
+    pick = {}
+    for task_id in ids:  # the first game of three subtasks
+        pick.setdefault(task_id.split("-", 1)[0], task_id)
+    manifest.groups[0].task_ids = list(pick.values())[:3]
+    result = evaluate(build_agent("expert"), [manifest], tmp_path, FAST)
+    assert [r["success"] for r in result["episodes"]] == [True] * 3
+    assert result["summary"]["alfworld_valid_seen"]["table"]["All"]["mean"] == 100.0
+
+
+# ------------------------------------------------------------------ tables == aggregation of the records
+def test_tables_equal_the_aggregation_of_per_task_records(tmp_path):
+    manifests = [_manifest("webshop_gen", 8), _manifest("searchqa_gen", 6)]
+    result = evaluate(RandomAgent(), manifests, tmp_path, EvalSettings(seeds=[0, 1, 2], progress=False))
+    episodes = json.loads((tmp_path / "random" / "results.json").read_text())["episodes"]
+    assert len(episodes) == 3 * (8 + 12)
+    for record in episodes:
+        assert {"task_id", "seed", "success", "score", "steps", "invalid_actions"} <= set(record)
+    summary = result["summary"]
+
+    def per_seed(rows, metric):
+        values = [100.0 * sum(float(r[metric]) for r in rows if r["seed"] == s) / sum(r["seed"] == s for r in rows)
+                  for s in (0, 1, 2)]
+        mean = sum(values) / 3
+        return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / 2)
+
+    web = [r for r in episodes if r["manifest"] == "webshop_gen"]
+    for column, metric in (("Score", "score"), ("Success", "success")):
+        mean, std = per_seed(web, metric)
+        cell = summary["webshop_gen"]["table"][column]
+        assert cell["mean"] == pytest.approx(mean) and cell["std"] == pytest.approx(std)
+    qa = [r for r in episodes if r["manifest"] == "searchqa_gen"]
+    group_means = []
+    for group in ("single_hop", "two_hop"):
+        mean, _ = per_seed([r for r in qa if r["group"] == group], "em")
+        assert summary["searchqa_gen"]["table"][group]["mean"] == pytest.approx(mean)
+        group_means.append(mean)
+    assert summary["searchqa_gen"]["table"]["Avg."]["mean"] == pytest.approx(sum(group_means) / 2)
+    markdown = (tmp_path / "leaderboard.md").read_text()
+    assert format_cell(summary["webshop_gen"]["table"]["Score"]) in markdown
+    assert json.loads((tmp_path / "leaderboard.json").read_text())["random"]["webshop_gen"]["table"] == \
+        json.loads(json.dumps(summary["webshop_gen"]["table"]))
+
+
+def test_alfworld_columns_follow_task_types():
+    records = [{"agent": "a", "manifest": "m", "benchmark": "alfworld", "group": "g", "task_id": f"t{k}",
+                "seed": seed, "task_type": task_type, "success": success, "score": float(success)}
+               for seed in (0, 1)
+               for k, (task_type, success) in enumerate([("Pick", True), ("Pick", seed == 0), ("Heat", False)])]
+    table = aggregate(records)["a"]["m"]["table"]
+    assert table["Pick"]["mean"] == pytest.approx(75.0) and table["Pick"]["std"] == pytest.approx(math.sqrt(1250))
+    assert table["Heat"]["mean"] == 0.0 and table["Clean"] is None
+    assert table["All"]["mean"] == pytest.approx(100 * (2 / 3 + 1 / 3) / 2)
+
+
+# ------------------------------------------------------------------ resume
+class _Interrupted(RuntimeError):
+    pass
+
+
+class _FailingRandom(RandomAgent):
+    """A random agent that dies at the first step of its k-th episode (a simulated crash)."""
+
+    def __init__(self, fail_at: int) -> None:
+        super().__init__()
+        self.fail_at, self.episodes = fail_at, 0
+
+    def begin_episode(self, env, observation, info, seed):
+        super().begin_episode(env, observation, info, seed)
+        self.episodes += 1
+
+    def act(self, ctx):
+        if self.episodes == self.fail_at:
+            raise _Interrupted("simulated interruption")
+        return super().act(ctx)
+
+
+def _strip_time(records):
+    return sorted(({k: v for k, v in r.items() if k != "seconds"} for r in records),
+                  key=lambda r: (r["manifest"], r["group"], r["seed"], r["task_id"]))
+
+
+def test_resume_after_interruption_and_torn_line_loses_nothing(tmp_path):
+    manifests = [_manifest("webshop_gen", 6), _manifest("searchqa_gen", 4)]
+    settings = EvalSettings(seeds=[0, 1], progress=False)
+    reference = evaluate(RandomAgent(), manifests, tmp_path / "once", settings)["episodes"]
+    assert len(reference) == 2 * (6 + 8)
+
+    with pytest.raises(_Interrupted):
+        evaluate(_FailingRandom(fail_at=9), manifests, tmp_path / "resumed", settings)
+    log = tmp_path / "resumed" / "random" / "webshop_gen.jsonl"
+    assert len(load_records(log)) == 8
+    with open(log, "ab") as handle:  # a crash in the middle of writing a line
+        handle.write(b'{"agent": "random", "manifest": "webshop_gen", "gr')
+    survivor = _FailingRandom(fail_at=-1)
+    resumed = evaluate(survivor, manifests, tmp_path / "resumed", settings)["episodes"]
+    assert survivor.episodes == len(reference) - 8  # finished episodes were not replayed
+    assert _strip_time(resumed) == _strip_time(reference)
+    lines = log.read_text().splitlines()
+    assert len(lines) == 12 and all(json.loads(line) for line in lines)
+
+
+def test_resume_refuses_a_different_agent_configuration(tmp_path):
+    evaluate(build_agent("random"), [_manifest("searchqa_gen", 1)], tmp_path, FAST)
+    other = build_agent("expert", name="random")
+    with pytest.raises(ValueError, match="different agent configuration"):
+        evaluate(other, [_manifest("searchqa_gen", 1)], tmp_path, FAST)
+
+
+# ------------------------------------------------------------------ chat agents against a real local server
+@pytest.fixture(scope="module")
+def tiny_server(tmp_path_factory):
+    from ecpo_train.evaluation.chat import TransformersChatModel
+    from ecpo_train.evaluation.serve import ChatCompletionServer
+    from ecpo_train.models import write_tiny_model
+
+    folder = write_tiny_model(tmp_path_factory.mktemp("tiny") / "model", seed=0)
+    server = ChatCompletionServer(TransformersChatModel(str(folder), max_new_tokens=24), model_name="tiny")
+    server.start()
+    yield server, folder
+    server.shutdown()
+    server.server_close()
+
+
+def test_server_speaks_openai_chat_completions(tiny_server):
+    server, _ = tiny_server
+    body = json.dumps({"model": "tiny", "messages": [{"role": "user", "content": "hello"}], "temperature": 0,
+                       "max_tokens": 5}).encode()
+    request = urllib.request.Request(f"{server.base_url}/chat/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        answer = json.loads(response.read())
+    assert answer["object"] == "chat.completion" and answer["model"] == "tiny"
+    assert isinstance(answer["choices"][0]["message"]["content"], str)
+    assert 1 <= answer["usage"]["completion_tokens"] <= 5
+    bad = urllib.request.Request(f"{server.base_url}/chat/completions", data=b'{"messages": 3}',
+                                 headers={"Content-Type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(bad, timeout=30)
+    assert err.value.code == 400
+
+
+@pytest.mark.slow
+def test_http_agents_complete_episodes_against_the_local_server(tiny_server, tmp_path):
+    from ecpo_train.evaluation.chat import OpenAIChatModel
+
+    server, _ = tiny_server
+    client = OpenAIChatModel("tiny", base_url=server.base_url, api_key="unused")
+    messages = [{"role": "user", "content": "Say something."}]
+    local = server.model  # the same weights, called in process
+    # greedy decoding over HTTP equals greedy decoding in process: the client really talks to the model
+    assert client.complete(messages, temperature=0, max_tokens=6) == local.complete(messages, temperature=0,
+                                                                                    max_tokens=6)
+    manifest = TaskManifest("searchqa_gen_one", "searchqa", "ecpo/SearchQAGen-v0", {"max_steps": 1},
+                            [TaskGroup("single_hop", task_ids=load_manifest("searchqa_gen").groups[0].task_ids[:1])])
+    for kind in ("prompting", "react", "reflexion"):
+        agent = build_agent(kind, backend="openai", model="tiny", base_url=server.base_url, trials=2,
+                            max_new_tokens=8)
+        episodes = evaluate(agent, [manifest], tmp_path, FAST)["episodes"]
+        assert len(episodes) == 1
+        record = episodes[0]
+        assert record["steps"] == 1 and record["em"] is not None  # a random tiny model never answers right
+        assert record["trials"] == (2 if kind == "reflexion" else 1)
+        if kind == "reflexion":
+            assert record["total_steps"] == 2 and record["trial_wins"] == [False, False]
+
+
+def test_openai_client_reports_missing_settings_and_dead_endpoints(monkeypatch):
+    from ecpo_train.evaluation.chat import OpenAIChatModel
+
+    for var in ("ECPO_OPENAI_BASE_URL", "OPENAI_BASE_URL", "ECPO_OPENAI_MODEL"):
+        monkeypatch.delenv(var, raising=False)
+    with pytest.raises(ValueError, match="ECPO_OPENAI_BASE_URL"):
+        OpenAIChatModel("m")
+    client = OpenAIChatModel("m", base_url="http://127.0.0.1:9/v1", retries=1, timeout_s=2)
+    with pytest.raises(ConnectionError, match="127.0.0.1:9"):
+        client.complete([{"role": "user", "content": "hi"}], temperature=0)
+
+
+class _CountingAgent(Agent):
+    name = "count"
+
+    def act(self, ctx):
+        return "<invalid>"
+
+
+def test_invalid_actions_and_steps_are_counted(tmp_path):
+    manifest = TaskManifest("webshop_gen_two", "webshop", "ecpo/WebShopGen-v0", {"max_steps": 3},
+                            [TaskGroup("gen", task_ids=["goal_0", "goal_1"])])
+    episodes = evaluate(_CountingAgent(), [manifest], tmp_path, FAST)["episodes"]
+    assert [(r["steps"], r["invalid_actions"], r["success"], r["score"]) for r in episodes] == [(3, 3, False, 0.0)] * 2
