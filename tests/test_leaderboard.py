@@ -289,3 +289,26 @@ def test_invalid_actions_and_steps_are_counted(tmp_path):
                             [TaskGroup("gen", task_ids=["goal_0", "goal_1"])])
     episodes = evaluate(_CountingAgent(), [manifest], tmp_path, FAST)["episodes"]
     assert [(r["steps"], r["invalid_actions"], r["success"], r["score"]) for r in episodes] == [(3, 3, False, 0.0)] * 2
+
+
+def test_checkpoint_agent_loads_a_tabular_trainer_checkpoint(tmp_path):
+    import dataclasses
+
+    import torch
+
+    from ecpo_train.policies.tabular import TabularSoftmaxPolicy
+    from ecpo_train.trainer import TrainConfig
+
+    policy = TabularSoftmaxPolicy(seed=0)
+    slot = policy.slot("s", "click[buy now]")
+    policy.logits.data[slot] = 5.0
+    config = dataclasses.asdict(TrainConfig(policy="tabular", env_id="ecpo/WebShopGen-v0", run_dir=str(tmp_path)))
+    torch.save({"policy": policy.state_dict(), "config": config}, tmp_path / "checkpoint.pt")
+    agent = build_agent("checkpoint", checkpoint=str(tmp_path), temperature=0.0, name="tab")
+    assert agent.policy.slots[("s", "click[buy now]")] == slot  # the trained table came back
+    manifest = TaskManifest("webshop_gen_one", "webshop", "ecpo/WebShopGen-v0", {"max_steps": 2},
+                            [TaskGroup("gen", task_ids=["goal_0"])])
+    (record,) = evaluate(agent, [manifest], tmp_path / "out", FAST)["episodes"]
+    assert record["steps"] == 2 and not record["success"]  # the untrained states act greedily, no purchase
+    with pytest.raises(FileNotFoundError, match="checkpoint"):
+        build_agent("checkpoint", checkpoint=str(tmp_path / "missing"))
