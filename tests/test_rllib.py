@@ -162,6 +162,7 @@ def test_checkpoint_save_and_restore(tmp_path):
         restored.stop()
 
 
+@pytest.mark.slow
 def test_llm_path_one_update_with_tiny_qwen2(tmp_path):
     import os
 
@@ -172,24 +173,32 @@ def test_llm_path_one_update_with_tiny_qwen2(tmp_path):
 
     tokenizer = os.environ.get("ECPO_TOKENIZER_DIR")
     model_dir = write_tiny_model(tmp_path / "tiny", tokenizer if tokenizer and os.path.isdir(tokenizer) else None)
-    runner = LLMGroupRunner("ecpo/DivergentAnchor-v0", model_dir, env_kwargs={"depth": 1, "num_tasks": 1},
-                            group_size=2, num_groups=1, max_prompt_tokens=192, max_new_tokens=8, seed=0)
+    runner_kwargs = {"env_kwargs": {"depth": 1, "num_tasks": 1}, "group_size": 2, "num_groups": 1,
+                     "max_prompt_tokens": 192, "max_new_tokens": 8, "seed": 0}
+    runner = LLMGroupRunner("ecpo/DivergentAnchor-v0", model_dir, runner_id=0, **runner_kwargs)
+    remote_runner = ray.remote(LLMGroupRunner).options(num_cpus=0).remote(
+        "ecpo/DivergentAnchor-v0", model_dir, runner_id=1, **runner_kwargs)
     # the tiny model's replies are malformed (equal returns -> zero advantages); the entropy bonus still
     # moves the weights, which is what the sync check needs
-    config = ECPOConfig().training(group_size=2, groups_per_batch=1, d_min=1, lr=1e-3, num_epochs=1,
+    config = ECPOConfig().training(group_size=2, groups_per_batch=2, d_min=1, lr=1e-3, num_epochs=1,
                                    entropy_coeff=0.01)
-    trainer = LLMTrainer(config, runner)
+    trainer = LLMTrainer(config, [runner, remote_runner])
     before = {k: v.detach().clone() for k, v in runner.module.state_dict().items()}
     out = trainer.train_iteration()
     episodes, stats = out["episodes"], out["learner"]
-    assert len(episodes) == 2 and len(split_groups(episodes, 2)) == 1
+    assert len(episodes) == 4 and len(split_groups(episodes, 2)) == 2  # one group from each runner
     for episode in episodes:
         mask = np.stack(episode.get_extra_model_outputs("response_mask"))
         assert mask.shape == (len(episode), 8) and mask[:, 0].all()
         assert episode.get_infos(-1)["action_key"] == "<invalid>"
-    # the learner's first forward reproduces the runner's sampling log-probs token for token
+    assert stats["ecpo"]["batch_groups"].peek() == 2
+    # the learner's first forward reproduces the runners' sampling log-probs token for token
     assert stats["default_policy"]["ratio_max_dev"].peek() < 1e-4
     after = runner.module.state_dict()
     learner_state = trainer.learner_group.get_weights()["default_policy"]
-    assert any(not torch.equal(before[k], after[k]) for k in before)  # the update reached the runner
-    assert all(np.allclose(np.asarray(learner_state[k]), after[k].numpy()) for k in learner_state)
+    remote_state = ray.get(remote_runner.get_weights.remote())
+    assert any(not torch.equal(before[k], after[k]) for k in before)  # the update reached the runners
+    for key, value in learner_state.items():
+        assert np.allclose(np.asarray(value), after[key].numpy())
+        assert np.allclose(np.asarray(value), np.asarray(remote_state[key]))
+    ray.kill(remote_runner)

@@ -173,23 +173,7 @@ class ECPO(PPO):
                 NUM_MODULE_STEPS_TRAINED_LIFETIME: self.metrics.peek(
                     (LEARNER_RESULTS, ALL_MODULES, NUM_MODULE_STEPS_TRAINED_LIFETIME), default=0),
             }
-            update_kwargs = {"timesteps": timesteps, "num_epochs": config.num_epochs,
-                                 "minibatch_size": config.minibatch_size,
-                                 "shuffle_batch_per_epoch": config.shuffle_batch_per_epoch}
-            num_learners = max(1, int(config.num_learners))
-            if num_learners == 1:
-                learner_results = self.learner_group.update(
-                    episodes=[e for group in groups for e in group], **update_kwargs)
-            else:
-                # One object per group: the learner group shards the list of refs, never a group.
-                total_steps = sum(len(e) for group in groups for e in group)
-                minibatches = 0
-                if config.minibatch_size:
-                    minibatches = max(1, int(config.num_epochs * total_steps
-                                             / (num_learners * config.minibatch_size)))
-                learner_results = self.learner_group.update(
-                    episodes_refs=[ray.put(group) for group in groups], num_total_minibatches=minibatches,
-                    **update_kwargs)
+            learner_results = update_on_groups(self.learner_group, groups, config, timesteps=timesteps)
             self.metrics.aggregate(learner_results, key=LEARNER_RESULTS)
 
         with self.metrics.log_time((TIMERS, SYNCH_WORKER_WEIGHTS_TIMER)):
@@ -212,6 +196,27 @@ class ECPO(PPO):
             )
         episodes = [episode for sampled, _ in results for episode in sampled]
         return episodes, [m for _, m in results]
+
+
+def update_on_groups(learner_group, groups: list[list], config: ECPOConfig, *, timesteps=None) -> list:
+    """One learner-group update on whole groups; with several learners each gets whole groups only.
+
+    Several learners receive one object ref per group (the learner group shards the list of refs, never
+    a group) and the same ``num_total_minibatches``, so their data-parallel steps stay in lockstep.
+    """
+    kwargs = {"timesteps": timesteps or {}, "num_epochs": config.num_epochs,
+              "minibatch_size": config.minibatch_size, "shuffle_batch_per_epoch": config.shuffle_batch_per_epoch}
+    num_learners = max(1, int(config.num_learners))
+    if num_learners == 1:
+        return learner_group.update(episodes=[e for group in groups for e in group], **kwargs)
+    if len(groups) < num_learners:
+        raise ValueError(f"{len(groups)} groups cannot feed {num_learners} learners without splitting a group")
+    total_steps = sum(len(e) for group in groups for e in group)
+    minibatches = 0
+    if config.minibatch_size:
+        minibatches = max(1, int(config.num_epochs * total_steps / (num_learners * config.minibatch_size)))
+    return learner_group.update(episodes_refs=[ray.put(group) for group in groups],
+                                num_total_minibatches=minibatches, **kwargs)
 
 
 def split_groups(episodes: list, group_size: int) -> list[list]:

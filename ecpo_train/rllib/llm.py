@@ -17,7 +17,8 @@ timestep per env step:
 ``LearnerGroup.update(episodes=...)`` then runs the ``ECPOAdvantages`` connector (credit.py) and
 ``TokenLevelECPOLearner``'s loss, which is ``ecpo_train.loss.ecpo_objective_loss`` on per-token advantages
 (eq. ecpo_objective; the step advantage is broadcast to the step's reply tokens). ``LLMTrainer`` ties it
-together: sample groups -> update -> push the learner's weights into the runner.
+together: sample groups on every runner (in-process or Ray actors) -> update -> push the learner's
+weights into the runners.
 """
 
 from __future__ import annotations
@@ -199,6 +200,11 @@ class LLMGroupRunner:
             len(self.tokenizer), self.max_prompt_tokens, self.max_new_tokens)
         self._generator = torch.Generator().manual_seed(self.seed)
 
+    def describe(self) -> dict[str, Any]:
+        """What a learner group needs to build the matching module."""
+        return {"model_path": self.module.model_config["model_path"], "vocab_size": len(self.tokenizer),
+                "max_prompt_tokens": self.max_prompt_tokens, "max_new_tokens": self.max_new_tokens}
+
     # ------------------------------------------------------------------ weights
     def set_weights(self, weights: dict[str, Any]) -> None:
         self.module.set_state(weights)
@@ -323,26 +329,55 @@ def build_llm_learner_group(config, model_path: str | Path, vocab_size: int, max
 
 
 class LLMTrainer:
-    """ECPO on an LLM through RLlib's learner group: ``runner.sample`` -> ``update`` -> weight sync."""
+    """ECPO on an LLM through RLlib's learner group: sample groups -> update -> weight sync.
 
-    def __init__(self, config, runner: LLMGroupRunner) -> None:
+    ``runners``: one or more ``LLMGroupRunner``s, in-process or Ray actors
+    (``ray.remote(LLMGroupRunner).remote(..., runner_id=k)``; give each a distinct ``runner_id``). Actors
+    sample in parallel; their weights arrive as one object-store copy per update.
+    """
+
+    def __init__(self, config, runners: Any) -> None:
         self.config = config
-        self.runner = runner
-        self.learner_group = build_llm_learner_group(
-            config, runner.module.model_config["model_path"], len(runner.tokenizer), runner.max_prompt_tokens,
-            runner.max_new_tokens)
+        self.runners = list(runners) if isinstance(runners, (list, tuple)) else [runners]
+        shape = self._call_all("describe")[0]
+        self.learner_group = build_llm_learner_group(config, **shape)
         self.sync_weights()
 
+    def _call_all(self, method: str, *args: Any) -> list[Any]:
+        """``runner.method(*args)`` on every runner; actors first, so they work while local runners do."""
+        import ray
+
+        actor_refs = {i: getattr(r, method).remote(*args) for i, r in enumerate(self.runners) if _is_actor(r)}
+        local = {i: getattr(r, method)(*args) for i, r in enumerate(self.runners) if not _is_actor(r)}
+        fetched = dict(zip(actor_refs, ray.get(list(actor_refs.values())))) if actor_refs else {}
+        return [fetched[i] if i in fetched else local[i] for i in range(len(self.runners))]
+
     def sync_weights(self) -> None:
-        """Copy the learner's weights into the runner (the sampling policy)."""
-        self.runner.set_weights(self.learner_group.get_weights()[MODULE_ID])
+        """Copy the learner's weights into every runner (the sampling policy)."""
+        import ray
+
+        weights = self.learner_group.get_weights()[MODULE_ID]
+        if any(_is_actor(r) for r in self.runners):
+            ref = ray.put(weights)
+            ray.get([r.set_weights.remote(ref) for r in self.runners if _is_actor(r)])
+        for runner in self.runners:
+            if not _is_actor(runner):
+                runner.set_weights(weights)
 
     def train_iteration(self, task_ids: list[str] | None = None) -> dict[str, Any]:
-        episodes = self.runner.sample(task_ids)
-        results = self.learner_group.update(
-            episodes=episodes, num_epochs=self.config.num_epochs, minibatch_size=self.config.minibatch_size,
-            shuffle_batch_per_epoch=self.config.shuffle_batch_per_epoch,
-        )
+        from ecpo_train.rllib.algorithm import split_groups, update_on_groups
+
+        episodes = [e for sampled in self._call_all("sample", task_ids) for e in sampled]
+        groups = split_groups(episodes, int(self.config.group_size))
+        results = update_on_groups(self.learner_group, groups, self.config)
         self.sync_weights()
         reduced = {key: value for key, value in results[0].items() if key != ALL_MODULES}
         return {"episodes": episodes, "learner": reduced}
+
+
+def _is_actor(obj: Any) -> bool:
+    try:
+        from ray.actor import ActorHandle
+    except ImportError:
+        return False
+    return isinstance(obj, ActorHandle)
