@@ -13,7 +13,7 @@ from ecpo_gym.canonical import INVALID_ACTION
 from ecpo_gym.webshop.env import WebShopGenEnv
 from ecpo_gym.webshop.expert import expert_actions_for_task
 
-SMALL = dict(num_products=150, catalogue_seed=3)
+SMALL = {"num_products": 150, "catalogue_seed": 3}
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +63,7 @@ def test_state_key_is_the_page_identity_not_the_path(env):
     env.reset(options={"task_id": task_id})
     _, _, _, _, results = env.step("search[ Red   Shoes ]")
     assert results["action_key"] == "search[red shoes]" and results["state_key"] == "results|q=red shoes|p=1"
-    asin = [a for a in results["admissible_actions"] if a.startswith("click[b0")][0]
+    asin = next(a for a in results["admissible_actions"] if a.startswith("click[b0"))
     _, _, _, _, item = env.step(asin)
     _, _, _, _, back = env.step("click[< prev]")
     assert back["state_key"] == results["state_key"]
@@ -134,14 +134,14 @@ def test_random_shopping_rarely_wins(env):
     rng = np.random.default_rng(0)
     wins = episodes = 0
     for episode in range(150):
-        obs, info = env.reset(seed=episode)
+        _, info = env.reset(seed=episode)
         done = False
         while not done:
             actions = info["admissible_actions"]
             action = actions[int(rng.integers(len(actions)))]
             if action == "search[<query>]":
                 action = f"search[{env.goal.query}]"  # even with the right query
-            obs, _, terminated, truncated, info = env.step(action)
+            _, _, terminated, truncated, info = env.step(action)
             done = terminated or truncated
         wins += info["won"]
         episodes += 1

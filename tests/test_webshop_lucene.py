@@ -7,7 +7,7 @@ from ecpo_gym.webshop.env import WebShopGenEnv
 from ecpo_gym.webshop.expert import expert_actions_for_task
 from ecpo_gym.webshop.search import LuceneRetriever, build_retriever
 
-CATALOGUE = dict(num_products=300, catalogue_seed=3)  # noqa: C408  (the env's keyword arguments)
+CATALOGUE = {"num_products": 300, "catalogue_seed": 3}
 
 
 @pytest.fixture(scope="module")

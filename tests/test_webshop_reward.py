@@ -27,19 +27,19 @@ from ecpo_gym.webshop.reward import (
 
 
 def make_product(**overrides) -> Product:
-    fields = dict(asin="B000000001", title="Oak Console Table", description="A sturdy table for the hall.",
-                  bullet_points=["Solid wood top", "Easy assembly"], price_values=[50.0], price_tag="$50.0",
-                  options={"color": ["black", "dark brown"], "size": ["large", "x-large"]},
-                  attributes=["solid wood", "easy assembly"], category="garden", query="console tables",
-                  product_category="Home \u203a Furniture \u203a Tables", purchase_price=50.0)
+    fields = {"asin": "B000000001", "title": "Oak Console Table", "description": "A sturdy table for the hall.",
+              "bullet_points": ["Solid wood top", "Easy assembly"], "price_values": [50.0], "price_tag": "$50.0",
+              "options": {"color": ["black", "dark brown"], "size": ["large", "x-large"]},
+              "attributes": ["solid wood", "easy assembly"], "category": "garden", "query": "console tables",
+              "product_category": "Home \u203a Furniture \u203a Tables", "purchase_price": 50.0}
     fields.update(overrides)
     return Product(**fields)
 
 
 def make_goal(**overrides) -> Goal:
-    fields = dict(asin="B000000001", category="garden", query="console tables", name="Oak Console Table",
-                  product_category="Home \u203a Furniture \u203a Tables", instruction_text="i need a table",
-                  attributes=["solid wood"], price_upper=60.0, goal_options={"color": "dark brown"})
+    fields = {"asin": "B000000001", "category": "garden", "query": "console tables", "name": "Oak Console Table",
+              "product_category": "Home \u203a Furniture \u203a Tables", "instruction_text": "i need a table",
+              "attributes": ["solid wood"], "price_upper": 60.0, "goal_options": {"color": "dark brown"}}
     fields.update(overrides)
     return Goal(**fields)
 
