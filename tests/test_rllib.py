@@ -202,3 +202,15 @@ def test_llm_path_one_update_with_tiny_qwen2(tmp_path):
         assert np.allclose(np.asarray(value), after[key].numpy())
         assert np.allclose(np.asarray(value), np.asarray(remote_state[key]))
     ray.kill(remote_runner)
+
+
+def test_llm_runner_backend_errors_are_clear(tmp_path):
+    from ecpo_train.rllib.llm import LLMGroupRunner
+
+    with pytest.raises(ValueError, match="backend"):
+        LLMGroupRunner("ecpo/DivergentAnchor-v0", tmp_path, backend="tgi")
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        with pytest.raises(ImportError, match="pip install"):
+            LLMGroupRunner("ecpo/DivergentAnchor-v0", tmp_path, backend="vllm")

@@ -147,7 +147,8 @@ class LLMGroupRunner:
     """Plays ``num_groups`` groups of ``group_size`` copies with a causal LM; returns ``SingleAgentEpisode``s.
 
     Usable in-process or as a Ray actor (``ray.remote(LLMGroupRunner).remote(...)``). Generation uses
-    transformers ``generate`` with sampling. ``reference_model_path`` (optional) adds the frozen
+    transformers ``generate`` with sampling, or vLLM with ``backend="vllm"`` (GPU; ``VLLMBackend`` from
+    ``ecpo_train.policies.vllm_backend``, untested here: no GPU or vLLM on the development machine). ``reference_model_path`` (optional) adds the frozen
     reference's token log-probs for the KL term. Weights come in through ``set_weights`` (the learner
     group's ``get_weights()[module_id]``).
     """
@@ -167,8 +168,19 @@ class LLMGroupRunner:
         reference_model_path: str | Path | None = None,
         runner_id: int = 0,
         seed: int = 0,
+        backend: str = "transformers",
+        vllm_kwargs: dict[str, Any] | None = None,
     ) -> None:
         from transformers import AutoTokenizer
+
+        if backend not in ("transformers", "vllm"):
+            raise ValueError(f"backend must be 'transformers' or 'vllm', got {backend!r}")
+        self.vllm = None
+        if backend == "vllm":
+            from ecpo_train.policies.vllm_backend import VLLMBackend
+
+            self.vllm = VLLMBackend(str(model_path), max_response_length=int(max_new_tokens), seed=int(seed),
+                                    **(vllm_kwargs or {}))
 
         from ecpo_gym.group import GroupVectorEnv
 
@@ -208,6 +220,10 @@ class LLMGroupRunner:
     # ------------------------------------------------------------------ weights
     def set_weights(self, weights: dict[str, Any]) -> None:
         self.module.set_state(weights)
+        if self.vllm is not None:
+            # the module holds the HF model as `model`: strip that prefix to get Hugging Face names
+            self.vllm.sync_weights({name.removeprefix("model."): value
+                                    for name, value in self.module.state_dict().items()})
 
     def get_weights(self) -> dict[str, Any]:
         return self.module.get_state()
@@ -265,19 +281,32 @@ class LLMGroupRunner:
 
     @torch.no_grad()
     def _generate(self, chats: list[str]) -> dict[str, Any]:
+        """Sample one reply per chat; token ids, masks and the sampling weights' per-token log-probs."""
         enc = self.tokenizer(chats, return_tensors="pt", padding="max_length", truncation=True,
                              max_length=self.max_prompt_tokens)
         prompt_ids, prompt_mask = enc["input_ids"], enc["attention_mask"]
-        out = self.module.model.generate(
-            input_ids=prompt_ids, attention_mask=prompt_mask, do_sample=True, temperature=self.temperature,
-            top_k=0, top_p=1.0, max_new_tokens=self.max_new_tokens, pad_token_id=self.pad_token_id,
-            eos_token_id=self.eos_token_id,
-        )
-        reply = out[:, prompt_ids.shape[1]:]
-        reply_ids = torch.full((len(chats), self.max_new_tokens), self.pad_token_id, dtype=torch.long)
-        reply_ids[:, : reply.shape[1]] = reply
-        reply_mask = _reply_mask(reply_ids, self.eos_token_id, reply.shape[1])
-        reply_ids = torch.where(reply_mask.bool(), reply_ids, torch.full_like(reply_ids, self.pad_token_id))
+        if self.vllm is not None:
+            prompts = [ids[mask.bool()].tolist() for ids, mask in zip(prompt_ids, prompt_mask)]
+            replies, _ = self.vllm.sample(prompts, self.temperature)
+            reply_ids = torch.full((len(chats), self.max_new_tokens), self.pad_token_id, dtype=torch.long)
+            reply_mask = torch.zeros((len(chats), self.max_new_tokens))
+            for row, reply in enumerate(replies):
+                reply = reply[: self.max_new_tokens]
+                reply_ids[row, : len(reply)] = torch.as_tensor(reply, dtype=torch.long)
+                reply_mask[row, : len(reply)] = 1.0
+        else:
+            out = self.module.model.generate(
+                input_ids=prompt_ids, attention_mask=prompt_mask, do_sample=True, temperature=self.temperature,
+                top_k=0, top_p=1.0, max_new_tokens=self.max_new_tokens, pad_token_id=self.pad_token_id,
+                eos_token_id=self.eos_token_id,
+            )
+            reply = out[:, prompt_ids.shape[1]:]
+            reply_ids = torch.full((len(chats), self.max_new_tokens), self.pad_token_id, dtype=torch.long)
+            reply_ids[:, : reply.shape[1]] = reply
+            reply_mask = _reply_mask(reply_ids, self.eos_token_id, reply.shape[1])
+            reply_ids = torch.where(reply_mask.bool(), reply_ids, torch.full_like(reply_ids, self.pad_token_id))
+        # Old log-probs come from the transformers module, the same computation the learner repeats, so
+        # the first ratio is exactly 1 whichever engine sampled.
         logp, _ = self.module.reply_logp(prompt_ids, prompt_mask, reply_ids, reply_mask)
         ref_logp = None
         if self.reference is not None:
@@ -285,7 +314,8 @@ class LLMGroupRunner:
             ref_logp = ref_logp.numpy().astype(np.float32)
         texts = [self.tokenizer.decode(ids[mask.bool()], skip_special_tokens=True)
                  for ids, mask in zip(reply_ids, reply_mask)]
-        return {"prompt_ids": prompt_ids.numpy().astype(np.int64), "prompt_mask": prompt_mask.numpy().astype(np.float32),
+        return {"prompt_ids": prompt_ids.numpy().astype(np.int64),
+                "prompt_mask": prompt_mask.numpy().astype(np.float32),
                 "reply_ids": reply_ids.numpy().astype(np.int64), "reply_mask": reply_mask.numpy().astype(np.float32),
                 "logp": (logp * reply_mask).numpy().astype(np.float32), "ref_logp": ref_logp, "texts": texts}
 
