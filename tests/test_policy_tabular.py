@@ -44,3 +44,21 @@ def test_gradient_step_raises_the_chosen_action_and_growth_keeps_adam_state():
     fresh = TabularSoftmaxPolicy(seed=1)
     fresh.load_state_dict(state)
     assert fresh.slots == policy.slots and torch.equal(fresh.logits, policy.logits)
+
+
+def test_resume_after_growth_restores_optimizer_on_the_new_table():
+    policy = TabularSoftmaxPolicy(seed=0, initial_capacity=2)
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=0.1)
+    out = policy.act([ctx("s", ["a", "b", "c", "d"])])  # grows to 4
+    policy.grow_optimizer_state(optimizer)
+    (-policy.logprobs(out.prompt_ids, out.response_ids)[0].sum()).backward()
+    optimizer.step()
+    saved_policy, saved_opt = policy.state_dict(), optimizer.state_dict()
+
+    fresh = TabularSoftmaxPolicy(seed=0, initial_capacity=2)
+    fresh_opt = torch.optim.AdamW(fresh.parameters(), lr=0.1)
+    fresh.load_state_dict(saved_policy)
+    fresh_opt.load_state_dict(saved_opt)
+    fresh.grow_optimizer_state(fresh_opt)
+    assert fresh_opt.param_groups[0]["params"][0] is fresh.logits
+    assert torch.equal(fresh_opt.state[fresh.logits]["exp_avg"], optimizer.state[policy.logits]["exp_avg"])

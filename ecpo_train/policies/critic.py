@@ -56,14 +56,15 @@ class TabularCritic(torch.nn.Module):
         super().__init__()
         self.table = torch.nn.Parameter(torch.zeros(int(initial_capacity)))
         self.index: dict[str, int] = {}
+        self._replaced: list[torch.nn.Parameter] = []
 
     def _slot(self, state_key: str) -> int:
         slot = self.index.get(state_key)
         if slot is None:
             slot = self.index[state_key] = len(self.index)
             if slot >= self.table.numel():
-                extra = self.table.numel()
-                self.table.data = torch.cat([self.table.data, self.table.data.new_zeros(extra)])
+                self._replaced.append(self.table)
+                self.table = torch.nn.Parameter(torch.cat([self.table.data, torch.zeros_like(self.table.data)]))
         return slot
 
     def values(self, prompt_ids: Sequence[Sequence[int]], state_keys: Sequence[str]) -> torch.Tensor:
@@ -71,11 +72,10 @@ class TabularCritic(torch.nn.Module):
         return self.table[slots]
 
     def grow_optimizer_state(self, optimizer: torch.optim.Optimizer) -> None:
-        state = optimizer.state.get(self.table)
-        if state:
-            for name, value in state.items():
-                if torch.is_tensor(value) and value.dim() == 1 and value.numel() < self.table.numel():
-                    state[name] = torch.cat([value, value.new_zeros(self.table.numel() - value.numel())])
+        from ecpo_train.policies.tabular import swap_grown_parameter
+
+        swap_grown_parameter(optimizer, self._replaced, self.table)
+        self._replaced = []
 
     def get_extra_state(self) -> Any:
         return {"index": list(self.index.items())}
@@ -86,7 +86,8 @@ class TabularCritic(torch.nn.Module):
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):  # type: ignore[override]
         stored = state_dict.get(prefix + "table")
         if stored is not None and stored.shape != self.table.shape:
-            self.table.data = torch.zeros_like(stored)
+            self._replaced.append(self.table)  # an optimizer built before loading is re-pointed later
+            self.table = torch.nn.Parameter(torch.zeros_like(stored))
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
 

@@ -19,6 +19,24 @@ import torch
 from ecpo_train.policies.base import Policy, PolicyOutput, StepContext
 
 
+def swap_grown_parameter(optimizer: torch.optim.Optimizer, old: list[torch.nn.Parameter],
+                         new: torch.nn.Parameter) -> None:
+    """Replace any parameter of ``old`` in ``optimizer`` by ``new`` (a longer 1-D table), zero-padding its state."""
+    if not old:
+        return
+    stale = {id(p) for p in old}
+    for group in optimizer.param_groups:
+        for i, param in enumerate(group["params"]):
+            if id(param) in stale:
+                group["params"][i] = new
+                state = optimizer.state.pop(param, None)
+                if state:
+                    for name, value in state.items():
+                        if torch.is_tensor(value) and value.dim() == 1 and value.numel() < new.numel():
+                            state[name] = torch.cat([value, value.new_zeros(new.numel() - value.numel())])
+                    optimizer.state[new] = state
+
+
 class TabularSoftmaxPolicy(Policy):
     """Softmax over lazily created, zero-initialised logits per ``(state_key, action)``."""
 
@@ -26,6 +44,7 @@ class TabularSoftmaxPolicy(Policy):
         super().__init__()
         self.logits = torch.nn.Parameter(torch.zeros(int(initial_capacity)))
         self.slots: dict[tuple[str, str], int] = {}
+        self._replaced: list[torch.nn.Parameter] = []
         self.generator = torch.Generator().manual_seed(int(seed))
 
     # ------------------------------------------------------------------ slots
@@ -41,18 +60,16 @@ class TabularSoftmaxPolicy(Policy):
         return index
 
     def _grow(self, capacity: int) -> None:
+        # A new Parameter (resizing .data in place would break autograd's cached leaf shape); the optimizer
+        # is pointed at it in grow_optimizer_state.
         extra = capacity - self.logits.numel()
-        self.logits.data = torch.cat([self.logits.data, self.logits.data.new_zeros(extra)])
+        self._replaced.append(self.logits)
+        self.logits = torch.nn.Parameter(torch.cat([self.logits.data, self.logits.data.new_zeros(extra)]))
 
     def grow_optimizer_state(self, optimizer: torch.optim.Optimizer) -> None:
-        """Pad the optimizer's per-parameter state (Adam moments) to the grown logit table."""
-        state = optimizer.state.get(self.logits)
-        if not state:
-            return
-        size = self.logits.numel()
-        for name, value in state.items():
-            if torch.is_tensor(value) and value.dim() == 1 and value.numel() < size:
-                state[name] = torch.cat([value, value.new_zeros(size - value.numel())])
+        """Point the optimizer at the grown logit table, padding its per-parameter state (Adam moments)."""
+        swap_grown_parameter(optimizer, self._replaced, self.logits)
+        self._replaced = []
 
     def _padded_logits(self, slot_lists: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         """``[rows, K]`` logits of each row's admissible slots (slots beyond the table read 0) and a mask."""
@@ -143,5 +160,6 @@ class TabularSoftmaxPolicy(Policy):
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):  # type: ignore[override]
         stored = state_dict.get(prefix + "logits")
         if stored is not None and stored.shape != self.logits.shape:
-            self.logits.data = torch.zeros_like(stored)
+            self._replaced.append(self.logits)  # an optimizer built before loading is re-pointed later
+            self.logits = torch.nn.Parameter(torch.zeros_like(stored))
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
