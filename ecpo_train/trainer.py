@@ -122,7 +122,7 @@ class TrainConfig:
 # ---------------------------------------------------------------------------------------------- config I/O
 def _check_type(name: str, value: Any, annotation: Any) -> Any:
     """Coerce/validate one config value against its dataclass annotation (clear error otherwise)."""
-    hint = eval(annotation, {}, {}) if isinstance(annotation, str) else annotation  # noqa: S307 (own code)
+    hint = eval(annotation, {}, {}) if isinstance(annotation, str) else annotation
     options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
     for option in options:
         base = typing.get_origin(option) or option
@@ -440,7 +440,7 @@ class _Progress:
         self.enabled, self.total, self.done, self.label = enabled, total, done, label
         self._progress: Any = None
 
-    def __enter__(self) -> _Progress:
+    def __enter__(self) -> typing.Self:
         if self.enabled:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -459,7 +459,7 @@ class _Progress:
         status += f" | kl {metrics.get('update/kl', 0):.4f} | {metrics.get('time/iteration', 0):.1f}s/it"
         self._progress.update(self._task, advance=1, status=status)
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self._progress is not None:
             self._progress.__exit__(*exc)
 

@@ -49,7 +49,7 @@ def test_checkpoint_resume_gives_the_same_next_iteration(tmp_path):
     assert b.iteration == 2
     got = b.train_iteration()
     b.close()
-    timeless = lambda m: {k: v for k, v in m.items() if not k.startswith("time/")}  # noqa: E731
+    timeless = lambda m: {k: v for k, v in m.items() if not k.startswith("time/")}
     assert timeless(got) == timeless(expected)
 
 
