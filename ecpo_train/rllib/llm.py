@@ -59,7 +59,8 @@ def token_spaces(vocab_size: int, max_prompt_tokens: int, max_new_tokens: int) -
 class CausalLMRLModule(TorchRLModule):
     """A transformers causal LM as an RLModule; its forward gives per-token log-probs of the reply.
 
-    ``model_config``: ``model_path`` (a ``save_pretrained`` directory) and optional ``pad_token_id``.
+    ``model_config``: ``model_path`` (a ``save_pretrained`` directory), optional ``pad_token_id`` and
+    ``dtype`` (a torch dtype name, default ``float32``; log-probs are always computed in float32).
     """
 
     def setup(self) -> None:
@@ -68,7 +69,8 @@ class CausalLMRLModule(TorchRLModule):
         cfg = self.model_config or {}
         if "model_path" not in cfg:
             raise ValueError("CausalLMRLModule needs model_config['model_path'] (a save_pretrained directory)")
-        self.model = AutoModelForCausalLM.from_pretrained(cfg["model_path"], dtype=torch.float32)
+        dtype = getattr(torch, str(cfg.get("dtype", "float32")))
+        self.model = AutoModelForCausalLM.from_pretrained(cfg["model_path"], dtype=dtype)
         pad = cfg.get("pad_token_id", self.model.config.pad_token_id)
         self.pad_token_id = int(pad if pad is not None else 0)
 
@@ -170,6 +172,8 @@ class LLMGroupRunner:
         seed: int = 0,
         backend: str = "transformers",
         vllm_kwargs: dict[str, Any] | None = None,
+        device: str | None = None,
+        dtype: str = "float32",
     ) -> None:
         from transformers import AutoTokenizer
 
@@ -197,14 +201,17 @@ class LLMGroupRunner:
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_path))
         self.tokenizer.padding_side = "left"
         self.tokenizer.truncation_side = "left"
+        self.dtype = str(dtype)
         self.module = CausalLMRLModule(observation_space=None, action_space=None, inference_only=True,
-                                       model_config={"model_path": str(model_path)})
-        self.module.eval()
+                                       model_config={"model_path": str(model_path), "dtype": self.dtype})
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.module.to(self.device).eval()
         self.reference = None
         if reference_model_path is not None:
             self.reference = CausalLMRLModule(observation_space=None, action_space=None, inference_only=True,
-                                              model_config={"model_path": str(reference_model_path)})
-            self.reference.eval()
+                                              model_config={"model_path": str(reference_model_path),
+                                                            "dtype": self.dtype})
+            self.reference.to(self.device).eval()
         self.eos_token_id = self.module.model.generation_config.eos_token_id
         self.pad_token_id = self.module.pad_token_id
         self.envs = GroupVectorEnv(env_id, self.num_groups, self.group_size, env_kwargs=env_kwargs)
@@ -214,7 +221,8 @@ class LLMGroupRunner:
 
     def describe(self) -> dict[str, Any]:
         """What a learner group needs to build the matching module."""
-        return {"model_path": self.module.model_config["model_path"], "vocab_size": len(self.tokenizer),
+        return {"model_path": self.module.model_config["model_path"], "dtype": self.dtype,
+                "vocab_size": len(self.tokenizer),
                 "max_prompt_tokens": self.max_prompt_tokens, "max_new_tokens": self.max_new_tokens}
 
     # ------------------------------------------------------------------ weights
@@ -284,12 +292,13 @@ class LLMGroupRunner:
         """Sample one reply per chat; token ids, masks and the sampling weights' per-token log-probs."""
         enc = self.tokenizer(chats, return_tensors="pt", padding="max_length", truncation=True,
                              max_length=self.max_prompt_tokens)
-        prompt_ids, prompt_mask = enc["input_ids"], enc["attention_mask"]
+        prompt_ids, prompt_mask = enc["input_ids"].to(self.device), enc["attention_mask"].to(self.device)
         if self.vllm is not None:
             prompts = [ids[mask.bool()].tolist() for ids, mask in zip(prompt_ids, prompt_mask)]
             replies, _ = self.vllm.sample(prompts, self.temperature)
-            reply_ids = torch.full((len(chats), self.max_new_tokens), self.pad_token_id, dtype=torch.long)
-            reply_mask = torch.zeros((len(chats), self.max_new_tokens))
+            reply_ids = torch.full((len(chats), self.max_new_tokens), self.pad_token_id, dtype=torch.long,
+                                   device=self.device)
+            reply_mask = torch.zeros((len(chats), self.max_new_tokens), device=self.device)
             for row, reply in enumerate(replies):
                 reply = reply[: self.max_new_tokens]
                 reply_ids[row, : len(reply)] = torch.as_tensor(reply, dtype=torch.long)
@@ -301,7 +310,8 @@ class LLMGroupRunner:
                 eos_token_id=self.eos_token_id,
             )
             reply = out[:, prompt_ids.shape[1]:]
-            reply_ids = torch.full((len(chats), self.max_new_tokens), self.pad_token_id, dtype=torch.long)
+            reply_ids = torch.full((len(chats), self.max_new_tokens), self.pad_token_id, dtype=torch.long,
+                                   device=self.device)
             reply_ids[:, : reply.shape[1]] = reply
             reply_mask = _reply_mask(reply_ids, self.eos_token_id, reply.shape[1])
             reply_ids = torch.where(reply_mask.bool(), reply_ids, torch.full_like(reply_ids, self.pad_token_id))
@@ -311,13 +321,15 @@ class LLMGroupRunner:
         ref_logp = None
         if self.reference is not None:
             ref_logp, _ = self.reference.reply_logp(prompt_ids, prompt_mask, reply_ids, reply_mask)
-            ref_logp = ref_logp.numpy().astype(np.float32)
+            ref_logp = ref_logp.cpu().numpy().astype(np.float32)
+        reply_ids, reply_mask, prompt_ids, prompt_mask = (t.cpu() for t in (reply_ids, reply_mask, prompt_ids,
+                                                                            prompt_mask))
         texts = [self.tokenizer.decode(ids[mask.bool()], skip_special_tokens=True)
                  for ids, mask in zip(reply_ids, reply_mask)]
         return {"prompt_ids": prompt_ids.numpy().astype(np.int64),
                 "prompt_mask": prompt_mask.numpy().astype(np.float32),
                 "reply_ids": reply_ids.numpy().astype(np.int64), "reply_mask": reply_mask.numpy().astype(np.float32),
-                "logp": (logp * reply_mask).numpy().astype(np.float32), "ref_logp": ref_logp, "texts": texts}
+                "logp": (logp.cpu() * reply_mask).numpy().astype(np.float32), "ref_logp": ref_logp, "texts": texts}
 
     def _episode(self, traj: _Trajectory) -> SingleAgentEpisode:
         final_obs = np.full(self.max_prompt_tokens, self.pad_token_id, dtype=np.int64)
@@ -341,18 +353,19 @@ def _reply_mask(reply_ids: torch.Tensor, eos_token_id: Any, generated_len: int) 
     for eos in eos_ids:
         if eos is not None:
             is_eos |= reply_ids == int(eos)
-    positions = torch.arange(reply_ids.shape[1])
-    first_eos = torch.where(is_eos.any(1), is_eos.float().argmax(1), torch.full((reply_ids.shape[0],), generated_len))
+    positions = torch.arange(reply_ids.shape[1], device=reply_ids.device)
+    no_eos = torch.full((reply_ids.shape[0],), generated_len, device=reply_ids.device)
+    first_eos = torch.where(is_eos.any(1), is_eos.float().argmax(1), no_eos)
     end = torch.clamp(first_eos + 1, max=generated_len)
     return (positions.unsqueeze(0) < end.unsqueeze(1)).float()
 
 
 def build_llm_learner_group(config, model_path: str | Path, vocab_size: int, max_prompt_tokens: int,
-                            max_new_tokens: int):
+                            max_new_tokens: int, dtype: str = "float32"):
     """A learner group of ``TokenLevelECPOLearner``s over ``CausalLMRLModule`` (``config``: an ``ECPOConfig``)."""
     obs_space, act_space = token_spaces(vocab_size, max_prompt_tokens, max_new_tokens)
     spec = RLModuleSpec(module_class=CausalLMRLModule, observation_space=obs_space, action_space=act_space,
-                        model_config={"model_path": str(model_path)})
+                        model_config={"model_path": str(model_path), "dtype": dtype})
     config = config.copy(copy_frozen=False).training(learner_class=TokenLevelECPOLearner).rl_module(
         rl_module_spec=spec)
     return config.build_learner_group(rl_module_spec=spec)
