@@ -41,12 +41,22 @@ _MEMO_SIZE = 512
 _memo: OrderedDict[tuple, Any] = OrderedDict()
 _memo_lock = threading.Lock()
 _memo_installed = False
+_share_replan = True
 
 
-def install_translation_memo(max_entries: int = _MEMO_SIZE) -> None:
-    """Replace ``fast_downward.pddl2sas`` by an LRU-memoised version (idempotent, process-wide)."""
-    global _memo_installed, _MEMO_SIZE
+def install_translation_memo(max_entries: int = _MEMO_SIZE, share_replan_translation: bool = True) -> None:
+    """Replace ``fast_downward.pddl2sas`` by an LRU-memoised version (idempotent, process-wide).
+
+    ``share_replan_translation``: the engine translates every problem twice, the second time optimised for
+    Fast Downward's *planner*, which only ``policy_commands`` / walkthrough replanning use (never requested
+    here). Sharing the unoptimised translation for that slot keeps every observation, admissible set and
+    ``won`` flag identical and cuts the load of a new game by about a third; plans, if anyone asks for
+    them, stay valid (the planner just searches the unpruned task). Pass ``False`` before any engine is
+    built to keep the optimised translation.
+    """
+    global _memo_installed, _MEMO_SIZE, _share_replan
     _MEMO_SIZE = int(max_entries)
+    _share_replan = bool(share_replan_translation) if not _memo_installed else _share_replan
     if _memo_installed:
         return
     import fast_downward
@@ -54,7 +64,8 @@ def install_translation_memo(max_entries: int = _MEMO_SIZE) -> None:
     translate = fast_downward.pddl2sas
 
     def memoised_pddl2sas(domain: str, problem: str, verbose: bool = False, optimize: bool = False):
-        key = (hash(domain), len(domain), hash(problem), len(problem), bool(optimize))
+        optimize = bool(optimize) and not _share_replan
+        key = (hash(domain), len(domain), hash(problem), len(problem), optimize)
         with _memo_lock:
             hit = _memo.get(key)
             if hit is not None:

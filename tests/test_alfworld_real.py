@@ -1,0 +1,119 @@
+"""Real ALFWorld games (valid_seen under $ECPO_DATA_DIR/alfworld/json_2.1.1)."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from pathlib import Path
+
+import gymnasium as gym
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import ecpo_gym  # noqa: F401
+from ecpo_gym.alfworld.engine import TASK_TYPES
+from ecpo_gym.alfworld.env import ALFWorldEnv, resolve_split_dir
+from ecpo_gym.alfworld.expert import play_expert, play_expert_parallel
+
+DATA_DIR = os.environ.get("ECPO_DATA_DIR")
+needs_data = pytest.mark.skipif(not DATA_DIR, reason="set ECPO_DATA_DIR to the benchmark data folder "
+                                "(holding alfworld/json_2.1.1/valid_seen) to run the real-ALFWorld tests")
+# split counts of valid_seen (ALFWORLD.md §2)
+VALID_SEEN_COUNTS = {"Pick": 35, "Look": 13, "Clean": 27, "Heat": 16, "Cool": 25, "Pick2": 24}
+
+
+def test_missing_data_is_one_clear_error(tmp_path, monkeypatch):
+    monkeypatch.delenv("ALFWORLD_DATA", raising=False)
+    with pytest.raises(FileNotFoundError) as err:
+        ALFWorldEnv(data_path=tmp_path / "nowhere")
+    message = str(err.value)
+    assert str(tmp_path / "nowhere") in message and "alfworld-download" in message
+    monkeypatch.delenv("ECPO_DATA_DIR", raising=False)
+    with pytest.raises(FileNotFoundError, match="ALFWORLD_DATA"):
+        resolve_split_dir(None, "train")
+
+
+@pytest.fixture(scope="module")
+def env():
+    if not DATA_DIR:
+        pytest.skip("ECPO_DATA_DIR is not set")
+    env = ALFWorldEnv()
+    yield env
+    env.close()
+
+
+@needs_data
+def test_task_ids_types_and_filters(env):
+    assert len(env.task_ids) == 140 and env.split_dir == Path(DATA_DIR) / "alfworld" / "json_2.1.1" / "valid_seen"
+    assert all(t.endswith("/game.tw-pddl") and (env.split_dir / t).is_file() for t in env.task_ids)
+    assert Counter(TASK_TYPES[t.split("-")[0]] for t in env.task_ids) == VALID_SEEN_COUNTS
+    heat = ALFWorldEnv(task_types=["Heat"])
+    assert len(heat.task_ids) == 16 and all(t.startswith("pick_heat_then_place_in_recep-") for t in heat.task_ids)
+    # the data folder, json_2.1.1 and the split folder itself are all accepted
+    root = Path(DATA_DIR) / "alfworld"
+    for path in (root, root / "json_2.1.1", root / "json_2.1.1" / "valid_seen"):
+        assert resolve_split_dir(path, "valid_seen") == env.split_dir
+
+
+@needs_data
+def test_make_by_id_and_check_env():
+    env = gym.make("ecpo/ALFWorld-v0", task_types=["Look"])
+    obs, info = env.reset(seed=0)
+    assert obs.startswith("-= Welcome to TextWorld, ALFRED! =-") and info["task_type"] == "Look"
+    check_env(env.unwrapped, skip_render_check=True)
+    env.close()
+
+
+@needs_data
+def test_seeded_reset_gives_same_task_and_state_keys(env):
+    runs = []
+    for _ in range(2):
+        obs, info = env.reset(seed=42)
+        result = play_expert(env, info["task_id"], seed=42)
+        runs.append((info["task_id"], obs, result["state_keys"]))
+    assert runs[0] == runs[1] and len(set(runs[0][2])) == len(runs[0][2])
+    other = ALFWorldEnv()
+    assert other.reset(seed=42)[1]["task_id"] == runs[0][0]
+    other.close()
+
+
+@needs_data
+def test_goal_task_type_and_info_on_a_known_game(env):
+    task_id = next(t for t in env.task_ids if t.startswith("pick_heat_then_place_in_recep-Apple"))
+    obs, info = env.reset(options={"task_id": task_id.rsplit("/", 1)[0]})  # folder form accepted
+    assert info["task_id"] == task_id and info["task_type"] == "Heat"
+    assert "apple" in info["task"] and obs.endswith(info["task"] + ".")
+    assert "help" not in info["admissible_actions"] and "look" in info["admissible_actions"]
+    obs, reward, *_ , info = env.step("Go to the Microwave 1.")
+    assert info["action_key"] == "go to microwave 1" and reward == 0.0
+    with pytest.raises(KeyError):
+        env.reset(options={"task_id": "pick_heat_then_place_in_recep-Nothing/trial_0"})
+
+
+@needs_data
+def test_episode_ends_at_first_won_and_step_limit(env):
+    task_id = env.task_ids[0]
+    env.reset(options={"task_id": task_id})
+    walkthrough = env.expert_plan()
+    for command in walkthrough:
+        obs, reward, terminated, truncated, info = env.step(command)
+    assert terminated and info["won"] and reward == 10.0
+    # taking the object back would flip the engine's flag; the episode is over instead
+    _, reward, terminated, _, info = env.step("inventory")
+    assert reward == 0.0 and terminated and "error" in info
+    short = ALFWorldEnv(max_steps=3)
+    short.reset(options={"task_id": task_id})
+    flags = [short.step("look")[2:4] for _ in range(3)]
+    assert flags == [(False, False), (False, False), (False, True)]
+    short.close()
+
+
+@needs_data
+@pytest.mark.slow
+def test_all_140_walkthroughs_win():
+    ids = list(ALFWorldEnv().task_ids)
+    results = play_expert_parallel("ecpo/ALFWorld-v0", ids, processes=2)
+    assert len(results) == 140
+    for r in results:
+        assert r["won"] and r["all_valid"] and r["steps"] == r["plan_length"], r["task_id"]
+        assert r["task_type"] == TASK_TYPES[r["task_id"].split("-")[0]] and not r["won_at_reset"]
