@@ -47,6 +47,17 @@ def weights_differ(a, b):
     return any(not np.array_equal(a[k], b[k]) for k in a)
 
 
+def test_config_wraps_text_env_ids_and_keeps_group_size_in_sync():
+    config = (ECPOConfig().environment("ecpo/DivergentAnchor-v0").training(group_size=6, kappa=3.0)
+              .environment(env_config={"max_candidates": 5}))
+    assert config.env_config == {"env_id": "ecpo/DivergentAnchor-v0", "group_size": 6, "max_candidates": 5}
+    assert config.credit_hyperparameters() == {"gamma": 0.95, "omega": 1.0, "kappa": 3.0, "tau": 2.0, "d_min": 7,
+                                               "rho_min": 0.5}
+    assert config.use_critic is False and config.batch_mode == "complete_episodes"
+    with pytest.raises(ValueError, match="num_learners"):
+        config.copy().training(groups_per_batch=1).learners(num_learners=2).validate()
+
+
 @pytest.mark.parametrize("num_env_runners", [0, 1])
 def test_three_iterations_train_on_complete_groups(num_env_runners):
     algo = small_config().env_runners(num_env_runners=num_env_runners).build_algo()

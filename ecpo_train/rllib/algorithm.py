@@ -65,6 +65,7 @@ class ECPOConfig(PPOConfig):
         self.tau = 2.0
         self.d_min = 7
         self.rho_min = 0.5
+        self.text_env_id = None  # the ecpo_gym id that environment("ecpo/...") wrapped
         # Critic off, whole episodes, one env per runner (so its resets stay grouped).
         self.use_critic = False
         self.use_gae = False
@@ -103,14 +104,19 @@ class ECPOConfig(PPOConfig):
     def environment(self, env: Any = NotProvided, **kwargs: Any) -> ECPOConfig:
         super().environment(env, **kwargs)
         if isinstance(self.env, str) and _is_text_env_id(self.env):
-            self.env_config = {**dict(self.env_config or {}), "env_id": self.env}
+            self.text_env_id = self.env
             self.env = CandidateActionEnv
         self._sync_env_config()
         return self
 
     def _sync_env_config(self) -> None:
+        """Keep the adapter's ``env_id`` and ``group_size`` in ``env_config`` whatever order calls came in."""
         if self.env is CandidateActionEnv:
-            self.env_config = {**dict(self.env_config or {}), "group_size": self.group_size}
+            env_config = dict(self.env_config or {})
+            if self.text_env_id is not None:
+                env_config.setdefault("env_id", self.text_env_id)
+            env_config["group_size"] = self.group_size
+            self.env_config = env_config
 
     def credit_hyperparameters(self) -> dict[str, Any]:
         """The keyword arguments ``credit.compute_advantages`` receives."""
