@@ -23,6 +23,7 @@ Outputs (``benchmarks/results/``): ``credit_study.json`` (raw per-run curves + t
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import multiprocessing as mp
@@ -73,6 +74,7 @@ def load_protocol(path: Path = PROTOCOL_PATH, *, quick: bool = False) -> dict[st
         for env in protocol["envs"]:
             env["iterations"] = int(quick_block.get("iterations", 6))
             env["eval_episodes"] = int(quick_block.get("eval_episodes", env.get("eval_episodes", 64)))
+            env["final_eval_episodes"] = env["eval_episodes"]
     return protocol
 
 
@@ -89,6 +91,8 @@ def run_specs(protocol: dict[str, Any], env_names: Sequence[str] | None = None) 
                         "env_name": env["name"], "env_id": env["id"], "env_kwargs": env.get("kwargs") or {},
                         "iterations": int(env["iterations"]), "groups_per_batch": int(env["groups_per_batch"]),
                         "eval": env.get("eval", "rollouts"), "eval_episodes": int(env.get("eval_episodes", 64)),
+                        "tasks": env.get("tasks"),
+                        "final_eval_episodes": int(env.get("final_eval_episodes", env.get("eval_episodes", 64))),
                         "method": method, "group_size": int(n), "seed": seed,
                         "credit": dict(protocol["credit"]), "optim": dict(protocol["optim"]),
                         "rollout_temperature": float(protocol.get("rollout_temperature", 1.0)),
@@ -100,61 +104,35 @@ def run_specs(protocol: dict[str, Any], env_names: Sequence[str] | None = None) 
 
 
 # ============================================================================================ one training run
-def collect_groups(envs, policy, task_ids: Sequence[str], seed: int, temperature: float,
-                   env_name: str) -> dict[str, Any]:
-    """Play one batch of groups to the end with ``policy``: flat step rows plus per-trajectory outcomes.
+class InstructionQueryPolicy:
+    """Wraps a tabular policy for WebShop: it cannot write text, so its ``search[<query>]`` template action is
+    sent as a search for the task instruction itself. Everything else (ids, log-probs) is the wrapped policy's."""
 
-    Rows carry what ``compute_advantages`` takes (group, trajectory, 1-based step, state key, canonical
-    action, reward) and what the objective needs (the policy's prompt/response ids and sampling log-probs).
+    def __init__(self, policy) -> None:
+        self.policy = policy
+
+    def act(self, contexts, temperature: float = 1.0):
+        out = self.policy.act(contexts, temperature=temperature)
+        for k, ctx in enumerate(contexts):
+            if out.actions[k] == SEARCH_TEMPLATE:
+                query = ctx.task.replace("[", " ").replace("]", " ")[:200]
+                out.actions[k] = f"search[{query}]"
+        return out
+
+
+def exact_success_and_return_std(env, policy, temperature: float, task_ids: Sequence[str]) -> tuple[float, float]:
+    """Exact evaluation of ``policy`` (at ``temperature``) on a diagnostic MDP, tasks drawn uniformly from
+    ``task_ids``: the success probability (DP) and the std of the episode return.
+
+    Every non-terminal transition of these MDPs pays 0 and a tabular policy never acts invalidly, so the
+    return is ``reward_success`` with probability p and ``reward_failure`` otherwise: its std is
+    ``|reward_success - reward_failure| * sqrt(p (1 - p))`` with p the task-averaged success probability.
     """
-    from ecpo_train.policies.base import StepContext
-
-    results = envs.reset(task_ids=list(task_ids), seed=seed)
-    n = envs.num_envs
-    done = [False] * n
-    rows: dict[str, list] = {k: [] for k in ("group_ids", "traj_ids", "steps", "state_keys", "action_keys",
-                                             "rewards", "prompt_ids", "response_ids", "logprobs")}
-    episode_return = np.zeros(n)
-    won = np.zeros(n, dtype=bool)
-    while not all(done):
-        live = [i for i in range(n) if not done[i]]
-        contexts = [StepContext(env_name, results[i][1]["task"], results[i][1]["step"], [], results[i][0],
-                                results[i][1]["admissible_actions"], results[i][1]["state_key"]) for i in live]
-        out = policy.act(contexts, temperature=temperature)
-        actions: list[str | None] = [None] * n
-        for k, i in enumerate(live):
-            actions[i] = out.actions[k]
-            if actions[i] == SEARCH_TEMPLATE:  # a tabular policy cannot write text: it searches the instruction
-                actions[i] = "search[" + contexts[k].task.replace("[", " ").replace("]", " ")[:200] + "]"
-        stepped = envs.step(actions)
-        for k, i in enumerate(live):
-            step = stepped[i]
-            rows["group_ids"].append(envs.group_of(i))
-            rows["traj_ids"].append(i)
-            rows["steps"].append(contexts[k].step_count + 1)
-            rows["state_keys"].append(contexts[k].state_key)
-            rows["action_keys"].append(step.info["action_key"])
-            rows["rewards"].append(step.reward)
-            rows["prompt_ids"].append(out.prompt_ids[k])
-            rows["response_ids"].append(out.response_ids[k])
-            rows["logprobs"].append(out.logprobs[k])
-            episode_return[i] += step.reward
-            if step.terminated or step.truncated:
-                done[i] = True
-                won[i] = bool(step.info.get("won", False))
-            results[i] = (step.observation, step.info)
-    rows["episode_return"] = episode_return
-    rows["won"] = won
-    return rows
-
-
-def exact_success(env, policy, temperature: float) -> float:
-    """Mean over tasks of the exact probability that ``policy`` (at ``temperature``) wins a diagnostic MDP."""
     from ecpo_gym.diagnostic import success_probability
 
     logits = policy.logits.detach().numpy()
     values = []
-    for task_id in env.task_ids:
+    for task_id in task_ids:
         model = env.transition_model(task_id)
         table = {}
         for state, actions in model.items():
@@ -165,7 +143,9 @@ def exact_success(env, policy, temperature: float) -> float:
             table[state] = dict(zip(names, p / p.sum()))
         values.append(success_probability(model, env.initial_state(task_id), horizon=env.max_steps,
                                           policy=table))
-    return float(np.mean(values))
+    success = float(np.mean(values))
+    spread = abs(float(env.reward_success) - float(env.reward_failure))
+    return success, spread * math.sqrt(max(0.0, success * (1.0 - success)))
 
 
 def best_actions(env) -> dict[str, set[str]]:
@@ -180,6 +160,16 @@ def best_actions(env) -> dict[str, set[str]]:
             top = max(row.values())
             best[state] = {a for a, v in row.items() if v >= top - 1e-12}
     return best
+
+
+def best_action_probability(policy, actions_of: dict[str, list[str]], best: dict[str, set[str]]) -> float:
+    """How concentrated the policy is on the truly best actions: pi(best | s) at temperature 1, averaged over
+    the anchor states ``actions_of`` (state -> admissible actions; states never visited count as uniform)."""
+    values = []
+    for state, actions in actions_of.items():
+        probs = policy.action_probabilities(state, actions)
+        values.append(sum(p for a, p in probs.items() if a in best[state]))
+    return float(np.mean(values)) if values else float("nan")
 
 
 def misranked_anchor_fraction(rows: dict[str, Any], advantages: np.ndarray, best: dict[str, set[str]]) -> float:
@@ -214,6 +204,8 @@ def diagnostic_values(diag: dict[str, float]) -> dict[str, float]:
 
 
 DIAG_KEYS = ("divergent_fraction", "mean_rho", "adv_std", "adv_range")
+CURVE_KEYS = ("train_success", "train_return", "eval_success", "eval_return_std", "misranked_fraction",
+              "best_action_prob", *DIAG_KEYS)
 
 
 def train_run(spec: dict[str, Any]) -> dict[str, Any]:
@@ -225,6 +217,7 @@ def train_run(spec: dict[str, Any]) -> dict[str, Any]:
     from ecpo_train.credit import compute_advantages
     from ecpo_train.loss import UpdateSettings, policy_update
     from ecpo_train.policies.tabular import TabularSoftmaxPolicy
+    from ecpo_train.rollout import collect_rollout
 
     torch.set_num_threads(1)
     started = time.perf_counter()
@@ -237,55 +230,61 @@ def train_run(spec: dict[str, Any]) -> dict[str, Any]:
     probe = make_env(spec["env_id"], spec["env_kwargs"]).unwrapped  # for the exact model and DP values
     exact = spec["eval"] == "exact"
     best = best_actions(probe) if exact else {}
+    task_pool = list(envs.task_ids)[: spec["tasks"]] if spec.get("tasks") else list(envs.task_ids)
+    actions_of = ({state: list(actions) for task in task_pool for state, actions in probe.transition_model(task).items()}
+                  if exact else {})
     eval_envs = None
     if not exact:
         eval_envs = GroupVectorEnv(spec["env_id"], num_groups=spec["eval_episodes"], group_size=1, num_workers=0,
                                    env_kwargs=spec["env_kwargs"])
     policy = TabularSoftmaxPolicy(seed=run_seed)
     reference = policy.frozen_copy()
+    actor = InstructionQueryPolicy(policy)
     optim = spec["optim"]
     optimizer = torch.optim.Adam(policy.parameters(), lr=float(optim["learning_rate"]))
     settings = UpdateSettings(clip_eps=float(optim["clip_eps"]), kl_coef=float(optim["kl_coef"]),
                               epochs=int(optim["epochs"]), mini_batch_size=int(optim["mini_batch_size"]),
                               micro_batch_size=int(optim["micro_batch_size"]),
                               max_grad_norm=float(optim["max_grad_norm"]))
-    task_pool = list(envs.task_ids)
-    curves: dict[str, list[float]] = {k: [] for k in ("train_success", "train_return", "eval_success",
-                                                       "misranked_fraction", *DIAG_KEYS)}
+    curves: dict[str, list[float]] = {k: [] for k in CURVE_KEYS}
 
-    def evaluate(iteration: int) -> float:
+    def evaluate(iteration: int, repeats: int = 1) -> tuple[float, float]:
+        """Evaluation success and the std of evaluation episode returns: exact by DP on diagnostic MDPs,
+        else ``repeats`` batches of ``eval_episodes`` sampled episodes on tasks drawn from the pool."""
         if exact:
-            return exact_success(probe, policy, spec["eval_temperature"])
-        tasks = [task_pool[i] for i in np.random.default_rng(10_000 + iteration).integers(
-            len(task_pool), size=spec["eval_episodes"])]
-        rows = collect_groups(eval_envs, policy, tasks, seed=10_000 + iteration,
-                              temperature=spec["eval_temperature"], env_name=spec["env_name"])
-        return float(np.mean(rows["won"]))
+            return exact_success_and_return_std(probe, policy, spec["eval_temperature"], task_pool)
+        episodes = []
+        for r in range(repeats):
+            eval_seed = 10_000 + 1_000 * r + iteration
+            eval_rng = np.random.default_rng(eval_seed)
+            tasks = [task_pool[i] for i in eval_rng.integers(len(task_pool), size=spec["eval_episodes"])]
+            episodes += collect_rollout(eval_envs, actor, tasks, env_name=spec["env_name"],
+                                        temperature=spec["eval_temperature"], seed=eval_seed).episodes
+        return (float(np.mean([e.won for e in episodes])), float(np.std([e.total_reward for e in episodes])))
 
     for iteration in range(spec["iterations"]):
         tasks = [task_pool[i] for i in rng.integers(len(task_pool), size=groups)]
-        rows = collect_groups(envs, policy, tasks, seed=int(rng.integers(2**31)),
-                              temperature=spec["rollout_temperature"], env_name=spec["env_name"])
-        advantages, diag = compute_advantages(
-            spec["method"], np.asarray(rows["group_ids"]), np.asarray(rows["traj_ids"]),
-            np.asarray(rows["steps"]), rows["state_keys"], rows["action_keys"], np.asarray(rows["rewards"]),
-            **spec["credit"])
+        rollout = collect_rollout(envs, actor, tasks, env_name=spec["env_name"],
+                                  temperature=spec["rollout_temperature"], seed=int(rng.integers(2**31)))
+        batch = rollout.batch
+        columns = batch.credit_arrays()
+        advantages, diag = compute_advantages(spec["method"], **columns, **spec["credit"])
         advantages = np.asarray(advantages, dtype=np.float64)
-        curves["train_success"].append(float(np.mean(rows["won"])))
-        curves["train_return"].append(float(np.mean(rows["episode_return"])))
+        curves["train_success"].append(float(np.mean([e.won for e in rollout.episodes])))
+        curves["train_return"].append(float(np.mean([e.total_reward for e in rollout.episodes])))
         for name, value in diagnostic_values(diag).items():
             curves[name].append(value)
-        curves["misranked_fraction"].append(misranked_anchor_fraction(rows, advantages, best) if exact
+        curves["misranked_fraction"].append(misranked_anchor_fraction(columns, advantages, best) if exact
                                             else float("nan"))
-        old_logp = torch.tensor([lp[0] for lp in rows["logprobs"]], dtype=torch.float32).unsqueeze(-1)
+        old_logp = torch.tensor([lp[0] for lp in batch.extras["old_logprobs"]], dtype=torch.float32).unsqueeze(-1)
         old_mask = torch.ones_like(old_logp)
-        prompts, responses = rows["prompt_ids"], rows["response_ids"]
+        prompts, responses = batch.extras["prompt_ids"], batch.extras["response_ids"]
 
-        def logprob_fn(index: np.ndarray):
+        def logprob_fn(index: np.ndarray, prompts=prompts, responses=responses):
             return policy.logprobs([prompts[i] for i in index], [responses[i] for i in index],
                                    temperature=spec["rollout_temperature"])
 
-        def ref_logprob_fn(index: np.ndarray):
+        def ref_logprob_fn(index: np.ndarray, prompts=prompts, responses=responses):
             with torch.no_grad():
                 return reference.logprobs([prompts[i] for i in index], [responses[i] for i in index],
                                           temperature=spec["rollout_temperature"])[0]
@@ -293,12 +292,18 @@ def train_run(spec: dict[str, Any]) -> dict[str, Any]:
         policy_update(logprob_fn, ref_logprob_fn, list(policy.parameters()), optimizer, old_logp, old_mask,
                       torch.as_tensor(advantages, dtype=torch.float32), settings, rng,
                       before_step=lambda: policy.grow_optimizer_state(optimizer))
-        curves["eval_success"].append(evaluate(iteration))
+        success, return_std = evaluate(iteration)
+        curves["eval_success"].append(success)
+        curves["eval_return_std"].append(return_std)
+        curves["best_action_prob"].append(best_action_probability(policy, actions_of, best) if exact else float("nan"))
+    # the final policy, evaluated once more with a larger sample where evaluation is sampled
+    final_success = curves["eval_success"][-1] if exact else evaluate(
+        spec["iterations"], repeats=max(1, spec["final_eval_episodes"] // spec["eval_episodes"]))[0]
     envs.close()
     if eval_envs is not None:
         eval_envs.close()
     return {key: spec[key] for key in ("env_name", "env_id", "method", "group_size", "seed", "iterations")} | {
-        "curves": curves, "seconds": time.perf_counter() - started}
+        "curves": curves, "final_success": final_success, "seconds": time.perf_counter() - started}
 
 
 # ============================================================================================ statistics
@@ -348,7 +353,7 @@ def verdict(d: dict[str, float], direction: int) -> str:
 
 def _segment(curve: Sequence[float], fraction: float, late: bool) -> np.ndarray:
     x = np.asarray(curve, dtype=float)
-    k = max(2, int(round(len(x) * fraction)))
+    k = max(2, round(len(x) * fraction))
     return x[-k:] if late else x[:k]
 
 
@@ -361,8 +366,11 @@ def run_metrics(run: dict[str, Any], early_fraction: float, late_fraction: float
         return float(np.nanmean(x)) if np.isfinite(x).any() else float("nan")
 
     return {
-        "final_success": float(c["eval_success"][-1]),
+        "final_success": float(run.get("final_success", c["eval_success"][-1])),
         "late_reward_std": float(np.std(_segment(c["train_return"], late_fraction, True), ddof=1)),
+        "late_eval_std": float(np.std(_segment(c["eval_success"], late_fraction, True), ddof=1)),
+        "late_eval_return_std": nanmean(_segment(c.get("eval_return_std", [float("nan")] * 2), late_fraction, True)),
+        "final_best_prob": float(c["best_action_prob"][-1]) if c.get("best_action_prob") else float("nan"),
         "divergent_early": nanmean(_segment(c["divergent_fraction"], early_fraction, False)),
         "divergent_late": nanmean(_segment(c["divergent_fraction"], late_fraction, True)),
         "mean_rho": nanmean(c["mean_rho"]),
@@ -428,9 +436,13 @@ def summarize(runs: Sequence[dict[str, Any]], protocol: dict[str, Any]) -> dict[
             add("C3", "ECPO beats GiGPO in final success at every group size N", env,
                 [compare(env, n, "final_success", "ecpo", "gigpo_std", +1, "final success, ECPO - GiGPO")
                  for n in sizes])
-            add("C5", "ECPO lowers late-stage reward std vs GiGPO (GiGPO oscillates late)", env,
-                [compare(env, n, "late_reward_std", "ecpo", "gigpo_std", -1, "late reward std, ECPO - GiGPO")
-                 for n in sizes])
+            parts = []
+            for n in sizes:
+                parts.append(compare(env, n, "late_reward_std", "ecpo", "gigpo_std", -1,
+                                     "late train-return std, ECPO - GiGPO"))
+                parts.append(compare(env, n, "late_eval_std", "ecpo", "gigpo_std", -1,
+                                     "late eval-success std, ECPO - GiGPO"))
+            add("C5", "ECPO lowers late-stage reward std vs GiGPO (GiGPO oscillates late)", env, parts)
             add("C6", "ECPO lowers the advantage range vs GiGPO", env,
                 [compare(env, n, "adv_range", "ecpo", "gigpo_std", -1, "advantage range, ECPO - GiGPO")
                  for n in sizes])
@@ -448,14 +460,30 @@ def summarize(runs: Sequence[dict[str, Any]], protocol: dict[str, Any]) -> dict[
             add("C4", "ECA-only and VarGate-only each beat GiGPO, and ECPO beats both", env, parts)
         if has("ecpo") and len(sizes) >= 2:
             parts = []
-            for small, large in zip(sizes[:-1], sizes[1:]):
+            for small, large in itertools.pairwise(sizes):
                 d = diff_ci(col(env, "ecpo", large, "mean_rho"), col(env, "ecpo", small, "mean_rho"))
                 parts.append({"label": f"ECPO mean rho, N={large} - N={small}", "N": small, "metric": "mean_rho",
                               "a": f"N={large}", "b": f"N={small}", **d, "verdict": verdict(d, +1)})
             add("C7", "VarGate's mean rho is lower at smaller N", env, parts)
     claims.sort(key=lambda c: (c["id"], envs.index(c["env"])))
+    confounds = {}
+    for env in envs:  # does a low late-stage std just mean a converged (successful) policy?
+        rows = [m for (e, _, _), ms in metrics.items() if e == env for m in ms]
+        final = [m["final_success"] for m in rows]
+        confounds[env] = {f"corr_final_success_{name}": pearson(final, [m[name] for m in rows])
+                          for name in ("late_reward_std", "late_eval_std")}
     return {"envs": envs, "methods": methods, "group_sizes": sizes, "cells": cells, "claims": claims,
-            "seeds": int(protocol["seeds"]), "quick": bool(protocol.get("quick", False))}
+            "confounds": confounds, "seeds": int(protocol["seeds"]), "quick": bool(protocol.get("quick", False))}
+
+
+def pearson(x: Sequence[float], y: Sequence[float]) -> float:
+    """Pearson correlation over the pairs where both are finite (NaN when undefined)."""
+    a, b = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    keep = np.isfinite(a) & np.isfinite(b)
+    a, b = a[keep], b[keep]
+    if len(a) < 3 or a.std() == 0 or b.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(a, b)[0, 1])
 
 
 # ============================================================================================ report
@@ -475,7 +503,10 @@ def fmt_diff(part: dict[str, Any]) -> str:
 
 TABLE_METRICS = (
     ("final_success", "Final success (eval T=0.4)"),
-    ("late_reward_std", "Late-stage reward std"),
+    ("late_reward_std", "Late-stage train-return std (across iterations)"),
+    ("late_eval_std", "Late-stage eval-success std (across iterations)"),
+    ("late_eval_return_std", "Late-stage eval return std (across episodes, mean per iteration)"),
+    ("final_best_prob", "Final pi(best action) at anchors (T=1)"),
     ("adv_range", "Advantage range (mean per batch)"),
     ("divergent_late", "Divergent-anchor fraction (late)"),
     ("mean_rho", "Mean rho"),
@@ -489,11 +520,11 @@ def render_report(summary: dict[str, Any], protocol: dict[str, Any], runtime_s: 
     lines = [
         "# Credit study: do the paper's divergent-anchor claims reproduce?",
         "",
-        f"Run: **{label}** — {summary['seeds']} seeds per cell, group sizes N = "
+        (f"Run: **{label}** — {summary['seeds']} seeds per cell, group sizes N = "
         f"{', '.join(map(str, summary['group_sizes']))}, methods "
         f"{', '.join(METHOD_LABELS.get(m, m) for m in summary['methods'])}; wall time {runtime_s / 60:.1f} min. "
         "Generated by `benchmarks/credit_study.py` from `credit_study.yaml`; the raw per-run curves and this "
-        "summary are in the JSON next to this file.",
+        "summary are in the JSON next to this file."),
         "",
         "Policy: the project's tabular softmax policy (`ecpo_train/policies/tabular.py`) trained with the "
         "project's credit estimators (`ecpo_train/credit.py`) and clipped objective (`ecpo_train/loss.py`), "
@@ -531,20 +562,54 @@ def render_report(summary: dict[str, Any], protocol: dict[str, Any], runtime_s: 
             if rows:
                 lines += [f"**{title}** (mean ± 95% CI half-width)", "", header,
                           "|---|" + "---|" * len(summary["group_sizes"]), *rows, ""]
+    lines += ["## Protocol", "",
+              (f"Optimiser: Adam, learning rate {protocol['optim']['learning_rate']}, clip {protocol['optim']['clip_eps']}, "
+              f"KL coefficient {protocol['optim']['kl_coef']}, one update per iteration; rollout temperature "
+              f"{protocol.get('rollout_temperature', 1.0)}, evaluation temperature {protocol.get('eval_temperature', 0.4)}. "
+              "Identical for every method (tuned once on short GRPO / GiGPO probes, never per method)."), ""]
+    for env in protocol["envs"]:
+        if env["name"] not in summary["envs"]:
+            continue
+        lines.append(f"- **{env['name']}**: `{env['id']}` with {env.get('kwargs') or {}}, "
+                     f"{'a pool of ' + str(env['tasks']) + ' tasks, ' if env.get('tasks') else ''}"
+                     f"{env['iterations']} iterations x {env['groups_per_batch']} groups of N, evaluation "
+                     + ("exact (DP)" if env.get("eval") == "exact" else
+                        f"{env.get('eval_episodes')} sampled episodes per iteration, "
+                        f"{env.get('final_eval_episodes', env.get('eval_episodes'))} for the final policy") + ".")
+        ref = summary.get("reference", {}).get(env["name"])
+        if ref:
+            lines.append(f"  Exact success at T=0.4 of the uniform policy: {ref['uniform']:.3f}; of the optimal "
+                         f"policy: {ref['optimal']:.3f} (the ceiling of every curve).")
+    lines += [""] + [f"- {note}" for note in protocol.get("notes", [])] + [""]
+    lines += ["## Reading the late-stage numbers", "",
+              ("A low late-stage std is not only a sign of stable credit: a policy that has converged (to the optimum "
+              "or to a local optimum) also shows it, across iterations and across episodes. Across all runs of an env, "
+              "the correlation of final success with late-stage std is:"), ""]
+    for env, conf in summary.get("confounds", {}).items():
+        lines.append(f"- {env}: train-return std r = {conf['corr_final_success_late_reward_std']:+.2f}, "
+                     f"eval-success std r = {conf['corr_final_success_late_eval_std']:+.2f}")
+    lines += ["", "so std differences between methods must be read together with their final success.", ""]
     lines += ["## Definitions", "",
-              "- *Final success*: success probability of the final policy at the paper's validation temperature "
-              "0.4 — exact (dynamic programming over the MDP) on the diagnostic env, sampled episodes elsewhere.",
-              "- *Late-stage reward std*: std over the last "
+              ("- *Final success*: success probability of the final policy at the paper's validation temperature "
+              "0.4 — exact (dynamic programming over the MDP) on the diagnostic env, sampled episodes elsewhere."),
+              ("- *Late-stage train-return std*: std over the last "
               f"{int(100 * float(protocol.get('late_fraction', 0.25)))}% of iterations of the per-iteration "
-              "mean training episode return (the paper's reward-oscillation measure), averaged over seeds.",
-              "- *Divergent-anchor fraction*: share of anchors (states visited >= 2 times in a group) where some "
+              "mean training episode return (the paper's reward-oscillation measure), averaged over seeds. It mixes "
+              "sampling noise of the small batch with real oscillation of the policy."),
+              ("- *Late-stage eval-success std*: the same std of the per-iteration evaluation success. On the "
+              "diagnostic env this is exact (DP), so it measures only the policy's own oscillation."),
+              ("- *Late-stage eval return std*: spread of episode returns under the evaluation policy within one "
+              "iteration (exact on the diagnostic env: 10 sqrt(p(1-p))), averaged over late iterations."),
+              ("- *Final pi(best action)*: the policy's probability (T=1) of the truly best action, averaged over "
+              "the anchor rooms (diagnostic env only)."),
+              ("- *Divergent-anchor fraction*: share of anchors (states visited >= 2 times in a group) where some "
               "canonical action was sampled more than once and another exactly once (paper fig. 1), from "
-              "`compute_advantages`' diagnostics; 'late' = last quarter of training.",
+              "`compute_advantages`' diagnostics; 'late' = last quarter of training."),
               "- *Advantage range*: max - min of the final advantages of a batch, averaged over iterations.",
               "- *Mean rho*: VarGate's reliability weight averaged over the anchors of a batch, then over training.",
-              "- *Misranked-anchor fraction* (diagnostic env only, true values known by DP): among anchors where the "
+              ("- *Misranked-anchor fraction* (diagnostic env only, true values known by DP): among anchors where the "
               "truly best action and a worse one were both sampled, how often a worse action's mean advantage "
-              "exceeded the best one's — App. C's 'rare lucky action over-rewarded' event, measured directly.",
+              "exceeded the best one's — App. C's 'rare lucky action over-rewarded' event, measured directly."),
               ""]
     lines += ["## Figures", ""] + [f"![{Path(i).stem}]({Path(i).name})" for i in images] + [""]
     return "\n".join(lines)
@@ -633,7 +698,7 @@ def run_study(protocol: dict[str, Any], env_names: Sequence[str] | None = None, 
             runs.append(run)
             if progress:
                 print(f"[{k}/{len(specs)}] {run['env_name']} {run['method']} N={run['group_size']} "
-                      f"seed={run['seed']}: final success {run['curves']['eval_success'][-1]:.3f} "
+                      f"seed={run['seed']}: final success {run['final_success']:.3f} "
                       f"({run['seconds']:.1f}s, {time.perf_counter() - started:.0f}s elapsed)", flush=True)
     finally:
         if pool is not None:
@@ -661,6 +726,51 @@ def available_envs(protocol: dict[str, Any]) -> tuple[list[str], dict[str, str]]
     return usable, skipped
 
 
+def reference_success(protocol: dict[str, Any], names: Sequence[str]) -> dict[str, dict[str, float]]:
+    """Exact success of the uniform and of the optimal policy on the protocol's exactly evaluated envs."""
+    import ecpo_gym  # noqa: F401
+    from ecpo_gym.diagnostic import success_probability
+    from ecpo_gym.group import make_env
+
+    out = {}
+    for env_spec in protocol["envs"]:
+        if env_spec["name"] not in names or env_spec.get("eval") != "exact":
+            continue
+        env = make_env(env_spec["id"], env_spec.get("kwargs") or {}).unwrapped
+        tasks = list(env.task_ids)[: env_spec["tasks"]] if env_spec.get("tasks") else list(env.task_ids)
+        uniform, optimal = [], []
+        for task in tasks:
+            model, start = env.transition_model(task), env.initial_state(task)
+            uniform.append(success_probability(model, start, horizon=env.max_steps,
+                                               policy={s: dict.fromkeys(a, 1.0) for s, a in model.items()}))
+            optimal.append(success_probability(model, start, horizon=env.max_steps))
+        out[env_spec["name"]] = {"uniform": float(np.mean(uniform)), "optimal": float(np.mean(optimal))}
+        env.close()
+    return out
+
+
+def write_outputs(runs: Sequence[dict[str, Any]], protocol: dict[str, Any], runtime: float, out: Path,
+                  skipped: dict[str, str]) -> dict[str, Any]:
+    """Summary, figures, JSON and markdown report of a finished study; returns the summary."""
+    summary = summarize(runs, protocol)
+    summary["skipped_envs"] = skipped
+    summary["reference"] = reference_success(protocol, summary["envs"])
+    out.mkdir(parents=True, exist_ok=True)
+    prefix = out / ("credit_study_quick" if protocol.get("quick") else "credit_study")
+    images = plot_study(runs, summary, prefix)
+    report = render_report(summary, protocol, runtime, images)
+    if skipped:
+        report += "\n## Skipped environments\n\n" + "\n".join(f"- {k}: {v}" for k, v in skipped.items()) + "\n"
+    payload = {"protocol": protocol, "runtime_s": runtime, "summary": summary, "runs": list(runs)}
+    prefix.with_suffix(".json").write_text(json.dumps(payload, indent=1, allow_nan=True))
+    prefix.with_suffix(".md").write_text(report)
+    print(f"wrote {prefix.with_suffix('.md')}, {prefix.with_suffix('.json')} and {len(images)} figures "
+          f"({runtime:.0f}s)")
+    for claim in summary["claims"]:
+        print(f"  {claim['id']} [{claim['env']}] {claim['verdict']}: {claim['claim']}")
+    return summary
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="tiny budget smoke run (CI)")
@@ -668,7 +778,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS_DIR)
     parser.add_argument("--workers", type=int, default=None)
     parser.add_argument("--envs", nargs="*", default=None, help="subset of the protocol's env names")
+    parser.add_argument("--from-json", type=Path, default=None,
+                        help="re-summarise a finished study's JSON (its runs and protocol) without training")
     args = parser.parse_args(argv)
+    if args.from_json is not None:
+        if not args.from_json.exists():
+            print(f"no study results at {args.from_json}; run benchmarks/credit_study.py first", file=sys.stderr)
+            return 2
+        payload = json.loads(args.from_json.read_text())
+        protocol = payload["protocol"]
+        if "notes" not in protocol:  # notes written after the run are prose only, never numbers of the run
+            protocol["notes"] = yaml.safe_load(args.protocol.read_text()).get("notes", [])
+        write_outputs(payload["runs"], protocol, float(payload["runtime_s"]), args.out,
+                      payload["summary"].get("skipped_envs", {}))
+        return 0
     protocol = load_protocol(args.protocol, quick=args.quick)
     usable, skipped = available_envs(protocol)
     names = [n for n in usable if not args.envs or n in args.envs]
@@ -679,22 +802,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     started = time.perf_counter()
     runs = run_study(protocol, names, args.workers)
-    runtime = time.perf_counter() - started
-    summary = summarize(runs, protocol)
-    summary["skipped_envs"] = skipped
-    args.out.mkdir(parents=True, exist_ok=True)
-    prefix = args.out / ("credit_study_quick" if args.quick else "credit_study")
-    images = plot_study(runs, summary, prefix)
-    report = render_report(summary, protocol, runtime, images)
-    if skipped:
-        report += "\n## Skipped environments\n\n" + "\n".join(f"- {k}: {v}" for k, v in skipped.items()) + "\n"
-    payload = {"protocol": protocol, "runtime_s": runtime, "summary": summary, "runs": runs}
-    prefix.with_suffix(".json").write_text(json.dumps(payload, indent=1, allow_nan=True))
-    prefix.with_suffix(".md").write_text(report)
-    print(f"wrote {prefix.with_suffix('.md')}, {prefix.with_suffix('.json')} and {len(images)} figures "
-          f"({runtime:.0f}s)")
-    for claim in summary["claims"]:
-        print(f"  {claim['id']} [{claim['env']}] {claim['verdict']}: {claim['claim']}")
+    write_outputs(runs, protocol, time.perf_counter() - started, args.out, skipped)
     return 0
 
 

@@ -42,6 +42,58 @@ def test_misranked_anchor_fraction_counts_lucky_rare_actions():
     assert cs.misranked_anchor_fraction(rows, adv, best) == 0.5
 
 
+def test_exact_evaluation_matches_sampled_episodes():
+    """The study's exact evaluation (DP success, return std 10 sqrt(p(1-p))) agrees with played episodes."""
+    import torch
+
+    import ecpo_gym  # noqa: F401
+    from ecpo_gym.group import make_env
+    from ecpo_train.policies.tabular import TabularSoftmaxPolicy
+
+    cs = _study()
+    env = make_env("ecpo/DivergentAnchor-v0", {"num_tasks": 1, "depth": 6, "rare_prob": (0.4, 0.8)}).unwrapped
+    task = env.task_ids[0]
+    policy = TabularSoftmaxPolicy(seed=0)
+    gen = torch.Generator().manual_seed(1)
+    for state, actions in env.transition_model(task).items():  # a non-uniform policy
+        for action in actions:
+            policy.logits.data[policy.slot(state, action)] = torch.randn((), generator=gen).item()
+    success, std = cs.exact_success_and_return_std(env, policy, 0.4, [task])
+    table = {}  # pi(. | s) at T=0.4, sampled below
+    for state, actions in env.transition_model(task).items():
+        probs = policy.action_probabilities(state, list(actions))
+        z = np.log(np.array(list(probs.values()))) / 0.4
+        table[state] = (list(probs), np.exp(z - z.max()) / np.exp(z - z.max()).sum())
+    rng = np.random.default_rng(0)
+    returns = []
+    for episode in range(1500):
+        _, info = env.reset(seed=episode, options={"task_id": task})
+        total, done = 0.0, False
+        while not done:
+            actions, p = table[info["state_key"]]
+            action = actions[int(rng.choice(len(p), p=p))]
+            _, reward, terminated, truncated, info = env.step(action)
+            total += reward
+            done = terminated or truncated
+        returns.append(total)
+    sampled = np.mean(np.asarray(returns) == env.reward_success)
+    assert abs(sampled - success) < 4 * math.sqrt(success * (1 - success) / len(returns))
+    assert std == pytest.approx(np.std(returns), rel=0.08)
+    assert 0.05 < success < 0.95  # a non-trivial check
+
+
+def test_webshop_search_template_becomes_the_instruction_query():
+    from ecpo_train.policies.base import StepContext
+    from ecpo_train.policies.tabular import TabularSoftmaxPolicy
+
+    cs = _study()
+    actor = cs.InstructionQueryPolicy(TabularSoftmaxPolicy(seed=0))
+    ctx = StepContext("webshop", "i want [red] shoes", 0, [], "home", [cs.SEARCH_TEMPLATE], "home")
+    out = actor.act([ctx, ctx])
+    assert out.actions == ["search[i want  red  shoes]"] * 2
+    assert out.response_ids == [[0], [0]]  # what is learned is the policy's own choice
+
+
 @pytest.mark.slow
 def test_quick_run_writes_table_plots_and_a_report_that_matches_the_json(tmp_path):
     cs = _study()
@@ -77,3 +129,13 @@ def test_quick_run_writes_table_plots_and_a_report_that_matches_the_json(tmp_pat
     assert all((tmp_path / p).stat().st_size < 200_000 for p in pngs)
     for png in pngs:
         assert re.search(re.escape(f"({png})"), report)
+    # the exact reference successes and the convergence confound are the JSON's numbers
+    ref = summary["reference"]["diagnostic"]
+    assert f"uniform policy: {ref['uniform']:.3f}; of the optimal policy: {ref['optimal']:.3f}" in report
+    assert ref["uniform"] < ref["optimal"] <= 1.0
+    conf = summary["confounds"]["diagnostic"]
+    assert f"train-return std r = {conf['corr_final_success_late_reward_std']:+.2f}" in report
+    # re-summarising the JSON reproduces the report
+    again = tmp_path / "again"
+    assert cs.main(["--from-json", str(tmp_path / "credit_study_quick.json"), "--out", str(again)]) == 0
+    assert (again / "credit_study_quick.md").read_text() == report
