@@ -37,7 +37,7 @@ SUBTASKS: tuple[str, ...] = ("Pick", "Look", "Clean", "Heat", "Cool", "Pick2")
 TASK_PREFIX = "Your task is to: "
 HELP_COMMAND = "help"
 
-_MEMO_SIZE = 512
+_MEMO_SIZE = 128  # ~1.4 MB per real game (one translation each), so ~180 MB per process at most
 _memo: OrderedDict[tuple, Any] = OrderedDict()
 _memo_lock = threading.Lock()
 _memo_installed = False
