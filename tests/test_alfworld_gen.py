@@ -84,7 +84,8 @@ def test_generated_games_are_varied():
         lamp_games += "DeskLampType)" in problem
         toggled_games += "(isToggled " in problem
         assert "(opened " not in problem  # openable receptacles start closed
-    assert len(rclasses) >= 20 and len(oclasses) >= 40
+    # valid_seen's 140 problems hold 29 receptacle classes and 76 object classes (scenery included)
+    assert len(rclasses) >= 29 and len(oclasses) >= 70
     assert rclasses & tables.openable >= {"Cabinet", "Drawer", "Fridge", "Microwave", "Safe"}
     assert openable_games >= 50 and lamp_games >= 10 and 0 < toggled_games < lamp_games
 

@@ -39,6 +39,19 @@ ROOM_RECEPTACLES: dict[str, tuple[str, ...]] = {
     "Bathroom": ("Toilet", "SinkBasin", "BathtubBasin", "CounterTop", "Cabinet", "Drawer", "TowelHolder",
                  "HandTowelHolder", "ToiletPaperHanger", "GarbageCan", "Shelf", "Dresser", "Cart"),
 }
+# Scenery of each room kind: not pickupable; the first group sits in receptacles (visible on arrival), the
+# second only at a location, as windows and paintings do in the real problems.
+ROOM_DECOR: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "Kitchen": (("HousePlant", "PaperTowelRoll"), ("Window", "Chair", "LightSwitch", "StoveKnob", "Blinds")),
+    "LivingRoom": (("HousePlant", "Television"), ("Window", "Painting", "Chair", "Curtains", "LightSwitch",
+                                                 "FloorLamp", "Boots")),
+    "Bedroom": (("HousePlant", "TeddyBear"), ("Window", "Painting", "Mirror", "Blinds", "Chair", "LightSwitch",
+                                              "Curtains", "Poster", "Boots")),
+    "Bathroom": (("ScrubBrush", "HousePlant"), ("Mirror", "ShowerDoor", "ShowerGlass", "LightSwitch", "Window",
+                                                "Curtains", "LaundryHamperLid")),
+}
+DECOR_RECEPTACLES = ("CounterTop", "DiningTable", "CoffeeTable", "SideTable", "TVStand", "Dresser", "Desk",
+                     "Shelf", "Toilet", "Bed")
 # Classes that come in many copies in real scenes get a higher draw weight.
 MANY_COPIES = {"Cabinet": 4.0, "Drawer": 4.0, "StoveBurner": 2.0, "Shelf": 2.0, "CounterTop": 1.5}
 LAMP_CLASS = "DeskLamp"
@@ -120,6 +133,7 @@ class _Household:
         self.receptacles: list[tuple[str, str]] = []  # (id, class)
         self.objects: list[tuple[str, str, str]] = []  # (id, class, receptacle id)
         self.toggled: set[str] = set()
+        self.location_only: set[str] = set()  # scenery placed at a receptacle's location, not in it
         self._counts: dict[str, int] = {}
 
     def new_id(self, cls: str) -> str:
@@ -158,8 +172,10 @@ class _Household:
             if cls in t.openable:
                 lines.append(f"(openable {rid})")
         for oid, cls, rid in self.objects:
-            lines += [f"(objectType {oid} {cls}Type)", f"(inReceptacle {oid} {rid})",
-                      f"(objectAtLocation {oid} {loc[rid]})"]
+            lines.append(f"(objectType {oid} {cls}Type)")
+            if oid not in self.location_only:
+                lines.append(f"(inReceptacle {oid} {rid})")
+            lines.append(f"(objectAtLocation {oid} {loc[rid]})")
             if cls in t.pickupable:
                 lines.append(f"(pickupable {oid})")
             for ability, members in t.abilities.items():
@@ -261,6 +277,16 @@ def generate_game(
             continue
         for _ in range(int(rng.integers(0, max_objects_per_receptacle + 1))):
             house.add_object(allowed[int(rng.integers(len(allowed)))], rid)
+
+    # scenery (never pickupable, never a goal class)
+    visible, hidden = ROOM_DECOR[room]
+    holders = [rid for rid, c in house.receptacles if c in DECOR_RECEPTACLES]
+    if holders:
+        for _ in range(int(rng.integers(0, 3))):
+            house.add_object(visible[int(rng.integers(len(visible)))], holders[int(rng.integers(len(holders)))])
+    for _ in range(int(rng.integers(2, 6))):
+        rid = house.receptacles[int(rng.integers(len(house.receptacles)))][0]
+        house.location_only.add(house.add_object(hidden[int(rng.integers(len(hidden)))], rid))
 
     # goal
     template = t.goal_templates[prefix][int(rng.integers(len(t.goal_templates[prefix])))]
