@@ -117,3 +117,23 @@ def test_all_140_walkthroughs_win():
     for r in results:
         assert r["won"] and r["all_valid"] and r["steps"] == r["plan_length"], r["task_id"]
         assert r["task_type"] == TASK_TYPES[r["task_id"].split("-")[0]] and not r["won_at_reset"]
+
+
+@needs_data
+def test_extracted_train_folder_and_alfworld_data_variable(tmp_path, monkeypatch):
+    # the layout alfworld-download and the train tarball produce: <root>/json_2.1.1/train/<task>/<trial>/game
+    source = Path(DATA_DIR) / "alfworld" / "json_2.1.1" / "valid_seen"
+    games = sorted(source.glob("*/*/game.tw-pddl"))[:2]
+    for game in games:
+        target = tmp_path / "json_2.1.1" / "train" / game.relative_to(source)
+        target.parent.mkdir(parents=True)
+        target.symlink_to(game)
+    monkeypatch.setenv("ALFWORLD_DATA", str(tmp_path))
+    env = ALFWorldEnv(split="train")
+    assert env.split_dir == tmp_path / "json_2.1.1" / "train"
+    assert list(env.task_ids) == [str(g.relative_to(source)) for g in games]
+    _, info = env.reset(options={"task_id": env.task_ids[1]})
+    assert info["task_type"] == TASK_TYPES[games[1].relative_to(source).parts[0].split("-")[0]]
+    env.close()
+    with pytest.raises(FileNotFoundError, match="valid_unseen"):
+        ALFWorldEnv(split="valid_unseen")
