@@ -143,3 +143,24 @@ def test_bad_ids_raise_clear_errors(env):
         env.reset(options={"task_id": "gen/heat"})
     with pytest.raises(ValueError):
         generate_game("Pick", 0, num_receptacles=(2, 3))
+
+
+def test_closing_one_env_leaves_others_working_and_exit_is_clean(tmp_path):
+    import subprocess
+    import sys
+
+    script = tmp_path / "close_envs.py"
+    script.write_text(
+        "from ecpo_gym.alfworld.env import ALFWorldGenEnv\n"
+        "from ecpo_gym.alfworld.expert import play_expert\n"
+        "envs = [ALFWorldGenEnv(num_tasks=2, num_receptacles=(6, 8)) for _ in range(3)]\n"
+        "for env in envs:\n"
+        "    env.reset(options={'task_id': 'gen/Pick2/5'})\n"
+        "    for _ in range(20):\n"
+        "        env.step(env.admissible_actions()[-1])\n"
+        "envs[0].close(); envs[1].close()\n"
+        "assert play_expert(envs[2], 'gen/Pick2/5')['won']\n"
+        "envs[2].close()\n"
+        "print('clean')\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "clean" in done.stdout, done.stderr[-2000:]

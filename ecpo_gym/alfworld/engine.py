@@ -143,16 +143,14 @@ def make_engine() -> Any:
 
 
 def release_engine(engine: Any) -> None:
-    """Unload the engine's private copy of ``libdownward.so``."""
+    """Free the planner state held by the engine's private copy of ``libdownward.so``."""
     if engine is None:
         return
     try:
-        import fast_downward
-
         pddl_env = engine.unwrapped if hasattr(engine, "unwrapped") else engine
         lib = getattr(pddl_env, "downward_lib", None)
         if lib is not None:
-            fast_downward.close_lib(lib)
+            lib.cleanup()  # frees the planner state; dlclose (close_lib) segfaults at exit with several envs
             pddl_env.downward_lib = None
     except Exception:
         pass
