@@ -16,6 +16,8 @@ PANELS = (
     ("update/kl", None, "KL to reference (k3)"),
 )
 
+EXACT_VAL_KEY = "val/exact_success"  # the exact validation success of envs with a known MDP (trainer.exact_success)
+
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, float]]:
     path = Path(run_dir) / "metrics.jsonl"
@@ -47,6 +49,9 @@ def plot_comparison(runs: Mapping[str, str | Path], out: str | Path, title: str 
                 vx, vy = _series(rows, val_key)
                 if vx:
                     ax.plot(vx, vy, color=color, linestyle="--", marker="o", markersize=3, label=f"{name} (val)")
+                ex, ey = _series(rows, EXACT_VAL_KEY)
+                if ex and val_key == "val/success":
+                    ax.plot(ex, ey, color=color, linestyle=":", marker="s", markersize=3, label=f"{name} (val, exact)")
         ax.set_xlabel("iteration")
         ax.set_title(label)
         ax.grid(alpha=0.3)

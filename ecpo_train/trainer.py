@@ -55,7 +55,7 @@ class TrainConfig:
     train_tasks: list | None = None  # None = every task id of the environment
     val_tasks: list | None = None  # None = the first val_num_tasks of the environment's task ids
     val_num_tasks: int = 16
-    val_every: int = 10  # iterations between validations (0 = never)
+    val_every: int = 10  # iterations between validations, plus the first and last iteration (0 = never)
     val_episodes_per_task: int = 1
     # group rollout (step A)
     n_groups: int = 16
@@ -69,6 +69,8 @@ class TrainConfig:
     dtype: str = "float32"
     max_prompt_length: int = 2048
     max_response_length: int = 512
+    generation_backend: str = "transformers"  # "transformers" | "vllm" (GPU; weights synced after each update)
+    vllm_kwargs: dict = field(default_factory=dict)  # extra vllm.LLM arguments, e.g. {gpu_memory_utilization: 0.5}
     # credit (steps B-D)
     algorithm: str = "ecpo"  # a credit estimator name, or "ppo" (learned critic + GAE)
     anchor_key: str = "state_key"  # "state_key" | "observation_key" (the paper's text anchor)
@@ -105,6 +107,10 @@ class TrainConfig:
             raise ValueError(f"policy={self.policy!r}; valid: llm, tabular")
         if self.policy == "llm" and not self.model:
             raise ValueError("policy=llm needs model=<local path or hub id>")
+        if self.generation_backend not in ("transformers", "vllm"):
+            raise ValueError(f"generation_backend={self.generation_backend!r}; valid: transformers, vllm")
+        if self.generation_backend == "vllm" and self.policy != "llm":
+            raise ValueError("generation_backend=vllm needs policy=llm (the tabular policy samples in torch)")
         for name in ("n_groups", "group_size", "iterations", "mini_batch_size", "micro_batch_size", "update_epochs"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -134,6 +140,11 @@ def _check_type(name: str, value: Any, annotation: Any) -> Any:
             return value
         if base is float and isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
+        if base is float and isinstance(value, str):  # YAML 1.1 reads "1e-6" (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
         if base in (str, dict, list) and isinstance(value, base):
             return value
     expected = " or ".join(getattr(o, "__name__", str(o)) for o in options)
@@ -199,7 +210,8 @@ def build_policy(config: TrainConfig) -> Policy:
     return TransformersPolicy(
         config.model, env_name=config.env_id, max_prompt_length=config.max_prompt_length,
         max_response_length=config.max_response_length, device=config.device, dtype=config.dtype,
-        history_length=config.history_length,
+        history_length=config.history_length, generation_backend=config.generation_backend,
+        vllm_kwargs=config.vllm_kwargs, seed=config.seed,
     )
 
 
@@ -210,6 +222,39 @@ def build_critic(config: TrainConfig, policy: Policy) -> torch.nn.Module:
         return TabularCritic()
     return LLMValueCritic(config.model, pad_token_id=policy.pad_token_id,  # type: ignore[attr-defined]
                           dtype=getattr(torch, config.dtype), device=config.device)
+
+
+def exact_success(policy: Policy, env_id: str, env_kwargs: dict, task_ids: Sequence[str],
+                  temperature: float) -> float | None:
+    """Noise-free validation: the exact mean success probability over ``task_ids`` at ``temperature``.
+
+    Only where both sides allow it: an environment exposing its exact MDP (``transition_model`` and
+    ``initial_state``, the diagnostic corridors) and a policy giving its action distribution
+    (``action_probabilities``, the tabular policy). Success is computed by finite-horizon dynamic programming
+    over the env's ``max_steps`` (``ecpo_gym.diagnostic.dp``); otherwise ``None``.
+    """
+    import gymnasium as gym
+
+    from ecpo_gym.diagnostic.dp import success_probability
+
+    if not hasattr(policy, "action_probabilities"):
+        return None
+    entry = gym.spec(env_id).entry_point
+    env_class = gym.envs.registration.load_env_creator(entry) if isinstance(entry, str) else entry
+    if not (hasattr(env_class, "transition_model") and hasattr(env_class, "initial_state")):
+        return None
+    env = env_class(**env_kwargs)
+    try:
+        wins = []
+        for task_id in task_ids:
+            model = env.transition_model(task_id)
+            distribution = {state: policy.action_probabilities(state, list(actions), temperature=temperature)
+                            for state, actions in model.items()}
+            wins.append(success_probability(model, env.initial_state(task_id), horizon=env.max_steps,
+                                            policy=distribution))
+    finally:
+        env.close()
+    return float(np.mean(wins)) if wins else None
 
 
 def pad_logprobs(old_logprobs: Sequence[Sequence[float]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -281,6 +326,7 @@ class Trainer:
         update_started = time.perf_counter()
         self.policy.train()
         update_stats = self.update_policy(rollout, torch.as_tensor(np.asarray(step_advantages), dtype=torch.float32))
+        self.policy.sync_generation_weights()  # vLLM generation: the next rollout samples from the new weights
         update_seconds = time.perf_counter() - update_started
         self.iteration += 1
 
@@ -290,7 +336,7 @@ class Trainer:
         metrics |= {f"update/{k}": float(v) for k, v in update_stats.items()}
         metrics |= {"time/generation": rollout.generation_seconds, "time/env": rollout.env_seconds,
                     "time/credit": credit_seconds, "time/update": update_seconds}
-        if cfg.val_every and self.iteration % cfg.val_every == 0:
+        if cfg.val_every and (self.iteration % cfg.val_every == 0 or self.iteration in (1, cfg.iterations)):
             val_started = time.perf_counter()
             metrics |= self.validate()
             metrics["time/validation"] = time.perf_counter() - val_started
@@ -350,7 +396,11 @@ class Trainer:
         rollout = collect_rollout(self.val_envs, self.policy, self.val_tasks, env_name=cfg.env_id,
                                   temperature=cfg.val_temperature, seed=cfg.seed + 7919,
                                   anchor_key=cfg.anchor_key, history_length=cfg.history_length)
-        return episode_metrics(rollout.episodes, prefix="val/")
+        metrics = episode_metrics(rollout.episodes, prefix="val/")
+        exact = exact_success(self.policy, cfg.env_id, cfg.env_kwargs, self.val_tasks, cfg.val_temperature)
+        if exact is not None:
+            metrics["val/exact_success"] = exact
+        return metrics
 
     # ------------------------------------------------------------------ the loop
     def train(self, iterations: int | None = None, on_iteration: Any = None) -> list[dict[str, float]]:
@@ -413,6 +463,7 @@ class Trainer:
             raise FileNotFoundError(f"checkpoint {path} not found (runs write it every checkpoint_every iterations)")
         state = torch.load(path, map_location="cpu", weights_only=False)
         self.policy.load_state_dict(state["policy"])
+        self.policy.sync_generation_weights()
         self.optimizer.load_state_dict(state["optimizer"])
         if state.get("reference") is not None and self.reference is not None:
             self.reference.load_state_dict(state["reference"])

@@ -136,12 +136,15 @@ class TabularSoftmaxPolicy(Policy):
             entropy = -(torch.where(valid, p * logp_all, torch.zeros_like(p))).sum(-1, keepdim=True)
         return token_logp, mask, entropy
 
-    def action_probabilities(self, state_key: str, admissible_actions: Sequence[str]) -> dict[str, float]:
-        """pi(. | state) over the admissible actions (without creating slots)."""
+    def action_probabilities(self, state_key: str, admissible_actions: Sequence[str],
+                             temperature: float = 1.0) -> dict[str, float]:
+        """pi(. | state) at ``temperature`` over the admissible actions (without creating slots)."""
+        if temperature <= 0:
+            raise ValueError(f"temperature must be > 0, got {temperature}")
         slots = [self.slots.get((state_key, a), self.logits.numel()) for a in admissible_actions]
         with torch.no_grad():
             logits, _ = self._padded_logits([slots])
-            probs = torch.softmax(logits[0], dim=-1)
+            probs = torch.softmax(logits[0] / temperature, dim=-1)
         return {a: float(p) for a, p in zip(admissible_actions, probs)}
 
     def frozen_copy(self) -> TabularSoftmaxPolicy:
