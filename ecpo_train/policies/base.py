@@ -68,3 +68,6 @@ class Policy(torch.nn.Module, abc.ABC):
 
     def grow_optimizer_state(self, optimizer: torch.optim.Optimizer) -> None:
         """Called before each optimizer step; policies with lazily created parameters resize its state."""
+
+    def sync_generation_weights(self) -> None:
+        """Called after each policy update; a policy sampling through a separate engine (vLLM) syncs it here."""

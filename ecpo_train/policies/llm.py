@@ -10,6 +10,11 @@ A response is cut after its first end-of-sequence token (kept: it is part of the
 action is parsed with ``ecpo_train.policies.parsing.parse_action``; a response without a well-formed
 action block is sent to the environment as ``"<invalid>"``, which it answers with its invalid-action
 outcome.
+
+Generation can run on vLLM instead (``generation_backend="vllm"``, GPU only; ``policies/vllm_backend.py``):
+the backend samples with the same arguments and returns the same ``(response_ids, logprobs)``, the
+learner's ``logprobs`` stay on the transformers model, and ``sync_generation_weights`` copies the trained
+weights into vLLM after every update.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from ecpo_gym.canonical import INVALID_ACTION
 from ecpo_train.policies.base import Policy, PolicyOutput, StepContext
 from ecpo_train.policies.parsing import parse_action
 from ecpo_train.prompting import render_prompt, to_chat
+
+GENERATION_BACKENDS = ("transformers", "vllm")
 
 
 class TransformersPolicy(Policy):
@@ -38,6 +45,9 @@ class TransformersPolicy(Policy):
         device: str = "cpu",
         dtype: str = "float32",
         history_length: int | None = None,
+        generation_backend: str = "transformers",
+        vllm_kwargs: dict | None = None,
+        seed: int = 0,
     ) -> None:
         super().__init__()
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -66,6 +76,15 @@ class TransformersPolicy(Policy):
         self.eos_token_ids = torch.as_tensor(sorted(eos_ids), device=self.device)
         pad = self.tokenizer.pad_token_id
         self.pad_token_id = int(pad if pad is not None else min(eos_ids))
+        if generation_backend not in GENERATION_BACKENDS:
+            raise ValueError(f"generation_backend={generation_backend!r}; valid: {', '.join(GENERATION_BACKENDS)}")
+        self.generation_backend = generation_backend
+        self.backend = None  # a GenerationBackend when sampling runs outside transformers
+        if generation_backend == "vllm":
+            from ecpo_train.policies.vllm_backend import VLLMBackend
+
+            self.backend = VLLMBackend(str(model_name_or_path), max_response_length=self.max_response_length,
+                                       dtype=dtype, seed=seed, **(vllm_kwargs or {}))
 
     # ------------------------------------------------------------------ prompts
     def prompt_text(self, ctx: StepContext) -> str:
@@ -87,7 +106,8 @@ class TransformersPolicy(Policy):
         if not contexts:
             return out
         prompts = self.encode_prompts(contexts)
-        responses, logprobs = self.sample(prompts, temperature)
+        sample = self.backend.sample if self.backend is not None else self.sample
+        responses, logprobs = sample(prompts, temperature)
         for ctx, prompt, response, logp in zip(contexts, prompts, responses, logprobs):
             text = self.tokenizer.decode(response, skip_special_tokens=True)
             action = parse_action(text, ctx.env_name or self.env_name)
@@ -196,8 +216,19 @@ class TransformersPolicy(Policy):
             entropy = -(logp_all.exp() * logp_all).sum(-1) * mask
         return token_logp, mask, entropy
 
+    def sync_generation_weights(self) -> None:
+        """After an update: copy the trained weights into the generation backend (no-op for transformers)."""
+        if self.backend is not None:
+            self.backend.sync_weights(self.model)
+
     def frozen_copy(self) -> TransformersPolicy:
-        ref = copy.deepcopy(self)
+        """A frozen copy of the model for pi_ref; it samples with transformers (it only scores log-probs)."""
+        backend, self.backend = self.backend, None
+        try:
+            ref = copy.deepcopy(self)
+        finally:
+            self.backend = backend
+        ref.generation_backend = "transformers"
         ref.requires_grad_(False)
         ref.eval()
         return ref
