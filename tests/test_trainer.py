@@ -18,6 +18,9 @@ def quick(tmp_path, *extra):
 def test_overrides_are_type_checked_and_unknown_keys_rejected(tmp_path):
     cfg = quick(tmp_path, "lr=0.25", "env_kwargs.depth=5", "algorithm=gigpo_std")
     assert cfg.lr == 0.25 and cfg.env_kwargs["depth"] == 5 and cfg.env_kwargs["num_tasks"] == 4
+    assert quick(tmp_path, "lr=1e-3").lr == 1e-3  # YAML 1.1 reads 1e-3 as a string; floats accept it
+    with pytest.raises(ValueError, match="'lr' expects float"):
+        quick(tmp_path, "lr=fast")
     with pytest.raises(ValueError, match="unknown config key 'learning_rate'"):
         quick(tmp_path, "learning_rate=1")
     with pytest.raises(ValueError, match="'n_groups' expects int"):
