@@ -762,7 +762,7 @@ def write_outputs(runs: Sequence[dict[str, Any]], protocol: dict[str, Any], runt
     if skipped:
         report += "\n## Skipped environments\n\n" + "\n".join(f"- {k}: {v}" for k, v in skipped.items()) + "\n"
     payload = {"protocol": protocol, "runtime_s": runtime, "summary": summary, "runs": list(runs)}
-    prefix.with_suffix(".json").write_text(json.dumps(payload, indent=1, allow_nan=True))
+    prefix.with_suffix(".json").write_text(json.dumps(payload, separators=(",", ":"), allow_nan=True))
     prefix.with_suffix(".md").write_text(report)
     print(f"wrote {prefix.with_suffix('.md')}, {prefix.with_suffix('.json')} and {len(images)} figures "
           f"({runtime:.0f}s)")
