@@ -6,7 +6,7 @@ import numpy as np
 from rich.console import Console
 
 from ecpo_train.credit import compute_advantages
-from ecpo_train.demo import JUNCTION, LUCKY, credit_table, main, roll_batch
+from ecpo_train.demo import JUNCTION, LUCKY, credit_section, credit_table, roll_batch
 
 
 def test_demo_table_holds_the_estimators_numbers(capsys):
@@ -19,7 +19,7 @@ def test_demo_table_holds_the_estimators_numbers(capsys):
     np.testing.assert_allclose([float(c) for c in column._cells], ecpo[junction], atol=5e-4)
     assert diagnostics["ECPO"] == diag and diagnostics["ECPO"]["divergent_anchor_fraction"] == 1.0
     assert cols["action_keys"][junction[7]] == LUCKY
-    main()
+    credit_section(Console(width=160))
     out = capsys.readouterr().out
     assert "GiGPO w/std" in out and "divergent_anchor_fraction" in out
 

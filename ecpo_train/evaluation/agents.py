@@ -129,6 +129,9 @@ def load_checkpoint_policy(path: str | Path, *, device: str = "cpu") -> tuple[Po
         raise ValueError(f"{path} is not an ECPO trainer checkpoint (no 'policy'/'config' entries)")
     values = dict(state["config"])
     values["device"] = device
+    # evaluation samples with transformers: a run trained with vLLM generation must not start vLLM here
+    if "generation_backend" in values:
+        values["generation_backend"] = "transformers"
     config = make_config(values)
     policy = build_policy(config)
     policy.load_state_dict(state["policy"])
