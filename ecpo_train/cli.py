@@ -114,5 +114,24 @@ def leaderboard(
     typer.echo(result["markdown"])
 
 
+BENCHMARKS = ("credit_overhead", "env_throughput", "credit_study", "leaderboard")
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def bench(ctx: typer.Context, name: str = typer.Argument(..., help=" | ".join(BENCHMARKS))) -> None:
+    """Run a script of the source tree's benchmarks/ folder; extra arguments go to the script."""
+    import runpy
+    import sys
+    from pathlib import Path
+
+    if name not in BENCHMARKS:
+        raise typer.BadParameter(f"unknown benchmark {name!r}; choose one of {', '.join(BENCHMARKS)}")
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    if not script.is_file():
+        raise typer.BadParameter(f"{script} not found: benchmarks ship with the source checkout, not the wheel")
+    sys.argv = [str(script), *ctx.args]
+    runpy.run_path(str(script), run_name="__main__")
+
+
 if __name__ == "__main__":
     app()
