@@ -1,5 +1,7 @@
 # The two commands the README opens with: `make demo` and `make test`.
-PYTHON ?= python3.11
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+# CPU torch by default; a torch already in the venv (e.g. your CUDA build) is kept.
+TORCH ?= torch==2.13.0
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
@@ -9,8 +11,8 @@ PIP := $(PY) -m pip
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	# CPU torch first: any other resolution pulls GBs of CUDA wheels. GPU users install their CUDA torch here.
-	$(PIP) install -q torch==2.13.0
+	# torch first: letting the resolver pick one pulls GBs of CUDA wheels on a CPU machine.
+	$(PY) -c "import torch" 2>/dev/null || $(PIP) install -q $(TORCH)
 	$(PIP) install -q -e .
 	touch $@
 
