@@ -25,7 +25,9 @@ from pathlib import Path
 from typing import Any
 
 _UNSUPPORTED_JVM_OPTION = "jdk.incubator.vector"
-# Lucene refuses boolean queries of more than 1024 clauses; keep queries well below that.
+# Queries are cut to this many characters. A bag-of-words query has one clause per distinct term and every
+# term holds at least one character, so :class:`LuceneSearcher` raises Lucene's clause limit (1024 by default,
+# which 4000 characters of short distinct words exceed) to this bound.
 MAX_QUERY_CHARS = 4000
 BM25_K1, BM25_B = 0.9, 0.4  # pyserini's defaults
 INDEX_META_FILE = "ecpo_index.json"
@@ -149,9 +151,12 @@ class LuceneSearcher:
         self.index_dir = Path(index_dir)
         self._searcher = autoclass("io.anserini.search.SimpleSearcher")(str(self.index_dir))
         self._searcher.set_bm25(float(k1), float(b))
+        index_searcher = autoclass("org.apache.lucene.search.IndexSearcher")
+        if index_searcher.getMaxClauseCount() < MAX_QUERY_CHARS:  # JVM-wide; only ever raised
+            index_searcher.setMaxClauseCount(MAX_QUERY_CHARS)
 
     def _java(self, text: str) -> Any:
-        return self._jstring(text.encode("utf-8"))
+        return self._jstring(text.encode("utf-8", "replace"))  # a lone surrogate becomes "?", not an error
 
     def search(self, query: str, k: int) -> list[tuple[str, float]]:
         """``(doc id, score)`` of the top ``k`` documents, best first; a blank query or ``k < 1`` gives ``[]``."""

@@ -68,6 +68,20 @@ def test_expert_episodes_with_lucene_search(lucene_env):
     assert wins == played  # the shopper pages to the target in Lucene's own ranking, then buys it
 
 
+def test_lucene_search_of_any_text_is_a_valid_step(lucene_env):
+    import itertools
+    import string
+
+    # 1,332 distinct terms: over Lucene's default limit of 1024 boolean clauses (TooManyClauses before)
+    words = list(string.ascii_lowercase + string.digits)
+    words += ["".join(p) for p in itertools.product(string.ascii_lowercase + string.digits, repeat=2)]
+    lucene_env.reset(options={"task_id": lucene_env.task_ids[0]})
+    for query in (" ".join(words), "shoes \ud800 red"):  # and a lone surrogate
+        _, reward, terminated, _, info = lucene_env.step(f"search[{query}]")
+        assert info["is_action_valid"] and reward == 0.0 and not terminated
+        assert info["state_key"].startswith("results|q=")
+
+
 def test_unknown_search_backend_is_a_clear_error():
     with pytest.raises(ValueError, match="available: \\['bm25s', 'lucene'\\]"):
         build_retriever([], "elastic")
