@@ -17,7 +17,7 @@ import abc
 import string
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 from gymnasium import spaces
@@ -52,7 +52,7 @@ class AnyText(spaces.Text):
     def __repr__(self) -> str:
         return f"AnyText(max_length={self.max_length})"
 
-    def __eq__(self, other: Any) -> bool:
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, AnyText) and other.max_length == self.max_length
 
 
@@ -79,9 +79,9 @@ class Transition:
 class TextAgentEnv(gym.Env[str, str], abc.ABC):
     """Base class of every ECPO text environment (see the module docstring for the contract)."""
 
-    metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 4}
-    canonicalizer: ActionCanonicalizer = ActionCanonicalizer()
-    invalid_feedback: str = "Nothing happens."
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 4}
+    canonicalizer: ClassVar[ActionCanonicalizer] = ActionCanonicalizer()
+    invalid_feedback: ClassVar[str] = "Nothing happens."
 
     def __init__(
         self,
@@ -176,16 +176,18 @@ class TextAgentEnv(gym.Env[str, str], abc.ABC):
                 raise RuntimeError(f"{type(self).__name__} has no tasks to reset to")
             task_id = ids[int(self.np_random.integers(len(ids)))]
         task_id = str(task_id)
-        self._task_id = task_id
+        # a load that raises leaves no half-reset episode behind: step() then asks for reset()
+        self._task_start = None
+        self._state_changed()
+        task_start = self._load_task(task_id)
+        self._task_id, self._task_start = task_id, task_start
         self._steps = 0
         self._done = False
         self._last_terminated = self._last_truncated = False
-        self._state_changed()
-        self._task_start = self._load_task(task_id)
-        self._observation = self._task_start.observation
+        self._observation = task_start.observation
         info = self._info()
         info["won"] = False
-        info.update(self._task_start.extra_info)
+        info.update(task_start.extra_info)
         return self._observation, info
 
     def step(self, action: Any) -> tuple[str, float, bool, bool, dict]:
@@ -198,7 +200,7 @@ class TextAgentEnv(gym.Env[str, str], abc.ABC):
             return self._observation, 0.0, self._last_terminated, self._last_truncated, info
         try:
             action_key, command = self.parse_action(action)
-        except Exception as exc:  # a parser must never turn bad text into a crash
+        except Exception as exc:  # noqa: BLE001  (a parser must never turn bad text into a crash)
             action_key, command = INVALID_ACTION, None
             parse_error = f"{type(exc).__name__}: {exc}"
         else:

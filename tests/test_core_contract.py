@@ -83,6 +83,7 @@ def test_invalid_action_costs_penalty_and_keeps_state():
     env.reset(options={"task_id": "corridor-3"})
     for bad in ["take key", "", "go north", None, 17, "go east now"]:
         obs, reward, terminated, truncated, info = env.step(bad)
+        assert not truncated
         assert (reward, terminated, info["action_key"], info["is_action_valid"]) == (-0.5, False, INVALID_ACTION, False)
         assert obs == "Nothing happens." and info["state_key"] == "0|0" and info["won"] is False
 
@@ -93,6 +94,8 @@ def test_step_limit_truncates_and_step_after_done_is_inert():
     results = [env.step("look") for _ in range(3)]
     assert [r[3] for r in results] == [False, False, True] and not any(r[2] for r in results)
     obs, reward, terminated, truncated, info = env.step("go east")
+    assert obs == "You are in room 0."  # the last observation, unchanged
+    assert STEP_KEYS <= set(info) and info["action_key"] == INVALID_ACTION and info["won"] is False
     assert (reward, terminated, truncated, info["is_action_valid"]) == (0.0, False, True, False)
     assert "error" in info and info["state_key"] == "0|0"
     env.reset(options={"task_id": "corridor-3"})
@@ -102,6 +105,18 @@ def test_step_limit_truncates_and_step_after_done_is_inert():
 def test_step_before_reset_raises_reset_needed():
     with pytest.raises(gym.error.ResetNeeded):
         KeyDoorEnv().step("look")
+
+
+def test_failed_reset_leaves_no_half_reset_episode():
+    env = KeyDoorEnv()
+    env.reset(options={"task_id": "corridor-2"})
+    env.step("go east")
+    with pytest.raises(ValueError):
+        env.reset(options={"task_id": "corridor-x"})  # the task cannot load
+    with pytest.raises(gym.error.ResetNeeded):  # not the old episode under the new task id
+        env.step("look")
+    _, info = env.reset(options={"task_id": "corridor-3"})
+    assert (info["task_id"], info["state_key"], info["step"]) == ("corridor-3", "0|0", 0)
 
 
 def test_seeded_reset_is_deterministic_and_render_ansi():
@@ -123,6 +138,21 @@ def test_spaces_contain_any_text_and_close_releases():
     check_env(env, skip_render_check=True)
     env.close()
     assert env.released
+
+
+def test_a_parser_that_raises_gives_an_invalid_action():
+    class FragileParser(KeyDoorEnv):
+        def parse_action(self, action):
+            if action == "crash":
+                raise RuntimeError("parser bug")
+            return super().parse_action(action)
+
+    env = FragileParser()
+    env.reset(options={"task_id": "corridor-2"})
+    obs, reward, terminated, truncated, info = env.step("crash")
+    assert (obs, reward, terminated, truncated) == ("Nothing happens.", -0.1, False, False)
+    assert STEP_KEYS <= set(info) and info["action_key"] == INVALID_ACTION and "parser bug" in info["error"]
+    assert env.step("go east")[4]["state_key"] == "1|0"
 
 
 def test_custom_rewards():
