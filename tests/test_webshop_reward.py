@@ -188,6 +188,7 @@ def test_synthetic_goals_cover_every_option_combination_sorted_by_name():
     assert goals[0].instruction_text.startswith(
         "Find me console tables with solid wood with color: black, and size: large, and price lower than ")
     assert all(g.weight == 1 / 4 for g in goals)
+    assert len({g.price_upper for g in goals}) == 1  # one ceiling per product, shared by its combinations
     assert goals == build_goals([product], seed=1, shuffle_seed=None)  # seeded: same goals every time
 
 

@@ -51,11 +51,14 @@ def price_suffix(price_upper: float) -> str:
 
 
 def synthetic_goals(products: Sequence[Product], rng: random.Random) -> list[Goal]:
-    """One goal per option combination of each product with a synthetic instruction, weighted by rarity."""
+    """One goal per option combination of each product with a synthetic instruction, weighted by rarity.
+
+    The price ceiling is drawn once per product, so all of a product's goals share it (as in the original)."""
     goals: list[Goal] = []
     for product in products:
         if product.instruction_text is None or not product.instruction_attributes:
             continue
+        price_upper = sample_price_ceiling(product.purchase_price, rng)
         names = sorted(product.options)
         combos = itertools.product(*(product.options[n] for n in names)) if names else [()]
         for combo in combos:
@@ -63,7 +66,6 @@ def synthetic_goals(products: Sequence[Product], rng: random.Random) -> list[Goa
             text = product.instruction_text
             if goal_options:
                 text += " with " + ", and ".join(f"{k}: {v}" for k, v in goal_options.items())
-            price_upper = sample_price_ceiling(product.purchase_price, rng)
             goals.append(Goal(
                 asin=product.asin, category=product.category, query=product.query, name=product.title,
                 product_category=product.product_category, instruction_text=text + price_suffix(price_upper),
