@@ -40,6 +40,7 @@ def compile_rewrites(rules: Iterable[tuple[str, str]]) -> list[Rewrite]:
 
 
 def apply_rewrites(text: str, rewrites: Sequence[Rewrite]) -> str:
+    """Apply compiled rewrites in order, then collapse the whitespace they leave."""
     for pattern, replacement in rewrites:
         text = pattern.sub(replacement, text)
     return _WHITESPACE.sub(" ", text).strip()
@@ -68,7 +69,7 @@ class ActionCanonicalizer:
         return table
 
     def __call__(self, action: Any, admissible: Iterable[str] | dict[str, str]) -> str:
-        table = admissible if isinstance(admissible, dict) else self.index(admissible)
         if not isinstance(action, str):
             return INVALID_ACTION
+        table = admissible if isinstance(admissible, dict) else self.index(admissible)
         return table.get(self.key(action), INVALID_ACTION)
