@@ -131,3 +131,18 @@ def test_human_goals_with_a_synthetic_pairing(webshop_dir, sample):
     assert len(goals) == sum(1 for e in used if e["instruction_attributes"])
     assert all(isinstance(g.goal_options, list) for g in goals)
     assert all(g.weight == 1.0 for g in goals)
+
+
+def test_an_edited_product_file_is_not_served_from_the_catalogue_cache(webshop_dir, tmp_path):
+    from ecpo_gym.webshop.env import WebShopEnv
+
+    records = json.loads((webshop_dir / "sample" / "items_shuffle_sample.json").read_text())
+    products_file = tmp_path / "items.json"
+    products_file.write_text(json.dumps(records))
+    files = {"products_file": products_file, "attributes_file": webshop_dir / "items_ins_v2_1000.json"}
+    first = WebShopEnv(**files)
+    assert WebShopEnv(**files).catalogue is first.catalogue  # unchanged file: built once
+    products_file.write_text(json.dumps(records[:20]))  # same path, new content
+    edited = WebShopEnv(**files)
+    assert edited.catalogue is not first.catalogue
+    assert len(edited.catalogue.products) == 20 and len(first.catalogue.products) == 43

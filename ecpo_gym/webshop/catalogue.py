@@ -6,7 +6,8 @@ arguments in one process shares one ``Catalogue`` (reset then costs only a page 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+import os
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from ecpo_gym.webshop.goals import Goal
@@ -43,6 +44,19 @@ def cached_catalogue(key: Hashable, build: Callable[[], tuple[Sequence[Product],
             _CACHE.pop(next(iter(_CACHE)))
         _CACHE[full_key] = catalogue
     return catalogue
+
+
+def files_identity(paths: Iterable[str | os.PathLike | None]) -> tuple[tuple[str, int, int] | None, ...]:
+    """``(path, mtime_ns, size)`` of each file (None when absent) for a cache key, so an edited or replaced
+    data file builds a fresh catalogue instead of reusing the stale one."""
+    identity = []
+    for path in paths:
+        try:
+            stat = os.stat(path) if path is not None else None
+        except OSError:
+            stat = None
+        identity.append(None if stat is None else (str(path), stat.st_mtime_ns, stat.st_size))
+    return tuple(identity)
 
 
 def clear_catalogue_cache() -> None:

@@ -32,7 +32,7 @@ from typing import Any
 
 from ecpo_gym.canonical import INVALID_ACTION
 from ecpo_gym.core import TaskStart, TextAgentEnv, Transition
-from ecpo_gym.webshop.catalogue import Catalogue, cached_catalogue
+from ecpo_gym.webshop.catalogue import Catalogue, cached_catalogue, files_identity
 from ecpo_gym.webshop.fixed_tasks import FIXED_TASKS_FILE, fixed_task_goals, load_fixed_tasks
 from ecpo_gym.webshop.goals import GOAL_SHUFFLE_SEED, Goal, build_goals, goal_summary, split_indices
 from ecpo_gym.webshop.pages import DONE, OBSERVATION_MODES, PageState, Shop
@@ -83,8 +83,8 @@ class WebShopEnv(TextAgentEnv):
         files = resolve_data_files(data_dir, small=small, products_file=products_file,
                                    attributes_file=attributes_file, human_file=human_file)
         with_human = human_goals or fixed  # fixed tasks take their goal attributes from items_human_ins.json
-        key = ("files", tuple(str(v) for v in files.values()), num_products, with_human, human_goals, fixed, seed,
-               shuffle_seed)
+        key = ("files", tuple(str(v) for v in files.values()), files_identity(files.values()), num_products,
+               with_human, human_goals, fixed, seed, shuffle_seed)
 
         def build():
             products = load_product_files(files, seed=seed, num_products=num_products, human_goals=with_human)
