@@ -41,13 +41,16 @@ API::
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import traceback
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Self
 
 import gymnasium as gym
 import numpy as np
+
+from ecpo_gym.canonical import INVALID_ACTION
 
 EnvSpec = str | Callable[..., gym.Env]
 
@@ -88,7 +91,7 @@ class _EnvShard:
             try:
                 options = None if task_id is None else {"task_id": task_id}
                 out.append((local, self.envs[local].reset(seed=seed, options=options)))
-            except Exception:  # reported to the caller, who decides to raise
+            except Exception:  # noqa: BLE001  (reported to the caller, who decides to raise)
                 out.append((local, traceback.format_exc()))
         return out
 
@@ -98,23 +101,21 @@ class _EnvShard:
         for local, action in requests:
             try:
                 out.append((local, tuple(self.envs[local].step(action))))
-            except Exception:
+            except Exception:  # noqa: BLE001  (the caller ends this copy's episode with the error)
                 out.append((local, traceback.format_exc()))
         return out
 
     def close(self) -> None:
         for env in self.envs:
-            try:
+            with contextlib.suppress(Exception):  # one env's failing close must not keep the others open
                 env.close()
-            except Exception:
-                pass
 
 
 def _worker_main(conn: Any, env: EnvSpec, env_kwargs: dict[str, Any] | None, size: int) -> None:
     """Worker loop: build a shard, then answer ``(command, payload)`` messages until ``close``."""
     try:
         shard = _EnvShard(env, env_kwargs, size)
-    except Exception:
+    except Exception:  # noqa: BLE001  (sent to the parent, which raises it with this traceback)
         conn.send(("error", traceback.format_exc()))
         conn.close()
         return
@@ -180,10 +181,8 @@ class _Worker:
         return payload
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(OSError, ValueError):  # the worker may already be gone
             self.conn.send(("close", None))
-        except Exception:
-            pass
         self.process.join(timeout=5)
         if self.process.is_alive():
             self.kill()
@@ -243,8 +242,12 @@ class GroupVectorEnv:
         else:
             self._ctx = mp.get_context(mp_context)
             self._workers = [_Worker(self._ctx, env, self.env_kwargs, len(b)) for b in self._blocks]
-            for worker in self._workers:
-                worker.wait_ready(start_timeout)
+            try:
+                for worker in self._workers:
+                    worker.wait_ready(start_timeout)
+            except BaseException:
+                self.close()  # the workers that did start must not outlive the failed constructor
+                raise
 
     # ------------------------------------------------------------------ properties
     @property
@@ -284,8 +287,9 @@ class GroupVectorEnv:
         results: list[tuple[str, dict]] = []
         for i in range(self.num_envs):
             reply = replies[i]
-            if isinstance(reply, str):
-                raise RuntimeError(f"reset of copy {i} (task {task_ids[self.group_of(i)]!r}) failed:\n{reply}")
+            if isinstance(reply, str):  # a string reply is the worker's traceback
+                task = task_ids[self.group_of(i)]
+                raise RuntimeError(f"reset of copy {i} (task {task!r}) failed:\n{reply}")  # noqa: TRY004
             obs, info = reply
             info = self._tag(dict(info), i)
             self._last[i] = StepResult(obs, 0.0, False, False, info)
@@ -333,17 +337,15 @@ class GroupVectorEnv:
         for worker in self._workers:
             worker.close()
 
-    def __enter__(self) -> GroupVectorEnv:
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __del__(self) -> None:
-        try:
+        with contextlib.suppress(Exception):  # also runs on half-built objects and at interpreter exit
             self.close()
-        except Exception:
-            pass
 
     # ------------------------------------------------------------------ internals
     def _check_open(self) -> None:
@@ -360,7 +362,7 @@ class GroupVectorEnv:
         last = self._last[i]
         assert last is not None
         info = {**last.info, "error": error, "is_action_valid": False, "won": False}
-        info.setdefault("action_key", "<invalid>")
+        info.setdefault("action_key", INVALID_ACTION)
         result = StepResult(last.observation, 0.0, last.terminated, not last.terminated, info)
         self._last[i] = result
         self._live[i] = False
@@ -406,10 +408,7 @@ class GroupVectorEnv:
     def _restart(self, w: int) -> None:
         """Replace worker ``w``; every episode it held is lost."""
         self._workers[w].kill()
-        try:
-            self._workers[w].conn.close()
-        except Exception:
-            pass
+        self._workers[w].conn.close()
         self._workers[w] = _Worker(self._ctx, self.env_spec, self.env_kwargs, len(self._blocks[w]))
         self._workers[w].wait_ready(self.start_timeout)
         for i in self._blocks[w]:

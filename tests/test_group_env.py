@@ -41,6 +41,36 @@ def make_counter(**kwargs):
     return CounterEnv(**kwargs)
 
 
+class SlowCounterEnv(CounterEnv):
+    """``hang`` blocks the step far beyond any step timeout."""
+
+    def _admissible_actions(self):
+        return ["inc", "stay", "hang"]
+
+    def _execute(self, command):
+        if command == "hang":
+            time.sleep(120)
+        return super()._execute(command)
+
+
+def make_slow_counter(**kwargs):
+    return SlowCounterEnv(**kwargs)
+
+
+def make_counter_once(marker, **kwargs):
+    """The first call in any process succeeds, every later one fails: one worker starts, the others do not."""
+    os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
+    return CounterEnv(**kwargs)
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 def test_in_process_groups_share_tasks_and_copies_are_independent():
     envs = GroupVectorEnv(make_counter, num_groups=2, group_size=3, env_kwargs={"max_steps": 4})
     results = envs.reset(task_ids=["count-1", "count-3"], seed=5)
@@ -53,6 +83,7 @@ def test_in_process_groups_share_tasks_and_copies_are_independent():
     assert [s.terminated for s in steps] == [True, False, False, False, False, False]
     assert steps[2].info["action_key"] == INVALID_ACTION and steps[5].info["skipped"]
     obs, reward, terminated, truncated, info = steps[0]  # unpacks like gymnasium's 5-tuple
+    assert (obs, reward, terminated, truncated) == ("1", 10.0, True, False)
     assert info["group_id"] == 0 and info["traj_id"] == 0
     steps = envs.step([None, "inc", "inc", "inc", "inc", "inc"])
     assert steps[0].terminated and steps[0].info["skipped"] and steps[0].reward == 0.0
@@ -101,3 +132,34 @@ def test_workers_match_in_process_and_survive_a_killed_worker():
 def test_worker_start_failure_is_a_clear_error():
     with pytest.raises(RuntimeError, match="failed to start"):
         GroupVectorEnv(make_counter, num_groups=1, group_size=1, num_workers=1, env_kwargs={"max_steps": 0})
+
+
+def test_hung_worker_is_replaced_and_close_leaves_no_process():
+    envs = GroupVectorEnv(make_slow_counter, num_groups=1, group_size=2, num_workers=2, step_timeout=2.0)
+    envs.reset(task_ids=["count-2"], seed=0)
+    first_pids = envs.worker_pids
+    t0 = time.perf_counter()
+    steps = envs.step(["hang", "inc"])
+    assert time.perf_counter() - t0 < 30
+    assert steps[0].truncated and "no answer within 2.0 s" in steps[0].info["error"]
+    assert steps[0].info["action_key"] == INVALID_ACTION and not steps[0].info["won"]
+    assert steps[1].observation == "1" and not steps[1].truncated
+    assert not _alive(first_pids[0]) and envs.worker_pids[1] == first_pids[1]
+    assert [info["step"] for _, info in envs.reset(task_ids=["count-1"], seed=0)] == [0, 0]
+    pids = envs.worker_pids
+    envs.close()
+    envs.close()  # idempotent
+    assert not any(_alive(pid) for pid in first_pids + pids)
+    with pytest.raises(RuntimeError, match="closed"):
+        envs.step(["inc", "inc"])
+
+
+def test_failed_start_of_one_worker_stops_the_started_ones(tmp_path):
+    import multiprocessing as mp
+
+    before = {p.pid for p in mp.active_children()}
+    with pytest.raises(RuntimeError, match="failed to start") as err:
+        GroupVectorEnv(make_counter_once, num_groups=1, group_size=3, num_workers=3,
+                       env_kwargs={"marker": str(tmp_path / "started")})
+    assert "FileExistsError" in str(err.value)
+    assert {p.pid for p in mp.active_children()} - before == set()
