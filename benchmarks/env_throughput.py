@@ -126,9 +126,55 @@ def webshop_section(args: argparse.Namespace) -> dict:
         print(f"    uncached search median={row['uncached_search']['median_ms']:.3f}ms")
         for kind, stats in row["step_by_kind"].items():
             print(f"    {kind:8s} median={stats['median_ms']:.3f}ms p90={stats['p90_ms']:.3f}ms n={stats['count']}")
-    payload = {"target": "median step < 1 ms at 1000 products", "episodes": args.episodes, "sizes": results}
+    payload: dict[str, typing.Any] = {"target": "median step < 1 ms at 1000 products", "episodes": args.episodes,
+                                      "sizes": results}
+    size = min(args.sizes)
+    payload[f"lucene_{size}"] = webshop_lucene_row(size, args.episodes)
     write_results("webshop", payload)
     return payload
+
+
+def webshop_lucene_row(size: int, queries: int) -> dict[str, typing.Any]:
+    """The original's engine (``search_backend="lucene"``) on one generated catalogue: JVM start, index build,
+    query latency, and how often each engine ranks a goal's target in the top 10 for the goal's query."""
+    import tempfile
+
+    from ecpo_gym.lucene import lucene_available
+    from ecpo_gym.webshop.generator import generate_records
+    from ecpo_gym.webshop.goals import build_goals
+    from ecpo_gym.webshop.products import load_products
+    from ecpo_gym.webshop.search import BM25Retriever, LuceneRetriever
+
+    t = time.perf_counter()
+    ok, why = lucene_available()
+    jvm_s = time.perf_counter() - t
+    if not ok:
+        print(f"webshop lucene: skipped ({why})")
+        return {"skipped": why}
+    records, instructions = generate_records(size, seed=0)
+    products = load_products(records, seed=42, attributes_by_asin=instructions)
+    pairs = sorted({(g.asin, g.query) for g in build_goals(products, seed=42)})
+    bm25 = BM25Retriever(products)
+    with tempfile.TemporaryDirectory() as cache_dir:
+        t = time.perf_counter()
+        lucene = LuceneRetriever(products, cache_dir=cache_dir)
+        build_s = time.perf_counter() - t
+        times, hits = [], {"lucene": 0, "bm25s": 0}
+        for i, (asin, query) in enumerate(pairs):
+            t = time.perf_counter()
+            ranked = lucene.search(query)
+            if i < queries:
+                times.append(time.perf_counter() - t)
+            hits["lucene"] += asin in ranked[:10]
+            hits["bm25s"] += asin in bm25.search(query)[:10]
+        lucene.close()
+    row = {"num_products": size, "jvm_start_s": jvm_s, "index_build_s": build_s, "query": summary_ms(times),
+           "target_in_top10": {k: v / len(pairs) for k, v in hits.items()}, "pairs": len(pairs)}
+    print(f"webshop lucene n={size}: jvm={jvm_s:.2f}s index={build_s:.2f}s "
+          f"query median={row['query']['median_ms']:.3f}ms target in top 10: "
+          f"lucene {row['target_in_top10']['lucene']:.3f}, bm25s {row['target_in_top10']['bm25s']:.3f} "
+          f"({len(pairs)} goal queries)")
+    return row
 
 
 # ---------------------------------------------------------------------------------------------- searchqa
