@@ -12,6 +12,7 @@ Facts measured on the real games are in ``specs/ALFWORLD.md``; the ones this mod
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import sys
 import threading
@@ -146,20 +147,20 @@ def release_engine(engine: Any) -> None:
     """Free the planner state held by the engine's private copy of ``libdownward.so``."""
     if engine is None:
         return
-    try:
-        pddl_env = engine.unwrapped if hasattr(engine, "unwrapped") else engine
-        lib = getattr(pddl_env, "downward_lib", None)
-        if lib is not None:
+    pddl_env = engine.unwrapped if hasattr(engine, "unwrapped") else engine
+    lib = getattr(pddl_env, "downward_lib", None)
+    if lib is not None:
+        pddl_env.downward_lib = None
+        with contextlib.suppress(Exception):  # closing must not raise; the state goes with the process anyway
             lib.cleanup()  # frees the planner state; dlclose (close_lib) segfaults at exit with several envs
-            pddl_env.downward_lib = None
-    except Exception:
-        pass
 
 
-def state_key_of_facts(facts: Any) -> str:
-    """sha1 of the sorted positive dynamic facts: the anchor key of an ALFWorld state (ALFWORLD.md §4)."""
+def state_key_of_facts(facts: Any, scope: str = "") -> str:
+    """The anchor key of an ALFWorld state (ALFWORLD.md §4): sha1 of ``scope`` (the game) and the sorted
+    positive dynamic facts. Negated facts are named ``not_*`` and static ones are not dynamic, so neither
+    enters; scoping keeps two games that happen to share a world state from sharing anchors."""
     lines = sorted(str(f) for f in facts if f.name in DYNAMIC_PREDICATES)
-    return hashlib.sha1("\n".join(lines).encode("utf-8")).hexdigest()
+    return hashlib.sha1("\n".join([scope, *lines]).encode("utf-8")).hexdigest()
 
 
 def goal_of_intro(intro: str) -> str:

@@ -132,7 +132,7 @@ class _ALFWorldBase(TextAgentEnv):
         self._engine: Any = None
         self._loaded_task: str | None = None
         self._game_state: Any = None
-        self._key_cache: tuple[int, str] | None = None
+        self._state_key_value: str | None = None  # computed once per engine state
 
     # ------------------------------------------------------------------ per-source hooks
     def _game_data(self, task_id: str) -> dict:
@@ -156,7 +156,7 @@ class _ALFWorldBase(TextAgentEnv):
             self._engine.load(self._game_data(task_id))
             self._loaded_task = task_id
         self._game_state = self._engine.reset()
-        self._key_cache = None
+        self._state_key_value = None
         intro = self._game_state["feedback"]
         return TaskStart(observation=intro, task=goal_of_intro(intro), task_type=task_type)
 
@@ -167,10 +167,9 @@ class _ALFWorldBase(TextAgentEnv):
         return list(commands)
 
     def _state_key(self) -> str:
-        state = self._game_state
-        if self._key_cache is None or self._key_cache[0] != id(state):
-            self._key_cache = (id(state), state_key_of_facts(state["_facts"]))
-        return self._key_cache[1]
+        if self._state_key_value is None:
+            self._state_key_value = state_key_of_facts(self._game_state["_facts"], scope=self._loaded_task or "")
+        return self._state_key_value
 
     def parse_action(self, action: Any) -> tuple[str, Any]:
         key, command = super().parse_action(action)
@@ -182,6 +181,7 @@ class _ALFWorldBase(TextAgentEnv):
     def _execute(self, command: str) -> Transition:
         state, _, _ = self._engine.step(command)
         self._game_state = state
+        self._state_key_value = None
         won = bool(state["won"])
         return Transition(observation=state["feedback"], terminated=won, won=won)
 
@@ -252,9 +252,6 @@ class ALFWorldEnv(_ALFWorldBase):
             data = json.load(handle)
         self._walkthrough = list(data.get("walkthrough") or [])
         return data
-
-    def _load_task(self, task_id: str) -> TaskStart:
-        return super()._load_task(self._canonical_id(task_id))
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict]:
         if options and options.get("task_id") is not None:
