@@ -9,6 +9,7 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from ray.rllib.algorithms.algorithm import Algorithm
+from ray.rllib.core.columns import Columns
 from ray.rllib.evaluation.postprocessing import Postprocessing
 
 from ecpo_train import credit
@@ -128,6 +129,14 @@ def test_train_batch_advantages_equal_credit_on_the_same_episodes(estimator):
                                                 rows["action"], rows["reward"], **config.credit_hyperparameters())
         assert got.shape == (len(rows["step"]),)
         np.testing.assert_array_equal(got, np.asarray(expected, dtype=np.float32))
+        # each advantage sits on its own step's row: the batch's observations are the episodes' pre-step
+        # observations in the same order, and the value targets are each row's discounted return-to-go
+        observations = np.concatenate([np.asarray(e.get_observations())[:-1] for e in episodes])
+        np.testing.assert_array_equal(learner_batch[Columns.OBS].numpy(), observations)
+        gamma = config.credit_hyperparameters()["gamma"]
+        to_go = [sum(gamma ** (k - t) * r for k, r in enumerate(e.get_rewards()) if k >= t)
+                 for e in episodes for t in range(len(e))]
+        np.testing.assert_allclose(learner_batch[Postprocessing.VALUE_TARGETS].numpy(), to_go, rtol=1e-5, atol=1e-6)
         # the step-level term is active: advantages vary inside some trajectory
         traj = np.asarray(rows["traj"])
         assert any(np.ptp(got[traj == i]) > 0 for i in np.unique(traj))

@@ -1,7 +1,7 @@
 """The learner connector piece that replaces GAE: episodes -> ``credit.compute_advantages`` -> batch.
 
 It only turns RLlib episodes into the flat step rows ``credit.py`` takes and writes the result back
-(ADVANTAGES, and VALUE_TARGETS = the discounted return-to-go for PPO's logging); the math lives in
+(ADVANTAGES, and VALUE_TARGETS = the discounted return-to-go, PPO's column that a critic would fit); the math lives in
 ``ecpo_train.credit`` alone.
 
 Row ``t`` (1-based) of an episode: ``state_key`` from the info *before* the step (``get_infos()`` starts
@@ -132,11 +132,14 @@ class ECPOAdvantages(ConnectorV2):
         return batch
 
     def _future_returns(self, rows: StepRows) -> np.ndarray:
-        """``G_{i,t}`` per row from credit.py (PPO logs it as the value target's explained variance)."""
-        coded = credit.prepare_rows(rows.group_ids, rows.traj_ids, rows.steps, rows.state_keys,
-                                    rows.action_keys, rows.rewards)
+        """``G_{i,t}`` per row from ``credit.future_return`` (PPO's value-target column; unused without a critic).
+
+        The rows are already coded (``traj_ids`` = 0..E-1, steps 1..T in order), so no second key
+        factorisation is needed.
+        """
         gamma = float(self.hyperparameters.get("gamma", credit.CreditConfig().gamma))
-        return credit.future_return(coded.reward, coded.traj, coded.position, coded.n_trajs, coded.horizon, gamma)
+        return credit.future_return(rows.rewards, rows.traj_ids, rows.steps - 1, len(rows.episode_lengths),
+                                    max(rows.episode_lengths), gamma)
 
 
 __all__ = ["ECPOAdvantages", "StepRows", "episodes_to_step_rows", "group_sizes"]

@@ -39,7 +39,7 @@ from ray.rllib.env.single_agent_env_runner import SingleAgentEpisode
 from ray.rllib.evaluation.postprocessing import Postprocessing
 from ray.rllib.utils.metrics import ALL_MODULES
 
-from ecpo_train.rllib.connector import ECPOAdvantages
+from ecpo_train.rllib.learner import install_ecpo_connector
 
 TOKEN_LOGP = "token_logp"
 REF_TOKEN_LOGP = "ref_token_logp"
@@ -102,12 +102,7 @@ class TokenLevelECPOLearner(TorchLearner):
 
     def build(self) -> None:
         super().build()
-        if self._learner_connector is not None:
-            self._learner_connector.prepend(ECPOAdvantages(
-                estimator=self.config.estimator,
-                group_size=self.config.group_size,
-                hyperparameters=self.config.credit_hyperparameters(),
-            ))
+        install_ecpo_connector(self)
 
     def compute_loss_for_module(self, *, module_id, config, batch, fwd_out):
         from ecpo_train.loss import assign_step_advantage, ecpo_objective_loss
@@ -270,10 +265,10 @@ class LLMGroupRunner:
                     if generated[key] is not None:
                         store.append(generated[key][j])
             steps = self.envs.step(actions)
-            for i in active:
+            for j, i in enumerate(active):
                 step = steps[i]
                 traj = trajectories[i]
-                traj.history.append((observations[i], actions[i] or generated["texts"][active.index(i)]))
+                traj.history.append((observations[i], actions[i] or generated["texts"][j]))
                 traj.rewards.append(float(step.reward))
                 traj.infos.append(self._tag(step.info, call))
                 observations[i] = step.observation
