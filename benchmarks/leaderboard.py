@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ecpo_train.evaluation.agents import VALIDATION_TEMPERATURE
 from ecpo_train.evaluation.build import AGENT_KINDS, BACKENDS
 from ecpo_train.evaluation.command import run_leaderboard
 
@@ -29,7 +30,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--backend", choices=BACKENDS, default="transformers")
     parser.add_argument("--base-url")
     parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--temperature", type=float, default=0.4)
+    parser.add_argument("--temperature", type=float, default=VALIDATION_TEMPERATURE)
     parser.add_argument("--greedy", action="store_true")
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--limit", type=int)

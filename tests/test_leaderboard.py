@@ -14,6 +14,7 @@ import pytest
 
 from ecpo_train.evaluation.agents import Agent, RandomAgent
 from ecpo_train.evaluation.build import build_agent, parse_overrides
+from ecpo_train.evaluation.chat import ChatModel
 from ecpo_train.evaluation.manifests import (
     TaskGroup,
     TaskManifest,
@@ -21,9 +22,9 @@ from ecpo_train.evaluation.manifests import (
     load_manifest,
     parse_manifest,
 )
-from ecpo_train.evaluation.results import load_records
+from ecpo_train.evaluation.results import append_record, load_records
 from ecpo_train.evaluation.runner import EvalSettings, evaluate
-from ecpo_train.evaluation.tables import ALFWORLD_COLUMNS, aggregate, format_cell
+from ecpo_train.evaluation.tables import ALFWORLD_COLUMNS, aggregate, format_cell, markdown_tables
 
 FAST = EvalSettings(seeds=[0], progress=False)
 
@@ -153,6 +154,23 @@ def test_alfworld_columns_follow_task_types():
     assert table["All"]["mean"] == pytest.approx(100 * (2 / 3 + 1 / 3) / 2)
 
 
+def test_markdown_rows_align_when_agents_ran_different_groups():
+    def record(agent, group, task, success):
+        return {"agent": agent, "manifest": "qa", "benchmark": "searchqa", "group": group, "task_id": task,
+                "seed": 0, "success": success, "em": float(success), "score": float(success)}
+
+    records = [record("full", "nq", "a", True), record("full", "hotpotqa", "b", False),
+               record("cut", "nq", "a", False)]  # an interrupted run that never reached hotpotqa
+    summary = aggregate(records)
+    assert summary["cut"]["qa"]["columns"] == ["nq", "Avg."]
+    table = markdown_tables(summary).splitlines()
+    header = next(line for line in table if line.startswith("| Method"))
+    assert header == "| Method | nq | hotpotqa | Avg. |"
+    rows = {line.split(" | ")[0]: line for line in table if line.startswith(("| full", "| cut"))}
+    assert rows["| full"] == "| full | 100.0 ± 0.0 | 0.0 ± 0.0 | 50.0 ± 0.0 |"
+    assert rows["| cut"] == "| cut | 0.0 ± 0.0 | – | 0.0 ± 0.0 |"
+
+
 # ------------------------------------------------------------------ resume
 class _Interrupted(RuntimeError):
     pass
@@ -200,6 +218,17 @@ def test_resume_after_interruption_and_torn_line_loses_nothing(tmp_path):
     assert len(lines) == 12 and all(json.loads(line) for line in lines)
 
 
+def test_a_whole_last_record_without_its_newline_is_kept(tmp_path):
+    log = tmp_path / "m.jsonl"
+    first = {"manifest": "m", "group": "g", "task_id": "t0", "seed": 0, "success": True}
+    second = {**first, "task_id": "t1", "success": False}
+    log.write_text(json.dumps(first) + "\n" + json.dumps(second))  # the crash hit before the newline
+    assert load_records(log) == [first, second]
+    assert log.read_text().endswith("\n")
+    append_record(log, {**first, "task_id": "t2"})
+    assert [r["task_id"] for r in load_records(log)] == ["t0", "t1", "t2"]
+
+
 def test_resume_refuses_a_different_agent_configuration(tmp_path):
     evaluate(build_agent("random"), [_manifest("searchqa_gen", 1)], tmp_path, FAST)
     other = build_agent("expert", name="random")
@@ -233,11 +262,27 @@ def test_server_speaks_openai_chat_completions(tiny_server):
     assert answer["object"] == "chat.completion" and answer["model"] == "tiny"
     assert isinstance(answer["choices"][0]["message"]["content"], str)
     assert 1 <= answer["usage"]["completion_tokens"] <= 5
-    bad = urllib.request.Request(f"{server.base_url}/chat/completions", data=b'{"messages": 3}',
+    hello = [{"role": "user", "content": "hello"}]
+    for bad_body in (b'{"messages": 3}', b"[1, 2]", b"not json", b"\xff\xfe",
+                     json.dumps({"messages": hello, "max_tokens": -1}).encode(),
+                     json.dumps({"messages": hello, "max_tokens": "5"}).encode(),
+                     json.dumps({"messages": hello, "temperature": "hot"}).encode(),
+                     b'{"messages": [{"role": "user", "content": "hi"}], "temperature": NaN}',
+                     json.dumps({"messages": hello, "seed": -1}).encode(),
+                     json.dumps({"messages": [{"role": "robot", "content": "hi"}]}).encode(),
+                     json.dumps({"messages": [{"role": "user", "content": 7}]}).encode()):
+        bad = urllib.request.Request(f"{server.base_url}/chat/completions", data=bad_body,
+                                     headers={"Content-Type": "application/json"})
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(bad, timeout=30)
+        assert err.value.code == 400, bad_body
+        assert "message" in json.loads(err.value.read())["error"]
+    # a request for more tokens than the server generates is capped, not an unbounded generation
+    big = urllib.request.Request(f"{server.base_url}/chat/completions",
+                                 data=json.dumps({"messages": hello, "max_tokens": 10**9}).encode(),
                                  headers={"Content-Type": "application/json"})
-    with pytest.raises(urllib.error.HTTPError) as err:
-        urllib.request.urlopen(bad, timeout=30)
-    assert err.value.code == 400
+    with urllib.request.urlopen(big, timeout=120) as response:
+        assert json.loads(response.read())["usage"]["completion_tokens"] <= server.model.max_new_tokens
 
 
 @pytest.mark.slow
@@ -275,6 +320,61 @@ def test_openai_client_reports_missing_settings_and_dead_endpoints(monkeypatch):
     client = OpenAIChatModel("m", base_url="http://127.0.0.1:9/v1", retries=1, timeout_s=2)
     with pytest.raises(ConnectionError, match="127.0.0.1:9"):
         client.complete([{"role": "user", "content": "hi"}], temperature=0)
+
+
+def test_openai_client_reports_an_answer_that_is_not_json():
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    from ecpo_train.evaluation.chat import OpenAIChatModel
+
+    class _Html(BaseHTTPRequestHandler):  # e.g. a proxy's login page in front of the endpoint
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            body = b"<html>sign in</html>"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), _Html)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        client = OpenAIChatModel("m", base_url=f"http://127.0.0.1:{server.server_address[1]}/v1", retries=1)
+        with pytest.raises(RuntimeError, match="other than JSON.*sign in"):
+            client.complete([{"role": "user", "content": "hi"}], temperature=0)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class _ScriptedChat(ChatModel):
+    """Always answers the same search-QA reply; counts its calls."""
+
+    name = "scripted"
+
+    def __init__(self):
+        self.calls = 0
+
+    def complete(self, messages, *, temperature, max_tokens=None, seed=None):
+        self.calls += 1
+        return "<think>guess</think><answer>nobody</answer>"
+
+
+def test_reflexion_replays_failed_tasks_and_reflects_only_before_another_trial(tmp_path):
+    from ecpo_train.evaluation.react import ReflexionAgent
+
+    chat = _ScriptedChat()
+    agent = ReflexionAgent(chat, trials=3)
+    manifest = TaskManifest("searchqa_gen_one", "searchqa", "ecpo/SearchQAGen-v0", {"max_steps": 1},
+                            [TaskGroup("single_hop", task_ids=load_manifest("searchqa_gen").groups[0].task_ids[:1])])
+    (record,) = evaluate(agent, [manifest], tmp_path, FAST)["episodes"]
+    assert record["trials"] == 3 and record["trial_wins"] == [False] * 3
+    assert chat.calls == 3 + 2  # one action per trial, one reflection between trials
+    assert len(agent.reflections) == 2
 
 
 class _CountingAgent(Agent):

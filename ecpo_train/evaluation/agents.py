@@ -28,6 +28,8 @@ from ecpo_train.policies.base import Policy, StepContext
 from ecpo_train.policies.parsing import parse_action
 from ecpo_train.prompting import render_prompt, template_name
 
+VALIDATION_TEMPERATURE = 0.4  # the paper's validation temperature (App. A); ``--greedy`` gives 0
+
 
 def episode_seed(seed: int, task_id: str, trial: int = 0) -> int:
     """A 31-bit seed from ``(seed, task_id, trial)``: an episode's randomness never depends on run order."""
@@ -76,7 +78,8 @@ class Agent(abc.ABC):
 class PolicyAgent(Agent):
     """A project ``Policy`` at a fixed temperature (``<= 0``: greedy; tabular policies then take the argmax)."""
 
-    def __init__(self, policy: Policy, *, temperature: float = 0.4, name: str = "policy") -> None:
+    def __init__(self, policy: Policy, *, temperature: float = VALIDATION_TEMPERATURE,
+                 name: str = "policy") -> None:
         self.policy = policy
         self.temperature = float(temperature)
         self.name = name
@@ -142,8 +145,8 @@ def load_checkpoint_policy(path: str | Path, *, device: str = "cpu") -> tuple[Po
 class PromptingAgent(Agent):
     """The paper's template (``prompts/<env>.txt``) as a single user turn to a chat model."""
 
-    def __init__(self, chat: ChatModel, *, temperature: float = 0.4, history_length: int | None = None,
-                 max_tokens: int | None = None, name: str | None = None) -> None:
+    def __init__(self, chat: ChatModel, *, temperature: float = VALIDATION_TEMPERATURE,
+                 history_length: int | None = None, max_tokens: int | None = None, name: str | None = None) -> None:
         self.chat = chat
         self.temperature = float(temperature)
         self.history_length = history_length

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ecpo_train.evaluation.agents import (
+    VALIDATION_TEMPERATURE,
     Agent,
     ExpertAgent,
     PolicyAgent,
@@ -31,8 +32,9 @@ def build_chat_model(backend: str, model: str | None, *, base_url: str | None = 
 
 
 def build_agent(kind: str, *, model: str | None = None, checkpoint: str | None = None, backend: str = "transformers",
-                base_url: str | None = None, temperature: float = 0.4, trials: int = 3, device: str = "cpu",
-                dtype: str = "float32", max_new_tokens: int = 512, name: str | None = None) -> Agent:
+                base_url: str | None = None, temperature: float = VALIDATION_TEMPERATURE, trials: int = 3,
+                device: str = "cpu", dtype: str = "float32", max_new_tokens: int = 512,
+                name: str | None = None) -> Agent:
     """An agent of ``kind`` (one of ``AGENT_KINDS``); ``name`` labels its results (default: kind and model)."""
     if kind not in AGENT_KINDS:
         raise ValueError(f"agent={kind!r}; choose from {', '.join(AGENT_KINDS)}")

@@ -34,7 +34,8 @@ class ChatModel(abc.ABC):
 
 
 def check_messages(messages: Any) -> list[Message]:
-    """``messages`` as a list of ``{"role", "content"}`` dicts; ``ValueError`` on anything else."""
+    """``messages`` as a list of ``{"role", "content"}`` dicts; ``ValueError`` (``TypeError`` for a
+    non-string content) on anything else."""
     if not isinstance(messages, (list, tuple)) or not messages:
         raise ValueError("messages must be a non-empty list of {'role': ..., 'content': ...} objects")
     checked = []
@@ -43,7 +44,7 @@ def check_messages(messages: Any) -> list[Message]:
             raise ValueError(f"message {k} must be an object with role system|user|assistant")
         content = message.get("content")
         if not isinstance(content, str):
-            raise ValueError(f"message {k} content must be a string")
+            raise TypeError(f"message {k} content must be a string")
         checked.append({"role": message["role"], "content": content})
     return checked
 
@@ -139,7 +140,7 @@ class OpenAIChatModel(ChatModel):
             request = urllib.request.Request(url, data=data, headers=headers, method="POST")
             try:
                 with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                    return json.loads(response.read().decode("utf-8"))
+                    raw = response.read()
             except urllib.error.HTTPError as err:
                 body = err.read().decode("utf-8", "replace")[:500]
                 if err.code != 429 and err.code < 500:
@@ -147,7 +148,13 @@ class OpenAIChatModel(ChatModel):
                 last_error = RuntimeError(f"{url} answered HTTP {err.code}: {body}")
             except (urllib.error.URLError, TimeoutError, ConnectionError) as err:
                 last_error = err
-            time.sleep(min(2.0**attempt, 10.0))
+            else:
+                try:
+                    return json.loads(raw.decode("utf-8"))
+                except (UnicodeDecodeError, json.JSONDecodeError):
+                    raise RuntimeError(f"{url} answered with something other than JSON: {raw[:300]!r}") from None
+            if attempt + 1 < self.retries:
+                time.sleep(min(2.0**attempt, 10.0))
         raise ConnectionError(f"chat endpoint {url} failed after {self.retries} tries: {last_error}")
 
     def complete(self, messages: Sequence[Message], *, temperature: float, max_tokens: int | None = None,

@@ -76,9 +76,9 @@ def benchmark_of(env_id: str) -> str:
 
 
 def parse_manifest(data: dict[str, Any], source: str = "<dict>") -> TaskManifest:
-    """Validate a manifest's JSON; a clear ``ValueError`` naming ``source`` on bad input."""
+    """Validate a manifest's JSON; a clear ``ValueError`` (``TypeError`` for a non-object) naming ``source``."""
     if not isinstance(data, dict):
-        raise ValueError(f"manifest {source}: expected a JSON object")
+        raise TypeError(f"manifest {source}: expected a JSON object")
     missing = [key for key in ("name", "env_id", "groups") if key not in data]
     if missing:
         raise ValueError(f"manifest {source}: missing key(s) {', '.join(missing)}")
@@ -88,7 +88,7 @@ def parse_manifest(data: dict[str, Any], source: str = "<dict>") -> TaskManifest
     groups = []
     for name, spec in raw_groups.items():
         if not isinstance(spec, dict):
-            raise ValueError(f"manifest {source}: group {name!r} must be an object")
+            raise TypeError(f"manifest {source}: group {name!r} must be an object")
         task_ids, first = spec.get("task_ids"), spec.get("first")
         if (task_ids is None) == (first is None):
             raise ValueError(f"manifest {source}: group {name!r} needs exactly one of 'task_ids' or 'first'")

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from ecpo_gym.canonical import INVALID_ACTION
-from ecpo_train.evaluation.agents import Agent, Trial
+from ecpo_train.evaluation.agents import VALIDATION_TEMPERATURE, Agent, Trial
 from ecpo_train.evaluation.chat import ChatModel, Message
 from ecpo_train.policies.base import StepContext
 from ecpo_train.policies.parsing import parse_action
@@ -40,10 +40,10 @@ REACT_EXAMPLES: dict[str, tuple[str, list[tuple[str, str]]]] = {
     "alfworld": (
         "put a clean mug in coffeemachine.",
         [
-            ("You are in the middle of a room. Looking quickly around you, you see a cabinet 1, a coffeemachine 1, "
-             "a countertop 1, a countertop 2, a fridge 1 and a sinkbasin 1.",
-             "<think>I need a mug, then clean it at the sinkbasin, then put it in the coffeemachine. Mugs are "
-             "usually on a countertop.</think><action>go to countertop 1</action>"),
+            (("You are in the middle of a room. Looking quickly around you, you see a cabinet 1, a coffeemachine 1, "
+             "a countertop 1, a countertop 2, a fridge 1 and a sinkbasin 1."),
+             ("<think>I need a mug, then clean it at the sinkbasin, then put it in the coffeemachine. Mugs are "
+             "usually on a countertop.</think><action>go to countertop 1</action>")),
             ("You arrive at countertop 1. On the countertop 1, you see a bread 1 and a knife 2.",
              "<think>No mug here. Try the other countertop.</think><action>go to countertop 2</action>"),
             ("You arrive at countertop 2. On the countertop 2, you see a mug 3 and a spoon 1.",
@@ -55,8 +55,8 @@ REACT_EXAMPLES: dict[str, tuple[str, list[tuple[str, str]]]] = {
             ("You clean the mug 3 using the sinkbasin 1.",
              "<think>The mug is clean; bring it to the coffeemachine.</think><action>go to coffeemachine 1</action>"),
             ("You arrive at coffeemachine 1. On the coffeemachine 1, you see nothing.",
-             "<think>Put the clean mug in the coffeemachine to finish.</think>"
-             "<action>move mug 3 to coffeemachine 1</action>"),
+             ("<think>Put the clean mug in the coffeemachine to finish.</think>"
+             "<action>move mug 3 to coffeemachine 1</action>")),
         ],
     ),
     "webshop": (
@@ -64,17 +64,17 @@ REACT_EXAMPLES: dict[str, tuple[str, list[tuple[str, str]]]] = {
         [
             ("Search",
              "<think>Search for the product with its key words.</think><action>search[blue running shoes]</action>"),
-            ("[Back to Search] Page 1 (Total results: 50) [Next >] [B0A1] Trail Runner Sneaker, Blue $45.99 "
-             "[B0A2] Leather Boot $89.00",
+            (("[Back to Search] Page 1 (Total results: 50) [Next >] [B0A1] Trail Runner Sneaker, Blue $45.99 "
+             "[B0A2] Leather Boot $89.00"),
              "<think>B0A1 is a blue running shoe under 60 dollars.</think><action>click[b0a1]</action>"),
-            ("[Back to Search] [< Prev] size [8] [9] [10] color [blue] [black] Trail Runner Sneaker, Blue "
-             "Price: $45.99 [Description] [Features] [Reviews] [Buy Now]",
+            (("[Back to Search] [< Prev] size [8] [9] [10] color [blue] [black] Trail Runner Sneaker, Blue "
+             "Price: $45.99 [Description] [Features] [Reviews] [Buy Now]"),
              "<think>Pick size 9 first.</think><action>click[9]</action>"),
             ("You have clicked 9.",
              "<think>Pick the blue color.</think><action>click[blue]</action>"),
             ("You have clicked blue.",
-             "<think>Size and color match and the price is below 60, so buy it.</think>"
-             "<action>click[buy now]</action>"),
+             ("<think>Size and color match and the price is below 60, so buy it.</think>"
+             "<action>click[buy now]</action>")),
         ],
     ),
     "searchqa": (
@@ -82,11 +82,11 @@ REACT_EXAMPLES: dict[str, tuple[str, list[tuple[str, str]]]] = {
         [
             ("In which country was the founder of Lumen Works born?",
              "<think>First find who founded Lumen Works.</think><search>Lumen Works founder</search>"),
-            ("<information>Doc 1(Title: Lumen Works) Lumen Works is a lamp maker founded in 1921 by Ada "
-             "Marsh.</information>",
+            (("<information>Doc 1(Title: Lumen Works) Lumen Works is a lamp maker founded in 1921 by Ada "
+             "Marsh.</information>"),
              "<think>The founder is Ada Marsh. Now find her birthplace.</think><search>Ada Marsh born</search>"),
-            ("<information>Doc 1(Title: Ada Marsh) Ada Marsh was an engineer born in Tallinn, Estonia."
-             "</information>",
+            (("<information>Doc 1(Title: Ada Marsh) Ada Marsh was an engineer born in Tallinn, Estonia."
+             "</information>"),
              "<think>She was born in Estonia.</think><answer>Estonia</answer>"),
         ],
     ),
@@ -113,8 +113,8 @@ def example_text(family: str) -> str:
 class ReActAgent(Agent):
     """Reason-then-act with in-context examples (see the module docstring)."""
 
-    def __init__(self, chat: ChatModel, *, temperature: float = 0.4, max_context_steps: int = 12,
-                 max_tokens: int | None = 256, name: str | None = None) -> None:
+    def __init__(self, chat: ChatModel, *, temperature: float = VALIDATION_TEMPERATURE,
+                 max_context_steps: int = 12, max_tokens: int | None = 256, name: str | None = None) -> None:
         self.chat = chat
         self.temperature = float(temperature)
         self.max_context_steps = int(max_context_steps)
@@ -178,6 +178,7 @@ class ReflexionAgent(ReActAgent):
         self.max_trials = int(trials)
         self.max_reflections = int(max_reflections)
         self.max_reflection_tokens = int(max_reflection_tokens)
+        self._trials_done = 0
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "trials": self.max_trials, "max_reflections": self.max_reflections}
@@ -189,9 +190,14 @@ class ReflexionAgent(ReActAgent):
         return (f"You tried this task and failed: {trial.task}\nYour last steps:\n" + "\n".join(lines)
                 + "\n\nIn two or three sentences, say what went wrong and what you will do differently next time.")
 
+    def begin_task(self, env: Any, task_id: str, seed: int) -> None:
+        super().begin_task(env, task_id, seed)
+        self._trials_done = 0
+
     def end_episode(self, trial: Trial) -> None:
-        if trial.won:
-            return
+        self._trials_done += 1
+        if trial.won or self._trials_done >= self.max_trials:
+            return  # solved, or no trial left to use a reflection
         reply = self.chat.complete([{"role": "user", "content": self.reflection_prompt(trial)}],
                                    temperature=self.temperature, max_tokens=self.max_reflection_tokens,
                                    seed=self._seed + 7919)

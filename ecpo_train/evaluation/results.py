@@ -1,8 +1,8 @@
 """The append-only results log of an evaluation: one JSON line per finished episode, fsynced.
 
 An interrupted evaluation loses at most the episode in flight: ``load_records`` reads every complete line,
-drops a torn last line (and truncates it away so the next append starts on a fresh line) and skips lines
-that are not JSON objects.
+drops a torn last line (and truncates it away so the next append starts on a fresh line; a last record that
+is whole but lost its newline is kept and the newline added) and skips lines that are not JSON objects.
 """
 
 from __future__ import annotations
@@ -27,6 +27,15 @@ def load_records(path: str | Path, *, repair: bool = True) -> list[dict[str, Any
         return []
     data = path.read_bytes()
     end = data.rfind(b"\n") + 1
+    if end < len(data) and _is_record(data[end:]):
+        # the crash hit between the record and its newline: the record is whole, keep it
+        data += b"\n"
+        end = len(data)
+        if repair:
+            with open(path, "ab") as handle:
+                handle.write(b"\n")
+                handle.flush()
+                os.fsync(handle.fileno())
     if repair and end < len(data):
         with open(path, "r+b") as handle:
             handle.truncate(end)
@@ -47,6 +56,14 @@ def load_records(path: str | Path, *, repair: bool = True) -> list[dict[str, Any
     if skipped:
         warnings.warn(f"{path}: skipped {skipped} unreadable line(s)", stacklevel=2)
     return list(records.values())
+
+
+def _is_record(line: bytes) -> bool:
+    try:
+        record_key(json.loads(line))
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+        return False
+    return True
 
 
 def append_record(path: str | Path, record: dict[str, Any]) -> None:

@@ -19,7 +19,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from ecpo_gym.canonical import INVALID_ACTION
 from ecpo_train.evaluation.agents import Agent, Trial, episode_seed
@@ -27,8 +27,6 @@ from ecpo_train.evaluation.manifests import TaskManifest, resolve_task_ids
 from ecpo_train.evaluation.results import append_record, load_records, record_key
 from ecpo_train.evaluation.tables import aggregate, markdown_tables
 from ecpo_train.policies.base import StepContext
-
-VALIDATION_TEMPERATURE = 0.4  # paper App. A (ALFWorld, WebShop); search-QA validates greedily
 
 
 @dataclass
@@ -99,7 +97,7 @@ class _Progress:
         self.wins = self.count = 0
         self._bar: Any = None
 
-    def __enter__(self) -> _Progress:
+    def __enter__(self) -> Self:
         if self.enabled:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -191,6 +189,8 @@ def write_reports(out_dir: str | Path, agent_name: str | None = None,
                   manifest_names: Sequence[str] | None = None) -> dict[str, Any]:
     """Derive ``<agent>/results.json`` (when ``agent_name``) and ``leaderboard.json/.md`` from the jsonl logs."""
     out_dir = Path(out_dir)
+    if not out_dir.is_dir():
+        raise FileNotFoundError(f"no leaderboard results folder {out_dir}: run an evaluation into it first")
     result: dict[str, Any] = {}
     if agent_name is not None:
         run_dir = out_dir / safe_name(agent_name)

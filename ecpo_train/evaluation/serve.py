@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import threading
 import time
 import uuid
@@ -49,14 +50,25 @@ class ChatCompletionServer(ThreadingHTTPServer):
         return thread
 
     def chat_completion(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Answer one request body; ``ValueError``/``TypeError`` (HTTP 400) on bad fields.
+
+        ``max_tokens`` (or ``max_completion_tokens``) is capped at the model's ``max_new_tokens``.
+        """
         messages = check_messages(body.get("messages"))
-        temperature = float(body.get("temperature", 1.0))
-        max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
+        temperature = body.get("temperature", 1.0)
+        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not math.isfinite(temperature):
+            raise ValueError(f"temperature must be a finite number, got {temperature!r}")
+        max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
+        if max_tokens is not None:
+            if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+                raise ValueError(f"max_tokens must be a positive integer, got {max_tokens!r}")
+            max_tokens = min(max_tokens, self.model.max_new_tokens)
         seed = body.get("seed")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63):
+            raise ValueError(f"seed must be an integer in [0, 2^63), got {seed!r}")
         with self.lock:
             text, prompt_tokens, completion_tokens, stopped = self.model.complete_with_usage(
-                messages, temperature=temperature, max_tokens=int(max_tokens) if max_tokens else None,
-                seed=int(seed) if seed is not None else None)
+                messages, temperature=float(temperature), max_tokens=max_tokens, seed=seed)
         return {
             "id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "object": "chat.completion", "created": int(time.time()),
             "model": self.model_name,
@@ -69,6 +81,7 @@ class ChatCompletionServer(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     server: ChatCompletionServer
+    timeout = 60  # seconds a client may stall mid-request (a body shorter than its Content-Length)
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet: the client reports failures
         return
@@ -105,12 +118,12 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             body = json.loads(self.rfile.read(length).decode("utf-8"))
             if not isinstance(body, dict):
-                raise ValueError("the body must be a JSON object")
+                raise TypeError("the body must be a JSON object")
             answer = self.server.chat_completion(body)
         except (ValueError, TypeError, UnicodeDecodeError) as err:
             self._error(400, str(err))
             return
-        except Exception as err:  # the model failed: tell the client instead of dropping the connection
+        except Exception as err:  # noqa: BLE001  (the model failed: tell the client instead of dropping the connection)
             self._error(500, f"{type(err).__name__}: {err}")
             return
         self._send(200, answer)

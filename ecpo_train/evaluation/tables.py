@@ -87,7 +87,14 @@ def _markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str
 def markdown_tables(summary: dict[str, Any]) -> str:
     """Table 1 (one per pair of ALFWorld/WebShop manifests), the QA table(s), then any other benchmark."""
     sections: dict[tuple, list[list[str]]] = defaultdict(list)
-    qa_columns: dict[str, list[str]] = {}
+    # a manifest's columns over every agent (an interrupted run may lack some groups): rows stay aligned
+    qa_columns: dict[str, list[str]] = defaultdict(list)
+    for runs in summary.values():
+        for manifest, run in runs.items():
+            if run["benchmark"] not in ("alfworld", "webshop"):
+                qa_columns[manifest] += [c for c in run["columns"] if c not in qa_columns[manifest]]
+    for columns in qa_columns.values():
+        columns.sort(key=lambda c: c in ("All", "Avg."))  # stable: groups first, the overall column last
     for agent, runs in summary.items():
         alf = [m for m, r in runs.items() if r["benchmark"] == "alfworld"]
         web = [m for m, r in runs.items() if r["benchmark"] == "webshop"]
@@ -98,8 +105,7 @@ def markdown_tables(summary: dict[str, Any]) -> str:
         for manifest, run in runs.items():
             if run["benchmark"] in ("alfworld", "webshop"):
                 continue
-            qa_columns[manifest] = run["columns"]
-            sections[("other", manifest)].append([agent] + [format_cell(run["table"].get(c)) for c in run["columns"]])
+            sections[("other", manifest)].append([agent] + [format_cell(run["table"].get(c)) for c in qa_columns[manifest]])
     out = []
     for key, rows in sections.items():
         if key[0] == "table1":
