@@ -6,6 +6,8 @@ so ``ecpo --help`` stays fast.
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Evidence-Calibrated Policy Optimization.")
@@ -84,10 +86,10 @@ def models_tiny(
 @app.command()
 def leaderboard(
     agent: str = typer.Option("expert", help="checkpoint | prompting | react | reflexion | expert | random"),
-    manifest: list[str] = typer.Option(None, help="committed manifest name or JSON path (repeatable); "
-                                       "default alfworld_gen + webshop_gen"),
+    manifest: Annotated[list[str] | None, typer.Option(help="committed manifest name or JSON path (repeatable); "
+                                                      "default alfworld_gen + webshop_gen")] = None,
     env: str = typer.Option(None, help="evaluate every task of this env id (sorted) instead of manifests"),
-    env_kwarg: list[str] = typer.Option(None, help="key=value environment argument (repeatable)"),
+    env_kwarg: Annotated[list[str] | None, typer.Option(help="key=value environment argument (repeatable)")] = None,
     data_dir: str = typer.Option(None, help="data folder / split folder for the real-data environments"),
     model: str = typer.Option(None, help="transformers folder or hub id; the model name for --backend openai"),
     checkpoint: str = typer.Option(None, help="training run folder or checkpoint.pt (--agent checkpoint)"),
@@ -107,10 +109,15 @@ def leaderboard(
     """Evaluate an agent on fixed task lists and print the paper's tables (mean ± std over seeds)."""
     from ecpo_train.evaluation.command import run_leaderboard
 
-    result = run_leaderboard(agent=agent, manifests=manifest, env_id=env, env_kwargs=env_kwarg, data_dir=data_dir,
-                             model=model, checkpoint=checkpoint, backend=backend, base_url=base_url, seeds=seeds,
-                             temperature=temperature, greedy=greedy, trials=trials, limit=limit, out_dir=out_dir,
-                             name=name, device=device, progress=progress, report_only=report_only)
+    try:
+        result = run_leaderboard(agent=agent, manifests=manifest, env_id=env, env_kwargs=env_kwarg,
+                                 data_dir=data_dir, model=model, checkpoint=checkpoint, backend=backend,
+                                 base_url=base_url, seeds=seeds, temperature=temperature, greedy=greedy,
+                                 trials=trials, limit=limit, out_dir=out_dir, name=name, device=device,
+                                 progress=progress, report_only=report_only)
+    except (ValueError, TypeError, FileNotFoundError, ConnectionError) as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
     typer.echo(result["markdown"])
 
 

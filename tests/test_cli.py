@@ -29,3 +29,21 @@ def test_bench_rejects_unknown_names():
     result = runner.invoke(app, ["bench", "nope"])
     assert result.exit_code != 0
     assert "credit_overhead" in result.output
+
+
+def test_leaderboard_bad_input_is_a_clear_error_not_a_traceback(tmp_path):
+    for args in (["leaderboard", "--agent", "nope", "--out-dir", str(tmp_path)],
+                 ["leaderboard", "--manifest", "no_such_manifest", "--out-dir", str(tmp_path)],
+                 ["leaderboard", "--report-only", "--out-dir", str(tmp_path / "missing")]):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2, (args, result.output)
+        assert result.exception is None or isinstance(result.exception, SystemExit)
+        assert "error:" in result.output
+
+
+def test_leaderboard_command_writes_the_tables(tmp_path):
+    result = runner.invoke(app, ["leaderboard", "--agent", "expert", "--manifest", "webshop_gen", "--seeds", "1",
+                                 "--limit", "2", "--no-progress", "--out-dir", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "| expert | – " in result.output and "100.0 ± 0.0 | 100.0 ± 0.0 |" in result.output
+    assert json.loads((tmp_path / "leaderboard.json").read_text())["expert"]["webshop_gen"]["episodes"] == 2
