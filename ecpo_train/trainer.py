@@ -322,9 +322,10 @@ class Trainer:
                                                               **cfg.credit_hyperparameters())
         credit_seconds = time.perf_counter() - credit_started
 
-        # Step E: optimise eq. ecpo_objective; every token of an action gets its step's advantage
+        # Step E: optimise eq. ecpo_objective; every token of an action gets its step's advantage. The policy
+        # stays in eval mode (dropout off) so the learner scores the very distribution the rollout sampled
+        # from: at theta = theta_old the ratio is exactly 1 and the KL to the (eval-mode) reference is 0.
         update_started = time.perf_counter()
-        self.policy.train()
         update_stats = self.update_policy(rollout, torch.as_tensor(np.asarray(step_advantages), dtype=torch.float32))
         self.policy.sync_generation_weights()  # vLLM generation: the next rollout samples from the new weights
         update_seconds = time.perf_counter() - update_started
@@ -407,6 +408,8 @@ class Trainer:
         """Run until ``config.iterations`` (or ``iterations`` more); log, checkpoint, plot at the end."""
         cfg = self.config
         target = cfg.iterations if iterations is None else self.iteration + iterations
+        if self.iteration == 0:
+            self._keep_metrics_through(0)  # a fresh run in a used run directory starts a fresh log
         progress = _Progress(enabled=cfg.progress, total=target, done=self.iteration, label=cfg.algorithm)
         with progress:
             while self.iteration < target:
@@ -430,7 +433,8 @@ class Trainer:
             if self._writer is None:
                 from torch.utils.tensorboard import SummaryWriter
 
-                self._writer = SummaryWriter(str(self.run_dir / "tensorboard"))
+                # purge events of this step and later: a resumed (or restarted) run replaces them
+                self._writer = SummaryWriter(str(self.run_dir / "tensorboard"), purge_step=self.iteration)
             for key, value in metrics.items():
                 if key != "iteration":
                     self._writer.add_scalar(key, value, self.iteration)
@@ -448,6 +452,7 @@ class Trainer:
             "critic_optimizer": self.critic_optimizer.state_dict() if self.critic_optimizer is not None else None,
             "numpy_rng": self.rng.bit_generator.state,
             "torch_rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None,
             "python_rng": random.getstate(),
             "numpy_global_rng": np.random.get_state(),
             "config": dataclasses.asdict(self.config),
@@ -472,9 +477,23 @@ class Trainer:
             self.critic_optimizer.load_state_dict(state["critic_optimizer"])
         self.rng.bit_generator.state = state["numpy_rng"]
         torch.set_rng_state(state["torch_rng"])
+        if state.get("cuda_rng") is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["cuda_rng"])  # the LLM policy samples on the GPU
         random.setstate(state["python_rng"])
         np.random.set_state(state["numpy_global_rng"])
         self.iteration = int(state["iteration"])
+        self._keep_metrics_through(self.iteration)
+
+    def _keep_metrics_through(self, iteration: int) -> None:
+        """Drop ``metrics.jsonl`` lines after ``iteration`` (logged after the checkpoint, or by an earlier run
+        in this run directory), so a resumed run's log holds each iteration once."""
+        path = self.run_dir / "metrics.jsonl"
+        if not path.exists():
+            return
+        kept = [line for line in path.read_text().splitlines()
+                if line.strip() and json.loads(line).get("iteration", 0) <= iteration]
+        path.write_text("".join(line + "\n" for line in kept))
+        self.history = [json.loads(line) for line in kept]
 
     def close(self) -> None:
         self.envs.close()

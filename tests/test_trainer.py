@@ -56,6 +56,44 @@ def test_checkpoint_resume_gives_the_same_next_iteration(tmp_path):
     assert timeless(got) == timeless(expected)
 
 
+def test_resume_after_a_crash_replays_the_uninterrupted_run(tmp_path):
+    """Checkpoint at iteration 2, one more iteration logged, then a crash: the resumed run drops the orphan
+    log line and its metrics (validation included) equal an uninterrupted run's, each iteration logged once."""
+    settings = ["iterations=4", "val_every=2", "val_episodes_per_task=2"]
+    whole = Trainer(quick(tmp_path / "whole", *settings))
+    whole.train()
+    whole.close()
+
+    crashed = Trainer(quick(tmp_path / "crashed", *settings))
+    crashed.train(2)  # ends with a checkpoint at iteration 2
+    crashed.log(crashed.train_iteration())  # iteration 3 is logged but never checkpointed
+    crashed.close()
+    resumed = Trainer(quick(tmp_path / "crashed", *settings))
+    resumed.load_checkpoint()
+    history = resumed.train()
+    resumed.close()
+
+    def logged(run):
+        rows = [json.loads(line) for line in (tmp_path / run / "metrics.jsonl").read_text().splitlines()]
+        return [{k: v for k, v in row.items() if not k.startswith("time/")} for row in rows]
+
+    assert [row["iteration"] for row in logged("crashed")] == [1, 2, 3, 4]
+    assert logged("crashed") == logged("whole")
+    assert [m["iteration"] for m in history] == [1, 2, 3, 4]
+    assert "val/success" in logged("crashed")[3] and "val/success" not in logged("crashed")[2]
+
+
+def test_a_fresh_run_in_a_used_run_directory_starts_a_fresh_log(tmp_path):
+    first = Trainer(quick(tmp_path, "iterations=2"))
+    first.train()
+    first.close()
+    again = Trainer(quick(tmp_path, "iterations=1"))
+    again.train()
+    again.close()
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["iteration"] for line in lines] == [1]
+
+
 @pytest.mark.parametrize("algorithm", ["ecpo", "gigpo_std"])
 def test_quickstart_training_raises_exact_validation_success(tmp_path, algorithm):
     """The quick-start preset, fixed seed 0, 30 iterations: the exact (DP) validation success at T=0.4 climbs
