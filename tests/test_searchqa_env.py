@@ -220,7 +220,7 @@ def test_searchqa_env_on_hotpotqa_with_oracle(tmp_path):
     env.close()
     # the second environment reuses the cached index
     again = SearchQAEnv(data_dir=folder, cache_dir=tmp_path)
-    assert again.retriever.loaded_from_cache
+    assert again.retriever.loaded_from_cache and again.owns_retriever
     again.close()
 
 

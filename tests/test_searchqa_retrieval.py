@@ -163,6 +163,10 @@ def test_bm25s_and_lucene_reach_the_same_recall_on_hotpotqa(tmp_path):
         top = lucene.search("Shirley Temple Chief of Protocol", 3)
         assert top[0].document.title == "Shirley Temple" and top[0].document.contents.startswith('"Shirley Temple"\n')
         assert lucene.search("   ", 3) == []
+        shared = SearchQAEnv(data_dir=Path(root) / "searchqa", retriever=lucene)
+        assert not shared.owns_retriever
+        shared.close()  # a retriever passed in belongs to the caller: it stays usable
+        assert lucene.search("Shirley Temple", 1)[0].document.title == "Shirley Temple"
     finally:
         lucene.close()
     assert 0.6 <= bm25s_recall <= 0.75 and 0.6 <= lucene_recall <= 0.75  # SEARCHQA.md §6 measured ~0.66

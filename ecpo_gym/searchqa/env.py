@@ -64,6 +64,7 @@ class SearchQABaseEnv(TextAgentEnv):
         reward_invalid: float = -0.01,
         max_query_chars: int = 1000,
         render_mode: str | None = None,
+        owns_retriever: bool = True,
     ) -> None:
         super().__init__(max_steps=max_steps, reward_success=reward_success, reward_failure=reward_failure,
                          reward_invalid=reward_invalid, render_mode=render_mode)
@@ -72,6 +73,7 @@ class SearchQABaseEnv(TextAgentEnv):
         self.examples = {example.task_id: example for example in examples}
         self._task_ids = list(self.examples)
         self.retriever = retriever
+        self.owns_retriever = bool(owns_retriever)  # close() releases only a retriever this env built
         self.topk = int(topk)
         self.max_query_chars = int(max_query_chars)
         self.current_example: QAExample | None = None
@@ -135,7 +137,8 @@ class SearchQABaseEnv(TextAgentEnv):
         return self.invalid_feedback
 
     def _release(self) -> None:
-        self.retriever.close()
+        if self.owns_retriever:
+            self.retriever.close()
 
     def _info(self) -> dict[str, Any]:
         info = super()._info()
@@ -154,7 +157,8 @@ class SearchQAEnv(SearchQABaseEnv):
     ``dataset``/``split`` pick a registered file under ``$ECPO_DATA_DIR/searchqa`` (``data_path`` loads any
     file). The corpus is ``corpus`` (a jsonl path or a :class:`Corpus`), else the dataset's own paragraphs
     (HotpotQA ``dev500``). ``retriever`` is ``"bm25s"`` (default), ``"lucene"``, ``"http"`` (with
-    ``retriever_url``, e.g. a dense E5 index behind Search-R1's server) or a :class:`Retriever` instance.
+    ``retriever_url``, e.g. a dense E5 index behind Search-R1's server) or a :class:`Retriever` instance (which
+    the caller owns: ``close()`` leaves it open for the other environments sharing it).
     """
 
     def __init__(
@@ -199,6 +203,7 @@ class SearchQAEnv(SearchQABaseEnv):
                 )
             backend = make_retriever(retriever, documents, cache_dir=cache_dir, **(retriever_kwargs or {}))
         self.corpus = backend.corpus if hasattr(backend, "corpus") else None
+        episode_kwargs.setdefault("owns_retriever", backend is not retriever)
         super().__init__(qa.examples, backend, **episode_kwargs)
 
 
