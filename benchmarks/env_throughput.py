@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import time
@@ -280,7 +281,7 @@ def _alfworld_latency(seconds: list[float]) -> dict[str, float]:
             "mean_ms": float(arr.mean())}
 
 
-def _alfworld_games(count: int) -> tuple[str, list[str], dict]:
+def _alfworld_games(count: int) -> tuple[str, list[str]]:
     """Real valid_seen games when data is configured, else generated ones."""
     from ecpo_gym.alfworld.engine import SUBTASKS
     from ecpo_gym.alfworld.env import ALFWorldEnv
@@ -288,28 +289,27 @@ def _alfworld_games(count: int) -> tuple[str, list[str], dict]:
     try:
         env = ALFWorldEnv()
     except FileNotFoundError:
-        return "ecpo/ALFWorldGen-v0", [f"gen/{SUBTASKS[k % 6]}/{k}" for k in range(count)], {}
+        return "ecpo/ALFWorldGen-v0", [f"gen/{SUBTASKS[k % 6]}/{k}" for k in range(count)]
     ids = list(env.task_ids)
     env.close()
     step = max(1, len(ids) // count)
-    return "ecpo/ALFWorld-v0", ids[::step][:count], {}
+    return "ecpo/ALFWorld-v0", ids[::step][:count]
 
 
-def _game_source(env_id: str, task_id: str) -> tuple[typing.Any, list[str]]:
-    """What raw textworld loads (a path or an in-memory dict) and the commands to play."""
+def _game_sources(env_id: str, task_ids: list[str]) -> list[tuple[typing.Any, list[str]]]:
+    """Per game, what raw textworld loads (a path or an in-memory dict) and the commands to play."""
     from ecpo_gym.alfworld.env import ALFWorldEnv, ALFWorldGenEnv
-    from ecpo_gym.alfworld.generator import render_plan
 
     if env_id == "ecpo/ALFWorld-v0":
-        env = ALFWorldEnv()
-        path = env.split_dir / task_id
-        return str(path), json.loads(path.read_text())["walkthrough"]
+        split_dir = ALFWorldEnv().split_dir
+        return [(str(split_dir / t), json.loads((split_dir / t).read_text())["walkthrough"]) for t in task_ids]
     env = ALFWorldGenEnv()
-    env.reset(options={"task_id": task_id})
-    plan = render_plan(env.game(task_id).plan, env.entity_names())
-    data = env.game(task_id).game
+    sources = []
+    for task_id in task_ids:
+        env.reset(options={"task_id": task_id})
+        sources.append((env.game(task_id).game, env.expert_plan()))
     env.close()
-    return data, plan
+    return sources
 
 
 def _time_raw_textworld(env_id: str, task_ids: list[str], with_memo: bool) -> dict[str, list[float]]:
@@ -323,7 +323,7 @@ def _time_raw_textworld(env_id: str, task_ids: list[str], with_memo: bool) -> di
 
         install_translation_memo()
         install_grammar_parse_memo()
-    sources = [_game_source(env_id, t) for t in task_ids]
+    sources = _game_sources(env_id, task_ids)
     times: dict[str, list[float]] = {"first_reset": [], "reset": [], "step": []}
     for source, commands in sources:
         engine = AlfredDemangler(shuffle=False)(
@@ -411,7 +411,7 @@ def _group_steps_per_second(env_id: str, task_ids: list[str], workers: int, step
 
 def alfworld_section(args: argparse.Namespace) -> dict[str, typing.Any]:
     """Raw textworld versus ecpo's ALFWorld env on the same games, and group-env steps/s."""
-    env_id, task_ids, _ = _alfworld_games(args.games)
+    env_id, task_ids = _alfworld_games(args.games)
     print(f"[alfworld] {env_id}: {len(task_ids)} games", flush=True)
     raw_stock = _in_fresh_process(_time_raw_textworld, env_id, task_ids, False)
     raw_memo = _in_fresh_process(_time_raw_textworld, env_id, task_ids, True)
@@ -432,8 +432,6 @@ def alfworld_section(args: argparse.Namespace) -> dict[str, typing.Any]:
         group.append(stats)
         print(f"  group env {args.groups}x{args.group_size}, {workers} worker(s): "
               f"{stats['steps_per_s']:.1f} env steps/s (reset {stats['reset_seconds']:.1f} s)", flush=True)
-    import os
-
     payload = {"env_id": env_id, "games": task_ids, "load_average_1m": os.getloadavg()[0], "latency": table,
                "wrapper_step_overhead": overhead, "step_speedup_vs_stock_textworld": speedup, "group_env": group}
     write_results("alfworld", payload)
