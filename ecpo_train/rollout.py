@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ecpo_gym.canonical import INVALID_ACTION
 from ecpo_gym.group import GroupVectorEnv
 from ecpo_train.batch import TrajectoryBatch
 from ecpo_train.policies.base import Policy, StepContext
@@ -127,7 +128,7 @@ def collect_rollout(
             before, after = infos[i], steps[i].info
             record = records[i]
             record["state_keys"].append(str(before[anchor_key]))
-            record["action_keys"].append(str(after.get("action_key", "<invalid>")))
+            record["action_keys"].append(str(after.get("action_key", INVALID_ACTION)))
             record["rewards"].append(float(steps[i].reward))
             record["is_action_valid"].append(bool(after.get("is_action_valid", False)))
             record["prompt_ids"].append(output.prompt_ids[k])
