@@ -6,6 +6,8 @@ so ``ecpo --help`` stays fast.
 
 from __future__ import annotations
 
+import json
+
 from typing import Annotated
 
 import typer
@@ -116,6 +118,43 @@ def leaderboard(
                                  trials=trials, limit=limit, out_dir=out_dir, name=name, device=device,
                                  progress=progress, report_only=report_only)
     except (ValueError, TypeError, FileNotFoundError, ConnectionError) as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(result["markdown"])
+
+
+@app.command(name="eval")
+def evaluate_run(
+    run_dir: str = typer.Argument(..., help="a run folder written by `ecpo train` (or its checkpoint.pt)"),
+    manifest: Annotated[list[str] | None, typer.Option(help="manifest name or JSON path (repeatable); default: "
+                                                      "every task of the run's environment")] = None,
+    seeds: int = typer.Option(1, help="seeds 0..N-1"),
+    greedy: bool = typer.Option(False, help="greedy decoding instead of the validation temperature 0.4"),
+    limit: int = typer.Option(None, help="only the first N tasks"),
+    out_dir: str = typer.Option(None, help="results folder; default RUN_DIR/eval (resumes what is there)"),
+    device: str = typer.Option("cpu"),
+    progress: bool = typer.Option(True, help="rich progress bar"),
+) -> None:
+    """Evaluate a trained checkpoint: `ecpo leaderboard --agent checkpoint` on the run's own environment."""
+    from pathlib import Path
+
+    import yaml
+
+    from ecpo_train.evaluation.command import run_leaderboard
+
+    try:
+        run_folder = Path(run_dir) if Path(run_dir).is_dir() else Path(run_dir).parent
+        config_file = run_folder / "config.yaml"
+        if not config_file.is_file():
+            raise FileNotFoundError(f"{config_file} not found: pass a run folder written by `ecpo train`")
+        config = yaml.safe_load(config_file.read_text())
+        env_kwargs = [f"{key}={json.dumps(value)}" for key, value in (config.get("env_kwargs") or {}).items()]
+        result = run_leaderboard(agent="checkpoint", checkpoint=run_dir, manifests=manifest,
+                                 env_id=None if manifest else config["env_id"],
+                                 env_kwargs=None if manifest else env_kwargs, seeds=seeds, greedy=greedy,
+                                 limit=limit, out_dir=out_dir or str(run_folder / "eval"), device=device,
+                                 progress=progress)
+    except (ValueError, TypeError, KeyError, FileNotFoundError) as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
     typer.echo(result["markdown"])

@@ -47,3 +47,21 @@ def test_leaderboard_command_writes_the_tables(tmp_path):
     assert result.exit_code == 0, result.output
     assert "| expert | – " in result.output and "100.0 ± 0.0 | 100.0 ± 0.0 |" in result.output
     assert json.loads((tmp_path / "leaderboard.json").read_text())["expert"]["webshop_gen"]["episodes"] == 2
+
+
+def test_eval_scores_a_trained_run_on_its_own_environment(tmp_path):
+    run_dir = tmp_path / "run"
+    trained = runner.invoke(app, ["train", "--config", "quickstart", f"run_dir={run_dir}", "iterations=2",
+                                  "n_groups=2", "group_size=2", "val_every=0"])
+    assert trained.exit_code == 0, trained.output
+    result = runner.invoke(app, ["eval", str(run_dir), "--limit", "2", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    report = json.loads((run_dir / "eval" / "leaderboard.json").read_text())
+    (agent_results,) = report.values()
+    (group_results,) = agent_results.values()
+    assert group_results["episodes"] == 2  # the first 2 tasks of the run's environment, one seed
+
+
+def test_eval_of_a_folder_without_a_run_is_a_clear_error(tmp_path):
+    result = runner.invoke(app, ["eval", str(tmp_path)])
+    assert result.exit_code == 2 and "config.yaml" in result.output
