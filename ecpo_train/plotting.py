@@ -14,6 +14,8 @@ PANELS = (
     ("reward_mean", None, "episode reward (mean)"),
     ("episode_length", None, "episode length"),
     ("update/kl", None, "KL to reference (k3)"),
+    ("credit/divergent_anchor_fraction", None, "divergent-anchor fraction"),
+    ("credit/mean_rho", None, "VarGate mean rho"),
 )
 
 EXACT_VAL_KEY = "val/exact_success"  # the exact validation success of envs with a known MDP (trainer.exact_success)
@@ -31,16 +33,24 @@ def _series(rows: list[dict[str, float]], key: str) -> tuple[list[float], list[f
     return xs, [r[key] for r in rows if key in r]
 
 
+def logged_panels(data: Mapping[str, list[dict[str, float]]]) -> list[tuple[str, str | None, str]]:
+    """The panels some run logged (no KL panel without a KL term, no rho panel for GRPO); success always."""
+    logged = {key for rows in data.values() for row in rows for key in row}
+    return [panel for panel in PANELS if panel is PANELS[0] or panel[0] in logged]
+
+
 def plot_comparison(runs: Mapping[str, str | Path], out: str | Path, title: str = "") -> Path:
-    """One figure, one line per run and panel (success incl. validation, reward, length, KL)."""
+    """One figure, one line per run and panel (success incl. validation, reward, length, KL, credit diagnostics)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     data = {label: read_metrics(run_dir) for label, run_dir in runs.items()}
-    fig, axes = plt.subplots(1, len(PANELS), figsize=(4.2 * len(PANELS), 3.4))
-    for ax, (key, val_key, label) in zip(axes, PANELS):
+    panels = logged_panels(data)
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
+    axes = axes[0]
+    for ax, (key, val_key, label) in zip(axes, panels):
         for index, (name, rows) in enumerate(data.items()):
             color = f"C{index}"
             xs, ys = _series(rows, key)
