@@ -7,7 +7,6 @@ so ``ecpo --help`` stays fast.
 from __future__ import annotations
 
 import json
-
 from typing import Annotated
 
 import typer
