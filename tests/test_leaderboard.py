@@ -412,3 +412,15 @@ def test_checkpoint_agent_loads_a_tabular_trainer_checkpoint(tmp_path):
     assert record["steps"] == 2 and not record["success"]  # the untrained states act greedily, no purchase
     with pytest.raises(FileNotFoundError, match="checkpoint"):
         build_agent("checkpoint", checkpoint=str(tmp_path / "missing"))
+
+
+def test_qa_columns_follow_the_papers_dataset_order():
+    from ecpo_train.evaluation.tables import aggregate, ordered_groups
+
+    assert ordered_groups(["hotpotqa", "zeta", "nq", "bamboogle", "alpha", "nq"]) == [
+        "nq", "hotpotqa", "bamboogle", "zeta", "alpha"]
+    records = [{"agent": "a", "manifest": "searchqa", "benchmark": "searchqa", "group": g, "seed": 0, "em": em,
+                "task_id": f"{g}/1"} for g, em in (("hotpotqa", 1.0), ("nq", 0.0))]
+    run = aggregate(records)["a"]["searchqa"]
+    assert run["columns"] == ["nq", "hotpotqa", "Avg."]
+    assert run["table"]["Avg."]["mean"] == 50.0

@@ -19,6 +19,15 @@ from typing import Any
 
 ALFWORLD_COLUMNS = ("Pick", "Clean", "Cool", "Look", "Heat", "Pick2", "All")
 WEBSHOP_COLUMNS = ("Score", "Success")
+# the paper's QA table order (appendix B.1); other groups follow in the order they first appear
+QA_DATASET_ORDER = ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle")
+
+
+def ordered_groups(groups: Iterable[str]) -> list[str]:
+    """Distinct groups, the paper's QA datasets first in the paper's order, then the rest as first seen."""
+    seen = list(dict.fromkeys(groups))
+    rank = {name: i for i, name in enumerate(QA_DATASET_ORDER)}
+    return sorted(seen, key=lambda g: (rank.get(g, len(rank)), seen.index(g)))
 
 
 def mean_std(values: Sequence[float]) -> dict[str, float]:
@@ -60,7 +69,7 @@ def aggregate(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     summary: dict[str, Any] = defaultdict(dict)
     for (agent, manifest), rows in sorted(by_run.items()):
         benchmark = rows[0]["benchmark"]
-        groups = list(dict.fromkeys(r["group"] for r in rows))
+        groups = ordered_groups(r["group"] for r in rows)
         seeds = sorted({int(r["seed"]) for r in rows})
         per_seed = {s: seed_figures(benchmark, [r for r in rows if int(r["seed"]) == s], groups) for s in seeds}
         columns = list(next(iter(per_seed.values())).keys())
