@@ -15,6 +15,7 @@ applies ``key=value`` overrides with type checks. A run directory holds ``config
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import random
@@ -269,6 +270,23 @@ def pad_logprobs(old_logprobs: Sequence[Sequence[float]]) -> tuple[torch.Tensor,
     return values, mask
 
 
+
+@contextlib.contextmanager
+def _sampling_state_restored(policy: Any):
+    """Put back every random stream a policy samples from (torch CPU/CUDA, a policy's own generator)."""
+    cpu = torch.get_rng_state()
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+    own = getattr(policy, "generator", None)
+    own_state = own.get_state() if isinstance(own, torch.Generator) else None
+    try:
+        yield
+    finally:
+        torch.set_rng_state(cpu)
+        if cuda is not None:
+            torch.cuda.set_rng_state_all(cuda)
+        if own_state is not None:
+            own.set_state(own_state)
+
 class Trainer:
     """Owns the policy, reference, optimizer(s), environments, RNGs and the run directory."""
 
@@ -394,9 +412,10 @@ class Trainer:
                                            num_workers=cfg.env_workers,
                                            env_kwargs=cfg.env_kwargs)
         self.policy.eval()
-        rollout = collect_rollout(self.val_envs, self.policy, self.val_tasks, env_name=cfg.env_id,
-                                  temperature=cfg.val_temperature, seed=cfg.seed + 7919,
-                                  anchor_key=cfg.anchor_key, history_length=cfg.history_length)
+        with _sampling_state_restored(self.policy):  # validating must not change the training run
+            rollout = collect_rollout(self.val_envs, self.policy, self.val_tasks, env_name=cfg.env_id,
+                                      temperature=cfg.val_temperature, seed=cfg.seed + 7919,
+                                      anchor_key=cfg.anchor_key, history_length=cfg.history_length)
         metrics = episode_metrics(rollout.episodes, prefix="val/")
         exact = exact_success(self.policy, cfg.env_id, cfg.env_kwargs, self.val_tasks, cfg.val_temperature)
         if exact is not None:

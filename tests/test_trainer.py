@@ -165,3 +165,18 @@ def test_ppo_with_tabular_critic_trains(tmp_path):
     trainer.close()
     assert all(np.isfinite(m["credit/value_loss"]) and np.isfinite(m["update/pg_loss"]) for m in history)
     assert len(trainer.critic.index) > 0 and history[-1]["credit/value_mean"] != 0.0
+
+
+def test_validation_does_not_change_the_training_run(tmp_path):
+    """Validating samples from the same random streams as training; the trainer puts them back, so a run's
+    training metrics do not depend on how often it validates. (States first seen in validation get their
+    tabular slots earlier, which only reorders the float sum of the gradient norm: hence approx.)"""
+    def training_metrics(folder, val_every):
+        trainer = Trainer(quick(folder, "iterations=4", "n_groups=4", "group_size=4", f"val_every={val_every}"))
+        history = trainer.train()
+        trainer.close()
+        return [{k: v for k, v in m.items() if not k.startswith(("time/", "val/"))} for m in history]
+
+    never, every = training_metrics(tmp_path / "never", 0), training_metrics(tmp_path / "every", 1)
+    assert every == [pytest.approx(m, rel=1e-6) for m in never]
+    assert [m["success"] for m in every] == [m["success"] for m in never]
