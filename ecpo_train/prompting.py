@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+import sysconfig
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -48,16 +49,25 @@ def template_name(env_name: str) -> str:
 
 
 def prompts_dir() -> Path:
-    """The folder the templates are read from: ``$ECPO_PROMPTS_DIR`` or the repository's ``prompts/``."""
+    """The folder the templates are read from.
+
+    ``$ECPO_PROMPTS_DIR`` if set; else the source checkout's ``prompts/`` (editable installs); else the copy a
+    wheel installs as data files under ``<prefix>/share/ecpo/prompts``.
+    """
     override = os.environ.get(PROMPTS_ENV_VAR)
-    folder = Path(override) if override else Path(__file__).resolve().parent.parent / "prompts"
-    if not folder.is_dir():
-        raise FileNotFoundError(
-            f"prompt templates folder {folder} not found; set ${PROMPTS_ENV_VAR} to a folder holding "
-            f"{', '.join(n + '.txt' for n in TEMPLATE_NAMES)} (the repository ships them in prompts/; "
-            "install the project from a source checkout with `pip install -e .`)"
-        )
-    return folder
+    if override:
+        candidates = [Path(override)]
+    else:
+        candidates = [Path(__file__).resolve().parent.parent / "prompts",
+                      Path(sysconfig.get_path("data")) / "share" / "ecpo" / "prompts"]
+    for folder in candidates:
+        if folder.is_dir():
+            return folder
+    raise FileNotFoundError(
+        f"prompt templates folder not found (looked in {', '.join(map(str, candidates))}); set "
+        f"${PROMPTS_ENV_VAR} to a folder holding {', '.join(n + '.txt' for n in TEMPLATE_NAMES)} "
+        "(the repository ships them in prompts/)"
+    )
 
 
 @lru_cache(maxsize=32)

@@ -152,6 +152,27 @@ def test_prompts_dir_override_and_clear_error(tmp_path, monkeypatch):
                          admissible_actions=[]) == "A t"
 
 
+def test_installed_wheel_reads_the_templates_from_its_data_files(tmp_path, monkeypatch):
+    """Outside a source checkout (a wheel install), the templates come from <prefix>/share/ecpo/prompts, where
+    pyproject's data-files put them."""
+    import shutil
+    import sysconfig
+
+    from ecpo_train import prompting
+
+    repo_prompts = prompts_dir()
+    installed = tmp_path / "prefix" / "share" / "ecpo" / "prompts"
+    shutil.copytree(repo_prompts, installed)
+    monkeypatch.setattr(prompting, "__file__", str(tmp_path / "site-packages" / "ecpo_train" / "prompting.py"))
+    monkeypatch.setattr(sysconfig, "get_path", lambda name: str(tmp_path / "prefix"))
+    assert prompts_dir() == installed
+    shutil.rmtree(installed)
+    with pytest.raises(FileNotFoundError, match="share/ecpo/prompts"):
+        prompts_dir()
+    pyproject = (repo_prompts.parent / "pyproject.toml").read_text()
+    assert '"share/ecpo/prompts" = ["prompts/*.txt"]' in pyproject
+
+
 def test_to_chat_plain_fallback_without_chat_template():
     class NoTemplate:
         chat_template = None
