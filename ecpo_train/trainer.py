@@ -32,7 +32,7 @@ import torch
 import yaml
 
 from ecpo_gym.group import GroupVectorEnv
-from ecpo_train.credit import available_estimators, compute_advantages
+from ecpo_train.credit import CreditConfig, available_estimators, compute_advantages
 from ecpo_train.loss import UpdateSettings, policy_update
 from ecpo_train.policies.base import Policy
 from ecpo_train.rollout import ANCHOR_KEYS, Rollout, collect_rollout, episode_metrics
@@ -75,12 +75,13 @@ class TrainConfig:
     # credit (steps B-D)
     algorithm: str = "ecpo"  # a credit estimator name, or "ppo" (learned critic + GAE)
     anchor_key: str = "state_key"  # "state_key" | "observation_key" (the paper's text anchor)
-    gamma: float = 0.95
-    omega: float = 1.0
-    kappa: float = 2.0
-    tau: float = 2.0
-    d_min: int = 7
-    rho_min: float = 0.5
+    # the paper's defaults live once, in credit.CreditConfig
+    gamma: float = CreditConfig.gamma
+    omega: float = CreditConfig.omega
+    kappa: float = CreditConfig.kappa
+    tau: float = CreditConfig.tau
+    d_min: int = CreditConfig.d_min
+    rho_min: float = CreditConfig.rho_min
     gae_lambda: float = 0.95  # ppo only
     # update (step E)
     lr: float = 1e-6
@@ -117,8 +118,7 @@ class TrainConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
 
     def credit_hyperparameters(self) -> dict[str, float]:
-        return {"gamma": self.gamma, "omega": self.omega, "kappa": self.kappa, "tau": self.tau,
-                "d_min": self.d_min, "rho_min": self.rho_min}
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(CreditConfig) if hasattr(self, f.name)}
 
     def update_settings(self) -> UpdateSettings:
         return UpdateSettings(clip_eps=self.clip_eps, kl_coef=self.kl_coef, entropy_coef=self.entropy_coef,
