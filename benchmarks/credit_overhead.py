@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ecpo_train.credit import compute_advantages, factorize_keys
+from ecpo_train.core.credit import compute_advantages, factorize_keys
 
 RECEPTACLES = ["cabinet", "countertop", "drawer", "fridge", "garbagecan", "shelf", "sinkbasin", "stoveburner",
                "microwave", "coffeemachine", "toaster", "diningtable", "sidetable", "dresser", "bed", "desk"]

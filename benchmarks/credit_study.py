@@ -1,7 +1,7 @@
 """Credit study (issue 9): do the paper's claims about divergent anchors and ECPO hold on cheap, exact MDPs?
 
 For every (environment, estimator, group size N, seed) cell of the protocol in ``credit_study.yaml`` this trains a
-fresh tabular softmax policy as a native ``ecpo_train.trainer.Trainer`` run, then writes the summary, the figures
+fresh tabular softmax policy as a native ``ecpo_train.runtime.trainer.Trainer`` run, then writes the summary, the figures
 and a report with a verdict per paper claim. One job per file:
 
 * ``credit_study_protocol.py``: the protocol and one training run (the trainer, plus what is measured);

@@ -1,5 +1,5 @@
 """Credit study, the protocol: read ``credit_study.yaml``, expand it into (env, method, N, seed) cells and train
-one cell (:func:`train_run`) as a native ``ecpo_train.trainer.Trainer`` run of the tabular policy (its rollout,
+one cell (:func:`train_run`) as a native ``ecpo_train.runtime.trainer.Trainer`` run of the tabular policy (its rollout,
 credit estimator and clipped update, one ``train_iteration`` per protocol iteration). Nothing here re-implements
 the training loop, credit math or the objective; the study only adds its own measurements between iterations.
 
@@ -171,7 +171,7 @@ def cell_config(spec: dict[str, Any], run_dir: str, task_pool: Sequence[str]):
     """The native trainer's ``TrainConfig`` for one protocol cell: the tabular policy on the cell's env, method,
     N, credit and optimiser settings; no validation, checkpoint, TensorBoard or progress bar (the study
     evaluates the policy itself after every iteration)."""
-    from ecpo_train.config import TrainConfig
+    from ecpo_train.runtime.config import TrainConfig
 
     seed, n = spec["seed"], spec["group_size"]
     optim = spec["optim"]
@@ -200,8 +200,8 @@ def train_run(spec: dict[str, Any]) -> dict[str, Any]:
     import ecpo_gym  # noqa: F401
     from ecpo_gym.group import GroupVectorEnv
     from ecpo_gym.group_workers import make_env
-    from ecpo_train.rollout import collect_rollout
-    from ecpo_train.trainer import Trainer
+    from ecpo_train.core.rollout import collect_rollout
+    from ecpo_train.runtime.trainer import Trainer
 
     torch.set_num_threads(1)
     started = time.perf_counter()

@@ -59,8 +59,8 @@ def render_report(summary: dict[str, Any], protocol: dict[str, Any], runtime_s: 
         "summary are in the JSON next to this file."),
         "",
         "Policy: the project's tabular softmax policy (`ecpo_train/policies/tabular.py`), one native trainer "
-        "run per cell (`ecpo_train/trainer.py`: its rollout, the credit estimators of `ecpo_train/credit.py` "
-        "and the clipped objective of `ecpo_train/loss.py`), "
+        "run per cell (`ecpo_train/runtime/trainer.py`: its rollout, the credit estimators of `ecpo_train/core/credit/` "
+        "and the clipped objective of `ecpo_train/core/loss.py`), "
         "credit hyperparameters " + ", ".join(f"{k}={v}" for k, v in protocol["credit"].items()) + ". "
         "Intervals are 95% Student-t intervals over seeds; differences use Welch intervals. A claim part "
         "*holds* when the interval of the difference lies on the claimed side of zero, is *contradicted* when "

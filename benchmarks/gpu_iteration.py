@@ -2,7 +2,7 @@
 
 Three parts, printed as tables and written as JSON (``benchmarks/results/gpu_iteration.json``):
 
-1. ``iterations``: a few native-trainer iterations (``ecpo_train.trainer.Trainer``, the one loop) of the real
+1. ``iterations``: a few native-trainer iterations (``ecpo_train.runtime.trainer.Trainer``, the one loop) of the real
    small model (SmolLM2-135M, ``ecpo models pull smollm2-135m-instruct``) on an embedded environment:
    generation tokens/s, update tokens/s, peak GPU memory and the time split generation / env / credit / update.
 2. ``credit``: ``credit.compute_advantages("ecpo", ...)`` on a paper-shaped batch (16 groups x 8 rollouts x up
@@ -60,8 +60,8 @@ def trainer_iterations(model_dir: str, device: str, args: argparse.Namespace) ->
     """Run ``args.iterations`` trainer iterations; token counts come from the rollouts the update receives."""
     import torch
 
-    from ecpo_train.config import make_config
-    from ecpo_train.trainer import Trainer
+    from ecpo_train.runtime.config import make_config
+    from ecpo_train.runtime.trainer import Trainer
 
     with tempfile.TemporaryDirectory() as run_dir:
         config = make_config({
@@ -106,7 +106,7 @@ def credit_timing(device: str, reps: int, smoke: bool) -> dict[str, float]:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from credit_overhead import build_batch
 
-    from ecpo_train.credit import compute_advantages, factorize_keys
+    from ecpo_train.core.credit import compute_advantages, factorize_keys
 
     cols = build_batch(0, groups=2 if smoke else 16, rollouts=8, max_steps=50)
     codes = {key: factorize_keys(cols[key], key)[0] for key in ("group_ids", "anchor_keys", "action_keys")}
@@ -155,9 +155,9 @@ def paper_shape_iteration(model_dir: str, device: str, args: argparse.Namespace,
     """Sample ``groups x group_size`` fixed-length responses, then one update over those rows."""
     import torch
 
-    from ecpo_train.loss import UpdateSettings, policy_update
+    from ecpo_train.core.loss import UpdateSettings, policy_update
     from ecpo_train.policies.llm import TransformersPolicy
-    from ecpo_train.scaling import enable_autocast, enable_gradient_checkpointing
+    from ecpo_train.policies.scaling import enable_autocast, enable_gradient_checkpointing
 
     if device.startswith("cuda"):
         torch.cuda.empty_cache()
@@ -260,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpu_iteration needs a CUDA GPU (this torch {torch.__version__} sees none); "
               "for a CPU check of the code path: --device cpu --smoke", file=sys.stderr)
         return 2
-    from ecpo_train.models import default_cache_dir, write_tiny_model
+    from ecpo_train.apps.models import default_cache_dir, write_tiny_model
 
     work = tempfile.TemporaryDirectory()
     architecture, paper_model = QWEN25_1_5B, "Qwen2.5-1.5B architecture, random weights"

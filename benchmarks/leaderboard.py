@@ -11,7 +11,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ecpo_train.cli import app
+import typer
+
+from ecpo_train.evaluation.command import leaderboard_command
+from ecpo_train.evaluation.options import typer_command
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "leaderboard"
 
@@ -19,7 +22,9 @@ DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "leaderboard"
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
     # a later --out-dir in argv wins over this default
-    app(["leaderboard", "--out-dir", str(DEFAULT_OUT), *argv], prog_name="benchmarks/leaderboard.py")
+    app = typer.Typer(add_completion=False)
+    app.command()(typer_command(leaderboard_command))
+    app(["--out-dir", str(DEFAULT_OUT), *argv], prog_name="benchmarks/leaderboard.py")
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ import json, resource, sys, time
 import numpy as np, torch
 args = json.loads(sys.argv[1])
 torch.manual_seed(0)
-from ecpo_train.loss import UpdateSettings, policy_update
+from ecpo_train.core.loss import UpdateSettings, policy_update
 from ecpo_train.policies.base import StepContext
 from ecpo_train.policies.llm import TransformersPolicy
 variant, model = args["variant"], args["model"]
@@ -49,7 +49,7 @@ else:
     lora = {"r": 16, "alpha": 32, "dropout": 0.0} if "+lora" in variant else None
     policy = TransformersPolicy(model, **kwargs, **({"lora": lora} if lora else {}))
 if "+ckpt" in variant:
-    from ecpo_train.scaling import apply_memory_settings
+    from ecpo_train.policies.scaling import apply_memory_settings
     apply_memory_settings(policy.model, gradient_checkpointing=True, mixed_precision="none")
 reference = policy.frozen_copy()
 rows = args["rows"]
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     model = args.model
     if model is None:
-        from ecpo_train.models import default_cache_dir
+        from ecpo_train.apps.models import default_cache_dir
 
         model = str(default_cache_dir() / "smollm2-135m-instruct")
         if not (Path(model) / "config.json").exists():

@@ -1,6 +1,6 @@
 """The paper's central comparison with an LLM policy: ECPO vs GiGPO w/std (and GRPO) training a real small LM.
 
-Every cell (environment x group size N x method x seed) is one native training run (``ecpo_train.trainer``)
+Every cell (environment x group size N x method x seed) is one native training run (``ecpo_train.runtime.trainer``)
 from the same preset and the same hyperparameters; only ``algorithm`` (and the seed) change. Reported per
 method: success before training and at the end with 95 % t-intervals over seeds, late-stage success (mean of
 the last third of the validations), late-stage reward sigma within a rollout batch, the divergent-anchor
@@ -69,11 +69,11 @@ PROTOCOLS = {
 def run_cell(preset: str, overrides: list[str], run_dir: Path, threads: int = 0) -> list[dict]:
     import torch
 
-    from ecpo_train.config import load_config
+    from ecpo_train.runtime.config import load_config
 
     if threads:
         torch.set_num_threads(threads)
-    from ecpo_train.trainer import Trainer
+    from ecpo_train.runtime.trainer import Trainer
 
     config = load_config(preset, overrides + [f"run_dir={run_dir}", "progress=false", "tensorboard=false"])
     trainer = Trainer(config)

@@ -156,9 +156,9 @@ def one_update(variant: str, model_dir: str, args: argparse.Namespace, dp: Any =
     """Build the policy in ``variant``'s setting, then measure one update's peak memory."""
     import torch
 
-    from ecpo_train.loss import UpdateSettings, policy_update
+    from ecpo_train.core.loss import UpdateSettings, policy_update
     from ecpo_train.policies.llm import TransformersPolicy
-    from ecpo_train.scaling import enable_gradient_checkpointing
+    from ecpo_train.policies.scaling import enable_gradient_checkpointing
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     sampler = PeakSampler()
@@ -213,7 +213,7 @@ def one_update(variant: str, model_dir: str, args: argparse.Namespace, dp: Any =
 def _fsdp_worker(rank: int, port: int, model_dir: str, args: argparse.Namespace, out: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2",
                       LOCAL_RANK=str(rank))
-    from ecpo_train.distributed import DataParallel
+    from ecpo_train.runtime.distributed import DataParallel
 
     dp = DataParallel("cuda" if _has_cuda() else "cpu")
     try:
@@ -244,7 +244,7 @@ def child(variant: str, model_dir: str, args: argparse.Namespace) -> dict[str, f
 
 
 def model_dirs(names: list[str]) -> dict[str, str]:
-    from ecpo_train.models import MARKER_FILE, default_cache_dir, write_tiny_model
+    from ecpo_train.apps.models import MARKER_FILE, default_cache_dir, write_tiny_model
 
     found = {}
     for name in names:

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from ecpo_train.batch import TrajectoryBatch
+from ecpo_train.core.batch import TrajectoryBatch
 from ecpo_train.credit import compute_advantages
 
 
@@ -83,7 +83,7 @@ def test_empty_and_malformed_batches():
 
 
 def test_the_batch_codes_its_keys_once(monkeypatch):
-    from ecpo_train import credit
+    from ecpo_train.core.credit import rows as credit
 
     calls = []
     real = credit.factorize_keys

@@ -6,7 +6,7 @@ import json
 
 from typer.testing import CliRunner
 
-from ecpo_train.cli import app
+from ecpo_train.apps.cli import app
 
 runner = CliRunner()
 

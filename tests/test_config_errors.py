@@ -6,8 +6,8 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from ecpo_train.cli import app
-from ecpo_train.config import load_config
+from ecpo_train.apps.cli import app
+from ecpo_train.runtime.config import load_config
 
 BAD_OVERRIDES = [
     ("lr=-1", "lr=-1"),
@@ -86,8 +86,8 @@ def test_every_credit_field_round_trips_from_yaml_and_cli(tmp_path):
 
 
 def test_credit_config_reaches_compute_advantages_in_the_trainer(tmp_path, monkeypatch):
-    import ecpo_train.trainer as trainer_module
-    from ecpo_train.trainer import Trainer
+    import ecpo_train.runtime.trainer as trainer_module
+    from ecpo_train.runtime.trainer import Trainer
 
     seen = {}
     real = trainer_module.compute_advantages
@@ -113,7 +113,7 @@ def test_credit_config_reaches_compute_advantages_in_the_trainer(tmp_path, monke
 def test_lora_without_peft_is_one_clear_error(monkeypatch):
     import sys
 
-    from ecpo_train.lora import require_peft
+    from ecpo_train.policies.lora import require_peft
 
     monkeypatch.setitem(sys.modules, "peft", None)
     with pytest.raises(ImportError, match=r"pip install 'ecpo\[peft\]'"):
@@ -123,7 +123,7 @@ def test_lora_without_peft_is_one_clear_error(monkeypatch):
 def test_scale_settings_are_checked_when_the_config_is_built(monkeypatch):
     import sys
 
-    from ecpo_train.config import make_config
+    from ecpo_train.runtime.config import make_config
 
     base = {"model": "unused", "device": "cpu"}
     assert make_config(base | {"lora": {"r": 8}, "max_tokens_per_micro_batch": 4096}).lora == {"r": 8}
@@ -143,7 +143,7 @@ def test_scale_settings_are_checked_when_the_config_is_built(monkeypatch):
 
 
 def test_fsdp_on_one_process_is_one_clear_error(monkeypatch):
-    from ecpo_train.distributed import check_fsdp_request
+    from ecpo_train.runtime.distributed import check_fsdp_request
 
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     with pytest.raises(ValueError, match="torchrun --nproc-per-node K"):

@@ -250,7 +250,7 @@ def test_anchor_scale_eca_is_gigpo_mean_term_times_n_over_n_plus_kappa(m, a_wins
 
 
 def test_every_estimator_is_a_trainer_algorithm():
-    from ecpo_train.config import TrainConfig, apply_overrides
+    from ecpo_train.runtime.config import TrainConfig, apply_overrides
 
     for name in available_estimators():
         values = apply_overrides({"policy": "tabular"}, [f"algorithm={name}"])

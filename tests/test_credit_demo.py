@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 from rich.console import Console
 
+from ecpo_train.apps.demo import JUNCTION, LUCKY, credit_section, credit_table, roll_batch
 from ecpo_train.credit import compute_advantages
-from ecpo_train.demo import JUNCTION, LUCKY, credit_section, credit_table, roll_batch
 
 
 def test_demo_table_holds_the_estimators_numbers(capsys):

@@ -107,7 +107,7 @@ def test_a_cell_is_a_native_trainer_run(tmp_path):
     cell's config (the study's exact evaluation between iterations does not touch the training run)."""
     import ecpo_gym  # noqa: F401
     from ecpo_gym.group_workers import make_env
-    from ecpo_train.trainer import Trainer
+    from ecpo_train.runtime.trainer import Trainer
 
     cs = _study("protocol")
     protocol = cs.load_protocol(quick=True)

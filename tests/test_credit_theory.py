@@ -6,6 +6,11 @@ import math
 
 import numpy as np
 import pytest
+from theory import (
+    eca_singleton_shrinkage_factor,
+    gigpo_bad_event_probability,
+    gigpo_bad_gap_expectation,
+)
 
 from ecpo_train.credit import (
     between_action_variance,
@@ -15,11 +20,6 @@ from ecpo_train.credit import (
     strict_valid,
     vargate_reliability,
     within_action_variance,
-)
-from ecpo_train.theory import (
-    eca_singleton_shrinkage_factor,
-    gigpo_bad_event_probability,
-    gigpo_bad_gap_expectation,
 )
 
 Z99 = 2.5758

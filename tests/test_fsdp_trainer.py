@@ -22,7 +22,7 @@ ENV_ID = "ecpo/DivergentAnchor-v0"
 
 
 def _config(model_dir: str, run_dir: str, fsdp: bool):
-    from ecpo_train.config import make_config
+    from ecpo_train.runtime.config import make_config
 
     config = make_config({
         "run_dir": run_dir, "model": model_dir, "device": "cpu", "policy_mode": "score", "prompt_style": "compact",
@@ -38,7 +38,7 @@ def _config(model_dir: str, run_dir: str, fsdp: bool):
 
 
 def _one_iteration(config) -> dict:
-    from ecpo_train.trainer import Trainer
+    from ecpo_train.runtime.trainer import Trainer
 
     torch.set_num_threads(1)
     trainer = Trainer(config)
@@ -104,7 +104,7 @@ def test_fsdp_trainer_iteration_on_two_processes_matches_one_process(tiny_model_
 def test_nproc_below_two_is_one_clear_error(tmp_path):
     from typer.testing import CliRunner
 
-    from ecpo_train.cli import app
+    from ecpo_train.apps.cli import app
 
     result = CliRunner().invoke(app, ["train", "--config", "quickstart", "--nproc", "1"])
     assert result.exit_code == 2
@@ -112,8 +112,8 @@ def test_nproc_below_two_is_one_clear_error(tmp_path):
 
 
 def test_fsdp_needs_n_groups_divisible_by_the_processes(monkeypatch, tmp_path):
-    from ecpo_train import distributed
-    from ecpo_train.trainer import Trainer
+    from ecpo_train.runtime import distributed
+    from ecpo_train.runtime.trainer import Trainer
 
     class FakeParallel:
         world_size, rank, is_main, device = 3, 0, True, "cpu"

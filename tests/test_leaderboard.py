@@ -272,8 +272,8 @@ def test_resume_refuses_a_different_agent_configuration(tmp_path):
 # ------------------------------------------------------------------ chat agents against a real local server
 @pytest.fixture(scope="module")
 def tiny_server(tmp_path_factory):
+    from ecpo_train.apps.models import write_tiny_model
     from ecpo_train.evaluation.chat import TransformersChatModel
-    from ecpo_train.models import write_tiny_model
 
     if str(SCRIPTS) not in sys.path:
         sys.path.insert(0, str(SCRIPTS))
@@ -432,8 +432,8 @@ def test_checkpoint_agent_loads_a_tabular_trainer_checkpoint(tmp_path):
 
     import torch
 
-    from ecpo_train.config import TrainConfig
     from ecpo_train.policies.tabular import TabularSoftmaxPolicy
+    from ecpo_train.runtime.config import TrainConfig
 
     policy = TabularSoftmaxPolicy(seed=0)
     slot = policy.slot("s", "click[buy now]")

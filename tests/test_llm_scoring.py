@@ -89,7 +89,7 @@ def test_placeholders_are_filled_and_empty_action_lists_refused(scorer):
 
 
 def _smollm2_dir() -> Path | None:
-    from ecpo_train.models import default_cache_dir
+    from ecpo_train.apps.models import default_cache_dir
 
     folder = default_cache_dir() / "smollm2-135m-instruct"
     return folder if (folder / "config.json").exists() else None
@@ -102,8 +102,8 @@ def test_an_llm_learns_on_a_corridor(tmp_path, tiny_model_dir):
     The real SmolLM2-135M when it has been pulled (``ecpo models pull smollm2-135m-instruct``), else the tiny
     random model (with a larger learning rate): either way success must rise and advantages be non-zero.
     """
-    from ecpo_train.config import load_config
-    from ecpo_train.trainer import Trainer
+    from ecpo_train.runtime.config import load_config
+    from ecpo_train.runtime.trainer import Trainer
 
     real = _smollm2_dir()
     model, lr = (real, "2e-5") if real is not None else (tiny_model_dir, "3e-3")

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from ecpo_train.loss import (
+from ecpo_train.core.loss import (
     UpdateSettings,
     assign_step_advantage,
     clipped_surrogate,

@@ -9,11 +9,11 @@ import gymnasium as gym
 
 from ecpo_gym.canonical import INVALID_ACTION
 from ecpo_gym.group import GroupVectorEnv
+from ecpo_train.core.rollout import collect_rollout
 from ecpo_train.evaluation.agents import Agent
 from ecpo_train.evaluation.manifests import TaskGroup, TaskManifest
 from ecpo_train.evaluation.runner import EvalSettings, evaluate
 from ecpo_train.policies.base import PolicyOutput
-from ecpo_train.rollout import collect_rollout
 
 GARBAGE = ["", None, 42, "do a barrel roll"]  # one malformed reply per step
 SENT = [INVALID_ACTION, INVALID_ACTION, INVALID_ACTION, "do a barrel roll"]  # what the environment must receive
@@ -97,9 +97,9 @@ def test_malformed_reply_rllib(tmp_path, monkeypatch):
     import pytest
 
     pytest.importorskip("ray")
-    from ecpo_train.models import write_tiny_model
+    from ecpo_train.apps.models import write_tiny_model
+    from ecpo_train.integrations.rllib import LLMGroupRunner
     from ecpo_train.policies.parsing import parse_action
-    from ecpo_train.rllib import LLMGroupRunner
 
     monkeypatch.delenv("ECPO_TOKENIZER_DIR", raising=False)  # the small trained tokenizer keeps this fast
     model_dir = write_tiny_model(tmp_path / "tiny", seed=0)

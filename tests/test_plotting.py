@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from ecpo_train.plotting import PANELS, logged_panels, plot_comparison, read_metrics
+from ecpo_train.runtime.plotting import PANELS, logged_panels, plot_comparison, read_metrics
 
 
 def _write_run(folder, rows):

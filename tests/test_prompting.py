@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ecpo_train.prompting import (
+from ecpo_train.policies.prompting import (
     fill_template,
     load_template,
     prompts_dir,
@@ -162,12 +162,12 @@ def test_installed_wheel_reads_the_templates_from_its_data_files(tmp_path, monke
     import shutil
     import sysconfig
 
-    from ecpo_train import prompting
+    from ecpo_train.policies import prompting
 
     repo_prompts = prompts_dir()
     installed = tmp_path / "prefix" / "share" / "ecpo" / "prompts"
     shutil.copytree(repo_prompts, installed)
-    monkeypatch.setattr(prompting, "__file__", str(tmp_path / "site-packages" / "ecpo_train" / "prompting.py"))
+    monkeypatch.setattr(prompting, "__file__", str(tmp_path / "site-packages" / "ecpo_train" / "policies" / "prompting.py"))
     monkeypatch.setattr(sysconfig, "get_path", lambda name: str(tmp_path / "prefix"))
     assert prompts_dir() == installed
     shutil.rmtree(installed)

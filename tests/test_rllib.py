@@ -15,7 +15,7 @@ from ray.rllib.core.columns import Columns
 from ray.rllib.evaluation.postprocessing import Postprocessing
 
 from ecpo_train import credit
-from ecpo_train.rllib import ECPOConfig, split_groups
+from ecpo_train.integrations.rllib import ECPOConfig, split_groups
 
 N = 4
 SMALL_ENV = {"env_kwargs": {"depth": 4, "num_tasks": 2}, "max_candidates": 4, "feature_dim": 16, "seed": 0}
@@ -190,8 +190,8 @@ def test_llm_path_one_update_with_tiny_qwen2(tmp_path):
 
     import torch
 
-    from ecpo_train.models import write_tiny_model
-    from ecpo_train.rllib import LLMGroupRunner, LLMTrainer
+    from ecpo_train.apps.models import write_tiny_model
+    from ecpo_train.integrations.rllib import LLMGroupRunner, LLMTrainer
 
     tokenizer = os.environ.get("ECPO_TOKENIZER_DIR")
     model_dir = write_tiny_model(tmp_path / "tiny", tokenizer if tokenizer and os.path.isdir(tokenizer) else None)
@@ -227,7 +227,7 @@ def test_llm_path_one_update_with_tiny_qwen2(tmp_path):
 
 
 def test_llm_runner_backend_errors_are_clear(tmp_path):
-    from ecpo_train.rllib import LLMGroupRunner
+    from ecpo_train.integrations.rllib import LLMGroupRunner
 
     with pytest.raises(ValueError, match="backend"):
         LLMGroupRunner("ecpo/DivergentAnchor-v0", tmp_path, backend="tgi")

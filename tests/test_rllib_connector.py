@@ -10,9 +10,9 @@ pytest.importorskip("ray")
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 from ray.rllib.evaluation.postprocessing import Postprocessing
 
-from ecpo_train import credit
-from ecpo_train.rllib import ECPOAdvantages, ECPOConfig, batch_from_episodes
-from ecpo_train.rllib.learner import ecpo_connector
+from ecpo_train.core import credit
+from ecpo_train.integrations.rllib import ECPOAdvantages, ECPOConfig, batch_from_episodes
+from ecpo_train.integrations.rllib.learner import ecpo_connector
 
 
 def make_episode(states, observations, actions, rewards, group_key="g0"):

@@ -6,7 +6,11 @@ import sys
 import numpy as np
 import pytest
 
-from ecpo_train.rllib.candidate_env import CandidateActionEnv, hashed_text_features, split_observation
+from ecpo_train.integrations.rllib.candidate_env import (
+    CandidateActionEnv,
+    hashed_text_features,
+    split_observation,
+)
 
 ENV = {"env_id": "ecpo/DivergentAnchor-v0", "env_kwargs": {"depth": 3, "num_tasks": 3},
        "group_size": 3, "max_candidates": 4, "feature_dim": 16, "seed": 0}
@@ -45,7 +49,7 @@ def test_action_index_maps_to_admissible_action_and_bad_indices_are_invalid_acti
 
 def test_hashed_features_are_deterministic_across_processes_and_bounded():
     here = hashed_text_features("Open the RED door!", 32)
-    code = ("from ecpo_train.rllib.candidate_env import hashed_text_features as h;"
+    code = ("from ecpo_train.integrations.rllib.candidate_env import hashed_text_features as h;"
             "print(list(h('Open the RED door!', 32)))")
     there = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert np.allclose(here, eval(there))
@@ -58,7 +62,7 @@ def test_missing_env_id_is_a_clear_error():
 
 
 def test_importing_ecpo_train_does_not_import_ray():
-    # ecpo_train.rllib imports ray; the package root and the credit core must not
+    # ecpo_train.integrations.rllib imports ray; the package root and the credit core must not
     code = "import sys, ecpo_train, ecpo_train.credit; print('ray' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"

@@ -7,7 +7,7 @@ import torch
 ray = pytest.importorskip("ray")
 pytest.importorskip("peft")
 
-from ecpo_train.rllib import ECPOConfig, split_groups
+from ecpo_train.integrations.rllib import ECPOConfig, split_groups
 
 ENV_ID = "ecpo/DivergentAnchor-v0"
 LORA = {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj", "up_proj"]}
@@ -28,7 +28,7 @@ def on_learners(learner_group, func):
 
 
 def test_config_lora_is_validated_and_filled_in():
-    from ecpo_train.lora import DEFAULT_TARGET_MODULES
+    from ecpo_train.policies.lora import DEFAULT_TARGET_MODULES
 
     assert ECPOConfig().lora == {}
     config = ECPOConfig().training(lora={"r": 16, "alpha": 32})
@@ -43,8 +43,8 @@ def test_config_lora_is_validated_and_filled_in():
 
 
 def test_runner_lora_settings_and_reference_must_agree(tiny_model_dir, tmp_path):
-    from ecpo_train.lora import AdapterOffReference
-    from ecpo_train.rllib import LLMGroupRunner
+    from ecpo_train.integrations.rllib import LLMGroupRunner
+    from ecpo_train.policies.lora import AdapterOffReference
 
     runner = LLMGroupRunner(ENV_ID, tiny_model_dir, lora=LORA, reference_model_path=tiny_model_dir, **RUNNER_KWARGS)
     assert runner.policy.lora_model is not None and isinstance(runner.reference, AdapterOffReference)
@@ -70,9 +70,9 @@ def test_runner_lora_settings_and_reference_must_agree(tiny_model_dir, tmp_path)
 
 
 def test_llm_trainer_with_lora_trains_only_the_adapter_and_syncs_runners(tiny_model_dir, ray_session):
-    from ecpo_train.lora import AdapterOffReference, is_adapter_key
+    from ecpo_train.integrations.rllib import LLMGroupRunner, LLMTrainer
     from ecpo_train.policies.llm import TransformersPolicy
-    from ecpo_train.rllib import LLMGroupRunner, LLMTrainer
+    from ecpo_train.policies.lora import AdapterOffReference, is_adapter_key
 
     # runners built without lora: the config's settings reach them through LLMTrainer
     runner = LLMGroupRunner(ENV_ID, tiny_model_dir, runner_id=0, reference_model_path=tiny_model_dir,

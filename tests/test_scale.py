@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from ecpo_train.loss import UpdateSettings, pack_micro_batches, policy_update
+from ecpo_train.core.loss import UpdateSettings, pack_micro_batches, policy_update
 
 TOKENIZER_DIR = Path(os.environ.get("ECPO_TOKENIZER_DIR", "/work/shared/models/qwen2.5-tokenizer"))
 ENV_ID = "ecpo/DivergentAnchor-v0"
@@ -158,8 +158,8 @@ def test_lora_reference_is_the_base_model(tiny_model_dir):
 
 
 def test_lora_checkpoint_merges_to_a_plain_model_that_plays(tiny_model_dir, tmp_path):
-    from ecpo_train.lora import ADAPTER_DIR, save_lora_checkpoint
     from ecpo_train.policies.base import StepContext
+    from ecpo_train.policies.lora import ADAPTER_DIR, save_lora_checkpoint
 
     torch.manual_seed(0)
     policy = make_policy(tiny_model_dir, lora=LORA)
@@ -186,7 +186,7 @@ def test_lora_checkpoint_merges_to_a_plain_model_that_plays(tiny_model_dir, tmp_
 
 # ---------------------------------------------------------------------------------------------- checkpointing
 def test_gradient_checkpointing_recomputes_and_keeps_the_gradient(tiny_model_dir):
-    from ecpo_train.scaling import enable_gradient_checkpointing
+    from ecpo_train.policies.scaling import enable_gradient_checkpointing
 
     torch.manual_seed(0)
     plain = make_policy(tiny_model_dir)
@@ -213,7 +213,7 @@ def test_gradient_checkpointing_recomputes_and_keeps_the_gradient(tiny_model_dir
 
 
 def test_gradient_checkpointing_under_lora_recomputes_and_keeps_the_lora_gradient(tiny_model_dir):
-    from ecpo_train.scaling import apply_memory_settings
+    from ecpo_train.policies.scaling import apply_memory_settings
 
     torch.manual_seed(0)
     plain = make_policy(tiny_model_dir, lora=LORA)
@@ -248,7 +248,7 @@ def test_gradient_checkpointing_under_lora_recomputes_and_keeps_the_lora_gradien
 _ALLOCATOR_PROBE = r"""
 import ctypes, torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
-from ecpo_train.scaling import enable_gradient_checkpointing
+from ecpo_train.policies.scaling import enable_gradient_checkpointing
 
 class MallInfo2(ctypes.Structure):
     _fields_ = [(n, ctypes.c_size_t) for n in "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks "
@@ -288,7 +288,7 @@ def test_gradient_checkpointing_on_cpu_lets_freed_activations_go_back_to_the_sys
 
 def test_gradient_checkpointing_of_the_ppo_critic(tiny_model_dir):
     from ecpo_train.policies.critic import LLMValueCritic
-    from ecpo_train.scaling import enable_gradient_checkpointing
+    from ecpo_train.policies.scaling import enable_gradient_checkpointing
 
     prompts = [[1, 2, 3, 4], [5, 6, 7]]
     grads = []
@@ -303,7 +303,7 @@ def test_gradient_checkpointing_of_the_ppo_critic(tiny_model_dir):
 
 
 def test_bf16_autocast_keeps_float32_master_weights(tiny_model_dir):
-    from ecpo_train.scaling import enable_autocast
+    from ecpo_train.policies.scaling import enable_autocast
 
     policy = make_policy(tiny_model_dir)
     enable_autocast(policy.model, "bf16")
@@ -330,7 +330,7 @@ def _fsdp_worker(rank: int, world: int, port: int, model_dir: str, out_dir: str,
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
                       LOCAL_RANK=str(rank))
     torch.set_num_threads(1)
-    from ecpo_train.distributed import DataParallel
+    from ecpo_train.runtime.distributed import DataParallel
 
     dp = DataParallel("cpu")
     try:
@@ -390,11 +390,11 @@ def test_fsdp2_two_processes_match_one_process(tiny_model_dir, tmp_path, lora):
 
 @pytest.mark.slow
 def test_trainer_with_lora_checkpointing_and_token_budget_saves_a_playable_merged_model(tiny_model_dir, tmp_path):
-    from ecpo_train.config import make_config
     from ecpo_train.evaluation.agents import load_checkpoint_policy
-    from ecpo_train.lora import ADAPTER_DIR, MERGED_DIR
     from ecpo_train.policies.base import StepContext
-    from ecpo_train.trainer import Trainer
+    from ecpo_train.policies.lora import ADAPTER_DIR, MERGED_DIR
+    from ecpo_train.runtime.config import make_config
+    from ecpo_train.runtime.trainer import Trainer
 
     config = make_config({
         "run_dir": str(tmp_path / "run"), "model": str(tiny_model_dir), "device": "cpu", "env_id": ENV_ID,

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from ecpo_train.cli import app
-from ecpo_train.config import make_config
+from ecpo_train.apps.cli import app
 from ecpo_train.policies.parsing import parse_action
+from ecpo_train.runtime.config import make_config
 
 TOKENIZER_DIR = Path(os.environ.get("ECPO_TOKENIZER_DIR", "/work/shared/models/qwen2.5-tokenizer"))
 CORRIDOR = "ecpo/DivergentAnchor-v0"
@@ -35,7 +35,7 @@ def corridor_policy(model_dir):
 
 
 def test_expert_steps_become_the_rows_a_sampled_step_holds(tiny_model_dir):
-    from ecpo_train.sft import end_of_turn_token, expert_demonstrations, reply_rows
+    from ecpo_train.apps.sft import end_of_turn_token, expert_demonstrations, reply_rows
 
     policy = corridor_policy(tiny_model_dir)
     demos = expert_demonstrations(CORRIDOR, episodes=3, task_ids=TRAIN_TASKS, env_kwargs=CORRIDOR_KWARGS, seed=0,
@@ -50,8 +50,8 @@ def test_expert_steps_become_the_rows_a_sampled_step_holds(tiny_model_dir):
 
 
 def test_alfworld_gen_expert_replies_parse_back_with_the_paper_prompt(tiny_model_dir):
+    from ecpo_train.apps.sft import expert_demonstrations, reply_rows
     from ecpo_train.policies.llm import TransformersPolicy
-    from ecpo_train.sft import expert_demonstrations, reply_rows
 
     env_id = "ecpo/ALFWorldGen-v0"
     policy = TransformersPolicy(str(tiny_model_dir), env_name=env_id, max_response_length=32, history_length=2)
@@ -65,7 +65,13 @@ def test_alfworld_gen_expert_replies_parse_back_with_the_paper_prompt(tiny_model
 
 
 def test_sft_lowers_held_out_loss_and_teaches_the_reply_format(tiny_model_dir, tmp_path):
-    from ecpo_train.sft import expert_demonstrations, mean_reply_loss, reply_rows, run_sft, well_formed_rate
+    from ecpo_train.apps.sft import (
+        expert_demonstrations,
+        mean_reply_loss,
+        reply_rows,
+        run_sft,
+        well_formed_rate,
+    )
 
     config = make_config({"policy": "llm", "model": str(tiny_model_dir), "env_id": CORRIDOR,
                           "env_kwargs": CORRIDOR_KWARGS, "train_tasks": TRAIN_TASKS, "prompt_style": "compact",

@@ -5,9 +5,9 @@ import json
 import numpy as np
 import pytest
 
-from ecpo_train.config import load_config
 from ecpo_train.policies.critic import gae_advantages
-from ecpo_train.trainer import Trainer
+from ecpo_train.runtime.config import load_config
+from ecpo_train.runtime.trainer import Trainer
 
 FAST = ["progress=false", "tensorboard=false", "val_every=0", "checkpoint_every=0"]
 
@@ -119,8 +119,8 @@ def test_quickstart_training_raises_exact_validation_success(tmp_path, algorithm
 def test_exact_validation_matches_the_uniform_policy_by_hand(tmp_path):
     """An untrained (uniform) tabular policy: exact success = prod over rooms of the mean door probability."""
     from ecpo_gym.diagnostic import DivergentAnchorEnv
-    from ecpo_train.builders import exact_success
     from ecpo_train.policies.tabular import TabularSoftmaxPolicy
+    from ecpo_train.runtime.builders import exact_success
 
     kwargs = {"num_tasks": 2, "depth": 3, "rare_prob": [0.3, 0.6]}
     env = DivergentAnchorEnv(**kwargs)
@@ -169,7 +169,7 @@ def test_ppo_with_tabular_critic_trains(tmp_path):
 
 
 def test_an_iteration_factorises_the_keys_once(tmp_path, monkeypatch):
-    from ecpo_train import credit
+    from ecpo_train.core.credit import rows as credit
 
     calls = []
     real = credit.factorize_keys

@@ -14,11 +14,11 @@ import pytest
 import torch
 
 from ecpo_gym.group import GroupVectorEnv
-from ecpo_train.builders import pad_logprobs
+from ecpo_train.core.loss import UpdateSettings, policy_update
+from ecpo_train.core.rollout import collect_rollout
 from ecpo_train.credit import compute_advantages
-from ecpo_train.loss import UpdateSettings, policy_update
 from ecpo_train.policies.base import StepContext
-from ecpo_train.rollout import collect_rollout
+from ecpo_train.runtime.builders import pad_logprobs
 
 TOKENIZER_DIR = Path(os.environ.get("ECPO_TOKENIZER_DIR", "/work/shared/models/qwen2.5-tokenizer"))
 ENV_ID = "ecpo/DivergentAnchor-v0"
@@ -137,7 +137,7 @@ def test_llm_value_head_gae_targets_and_one_critic_update_lowers_value_loss(tiny
 
 # ---------------------------------------------------------------------------------------------- vLLM wiring
 def test_default_generation_backend_is_transformers(tiny_model_dir, policy):
-    from ecpo_train.config import load_config
+    from ecpo_train.runtime.config import load_config
 
     cfg = load_config("quickstart", ["policy=llm", f"model={tiny_model_dir}"])
     assert cfg.generation_backend == "transformers"
@@ -159,8 +159,8 @@ def test_default_generation_backend_is_transformers(tiny_model_dir, policy):
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
 def test_vllm_backend_without_vllm_is_a_clear_error(tiny_model_dir, tmp_path):
-    from ecpo_train.config import load_config
-    from ecpo_train.trainer import Trainer
+    from ecpo_train.runtime.config import load_config
+    from ecpo_train.runtime.trainer import Trainer
 
     cfg = load_config("quickstart", ["policy=llm", f"model={tiny_model_dir}", "generation_backend=vllm",
                                      f"run_dir={tmp_path}", "progress=false", "tensorboard=false"])
@@ -173,11 +173,11 @@ def test_vllm_backend_without_vllm_is_a_clear_error(tiny_model_dir, tmp_path):
 def test_llm_ppo_iteration_checkpoint_plays_on_the_leaderboard(tiny_model_dir, tmp_path):
     """One tiny-Qwen2 PPO iteration (LLM critic) writes a checkpoint; the leaderboard's checkpoint agent loads
     exactly those weights and plays an episode on the embedded corridor env."""
-    from ecpo_train.config import load_config
     from ecpo_train.evaluation.build import build_agent
     from ecpo_train.evaluation.manifests import TaskGroup, TaskManifest
     from ecpo_train.evaluation.runner import EvalSettings, evaluate
-    from ecpo_train.trainer import Trainer
+    from ecpo_train.runtime.config import load_config
+    from ecpo_train.runtime.trainer import Trainer
 
     env_kwargs = {"depth": 2, "num_tasks": 2, "max_steps": 2}
     cfg = load_config("quickstart", [

@@ -3,7 +3,7 @@
 The runner drives an agent through ``begin_task`` (once per task and seed: clear per-task memory),
 ``begin_episode`` (after each reset), ``act`` (one ``StepContext`` in, the action text out) and
 ``end_episode`` (the finished trial). ``max_trials > 1`` (Reflexion) makes the runner replay a failed task.
-Episodes are played by ``ecpo_train.rollout.collect_rollout``, the loop training uses, through ``AgentPolicy``;
+Episodes are played by ``ecpo_train.core.rollout.collect_rollout``, the loop training uses, through ``AgentPolicy``;
 an agent that produces no action returns ``None`` (or ``""``) and the rollout sends ``INVALID_ACTION``.
 
 - ``PolicyAgent``: a project ``Policy`` (a trained checkpoint via ``load_checkpoint_policy``, LLM or tabular);
@@ -30,7 +30,7 @@ from ecpo_train.evaluation.chat import ChatModel
 from ecpo_train.evaluation.options import VALIDATION_TEMPERATURE
 from ecpo_train.policies.base import Policy, PolicyOutput, StepContext
 from ecpo_train.policies.parsing import parse_action
-from ecpo_train.prompting import render_prompt, template_name
+from ecpo_train.policies.prompting import render_prompt, template_name
 
 
 def episode_seed(seed: int, task_id: str, trial: int = 0) -> int:
@@ -148,8 +148,8 @@ def load_checkpoint_policy(path: str | Path, *, device: str = "cpu") -> tuple[Po
     """
     import torch
 
-    from ecpo_train.builders import build_policy
-    from ecpo_train.config import make_config
+    from ecpo_train.runtime.builders import build_policy
+    from ecpo_train.runtime.config import make_config
 
     path = Path(path)
     if path.is_dir():

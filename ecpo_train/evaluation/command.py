@@ -43,3 +43,17 @@ def run_leaderboard(options: LeaderboardOptions) -> dict[str, Any]:
                                 env_overrides={**data_override(manifest.env_id), **overrides})
         evaluate(agent, [manifest], out_dir, settings)
     return write_reports(out_dir, agent.name, [m.name for m in chosen])
+
+
+def leaderboard_command(options: LeaderboardOptions) -> None:
+    """Evaluate an agent on fixed task lists and print the paper's tables (mean ± std over seeds).
+
+    The body of ``ecpo leaderboard`` and ``benchmarks/leaderboard.py``: bad input is one line and exit 2."""
+    import typer
+
+    try:
+        result = run_leaderboard(options)
+    except (ValueError, TypeError, FileNotFoundError, ConnectionError) as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(result["markdown"])

@@ -21,7 +21,7 @@ from ecpo_train.evaluation.chat import ChatModel, Message
 from ecpo_train.evaluation.options import VALIDATION_TEMPERATURE
 from ecpo_train.policies.base import StepContext
 from ecpo_train.policies.parsing import parse_action
-from ecpo_train.prompting import format_admissible_actions, template_name
+from ecpo_train.policies.prompting import format_admissible_actions, template_name
 
 ACTION_FORMAT = {
     "alfworld": "Reply with your reasoning in <think> </think> tags, then exactly one admissible action in "

@@ -26,11 +26,11 @@ from pathlib import Path
 from typing import Any, Self
 
 from ecpo_gym.group import GroupVectorEnv
+from ecpo_train.core.rollout import collect_rollout
 from ecpo_train.evaluation.agents import Agent, AgentPolicy, Trial, episode_seed
 from ecpo_train.evaluation.manifests import TaskManifest, resolve_task_ids
 from ecpo_train.evaluation.results import append_record, load_records, record_key
 from ecpo_train.evaluation.tables import aggregate, markdown_tables
-from ecpo_train.rollout import collect_rollout
 
 
 @dataclass

@@ -1,1 +1,1 @@
-"""Drop-ins that put ``ecpo_train.credit`` inside other trainers; none of them imports the trainer it serves."""
+"""Drop-ins that put ``ecpo_train.core.credit`` inside other trainers; none of them imports the trainer it serves."""

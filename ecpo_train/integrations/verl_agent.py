@@ -11,7 +11,7 @@ from these per-row columns::
 :func:`compute_ecpo_outcome_advantage` takes the same columns plus the canonical action of every row (verl-agent
 throws it away; see the function's docstring for where to keep it) and returns ``(advantages, returns)`` of
 shape ``[rows, response_len]`` as verl-agent's function does. The credit itself is
-:func:`ecpo_train.credit.compute_advantages`; this module only turns verl-agent's columns into its step rows
+:func:`ecpo_train.core.credit.compute_advantages`; this module only turns verl-agent's columns into its step rows
 and broadcasts the per-row advantage back over the response tokens. Nothing here imports verl.
 
 How the columns become step rows:
@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from ecpo_train.credit import CreditConfig, compute_advantages, factorize_keys
+from ecpo_train.core.credit import CreditConfig, compute_advantages, factorize_keys
 
 GIGPO_MODES = {"mean_norm": "gigpo", "mean_std_norm": "gigpo_std"}
 """verl-agent's ``algorithm.gigpo.mode`` -> the ``credit.py`` estimator that reproduces it (``compat="verl-agent"``)."""
@@ -112,7 +112,7 @@ def compute_ecpo_outcome_advantage(
     trajectory's ``R_i = sum_t r_t``; a wrong ``gamma`` breaks this, and so do verl-agent's per-row
     invalid-action penalty and KL-in-reward, which are not per-step rewards (the README shows how to move the
     penalty into the environment's step reward, where ECPO's contract has it). ``kappa, tau, d_min, rho_min``
-    are ECPO's (defaults: the paper's, from :class:`~ecpo_train.credit.CreditConfig`).
+    are ECPO's (defaults: the paper's, from :class:`~ecpo_train.core.credit.CreditConfig`).
 
     Returns ``(advantages, returns)``, each ``[rows, response_len]``: the row's advantage on every response
     token, multiplied by ``response_mask``, in the dtype of ``token_level_rewards`` (a torch tensor on its

@@ -7,7 +7,7 @@ policy; ``LLMValueCritic`` is a causal-LM backbone with a linear value head read
 ``critic_update`` fits the critic to those targets (mean squared error).
 
 The critic-free algorithms (GRPO, RLOO, GiGPO, ECPO) never touch this module; their estimators live in
-``ecpo_train/credit.py``.
+``ecpo_train/core/credit/``.
 """
 
 from __future__ import annotations

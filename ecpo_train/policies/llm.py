@@ -1,6 +1,6 @@
 """The LLM policy on transformers: any causal LM by local path or hub id.
 
-Each step's prompt is the environment's template (``prompts/<env>.txt`` via ``ecpo_train.prompting``)
+Each step's prompt is the environment's template (``prompts/<env>.txt`` via ``ecpo_train.policies.prompting``)
 wrapped in the model's chat template. Sampling is batched over every live environment copy with left
 padding and a KV cache, one token at a time, so the per-token log-prob of each sampled token is taken
 from exactly the distribution it was drawn from (raw logits / temperature; no top-k/top-p), which is
@@ -34,7 +34,7 @@ import torch
 from ecpo_gym.canonical import INVALID_ACTION
 from ecpo_train.policies.base import Policy, PolicyOutput, StepContext
 from ecpo_train.policies.parsing import parse_action
-from ecpo_train.prompting import render_prompt, to_chat
+from ecpo_train.policies.prompting import render_prompt, to_chat
 
 GENERATION_BACKENDS = ("transformers", "vllm")
 
@@ -111,7 +111,7 @@ class TransformersPolicy(Policy):
         """
         if self.lora_model is not None:
             raise ValueError("this policy already has a LoRA adapter")
-        from ecpo_train.lora import attach_lora
+        from ecpo_train.policies.lora import attach_lora
 
         self.__dict__["lora_model"] = attach_lora(self.model, lora)
 
@@ -261,7 +261,7 @@ class TransformersPolicy(Policy):
         engine knows no ``base_layer`` / ``lora_A`` names; the training model is left untouched).
         """
         if self.lora_model is not None:
-            from ecpo_train.lora import merged_state_dict
+            from ecpo_train.policies.lora import merged_state_dict
 
             return merged_state_dict(self.model)
         return self.model.state_dict()
@@ -277,7 +277,7 @@ class TransformersPolicy(Policy):
         Under LoRA pi_ref is this very model with its adapter disabled: no copy (``lora.AdapterOffReference``).
         """
         if self.lora_model is not None:
-            from ecpo_train.lora import AdapterOffReference
+            from ecpo_train.policies.lora import AdapterOffReference
 
             return AdapterOffReference(self)
         backend, self.backend = self.backend, None
@@ -296,7 +296,7 @@ def response_logits(model: torch.nn.Module, ids: torch.Tensor, attention: torch.
     """Logits ``[rows, L, vocab]`` at the positions ``gather_at`` that predict the response tokens.
 
     The LM head only runs on those positions: the vocabulary projection dominates small models. A model
-    sharded by ``ecpo_train.distributed`` carries ``compute_response_logits`` as an FSDP forward method
+    sharded by ``ecpo_train.runtime.distributed`` carries ``compute_response_logits`` as an FSDP forward method
     (``sharded_response_logits``: its weights are gathered around the call) and that is used instead.
     """
     sharded = model.__dict__.get("sharded_response_logits")

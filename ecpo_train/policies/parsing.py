@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import re
 
-from ecpo_train.prompting import template_name
+from ecpo_train.policies.prompting import template_name
 
 ACTION_OPEN, ACTION_CLOSE = "<action>", "</action>"
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"

@@ -74,7 +74,7 @@ def fill_placeholders(action: str, task: str) -> str:
 def candidate_logits(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor,
                      at_rows: torch.Tensor, at_cols: torch.Tensor) -> torch.Tensor:
     """LM-head logits ``[n, vocab]`` at ``(at_rows, at_cols)`` of a tree-masked forward. A model sharded by
-    ``ecpo_train.distributed`` carries this as an FSDP forward method (``sharded_candidate_logits``: the
+    ``ecpo_train.runtime.distributed`` carries this as an FSDP forward method (``sharded_candidate_logits``: the
     root's weights are gathered around it) and that is used instead."""
     sharded = model.__dict__.get("sharded_candidate_logits")
     if sharded is not None:

@@ -19,7 +19,7 @@ from gymnasium import spaces
 from ray.rllib.core.columns import Columns
 from ray.rllib.core.rl_module.torch import TorchRLModule
 
-from ecpo_train.rllib.candidate_env import layout_from_space, split_observation
+from ecpo_train.integrations.rllib.candidate_env import layout_from_space, split_observation
 
 # Finite (not -inf) so masked entries give zero probability without NaN entropies or KLs.
 MASKED_LOGIT = -1e9
@@ -106,7 +106,7 @@ class CausalLMRLModule(TorchRLModule):
 
     def get_state(self, *args, **kwargs):
         """RLlib's state; under LoRA only the adapter's tensors (the base weights never change)."""
-        from ecpo_train.lora import is_adapter_key
+        from ecpo_train.policies.lora import is_adapter_key
 
         state = super().get_state(*args, **kwargs)
         if self.has_lora:
@@ -118,7 +118,7 @@ class CausalLMRLModule(TorchRLModule):
         error, not a silent no-op) and every trainable one must be given."""
         from ray.rllib.utils.torch_utils import convert_to_torch_tensor
 
-        from ecpo_train.lora import is_adapter_key
+        from ecpo_train.policies.lora import is_adapter_key
 
         missing, unexpected = self.load_state_dict(convert_to_torch_tensor(dict(state)), strict=False)
         needed = [name for name in missing if is_adapter_key(name) or not self.has_lora]

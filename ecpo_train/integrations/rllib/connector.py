@@ -2,7 +2,7 @@
 
 It only turns RLlib episodes into the rows the native path uses (``batch_from_episodes``) and writes the
 result back (ADVANTAGES, and VALUE_TARGETS = the discounted return-to-go, PPO's column that a critic would
-fit); the math lives in ``ecpo_train.credit`` alone.
+fit); the math lives in ``ecpo_train.core.credit`` alone.
 
 Row ``t`` (1-based) of an episode: the anchor from the info *before* the step (``get_infos()`` starts with
 the reset info), ``action_key`` from the info after it, the reward of the step, the group from
@@ -21,9 +21,9 @@ import numpy as np
 from ray.rllib.connectors.connector_v2 import ConnectorV2
 from ray.rllib.evaluation.postprocessing import Postprocessing
 
-from ecpo_train import credit
-from ecpo_train.batch import TrajectoryBatch
-from ecpo_train.rollout import ANCHOR_KEYS
+from ecpo_train.core import credit
+from ecpo_train.core.batch import TrajectoryBatch
+from ecpo_train.core.rollout import ANCHOR_KEYS
 
 GROUP_KEY = "group_key"
 
@@ -44,7 +44,7 @@ def batch_from_episodes(episodes: Sequence[Any], *, anchor_key: str = "state_key
         if GROUP_KEY not in infos[0]:
             raise KeyError(
                 f"episode {episode.id_}'s reset info has no {GROUP_KEY!r}: wrap the text env in "
-                "ecpo_train.rllib.CandidateActionEnv (or set the key in the runner that builds episodes)"
+                "ecpo_train.integrations.rllib.CandidateActionEnv (or set the key in the runner that builds episodes)"
             )
         if any(anchor_key not in info for info in infos[:n]):
             raise KeyError(f"episode {episode.id_} has an info without the anchor {anchor_key!r}")

@@ -12,8 +12,8 @@ from ray.rllib.connectors.learner import AddOneTsToEpisodesAndTruncate, GeneralA
 from ray.rllib.core.learner.torch.torch_learner import TorchLearner
 from ray.rllib.evaluation.postprocessing import Postprocessing
 
-from ecpo_train.rllib.connector import ECPOAdvantages
-from ecpo_train.rllib.module import REF_TOKEN_LOGP, RESPONSE_MASK, TOKEN_ENTROPY, TOKEN_LOGP
+from ecpo_train.integrations.rllib.connector import ECPOAdvantages
+from ecpo_train.integrations.rllib.module import REF_TOKEN_LOGP, RESPONSE_MASK, TOKEN_ENTROPY, TOKEN_LOGP
 
 
 def ecpo_connector(config) -> ECPOAdvantages:
@@ -60,7 +60,7 @@ class TokenLevelECPOLearner(TorchLearner):
         install_ecpo_connector(self)
 
     def compute_loss_for_module(self, *, module_id, config, batch, fwd_out):
-        from ecpo_train.loss import assign_step_advantage, ecpo_objective_loss
+        from ecpo_train.core.loss import assign_step_advantage, ecpo_objective_loss
 
         mask = batch[RESPONSE_MASK].float()
         advantages = assign_step_advantage(batch[Postprocessing.ADVANTAGES], mask)

@@ -262,7 +262,7 @@ def train_fallback_tokenizer(vocab_size: int = 2048) -> Any:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    from ecpo_train.prompting import TEMPLATE_NAMES, prompts_dir
+    from ecpo_train.policies.prompting import TEMPLATE_NAMES, prompts_dir
 
     corpus = [(prompts_dir() / f"{name}.txt").read_text(encoding="utf-8") for name in TEMPLATE_NAMES]
     corpus += [

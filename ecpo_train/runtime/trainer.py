@@ -4,13 +4,13 @@ Each iteration reads top to bottom:
 
     A  rollout   ``collect_rollout``: G groups x N copies of one task each, sampled from pi_old
     B-D credit   ``compute_advantages(algorithm, ...)``: anchors (B), ECA (C), VarGate (D) -- all inside
-                 ``ecpo_train/credit.py``; PPO instead fits a critic and uses GAE
+                 ``ecpo_train/core/credit/``; PPO instead fits a critic and uses GAE
     E  update    ``policy_update``: eq. ecpo_objective (clipped ratio, k3 KL to pi_ref), AdamW
     then         validation at temperature 0.4 on a fixed task list, metrics, checkpoint.
 
 The data flows one way: env -> ``collect_rollout`` -> ``TrajectoryBatch`` -> ``credit.compute_advantages`` ->
-``loss.policy_update`` -> policy. Hyperparameters: ``ecpo_train.config.TrainConfig`` (presets in
-``ecpo_train/configs/*.yaml``). The run folder (``ecpo_train.run_dir``) holds ``config.yaml``,
+``loss.policy_update`` -> policy. Hyperparameters: ``ecpo_train.runtime.config.TrainConfig`` (presets in
+``ecpo_train/configs/*.yaml``). The run folder (``ecpo_train.runtime.run_dir``) holds ``config.yaml``,
 ``metrics.jsonl`` (one line per iteration), TensorBoard events, ``checkpoint.pt`` and ``curves.png``.
 """
 
@@ -29,7 +29,10 @@ import torch
 import yaml
 
 from ecpo_gym.group import GroupVectorEnv
-from ecpo_train.builders import (
+from ecpo_train.core.credit import compute_advantages
+from ecpo_train.core.loss import policy_update
+from ecpo_train.core.rollout import Rollout, collect_rollout, episode_metrics
+from ecpo_train.runtime.builders import (
     build_critic,
     build_policy,
     exact_success,
@@ -38,11 +41,8 @@ from ecpo_train.builders import (
     update_settings,
     warn_if_no_signal,
 )
-from ecpo_train.config import TrainConfig, config_dict
-from ecpo_train.credit import compute_advantages
-from ecpo_train.loss import policy_update
-from ecpo_train.rollout import Rollout, collect_rollout, episode_metrics
-from ecpo_train.run_dir import MetricsLog, Progress, checkpoint_size, load_checkpoint, save_checkpoint
+from ecpo_train.runtime.config import TrainConfig, config_dict
+from ecpo_train.runtime.run_dir import MetricsLog, Progress, checkpoint_size, load_checkpoint, save_checkpoint
 
 
 class _HistoryOnly(MetricsLog):
@@ -67,9 +67,9 @@ class Trainer:
     def __init__(self, config: TrainConfig) -> None:
         self.config = config
         self.run_dir = Path(config.run_dir)
-        self.dp: Any = None  # ecpo_train.distributed.DataParallel under fsdp=true
+        self.dp: Any = None  # ecpo_train.runtime.distributed.DataParallel under fsdp=true
         if config.fsdp:
-            from ecpo_train.distributed import DataParallel, check_fsdp_request
+            from ecpo_train.runtime.distributed import DataParallel, check_fsdp_request
 
             check_fsdp_request(config.fsdp, config.algorithm, config.policy)
             if config.generation_backend == "vllm":
@@ -343,7 +343,7 @@ class Trainer:
         if self.is_main:
             saved = save_checkpoint(state, saved)
         if getattr(self.policy, "lora_model", None) is not None:  # + run_dir/adapter and run_dir/merged (vLLM, eval)
-            from ecpo_train.lora import save_lora_checkpoint
+            from ecpo_train.policies.lora import save_lora_checkpoint
 
             full_state = None
             if self.dp is not None:  # the adapter's weights unsharded (peft's key names)
@@ -403,7 +403,7 @@ def run_training(trainer: Trainer, resume: bool = False) -> list[dict[str, float
         trainer.close()
     if not trainer.is_main:  # under FSDP process 0 plots and reports
         return history
-    from ecpo_train.plotting import plot_run
+    from ecpo_train.runtime.plotting import plot_run
 
     plot_run(trainer.run_dir)
     checkpoint = trainer.run_dir / "checkpoint.pt"

@@ -28,8 +28,9 @@ import torch
 from ray.rllib.env.single_agent_env_runner import SingleAgentEpisode
 
 from ecpo_gym.canonical import INVALID_ACTION
-from ecpo_train.rllib.connector import GROUP_KEY
-from ecpo_train.rllib.module import (
+from ecpo_train.core.rollout import Rollout, collect_rollout
+from ecpo_train.integrations.rllib.connector import GROUP_KEY
+from ecpo_train.integrations.rllib.module import (
     PROMPT_MASK,
     REF_TOKEN_LOGP,
     RESPONSE_MASK,
@@ -37,7 +38,6 @@ from ecpo_train.rllib.module import (
     CausalLMRLModule,
     token_spaces,
 )
-from ecpo_train.rollout import Rollout, collect_rollout
 
 
 class LLMGroupRunner:
@@ -79,8 +79,8 @@ class LLMGroupRunner:
         lora: dict[str, Any] | None = None,
     ) -> None:
         from ecpo_gym.group import GroupVectorEnv
-        from ecpo_train.lora import check_lora_settings
         from ecpo_train.policies.llm import GENERATION_BACKENDS
+        from ecpo_train.policies.lora import check_lora_settings
 
         # a wrong backend or a missing engine is reported before any weights load
         if backend not in GENERATION_BACKENDS:
@@ -151,7 +151,7 @@ class LLMGroupRunner:
         A runner without an adapter gets one (B = 0: its outputs are unchanged until ``set_weights``) and its
         KL reference becomes the adapter-off model; settings that differ from the runner's own are an error.
         """
-        from ecpo_train.lora import check_lora_settings
+        from ecpo_train.policies.lora import check_lora_settings
 
         settings = check_lora_settings(lora)
         if settings == self.lora:

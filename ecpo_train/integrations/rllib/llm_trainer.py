@@ -13,9 +13,9 @@ from typing import Any
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.utils.metrics import ALL_MODULES
 
-from ecpo_train.rllib.algorithm import split_groups, update_on_groups
-from ecpo_train.rllib.learner import TokenLevelECPOLearner
-from ecpo_train.rllib.module import CausalLMRLModule, token_spaces
+from ecpo_train.integrations.rllib.algorithm import split_groups, update_on_groups
+from ecpo_train.integrations.rllib.learner import TokenLevelECPOLearner
+from ecpo_train.integrations.rllib.module import CausalLMRLModule, token_spaces
 
 MODULE_ID = "default_policy"
 
@@ -29,7 +29,7 @@ def build_llm_learner_group(config, model_path: str | Path, vocab_size: int, max
     LoRA: ``config.lora`` (``lora``, a runner's ``describe()`` entry, must agree with it); the module's policy
     then carries the adapter and the learner's optimizer holds the adapter's parameters only.
     """
-    from ecpo_train.lora import check_lora_settings
+    from ecpo_train.policies.lora import check_lora_settings
 
     settings = check_lora_settings(getattr(config, "lora", None))
     if lora is not None and check_lora_settings(lora) != settings:
@@ -59,7 +59,7 @@ class LLMTrainer:
     """
 
     def __init__(self, config, runners: Any) -> None:
-        from ecpo_train.lora import check_lora_settings
+        from ecpo_train.policies.lora import check_lora_settings
 
         self.config = config
         self.runners = list(runners) if isinstance(runners, (list, tuple)) else [runners]

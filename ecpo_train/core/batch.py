@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ecpo_train.credit import CreditRows, compute_advantages, prepare_rows
+from ecpo_train.core.credit import CreditRows, compute_advantages, prepare_rows
 
 INVALID_ACTION_KEY = "<invalid>"
 
@@ -39,7 +39,7 @@ class TrajectoryBatch:
     Construct with :meth:`from_trajectories` (per-trajectory lists) or directly from row arrays; either
     way the rows are validated (equal lengths, non-empty, finite rewards, 1-based steps, each trajectory's
     steps exactly ``1..T``) and a clear ``ValueError`` is raised otherwise. Validation is
-    :func:`ecpo_train.credit.prepare_rows`, whose integer codes the batch keeps for the credit step.
+    :func:`ecpo_train.core.credit.prepare_rows`, whose integer codes the batch keeps for the credit step.
     """
 
     group_id: np.ndarray
@@ -160,7 +160,7 @@ class TrajectoryBatch:
         return len(self.reward)
 
     def credit_arrays(self) -> dict[str, Any]:
-        """The step columns :func:`ecpo_train.credit.compute_advantages` takes, as keyword arguments (for callers
+        """The step columns :func:`ecpo_train.core.credit.compute_advantages` takes, as keyword arguments (for callers
         that need them as arrays, e.g. rewards as a torch tensor; :meth:`advantages` reuses the batch's codes)."""
         return {
             "group_ids": self.group_id,
@@ -190,6 +190,6 @@ class TrajectoryBatch:
         return out
 
     def advantages(self, estimator: str = "ecpo", **hyperparameters: Any) -> tuple[np.ndarray, dict[str, float]]:
-        """Per-row advantages of ``estimator`` on this batch (see :func:`ecpo_train.credit.compute_advantages`),
+        """Per-row advantages of ``estimator`` on this batch (see :func:`ecpo_train.core.credit.compute_advantages`),
         from the codes built with the batch."""
         return compute_advantages(estimator, rows=self._credit_rows, **hyperparameters)

@@ -21,7 +21,7 @@ import numpy as np
 
 from ecpo_gym.canonical import INVALID_ACTION
 from ecpo_gym.group import GroupVectorEnv
-from ecpo_train.batch import TrajectoryBatch
+from ecpo_train.core.batch import TrajectoryBatch
 from ecpo_train.policies.base import PolicyOutput, StepContext
 
 ANCHOR_KEYS = ("state_key", "observation_key")

@@ -1,6 +1,6 @@
 """FSDP2 data parallelism for the native trainer: K processes launched by ``torchrun`` shard one policy.
 
-    torchrun --nproc-per-node K -m ecpo_train.cli train --config alfworld model=DIR fsdp=true
+    torchrun --nproc-per-node K -m ecpo_train.apps.cli train --config alfworld model=DIR fsdp=true
     ecpo train --nproc K --config alfworld model=DIR          # the same, torchrun started for you
 
 What each process does in one iteration (the trainer's Algorithm 1, unchanged):
@@ -35,7 +35,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-LAUNCH_HINT = ("launch K processes: `torchrun --nproc-per-node K -m ecpo_train.cli train ...` "
+LAUNCH_HINT = ("launch K processes: `torchrun --nproc-per-node K -m ecpo_train.apps.cli train ...` "
                "or `ecpo train --nproc K ...`")
 
 

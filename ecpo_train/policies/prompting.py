@@ -61,7 +61,7 @@ def prompts_dir() -> Path:
     if override:
         candidates = [Path(override)]
     else:
-        candidates = [Path(__file__).resolve().parent.parent / "prompts",
+        candidates = [Path(__file__).resolve().parents[2] / "prompts",
                       Path(sysconfig.get_path("data")) / "share" / "ecpo" / "prompts"]
     for folder in candidates:
         if folder.is_dir():

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from ecpo_train.credit import CreditConfig, available_estimators
+from ecpo_train.core.credit import CreditConfig, available_estimators
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 ANCHOR_KEYS = ("state_key", "observation_key")
@@ -114,14 +114,14 @@ class TrainConfig:
         if self.generation_backend == "vllm" and (self.policy != "llm" or self.policy_mode != "generate"):
             raise ValueError("generation_backend=vllm needs policy=llm with policy_mode=generate")
         if self.lora:
-            from ecpo_train.lora import check_lora_settings, require_peft
+            from ecpo_train.policies.lora import check_lora_settings, require_peft
 
             if self.policy != "llm":
                 raise ValueError("lora adapts a transformers model: set policy=llm")
             check_lora_settings(self.lora)
             require_peft()
         if self.fsdp:
-            from ecpo_train.distributed import check_fsdp_request
+            from ecpo_train.runtime.distributed import check_fsdp_request
 
             check_fsdp_request(self.fsdp, self.algorithm, self.policy)
         if self.group_size < 2 and self.algorithm != "ppo":

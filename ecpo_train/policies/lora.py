@@ -149,7 +149,7 @@ def adapter_state_dict(lora_model: Any, full_state: dict[str, torch.Tensor] | No
     """The adapter's tensors, named as ``PeftModel.save_pretrained`` writes them.
 
     ``full_state``: the wrapper's state dict gathered beforehand (under FSDP every process must take part in
-    the gather, so the caller does it; ``ecpo_train.distributed.DataParallel.full_state_dict``).
+    the gather, so the caller does it; ``ecpo_train.runtime.distributed.DataParallel.full_state_dict``).
     """
     from peft import get_peft_model_state_dict
 

@@ -18,10 +18,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from ecpo_train.config import TrainConfig
-from ecpo_train.loss import UpdateSettings
+from ecpo_train.core.loss import UpdateSettings
+from ecpo_train.core.rollout import Rollout
 from ecpo_train.policies.base import Policy, StepContext
-from ecpo_train.rollout import Rollout
+from ecpo_train.runtime.config import TrainConfig
 
 
 def update_settings(config: TrainConfig) -> UpdateSettings:
@@ -38,8 +38,8 @@ def build_policy(config: TrainConfig, device: str | None = None) -> Policy:
 
         return TabularSoftmaxPolicy(seed=config.seed)
     from ecpo_train.policies.llm import TransformersPolicy
+    from ecpo_train.policies.scaling import apply_memory_settings
     from ecpo_train.policies.scoring import ScoringPolicy
-    from ecpo_train.scaling import apply_memory_settings
 
     policy_class = ScoringPolicy if config.policy_mode == "score" else TransformersPolicy
     policy = policy_class(
@@ -61,7 +61,7 @@ def build_critic(config: TrainConfig, policy: Policy) -> torch.nn.Module:
     critic = LLMValueCritic(config.model, pad_token_id=policy.pad_token_id,  # type: ignore[attr-defined]
                             dtype=getattr(torch, config.dtype), device=config.resolved_device())
     if config.gradient_checkpointing:
-        from ecpo_train.scaling import enable_gradient_checkpointing
+        from ecpo_train.policies.scaling import enable_gradient_checkpointing
 
         enable_gradient_checkpointing(critic.backbone)
     return critic

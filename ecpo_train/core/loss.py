@@ -145,7 +145,7 @@ def pack_micro_batches(rows: np.ndarray, row_tokens: np.ndarray, micro_batch_siz
 
 
 class Reducer(Protocol):
-    """What ``policy_update`` needs from a data-parallel group (``ecpo_train.distributed.DataParallel``)."""
+    """What ``policy_update`` needs from a data-parallel group (``ecpo_train.runtime.distributed.DataParallel``)."""
 
     world_size: int
 

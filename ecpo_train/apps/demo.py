@@ -23,7 +23,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from ecpo_train.credit import compute_advantages
+from ecpo_train.core.credit import compute_advantages
 
 JUNCTION = "you reach a junction: a staircase goes down, a narrow gap opens to the east"
 GOOD, LUCKY = "take the stairs", "jump the gap"
@@ -116,9 +116,9 @@ def training_section(console: Console, run_root: str = "runs/demo", iterations: 
     """Part 2: train the tabular policy with ECPO and with GiGPO_w/std on the quick-start corridors."""
     import time
 
-    from ecpo_train.config import load_config
-    from ecpo_train.plotting import plot_comparison
-    from ecpo_train.trainer import Trainer
+    from ecpo_train.runtime.config import load_config
+    from ecpo_train.runtime.plotting import plot_comparison
+    from ecpo_train.runtime.trainer import Trainer
 
     histories, seconds = {}, {}
     for label, algorithm in TRAINED_METHODS.items():
@@ -206,10 +206,10 @@ def llm_section(console: Console, run_root: str = "runs/demo-llm", overrides: li
     """Part 2: the real small LM trained with ECPO on the corridors; success before/after, time split, curves."""
     import time
 
-    from ecpo_train.config import load_config
-    from ecpo_train.models import pull_model
-    from ecpo_train.plotting import plot_run
-    from ecpo_train.trainer import Trainer
+    from ecpo_train.apps.models import pull_model
+    from ecpo_train.runtime.config import load_config
+    from ecpo_train.runtime.plotting import plot_run
+    from ecpo_train.runtime.trainer import Trainer
 
     started = time.perf_counter()
     model_dir = pull_model("smollm2-135m-instruct")

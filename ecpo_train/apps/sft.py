@@ -29,10 +29,10 @@ import numpy as np
 import torch
 
 from ecpo_gym.canonical import INVALID_ACTION
-from ecpo_train.config import TrainConfig
+from ecpo_train.core.rollout import sent_action
 from ecpo_train.policies.base import PolicyOutput, StepContext
 from ecpo_train.policies.parsing import format_reply, parse_action
-from ecpo_train.rollout import sent_action
+from ecpo_train.runtime.config import TrainConfig
 
 
 @dataclass
@@ -68,8 +68,8 @@ def expert_demonstrations(env_id: str, *, episodes: int, task_ids: Sequence[str]
 
     import ecpo_gym  # noqa: F401  (registers the ids)
     from ecpo_gym.group import GroupVectorEnv
+    from ecpo_train.core.rollout import collect_rollout
     from ecpo_train.evaluation.agents import AgentPolicy, ExpertAgent
-    from ecpo_train.rollout import collect_rollout
 
     env = gym.make(env_id, disable_env_checker=True, **(env_kwargs or {}))
     envs = GroupVectorEnv(lambda env=env: env, num_groups=1, group_size=1)  # owns and closes env
@@ -216,7 +216,7 @@ def run_sft(config: TrainConfig, *, episodes: int, epochs: int, lr: float, out: 
                                            history_length=config.history_length)
     if not demonstrations:
         raise ValueError(f"the expert of {config.env_id} took no step in {episodes} episode(s)")
-    from ecpo_train.builders import build_policy
+    from ecpo_train.runtime.builders import build_policy
 
     torch.manual_seed(config.seed)
     generation = dataclasses.replace(config, policy_mode="generate", generation_backend="transformers", lora={},

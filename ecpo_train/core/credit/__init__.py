@@ -1,0 +1,96 @@
+"""ECPO's credit: pure advantage estimators: discounted returns, GRPO, RLOO, GiGPO, ECPO and its ablations.
+
+One row per environment step goes in (``group_id``, ``traj_id``, ``step`` 1-based, ``anchor_key``,
+``action_key``, ``reward``); one advantage per row and a diagnostics dict come out. The module imports
+neither gym nor RLlib, and torch only when a torch tensor is passed, so the same functions serve the native
+trainer, RLlib and any other trainer (verl, TRL, OpenRLHF) through :func:`compute_advantages`.
+
+How the work is split:
+
+* keys become integer codes once, host-side (:func:`factorize_keys`); everything structural (which row
+  belongs to which trajectory, anchor and canonical action; counts; depths) is then integer arrays;
+* every statistic is a segment reduction (``bincount`` / ``index_add``) over those codes, written once
+  against a two-method backend so numpy arrays and (CPU or CUDA) torch tensors run the same code;
+* each paper equation is one function in :mod:`.equations`, named after it, with its label in the docstring.
+
+Decisions where the paper is loose (``docs/credit.md`` says why):
+
+* a trajectory is identified by the pair ``(group_id, traj_id)``; an anchor by ``(group_id, anchor_key)``;
+  a canonical action by ``(anchor, action_key)`` -- ``"<invalid>"`` is one canonical action like any other;
+* ``G_{i,t}`` is the discounted sum of the trajectory's rewards from step t (penalties included),
+  ``R_i`` the undiscounted sum; steps of a trajectory must be exactly ``1..T_i`` (no gaps, no duplicates);
+* GRPO/GiGPO standard deviations are unbiased (n-1); a set of equal values (a singleton included) gets an
+  advantage of exactly 0; ECA's ``sigma_act`` and VarGate's ``B_s``/``W_s`` are population statistics;
+* ``rho = 0`` unless the anchor is StrictValid (App. A), then ``rho = max(rho_VG, rho_min)``.
+
+Names: the anchor column is ``anchor_keys`` here, ``anchor_key`` in ``TrajectoryBatch`` and ``anchor_key`` in the
+rollout, which fills it from the env info field the run's ``anchor_key`` setting names (the structured
+``state_key``, or the normalised observation ``observation_key``). One name from the rollout to this module is clearer than two, and the env's structured ``state_key``
+keeps its own name (a batch extra, read by the PPO critic).
+
+All arithmetic is float64. Numpy in gives numpy float64 out; torch in (``rewards`` a tensor) gives a
+float64 tensor on the rewards' device.
+
+Layout: :mod:`.config` (the hyperparameters), :mod:`.backend` (numpy/torch array operations), :mod:`.rows` (step
+rows -> integer codes, validated once), :mod:`.equations` (one function per paper equation) and
+:mod:`.estimators` (the registry and one function per estimator, :func:`compute_advantages`).
+"""
+
+from __future__ import annotations
+
+from ecpo_train.core.credit.config import COMPAT_MODES, MAX_RETURN_MAGNITUDE, CreditConfig
+from ecpo_train.core.credit.equations import (
+    between_action_variance,
+    eca_action_std,
+    eca_advantage,
+    eca_shrinkage,
+    ecpo_advantage,
+    future_return,
+    gigpo_advantage,
+    gigpo_anchor_advantage,
+    grpo_advantage,
+    reliability_weight,
+    rloo_advantage,
+    strict_valid,
+    trajectory_return,
+    vargate_reliability,
+    verl_agent_episode_advantage,
+    within_action_variance,
+)
+from ecpo_train.core.credit.estimators import (
+    available_estimators,
+    compute_advantages,
+    get_estimator,
+    register_estimator,
+)
+from ecpo_train.core.credit.rows import CreditRows, factorize_keys, prepare_rows
+
+__all__ = [
+    "COMPAT_MODES",
+    "MAX_RETURN_MAGNITUDE",
+    "CreditConfig",
+    "CreditRows",
+    "available_estimators",
+    "between_action_variance",
+    "compute_advantages",
+    "eca_action_std",
+    "eca_advantage",
+    "eca_shrinkage",
+    "ecpo_advantage",
+    "factorize_keys",
+    "future_return",
+    "get_estimator",
+    "gigpo_advantage",
+    "gigpo_anchor_advantage",
+    "grpo_advantage",
+    "prepare_rows",
+    "register_estimator",
+    "reliability_weight",
+    "rloo_advantage",
+    "strict_valid",
+    "trajectory_return",
+    "vargate_reliability",
+    "verl_agent_episode_advantage",
+    "within_action_variance",
+]
+

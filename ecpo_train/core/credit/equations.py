@@ -1,0 +1,202 @@
+"""The paper's credit equations, one vectorised function each (its label in the docstring), and the segment
+statistics they share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ecpo_train.core.credit.backend import ops_of
+
+
+@dataclass(frozen=True)
+class Moments:
+    count: Any  # per segment, float
+    mean: Any
+    sq_dev: Any  # sum of squared deviations from the segment mean
+    constant: Any  # bool per segment: all values equal (a singleton included)
+
+
+def moments(values: Any, codes: Any, n: int, ops: Any) -> Moments:
+    count = ops.segment_sum(values * 0.0 + 1.0, codes, n)
+    mean = ops.segment_sum(values, codes, n) / ops.where(count > 0, count, 1.0)
+    sq_dev = ops.segment_sum((values - mean[codes]) ** 2, codes, n)
+    constant = ops.segment_max(values, codes, n) == ops.segment_min(values, codes, n)
+    return Moments(count, mean, sq_dev, constant)
+
+
+def unbiased_std(m: Moments, ops: Any) -> Any:
+    return ops.sqrt(m.sq_dev / ops.where(m.count > 1, m.count - 1.0, 1.0))
+
+
+def future_return(rewards: Any, traj: Any, position: Any, n_trajs: int, horizon: int, gamma: float) -> Any:
+    """Discounted future return ``G_{i,t} = sum_{l>=t} gamma^(l-t) r_{i,l}`` of every row (eq. future_return).
+
+    Rows are scattered into a dense (trajectory x step) matrix and multiplied by the upper-triangular
+    kernel ``K[l, t] = gamma^(l-t)`` (l >= t): one matmul, a direct sum of non-negative weights (no
+    cancellation for long trajectories, unlike a global reverse cumsum rescaled by gamma powers).
+    ``traj``/``position`` are backend index arrays (row -> trajectory code, step - 1).
+    """
+    ops = ops_of(rewards)
+    flat = traj * horizon + position
+    dense = ops.zeros(n_trajs * horizon)
+    dense[flat] = rewards
+    lag = np.arange(horizon)
+    diff = lag[:, None] - lag[None, :]
+    kernel = np.where(diff >= 0, float(gamma) ** np.maximum(diff, 0), 0.0)
+    returns = dense.reshape(n_trajs, horizon) @ ops.asarray(kernel)
+    return returns.reshape(-1)[flat]
+
+
+def trajectory_return(rewards: Any, traj: Any, n_trajs: int) -> Any:
+    """``R_i``: the undiscounted sum of a trajectory's rewards, penalties included (Sec. 3)."""
+    return ops_of(rewards).segment_sum(rewards, traj, n_trajs)
+
+
+def grpo_advantage(returns: Any, group: Any, n_groups: int, eps: float) -> Any:
+    """GRPO trajectory advantage ``(R_i - mu_R) / (sigma_R + eps)`` (eq. grpo_adv).
+
+    ``returns`` holds one ``R_i`` per trajectory and ``group`` its group code. ``sigma_R`` is the unbiased
+    (n-1) std, as verl's GRPO; a group whose returns are all equal (a group of one included) gets 0.
+    """
+    ops = ops_of(returns)
+    m = moments(returns, group, n_groups, ops)
+    adv = (returns - m.mean[group]) / (unbiased_std(m, ops)[group] + eps)
+    return ops.where(m.constant[group], 0.0, adv)
+
+
+def rloo_advantage(returns: Any, group: Any, n_groups: int) -> Any:
+    """RLOO trajectory advantage ``R_i - mean_{j != i} R_j`` (leave-one-out baseline, no std scaling).
+
+    Not a paper equation (a baseline of the experiments). A group of one, or of equal returns, gets 0.
+    """
+    ops = ops_of(returns)
+    m = moments(returns, group, n_groups, ops)
+    count = m.count[group]
+    others_mean = (m.mean[group] * count - returns) / ops.where(count > 1, count - 1.0, 1.0)
+    return ops.where(m.constant[group], 0.0, returns - others_mean)
+
+
+def gigpo_anchor_advantage(future_returns: Any, anchor: Any, n_anchors: int, eps: float, normalize_std: bool) -> Any:
+    """GiGPO occurrence-level anchor advantage (Sec. 3, "Step-level credit in GiGPO").
+
+    ``(G_{i,t} - mu_s) / (sigma_s + eps)`` with the unbiased std when ``normalize_std`` (GiGPO_w/std, the
+    input of the VarGate-only ablation), else ``G_{i,t} - mu_s``. An anchor visited once, or whose
+    returns are all equal, gets 0.
+    """
+    ops = ops_of(future_returns)
+    m = moments(future_returns, anchor, n_anchors, ops)
+    centered = future_returns - m.mean[anchor]
+    if normalize_std:
+        centered = centered / (unbiased_std(m, ops)[anchor] + eps)
+    return ops.where(m.constant[anchor], 0.0, centered)
+
+
+def eca_shrinkage(action_mean: Any, action_count: Any, anchor_mean: Any, kappa: float) -> Any:
+    """Calibrated action return ``(n_{s,u} Gbar_{s,u} + kappa mu_s) / (n_{s,u} + kappa)`` (eq. eca_shrinkage).
+
+    All arguments are per canonical action (``anchor_mean`` is ``mu_s`` of the action's anchor).
+    """
+    return (action_count * action_mean + kappa * anchor_mean) / (action_count + kappa)
+
+
+def eca_action_std(calibrated: Any, anchor_mean: Any, action_anchor: Any, n_anchors: int) -> Any:
+    """``sigma^act_s``, the denominator of eq. eca_adv: the unweighted population std of ``mu~_{s,u} - mu_s``
+    over the anchor's canonical actions, per anchor."""
+    ops = ops_of(calibrated)
+    centered = calibrated - anchor_mean[action_anchor]
+    n_actions = ops.segment_sum(centered * 0.0 + 1.0, action_anchor, n_anchors)
+    return ops.sqrt(ops.segment_sum(centered**2, action_anchor, n_anchors) / ops.where(n_actions > 0, n_actions, 1.0))
+
+
+def eca_advantage(calibrated: Any, anchor_mean: Any, action_anchor: Any, scale: Any, eps: float) -> Any:
+    """Calibrated action advantage ``(mu~_{s,u} - mu_s) / (scale_s + eps)`` (eq. eca_adv), per canonical action.
+
+    The paper's ``scale_s`` is ``sigma^act_s`` (:func:`eca_action_std`); ``ecpo_anchor_scale`` passes the
+    anchor's occurrence-level std ``sigma_s`` instead (see :func:`ecpo_anchor_scale_estimator`). ``scale`` is
+    per anchor; the caller broadcasts the action value to every occurrence of that action.
+    """
+    return (calibrated - anchor_mean[action_anchor]) / (scale[action_anchor] + eps)
+
+
+def between_action_variance(
+    action_mean: Any, action_count: Any, anchor_mean: Any, action_anchor: Any, anchor_size: Any, n_anchors: int
+) -> Any:
+    """``B_s = (1/n_s) sum_u n_{s,u} (Gbar_{s,u} - mu_s)^2`` (eq. between_var), per anchor."""
+    ops = ops_of(action_mean)
+    weighted = action_count * (action_mean - anchor_mean[action_anchor]) ** 2
+    return ops.segment_sum(weighted, action_anchor, n_anchors) / anchor_size
+
+
+def within_action_variance(
+    future_returns: Any, action: Any, action_mean: Any, action_count: Any, action_anchor: Any, anchor_size: Any,
+    n_anchors: int,
+) -> Any:
+    """``W_s = (1/n_s) sum_u n_{s,u} Var_s(G | u)`` with population ``Var_s(G | u)`` (eq. within_var)."""
+    ops = ops_of(future_returns)
+    n_actions = len(action_count)
+    var_given_action = ops.segment_sum((future_returns - action_mean[action]) ** 2, action, n_actions) / action_count
+    return ops.segment_sum(action_count * var_given_action, action_anchor, n_anchors) / anchor_size
+
+
+def vargate_reliability(between: Any, within: Any, anchor_size: Any, tau: float, eps: float) -> Any:
+    """``rho_VG(s) = tanh(n_s / tau) * B_s / (B_s + W_s + eps)`` (eq. vargate), in [0, 1)."""
+    ops = ops_of(between)
+    return ops.tanh(anchor_size / tau) * between / (between + within + eps)
+
+
+def strict_valid(
+    depth: Any, anchor_size: Any, anchor_action_count: Any, between: Any, within: Any, d_min: int, eps: float
+) -> Any:
+    """StrictValid(s) (App. A): ``depth >= d_min``, ``n_s >= 2``, ``|U_s| >= 2``, ``B_s + W_s > eps``.
+
+    ``depth`` is the smallest step number at which the anchor occurs in its group (ARCHITECTURE).
+    """
+    return (depth >= d_min) & (anchor_size >= 2) & (anchor_action_count >= 2) & (between + within > eps)
+
+
+def reliability_weight(rho_vg: Any, is_strict_valid: Any, rho_min: float) -> Any:
+    """Final ``rho``: 0 for anchors failing StrictValid (non-comparable ones included, Sec. 4.2), else
+    ``max(rho_VG, rho_min)`` -- the App. A reliability floor, applied only to StrictValid anchors."""
+    ops = ops_of(rho_vg)
+    return ops.where(is_strict_valid, ops.floor_at(rho_vg, rho_min), 0.0)
+
+
+def gigpo_advantage(trajectory_adv: Any, anchor_adv: Any, omega: float) -> Any:
+    """GiGPO final advantage ``A^GRPO_i + omega * A^anchor_{i,t}`` (Sec. 3), per row."""
+    return trajectory_adv + omega * anchor_adv
+
+
+def ecpo_advantage(trajectory_adv: Any, rho: Any, action_adv: Any, omega: float) -> Any:
+    """ECPO final advantage ``A^GRPO_i + omega * rho_VG(s_{i,t}) * A_act(s_{i,t}, a_{i,t})`` (eq. ecpo_adv)."""
+    return trajectory_adv + omega * rho * action_adv
+
+
+def verl_agent_episode_advantage(
+    returns: Any, traj: Any, row_group: Any, n_groups: int, eps: float, normalize_std: bool
+) -> Any:
+    """verl-agent's GiGPO episode term (``episode_norm_reward`` with its default cross-step statistics).
+
+    Differences from :func:`grpo_advantage`, all of them verl-agent's:
+
+    * every step row carries its trajectory's ``R_i`` and the group mean/std are taken over the group's
+      step rows, so a trajectory weighs by its length;
+    * a group with a single step row uses mean 0 and std 1 (its advantage is ``R_i`` or ``R_i/(1+eps)``);
+    * with ``normalize_std=False`` (verl-agent ``mode="mean_norm"``, used by our ``"gigpo"``) the episode
+      term is ``R_i - mean`` without std scaling; ``mode="mean_std_norm"`` maps to ``"gigpo_std"``.
+
+    The std is unbiased, as ``torch.std``. Where verl-agent computes in float32 we use float64, and a group
+    of several equal rows gets exactly 0 (verl-agent: 0 up to float32 rounding). Returns one value per row.
+    """
+    ops = ops_of(returns)
+    row_returns = returns[traj]
+    m = moments(row_returns, row_group, n_groups, ops)
+    single = m.count == 1
+    mean = ops.where(single, 0.0, m.mean)
+    std = ops.where(single, 1.0, unbiased_std(m, ops))
+    centered = row_returns - mean[row_group]
+    if normalize_std:
+        centered = centered / (std[row_group] + eps)
+    return ops.where(m.constant[row_group] & ~single[row_group], 0.0, centered)

@@ -1,0 +1,326 @@
+"""The estimator registry, one function per estimator, and the public entry point :func:`compute_advantages`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ecpo_train.core.credit.config import CreditConfig
+from ecpo_train.core.credit.equations import (
+    between_action_variance,
+    eca_action_std,
+    eca_advantage,
+    eca_shrinkage,
+    ecpo_advantage,
+    future_return,
+    gigpo_advantage,
+    gigpo_anchor_advantage,
+    grpo_advantage,
+    moments,
+    reliability_weight,
+    rloo_advantage,
+    strict_valid,
+    trajectory_return,
+    unbiased_std,
+    vargate_reliability,
+    verl_agent_episode_advantage,
+    within_action_variance,
+)
+from ecpo_train.core.credit.rows import CreditRows, prepare_rows
+
+Estimator = Callable[[CreditRows, CreditConfig], tuple[Any, dict[str, float]]]
+_ESTIMATORS: dict[str, Estimator] = {}
+_COMPAT_AWARE = {"gigpo", "gigpo_std"}
+
+
+def register_estimator(name: str) -> Callable[[Estimator], Estimator]:
+    """Decorator: register ``fn(rows, config) -> (advantage per row, diagnostics)`` under ``name``."""
+
+    def decorate(fn: Estimator) -> Estimator:
+        if name in _ESTIMATORS:
+            raise ValueError(f"estimator {name!r} is already registered")
+        _ESTIMATORS[name] = fn
+        return fn
+
+    return decorate
+
+
+def available_estimators() -> list[str]:
+    return list(_ESTIMATORS)
+
+
+def get_estimator(name: str) -> Estimator:
+    """The estimator registered under ``name`` (clear ``ValueError`` listing valid names otherwise)."""
+    try:
+        return _ESTIMATORS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown advantage estimator {name!r}; valid: {', '.join(_ESTIMATORS)}") from None
+
+
+@dataclass(frozen=True, eq=False)
+class _Returns:
+    future: Any  # G per row
+    trajectory: Any  # R per trajectory
+
+
+def _returns(rows: CreditRows, config: CreditConfig) -> _Returns:
+    dev = rows.dev
+    g = future_return(rows.reward, dev["traj"], rows.ops.index(rows.position), rows.n_trajs, rows.horizon, config.gamma)
+    return _Returns(future=g, trajectory=trajectory_return(rows.reward, dev["traj"], rows.n_trajs))
+
+
+def _grpo_rows(rows: CreditRows, ret: _Returns, config: CreditConfig) -> Any:
+    dev = rows.dev
+    return grpo_advantage(ret.trajectory, dev["traj_group"], rows.n_groups, config.eps)[dev["traj"]]
+
+
+@dataclass(frozen=True, eq=False)
+class _AnchorEvidence:
+    """ECA and VarGate quantities of every anchor / canonical action (Sec. 4.1-4.2)."""
+
+    action_adv: Any  # A_act per row
+    rho_vg: Any  # per anchor
+    rho: Any  # per anchor, after StrictValid and the floor
+    strict: Any  # per anchor
+
+
+def _anchor_evidence(rows: CreditRows, ret: _Returns, config: CreditConfig, anchor_scale: bool = False) -> _AnchorEvidence:
+    """ECA (eqs. eca_shrinkage, eca_adv) and VarGate + StrictValid (eqs. between_var .. vargate, App. A).
+
+    ``anchor_scale`` swaps eq. eca_adv's denominator ``sigma^act_s`` for the anchor's occurrence-level std
+    ``sigma_s`` (the ``ecpo_anchor_scale`` reading); nothing else changes.
+    """
+    ops, dev = rows.ops, rows.dev
+    g = ret.future
+    anchor_stats = moments(g, dev["anchor"], rows.n_anchors, ops)
+    action_count = ops.asarray(rows.action_counts)
+    action_mean = ops.segment_sum(g, dev["action"], rows.n_actions) / action_count
+    mu_s = anchor_stats.mean
+    calibrated = eca_shrinkage(action_mean, action_count, mu_s[dev["action_anchor"]], config.kappa)
+    if anchor_scale:  # the very std GiGPO_w/std divides by (gigpo_anchor_advantage)
+        scale = unbiased_std(anchor_stats, ops)
+    else:
+        scale = eca_action_std(calibrated, mu_s, dev["action_anchor"], rows.n_anchors)
+    per_action_adv = eca_advantage(calibrated, mu_s, dev["action_anchor"], scale, config.eps)
+    # Exactly 0 where the equation is 0 in exact arithmetic: one canonical action, or all returns equal.
+    comparable = ops.mask(rows.anchor_action_counts >= 2) & ~anchor_stats.constant
+    action_adv = ops.where(comparable[dev["anchor"]], per_action_adv[dev["action"]], 0.0)
+
+    anchor_size = anchor_stats.count
+    between = between_action_variance(action_mean, action_count, mu_s, dev["action_anchor"], anchor_size, rows.n_anchors)
+    within = within_action_variance(
+        g, dev["action"], action_mean, action_count, dev["action_anchor"], anchor_size, rows.n_anchors
+    )
+    rho_vg = vargate_reliability(between, within, anchor_size, config.tau, config.eps)
+    strict = strict_valid(
+        ops.index(rows.anchor_depth), anchor_size, ops.index(rows.anchor_action_counts), between, within,
+        config.d_min, config.eps,
+    )
+    rho = reliability_weight(rho_vg, strict, config.rho_min)
+    return _AnchorEvidence(action_adv=action_adv, rho_vg=rho_vg, rho=rho, strict=strict)
+
+
+def _structure_diagnostics(rows: CreditRows) -> dict[str, float]:
+    is_anchor = rows.anchor_sizes >= 2
+    n_anchors = int(is_anchor.sum())
+    counts = rows.action_counts
+    most = np.zeros(rows.n_anchors, dtype=np.int64)
+    np.maximum.at(most, rows.action_anchor, counts)
+    fewest = np.full(rows.n_anchors, np.iinfo(np.int64).max)
+    np.minimum.at(fewest, rows.action_anchor, counts)
+    divergent = is_anchor & (most >= 2) & (fewest == 1)
+    return {
+        "num_rows": float(rows.n_rows),
+        "num_trajectories": float(rows.n_trajs),
+        "num_groups": float(rows.n_groups),
+        "num_anchors": float(n_anchors),
+        "anchor_hit_rate": float(is_anchor[rows.anchor].mean()),
+        "divergent_anchor_fraction": float(divergent.sum() / n_anchors) if n_anchors else 0.0,
+    }
+
+
+def _advantage_diagnostics(rows: CreditRows, adv: Any) -> dict[str, float]:
+    values = rows.ops.host(adv)
+    if not np.isfinite(values).all():
+        rewards = rows.ops.host(rows.reward)
+        raise ValueError(
+            f"advantages overflow float64 (row {int(np.argmin(np.isfinite(values)))} is {values[~np.isfinite(values)][0]}): "
+            f"rewards as large as |r| = {np.abs(rewards).max():.3g} make the returns, or their squared deviations, "
+            "exceed float64's range (~1.8e308) once weighted by omega; rescale the rewards or lower omega"
+        )
+    peak = float(np.abs(values).max())
+    # squaring advantages beyond ~1e154 overflows: take their std on a rescaled copy then
+    std = peak * float((values / peak).std()) if peak > 1e150 else float(values.std())
+    return {
+        "advantage_std": std,
+        "advantage_min": float(values.min()),
+        "advantage_max": float(values.max()),
+    }
+
+
+def _gate_diagnostics(rows: CreditRows, evidence: _AnchorEvidence) -> dict[str, float]:
+    is_anchor = rows.anchor_sizes >= 2
+    if not is_anchor.any():
+        return {"mean_rho": 0.0, "gated_fraction": 0.0, "strict_valid_fraction": 0.0}
+    rho = rows.ops.host(evidence.rho)[is_anchor]
+    strict = rows.ops.host(evidence.strict)[is_anchor]
+    return {
+        "mean_rho": float(rho.mean()),
+        "gated_fraction": float((rho == 0.0).mean()),
+        "strict_valid_fraction": float(strict.mean()),
+    }
+
+
+def _finish(rows: CreditRows, adv: Any, extra: dict[str, float] | None = None) -> tuple[Any, dict[str, float]]:
+    diagnostics = _structure_diagnostics(rows) | (extra or {}) | _advantage_diagnostics(rows, adv)
+    return adv, diagnostics
+
+
+@register_estimator("grpo")
+def grpo_estimator(rows: CreditRows, config: CreditConfig) -> tuple[Any, dict[str, float]]:
+    """GRPO: every row of trajectory i gets ``A^GRPO_i`` (eq. grpo_adv)."""
+    return _finish(rows, _grpo_rows(rows, _returns(rows, config), config))
+
+
+@register_estimator("rloo")
+def rloo_estimator(rows: CreditRows, config: CreditConfig) -> tuple[Any, dict[str, float]]:
+    """RLOO: every row of trajectory i gets ``R_i - mean_{j != i} R_j`` over its group."""
+    ret = _returns(rows, config)
+    adv = rloo_advantage(ret.trajectory, rows.dev["traj_group"], rows.n_groups)[rows.dev["traj"]]
+    return _finish(rows, adv)
+
+
+def _gigpo(rows: CreditRows, config: CreditConfig, normalize_std: bool) -> tuple[Any, dict[str, float]]:
+    ret = _returns(rows, config)
+    if config.compat == "verl-agent":
+        trajectory_adv = verl_agent_episode_advantage(
+            ret.trajectory, rows.dev["traj"], rows.dev["row_group"], rows.n_groups, config.eps, normalize_std
+        )
+    else:
+        trajectory_adv = _grpo_rows(rows, ret, config)
+    anchor_adv = gigpo_anchor_advantage(ret.future, rows.dev["anchor"], rows.n_anchors, config.eps, normalize_std)
+    return _finish(rows, gigpo_advantage(trajectory_adv, anchor_adv, config.omega))
+
+
+@register_estimator("gigpo")
+def gigpo_estimator(rows: CreditRows, config: CreditConfig) -> tuple[Any, dict[str, float]]:
+    """GiGPO without std: ``A^GRPO_i + omega (G_{i,t} - mu_s)``.
+
+    ``compat="verl-agent"`` gives verl-agent's ``mode="mean_norm"`` numbers (episode term unscaled too)."""
+    return _gigpo(rows, config, normalize_std=False)
+
+
+@register_estimator("gigpo_std")
+def gigpo_std_estimator(rows: CreditRows, config: CreditConfig) -> tuple[Any, dict[str, float]]:
+    """GiGPO_w/std: ``A^GRPO_i + omega (G_{i,t} - mu_s) / (sigma_s + eps)`` (the paper's GiGPO baseline).
+
+    ``compat="verl-agent"`` gives verl-agent's ``mode="mean_std_norm"`` numbers."""
+    return _gigpo(rows, config, normalize_std=True)
+
+
+def _ecpo(rows: CreditRows, config: CreditConfig, gated: bool, anchor_scale: bool) -> tuple[Any, dict[str, float]]:
+    """eq. ecpo_adv with ``rho`` (``gated``) or without it (ECA-only), on either scale of eq. eca_adv."""
+    ret = _returns(rows, config)
+    evidence = _anchor_evidence(rows, ret, config, anchor_scale=anchor_scale)
+    rho_rows = evidence.rho[rows.dev["anchor"]] if gated else 1.0
+    adv = ecpo_advantage(_grpo_rows(rows, ret, config), rho_rows, evidence.action_adv, config.omega)
+    return _finish(rows, adv, _gate_diagnostics(rows, evidence) if gated else None)
+
+
+@register_estimator("ecpo")
+def ecpo_estimator(rows: CreditRows, config: CreditConfig) -> tuple[Any, dict[str, float]]:
+    """ECPO: ``A^GRPO_i + omega rho(s) A_act(s, a)`` (eq. ecpo_adv) with ECA and VarGate + StrictValid.
+
+    ``A_act`` is eq. eca_adv as written: normalised by ``sigma^act_s``, the spread of the calibrated action
+    means over the anchor's actions (with two actions that spread undoes the shrinkage: fig. 1's B gets
+    ``3/sqrt(5)`` for every kappa). :func:`ecpo_anchor_scale_estimator` is the reading App. C analyses."""
+    return _ecpo(rows, config, gated=True, anchor_scale=False)
+
+
+@register_estimator("ecpo_eca_only")
+def ecpo_eca_only_estimator(rows: CreditRows, config: CreditConfig) -> tuple[Any, dict[str, float]]:
+    """Ablation +ECA (Sec. 5.2): ``A^GRPO_i + omega A_act(s, a)`` -- ECA replaces GiGPO's anchor credit, no rho."""
+    return _ecpo(rows, config, gated=False, anchor_scale=False)
+
+
+@register_estimator("ecpo_anchor_scale")
+def ecpo_anchor_scale_estimator(rows: CreditRows, config: CreditConfig) -> tuple[Any, dict[str, float]]:
+    """ECPO as App. C analyses it: eq. ecpo_adv with eq. eca_adv's denominator ``sigma^act_s`` replaced by the
+    anchor's occurrence-level std ``sigma_s`` of G -- the std (and eps) GiGPO_w/std divides by at that anchor.
+
+    On that scale ("the same local normalization scale" of eq. ecpo_bad_bound) ECA's term for action u is
+    GiGPO_w/std's mean term for u times ``n_{s,u} / (n_{s,u} + kappa)``, so a singleton's is GiGPO's over
+    ``1 + kappa`` (eq. bad_shrinkage), and VarGate multiplies it by ``rho``. Everything else is ``ecpo``'s."""
+    return _ecpo(rows, config, gated=True, anchor_scale=True)
+
+
+@register_estimator("ecpo_anchor_scale_eca_only")
+def ecpo_anchor_scale_eca_only_estimator(rows: CreditRows, config: CreditConfig) -> tuple[Any, dict[str, float]]:
+    """ECA-only ablation of ``ecpo_anchor_scale``: ``A^GRPO_i + omega A_act(s, a)`` with eq. eca_adv on the
+    anchor's occurrence-level std ``sigma_s`` (no rho)."""
+    return _ecpo(rows, config, gated=False, anchor_scale=True)
+
+
+@register_estimator("ecpo_vargate_only")
+def ecpo_vargate_only_estimator(rows: CreditRows, config: CreditConfig) -> tuple[Any, dict[str, float]]:
+    """Ablation +VarGate (Sec. 5.2): ``A^GRPO_i + omega rho(s) A^anchor_{i,t}`` on GiGPO_w/std's anchor credit."""
+    ret = _returns(rows, config)
+    evidence = _anchor_evidence(rows, ret, config)
+    anchor_adv = gigpo_anchor_advantage(ret.future, rows.dev["anchor"], rows.n_anchors, config.eps, True)
+    adv = ecpo_advantage(_grpo_rows(rows, ret, config), evidence.rho[rows.dev["anchor"]], anchor_adv, config.omega)
+    return _finish(rows, adv, _gate_diagnostics(rows, evidence))
+
+
+# --------------------------------------------------------------------------------------------------------
+# Public entry point
+# --------------------------------------------------------------------------------------------------------
+def compute_advantages(
+    name: str,
+    group_ids: Sequence[Any] | Any = None,
+    traj_ids: Sequence[Any] | Any = None,
+    steps: Sequence[int] | Any = None,
+    anchor_keys: Sequence[Any] | Any = None,
+    action_keys: Sequence[Any] | Any = None,
+    rewards: Sequence[float] | Any = None,
+    *,
+    rows: CreditRows | None = None,
+    **hyperparameters: Any,
+) -> tuple[Any, dict[str, float]]:
+    """Per-row advantages of estimator ``name`` and its diagnostics, from plain arrays (one entry per step row).
+
+    ``name``: one of ``grpo, rloo, gigpo, gigpo_std, ecpo, ecpo_eca_only, ecpo_anchor_scale,
+    ecpo_anchor_scale_eca_only, ecpo_vargate_only``. Ids and keys
+    are sequences (or arrays/tensors) of str or int; a trajectory is identified by ``(group_id, traj_id)``
+    and its ``steps`` must be exactly ``1..T``; rows may come in any order. ``anchor_keys`` are the anchor
+    keys (an anchor is ``(group_id, anchor_key)``; see the module docstring on the name). ``rewards`` are
+    floats: a torch tensor gives a float64 tensor on its device, anything else a float64 numpy array.
+    Instead of the six columns, ``rows`` may pass step rows already validated and coded by
+    :func:`prepare_rows` (``TrajectoryBatch.credit_rows()``), so a batch's keys are factorised once.
+    Hyperparameters (defaults = paper): gamma, omega, kappa, tau, d_min, rho_min, eps, compat
+    ("native" | "verl-agent").
+    Bad input raises ``ValueError``: a hyperparameter of the wrong type or out of its range (named, with the
+    range), and finite rewards so large that float64 arithmetic on them overflows (rejected rather than
+    returned as inf/NaN: finite input gives finite advantages or this error).
+    """
+    estimator = get_estimator(name)
+    config = CreditConfig.from_kwargs(**hyperparameters)
+    if config.compat != "native" and name not in _COMPAT_AWARE:
+        raise ValueError(f"compat={config.compat!r} applies only to {sorted(_COMPAT_AWARE)}, not {name!r}")
+    columns = {"group_ids": group_ids, "traj_ids": traj_ids, "steps": steps, "anchor_keys": anchor_keys,
+               "action_keys": action_keys, "rewards": rewards}
+    given = [column for column, values in columns.items() if values is not None]
+    if rows is not None:
+        if given:
+            raise ValueError(f"pass either rows= or the step columns, not both (got rows and {', '.join(given)})")
+        if not isinstance(rows, CreditRows):
+            raise TypeError(f"rows must be CreditRows (from prepare_rows), got {type(rows).__name__}")
+    else:
+        missing = [column for column in columns if column not in given]
+        if missing:
+            raise TypeError(f"compute_advantages needs the step columns {', '.join(missing)} (or rows=)")
+        rows = prepare_rows(group_ids, traj_ids, steps, anchor_keys, action_keys, rewards)
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow raises a ValueError in _finish instead
+        return estimator(rows, config)
