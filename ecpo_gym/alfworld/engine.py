@@ -172,6 +172,10 @@ def goal_of_intro(intro: str) -> str:
 
 
 def entity_names(engine: Any) -> dict[str, str]:
-    """Raw PDDL id (lowercased) -> demangled name (``apple 1``) of the loaded game."""
+    """Raw PDDL id (lowercased) -> demangled name (``apple 1``) of the loaded game (either engine)."""
+    from ecpo_gym.alfworld.native import NativeEngine
+
+    if isinstance(engine, NativeEngine):
+        return engine.entity_names()
     pddl_env = engine.unwrapped if hasattr(engine, "unwrapped") else engine
     return {key: info.name for key, info in pddl_env._entity_infos.items()}

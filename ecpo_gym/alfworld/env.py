@@ -1,5 +1,6 @@
 """ALFWorld environments: real ``game.tw-pddl`` files (``ecpo/ALFWorld-v0``) and generated households
-(``ecpo/ALFWorldGen-v0``), both on TextWorld's PDDL engine with alfworld's demangler.
+(``ecpo/ALFWorldGen-v0``), played on the native engine (``ecpo_gym.alfworld.native``) or on TextWorld's PDDL
+engine with alfworld's demangler (``engine="textworld"``); both give the same texts, commands and keys.
 
 Both follow the ``TextAgentEnv`` contract: ``info["task_type"]`` is the subtask (Pick, Look, Clean, Heat,
 Cool, Pick2), ``info["state_key"]`` a digest of the positive dynamic PDDL facts (``info["observation_key"]``
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ecpo_gym.alfworld.engine import (
+    DYNAMIC_PREDICATES,
     HELP_COMMAND,
     SUBTASKS,
     TASK_TYPES,
@@ -28,7 +30,8 @@ from ecpo_gym.alfworld.engine import (
     release_engine,
     state_key_of_facts,
 )
-from ecpo_gym.alfworld.generator import GeneratedGame, generate_game, render_plan
+from ecpo_gym.alfworld.generator import GeneratedGame, check_generation_args, generate_game, render_plan
+from ecpo_gym.alfworld.native import NativeEngine, NativeState
 from ecpo_gym.canonical import INVALID_ACTION, ActionCanonicalizer
 from ecpo_gym.core import TaskStart, TextAgentEnv, Transition, UnknownTaskError
 
@@ -57,6 +60,9 @@ DOWNLOAD_HINT = (
     "ALFWORLD_DATA. No download needed for ecpo/ALFWorldGen-v0."
 )
 GAME_FILE = "game.tw-pddl"
+ENGINES = ("native", "textworld")
+DEFAULT_ENGINE = "textworld"
+KNOWN_SPLITS = ("train", "valid_seen", "valid_unseen", "valid_train")
 
 
 def subtask_of(name: str) -> str:
@@ -115,10 +121,30 @@ def resolve_split_dir(data_dir: str | os.PathLike | None, split: str) -> Path:
     raise FileNotFoundError(f"ALFWorld split {split!r} not found: looked in {where}.{existing} {DOWNLOAD_HINT}")
 
 
+class _MemoCanonicalizer(ActionCanonicalizer):
+    """The ALFWorld canonicaliser with its (pure) text -> key function memoised: the same admissible
+    strings come back every step, and rewriting them dominated a native-engine step."""
+
+    def __init__(self, rewrites, max_entries: int = 1 << 16) -> None:
+        super().__init__(rewrites)
+        self._keys: dict[str, str] = {}
+        self._max_entries = max_entries
+
+    def key(self, text: Any) -> str:
+        if not isinstance(text, str):
+            return super().key(text)
+        found = self._keys.get(text)
+        if found is None:
+            if len(self._keys) >= self._max_entries:
+                self._keys.clear()
+            found = self._keys[text] = super().key(text)
+        return found
+
+
 class _ALFWorldBase(TextAgentEnv):
     """Shared engine handling of the real and generated ALFWorld environments."""
 
-    canonicalizer = ActionCanonicalizer(rewrites=ALFWORLD_REWRITES)
+    canonicalizer = _MemoCanonicalizer(ALFWORLD_REWRITES)
 
     def __init__(
         self,
@@ -129,9 +155,13 @@ class _ALFWorldBase(TextAgentEnv):
         reward_failure: float = 0.0,
         reward_invalid: float = -0.1,
         render_mode: str | None = None,
+        engine: str = DEFAULT_ENGINE,
     ) -> None:
+        if engine not in ENGINES:
+            raise ValueError(f"unknown ALFWorld engine {engine!r}; choose from {list(ENGINES)}")
         super().__init__(max_steps=max_steps, reward_success=reward_success, reward_failure=reward_failure,
                          reward_invalid=reward_invalid, render_mode=render_mode)
+        self.engine = engine
         self.hide_help = bool(hide_help)
         self._engine: Any = None
         self._loaded_task: str | None = None
@@ -154,7 +184,7 @@ class _ALFWorldBase(TextAgentEnv):
     def _load_task(self, task_id: str) -> TaskStart:
         task_type = self._task_type_of(task_id)
         if self._engine is None:
-            self._engine = make_engine()
+            self._engine = NativeEngine() if self.engine == "native" else make_engine()
         if self._loaded_task != task_id:
             self._loaded_task = None
             self._engine.load(self._game_data(task_id))
@@ -172,7 +202,11 @@ class _ALFWorldBase(TextAgentEnv):
 
     def _state_key(self) -> str:
         if self._state_key_value is None:
-            self._state_key_value = state_key_of_facts(self._game_state["_facts"], scope=self._loaded_task or "")
+            state = self._game_state
+            # the native state hands out just the dynamic facts; the digest is the same either way
+            facts = state.facts_of_predicates(DYNAMIC_PREDICATES) if isinstance(state, NativeState) \
+                else state["_facts"]
+            self._state_key_value = state_key_of_facts(facts, scope=self._loaded_task or "")
         return self._state_key_value
 
     def parse_action(self, action: Any) -> tuple[str, Any]:
@@ -211,21 +245,26 @@ class ALFWorldEnv(_ALFWorldBase):
     Task ids are game paths relative to the split folder
     (``pick_heat_then_place_in_recep-Apple-None-DiningTable-26/trial_.../game.tw-pddl``).
     ``split="valid_seen"`` is the evaluation default; use ``split="train"`` for training. ``data_dir`` is the
-    benchmark data folder, the ALFWorld folder, ``json_2.1.1`` or the split folder (``data_path``: its old name).
+    benchmark data folder, the ALFWorld folder, ``json_2.1.1`` or the split folder (``data_path``: its old name);
+    ``split`` then defaults to the name of the folder the games are in.
     """
 
     def __init__(
         self,
         data_dir: str | os.PathLike | None = None,
-        split: str = "valid_seen",
+        split: str | None = None,
         task_types: Iterable[str] | None = None,
         *,
         data_path: str | os.PathLike | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.split = split
-        self.split_dir = resolve_split_dir(data_dir if data_dir is not None else data_path, split)  # old name kept
+        # old name data_path kept; with no split given, valid_seen is looked up and the folder found names it
+        self.split_dir = resolve_split_dir(data_dir if data_dir is not None else data_path, split or "valid_seen")
+        found = self.split_dir.name
+        if split is not None and found in KNOWN_SPLITS and found != split:
+            raise ValueError(f"split={split!r} but {self.split_dir} is the {found!r} split")
+        self.split = split if split is not None else found
         self.task_types = normalize_task_types(task_types)
         wanted = set(self.task_types)
         ids = sorted(
@@ -288,6 +327,9 @@ class ALFWorldGenEnv(_ALFWorldBase):
         cache_size: int = 64,
         **kwargs: Any,
     ) -> None:
+        check_generation_args(num_receptacles, max_objects_per_receptacle)
+        if int(cache_size) < 1:
+            raise ValueError(f"cache_size must be >= 1, got {cache_size}")
         super().__init__(**kwargs)
         if num_tasks < 1:
             raise ValueError(f"num_tasks must be >= 1, got {num_tasks}")

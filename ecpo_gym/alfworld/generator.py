@@ -196,6 +196,20 @@ def _weighted_choice(rng: np.random.Generator, items: list[str]) -> str:
     return items[int(rng.choice(len(items), p=weights / weights.sum()))]
 
 
+def check_generation_args(num_receptacles, max_objects_per_receptacle) -> None:
+    """Raise ``ValueError`` for sizes no household can be built with (checked when an env is made, so a bad
+    kwarg fails at construction, not inside the first reset)."""
+    try:
+        lo, hi = (int(v) for v in num_receptacles)
+    except (TypeError, ValueError):
+        raise ValueError(f"num_receptacles must be a pair (lo, hi) of ints, got {num_receptacles!r}") from None
+    if not 4 <= lo <= hi:
+        # the generator needs a source, a destination, an appliance and a lamp holder in one room
+        raise ValueError(f"num_receptacles must be (lo, hi) with 4 <= lo <= hi, got {num_receptacles}")
+    if isinstance(max_objects_per_receptacle, bool) or int(max_objects_per_receptacle) < 0:
+        raise ValueError(f"max_objects_per_receptacle must be an int >= 0, got {max_objects_per_receptacle!r}")
+
+
 def generate_game(
     task_type: str,
     seed: int,
@@ -206,9 +220,8 @@ def generate_game(
     """Build the household of ``(task_type, seed)``: deterministic, solvable, goal false at reset."""
     if task_type not in SUBTASK_PREFIX:
         raise ValueError(f"unknown task type {task_type!r}; choose from {list(SUBTASKS)}")
+    check_generation_args(num_receptacles, max_objects_per_receptacle)
     lo, hi = int(num_receptacles[0]), int(num_receptacles[1])
-    if not 4 <= lo <= hi:
-        raise ValueError(f"num_receptacles must be (lo, hi) with 4 <= lo <= hi, got {num_receptacles}")
     t = alfworld_tables()
     prefix = SUBTASK_PREFIX[task_type]
     rng = np.random.default_rng([int(seed), SUBTASKS.index(task_type), 0xA1F])
