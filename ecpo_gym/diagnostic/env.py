@@ -26,9 +26,12 @@ from typing import Any
 import numpy as np
 
 from ecpo_gym.core import TaskStart, TextAgentEnv, Transition, UnknownTaskError
+from ecpo_gym.kwargs import check_int, check_optional_int, check_pair, check_real
 
 DOOR_NAMES = ("red", "blue", "green", "gold", "grey", "pink", "teal", "white", "black", "brown")
 GOAL = "goal"
+MAX_DEPTH = 10_000  # rooms per corridor
+MAX_ROOMS = 100_000  # rooms over every corridor (depth x num_tasks): all layouts are built (~2 s) when the env is made
 PIT = "pit"
 
 
@@ -83,19 +86,21 @@ class DivergentAnchorEnv(TextAgentEnv):
         reward_invalid: float = -0.1,
         render_mode: str | None = None,
     ) -> None:
-        if depth < 1:
-            raise ValueError(f"depth must be >= 1, got {depth}")
-        if not 2 <= branching <= len(DOOR_NAMES):
-            raise ValueError(f"branching must be in [2, {len(DOOR_NAMES)}], got {branching}")
-        low, high = (float(x) for x in rare_prob)
-        for name, p in (("good_prob", good_prob), ("rare_prob low", low), ("rare_prob high", high),
-                        ("noise", noise)):
-            if not 0.0 <= p <= 1.0:
-                raise ValueError(f"{name} must be a probability in [0, 1], got {p}")
-        if low > high:
-            raise ValueError(f"rare_prob must be (low, high) with low <= high, got {rare_prob}")
-        if num_tasks < 1:
-            raise ValueError(f"num_tasks must be >= 1, got {num_tasks}")
+        # every layout is built here, so the corridor's size is bounded: a typo like depth=100000000 is refused
+        # at gym.make instead of building for minutes
+        depth = check_int("depth", depth, 1, MAX_DEPTH)
+        branching = check_int("branching", branching, 2, len(DOOR_NAMES))
+        num_tasks = check_int("num_tasks", num_tasks, 1, MAX_ROOMS)
+        if depth * num_tasks > MAX_ROOMS:
+            raise ValueError(f"depth={depth} x num_tasks={num_tasks} rooms is invalid: at most {MAX_ROOMS} rooms "
+                             "are built")
+        good_prob, noise = check_real("good_prob", good_prob, 0.0, 1.0), check_real("noise", noise, 0.0, 1.0)
+        low, high = check_pair("rare_prob", rare_prob, 0.0, 1.0)
+        layout_seed = check_int("layout_seed", layout_seed, 0)
+        max_steps = check_optional_int("max_steps", max_steps, 1, MAX_DEPTH * 10)
+        for name, reward in (("reward_success", reward_success), ("reward_failure", reward_failure),
+                             ("reward_invalid", reward_invalid)):
+            check_real(name, reward)
         super().__init__(
             max_steps=2 * depth if max_steps is None else max_steps,
             reward_success=reward_success,

@@ -22,6 +22,7 @@ from typing import Any
 
 from ecpo_gym.canonical import INVALID_ACTION, normalize_text
 from ecpo_gym.core import TaskStart, TextAgentEnv, Transition, UnknownTaskError
+from ecpo_gym.kwargs import check_choice, check_int, check_real
 from ecpo_gym.searchqa.answers import exact_match, normalize_answer, token_f1
 from ecpo_gym.searchqa.corpus import Corpus, DataNotFoundError
 from ecpo_gym.searchqa.datasets import QAExample, load_dataset
@@ -35,6 +36,11 @@ from ecpo_gym.searchqa.protocol import (
 )
 from ecpo_gym.searchqa.retrievers import BM25sRetriever, Retriever, make_retriever
 from ecpo_gym.searchqa.world import generate_world, world_corpus, world_questions
+
+MAX_TOPK = 1000
+MAX_STEPS = 10_000
+WORLD_SIZE_KEYS = ("n_countries", "n_cities", "n_rivers", "n_companies", "n_people")
+MAX_WORLD_ENTITIES = 10_000  # per kind; the generated world and its questions are built when the env is made
 
 
 def search_action_key(query: str) -> str:
@@ -66,10 +72,14 @@ class SearchQABaseEnv(TextAgentEnv):
         render_mode: str | None = None,
         owns_retriever: bool = True,
     ) -> None:
+        topk = check_int("topk", topk, 1, MAX_TOPK)
+        max_steps = check_int("max_steps", max_steps, 1, MAX_STEPS)
+        max_query_chars = check_int("max_query_chars", max_query_chars, 1)
+        for name, value in (("reward_success", reward_success), ("reward_failure", reward_failure),
+                            ("reward_invalid", reward_invalid)):
+            check_real(name, value)
         super().__init__(max_steps=max_steps, reward_success=reward_success, reward_failure=reward_failure,
                          reward_invalid=reward_invalid, render_mode=render_mode)
-        if topk < 1:
-            raise ValueError(f"topk must be >= 1, got {topk}")
         self.examples = {example.task_id: example for example in examples}
         self._task_ids = list(self.examples)
         self.retriever = retriever
@@ -224,6 +234,12 @@ class SearchQAGenEnv(SearchQABaseEnv):
     """
 
     def __init__(self, world_seed: int = 0, *, world_size: dict[str, int] | None = None, **episode_kwargs: Any):
+        check_int("world_seed", world_seed, 0)
+        if world_size is not None and not isinstance(world_size, dict):
+            raise ValueError(f"world_size={world_size!r} is invalid: it must be a mapping such as {{n_people: 30}}")
+        for name, count in (world_size or {}).items():
+            check_choice("world_size key", name, WORLD_SIZE_KEYS)
+            check_int(f"world_size.{name}", count, 1, MAX_WORLD_ENTITIES)  # the world is generated here
         self.world = generate_world(world_seed, **(world_size or {}))
         corpus = world_corpus(self.world)
         self.corpus = corpus

@@ -32,12 +32,32 @@ from typing import Any
 
 from ecpo_gym.canonical import INVALID_ACTION, normalize_text
 from ecpo_gym.core import TaskStart, TextAgentEnv, Transition, UnknownTaskError
+from ecpo_gym.kwargs import check_bool, check_choice, check_int, check_optional_int, check_real
 from ecpo_gym.webshop.catalogue import Catalogue, cached_catalogue, files_identity
 from ecpo_gym.webshop.fixed_tasks import FIXED_TASKS_FILE, fixed_task_goals, load_fixed_tasks
-from ecpo_gym.webshop.goals import GOAL_SHUFFLE_SEED, Goal, build_goals, goal_summary, split_indices
+from ecpo_gym.webshop.goals import GOAL_SHUFFLE_SEED, SPLITS, Goal, build_goals, goal_summary, split_indices
 from ecpo_gym.webshop.pages import DONE, OBSERVATION_MODES, PageState, Shop
 from ecpo_gym.webshop.products import load_product_files, load_products, resolve_data_files
 from ecpo_gym.webshop.reward import webshop_reward
+
+MAX_GENERATED_PRODUCTS = 50_000  # generating takes ~0.2 ms a product (12 s at the bound)
+MAX_STEPS = 10_000
+
+
+def check_shop_kwargs(*, seed: Any, shuffle_seed: Any, split: Any, split_convention: Any, observation_mode: Any,
+                      show_attrs: Any, max_steps: Any, max_query_chars: Any = 1000, **rewards: Any) -> None:
+    """The arguments both WebShop ids share, checked before a catalogue is loaded or generated."""
+    check_int("seed", seed, 0)
+    check_optional_int("shuffle_seed", shuffle_seed, 0)
+    check_choice("split", split, SPLITS)
+    check_choice("split_convention", split_convention, ("original", "verl"))
+    check_choice("observation_mode", observation_mode, OBSERVATION_MODES)
+    check_bool("show_attrs", show_attrs)
+    check_int("max_steps", max_steps, 1, MAX_STEPS)
+    check_int("max_query_chars", max_query_chars, 1)
+    for name, value in rewards.items():
+        if name.startswith("reward_"):
+            check_real(name, value)
 
 ACTION_PATTERN = re.compile(r"([^\[\]]+)\[(.+)\]", re.DOTALL)  # matched against normalised text
 _GOAL_ID = re.compile(r"goal_(0|[1-9][0-9]*)")
@@ -75,6 +95,11 @@ class WebShopEnv(TextAgentEnv):
         max_steps: int = 15,
         **kwargs: Any,
     ) -> None:
+        check_shop_kwargs(seed=seed, shuffle_seed=shuffle_seed, split=split, split_convention=split_convention,
+                          observation_mode=observation_mode, show_attrs=show_attrs, max_steps=max_steps, **kwargs)
+        check_optional_int("num_products", num_products, 1)
+        check_bool("small", small)
+        check_bool("human_goals", human_goals)
         if task_source not in TASK_SOURCES:
             raise ValueError(f"task_source={task_source!r}; expected one of {TASK_SOURCES}")
         if missing_fixed_tasks not in ("error", "skip"):
@@ -284,6 +309,11 @@ class WebShopGenEnv(WebShopEnv):
     ) -> None:
         from ecpo_gym.webshop.generator import generate_records
 
+        # the catalogue is generated here: its size is bounded so a typo is refused instead of building for hours
+        check_int("num_products", num_products, 1, MAX_GENERATED_PRODUCTS)
+        check_int("catalogue_seed", catalogue_seed, 0)
+        check_shop_kwargs(seed=seed, shuffle_seed=shuffle_seed, split=split, split_convention=split_convention,
+                          observation_mode=observation_mode, show_attrs=show_attrs, max_steps=max_steps, **kwargs)
         key = ("generated", num_products, catalogue_seed, seed, shuffle_seed)
 
         def build():

@@ -1,0 +1,57 @@
+"""Checks of environment keyword arguments, run by the constructors so ``gym.make`` (not the first ``reset``)
+refuses a value of the wrong type, out of range, or too large to build in reasonable time and memory.
+
+Each check returns the value converted (``int``/``float``/``bool``) or raises one ``ValueError`` naming the
+argument and its valid range.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+
+def check_int(name: str, value: Any, low: int, high: int | None = None) -> int:
+    """An integer in ``[low, high]``; a bool, a float or a string is refused (``1.5`` would be truncated)."""
+    valid = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high}]"
+    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
+        raise ValueError(f"{name}={value!r} is invalid: it must be {valid}")
+    return int(value)
+
+
+def check_optional_int(name: str, value: Any, low: int, high: int | None = None) -> int | None:
+    return None if value is None else check_int(name, value, low, high)
+
+
+def check_real(name: str, value: Any, low: float | None = None, high: float | None = None) -> float:
+    """A finite number in ``[low, high]`` (either bound optional)."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    ok = ok and (low is None or value >= low) and (high is None or value <= high)
+    if not ok:
+        bounds = {(True, True): "a finite number", (False, True): f"a number >= {low}",
+                  (True, False): f"a number <= {high}", (False, False): f"a number in [{low}, {high}]"}
+        raise ValueError(f"{name}={value!r} is invalid: it must be {bounds[(low is None, high is None)]}")
+    return float(value)
+
+
+def check_bool(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{name}={value!r} is invalid: it must be true or false")  # noqa: TRY004 (one error type)
+    return value
+
+
+def check_choice(name: str, value: Any, choices: Sequence[str]) -> str:
+    if value not in choices:
+        raise ValueError(f"{name}={value!r} is invalid: choose one of {', '.join(map(str, choices))}")
+    return value
+
+
+def check_pair(name: str, value: Any, low: float, high: float) -> tuple[float, float]:
+    """A ``(low, high)`` pair of numbers in ``[low, high]`` with the first <= the second."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or len(value) != 2:
+        raise ValueError(f"{name}={value!r} is invalid: it must be a pair (low, high)")
+    first, second = (check_real(f"{name}[{i}]", v, low, high) for i, v in enumerate(value))
+    if first > second:
+        raise ValueError(f"{name}={value!r} is invalid: it must be (low, high) with low <= high")
+    return first, second
