@@ -5,11 +5,18 @@ several trainers share one index. The body is ``{"queries": [str] | "query": str
 "return_scores": bool}``; a null ``topk`` means the server's default. Each document is sent as
 ``{id, contents, title, text}``, which satisfies both Search-R1 document shapes; the result is always one list
 per query (a single ``query`` gets a one-element result). Binds to loopback by default.
+
+Every request gets an answer: a body that is not the API (not JSON, not UTF-8, nested past the parser's limit,
+over ``MAX_BODY_BYTES``, more than ``MAX_QUERIES`` queries or a query over ``MAX_QUERY_CHARS``) is HTTP 400 with
+``{"error": ...}``, checked before the search lock is taken; an oversized body is read and discarded (up to
+``MAX_DRAIN_BYTES``) so the client sees the 400 rather than a broken pipe. Searches take the lock per chunk
+of ``LOCK_CHUNK`` queries, so one client's large batch does not hold everyone else back.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -17,9 +24,13 @@ from typing import Any
 
 from ecpo_gym.searchqa.corpus import Corpus
 from ecpo_gym.searchqa.retrievers import Retriever, make_retriever
+from ecpo_gym.searchqa.retrievers.remote import MAX_QUERY_CHARS  # the client cuts longer queries to this
 
-MAX_BODY_BYTES = 16 << 20
+MAX_BODY_BYTES = 4 << 20
+MAX_DRAIN_BYTES = 64 << 20  # an oversized body up to this is read (and dropped) so the 400 reaches the client
+MAX_QUERIES = 4096
 MAX_TOPK = 1000
+LOCK_CHUNK = 64
 
 
 class RequestError(ValueError):
@@ -34,6 +45,11 @@ def parse_request(body: Any, default_topk: int) -> tuple[list[str], int, bool]:
     queries = [body["query"]] if single else body.get("queries")
     if not isinstance(queries, list) or not all(isinstance(q, str) for q in queries):
         raise RequestError("'queries' must be a list of strings (or 'query' a string)")
+    if len(queries) > MAX_QUERIES:
+        raise RequestError(f"at most {MAX_QUERIES} queries per request, got {len(queries)}")
+    longest = max((len(q) for q in queries), default=0)
+    if longest > MAX_QUERY_CHARS:
+        raise RequestError(f"a query may have at most {MAX_QUERY_CHARS} characters, got {longest}")
     topk = body.get("topk")
     topk = default_topk if topk is None else topk
     if isinstance(topk, bool) or not isinstance(topk, int) or not 0 <= topk <= MAX_TOPK:
@@ -41,11 +57,16 @@ def parse_request(body: Any, default_topk: int) -> tuple[list[str], int, bool]:
     return queries, topk, bool(body.get("return_scores", False))
 
 
-def retrieve_response(retriever: Retriever, body: Any, default_topk: int) -> dict[str, Any]:
-    """The API's response object for a request body."""
+def retrieve_response(retriever: Retriever, body: Any, default_topk: int,
+                      lock: threading.Lock | None = None) -> dict[str, Any]:
+    """The API's response object for a request body; ``lock`` (if any) is held per chunk of queries searched."""
     queries, topk, return_scores = parse_request(body, default_topk)
+    found = []
+    for start in range(0, len(queries), LOCK_CHUNK):
+        with lock if lock is not None else contextlib.nullcontext():
+            found.extend(retriever.batch_search(queries[start : start + LOCK_CHUNK], topk))
     results = []
-    for hits in retriever.batch_search(queries, topk) if queries else []:
+    for hits in found:
         docs = []
         for hit in hits:
             doc = {"id": hit.document.id, "contents": hit.document.contents,
@@ -53,6 +74,35 @@ def retrieve_response(retriever: Retriever, body: Any, default_topk: int) -> dic
             docs.append({"document": doc, "score": hit.score} if return_scores else doc)
         results.append(docs)
     return {"result": results}
+
+
+def read_json_body(handler: BaseHTTPRequestHandler, max_bytes: int) -> Any:
+    """The request's JSON body; a ``RequestError`` (after reading and dropping an oversized body, so the client
+    gets the answer) for a bad ``Content-Length``, a body over ``max_bytes`` or one that is not UTF-8 JSON."""
+    raw = handler.headers.get("Content-Length")
+    try:
+        length = int(raw) if raw is not None else 0
+    except ValueError:
+        raise RequestError(f"Content-Length {raw!r} is not a number") from None
+    if length <= 0:
+        raise RequestError("a JSON body with its Content-Length is required")
+    if length > max_bytes:
+        handler.close_connection = True
+        if length <= MAX_DRAIN_BYTES:
+            left = length
+            while left > 0:
+                chunk = handler.rfile.read(min(left, 1 << 20))
+                if not chunk:
+                    break
+                left -= len(chunk)
+        raise RequestError(f"the body must be at most {max_bytes} bytes, got {length}")
+    data = handler.rfile.read(length)
+    try:
+        return json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise RequestError("the body is not UTF-8") from None
+    except json.JSONDecodeError as exc:
+        raise RequestError(f"the body is not JSON ({exc})") from None
 
 
 class RetrievalServer(ThreadingHTTPServer):
@@ -79,6 +129,7 @@ class RetrievalServer(ThreadingHTTPServer):
 
 class _RetrieveHandler(BaseHTTPRequestHandler):
     server: RetrievalServer
+    timeout = 60  # seconds a client may stall mid-request (a body shorter than its Content-Length)
 
     def _send(self, status: int, payload: dict[str, Any]) -> None:
         data = json.dumps(payload).encode("utf-8")
@@ -93,14 +144,14 @@ class _RetrieveHandler(BaseHTTPRequestHandler):
             self._send(404, {"error": f"unknown path {self.path}; use POST /retrieve"})
             return
         try:
-            length = int(self.headers.get("Content-Length", "0"))
-            if not 0 <= length <= MAX_BODY_BYTES:
-                raise RequestError(f"the body must be at most {MAX_BODY_BYTES} bytes")
-            body = json.loads(self.rfile.read(length).decode("utf-8"))
-            with self.server.search_lock:
-                payload = retrieve_response(self.server.retriever, body, self.server.default_topk)
-        except (RequestError, ValueError, UnicodeDecodeError) as exc:
-            self._send(400, {"error": str(exc)})
+            body = read_json_body(self, MAX_BODY_BYTES)
+            payload = retrieve_response(self.server.retriever, body, self.server.default_topk,
+                                        lock=self.server.search_lock)
+        except (ValueError, RecursionError) as exc:  # RequestError, JSON, UTF-8, nesting past the parser's limit
+            self._send(400, {"error": str(exc) if not isinstance(exc, RecursionError) else "the body nests too deep"})
+            return
+        except Exception as exc:  # noqa: BLE001 -- the retriever failed: answer 500 instead of dropping the client
+            self._send(500, {"error": f"{type(exc).__name__}: {exc}"})
             return
         self._send(200, payload)
 

@@ -18,6 +18,12 @@ from typing import Any
 from ecpo_gym.searchqa.corpus import Document
 from ecpo_gym.searchqa.retrievers.base import Hit, Retriever
 
+# what ecpo's own server (ecpo_gym/searchqa/server.py) accepts: longer queries are cut to MAX_QUERY_CHARS
+# (a BM25 or dense query gains nothing past that), and a batch goes in requests of REQUEST_QUERIES queries,
+# so a body stays under the server's size limit whatever the policy wrote
+MAX_QUERY_CHARS = 4096
+REQUEST_QUERIES = 64
+
 
 class RetrievalServerError(RuntimeError):
     """The retrieval server was unreachable or answered something other than the Search-R1 API."""
@@ -47,9 +53,14 @@ class SearchR1HTTPRetriever(Retriever):
         self.timeout = float(timeout)
 
     def batch_search(self, queries: Sequence[str], topk: int) -> list[list[Hit]]:
-        if not queries:
-            return []
-        body = json.dumps({"queries": [str(q) for q in queries], "topk": int(topk), "return_scores": True})
+        hits: list[list[Hit]] = []
+        for start in range(0, len(queries), REQUEST_QUERIES):
+            hits.extend(self._request([str(q)[:MAX_QUERY_CHARS] for q in queries[start : start + REQUEST_QUERIES]],
+                                      topk))
+        return hits
+
+    def _request(self, queries: list[str], topk: int) -> list[list[Hit]]:
+        body = json.dumps({"queries": queries, "topk": int(topk), "return_scores": True})
         request = urllib.request.Request(self.url, data=body.encode("utf-8"), method="POST",
                                          headers={"Content-Type": "application/json"})
         try:
