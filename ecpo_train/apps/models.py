@@ -57,6 +57,19 @@ MODEL_REGISTRY: dict[str, PullableModel] = {
 }
 
 
+def check_writable_folder(path: Path, what: str) -> None:
+    """``ValueError`` unless ``path`` is, or can be made as, a folder this process may write (writes nothing)."""
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{what} {path} is a file, not a folder")
+    probe = path.absolute()
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        raise ValueError(f"{what} {path} cannot be made: {probe} is a file")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise ValueError(f"{what} {path} is not writable ({probe} is read-only for this user)")
+
+
 def default_cache_dir() -> Path:
     """``$ECPO_CACHE_DIR/models`` or ``~/.cache/ecpo/models``."""
     root = os.environ.get(CACHE_ENV_VAR)
@@ -187,6 +200,7 @@ def pull_model(name: str, cache_dir: str | Path | None = None, *, tolerance: flo
     """
     entry = registry_entry(name)
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    check_writable_folder(cache, "cache folder")  # before a download, not after it
     out_dir = cache / entry.name
     marker = out_dir / MARKER_FILE
     if marker.is_file():
@@ -295,6 +309,10 @@ def write_tiny_model(out_dir: str | Path, tokenizer_path: str | Path | None = No
     import torch
     from transformers import AutoTokenizer, GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+    out = Path(out_dir)
+    check_writable_folder(out, "model folder")
     tokenizer_dir = resolve_tokenizer_dir(tokenizer_path)
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir) if tokenizer_dir else train_fallback_tokenizer()
     if not getattr(tokenizer, "chat_template", None):
@@ -308,7 +326,6 @@ def write_tiny_model(out_dir: str | Path, tokenizer_path: str | Path | None = No
         torch.manual_seed(seed)
         model = Qwen2ForCausalLM(config)
     model.generation_config = GenerationConfig(eos_token_id=eos_id, pad_token_id=pad_id, bos_token_id=pad_id)
-    out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)

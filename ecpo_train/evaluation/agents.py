@@ -146,17 +146,16 @@ def load_checkpoint_policy(path: str | Path, *, device: str = "cpu") -> tuple[Po
     Returns the policy and the run's config dict. An LLM run rebuilds its model from the config's ``model``
     path before loading the trained weights, so that path must exist here too.
     """
-    import torch
-
     from ecpo_train.runtime.builders import build_policy
     from ecpo_train.runtime.config import make_config
+    from ecpo_train.runtime.run_dir import load_checkpoint
 
     path = Path(path)
     if path.is_dir():
         path = path / "checkpoint.pt"
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {path} not found (a training run writes <run_dir>/checkpoint.pt)")
-    state = torch.load(path, map_location="cpu", weights_only=False)
+    state = load_checkpoint(path)  # a damaged file is one ValueError naming it
     if not isinstance(state, dict) or "policy" not in state or "config" not in state:
         raise ValueError(f"{path} is not an ECPO trainer checkpoint (no 'policy'/'config' entries)")
     values = dict(state["config"])

@@ -9,7 +9,7 @@ from typing import Any
 from ecpo_gym import family_of
 from ecpo_train.evaluation.build import build_agent_from, parse_overrides
 from ecpo_train.evaluation.manifests import load_manifest, manifest_from_env
-from ecpo_train.evaluation.options import LeaderboardOptions
+from ecpo_train.evaluation.options import LeaderboardOptions, error_line
 from ecpo_train.evaluation.runner import EvalSettings, evaluate, write_reports
 
 DEFAULT_MANIFESTS = ["alfworld_gen", "webshop_gen"]
@@ -49,11 +49,12 @@ def leaderboard_command(options: LeaderboardOptions) -> None:
     """Evaluate an agent on fixed task lists and print the paper's tables (mean ± std over seeds).
 
     The body of ``ecpo leaderboard`` and ``benchmarks/leaderboard.py``: bad input is one line and exit 2."""
+    import gymnasium as gym
     import typer
 
     try:
         result = run_leaderboard(options)
-    except (ValueError, TypeError, FileNotFoundError, ConnectionError) as err:
-        typer.echo(f"error: {err}", err=True)
+    except (ValueError, TypeError, KeyError, OSError, gym.error.Error) as err:  # OSError: a missing model, a
+        typer.echo(f"error: {error_line(err)}", err=True)  # path under a file, an unreachable endpoint
         raise typer.Exit(2) from None
     typer.echo(result["markdown"])

@@ -10,14 +10,19 @@ the option's default and its ``help`` metadata the help text. ``typer_command`` 
 from __future__ import annotations
 
 import inspect
+import math
 import typing
 from collections.abc import Callable, Iterable
 from dataclasses import MISSING, dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
+from ecpo_train.runtime import VALIDATION_TEMPERATURE  # ``--greedy`` gives 0
+
 AGENT_KINDS = ("checkpoint", "prompting", "react", "reflexion", "expert", "random")
+CHAT_AGENTS = ("prompting", "react", "reflexion")  # the agents that use --model / --backend / --base-url
 BACKENDS = ("transformers", "openai")
-VALIDATION_TEMPERATURE = 0.4  # the paper's validation temperature (App. A); ``--greedy`` gives 0
+DTYPES = ("float32", "float16", "bfloat16")
 
 
 def _option(default: Any, help: str) -> Any:
@@ -57,17 +62,63 @@ class LeaderboardOptions:
         return 0.0 if self.greedy else float(self.temperature)
 
     def check(self) -> None:
-        """``ValueError`` naming the first option with an impossible value."""
+        """``ValueError`` naming the first option with an impossible value, or one the agent would ignore."""
         if self.agent not in AGENT_KINDS:
             raise ValueError(f"agent={self.agent!r}; choose from {', '.join(AGENT_KINDS)}")
         if self.backend not in BACKENDS:
             raise ValueError(f"backend={self.backend!r}; choose from {', '.join(BACKENDS)}")
-        if self.seeds < 1:
-            raise ValueError(f"seeds must be >= 1, got {self.seeds}")
-        if self.trials < 1:
-            raise ValueError(f"trials must be >= 1, got {self.trials}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype={self.dtype!r}; choose from {', '.join(DTYPES)}")
+        for name, low in (("seeds", 1), ("trials", 1), ("max_new_tokens", 1), ("limit", 1)):
+            value = getattr(self, name)
+            if value is not None and value < low:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= {low}, got {value}")
+        if not (math.isfinite(self.temperature) and self.temperature >= 0):
+            raise ValueError(f"--temperature must be a finite number >= 0 (0 = greedy), got {self.temperature}")
+        if self.env and self.manifest:
+            raise ValueError("--env evaluates every task of one env instead of manifests: give --env or --manifest, "
+                             "not both")
+        ignored = [f"--{flag}" for flag, value, used in (
+            ("model", self.model, self.agent in CHAT_AGENTS),
+            ("base-url", self.base_url, self.agent in CHAT_AGENTS and self.backend == "openai"),
+            ("checkpoint", self.checkpoint, self.agent == "checkpoint")) if value is not None and not used]
+        if ignored:
+            raise ValueError(f"{', '.join(ignored)} would be ignored by --agent {self.agent}: leave it out")
         if not self.out_dir:
             raise ValueError("out_dir is required")
+        check_output_folder(self.out_dir)
+        check_device(self.device)
+
+
+def check_output_folder(path: str | Path) -> None:
+    """``ValueError`` when ``path`` cannot become a folder: it, or a folder above it, is a file."""
+    probe = Path(path).absolute()
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        raise ValueError(f"{path} cannot be a results folder: {probe} is a file")
+
+
+def check_device(device: str) -> None:
+    """``cpu``, ``cuda`` or ``cuda:N``; CUDA only where this torch has a usable GPU."""
+    kind, _, index = device.partition(":")
+    if kind not in ("cpu", "cuda") or (index and (kind != "cuda" or not index.isdigit())):
+        raise ValueError(f"--device {device!r}; valid: cpu, cuda, cuda:N")
+    if kind == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ValueError(f"--device {device} but this torch ({torch.__version__}) has no usable CUDA device: "
+                             "use --device cpu, or install a CUDA build of torch")
+
+
+def error_line(err: BaseException) -> str:
+    """An exception as the one line the CLI prints: its message's first line (a ``KeyError`` without quotes)."""
+    text = str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err)
+    if isinstance(err, OSError) and err.strerror and err.filename:  # not "[Errno 2] ...": path first, then why
+        text = f"{err.filename}: {err.strerror}"
+    text = text.strip()
+    return text.splitlines()[0] if text else type(err).__name__
 
 
 def typer_command(function: Callable[..., Any], *, only: Iterable[str] | None = None,

@@ -113,6 +113,14 @@ class TrainConfig:
             raise ValueError("policy=llm needs model=<local path or hub id> (e.g. `ecpo models pull smollm2-135m-instruct`)")
         if self.generation_backend == "vllm" and (self.policy != "llm" or self.policy_mode != "generate"):
             raise ValueError("generation_backend=vllm needs policy=llm with policy_mode=generate")
+        if self.policy_mode == "score":  # refused here, not ignored (tabular) or failing mid-rollout (search-QA)
+            from ecpo_gym import family_of
+
+            if self.policy != "llm":
+                raise ValueError("policy_mode=score applies to policy=llm: the tabular policy has no text to score")
+            if getattr(family_of(self.env_id), "family", None) == "searchqa":
+                raise ValueError(f"policy_mode=score picks among admissible actions, but {self.env_id} lists none "
+                                 "(search-QA's actions are free text): use policy_mode=generate")
         if self.lora:
             from ecpo_train.policies.lora import check_lora_settings, require_peft
 

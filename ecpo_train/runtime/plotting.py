@@ -6,8 +6,11 @@ Reads the run's ``metrics.jsonl`` (one JSON object per iteration, written by the
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Mapping
 from pathlib import Path
+
+from ecpo_train.runtime.run_dir import read_metrics_file
 
 PANELS = (
     ("success", "val/success", "success rate"),
@@ -21,11 +24,22 @@ PANELS = (
 EXACT_VAL_KEY = "val/exact_success"  # the exact validation success of envs with a known MDP (trainer.exact_success)
 
 
+IMAGE_SUFFIXES = (".png", ".pdf", ".svg")
+
+
 def read_metrics(run_dir: str | Path) -> list[dict[str, float]]:
+    """The rows of a run's ``metrics.jsonl``; a torn last line (a run writing, or a crash) is skipped with a
+    warning, any other damaged line is a ``ValueError`` naming the file and line."""
     path = Path(run_dir) / "metrics.jsonl"
-    if not path.exists():
+    if not path.is_file():
         raise FileNotFoundError(f"{path} not found: is {run_dir} a run directory written by `ecpo train`?")
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows, torn = read_metrics_file(path)
+    if torn:
+        print(f"warning: {path}: skipped its last line, cut mid-write", file=sys.stderr)
+    bad = next((row for row in rows if not isinstance(row.get("iteration"), (int, float))), None)
+    if bad is not None:
+        raise ValueError(f"{path} has a line without a numeric 'iteration': {json.dumps(bad)[:80]}")
+    return rows
 
 
 def _series(rows: list[dict[str, float]], key: str) -> tuple[list[float], list[float]]:
@@ -77,6 +91,16 @@ def plot_comparison(runs: Mapping[str, str | Path], out: str | Path, title: str 
 
 
 def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
-    """``run_dir/curves.png`` (or ``out``) from one run's metrics."""
+    """``run_dir/curves.png`` (or ``out``: an image path in an existing folder; no folder is created for it)."""
     run_dir = Path(run_dir)
+    if out is not None:
+        out = Path(out)
+        if out.suffix.lower() not in IMAGE_SUFFIXES:
+            raise ValueError(f"--out {out}: the image type comes from its suffix: use one of {', '.join(IMAGE_SUFFIXES)}")
+        if not out.parent.is_dir():
+            raise ValueError(f"--out {out}: folder {out.parent} does not exist (it is not created: make it first)")
+        if out.is_dir():
+            raise ValueError(f"--out {out} is a folder: give an image file path")
+    if not read_metrics(run_dir):
+        raise ValueError(f"{run_dir / 'metrics.jsonl'} has no iterations yet: nothing to plot")
     return plot_comparison({run_dir.name: run_dir}, out or run_dir / "curves.png", title=str(run_dir))

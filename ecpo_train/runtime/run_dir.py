@@ -1,7 +1,9 @@
 """A training run's folder: ``config.yaml``, ``metrics.jsonl``, TensorBoard events, ``checkpoint.pt``.
 
 ``MetricsLog`` keeps each iteration once (a resume drops lines logged after its checkpoint; a fresh run in a
-used folder starts a fresh log). ``save_checkpoint`` writes atomically (a crash mid-write leaves the previous
+used folder starts a fresh log) and writes ``config.yaml`` when it first writes: building a trainer writes
+nothing, so a refused start leaves the folder as it was (``ecpo_train.runtime.resume``). A torn last line of
+``metrics.jsonl`` (a crash mid-write) is dropped with a warning naming the file. ``save_checkpoint`` writes atomically (a crash mid-write leaves the previous
 checkpoint); ``load_checkpoint`` names a damaged file instead of failing inside torch's unpickler.
 ``Progress`` is the one progress line every long loop shows.
 """
@@ -9,35 +11,89 @@ checkpoint); ``load_checkpoint`` names a damaged file instead of failing inside 
 from __future__ import annotations
 
 import json
+import sys
 import time
 import typing
 from pathlib import Path
 from typing import Any
 
 import torch
+import yaml
+
+
+def read_metrics_file(path: Path) -> tuple[list[dict[str, Any]], bool]:
+    """The rows of a ``metrics.jsonl`` and whether its last line was torn (cut mid-write, so dropped).
+
+    A damaged line before the last is a ``ValueError`` naming the file and line: that is not a crash mid-write,
+    and dropping it would silently lose an iteration."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError:
+        raise ValueError(f"{path} is not UTF-8 text: is it a metrics.jsonl written by `ecpo train`?") from None
+    numbered = [(number, line) for number, line in enumerate(lines, 1) if line.strip()]
+    rows, torn = [], False
+    for position, (number, line) in enumerate(numbered):
+        try:
+            row = json.loads(line)
+            if not isinstance(row, dict):
+                raise ValueError("not an object")  # noqa: TRY004 (handled below as a damaged line)
+        except ValueError:
+            if position == len(numbered) - 1:
+                torn = True
+                break
+            raise ValueError(f"{path} line {number} is not a JSON object of metrics; repair or delete that line") \
+                from None
+        rows.append(row)
+    return rows, torn
+
+
+def check_metrics_file(path: Path) -> None:
+    """Raise now what :meth:`MetricsLog.keep_through` would raise, so a refused resume writes nothing."""
+    if path.exists():
+        read_metrics_file(path)
 
 
 class MetricsLog:
-    """``metrics.jsonl`` (one line per iteration) and, optionally, TensorBoard scalars."""
+    """``metrics.jsonl`` (one line per iteration) and, optionally, TensorBoard scalars.
 
-    def __init__(self, run_dir: Path, tensorboard: bool) -> None:
+    ``config`` (the run's config as plain data) is written to ``config.yaml`` when the log first writes."""
+
+    def __init__(self, run_dir: Path, tensorboard: bool, config: dict[str, Any] | None = None) -> None:
         self.path = run_dir / "metrics.jsonl"
         self.tensorboard_dir = run_dir / "tensorboard"
         self.tensorboard = tensorboard
         self.history: list[dict[str, float]] = []
         self._writer: Any = None
+        self._config = config
+        self._opened = False
+
+    def _open(self) -> None:
+        """Create the folder and write ``config.yaml``: the first write of this run (every check has passed)."""
+        if self._opened:
+            return
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if self._config is not None:
+                (self.path.parent / "config.yaml").write_text(yaml.safe_dump(self._config, sort_keys=False))
+        except OSError as err:
+            raise ValueError(f"run_dir={str(self.path.parent)!r} is not a writable folder ({err.strerror})") from None
+        self._opened = True
 
     def keep_through(self, iteration: int) -> None:
         """Drop lines after ``iteration`` (logged after the checkpoint, or by an earlier run in this folder)."""
-        if not self.path.exists():
-            self.history = []
-            return
-        kept = [line for line in self.path.read_text().splitlines()
-                if line.strip() and json.loads(line).get("iteration", 0) <= iteration]
-        self.path.write_text("".join(line + "\n" for line in kept))
-        self.history = [json.loads(line) for line in kept]
+        rows: list[dict[str, Any]] = []
+        if self.path.exists() and iteration >= 0:
+            rows, torn = read_metrics_file(self.path)
+            if torn:
+                print(f"warning: {self.path}: the last line was cut mid-write (a crash); dropped it, the run "
+                      "continues from its checkpoint", file=sys.stderr)
+        self._open()
+        kept = [row for row in rows if row.get("iteration", 0) <= iteration]
+        self.path.write_text("".join(json.dumps(row) + "\n" for row in kept))
+        self.history = kept
 
     def append(self, metrics: dict[str, float], step: int) -> None:
+        self._open()
         self.history.append(metrics)
         with open(self.path, "a") as fh:
             fh.write(json.dumps(metrics) + "\n")
@@ -73,6 +129,8 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     """The state saved by :func:`save_checkpoint`; a missing or damaged file is one clear error."""
     if not path.exists():
         raise FileNotFoundError(f"checkpoint {path} not found (runs write it every checkpoint_every iterations)")
+    if path.is_dir():
+        raise ValueError(f"checkpoint {path} is a folder, not a checkpoint file")
     try:
         return torch.load(path, map_location="cpu", weights_only=False)
     except Exception as err:  # noqa: BLE001 -- torch raises RuntimeError, EOFError, UnpicklingError, ... for a bad file

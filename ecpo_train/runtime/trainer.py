@@ -26,7 +26,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import yaml
 
 from ecpo_gym.group import GroupVectorEnv
 from ecpo_train.core.credit import compute_advantages
@@ -42,6 +41,7 @@ from ecpo_train.runtime.builders import (
     warn_if_no_signal,
 )
 from ecpo_train.runtime.config import TrainConfig, config_dict
+from ecpo_train.runtime.resume import check_writable_folder
 from ecpo_train.runtime.run_dir import MetricsLog, Progress, checkpoint_size, load_checkpoint, save_checkpoint
 
 
@@ -80,12 +80,9 @@ class Trainer:
                 raise ValueError(f"n_groups={config.n_groups} must be a multiple of the {self.dp.world_size} "
                                  "processes (each plays whole groups)")
         self.is_main = self.dp is None or self.dp.is_main
-        try:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            if self.is_main:
-                (self.run_dir / "config.yaml").write_text(yaml.safe_dump(config_dict(config), sort_keys=False))
-        except OSError as err:
-            raise ValueError(f"run_dir={config.run_dir!r} is not a writable folder ({err.strerror})") from None
+        # building writes nothing (a refused start leaves the folder as it was): config.yaml is written with the
+        # first metrics (MetricsLog), once ecpo_train.runtime.resume.open_run has checked the start
+        check_writable_folder(self.run_dir)
         random.seed(config.seed)
         np.random.seed(config.seed)
         torch.manual_seed(config.seed)
@@ -113,7 +110,8 @@ class Trainer:
             self.critic_optimizer = torch.optim.AdamW(self.critic.parameters(), lr=config.critic_lr,
                                                       weight_decay=config.weight_decay)
         self.iteration = 0
-        self.metrics_log = (MetricsLog if self.is_main else _HistoryOnly)(self.run_dir, tensorboard=config.tensorboard)
+        self.metrics_log = (MetricsLog(self.run_dir, tensorboard=config.tensorboard, config=config_dict(config))
+                            if self.is_main else _HistoryOnly(self.run_dir, tensorboard=config.tensorboard))
         self.progress: Progress | None = None
         # the last iteration's rollout and its step advantages, for callers that measure the credit itself
         # (benchmarks/credit_study_protocol.py: how often a truly worse action out-scored the best one)
@@ -355,8 +353,9 @@ class Trainer:
             self.dp.barrier()
         return saved
 
-    def load_checkpoint(self, path: str | Path | None = None) -> None:
-        state = load_checkpoint(Path(path) if path is not None else self.run_dir / "checkpoint.pt")
+    def load_checkpoint(self, path: str | Path | None = None, state: dict[str, Any] | None = None) -> None:
+        if state is None:  # (``state``: a checkpoint already read, e.g. to check it before resuming)
+            state = load_checkpoint(Path(path) if path is not None else self.run_dir / "checkpoint.pt")
         if self.dp is not None:  # full states (read by every process) into the shards
             if state.get("optimizer") is not None:
                 self.dp.load_checkpoint_states(self.policy, self.optimizer, state["policy"], state["optimizer"])
@@ -393,11 +392,13 @@ class Trainer:
             self.dp.close()
 
 
-def run_training(trainer: Trainer, resume: bool = False) -> list[dict[str, float]]:
-    """Optionally resume from ``run_dir/checkpoint.pt``, train, close, and plot the curves."""
+def run_training(trainer: Trainer, resume: bool = False, overwrite: bool = False) -> list[dict[str, float]]:
+    """Start the run (a folder holding a run needs ``resume`` -- continue its checkpoint -- or ``overwrite``),
+    train, close, and plot the curves. Every check passes before the folder is touched (``resume.open_run``)."""
+    from ecpo_train.runtime.resume import open_run
+
     try:
-        if resume and (trainer.run_dir / "checkpoint.pt").exists():
-            trainer.load_checkpoint()
+        open_run(trainer, resume=resume, overwrite=overwrite)
         history = trainer.train()
     finally:
         trainer.close()
@@ -412,6 +413,6 @@ def run_training(trainer: Trainer, resume: bool = False) -> list[dict[str, float
     return history
 
 
-def train(config: TrainConfig, resume: bool = False) -> list[dict[str, float]]:
+def train(config: TrainConfig, resume: bool = False, overwrite: bool = False) -> list[dict[str, float]]:
     """Build a trainer for ``config`` and run it (:func:`run_training`)."""
-    return run_training(Trainer(config), resume=resume)
+    return run_training(Trainer(config), resume=resume, overwrite=overwrite)
