@@ -5,6 +5,7 @@
 Real valid_seen games when ``ECPO_DATA_DIR`` is set (else generated households). Every measurement runs in
 a fresh spawned process so its RSS is its own:
 
+- engine: the bare engines (no env wrapper), the same walks; load + reset reported apart;
 - single: one env, seeded random admissible walks (``help`` left out) of ``--steps`` steps on ``--games``
   games; steps/s counts ``env.step`` only, resets are reported apart;
 - memory: RSS after making and resetting ``--memory-envs`` envs (one game each) minus RSS after imports;
@@ -80,6 +81,39 @@ def single(engine: str, games: int, steps: int) -> dict:
     env.close()
     return {"steps": n_steps, "steps_per_s": n_steps / step_s, "ms_per_step": 1000 * step_s / n_steps,
             "resets": games, "ms_per_reset": 1000 * reset_s / games}
+
+
+def engine_only(engine: str, games: int, steps: int) -> dict:
+    """The bare engines (no env wrapper): load + reset, then seeded random admissible commands."""
+    import json as _json
+
+    from ecpo_gym.alfworld.engine import make_engine, release_engine
+    from ecpo_gym.alfworld.native import NativeEngine
+
+    env = _make(engine)
+    paths = [getattr(env, "split_dir", None) and env.split_dir / t for t in _pick_games(env, games)]
+    datas = [_json.loads(p.read_text()) if p else env.game(t).game for p, t in zip(paths, _pick_games(env, games))]
+    env.close()
+    eng = NativeEngine() if engine == "native" else make_engine()
+    load_s = step_s = 0.0
+    n = 0
+    for k, data in enumerate(datas):
+        rng = random.Random(k)
+        t0 = time.perf_counter()
+        eng.load(data)
+        state = eng.reset()
+        load_s += time.perf_counter() - t0
+        for _ in range(steps):
+            command = rng.choice([c for c in state["admissible_commands"] if c != "help"])
+            t0 = time.perf_counter()
+            state, _, done = eng.step(command)
+            step_s += time.perf_counter() - t0
+            n += 1
+            if done:
+                break
+    release_engine(eng)
+    return {"steps": n, "steps_per_s": n / step_s, "ms_per_step": 1000 * step_s / n,
+            "ms_per_load_and_reset": 1000 * load_s / games}
 
 
 def memory(engine: str, envs: int) -> dict:
@@ -158,7 +192,9 @@ def main(argv: list[str] | None = None) -> int:
     for engine in ENGINES:
         copies = args.textworld_copies if engine == "textworld" and args.textworld_copies else args.copies
         print(f"[{engine}] single process ...", flush=True)
-        res = {"single": _run(single, engine, args.games, args.steps)}
+        res = {"engine": _run(engine_only, engine, args.games, args.steps)}
+        print(f"[{engine}] env, single process ...", flush=True)
+        res["single"] = _run(single, engine, args.games, args.steps)
         print(f"[{engine}] memory ...", flush=True)
         res["memory"] = _run(memory, engine, args.memory_envs)
         print(f"[{engine}] group of {copies} ...", flush=True)
@@ -169,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         out["engines"][engine] = res
     nat, tw = out["engines"]["native"], out["engines"]["textworld"]
     out["ratios"] = {
+        "engine_steps_per_s": nat["engine"]["steps_per_s"] / tw["engine"]["steps_per_s"],
         "single_steps_per_s": nat["single"]["steps_per_s"] / tw["single"]["steps_per_s"],
         "reset": tw["single"]["ms_per_reset"] / nat["single"]["ms_per_reset"],
         "group_steps_per_s": nat["group"]["steps_per_s"] / tw["group"]["steps_per_s"],
@@ -177,8 +214,10 @@ def main(argv: list[str] | None = None) -> int:
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(out, indent=2) + "\n")
-    rows = [("single: steps/s", "single", "steps_per_s"), ("single: ms/step", "single", "ms_per_step"),
-            ("single: ms/reset", "single", "ms_per_reset"), ("memory: MB/env", "memory", "mb_per_env"),
+    rows = [("engine: steps/s", "engine", "steps_per_s"), ("engine: ms/step", "engine", "ms_per_step"),
+            ("engine: ms/load+reset", "engine", "ms_per_load_and_reset"),
+            ("env: steps/s", "single", "steps_per_s"), ("env: ms/step", "single", "ms_per_step"),
+            ("env: ms/reset", "single", "ms_per_reset"), ("memory: MB/env", "memory", "mb_per_env"),
             (f"group x{args.copies}: steps/s", "group", "steps_per_s"),
             (f"group x{args.copies}: MB/copy", "group", "mb_per_copy")]
     print(f"\n{env_id}   {'native':>12} {'textworld':>12}")

@@ -7,11 +7,11 @@ import glob
 import json
 import os
 import random
-import shutil
 from pathlib import Path
 
 import gymnasium as gym
 import pytest
+from gymnasium.utils.env_checker import check_env
 
 import ecpo_gym  # noqa: F401
 from ecpo_gym.alfworld.engine import make_engine, release_engine, state_key_of_facts
@@ -205,4 +205,10 @@ def test_native_engine_on_copied_game_file(tmp_path):
     a.load(path)
     b.load(generated.game)
     assert a.reset() == b.reset() and a.walkthrough == ["look"]
-    shutil.rmtree(tmp_path)
+
+
+def test_native_env_passes_gymnasium_checks():
+    env = gym.make("ecpo/ALFWorldGen-v0", engine="native", num_tasks=6, **SMALL)
+    check_env(env.unwrapped, skip_render_check=True)
+    assert env.unwrapped.engine == "native"
+    env.close()

@@ -49,20 +49,20 @@ class NativeState(dict):
 
     def __init__(self, engine: NativeEngine, **values: Any) -> None:
         super().__init__(values)
-        self._engine = engine
+        self._game = engine.game  # kept, so an old state still reads right after the engine loads another game
         self._dynamic = engine.dynamic_facts()
 
     def __missing__(self, key: str) -> Any:
         if key != "_facts":
             raise KeyError(key)
-        facts = self._engine.facts_of(self._dynamic)
+        facts = self._game.facts_of(self._dynamic)
         self["_facts"] = facts
         return facts
 
     def facts_of_predicates(self, predicates) -> list[Fact]:
         """Only the facts of ``predicates`` (a set of names): what a state key needs, without the static
         facts. ``predicates`` must be predicates actions change (or ``not_*``)."""
-        return self._engine.facts_of(self._dynamic, predicates)
+        return self._game.facts_of(self._dynamic, predicates)
 
 
 def load_game(source: str | os.PathLike | dict) -> Game:
@@ -208,15 +208,6 @@ class NativeEngine:
         static = self.game.static
         return tuple((pred, frozenset(bucket)) for pred, bucket in self._state.by_pred.items()
                      if pred not in static and bucket)
-
-    def facts_of(self, dynamic: tuple, predicates=None) -> list[Fact]:
-        """Static facts plus ``dynamic`` as reference-shaped propositions (``atlocation(agent1: agent, ...)``),
-        only those of ``predicates`` when given."""
-        game = self.game
-        buckets = list(dynamic) if predicates is not None else list(game.static_facts.items()) + list(dynamic)
-        fact = game.fact
-        return [fact(pred, args) for pred, bucket in buckets
-                if predicates is None or pred in predicates for args in bucket]
 
     def close(self) -> None:
         self.game = None

@@ -157,6 +157,15 @@ class Game:
         self.noop_cache: dict[tuple, bool] = {}
         self._facts: dict[tuple, object] = {}
 
+    def facts_of(self, dynamic: tuple, predicates=None) -> list:
+        """Static facts plus ``dynamic`` (``(pred, args set)`` pairs) as reference-shaped propositions
+        (``atlocation(agent1: agent, ...)``); only those of ``predicates`` when given."""
+        buckets = [(p, b) for p, b in self.static_facts.items() if predicates is None or p in predicates]
+        buckets += dynamic
+        fact = self.fact
+        return [fact(pred, args) for pred, bucket in buckets
+                if predicates is None or pred in predicates for args in bucket]
+
     def fact(self, pred: str, args: tuple):
         """The reference-shaped proposition of one fact (cached)."""
         key = (pred, args)
