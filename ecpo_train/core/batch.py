@@ -189,6 +189,49 @@ class TrajectoryBatch:
         object.__setattr__(out, "extras", self.extras | {name: list(values) for name, values in columns.items()})
         return out
 
+    # ------------------------------------------------------------------ rows across processes
+    @classmethod
+    def concat(cls, batches: Sequence[TrajectoryBatch]) -> TrajectoryBatch:
+        """One batch holding every row of ``batches``, in order (e.g. groups sampled by several env runners).
+
+        The batches must carry the same extra columns; trajectories must not collide (``(group_id, traj_id)``
+        unique across batches: see :meth:`renumbered`), which the rebuilt batch's validation checks.
+        """
+        if not batches:
+            raise ValueError("concat needs at least one TrajectoryBatch")
+        if len(batches) == 1:
+            return batches[0]
+        names = sorted(batches[0].extras)
+        for index, batch in enumerate(batches):
+            if sorted(batch.extras) != names:
+                raise ValueError(f"batch {index} has extra columns {sorted(batch.extras)}, batch 0 has {names}")
+        columns = {name: np.concatenate([getattr(b, name) for b in batches]) for name in cls.column_names()}
+        extras = {name: [v for b in batches for v in b.extras[name]] for name in names}
+        return cls(extras=extras, **columns)
+
+    def select(self, rows: Sequence[int] | np.ndarray) -> TrajectoryBatch:
+        """The batch of ``rows`` (whole trajectories, so the steps stay ``1..T``), in the order given."""
+        rows = np.asarray(rows, dtype=np.int64)
+        columns = {name: getattr(self, name)[rows] for name in self.column_names()}
+        extras = {name: [values[i] for i in rows] for name, values in self.extras.items()}
+        return type(self)(extras=extras, **columns)
+
+    def by_group(self) -> list[TrajectoryBatch]:
+        """One batch per group, in order of first appearance (a learner gets whole groups: anchors and group
+        baselines never cross groups, so credit on each equals credit on the whole)."""
+        order: dict[Any, list[int]] = {}
+        for row, group in enumerate(self.group_id):
+            order.setdefault(group, []).append(row)
+        return [self.select(rows) for rows in order.values()]
+
+    def renumbered(self, group_offset: int, traj_offset: int) -> TrajectoryBatch:
+        """The same rows with integer group and trajectory ids shifted (a runner's local ids made global)."""
+        return type(self)(
+            group_id=[int(g) + group_offset for g in self.group_id], traj_id=[int(t) + traj_offset for t in self.traj_id],
+            step=self.step, anchor_key=self.anchor_key, action_key=self.action_key, reward=self.reward,
+            is_action_valid=self.is_action_valid, extras=self.extras,
+        )
+
     def advantages(self, estimator: str = "ecpo", **hyperparameters: Any) -> tuple[np.ndarray, dict[str, float]]:
         """Per-row advantages of ``estimator`` on this batch (see :func:`ecpo_train.core.credit.compute_advantages`),
         from the codes built with the batch."""

@@ -50,6 +50,8 @@ def build_policy(config: TrainConfig, device: str | None = None) -> Policy:
     )
     apply_memory_settings(policy.model, gradient_checkpointing=config.gradient_checkpointing,
                           mixed_precision="none" if config.fsdp else config.mixed_precision)
+    if config.policy_mode == "score":
+        policy.explore_epsilon = config.explore_epsilon
     return policy
 
 
@@ -104,6 +106,33 @@ def exact_success(policy: Policy, env_id: str, env_kwargs: dict, task_ids: Seque
         return mdp_success(env, list(task_ids), probabilities)
     finally:
         env.close()
+
+
+def validation_outcome(policy: Policy, config: TrainConfig, envs: Any, task_ids: Sequence[str],
+                       seed: int) -> tuple[list, float | None]:
+    """One validation pass on the fixed tasks at the validation temperature: the episodes of one rollout of
+    ``envs`` (a group of ``val_episodes_per_task`` copies per task, copy ``i`` reset with ``seed + i``) and,
+    where the env and the policy allow it, the exact success (``exact_success``; else ``None``). The training
+    RNG streams are left as they were. The native trainer and the RLlib runners validate through it."""
+    from ecpo_train.core.rollout import collect_rollout
+
+    with sampling_state_restored(policy):  # validating must not change the training run
+        rollout = collect_rollout(envs, policy, list(task_ids), env_name=config.env_id,
+                                  temperature=config.val_temperature, seed=seed, anchor_key=config.anchor_key,
+                                  history_length=config.history_length)
+    exact = exact_success(policy, config.env_id, config.env_kwargs, task_ids, config.val_temperature,
+                          history_length=config.history_length)
+    return rollout.episodes, exact
+
+
+def validation_metrics(episodes: Sequence[Any], exact: float | None) -> dict[str, float]:
+    """``val/success`` and the other episode metrics, plus ``val/exact_success`` where it exists."""
+    from ecpo_train.core.rollout import episode_metrics
+
+    metrics = episode_metrics(episodes, prefix="val/")
+    if exact is not None:
+        metrics["val/exact_success"] = exact
+    return metrics
 
 
 def pad_logprobs(old_logprobs: Sequence[Sequence[float]]) -> tuple[torch.Tensor, torch.Tensor]:

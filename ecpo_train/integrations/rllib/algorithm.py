@@ -24,10 +24,17 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import ray
 from ray.rllib.algorithms.algorithm_config import NotProvided
 from ray.rllib.algorithms.ppo import PPO, PPOConfig
+from ray.rllib.core import (
+    COMPONENT_ENV_RUNNER,
+    COMPONENT_ENV_TO_MODULE_CONNECTOR,
+    COMPONENT_MODULE_TO_ENV_CONNECTOR,
+)
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+from ray.rllib.utils import force_list
 from ray.rllib.utils.metrics import (
     ALL_MODULES,
     ENV_RUNNER_RESULTS,
@@ -44,6 +51,7 @@ from ecpo_train.core.credit import CreditConfig, available_estimators
 from ecpo_train.core.rollout import ANCHOR_KEYS
 from ecpo_train.integrations.rllib.candidate_env import CandidateActionEnv
 from ecpo_train.integrations.rllib.connector import group_sizes
+from ecpo_train.integrations.rllib.llm_settings import apply_train_config, is_llm_config, train_config_of
 
 
 class ECPOConfig(PPOConfig):
@@ -76,6 +84,8 @@ class ECPOConfig(PPOConfig):
         self.anchor_key = "state_key"
         self.lora: dict = {}  # LoRA settings of the LLM path (lora.check_lora_settings); {} = full fine-tuning
         self.text_env_id = None  # the ecpo_gym id that environment("ecpo/...") wrapped
+        self.run_settings: dict = {}  # LLM path: native TrainConfig keys RLlib has no name for (llm_settings.py)
+        self.lost_groups = "top_up"  # LLM path: groups of a lost env runner are re-sampled ("top_up") or refused
         # Critic off, whole episodes, one env per runner (so its resets stay grouped).
         self.use_critic = False
         self.use_gae = False
@@ -108,6 +118,8 @@ class ECPOConfig(PPOConfig):
         credit: CreditConfig | Mapping[str, Any] | None = NotProvided,
         anchor_key: str | None = NotProvided,
         lora: Mapping[str, Any] | None = NotProvided,
+        run_settings: Mapping[str, Any] | None = NotProvided,
+        lost_groups: str | None = NotProvided,
         **kwargs: Any,
     ) -> ECPOConfig:
         """PPO's ``training`` plus ECPO's settings (see the class docstring); ``gamma`` given here wins over
@@ -127,8 +139,10 @@ class ECPOConfig(PPOConfig):
 
             self.lora = check_lora_settings(dict(lora) if lora else None)
         super().training(**kwargs)
+        if run_settings is not NotProvided:
+            self.run_settings = dict(self.run_settings) | dict(run_settings or {})
         for name, value in (("group_size", group_size), ("groups_per_batch", groups_per_batch),
-                            ("estimator", estimator), ("anchor_key", anchor_key)):
+                            ("estimator", estimator), ("anchor_key", anchor_key), ("lost_groups", lost_groups)):
             if value is not NotProvided:
                 setattr(self, name, value)
         self._sync_env_config()
@@ -161,17 +175,66 @@ class ECPOConfig(PPOConfig):
             env_config["group_size"] = self.group_size
             self.env_config = env_config
 
-    def get_default_rl_module_spec(self) -> RLModuleSpec:
-        from ecpo_train.integrations.rllib.module import CandidateScorerModule
+    # ------------------------------------------------------------------ the LLM path
+    @property
+    def is_llm(self) -> bool:
+        """``rl_module(model_config={"model": ...})`` makes this an LLM config (``llm_settings.py``)."""
+        return is_llm_config(self)
 
+    def to_train_config(self):
+        """The native ``TrainConfig`` of this LLM config (the runners and learners build their policy from it)."""
+        return train_config_of(self)
+
+    @classmethod
+    def from_train_config(cls, train) -> ECPOConfig:
+        """The native run ``train`` (a ``TrainConfig``, e.g. ``load_config("corridor_llm")``) through RLlib."""
+        return apply_train_config(cls(), train)
+
+    def get_default_rl_module_spec(self) -> RLModuleSpec:
+        from ecpo_train.integrations.rllib.module import CandidateScorerModule, CausalLMRLModule
+
+        if self.is_llm:
+            from ecpo_train.runtime.config import config_dict
+
+            return RLModuleSpec(module_class=CausalLMRLModule,
+                                model_config={"train_config": config_dict(train_config_of(self))})
         return RLModuleSpec(module_class=CandidateScorerModule)
 
     def get_default_learner_class(self):
-        from ecpo_train.integrations.rllib.learner import ECPOTorchLearner
+        from ecpo_train.integrations.rllib.learner import ECPOLLMLearner, ECPOTorchLearner
 
-        return ECPOTorchLearner
+        return ECPOLLMLearner if self.is_llm else ECPOTorchLearner
+
+    def _validate_llm(self) -> None:
+        """One clear error before any actor starts: the run's TrainConfig (ranges, LoRA without peft), the env id,
+        scoring on search-QA, learners without whole groups, the lost-group policy."""
+        import gymnasium as gym
+
+        from ecpo_train.integrations.rllib.llm_runner import LLMEnvRunner
+        from ecpo_train.integrations.rllib.llm_step import LOST_GROUP_POLICIES
+
+        if self.text_env_id is None:
+            self._value_error("an LLM config needs environment('ecpo/<id>'), one of ecpo_gym's text env ids")
+        try:
+            gym.spec(self.text_env_id)
+        except gym.error.Error:
+            import ecpo_gym
+
+            self._value_error(f"unknown env id {self.text_env_id!r}; registered: {', '.join(sorted(ecpo_gym.ENV_ENTRY_POINTS))}")
+        try:  # the TrainConfig's own checks: ranges, scoring on search-QA, LoRA without peft, ...
+            train_config_of(self)
+        except ValueError as error:
+            self._value_error(str(error))
+        if self.lost_groups not in LOST_GROUP_POLICIES:
+            self._value_error(f"lost_groups={self.lost_groups!r}; valid: {', '.join(LOST_GROUP_POLICIES)}")
+        if self.env_runner_cls is None:
+            self.env_runner_cls = LLMEnvRunner
+        self.create_local_env_runner = int(self.num_env_runners) == 0
+        self._dont_auto_sync_env_runner_states = True  # no env-to-module connector states: the rows are the data
 
     def validate(self) -> None:
+        if self.is_llm:
+            self._validate_llm()
         super().validate()
         if self.use_critic:
             self._value_error("ECPO is critic-free: set training(use_critic=False)")
@@ -193,14 +256,16 @@ class ECPOConfig(PPOConfig):
                 check_lora_settings(self.lora)
             except ValueError as error:
                 self._value_error(str(error))
-            if self.env is CandidateActionEnv:
-                self._value_error("lora adapts the LLM path's causal LM (LLMTrainer); the candidate scorer has none")
+            if not self.is_llm:
+                self._value_error("lora adapts the LLM path's causal LM (rl_module(model_config={'model': ...})); "
+                                  "the candidate scorer has none")
         if int(self.group_size) < 2:
             self._value_error(f"group_size must be >= 2 (group baselines), got {self.group_size}")
         if int(self.groups_per_batch) < max(1, int(self.num_learners)):
             self._value_error(f"groups_per_batch ({self.groups_per_batch}) must be >= num_learners "
                               f"({self.num_learners}): groups are never split across learners")
-        if self.env is CandidateActionEnv and int(self.env_config.get("group_size", -1)) != int(self.group_size):
+        if (not self.is_llm and self.env is CandidateActionEnv
+                and int(self.env_config.get("group_size", -1)) != int(self.group_size)):
             self._value_error("env_config['group_size'] disagrees with training(group_size=...)")
 
     @property
@@ -215,8 +280,83 @@ class ECPO(PPO):
     def get_default_config(cls) -> ECPOConfig:
         return ECPOConfig()
 
+    # ------------------------------------------------------------------ the LLM path (llm_step.py)
+    def setup(self, config) -> None:
+        super().setup(config)
+        if not self.config.is_llm:
+            return
+        train = self.config.to_train_config()
+        self.ecpo_train_config = train
+        self.ecpo_rng = np.random.default_rng(train.seed)  # the native trainer's task/seed/shuffle stream
+        self.ecpo_iteration = 0
+        group = self.env_runner_group
+        if group.num_remote_env_runners() == 0:
+            all_tasks = group.local_env_runner.env_task_ids()
+        else:
+            all_tasks = group.foreach_env_runner(lambda r: r.env_task_ids(), local_env_runner=False)[0]
+        self.ecpo_train_tasks = [str(t) for t in (train.train_tasks or all_tasks)]
+        self.ecpo_val_tasks = [str(t) for t in (train.val_tasks or all_tasks[: train.val_num_tasks])]
+
+    def validate(self) -> dict[str, float]:
+        """Validation success (``val/success``, and ``val/exact_success`` where it exists) of the current
+        weights on the run's fixed validation tasks, played on an env runner (the LLM path)."""
+        from ecpo_train.integrations.rllib.llm_step import validate_on_runner
+
+        if not self.config.is_llm:
+            raise ValueError("validate() plays the LLM path's validation tasks; this config trains the candidate scorer")
+        return validate_on_runner(self)
+
+    def get_state(self, components=None, *, not_components=None, **kwargs):
+        """RLlib's state; on the LLM path without the env runner component (the runners rebuild their policy
+        from the config and get the learner's weights) and with ECPO's own: the driver's generator, the iteration
+        and every runner's sampling RNG streams, so a restored run continues exactly."""
+        if not self.config.is_llm:
+            return super().get_state(components, not_components=not_components, **kwargs)
+        skip = [COMPONENT_ENV_RUNNER, COMPONENT_ENV_TO_MODULE_CONNECTOR, COMPONENT_MODULE_TO_ENV_CONNECTOR]
+        not_components = [*(force_list(not_components) if not_components else []), *skip]
+        state = super().get_state(components, not_components=not_components, **kwargs)
+        if components is None or "ecpo" in force_list(components):
+            state["ecpo"] = {"rng": self.ecpo_rng.bit_generator.state, "iteration": self.ecpo_iteration,
+                             "runner_rng": self._runner_sampling_states()}
+        return state
+
+    def set_state(self, state) -> None:
+        super().set_state(state)
+        ecpo = state.get("ecpo") if self.config.is_llm else None
+        if ecpo:
+            self.ecpo_rng.bit_generator.state = ecpo["rng"]
+            self.ecpo_iteration = int(ecpo["iteration"])
+            saved = ecpo["runner_rng"]
+            group = self.env_runner_group
+            if group.num_remote_env_runners() == 0:
+                group.local_env_runner.set_sampling_state(saved[0])
+            else:
+                group.foreach_env_runner(lambda r: r.set_sampling_state(saved.get(r.worker_index)),
+                                         local_env_runner=False)
+
+    def _runner_sampling_states(self) -> dict[int, Any]:
+        group = self.env_runner_group
+        if group.num_remote_env_runners() == 0:
+            return {0: group.local_env_runner.sampling_state()}
+        pairs = group.foreach_env_runner(lambda r: (r.worker_index, r.sampling_state()), local_env_runner=False)
+        return dict(pairs)
+
+    def get_checkpointable_components(self):
+        components = super().get_checkpointable_components()
+        if self.config.is_llm:
+            components = [(name, part) for name, part in components if name != COMPONENT_ENV_RUNNER]
+        return components
+
     def training_step(self) -> None:
         config: ECPOConfig = self.config
+        if config.is_llm:
+            from ecpo_train.integrations.rllib.llm_step import llm_training_step
+
+            metrics = llm_training_step(self)
+            self.metrics.log_dict(metrics, key="ecpo", window=1)
+            self.metrics.log_value((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), metrics["num_steps"],
+                                   reduce="lifetime_sum")
+            return
         with self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER)):
             episodes, runner_metrics = self._sample_groups()
             if not episodes:

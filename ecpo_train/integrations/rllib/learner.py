@@ -1,19 +1,30 @@
 """ECPO's torch learners: credit.py advantages instead of a critic and GAE.
 
-``ECPOTorchLearner`` keeps PPO's clipped loss (the candidate path); ``TokenLevelECPOLearner`` uses the native
-trainer's token-level objective, ``loss.ecpo_objective_loss`` (eq. ecpo_objective; the step advantage is
-broadcast to the step's reply tokens), on ``CausalLMRLModule``'s log-probs (the LLM path).
+``ECPOTorchLearner`` keeps PPO's clipped loss (the candidate path); ``ECPOLLMLearner`` runs the native trainer's
+step E (``core.loss.policy_update``: eq. ecpo_objective, the step advantage broadcast to the action's tokens) on
+``CausalLMRLModule``'s log-probs of the sampled step-row table (the LLM path).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
+import torch
 from ray.rllib.algorithms.ppo.torch.ppo_torch_learner import PPOTorchLearner
 from ray.rllib.connectors.learner import AddOneTsToEpisodesAndTruncate, GeneralAdvantageEstimation
 from ray.rllib.core.learner.torch.torch_learner import TorchLearner
 from ray.rllib.evaluation.postprocessing import Postprocessing
 
-from ecpo_train.integrations.rllib.connector import ECPOAdvantages
-from ecpo_train.integrations.rllib.module import REF_TOKEN_LOGP, RESPONSE_MASK, TOKEN_ENTROPY, TOKEN_LOGP
+from ecpo_train.integrations.rllib.connector import ECPOAdvantages, StepTableCredit
+from ecpo_train.integrations.rllib.module import (
+    PROMPT_IDS,
+    RESPONSE_IDS,
+    RESPONSE_MASK,
+    TOKEN_ENTROPY,
+    TOKEN_LOGP,
+    WITH_ENTROPY,
+)
 
 
 def ecpo_connector(config) -> ECPOAdvantages:
@@ -48,34 +59,146 @@ class ECPOTorchLearner(PPOTorchLearner):
         return []  # critic-free: no ValueFunctionAPI
 
 
-class TokenLevelECPOLearner(TorchLearner):
-    """Token-level clipped objective (``loss.ecpo_objective_loss``) on credit.py's step advantages.
+class DistributedReducer:
+    """Token counts and statistics across the learners' process group (what ``loss.policy_update`` needs so that
+    K learners' accumulated gradients equal one learner's on the whole batch, as the native FSDP path does)."""
 
-    The optimizer holds the trainable parameters only: under LoRA (``ECPOConfig.training(lora=...)``) that is
-    the adapter, and the frozen base weights get neither optimizer state nor (``None``) gradients.
+    def __init__(self) -> None:
+        import torch.distributed as dist
+
+        self.dist = dist
+        self.world_size = dist.get_world_size()
+
+    def _reduce(self, value: float, op: Any) -> float:
+        tensor = torch.tensor([float(value)], dtype=torch.float64)
+        self.dist.all_reduce(tensor, op=op)
+        return float(tensor.item())
+
+    def sum(self, value: float) -> float:
+        return self._reduce(value, self.dist.ReduceOp.SUM)
+
+    def max(self, value: float) -> float:
+        return self._reduce(value, self.dist.ReduceOp.MAX)
+
+    def mean_stats(self, stats: dict[str, float]) -> dict[str, float]:
+        return {key: self.sum(value) / self.world_size for key, value in sorted(stats.items())}
+
+
+class ECPOLLMLearner(TorchLearner):
+    """The LLM path's learner: credit in the learner connector, then the native step E on the LearnerGroup.
+
+    ``update`` takes the sampled step-row tables as its episodes (one ``TrajectoryBatch`` per group, or their
+    object refs, so a group never straddles learners), runs the ``StepTableCredit`` connector (the estimator's
+    advantages), and optimises eq. ecpo_objective with ``core.loss.policy_update``: the native trainer's
+    mini-batch / micro-batch loop, token-mean normalisation, gradient clipping and AdamW (registered here, so
+    RLlib checkpoints its state). The current policy's log-probs come from the module's forward
+    (``CausalLMRLModule``: ``policy.logprobs``, through DDP when there are several learners); the KL reference
+    is the policy's ``frozen_copy`` (under LoRA: the adapter switched off), as on the native path.
+
+    Shuffling: ``shuffle={"state": ...}`` continues the driver's generator (one learner: the native trainer's
+    exact stream), ``shuffle={"seed": s}`` gives learner ``k`` the generator ``s + k`` (several learners, as the
+    native FSDP path does).
     """
 
     def build(self) -> None:
+        from ray.rllib.connectors.connector_pipeline_v2 import ConnectorPipelineV2
+        from ray.rllib.core import DEFAULT_MODULE_ID
+
         super().build()
-        install_ecpo_connector(self)
+        self.module_id = DEFAULT_MODULE_ID
+        self.policy_module = self._unwrapped(self.module[self.module_id])
+        self.train_config = self.policy_module.train_config
+        self._learner_connector = ConnectorPipelineV2(connectors=[StepTableCredit(
+            estimator=self.config.estimator, group_size=self.config.group_size, credit_config=self.config.credit,
+            module_id=self.module_id)])
+        policy = self.policy_module.policy
+        self.reference = policy.frozen_copy() if self.train_config.kl_coef > 0 else None
+
+    @staticmethod
+    def _unwrapped(module: Any) -> Any:
+        return module.unwrapped() if hasattr(module, "unwrapped") else module
+
+    def configure_optimizers_for_module(self, module_id, config=None) -> None:
+        module = self._unwrapped(self._module[module_id])
+        params = self.get_parameters(module)
+        train = module.train_config
+        optimizer = torch.optim.AdamW(params, lr=train.lr, weight_decay=train.weight_decay)
+        self.register_optimizer(module_id=module_id, optimizer=optimizer, params=params, lr_or_lr_schedule=train.lr)
+
+    def get_parameters(self, module):
+        return [param for param in module.parameters() if param.requires_grad]
 
     def compute_loss_for_module(self, *, module_id, config, batch, fwd_out):
+        """eq. ecpo_objective on one batch of rows (``core.loss.ecpo_objective_loss``), the loss ``update``'s
+        micro-batches accumulate: ``batch`` holds the rows' ``advantages``, ``old_logp``, ``old_mask`` and, with a
+        KL term, ``ref_logp``; ``fwd_out`` is the module's forward on the same rows."""
         from ecpo_train.core.loss import assign_step_advantage, ecpo_objective_loss
 
-        mask = batch[RESPONSE_MASK].float()
-        advantages = assign_step_advantage(batch[Postprocessing.ADVANTAGES], mask)
-        ref_logp = batch.get(REF_TOKEN_LOGP) if config.use_kl_loss else None
-        loss, stats = ecpo_objective_loss(
-            fwd_out[TOKEN_LOGP], batch[TOKEN_LOGP].float(), ref_logp, advantages, mask,
-            clip_eps=config.clip_param, kl_coef=config.kl_coeff,
-            entropy=fwd_out[TOKEN_ENTROPY], entropy_coef=float(config.entropy_coeff),
-        )
-        self.metrics.log_dict({k: float(v) for k, v in stats.items()}, key=module_id, window=1)
+        logp = fwd_out[TOKEN_LOGP]
+        width = logp.shape[1]
+        mask = fwd_out[RESPONSE_MASK] * batch["old_mask"][:, :width].to(logp.device)
+        advantages = assign_step_advantage(batch[Postprocessing.ADVANTAGES].to(logp.device), mask)
+        ref = batch.get("ref_logp")
+        loss, _ = ecpo_objective_loss(
+            logp, batch["old_logp"][:, :width].to(logp.device), None if ref is None else ref[:, :width].to(logp.device),
+            advantages, mask, clip_eps=self.train_config.clip_eps, kl_coef=self.train_config.kl_coef,
+            entropy=fwd_out.get(TOKEN_ENTROPY), entropy_coef=self.train_config.entropy_coef,
+            token_count=batch.get("token_count"))
         return loss
+
+    def update(self, *, training_data=None, episodes=None, episodes_refs=None, timesteps=None, shuffle=None,
+               return_state: bool = False, **kwargs):
+        from ray.rllib.core.learner.training_data import TrainingData
+
+        from ecpo_train.core.loss import policy_update
+        from ecpo_train.runtime.builders import pad_logprobs, update_settings
+
+        self._check_is_built()
+        self.before_gradient_based_update(timesteps=timesteps or {})
+        if training_data is None:
+            training_data = TrainingData(episodes=episodes, episodes_refs=episodes_refs)
+        training_data.solve_refs()
+        batch = self._learner_connector(rl_module=self.module, batch={}, episodes=training_data.episodes,
+                                        shared_data={}, metrics=self.metrics)
+        table = batch[self.module_id]["table"]
+        step_advantages = torch.as_tensor(batch[self.module_id][Postprocessing.ADVANTAGES], dtype=torch.float32)
+        prompts, responses = table.extras["prompt_ids"], table.extras["response_ids"]
+        old_logp, old_mask = pad_logprobs(table.extras["old_logprobs"])
+        want_entropy = self.train_config.entropy_coef > 0
+        module = self.module[self.module_id]
+
+        def logprob_fn(rows):
+            out = module.forward_train({PROMPT_IDS: [prompts[i] for i in rows],
+                                        RESPONSE_IDS: [responses[i] for i in rows], WITH_ENTROPY: want_entropy})
+            return out[TOKEN_LOGP], out[RESPONSE_MASK], out[TOKEN_ENTROPY]
+
+        ref_fn = None
+        if self.reference is not None:
+            def ref_fn(rows):
+                with torch.no_grad():
+                    return self.reference.logprobs([prompts[i] for i in rows], [responses[i] for i in rows],
+                                                   temperature=self.train_config.rollout_temperature)[0]
+
+        reducer = DistributedReducer() if self.config.num_learners > 1 else None
+        generator = np.random.default_rng()
+        if shuffle and "state" in shuffle:
+            generator.bit_generator.state = shuffle["state"]
+        elif shuffle and "seed" in shuffle:
+            rank = torch.distributed.get_rank() if reducer is not None else 0
+            generator = np.random.default_rng(int(shuffle["seed"]) + rank)
+        optimizer = self.get_optimizer(self.module_id)
+        policy = self.policy_module.policy
+        stats = policy_update(
+            logprob_fn, ref_fn, self.get_parameters(self.policy_module), optimizer, old_logp, old_mask,
+            step_advantages, update_settings(self.train_config), generator,
+            before_step=lambda: policy.grow_optimizer_state(optimizer),
+            row_tokens=np.asarray([len(p) + len(r) for p, r in zip(prompts, responses)]), reducer=reducer)
+        self._weights_seq_no += 1
+        self.metrics.log_dict({f"update/{k}": float(v) for k, v in stats.items()}, key=self.module_id, window=1)
+        self.metrics.log_value((self.module_id, "num_steps"), float(len(table)), reduce="sum", window=1)
+        self.after_gradient_based_update(timesteps=timesteps or {})
+        return self.metrics.reduce()
 
     @classmethod
     def rl_module_required_apis(cls) -> list[type]:
         return []
-
-    def get_parameters(self, module):
-        return [param for param in module.parameters() if param.requires_grad]

@@ -1,262 +1,181 @@
-"""The LLM path's sampler: whole groups played by the project's one episode loop, returned as RLlib episodes.
+"""The LLM path's RLlib ``EnvRunner``: whole groups played by the project's one episode loop.
 
-RLlib's env runners step one numeric action per timestep and their spaces corrupt text, so LLM rollouts
-run outside them. ``LLMGroupRunner`` plays its groups with ``rollout.collect_rollout`` and the native
-trainer's ``TransformersPolicy`` (prompt rendering, batched KV-cache sampling or vLLM, ``parse_action``,
-a malformed reply sent as ``INVALID_ACTION``), then turns the rollout's ``TrajectoryBatch`` into one
-``SingleAgentEpisode`` per trajectory, one timestep per env step:
+``ECPOConfig`` in LLM mode sets ``env_runners(env_runner_cls=LLMEnvRunner)``; RLlib then starts
+``num_env_runners`` of these as Ray actors (or one in the driver with ``num_env_runners=0``) and restarts a
+failed one under ``fault_tolerance(restart_failed_env_runners=True)``. Each runner holds:
 
-- observation ``t``: the prompt's token ids, left-padded to ``max_prompt_tokens`` (``prompt_mask`` marks
-  real tokens);
-- action ``t``: the reply's token ids, right-padded to ``max_new_tokens`` (``response_mask`` marks them,
-  EOS included);
-- extra model outputs: ``prompt_mask``, ``response_mask``, ``token_logp`` (the sampling log-probs the
-  policy returned) and, with a reference model, ``ref_token_logp``;
-- infos: the env's ``state_key`` and ``observation_key`` before each step (both: the learner's
-  ``anchor_key`` picks one), ``action_key``, ``is_action_valid`` and the raw ``response`` after it, the
-  final env info after the last step, and ``group_key`` everywhere.
+- the policy: a ``CausalLMRLModule`` (inference only) whose ``policy`` is built by
+  ``runtime.builders.build_policy`` from the run's ``TrainConfig``, the scoring policy included;
+- its environments: a ``GroupVectorEnv`` per group count it is asked to play.
+
+``sample_groups`` plays the groups the algorithm assigned (tasks, env seed and global group/trajectory ids
+come from the driver, so which runner plays a group does not change what it plays) with
+``core.rollout.collect_rollout`` and returns the rows as the project's step-row table
+(``TrajectoryBatch``, token columns included) with the episodes' outcomes: no RLlib episode is built and
+no column re-derived. ``validate`` is the native trainer's validation on this runner's weights.
+
+Weights arrive through ``set_state`` (RLlib's weight sync from the learner group: under LoRA the adapter
+tensors only).
 """
 
 from __future__ import annotations
 
-import itertools
-from pathlib import Path
+import dataclasses
+import random
+import time
 from typing import Any
 
 import numpy as np
+import ray
 import torch
-from ray.rllib.env.single_agent_env_runner import SingleAgentEpisode
+from ray.rllib.core import COMPONENT_RL_MODULE, DEFAULT_MODULE_ID
+from ray.rllib.env import INPUT_ENV_SPACES
+from ray.rllib.env.env_runner import EnvRunner
+from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
 
-from ecpo_gym.canonical import INVALID_ACTION
-from ecpo_train.core.rollout import Rollout, collect_rollout
-from ecpo_train.integrations.rllib.connector import GROUP_KEY
-from ecpo_train.integrations.rllib.module import (
-    PROMPT_MASK,
-    REF_TOKEN_LOGP,
-    RESPONSE_MASK,
-    TOKEN_LOGP,
-    CausalLMRLModule,
-    token_spaces,
-)
+from ecpo_train.core.rollout import collect_rollout
+from ecpo_train.integrations.rllib.llm_settings import train_config_of
+from ecpo_train.integrations.rllib.module import CausalLMRLModule, token_spaces
+from ecpo_train.runtime.config import config_dict
+
+# Runner k > 1 samples from seed + RUNNER_SEED_STRIDE * (k - 1): runner 1 (or the driver's) has the run's seed,
+# so one runner reproduces the native trainer; others draw independent streams.
+RUNNER_SEED_STRIDE = 104729
 
 
-class LLMGroupRunner:
-    """Plays ``num_groups`` groups of ``group_size`` copies with a causal LM; returns ``SingleAgentEpisode``s.
+class LLMEnvRunner(EnvRunner):
+    """Plays assigned groups of a text env with the run's LLM policy; returns ``TrajectoryBatch`` rows."""
 
-    Usable in-process or as a Ray actor (``ray.remote(LLMGroupRunner).remote(...)``). The policy is
-    ``self.module.policy`` (a ``TransformersPolicy`` inside the ``CausalLMRLModule`` the learner trains), so
-    the learner's weights load by name; ``backend="vllm"`` samples with vLLM (GPU) while log-probs stay on
-    transformers. ``reference_model_path`` (optional) adds the frozen reference's token log-probs for the KL
-    term. Weights come in through ``set_weights`` (the learner group's ``get_weights()[module_id]``).
-
-    LoRA: ``lora={...}`` here, or ``configure_lora`` (``LLMTrainer`` calls it with ``ECPOConfig.lora``), gives the
-    policy the learner's adapter; ``set_weights`` then receives and loads the adapter tensors only, and a vLLM
-    engine gets the merged weights (``TransformersPolicy.sync_generation_weights``). The KL reference under
-    LoRA is this runner's own model with its adapter off (``lora.AdapterOffReference``, no second copy): pass
-    ``reference_model_path=model_path`` (the base model) to turn it on.
-    """
-
-    def __init__(
-        self,
-        env_id: str,
-        model_path: str | Path,
-        *,
-        env_name: str | None = None,
-        env_kwargs: dict[str, Any] | None = None,
-        group_size: int = 4,
-        num_groups: int = 1,
-        max_prompt_tokens: int = 512,
-        max_new_tokens: int = 64,
-        temperature: float = 1.0,
-        history_length: int | None = None,
-        reference_model_path: str | Path | None = None,
-        runner_id: int = 0,
-        seed: int = 0,
-        backend: str = "transformers",
-        vllm_kwargs: dict[str, Any] | None = None,
-        device: str | None = None,
-        dtype: str = "float32",
-        lora: dict[str, Any] | None = None,
-    ) -> None:
-        from ecpo_gym.group import GroupVectorEnv
-        from ecpo_train.policies.llm import GENERATION_BACKENDS
-        from ecpo_train.policies.lora import check_lora_settings
-
-        # a wrong backend or a missing engine is reported before any weights load
-        if backend not in GENERATION_BACKENDS:
-            raise ValueError(f"backend={backend!r}; valid: {', '.join(GENERATION_BACKENDS)}")
-        if backend == "vllm":
-            from ecpo_train.policies.vllm_backend import import_vllm
-
-            import_vllm()
-        self.env_name = env_name or env_id
-        self.group_size = int(group_size)
-        self.num_groups = int(num_groups)
-        self.max_prompt_tokens = int(max_prompt_tokens)
-        self.max_new_tokens = int(max_new_tokens)
-        self.temperature = float(temperature)
-        self.history_length = history_length
-        self.runner_id = int(runner_id)
-        self.seed = int(seed)
-        self.dtype = str(dtype)
-        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        self._calls = itertools.count()
-        self.lora = check_lora_settings(lora)
-        self.reference_model_path = None if reference_model_path is None else str(reference_model_path)
+    def __init__(self, *, config: Any, **kwargs: Any) -> None:
+        super().__init__(config=config, **kwargs)
+        self.train_config = train_config_of(self.config)
+        tc = self.train_config
+        index = max(1, int(self.worker_index or 0))
+        self.seed = tc.seed + RUNNER_SEED_STRIDE * (index - 1)
+        # The native trainer's order: seed every stream, then the environment, then the policy, so one runner
+        # samples exactly what the native trainer samples for the same seed.
+        random.seed(self.seed)
+        np.random.seed(self.seed)
+        torch.manual_seed(self.seed)
+        self._envs: dict[int, Any] = {}
+        self._val_envs: Any = None
+        self._rng = np.random.default_rng(self.seed)
+        self.task_ids = [str(t) for t in (tc.train_tasks or self.env_task_ids())]
         self.module = CausalLMRLModule(
             observation_space=None, action_space=None, inference_only=True,
-            model_config={"model_path": str(model_path), "dtype": self.dtype, "temperature": self.temperature,
-                          "env_name": self.env_name, "max_prompt_tokens": self.max_prompt_tokens,
-                          "max_new_tokens": self.max_new_tokens, "history_length": history_length,
-                          "generation_backend": backend, "vllm_kwargs": vllm_kwargs, "seed": self.seed,
-                          "device": str(self.device), "lora": self.lora or None})
+            model_config={"train_config": config_dict(tc)})
         self.module.eval()
         self.policy = self.module.policy
-        self.reference = self._build_reference()
-        self.pad_token_id = self.policy.pad_token_id
-        self.envs = GroupVectorEnv(env_id, self.num_groups, self.group_size, env_kwargs=env_kwargs)
-        self.observation_space, self.action_space = token_spaces(
-            len(self.policy.tokenizer), self.max_prompt_tokens, self.max_new_tokens)
+        self._weights_seq_no = 0
 
-    def describe(self) -> dict[str, Any]:
-        """What a learner group needs to build the matching module."""
-        return {"model_path": self.module.model_config["model_path"], "dtype": self.dtype,
-                "temperature": self.temperature, "vocab_size": len(self.policy.tokenizer),
-                "max_prompt_tokens": self.max_prompt_tokens, "max_new_tokens": self.max_new_tokens,
-                "lora": dict(self.lora)}
+    # ------------------------------------------------------------------ environments
+    def _env_for(self, num_groups: int) -> Any:
+        from ecpo_gym.group import GroupVectorEnv
 
-    def _build_reference(self) -> Any:
-        """The frozen KL reference: a second model from ``reference_model_path``, or under LoRA the policy's
-        own model with its adapter off."""
-        if self.reference_model_path is None:
-            return None
-        if self.lora:
-            if Path(self.reference_model_path).expanduser().resolve() != Path(
-                    self.module.model_config["model_path"]).expanduser().resolve():
-                raise ValueError(
-                    "under LoRA the KL reference is the runner's base model with its adapter off: give "
-                    f"reference_model_path={self.module.model_config['model_path']!r} (got {self.reference_model_path!r})")
-            return self.policy.frozen_copy()  # lora.AdapterOffReference: no weight copy
-        from ecpo_train.policies.llm import TransformersPolicy
-
-        reference = TransformersPolicy(self.reference_model_path, env_name=self.env_name, device=str(self.device),
-                                       dtype=self.dtype)
-        reference.requires_grad_(False)
-        reference.eval()
-        return reference
-
-    def configure_lora(self, lora: dict[str, Any] | None) -> None:
-        """Give the policy the learner's LoRA adapter (``ECPOConfig.lora``; ``{}``/``None`` = none).
-
-        A runner without an adapter gets one (B = 0: its outputs are unchanged until ``set_weights``) and its
-        KL reference becomes the adapter-off model; settings that differ from the runner's own are an error.
-        """
-        from ecpo_train.policies.lora import check_lora_settings
-
-        settings = check_lora_settings(lora)
-        if settings == self.lora:
-            return
-        if self.lora:
-            raise ValueError(f"this runner was built with LoRA {self.lora}; the trainer's config asks for "
-                             f"{settings or 'none'}")
-        self.policy.add_lora(settings)
-        self.policy.eval()
-        self.lora = settings
-        self.module.model_config["lora"] = settings
-        self.reference = None
-        self.reference = self._build_reference()
-
-    # ------------------------------------------------------------------ weights
-    def set_weights(self, weights: dict[str, Any]) -> None:
-        self.module.set_state(weights)
-        self.policy.sync_generation_weights()  # vLLM: the next groups sample from the new weights
-
-    def get_weights(self) -> dict[str, Any]:
-        return self.module.get_state()
+        tc = self.train_config
+        if num_groups not in self._envs:
+            self._envs[num_groups] = GroupVectorEnv(tc.env_id, num_groups, tc.group_size,
+                                                    num_workers=tc.env_workers, env_kwargs=tc.env_kwargs)
+        return self._envs[num_groups]
 
     # ------------------------------------------------------------------ sampling
-    def sample(self, task_ids: list[str] | None = None) -> list[SingleAgentEpisode]:
-        """Play one batch of groups to the end; one ``SingleAgentEpisode`` per trajectory, groups contiguous.
+    @torch.no_grad()
+    def sample_groups(self, task_ids: list[str], env_seed: int, group_offset: int = 0) -> dict[str, Any]:
+        """Play group ``g`` on ``task_ids[g]`` (copy ``i`` reset with ``env_seed + i``); the rows come back with
+        group ids ``group_offset + g`` and trajectory ids ``group_offset * N + i`` (the run's global ids)."""
+        tc = self.train_config
+        if not task_ids:
+            raise ValueError("sample_groups needs at least one task id")
+        envs = self._env_for(len(task_ids))
+        self.policy.eval()
+        started = time.perf_counter()
+        rollout = collect_rollout(envs, self.policy, list(task_ids), env_name=tc.env_id,
+                                  temperature=tc.rollout_temperature, seed=int(env_seed), anchor_key=tc.anchor_key,
+                                  history_length=tc.history_length)
+        episodes = [dataclasses.replace(e, group_id=e.group_id + group_offset,
+                                        traj_id=e.traj_id + group_offset * tc.group_size, transcript=[])
+                    for e in rollout.episodes]
+        return {"batch": rollout.batch.renumbered(group_offset, group_offset * tc.group_size),
+                "episodes": episodes, "generation_seconds": rollout.generation_seconds,
+                "env_seconds": rollout.env_seconds, "seconds": time.perf_counter() - started,
+                "runner": int(self.worker_index or 0)}
 
-        ``task_ids``: one per group; ``None`` draws them from the env's tasks. Call ``c`` of runner seed
-        ``s`` resets the envs with ``s + 7919 c`` and samples from a torch RNG seeded the same way (the
-        caller's RNG state is left as it was).
-        """
-        call = next(self._calls)
-        seed = self.seed + 7919 * call
-        if task_ids is None:
-            pool = self.envs.task_ids
-            task_ids = [pool[int(k)] for k in np.random.default_rng(seed).integers(len(pool), size=self.num_groups)]
-        devices = [self.device] if self.device.type == "cuda" else []
-        with torch.random.fork_rng(devices=devices):
-            torch.manual_seed(seed)
-            rollout = collect_rollout(self.envs, self.policy, task_ids, env_name=self.env_name,
-                                      temperature=self.temperature, seed=seed, history_length=self.history_length)
-        return self._episodes(rollout, call)
-
-    def _episodes(self, rollout: Rollout, call: int) -> list[SingleAgentEpisode]:
-        rows = rollout.batch.credit_arrays()
-        extras = rollout.batch.extras
-        ref_logps = self._reference_logps(extras["prompt_ids"], extras["response_ids"])
-        traj_ids = np.asarray(rows["traj_ids"], dtype=np.int64)
-        outcome = {episode.traj_id: episode for episode in rollout.episodes}
-        episodes = []
-        for traj in np.unique(traj_ids):  # collect_rollout's traj_id is the env copy's index
-            at = np.flatnonzero(traj_ids == traj)
-            group_key = f"r{self.runner_id}c{call}g{rows['group_ids'][at[0]]}"
-            before = [{GROUP_KEY: group_key, "state_key": extras["state_key"][r],
-                       "observation_key": extras["observation_key"][r]} for r in at]
-            after = [{"action_key": rows["action_keys"][r], "is_action_valid": rows["action_keys"][r] != INVALID_ACTION,
-                      "response": extras["response"][r]} for r in at]
-            last = outcome[int(traj)]
-            end_info = dict(last.final_info)
-            infos = [before[0], *({**a, **b} for a, b in zip(after, before[1:])),
-                     {**end_info, **after[-1], GROUP_KEY: group_key}]
-            prompts = [self._left_pad(extras["prompt_ids"][r]) for r in at]
-            replies = [self._right_pad(extras["response_ids"][r], self.pad_token_id) for r in at]
-            extra = {PROMPT_MASK: [mask for _, mask in prompts], RESPONSE_MASK: [mask for _, mask in replies],
-                     TOKEN_LOGP: [self._right_pad(extras["old_logprobs"][r], 0.0, np.float32)[0] for r in at]}
-            if ref_logps is not None:
-                extra[REF_TOKEN_LOGP] = [self._right_pad(ref_logps[r], 0.0, np.float32)[0] for r in at]
-            final_obs = np.full(self.max_prompt_tokens, self.pad_token_id, dtype=np.int64)
-            episodes.append(SingleAgentEpisode(
-                observations=[*(ids for ids, _ in prompts), final_obs], actions=[ids for ids, _ in replies],
-                rewards=[float(rows["rewards"][r]) for r in at], infos=infos, terminated=last.terminated,
-                truncated=not last.terminated, extra_model_outputs=extra,
-                len_lookback_buffer=0,
-            ))
-        return episodes
+    def sample(self, **kwargs: Any) -> dict[str, Any]:
+        """RLlib's ``sample``: ``groups_per_env_runner`` groups on tasks this runner draws itself (the algorithm
+        assigns tasks with :meth:`sample_groups` instead, so that runners never repeat one another)."""
+        groups = int(getattr(self.config, "groups_per_env_runner", 1))
+        tasks = [self.task_ids[int(k)] for k in self._rng.integers(len(self.task_ids), size=groups)]
+        return self.sample_groups(tasks, int(self._rng.integers(2**31 - 1)))
 
     @torch.no_grad()
-    def _reference_logps(self, prompt_ids: list, response_ids: list) -> list[list[float]] | None:
-        """The frozen reference's per-token log-probs of every row (chunks of one step's worth of rows)."""
-        if self.reference is None:
-            return None
-        out: list[list[float]] = []
-        chunk = self.envs.num_envs
-        for start in range(0, len(prompt_ids), chunk):
-            responses = response_ids[start:start + chunk]
-            logp, _, _ = self.reference.logprobs(prompt_ids[start:start + chunk], responses,
-                                                 temperature=self.temperature)
-            out += [row[: len(response)].tolist() for row, response in zip(logp.cpu(), responses)]
-        return out
+    def validate(self, task_ids: list[str], seed: int) -> dict[str, float]:
+        """The native trainer's validation (``runtime.builders.validation_outcome``) on this runner's weights:
+        the episodes' metrics and the exact success (``val/...``)."""
+        from ecpo_gym.group import GroupVectorEnv
+        from ecpo_train.runtime.builders import validation_metrics, validation_outcome
 
-    def _left_pad(self, ids: list[int]) -> tuple[np.ndarray, np.ndarray]:
-        """(ids, mask) of a prompt left-padded to ``max_prompt_tokens`` (the policy already kept its last tokens)."""
-        padded = np.full(self.max_prompt_tokens, self.pad_token_id, dtype=np.int64)
-        mask = np.zeros(self.max_prompt_tokens, dtype=np.float32)
-        if ids:
-            padded[-len(ids):] = ids
-            mask[-len(ids):] = 1.0
-        return padded, mask
+        tc = self.train_config
+        if self._val_envs is None:
+            self._val_envs = GroupVectorEnv(tc.env_id, len(task_ids), tc.val_episodes_per_task,
+                                            num_workers=tc.env_workers, env_kwargs=tc.env_kwargs)
+        self.policy.eval()
+        return validation_metrics(*validation_outcome(self.policy, tc, self._val_envs, list(task_ids), seed))
 
-    def _right_pad(self, values: list, fill: float, dtype: type = np.int64) -> tuple[np.ndarray, np.ndarray]:
-        """(values, mask) of a reply row right-padded to ``max_new_tokens``."""
-        padded = np.full(self.max_new_tokens, fill, dtype=dtype)
-        mask = np.zeros(self.max_new_tokens, dtype=np.float32)
-        padded[: len(values)] = values
-        mask[: len(values)] = 1.0
-        return padded, mask
+    def env_task_ids(self) -> list[str]:
+        """Every task id of the environment (the driver picks training and validation tasks from them)."""
+        return [str(t) for t in self._env_for(1).task_ids]
 
-    def close(self) -> None:
-        self.envs.close()
+    def sampling_state(self) -> dict[str, Any]:
+        """The random streams this runner samples from (checkpointed with the algorithm: exact resume)."""
+        return {"torch": torch.get_rng_state(), "numpy": self._rng.bit_generator.state}
+
+    def set_sampling_state(self, state: dict[str, Any] | None) -> None:
+        if state is None:  # a runner the checkpoint did not have keeps its own fresh streams
+            return
+        torch.set_rng_state(state["torch"])
+        self._rng.bit_generator.state = state["numpy"]
+
+    # ------------------------------------------------------------------ RLlib's EnvRunner contract
+    def assert_healthy(self) -> None:
+        assert self.policy is not None and self._envs, "LLMEnvRunner was not set up"
+
+    def get_spaces(self) -> dict[str, Any]:
+        tc = self.train_config
+        spaces = token_spaces(len(self.policy.tokenizer), tc.max_prompt_length, tc.max_response_length)
+        return {INPUT_ENV_SPACES: spaces, DEFAULT_MODULE_ID: spaces}
+
+    def get_metrics(self) -> Any:
+        return self.metrics.reduce()
+
+    def get_state(self, components: Any = None, *, not_components: Any = None, **kwargs: Any) -> dict[str, Any]:
+        return {COMPONENT_RL_MODULE: {DEFAULT_MODULE_ID: self.module.get_state()},
+                WEIGHTS_SEQ_NO: self._weights_seq_no}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Load the learner's weights (``EnvRunnerGroup.sync_weights``, which may pass an object ref); vLLM engines
+        get them too."""
+        state = _resolved(state)
+        modules = _resolved(state.get(COMPONENT_RL_MODULE))
+        if modules is None:
+            return
+        weights = _resolved(modules.get(DEFAULT_MODULE_ID, modules))
+        self.module.set_state(weights)
+        self.policy.sync_generation_weights()
+        self._weights_seq_no = int(state.get(WEIGHTS_SEQ_NO, self._weights_seq_no + 1))
+
+    def make_env(self) -> None:
+        self._env_for(1)
+
+    def make_module(self) -> None:
+        """The module is built in ``__init__`` (its policy needs the run's ``TrainConfig``)."""
+
+    def stop(self) -> None:
+        for envs in [*self._envs.values(), self._val_envs]:
+            if envs is not None:
+                envs.close()
+        self._envs, self._val_envs = {}, None
+
+
+def _resolved(value: Any) -> Any:
+    """RLlib hands states over as values or object refs, at any level."""
+    return ray.get(value) if isinstance(value, ray.ObjectRef) else value

@@ -4,9 +4,8 @@
 context and ``e_k`` of candidate ``k``, with absent candidates masked out, so the policy is a softmax over
 the state's admissible actions.
 
-``CausalLMRLModule``: the LLM policy of the native trainer (``ecpo_train.policies.llm.TransformersPolicy``)
-as an RLModule; its forward is the policy's own ``logprobs`` of the stored replies. Its episodes carry
-token ids in fixed-shape Boxes (``token_spaces``), never text.
+``CausalLMRLModule``: the LLM policy of the native trainer (generating or scoring, built by
+``runtime.builders.build_policy``) as an RLModule; its forward is the policy's own ``logprobs`` of stored rows.
 
 Neither has a value head: ECPO's baseline is the group (``credit.py``), not a critic.
 """
@@ -24,11 +23,12 @@ from ecpo_train.integrations.rllib.candidate_env import layout_from_space, split
 # Finite (not -inf) so masked entries give zero probability without NaN entropies or KLs.
 MASKED_LOGIT = -1e9
 
-# Columns of the LLM path's episodes and train batches (besides OBS = prompt ids, ACTIONS = reply ids).
-PROMPT_MASK = "prompt_mask"
+# The LLM module's forward: rows in (the step-row table's token columns), per-token log-probs out.
+PROMPT_IDS = "prompt_ids"
+RESPONSE_IDS = "response_ids"
+WITH_ENTROPY = "with_entropy"
 RESPONSE_MASK = "response_mask"
 TOKEN_LOGP = "token_logp"
-REF_TOKEN_LOGP = "ref_token_logp"
 TOKEN_ENTROPY = "token_entropy"
 
 
@@ -62,47 +62,43 @@ class CandidateScorerModule(TorchRLModule):
 
 
 def token_spaces(vocab_size: int, max_prompt_tokens: int, max_new_tokens: int) -> tuple[spaces.Box, spaces.Box]:
-    """(observation space, action space): fixed-shape token-id Boxes for prompts and replies."""
+    """(observation space, action space): fixed-shape token-id Boxes for prompts and replies. The LLM path's
+    rows never pass through them (they travel as a ``TrajectoryBatch``); RLlib asks every module for spaces."""
     high = int(vocab_size) - 1
     return (spaces.Box(0, high, shape=(int(max_prompt_tokens),), dtype=np.int64),
             spaces.Box(0, high, shape=(int(max_new_tokens),), dtype=np.int64))
 
 
 class CausalLMRLModule(TorchRLModule):
-    """``TransformersPolicy`` as an RLModule (the module's ``policy``); forward = ``policy.logprobs``.
+    """The native trainer's LLM policy as an RLModule (``self.policy``); forward = ``policy.logprobs``.
 
-    ``model_config``: ``model_path`` (a ``save_pretrained`` directory with its tokenizer), ``dtype``
-    (default ``float32``), ``temperature`` (the sampling temperature: log-probs are those of the tempered
-    distribution the runner sampled from, as in the native trainer) and optionally the policy's sampling
-    settings, which only a runner needs: ``env_name``, ``max_prompt_tokens``, ``max_new_tokens``,
-    ``history_length``, ``generation_backend``, ``vllm_kwargs``, ``seed``, ``device``.
+    ``model_config["train_config"]`` (a ``TrainConfig`` as a dict; ``ECPOConfig`` puts it there) builds the
+    policy with ``runtime.builders.build_policy``, exactly as the native trainer does: the generating
+    ``TransformersPolicy`` or the ``ScoringPolicy`` (``policy_mode``), its prompts, LoRA adapter and memory
+    settings. The forward takes a batch of stored rows, ``{PROMPT_IDS: [...], RESPONSE_IDS: [...]}``, and returns
+    their per-token log-probs and entropies under the sampling temperature (the distribution the rollout drew
+    from), so a learner's ratio is 1 at theta_old.
 
-    ``lora`` (``{r, alpha, dropout, target_modules}``, optional): the policy's model gets that adapter (base
-    frozen). The module's state (``get_state``: weight sync, learner checkpoints) is then the adapter's
-    tensors only, and ``set_state`` loads them into a module built on the same base model.
+    Under LoRA the module's state (``get_state``: weight sync, checkpoints) is the adapter's tensors only, and
+    ``set_state`` loads them into a module built on the same base model.
     """
 
     def setup(self) -> None:
-        from ecpo_train.policies.llm import TransformersPolicy
+        from ecpo_train.runtime.builders import build_policy
+        from ecpo_train.runtime.config import make_config
 
         cfg = dict(self.model_config or {})
-        if "model_path" not in cfg:
-            raise ValueError("CausalLMRLModule needs model_config['model_path'] (a save_pretrained directory)")
-        optional = {"max_prompt_length": cfg.get("max_prompt_tokens"), "max_response_length": cfg.get("max_new_tokens"),
-                    "vllm_kwargs": cfg.get("vllm_kwargs"), "seed": cfg.get("seed"), "device": cfg.get("device")}
-        self.policy = TransformersPolicy(
-            str(cfg["model_path"]), env_name=str(cfg.get("env_name", "")), dtype=str(cfg.get("dtype", "float32")),
-            history_length=cfg.get("history_length"),
-            generation_backend=str(cfg.get("generation_backend", "transformers")),
-            lora=cfg.get("lora") or None,
-            **{name: value for name, value in optional.items() if value is not None},
-        )
+        if "train_config" not in cfg:
+            raise ValueError("CausalLMRLModule needs model_config['train_config'] (ECPOConfig.rl_module(model_config="
+                             "{'model': ...}) sets it)")
+        self.train_config = make_config(dict(cfg["train_config"]))
+        self.policy = build_policy(self.train_config, device=cfg.get("device"))
         self.policy.eval()  # no dropout: the learner scores the very distribution the runner sampled from
-        self.temperature = float(cfg.get("temperature", 1.0))
+        self.temperature = float(self.train_config.rollout_temperature)
 
     @property
     def has_lora(self) -> bool:
-        return self.policy.lora_model is not None
+        return getattr(self.policy, "lora_model", None) is not None
 
     def get_state(self, *args, **kwargs):
         """RLlib's state; under LoRA only the adapter's tensors (the base weights never change)."""
@@ -126,21 +122,12 @@ class CausalLMRLModule(TorchRLModule):
             raise ValueError(
                 f"weights do not fit this CausalLMRLModule (LoRA {'on' if self.has_lora else 'off'}): "
                 f"unexpected {sorted(unexpected)[:4]}, missing {sorted(needed)[:4]}; the learner and the runners "
-                "must agree on LoRA (ECPOConfig.training(lora=...), LLMGroupRunner(lora=...))")
+                "must be built from the same ECPOConfig")
 
     def _forward(self, batch, **kwargs):
         # RLlib moves the module after setup; the policy computes wherever its weights now are.
         self.policy.device = next(self.policy.model.parameters()).device
-        reply_mask = batch[RESPONSE_MASK]
-        logp, _, entropy = self.policy.logprobs(
-            unpad(batch[Columns.OBS], batch[PROMPT_MASK]), unpad(batch[Columns.ACTIONS], reply_mask),
-            temperature=self.temperature, with_entropy=True)
-        # logprobs' columns are the longest reply's tokens, left-aligned like the batch's reply Box
-        width = reply_mask.shape[1] - logp.shape[1]
-        return {TOKEN_LOGP: torch.nn.functional.pad(logp, (0, width)),
-                TOKEN_ENTROPY: torch.nn.functional.pad(entropy, (0, width))}
-
-
-def unpad(token_ids: torch.Tensor, mask: torch.Tensor) -> list[list[int]]:
-    """The real tokens of each fixed-width row (``mask`` 1 on them), in order."""
-    return [row[keep > 0].tolist() for row, keep in zip(token_ids, mask)]
+        logp, mask, entropy = self.policy.logprobs(
+            batch[PROMPT_IDS], batch[RESPONSE_IDS], temperature=self.temperature,
+            with_entropy=bool(batch.get(WITH_ENTROPY, False)))
+        return {TOKEN_LOGP: logp, RESPONSE_MASK: mask, TOKEN_ENTROPY: entropy}

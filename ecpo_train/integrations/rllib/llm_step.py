@@ -1,0 +1,180 @@
+"""``ECPO.training_step`` for an LLM: the native trainer's iteration, with RLlib's actors doing the work.
+
+    A  rollout   the driver draws the groups' tasks and the env seed (the native trainer's generator and
+                 order), assigns whole groups to the healthy ``LLMEnvRunner`` actors, and gets back step-row
+                 tables (``TrajectoryBatch``) with the episodes' outcomes
+    B-D credit   in the learners' connector (``StepTableCredit``): whole groups per learner
+    E  update    ``ECPOLLMLearner.update`` on the ``LearnerGroup`` (``core.loss.policy_update``)
+    then         weight sync to the runners (adapter only under LoRA), validation on a runner every
+                 ``val_every`` iterations (plus the first and last), metrics under the native names.
+
+A runner lost mid-iteration (its actor died) loses only the groups it was playing: with
+``lost_groups="top_up"`` (default) they are played again on the healthy runners, so the update sees every
+configured group, each whole; with ``"refuse"`` the iteration raises. Either way the result says how many
+groups were configured, sampled, and re-sampled, and how many runner calls failed.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import ray
+
+from ecpo_train.core.batch import TrajectoryBatch
+from ecpo_train.core.rollout import episode_metrics
+
+LOST_GROUP_POLICIES = ("top_up", "refuse")
+
+
+def share_groups(num_groups: int, runner_ids: list[int]) -> dict[int, tuple[int, int]]:
+    """Contiguous shares of ``num_groups`` groups: runner id -> (first group, number of groups); no runner gets
+    an empty share and every group is assigned once."""
+    runners = runner_ids[: max(1, num_groups)]
+    shares, start = {}, 0
+    for k, runner in enumerate(runners):
+        stop = num_groups * (k + 1) // len(runners)
+        if stop > start:
+            shares[runner] = (start, stop - start)
+        start = stop
+    return shares
+
+
+def sample_groups(algo: Any, task_ids: list[str], env_seed: int) -> tuple[list[dict[str, Any]], dict[str, float]]:
+    """Play every group of ``task_ids`` on the env runners; whole groups only, lost ones topped up (or refused).
+
+    Group ``g`` always gets copy seeds ``env_seed + g*N + n`` and global ids, whichever runner plays it.
+    """
+    config, group = algo.config, algo.env_runner_group
+    n = int(config.group_size)
+    pending = list(range(len(task_ids)))
+    results: list[dict[str, Any]] = []
+    failures = rounds = 0
+    resampled = 0
+    while pending:
+        rounds += 1
+        if group.num_remote_env_runners() == 0:
+            first = pending[0]
+            outs = [group.local_env_runner.sample_groups(task_ids[first:first + len(pending)], env_seed + first * n,
+                                                         first)]
+            expected = 1
+        else:
+            healthy = sorted(group.healthy_worker_ids())
+            if not healthy:
+                raise RuntimeError(f"no healthy env runner left to play {len(pending)} lost group(s)")
+            jobs: dict[int, list[tuple]] = {}
+            for first, count in _contiguous_runs(pending):  # contiguous runs keep a runner's seeds and ids contiguous
+                for runner_id, (offset, size) in share_groups(count, healthy).items():
+                    start = first + offset
+                    jobs.setdefault(runner_id, []).append((task_ids[start:start + size], env_seed + start * n, start))
+            expected = sum(len(j) for j in jobs.values())
+            outs = _sample_on_runners(group, jobs, config.sample_timeout_s)
+            failures += sum(1 for runner_id in jobs if not any(o["runner"] == runner_id for o in outs))
+        if rounds > 1:
+            resampled += sum(len(o["episodes"]) // n for o in outs)
+        results += outs
+        done = {int(e.group_id) for o in outs for e in o["episodes"]}
+        lost = [g for g in pending if g not in done]
+        if lost and len(outs) >= expected:
+            raise RuntimeError(f"groups {lost} came back from no runner")
+        if lost and config.lost_groups == "refuse":
+            raise RuntimeError(f"{len(lost)} of {len(task_ids)} groups were lost with their env runner(s); "
+                               "lost_groups='refuse' (set lost_groups='top_up' to re-sample them on healthy runners)")
+        pending = lost
+    report = {"num_groups_configured": float(len(task_ids)),
+              "num_groups_sampled": float(sum(len(o["episodes"]) for o in results) // n),
+              "num_groups_resampled": float(resampled), "num_runner_failures": float(failures)}
+    return results, report
+
+
+def _sample_on_runners(group: Any, jobs: dict[int, list[tuple]], timeout: float | None) -> list[dict[str, Any]]:
+    """Every runner plays its jobs (``sample_groups`` arguments); a runner that fails returns nothing."""
+    results = group.foreach_env_runner(lambda r: [r.sample_groups(*job) for job in jobs[r.worker_index]],
+                                       local_env_runner=False, remote_worker_ids=list(jobs), timeout_seconds=timeout)
+    return [out for sampled in results for out in sampled]
+
+
+def _contiguous_runs(groups: list[int]) -> list[tuple[int, int]]:
+    runs: list[tuple[int, int]] = []
+    for g in groups:
+        if runs and runs[-1][0] + runs[-1][1] == g:
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+        else:
+            runs.append((g, 1))
+    return runs
+
+
+def llm_training_step(algo: Any) -> dict[str, float]:
+    """One native-trainer iteration through RLlib (see the module docstring); returns the native metrics."""
+    config, train = algo.config, algo.ecpo_train_config
+    rng: np.random.Generator = algo.ecpo_rng
+    started = time.perf_counter()
+    task_ids = [algo.ecpo_train_tasks[int(k)] for k in rng.integers(len(algo.ecpo_train_tasks), size=train.n_groups)]
+    env_seed = int(rng.integers(2**31 - 1))
+
+    outs, report = sample_groups(algo, task_ids, env_seed)
+    sampled_at = time.perf_counter()
+    tables: list[TrajectoryBatch] = [o["batch"] for o in outs]
+    episodes = sorted((e for o in outs for e in o["episodes"]), key=lambda e: e.traj_id)
+    n_rows = sum(len(t) for t in tables)
+
+    # Step E's shuffle: one learner continues the driver's generator exactly as the native trainer's update
+    # does (one permutation per epoch); several learners get a seed each, as the native FSDP path does.
+    if int(config.num_learners) <= 1:
+        shuffle = {"state": rng.bit_generator.state}
+        for _ in range(train.update_epochs):
+            rng.permutation(n_rows)
+    else:
+        shuffle = {"seed": int(rng.integers(2**63 - 1))}
+    per_group = [g for table in tables for g in table.by_group()]
+    if algo.learner_group.is_local:
+        learner_results = algo.learner_group.update(episodes=per_group, shuffle=shuffle)
+    else:
+        if len(per_group) < int(config.num_learners):
+            raise ValueError(f"{len(per_group)} groups cannot feed {config.num_learners} learners")
+        learner_results = algo.learner_group.update(episodes_refs=[ray.put(g) for g in per_group], shuffle=shuffle)
+    updated_at = time.perf_counter()
+    algo.env_runner_group.sync_weights(from_worker_or_learner_group=algo.learner_group, inference_only=True)
+    synced_at = time.perf_counter()
+    algo.ecpo_iteration += 1
+
+    metrics: dict[str, float] = {"iteration": float(algo.ecpo_iteration), "num_steps": float(n_rows)}
+    metrics |= episode_metrics(episodes)
+    metrics |= learner_metrics(learner_results)
+    metrics |= {f"sampling/{k}": v for k, v in report.items()}
+    metrics |= {"time/generation": max(o["generation_seconds"] for o in outs),
+                "time/env": max(o["env_seconds"] for o in outs), "time/sampling": sampled_at - started,
+                "time/update": updated_at - sampled_at, "time/sync": synced_at - updated_at}
+    every = train.val_every
+    if every and (algo.ecpo_iteration % every == 0 or algo.ecpo_iteration in (1, train.iterations)):
+        val_started = time.perf_counter()
+        metrics |= algo.validate()
+        metrics["time/validation"] = time.perf_counter() - val_started
+    metrics["time/iteration"] = time.perf_counter() - started
+    return metrics
+
+
+def learner_metrics(results: list[Any]) -> dict[str, float]:
+    """The learners' credit diagnostics and update statistics (``credit/...``, ``update/...``) as floats."""
+    from ray.rllib.core import DEFAULT_MODULE_ID
+    out: dict[str, float] = {}
+    module = results[0].get(DEFAULT_MODULE_ID, {}) if results else {}
+    for key, value in module.items():
+        if key.startswith(("credit/", "update/")):
+            out[key] = float(value.peek() if hasattr(value, "peek") else value)  # a Stats object, or its value
+    return out
+
+
+def validate_on_runner(algo: Any) -> dict[str, float]:
+    """The native validation (``val/...``) on the first healthy env runner, at the validation temperature."""
+    train, group = algo.ecpo_train_config, algo.env_runner_group
+    tasks, seed = list(algo.ecpo_val_tasks), train.seed + 7919
+    if group.num_remote_env_runners() == 0:
+        return group.local_env_runner.validate(tasks, seed)
+    for runner_id in sorted(group.healthy_worker_ids()):
+        results = group.foreach_env_runner(lambda r: r.validate(tasks, seed), local_env_runner=False,
+                                           remote_worker_ids=[runner_id])
+        if results:
+            return results[0]
+    raise RuntimeError("no healthy env runner to validate on")
