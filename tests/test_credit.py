@@ -6,7 +6,6 @@ import math
 
 import numpy as np
 import pytest
-import torch
 from credit_reference import advantages as reference_advantages
 from credit_reference import anchor_evidence, future_returns
 from hypothesis import HealthCheck, given, settings
@@ -16,8 +15,6 @@ from ecpo_train.credit import (
     available_estimators,
     compute_advantages,
     eca_shrinkage,
-    get_estimator,
-    register_estimator,
 )
 
 ESTIMATORS = ["grpo", "rloo", "gigpo", "gigpo_std", "ecpo", "ecpo_eca_only", "ecpo_anchor_scale",
@@ -193,7 +190,7 @@ def test_fig1_advantages_of_every_estimator_by_hand():
     }
     expected = {name: (grpo_win + a_win, grpo_loss + a_loss, grpo_win + b) for name, (a_win, a_loss, b) in step.items()}
     expected["rloo"] = (10 - 60 / 7, 0 - 10.0, 10 - 60 / 7)  # R_i - mean of the other seven
-    assert set(expected) == set(available_estimators())
+    assert set(expected) == set(available_estimators(needs_values=False))  # every critic-free estimator
     win, loss, b = anchor_rows[0], anchor_rows[6], anchor_rows[7]  # trajectory 6 is A's failure
     for name, values in expected.items():
         adv, _ = compute_advantages(name, **cols)
@@ -298,112 +295,3 @@ def test_rloo_and_singleton_group():
     assert grpo[3] == 0.0  # a group of one gets 0 (native); verl-agent compat gives R itself
     verl, _ = compute_advantages("gigpo", **cols, compat="verl-agent")
     assert verl[3] == 5.0
-
-
-def test_torch_in_torch_out_equals_numpy():
-    rows, _ = _fig1_batch()
-    cols = _columns(rows)
-    tensor_cols = cols | {"rewards": torch.tensor(cols["rewards"], dtype=torch.float32),
-                          "steps": torch.tensor(cols["steps"]), "traj_ids": torch.tensor(cols["traj_ids"])}
-    for name in ESTIMATORS:
-        expected, diag = compute_advantages(name, **cols)
-        got, diag_t = compute_advantages(name, **tensor_cols)
-        assert isinstance(got, torch.Tensor) and got.dtype == torch.float64 and got.device.type == "cpu"
-        np.testing.assert_allclose(got.numpy(), expected, rtol=1e-12, atol=1e-12)
-        assert diag_t == pytest.approx(diag)
-
-
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
-def test_cuda_tensors_stay_on_device():
-    rows, _ = _fig1_batch()
-    cols = _columns(rows)
-    for name in ESTIMATORS:
-        expected, _ = compute_advantages(name, **cols)
-        got, _ = compute_advantages(name, **cols | {"rewards": torch.tensor(cols["rewards"], device="cuda")})
-        assert got.device.type == "cuda"
-        np.testing.assert_allclose(got.cpu().numpy(), expected, rtol=1e-10, atol=1e-10, err_msg=name)
-
-
-def test_long_trajectory_returns_are_exact():
-    # 400 steps, reward 1 each: G_t = (1 - gamma^(T-t+1)) / (1 - gamma)
-    n = 400
-    cols = {"group_ids": [0] * n, "traj_ids": [0] * n, "steps": list(range(n, 0, -1)), "anchor_keys": ["s"] * n,
-                "action_keys": ["a"] * n, "rewards": [1.0] * n}
-    adv, _ = compute_advantages("gigpo", **cols, gamma=0.95)
-    g = np.array([(1 - 0.95 ** (n - s + 1)) / 0.05 for s in cols["steps"]])
-    np.testing.assert_allclose(adv, g - g.mean(), rtol=1e-10, atol=1e-10)
-
-
-def test_registry_and_bad_input_errors():
-    assert set(ESTIMATORS) <= set(available_estimators())
-    with pytest.raises(ValueError, match="valid: grpo, rloo"):
-        get_estimator("ppo")
-    with pytest.raises(ValueError, match="already registered"):
-        register_estimator("grpo")(lambda rows, config: None)
-    rows, _ = _fig1_batch()
-    cols = _columns(rows)
-    with pytest.raises(ValueError, match="unknown credit hyperparameter.*valid ones: gamma"):
-        compute_advantages("ecpo", **cols, kapa=2.0)
-    with pytest.raises(ValueError, match="kappa"):
-        compute_advantages("ecpo", **cols, kappa=0.0)
-    with pytest.raises(ValueError, match="compat"):
-        compute_advantages("ecpo", **cols, compat="verl-agent")
-    with pytest.raises(ValueError, match="lengths"):
-        compute_advantages("grpo", **cols | {"rewards": cols["rewards"][:-1]})
-    with pytest.raises(ValueError, match="finite"):
-        compute_advantages("grpo", **cols | {"rewards": [math.nan] + cols["rewards"][1:]})
-    with pytest.raises(ValueError, match="no step rows"):
-        compute_advantages("grpo", [], [], [], [], [], [])
-    with pytest.raises(ValueError, match="1..T"):
-        compute_advantages("grpo", **cols | {"steps": [s + (s > 3) for s in cols["steps"]]})
-    with pytest.raises(ValueError, match="1-based"):
-        compute_advantages("grpo", **cols | {"steps": [s - 1 for s in cols["steps"]]})
-    with pytest.raises(ValueError, match="hashable"):
-        compute_advantages("grpo", **cols | {"anchor_keys": [[1]] * len(rows)})
-
-
-@pytest.mark.parametrize("name, value, valid", [
-    ("omega", "1", ">= 0"), ("omega", -0.5, ">= 0"),
-    ("gamma", 0.0, r"in \(0, 1\]"), ("gamma", 1.5, r"in \(0, 1\]"), ("gamma", math.nan, r"in \(0, 1\]"),
-    ("gamma", "0.95", r"in \(0, 1\]"), ("gamma", True, r"in \(0, 1\]"),
-    ("kappa", 0.0, "> 0"), ("kappa", [2.0], "> 0"), ("tau", 0.0, "> 0"), ("tau", None, "> 0"),
-    ("d_min", 0, "integer >= 1"), ("d_min", 7.5, "integer >= 1"), ("d_min", 7.0, "integer >= 1"),
-    ("d_min", "7", "integer >= 1"),
-    ("rho_min", 1.5, r"in \[0, 1\]"), ("rho_min", -0.1, r"in \[0, 1\]"),
-    ("eps", 0.0, "> 0"), ("eps", math.inf, "> 0"),
-    ("compat", "verl", "valid values: native, verl-agent"), ("compat", 1, "valid values: native, verl-agent"),
-])
-def test_hyperparameters_are_checked_up_front_with_the_valid_range(name, value, valid):
-    rows, _ = _fig1_batch()
-    with pytest.raises(ValueError, match=rf"{name}=.*{valid}"):
-        compute_advantages("gigpo_std", **_columns(rows), **{name: value})
-
-
-def test_hyperparameter_boundaries_are_accepted():
-    cols = _columns(_fig1_batch()[0])
-    for hp in ({"gamma": 1.0}, {"omega": 0}, {"rho_min": 0.0}, {"rho_min": 1}, {"d_min": 1}, {"d_min": np.int64(3)},
-               {"kappa": np.float32(0.5)}):
-        adv, _ = compute_advantages("ecpo", **cols, **hp)
-        assert np.isfinite(adv).all()
-
-
-@pytest.mark.parametrize("name", ESTIMATORS)
-def test_finite_rewards_near_the_float_limit_are_rejected_not_turned_into_nan(name):
-    """Rewards of +-1e308 are finite, but their returns overflow float64: a clear error instead of NaN rows."""
-    rows, _ = _fig1_batch()
-    cols = _columns(rows)
-    huge = [1e308 * (1 if k % 2 else -1) if r else 1e308 for k, r in enumerate(cols["rewards"])]
-    for rewards in (huge, [r * 1e199 for r in cols["rewards"]]):  # sums overflow; squared deviations overflow
-        with pytest.raises(ValueError, match="rewards too large.*rescale"):
-            compute_advantages(name, **cols | {"rewards": rewards})
-    # below the bound, finite in gives finite out, and the std-normalised estimators barely notice the scale
-    adv, diag = compute_advantages(name, **cols | {"rewards": [r * 1e140 for r in cols["rewards"]]})
-    assert np.isfinite(adv).all() and all(math.isfinite(v) for v in diag.values())
-    if name not in ("gigpo", "rloo"):
-        np.testing.assert_allclose(adv, compute_advantages(name, **cols)[0], rtol=1e-5, atol=1e-6)
-
-
-def test_advantages_that_overflow_raise_instead_of_returning_inf():
-    cols = _columns(_fig1_batch()[0])
-    with pytest.raises(ValueError, match="advantages overflow float64"):
-        compute_advantages("gigpo", **cols | {"rewards": [r * 1e140 for r in cols["rewards"]]}, omega=1e300)

@@ -98,7 +98,8 @@ def test_llm_policy_parses_well_formed_action(policy):
 @pytest.mark.slow
 def test_llm_value_head_gae_targets_and_one_critic_update_lowers_value_loss(tiny_model_dir, policy):
     """The PPO baseline's LLM critic: finite values, GAE targets = advantages + values, one step fits better."""
-    from ecpo_train.policies.critic import LLMValueCritic, critic_update, gae_advantages
+    from ecpo_train.credit import CreditConfig, gae_targets
+    from ecpo_train.policies.critic import LLMValueCritic, critic_update
 
     torch.manual_seed(2)
     envs = GroupVectorEnv(ENV_ID, num_groups=2, group_size=2, env_kwargs={"depth": 2, "num_tasks": 2, "max_steps": 3})
@@ -114,7 +115,7 @@ def test_llm_value_head_gae_targets_and_one_critic_update_lowers_value_loss(tiny
     assert values.shape == (len(batch),) and np.all(np.isfinite(values)) and np.ptp(values) > 0
 
     gamma, lam = 0.95, 0.95
-    advantages, targets = gae_advantages(batch.traj_id.astype(np.int64), batch.step, batch.reward, values, gamma, lam)
+    advantages, targets = gae_targets(batch.credit_rows(), values, CreditConfig(gamma=gamma), lam)
     assert np.allclose(targets, advantages + values)
     # the last step of each trajectory bootstraps from V = 0: its advantage is r - V(s)
     for traj in np.unique(batch.traj_id):

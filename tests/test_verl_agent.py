@@ -289,7 +289,8 @@ def test_wrong_gamma_is_caught():
         ({"mode": "std"}, "mode='std'"),
         ({"enable_similarity": True}, "anchors exactly"),
         ({"estimator": "gigpo_std", "mode": "mean_norm"}, "mean_std_norm"),
-        ({"estimator": "ppo"}, "unknown advantage estimator"),
+        ({"estimator": "ppo"}, "needs values="),  # the drop-in passes no critic values
+        ({"estimator": "dqn"}, "unknown advantage estimator"),
     ],
 )
 def test_bad_arguments(kwargs, message):

@@ -3,11 +3,9 @@
 Two critics with one interface, ``values(prompt_ids, state_keys) -> [rows]``:
 ``TabularCritic`` keeps one value per ``state_key`` (lazily created, zero-initialised) for the tabular
 policy; ``LLMValueCritic`` is a causal-LM backbone with a linear value head read at the last prompt token.
-``gae_advantages`` turns per-step rewards and values into PPO's advantages and value targets, and
-``critic_update`` fits the critic to those targets (mean squared error).
-
-The critic-free algorithms (GRPO, RLOO, GiGPO, ECPO) never touch this module; their estimators live in
-``ecpo_train/core/credit/``.
+``critic_update`` fits the critic to the value targets of the ``ppo`` credit estimator (GAE, eq. gae, in
+``ecpo_train/core/credit/``; mean squared error). The critic-free estimators (GRPO, RLOO, GiGPO, ECPO) never
+touch this module.
 """
 
 from __future__ import annotations
@@ -17,36 +15,6 @@ from typing import Any
 
 import numpy as np
 import torch
-
-
-def gae_advantages(
-    traj_ids: np.ndarray, steps: np.ndarray, rewards: np.ndarray, values: np.ndarray, gamma: float, lam: float
-) -> tuple[np.ndarray, np.ndarray]:
-    """Generalised advantage estimation per trajectory: returns ``(advantages, value_targets)`` per row.
-
-    delta_t = r_t + gamma V(s_{t+1}) - V(s_t), A_t = sum_k (gamma lam)^k delta_{t+k}; the value after a
-    trajectory's last step is 0 (an episode that hits the step limit counts as ended, the step limit being
-    part of the task). Rows may come in any order; ``steps`` are 1-based within each trajectory.
-    """
-    traj_ids = np.asarray(traj_ids)
-    steps = np.asarray(steps, dtype=np.int64)
-    rewards = np.asarray(rewards, dtype=np.float64)
-    values = np.asarray(values, dtype=np.float64)
-    n = len(rewards)
-    if n == 0:
-        return np.zeros(0), np.zeros(0)
-    _, traj_code = np.unique(traj_ids, return_inverse=True)
-    n_traj, horizon = int(traj_code.max()) + 1, int(steps.max())
-    r = np.zeros((n_traj, horizon + 1))
-    v = np.zeros((n_traj, horizon + 1))
-    r[traj_code, steps - 1] = rewards
-    v[traj_code, steps - 1] = values
-    adv = np.zeros((n_traj, horizon + 1))
-    for t in range(horizon - 1, -1, -1):  # a loop over time, vectorised over trajectories
-        delta = r[:, t] + gamma * v[:, t + 1] - v[:, t]
-        adv[:, t] = delta + gamma * lam * adv[:, t + 1]
-    row_adv = adv[traj_code, steps - 1]
-    return row_adv, row_adv + values
 
 
 class TabularCritic(torch.nn.Module):

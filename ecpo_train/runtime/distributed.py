@@ -35,6 +35,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from ecpo_train.core.credit import available_estimators
+
 LAUNCH_HINT = ("launch K processes: `torchrun --nproc-per-node K -m ecpo_train.apps.cli train ...` "
                "or `ecpo train --nproc K ...`")
 
@@ -50,8 +52,9 @@ def check_fsdp_request(fsdp: bool, algorithm: str = "ecpo", policy: str = "llm")
         raise ValueError(f"fsdp=true needs at least 2 processes, this one runs alone: {LAUNCH_HINT}")
     if fsdp and policy != "llm":
         raise ValueError("fsdp=true shards a transformers model: set policy=llm")
-    if fsdp and algorithm == "ppo":
-        raise ValueError("fsdp=true does not shard the PPO critic yet: use a critic-free algorithm or one process")
+    if fsdp and algorithm in available_estimators(needs_values=True):
+        raise ValueError(f"fsdp=true does not shard a critic yet ({algorithm} needs one): use a critic-free "
+                         "algorithm or one process")
 
 
 class DataParallel:

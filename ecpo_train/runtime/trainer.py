@@ -4,7 +4,8 @@ Each iteration reads top to bottom:
 
     A  rollout   ``collect_rollout``: G groups x N copies of one task each, sampled from pi_old
     B-D credit   ``compute_advantages(algorithm, ...)``: anchors (B), ECA (C), VarGate (D) -- all inside
-                 ``ecpo_train/core/credit/``; PPO instead fits a critic and uses GAE
+                 ``ecpo_train/core/credit/``; the ``ppo`` estimator takes a critic's values (GAE), and the
+                 critic is then fitted to its targets
     E  update    ``policy_update``: eq. ecpo_objective (clipped ratio, k3 KL to pi_ref), AdamW
     then         validation at temperature 0.4 on a fixed task list, metrics, checkpoint.
 
@@ -28,7 +29,7 @@ import numpy as np
 import torch
 
 from ecpo_gym.group import GroupVectorEnv
-from ecpo_train.core.credit import compute_advantages
+from ecpo_train.core.credit import compute_advantages, estimator_spec, gae_targets
 from ecpo_train.core.loss import policy_update
 from ecpo_train.core.rollout import Rollout, collect_rollout, episode_metrics
 from ecpo_train.runtime.builders import (
@@ -105,7 +106,7 @@ class Trainer:
         self.optimizer = torch.optim.AdamW([p for p in self.policy.parameters() if p.requires_grad], lr=config.lr,
                                            weight_decay=config.weight_decay)
         self.critic = self.critic_optimizer = None
-        if config.algorithm == "ppo":
+        if estimator_spec(config.algorithm).needs_values:  # PPO: GAE on a learned critic
             self.critic = build_critic(config, self.policy)
             self.critic_optimizer = torch.optim.AdamW(self.critic.parameters(), lr=config.critic_lr,
                                                       weight_decay=config.weight_decay)
@@ -142,13 +143,13 @@ class Trainer:
                                       anchor_key=cfg.anchor_key, history_length=cfg.history_length)
         batch = rollout.batch
 
-        # Steps B-D: anchors, ECA, VarGate -> one advantage per step row (or PPO's GAE on a learned critic)
+        # Steps B-D: anchors, ECA, VarGate -> one advantage per step row (or PPO's GAE on the critic's values)
         credit_started = time.perf_counter()
-        if cfg.algorithm == "ppo":
-            step_advantages, credit_diag = self.ppo_advantages(rollout)
-        else:
-            step_advantages, credit_diag = compute_advantages(cfg.algorithm, rows=batch.credit_rows(),
-                                                              **cfg.credit_hyperparameters())
+        values = self.critic_values(rollout) if self.critic is not None else None
+        step_advantages, credit_diag = compute_advantages(cfg.algorithm, rows=batch.credit_rows(), values=values,
+                                                          **cfg.credit_hyperparameters())
+        if self.critic is not None:
+            credit_diag |= self.fit_critic(rollout, values)
         credit_seconds = time.perf_counter() - credit_started
         self.last_rollout, self.last_advantages = rollout, np.asarray(step_advantages)
         if self.dp is None:
@@ -185,25 +186,23 @@ class Trainer:
         metrics["time/iteration"] = time.perf_counter() - started
         return metrics
 
-    def ppo_advantages(self, rollout: Rollout) -> tuple[np.ndarray, dict[str, float]]:
-        """PPO baseline: fit V on GAE targets from the current critic, return whitened GAE advantages."""
-        from ecpo_train.policies.critic import critic_update, gae_advantages
-
-        assert self.critic is not None and self.critic_optimizer is not None
-        batch, cfg = rollout.batch, self.config
+    @torch.no_grad()
+    def critic_values(self, rollout: Rollout) -> np.ndarray:
+        """``V(s)`` of every step row from the critic, in micro-batches (what a ``needs_values`` estimator takes)."""
+        batch, size = rollout.batch, self.config.micro_batch_size
         prompts, keys = batch.extras["prompt_ids"], batch.extras["state_key"]
-        with torch.no_grad():
-            values = np.concatenate([
-                self.critic.values(prompts[i : i + cfg.micro_batch_size], keys[i : i + cfg.micro_batch_size]).cpu().numpy()
-                for i in range(0, len(batch), cfg.micro_batch_size)
-            ])
-        advantages, targets = gae_advantages(batch.traj_id.astype(np.int64), batch.step, batch.reward, values,
-                                             cfg.credit.gamma, cfg.gae_lambda)
-        stats = critic_update(self.critic, self.critic_optimizer, prompts, keys, targets,
-                              mini_batch_size=cfg.mini_batch_size, micro_batch_size=cfg.micro_batch_size,
-                              max_grad_norm=cfg.max_grad_norm, generator=self.rng)
-        whitened = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-        return whitened, stats | {"value_mean": float(values.mean()), "advantage_std": float(advantages.std())}
+        return np.concatenate([self.critic.values(prompts[i : i + size], keys[i : i + size]).cpu().numpy()
+                               for i in range(0, len(batch), size)])
+
+    def fit_critic(self, rollout: Rollout, values: np.ndarray) -> dict[str, float]:
+        """One critic update towards the GAE value targets (lambda-returns) of this batch."""
+        from ecpo_train.policies.critic import critic_update
+
+        batch, cfg = rollout.batch, self.config
+        _, targets = gae_targets(batch.credit_rows(), values, cfg.credit, cfg.gae_lambda)
+        return critic_update(self.critic, self.critic_optimizer, batch.extras["prompt_ids"], batch.extras["state_key"],
+                             targets, mini_batch_size=cfg.mini_batch_size, micro_batch_size=cfg.micro_batch_size,
+                             max_grad_norm=cfg.max_grad_norm, generator=self.rng)
 
     def update_policy(self, rollout: Rollout, step_advantages: torch.Tensor) -> dict[str, float]:
         extras = rollout.batch.extras

@@ -200,3 +200,26 @@ def verl_agent_episode_advantage(
     if normalize_std:
         centered = centered / (std[row_group] + eps)
     return ops.where(m.constant[row_group] & ~single[row_group], 0.0, centered)
+
+
+def gae_advantage(rewards: Any, values: Any, traj: Any, position: Any, n_trajs: int, horizon: int, gamma: float,
+                  lam: float) -> Any:
+    """Generalised advantage estimation (eq. gae, the PPO baseline's credit), one advantage per row:
+    ``delta_t = r_t + gamma V(s_{t+1}) - V(s_t)``, ``A_t = sum_k (gamma lam)^k delta_{t+k}``.
+
+    The value after a trajectory's last step is 0: an episode that hits the step limit counts as ended, the step
+    limit being part of the task. A loop over time, vectorised over trajectories (dense trajectory x step
+    matrices, one column of padding). The value target of row t is ``A_t + V(s_t)`` (the lambda-return).
+    """
+    ops = ops_of(rewards)
+    width = horizon + 1
+    flat = traj * width + position
+    dense_reward, dense_value = ops.zeros(n_trajs * width), ops.zeros(n_trajs * width)
+    dense_reward[flat] = rewards
+    dense_value[flat] = values
+    r, v = dense_reward.reshape(n_trajs, width), dense_value.reshape(n_trajs, width)
+    adv = ops.zeros(n_trajs * width).reshape(n_trajs, width)
+    for t in range(horizon - 1, -1, -1):
+        delta = r[:, t] + gamma * v[:, t + 1] - v[:, t]
+        adv[:, t] = delta + gamma * lam * adv[:, t + 1]
+    return adv.reshape(-1)[flat]

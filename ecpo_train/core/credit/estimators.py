@@ -16,6 +16,7 @@ from ecpo_train.core.credit.equations import (
     eca_shrinkage,
     ecpo_advantage,
     future_return,
+    gae_advantage,
     gigpo_advantage,
     gigpo_anchor_advantage,
     grpo_advantage,
@@ -29,35 +30,61 @@ from ecpo_train.core.credit.equations import (
     verl_agent_episode_advantage,
     within_action_variance,
 )
-from ecpo_train.core.credit.rows import CreditRows, prepare_rows
+from ecpo_train.core.credit.rows import CreditRows, host_values, prepare_rows
 
-Estimator = Callable[[CreditRows, CreditConfig], tuple[Any, dict[str, float]]]
-_ESTIMATORS: dict[str, Estimator] = {}
+Estimator = Callable[..., tuple[Any, dict[str, float]]]
+
+
+@dataclass(frozen=True)
+class EstimatorSpec:
+    """A registered estimator and what it asks of the caller beyond the step rows.
+
+    ``needs_values``: it takes one critic value ``V(s)`` per row (``compute_advantages(..., values=)``);
+    ``group_relative``: its baseline comes from the other rollouts of a group, so it needs >= 2 per task;
+    ``options``: keyword arguments it takes beyond ``CreditConfig`` (the trainer passes its config's values
+    of these names), each with its default.
+    """
+
+    fn: Estimator
+    needs_values: bool = False
+    group_relative: bool = True
+    options: tuple[tuple[str, float], ...] = ()
+
+
+_ESTIMATORS: dict[str, EstimatorSpec] = {}
 _COMPAT_AWARE = {"gigpo", "gigpo_std"}
 
 
-def register_estimator(name: str) -> Callable[[Estimator], Estimator]:
-    """Decorator: register ``fn(rows, config) -> (advantage per row, diagnostics)`` under ``name``."""
+def register_estimator(name: str, *, needs_values: bool = False, group_relative: bool = True,
+                       options: dict[str, float] | None = None) -> Callable[[Estimator], Estimator]:
+    """Decorator: register ``fn(rows, config) -> (advantage per row, diagnostics)`` under ``name``; with
+    ``needs_values=True`` the function is ``fn(rows, config, values, **options)``."""
 
     def decorate(fn: Estimator) -> Estimator:
         if name in _ESTIMATORS:
             raise ValueError(f"estimator {name!r} is already registered")
-        _ESTIMATORS[name] = fn
+        _ESTIMATORS[name] = EstimatorSpec(fn, needs_values, group_relative, tuple((options or {}).items()))
         return fn
 
     return decorate
 
 
-def available_estimators() -> list[str]:
-    return list(_ESTIMATORS)
+def available_estimators(*, needs_values: bool | None = None) -> list[str]:
+    """Every registered name, or (``needs_values=False``) only the critic-free ones."""
+    return [name for name, spec in _ESTIMATORS.items() if needs_values is None or spec.needs_values == needs_values]
 
 
-def get_estimator(name: str) -> Estimator:
-    """The estimator registered under ``name`` (clear ``ValueError`` listing valid names otherwise)."""
+def estimator_spec(name: str) -> EstimatorSpec:
+    """The :class:`EstimatorSpec` registered under ``name`` (clear ``ValueError`` listing valid names otherwise)."""
     try:
         return _ESTIMATORS[name]
     except (KeyError, TypeError):
         raise ValueError(f"unknown advantage estimator {name!r}; valid: {', '.join(_ESTIMATORS)}") from None
+
+
+def get_estimator(name: str) -> Estimator:
+    """The function registered under ``name`` (clear ``ValueError`` listing valid names otherwise)."""
+    return estimator_spec(name).fn
 
 
 @dataclass(frozen=True, eq=False)
@@ -274,6 +301,39 @@ def ecpo_vargate_only_estimator(rows: CreditRows, config: CreditConfig) -> tuple
     return _finish(rows, adv, _gate_diagnostics(rows, evidence))
 
 
+def _gae_rows(rows: CreditRows, values: Any, config: CreditConfig, gae_lambda: float) -> tuple[np.ndarray, np.ndarray]:
+    """eq. gae on the host (values come from a critic on any device): ``(advantages, values)`` per row, float64."""
+    if not 0.0 <= float(gae_lambda) <= 1.0:
+        raise ValueError(f"gae_lambda={gae_lambda!r} is invalid: it must be a number in [0, 1]")
+    values = np.asarray(host_values(values, "values"), dtype=np.float64)
+    if values.shape != (rows.n_rows,):
+        raise ValueError(f"values has shape {values.shape}, expected ({rows.n_rows},): one V(s) per step row")
+    rewards = np.asarray(rows.ops.host(rows.reward), dtype=np.float64)
+    adv = gae_advantage(rewards, values, rows.traj, rows.position, rows.n_trajs, rows.horizon, config.gamma,
+                        float(gae_lambda))
+    return adv, values
+
+
+def gae_targets(rows: CreditRows, values: Any, config: CreditConfig, gae_lambda: float = 0.95
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """``(advantages, value targets)`` per row of eq. gae: the raw GAE advantages and the critic's regression
+    targets, the lambda-returns ``A_t + V(s_t)`` (what the ``ppo`` estimator's critic is fitted to)."""
+    adv, values = _gae_rows(rows, values, config, gae_lambda)
+    return adv, adv + values
+
+
+@register_estimator("ppo", needs_values=True, group_relative=False, options={"gae_lambda": 0.95})
+def ppo_estimator(rows: CreditRows, config: CreditConfig, values: Any, gae_lambda: float = 0.95
+                  ) -> tuple[Any, dict[str, float]]:
+    """PPO's baseline (the paper's actor-critic comparison): eq. gae on a learned critic's ``values``, whitened
+    over the batch. ``gamma`` is the credit config's; ``gae_lambda`` is PPO's own. Diagnostics: the mean value
+    and the std of the advantages before whitening."""
+    adv, _ = _gae_rows(rows, values, config, gae_lambda)
+    whitened = (adv - adv.mean()) / (adv.std() + 1e-8)
+    value_mean = float(np.asarray(host_values(values, "values")).mean())  # in the critic's own dtype
+    return rows.ops.asarray(whitened), {"value_mean": value_mean, "advantage_std": float(adv.std())}
+
+
 # --------------------------------------------------------------------------------------------------------
 # Public entry point
 # --------------------------------------------------------------------------------------------------------
@@ -287,12 +347,14 @@ def compute_advantages(
     rewards: Sequence[float] | Any = None,
     *,
     rows: CreditRows | None = None,
+    values: Any = None,
     **hyperparameters: Any,
 ) -> tuple[Any, dict[str, float]]:
     """Per-row advantages of estimator ``name`` and its diagnostics, from plain arrays (one entry per step row).
 
     ``name``: one of ``grpo, rloo, gigpo, gigpo_std, ecpo, ecpo_eca_only, ecpo_anchor_scale,
-    ecpo_anchor_scale_eca_only, ecpo_vargate_only``. Ids and keys
+    ecpo_anchor_scale_eca_only, ecpo_vargate_only``, or ``ppo`` (GAE on a learned critic: pass ``values=``, one
+    ``V(s)`` per row, and optionally ``gae_lambda``). Ids and keys
     are sequences (or arrays/tensors) of str or int; a trajectory is identified by ``(group_id, traj_id)``
     and its ``steps`` must be exactly ``1..T``; rows may come in any order. ``anchor_keys`` are the anchor
     keys (an anchor is ``(group_id, anchor_key)``; see the module docstring on the name). ``rewards`` are
@@ -305,13 +367,18 @@ def compute_advantages(
     range), and finite rewards so large that float64 arithmetic on them overflows (rejected rather than
     returned as inf/NaN: finite input gives finite advantages or this error).
     """
-    estimator = get_estimator(name)
+    spec = estimator_spec(name)
+    options = {key: hyperparameters.pop(key, default) for key, default in spec.options}
     config = CreditConfig.from_kwargs(**hyperparameters)
     if config.compat != "native" and name not in _COMPAT_AWARE:
         raise ValueError(f"compat={config.compat!r} applies only to {sorted(_COMPAT_AWARE)}, not {name!r}")
+    if spec.needs_values and values is None:
+        raise ValueError(f"estimator {name!r} needs values=: one critic value V(s) per step row")
+    if not spec.needs_values and values is not None:
+        raise ValueError(f"estimator {name!r} is critic-free: it takes no values=")
     columns = {"group_ids": group_ids, "traj_ids": traj_ids, "steps": steps, "anchor_keys": anchor_keys,
                "action_keys": action_keys, "rewards": rewards}
-    given = [column for column, values in columns.items() if values is not None]
+    given = [column for column, column_values in columns.items() if column_values is not None]
     if rows is not None:
         if given:
             raise ValueError(f"pass either rows= or the step columns, not both (got rows and {', '.join(given)})")
@@ -323,4 +390,6 @@ def compute_advantages(
             raise TypeError(f"compute_advantages needs the step columns {', '.join(missing)} (or rows=)")
         rows = prepare_rows(group_ids, traj_ids, steps, anchor_keys, action_keys, rewards)
     with np.errstate(over="ignore", invalid="ignore"):  # an overflow raises a ValueError in _finish instead
-        return estimator(rows, config)
+        if spec.needs_values:
+            return spec.fn(rows, config, values, **options)
+        return spec.fn(rows, config)
