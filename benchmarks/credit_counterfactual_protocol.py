@@ -1,0 +1,264 @@
+"""Counterfactual credit updates, the protocol: concentration checkpoints, then one update per estimator per batch.
+
+An arm is one policy on one corridor. :func:`make_checkpoints` trains it with GRPO (the native ``Trainer``) and saves
+a ``Trainer.save_checkpoint`` (weights, AdamW state, RNGs) the first time the policy's mean pi(good door | room) at
+T = 1 reaches each target concentration. :func:`measure_batch` then, for one checkpoint and one batch seed, loads
+the checkpoint, samples one rollout batch (``collect_rollout``), and for every estimator reloads the checkpoint,
+computes that estimator's advantages on the *same* batch (``compute_advantages``) and applies one update
+(``Trainer.update_policy`` -> ``policy_update``) with the same shuffle seed. Measured per estimator:
+
+* ``delta_j``: change of the exact success probability (DP over the corridor's MDP) at the validation temperature;
+* ``lucky``: mean change of log pi(rare | s) at T = 1 over the batch's lucky-singleton anchors: a non-good door
+  taken exactly once in the group whose episode was won, beside the good door taken >= 2 times at least once in a
+  lost episode (the paper's fig. 1 situation); ``lucky_sv`` the same over those that are StrictValid (first
+  visited at step >= d_min, so ECPO's gate may open);
+* ``rare_sv``: mean change of log pi(a | s) over every non-good door sampled at a StrictValid anchor;
+* ``term_lucky``: the step term (the estimator's advantage minus GRPO's) at the lucky singleton's row.
+
+Nothing here re-implements the rollout, the credit or the update: only the bookkeeping around them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+ESTIMATORS = ("grpo", "gigpo_std", "ecpo", "ecpo_anchor_scale", "ecpo_eca_only", "ecpo_anchor_scale_eca_only")
+
+# Corridors where the good door itself sometimes fails (good_prob < 1 and, for "noisy", a per-step hazard), so a
+# group often holds a failed good-door visit beside a rare door that got lucky.
+ARMS: dict[str, dict[str, Any]] = {
+    "tabular_corridor": {
+        "policy": "tabular", "env_id": "ecpo/DivergentAnchor-v0",
+        "env_kwargs": {"num_tasks": 1, "depth": 5, "good_prob": 0.85, "rare_prob": [0.4, 0.7]},
+        "config": {"n_groups": 8, "group_size": 8, "lr": 0.3, "kl_coef": 0.01, "weight_decay": 0.0,
+                   "mini_batch_size": 100000, "micro_batch_size": 100000, "max_grad_norm": 1000.0,
+                   "credit": {"d_min": 1}},
+        "targets": [0.5, 0.8, 0.95], "max_iterations": 2000,
+    },
+    "tabular_noisy_wide": {
+        "policy": "tabular", "env_id": "ecpo/DivergentAnchorNoisy-v0",
+        "env_kwargs": {"num_tasks": 1, "depth": 5, "branching": 5, "good_prob": 0.9, "rare_prob": [0.5, 0.8]},
+        "config": {"n_groups": 8, "group_size": 8, "lr": 0.3, "kl_coef": 0.01, "weight_decay": 0.0,
+                   "mini_batch_size": 100000, "micro_batch_size": 100000, "max_grad_norm": 1000.0,
+                   "credit": {"d_min": 1}},
+        "targets": [0.5, 0.8, 0.95], "max_iterations": 2000,
+    },
+    # SmolLM2-135M scoring the doors (the corridor_llm preset: 4-room corridors, d_min 1), good door 0.85.
+    "smollm2_corridor": {
+        "policy": "llm", "preset": "corridor_llm", "env_id": "ecpo/DivergentAnchor-v0",
+        "env_kwargs": {"num_tasks": 2, "depth": 4, "good_prob": 0.85, "rare_prob": [0.4, 0.7]},
+        "config": {"device": "cpu", "save_optimizer": True, "lr": 1.0e-4, "update_epochs": 1,
+                   "mini_batch_size": 64, "micro_batch_size": 64},
+        "targets": [0.5, 0.8, 0.95], "max_iterations": 25,
+    },
+}
+
+
+def arm_config(arm: dict[str, Any], run_dir: str, seed: int) -> Any:
+    """The native ``TrainConfig`` of an arm (GRPO; the estimator is chosen per update, not here)."""
+    from ecpo_train.runtime.config import load_config, make_config
+
+    values = {"run_dir": run_dir, "seed": seed, "algorithm": "grpo", "env_id": arm["env_id"],
+              "env_kwargs": dict(arm["env_kwargs"]), "val_every": 0, "checkpoint_every": 0, "tensorboard": False,
+              "progress": False, "val_temperature": 0.4, "rollout_temperature": 1.0, **arm["config"]}
+    if arm["policy"] == "tabular":
+        return make_config({"policy": "tabular", "device": "cpu", **values})
+    base = load_config(arm["preset"])
+    from ecpo_train.runtime.config import config_dict
+
+    merged = config_dict(base) | values
+    merged["credit"] = dict(config_dict(base)["credit"]) | dict(arm["config"].get("credit", {}))
+    return make_config(merged)
+
+
+def good_doors(env: Any) -> dict[str, str]:
+    """state_key -> the good door of that room, for every room of every task of a corridor env."""
+    out = {}
+    for task in env.task_ids:
+        layout = env.layout(task)
+        for room, (doors, good) in enumerate(zip(layout.doors, layout.good_door)):
+            out[f"{task}:room{room}"] = doors[good]
+    return out
+
+
+def state_distributions(policy: Any, env: Any, temperature: float, env_name: str = "") -> dict[str, dict[str, float]]:
+    """pi(. | s) at ``temperature`` in every room: the tabular policy's table, or the scoring LM on the room's
+    context as the env shows it (history-free prompts, as ``builders.exact_success`` uses them)."""
+    from ecpo_train.policies.base import StepContext
+
+    states = [s for task in env.task_ids for s in env.transition_model(task)]
+    if hasattr(policy, "action_probabilities"):
+        return {s: policy.action_probabilities(s, env.state_view(s)["admissible_actions"], temperature=temperature)
+                for s in states}
+    contexts = []
+    for s in states:
+        view = env.state_view(s)
+        contexts.append(StepContext(env_name=env_name, task=view["task"], step_count=view["step"], history=[],
+                                    observation=view["observation"],
+                                    admissible_actions=view["admissible_actions"], state_key=s))
+    with torch.no_grad():
+        return dict(zip(states, policy.action_distributions(contexts, temperature)))
+
+
+def concentration(policy: Any, env: Any, good: dict[str, str], env_name: str = "") -> float:
+    """Mean over rooms of pi(good door | room) at T = 1."""
+    dist = state_distributions(policy, env, 1.0, env_name)
+    return float(np.mean([dist[s][good[s]] for s in good]))
+
+
+def exact_j(trainer: Any) -> float:
+    from ecpo_train.runtime.builders import exact_success
+
+    cfg = trainer.config
+    value = exact_success(trainer.policy, cfg.env_id, cfg.env_kwargs, trainer.train_tasks, cfg.val_temperature,
+                          history_length=cfg.history_length)
+    if value is None:
+        raise ValueError(f"{cfg.env_id} with this policy has no exact success (needs history_length=0 for an LLM)")
+    return float(value)
+
+
+def make_checkpoints(arm: dict[str, Any], folder: Path, seed: int = 0, log: Any = print) -> list[dict[str, Any]]:
+    """Train the arm with GRPO and save a checkpoint the first time mean pi(good) reaches each target."""
+    from ecpo_train.runtime.trainer import Trainer
+
+    folder.mkdir(parents=True, exist_ok=True)
+    trainer = Trainer(arm_config(arm, str(folder / "train"), seed))
+    env = _probe_env(arm)
+    good = good_doors(env)
+    saved, targets = [], list(arm["targets"])
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            while targets and trainer.iteration < arm["max_iterations"]:
+                trainer.train_iteration()
+                level = concentration(trainer.policy, env, good, arm["env_id"])
+                while targets and level >= targets[0]:
+                    path = trainer.save_checkpoint(folder / f"pi{targets[0]:.2f}.pt")
+                    saved.append({"target": targets[0], "concentration": level, "iteration": trainer.iteration,
+                                  "exact_success": exact_j(trainer), "path": str(path)})
+                    log(f"  checkpoint pi(good) >= {targets[0]}: {level:.3f} at iteration {trainer.iteration}")
+                    targets.pop(0)
+    finally:
+        trainer.close()
+    for target in targets:
+        log(f"  target pi(good) = {target} not reached in {arm['max_iterations']} iterations")
+    return saved
+
+
+def _probe_env(arm: dict[str, Any]) -> Any:
+    import ecpo_gym  # noqa: F401
+    from ecpo_gym.group_workers import make_env
+
+    return make_env(arm["env_id"], dict(arm["env_kwargs"])).unwrapped
+
+
+def lucky_singletons(batch: Any, good: dict[str, str], won: dict[int, bool], d_min: int) -> list[dict[str, Any]]:
+    """The batch's lucky-singleton anchors: per (group, state), a non-good door with one visit, in a won episode,
+    beside the good door with >= 2 visits, at least one in a lost episode. ``won``: traj id -> episode won."""
+    visits: dict[tuple, list[tuple[str, int, int, int]]] = {}
+    for row, (g, t, step, s, a) in enumerate(zip(batch.group_id, batch.traj_id, batch.step, batch.anchor_key,
+                                                 batch.action_key)):
+        visits.setdefault((int(g), str(s)), []).append((str(a), int(t), int(step), row))
+    found = []
+    for (g, s), rows in visits.items():
+        if s not in good:
+            continue
+        first_step = min(step for _, _, step, _ in rows)
+        good_rows = [r for r in rows if r[0] == good[s]]
+        if len(good_rows) < 2 or all(won[t] for _, t, _, _ in good_rows):
+            continue
+        for action in {a for a, *_ in rows if a != good[s]}:
+            taken = [r for r in rows if r[0] == action]
+            if len(taken) == 1 and won[taken[0][1]]:
+                found.append({"group": g, "state": s, "rare": action, "good": good[s], "row": taken[0][3],
+                              "strict_valid": first_step >= d_min})
+    return found
+
+
+def rare_at_strict_valid(batch: Any, good: dict[str, str], d_min: int) -> set[tuple[str, str]]:
+    """(state, non-good door) pairs sampled at anchors (>= 2 visits, >= 2 distinct doors) first visited at step
+    >= d_min in their group: where ECPO's gate can open."""
+    visits: dict[tuple, list[tuple[str, int]]] = {}
+    for g, step, s, a in zip(batch.group_id, batch.step, batch.anchor_key, batch.action_key):
+        visits.setdefault((int(g), str(s)), []).append((str(a), int(step)))
+    pairs = set()
+    for (_, s), rows in visits.items():
+        if s in good and len(rows) >= 2 and len({a for a, _ in rows}) >= 2 and min(t for _, t in rows) >= d_min:
+            pairs |= {(s, a) for a, _ in rows if a != good[s]}
+    return pairs
+
+
+def _mean_delta(before: dict, after: dict, pairs: Any) -> float:
+    values = [math.log(after[s][a]) - math.log(before[s][a]) for s, a in pairs]
+    return float(np.mean(values)) if values else float("nan")
+
+
+def one_update_each(trainer: Any, checkpoint: str, rollout: Any, advantages: dict[str, np.ndarray],
+                    probe: Any, shuffle_seed: int = 12345) -> dict[str, Any]:
+    """For each estimator: reload ``checkpoint`` (weights + optimizer state), apply ONE ``Trainer.update_policy``
+    with its advantages and the same shuffle seed, and return ``probe(trainer)`` of the updated policy. Identical
+    advantage vectors give an identical (deterministic) update, so their probe is computed once."""
+    done: dict[bytes, Any] = {}
+    out = {}
+    for name, adv in advantages.items():
+        key = np.asarray(adv, dtype=np.float64).tobytes()
+        if key not in done:
+            trainer.load_checkpoint(checkpoint)
+            trainer.rng = np.random.default_rng(shuffle_seed)
+            with contextlib.redirect_stderr(io.StringIO()):
+                trainer.update_policy(rollout, torch.as_tensor(np.asarray(adv), dtype=torch.float32))
+            done[key] = probe(trainer)
+        out[name] = done[key]
+    return out
+
+
+def measure_batch(trainer: Any, checkpoint: str, batch_seed: int, env: Any, good: dict[str, str],
+                  estimators: tuple[str, ...] = ESTIMATORS, shuffle_seed: int = 12345) -> dict[str, Any]:
+    """One batch (seeded by ``batch_seed``) at one checkpoint: every estimator's one-update effects."""
+    from ecpo_train.core.credit import compute_advantages
+    from ecpo_train.core.rollout import collect_rollout
+
+    cfg = trainer.config
+    trainer.load_checkpoint(checkpoint)
+    rng = np.random.default_rng(batch_seed)
+    torch.manual_seed(batch_seed)
+    if isinstance(getattr(trainer.policy, "generator", None), torch.Generator):
+        trainer.policy.generator.manual_seed(batch_seed)
+    tasks = [trainer.train_tasks[int(k)] for k in rng.integers(len(trainer.train_tasks), size=cfg.n_groups)]
+    rollout = collect_rollout(trainer.envs, trainer.policy, tasks, env_name=cfg.env_id,
+                              temperature=cfg.rollout_temperature, seed=int(rng.integers(2**31 - 1)),
+                              anchor_key=cfg.anchor_key, history_length=cfg.history_length)
+    batch = rollout.batch
+    won = {int(e.traj_id): bool(e.won) for e in rollout.episodes}
+    d_min = int(cfg.credit.d_min)
+    lucky = lucky_singletons(batch, good, won, d_min)
+    pairs = {"lucky": {(x["state"], x["rare"]) for x in lucky},
+             "lucky_sv": {(x["state"], x["rare"]) for x in lucky if x["strict_valid"]},
+             "rare_sv": rare_at_strict_valid(batch, good, d_min)}
+    before = state_distributions(trainer.policy, env, 1.0, cfg.env_id)
+    j_before = exact_j(trainer)
+    rows = batch.credit_rows()
+    hyper = cfg.credit_hyperparameters()
+    advantages = {name: np.asarray(compute_advantages(name, rows=rows, **hyper)[0]) for name in estimators}
+
+    def probe(updated: Any) -> dict[str, float]:
+        after = state_distributions(updated.policy, env, 1.0, cfg.env_id)
+        return {"delta_j": exact_j(updated) - j_before} | {k: _mean_delta(before, after, v) for k, v in pairs.items()}
+
+    effects = one_update_each(trainer, checkpoint, rollout, advantages, probe, shuffle_seed)
+    out: dict[str, Any] = {"seed": batch_seed, "j_before": j_before, "n_lucky": len(lucky),
+                           "n_lucky_sv": sum(x["strict_valid"] for x in lucky), "n_rare_sv": len(pairs["rare_sv"]),
+                           "success": float(np.mean(list(won.values()))), "estimators": {}}
+    for name in estimators:
+        term = advantages[name] - advantages["grpo"]
+        out["estimators"][name] = dict(effects[name]) | {
+            "term_lucky": float(np.mean([term[x["row"]] for x in lucky])) if lucky else float("nan"),
+            "term_lucky_sv": float(np.mean([term[x["row"]] for x in lucky if x["strict_valid"]]))
+            if any(x["strict_valid"] for x in lucky) else float("nan")}
+    return out

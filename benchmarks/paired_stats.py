@@ -1,0 +1,148 @@
+"""Paired statistics shared by the credit reports: pairing by seed id, paired t-intervals, Holm, and the MDE.
+
+Every method of a study trains on the same seeds (or, in the counterfactual benchmark, updates on the same
+batches), so method differences are paired: the interval of ``a - b`` is a one-sample t-interval over the
+per-seed differences, which removes the between-seed variance a Welch interval keeps. Pairing is by the seed
+id stored with each value, never by list position: a cell whose seeds do not match its partner's is refused.
+
+Several comparisons in one report are corrected together with Holm's step-down procedure (family-wise error
+0.05). Beside every "not significant" the report prints the minimum detectable effect (MDE): the true paired
+difference the comparison would detect with 80 % power at the (Bonferroni, i.e. Holm's first-step) level,
+``(t_{1 - alpha/2m} + t_{0.8}) * se`` (paired: se = sd / sqrt(n), df = n - 1) -- the effect size below which a
+null result says nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+ALPHA = 0.05
+POWER = 0.8
+
+
+class MisalignedCells(ValueError):
+    """Two cells to be paired do not hold the same seed ids."""
+
+
+def paired_values(a: Mapping[Any, float], b: Mapping[Any, float], *, label: str = "") -> tuple[list, np.ndarray]:
+    """``(seeds, a[seed] - b[seed])`` over the seeds both cells hold, finite on both sides.
+
+    ``a`` and ``b`` map seed id -> value. Their seed sets must be equal: a seed one side lacks means the two
+    cells were not run on the same seeds, and pairing them would compare different things (raises
+    :class:`MisalignedCells`). A NaN on either side drops that seed's pair (a metric undefined for that batch).
+    """
+    if set(a) != set(b):
+        only_a, only_b = sorted(set(a) - set(b), key=str), sorted(set(b) - set(a), key=str)
+        raise MisalignedCells(f"cannot pair {label or 'cells'}: seeds only in the first {only_a}, "
+                              f"only in the second {only_b}")
+    seeds = [s for s in sorted(a, key=str) if _finite(a[s]) and _finite(b[s])]
+    return seeds, np.asarray([float(a[s]) - float(b[s]) for s in seeds], dtype=float)
+
+
+def _finite(x: Any) -> bool:
+    return x is not None and math.isfinite(float(x))
+
+
+def keyed(values: Sequence[float], seeds: Sequence[Any]) -> dict[Any, float]:
+    """``{seed: value}`` from parallel lists; a repeated seed is refused (it would pair ambiguously)."""
+    if len(values) != len(seeds):
+        raise MisalignedCells(f"{len(values)} values for {len(seeds)} seeds")
+    if len(set(seeds)) != len(seeds):
+        raise MisalignedCells(f"repeated seed ids in {list(seeds)}")
+    return dict(zip(seeds, values))
+
+
+def mde(se: float, df: float, alpha: float = ALPHA, power: float = POWER) -> float:
+    """Minimum detectable difference for a t-test with standard error ``se`` and ``df`` degrees of freedom:
+    two-sided level ``alpha``, power ``power``."""
+    if not (df >= 1 and math.isfinite(se)):
+        return float("nan")
+    return float((stats.t.ppf(1 - alpha / 2, df) + stats.t.ppf(power, df)) * se)
+
+
+def _t_result(mean: float, se: float, df: float, n: int, sd: float, m: int) -> dict[str, float]:
+    half = float(stats.t.ppf(0.975, df)) * se
+    if se > 0:
+        p = float(2 * stats.t.sf(abs(mean) / se, df))
+    else:
+        p = 0.0 if mean != 0 else 1.0
+    return {"diff": mean, "low": mean - half, "high": mean + half, "sd": sd, "se": se, "df": df, "n": n, "p": p,
+            "mde": mde(se, df, ALPHA / max(1, m))}
+
+
+_NO_DATA = {"low": float("nan"), "high": float("nan"), "sd": float("nan"), "se": float("nan"), "df": float("nan"),
+            "p": float("nan"), "mde": float("nan")}
+
+
+def paired_diff(diffs: Sequence[float], *, m: int = 1) -> dict[str, float]:
+    """Mean paired difference, its 95 % t-interval, paired SD, n, two-sided p, and the MDE at level 0.05 / m."""
+    d = np.asarray([x for x in diffs if math.isfinite(x)], dtype=float)
+    n = len(d)
+    if n < 2:
+        return _NO_DATA | {"diff": float(d.mean()) if n else float("nan"), "n": n}
+    sd = float(d.std(ddof=1))
+    return _t_result(float(d.mean()), sd / math.sqrt(n), n - 1, n, sd, m)
+
+
+def welch_diff(a: Sequence[float], b: Sequence[float], *, m: int = 1) -> dict[str, float]:
+    """mean(a) - mean(b) for independent samples (runs that share no seed): Welch's t with Welch-Satterthwaite df."""
+    x = np.asarray([v for v in a if math.isfinite(v)], dtype=float)
+    y = np.asarray([v for v in b if math.isfinite(v)], dtype=float)
+    if len(x) < 2 or len(y) < 2:
+        return _NO_DATA | {"diff": float("nan"), "n": min(len(x), len(y))}
+    va, vb = x.var(ddof=1) / len(x), y.var(ddof=1) / len(y)
+    se = math.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va**2 / (len(x) - 1) + vb**2 / (len(y) - 1)) if se > 0 else float(min(len(x), len(y)) - 1)
+    return _t_result(float(x.mean() - y.mean()), se, float(df), min(len(x), len(y)), float("nan"), m)
+
+
+def holm(p_values: Sequence[float], alpha: float = ALPHA) -> list[bool]:
+    """Holm's step-down rejections (family-wise error ``alpha``); NaN p-values are never rejected."""
+    order = sorted((p, i) for i, p in enumerate(p_values) if math.isfinite(p))
+    m = len(order)
+    rejected = [False] * len(p_values)
+    for rank, (p, i) in enumerate(order):
+        if p > alpha / (m - rank):
+            break
+        rejected[i] = True
+    return rejected
+
+
+def verdict(part: Mapping[str, float], direction: int, significant: bool) -> str:
+    """'holds' / 'contradicted' when Holm rejects 0 on the claimed / the other side, else 'not significant'
+    (right sign) or 'not supported' (wrong sign); 'no data' without a difference."""
+    diff = part["diff"] * direction
+    if not math.isfinite(diff):
+        return "no data"
+    if significant and math.isfinite(part.get("p", float("nan"))):
+        return "holds" if diff > 0 else "contradicted"
+    return "not significant" if diff > 0 else "not supported"
+
+
+def apply_holm(parts: list[dict[str, Any]], directions: Sequence[int] | None = None) -> list[dict[str, Any]]:
+    """Holm-correct a report's comparisons in place: each part gets ``holm_significant``, its ``verdict`` and
+    the MDE at Holm's first-step level (``mde``), with ``m`` the number of comparisons corrected together."""
+    m = sum(math.isfinite(p.get("p", float("nan"))) for p in parts)
+    rejected = holm([p.get("p", float("nan")) for p in parts])
+    for k, (part, flag) in enumerate(zip(parts, rejected)):
+        direction = directions[k] if directions is not None else int(part.get("direction", 1))
+        part["holm_significant"] = bool(flag)
+        part["m"] = m
+        part["mde"] = mde(part.get("se", float("nan")), part.get("df", float("nan")), ALPHA / max(1, m))
+        part["verdict"] = verdict(part, direction, flag)
+    return parts
+
+
+def fmt_part(part: Mapping[str, Any], digits: int = 3) -> str:
+    """``+d [low, high]`` and, when not significant, the MDE beside it."""
+    if not math.isfinite(part.get("diff", float("nan"))):
+        return "n/a"
+    text = f"{part['diff']:+.{digits}f} [{part['low']:+.{digits}f}, {part['high']:+.{digits}f}]"
+    if not part.get("holm_significant") and math.isfinite(part.get("mde", float("nan"))):
+        text += f" (MDE {part['mde']:.{digits}f})"
+    return text
