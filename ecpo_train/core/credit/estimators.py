@@ -191,11 +191,13 @@ def _advantage_diagnostics(rows: CreditRows, adv: Any) -> dict[str, float]:
 def _gate_diagnostics(rows: CreditRows, evidence: _AnchorEvidence) -> dict[str, float]:
     is_anchor = rows.anchor_sizes >= 2
     if not is_anchor.any():
-        return {"mean_rho": 0.0, "gated_fraction": 0.0, "strict_valid_fraction": 0.0}
+        return {"mean_rho": 0.0, "mean_rho_strict_valid": 0.0, "gated_fraction": 0.0, "strict_valid_fraction": 0.0}
     rho = rows.ops.host(evidence.rho)[is_anchor]
     strict = rows.ops.host(evidence.strict)[is_anchor]
+    # over StrictValid anchors alone: mean_rho mixes VarGate's reliability with how many anchors StrictValid shuts
     return {
         "mean_rho": float(rho.mean()),
+        "mean_rho_strict_valid": float(rho[strict].mean()) if strict.any() else 0.0,
         "gated_fraction": float((rho == 0.0).mean()),
         "strict_valid_fraction": float(strict.mean()),
     }
