@@ -198,6 +198,8 @@ def evaluate_run(
     from ecpo_train.runtime.resume import read_saved_config
 
     try:
+        if not Path(run_dir).exists():
+            raise FileNotFoundError(f"{run_dir} not found: pass a run folder written by `ecpo train`")
         run_folder = Path(run_dir) if Path(run_dir).is_dir() else Path(run_dir).parent
         config = read_saved_config(run_folder / "config.yaml")
         if config is None:

@@ -251,6 +251,7 @@ CHATML_TEMPLATE = (
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
     "'<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
 _TRAINED_TOKENIZER_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
 
@@ -260,6 +261,8 @@ def resolve_tokenizer_dir(tokenizer_path: str | Path | None) -> Path | None:
     if not candidate:
         return None
     path = Path(candidate)
+    if path.is_dir() and not any((path / name).is_file() for name in TOKENIZER_FILES):
+        raise FileNotFoundError(f"tokenizer folder {path} holds none of {', '.join(TOKENIZER_FILES)}")
     if not path.is_dir():
         raise FileNotFoundError(
             f"tokenizer folder {path} not found; pass a folder holding tokenizer.json (e.g. the Qwen2.5 "

@@ -61,6 +61,9 @@ def plot_comparison(runs: Mapping[str, str | Path], out: str | Path, title: str 
     import matplotlib.pyplot as plt
 
     data = {label: read_metrics(run_dir) for label, run_dir in runs.items()}
+    empty = [str(Path(runs[label]) / "metrics.jsonl") for label, rows in data.items() if not rows]
+    if empty:
+        raise ValueError(f"{empty[0]} has no iterations yet: nothing to plot")
     panels = logged_panels(data)
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
     axes = axes[0]
@@ -98,9 +101,8 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
         if out.suffix.lower() not in IMAGE_SUFFIXES:
             raise ValueError(f"--out {out}: the image type comes from its suffix: use one of {', '.join(IMAGE_SUFFIXES)}")
         if not out.parent.is_dir():
-            raise ValueError(f"--out {out}: folder {out.parent} does not exist (it is not created: make it first)")
+            why = "is not a folder" if out.parent.exists() else "does not exist (it is not created: make it first)"
+            raise ValueError(f"--out {out}: {out.parent} {why}")
         if out.is_dir():
             raise ValueError(f"--out {out} is a folder: give an image file path")
-    if not read_metrics(run_dir):
-        raise ValueError(f"{run_dir / 'metrics.jsonl'} has no iterations yet: nothing to plot")
     return plot_comparison({run_dir.name: run_dir}, out or run_dir / "curves.png", title=str(run_dir))

@@ -158,22 +158,28 @@ def open_run(trainer: Any, resume: bool = False, overwrite: bool = False) -> Sta
     """Check everything a start needs, then prepare ``trainer``'s folder for ``trainer.train()``.
 
     ``trainer`` is built (env and model checked) but has written nothing. On ``--resume`` the checkpoint is read
-    and checked against the config, and ``metrics.jsonl`` is checked, before the first byte is written."""
+    and checked against the config, and ``metrics.jsonl`` is checked, before the first byte is written. Under
+    FSDP process 0 checks the folder and writes; every process reads the checkpoint, and all refuse together."""
     from ecpo_train.runtime.config import config_dict
 
     run_dir, config = trainer.run_dir, config_dict(trainer.config)
-    plan = plan_start(run_dir, config, resume=resume, overwrite=overwrite)
-    state = None
-    if plan.kind == "resume" and (run_dir / "checkpoint.pt").exists():
-        state = load_checkpoint(run_dir / "checkpoint.pt")
-        if not isinstance(state, dict) or "iteration" not in state or "policy" not in state:
-            raise ValueError(f"{run_dir / 'checkpoint.pt'} is not an ECPO trainer checkpoint")
-        plan.changes = resume_changes(dict(state.get("config") or {}), config)
-        if trainer.config.iterations < int(state["iteration"]):
-            raise ValueError(f"iterations={trainer.config.iterations} is below the checkpoint's iteration "
-                             f"{int(state['iteration'])}: set iterations >= {int(state['iteration'])} to continue")
-        if trainer.is_main:
-            check_metrics_file(run_dir / "metrics.jsonl")
+    refusal: ValueError | None = None
+    plan, state = StartPlan(run_dir, "start"), None
+    try:
+        # the other processes take process 0's reading of the folder (it may already be writing it)
+        plan = plan_start(run_dir, config, resume=resume, overwrite=overwrite) if trainer.is_main else \
+            StartPlan(run_dir, "resume" if resume else "start")
+        if plan.kind == "resume" and (run_dir / "checkpoint.pt").exists():
+            state = _checked_checkpoint(run_dir, trainer.config.iterations)
+            plan.changes = resume_changes(dict(state.get("config") or {}), config)
+            if trainer.is_main:
+                check_metrics_file(run_dir / "metrics.jsonl")
+    except ValueError as err:
+        refusal = err
+    if trainer.dp is not None and trainer.dp.max(float(refusal is not None)):
+        raise refusal or ValueError("process 0 refused the start (its error is above)")
+    if refusal is not None:
+        raise refusal
     if not trainer.is_main:
         if state is not None:
             trainer.load_checkpoint(state=state)
@@ -190,3 +196,14 @@ def open_run(trainer: Any, resume: bool = False, overwrite: bool = False) -> Sta
     else:
         append_history(run_dir, plan.kind, 0)
     return plan
+
+
+def _checked_checkpoint(run_dir: Path, iterations: int) -> dict[str, Any]:
+    """The run's checkpoint, read once; a damaged file, or one the config cannot continue, is a ``ValueError``."""
+    state = load_checkpoint(run_dir / "checkpoint.pt")
+    if not isinstance(state, dict) or "iteration" not in state or "policy" not in state:
+        raise ValueError(f"{run_dir / 'checkpoint.pt'} is not an ECPO trainer checkpoint")
+    if iterations < int(state["iteration"]):
+        raise ValueError(f"iterations={iterations} is below the checkpoint's iteration {int(state['iteration'])}: "
+                         f"set iterations >= {int(state['iteration'])} to continue")
+    return state

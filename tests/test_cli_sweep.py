@@ -1,0 +1,231 @@
+"""A sweep over every ``ecpo`` verb with bad paths, wrong types and out-of-range numbers (issue 25): no case ends
+in a traceback. Each is refused with one ``error: ...`` line and exit 2 (``usage``: click's own answer to a value
+of the wrong type, also exit 2), or is a documented outcome (``ok``).
+
+Runs the CLI in-process; no case trains, downloads or loads more than a tiny model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from ecpo_train.apps.cli import app
+
+runner = CliRunner()
+NO_CUDA = not torch.cuda.is_available()
+
+
+@pytest.fixture(scope="module")
+def paths(tmp_path_factory):
+    """A finished run and its damaged copies, a plain file, an empty folder, a garbage YAML and manifest."""
+    root = tmp_path_factory.mktemp("sweep")
+    run = root / "run"
+    trained = runner.invoke(app, ["train", "--config", "quickstart", f"run_dir={run}", "iterations=2", "n_groups=2",
+                                  "group_size=2", "val_every=0", "progress=false", "tensorboard=false"])
+    assert trained.exit_code == 0, trained.output
+    made = {"run": run, "root": root}
+    for name, damage in (("random_ckpt", lambda d: (d / "checkpoint.pt").write_bytes(os.urandom(2000))),
+                         ("empty_ckpt", lambda d: (d / "checkpoint.pt").write_bytes(b"")),
+                         ("bad_metrics", lambda d: (d / "metrics.jsonl").write_text('{"iteration": 1}\n{oops\n'
+                                                                                     '{"iteration": 2}\n')),
+                         ("torn_metrics", lambda d: (d / "metrics.jsonl").open("a").write('{"iteration": 3, "su')),
+                         ("empty_metrics", lambda d: (d / "metrics.jsonl").write_text("")),
+                         ("bad_config", lambda d: (d / "config.yaml").write_text("env_id: [unclosed\n")),
+                         ("list_config", lambda d: (d / "config.yaml").write_text("- a\n- b\n")),
+                         ("no_env_config", lambda d: (d / "config.yaml").write_text("seed: 1\n"))):
+        copy = root / name
+        copy.mkdir()
+        for item in run.iterdir():
+            if item.is_file():
+                (copy / item.name).write_bytes(item.read_bytes())
+        damage(copy)
+        made[name] = copy
+    made["file"] = root / "a_file"
+    made["file"].write_text("not a folder")
+    made["empty"] = root / "empty"
+    made["empty"].mkdir()
+    made["png_dir"] = root / "folder.png"
+    made["png_dir"].mkdir()
+    made["garbage_yaml"] = root / "garbage.yaml"
+    made["garbage_yaml"].write_text("iterations: [1,\n")
+    made["list_yaml"] = root / "list.yaml"
+    made["list_yaml"].write_text("- 1\n- 2\n")
+    made["garbage_manifest"] = root / "manifest.json"
+    made["garbage_manifest"].write_text("{not json")
+    made["wrong_manifest"] = root / "wrong_manifest.json"
+    made["wrong_manifest"].write_text(json.dumps({"name": "x", "groups": "nope"}))
+    return made
+
+
+# (case id, argv with {name} placeholders filled from ``paths``, expected outcome)
+CASES = [
+    # ---------------------------------------------------------------- train
+    ("train-unknown-preset", "train --config nope", "error"),
+    ("train-garbage-yaml", "train --config {garbage_yaml}", "error"),
+    ("train-list-yaml", "train --config {list_yaml}", "error"),
+    ("train-config-is-folder", "train --config {empty}", "error"),
+    ("train-iterations-negative", "train --config quickstart run_dir={root}/t iterations=-1", "error"),
+    ("train-iterations-text", "train --config quickstart run_dir={root}/t iterations=abc", "error"),
+    ("train-lr-negative", "train --config quickstart run_dir={root}/t lr=-1", "error"),
+    ("train-n-groups-zero", "train --config quickstart run_dir={root}/t n_groups=0", "error"),
+    ("train-group-size-float", "train --config quickstart run_dir={root}/t group_size=1.5", "error"),
+    ("train-n-groups-list", "train --config quickstart run_dir={root}/t n_groups=[1,2]", "error"),
+    ("train-temperature-negative", "train --config quickstart run_dir={root}/t rollout_temperature=-1", "error"),
+    ("train-kappa-negative", "train --config quickstart run_dir={root}/t credit.kappa=-1", "error"),
+    ("train-kappa-misplaced", "train --config quickstart run_dir={root}/t kappa=2", "error"),
+    ("train-unknown-key", "train --config quickstart run_dir={root}/t nope=1", "error"),
+    ("train-not-key-value", "train --config quickstart run_dir={root}/t justaword", "error"),
+    ("train-model-missing", "train --config quickstart run_dir={root}/t policy=llm model=/nonexistent", "error"),
+    ("train-env-unknown", "train --config quickstart run_dir={root}/t env_id=ecpo/Nope-v0", "error"),
+    ("train-env-kwarg-huge", "train --config quickstart run_dir={root}/t env_kwargs.depth=100000000", "error"),
+    ("train-env-kwarg-text", "train --config quickstart run_dir={root}/t env_kwargs.depth=abc", "error"),
+    ("train-env-kwarg-unknown", "train --config quickstart run_dir={root}/t env_kwargs.nope=1", "error"),
+    ("train-score-on-tabular", "train --config quickstart run_dir={root}/t policy_mode=score", "error"),
+    ("train-score-on-searchqa", "train --config searchqa run_dir={root}/t policy_mode=score model=x", "error"),
+    ("train-policy-unknown", "train --config quickstart run_dir={root}/t policy=nope", "error"),
+    ("train-nproc-one", "train --config quickstart --nproc 1", "error"),
+    ("train-nproc-negative", "train --config quickstart --nproc -3", "error"),
+    ("train-nproc-text", "train --config quickstart --nproc two", "usage"),
+    ("train-run-dir-is-file", "train --config quickstart run_dir={file}", "error"),
+    ("train-run-dir-under-file", "train --config quickstart run_dir={file}/run", "error"),
+    ("train-run-dir-holds-run", "train --config quickstart run_dir={run}", "error"),
+    ("train-resume-and-overwrite", "train --config quickstart run_dir={run} --resume --overwrite", "error"),
+    ("train-resume-damaged", "train --config quickstart run_dir={random_ckpt} n_groups=2 group_size=2 --resume",
+     "error"),
+    ("train-resume-changed-key", ("train --config quickstart run_dir={run} n_groups=2 group_size=2 algorithm=grpo "
+                                 "--resume"), "error"),
+    ("train-device-cuda", "train --config quickstart run_dir={root}/t device=cuda", "error" if NO_CUDA else None),
+    ("train-device-unknown", "train --config quickstart run_dir={root}/t device=tpu", "error"),
+    # ---------------------------------------------------------------- sft
+    ("sft-unknown-preset", "sft --config nope --out {root}/sft", "error"),
+    ("sft-episodes-zero", "sft --config quickstart --out {root}/sft --episodes 0", "error"),
+    ("sft-lr-negative", "sft --config quickstart --out {root}/sft --lr -1", "error"),
+    ("sft-epochs-text", "sft --config quickstart --out {root}/sft --epochs abc", "usage"),
+    ("sft-batch-zero", "sft --config quickstart --out {root}/sft --batch-size 0", "error"),
+    ("sft-model-missing", "sft --config corridor_llm --out {root}/sft model=/nonexistent", "error"),
+    ("sft-bad-override", "sft --config corridor_llm --out {root}/sft model=x iterations=-1", "error"),
+    # ---------------------------------------------------------------- plot
+    ("plot-missing-folder", "plot {root}/nope", "error"),
+    ("plot-file", "plot {file}", "error"),
+    ("plot-empty-folder", "plot {empty}", "error"),
+    ("plot-out-txt", "plot {run} --out {root}/x.txt", "error"),
+    ("plot-out-missing-folder", "plot {run} --out /nonexistent/dir/x.png", "error"),
+    ("plot-out-under-file", "plot {run} --out {file}/x.png", "error"),
+    ("plot-out-is-folder", "plot {run} --out {png_dir}", "error"),
+    ("plot-bad-metrics-line", "plot {bad_metrics}", "error"),
+    ("plot-empty-metrics", "plot {empty_metrics}", "error"),
+    ("plot-torn-last-line", "plot {torn_metrics} --out {root}/torn.png", "ok"),
+    # ---------------------------------------------------------------- models
+    ("models-pull-unknown", "models pull nope", "error"),
+    ("models-pull-cache-is-file", "models pull smollm2-135m-instruct --cache-dir {file}", "error"),
+    ("models-pull-cache-under-file", "models pull smollm2-135m-instruct --cache-dir {file}/sub", "error"),
+    ("models-pull-cache-in-proc", "models pull smollm2-135m-instruct --cache-dir /proc/nope", "error"),
+    ("models-tiny-out-is-file", "models tiny {file}", "error"),
+    ("models-tiny-out-under-file", "models tiny {file}/sub", "error"),
+    ("models-tiny-out-in-proc", "models tiny /proc/nope", "error"),
+    ("models-tiny-seed-negative", "models tiny {root}/tiny --seed -1", "error"),
+    ("models-tiny-seed-text", "models tiny {root}/tiny --seed abc", "usage"),
+    ("models-tiny-tokenizer-missing", "models tiny {root}/tiny --tokenizer /nonexistent", "error"),
+    ("models-tiny-tokenizer-empty", "models tiny {root}/tiny --tokenizer {empty}", "error"),
+    # ---------------------------------------------------------------- leaderboard
+    ("lb-agent-unknown", "leaderboard --agent nope --out-dir {root}/lb", "error"),
+    ("lb-backend-unknown", "leaderboard --backend nope --out-dir {root}/lb", "error"),
+    ("lb-seeds-zero", "leaderboard --seeds 0 --out-dir {root}/lb", "error"),
+    ("lb-seeds-text", "leaderboard --seeds abc --out-dir {root}/lb", "usage"),
+    ("lb-limit-zero", "leaderboard --limit 0 --out-dir {root}/lb", "error"),
+    ("lb-limit-negative", "leaderboard --limit -1 --out-dir {root}/lb", "error"),
+    ("lb-temperature-negative", "leaderboard --agent random --temperature -1 --out-dir {root}/lb", "error"),
+    ("lb-temperature-nan", "leaderboard --agent random --temperature nan --out-dir {root}/lb", "error"),
+    ("lb-trials-zero", "leaderboard --trials 0 --out-dir {root}/lb", "error"),
+    ("lb-max-new-tokens-zero", "leaderboard --max-new-tokens 0 --out-dir {root}/lb", "error"),
+    ("lb-dtype-unknown", "leaderboard --dtype int8 --out-dir {root}/lb", "error"),
+    ("lb-device-cuda", "leaderboard --device cuda --out-dir {root}/lb", "error" if NO_CUDA else None),
+    ("lb-device-unknown", "leaderboard --device tpu --out-dir {root}/lb", "error"),
+    ("lb-env-unknown", "leaderboard --env ecpo/Nope-v0 --out-dir {root}/lb", "error"),
+    ("lb-env-not-namespaced", "leaderboard --env Nope --out-dir {root}/lb", "error"),
+    ("lb-env-and-manifest", "leaderboard --env ecpo/DivergentAnchor-v0 --manifest webshop_gen --out-dir {root}/lb",
+     "error"),
+    ("lb-manifest-unknown", "leaderboard --manifest nope --out-dir {root}/lb", "error"),
+    ("lb-manifest-garbage", "leaderboard --manifest {garbage_manifest} --out-dir {root}/lb", "error"),
+    ("lb-manifest-wrong-shape", "leaderboard --manifest {wrong_manifest} --out-dir {root}/lb", "error"),
+    ("lb-out-dir-is-file", "leaderboard --manifest webshop_gen --limit 1 --seeds 1 --out-dir {file}", "error"),
+    ("lb-out-dir-under-file", "leaderboard --manifest webshop_gen --limit 1 --out-dir {file}/sub", "error"),
+    ("lb-env-kwarg-no-equals", "leaderboard --env ecpo/DivergentAnchor-v0 --env-kwarg depth --out-dir {root}/lb",
+     "error"),
+    ("lb-env-kwarg-huge", ("leaderboard --env ecpo/DivergentAnchor-v0 --env-kwarg depth=100000000 "
+                          "--out-dir {root}/lb"), "error"),
+    ("lb-env-kwarg-text", "leaderboard --env ecpo/DivergentAnchor-v0 --env-kwarg depth=abc --out-dir {root}/lb",
+     "error"),
+    ("lb-env-kwarg-unknown", "leaderboard --env ecpo/DivergentAnchor-v0 --env-kwarg nope=1 --out-dir {root}/lb",
+     "error"),
+    ("lb-model-missing", "leaderboard --agent prompting --model /nonexistent --out-dir {root}/lb", "error"),
+    ("lb-model-required", "leaderboard --agent prompting --out-dir {root}/lb", "error"),
+    ("lb-model-ignored", "leaderboard --agent expert --model x --out-dir {root}/lb", "error"),
+    ("lb-checkpoint-ignored", "leaderboard --agent random --checkpoint {run} --out-dir {root}/lb", "error"),
+    ("lb-base-url-ignored", "leaderboard --agent prompting --model x --base-url http://x --out-dir {root}/lb",
+     "error"),
+    ("lb-checkpoint-required", "leaderboard --agent checkpoint --out-dir {root}/lb", "error"),
+    ("lb-checkpoint-missing", "leaderboard --agent checkpoint --checkpoint {root}/nope --out-dir {root}/lb",
+     "error"),
+    ("lb-checkpoint-random-bytes", "leaderboard --agent checkpoint --checkpoint {random_ckpt} --out-dir {root}/lb",
+     "error"),
+    ("lb-report-only-missing", "leaderboard --report-only --out-dir {root}/nope", "error"),
+    # ---------------------------------------------------------------- eval
+    ("eval-missing", "eval {root}/nope", "error"),
+    ("eval-file", "eval {file}", "error"),
+    ("eval-no-run", "eval {empty}", "error"),
+    ("eval-random-bytes-checkpoint", "eval {random_ckpt}", "error"),
+    ("eval-empty-checkpoint", "eval {empty_ckpt}", "error"),
+    ("eval-garbage-config", "eval {bad_config}", "error"),
+    ("eval-list-config", "eval {list_config}", "error"),
+    ("eval-config-without-env", "eval {no_env_config}", "error"),
+    ("eval-limit-zero", "eval {run} --limit 0", "error"),
+    ("eval-limit-negative", "eval {run} --limit -1", "error"),
+    ("eval-seeds-zero", "eval {run} --seeds 0", "error"),
+    ("eval-limit-text", "eval {run} --limit many", "usage"),
+    ("eval-device-cuda", "eval {run} --device cuda", "error" if NO_CUDA else None),
+    ("eval-out-dir-is-file", "eval {run} --out-dir {file}", "error"),
+    ("eval-manifest-unknown", "eval {run} --manifest nope", "error"),
+    # ---------------------------------------------------------------- bench
+    ("bench-unknown", "bench nope", "error"),
+    ("bench-arg-text", "bench credit_overhead --reps abc", "usage"),
+    ("bench-arg-unknown", "bench credit_overhead --nope", "usage"),
+    # ---------------------------------------------------------------- demo
+    ("demo-tabular-overrides", "demo --tabular iterations=3", "error"),
+    ("demo-unknown-key", "demo nope=1", "error"),
+    ("demo-iterations-negative", "demo iterations=-1", "error"),
+    ("demo-policy-mode-unknown", "demo policy_mode=nope", "error"),
+    ("demo-not-key-value", "demo justaword", "error"),
+]
+
+
+def test_the_sweep_has_at_least_60_cases_over_every_verb():
+    verbs = {argv.split()[0] for _, argv, _ in CASES}
+    assert len(CASES) >= 60
+    assert verbs == {"train", "sft", "plot", "models", "leaderboard", "eval", "bench", "demo"}
+
+
+@pytest.mark.parametrize("case,argv,outcome", CASES, ids=[c[0] for c in CASES])
+def test_no_case_ends_in_a_traceback(paths, case, argv, outcome):
+    if outcome is None:
+        pytest.skip("this torch has CUDA: the case is valid here")
+    args = [part.format(**paths) for part in argv.split()]
+    result = runner.invoke(app, args)
+    assert "Traceback" not in result.output, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    if outcome == "ok":
+        assert result.exit_code == 0, result.output
+        return
+    assert result.exit_code == 2, result.output
+    if outcome == "error":  # our rule: exactly one line, "error: <what and why>"
+        errors = [line for line in lines if line.startswith("error: ")]
+        assert len(errors) == 1 and len(errors[0]) > len("error: ") + 10, result.output
+        assert [line for line in lines if not line.startswith(("error: ", "warning: "))] == [], result.output
+    else:  # click's answer to a value of the wrong type: its usage line and the option named
+        assert "Usage:" in result.output or "usage:" in result.output, result.output
