@@ -1,16 +1,27 @@
-"""What each registered environment id is: its family, prompt template, benchmark, manifest and data argument.
+"""Every environment id, declared once: entry point, kwargs, step limit, prompt template, history length, reply
+parser, and the family facts the leaderboard reads (benchmark, manifest, data argument).
 
-Declared once here, next to the registration, so that consumers (prompting, the leaderboard, the CLI) look an
-id up instead of guessing from its spelling. ``family_of`` answers for an id, a spec or a made environment;
-the same fields ride on the gymnasium spec as ``gym.spec(env_id).ecpo_family`` (a dict).
+Registration (``ecpo_gym/__init__.py``), the constructors' step-limit defaults, prompting, reply parsing, ReAct,
+the trainer's config and the leaderboard all look an id up here instead of keeping their own table or guessing
+from the id's spelling. ``declaration_of`` / ``family_of`` answer for an id, a spec or a made environment; the
+family rides on the gymnasium spec as ``gym.spec(env_id).ecpo_family`` (a dict).
+
+This module imports nothing from the environments (entry points and parsers are ``"module:attr"`` strings,
+loaded on use) and nothing from ``ecpo_train``.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 FAMILIES = ("alfworld", "webshop", "searchqa", "diagnostic")
+# (observation, action) pairs a prompt shows unless the run says otherwise, for an id declared without its own
+# (and for a user's own environment).
+DEFAULT_HISTORY_LENGTH = 2
 
 
 @dataclass(frozen=True)
@@ -34,33 +45,111 @@ class EnvFamily:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class EnvDeclaration:
+    """One registered id.
+
+    ``entry_point``: ``"module:Class"``; ``kwargs``: constructor arguments the registration adds;
+    ``max_steps``: the step limit (the constructor's default; each environment truncates itself, so there is no
+    ``TimeLimit`` wrapper); ``None`` when the environment derives it from its other arguments (the diagnostic
+    corridors: twice their depth). ``history_length``: the (observation, action) pairs a prompt shows by
+    default. ``reply_parser``: ``"module:function"`` of the environment's own parser from a model reply to the
+    action string it steps with (``str | None``); ``None``: the policy's ``<action>...</action>`` format.
+    """
+
+    env_id: str
+    entry_point: str
+    family: EnvFamily
+    max_steps: int | None
+    history_length: int = DEFAULT_HISTORY_LENGTH
+    reply_parser: str | None = None
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def prompt(self) -> str:
+        return self.family.prompt
+
+    def load_reply_parser(self) -> Callable[[str], str | None] | None:
+        """The environment's own reply parser (imported on first use), or ``None`` for the ``<action>`` format."""
+        return _load(self.reply_parser) if self.reply_parser else None
+
+
+def _load(entry: str) -> Any:
+    module, _, attr = entry.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+_SEARCHQA_PARSER = "ecpo_gym.searchqa.protocol:reply_action"
+
+
 def _diagnostic() -> EnvFamily:
     return EnvFamily("diagnostic", prompt="default", benchmark="diagnostic")
 
 
-ENV_FAMILIES: dict[str, EnvFamily] = {
-    "ecpo/ALFWorld-v0": EnvFamily("alfworld", "alfworld", "alfworld", "alfworld_valid_seen", "data_dir"),
-    "ecpo/ALFWorldGen-v0": EnvFamily("alfworld", "alfworld", "alfworld", "alfworld_gen"),
-    "ecpo/WebShop-v0": EnvFamily("webshop", "webshop", "webshop", "webshop_test", "data_dir"),
-    "ecpo/WebShopGen-v0": EnvFamily("webshop", "webshop", "webshop", "webshop_gen"),
-    "ecpo/SearchQA-v0": EnvFamily("searchqa", "searchqa", "searchqa", "searchqa", "data_dir"),
-    "ecpo/SearchQAGen-v0": EnvFamily("searchqa", "searchqa", "searchqa", "searchqa_gen"),
-    "ecpo/DivergentAnchor-v0": _diagnostic(),
-    "ecpo/DivergentAnchorNoisy-v0": _diagnostic(),
-    "ecpo/DivergentAnchorWide-v0": _diagnostic(),
-}
+ENV_DECLARATIONS: Mapping[str, EnvDeclaration] = MappingProxyType({d.env_id: d for d in (
+    # ALFWorld: 50 steps (the paper's App. A)
+    EnvDeclaration("ecpo/ALFWorld-v0", "ecpo_gym.alfworld.env:ALFWorldEnv",
+             EnvFamily("alfworld", "alfworld", "alfworld", "alfworld_valid_seen", "data_dir"), 50),
+    EnvDeclaration("ecpo/ALFWorldGen-v0", "ecpo_gym.alfworld.env:ALFWorldGenEnv",
+             EnvFamily("alfworld", "alfworld", "alfworld", "alfworld_gen"), 50),
+    # WebShop: 15 steps (App. A)
+    EnvDeclaration("ecpo/WebShop-v0", "ecpo_gym.webshop.env:WebShopEnv",
+             EnvFamily("webshop", "webshop", "webshop", "webshop_test", "data_dir"), 15),
+    EnvDeclaration("ecpo/WebShopGen-v0", "ecpo_gym.webshop.env:WebShopGenEnv",
+             EnvFamily("webshop", "webshop", "webshop", "webshop_gen"), 15),
+    # Search-QA: 4 turns, and the prompt keeps all 4 (verl-agent's search baseline); replies are read by the
+    # environment's own Search-R1 protocol, so the trainer and the environment never disagree about a turn
+    EnvDeclaration("ecpo/SearchQA-v0", "ecpo_gym.searchqa.env:SearchQAEnv",
+             EnvFamily("searchqa", "searchqa", "searchqa", "searchqa", "data_dir"), 4,
+             history_length=4, reply_parser=_SEARCHQA_PARSER),
+    EnvDeclaration("ecpo/SearchQAGen-v0", "ecpo_gym.searchqa.env:SearchQAGenEnv",
+             EnvFamily("searchqa", "searchqa", "searchqa", "searchqa_gen"), 4,
+             history_length=4, reply_parser=_SEARCHQA_PARSER),
+    # diagnostic MDPs of the credit study (ecpo_gym/diagnostic/)
+    EnvDeclaration("ecpo/DivergentAnchor-v0", "ecpo_gym.diagnostic.env:DivergentAnchorEnv", _diagnostic(), None),
+    EnvDeclaration("ecpo/DivergentAnchorNoisy-v0", "ecpo_gym.diagnostic.env:DivergentAnchorNoisyEnv", _diagnostic(), None),
+    EnvDeclaration("ecpo/DivergentAnchorWide-v0", "ecpo_gym.diagnostic.env:DivergentAnchorWideEnv", _diagnostic(), None),
+)})
+
+# Views of the declarations (read-only conveniences, not second tables)
+ENV_ENTRY_POINTS: Mapping[str, str] = MappingProxyType({i: d.entry_point for i, d in ENV_DECLARATIONS.items()})
+ENV_FAMILIES: Mapping[str, EnvFamily] = MappingProxyType({i: d.family for i, d in ENV_DECLARATIONS.items()})
+
+
+def _env_id(env: Any) -> str | None:
+    if isinstance(env, str):
+        return env.split(":", 1)[-1]
+    spec = getattr(env, "spec", None) if not hasattr(env, "entry_point") else env
+    if spec is None and hasattr(env, "unwrapped"):
+        spec = getattr(env.unwrapped, "spec", None)
+    env_id = getattr(spec, "id", None)
+    return None if env_id is None else str(env_id).split(":", 1)[-1]
+
+
+def declaration_of(env: Any) -> EnvDeclaration | None:
+    """The :class:`EnvDeclaration` of an ECPO environment: ``env`` is an id (``"ecpo/ALFWorld-v0"``, also with
+    the ``"ecpo_gym:"`` module prefix), a gymnasium ``EnvSpec``, or a made environment (wrapped or not).
+    ``None`` for anything that is not a registered ECPO id (a user's own environment)."""
+    env_id = _env_id(env)
+    return None if env_id is None else ENV_DECLARATIONS.get(env_id)
 
 
 def family_of(env: Any) -> EnvFamily | None:
-    """The :class:`EnvFamily` of an ECPO environment: ``env`` is an id (``"ecpo/ALFWorld-v0"``, also with the
-    ``"ecpo_gym:"`` module prefix), a gymnasium ``EnvSpec``, or a made environment (wrapped or not).
-    ``None`` for anything that is not a registered ECPO id (a user's own environment)."""
-    env_id = env
-    if not isinstance(env, str):
-        spec = getattr(env, "spec", None) if not hasattr(env, "entry_point") else env
-        if spec is None and hasattr(env, "unwrapped"):
-            spec = getattr(env.unwrapped, "spec", None)
-        env_id = getattr(spec, "id", None)
-        if env_id is None:
-            return None
-    return ENV_FAMILIES.get(str(env_id).split(":", 1)[-1])
+    """The :class:`EnvFamily` of an ECPO environment (see :func:`declaration_of`); ``None`` for any other."""
+    declared = declaration_of(env)
+    return None if declared is None else declared.family
+
+
+def declared_max_steps(env_id: str) -> int:
+    """The declared step limit of ``env_id`` (what its constructor defaults to)."""
+    limit = ENV_DECLARATIONS[env_id].max_steps
+    if limit is None:
+        raise ValueError(f"{env_id} derives its step limit from its other arguments")
+    return limit
+
+
+def declared_history_length(env: Any) -> int:
+    """The default prompt history of ``env`` (an id, spec or environment); ``DEFAULT_HISTORY_LENGTH`` for an id
+    that is not declared here."""
+    declared = declaration_of(env)
+    return DEFAULT_HISTORY_LENGTH if declared is None else declared.history_length

@@ -1,15 +1,15 @@
-"""Response parsing: well-formed action blocks, Search-R1's search/answer rule, hostile inputs."""
+"""Response parsing: well-formed action blocks, search-QA replies read by the env's own protocol, hostile inputs."""
 
 from __future__ import annotations
 
-import re
 import time
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ecpo_train.policies.parsing import extract_think, format_reply, parse_action, parse_search_block
+from ecpo_gym.searchqa.protocol import parse_turn, reply_action
+from ecpo_train.policies.parsing import extract_think, format_reply, parse_action
 
 ALF = "ecpo/ALFWorld-v0"
 QA = "ecpo/SearchQA-v0"
@@ -62,50 +62,44 @@ def test_action_after_closed_think_is_taken_even_if_think_mentions_tags():
     ("response", "expected"),
     [
         ("<think>need facts</think><search> first nobel prize physics </search>",
-         "<search> first nobel prize physics </search>"),
-        ("<think>known</think><answer> Wilhelm Röntgen </answer>", "<answer> Wilhelm Röntgen </answer>"),
-        # cut after the first </search>: the answer after it is never seen
-        ("<search>q1</search><answer>a</answer>", "<search>q1</search>"),
-        # the first match in the cut text wins, whichever tag it is
-        ("<answer>a</answer><search>q</search>", "<answer>a</answer>"),
-        ("<search>q1</search><search>q2</search>", "<search>q1</search>"),
+         "<search>first nobel prize physics</search>"),
+        ("<think>known</think><answer> Wilhelm Röntgen </answer>", "<answer>Wilhelm Röntgen</answer>"),
+        # tags match in any case, as the environment reads them
+        ("<SEARCH>q</SEARCH>", "<search>q</search>"),
+        ("<Answer>Paris</ANSWER>", "<answer>Paris</answer>"),
         ("<search>multi\nline</search>", "<search>multi\nline</search>"),
-        ("<search></search>", "<search></search>"),
-        # a <search> with no closer before the cut gives way to the answer block
-        ("<search>dangling <answer>x</answer>", "<answer>x</answer>"),
-        ("<search>a <search>b</search>", "<search>a <search>b</search>"),
+        # reasoning that mentions a tag does not spoil the action
+        ("<think>maybe <answer>x</answer></think><search>q</search>", "<search>q</search>"),
+        ("<search>q</search> and some trailing words", "<search>q</search>"),
     ],
 )
-def test_search_r1_cut_and_first_match(response, expected):
+def test_search_qa_replies_are_read_by_the_environment_protocol(response, expected):
     assert parse_action(response, QA) == expected
 
 
 @pytest.mark.parametrize(
     "response",
-    ["", "just text", "<action>look</action>", "<SEARCH>q</SEARCH>", "<search>q", "<answer>a</search>"],
+    ["", "just text", "<action>look</action>", "<search>q", "<answer>a</search>", "<search></search>",
+     "<search>q1</search><answer>a</answer>",  # both kinds: ambiguous
+     "<search>q1</search><search>q2</search>"],  # a repeated tag
 )
-def test_search_r1_no_match_gives_none(response):
+def test_search_qa_turns_the_environment_calls_invalid_give_none(response):
     assert parse_action(response, QA) is None
+    assert not parse_turn(response).is_valid
 
 
-def _search_r1_reference(text: str) -> str | None:
-    """The rule as SEARCHQA.md states it, with the regex (fine for the short strings hypothesis makes)."""
-    for closing in ("</search>", "</answer>"):
-        index = text.find(closing)
-        if index != -1:
-            text = text[: index + len(closing)]
-            break
-    match = re.search(r"<(search|answer)>(.*?)</\1>", text, re.DOTALL)
-    return match.group(0) if match else None
-
-
-_PIECES = st.sampled_from(["<search>", "</search>", "<answer>", "</answer>", "q", " ", "\n", "<", ">", "/"])
+_PIECES = st.sampled_from(["<search>", "</search>", "<answer>", "</answer>", "<SEARCH>", "</Answer>", "<think>",
+                           "</think>", "q", " ", "\n", "<", ">", "/"])
 
 
 @settings(max_examples=400, deadline=None)
 @given(st.lists(_PIECES, max_size=14).map("".join))
-def test_linear_search_rule_matches_the_regex_definition(text):
-    assert parse_search_block(text) == _search_r1_reference(text)
+def test_the_parsed_search_qa_action_is_the_turn_the_environment_reads(text):
+    action = parse_action(text, QA)
+    turn = parse_turn(text)
+    assert (action is None) == (not turn.is_valid)
+    if action is not None:  # stepping with the parsed action is stepping with the reply itself
+        assert parse_turn(action) == turn
 
 
 @settings(max_examples=200, deadline=None)
@@ -192,5 +186,5 @@ def test_format_reply_round_trips_whatever_it_accepts(text):
             reply = format_reply(text, env)
         except ValueError:
             continue
-        expected = parse_search_block(text) if env == QA else text.strip()
+        expected = reply_action(text) if env == QA else text.strip()
         assert parse_action(reply, env) == expected

@@ -5,7 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from ecpo_train.policies.critic import gae_advantages
+from ecpo_gym.families import declared_max_steps
+from ecpo_train.credit import CreditConfig, gae_targets, prepare_rows
 from ecpo_train.runtime.config import load_config
 from ecpo_train.runtime.trainer import Trainer
 
@@ -19,7 +20,7 @@ def quick(tmp_path, *extra):
 def test_overrides_are_type_checked_and_unknown_keys_rejected(tmp_path):
     cfg = quick(tmp_path, "lr=0.25", "env_kwargs.depth=5", "algorithm=gigpo_std")
     assert cfg.lr == 0.25 and cfg.env_kwargs["depth"] == 5 and cfg.env_kwargs["num_tasks"] == 4
-    assert quick(tmp_path, "lr=1e-3").lr == 1e-3  # YAML 1.1 reads 1e-3 as a string; floats accept it
+    assert quick(tmp_path, "lr=1e-3").lr == 1e-3  # a number (YAML 1.2), though YAML 1.1 reads 1e-3 as a string
     with pytest.raises(ValueError, match="'lr' expects float"):
         quick(tmp_path, "lr=fast")
     with pytest.raises(ValueError, match="unknown config key 'learning_rate'"):
@@ -37,7 +38,8 @@ def test_presets_carry_the_paper_values():
         cfg = load_config(name, ["model=some/model"])
         assert (cfg.group_size, cfg.n_groups, cfg.lr, cfg.kl_coef, cfg.credit.gamma) == (8, 16, 1e-6, 0.01, 0.95)
         assert (cfg.credit.omega, cfg.credit.kappa, cfg.credit.tau, cfg.credit.d_min, cfg.credit.rho_min) == (1.0, 2.0, 2.0, 7, 0.5)
-        assert cfg.env_kwargs["max_steps"] == steps and cfg.mini_batch_size == mini
+        # the step limit is the env's declared one (the constructor's default) unless the preset overrides it
+        assert cfg.env_kwargs.get("max_steps", declared_max_steps(cfg.env_id)) == steps and cfg.mini_batch_size == mini
         assert (cfg.rollout_temperature, cfg.val_temperature) == (1.0, 0.4)
 
 
@@ -128,6 +130,13 @@ def test_exact_validation_matches_the_uniform_policy_by_hand(tmp_path):
     got = exact_success(TabularSoftmaxPolicy(), "ecpo/DivergentAnchor-v0", kwargs, list(env.task_ids), 0.4)
     assert got == pytest.approx(by_hand, rel=1e-9)
     assert exact_success(TabularSoftmaxPolicy(), "ecpo/WebShopGen-v0", {}, ["goal_0"], 0.4) is None
+
+
+def gae_advantages(traj_ids, steps, rewards, values, gamma, lam):
+    """eq. gae as the ppo estimator computes it: ``(advantages, value targets)`` per row."""
+    zeros = np.zeros(len(rewards), dtype=np.int64)
+    rows = prepare_rows(zeros, traj_ids, steps, zeros, zeros, rewards)
+    return gae_targets(rows, values, CreditConfig(gamma=gamma), lam)
 
 
 def test_gae_matches_hand_computation():

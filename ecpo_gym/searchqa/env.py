@@ -22,6 +22,7 @@ from typing import Any
 
 from ecpo_gym.canonical import INVALID_ACTION, normalize_text
 from ecpo_gym.core import TaskStart, TextAgentEnv, Transition, UnknownTaskError
+from ecpo_gym.families import declared_max_steps
 from ecpo_gym.kwargs import check_choice, check_int, check_real
 from ecpo_gym.searchqa.answers import exact_match, normalize_answer, token_f1
 from ecpo_gym.searchqa.corpus import Corpus, DataNotFoundError
@@ -64,7 +65,7 @@ class SearchQABaseEnv(TextAgentEnv):
         retriever: Retriever,
         *,
         topk: int = 3,
-        max_steps: int = 4,
+        max_steps: int = declared_max_steps("ecpo/SearchQA-v0"),
         reward_success: float = 1.0,
         reward_failure: float = 0.0,
         reward_invalid: float = -0.01,

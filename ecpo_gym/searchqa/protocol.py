@@ -1,4 +1,4 @@
-"""The Search-R1 turn protocol: parsing one model turn, formatting retrieved documents (SEARCHQA.md §1, §3).
+"""The Search-R1 turn protocol: parsing one model turn, formatting retrieved documents (``docs/environments.md``).
 
 A turn is raw model text. It is cut right after the first ``</search>`` (else after the first ``</answer>``)
 and the first ``<search>…</search>`` or ``<answer>…</answer>`` block of the cut text is its action. Beyond
@@ -7,6 +7,10 @@ Search-R1's rule, the verl-agent validity checks apply to the whole turn: a turn
 complete block or with an empty one. Complete ``<think>…</think>`` blocks are removed first so that
 reasoning which mentions a tag does not spoil the action. Tags match case-insensitively (as verl-agent
 does). Nothing here raises on any string.
+
+This is the one reading of a search-QA reply: the environment steps with it, and the trainer, the SFT
+demonstrations and the ReAct agent read replies through :func:`reply_action` (the declared ``reply_parser`` of
+the search-QA ids), so ``<SEARCH>q</SEARCH>`` and ``<search>q</search>`` are the same step everywhere.
 """
 
 from __future__ import annotations
@@ -83,6 +87,17 @@ def parse_turn(text: object) -> ParsedTurn:
     if not content:
         return ParsedTurn("invalid", reason=f"the <{kind}> block is empty")
     return ParsedTurn(kind, content)
+
+
+def reply_action(text: object) -> str | None:
+    """The action a model reply stands for, in its canonical spelling (``<search>q</search>`` or
+    ``<answer>a</answer>``, content stripped), or ``None`` when :func:`parse_turn` calls the turn invalid.
+    Stepping the environment with the result is the same step as stepping it with ``text``."""
+    turn = parse_turn(text)
+    if not turn.is_valid:
+        return None
+    template = SEARCH_TEMPLATE if turn.kind == "search" else ANSWER_TEMPLATE
+    return template.format(query=turn.content, answer=turn.content)
 
 
 def split_contents(contents: str) -> tuple[str, str]:

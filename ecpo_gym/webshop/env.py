@@ -32,6 +32,7 @@ from typing import Any
 
 from ecpo_gym.canonical import INVALID_ACTION, normalize_text
 from ecpo_gym.core import TaskStart, TextAgentEnv, Transition, UnknownTaskError
+from ecpo_gym.families import declared_max_steps
 from ecpo_gym.kwargs import check_bool, check_choice, check_int, check_optional_int, check_real
 from ecpo_gym.webshop.catalogue import Catalogue, cached_catalogue, files_identity
 from ecpo_gym.webshop.fixed_tasks import FIXED_TASKS_FILE, fixed_task_goals, load_fixed_tasks
@@ -92,7 +93,7 @@ class WebShopEnv(TextAgentEnv):
         task_source: str = "goals",
         fixed_tasks_file: str | os.PathLike | None = None,
         missing_fixed_tasks: str = "error",
-        max_steps: int = 15,
+        max_steps: int = declared_max_steps("ecpo/WebShop-v0"),
         **kwargs: Any,
     ) -> None:
         check_shop_kwargs(seed=seed, shuffle_seed=shuffle_seed, split=split, split_convention=split_convention,
@@ -304,7 +305,7 @@ class WebShopGenEnv(WebShopEnv):
         observation_mode: str = "text",
         show_attrs: bool = False,
         search_backend: str = "bm25s",
-        max_steps: int = 15,
+        max_steps: int = declared_max_steps("ecpo/WebShopGen-v0"),
         **kwargs: Any,
     ) -> None:
         from ecpo_gym.webshop.generator import generate_records

@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from ecpo_train.evaluation.chat import ChatModel
-from ecpo_train.evaluation.options import VALIDATION_TEMPERATURE
 from ecpo_train.policies.base import Policy, PolicyOutput, StepContext
 from ecpo_train.policies.parsing import parse_action
 from ecpo_train.policies.prompting import render_prompt, template_name
+from ecpo_train.runtime import VALIDATION_TEMPERATURE
 
 
 def episode_seed(seed: int, task_id: str, trial: int = 0) -> int:

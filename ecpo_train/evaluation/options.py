@@ -17,10 +17,11 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from ecpo_train.runtime import VALIDATION_TEMPERATURE  # ``--greedy`` gives 0
+
 AGENT_KINDS = ("checkpoint", "prompting", "react", "reflexion", "expert", "random")
 CHAT_AGENTS = ("prompting", "react", "reflexion")  # the agents that use --model / --backend / --base-url
 BACKENDS = ("transformers", "openai")
-VALIDATION_TEMPERATURE = 0.4  # the paper's validation temperature (App. A); ``--greedy`` gives 0
 DTYPES = ("float32", "float16", "bfloat16")
 
 

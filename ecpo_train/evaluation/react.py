@@ -18,10 +18,10 @@ from typing import Any
 
 from ecpo_train.evaluation.agents import Agent, Trial
 from ecpo_train.evaluation.chat import ChatModel, Message
-from ecpo_train.evaluation.options import VALIDATION_TEMPERATURE
 from ecpo_train.policies.base import StepContext
 from ecpo_train.policies.parsing import parse_action
 from ecpo_train.policies.prompting import format_admissible_actions, template_name
+from ecpo_train.runtime import VALIDATION_TEMPERATURE
 
 ACTION_FORMAT = {
     "alfworld": "Reply with your reasoning in <think> </think> tags, then exactly one admissible action in "

@@ -17,10 +17,11 @@ The action is that content with surrounding whitespace stripped; anything else g
 rollout then steps the environment with an invalid action). The content is not otherwise judged: CJK
 or misspelt text is returned as written and the environment's canonicaliser maps it to ``<invalid>``.
 
-**Search-QA** follows Search-R1's turn rule (SEARCHQA.md §1): cut the response right after the first
-``</search>`` (else after the first ``</answer>``), then take the first ``<search>...</search>`` or
-``<answer>...</answer>`` block (case-sensitive, content may span lines). The whole block is returned,
-tags included, because the search-QA environment parses it itself; ``None`` when there is none.
+**Environments that declare their own reply parser** (``EnvDeclaration.reply_parser`` in
+``ecpo_gym.families``; the search-QA ids: Search-R1's turn rule in ``ecpo_gym.searchqa.protocol``) are read by
+that parser alone, so the trainer never disagrees with the environment about a reply: ``<SEARCH>q</SEARCH>``
+and ``<search>q</search>`` both give ``<search>q</search>``, and a turn the environment calls invalid gives
+``None``.
 
 ``format_reply`` is the inverse: the well-formed reply that carries a given action (what ``ecpo sft``
 teaches), so ``parse_action(format_reply(a, env), env) == a``.
@@ -29,12 +30,12 @@ teaches), so ``parse_action(format_reply(a, env), env) == a``.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
-from ecpo_train.policies.prompting import template_name
+from ecpo_gym.families import declaration_of
 
 ACTION_OPEN, ACTION_CLOSE = "<action>", "</action>"
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
-SEARCH_TAGS = ("search", "answer")
 
 _ACTION_TAG = re.compile(r"</?action>", re.IGNORECASE)
 _THINK_TAG = re.compile(r"</?think>", re.IGNORECASE)
@@ -50,26 +51,35 @@ def parse_action(response_text: str, env_name: str) -> str | None:
     """
     if not isinstance(response_text, str):
         return None
-    if template_name(env_name) == "searchqa":
-        return parse_search_block(response_text)
+    own_parser = reply_parser_of(env_name)
+    if own_parser is not None:
+        return own_parser(response_text)
     return parse_action_block(response_text)
+
+
+def reply_parser_of(env_name: str) -> Callable[[str], str | None] | None:
+    """The environment's own reply parser (its declaration's ``reply_parser``), or ``None`` for the
+    ``<action>`` format (every id without one, and any environment that is not an ECPO id)."""
+    declared = declaration_of(str(env_name))
+    return None if declared is None else declared.load_reply_parser()
 
 
 def format_reply(action: str, env_name: str) -> str:
     """The well-formed reply whose parsed action is ``action`` (the inverse of ``parse_action``).
 
-    Action-tag families: ``<action>{action}</action>`` (no reasoning: an expert has none to show). Search-QA:
-    the first ``<search>``/``<answer>`` block of ``action`` by the turn rule (an expert's text may carry a
-    ``<think>`` prefix). ``ValueError`` when ``action`` cannot be carried: blank, holding a protocol tag, or
-    (search-QA) holding no block.
+    Action-tag families: ``<action>{action}</action>`` (no reasoning: an expert has none to show). An
+    environment with its own reply parser (search-QA): the canonical reply that parser reads ``action`` as (an
+    expert's text may carry a ``<think>`` prefix). ``ValueError`` when ``action`` cannot be carried: blank,
+    holding a protocol tag, or (search-QA) not a valid turn.
     """
     if not isinstance(action, str):
         raise ValueError(f"an action is text, got {type(action).__name__}")  # noqa: TRY004
-    if template_name(env_name) == "searchqa":
-        block = parse_search_block(action)
-        if block is None:
-            raise ValueError(f"search-QA action {action[:80]!r} holds no <search> or <answer> block")
-        return block
+    own_parser = reply_parser_of(env_name)
+    if own_parser is not None:
+        reply = own_parser(action)
+        if reply is None:
+            raise ValueError(f"action {action[:80]!r} is not a valid turn of {env_name}")
+        return reply
     content = action.strip()
     if not content or _PROTOCOL_TAG.search(content):
         raise ValueError(f"action {action[:80]!r} is blank or holds a protocol tag: no reply carries it")
@@ -99,35 +109,6 @@ def _inside_think(text: str, position: int) -> bool:
     for match in _THINK_TAG.finditer(text, 0, position):
         depth = max(depth - 1, 0) if match.group(0).startswith("</") else depth + 1
     return depth > 0
-
-
-def parse_search_block(text: str) -> str | None:
-    """Search-R1's turn rule: cut after the first ``</search>`` (else ``</answer>``), first block wins.
-
-    Equivalent to ``re.search(r"<(search|answer)>(.*?)</\\1>", cut, re.DOTALL)`` on the cut text, but
-    computed with ``find``/``rfind`` in linear time: a ``<tag>`` starts a match exactly when a ``</tag>``
-    follows it somewhere, so the earliest match starts at the first ``<tag>`` of the tag type whose
-    closer lies after it, and ends at the first closer after that opening.
-    """
-    if not isinstance(text, str):
-        return None
-    for tag in SEARCH_TAGS:
-        cut = text.find(f"</{tag}>")
-        if cut != -1:
-            text = text[: cut + len(tag) + 3]
-            break
-    else:
-        return None
-    best: tuple[int, int] | None = None
-    for tag in SEARCH_TAGS:
-        opening, closing = f"<{tag}>", f"</{tag}>"
-        start = text.find(opening)
-        if start == -1 or text.rfind(closing) < start + len(opening):
-            continue
-        end = text.find(closing, start + len(opening)) + len(closing)
-        if best is None or start < best[0]:
-            best = (start, end)
-    return None if best is None else text[best[0] : best[1]]
 
 
 def extract_think(response_text: str) -> str | None:

@@ -24,14 +24,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ecpo_gym import family_of
+from ecpo_gym.families import declared_history_length, family_of
 
 PROMPTS_ENV_VAR = "ECPO_PROMPTS_DIR"
 TEMPLATE_NAMES = ("alfworld", "webshop", "searchqa", "default")
 PROMPT_STYLES = ("paper", "compact")  # compact: prompts/compact.txt for every family (small models, CPU runs)
 SECTIONS = ("first_step", "with_history")
-# verl-agent's search baseline keeps 4 turns (SEARCHQA.md §3); a search-QA episode has at most 4 steps.
-DEFAULT_HISTORY_LENGTH = {"alfworld": 2, "webshop": 2, "searchqa": 4, "default": 2}
 
 _SECTION_HEADER = re.compile(r"^\[\[(\w+)\]\]\s*$", re.MULTILINE)
 _FIELD = re.compile(r"\{(\w+)\}")
@@ -157,14 +155,14 @@ def render_prompt(
 
     ``step_count`` is the number of steps already taken and ``history`` the (observation, action) pair of
     each of them, oldest first (it may already be truncated: only its last ``history_length`` pairs are
-    shown, numbered so the newest is step ``step_count``). ``history_length`` defaults to 2 (4 for
-    search-QA). With ``step_count == 0`` or no history pair to show, the ``first_step`` variant is used.
+    shown, numbered so the newest is step ``step_count``). ``history_length`` defaults to the environment's
+    declared one (``ecpo_gym.families``: 2; 4 for search-QA). With ``step_count == 0`` or no history pair to
+    show, the ``first_step`` variant is used.
     """
     if step_count < 0:
         raise ValueError(f"step_count must be >= 0, got {step_count}")
-    family = template_name(env_name)
     if history_length is None:
-        history_length = DEFAULT_HISTORY_LENGTH[family]
+        history_length = declared_history_length(env_name)
     if history_length < 0:
         raise ValueError(f"history_length must be >= 0, got {history_length}")
     pairs = [(str(obs), str(act)) for obs, act in history]

@@ -1,9 +1,16 @@
 """``TrainConfig``: every knob of a native training run, its valid ranges, and its YAML / ``key=value`` I/O.
 
-Presets live in ``ecpo_train/configs/*.yaml``. The credit hyperparameters are one nested
-``credit.CreditConfig`` (``credit: {kappa: 2.0, ...}`` in YAML, ``credit.kappa=3`` on the command line), so
-their defaults and ranges live once, in ``credit.py``. Every field is checked when the config is built:
-a bad value is one ``ValueError`` naming the key and its valid range, before any work starts.
+Presets live in ``ecpo_train/runtime/configs/*.yaml`` and state only what differs from the defaults here.
+The credit hyperparameters are one nested ``CreditConfig`` (``credit: {kappa: 2.0, ...}`` in YAML,
+``credit.kappa=3`` on the command line), so their defaults and ranges live once, in
+``ecpo_train/core/credit/config.py``; an environment's step limit and history length come from its declaration
+(``ecpo_gym.families``). Every field is checked when the config is built: a bad value is one ``ValueError``
+naming the key and its valid range, before any work starts.
+
+One coercion rule at every depth: YAML is read with YAML 1.2 numbers (``1e-7`` is a float, as in JSON; PyYAML's
+YAML 1.1 reads it as a string), then each value, top-level or nested (``credit.eps``), is validated against its
+dataclass annotation by pydantic in strict mode: an int is a float, nothing else converts (a quoted ``'1'`` stays
+a string, a bool is never a number).
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import re
 import types
 import typing
 from collections.abc import Callable, Sequence
@@ -19,11 +27,14 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import ConfigDict, TypeAdapter, ValidationError
 
-from ecpo_train.core.credit import CreditConfig, available_estimators
+from ecpo_gym.families import declared_history_length
+from ecpo_train.core.credit import CreditConfig, available_estimators, estimator_spec
+from ecpo_train.core.rollout import ANCHOR_KEYS
+from ecpo_train.runtime import VALIDATION_TEMPERATURE
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
-ANCHOR_KEYS = ("state_key", "observation_key")
 POLICIES = ("llm", "tabular")
 POLICY_MODES = ("generate", "score")
 DEVICES = ("auto", "cpu", "cuda")
@@ -40,7 +51,7 @@ class TrainConfig:
     device: str = "auto"  # auto = cuda when this torch has it, else cpu; "cuda:1" picks a GPU
     # environment
     env_id: str = "ecpo/ALFWorldGen-v0"
-    env_kwargs: dict = field(default_factory=dict)  # e.g. {max_steps: 50}
+    env_kwargs: dict = field(default_factory=dict)  # e.g. {max_steps: 10}; the step limit defaults to the env's
     env_workers: int = 0  # 0 = every copy in this process
     train_tasks: list | None = None  # None = every task id of the environment
     val_tasks: list | None = None  # None = the first val_num_tasks of the environment's task ids
@@ -52,8 +63,8 @@ class TrainConfig:
     n_groups: int = 16
     group_size: int = 8
     rollout_temperature: float = 1.0
-    val_temperature: float = 0.4
-    history_length: int = 2
+    val_temperature: float = VALIDATION_TEMPERATURE
+    history_length: int | None = None  # (observation, action) pairs in the prompt; None = the env's declared default
     # policy
     policy: str = "llm"  # "llm" (transformers) | "tabular"
     policy_mode: str = "generate"  # llm: "generate" free text (the paper) | "score" the admissible actions
@@ -65,10 +76,10 @@ class TrainConfig:
     generation_backend: str = "transformers"  # "transformers" | "vllm" (GPU; weights synced after each update)
     vllm_kwargs: dict = field(default_factory=dict)  # extra vllm.LLM arguments, e.g. {gpu_memory_utilization: 0.5}
     # credit (steps B-D)
-    algorithm: str = "ecpo"  # a credit estimator name, or "ppo" (learned critic + GAE)
+    algorithm: str = "ecpo"  # a credit estimator name: ecpo, gigpo, grpo, ..., or ppo (learned critic + GAE)
     anchor_key: str = "state_key"  # "state_key" | "observation_key" (the paper's text anchor)
-    credit: CreditConfig = field(default_factory=CreditConfig)  # the paper's defaults live in credit.py
-    gae_lambda: float = 0.95  # ppo only
+    credit: CreditConfig = field(default_factory=CreditConfig)  # the paper's defaults live in CreditConfig
+    gae_lambda: float = 0.95  # an option of the ppo estimator (EstimatorSpec.options)
     # update (step E)
     lr: float = 1e-6
     critic_lr: float = 1e-5  # ppo only
@@ -95,10 +106,12 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if isinstance(self.credit, dict):
             self.credit = CreditConfig.from_kwargs(**self.credit)
+        if self.history_length is None:
+            self.history_length = declared_history_length(self.env_id)
         for name, (check, valid) in _RANGES.items():
             if not check(getattr(self, name)):
                 raise ValueError(f"{name}={getattr(self, name)!r} is invalid: it must be {valid}")
-        algorithms = available_estimators() + ["ppo"]
+        algorithms = available_estimators()
         if self.algorithm not in algorithms:
             raise ValueError(f"algorithm={self.algorithm!r}; valid: {', '.join(algorithms)}")
         choices = {"anchor_key": ANCHOR_KEYS, "policy": POLICIES, "policy_mode": POLICY_MODES,
@@ -132,13 +145,15 @@ class TrainConfig:
             from ecpo_train.runtime.distributed import check_fsdp_request
 
             check_fsdp_request(self.fsdp, self.algorithm, self.policy)
-        if self.group_size < 2 and self.algorithm != "ppo":
+        if self.group_size < 2 and estimator_spec(self.algorithm).group_relative:
             raise ValueError(f"group_size={self.group_size} is invalid: group-relative credit ({self.algorithm}) needs "
                              ">= 2 rollouts per task (with 1 every advantage is 0 and nothing trains)")
 
     def credit_hyperparameters(self) -> dict[str, Any]:
-        """The keyword arguments ``compute_advantages`` takes, every ``CreditConfig`` field included."""
-        return dataclasses.asdict(self.credit)
+        """The keyword arguments ``compute_advantages`` takes for this algorithm: every ``CreditConfig`` field,
+        plus the estimator's own options (``gae_lambda`` for ppo), read from the fields of the same name."""
+        options = {name: getattr(self, name) for name, _ in estimator_spec(self.algorithm).options}
+        return dataclasses.asdict(self.credit) | options
 
     def resolved_device(self) -> str:
         """``auto`` -> ``cuda`` when this torch build has a usable GPU, else ``cpu``; CUDA asked of a CPU-only
@@ -196,42 +211,58 @@ _RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
 
 
 # ---------------------------------------------------------------------------------------------- YAML / overrides
+class _Yaml12Loader(yaml.SafeLoader):
+    """PyYAML's safe loader with YAML 1.2's floats: ``1e-7`` (no dot) is a number, not the string YAML 1.1 makes."""
+
+
+_Yaml12Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9][0-9_]*)?(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
+
+
+def read_yaml(text: str) -> Any:
+    """YAML text as data, with YAML 1.2 numbers (the one reader of presets and ``key=value`` overrides)."""
+    return yaml.load(text, Loader=_Yaml12Loader)  # a SafeLoader subclass: no arbitrary objects
+
+
 @functools.cache
-def _field_types() -> dict[str, Any]:
-    """``TrainConfig``'s resolved annotations (the module uses postponed annotations), computed once."""
-    return typing.get_type_hints(TrainConfig)
+def _field_types(cls: type) -> dict[str, Any]:
+    """A config dataclass's resolved annotations (the modules use postponed annotations), computed once."""
+    return typing.get_type_hints(cls)
 
 
-def _check_type(name: str, value: Any) -> Any:
-    """Coerce/validate one config value against its dataclass annotation (clear error otherwise)."""
-    hint = _field_types()[name]
+@functools.cache
+def _validator(hint: Any) -> TypeAdapter:
+    return TypeAdapter(hint, config=ConfigDict(strict=True))
+
+
+def _describe(hint: Any) -> str:
     options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
-    for option in options:
-        base = typing.get_origin(option) or option
-        if option is type(None) and value is None:
-            return None
-        if base is CreditConfig and isinstance(value, (dict, CreditConfig)):
+    return " or ".join("a mapping" if dataclasses.is_dataclass(o) else getattr(o, "__name__", str(o)) for o in options)
+
+
+def coerce_value(key: str, hint: Any, value: Any) -> Any:
+    """The one coercion rule, at every depth: ``value`` validated against the annotation ``hint`` (pydantic, strict:
+    an int is accepted as a float, nothing else converts). A config dataclass (``CreditConfig``) is a mapping whose
+    entries follow the same rule, named ``key.entry``. A mismatch is one ``ValueError`` naming the key."""
+    if dataclasses.is_dataclass(hint):
+        if isinstance(value, hint):
             return value
-        if base is bool and isinstance(value, bool):
-            return value
-        if base is int and isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if base is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if base is float and isinstance(value, str):  # YAML 1.1 reads "1e-6" (no dot) as a string
-            try:
-                return float(value)
-            except ValueError:
-                pass
-        if base in (str, dict, list) and isinstance(value, base):
-            return value
-    expected = " or ".join("a mapping" if o is CreditConfig else getattr(o, "__name__", str(o)) for o in options)
-    raise ValueError(f"config key {name!r} expects {expected}, got {value!r} ({type(value).__name__})")
+        if not isinstance(value, dict):
+            raise ValueError(f"config key {key!r} expects a mapping, got {value!r} ({type(value).__name__})")
+        hints = _field_types(hint)
+        return {name: coerce_value(f"{key}.{name}", hints[name], entry) if name in hints else entry
+                for name, entry in value.items()}  # an unknown entry is named by the dataclass's own check
+    try:
+        return _validator(hint).validate_python(value)
+    except ValidationError:
+        raise ValueError(f"config key {key!r} expects {_describe(hint)}, got {value!r} ({type(value).__name__})") from None
 
 
 def _parse_value(key: str, raw: str) -> Any:
     try:
-        return yaml.safe_load(raw) if raw.strip() else ""
+        return read_yaml(raw) if raw.strip() else ""
     except yaml.YAMLError as err:
         first = str(err).splitlines()[0]
         raise ValueError(f"override {key}={raw!r} is not valid YAML ({first})") from None
@@ -276,7 +307,8 @@ def make_config(values: dict[str, Any]) -> TrainConfig:
     unknown = sorted(set(values) - set(fields_by_name))
     if unknown:
         raise ValueError(f"unknown config key(s) {unknown}; valid keys: {', '.join(sorted(fields_by_name))}")
-    checked = {name: _check_type(name, value) for name, value in values.items()}
+    hints = _field_types(TrainConfig)
+    checked = {name: coerce_value(name, hints[name], value) for name, value in values.items()}
     if isinstance(checked.get("credit"), dict):
         try:
             checked["credit"] = CreditConfig.from_kwargs(**checked["credit"])
@@ -296,7 +328,7 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -
             presets = ", ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.yaml")))
             raise FileNotFoundError(f"config {path} not found (presets in {CONFIG_DIR}: {presets})")
         try:
-            values = yaml.safe_load(file.read_text()) or {}
+            values = read_yaml(file.read_text()) or {}
         except yaml.YAMLError as err:
             where = getattr(err, "problem_mark", None)
             line = f" at line {where.line + 1}" if where is not None else ""
