@@ -19,9 +19,10 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from ecpo_gym.searchqa.server import read_json_body
 from ecpo_train.evaluation.chat import TransformersChatModel, check_messages
 
-MAX_BODY_BYTES = 16 << 20
+MAX_BODY_BYTES = 4 << 20
 
 
 class ChatCompletionServer(ThreadingHTTPServer):
@@ -109,20 +110,16 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path.rstrip("/") != "/v1/chat/completions":
             self._error(404, f"no route POST {self.path}")
             return
-        try:
-            length = int(self.headers.get("Content-Length") or 0)
-        except ValueError:
-            length = -1
-        if length <= 0 or length > MAX_BODY_BYTES:
-            self._error(400, "a JSON body with a Content-Length up to 16 MiB is required")
-            return
-        try:
-            body = json.loads(self.rfile.read(length).decode("utf-8"))
+        try:  # the retrieval server's reader: bad Content-Length, oversized (drained), non-UTF-8 or non-JSON -> 400
+            body = read_json_body(self, MAX_BODY_BYTES)
             if not isinstance(body, dict):
                 raise TypeError("the body must be a JSON object")
             answer = self.server.chat_completion(body)
-        except (ValueError, TypeError, UnicodeDecodeError) as err:
+        except (ValueError, TypeError) as err:
             self._error(400, str(err))
+            return
+        except RecursionError:  # nested past the JSON parser's limit
+            self._error(400, "the body nests too deep")
             return
         except Exception as err:  # noqa: BLE001  (the model failed: tell the client instead of dropping the connection)
             self._error(500, f"{type(err).__name__}: {err}")

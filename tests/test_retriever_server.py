@@ -104,3 +104,29 @@ def test_the_client_cuts_long_queries_so_the_server_accepts_them(server):
     got = client.batch_search(many, 2)
     want = server.retriever.batch_search([cut] + many[1:], 2)
     assert [[hit.document.id for hit in row] for row in got] == [[hit.document.id for hit in row] for row in want]
+
+
+def test_the_demo_chat_server_answers_400_to_the_same_bodies(tiny_model_dir):
+    """scripts/chat_server.py reads its body with the same reader: deep nesting and 17 MB get a 400 too."""
+    import sys
+    from pathlib import Path
+
+    from ecpo_train.evaluation.chat import TransformersChatModel
+
+    scripts = str(Path(__file__).resolve().parents[1] / "scripts")
+    if scripts not in sys.path:
+        sys.path.insert(0, scripts)
+    from chat_server import ChatCompletionServer
+
+    chat = ChatCompletionServer(TransformersChatModel(str(tiny_model_dir), max_new_tokens=4), model_name="tiny")
+    chat.start()
+    try:
+        for body in (b"[" * 100_000 + b"]" * 100_000, b'{"messages": "' + b"a" * (17 << 20) + b'"}'):
+            connection = http.client.HTTPConnection("127.0.0.1", chat.port, timeout=60)
+            connection.request("POST", "/v1/chat/completions", body=body, headers={"Content-Type": "application/json"})
+            response = connection.getresponse()
+            assert response.status == 400 and "message" in json.loads(response.read())["error"]
+            connection.close()
+    finally:
+        chat.shutdown()
+        chat.server_close()
