@@ -116,6 +116,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="machinery smoke run (small K, two GRPO checkpoints)")
     parser.add_argument("--arms", nargs="+", default=list(ARMS), help=f"subset of {', '.join(ARMS)}")
     parser.add_argument("--k", type=int, default=None, help="batches per checkpoint (default: the protocol's)")
+    parser.add_argument("--targets", type=float, nargs="+", default=None,
+                        help="pi(good) targets of the checkpoints (default: the arm's)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--runs-dir", type=Path, default=Path("runs/credit_counterfactual"))
     parser.add_argument("--out", type=Path, default=RESULTS)
@@ -139,6 +141,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     runs_dir = args.runs_dir / ("quick" if args.quick else "full")
     runs_dir.mkdir(parents=True, exist_ok=True)
     jobs = [(a, arm_protocol(a, args.quick, args.k) | {"quick": args.quick}, str(runs_dir)) for a in args.arms]
+    for _, arm, _ in jobs:
+        arm["targets"] = sorted(args.targets) if args.targets else arm["targets"]
     jobs.sort(key=lambda j: j[1]["policy"] == "tabular")  # the slow LLM arm first
     started = time.perf_counter()
     if args.workers <= 1:

@@ -157,12 +157,13 @@ def diagnostic_values(diag: dict[str, float]) -> dict[str, float]:
     return {
         "divergent_fraction": float(diag.get("divergent_anchor_fraction", nan)),
         "mean_rho": float(diag.get("mean_rho", nan)),
+        "mean_rho_strict_valid": float(diag.get("mean_rho_strict_valid", nan)),
         "adv_std": float(diag.get("advantage_std", nan)),
         "adv_range": float(diag.get("advantage_max", nan)) - float(diag.get("advantage_min", nan)),
     }
 
 
-DIAG_KEYS = ("divergent_fraction", "mean_rho", "adv_std", "adv_range")
+DIAG_KEYS = ("divergent_fraction", "mean_rho", "mean_rho_strict_valid", "adv_std", "adv_range")
 CURVE_KEYS = ("train_success", "train_return", "eval_success", "eval_return_std", "misranked_fraction",
               "best_action_prob", *DIAG_KEYS)
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from credit_study_stats import ANCHOR_READING, PAPER_READING
+from paired_stats import fmt_part
 
 METHOD_LABELS = {
     "grpo": "GRPO",
@@ -28,20 +29,20 @@ def fmt(cell: dict[str, float], scale: float = 1.0, digits: int = 3) -> str:
 
 
 def fmt_diff(part: dict[str, Any]) -> str:
-    if math.isnan(part["diff"]):
-        return "n/a"
-    return f"{part['diff']:+.3f} [{part['low']:+.3f}, {part['high']:+.3f}]"
+    """``+d [low, high]``, and ``(MDE m)`` beside a difference Holm does not find significant."""
+    return fmt_part(part)
 
 
 TABLE_METRICS = (
     ("final_success", "Final success (eval T=0.4)"),
     ("late_reward_std", "Late-stage train-return std (across iterations)"),
-    ("late_eval_std", "Late-stage eval-success std (across iterations)"),
+    ("late_eval_std", "Late sigma: iteration-to-iteration std of eval success (exact on the diagnostic env)"),
     ("late_eval_return_std", "Late-stage eval return std (across episodes, mean per iteration)"),
     ("final_best_prob", "Final pi(best action) at anchors (T=1)"),
     ("adv_range", "Advantage range (mean per batch)"),
     ("divergent_late", "Divergent-anchor fraction (late)"),
-    ("mean_rho", "Mean rho"),
+    ("mean_rho", "Mean rho (all anchors)"),
+    ("mean_rho_strict_valid", "Mean rho (StrictValid anchors only)"),
     ("misranked", "Misranked-anchor fraction"),
 )
 
@@ -62,10 +63,14 @@ def render_report(summary: dict[str, Any], protocol: dict[str, Any], runtime_s: 
         "run per cell (`ecpo_train/runtime/trainer.py`: its rollout, the credit estimators of `ecpo_train/core/credit/` "
         "and the clipped objective of `ecpo_train/core/loss.py`), "
         "credit hyperparameters " + ", ".join(f"{k}={v}" for k, v in protocol["credit"].items()) + ". "
-        "Intervals are 95% Student-t intervals over seeds; differences use Welch intervals. A claim part "
-        "*holds* when the interval of the difference lies on the claimed side of zero, is *contradicted* when "
-        "it lies on the other side, and is otherwise *not significant* (right sign) or *not supported* "
-        "(wrong sign).",
+        "Cell intervals are 95% Student-t intervals over seeds. Every method of an (env, N) trains on the same seed "
+        "ids, so method differences are *paired* 95% intervals over the per-seed differences (paired by the seed id "
+        "stored with each run; the seeds are in the JSON's cells); differences across N are Welch intervals. "
+        f"Verdicts are Holm-corrected across all {summary.get('comparisons', 'the')} comparisons of this report "
+        "(family-wise alpha 0.05): a claim part *holds* when Holm rejects zero on the claimed side, is "
+        "*contradicted* when it rejects it on the other side, and is otherwise *not significant* (right sign) or "
+        "*not supported* (wrong sign), with the minimum detectable effect (MDE: the true difference detected with "
+        "80% power at Holm's first-step level) printed beside it.",
         "",
         *merged_note(protocol),
         "## Verdicts",
@@ -83,6 +88,7 @@ def render_report(summary: dict[str, Any], protocol: dict[str, Any], runtime_s: 
             lines.append(f"| {part['label']} | {part['N']} | {fmt_diff(part)} | {part['verdict']} |")
         lines.append("")
     lines += reading_section(summary.get("readings"))
+    lines += gate_section(summary)
     for env in summary["envs"]:
         lines += [f"## Results table: {env}", ""]
         for metric, title in TABLE_METRICS:
@@ -131,8 +137,9 @@ def render_report(summary: dict[str, Any], protocol: dict[str, Any], runtime_s: 
               f"{int(100 * float(protocol.get('late_fraction', 0.25)))}% of iterations of the per-iteration "
               "mean training episode return (the paper's reward-oscillation measure), averaged over seeds. It mixes "
               "sampling noise of the small batch with real oscillation of the policy."),
-              ("- *Late-stage eval-success std*: the same std of the per-iteration evaluation success. On the "
-              "diagnostic env this is exact (DP), so it measures only the policy's own oscillation."),
+              ("- *Late sigma*: the iteration-to-iteration std of the per-iteration evaluation success over the "
+              "same late iterations. On the diagnostic env this is exact (DP), so it measures only the policy's own "
+              "oscillation; it is the late-stage measure the C5 verdicts use."),
               ("- *Late-stage eval return std*: spread of episode returns under the evaluation policy within one "
               "iteration (exact on the diagnostic env: 10 sqrt(p(1-p))), averaged over late iterations."),
               ("- *Final pi(best action)*: the policy's probability (T=1) of the truly best action, averaged over "
@@ -141,7 +148,9 @@ def render_report(summary: dict[str, Any], protocol: dict[str, Any], runtime_s: 
               "canonical action was sampled more than once and another exactly once (paper fig. 1), from "
               "`compute_advantages`' diagnostics; 'late' = last quarter of training."),
               "- *Advantage range*: max - min of the final advantages of a batch, averaged over iterations.",
-              "- *Mean rho*: VarGate's reliability weight averaged over the anchors of a batch, then over training.",
+              ("- *Mean rho*: VarGate's reliability weight averaged over the anchors of a batch, then over training "
+              "(rho = 0 at anchors that fail StrictValid); *mean rho (StrictValid)* averages over the StrictValid "
+              "anchors only, so it shows VarGate's own reliability apart from how many anchors StrictValid shuts."),
               ("- *Misranked-anchor fraction* (diagnostic env only, true values known by DP): among anchors where the "
               "truly best action and a worse one were both sampled, how often a worse action's mean advantage "
               "exceeded the best one's — App. C's 'rare lucky action over-rewarded' event, measured directly."),
@@ -184,6 +193,21 @@ def reading_section(readings: dict[str, Any] | None) -> list[str]:
     for part in readings["parts"]:
         lines.append(f"| {part['label']} | {part['env']} | {part['N']} | {fmt_diff(part)} | {part['verdict']} |")
     return lines + [""]
+
+
+def gate_section(summary: dict[str, Any]) -> list[str]:
+    """Where ECPO's gate stays shut, ECPO is GRPO: say so, with the rho numbers behind it."""
+    lines = []
+    for env, counts in summary.get("same_as_grpo", {}).items():
+        rho = [summary["cells"].get(f"{env}|ecpo|{n}", {}).get("mean_rho", {}).get("mean", float("nan"))
+               for n in summary["group_sizes"]]
+        if counts["total"] and counts["equal"] * 2 >= counts["total"]:
+            lines += [f"**Why ECPO equals GRPO on {env}.** ECPO's evaluation curve is identical to GRPO's in "
+                      f"{counts['equal']} of {counts['total']} (N, seed) cells; ECPO's mean rho is "
+                      + ", ".join(f"{r:.4f}" for r in rho) + f" at N = {', '.join(map(str, summary['group_sizes']))}. "
+                      "With d_min = 7 against 8-step episodes almost no anchor passes StrictValid's depth test, so "
+                      "rho = 0 and ECPO's advantage is GRPO's: this arm does not test ECPO's credit.", ""]
+    return lines
 
 
 def merged_note(protocol: dict[str, Any]) -> list[str]:

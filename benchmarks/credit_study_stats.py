@@ -1,9 +1,11 @@
 """Credit study, the statistics: per-run scalars, mean and 95% intervals over seeds, and a verdict per paper claim.
 
-Intervals are Student-t intervals over seeds (quantiles from ``scipy.stats``); a difference of two methods uses the
-Welch standard error with the conservative ``min(n_a, n_b) - 1`` degrees of freedom. A comparison *holds* when its
-interval lies on the claimed side of 0, is *contradicted* when it lies on the other side, and is otherwise *not
-significant* (right sign) or *not supported* (wrong sign).
+Cell intervals are Student-t intervals over seeds (quantiles from ``scipy.stats``). Methods of one (env, N) train
+on the same seed ids, so a method difference is a *paired* interval over the per-seed differences, paired by the
+seed id stored with each run (``paired_stats``; misaligned cells are refused); differences across N are Welch.
+All comparisons of a summary form one Holm family: a comparison *holds* when Holm rejects 0 on the claimed side,
+is *contradicted* when Holm rejects it on the other side, and is otherwise *not significant* (right sign) or *not
+supported* (wrong sign), with the minimum detectable effect stored beside it.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from paired_stats import MisalignedCells, apply_holm, paired_diff, paired_values, welch_diff
 from scipy import stats
 
 # The two readings of ECPO's eq. eca_adv (issue 17): sigma_act as written, and the anchor's occurrence-level std
@@ -83,6 +86,7 @@ def run_metrics(run: dict[str, Any], early_fraction: float, late_fraction: float
         "divergent_early": nanmean(_segment(c["divergent_fraction"], early_fraction, False)),
         "divergent_late": nanmean(_segment(c["divergent_fraction"], late_fraction, True)),
         "mean_rho": nanmean(c["mean_rho"]),
+        "mean_rho_strict_valid": nanmean(c.get("mean_rho_strict_valid", [float("nan")])),
         "adv_range": nanmean(c["adv_range"]),
         "adv_std": nanmean(c["adv_std"]),
         "misranked": nanmean(c["misranked_fraction"]),
@@ -90,19 +94,32 @@ def run_metrics(run: dict[str, Any], early_fraction: float, late_fraction: float
     }
 
 
-def summarize(runs: Sequence[dict[str, Any]], protocol: dict[str, Any]) -> dict[str, Any]:
-    """Table cells (mean, 95% CI per env x method x N) and the verdict of every paper claim."""
-    early, late = float(protocol.get("early_fraction", 0.25)), float(protocol.get("late_fraction", 0.25))
-    metrics: dict[tuple, list[dict[str, float]]] = {}
+def _cells_by_seed(runs: Sequence[dict[str, Any]], early: float, late: float) -> dict[tuple, dict[Any, dict]]:
+    """(env, method, N) -> {seed: per-run scalars}; a seed twice in one cell is refused (it would pair twice)."""
+    metrics: dict[tuple, dict[Any, dict[str, float]]] = {}
     for run in runs:
-        metrics.setdefault((run["env_name"], run["method"], run["group_size"]), []).append(
-            run_metrics(run, early, late))
+        cell = metrics.setdefault((run["env_name"], run["method"], run["group_size"]), {})
+        if run["seed"] in cell:
+            raise MisalignedCells(f"seed {run['seed']} appears twice in cell {run['env_name']} {run['method']} "
+                                  f"N={run['group_size']}")
+        cell[run["seed"]] = run_metrics(run, early, late)
+    return metrics
+
+
+def summarize(runs: Sequence[dict[str, Any]], protocol: dict[str, Any]) -> dict[str, Any]:
+    """Table cells (mean, 95% CI per env x method x N, with the seeds), the verdict of every paper claim.
+
+    Methods of one (env, N) share their seed ids, so method comparisons are paired by seed id (cells whose seeds
+    differ are refused); comparisons across N are Welch (different runs). Every comparison of the summary (claims
+    and the ECPO-readings section) is one Holm family."""
+    early, late = float(protocol.get("early_fraction", 0.25)), float(protocol.get("late_fraction", 0.25))
+    metrics = _cells_by_seed(runs, early, late)
     envs = sorted({k[0] for k in metrics}, key=lambda e: [x["name"] for x in protocol["envs"]].index(e))
     sizes = sorted({k[2] for k in metrics})
     methods = [m for m in protocol["methods"] if any(k[1] == m for k in metrics)]
 
-    def col(env, method, n, name):
-        return [m[name] for m in metrics.get((env, method, n), [])]
+    def col(env, method, n, name) -> dict[Any, float]:
+        return {seed: m[name] for seed, m in metrics.get((env, method, n), {}).items()}
 
     cells = {}
     for env in envs:
@@ -110,31 +127,37 @@ def summarize(runs: Sequence[dict[str, Any]], protocol: dict[str, Any]) -> dict[
             for n in sizes:
                 if (env, method, n) not in metrics:
                     continue
-                names = metrics[(env, method, n)][0].keys()
-                cells[f"{env}|{method}|{n}"] = {name: mean_ci(col(env, method, n, name)) for name in names}
+                names = next(iter(metrics[(env, method, n)].values())).keys()
+                cells[f"{env}|{method}|{n}"] = {name: mean_ci(list(col(env, method, n, name).values()))
+                                                for name in names}
+                cells[f"{env}|{method}|{n}"]["seeds"] = sorted(metrics[(env, method, n)], key=str)
 
-    claims = []
+    claims, family = [], []
 
     def add(claim_id, text, env, parts):
-        status = [p["verdict"] for p in parts]
-        overall = ("holds" if all(s == "holds" for s in status) else
-                   "contradicted" if any(s == "contradicted" for s in status) else
-                   "partly holds" if any(s == "holds" for s in status) else "not reproduced")
-        claims.append({"id": claim_id, "claim": text, "env": env, "verdict": overall, "parts": parts})
+        claims.append({"id": claim_id, "claim": text, "env": env, "parts": parts})
+
+    def part(label, n, metric, a, b, direction, result, seeds=None):
+        entry = {"label": label, "N": n, "metric": metric, "a": a, "b": b, "direction": direction, **result}
+        if seeds is not None:
+            entry["seeds"] = seeds
+        family.append(entry)
+        return entry
 
     def compare(env, n, metric, a, b, direction, label):
-        d = diff_ci(col(env, a, n, metric), col(env, b, n, metric))
-        return {"label": label, "N": n, "metric": metric, "a": a, "b": b, **d, "verdict": verdict(d, direction)}
+        seeds, diffs = paired_values(col(env, a, n, metric), col(env, b, n, metric),
+                                     label=f"{env} N={n} {a} vs {b} ({metric})")
+        return part(label, n, metric, a, b, direction, paired_diff(diffs), seeds)
 
     for env in envs:
         has = lambda m: m in methods
         if has("gigpo_std"):
             parts = []
             for n in sizes:
-                d = diff_ci(col(env, "gigpo_std", n, "divergent_late"), col(env, "gigpo_std", n, "divergent_early"))
-                parts.append({"label": "GiGPO divergent-anchor fraction, late - early", "N": n,
-                              "metric": "divergent_late-early", "a": "late", "b": "early", **d,
-                              "verdict": verdict(d, +1)})
+                seeds, diffs = paired_values(col(env, "gigpo_std", n, "divergent_late"),
+                                             col(env, "gigpo_std", n, "divergent_early"))
+                parts.append(part("GiGPO divergent-anchor fraction, late - early", n, "divergent_late-early", "late",
+                                  "early", +1, paired_diff(diffs), seeds))
             add("C1", "Divergent anchors become more frequent as training proceeds", env, parts)
         if has("gigpo_std") and has("ecpo") and env == "diagnostic":
             add("C2", "GiGPO over-rewards rare lucky actions (a truly worse action out-scores the best one at an "
@@ -145,53 +168,74 @@ def summarize(runs: Sequence[dict[str, Any]], protocol: dict[str, Any]) -> dict[
             add("C3", "ECPO beats GiGPO in final success at every group size N", env,
                 [compare(env, n, "final_success", "ecpo", "gigpo_std", +1, "final success, ECPO - GiGPO")
                  for n in sizes])
-            parts = []
-            for n in sizes:
-                parts.append(compare(env, n, "late_reward_std", "ecpo", "gigpo_std", -1,
-                                     "late train-return std, ECPO - GiGPO"))
-                parts.append(compare(env, n, "late_eval_std", "ecpo", "gigpo_std", -1,
-                                     "late eval-success std, ECPO - GiGPO"))
-            add("C5", "ECPO lowers late-stage reward std vs GiGPO (GiGPO oscillates late)", env, parts)
+            add("C5", "ECPO lowers late-stage oscillation vs GiGPO (late sigma: iteration-to-iteration std of "
+                      "eval success)", env,
+                [compare(env, n, "late_eval_std", "ecpo", "gigpo_std", -1, "late sigma, ECPO - GiGPO")
+                 for n in sizes])
             add("C6", "ECPO lowers the advantage range vs GiGPO", env,
                 [compare(env, n, "adv_range", "ecpo", "gigpo_std", -1, "advantage range, ECPO - GiGPO")
                  for n in sizes])
         if all(has(m) for m in ("gigpo_std", "ecpo", "ecpo_eca_only", "ecpo_vargate_only")):
             parts = []
             for n in sizes:
-                parts.append(compare(env, n, "final_success", "ecpo_eca_only", "gigpo_std", +1,
-                                     "final success, ECA-only - GiGPO"))
-                parts.append(compare(env, n, "final_success", "ecpo_vargate_only", "gigpo_std", +1,
-                                     "final success, VarGate-only - GiGPO"))
-                parts.append(compare(env, n, "final_success", "ecpo", "ecpo_eca_only", +1,
-                                     "final success, ECPO - ECA-only"))
-                parts.append(compare(env, n, "final_success", "ecpo", "ecpo_vargate_only", +1,
-                                     "final success, ECPO - VarGate-only"))
+                for a, b, label in (("ecpo_eca_only", "gigpo_std", "ECA-only - GiGPO"),
+                                    ("ecpo_vargate_only", "gigpo_std", "VarGate-only - GiGPO"),
+                                    ("ecpo", "ecpo_eca_only", "ECPO - ECA-only"),
+                                    ("ecpo", "ecpo_vargate_only", "ECPO - VarGate-only")):
+                    parts.append(compare(env, n, "final_success", a, b, +1, f"final success, {label}"))
             add("C4", "ECA-only and VarGate-only each beat GiGPO, and ECPO beats both", env, parts)
         if has("ecpo") and len(sizes) >= 2:
             parts = []
             for small, large in itertools.pairwise(sizes):
-                d = diff_ci(col(env, "ecpo", large, "mean_rho"), col(env, "ecpo", small, "mean_rho"))
-                parts.append({"label": f"ECPO mean rho, N={large} - N={small}", "N": small, "metric": "mean_rho",
-                              "a": f"N={large}", "b": f"N={small}", **d, "verdict": verdict(d, +1)})
+                for name, what in (("mean_rho", "mean rho, all anchors"),
+                                   ("mean_rho_strict_valid", "mean rho, StrictValid anchors")):
+                    d = welch_diff(list(col(env, "ecpo", large, name).values()),
+                                   list(col(env, "ecpo", small, name).values()))
+                    parts.append(part(f"ECPO {what}, N={large} - N={small}", small, name, f"N={large}",
+                                      f"N={small}", +1, d))
             add("C7", "VarGate's mean rho is lower at smaller N", env, parts)
-    claims.sort(key=lambda c: (c["id"], envs.index(c["env"])))
-    readings = None
+    readings_parts = []
     if PAPER_READING in methods and ANCHOR_READING in methods:
-        parts = [{"env": env, **compare(env, n, "final_success", ANCHOR_READING, PAPER_READING, +1,
-                                         "final success, anchor scale - ECPO")} for env in envs for n in sizes]
-        parts += [{"env": env, **compare(env, n, "misranked", ANCHOR_READING, PAPER_READING, -1,
-                                          "misranked-anchor fraction, anchor scale - ECPO")}
-                  for env in envs if env == "diagnostic" for n in sizes]
-        readings = reading_verdict(parts)
+        readings_parts = [{"env": env, **compare(env, n, "final_success", ANCHOR_READING, PAPER_READING, +1,
+                                                 "final success, anchor scale - ECPO")} for env in envs for n in sizes]
+        readings_parts += [{"env": env, **compare(env, n, "misranked", ANCHOR_READING, PAPER_READING, -1,
+                                                  "misranked-anchor fraction, anchor scale - ECPO")}
+                           for env in envs if env == "diagnostic" for n in sizes]
+        family[-len(readings_parts):] = readings_parts  # the copies carrying "env" are the family's members
+    apply_holm(family)
+    for claim in claims:
+        claim["verdict"] = overall_verdict([p["verdict"] for p in claim["parts"]])
+    claims.sort(key=lambda c: (c["id"], envs.index(c["env"])))
+    readings = reading_verdict(readings_parts) if readings_parts else None
     confounds = {}
     for env in envs:  # does a low late-stage std just mean a converged (successful) policy?
-        rows = [m for (e, _, _), ms in metrics.items() if e == env for m in ms]
+        rows = [m for (e, _, _), ms in metrics.items() if e == env for m in ms.values()]
         final = [m["final_success"] for m in rows]
         confounds[env] = {f"corr_final_success_{name}": pearson(final, [m[name] for m in rows])
                           for name in ("late_reward_std", "late_eval_std")}
     return {"envs": envs, "methods": methods, "group_sizes": sizes, "cells": cells, "claims": claims,
             "confounds": confounds, "readings": readings, "seeds": int(protocol["seeds"]),
-            "quick": bool(protocol.get("quick", False))}
+            "comparisons": len(family), "same_as_grpo": same_as_grpo(runs), "quick": bool(protocol.get("quick", False))}
+
+
+def same_as_grpo(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Per env: in how many (N, seed) cells ECPO's eval curve equals GRPO's exactly (ECPO's gate never opened)."""
+    curves = {(r["env_name"], r["method"], r["group_size"], r["seed"]): r["curves"]["eval_success"] for r in runs}
+    out: dict[str, dict[str, int]] = {}
+    for (env, method, n, seed), curve in curves.items():
+        other = curves.get((env, "grpo", n, seed))
+        if method == "ecpo" and other is not None:
+            entry = out.setdefault(env, {"equal": 0, "total": 0})
+            entry["total"] += 1
+            entry["equal"] += int(np.allclose(curve, other, rtol=0, atol=1e-12, equal_nan=True))
+    return out
+
+
+def overall_verdict(status: Sequence[str]) -> str:
+    """A claim over its parts: holds (all hold), contradicted (some contradicted), partly holds, not reproduced."""
+    return ("holds" if status and all(s == "holds" for s in status) else
+            "contradicted" if any(s == "contradicted" for s in status) else
+            "partly holds" if any(s == "holds" for s in status) else "not reproduced")
 
 
 def reading_verdict(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:

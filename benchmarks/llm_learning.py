@@ -32,6 +32,9 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared statistics module, from anywhere
+from paired_stats import apply_holm, keyed, paired_diff, paired_values
+
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -107,6 +110,7 @@ def summarise_run(history: list[dict]) -> dict:
         "late_reward_std": mean_of("reward_std", late_iters),
         "divergent_fraction": mean_of("credit/divergent_anchor_fraction", history),
         "mean_rho": mean_of("credit/mean_rho", history),
+        "mean_rho_strict_valid": mean_of("credit/mean_rho_strict_valid", history),
         "advantage_std": mean_of("credit/advantage_std", history),
         "advantage_range": float(np.mean([m["credit/advantage_max"] - m["credit/advantage_min"] for m in history
                                           if "credit/advantage_max" in m])) if history else float("nan"),
@@ -128,84 +132,110 @@ def interval(values: list[float]) -> tuple[float, float]:
     return float(arr.mean()), float(half)
 
 
-def compare(a: list[float], b: list[float]) -> tuple[float, float, str]:
-    """Paired difference a - b over seeds: mean, 95 % half-width, and a verdict."""
-    diff = [x - y for x, y in zip(a, b)]
-    mean, half = interval(diff)
-    if len(diff) < 2:
-        return mean, half, "one seed: no verdict"
-    if mean - half > 0:
-        return mean, half, "higher (95 % interval excludes 0)"
-    if mean + half < 0:
-        return mean, half, "lower (95 % interval excludes 0)"
-    return mean, half, "not significant"
+def late_sigma(run: dict) -> float:
+    """Late sigma: iteration-to-iteration std of the (exact) validation success over the second half of training."""
+    last = max((i for i, _ in run["curve"]), default=0)
+    late = [s for i, s in run["curve"] if i >= last / 2]
+    return float(np.std(late, ddof=1)) if len(late) >= 2 else float("nan")
+
+
+def by_seed(runs: list[dict], key: str) -> dict:
+    """``{seed id: value}`` of one method's runs: comparisons pair by these ids, never by list position."""
+    value = late_sigma if key == "late_sigma" else (lambda r: r.get(key, float("nan")))
+    return keyed([value(r) for r in runs], [r["seed"] for r in runs])
+
+
+def comparisons(results: dict) -> list[dict]:
+    """Every comparison of the report, one Holm family: per (env, N) each method's late − before success, each
+    method vs gigpo_std and anchor scale vs ecpo on late-stage success, paired by seed id."""
+    parts = []
+    for env_label, by_n in results.items():
+        for n, by_method in by_n.items():
+            where = {"env": env_label, "N": n}
+            for method, runs in by_method.items():
+                seeds, diffs = paired_values(by_seed(runs, "late_success"), by_seed(runs, "initial_success"))
+                parts.append(where | {"kind": "learned", "a": method, "b": "before", "seeds": seeds,
+                                      **paired_diff(diffs)})
+            pairs = [(m, "gigpo_std") for m in ("ecpo", "ecpo_anchor_scale", "grpo")] + [("ecpo_anchor_scale", "ecpo")]
+            for a, b in pairs:
+                if a in by_method and b in by_method:
+                    seeds, diffs = paired_values(by_seed(by_method[a], "late_success"),
+                                                 by_seed(by_method[b], "late_success"), label=f"{env_label} N={n} {a}-{b}")
+                    parts.append(where | {"kind": "reading" if b == "ecpo" else "vs", "a": a, "b": b, "seeds": seeds,
+                                          **paired_diff(diffs)})
+    return apply_holm(parts, [1] * len(parts))
+
+
+def _said(part: dict) -> str:
+    if part["n"] < 2:
+        return "one seed: no verdict"
+    if part["holm_significant"]:
+        return "higher (Holm-significant)" if part["diff"] > 0 else "lower (Holm-significant)"
+    return f"not significant (MDE {part['mde']:.3f})"
 
 
 def report(results: dict, protocol_name: str, protocol: Protocol, elapsed: float, how: str = "") -> str:
     how = how or f"Written by `python benchmarks/llm_learning.py --protocol {protocol_name}` in {elapsed / 60:.1f} min."
+    parts = comparisons(results)
     lines = [f"# LLM learning: ECPO vs GiGPO w/std vs GRPO with a real small LM ({protocol_name} protocol)", "",
              (f"{how} "
              f"Preset `{protocol.preset}` (policy_mode=score; see `ecpo_train/configs/{protocol.preset}.yaml`), "
              f"seeds {protocol.seeds}, extra overrides {protocol.overrides or 'none'}. Success is the exact success "
              "probability at the validation temperature (DP over the corridor MDP with the LM's action distribution) "
-             "where available; ± is the 95 % t-interval over seeds."), ""]
+             "where available; ± is the 95 % t-interval over seeds. Every method ran on the same seed ids, so "
+             "differences are paired by seed id (stored with each run in the JSON); verdicts are Holm-corrected "
+             f"across the report's {len(parts)} comparisons (family-wise α = 0.05), and beside every 'not significant' "
+             "is the minimum detectable effect (MDE: the paired difference found with 80 % power at Holm's "
+             "first-step level)."), ""]
+    if any(r.get("seed_recovered") for by_n in results.values() for ms in by_n.values() for rs in ms.values() for r in rs):
+        lines += [("Seed ids: the stored summaries predate seed recording; `--from-runs` had read each method's seed "
+                  "folders in sorted order with every seed present, so the ids are recovered from that order."), ""]
     for env_label, by_n in results.items():
         for n, by_method in by_n.items():
             lines += [f"## {env_label}, N = {n}", "",
-                      ("| method | seeds | before | final | late-stage | late reward σ | divergent frac | mean ρ | adv std | "
-                       "adv range | s/iter |"), "|---|---|---|---|---|---|---|---|---|---|---|"]
+                      ("| method | seeds | before | final | late-stage | late σ (exact, across iterations) | "
+                       "reward σ in a batch | divergent frac | mean ρ | mean ρ (StrictValid) | adv std | adv range | "
+                       "s/iter |"), "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
             for method, runs in by_method.items():
                 def cell(key: str, digits: int = 3, runs: list = runs) -> str:
-                    mean, half = interval([r[key] for r in runs])
+                    mean, half = interval(list(by_seed(runs, key).values()))
                     if not math.isfinite(mean):
-                        return "—"
-                    if len(runs) == 1:
-                        return f"{mean:.{digits}f}"
-                    return f"{mean:.{digits}f} ± {half:.{digits}f}"
+                        return "—" if key != "mean_rho_strict_valid" else "not recorded"
+                    return f"{mean:.{digits}f}" if len(runs) == 1 else f"{mean:.{digits}f} ± {half:.{digits}f}"
                 lines.append(f"| {method} | {len(runs)} | {cell('initial_success')} | {cell('final_success')} | "
-                             f"{cell('late_success')} | {cell('late_reward_std', 2)} | {cell('divergent_fraction')} | "
-                             f"{cell('mean_rho')} | {cell('advantage_std', 2)} | {cell('advantage_range', 2)} | "
+                             f"{cell('late_success')} | {cell('late_sigma')} | {cell('late_reward_std', 2)} | "
+                             f"{cell('divergent_fraction')} | {cell('mean_rho')} | {cell('mean_rho_strict_valid')} | "
+                             f"{cell('advantage_std', 2)} | {cell('advantage_range', 2)} | "
                              f"{cell('seconds_per_iteration', 1)} |")
-            lines += ["", "Verdicts (paired over seeds, late-stage success):", ""]
-            for method, runs in by_method.items():
-                gain_mean, gain_half = interval([r["late_success"] - r["initial_success"] for r in runs])
-                lines.append(f"- {method} learned ({len(runs)} seed{'s' if len(runs) > 1 else ''}): late − before = "
-                             f"{gain_mean:+.3f} ± {gain_half:.3f}"
-                             + (" (significant)" if len(runs) > 1 and gain_mean - gain_half > 0 else ""))
-            base = by_method.get("gigpo_std")
-            for method in ("ecpo", "ecpo_anchor_scale", "grpo"):
-                if method in by_method and base is not None:
-                    mean, half, verdict = compare([r["late_success"] for r in by_method[method]],
-                                                  [r["late_success"] for r in base])
-                    lines.append(f"- {method} vs gigpo_std: {mean:+.3f} ± {half:.3f} — {verdict}")
+            lines += ["", "Verdicts (paired by seed, late-stage success, Holm-corrected):", ""]
+            for part in parts:
+                if part["env"] == env_label and part["N"] == n and part["kind"] == "learned":
+                    lines.append(f"- {part['a']}, late − before ({part['n']} seeds): {part['diff']:+.3f} "
+                                 f"[{part['low']:+.3f}, {part['high']:+.3f}] — {_said(part)}")
+            for part in parts:
+                if part["env"] == env_label and part["N"] == n and part["kind"] == "vs":
+                    lines.append(f"- {part['a']} vs {part['b']}: {part['diff']:+.3f} [{part['low']:+.3f}, "
+                                 f"{part['high']:+.3f}] — {_said(part)}")
             lines.append("")
-    lines += reading_paragraph(results)
+    lines += reading_paragraph(parts)
     return "\n".join(lines)
 
 
-def reading_paragraph(results: dict) -> list[str]:
+def reading_paragraph(parts: list[dict]) -> list[str]:
     """Issue 17's question on this benchmark: ``ecpo`` (eq. eca_adv as written, sigma_act) or
     ``ecpo_anchor_scale`` (App. C's reading, GiGPO's occurrence-level sigma_s)? Paired late-stage success."""
-    verdicts = []
-    for env_label, by_n in results.items():
-        for n, by_method in by_n.items():
-            if "ecpo" in by_method and "ecpo_anchor_scale" in by_method:
-                mean, half, verdict = compare([r["late_success"] for r in by_method["ecpo_anchor_scale"]],
-                                              [r["late_success"] for r in by_method["ecpo"]])
-                verdicts.append((f"{env_label} N={n}", mean, half, verdict))
+    verdicts = [p for p in parts if p["kind"] == "reading"]
     if not verdicts:
         return []
-    significant = [v for v in verdicts if "excludes 0" in v[3]]
-    detail = "; ".join(f"{where}: {mean:+.3f} ± {half:.3f} ({verdict})" for where, mean, half, verdict in verdicts)
-    if not significant:
-        finding = (f"the evidence cannot tell them apart: none of the {len(verdicts)} comparisons is significant at "
-                   "95 %")
-    else:
-        finding = f"{len(significant)} of {len(verdicts)} comparisons are significant"
+    significant = [p for p in verdicts if p["holm_significant"]]
+    detail = "; ".join(f"{p['env']} N={p['N']}: {p['diff']:+.3f} [{p['low']:+.3f}, {p['high']:+.3f}] ({_said(p)})"
+                       for p in verdicts)
+    finding = (f"the evidence cannot tell them apart: none of the {len(verdicts)} comparisons is Holm-significant"
+               if not significant else f"{len(significant)} of {len(verdicts)} comparisons are Holm-significant")
     return ["## Which ECPO reading?", "",
             ("`ecpo` normalises ECA's centred action evidence by the spread of the calibrated action means "
             "(eq. eca_adv as written); `ecpo_anchor_scale` by the anchor's occurrence-level std, the scale on which "
-            f"App. C's 1/(1+κ) bound is stated. Late-stage success, anchor scale − ECPO, paired over seeds: {finding}. "
+            f"App. C's 1/(1+κ) bound is stated. Late-stage success, anchor scale − ECPO, paired by seed: {finding}. "
              f"{detail}."), ""]
 
 
@@ -273,11 +303,15 @@ def main(argv: list[str] | None = None) -> int:
             loaded = json.loads(Path(path).read_text())
             seconds += loaded["seconds"]
             for env, by_n in loaded["results"].items():
-                for n, runs in by_n.items():
-                    results.setdefault(env, {})[int(n)] = runs
+                for n, by_method in by_n.items():
+                    results.setdefault(env, {})[int(n)] = {m: with_seed_ids(runs, protocol.seeds, f"{path} {env} N={n} {m}")
+                                                           for m, runs in by_method.items()}
         protocol = Protocol(protocol.preset, protocol.envs, sorted({n for by_n in results.values() for n in by_n}),
                             protocol.methods, protocol.seeds, overrides)
-        return write_outputs(stem, args.protocol, protocol, overrides, results, seconds)
+        how = (f"Re-reported by `python benchmarks/llm_learning.py --protocol {args.protocol} --from-json "
+               f"{' '.join(args.from_json)}` from stored run summaries ({seconds / 60:.0f} min of training and validation "
+               "summed over cells); no training was rerun.")
+        return write_outputs(stem, args.protocol, protocol, overrides, results, seconds, how=how)
     if args.from_partial:
         loaded = json.loads(partial.read_text())
         results = {env: {int(n): runs for n, runs in by_n.items()} for env, by_n in loaded["results"].items()}
@@ -293,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
             run_dir = Path(args.runs_dir) / args.protocol / env_label / f"N{n}" / method / f"seed{seed}"
             jobs.append(((env_label, n, method, seed), pool.submit(run_cell, protocol.preset, cell, run_dir, threads)))
         for (env_label, n, method, seed), job in jobs:
-            summary = summarise_run(job.result())
+            summary = summarise_run(job.result()) | {"seed": seed}
             results.setdefault(env_label, {}).setdefault(n, {}).setdefault(method, []).append(summary)
             print(f"{env_label} N={n} {method} seed={seed}: success {summary['initial_success']:.3f} -> "
                   f"{summary['final_success']:.3f} (late {summary['late_success']:.3f}), "
@@ -302,6 +336,16 @@ def main(argv: list[str] | None = None) -> int:
     write_outputs(stem, args.protocol, protocol, overrides, results, time.perf_counter() - started)
     partial.unlink(missing_ok=True)
     return 0
+
+
+def with_seed_ids(runs: list[dict], seeds: list[int], where: str) -> list[dict]:
+    """Summaries stored before seeds were recorded came from ``--from-runs``, which reads seed folders in sorted
+    order: their ids are the protocol's seeds in that order, recovered only when the counts match (else refused)."""
+    if all("seed" in r for r in runs):
+        return runs
+    if any("seed" in r for r in runs) or len(runs) != len(seeds):
+        raise ValueError(f"{where}: {len(runs)} stored runs without seed ids for seeds {seeds}; cannot pair them")
+    return [r | {"seed": seed, "seed_recovered": True} for r, seed in zip(runs, sorted(seeds))]
 
 
 def summaries_from_runs(folders: list[Path], methods: list[str]) -> tuple[dict, float]:
@@ -319,7 +363,8 @@ def summaries_from_runs(folders: list[Path], methods: list[str]) -> tuple[dict, 
             if not history or int(history[-1]["iteration"]) < int(yaml.safe_load(config.read_text())["iterations"]):
                 continue  # unfinished cell
             env_label, n, method = run.parts[-4], int(run.parts[-3][1:]), run.parts[-2]
-            results.setdefault(env_label, {}).setdefault(n, {}).setdefault(method, []).append(summarise_run(history))
+            results.setdefault(env_label, {}).setdefault(n, {}).setdefault(method, []).append(
+                summarise_run(history) | {"seed": int(run.parts[-1].removeprefix("seed"))})
             seconds += sum(m.get("time/iteration", 0.0) + m.get("time/validation", 0.0) for m in history)
     for env_label, by_n in results.items():  # the protocol's method order
         for n, by_method in by_n.items():

@@ -45,6 +45,63 @@ def test_reading_verdict_uses_the_claims_rule():
     assert verdict["favours"] == "cannot tell" and verdict["total"] == 1
 
 
+def _toy_runs(order=None):
+    """Two methods x 4 seeds of a one-env, one-N study with known per-seed final success."""
+    runs = []
+    for method, shift in (("gigpo_std", 0.0), ("ecpo", 0.1)):
+        for seed in range(4):
+            curve = [0.2 + 0.05 * seed + shift] * 8
+            runs.append({"env_name": "diagnostic", "method": method, "group_size": 4, "seed": seed,
+                         "final_success": curve[-1], "curves": {
+                             "eval_success": curve, "train_return": curve, "divergent_fraction": [0.1] * 8,
+                             "mean_rho": [0.2] * 8, "mean_rho_strict_valid": [0.4] * 8, "adv_range": [1.0] * 8,
+                             "adv_std": [0.5] * 8, "misranked_fraction": [0.1] * 8, "best_action_prob": [0.9] * 8}})
+    return [runs[i] for i in order] if order else runs
+
+
+def test_method_differences_are_paired_by_seed_id_and_holm_corrected():
+    cs = _study("stats")
+    protocol = {"envs": [{"name": "diagnostic"}], "methods": ["gigpo_std", "ecpo"], "seeds": 4}
+    summary = cs.summarize(_toy_runs(), protocol)
+    c3 = next(c for c in summary["claims"] if c["id"] == "C3")["parts"][0]
+    # every seed gains exactly 0.1: a paired interval of zero width, although seeds differ by up to 0.15
+    assert c3["diff"] == pytest.approx(0.1) and c3["high"] - c3["low"] == pytest.approx(0.0, abs=1e-12)
+    assert c3["seeds"] == [0, 1, 2, 3] and c3["verdict"] == "holds" and c3["m"] == summary["comparisons"]
+    assert summary["cells"]["diagnostic|ecpo|4"]["seeds"] == [0, 1, 2, 3]
+    assert summary["cells"]["diagnostic|ecpo|4"]["mean_rho_strict_valid"]["mean"] == pytest.approx(0.4)
+    # list order does not matter: pairs are matched by seed id
+    shuffled = cs.summarize(_toy_runs(order=[7, 6, 5, 4, 0, 1, 2, 3]), protocol)
+    assert shuffled["claims"] == summary["claims"]
+
+
+def test_misaligned_seed_cells_are_refused():
+    cs = _study("stats")
+    ps = _study("stats").MisalignedCells
+    protocol = {"envs": [{"name": "diagnostic"}], "methods": ["gigpo_std", "ecpo"], "seeds": 4}
+    runs = _toy_runs()
+    runs[0]["seed"] = 9  # gigpo_std ran seeds {9, 1, 2, 3}, ecpo {0, 1, 2, 3}
+    with pytest.raises(ps, match=r"only in the first \[9\], only in the second \[0\]"):
+        cs.summarize(runs, protocol)
+    runs[0]["seed"] = 1  # a seed twice in one cell
+    with pytest.raises(ps, match="appears twice"):
+        cs.summarize(runs, protocol)
+
+
+def test_mean_rho_strict_valid_averages_rho_over_strict_valid_anchors_only():
+    from ecpo_train.credit import compute_advantages
+
+    rows = []  # fig. 1's anchor at step 7 (StrictValid, rho = rho_min = 0.5) and a second one at step 2 (too shallow)
+    for traj, (a, win) in enumerate(zip(["A"] * 7 + ["B"], [1, 1, 1, 1, 1, 1, 0, 1])):
+        for step in range(1, 8):
+            state = "deep" if step == 7 else ("shallow" if step == 2 else f"c{traj}-{step}")
+            action = a if step in (2, 7) else "walk"
+            rows.append(("g", traj, step, state, action, 10.0 * win if step == 7 else 0.0))
+    g, t, s, st, a, r = zip(*rows)
+    _, diag = compute_advantages("ecpo", group_ids=g, traj_ids=t, steps=s, anchor_keys=st, action_keys=a, rewards=r)
+    assert diag["strict_valid_fraction"] == 0.5 and diag["mean_rho"] == pytest.approx(0.25)
+    assert diag["mean_rho_strict_valid"] == pytest.approx(0.5)
+
+
 def test_study_files_each_have_one_job_and_stay_small():
     files = sorted(BENCH.glob("credit_study*.py"))
     assert [f.name for f in files] == ["credit_study.py", "credit_study_plots.py", "credit_study_protocol.py",
