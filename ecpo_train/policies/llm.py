@@ -66,9 +66,11 @@ class TransformersPolicy(Policy):
             self.tokenizer = AutoTokenizer.from_pretrained(model_name_or_path)
             self.model = AutoModelForCausalLM.from_pretrained(model_name_or_path, dtype=getattr(torch, dtype))
         except OSError as err:
+            from ecpo_train.apps.models import DEMO_MODEL
+
             raise OSError(
                 f"could not load the causal LM {model_name_or_path!r}: {err}\nGive a local folder with "
-                "config.json, weights and tokenizer files (e.g. `ecpo models pull smollm2-135m-instruct` or "
+                f"config.json, weights and tokenizer files (e.g. `ecpo models pull {DEMO_MODEL}` or "
                 "`ecpo models tiny DIR`) or a Hugging Face hub id on a machine with internet access."
             ) from err
         # LoRA (ecpo_train/lora.py): adapter layers injected into self.model in place; peft's wrapper is kept

@@ -123,7 +123,9 @@ class TrainConfig:
         if self.device.split(":")[0] not in DEVICES:
             raise ValueError(f"device={self.device!r}; valid: auto, cpu, cuda, cuda:N")
         if self.policy == "llm" and not self.model:
-            raise ValueError("policy=llm needs model=<local path or hub id> (e.g. `ecpo models pull smollm2-135m-instruct`)")
+            from ecpo_train.apps.models import DEMO_MODEL  # (a stdlib-only module)
+
+            raise ValueError(f"policy=llm needs model=<local path or hub id> (e.g. `ecpo models pull {DEMO_MODEL}`)")
         if self.generation_backend == "vllm" and (self.policy != "llm" or self.policy_mode != "generate"):
             raise ValueError("generation_backend=vllm needs policy=llm with policy_mode=generate")
         if self.policy_mode == "score":  # refused here, not ignored (tabular) or failing mid-rollout (search-QA)
