@@ -7,6 +7,13 @@ number of rows, or as many rows as fit a token budget (``pack_micro_batches``); 
 (``ecpo_train/distributed.py``) every process runs the same number of collective passes. A step's advantage is
 broadcast to every token of its action (``assign_step_advantage``), as the paper's Algorithm 1 step E says.
 
+No compute goes to rows that carry no gradient: with no KL and no entropy term a row whose advantage is 0 has
+a surrogate of exactly 0 (``min(q * 0, clip(q) * 0)``), so it is left out of the forward and backward, while its
+tokens still count in the mini-batch's token mean (the gradient is the one of the full mini-batch). A
+mini-batch left with no row takes no optimizer step: AdamW would otherwise move the weights on momentum and
+weight decay alone, with a zero gradient. Rows that score the same context (``row_keys``: the scoring policy's
+identical (prompt, candidates)) go into the same micro-batch, where the policy computes that context once.
+
 Shapes: ``[rows, tokens]`` tensors with a float ``mask`` (1 = a response token of the action).
 """
 
@@ -65,11 +72,14 @@ def ecpo_objective_loss(
     entropy: torch.Tensor | None = None,
     entropy_coef: float = 0.0,
     token_count: float | None = None,
+    stats_token_count: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Loss = -J_ECPO(theta) (eq. ecpo_objective) with token-mean aggregation, minus an optional entropy bonus.
 
     ``advantages`` is per token (see ``assign_step_advantage``). Returns the scalar loss and statistics
-    (``pg_loss``, ``kl``, ``clip_frac``, ``ratio_mean``, ``ratio_max_dev``, ``entropy``) as token means.
+    (``pg_loss``, ``kl``, ``clip_frac``, ``ratio_mean``, ``ratio_max_dev``, ``entropy``) as token means;
+    ``clip_frac`` and ``ratio_mean`` divide by ``stats_token_count`` when given (the tokens actually computed,
+    when rows without gradient were left out).
     """
     mask = mask.to(logp.dtype)
     surrogate = clipped_surrogate(logp, old_logp, advantages, clip_eps)
@@ -88,8 +98,9 @@ def ecpo_objective_loss(
         ratio = token_ratio(logp, old_logp)
         clipped = ((ratio < 1.0 - clip_eps) & (advantages < 0)) | ((ratio > 1.0 + clip_eps) & (advantages > 0))
         stats["pg_loss"] = float(pg_loss.detach())
-        stats["clip_frac"] = float(masked_token_mean(clipped.to(mask.dtype), mask, token_count))
-        stats["ratio_mean"] = float(masked_token_mean(ratio, mask, token_count))
+        seen = token_count if stats_token_count is None else stats_token_count
+        stats["clip_frac"] = float(masked_token_mean(clipped.to(mask.dtype), mask, seen))
+        stats["ratio_mean"] = float(masked_token_mean(ratio, mask, seen))
         active = mask > 0
         stats["ratio_max_dev"] = float((ratio[active] - 1.0).abs().max()) if bool(active.any()) else 0.0
     return loss, stats
@@ -116,15 +127,22 @@ class UpdateSettings:
 
 
 def pack_micro_batches(rows: np.ndarray, row_tokens: np.ndarray, micro_batch_size: int,
-                       max_tokens: int = 0) -> list[np.ndarray]:
+                       max_tokens: int = 0, row_keys: Sequence | None = None) -> list[np.ndarray]:
     """Cut one mini-batch's ``rows`` into micro-batches.
 
     ``max_tokens <= 0``: consecutive runs of ``micro_batch_size`` rows (the fixed-size path). Otherwise rows
     are taken shortest first and a micro-batch grows while its padded size (rows x longest row, what the
     forward pass allocates) stays within ``max_tokens``; a row longer than the budget goes alone. Memory is
     then bounded by tokens, not rows. ``row_tokens[i]`` is row i's sequence length (prompt + response).
+
+    ``row_keys`` (the scoring policy): rows with equal keys share one forward, so they are kept together and a
+    micro-batch is measured in *distinct* contexts: at most ``micro_batch_size`` of them, or (``max_tokens``)
+    as many as fit the budget counting each distinct context's tokens once (that forward packs contexts
+    without padding).
     """
     rows = np.asarray(rows)
+    if row_keys is not None:
+        return _pack_by_context(rows, row_tokens, micro_batch_size, max_tokens, row_keys)
     if max_tokens <= 0:
         return [rows[i : i + micro_batch_size] for i in range(0, len(rows), micro_batch_size)]
     lengths = np.asarray(row_tokens)[rows]
@@ -142,6 +160,54 @@ def pack_micro_batches(rows: np.ndarray, row_tokens: np.ndarray, micro_batch_siz
     if current:
         batches.append(np.asarray(current))
     return batches
+
+
+def _pack_by_context(rows: np.ndarray, row_tokens: np.ndarray, micro_batch_size: int, max_tokens: int,
+                     row_keys: Sequence) -> list[np.ndarray]:
+    members: dict = {}
+    for row in rows:  # distinct contexts in order of first appearance (the shuffle still decides the order)
+        members.setdefault(row_keys[int(row)], []).append(int(row))
+    batches: list[np.ndarray] = []
+    current: list[int] = []
+    contexts = tokens = 0
+    for group in members.values():
+        length = int(row_tokens[group[0]])
+        full = contexts >= micro_batch_size if max_tokens <= 0 else tokens + length > max_tokens
+        if current and full:
+            batches.append(np.asarray(current))
+            current, contexts, tokens = [], 0, 0
+        current.extend(group)
+        contexts += 1
+        tokens += length
+    if current:
+        batches.append(np.asarray(current))
+    return batches
+
+
+def rows_with_gradient(step_advantages: torch.Tensor, settings: UpdateSettings, has_reference: bool) -> np.ndarray:
+    """Which rows can move the policy: all of them when a KL or entropy term is on, else those whose advantage
+    is nonzero (the others have a surrogate of exactly 0: module docstring)."""
+    if (has_reference and settings.kl_coef > 0) or settings.entropy_coef > 0:
+        return np.ones(len(step_advantages), dtype=bool)
+    return (step_advantages != 0).cpu().numpy()
+
+
+def equal_return_rows(group_id: Sequence, traj_id: Sequence, reward: np.ndarray) -> np.ndarray:
+    """Rows of groups whose episodes all have the same return (DAPO's zero-variance groups), as a mask.
+
+    Under step credit (GiGPO, ECPO) such a group can still carry nonzero step advantages: two episodes that
+    both succeed pass through the same anchor state and take different actions there, with different
+    discounted returns. Filtering them (``filter_equal_return_groups``) drops that step-level signal on
+    purpose, as DAPO drops the group; it is off by default, and rows with a zero advantage are skipped anyway.
+    """
+    returns: dict = {}
+    for traj, r in zip(traj_id, np.asarray(reward, dtype=np.float64)):
+        returns[traj] = returns.get(traj, 0.0) + float(r)
+    by_group: dict = {}
+    for group, traj in zip(group_id, traj_id):
+        by_group.setdefault(group, {})[traj] = returns[traj]
+    flat = {g for g, trajs in by_group.items() if len(trajs) > 1 and np.ptp(list(trajs.values())) < 1e-12}
+    return np.asarray([g in flat for g in group_id], dtype=bool)
 
 
 class Reducer(Protocol):
@@ -172,6 +238,8 @@ def policy_update(
     before_step: Callable[[], None] | None = None,
     row_tokens: np.ndarray | None = None,
     reducer: Reducer | None = None,
+    row_keys: Sequence | None = None,
+    keep: np.ndarray | None = None,
 ) -> dict[str, float]:
     """Optimise eq. ecpo_objective over the rollout's step rows.
 
@@ -190,30 +258,46 @@ def policy_update(
     of rows repeats one with zero weight), because every sharded forward/backward is a collective. The
     gradient all-reduce *averages* over the K processes, so each divides its token sum by (global mini-batch
     token count / K): the average is then sum over all tokens / global count, the 1-process gradient.
+
+    Rows without gradient are not computed (``rows_with_gradient``; module docstring); ``row_keys`` groups
+    rows of one context into one micro-batch (``pack_micro_batches``); ``keep`` (a row mask) leaves the other
+    rows out of the update entirely (``equal_return_rows``). The reference's log-probs are computed once per
+    row and reused by later epochs (one process; under data parallelism every call is a collective).
     """
     n_rows = int(old_logp.shape[0])
     world = reducer.world_size if reducer is not None else 1
+    kept = np.arange(n_rows) if keep is None else np.flatnonzero(np.asarray(keep, dtype=bool))
+    carries = rows_with_gradient(step_advantages, settings, ref_logprob_fn is not None)
+    ref_cache: dict[int, torch.Tensor] = {}
+    computed_rows = skipped_rows = 0
     if row_tokens is None:
         row_tokens = old_mask.sum(dim=1).numpy().astype(np.int64)
     totals: dict[str, float] = {}
     grad_norms: list[float] = []
     n_steps = 0
     for _ in range(settings.epochs):
-        order = generator.permutation(n_rows)
+        order = kept[generator.permutation(len(kept))]
         if reducer is None:
             minis = [order[start : start + settings.mini_batch_size]
-                     for start in range(0, n_rows, settings.mini_batch_size)]
+                     for start in range(0, len(order), settings.mini_batch_size)]
         else:
-            n_minis = int(np.ceil(reducer.sum(float(n_rows)) / settings.mini_batch_size))
-            minis = np.array_split(order, n_minis)
+            n_minis = int(np.ceil(reducer.sum(float(len(order))) / settings.mini_batch_size))
+            minis = np.array_split(order, max(n_minis, 1))
         for mini in minis:
             local_tokens = float(old_mask[mini].sum())
             token_count = local_tokens if reducer is None else reducer.sum(local_tokens) / world
             if token_count <= 0:
                 continue
+            active = mini[carries[mini]]
+            n_active = len(active) if reducer is None else int(reducer.sum(float(len(active))))
+            skipped_rows += len(mini) - len(active)
+            if n_active == 0:  # no row can move the policy: no forward, no backward, no optimizer step
+                continue
+            computed_rows += len(active)
+            active_tokens = float(old_mask[active].sum())
             optimizer.zero_grad(set_to_none=True)
-            micros = pack_micro_batches(mini, row_tokens, settings.micro_batch_size,
-                                        settings.max_tokens_per_micro_batch)
+            micros = pack_micro_batches(active, row_tokens, settings.micro_batch_size,
+                                        settings.max_tokens_per_micro_batch, row_keys)
             weights = [1.0] * len(micros)
             if reducer is not None:
                 n_micro = int(reducer.max(float(len(micros))))
@@ -225,11 +309,15 @@ def policy_update(
                 width = logp.shape[1]
                 old = old_logp[rows, :width].to(logp.device)
                 mask = mask * old_mask[rows, :width].to(mask.device).to(mask.dtype)
-                ref = ref_logprob_fn(rows)[:, :width].to(logp.device) if ref_logprob_fn is not None else None
+                ref = None
+                if ref_logprob_fn is not None:
+                    ref = _reference_logprobs(ref_logprob_fn, rows, width, ref_cache if reducer is None else None)
+                    ref = ref.to(logp.device)
                 adv = assign_step_advantage(step_advantages[rows].to(logp.device), mask)
                 loss, stats = ecpo_objective_loss(
                     logp, old, ref, adv, mask, clip_eps=settings.clip_eps, kl_coef=settings.kl_coef,
                     entropy=entropy, entropy_coef=settings.entropy_coef, token_count=token_count,
+                    stats_token_count=active_tokens if reducer is None else None,
                 )
                 (loss * weight if weight != 1.0 else loss).backward()
                 if weight == 0.0:
@@ -260,4 +348,22 @@ def policy_update(
         result = reducer.mean_stats(result)
     result["grad_norm"] = float(np.mean(grad_norms)) if grad_norms else 0.0
     result["optimizer_steps"] = float(n_steps)
+    result["rows_computed"] = float(computed_rows)
+    result["rows_skipped"] = float(skipped_rows + (n_rows - len(kept)) * settings.epochs)
     return result
+
+
+def _reference_logprobs(ref_logprob_fn: Callable[[np.ndarray], torch.Tensor], rows: np.ndarray, width: int,
+                        cache: dict[int, torch.Tensor] | None) -> torch.Tensor:
+    """pi_ref's ``[rows, width]`` log-probs; with a ``cache`` each row is computed once over all epochs."""
+    if cache is None:
+        return ref_logprob_fn(rows)[:, :width]
+    missing = np.asarray([r for r in rows if int(r) not in cache], dtype=np.int64)
+    if len(missing):
+        for row, values in zip(missing, ref_logprob_fn(missing)):
+            cache[int(row)] = values.detach()
+    out = torch.zeros(len(rows), width, dtype=cache[int(rows[0])].dtype)
+    for i, row in enumerate(rows):
+        values = cache[int(row)][:width]
+        out[i, : len(values)] = values
+    return out

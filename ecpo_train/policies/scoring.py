@@ -21,9 +21,16 @@ and an env that lists no admissible actions at all (search-QA) is refused with a
 
 Cost: every row's prompt is run once together with all its candidates in one sequence, each candidate
 attending to the prompt and to itself only (a 4D "tree" attention mask, positions restarting after the
-prompt), and the LM head runs only on candidate tokens. Identical (prompt, candidates) pairs -- all N copies
-of a group at the first step, and every copy in the same state when the history is short -- are computed
-once, both when sampling and in the update.
+prompt), and the LM head runs only on candidate tokens (forward and backward). Identical (prompt, candidates)
+pairs -- all N copies of a group at the first step, and every copy in the same state when the history is
+short -- are computed once, both when sampling and in the update (where ``loss.pack_micro_batches`` keeps
+the rows of one context in one micro-batch). Contexts of different lengths are not padded to the longest:
+they are packed first-fit into sequences as long as the longest context, each its own block of the mask.
+
+Exploration (``explore_epsilon`` = eps > 0): the policy is the mixture ``(1 - eps) pi + eps / |A|``. The
+untrained LM's prior over ALFWorld's admissible actions follows word overlap and is worse than uniform; the
+mixture keeps every action's probability at least ``eps / |A|``. It is the policy everywhere: sampling, the
+learner's log-probs (so the ratio and the KL are those of the mixture, exactly) and exact validation.
 
 A stored row packs its candidates into ``prompt_ids`` (``prompt + [-1] + c_0 + [-1] + c_1 ...``; -1 is no
 token id) and its ``response_ids`` is ``[index of the chosen candidate]``.
@@ -31,6 +38,7 @@ token id) and its ``response_ids`` is ``[index of the chosen candidate]``.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 
@@ -64,6 +72,24 @@ def unpack_candidates(packed: Sequence[int]) -> tuple[tuple[int, ...], tuple[tup
     if len(parts) < 2:
         raise ValueError("row holds no candidates: it was not written by the scoring policy")
     return tuple(parts[0]), tuple(tuple(p) for p in parts[1:])
+
+
+def pack_items(lengths: Sequence[int]) -> list[list[int]]:
+    """First-fit decreasing: the items (by index) grouped into sequences no longer than the longest item, so a
+    batch of contexts of unequal lengths costs about the sum of their lengths, not rows x longest."""
+    width = max(lengths)
+    rows: list[list[int]] = []
+    free: list[int] = []
+    for item in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        for row, room in enumerate(free):
+            if lengths[item] <= room:
+                rows[row].append(item)
+                free[row] -= lengths[item]
+                break
+        else:
+            rows.append([item])
+            free.append(width - lengths[item])
+    return rows
 
 
 def fill_placeholders(action: str, task: str) -> str:
@@ -105,58 +131,56 @@ class ScoringPolicy(TransformersPolicy):
     def candidate_scores(self, items: Sequence[tuple[Sequence[int], Sequence[Sequence[int]]]]) -> list[torch.Tensor]:
         """Summed log-prob of every candidate given its prompt, for each ``(prompt, candidates)`` item.
 
-        One forward over ``[rows, prompt + all candidates]`` with a tree mask; gradients flow when enabled.
+        One forward over the items packed into sequences (``pack_items``) with a tree mask per item; gradients
+        flow when enabled.
         """
         if not items:
             return []
-        seqs, positions, gathers, targets, owners = [], [], [], [], []
-        for prompt, cands in items:
+        packed = pack_items([len(p) + sum(len(c) for c in cands) for p, cands in items])
+        width = max(len(p) + sum(len(c) for c in cands) for p, cands in items)
+        ids = torch.full((len(packed), width), self.pad_token_id, dtype=torch.long)
+        pos_ids = torch.zeros(len(packed), width, dtype=torch.long)
+        mask = torch.zeros(len(packed), 1, width, width, dtype=torch.bool)
+        at_rows, at_cols, targets, owners = [], [], [], []  # per item, in item order
+        placed: dict[int, tuple[int, int]] = {}
+        for row, members in enumerate(packed):
+            start = 0
+            for item in members:
+                placed[item] = (row, start)
+                start += len(items[item][0]) + sum(len(c) for c in items[item][1])
+            mask[row, 0, torch.arange(start, width), torch.arange(start, width)] = True  # padding sees itself
+        for item, (prompt, cands) in enumerate(items):
+            row, o = placed[item]
             p = len(prompt)
-            seq, pos = list(prompt), list(range(p))
-            gather, target, owner = [], [], []
+            ids[row, o : o + p] = torch.as_tensor(prompt)
+            pos_ids[row, o : o + p] = torch.arange(p)
+            mask[row, 0, o : o + p, o : o + p] = torch.ones(p, p, dtype=torch.bool).tril()
+            start, gather, owner = o + p, [], []
             for k, cand in enumerate(cands):
-                start = len(seq)
-                seq.extend(cand)
-                pos.extend(range(p, p + len(cand)))
-                # the token c_j is predicted by the logits at c_{j-1}, and c_0 by the prompt's last position
-                gather.extend([p - 1] + list(range(start, start + len(cand) - 1)))
-                target.extend(cand)
-                owner.extend([k] * len(cand))
-            seqs.append(seq)
-            positions.append(pos)
-            gathers.append(gather)
-            targets.append(target)
-            owners.append(owner)
-        rows, width = len(seqs), max(len(s) for s in seqs)
-        ids = torch.full((rows, width), self.pad_token_id, dtype=torch.long)
-        pos_ids = torch.zeros(rows, width, dtype=torch.long)
-        mask = torch.zeros(rows, 1, width, width, dtype=torch.bool)
-        for row, ((prompt, cands), seq, pos) in enumerate(zip(items, seqs, positions)):
-            n, p = len(seq), len(prompt)
-            ids[row, :n] = torch.as_tensor(seq)
-            pos_ids[row, :n] = torch.as_tensor(pos)
-            mask[row, 0, :p, :p] = torch.ones(p, p, dtype=torch.bool).tril()
-            mask[row, 0, p:n, :p] = True
-            start = p
-            for cand in cands:
                 end = start + len(cand)
+                ids[row, start:end] = torch.as_tensor(cand)
+                pos_ids[row, start:end] = torch.arange(p, p + len(cand))
+                mask[row, 0, start:end, o : o + p] = True
                 mask[row, 0, start:end, start:end] = torch.ones(len(cand), len(cand), dtype=torch.bool).tril()
+                # the token c_j is predicted by the logits at c_{j-1}, and c_0 by the prompt's last position
+                gather.extend([o + p - 1] + list(range(start, end - 1)))
+                owner.extend([k] * len(cand))
                 start = end
-            mask[row, 0, torch.arange(n, width), torch.arange(n, width)] = True  # padding sees itself (no NaN)
+            at_rows.append(torch.full((len(gather),), row, dtype=torch.long))
+            at_cols.append(torch.as_tensor(gather, dtype=torch.long))
+            targets.append([t for cand in cands for t in cand])
+            owners.append(owner)
         device = self.device
-        at_rows = torch.cat([torch.full((len(g),), row, dtype=torch.long) for row, g in enumerate(gathers)])
-        at_cols = torch.cat([torch.as_tensor(g, dtype=torch.long) for g in gathers])
         picked = candidate_logits(self.model, ids.to(device), mask.to(device), pos_ids.to(device),
-                                  at_rows.to(device), at_cols.to(device)).float()
-        scores = []
-        offset = 0
-        for row, (gather, target, owner) in enumerate(zip(gathers, targets, owners)):
-            logits = picked[offset : offset + len(gather)]
-            offset += len(gather)
-            token_logp = torch.log_softmax(logits, dim=-1).gather(
-                -1, torch.as_tensor(target, device=device).unsqueeze(-1)).squeeze(-1)
-            total = torch.zeros(len(items[row][1]), dtype=token_logp.dtype, device=device)
-            scores.append(total.index_add(0, torch.as_tensor(owner, device=device), token_logp))
+                                  torch.cat(at_rows).to(device), torch.cat(at_cols).to(device)).float()
+        all_targets = torch.as_tensor([t for target in targets for t in target], device=device)
+        token_logp = torch.log_softmax(picked, dim=-1).gather(-1, all_targets.unsqueeze(-1)).squeeze(-1)
+        scores, offset = [], 0
+        for (_, cands), owner in zip(items, owners):
+            total = torch.zeros(len(cands), dtype=token_logp.dtype, device=device)
+            scores.append(total.index_add(0, torch.as_tensor(owner, device=device),
+                                          token_logp[offset : offset + len(owner)]))
+            offset += len(owner)
         return scores
 
     def _unique_scores(self, items: Sequence[tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]]
@@ -171,6 +195,17 @@ class ScoringPolicy(TransformersPolicy):
         return scores, order
 
     score_batch_size = 8
+    explore_epsilon = 0.0  # module docstring: the policy is (1 - eps) softmax(score / T) + eps / |A|
+
+    def log_policy(self, score: torch.Tensor, temperature: float) -> torch.Tensor:
+        """log pi(a | s) over one context's candidates: the tempered softmax of the scores, mixed with the
+        uniform distribution when ``explore_epsilon > 0`` (computed in log space: exact, and differentiable)."""
+        logp = torch.log_softmax(score / temperature if temperature > 0 else score, dim=-1)
+        eps = float(self.explore_epsilon)
+        if eps <= 0:
+            return logp
+        uniform = torch.full_like(logp, math.log(eps / len(score)))
+        return torch.logaddexp(logp + math.log1p(-eps), uniform)
 
     # ------------------------------------------------------------------ sampling
     def _scored_contexts(self, contexts: Sequence[StepContext]) -> list[tuple[list[str], tuple, torch.Tensor]]:
@@ -194,7 +229,7 @@ class ScoringPolicy(TransformersPolicy):
     def act(self, contexts: Sequence[StepContext], temperature: float = 1.0) -> PolicyOutput:
         out = PolicyOutput(actions=[], responses=[])
         for actions, item, score in self._scored_contexts(contexts) if contexts else []:
-            logp = torch.log_softmax(score / temperature if temperature > 0 else score, dim=-1)
+            logp = self.log_policy(score, temperature)
             index = int(torch.multinomial(logp.exp(), 1)) if temperature > 0 else int(score.argmax())
             out.actions.append(actions[index])
             out.responses.append(actions[index])
@@ -209,7 +244,7 @@ class ScoringPolicy(TransformersPolicy):
         out = []
         for ctx, (_, _, score) in zip(contexts, self._scored_contexts(contexts)):
             if temperature > 0:
-                probs = torch.softmax(score / temperature, dim=-1)
+                probs = self.log_policy(score, temperature).exp()
             else:
                 probs = torch.nn.functional.one_hot(score.argmax(), len(score)).float()
             out.append(dict(zip(ctx.admissible_actions, probs.tolist())))
@@ -226,8 +261,7 @@ class ScoringPolicy(TransformersPolicy):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         items = [unpack_candidates(p) for p in prompt_ids]
         scores, order = self._unique_scores(items)
-        scale = temperature if temperature > 0 else 1.0
-        logps = [torch.log_softmax(s / scale, dim=-1) for s in scores]
+        logps = [self.log_policy(s, temperature if temperature > 0 else 1.0) for s in scores]
         chosen = torch.stack([logps[slot][int(resp[0])] for slot, resp in zip(order, response_ids)])
         token_logp = chosen.unsqueeze(-1)
         mask = torch.ones_like(token_logp)
