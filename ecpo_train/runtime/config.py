@@ -97,6 +97,9 @@ class TrainConfig:
     mixed_precision: str = "none"  # "bf16": float32 master weights, bf16 compute (autocast; FSDP2 param_dtype)
     max_tokens_per_micro_batch: int = 0  # > 0: micro-batches packed by padded tokens, not micro_batch_size rows
     fsdp: bool = False  # shard over the processes torchrun started (`ecpo train --nproc K`)
+    threads: int | str = 0  # torch CPU threads; 0 = torch's default; auto = the cores others leave free (threads.py)
+    explore_epsilon: float = 0.0  # policy_mode=score: pi = (1 - eps) softmax + eps uniform (policies/scoring.py)
+    filter_equal_return_groups: bool = False  # DAPO-style: leave groups with all-equal returns out of the update
     # bookkeeping
     checkpoint_every: int = 10  # 0 = only at the end
     save_optimizer: bool = True  # false: slim checkpoints (weights + RNG only; a resume restarts AdamW's moments)
@@ -209,6 +212,8 @@ _RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "max_grad_norm": (_positive, "a number > 0"),
     "max_tokens_per_micro_batch": (_int_at_least(0), "an integer >= 0 (0 = micro_batch_size rows)"),
     "checkpoint_every": (_int_at_least(0), "an integer >= 0 (0 = only at the end)"),
+    "threads": (lambda v: v == "auto" or _int_at_least(0)(v), "auto or an integer >= 0 (0 = torch's default)"),
+    "explore_epsilon": (lambda v: _real(v) and 0 <= v < 1, "a number in [0, 1)"),
 }
 
 

@@ -225,10 +225,19 @@ class Trainer:
         generator = self.rng
         if self.dp is not None:  # the shuffle of this process's rows must not desynchronise the shared task draw
             generator = np.random.default_rng(int(self.rng.integers(2**63 - 1)) + self.dp.rank)
+        from ecpo_train.core.loss import equal_return_rows
+        from ecpo_train.runtime.threads import apply_threads
+
+        apply_threads(self.config.threads)  # from the cores free now (ecpo_train/runtime/threads.py)
+        # the scoring policy computes each distinct (prompt, candidates) row once per micro-batch
+        row_keys = [tuple(p) for p in prompts] if getattr(self.policy, "policy_mode", "") == "score" else None
+        batch = rollout.batch
+        keep = ~equal_return_rows(batch.group_id, batch.traj_id, batch.reward) \
+            if self.config.filter_equal_return_groups else None
         return policy_update(logprob_fn, ref_fn, [p for p in self.policy.parameters() if p.requires_grad],
                              self.optimizer, old_logp, old_mask, step_advantages, update_settings(self.config),
                              generator, before_step=lambda: self.policy.grow_optimizer_state(self.optimizer),
-                             row_tokens=row_tokens, reducer=self.dp)
+                             row_tokens=row_tokens, reducer=self.dp, row_keys=row_keys, keep=keep)
 
     def _gathered(self) -> Any:
         """Sampling under FSDP: the policy's full weights on every process (no collective per token)."""
