@@ -85,6 +85,12 @@ def train(
         import subprocess
         import sys
 
+        try:  # the config and the run folder are checked here, once, before K processes start
+            cfg = load_config(config, [arg for arg in ctx.args if not arg.startswith("fsdp=")])
+            cfg.resolved_device()
+            plan_start(Path(cfg.run_dir), config_dict(cfg) | {"fsdp": True}, resume=resume, overwrite=overwrite)
+        except _input_errors() as err:
+            raise fail(err) from None
         command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
                    "-m", "ecpo_train.apps.cli", "train", "--config", config, *(["--resume"] if resume else []),
                    *(["--overwrite"] if overwrite else []),
