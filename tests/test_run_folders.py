@@ -103,6 +103,27 @@ def test_the_checkpoint_config_is_authoritative_even_when_config_yaml_was_edited
     assert folder_hash(finished_run) == before
 
 
+def test_resume_trusts_the_checkpoint_over_a_config_yaml_damaged_by_an_older_version(finished_run):
+    text = (finished_run / "config.yaml").read_text().replace("ecpo/DivergentAnchor-v0", "ecpo/Nope-v0")
+    (finished_run / "config.yaml").write_text(text)  # what a refused start wrote before issue 25
+    result = train(finished_run, "iterations=4", "--resume")
+    assert result.exit_code == 0, result.output
+    assert iterations(finished_run) == [1, 2, 3, 4]
+    assert "env_id: ecpo/DivergentAnchor-v0" in (finished_run / "config.yaml").read_text()
+
+
+def test_resume_of_a_run_without_a_checkpoint_restarts_it_with_a_warning(finished_run):
+    (finished_run / "checkpoint.pt").unlink()  # killed before its first checkpoint
+    refused(train(finished_run, "iterations=2", "algorithm=grpo", "--resume"), "cannot change algorithm")
+    result = train(finished_run, "iterations=2", "--resume")
+    assert result.exit_code == 0, result.output
+    assert "checkpoint.pt not found: the run starts over from iteration 0" in result.output
+    assert iterations(finished_run) == [1, 2]
+    history = [json.loads(line) for line in (finished_run / "history.jsonl").read_text().splitlines()]
+    assert [event["event"] for event in history] == ["start", "restart"]
+    assert history[1]["changes"] == {"iterations": [3, 2]}
+
+
 def test_resume_below_the_checkpoint_iteration_is_refused(finished_run):
     before = folder_hash(finished_run)
     refused(train(finished_run, "iterations=2", "--resume"), "iterations=2", "iteration 3")

@@ -50,8 +50,9 @@ def holds_run(run_dir: Path) -> bool:
 def plan_start(run_dir: Path, new_config: dict[str, Any], resume: bool = False, overwrite: bool = False) -> StartPlan:
     """The start ``resume``/``overwrite`` ask for in ``run_dir``, or a ``ValueError`` (nothing is written).
 
-    On ``--resume`` the new config is compared with the folder's ``config.yaml`` here (cheap, before a model
-    loads); :func:`open_run` compares it again with the checkpoint's own config, which is authoritative."""
+    On ``--resume`` of a folder without a checkpoint the new config is compared with its ``config.yaml``; with a
+    checkpoint, :func:`open_run` compares it with the checkpoint's own config, which is authoritative (a
+    ``config.yaml`` may have been edited, or damaged by an older version)."""
     if resume and overwrite:
         raise ValueError("--resume continues the run in run_dir and --overwrite replaces it: choose one")
     if run_dir.exists() and not run_dir.is_dir():
@@ -63,9 +64,10 @@ def plan_start(run_dir: Path, new_config: dict[str, Any], resume: bool = False, 
     if not resume:
         raise ValueError(f"run_dir={str(run_dir)!r} already holds a run: pass --resume to continue it, "
                          "--overwrite to replace it, or choose another run_dir=")
+    if (run_dir / "checkpoint.pt").exists():
+        return StartPlan(run_dir, "resume")
     saved = read_saved_config(run_dir / "config.yaml")
-    changes = resume_changes(saved, new_config) if saved is not None else {}
-    return StartPlan(run_dir, "resume", changes)
+    return StartPlan(run_dir, "resume", resume_changes(saved, new_config) if saved is not None else {})
 
 
 def read_saved_config(path: Path) -> dict[str, Any] | None:
