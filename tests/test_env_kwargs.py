@@ -84,3 +84,18 @@ def test_valid_kwargs_still_make_working_envs():
     env = gym.make("ecpo/SearchQAGen-v0", world_size={"n_people": 5}, topk=2)
     env.reset(seed=0)
     env.close()
+
+
+@pytest.mark.parametrize("env_id,kwargs,message", [
+    ("ecpo/WebShop-v0", {"max_steps": 0}, "max_steps=0 is invalid"),
+    ("ecpo/WebShop-v0", {"num_products": -5}, "num_products=-5 is invalid"),
+    ("ecpo/WebShop-v0", {"small": "yes"}, "small='yes' is invalid"),
+    ("ecpo/SearchQA-v0", {"topk": 0}, "topk=0 is invalid"),
+    ("ecpo/SearchQA-v0", {"max_steps": "4"}, "max_steps='4' is invalid"),
+])
+def test_real_data_envs_refuse_bad_kwargs_before_looking_for_their_data(env_id, kwargs, message):
+    """The data folder does not exist: the refusal names the bad argument, so it came before any loading."""
+    data = {"data_dir": "/nonexistent/ecpo-data"}
+    with pytest.raises(ValueError) as caught:
+        gym.make(env_id, **data, **kwargs)
+    assert message in str(caught.value)

@@ -44,6 +44,16 @@ WORLD_SIZE_KEYS = ("n_countries", "n_cities", "n_rivers", "n_companies", "n_peop
 MAX_WORLD_ENTITIES = 10_000  # per kind; the generated world and its questions are built when the env is made
 
 
+def check_episode_kwargs(kwargs: dict[str, Any]) -> None:
+    """The episode arguments among ``kwargs``, checked as :class:`SearchQABaseEnv` will check them."""
+    for name, (low, high) in {"topk": (1, MAX_TOPK), "max_steps": (1, MAX_STEPS), "max_query_chars": (1, None)}.items():
+        if name in kwargs:
+            check_int(name, kwargs[name], low, high)
+    for name in ("reward_success", "reward_failure", "reward_invalid"):
+        if name in kwargs:
+            check_real(name, kwargs[name])
+
+
 def search_action_key(query: str) -> str:
     """Canonical key of a search: the normalised query text."""
     return f"search[{normalize_text(query)}]"
@@ -194,6 +204,7 @@ class SearchQAEnv(SearchQABaseEnv):
         cache_dir: str | os.PathLike | None = None,
         **episode_kwargs: Any,
     ) -> None:
+        check_episode_kwargs(episode_kwargs)  # before the dataset and the retriever load
         qa = load_dataset(dataset, split, data_dir=data_dir, path=data_path, data_sources=data_sources,
                           schema=schema)
         if not qa.examples:
