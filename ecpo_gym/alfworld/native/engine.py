@@ -123,7 +123,7 @@ class NativeEngine:
     def reset(self) -> NativeState:
         if self.game is None:
             raise RuntimeError("load a game before reset")
-        self._state = State(self.game.problem.init)
+        self._state = State(self.game.dynamic_init, shared=self.game.static_state)
         self._text.state = self._state
         self.moves = 0
         feedback = self._text.derive(self.game.intro, {})

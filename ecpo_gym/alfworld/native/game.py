@@ -7,7 +7,7 @@ import functools
 from collections import defaultdict
 
 from ecpo_gym.alfworld.native.grammar import Grammar, parse_grammar, parse_symbols
-from ecpo_gym.alfworld.native.logic import Conjunction, Formula, to_dnf
+from ecpo_gym.alfworld.native.logic import Conjunction, Formula, State, to_dnf
 from ecpo_gym.alfworld.native.names import demangle
 from ecpo_gym.alfworld.native.pddl import Domain, parse_domain, parse_problem
 
@@ -152,6 +152,8 @@ class Game:
             if fact[0] in self.static:
                 self.static_facts.setdefault(fact[0], set()).add(tuple(fact[1:]))
         self.static_facts = {pred: frozenset(facts) for pred, facts in self.static_facts.items()}
+        self.static_state = State([f for f in self.problem.init if f[0] in self.static])
+        self.dynamic_init = [f for f in self.problem.init if f[0] not in self.static]
         # pure functions of the game, filled while playing and shared by every engine on it
         self.command_cache: dict[tuple, str] = {}
         self.noop_cache: dict[tuple, bool] = {}

@@ -15,13 +15,17 @@ from collections.abc import Iterator
 
 
 class State:
-    """The true facts, indexed by predicate and by (predicate, argument position, value)."""
+    """The true facts, indexed by predicate and by (predicate, argument position, value).
+
+    ``shared`` is another state holding facts no action changes: its sets are referenced, not copied, so
+    every engine playing a game shares the game's static facts (they are never added to or removed from).
+    """
 
     __slots__ = ("by_pred", "index")
 
-    def __init__(self, facts=()) -> None:
-        self.by_pred: dict[str, set[tuple]] = defaultdict(set)
-        self.index: dict[tuple, set[tuple]] = defaultdict(set)
+    def __init__(self, facts=(), shared: State | None = None) -> None:
+        self.by_pred: dict[str, set[tuple]] = defaultdict(set, shared.by_pred if shared else {})
+        self.index: dict[tuple, set[tuple]] = defaultdict(set, shared.index if shared else {})
         for fact in facts:
             self.add(fact[0], tuple(fact[1:]))
 
