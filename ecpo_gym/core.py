@@ -1,4 +1,4 @@
-"""The ``TextAgentEnv`` contract that every ECPO environment follows (ARCHITECTURE.md).
+"""The ``TextAgentEnv`` contract that every ECPO environment follows (``docs/ARCHITECTURE.md``).
 
 An environment here is only the game: its state, its admissible actions, the canonical form of an
 action and the reward. Prompts live in ``prompts/`` and response parsing in the policy. Subclasses

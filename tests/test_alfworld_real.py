@@ -18,7 +18,7 @@ from ecpo_gym.alfworld.expert import play_expert, play_expert_parallel
 DATA_DIR = os.environ.get("ECPO_DATA_DIR")
 needs_data = pytest.mark.skipif(not DATA_DIR, reason="set ECPO_DATA_DIR to the benchmark data folder "
                                 "(holding alfworld/json_2.1.1/valid_seen) to run the real-ALFWorld tests")
-# split counts of valid_seen (ALFWORLD.md §2)
+# split counts of valid_seen (docs/environments.md)
 VALID_SEEN_COUNTS = {"Pick": 35, "Look": 13, "Clean": 27, "Heat": 16, "Cool": 25, "Pick2": 24}
 
 

@@ -169,6 +169,6 @@ def test_bm25s_and_lucene_reach_the_same_recall_on_hotpotqa(tmp_path):
         assert lucene.search("Shirley Temple", 1)[0].document.title == "Shirley Temple"
     finally:
         lucene.close()
-    assert 0.6 <= bm25s_recall <= 0.75 and 0.6 <= lucene_recall <= 0.75  # SEARCHQA.md §6 measured ~0.66
+    assert 0.6 <= bm25s_recall <= 0.75 and 0.6 <= lucene_recall <= 0.75  # measured ~0.66 (docs/environments.md)
     assert abs(bm25s_recall - lucene_recall) <= 0.02, (bm25s_recall, lucene_recall)
     assert LuceneRetriever(data.corpus, cache_dir=tmp_path).built_index is False  # cached on disk

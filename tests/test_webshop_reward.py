@@ -1,4 +1,4 @@
-"""WebShop's reward (WEBSHOP.md section 6) and goal rules (section 5) on hand-built cases."""
+"""WebShop's reward and goal rules (``docs/environments.md``) on hand-built cases."""
 
 import random
 from collections import Counter

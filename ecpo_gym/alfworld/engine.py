@@ -1,6 +1,6 @@
 """TextWorld's PDDL engine with alfworld's demangler: building it, speeding up reset, reading its state.
 
-Facts measured on the real games are in ``specs/ALFWORLD.md``; the ones this module acts on:
+Facts measured on the real games (``docs/environments.md``, ALFWorld); the ones this module acts on:
 
 - every ``reset`` runs the PDDL-to-SAS translation twice; the translation only reads its inputs and its
   result is only read, so memoising it on ``(domain, problem, optimize)`` cuts reset ~7x;
@@ -19,7 +19,7 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-# Predicates that change during play; their positive facts identify the world state (ALFWORLD.md §4).
+# Predicates that change during play; their positive facts identify the world state (docs/environments.md).
 DYNAMIC_PREDICATES = frozenset({
     "atlocation", "opened", "inreceptacle", "objectatlocation", "holds", "holdsany",
     "isclean", "ishot", "iscool", "ison", "istoggled", "issliced",
@@ -156,7 +156,7 @@ def release_engine(engine: Any) -> None:
 
 
 def state_key_of_facts(facts: Any, scope: str = "") -> str:
-    """The anchor key of an ALFWorld state (ALFWORLD.md §4): sha1 of ``scope`` (the game) and the sorted
+    """The anchor key of an ALFWorld state (docs/environments.md): sha1 of ``scope`` (the game) and the sorted
     positive dynamic facts. Negated facts are named ``not_*`` and static ones are not dynamic, so neither
     enters; scoping keeps two games that happen to share a world state from sharing anchors."""
     lines = sorted(str(f) for f in facts if f.name in DYNAMIC_PREDICATES)

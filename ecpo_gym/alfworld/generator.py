@@ -2,7 +2,7 @@
 
 Domain, grammar, goal templates and the object/receptacle tables come from the installed ``alfworld``
 package (``alfworld/data/alfred.pddl``, ``alfred.twl2``, ``alfworld.gen.goal_library``,
-``alfworld.gen.constants``); this module only decides which household to build (ALFWORLD.md §5):
+``alfworld.gen.constants``); this module only decides which household to build (``docs/environments.md``):
 
 - a room kind allowed for the task type (``constants.GOALS_VALID``), receptacles drawn from that room's
   furniture (openable classes start closed), objects placed where ``VAL_RECEPTACLE_OBJECTS`` allows,

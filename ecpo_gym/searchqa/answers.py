@@ -1,6 +1,6 @@
 """Answer scoring of the Search-R1 protocol: answer normalisation, exact match and token F1.
 
-Normalisation (SEARCHQA.md §2), in order: lowercase; delete every ASCII ``string.punctuation`` character
+Normalisation (Search-R1's), in order: lowercase; delete every ASCII ``string.punctuation`` character
 (Unicode letters and Unicode punctuation stay); replace the whole words ``a``/``an``/``the`` by a space;
 collapse whitespace runs to one space and strip.
 """

@@ -1,6 +1,6 @@
 """Retrieval corpora: documents in the Search-R1 corpus format and their content fingerprint.
 
-A corpus line is ``{"id": str, "contents": "\\"<title>\\"\\n<text>"}`` (wiki-18's format, SEARCHQA.md §4).
+A corpus line is ``{"id": str, "contents": "\\"<title>\\"\\n<text>"}`` (wiki-18's format).
 The fingerprint (SHA-256 of every id and contents, in order) keys on-disk index caches, so an edited corpus
 never reuses a stale index.
 """

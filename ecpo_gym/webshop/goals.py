@@ -1,4 +1,4 @@
-"""WebShop goals (WEBSHOP.md section 5): synthetic and human goals, price ceilings, shuffle and splits.
+"""WebShop goals (``docs/environments.md``): synthetic and human goals, price ceilings, shuffle and splits.
 
 Unlike the original, every random draw here comes from a ``random.Random`` seeded by the caller, so the
 same seed gives the same instructions, ceilings and order in every process (the original samples price

@@ -1,4 +1,4 @@
-"""WebShop pages as models (WEBSHOP.md sections 3-4): state, clickables, transitions and text rendering.
+"""WebShop pages as models: state, clickables, transitions and text rendering (``docs/environments.md``).
 
 A ``PageState`` is the page identity (kind, keywords, results page, product, selected options, sub-page);
 ``Shop`` turns a state into its text observation and its clickables, and applies a search or a click to

@@ -1,4 +1,4 @@
-"""WebShop products: the record model and the loading rules of WEBSHOP.md section 1.
+"""WebShop products: the record model and the loading rules (``docs/environments.md``, data and loading).
 
 A ``Product`` holds exactly what pages, search and the reward read. ``load_products`` applies the loading
 rules in file order (prefix, ASIN filter, de-duplication, title/description/bullets, price parsing, options,
@@ -24,7 +24,7 @@ DATA_DIR_ENV = "ECPO_WEBSHOP_DATA"
 
 @dataclass
 class Product:
-    """One loaded product (WEBSHOP.md section 1, rules 3-7)."""
+    """One loaded product: title, description, bullet points, price, options and attributes as loaded."""
 
     asin: str
     title: str

@@ -1,4 +1,4 @@
-"""WebShop's purchase reward (WEBSHOP.md section 6): type, attribute, option and price scores combined.
+"""WebShop's purchase reward (``docs/environments.md``): type, attribute, option and price scores combined.
 
 ``R = r_type * (n_att + n_opt + r_price) / (len(attributes) + len(goal_options) + 1)``; a purchase wins when
 ``R == 1``. Fuzzy matching is ``token_set_ratio`` on default-processed strings with a strict ``> 85``

@@ -1,4 +1,4 @@
-"""Product search (WEBSHOP.md section 2): one BM25 document per product, top 50 hits.
+"""Product search (``docs/environments.md``, WebShop search): one BM25 document per product, top 50 hits.
 
 ``Retriever`` is the interface pages use: ``search(query, k) -> [asin, ...]``. ``BM25Retriever`` (default)
 scores with ``bm25s`` using Lucene's BM25 variant and pyserini's defaults (k1=0.9, b=0.4) over an

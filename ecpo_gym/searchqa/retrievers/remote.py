@@ -1,7 +1,7 @@
 """Client for Search-R1's retrieval server API, so a dense (E5) index served elsewhere plugs in as a retriever.
 
 Request: ``POST <url>`` (``.../retrieve``) with ``{"queries": [str], "topk": int, "return_scores": true}``;
-response: ``{"result": [per query: [{"document": {...}, "score": float}, ...]]}`` (SEARCHQA.md §5). Only the
+response: ``{"result": [per query: [{"document": {...}, "score": float}, ...]]}`` (Search-R1's retrieval server API). Only the
 document's ``contents`` is needed; its ``id`` is used when the server sends one (dense backends do), else a
 content hash stands in (pyserini's BM25 backend sends ``title``/``text``/``contents`` only).
 """

@@ -13,7 +13,7 @@ How the work is split:
   against a two-method backend so numpy arrays and (CPU or CUDA) torch tensors run the same code;
 * each paper equation is one function in :mod:`.equations`, named after it, with its label in the docstring.
 
-Decisions where the paper is loose (``docs/credit.md`` says why):
+Decisions where the paper is loose (``docs/ARCHITECTURE.md``, the credit contract):
 
 * a trajectory is identified by the pair ``(group_id, traj_id)``; an anchor by ``(group_id, anchor_key)``;
   a canonical action by ``(anchor, action_key)`` -- ``"<invalid>"`` is one canonical action like any other;
