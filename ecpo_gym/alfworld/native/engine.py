@@ -2,8 +2,8 @@
 
 Same interface as the TextWorld engine the env uses: ``load(path_or_dict)``, ``reset() -> state``,
 ``step(command) -> (state, reward, done)`` where ``state`` has ``feedback``, ``admissible_commands``
-(sorted, deduplicated, ``help`` included), ``won`` and ``_facts`` (positive facts first, then the
-``not_*`` facts the reference engine accumulates for deleted atoms). A command is matched after
+(sorted, deduplicated, ``help`` included), ``won`` and ``_facts`` (every fact, with the ``not_*`` facts
+the reference engine accumulates for deleted atoms). A command is matched after
 ``strip()`` against the commands of the current state, the first instance producing that text wins;
 anything else answers ``Nothing happens.`` and changes nothing. ``reward`` is 1 when won, ``done == won``.
 
@@ -60,8 +60,8 @@ class NativeState(dict):
         return facts
 
     def facts_of_predicates(self, predicates) -> list[Fact]:
-        """Only the facts of ``predicates`` (a set of names): what a state key needs, without the static
-        facts. ``predicates`` must be predicates actions change (or ``not_*``)."""
+        """Only the facts of ``predicates`` (a set of names): what a state key needs, without formatting
+        the many static facts of other predicates."""
         return self._game.facts_of(self._dynamic, predicates)
 
 
@@ -77,7 +77,7 @@ def load_game(source: str | os.PathLike | dict) -> Game:
                 data = json.load(handle)
         if not isinstance(data, dict):
             raise TypeError("the file does not hold a JSON object")
-        key = tuple((k, data.get(k)) for k in ("pddl_domain", "grammar", "pddl_problem"))
+        key = tuple(str(data.get(k)) for k in ("pddl_domain", "grammar", "pddl_problem", "walkthrough"))
         with _GAMES_LOCK:
             game = _GAMES.get(key)
             if game is not None:

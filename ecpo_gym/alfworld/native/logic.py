@@ -48,15 +48,6 @@ class State:
         for pos, value in enumerate(args):
             self.index[(pred, pos, value)].discard(args)
 
-    def copy(self) -> State:
-        new = State()
-        for pred, bucket in self.by_pred.items():
-            new.by_pred[pred] = set(bucket)
-        for key, bucket in self.index.items():
-            if bucket:
-                new.index[key] = set(bucket)
-        return new
-
 
 def to_dnf(formula: tuple, types: dict[str, str], negated: bool = False, counter: list | None = None,
            rename: dict | None = None) -> list[list[tuple]]:
