@@ -68,6 +68,10 @@ def train(
                                                "folder that holds a run is refused"),
     nproc: int = typer.Option(0, help="K >= 2: FSDP2 over K processes (runs `python -m torch.distributed.run "
                                       "--nproc-per-node K -m ecpo_train.apps.cli train ... fsdp=true`)"),
+    engine: str = typer.Option("native", help="native: the single-machine trainer; rllib: the same run through "
+                                              "the RLlib ECPO algorithm (env runners as Ray actors)"),
+    env_runners: int = typer.Option(2, help="--engine rllib: env-runner actors (0 = sample in the driver)"),
+    learners: int = typer.Option(0, help="--engine rllib: learner actors (0 = learn in the driver)"),
 ) -> None:
     """Train with the native trainer; extra arguments are key=value config overrides (e.g. model=DIR lr=2e-6).
 
@@ -96,6 +100,11 @@ def train(
                    *(["--overwrite"] if overwrite else []),
                    *[arg for arg in ctx.args if not arg.startswith("fsdp=")], "fsdp=true"]
         raise typer.Exit(subprocess.call(command))
+    if engine not in ("native", "rllib"):
+        raise fail(ValueError(f"--engine {engine!r}; valid: native, rllib"))
+    if engine == "rllib":
+        _train_with_rllib(config, list(ctx.args), resume, overwrite, nproc, env_runners, learners)
+        return
     try:
         cfg = load_config(config, list(ctx.args))
         cfg.resolved_device()
@@ -109,6 +118,28 @@ def train(
         raise fail(err) from None
     if trainer.is_main:
         typer.echo(f"run folder: {cfg.run_dir} (metrics.jsonl, tensorboard/, checkpoint.pt, curves.png)")
+
+
+def _train_with_rllib(config: str, overrides: list[str], resume: bool, overwrite: bool, nproc: int,
+                      env_runners: int, learners: int) -> None:
+    """``ecpo train --engine rllib``: the preset through ``ECPOConfig.from_train_config`` (one line, exit 2 on
+    bad input, before any actor starts)."""
+    if nproc:
+        raise fail(ValueError("--nproc is the native trainer's FSDP; with --engine rllib use --learners K"))
+    if env_runners < 0 or learners < 0:
+        raise fail(ValueError("--env-runners and --learners must be >= 0"))
+    from ecpo_train.runtime.config import load_config
+
+    try:
+        cfg = load_config(config, overrides)
+        cfg.resolved_device()
+        from ecpo_train.integrations.rllib.engine import train_with_rllib
+
+        train_with_rllib(cfg, resume=resume, overwrite=overwrite, num_env_runners=env_runners,
+                         num_learners=learners, progress=cfg.progress)
+    except _input_errors() as err:
+        raise fail(err) from None
+    typer.echo(f"run folder: {cfg.run_dir} (metrics.jsonl, rllib_checkpoint/, curves.png)")
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

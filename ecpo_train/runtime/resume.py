@@ -24,10 +24,10 @@ import yaml
 
 from ecpo_train.runtime.run_dir import check_metrics_file, load_checkpoint
 
-RUN_MARKERS = ("config.yaml", "metrics.jsonl", "checkpoint.pt")
+RUN_MARKERS = ("config.yaml", "metrics.jsonl", "checkpoint.pt", "rllib_checkpoint")
 # what a trainer writes into its folder (LoRA runs add adapter/ and merged/, `ecpo eval` adds eval/)
 RUN_FILES = ("config.yaml", "metrics.jsonl", "checkpoint.pt", "checkpoint.tmp", "curves.png", "history.jsonl",
-             "tensorboard", "adapter", "merged", "eval")
+             "tensorboard", "adapter", "merged", "eval", "rllib_checkpoint")  # the last: `--engine rllib`
 # bookkeeping: changing these on --resume continues the same run (where it lives, how long, what is logged)
 RESUMABLE_KEYS = frozenset({"run_dir", "iterations", "checkpoint_every", "save_optimizer", "tensorboard",
                             "progress", "val_every", "env_workers"})

@@ -223,7 +223,7 @@ class ECPOConfig(PPOConfig):
             self._value_error(f"unknown env id {self.text_env_id!r}; registered: {', '.join(sorted(ecpo_gym.ENV_ENTRY_POINTS))}")
         try:  # the TrainConfig's own checks: ranges, scoring on search-QA, LoRA without peft, ...
             train_config_of(self)
-        except ValueError as error:
+        except (ValueError, ImportError) as error:  # ImportError: LoRA asked for without peft installed
             self._value_error(str(error))
         if self.lost_groups not in LOST_GROUP_POLICIES:
             self._value_error(f"lost_groups={self.lost_groups!r}; valid: {', '.join(LOST_GROUP_POLICIES)}")
@@ -343,8 +343,9 @@ class ECPO(PPO):
 
     def get_checkpointable_components(self):
         components = super().get_checkpointable_components()
-        if self.config.is_llm:
-            components = [(name, part) for name, part in components if name != COMPONENT_ENV_RUNNER]
+        if self.config.is_llm:  # the runners rebuild everything but the weights from the config
+            skip = (COMPONENT_ENV_RUNNER, COMPONENT_ENV_TO_MODULE_CONNECTOR, COMPONENT_MODULE_TO_ENV_CONNECTOR)
+            components = [(name, part) for name, part in components if name not in skip]
         return components
 
     def training_step(self) -> None:

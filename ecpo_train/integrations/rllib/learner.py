@@ -161,7 +161,8 @@ class ECPOLLMLearner(TorchLearner):
         batch = self._learner_connector(rl_module=self.module, batch={}, episodes=training_data.episodes,
                                         shared_data={}, metrics=self.metrics)
         table = batch[self.module_id]["table"]
-        step_advantages = torch.as_tensor(batch[self.module_id][Postprocessing.ADVANTAGES], dtype=torch.float32)
+        self.last_advantages = batch[self.module_id][Postprocessing.ADVANTAGES]  # for callers measuring credit
+        step_advantages = torch.as_tensor(self.last_advantages, dtype=torch.float32)
         prompts, responses = table.extras["prompt_ids"], table.extras["response_ids"]
         old_logp, old_mask = pad_logprobs(table.extras["old_logprobs"])
         want_entropy = self.train_config.entropy_coef > 0

@@ -92,7 +92,7 @@ class CausalLMRLModule(TorchRLModule):
             raise ValueError("CausalLMRLModule needs model_config['train_config'] (ECPOConfig.rl_module(model_config="
                              "{'model': ...}) sets it)")
         self.train_config = make_config(dict(cfg["train_config"]))
-        self.policy = build_policy(self.train_config, device=cfg.get("device"))
+        self.policy = build_policy(self.train_config)  # its device: the TrainConfig's, resolved (auto -> cuda|cpu)
         self.policy.eval()  # no dropout: the learner scores the very distribution the runner sampled from
         self.temperature = float(self.train_config.rollout_temperature)
 

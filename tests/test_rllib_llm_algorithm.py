@@ -1,0 +1,232 @@
+"""The RLlib ECPO algorithm trains an LLM: ``ECPOConfig().rl_module(model_config={"model": ...}).build_algo()``.
+
+Env runners are real Ray actors (``LLMEnvRunner``), the learner is RLlib's ``LearnerGroup`` (``ECPOLLMLearner``),
+the policy is the tiny random Qwen2 scoring the corridors' doors (the native trainer's ``ScoringPolicy``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from ecpo_train.integrations.rllib import ECPO, ECPOConfig  # noqa: E402
+from ecpo_train.runtime.config import make_config  # noqa: E402
+
+CORRIDOR = {"num_tasks": 2, "depth": 4, "rare_prob": [0.4, 0.7]}
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield
+    ray.shutdown()
+
+
+def run_values(model, tmp_path, **changes):
+    """A small scoring run on the corridors, as native TrainConfig values."""
+    values = dict(run_dir=str(tmp_path / "native"), policy="llm", policy_mode="score", model=str(model), device="cpu",
+                  env_id="ecpo/DivergentAnchor-v0", env_kwargs=dict(CORRIDOR), n_groups=2, group_size=4,
+                  history_length=0, prompt_style="compact", val_every=0, credit={"d_min": 1}, lr=1e-3, kl_coef=0.0,
+                  mini_batch_size=8, micro_batch_size=4, update_epochs=2, seed=5, checkpoint_every=0,
+                  tensorboard=False, progress=False, iterations=3)
+    return values | changes
+
+
+def algo_for(values, **runners):
+    return ECPOConfig.from_train_config(make_config(values)).env_runners(**runners).build_algo()
+
+
+@pytest.mark.slow
+def test_first_iteration_equals_the_native_trainer(tiny_model_dir, tmp_path, ray_session):
+    """One env-runner actor and a local learner, same seed: the same rows, advantages and loss as the native
+    trainer's first iteration. Advantages are equal exactly (same rows, same credit); the update's statistics
+    agree to 1e-5 relative and the updated weights to a tenth of the update's size: AdamW divides every
+    gradient component by its own scale, so float32 rounding on near-zero components moves weights by a
+    small fraction of a step."""
+    from ecpo_train.runtime.trainer import Trainer
+
+    values = run_values(tiny_model_dir, tmp_path)
+    trainer = Trainer(make_config(values))
+    initial = {k: v.detach().clone() for k, v in trainer.policy.named_parameters()}
+    native = trainer.train_iteration()
+    native_adv = trainer.last_advantages
+    native_weights = {k: v.detach().clone() for k, v in trainer.policy.named_parameters()}
+    trainer.close()
+
+    algo = algo_for(values, num_env_runners=1)
+    try:
+        result = algo.train()["ecpo"]
+        learner = algo.learner_group._learner
+        np.testing.assert_array_equal(learner.last_advantages, native_adv)
+        assert np.any(native_adv != 0)
+        for key in ("success", "num_steps", "credit/advantage_std", "credit/divergent_anchor_fraction"):
+            assert result[key] == pytest.approx(native[key], abs=0), key
+        for key in ("update/pg_loss", "update/grad_norm", "update/ratio_mean", "update/ratio_max_dev"):
+            assert result[key] == pytest.approx(native[key], rel=1e-5), key
+        weights = dict(learner.policy_module.policy.named_parameters())
+        step = max(float((native_weights[k] - initial[k]).abs().max()) for k in initial)
+        gap = max(float((weights[k].detach() - native_weights[k]).abs().max()) for k in initial)
+        assert step > 0 and gap <= 0.1 * step, (gap, step)
+    finally:
+        algo.stop()
+
+
+@pytest.mark.slow
+def test_checkpoint_restore_continues_exactly(tiny_model_dir, tmp_path, ray_session):
+    """save_to_path -> Algorithm.from_checkpoint: the next iteration's metrics equal the uninterrupted run's."""
+    algo = algo_for(run_values(tiny_model_dir, tmp_path), num_env_runners=1)
+    try:
+        algo.train()
+        algo.save_to_path(str(tmp_path / "ckpt"))
+        uninterrupted = algo.train()["ecpo"]
+    finally:
+        algo.stop()
+    restored = ECPO.from_checkpoint(str(tmp_path / "ckpt"))
+    try:
+        assert restored.ecpo_iteration == 1
+        resumed = restored.train()["ecpo"]
+    finally:
+        restored.stop()
+    for key in ("iteration", "success", "num_steps", "credit/advantage_std", "credit/advantage_max",
+                "update/pg_loss", "update/grad_norm"):
+        assert resumed[key] == pytest.approx(uninterrupted[key], rel=1e-6, abs=1e-9), key
+
+
+@pytest.mark.slow
+def test_a_lost_env_runner_is_replaced_and_its_groups_topped_up(tiny_model_dir, tmp_path, ray_session):
+    """With restart_failed_env_runners, a runner whose actor died during the iteration loses only its calls: its
+    groups are played again on the healthy runner, the update sees every configured group whole, the result
+    says so, and the next iteration runs on a replaced actor."""
+    config = (ECPOConfig.from_train_config(make_config(run_values(tiny_model_dir, tmp_path, n_groups=4)))
+              .env_runners(num_env_runners=2).fault_tolerance(restart_failed_env_runners=True))
+    algo = config.build_algo()
+    try:
+        victim = algo.env_runner_group._worker_manager._actors[2]
+        ray.kill(victim, no_restart=False)
+        first = algo.train()["ecpo"]
+        assert first["sampling/num_groups_configured"] == 4
+        assert first["sampling/num_groups_sampled"] == 4
+        assert first["sampling/num_groups_resampled"] == 2  # runner 2's share: groups 2 and 3
+        assert first["sampling/num_runner_failures"] == 1
+        assert first["credit/num_groups"] == 4 and first["credit/num_trajectories"] == 16  # whole groups only
+        for _ in range(4):  # Ray restarts the actor; RLlib probes it at the start of an iteration and syncs it
+            later = algo.train()["ecpo"]
+            assert later["sampling/num_runner_failures"] == 0 and later["sampling/num_groups_sampled"] == 4
+            if sorted(algo.env_runner_group.healthy_worker_ids()) == [1, 2]:
+                break
+        assert sorted(algo.env_runner_group.healthy_worker_ids()) == [1, 2]
+        assert algo.train()["ecpo"]["sampling/num_groups_resampled"] == 0  # both runners play their share again
+    finally:
+        algo.stop()
+
+
+@pytest.mark.slow
+def test_lost_groups_refuse_raises_naming_the_setting(tiny_model_dir, tmp_path, ray_session):
+    config = (ECPOConfig.from_train_config(make_config(run_values(tiny_model_dir, tmp_path)))
+              .env_runners(num_env_runners=2).fault_tolerance(restart_failed_env_runners=True)
+              .training(lost_groups="refuse"))
+    algo = config.build_algo()
+    try:
+        ray.kill(algo.env_runner_group._worker_manager._actors[1], no_restart=False)
+        with pytest.raises(RuntimeError, match="lost_groups='refuse'"):
+            algo.train()
+    finally:
+        algo.stop()
+
+
+@pytest.mark.slow
+def test_tune_runs_a_two_trial_grid(tiny_model_dir, tmp_path, ray_session):
+    from ray import tune
+
+    config = ECPOConfig.from_train_config(make_config(run_values(tiny_model_dir, tmp_path))).env_runners(
+        num_env_runners=0)
+    config.training(lr=tune.grid_search([1e-3, 1e-4]))
+    results = tune.Tuner(ECPO, param_space=config, run_config=tune.RunConfig(
+        stop={"training_iteration": 1}, storage_path=str(tmp_path / "tune"), verbose=0)).fit()
+    assert len(results) == 2 and not results.errors
+    assert sorted(r.config["lr"] for r in results) == [1e-4, 1e-3]
+    assert all(0.0 <= r.metrics["ecpo"]["success"] <= 1.0 for r in results)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("env_id, env_kwargs", [
+    ("ecpo/ALFWorldGen-v0", {"task_types": ["Pick"], "num_receptacles": [4, 5], "max_steps": 6}),
+    ("ecpo/WebShopGen-v0", {"max_steps": 4}),
+])
+def test_scoring_llm_one_iteration_on_mission_envs(tiny_model_dir, tmp_path, ray_session, env_id, env_kwargs):
+    values = run_values(tiny_model_dir, tmp_path, env_id=env_id, env_kwargs=env_kwargs, credit={},
+                        max_prompt_length=512, history_length=1)
+    algo = algo_for(values, num_env_runners=2)
+    try:
+        result = algo.train()["ecpo"]
+    finally:
+        algo.stop()
+    assert result["num_steps"] >= 8 and result["credit/num_groups"] == 2
+    assert result["invalid_action_rate"] == 0.0  # the scoring policy only ever picks an admissible action
+
+
+def test_bad_configs_are_one_error_before_any_actor(tiny_model_dir, tmp_path, monkeypatch):
+    base = run_values(tiny_model_dir, tmp_path)
+    config = ECPOConfig.from_train_config(make_config(base))
+    config.environment("ecpo/Nope-v0")
+    with pytest.raises(ValueError, match="unknown env id 'ecpo/Nope-v0'"):
+        config.validate()
+    with pytest.raises(ValueError, match="policy_mode=score"):
+        config = ECPOConfig.from_train_config(make_config(base))
+        config.environment("ecpo/SearchQAGen-v0")
+        config.validate()
+    config = ECPOConfig.from_train_config(make_config(base)).learners(num_learners=3)
+    with pytest.raises(ValueError, match="num_learners"):
+        config.validate()
+    monkeypatch.setitem(sys.modules, "peft", None)
+    config = ECPOConfig.from_train_config(make_config(base)).rl_module(
+        model_config={**ECPOConfig.from_train_config(make_config(base))._model_config, "lora": {"r": 4}})
+    with pytest.raises(ValueError, match="peft"):
+        config.validate()
+    with pytest.raises(ValueError, match="lost_groups"):
+        ECPOConfig.from_train_config(make_config(base)).training(lost_groups="retry").validate()
+    with pytest.raises(ValueError, match="unknown rl_module model_config key"):
+        ECPOConfig.from_train_config(make_config(base)).rl_module(model_config={"model": "x", "modle": 1}).validate()
+
+
+def test_one_run_two_spellings_round_trip(tiny_model_dir, tmp_path):
+    """ECPOConfig.from_train_config(c).to_train_config() == c for every key the RLlib path runs with."""
+    import dataclasses
+
+    values = run_values(tiny_model_dir, tmp_path, lora={"r": 4, "alpha": 8}, kl_coef=0.05, max_grad_norm=0.5,
+                        val_every=2, rollout_temperature=0.8, anchor_key="observation_key")
+    original = make_config(values)
+    again = ECPOConfig.from_train_config(original).to_train_config()
+    assert dataclasses.asdict(again) == dataclasses.asdict(original)
+
+
+@pytest.mark.slow
+def test_ecpo_train_engine_rllib_writes_the_native_run_folder(tiny_model_dir, tmp_path):
+    """``ecpo train --engine rllib``: the native run folder and metric names; --resume continues it."""
+    from typer.testing import CliRunner
+
+    from ecpo_train.apps.cli import app
+
+    run_dir = tmp_path / "run"
+    args = ["train", "--config", "corridor_llm", "--engine", "rllib", "--env-runners", "0",
+            f"model={tiny_model_dir}", f"run_dir={run_dir}", "iterations=2", "val_every=1", "progress=false",
+            "n_groups=2", "group_size=4", "val_episodes_per_task=4"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [int(m["iteration"]) for m in lines] == [0, 1, 2]
+    for key in ("success", "val/exact_success", "credit/divergent_anchor_fraction", "credit/mean_rho",
+                "credit/advantage_std", "time/generation", "time/update", "update/pg_loss"):
+        assert key in lines[1], key
+    assert (run_dir / "rllib_checkpoint").is_dir() and (run_dir / "curves.png").exists()
+    refused = CliRunner().invoke(app, args)  # the folder holds a run
+    assert refused.exit_code == 2 and "--resume" in refused.output
+    resumed = CliRunner().invoke(app, [*args[:-6], *args[-5:], "iterations=3", "--resume"])
+    assert resumed.exit_code == 0, resumed.output
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [int(m["iteration"]) for m in lines] == [0, 1, 2, 3]
