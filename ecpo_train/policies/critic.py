@@ -91,6 +91,14 @@ class LLMValueCritic(torch.nn.Module):
         """Fixed-size parameters: nothing to grow."""
 
 
+@torch.no_grad()
+def critic_values(critic: TabularCritic | LLMValueCritic, prompt_ids: Sequence[Sequence[int]],
+                  state_keys: Sequence[str], micro_batch_size: int) -> np.ndarray:
+    """``V(s)`` of every row, ``micro_batch_size`` rows at a time (what an estimator that needs values takes)."""
+    return np.concatenate([critic.values(prompt_ids[i : i + micro_batch_size], state_keys[i : i + micro_batch_size])
+                           .cpu().numpy() for i in range(0, len(state_keys), micro_batch_size)])
+
+
 def critic_update(
     critic: TabularCritic | LLMValueCritic,
     optimizer: torch.optim.Optimizer,

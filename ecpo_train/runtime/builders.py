@@ -55,18 +55,23 @@ def build_policy(config: TrainConfig, device: str | None = None) -> Policy:
     return policy
 
 
-def build_critic(config: TrainConfig, policy: Policy) -> torch.nn.Module:
+def build_critic(config: TrainConfig, policy: Policy) -> tuple[torch.nn.Module | None, torch.optim.Optimizer | None]:
+    """The learned critic and its AdamW when the algorithm's estimator needs values (PPO), else ``(None, None)``."""
+    from ecpo_train.core.credit import estimator_spec
     from ecpo_train.policies.critic import LLMValueCritic, TabularCritic
 
+    if not estimator_spec(config.algorithm).needs_values:
+        return None, None
     if config.policy == "tabular":
-        return TabularCritic()
-    critic = LLMValueCritic(config.model, pad_token_id=policy.pad_token_id,  # type: ignore[attr-defined]
-                            dtype=getattr(torch, config.dtype), device=config.resolved_device())
-    if config.gradient_checkpointing:
-        from ecpo_train.policies.scaling import enable_gradient_checkpointing
+        critic: torch.nn.Module = TabularCritic()
+    else:
+        critic = LLMValueCritic(config.model, pad_token_id=policy.pad_token_id,  # type: ignore[attr-defined]
+                                dtype=getattr(torch, config.dtype), device=config.resolved_device())
+        if config.gradient_checkpointing:
+            from ecpo_train.policies.scaling import enable_gradient_checkpointing
 
-        enable_gradient_checkpointing(critic.backbone)
-    return critic
+            enable_gradient_checkpointing(critic.backbone)
+    return critic, torch.optim.AdamW(critic.parameters(), lr=config.critic_lr, weight_decay=config.weight_decay)
 
 
 def exact_success(policy: Policy, env_id: str, env_kwargs: dict, task_ids: Sequence[str],

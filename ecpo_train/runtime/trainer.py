@@ -29,9 +29,10 @@ import numpy as np
 import torch
 
 from ecpo_gym.group import GroupVectorEnv
-from ecpo_train.core.credit import compute_advantages, estimator_spec, gae_targets
+from ecpo_train.core.credit import compute_advantages, gae_targets
 from ecpo_train.core.loss import policy_update
 from ecpo_train.core.rollout import Rollout, collect_rollout, episode_metrics
+from ecpo_train.policies.critic import critic_update, critic_values
 from ecpo_train.runtime.builders import (
     build_critic,
     build_policy,
@@ -105,11 +106,7 @@ class Trainer:
         # under LoRA only the adapter trains: AdamW keeps no state for the frozen base weights
         self.optimizer = torch.optim.AdamW([p for p in self.policy.parameters() if p.requires_grad], lr=config.lr,
                                            weight_decay=config.weight_decay)
-        self.critic = self.critic_optimizer = None
-        if estimator_spec(config.algorithm).needs_values:  # PPO: GAE on a learned critic
-            self.critic = build_critic(config, self.policy)
-            self.critic_optimizer = torch.optim.AdamW(self.critic.parameters(), lr=config.critic_lr,
-                                                      weight_decay=config.weight_decay)
+        self.critic, self.critic_optimizer = build_critic(config, self.policy)  # (None, None): a critic-free estimator
         self.iteration = 0
         self.metrics_log = (MetricsLog(self.run_dir, tensorboard=config.tensorboard, config=config_dict(config))
                             if self.is_main else _HistoryOnly(self.run_dir, tensorboard=config.tensorboard))
@@ -145,11 +142,15 @@ class Trainer:
 
         # Steps B-D: anchors, ECA, VarGate -> one advantage per step row (or PPO's GAE on the critic's values)
         credit_started = time.perf_counter()
-        values = self.critic_values(rollout) if self.critic is not None else None
+        prompts, keys = batch.extras["prompt_ids"], batch.extras["state_key"]
+        values = critic_values(self.critic, prompts, keys, cfg.micro_batch_size) if self.critic is not None else None
         step_advantages, credit_diag = compute_advantages(cfg.algorithm, rows=batch.credit_rows(), values=values,
                                                           **cfg.credit_hyperparameters())
-        if self.critic is not None:
-            credit_diag |= self.fit_critic(rollout, values)
+        if self.critic is not None:  # PPO: then V is fitted to the lambda-returns of eq. gae
+            _, targets = gae_targets(batch.credit_rows(), values, cfg.credit, cfg.gae_lambda)
+            credit_diag |= critic_update(self.critic, self.critic_optimizer, prompts, keys, targets, generator=self.rng,
+                                         mini_batch_size=cfg.mini_batch_size, micro_batch_size=cfg.micro_batch_size,
+                                         max_grad_norm=cfg.max_grad_norm)
         credit_seconds = time.perf_counter() - credit_started
         self.last_rollout, self.last_advantages = rollout, np.asarray(step_advantages)
         if self.dp is None:
@@ -185,24 +186,6 @@ class Trainer:
             metrics["time/validation"] = time.perf_counter() - val_started
         metrics["time/iteration"] = time.perf_counter() - started
         return metrics
-
-    @torch.no_grad()
-    def critic_values(self, rollout: Rollout) -> np.ndarray:
-        """``V(s)`` of every step row from the critic, in micro-batches (what a ``needs_values`` estimator takes)."""
-        batch, size = rollout.batch, self.config.micro_batch_size
-        prompts, keys = batch.extras["prompt_ids"], batch.extras["state_key"]
-        return np.concatenate([self.critic.values(prompts[i : i + size], keys[i : i + size]).cpu().numpy()
-                               for i in range(0, len(batch), size)])
-
-    def fit_critic(self, rollout: Rollout, values: np.ndarray) -> dict[str, float]:
-        """One critic update towards the GAE value targets (lambda-returns) of this batch."""
-        from ecpo_train.policies.critic import critic_update
-
-        batch, cfg = rollout.batch, self.config
-        _, targets = gae_targets(batch.credit_rows(), values, cfg.credit, cfg.gae_lambda)
-        return critic_update(self.critic, self.critic_optimizer, batch.extras["prompt_ids"], batch.extras["state_key"],
-                             targets, mini_batch_size=cfg.mini_batch_size, micro_batch_size=cfg.micro_batch_size,
-                             max_grad_norm=cfg.max_grad_norm, generator=self.rng)
 
     def update_policy(self, rollout: Rollout, step_advantages: torch.Tensor) -> dict[str, float]:
         extras = rollout.batch.extras
