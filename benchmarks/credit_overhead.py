@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ecpo_gym.canonical import INVALID_ACTION
 from ecpo_train.core.credit import compute_advantages, factorize_keys
 
 RECEPTACLES = ["cabinet", "countertop", "drawer", "fridge", "garbagecan", "shelf", "sinkbasin", "stoveburner",
@@ -68,7 +69,7 @@ def build_batch(seed: int, groups: int = 16, rollouts: int = 8, max_steps: int =
                 else:
                     state = _observation(rng, group, f"You are at step {step} of rollout {traj}; nothing happens.")
                 invalid = rng.random() < 0.1
-                action = "<invalid>" if invalid else actions[int(rng.choice(len(actions), p=action_weights))]
+                action = INVALID_ACTION if invalid else actions[int(rng.choice(len(actions), p=action_weights))]
                 reward = (10.0 if success and step == length else 0.0) - (0.1 if invalid else 0.0)
                 for key, value in zip(cols, (f"task-{group}", traj, step, state, action, reward)):
                     cols[key].append(value)

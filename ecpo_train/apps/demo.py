@@ -23,6 +23,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from ecpo_gym.canonical import INVALID_ACTION
 from ecpo_train.core.credit import compute_advantages
 
 JUNCTION = "you reach a junction: a staircase goes down, a narrow gap opens to the east"
@@ -43,7 +44,7 @@ def roll_batch(groups: int = 3, rollouts: int = 8, depth: int = 7, seed: int = 3
         for traj in range(rollouts):
             for step in range(1, depth):
                 invalid = rng.random() < 0.1
-                add(group, traj, step, f"corridor room {step}, lamp flickers {traj}", "<invalid>" if invalid else "go north",
+                add(group, traj, step, f"corridor room {step}, lamp flickers {traj}", INVALID_ACTION if invalid else "go north",
                     -0.1 if invalid else 0.0)
             # the divergent anchor: the frequent action for all but the last rollout, the rare one for it.
             # Group 0 is the paper's fig. 1 case (A: 6 of 7 succeed, the rare B gets lucky); the others draw.
