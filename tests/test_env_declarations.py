@@ -115,3 +115,26 @@ def test_upper_and_lower_case_search_give_the_same_step_on_the_trainer_path(tiny
     assert steps["<SEARCH>Lumen</SEARCH>"] == steps["<search>Lumen</search>"]
     assert all(key.startswith("search[") for key in steps["<search>Lumen</search>"][0])
     assert np.isfinite(steps["<search>Lumen</search>"][1]).all()
+
+
+def test_ecpo_gym_never_imports_ecpo_train():
+    """The environments stand alone: registering, making and playing every embedded id (search-QA's reply parser
+    included) loads no ecpo_train module, and no ecpo_gym source file names the package in an import."""
+    import pathlib
+    import re
+    import subprocess
+    import sys
+
+    code = ("import sys, gymnasium as gym, ecpo_gym\n"
+            "from ecpo_gym.families import ENV_DECLARATIONS\n"
+            f"for env_id in {EMBEDDED!r}:\n"
+            "    env = gym.make(env_id); obs, info = env.reset(seed=0); env.step('look'); env.close()\n"
+            "    parser = ENV_DECLARATIONS[env_id].load_reply_parser()\n"
+            "    parser and parser('<SEARCH>q</SEARCH>')\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'ecpo_train'))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+    root = pathlib.Path(ecpo_gym.__file__).parent
+    offenders = [str(path.relative_to(root)) for path in root.rglob("*.py")
+                 if re.search(r"^\s*(from|import)\s+ecpo_train\b", path.read_text(encoding="utf-8"), re.MULTILINE)]
+    assert offenders == []
