@@ -91,35 +91,38 @@ if RECORDING_ANCHOR_ID not in gym.registry:
 
 
 def test_malformed_reply_rllib(tmp_path, monkeypatch):
-    """The RLlib LLM runner plays through collect_rollout and TransformersPolicy: a random tiny LM's replies
-    hold no action block, so the environment receives INVALID_ACTION and the episodes record invalid steps."""
+    """The RLlib algorithm's env runner plays through collect_rollout with the native TransformersPolicy: a random
+    tiny LM's replies hold no action block, so the environment receives INVALID_ACTION and the step-row table
+    records invalid steps, with the replies' tokens and sampling log-probs for the learner."""
     import numpy as np
     import pytest
 
     pytest.importorskip("ray")
     from ecpo_train.apps.models import write_tiny_model
-    from ecpo_train.integrations.rllib import LLMGroupRunner
+    from ecpo_train.integrations.rllib import ECPOConfig
     from ecpo_train.policies.parsing import parse_action
 
     monkeypatch.delenv("ECPO_TOKENIZER_DIR", raising=False)  # the small trained tokenizer keeps this fast
     model_dir = write_tiny_model(tmp_path / "tiny", seed=0)
-    runner = LLMGroupRunner(RECORDING_ANCHOR_ID, model_dir, env_kwargs={"depth": 1, "num_tasks": 1, "max_steps": 3},
-                            group_size=2, num_groups=1, max_prompt_tokens=256, max_new_tokens=8, seed=0)
-    RECEIVED.clear()
+    config = (ECPOConfig().environment(RECORDING_ANCHOR_ID, env_config={"env_kwargs": {"depth": 1, "num_tasks": 1,
+                                                                                       "max_steps": 3}})
+              .rl_module(model_config={"model": str(model_dir), "policy_mode": "generate", "max_prompt_length": 256,
+                                       "max_response_length": 8, "device": "cpu"})
+              .training(group_size=2, groups_per_batch=1, credit={"d_min": 1}, run_settings={"val_every": 0})
+              .env_runners(num_env_runners=0))
+    algo = config.build_algo()
     try:
-        episodes = runner.sample()
+        RECEIVED.clear()
+        sampled = algo.env_runner_group.local_env_runner.sample_groups(["corridor0"], env_seed=0)
     finally:
-        runner.close()
-    assert len(episodes) == 2
+        algo.stop()
+    table = sampled["batch"]
+    assert len(sampled["episodes"]) == 2 and len(table) == 6
     assert RECEIVED == [INVALID_ACTION] * 6  # two copies, three steps each, nothing else reached the env
-    for episode in episodes:
-        infos = episode.get_infos()
-        assert len(episode) == 3 and episode.is_truncated and not episode.is_terminated
-        for info in infos[1:]:
-            assert parse_action(info["response"], RECORDING_ANCHOR_ID) is None  # the reply itself was malformed
-            assert info["action_key"] == INVALID_ACTION and info["is_action_valid"] is False
-        assert list(episode.get_rewards()) == [-0.1] * 3
-        assert infos[-1]["won"] is False
-        # the reply's tokens and sampling log-probs still reach the learner
-        mask = np.stack(episode.get_extra_model_outputs("response_mask"))
-        assert mask[:, 0].all() and np.isfinite(np.stack(episode.get_extra_model_outputs("token_logp"))).all()
+    assert list(table.action_key) == [INVALID_ACTION] * 6 and not table.is_action_valid.any()
+    assert list(table.reward) == [-0.1] * 6
+    assert all(parse_action(reply, RECORDING_ANCHOR_ID) is None for reply in table.extras["response"])
+    assert all(not e.won and not e.terminated and e.invalid_steps == 3 for e in sampled["episodes"])
+    assert all(len(ids) > 0 for ids in table.extras["response_ids"])
+    assert all(np.isfinite(logp).all() and len(logp) == len(ids)
+               for logp, ids in zip(table.extras["old_logprobs"], table.extras["response_ids"]))

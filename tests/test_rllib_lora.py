@@ -1,4 +1,5 @@
-"""LoRA on the RLlib LLM path: ECPOConfig.training(lora=...) -> learner module, runners, weight sync, KL reference."""
+"""LoRA on the RLlib LLM path: the adapter is what the learner trains, what its optimizer holds, what weight
+sync carries to the env runners, and switching it off is the KL reference."""
 
 import numpy as np
 import pytest
@@ -7,12 +8,11 @@ import torch
 ray = pytest.importorskip("ray")
 pytest.importorskip("peft")
 
-from ecpo_train.integrations.rllib import ECPOConfig, split_groups
+from ecpo_train.integrations.rllib import ECPOConfig
+from ecpo_train.runtime.config import make_config
 
 ENV_ID = "ecpo/DivergentAnchor-v0"
 LORA = {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj", "up_proj"]}
-RUNNER_KWARGS = {"env_kwargs": {"depth": 1, "num_tasks": 1}, "group_size": 2, "num_groups": 1,
-                 "max_prompt_tokens": 192, "max_new_tokens": 8, "seed": 0}
 
 
 @pytest.fixture(scope="module")
@@ -22,9 +22,13 @@ def ray_session():
     ray.shutdown()
 
 
-def on_learners(learner_group, func):
-    results = learner_group.foreach_learner(func)
-    return [r.get() if hasattr(r, "get") else r for r in results]
+def lora_run(model_dir, tmp_path, **changes):
+    values = dict(run_dir=str(tmp_path / "run"), policy="llm", policy_mode="score", model=str(model_dir),
+                  device="cpu", env_id=ENV_ID, env_kwargs={"num_tasks": 2, "depth": 3, "rare_prob": [0.4, 0.7]},
+                  n_groups=2, group_size=4, history_length=0, prompt_style="compact", val_every=0,
+                  credit={"d_min": 1}, lr=1e-2, kl_coef=0.05, update_epochs=1, seed=1, lora=LORA,
+                  tensorboard=False, progress=False)
+    return ECPOConfig.from_train_config(make_config(values | changes))
 
 
 def test_config_lora_is_validated_and_filled_in():
@@ -42,105 +46,48 @@ def test_config_lora_is_validated_and_filled_in():
         ECPOConfig().environment(ENV_ID).training(lora={"r": 4}).validate()
 
 
-def test_runner_lora_settings_and_reference_must_agree(tiny_model_dir, tmp_path):
-    from ecpo_train.integrations.rllib import LLMGroupRunner
-    from ecpo_train.policies.lora import AdapterOffReference
+def test_adapter_and_full_weights_never_load_into_each_other(tiny_model_dir, tmp_path):
+    from ecpo_train.integrations.rllib.module import CausalLMRLModule
+    from ecpo_train.runtime.config import config_dict
 
-    runner = LLMGroupRunner(ENV_ID, tiny_model_dir, lora=LORA, reference_model_path=tiny_model_dir, **RUNNER_KWARGS)
-    assert runner.policy.lora_model is not None and isinstance(runner.reference, AdapterOffReference)
-    runner.configure_lora(LORA)  # the same settings: nothing to do
-    with pytest.raises(ValueError, match="built with LoRA"):
-        runner.configure_lora({"r": 8})
-    with pytest.raises(ValueError, match="built with LoRA"):
-        runner.configure_lora(None)
-    # full-model weights cannot silently load into an adapter runner (and the reverse)
-    plain = LLMGroupRunner(ENV_ID, tiny_model_dir, **RUNNER_KWARGS)
+    def module(config):
+        return CausalLMRLModule(observation_space=None, action_space=None, inference_only=True,
+                                model_config={"train_config": config_dict(config.to_train_config())})
+
+    adapted, plain = module(lora_run(tiny_model_dir, tmp_path)), module(lora_run(tiny_model_dir, tmp_path, lora={}))
+    assert adapted.get_state() and all("lora_" in k for k in adapted.get_state())
     with pytest.raises(ValueError, match="do not fit"):
-        runner.set_weights(plain.get_weights())
+        adapted.set_state(plain.get_state())
     with pytest.raises(ValueError, match="do not fit"):
-        plain.set_weights(runner.get_weights())
-    assert runner.get_weights() and all("lora_" in k for k in runner.get_weights())
-    # a plain runner takes the adapter later (LLMTrainer does this); its reference becomes the adapter-off model
-    plain_ref = LLMGroupRunner(ENV_ID, tiny_model_dir, reference_model_path=tiny_model_dir, **RUNNER_KWARGS)
-    plain_ref.configure_lora(LORA)
-    assert plain_ref.describe()["lora"] == runner.describe()["lora"]
-    assert isinstance(plain_ref.reference, AdapterOffReference)
-    with pytest.raises(ValueError, match="adapter off"):
-        LLMGroupRunner(ENV_ID, tiny_model_dir, lora=LORA, reference_model_path=tmp_path, **RUNNER_KWARGS)
+        plain.set_state(adapted.get_state())
 
 
-def test_llm_trainer_with_lora_trains_only_the_adapter_and_syncs_runners(tiny_model_dir, ray_session):
-    from ecpo_train.integrations.rllib import LLMGroupRunner, LLMTrainer
-    from ecpo_train.policies.llm import TransformersPolicy
+@pytest.mark.slow
+def test_lora_run_trains_only_the_adapter_and_syncs_it_to_the_runners(tiny_model_dir, tmp_path, ray_session):
     from ecpo_train.policies.lora import AdapterOffReference, is_adapter_key
 
-    # runners built without lora: the config's settings reach them through LLMTrainer
-    runner = LLMGroupRunner(ENV_ID, tiny_model_dir, runner_id=0, reference_model_path=tiny_model_dir,
-                            **RUNNER_KWARGS)
-    remote_runner = ray.remote(LLMGroupRunner).options(num_cpus=0).remote(
-        ENV_ID, tiny_model_dir, runner_id=1, reference_model_path=tiny_model_dir, **RUNNER_KWARGS)
-    # the tiny model's replies are malformed (equal returns -> zero advantages); the entropy bonus still moves
-    # the adapter; KL to the adapter-off reference is on
-    config = ECPOConfig().training(group_size=2, groups_per_batch=2, credit={"d_min": 1}, lr=1e-3, num_epochs=1,
-                                   entropy_coeff=0.01, use_kl_loss=True, kl_coeff=0.05, lora=LORA)
-    trainer = LLMTrainer(config, [runner, remote_runner])
-    group = trainer.learner_group
-    assert ray.get(remote_runner.describe.remote())["lora"] == config.lora == runner.lora
-    assert isinstance(runner.reference, AdapterOffReference)
-
-    def learner_state(learner):
-        return {k: v.detach().cpu().clone() for k, v in learner.module["default_policy"].state_dict().items()}
-
-    def optimizer_params(learner):
-        module = learner.module["default_policy"]
+    algo = lora_run(tiny_model_dir, tmp_path).env_runners(num_env_runners=1).build_algo()
+    try:
+        learner = algo.learner_group._learner
+        module = learner.policy_module
         names = {id(p): n for n, p in module.named_parameters()}
-        optim = learner.get_optimizer("default_policy")
-        return [names[id(p)] for g in optim.param_groups for p in g["params"]]
-
-    (trained,) = on_learners(group, optimizer_params)
-    assert trained and all(is_adapter_key(n) for n in trained)  # the optimizer holds the adapter only
-    (before,) = on_learners(group, learner_state)
-    assert any("base_layer" in k for k in before)  # the learner's model carries the adapter
-    sent = group.get_weights()["default_policy"]
-    assert sent and all(is_adapter_key(k) for k in sent)  # weight sync: adapter tensors only
-
-    out = trainer.train_iteration()
-    episodes, stats = out["episodes"], out["learner"]
-    assert len(episodes) == 4 and len(split_groups(episodes, 2)) == 2
-    # the runners sampled with the learner's (synced) adapter: first ratio 1; the reference = initial policy
-    assert stats["default_policy"]["ratio_max_dev"].peek() < 1e-4
-    for episode in episodes:
-        np.testing.assert_allclose(np.stack(episode.get_extra_model_outputs("ref_token_logp")),
-                                   np.stack(episode.get_extra_model_outputs("token_logp")), atol=1e-4)
-
-    (after,) = on_learners(group, learner_state)
-    changed = [k for k in before if not torch.equal(before[k], after[k])]
-    assert changed and all(is_adapter_key(k) for k in changed)  # only adapter weights moved
-    assert any("lora_B" in k for k in changed)
-
-    # the runners now hold the learner's adapter: same weights, same scores
-    learner_weights = group.get_weights()["default_policy"]
-    remote_weights = ray.get(remote_runner.get_weights.remote())
-    local_weights = runner.get_weights()
-    assert sorted(learner_weights) == sorted(remote_weights) == sorted(local_weights)
-    for key, value in learner_weights.items():
-        assert np.array_equal(np.asarray(value), np.asarray(remote_weights[key]))
-        assert np.array_equal(np.asarray(value), np.asarray(local_weights[key]))
-    prompts = [e.get_observations(0)[e.get_extra_model_outputs("prompt_mask", 0) > 0].tolist() for e in episodes]
-    replies = [e.get_actions(0)[e.get_extra_model_outputs("response_mask", 0) > 0].tolist() for e in episodes]
-
-    def learner_scores(learner):
-        with torch.no_grad():
-            logp, _, _ = learner.module["default_policy"].policy.logprobs(prompts, replies)
-        return logp.cpu()
-
-    (learner_logp,) = on_learners(group, learner_scores)
-    with torch.no_grad():
-        runner_logp, mask, _ = runner.policy.logprobs(prompts, replies)
-        ref_logp, _, _ = runner.reference.logprobs(prompts, replies)
-        base_logp, _, _ = TransformersPolicy(str(tiny_model_dir), env_name=ENV_ID).logprobs(prompts, replies)
-    torch.testing.assert_close(runner_logp, learner_logp, rtol=0, atol=1e-6)
-    # the KL reference is the adapter-off model: the base model's scores, not the trained policy's
-    torch.testing.assert_close(ref_logp, base_logp, rtol=0, atol=1e-6)
-    assert not torch.equal(runner_logp * mask, base_logp * mask)
-    ray.kill(remote_runner)
+        optimized = [names[id(p)] for g in learner.get_optimizer("default_policy").param_groups for p in g["params"]]
+        assert optimized and all(is_adapter_key(n) for n in optimized)  # AdamW holds the adapter only
+        assert isinstance(learner.reference, AdapterOffReference)  # the KL reference: the adapter switched off
+        sent = algo.learner_group.get_weights()["default_policy"]
+        assert sent and all(is_adapter_key(k) for k in sent)  # weight sync: adapter tensors only
+        before = {k: v.detach().clone() for k, v in module.state_dict().items()}
+        result = algo.train()["ecpo"]
+        assert result["update/ratio_max_dev"] < 1e-4 or result["update/optimizer_steps"] > 1
+        assert result["update/kl"] >= 0.0
+        after = module.state_dict()
+        changed = [k for k in before if not torch.equal(before[k], after[k])]
+        assert changed and all(is_adapter_key(k) for k in changed)  # only adapter weights moved
+        learner_weights = algo.learner_group.get_weights()["default_policy"]
+        (runner_state,) = algo.env_runner_group.foreach_env_runner(lambda r: r.get_state(), local_env_runner=False)
+        runner_weights = runner_state["rl_module"]["default_policy"]
+        assert sorted(runner_weights) == sorted(learner_weights)
+        for key, value in learner_weights.items():  # the runner samples with the learner's adapter
+            assert np.array_equal(np.asarray(value), np.asarray(runner_weights[key]))
+    finally:
+        algo.stop()

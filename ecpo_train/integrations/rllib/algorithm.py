@@ -160,8 +160,9 @@ class ECPOConfig(PPOConfig):
 
     def environment(self, env: Any = NotProvided, **kwargs: Any) -> ECPOConfig:
         super().environment(env, **kwargs)
+        if isinstance(env, str):
+            self.text_env_id = env  # the LLM path plays any registered text env id (an ecpo_gym one, or yours)
         if isinstance(self.env, str) and _is_text_env_id(self.env):
-            self.text_env_id = self.env
             self.env = CandidateActionEnv
         self._sync_env_config()
         return self
@@ -225,6 +226,13 @@ class ECPOConfig(PPOConfig):
             train_config_of(self)
         except (ValueError, ImportError) as error:  # ImportError: LoRA asked for without peft installed
             self._value_error(str(error))
+        if self._model_config.get("generation_backend") == "vllm":
+            from ecpo_train.policies.vllm_backend import import_vllm
+
+            try:
+                import_vllm()
+            except ImportError as error:
+                self._value_error(str(error))
         if self.lost_groups not in LOST_GROUP_POLICIES:
             self._value_error(f"lost_groups={self.lost_groups!r}; valid: {', '.join(LOST_GROUP_POLICIES)}")
         if self.env_runner_cls is None:
