@@ -5,8 +5,9 @@ An LLM run: ``ECPOConfig().environment("ecpo/...").rl_module(model_config={"mode
 over ``CandidateActionEnv``. Importing this package imports ray; ``import ecpo_train`` does not.
 """
 
-from ecpo_train.integrations.rllib.algorithm import ECPO, ECPOConfig, split_groups
+from ecpo_train.integrations.rllib.algorithm import ECPO, split_groups
 from ecpo_train.integrations.rllib.candidate_env import CandidateActionEnv, hashed_text_features
+from ecpo_train.integrations.rllib.config import ECPOConfig
 from ecpo_train.integrations.rllib.connector import ECPOAdvantages, StepTableCredit, batch_from_episodes
 from ecpo_train.integrations.rllib.learner import ECPOLLMLearner
 from ecpo_train.integrations.rllib.llm_runner import LLMEnvRunner

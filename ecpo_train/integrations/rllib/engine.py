@@ -23,7 +23,8 @@ def train_with_rllib(train: Any, *, resume: bool = False, overwrite: bool = Fals
     """Train ``train`` (a ``TrainConfig``) with the ``ECPO`` algorithm; returns the metrics of every iteration."""
     import ray
 
-    from ecpo_train.integrations.rllib.algorithm import ECPO, ECPOConfig
+    from ecpo_train.integrations.rllib.algorithm import ECPO
+    from ecpo_train.integrations.rllib.config import ECPOConfig
     from ecpo_train.runtime.config import config_dict
     from ecpo_train.runtime.plotting import plot_run
     from ecpo_train.runtime.resume import append_history, plan_start, remove_run_files
