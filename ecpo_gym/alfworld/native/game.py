@@ -147,12 +147,8 @@ class Game:
                            "type": objects[i]} for i in entity_ids}
         self.names = names
         self.intro = parse_symbols("#intro#")
-        self.static_facts: dict[str, frozenset] = {}
-        for fact in self.problem.init:
-            if fact[0] in self.static:
-                self.static_facts.setdefault(fact[0], set()).add(tuple(fact[1:]))
-        self.static_facts = {pred: frozenset(facts) for pred, facts in self.static_facts.items()}
-        self.static_state = State([f for f in self.problem.init if f[0] in self.static])
+        self.static_state = State.frozen([f for f in self.problem.init if f[0] in self.static])
+        self.static_facts: dict[str, frozenset] = dict(self.static_state.by_pred)
         self.dynamic_init = [f for f in self.problem.init if f[0] not in self.static]
         # pure functions of the game, filled while playing and shared by every engine on it
         self.command_cache: dict[tuple, str] = {}

@@ -29,6 +29,15 @@ class State:
         for fact in facts:
             self.add(fact[0], tuple(fact[1:]))
 
+    @classmethod
+    def frozen(cls, facts) -> State:
+        """A read-only state to share: frozensets per predicate and tuples per index entry (a small tuple
+        costs a fraction of a set, and a game has thousands of index entries)."""
+        state = cls(facts)
+        state.by_pred = defaultdict(set, {p: frozenset(b) for p, b in state.by_pred.items()})
+        state.index = defaultdict(set, {k: tuple(sorted(b)) for k, b in state.index.items() if b})
+        return state
+
     def holds(self, pred: str, args: tuple) -> bool:
         return args in self.by_pred.get(pred, ())
 
