@@ -215,7 +215,10 @@ def llm_section(console: Console, run_root: str = "runs/demo-llm", overrides: li
     started = time.perf_counter()
     model_dir = pull_model(DEMO_MODEL)
     pull_seconds = time.perf_counter() - started
-    config = load_config("corridor_llm", [f"model={model_dir}", f"run_dir={run_root}", *(overrides or [])])
+    # threads=auto: torch's threads follow the cores other processes leave free (runtime/threads.py); with torch's
+    # default, one competing busy process made the demo 6.8x slower than idle (issue 22)
+    config = load_config("corridor_llm", [f"model={model_dir}", f"run_dir={run_root}", "threads=auto",
+                                          *(overrides or [])])
     console.print(
         f"\n[bold]Training SmolLM2-135M-Instruct with ECPO[/bold] on {config.env_id} {config.env_kwargs}: "
         f"{config.n_groups} groups x {config.group_size} rollouts, {config.iterations} iterations, lr {config.lr}. "
