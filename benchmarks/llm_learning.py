@@ -59,6 +59,12 @@ PROTOCOLS = {
                           [0, 1, 2], ["iterations=8", "val_every=4"]),
     "quick": Protocol("corridor_llm", {"corridor": []}, [8], ["ecpo", "gigpo_std"], [0],
                       ["iterations=4", "val_every=2"]),
+    # small households on two cores (issue 22): the presets alfworld_cpu / webshop_cpu as they are (ECPO, one seed),
+    # and ECPO vs GiGPO w/std on the ALFWorld one with paired seeds (as many as fit: --from-partial reports them)
+    "alfworld_cpu": Protocol("alfworld_cpu", {"alfworld_small": []}, [8], ["ecpo"], [0]),
+    "webshop_cpu": Protocol("webshop_cpu", {"webshop_small": []}, [8], ["ecpo"], [0]),
+    "alfworld_cpu_pairs": Protocol("alfworld_cpu", {"alfworld_small": []}, [8], ["ecpo", "gigpo_std"],
+                                   [0, 1, 2, 3, 4, 5]),
     # a GPU: the corridor and an ALFWorldGen subset (free generation would need a larger model), N = 4 and 8, 5 seeds
     "gpu": Protocol("corridor_llm", {
         "corridor": [],
