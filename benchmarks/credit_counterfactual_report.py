@@ -21,7 +21,8 @@ CLAIMS = (
     ("R", "Reference: GRPO (no step term) against GiGPO w/std", "lucky", ("grpo",), -1),
     ("R", "Reference: GRPO (no step term) against GiGPO w/std", "delta_j", ("grpo",), +1),
 )
-LABELS = {"delta_j": "Delta J (exact success, T=0.4)", "lucky": "Delta log pi(rare|s), lucky singletons",
+SCALE = {"delta_j": 1000.0}  # one update moves exact success by ~1e-3..1e-6: shown in thousandths
+LABELS = {"delta_j": "Delta J x 1000 (exact success, T=0.4)", "lucky": "Delta log pi(rare|s), lucky singletons",
           "lucky_sv": "Delta log pi(rare|s), StrictValid lucky singletons",
           "rare_sv": "Delta log pi(a|s), every non-good door at StrictValid anchors",
           "term_lucky": "step term at the lucky singleton's row"}
@@ -124,9 +125,9 @@ def render(summary: dict[str, Any], protocol: dict[str, Any], runtime_s: float) 
                   "| comparison | n | paired SD | difference [95% CI] | Holm verdict |", "|---|---|---|---|---|"]
         for part in summary["comparisons"]:
             if part["arm"] == arm and part["target"] == target:
-                digits = 4 if part["metric"] == "delta_j" else 3
-                lines.append(f"| {part['a']}: {LABELS[part['metric']]} | {part['n']} | {part['sd']:.{digits}f} | "
-                             f"{fmt_part(part, digits)} | {part['verdict']} |")
+                shown = _scaled(part, SCALE.get(part["metric"], 1.0))
+                lines.append(f"| {part['a']}: {LABELS[part['metric']]} | {part['n']} | {shown['sd']:.3f} | "
+                             f"{fmt_part(shown, 3)} | {part['verdict']} |")
         lines.append("")
     lines += ["## Arms", ""]
     for name, arm in protocol["arms"].items():
@@ -140,8 +141,11 @@ def _estimators(summary: dict[str, Any]) -> list[str]:
     return sorted({e for c in summary["claims"] for e in c["verdicts"]})
 
 
+def _scaled(part: dict[str, Any], scale: float) -> dict[str, Any]:
+    return part | {k: part[k] * scale for k in ("diff", "low", "high", "sd", "mde") if k in part}
+
+
 def _mean_text(cell: dict[str, float], metric: str) -> str:
     if not math.isfinite(cell["mean"]):
         return "n/a"
-    digits = 4 if metric == "delta_j" else 3
-    return f"{cell['mean']:+.{digits}f} (n={cell['n']})"
+    return f"{cell['mean'] * SCALE.get(metric, 1.0):+.3f} (n={cell['n']})"
