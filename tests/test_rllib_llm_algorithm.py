@@ -14,8 +14,8 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from ecpo_train.integrations.rllib import ECPO, ECPOConfig  # noqa: E402
-from ecpo_train.runtime.config import make_config  # noqa: E402
+from ecpo_train.integrations.rllib import ECPO, ECPOConfig
+from ecpo_train.runtime.config import make_config
 
 CORRIDOR = {"num_tasks": 2, "depth": 4, "rare_prob": [0.4, 0.7]}
 
@@ -29,11 +29,11 @@ def ray_session():
 
 def run_values(model, tmp_path, **changes):
     """A small scoring run on the corridors, as native TrainConfig values."""
-    values = dict(run_dir=str(tmp_path / "native"), policy="llm", policy_mode="score", model=str(model), device="cpu",
-                  env_id="ecpo/DivergentAnchor-v0", env_kwargs=dict(CORRIDOR), n_groups=2, group_size=4,
-                  history_length=0, prompt_style="compact", val_every=0, credit={"d_min": 1}, lr=1e-3, kl_coef=0.0,
-                  mini_batch_size=8, micro_batch_size=4, update_epochs=2, seed=5, checkpoint_every=0,
-                  tensorboard=False, progress=False, iterations=3)
+    values = {"run_dir": str(tmp_path / "native"), "policy": "llm", "policy_mode": "score", "model": str(model), "device": "cpu",
+                  "env_id": "ecpo/DivergentAnchor-v0", "env_kwargs": dict(CORRIDOR), "n_groups": 2, "group_size": 4,
+                  "history_length": 0, "prompt_style": "compact", "val_every": 0, "credit": {"d_min": 1}, "lr": 1e-3, "kl_coef": 0.0,
+                  "mini_batch_size": 8, "micro_batch_size": 4, "update_epochs": 2, "seed": 5, "checkpoint_every": 0,
+                  "tensorboard": False, "progress": False, "iterations": 3}
     return values | changes
 
 
@@ -230,3 +230,28 @@ def test_ecpo_train_engine_rllib_writes_the_native_run_folder(tiny_model_dir, tm
     assert resumed.exit_code == 0, resumed.output
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [int(m["iteration"]) for m in lines] == [0, 1, 2, 3]
+
+
+@pytest.mark.slow
+def test_corridor_llm_learns_through_build_algo_with_two_runners(tiny_model_dir, tmp_path, ray_session):
+    """``corridor_llm`` through ``build_algo()`` with 2 env-runner actors raises the exact (noise-free, DP)
+    success of the LM: SmolLM2 when it has been pulled, else the tiny random model with a larger step."""
+    from ecpo_train.apps.models import default_cache_dir
+    from ecpo_train.runtime.config import load_config
+
+    real = default_cache_dir() / "smollm2-135m-instruct"
+    model, lr = (real, "2e-5") if (real / "config.json").exists() else (tiny_model_dir, "3e-3")
+    train = load_config("corridor_llm", [
+        f"model={model}", f"lr={lr}", f"run_dir={tmp_path}", "progress=false", "iterations=5", "val_every=5",
+        "env_kwargs={num_tasks: 1, depth: 2, rare_prob: [0.0, 0.2]}", "n_groups=2", "val_num_tasks=1",
+        "val_episodes_per_task=4", "update_epochs=2"])
+    algo = ECPOConfig.from_train_config(train).env_runners(num_env_runners=2).build_algo()
+    try:
+        before = algo.validate()["val/exact_success"]
+        history = [algo.train()["ecpo"] for _ in range(train.iterations)]
+    finally:
+        algo.stop()
+    after = history[-1]["val/exact_success"]
+    assert after > before + 0.1, (str(model), before, after)
+    assert all(m["sampling/num_groups_sampled"] == 2 for m in history)
+    assert sum(m["credit/advantage_std"] > 0 and m["update/grad_norm"] > 0 for m in history) >= 3

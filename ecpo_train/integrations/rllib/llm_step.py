@@ -26,6 +26,7 @@ from ecpo_train.core.batch import TrajectoryBatch
 from ecpo_train.core.rollout import episode_metrics
 
 LOST_GROUP_POLICIES = ("top_up", "refuse")
+MAX_SAMPLING_ROUNDS = 8  # rounds of re-sampling lost groups before an iteration gives up
 
 
 def share_groups(num_groups: int, runner_ids: list[int]) -> dict[int, tuple[int, int]]:
@@ -54,13 +55,16 @@ def sample_groups(algo: Any, task_ids: list[str], env_seed: int) -> tuple[list[d
     resampled = 0
     while pending:
         rounds += 1
+        if rounds > MAX_SAMPLING_ROUNDS:
+            raise RuntimeError(f"{len(pending)} group(s) still unplayed after {MAX_SAMPLING_ROUNDS} rounds of "
+                               "env-runner failures")
         if group.num_remote_env_runners() == 0:
             first = pending[0]
             outs = [group.local_env_runner.sample_groups(task_ids[first:first + len(pending)], env_seed + first * n,
                                                          first)]
             expected = 1
         else:
-            healthy = sorted(group.healthy_worker_ids())
+            healthy = healthy_runner_ids(algo)
             if not healthy:
                 raise RuntimeError(f"no healthy env runner left to play {len(pending)} lost group(s)")
             jobs: dict[int, list[tuple]] = {}
@@ -86,6 +90,19 @@ def sample_groups(algo: Any, task_ids: list[str], env_seed: int) -> tuple[list[d
               "num_groups_sampled": float(sum(len(o["episodes"]) for o in results) // n),
               "num_groups_resampled": float(resampled), "num_runner_failures": float(failures)}
     return results, report
+
+
+def healthy_runner_ids(algo: Any, wait_seconds: float = 180.0) -> list[int]:
+    """The healthy remote runners; when none is left, wait for RLlib to bring restarted ones back (it probes
+    them and syncs the learner's weights into them) rather than fail the iteration at once."""
+    group = algo.env_runner_group
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        healthy = sorted(group.healthy_worker_ids())
+        if healthy or time.monotonic() > deadline or not algo.config.restart_failed_env_runners:
+            return healthy
+        time.sleep(2.0)
+        algo.restore_env_runners(group)
 
 
 def _sample_on_runners(group: Any, jobs: dict[int, list[tuple]], timeout: float | None) -> list[dict[str, Any]]:
@@ -166,15 +183,19 @@ def learner_metrics(results: list[Any]) -> dict[str, float]:
     return out
 
 
-def validate_on_runner(algo: Any) -> dict[str, float]:
-    """The native validation (``val/...``) on the first healthy env runner, at the validation temperature."""
+def validate_on_runner(algo: Any, wait_seconds: float = 180.0) -> dict[str, float]:
+    """The native validation (``val/...``) on a healthy env runner, at the validation temperature; a runner lost
+    during the call is replaced by the next healthy one (or a restarted one, within ``wait_seconds``)."""
     train, group = algo.ecpo_train_config, algo.env_runner_group
     tasks, seed = list(algo.ecpo_val_tasks), train.seed + 7919
     if group.num_remote_env_runners() == 0:
         return group.local_env_runner.validate(tasks, seed)
-    for runner_id in sorted(group.healthy_worker_ids()):
-        results = group.foreach_env_runner(lambda r: r.validate(tasks, seed), local_env_runner=False,
-                                           remote_worker_ids=[runner_id])
-        if results:
-            return results[0]
-    raise RuntimeError("no healthy env runner to validate on")
+    deadline = time.monotonic() + wait_seconds
+    while time.monotonic() < deadline:
+        for runner_id in healthy_runner_ids(algo, max(0.0, deadline - time.monotonic())):
+            results = group.foreach_env_runner(lambda r: r.validate(tasks, seed), local_env_runner=False,
+                                               remote_worker_ids=[runner_id])
+            if results:
+                return results[0]
+        time.sleep(2.0)
+    raise RuntimeError(f"no healthy env runner to validate on within {wait_seconds:.0f} s")
