@@ -113,3 +113,29 @@ def test_compute_advantages_takes_rows_or_columns_not_both():
         compute_advantages("grpo", rows=batch.credit_arrays())
     with pytest.raises(ValueError, match="unknown credit hyperparameter.*state_keys"):  # the old keyword
         compute_advantages("grpo", **columns, state_keys=batch.anchor_key)
+
+
+def test_rows_appended_step_by_step_build_the_same_batch_as_per_trajectory_records():
+    """collect_rollout appends each step's row as it happens (copies interleave); the built table equals the
+    batch the per-trajectory records give: trajectories contiguous, steps numbered 1..T, extras row-aligned."""
+    from ecpo_train.core.batch import StepTableBuilder
+
+    trajectories = _trajectories()
+    builder = StepTableBuilder(["tag"])
+    longest = max(len(t["rewards"]) for t in trajectories)
+    for step in range(longest):  # round-robin over trajectories, as the group vector env steps its copies
+        for index, t in enumerate(trajectories):
+            if step < len(t["rewards"]):
+                got = builder.append(group_id=t["group_id"], traj_id=t.get("traj_id", index),
+                                     anchor_key=t["anchor_keys"][step], action_key=t["action_keys"][step],
+                                     reward=t["rewards"][step], is_action_valid=t["action_keys"][step] != "<invalid>",
+                                     tag=(index, step))
+                assert got == step + 1
+    built = builder.build()
+    expected = TrajectoryBatch.from_trajectories(
+        [t | {"extras": {"tag": [(i, s) for s in range(len(t["rewards"]))]}} for i, t in enumerate(trajectories)])
+    for name in TrajectoryBatch.column_names():
+        assert list(getattr(built, name)) == list(getattr(expected, name)), name
+    assert built.extras["tag"] == expected.extras["tag"]
+    with pytest.raises(ValueError, match="extra columns"):
+        builder.append(group_id=0, traj_id=9, anchor_key="s", action_key="a", reward=0.0, is_action_valid=True)

@@ -32,6 +32,51 @@ def _object_array(values: Sequence[Any]) -> np.ndarray:
     return out
 
 
+class StepTableBuilder:
+    """The step-row table filled one environment step at a time: ``append`` a row as soon as the step happens
+    (trajectories may interleave, as the copies of a group vector env do), ``build`` once at the end.
+
+    Steps are numbered per trajectory in append order; the built batch holds each trajectory's rows
+    contiguously, trajectories in order of their first row. ``extra_names`` are the per-row columns beyond the
+    core ones (token ids, sampling log-probs, ...), each given to every ``append``.
+    """
+
+    def __init__(self, extra_names: Sequence[str] = ()) -> None:
+        self.extra_names = tuple(extra_names)
+        self._core: dict[str, list[Any]] = {name: [] for name in TrajectoryBatch.column_names()}
+        self._extras: dict[str, list[Any]] = {name: [] for name in self.extra_names}
+        self._steps: dict[Any, int] = {}
+
+    def append(self, *, group_id: Any, traj_id: Any, anchor_key: Any, action_key: Any, reward: float,
+               is_action_valid: bool, **extras: Any) -> int:
+        """Add one step row; returns its 1-based step within the trajectory."""
+        if set(extras) != set(self.extra_names):
+            raise ValueError(f"a row needs the extra columns {list(self.extra_names)}, got {sorted(extras)}")
+        step = self._steps.get(traj_id, 0) + 1
+        self._steps[traj_id] = step
+        for name, value in (("group_id", group_id), ("traj_id", traj_id), ("step", step), ("anchor_key", anchor_key),
+                            ("action_key", action_key), ("reward", float(reward)),
+                            ("is_action_valid", bool(is_action_valid))):
+            self._core[name].append(value)
+        for name, value in extras.items():
+            self._extras[name].append(value)
+        return step
+
+    def __len__(self) -> int:
+        return len(self._core["reward"])
+
+    def build(self) -> TrajectoryBatch:
+        """The validated, key-coded batch (each trajectory's rows contiguous, in step order)."""
+        first = {traj: index for index, traj in reversed(list(enumerate(self._core["traj_id"])))}
+        order = sorted(range(len(self)), key=lambda r: (first[self._core["traj_id"][r]], self._core["step"][r]))
+        take = lambda values: [values[r] for r in order]
+        core = {name: take(values) for name, values in self._core.items()}
+        return TrajectoryBatch(
+            reward=np.asarray(core.pop("reward"), dtype=np.float64), step=np.asarray(core.pop("step"), dtype=np.int64),
+            is_action_valid=np.asarray(core.pop("is_action_valid"), dtype=bool),
+            extras={name: take(values) for name, values in self._extras.items()}, **core)
+
+
 @dataclass(frozen=True, eq=False)
 class TrajectoryBatch:
     """Flat step rows as numpy arrays (object arrays for ids/keys) plus optional extra per-row columns.

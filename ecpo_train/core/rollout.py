@@ -21,10 +21,13 @@ import numpy as np
 
 from ecpo_gym.canonical import INVALID_ACTION
 from ecpo_gym.group import GroupVectorEnv
-from ecpo_train.core.batch import TrajectoryBatch
+from ecpo_train.core.batch import StepTableBuilder, TrajectoryBatch
 from ecpo_train.policies.base import PolicyOutput, StepContext
 
 ANCHOR_KEYS = ("state_key", "observation_key")
+# The step-row table's columns beyond the core ones: what the learner needs (prompt and reply token ids, the
+# sampling log-probs), the env's structured and text keys under their own names, and the raw reply.
+ROLLOUT_COLUMNS = ("prompt_ids", "response_ids", "old_logprobs", "state_key", "observation_key", "response")
 
 
 class Actor(Protocol):
@@ -128,9 +131,9 @@ def collect_rollout(
     live = [True] * n
     histories: list[list[tuple[str, str]]] = [[] for _ in range(n)]
     transcripts: list[list[tuple[str, str, str]]] = [[] for _ in range(n)]
-    columns = ("anchor_keys", "action_keys", "rewards", "is_action_valid")
-    extra_columns = ("prompt_ids", "response_ids", "old_logprobs", "state_key", "observation_key", "response")
-    records: list[dict[str, list[Any]]] = [{name: [] for name in columns + extra_columns} for _ in range(n)]
+    table = StepTableBuilder(ROLLOUT_COLUMNS)
+    totals = [0.0] * n  # per copy: reward so far, and invalid steps so far
+    invalid = [0] * n
     episodes: list[Episode | None] = [None] * n
     while any(live):
         active = [i for i in range(n) if live[i]]
@@ -157,17 +160,15 @@ def collect_rollout(
         env_seconds += time.perf_counter() - started
         for k, i in enumerate(active):
             before, after = infos[i], steps[i].info
-            record = records[i]
-            record["anchor_keys"].append(str(before[anchor_key]))
-            record["action_keys"].append(str(after.get("action_key", INVALID_ACTION)))
-            record["rewards"].append(float(steps[i].reward))
-            record["is_action_valid"].append(bool(after.get("is_action_valid", False)))
-            record["prompt_ids"].append(output.prompt_ids[k])
-            record["response_ids"].append(output.response_ids[k])
-            record["old_logprobs"].append(output.logprobs[k])
-            record["state_key"].append(str(before["state_key"]))
-            record["observation_key"].append(str(before.get("observation_key", "")))
-            record["response"].append(output.responses[k])
+            valid = bool(after.get("is_action_valid", False))
+            length = table.append(
+                group_id=envs.group_of(i), traj_id=i, anchor_key=str(before[anchor_key]),
+                action_key=str(after.get("action_key", INVALID_ACTION)), reward=float(steps[i].reward),
+                is_action_valid=valid, prompt_ids=output.prompt_ids[k], response_ids=output.response_ids[k],
+                old_logprobs=output.logprobs[k], state_key=str(before["state_key"]),
+                observation_key=str(before.get("observation_key", "")), response=output.responses[k])
+            totals[i] += float(steps[i].reward)
+            invalid[i] += not valid
             transcripts[i].append((observations[i], actions[i], output.responses[k]))
             histories[i].append((observations[i], actions[i]))
             observations[i], infos[i] = steps[i].observation, after
@@ -176,20 +177,11 @@ def collect_rollout(
                 episodes[i] = Episode(
                     group_id=envs.group_of(i), traj_id=i, task_id=str(after.get("task_id", "")),
                     task_type=str(after.get("task_type", "")), won=bool(after.get("won", False)),
-                    length=len(record["rewards"]), total_reward=float(sum(record["rewards"])),
-                    invalid_steps=sum(not v for v in record["is_action_valid"]),
-                    terminated=bool(steps[i].terminated), transcript=transcripts[i], final_observation=observations[i], final_info=dict(after),
+                    length=length, total_reward=totals[i], invalid_steps=invalid[i],
+                    terminated=bool(steps[i].terminated), transcript=transcripts[i],
+                    final_observation=observations[i], final_info=dict(after),
                 )
-    trajectories = [
-        {
-            "group_id": envs.group_of(i),
-            "traj_id": i,
-            **{name: records[i][name] for name in columns},
-            "extras": {name: records[i][name] for name in extra_columns},
-        }
-        for i in range(n)
-    ]
-    batch = TrajectoryBatch.from_trajectories(trajectories)
+    batch = table.build()
     done = [e for e in episodes if e is not None]
     return Rollout(batch=batch, episodes=done, generation_seconds=generation_seconds, env_seconds=env_seconds,
                    metrics=episode_metrics(done))
