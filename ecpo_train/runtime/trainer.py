@@ -31,15 +31,15 @@ import torch
 from ecpo_gym.group import GroupVectorEnv
 from ecpo_train.core.credit import compute_advantages, gae_targets
 from ecpo_train.core.loss import policy_update
-from ecpo_train.core.rollout import Rollout, collect_rollout, episode_metrics
+from ecpo_train.core.rollout import Rollout, collect_rollout
 from ecpo_train.policies.critic import critic_update, critic_values
 from ecpo_train.runtime.builders import (
     build_critic,
     build_policy,
-    exact_success,
     pad_logprobs,
-    sampling_state_restored,
     update_settings,
+    validation_metrics,
+    validation_outcome,
     warn_if_no_signal,
 )
 from ecpo_train.runtime.config import TrainConfig, config_dict
@@ -243,13 +243,7 @@ class Trainer:
                                                env_kwargs=cfg.env_kwargs)
             self.policy.eval()
             with self._gathered():
-                with sampling_state_restored(self.policy):  # validating must not change the training run
-                    rollout = collect_rollout(self.val_envs, self.policy, tasks, env_name=cfg.env_id,
-                                              temperature=cfg.val_temperature, seed=seed,
-                                              anchor_key=cfg.anchor_key, history_length=cfg.history_length)
-                episodes = rollout.episodes
-                exact = exact_success(self.policy, cfg.env_id, cfg.env_kwargs, tasks, cfg.val_temperature,
-                                      history_length=cfg.history_length)
+                episodes, exact = validation_outcome(self.policy, cfg, self.val_envs, tasks, seed)
         if self.dp is not None:  # every process's episodes; exact success weighted by its number of tasks
             import torch.distributed as dist
 
@@ -259,10 +253,7 @@ class Trainer:
             shares = [(value, n) for _, value, n in parts if n]
             exact = None if not shares or any(value is None for value, _ in shares) else \
                 sum(value * n for value, n in shares) / sum(n for _, n in shares)
-        metrics = episode_metrics(episodes, prefix="val/")
-        if exact is not None:
-            metrics["val/exact_success"] = exact
-        return metrics
+        return validation_metrics(episodes, exact)
 
     # ------------------------------------------------------------------ the loop
     def _phase(self, text: str) -> None:
