@@ -255,3 +255,25 @@ def test_corridor_llm_learns_through_build_algo_with_two_runners(tiny_model_dir,
     assert after > before + 0.1, (str(model), before, after)
     assert all(m["sampling/num_groups_sampled"] == 2 for m in history)
     assert sum(m["credit/advantage_std"] > 0 and m["update/grad_norm"] > 0 for m in history) >= 3
+
+
+@pytest.mark.slow
+def test_two_learners_give_one_learners_update(tiny_model_dir, tmp_path, ray_session):
+    """Two learner actors (DDP over gloo, one group each) make the update one learner makes on both groups: the
+    token counts are all-reduced, so the averaged gradient is the whole batch's (one mini-batch, one step)."""
+    values = run_values(tiny_model_dir, tmp_path, mini_batch_size=2**31 - 1, update_epochs=1)
+    outcome = {}
+    for learners in (1, 2):
+        algo = (ECPOConfig.from_train_config(make_config(values)).env_runners(num_env_runners=0)
+                .learners(num_learners=learners, num_cpus_per_learner=0).build_algo())
+        try:
+            result = algo.train()["ecpo"]
+            weights = {k: np.asarray(v) for k, v in algo.learner_group.get_weights()["default_policy"].items()}
+        finally:
+            algo.stop()
+        outcome[learners] = (result, weights)
+    (one, one_w), (two, two_w) = outcome[1], outcome[2]
+    assert one["update/optimizer_steps"] == two["update/optimizer_steps"] == 1
+    assert two["update/pg_loss"] == pytest.approx(one["update/pg_loss"], rel=1e-5)
+    assert two["update/grad_norm"] == pytest.approx(one["update/grad_norm"], rel=1e-5)
+    assert max(float(np.abs(one_w[k] - two_w[k]).max()) for k in one_w) < 1e-4  # lr 1e-3: a step is ~1e-3
