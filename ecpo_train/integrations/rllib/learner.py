@@ -129,22 +129,10 @@ class ECPOLLMLearner(TorchLearner):
         return [param for param in module.parameters() if param.requires_grad]
 
     def compute_loss_for_module(self, *, module_id, config, batch, fwd_out):
-        """eq. ecpo_objective on one batch of rows (``core.loss.ecpo_objective_loss``), the loss ``update``'s
-        micro-batches accumulate: ``batch`` holds the rows' ``advantages``, ``old_logp``, ``old_mask`` and, with a
-        KL term, ``ref_logp``; ``fwd_out`` is the module's forward on the same rows."""
-        from ecpo_train.core.loss import assign_step_advantage, ecpo_objective_loss
-
-        logp = fwd_out[TOKEN_LOGP]
-        width = logp.shape[1]
-        mask = fwd_out[RESPONSE_MASK] * batch["old_mask"][:, :width].to(logp.device)
-        advantages = assign_step_advantage(batch[Postprocessing.ADVANTAGES].to(logp.device), mask)
-        ref = batch.get("ref_logp")
-        loss, _ = ecpo_objective_loss(
-            logp, batch["old_logp"][:, :width].to(logp.device), None if ref is None else ref[:, :width].to(logp.device),
-            advantages, mask, clip_eps=self.train_config.clip_eps, kl_coef=self.train_config.kl_coef,
-            entropy=fwd_out.get(TOKEN_ENTROPY), entropy_coef=self.train_config.entropy_coef,
-            token_count=batch.get("token_count"))
-        return loss
+        """Not used: this learner's ``update`` runs the native step E (``core.loss.policy_update``, whose
+        micro-batches each call ``ecpo_objective_loss``) instead of RLlib's one-loss-per-minibatch loop."""
+        raise TypeError("ECPOLLMLearner updates through update() (core.loss.policy_update); RLlib's per-minibatch "
+                        "loss path does not apply to it")
 
     def update(self, *, training_data=None, episodes=None, episodes_refs=None, timesteps=None, shuffle=None,
                return_state: bool = False, **kwargs):
