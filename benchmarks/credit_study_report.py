@@ -173,7 +173,7 @@ def reading_paragraph(readings: dict[str, Any]) -> str:
         "mixed": (f"the evidence is mixed: {for_anchor} of {total} comparisons are significant for the anchor-scale "
                   f"reading and {for_paper} for `{PAPER_READING}`"),
         "cannot tell": (f"the study cannot tell the two readings apart: none of the {total} comparisons is "
-                        "significant at 95%"),
+                        "Holm-significant"),
     }
     return (
         "`ecpo` divides eq. eca_adv by sigma_act, the spread of the calibrated action means over the anchor's "
