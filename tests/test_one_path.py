@@ -97,7 +97,7 @@ def test_malformed_reply_rllib(tmp_path, monkeypatch):
     import numpy as np
     import pytest
 
-    pytest.importorskip("ray")
+    ray = pytest.importorskip("ray")
     from ecpo_train.apps.models import write_tiny_model
     from ecpo_train.integrations.rllib import ECPOConfig
     from ecpo_train.policies.parsing import parse_action
@@ -110,12 +110,14 @@ def test_malformed_reply_rllib(tmp_path, monkeypatch):
                                        "max_response_length": 8, "device": "cpu"})
               .training(group_size=2, groups_per_batch=1, credit={"d_min": 1}, run_settings={"val_every": 0})
               .env_runners(num_env_runners=0))
-    algo = config.build_algo()
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
+        algo = config.build_algo()
         RECEIVED.clear()
         sampled = algo.env_runner_group.local_env_runner.sample_groups(["corridor0"], env_seed=0)
-    finally:
         algo.stop()
+    finally:
+        ray.shutdown()
     table = sampled["batch"]
     assert len(sampled["episodes"]) == 2 and len(table) == 6
     assert RECEIVED == [INVALID_ACTION] * 6  # two copies, three steps each, nothing else reached the env

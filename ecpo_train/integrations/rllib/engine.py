@@ -36,7 +36,8 @@ def train_with_rllib(train: Any, *, resume: bool = False, overwrite: bool = Fals
     config.validate()  # every config error before an actor starts
     plan = plan_start(run_dir, config_dict(train), resume=resume, overwrite=overwrite)
     checkpoint = run_dir / CHECKPOINT_DIR
-    if not ray.is_initialized():
+    started_ray = not ray.is_initialized()
+    if started_ray:
         ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
     if plan.kind == "resume" and checkpoint.is_dir():
         algo = ECPO.from_checkpoint(str(checkpoint.resolve()))
@@ -63,6 +64,8 @@ def train_with_rllib(train: Any, *, resume: bool = False, overwrite: bool = Fals
         history = log.history
     finally:
         algo.stop()
+        if started_ray:  # leave Ray as we found it (an in-process caller may start its own session next)
+            ray.shutdown()
     plot_run(run_dir)
     return history
 
