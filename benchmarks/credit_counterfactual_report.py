@@ -92,7 +92,8 @@ def render(summary: dict[str, Any], protocol: dict[str, Any], runtime_s: float) 
     quick = "QUICK SMOKE RUN (tiny budget, not evidence)" if protocol.get("quick") else "committed protocol"
     lines = [
         "# Counterfactual credit updates: ECPO vs GiGPO on identical batches", "",
-        (f"Run: **{quick}**, wall time {runtime_s / 60:.1f} min; written by `benchmarks/credit_counterfactual.py`"
+        (f"Run: **{quick}**, {runtime_s / 60:.1f} min of arm time (arms run side by side, niced, on a shared 2-core "
+         "machine); written by `benchmarks/credit_counterfactual.py`"
          f"{' --quick' if protocol.get('quick') else ''} (raw per-batch records in the JSON next to this file)."), "",
         ("Protocol: each arm (a policy on a corridor whose good door itself sometimes fails) is trained with GRPO by "
          "the native `Trainer`, which saves a checkpoint (weights, AdamW state, RNGs) the first time the mean "
