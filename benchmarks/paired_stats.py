@@ -142,6 +142,8 @@ def fmt_part(part: Mapping[str, Any], digits: int = 3) -> str:
     """``+d [low, high]`` and, when not significant, the MDE beside it."""
     if not math.isfinite(part.get("diff", float("nan"))):
         return "n/a"
+    if not math.isfinite(part.get("low", float("nan"))):
+        return f"{part['diff']:+.{digits}f} (n = {part.get('n', 0)}: no interval)"
     text = f"{part['diff']:+.{digits}f} [{part['low']:+.{digits}f}, {part['high']:+.{digits}f}]"
     if not part.get("holm_significant") and math.isfinite(part.get("mde", float("nan"))):
         text += f" (MDE {part['mde']:.{digits}f})"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 import math
 import sys
 from pathlib import Path
@@ -162,3 +163,27 @@ def test_counterfactual_summary_pairs_estimators_by_batch_seed():
     arms["arm"]["batches"]["0.80"][0]["seed"] = 5  # two batches now claim seed 5
     with pytest.raises(ps.MisalignedCells):
         report.summarize(arms)
+
+
+@pytest.mark.slow
+def test_quick_run_writes_a_report_whose_numbers_are_the_json(tmp_path):
+    """``--quick`` on the tabular arms: GRPO checkpoints, paired batches, one JSON and a report that reads it."""
+    cf = _bench("credit_counterfactual")
+    report = _bench("credit_counterfactual_report")
+    args = ["--quick", "--arms", "tabular_corridor", "--workers", "1", "--out", str(tmp_path),
+            "--runs-dir", str(tmp_path / "runs")]
+    assert cf.main(args) == 0
+    payload = json.loads((tmp_path / "credit_counterfactual_quick.json").read_text())
+    text = (tmp_path / "credit_counterfactual_quick.md").read_text()
+    assert "QUICK SMOKE RUN" in text
+    arm = payload["arms"]["tabular_corridor"]
+    assert [c["target"] for c in arm["checkpoints"]] == [0.5, 0.8]
+    assert all(c["concentration"] >= c["target"] for c in arm["checkpoints"])
+    for batches in arm["batches"].values():
+        assert [b["seed"] for b in batches] == list(range(100_000, 100_012))  # the same batch seeds per level
+        assert set(batches[0]["estimators"]) == set(_bench("credit_counterfactual_protocol").ESTIMATORS)
+    assert payload["summary"] == json.loads(json.dumps(report.summarize(payload["arms"])))
+    for part in payload["summary"]["comparisons"]:
+        shown = report._scaled(part, report.SCALE.get(part["metric"], 1.0))
+        assert f"{report.fmt_part(shown, 3)} | {part['verdict']} |" in text
+    assert cf.main(["--arms", "nope"]) == 2
