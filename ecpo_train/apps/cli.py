@@ -289,5 +289,26 @@ def bench(ctx: typer.Context, name: str = typer.Argument(..., help=" | ".join(BE
         sys.argv = argv
 
 
+def main(argv: list[str] | None = None) -> None:
+    """The ``ecpo`` console script: ``app`` with click's own usage errors (a value of the wrong type, an unknown
+    option) reported by the one rule every verb follows: one ``error: ...`` line on stderr, exit status 2."""
+    import sys
+
+    argv = list(sys.argv[1:] if argv is None else argv) or ["--help"]
+    try:
+        code = app(args=argv, prog_name="ecpo", standalone_mode=False)
+    except typer.Abort:
+        typer.echo("error: aborted", err=True)
+        sys.exit(1)
+    except typer.TyperException as err:  # click's UsageError, BadParameter, NoSuchOption, ... (typer vendors click)
+        if type(err).__name__ == "NoArgsIsHelpError":  # a command group named alone: its help, as `ecpo` alone
+            app(args=[*argv, "--help"], prog_name="ecpo", standalone_mode=False)
+            sys.exit(0)
+        command = f"{err.ctx.command_path}: " if getattr(err, "ctx", None) is not None else ""
+        typer.echo(f"error: {command}{' '.join(err.format_message().split())}", err=True)
+        sys.exit(getattr(err, "exit_code", 2))
+    sys.exit(code if isinstance(code, int) else 0)
+
+
 if __name__ == "__main__":
-    app()
+    main()
