@@ -18,9 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from ecpo_gym.canonical import INVALID_ACTION
 from ecpo_train.core.credit import CreditRows, compute_advantages, prepare_rows
-
-INVALID_ACTION_KEY = "<invalid>"
 
 _TRAJECTORY_FIELDS = ("group_id", "traj_id", "anchor_keys", "action_keys", "rewards", "is_action_valid", "extras")
 _REQUIRED_TRAJECTORY_FIELDS = ("group_id", "anchor_keys", "action_keys", "rewards")
@@ -179,7 +178,7 @@ class TrajectoryBatch:
             elif tuple(sorted(record_extras)) != extra_names:
                 raise ValueError(f"{where} has extra columns {sorted(record_extras)}, others have {list(extra_names)}")
             action_keys = list(per_step["action_keys"])
-            valid = per_step.get("is_action_valid", [a != INVALID_ACTION_KEY for a in action_keys])
+            valid = per_step.get("is_action_valid", [a != INVALID_ACTION for a in action_keys])
             columns["group_id"] += [record["group_id"]] * length
             columns["traj_id"] += [record.get("traj_id", index)] * length
             columns["step"] += range(1, length + 1)

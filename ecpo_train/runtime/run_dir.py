@@ -118,7 +118,9 @@ class MetricsLog:
 
 
 def save_checkpoint(state: dict[str, Any], path: Path) -> Path:
-    """Write ``state`` to ``path`` atomically (temp file, then rename)."""
+    """Write ``state`` to ``path`` atomically (temp file, then rename); the run folder is created if a checkpoint
+    comes before the first metrics line (``Trainer.save_checkpoint`` called directly)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     torch.save(state, tmp)
     tmp.replace(path)

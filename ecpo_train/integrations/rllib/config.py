@@ -222,8 +222,9 @@ class ECPOConfig(PPOConfig):
         if self.num_envs_per_env_runner != 1:
             self._value_error("ECPO needs num_envs_per_env_runner=1 so that each runner's resets stay grouped; "
                               "scale with num_env_runners instead")
-        if self.estimator not in available_estimators():
-            self._value_error(f"estimator={self.estimator!r}; valid: {', '.join(available_estimators())}")
+        critic_free = available_estimators(needs_values=False)  # ECPO in RLlib is critic-free: no "ppo" here
+        if self.estimator not in critic_free:
+            self._value_error(f"estimator={self.estimator!r}; valid: {', '.join(critic_free)}")
         if not isinstance(self.credit, CreditConfig):
             self._value_error(f"credit must be a credit.CreditConfig (use training(credit=...)), got {self.credit!r}")
         if self.anchor_key not in ANCHOR_KEYS:
