@@ -28,7 +28,7 @@ def test_from_trajectories_builds_flat_rows():
     assert batch.is_action_valid.tolist() == [True, False, True, True, True]
     assert batch.reward.dtype == np.float64
     assert batch.extras["response_ids"][4] == [6, 7]
-    adv, diag = batch.advantages("gigpo", gamma=1.0)
+    adv, diag = compute_advantages("gigpo", rows=batch, gamma=1.0)
     expected, _ = compute_advantages("gigpo", **batch.credit_arrays(), gamma=1.0)
     np.testing.assert_array_equal(adv, expected)
     # GRPO part: R = -0.1 vs 10 -> +-1/sqrt(2) scaled; anchor "a" (G = -0.1 vs 10) adds -+5.05
@@ -83,7 +83,7 @@ def test_empty_and_malformed_batches():
 
 
 def test_the_batch_codes_its_keys_once(monkeypatch):
-    from ecpo_train.core.credit import rows as credit
+    from ecpo_train.core import rows as credit
 
     calls = []
     real = credit.factorize_keys
@@ -92,7 +92,7 @@ def test_the_batch_codes_its_keys_once(monkeypatch):
     assert sorted(calls) == ["action_keys", "anchor_keys", "group_ids", "traj_ids"]  # validation = coding
     calls.clear()
     wider = batch.with_columns(old_logprobs=[-1.0] * 5)
-    adv, diag = wider.advantages("ecpo", d_min=1)
+    adv, diag = compute_advantages("ecpo", rows=wider, d_min=1)
     by_rows, _ = compute_advantages("ecpo", rows=wider.credit_rows(), d_min=1)
     assert calls == []  # neither the copy nor the credit step factorises again
     expected, expected_diag = compute_advantages("ecpo", **batch.credit_arrays(), d_min=1)
@@ -139,3 +139,14 @@ def test_rows_appended_step_by_step_build_the_same_batch_as_per_trajectory_recor
     assert built.extras["tag"] == expected.extras["tag"]
     with pytest.raises(ValueError, match="extra columns"):
         builder.append(group_id=0, traj_id=9, anchor_key="s", action_key="a", reward=0.0, is_action_valid=True)
+
+
+def test_the_table_does_not_import_credit():
+    """Credit reads the step-row table; the table (and its row coding) never imports credit."""
+    import subprocess
+    import sys
+
+    code = ("import sys; import ecpo_train.core.batch, ecpo_train.core.rows, ecpo_train.core.rollout; "
+            "print(sorted(m for m in sys.modules if m.startswith('ecpo_train.core.credit')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

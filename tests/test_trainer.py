@@ -178,7 +178,7 @@ def test_ppo_with_tabular_critic_trains(tmp_path):
 
 
 def test_an_iteration_factorises_the_keys_once(tmp_path, monkeypatch):
-    from ecpo_train.core.credit import rows as credit
+    from ecpo_train.core import rows as credit
 
     calls = []
     real = credit.factorize_keys

@@ -5,8 +5,9 @@ One row per environment step: ``group_id`` (task group), ``traj_id``, ``step`` (
 (penalties included), ``is_action_valid``. The rollout attaches per-row fields (prompt ids, response ids, old
 log-probs, the env's structured ``state_key``, ...) as extra columns: plain lists / object arrays with one entry
 per row, carried untouched. The rows are validated and their keys coded once, when the batch is built
-(:meth:`TrajectoryBatch.credit_rows`); credit reads those codes (:meth:`TrajectoryBatch.advantages`), or the
-plain columns (:meth:`TrajectoryBatch.credit_arrays`).
+(:meth:`TrajectoryBatch.credit_rows`, ``core/rows.py``); credit reads those codes
+(``compute_advantages(name, rows=batch)``), or the plain columns (:meth:`TrajectoryBatch.credit_arrays`). The
+table does not know credit; credit reads the table.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ecpo_gym.canonical import INVALID_ACTION
-from ecpo_train.core.credit import CreditRows, compute_advantages, prepare_rows
+from ecpo_train.core.rows import CreditRows, prepare_rows
 
 _TRAJECTORY_FIELDS = ("group_id", "traj_id", "anchor_keys", "action_keys", "rewards", "is_action_valid", "extras")
 _REQUIRED_TRAJECTORY_FIELDS = ("group_id", "anchor_keys", "action_keys", "rewards")
@@ -275,8 +276,3 @@ class TrajectoryBatch:
             step=self.step, anchor_key=self.anchor_key, action_key=self.action_key, reward=self.reward,
             is_action_valid=self.is_action_valid, extras=self.extras,
         )
-
-    def advantages(self, estimator: str = "ecpo", **hyperparameters: Any) -> tuple[np.ndarray, dict[str, float]]:
-        """Per-row advantages of ``estimator`` on this batch (see :func:`ecpo_train.core.credit.compute_advantages`),
-        from the codes built with the batch."""
-        return compute_advantages(estimator, rows=self._credit_rows, **hyperparameters)

@@ -31,14 +31,15 @@ keeps its own name (a batch extra, read by the PPO critic).
 All arithmetic is float64. Numpy in gives numpy float64 out; torch in (``rewards`` a tensor) gives a
 float64 tensor on the rewards' device.
 
-Layout: :mod:`.config` (the hyperparameters), :mod:`.backend` (numpy/torch array operations), :mod:`.rows` (step
-rows -> integer codes, validated once), :mod:`.equations` (one function per paper equation) and
-:mod:`.estimators` (the registry and one function per estimator, :func:`compute_advantages`).
+Layout: :mod:`.config` (the hyperparameters), :mod:`.equations` (one function per paper equation) and
+:mod:`.estimators` (the registry and one function per estimator, :func:`compute_advantages`). The rows they read
+are the step-row table's, validated and coded once in ``ecpo_train.core.rows`` (numpy/torch operations in
+``ecpo_train.core.backend``).
 """
 
 from __future__ import annotations
 
-from ecpo_train.core.credit.config import COMPAT_MODES, MAX_RETURN_MAGNITUDE, CreditConfig
+from ecpo_train.core.credit.config import COMPAT_MODES, CreditConfig
 from ecpo_train.core.credit.equations import (
     between_action_variance,
     eca_action_std,
@@ -67,7 +68,7 @@ from ecpo_train.core.credit.estimators import (
     get_estimator,
     register_estimator,
 )
-from ecpo_train.core.credit.rows import CreditRows, factorize_keys, prepare_rows
+from ecpo_train.core.rows import MAX_RETURN_MAGNITUDE, CreditRows, factorize_keys, prepare_rows
 
 __all__ = [
     "COMPAT_MODES",

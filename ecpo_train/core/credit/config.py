@@ -10,10 +10,6 @@ from typing import Any
 import numpy as np
 
 COMPAT_MODES = ("native", "verl-agent")
-# Largest sum of |reward| a trajectory may have (prepare_rows rejects more). Every return is bounded by it, and the
-# statistics sum squared deviations of returns: n * (2e150)^2 stays below float64's ~1.8e308 up to n ~ 4e7 rows.
-# Beyond it finite rewards would give inf/NaN advantages; the estimators' output is checked as well.
-MAX_RETURN_MAGNITUDE = 1e150
 # The real-valued hyperparameters: (test on the value, the valid range in words). Ranges are the paper's where it
 # states one (kappa > 0 and eps > 0 in Sec. 4.1, tau > 0 in Sec. 4.2, omega >= 0 in Sec. 4.3); gamma is a discount
 # factor in (0, 1] and rho_min a floor on a weight in [0, 1] (App. A).

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ecpo_train.core.credit.backend import ops_of
+from ecpo_train.core.backend import ops_of
 
 
 @dataclass(frozen=True)

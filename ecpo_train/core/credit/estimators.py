@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from ecpo_train.core.batch import TrajectoryBatch
 from ecpo_train.core.credit.config import CreditConfig
 from ecpo_train.core.credit.equations import (
     between_action_variance,
@@ -30,7 +31,7 @@ from ecpo_train.core.credit.equations import (
     verl_agent_episode_advantage,
     within_action_variance,
 )
-from ecpo_train.core.credit.rows import CreditRows, host_values, prepare_rows
+from ecpo_train.core.rows import CreditRows, host_values, prepare_rows
 
 Estimator = Callable[..., tuple[Any, dict[str, float]]]
 
@@ -361,8 +362,8 @@ def compute_advantages(
     and its ``steps`` must be exactly ``1..T``; rows may come in any order. ``anchor_keys`` are the anchor
     keys (an anchor is ``(group_id, anchor_key)``; see the module docstring on the name). ``rewards`` are
     floats: a torch tensor gives a float64 tensor on its device, anything else a float64 numpy array.
-    Instead of the six columns, ``rows`` may pass step rows already validated and coded by
-    :func:`prepare_rows` (``TrajectoryBatch.credit_rows()``), so a batch's keys are factorised once.
+    Instead of the six columns, ``rows`` may pass a ``TrajectoryBatch`` (or the ``CreditRows`` of
+    :func:`prepare_rows`): rows validated and coded once, when the table was built.
     Hyperparameters (defaults = paper): gamma, omega, kappa, tau, d_min, rho_min, eps, compat
     ("native" | "verl-agent").
     Bad input raises ``ValueError``: a hyperparameter of the wrong type or out of its range (named, with the
@@ -384,8 +385,10 @@ def compute_advantages(
     if rows is not None:
         if given:
             raise ValueError(f"pass either rows= or the step columns, not both (got rows and {', '.join(given)})")
+        if isinstance(rows, TrajectoryBatch):  # the table's rows, validated and coded when it was built
+            rows = rows.credit_rows()
         if not isinstance(rows, CreditRows):
-            raise TypeError(f"rows must be CreditRows (from prepare_rows), got {type(rows).__name__}")
+            raise TypeError(f"rows must be a TrajectoryBatch or CreditRows (from prepare_rows), got {type(rows).__name__}")
     else:
         missing = [column for column in columns if column not in given]
         if missing:

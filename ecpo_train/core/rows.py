@@ -8,8 +8,12 @@ from typing import Any
 
 import numpy as np
 
-from ecpo_train.core.credit.backend import is_torch, ops_of
-from ecpo_train.core.credit.config import MAX_RETURN_MAGNITUDE
+from ecpo_train.core.backend import is_torch, ops_of
+
+# Largest sum of |reward| a trajectory may have (prepare_rows rejects more). Every return is bounded by it, and the
+# statistics sum squared deviations of returns: n * (2e150)^2 stays below float64's ~1.8e308 up to n ~ 4e7 rows.
+# Beyond it finite rewards would give inf/NaN advantages; the estimators' output is checked as well.
+MAX_RETURN_MAGNITUDE = 1e150
 
 
 def host_values(values: Any, name: str) -> Any:
