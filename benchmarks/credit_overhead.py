@@ -133,6 +133,10 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "credit_overhead.json"))
     args = parser.parse_args()
+    if args.reps < 1:
+        parser.error(f"--reps {args.reps}: at least one repetition is needed for a median")
+    if not Path(args.out).parent.is_dir():  # checked before the minutes of timing, and no folder is created
+        parser.error(f"--out {args.out}: the folder {Path(args.out).parent} does not exist")
     torch.set_num_threads(1)
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
@@ -190,7 +194,6 @@ def main() -> None:
     print(f"  targets met (ECPO <= 1.3x GiGPO and <= 25 ms): {result['targets']['met']}")
     print(f"  loop GiGPO vs vectorised GiGPO max |diff|: {max_diff:.2e}")
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {out}")
 

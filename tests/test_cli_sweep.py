@@ -193,8 +193,10 @@ CASES = [
     ("eval-manifest-unknown", "eval {run} --manifest nope", "error"),
     # ---------------------------------------------------------------- bench
     ("bench-unknown", "bench nope", "error"),
-    ("bench-arg-text", "bench credit_overhead --reps abc", "usage"),
-    ("bench-arg-unknown", "bench credit_overhead --nope", "usage"),
+    ("bench-arg-text", "bench credit_overhead --reps abc", "error"),
+    ("bench-arg-unknown", "bench credit_overhead --nope", "error"),
+    ("bench-reps-zero", "bench credit_overhead --reps 0", "error"),
+    ("bench-out-missing-folder", "bench credit_overhead --out /nonexistent/dir/x.json", "error"),
     # ---------------------------------------------------------------- demo
     ("demo-tabular-overrides", "demo --tabular iterations=3", "error"),
     ("demo-unknown-key", "demo nope=1", "error"),
@@ -231,18 +233,18 @@ def test_no_case_ends_in_a_traceback(paths, case, argv, outcome):
         assert "Usage:" in result.output or "usage:" in result.output, result.output
 
 
-CLICK_USAGE = [c for c in CASES if c[2] == "usage" and not c[1].startswith("bench ")]
+CLICK_USAGE = [c for c in CASES if c[2] == "usage"]
 
 
 @pytest.mark.parametrize("case,argv,outcome", CLICK_USAGE, ids=[c[0] for c in CLICK_USAGE])
 def test_the_console_script_reports_click_usage_errors_in_one_line(paths, capsys, case, argv, outcome):
     """What click answers to a value of the wrong type or an unknown option goes, through the ``ecpo`` console
-    script (``cli.main``), by the rule every verb follows: one ``error: ...`` line, exit 2. (``ecpo bench``
-    hands its arguments to the benchmark script, whose argparse answers with its usage line and an error line.)"""
+    script (``cli.main``), by the rule every verb follows: one ``error: ...`` line, exit 2 (``ecpo bench``: the
+    benchmark script's argparse refusal, in one line)."""
     from ecpo_train.apps.cli import main
 
     with pytest.raises(SystemExit) as exited:
         main([part.format(**paths) for part in argv.split()])
     assert exited.value.code == 2
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: ecpo "), lines
+    assert len(lines) == 1 and lines[0].startswith("error: "), lines

@@ -279,11 +279,21 @@ def bench(ctx: typer.Context, name: str = typer.Argument(..., help=" | ".join(BE
     script = Path(__file__).resolve().parents[2] / "benchmarks" / f"{name}.py"
     if not script.is_file():
         raise fail(f"{script} not found: benchmarks ship with the source checkout, not the wheel")
+    import argparse
+    from unittest import mock
+
+    class ScriptUsageError(Exception):
+        """The script's argparse refusing an argument (its usage line is not printed: one line here)."""
+
+    def refuse(parser: argparse.ArgumentParser, message: str) -> None:
+        raise ScriptUsageError(f"{parser.prog}: {message}")
+
     argv = sys.argv
     sys.argv = [str(script), *ctx.args]
-    try:  # the script's argparse answers wrong types itself (exit 2); values it cannot use are one line here
-        runpy.run_path(str(script), run_name="__main__")
-    except _input_errors() as err:
+    try:
+        with mock.patch.object(argparse.ArgumentParser, "error", refuse):
+            runpy.run_path(str(script), run_name="__main__")
+    except (ScriptUsageError, *_input_errors()) as err:
         raise fail(err) from None
     finally:
         sys.argv = argv
