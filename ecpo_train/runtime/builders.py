@@ -31,6 +31,50 @@ def update_settings(config: TrainConfig) -> UpdateSettings:
                           max_tokens_per_micro_batch=config.max_tokens_per_micro_batch)
 
 
+def update_on_table(policy: Policy, config: TrainConfig, table: Any, step_advantages: torch.Tensor,
+                    optimizer: torch.optim.Optimizer, generator: np.random.Generator, *, reference: Any = None,
+                    reducer: Any = None, logprobs: Any = None) -> dict[str, float]:
+    """Step E on a step-row table: ``core.loss.policy_update`` over the table's rows, with the run's settings.
+
+    The one place the update is wired, for the native trainer and the RLlib learner alike: the current policy's
+    log-probs of the stored rows (``logprobs(prompts, responses, with_entropy)``; default ``policy.logprobs``,
+    the RLlib learner passes its module's forward), the frozen reference's, the rows' lengths, the scoring
+    policy's shared contexts, the equal-return group filter and the thread count.
+    """
+    from ecpo_train.core.loss import equal_return_rows, policy_update
+    from ecpo_train.runtime.threads import apply_threads
+
+    extras = table.extras
+    prompts, responses = extras["prompt_ids"], extras["response_ids"]
+    old_logp, old_mask = pad_logprobs(extras["old_logprobs"])
+    want_entropy = config.entropy_coef > 0
+    if logprobs is None:
+        def logprobs(prompt_rows, response_rows, with_entropy):
+            return policy.logprobs(prompt_rows, response_rows, temperature=config.rollout_temperature,
+                                   with_entropy=with_entropy)
+
+    def logprob_fn(rows: np.ndarray):
+        return logprobs([prompts[i] for i in rows], [responses[i] for i in rows], want_entropy)
+
+    ref_fn = None
+    if reference is not None:
+        def ref_fn(rows: np.ndarray) -> torch.Tensor:
+            with torch.no_grad():
+                return reference.logprobs([prompts[i] for i in rows], [responses[i] for i in rows],
+                                          temperature=config.rollout_temperature)[0]
+
+    apply_threads(config.threads)  # from the cores free now (ecpo_train/runtime/threads.py)
+    # the scoring policy computes each distinct (prompt, candidates) row once per micro-batch
+    row_keys = [tuple(p) for p in prompts] if getattr(policy, "policy_mode", "") == "score" else None
+    keep = ~equal_return_rows(table.group_id, table.traj_id, table.reward) \
+        if config.filter_equal_return_groups else None
+    return policy_update(logprob_fn, ref_fn, [p for p in policy.parameters() if p.requires_grad], optimizer,
+                         old_logp, old_mask, step_advantages, update_settings(config), generator,
+                         before_step=lambda: policy.grow_optimizer_state(optimizer),
+                         row_tokens=np.asarray([len(p) + len(r) for p, r in zip(prompts, responses)]),
+                         reducer=reducer, row_keys=row_keys, keep=keep)
+
+
 # ---------------------------------------------------------------------------------------------- building blocks
 def build_policy(config: TrainConfig, device: str | None = None) -> Policy:
     if config.policy == "tabular":

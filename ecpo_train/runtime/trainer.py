@@ -30,14 +30,12 @@ import torch
 
 from ecpo_gym.group import GroupVectorEnv
 from ecpo_train.core.credit import compute_advantages, gae_targets
-from ecpo_train.core.loss import policy_update
 from ecpo_train.core.rollout import Rollout, collect_rollout
 from ecpo_train.policies.critic import critic_update, critic_values
 from ecpo_train.runtime.builders import (
     build_critic,
     build_policy,
-    pad_logprobs,
-    update_settings,
+    update_on_table,
     validation_metrics,
     validation_outcome,
     warn_if_no_signal,
@@ -188,39 +186,11 @@ class Trainer:
         return metrics
 
     def update_policy(self, rollout: Rollout, step_advantages: torch.Tensor) -> dict[str, float]:
-        extras = rollout.batch.extras
-        prompts, responses = extras["prompt_ids"], extras["response_ids"]
-        old_logp, old_mask = pad_logprobs(extras["old_logprobs"])
-        want_entropy = self.config.entropy_coef > 0
-
-        def logprob_fn(rows: np.ndarray):
-            return self.policy.logprobs([prompts[i] for i in rows], [responses[i] for i in rows],
-                                        temperature=self.config.rollout_temperature, with_entropy=want_entropy)
-
-        ref_fn = None
-        if self.reference is not None:
-            def ref_fn(rows: np.ndarray) -> torch.Tensor:
-                with torch.no_grad():
-                    return self.reference.logprobs([prompts[i] for i in rows], [responses[i] for i in rows],
-                                                   temperature=self.config.rollout_temperature)[0]
-
-        row_tokens = np.asarray([len(p) + len(r) for p, r in zip(prompts, responses)])
         generator = self.rng
         if self.dp is not None:  # the shuffle of this process's rows must not desynchronise the shared task draw
             generator = np.random.default_rng(int(self.rng.integers(2**63 - 1)) + self.dp.rank)
-        from ecpo_train.core.loss import equal_return_rows
-        from ecpo_train.runtime.threads import apply_threads
-
-        apply_threads(self.config.threads)  # from the cores free now (ecpo_train/runtime/threads.py)
-        # the scoring policy computes each distinct (prompt, candidates) row once per micro-batch
-        row_keys = [tuple(p) for p in prompts] if getattr(self.policy, "policy_mode", "") == "score" else None
-        batch = rollout.batch
-        keep = ~equal_return_rows(batch.group_id, batch.traj_id, batch.reward) \
-            if self.config.filter_equal_return_groups else None
-        return policy_update(logprob_fn, ref_fn, [p for p in self.policy.parameters() if p.requires_grad],
-                             self.optimizer, old_logp, old_mask, step_advantages, update_settings(self.config),
-                             generator, before_step=lambda: self.policy.grow_optimizer_state(self.optimizer),
-                             row_tokens=row_tokens, reducer=self.dp, row_keys=row_keys, keep=keep)
+        return update_on_table(self.policy, self.config, rollout.batch, step_advantages, self.optimizer, generator,
+                               reference=self.reference, reducer=self.dp)
 
     def _gathered(self) -> Any:
         """Sampling under FSDP: the policy's full weights on every process (no collective per token)."""

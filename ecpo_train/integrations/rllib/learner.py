@@ -138,8 +138,7 @@ class ECPOLLMLearner(TorchLearner):
                return_state: bool = False, **kwargs):
         from ray.rllib.core.learner.training_data import TrainingData
 
-        from ecpo_train.core.loss import policy_update
-        from ecpo_train.runtime.builders import pad_logprobs, update_settings
+        from ecpo_train.runtime.builders import update_on_table
 
         self._check_is_built()
         self.before_gradient_based_update(timesteps=timesteps or {})
@@ -151,22 +150,12 @@ class ECPOLLMLearner(TorchLearner):
         table = batch[self.module_id]["table"]
         self.last_advantages = batch[self.module_id][Postprocessing.ADVANTAGES]  # for callers measuring credit
         step_advantages = torch.as_tensor(self.last_advantages, dtype=torch.float32)
-        prompts, responses = table.extras["prompt_ids"], table.extras["response_ids"]
-        old_logp, old_mask = pad_logprobs(table.extras["old_logprobs"])
-        want_entropy = self.train_config.entropy_coef > 0
         module = self.module[self.module_id]
 
-        def logprob_fn(rows):
-            out = module.forward_train({PROMPT_IDS: [prompts[i] for i in rows],
-                                        RESPONSE_IDS: [responses[i] for i in rows], WITH_ENTROPY: want_entropy})
+        def logprobs(prompt_rows, response_rows, with_entropy):  # through DDP when there are several learners
+            out = module.forward_train({PROMPT_IDS: prompt_rows, RESPONSE_IDS: response_rows,
+                                        WITH_ENTROPY: with_entropy})
             return out[TOKEN_LOGP], out[RESPONSE_MASK], out[TOKEN_ENTROPY]
-
-        ref_fn = None
-        if self.reference is not None:
-            def ref_fn(rows):
-                with torch.no_grad():
-                    return self.reference.logprobs([prompts[i] for i in rows], [responses[i] for i in rows],
-                                                   temperature=self.train_config.rollout_temperature)[0]
 
         reducer = DistributedReducer() if self.config.num_learners > 1 else None
         generator = np.random.default_rng()
@@ -175,13 +164,9 @@ class ECPOLLMLearner(TorchLearner):
         elif shuffle and "seed" in shuffle:
             rank = torch.distributed.get_rank() if reducer is not None else 0
             generator = np.random.default_rng(int(shuffle["seed"]) + rank)
-        optimizer = self.get_optimizer(self.module_id)
-        policy = self.policy_module.policy
-        stats = policy_update(
-            logprob_fn, ref_fn, self.get_parameters(self.policy_module), optimizer, old_logp, old_mask,
-            step_advantages, update_settings(self.train_config), generator,
-            before_step=lambda: policy.grow_optimizer_state(optimizer),
-            row_tokens=np.asarray([len(p) + len(r) for p, r in zip(prompts, responses)]), reducer=reducer)
+        stats = update_on_table(self.policy_module.policy, self.train_config, table, step_advantages,
+                                self.get_optimizer(self.module_id), generator, reference=self.reference,
+                                reducer=reducer, logprobs=logprobs)
         self._weights_seq_no += 1
         self.metrics.log_dict({f"update/{k}": float(v) for k, v in stats.items()}, key=self.module_id, window=1)
         self.metrics.log_value((self.module_id, "num_steps"), float(len(table)), reduce="sum", window=1)
