@@ -1,17 +1,18 @@
 """Does the RLlib ECPO algorithm teach an LLM, and what does RLlib cost per iteration next to the native trainer?
 
-The ``corridor_llm`` preset (SmolLM2-135M scoring the doors of two 4-room corridors; the tiny random model when
-SmolLM2 has not been pulled) is trained twice from the same seed: through ``ECPOConfig.from_train_config(...)
-.build_algo()`` with ``--env-runners`` Ray actors and a local learner, and by the native trainer. Printed and
-written to ``benchmarks/results/rllib_llm_learning.json``:
+The ``corridor_llm`` preset (SmolLM2-135M scoring the doors of two 4-room corridors; ``--model`` for another)
+is trained from each ``--seeds`` seed twice: through ``ECPOConfig.from_train_config(...).build_algo()`` with
+``--env-runners`` Ray actors and a local learner, and by the native trainer. Printed and written to
+``benchmarks/results/rllib_llm_learning.json``:
 
-- exact success (the corridors' DP value of the policy at the validation temperature: no sampling noise)
-  before training and after the last iteration, for both engines;
-- the sampled validation success before and after, with 95% Wilson intervals, and the 95% interval of the
-  gain (normal approximation of two independent proportions): the noise a sampled measurement carries;
+- per seed: exact success (the corridors' DP value of the policy at the validation temperature: no sampling
+  noise) before training and after the last iteration; the sampled validation success before and after, with
+  95% Wilson intervals and the 95% interval of the gain (two independent proportions);
+- per engine: the mean exact-success gain over seeds with its 95% Student-t interval (the run-to-run noise:
+  with several runners each samples its own stream, so runs differ from the native trainer's);
 - seconds per training iteration (median over iterations, validation excluded) and its split, side by side.
 
-    python benchmarks/rllib_llm_learning.py                       # SmolLM2 if pulled, 12 iterations
+    python benchmarks/rllib_llm_learning.py --seeds 0 1 2 --iterations 8   # SmolLM2 (pulled), both engines
     python benchmarks/rllib_llm_learning.py --iterations 3 --model /path/to/tiny --skip-native
 """
 
@@ -46,6 +47,17 @@ def gain_interval(before: float, after: float, n: int, z: float = 1.96) -> tuple
     return (after - before - z * se, after - before + z * se)
 
 
+def t_interval(values: list[float]) -> tuple[float, float]:
+    """95% Student-t interval of the mean (NaN bounds with fewer than two values)."""
+    from scipy import stats
+
+    if len(values) < 2:
+        return (math.nan, math.nan)
+    mean, sem = statistics.fmean(values), statistics.stdev(values) / math.sqrt(len(values))
+    half = stats.t.ppf(0.975, len(values) - 1) * sem
+    return (mean - half, mean + half)
+
+
 def summarize(history: list[dict[str, float]], episodes: int, seconds: float) -> dict[str, object]:
     validated = [m for m in history if "val/success" in m]
     first, last = validated[0], validated[-1]
@@ -69,7 +81,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     parser.add_argument("--model", default=None, help="model folder (default: pulled SmolLM2, else fail)")
     parser.add_argument("--iterations", type=int, default=12)
     parser.add_argument("--env-runners", type=int, default=2)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--skip-native", action="store_true", help="only the RLlib engine")
     parser.add_argument("--out", default=str(RESULTS / "rllib_llm_learning.json"))
     args = parser.parse_args(argv)
@@ -84,34 +96,46 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         print(f"error: no model at {model}: run `ecpo models pull smollm2-135m-instruct` or pass --model",
               file=sys.stderr)
         raise SystemExit(2)
-    out: dict[str, object] = {"model": model, "preset": "corridor_llm", "seed": args.seed,
-                              "env_runners": args.env_runners, "machine": platform.platform(),
-                              "cpus": os.cpu_count(), "load_average_start": os.getloadavg()}
-    with tempfile.TemporaryDirectory() as folder:
-        overrides = [f"model={model}", f"iterations={args.iterations}", f"seed={args.seed}", "progress=false",
-                     f"val_every={args.iterations}"]
-        config = load_config("corridor_llm", [*overrides, f"run_dir={folder}/rllib"])
-        episodes = config.val_num_tasks * config.val_episodes_per_task
-        started = time.perf_counter()
-        history = train_with_rllib(config, num_env_runners=args.env_runners, progress=True)
-        out["rllib"] = summarize(history, episodes, time.perf_counter() - started)
-        if not args.skip_native:
-            config = load_config("corridor_llm", [*overrides, f"run_dir={folder}/native"])
-            trainer = Trainer(config)
-            started = time.perf_counter()
-            try:
-                history = trainer.train()
-            finally:
-                trainer.close()
-            out["native"] = summarize(history, episodes, time.perf_counter() - started)
+    out: dict[str, object] = {"model": model, "preset": "corridor_llm", "seeds": args.seeds,
+                              "iterations": args.iterations, "env_runners": args.env_runners,
+                              "machine": platform.platform(), "cpus": os.cpu_count(),
+                              "load_average_start": os.getloadavg()}
+    engines = ["rllib"] + ([] if args.skip_native else ["native"])
+    runs: dict[str, list[dict[str, object]]] = {engine: [] for engine in engines}
+    for seed in args.seeds:
+        with tempfile.TemporaryDirectory() as folder:
+            overrides = [f"model={model}", f"iterations={args.iterations}", f"seed={seed}", "progress=false",
+                         f"val_every={args.iterations}"]
+            for engine in engines:
+                config = load_config("corridor_llm", [*overrides, f"run_dir={folder}/{engine}"])
+                episodes = config.val_num_tasks * config.val_episodes_per_task
+                started = time.perf_counter()
+                if engine == "rllib":
+                    history = train_with_rllib(config, num_env_runners=args.env_runners, progress=True)
+                else:
+                    trainer = Trainer(config)
+                    try:
+                        history = trainer.train()
+                    finally:
+                        trainer.close()
+                runs[engine].append({"seed": seed} | summarize(history, episodes, time.perf_counter() - started))
+    for engine in engines:
+        gains = [r["exact_success_after"] - r["exact_success_before"] for r in runs[engine]]
+        out[engine] = {"runs": runs[engine], "exact_gain_mean": statistics.fmean(gains),
+                       "exact_gain_ci95": t_interval(gains),
+                       "seconds_per_iteration_median": statistics.median(
+                           r["seconds_per_iteration_median"] for r in runs[engine])}
     out["load_average_end"] = os.getloadavg()
-    for engine in ("rllib", "native"):
-        if engine in out:
-            r = out[engine]
-            print(f"{engine:6s} exact success {r['exact_success_before']:.3f} -> {r['exact_success_after']:.3f}; "
-                  f"sampled {r['val_success_before']:.3f} -> {r['val_success_after']:.3f} "
-                  f"(gain 95% CI {r['val_gain_ci95'][0]:+.3f}..{r['val_gain_ci95'][1]:+.3f}, n={episodes}); "
-                  f"{r['seconds_per_iteration_median']:.1f} s/iteration")
+    for engine in engines:
+        for r in runs[engine]:
+            print(f"{engine:6s} seed {r['seed']}: exact success {r['exact_success_before']:.3f} -> "
+                  f"{r['exact_success_after']:.3f}; sampled {r['val_success_before']:.3f} -> "
+                  f"{r['val_success_after']:.3f} (gain 95% CI {r['val_gain_ci95'][0]:+.3f}..{r['val_gain_ci95'][1]:+.3f}, "
+                  f"n={r['val_episodes']}); {r['seconds_per_iteration_median']:.1f} s/iteration")
+        low, high = out[engine]["exact_gain_ci95"]
+        print(f"{engine:6s} mean exact gain {out[engine]['exact_gain_mean']:+.3f} (95% t-interval over "
+              f"{len(args.seeds)} seeds {low:+.3f}..{high:+.3f}); "
+              f"{out[engine]['seconds_per_iteration_median']:.1f} s/iteration")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
     return out
