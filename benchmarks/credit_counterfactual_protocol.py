@@ -91,20 +91,13 @@ def good_doors(env: Any) -> dict[str, str]:
 def state_distributions(policy: Any, env: Any, temperature: float, env_name: str = "") -> dict[str, dict[str, float]]:
     """pi(. | s) at ``temperature`` in every room: the tabular policy's table, or the scoring LM on the room's
     context as the env shows it (history-free prompts, as ``builders.exact_success`` uses them)."""
-    from ecpo_train.policies.base import StepContext
+    from ecpo_train.runtime.builders import context_distributions
 
     states = [s for task in env.task_ids for s in env.transition_model(task)]
     if hasattr(policy, "action_probabilities"):
         return {s: policy.action_probabilities(s, env.state_view(s)["admissible_actions"], temperature=temperature)
                 for s in states}
-    contexts = []
-    for s in states:
-        view = env.state_view(s)
-        contexts.append(StepContext(env_name=env_name, task=view["task"], step_count=view["step"], history=[],
-                                    observation=view["observation"],
-                                    admissible_actions=view["admissible_actions"], state_key=s))
-    with torch.no_grad():
-        return dict(zip(states, policy.action_distributions(contexts, temperature)))
+    return context_distributions(policy, env, env_name, states, temperature)
 
 
 def concentration(policy: Any, env: Any, good: dict[str, str], env_name: str = "") -> float:

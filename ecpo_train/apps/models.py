@@ -61,15 +61,9 @@ MODEL_REGISTRY: dict[str, PullableModel] = {
 
 def check_writable_folder(path: Path, what: str) -> None:
     """``ValueError`` unless ``path`` is, or can be made as, a folder this process may write (writes nothing)."""
-    if path.exists() and not path.is_dir():
-        raise ValueError(f"{what} {path} is a file, not a folder")
-    probe = path.absolute()
-    while not probe.exists():
-        probe = probe.parent
-    if not probe.is_dir():
-        raise ValueError(f"{what} {path} cannot be made: {probe} is a file")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise ValueError(f"{what} {path} is not writable ({probe} is read-only for this user)")
+    from ecpo_train.runtime.run_dir import check_writable_folder as check
+
+    check(path, f"{what} {path}")
 
 
 def default_cache_dir() -> Path:

@@ -118,6 +118,21 @@ def build_critic(config: TrainConfig, policy: Policy) -> tuple[torch.nn.Module |
     return critic, torch.optim.AdamW(critic.parameters(), lr=config.critic_lr, weight_decay=config.weight_decay)
 
 
+def context_distributions(policy: Any, env: Any, env_id: str, states: Sequence[str],
+                          temperature: float) -> dict[str, dict[str, float]]:
+    """pi(. | s) at ``temperature`` in each of ``states`` of an env that can show a state without its history
+    (``env.state_view``: the diagnostic corridors), from the policy's ``action_distributions`` of that view
+    (the scoring LLM with a history-free prompt)."""
+    contexts = []
+    for state in states:
+        view = env.state_view(state)
+        contexts.append(StepContext(env_name=env_id, task=view["task"], step_count=view["step"], history=[],
+                                    observation=view["observation"], admissible_actions=view["admissible_actions"],
+                                    state_key=state))
+    with torch.no_grad():
+        return dict(zip(states, policy.action_distributions(contexts, temperature)))
+
+
 def exact_success(policy: Policy, env_id: str, env_kwargs: dict, task_ids: Sequence[str],
                   temperature: float, history_length: int | None = None) -> float | None:
     """Noise-free validation where both sides allow it: the env exposes its exact MDP (the diagnostic
@@ -142,13 +157,7 @@ def exact_success(policy: Policy, env_id: str, env_kwargs: dict, task_ids: Seque
             if not hasattr(env, "state_view"):
                 return None
             states = [state for task in task_ids for state in env.transition_model(task)]
-            contexts = []
-            for state in states:
-                view = env.state_view(state)
-                contexts.append(StepContext(env_name=env_id, task=view["task"], step_count=view["step"], history=[],
-                                            observation=view["observation"],
-                                            admissible_actions=view["admissible_actions"], state_key=state))
-            table = dict(zip(states, policy.action_distributions(contexts, temperature)))
+            table = context_distributions(policy, env, env_id, states, temperature)
 
             def probabilities(state: str, actions: list[str]) -> dict[str, float]:
                 return table[state]

@@ -121,20 +121,10 @@ def resume_changes(saved: dict[str, Any], new: dict[str, Any]) -> dict[str, list
 
 
 def check_writable_folder(run_dir: Path) -> None:
-    """``ValueError`` unless ``run_dir`` is a folder, or could be made as one, that this process may write.
+    """``ValueError`` unless ``run_dir`` is, or can be made as, a writable folder; writes nothing."""
+    from ecpo_train.runtime.run_dir import check_writable_folder as check
 
-    Writes nothing: the nearest existing folder on the path must be writable."""
-    import os
-
-    if run_dir.exists() and not run_dir.is_dir():
-        raise ValueError(f"run_dir={str(run_dir)!r} is a file, not a folder")
-    probe = run_dir.absolute()
-    while not probe.exists():
-        probe = probe.parent
-    if not probe.is_dir():
-        raise ValueError(f"run_dir={str(run_dir)!r} cannot be made: {probe} is a file")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise ValueError(f"run_dir={str(run_dir)!r} is not writable ({probe} is read-only for this user)")
+    check(run_dir, f"run_dir={str(run_dir)!r}")
 
 
 def append_history(run_dir: Path, event: str, iteration: int, changes: dict[str, list[Any]] | None = None) -> None:

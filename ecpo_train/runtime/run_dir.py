@@ -53,6 +53,22 @@ def check_metrics_file(path: Path) -> None:
         read_metrics_file(path)
 
 
+def check_writable_folder(path: Path, label: str) -> None:
+    """``ValueError`` unless ``path`` is, or can be made as, a folder this process may write; writes nothing
+    (the nearest existing folder on the path must be writable). ``label`` names the path in the message."""
+    import os
+
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{label} is a file, not a folder")
+    probe = path.absolute()
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        raise ValueError(f"{label} cannot be made: {probe} is a file")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise ValueError(f"{label} is not writable ({probe} is read-only for this user)")
+
+
 class MetricsLog:
     """``metrics.jsonl`` (one line per iteration) and, optionally, TensorBoard scalars.
 
