@@ -140,9 +140,13 @@ def check_game(name: str, data: dict, walks: int, max_steps: int, seed: int) -> 
                                                  "native": _short(vb)})
                 if diffs or step == steps or (plan is not None and not plan and step not in inserts):
                     break
-                if plan is not None:
-                    command = invalid_command(rng, a["admissible_commands"], names) if step in inserts \
-                        else plan.pop(0)
+                if plan is not None and step in inserts:
+                    # only a command that is not admissible here, so the walkthrough still wins
+                    command = invalid_command(rng, a["admissible_commands"], names)
+                    while command.strip() in a["admissible_commands"]:
+                        command = invalid_command(rng, a["admissible_commands"], names)
+                elif plan is not None:
+                    command = plan.pop(0)
                 elif rng.random() < 0.25:
                     command = invalid_command(rng, a["admissible_commands"], names)
                 else:
