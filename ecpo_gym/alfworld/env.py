@@ -1,6 +1,8 @@
 """ALFWorld environments: real ``game.tw-pddl`` files (``ecpo/ALFWorld-v0``) and generated households
-(``ecpo/ALFWorldGen-v0``), played on the native engine (``ecpo_gym.alfworld.native``) or on TextWorld's PDDL
-engine with alfworld's demangler (``engine="textworld"``); both give the same texts, commands and keys.
+(``ecpo/ALFWorldGen-v0``), played on TextWorld's PDDL engine with alfworld's demangler (``engine="textworld"``,
+the default) or on the native engine (``engine="native"``, ``ecpo_gym.alfworld.native``, ~50x faster, ~10x
+less memory); both give the same texts, commands and keys. ``DEFAULT_ENGINE`` becomes ``"native"`` once the
+differential check (``scripts/alfworld_differential.py``) has covered every game.
 
 Both follow the ``TextAgentEnv`` contract: ``info["task_type"]`` is the subtask (Pick, Look, Clean, Heat,
 Cool, Pick2), ``info["state_key"]`` a digest of the positive dynamic PDDL facts (``info["observation_key"]``
