@@ -83,7 +83,7 @@ class MetricsLog:
         self._config = config
         self._opened = False
 
-    def _open(self) -> None:
+    def open_folder(self) -> None:
         """Create the folder and write ``config.yaml``: the first write of this run (every check has passed)."""
         if self._opened:
             return
@@ -103,13 +103,13 @@ class MetricsLog:
             if torn:
                 print(f"warning: {self.path}: the last line was cut mid-write (a crash); dropped it, the run "
                       "continues from its checkpoint", file=sys.stderr)
-        self._open()
+        self.open_folder()
         kept = [row for row in rows if row.get("iteration", 0) <= iteration]
         self.path.write_text("".join(json.dumps(row) + "\n" for row in kept))
         self.history = kept
 
     def append(self, metrics: dict[str, float], step: int) -> None:
-        self._open()
+        self.open_folder()
         self.history.append(metrics)
         with open(self.path, "a") as fh:
             fh.write(json.dumps(metrics) + "\n")

@@ -291,6 +291,8 @@ class Trainer:
         state = self.checkpoint_state()  # under FSDP a collective: every process gathers, process 0 writes
         saved = Path(path) if path is not None else self.run_dir / "checkpoint.pt"
         if self.is_main:
+            if path is None:  # the run folder's first write may be its checkpoint: config.yaml comes with it
+                self.metrics_log.open_folder()
             saved = save_checkpoint(state, saved)
         if getattr(self.policy, "lora_model", None) is not None:  # + run_dir/adapter and run_dir/merged (vLLM, eval)
             from ecpo_train.policies.lora import save_lora_checkpoint
