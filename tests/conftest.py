@@ -18,3 +18,12 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     from ecpo_train.apps.models import write_tiny_model
 
     return write_tiny_model(tmp_path_factory.mktemp("tiny"), tokenizer_path=TOKENIZER_DIR, seed=0)
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    """A local Ray session for one test module (2 CPUs, quiet), shut down after it."""
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield
+    ray.shutdown()

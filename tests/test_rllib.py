@@ -22,10 +22,8 @@ SMALL_ENV = {"env_kwargs": {"depth": 4, "num_tasks": 2}, "max_candidates": 4, "f
 
 
 @pytest.fixture(scope="module", autouse=True)
-def ray_session():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    yield
-    ray.shutdown()
+def _ray(ray_session):
+    """Every test here runs in the module's Ray session (conftest.ray_session)."""
 
 
 def small_config(**training):

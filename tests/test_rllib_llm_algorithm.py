@@ -20,13 +20,6 @@ from ecpo_train.runtime.config import make_config
 CORRIDOR = {"num_tasks": 2, "depth": 4, "rare_prob": [0.4, 0.7]}
 
 
-@pytest.fixture(scope="module")
-def ray_session():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    yield
-    ray.shutdown()
-
-
 def run_values(model, tmp_path, **changes):
     """A small scoring run on the corridors, as native TrainConfig values."""
     values = {"run_dir": str(tmp_path / "native"), "policy": "llm", "policy_mode": "score", "model": str(model), "device": "cpu",
