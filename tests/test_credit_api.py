@@ -187,3 +187,24 @@ def test_values_go_only_to_an_estimator_that_asks_for_them():
         compute_advantages("ppo", **PPO_COLUMNS, values=PPO_VALUES, gae_lambda=1.5)
     with pytest.raises(ValueError, match=r"values has shape \(4,\), expected \(5,\)"):
         compute_advantages("ppo", **PPO_COLUMNS, values=PPO_VALUES[:4])
+
+
+def test_the_credit_config_travels_as_one_object():
+    """``compute_advantages(..., credit=CreditConfig(...))`` is the same as its fields one by one; mixing both, or
+    passing something else, is one clear error."""
+    import numpy as np
+    import pytest
+
+    from ecpo_train.credit import CreditConfig, compute_advantages
+
+    columns = {"group_ids": [0] * 6, "traj_ids": [0, 0, 1, 1, 2, 2], "steps": [1, 2] * 3,
+               "anchor_keys": ["s", "t", "s", "u", "s", "t"], "action_keys": ["a", "b", "c", "d", "a", "b"],
+               "rewards": [0.0, 1.0, 0.0, 0.0, 0.0, 1.0]}
+    config = CreditConfig(kappa=3.0, d_min=1, tau=1.5)
+    by_object, _ = compute_advantages("ecpo", **columns, credit=config)
+    by_fields, _ = compute_advantages("ecpo", **columns, kappa=3.0, d_min=1, tau=1.5)
+    np.testing.assert_array_equal(by_object, by_fields)
+    with pytest.raises(ValueError, match="no separate hyperparameters"):
+        compute_advantages("ecpo", **columns, credit=config, kappa=2.0)
+    with pytest.raises(ValueError, match="one CreditConfig"):
+        compute_advantages("ecpo", **columns, credit={"kappa": 3.0})

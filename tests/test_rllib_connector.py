@@ -95,7 +95,7 @@ def test_every_credit_field_reaches_compute_advantages(monkeypatch):
         advantages, value_targets = run(ecpo_connector(config))
         (name, kwargs), = calls
         assert name == "gigpo"
-        assert {key: kwargs[key] for key in as_dict} == as_dict
+        assert kwargs["credit"] == chosen  # the CreditConfig itself travels, every field as configured
         expected, _ = real("gigpo", **COLUMNS, anchor_keys=STATE_KEYS, **as_dict)
         np.testing.assert_array_equal(advantages, np.asarray(expected, dtype=np.float32))
         # the value targets are the returns-to-go at the credit's gamma

@@ -142,8 +142,9 @@ class Trainer:
         credit_started = time.perf_counter()
         prompts, keys = batch.extras["prompt_ids"], batch.extras["state_key"]
         values = critic_values(self.critic, prompts, keys, cfg.micro_batch_size) if self.critic is not None else None
-        step_advantages, credit_diag = compute_advantages(cfg.algorithm, rows=batch.credit_rows(), values=values,
-                                                          **cfg.credit_hyperparameters())
+        options = {k: v for k, v in cfg.credit_hyperparameters().items() if k not in vars(cfg.credit)}  # ppo's
+        step_advantages, credit_diag = compute_advantages(cfg.algorithm, rows=batch, values=values, credit=cfg.credit,
+                                                          **options)
         if self.critic is not None:  # PPO: then V is fitted to the lambda-returns of eq. gae
             _, targets = gae_targets(batch.credit_rows(), values, cfg.credit, cfg.gae_lambda)
             credit_diag |= critic_update(self.critic, self.critic_optimizer, prompts, keys, targets, generator=self.rng,

@@ -31,9 +31,9 @@ keeps its own name (a batch extra, read by the PPO critic).
 All arithmetic is float64. Numpy in gives numpy float64 out; torch in (``rewards`` a tensor) gives a
 float64 tensor on the rewards' device.
 
-Layout: :mod:`.config` (the hyperparameters), :mod:`.equations` (one function per paper equation) and
-:mod:`.estimators` (the registry and one function per estimator, :func:`compute_advantages`). The rows they read
-are the step-row table's, validated and coded once in ``ecpo_train.core.rows`` (numpy/torch operations in
+Layout: :mod:`.config` (the hyperparameters), :mod:`.equations` (one function per paper equation),
+:mod:`.registry` (estimator names and what each asks for) and :mod:`.estimators` (one function per
+estimator, :func:`compute_advantages`). The rows they read are the step-row table's, validated and coded once in ``ecpo_train.core.rows`` (numpy/torch operations in
 ``ecpo_train.core.backend``).
 """
 
@@ -59,12 +59,11 @@ from ecpo_train.core.credit.equations import (
     verl_agent_episode_advantage,
     within_action_variance,
 )
-from ecpo_train.core.credit.estimators import (
+from ecpo_train.core.credit.estimators import compute_advantages, gae_targets
+from ecpo_train.core.credit.registry import (
     EstimatorSpec,
     available_estimators,
-    compute_advantages,
     estimator_spec,
-    gae_targets,
     get_estimator,
     register_estimator,
 )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,61 +31,10 @@ from ecpo_train.core.credit.equations import (
     verl_agent_episode_advantage,
     within_action_variance,
 )
+from ecpo_train.core.credit.registry import estimator_spec, register_estimator
 from ecpo_train.core.rows import CreditRows, host_values, prepare_rows
 
-Estimator = Callable[..., tuple[Any, dict[str, float]]]
-
-
-@dataclass(frozen=True)
-class EstimatorSpec:
-    """A registered estimator and what it asks of the caller beyond the step rows.
-
-    ``needs_values``: it takes one critic value ``V(s)`` per row (``compute_advantages(..., values=)``);
-    ``group_relative``: its baseline comes from the other rollouts of a group, so it needs >= 2 per task;
-    ``options``: keyword arguments it takes beyond ``CreditConfig`` (the trainer passes its config's values
-    of these names), each with its default.
-    """
-
-    fn: Estimator
-    needs_values: bool = False
-    group_relative: bool = True
-    options: tuple[tuple[str, float], ...] = ()
-
-
-_ESTIMATORS: dict[str, EstimatorSpec] = {}
 _COMPAT_AWARE = {"gigpo", "gigpo_std"}
-
-
-def register_estimator(name: str, *, needs_values: bool = False, group_relative: bool = True,
-                       options: dict[str, float] | None = None) -> Callable[[Estimator], Estimator]:
-    """Decorator: register ``fn(rows, config) -> (advantage per row, diagnostics)`` under ``name``; with
-    ``needs_values=True`` the function is ``fn(rows, config, values, **options)``."""
-
-    def decorate(fn: Estimator) -> Estimator:
-        if name in _ESTIMATORS:
-            raise ValueError(f"estimator {name!r} is already registered")
-        _ESTIMATORS[name] = EstimatorSpec(fn, needs_values, group_relative, tuple((options or {}).items()))
-        return fn
-
-    return decorate
-
-
-def available_estimators(*, needs_values: bool | None = None) -> list[str]:
-    """Every registered name, or (``needs_values=False``) only the critic-free ones."""
-    return [name for name, spec in _ESTIMATORS.items() if needs_values is None or spec.needs_values == needs_values]
-
-
-def estimator_spec(name: str) -> EstimatorSpec:
-    """The :class:`EstimatorSpec` registered under ``name`` (clear ``ValueError`` listing valid names otherwise)."""
-    try:
-        return _ESTIMATORS[name]
-    except (KeyError, TypeError):
-        raise ValueError(f"unknown advantage estimator {name!r}; valid: {', '.join(_ESTIMATORS)}") from None
-
-
-def get_estimator(name: str) -> Estimator:
-    """The function registered under ``name`` (clear ``ValueError`` listing valid names otherwise)."""
-    return estimator_spec(name).fn
 
 
 @dataclass(frozen=True, eq=False)
@@ -351,6 +300,7 @@ def compute_advantages(
     *,
     rows: CreditRows | None = None,
     values: Any = None,
+    credit: CreditConfig | None = None,
     **hyperparameters: Any,
 ) -> tuple[Any, dict[str, float]]:
     """Per-row advantages of estimator ``name`` and its diagnostics, from plain arrays (one entry per step row).
@@ -365,14 +315,17 @@ def compute_advantages(
     Instead of the six columns, ``rows`` may pass a ``TrajectoryBatch`` (or the ``CreditRows`` of
     :func:`prepare_rows`): rows validated and coded once, when the table was built.
     Hyperparameters (defaults = paper): gamma, omega, kappa, tau, d_min, rho_min, eps, compat
-    ("native" | "verl-agent").
+    ("native" | "verl-agent"), one by one or as ``credit=`` a ``CreditConfig`` (the object the configs carry).
     Bad input raises ``ValueError``: a hyperparameter of the wrong type or out of its range (named, with the
     range), and finite rewards so large that float64 arithmetic on them overflows (rejected rather than
     returned as inf/NaN: finite input gives finite advantages or this error).
     """
     spec = estimator_spec(name)
     options = {key: hyperparameters.pop(key, default) for key, default in spec.options}
-    config = CreditConfig.from_kwargs(**hyperparameters)
+    if credit is not None and (hyperparameters or not isinstance(credit, CreditConfig)):
+        raise ValueError(f"credit= takes one CreditConfig and no separate hyperparameters (got {type(credit).__name__}"
+                         f"{' and ' + ', '.join(sorted(hyperparameters)) if hyperparameters else ''})")
+    config = credit if credit is not None else CreditConfig.from_kwargs(**hyperparameters)
     if config.compat != "native" and name not in _COMPAT_AWARE:
         raise ValueError(f"compat={config.compat!r} applies only to {sorted(_COMPAT_AWARE)}, not {name!r}")
     if spec.needs_values and values is None:

@@ -13,7 +13,6 @@ the reset info), ``action_key`` from the info after it, the reward of the step, 
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -96,8 +95,8 @@ class ECPOAdvantages(ConnectorV2):
         if self.group_size is not None and any(n != self.group_size for n in sizes.values()):
             raise ValueError(f"ECPO needs complete groups of {self.group_size} episodes; got sizes {sizes}")
         step_rows = batch_from_episodes(sa_episodes, anchor_key=self.anchor_key)
-        advantages, diagnostics = credit.compute_advantages(self.estimator, rows=step_rows.credit_rows(),
-                                                            **dataclasses.asdict(self.credit_config))
+        advantages, diagnostics = credit.compute_advantages(self.estimator, rows=step_rows,
+                                                            credit=self.credit_config)
         advantages = np.asarray(advantages, dtype=np.float32)
         returns = np.asarray(self._future_returns(step_rows, sa_episodes), dtype=np.float32)
         start = 0
@@ -154,17 +153,15 @@ class StepTableCredit(ConnectorV2):
         partial = {g: n for g, n in sizes.items() if n != self.group_size}
         if partial:
             raise ValueError(f"ECPO needs complete groups of {self.group_size} trajectories; got sizes {partial}")
-        hyperparameters = dataclasses.asdict(self.credit_config)
         device = getattr(rl_module, "device", None) if rl_module is not None else None
         if device is not None and getattr(device, "type", "cpu") == "cuda":
             import torch
 
             arrays = table.credit_arrays() | {"rewards": torch.as_tensor(table.reward, device=device)}
-            advantages, diagnostics = credit.compute_advantages(self.estimator, **arrays, **hyperparameters)
+            advantages, diagnostics = credit.compute_advantages(self.estimator, **arrays, credit=self.credit_config)
             advantages = advantages.cpu().numpy()
         else:
-            advantages, diagnostics = credit.compute_advantages(self.estimator, rows=table.credit_rows(),
-                                                                **hyperparameters)
+            advantages, diagnostics = credit.compute_advantages(self.estimator, rows=table, credit=self.credit_config)
         batch[self.module_id] = {"table": table, Postprocessing.ADVANTAGES: np.asarray(advantages, np.float64)}
         if metrics is not None:
             for name, value in diagnostics.items():

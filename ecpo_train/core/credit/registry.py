@@ -1,0 +1,60 @@
+"""The estimator registry: one entry per estimator name, with what it asks of the caller beyond the rows."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+Estimator = Callable[..., tuple[Any, dict[str, float]]]
+
+
+@dataclass(frozen=True)
+class EstimatorSpec:
+    """A registered estimator and what it asks of the caller beyond the step rows.
+
+    ``needs_values``: it takes one critic value ``V(s)`` per row (``compute_advantages(..., values=)``);
+    ``group_relative``: its baseline comes from the other rollouts of a group, so it needs >= 2 per task;
+    ``options``: keyword arguments it takes beyond ``CreditConfig`` (the trainer passes its config's values
+    of these names), each with its default.
+    """
+
+    fn: Estimator
+    needs_values: bool = False
+    group_relative: bool = True
+    options: tuple[tuple[str, float], ...] = ()
+
+
+_ESTIMATORS: dict[str, EstimatorSpec] = {}
+
+
+def register_estimator(name: str, *, needs_values: bool = False, group_relative: bool = True,
+                       options: dict[str, float] | None = None) -> Callable[[Estimator], Estimator]:
+    """Decorator: register ``fn(rows, config) -> (advantage per row, diagnostics)`` under ``name``; with
+    ``needs_values=True`` the function is ``fn(rows, config, values, **options)``."""
+
+    def decorate(fn: Estimator) -> Estimator:
+        if name in _ESTIMATORS:
+            raise ValueError(f"estimator {name!r} is already registered")
+        _ESTIMATORS[name] = EstimatorSpec(fn, needs_values, group_relative, tuple((options or {}).items()))
+        return fn
+
+    return decorate
+
+
+def available_estimators(*, needs_values: bool | None = None) -> list[str]:
+    """Every registered name, or (``needs_values=False``) only the critic-free ones."""
+    return [name for name, spec in _ESTIMATORS.items() if needs_values is None or spec.needs_values == needs_values]
+
+
+def estimator_spec(name: str) -> EstimatorSpec:
+    """The :class:`EstimatorSpec` registered under ``name`` (clear ``ValueError`` listing valid names otherwise)."""
+    try:
+        return _ESTIMATORS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown advantage estimator {name!r}; valid: {', '.join(_ESTIMATORS)}") from None
+
+
+def get_estimator(name: str) -> Estimator:
+    """The function registered under ``name`` (clear ``ValueError`` listing valid names otherwise)."""
+    return estimator_spec(name).fn
