@@ -105,8 +105,9 @@ def test_credit_config_reaches_compute_advantages_in_the_trainer(tmp_path, monke
         trainer.train()
     finally:
         trainer.close()
-    assert seen["estimator"] == "gigpo_std" and seen["compat"] == "verl-agent" and seen["eps"] == 0.001
-    assert seen["kappa"] == 3.0 and seen["d_min"] == 3  # the preset's d_min
+    credit = seen["credit"]  # the trainer hands over its CreditConfig itself
+    assert seen["estimator"] == "gigpo_std" and credit.compat == "verl-agent" and credit.eps == 0.001
+    assert credit.kappa == 3.0 and credit.d_min == 3  # the preset's d_min
 
 
 # ---------------------------------------------------------------------------------------------- scale keys
