@@ -185,7 +185,7 @@ def report(results: dict, protocol_name: str, protocol: Protocol, elapsed: float
     parts = comparisons(results)
     lines = [f"# LLM learning: ECPO vs GiGPO w/std vs GRPO with a real small LM ({protocol_name} protocol)", "",
              (f"{how} "
-             f"Preset `{protocol.preset}` (policy_mode=score; see `ecpo_train/configs/{protocol.preset}.yaml`), "
+             f"Preset `{protocol.preset}` (policy_mode=score; see `ecpo_train/runtime/configs/{protocol.preset}.yaml`), "
              f"seeds {protocol.seeds}, extra overrides {protocol.overrides or 'none'}. Success is the exact success "
              "probability at the validation temperature (DP over the corridor MDP with the LM's action distribution) "
              "where available; ± is the 95 % t-interval over seeds. Every method ran on the same seed ids, so "

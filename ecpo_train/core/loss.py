@@ -4,7 +4,7 @@ One function per term: the token probability ratio, the clipped surrogate, the l
 estimator, token-mean aggregation, and ``policy_update`` which runs the mini-batch / micro-batch loop
 (gradient accumulation, grad-norm clipping, one optimizer step per mini-batch). Micro-batches hold a fixed
 number of rows, or as many rows as fit a token budget (``pack_micro_batches``); under data parallelism
-(``ecpo_train/distributed.py``) every process runs the same number of collective passes. A step's advantage is
+(``ecpo_train/runtime/distributed.py``) every process runs the same number of collective passes. A step's advantage is
 broadcast to every token of its action (``assign_step_advantage``), as the paper's Algorithm 1 step E says.
 
 No compute goes to rows that carry no gradient: with no KL and no entropy term a row whose advantage is 0 has

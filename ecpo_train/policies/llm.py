@@ -73,7 +73,7 @@ class TransformersPolicy(Policy):
                 f"config.json, weights and tokenizer files (e.g. `ecpo models pull {DEMO_MODEL}` or "
                 "`ecpo models tiny DIR`) or a Hugging Face hub id on a machine with internet access."
             ) from err
-        # LoRA (ecpo_train/lora.py): adapter layers injected into self.model in place; peft's wrapper is kept
+        # LoRA (ecpo_train/policies/lora.py): adapter layers injected into self.model in place; peft's wrapper is kept
         # outside the module registry (its parameters are self.model's), for disable_adapter / save_pretrained
         self.__dict__["lora_model"] = None
         if lora:

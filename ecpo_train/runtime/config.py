@@ -91,7 +91,7 @@ class TrainConfig:
     micro_batch_size: int = 8
     update_epochs: int = 1
     max_grad_norm: float = 1.0
-    # scale (README "Train the paper's models"; ecpo_train/lora.py, scaling.py, distributed.py)
+    # scale (README "Train the paper's models"; policies/lora.py, policies/scaling.py, runtime/distributed.py)
     lora: dict = field(default_factory=dict)  # {r, alpha, dropout, target_modules}; empty = full fine-tuning
     gradient_checkpointing: bool = False  # recompute decoder layers in backward (policy and PPO critic)
     mixed_precision: str = "none"  # "bf16": float32 master weights, bf16 compute (autocast; FSDP2 param_dtype)
@@ -154,11 +154,15 @@ class TrainConfig:
             raise ValueError(f"group_size={self.group_size} is invalid: group-relative credit ({self.algorithm}) needs "
                              ">= 2 rollouts per task (with 1 every advantage is 0 and nothing trains)")
 
+    def estimator_options(self) -> dict[str, Any]:
+        """The estimator's own keyword arguments beyond ``CreditConfig`` (``gae_lambda`` for ppo), read from the
+        fields of the same name."""
+        return {name: getattr(self, name) for name, _ in estimator_spec(self.algorithm).options}
+
     def credit_hyperparameters(self) -> dict[str, Any]:
-        """The keyword arguments ``compute_advantages`` takes for this algorithm: every ``CreditConfig`` field,
-        plus the estimator's own options (``gae_lambda`` for ppo), read from the fields of the same name."""
-        options = {name: getattr(self, name) for name, _ in estimator_spec(self.algorithm).options}
-        return dataclasses.asdict(self.credit) | options
+        """The keyword arguments ``compute_advantages`` takes for this algorithm, one by one: every
+        ``CreditConfig`` field plus :meth:`estimator_options`."""
+        return dataclasses.asdict(self.credit) | self.estimator_options()
 
     def resolved_device(self) -> str:
         """``auto`` -> ``cuda`` when this torch build has a usable GPU, else ``cpu``; CUDA asked of a CPU-only
@@ -325,7 +329,7 @@ def make_config(values: dict[str, Any]) -> TrainConfig:
 
 
 def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> TrainConfig:
-    """Read a YAML preset (a path, or a preset name in ``ecpo_train/configs/``) and apply overrides."""
+    """Read a YAML preset (a path, or a preset name in ``ecpo_train/runtime/configs/``) and apply overrides."""
     values: dict[str, Any] = {}
     if path is not None:
         file = Path(path)

@@ -11,7 +11,7 @@ Each iteration reads top to bottom:
 
 The data flows one way: env -> ``collect_rollout`` -> ``TrajectoryBatch`` -> ``credit.compute_advantages`` ->
 ``loss.policy_update`` -> policy. Hyperparameters: ``ecpo_train.runtime.config.TrainConfig`` (presets in
-``ecpo_train/configs/*.yaml``). The run folder (``ecpo_train.runtime.run_dir``) holds ``config.yaml``,
+``ecpo_train/runtime/configs/*.yaml``). The run folder (``ecpo_train.runtime.run_dir``) holds ``config.yaml``,
 ``metrics.jsonl`` (one line per iteration), TensorBoard events, ``checkpoint.pt`` and ``curves.png``.
 """
 
@@ -58,7 +58,7 @@ class _HistoryOnly(MetricsLog):
 class Trainer:
     """Owns the policy, reference, optimizer(s), environments, RNGs and the run directory.
 
-    Under ``fsdp=true`` (K processes started by ``torchrun``; ``ecpo_train/distributed.py``) every process
+    Under ``fsdp=true`` (K processes started by ``torchrun``; ``ecpo_train/runtime/distributed.py``) every process
     draws the same task groups (same seed, same ``self.rng``), plays its contiguous share of whole groups,
     computes credit on them, and the update's gradient is the one-process gradient (``reducer=``); metrics
     are averaged over processes and only process 0 writes the run folder.
@@ -142,9 +142,8 @@ class Trainer:
         credit_started = time.perf_counter()
         prompts, keys = batch.extras["prompt_ids"], batch.extras["state_key"]
         values = critic_values(self.critic, prompts, keys, cfg.micro_batch_size) if self.critic is not None else None
-        options = {k: v for k, v in cfg.credit_hyperparameters().items() if k not in vars(cfg.credit)}  # ppo's
         step_advantages, credit_diag = compute_advantages(cfg.algorithm, rows=batch, values=values, credit=cfg.credit,
-                                                          **options)
+                                                          **cfg.estimator_options())
         if self.critic is not None:  # PPO: then V is fitted to the lambda-returns of eq. gae
             _, targets = gae_targets(batch.credit_rows(), values, cfg.credit, cfg.gae_lambda)
             credit_diag |= critic_update(self.critic, self.critic_optimizer, prompts, keys, targets, generator=self.rng,
