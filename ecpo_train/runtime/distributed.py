@@ -57,33 +57,15 @@ def check_fsdp_request(fsdp: bool, algorithm: str = "ecpo", policy: str = "llm")
                          "algorithm or one process")
 
 
-class DataParallel:
-    """This process's place in the ``torchrun`` group; the ``loss.Reducer`` of ``policy_update``."""
+class ProcessGroupReducer:
+    """The ``loss.Reducer`` of ``policy_update`` over an initialised ``torch.distributed`` group: sums and maxima of
+    numbers, statistics averaged (``*max*`` keys: the maximum). Used by ``DataParallel`` (torchrun/FSDP) and by the
+    RLlib learners (their process group is RLlib's)."""
 
     def __init__(self, device: str = "cpu") -> None:
-        if not dist.is_initialized():
-            backend = "nccl" if str(device).startswith("cuda") else "gloo"
-            dist.init_process_group(backend=backend)
-        self.rank = dist.get_rank()
         self.world_size = dist.get_world_size()
-        self.local_rank = int(os.environ.get("LOCAL_RANK", self.rank))
-        if str(device).startswith("cuda"):
-            torch.cuda.set_device(self.local_rank)
-            self.device = f"cuda:{self.local_rank}"
-        else:
-            self.device = "cpu"
-        self.is_main = self.rank == 0
+        self.device = str(device)
 
-    # ------------------------------------------------------------------ the groups this process plays
-    def local_share(self, task_ids: Sequence[Any]) -> list[Any]:
-        """The contiguous slice of whole groups this process plays (G must divide by K)."""
-        n = len(task_ids)
-        if n % self.world_size:
-            raise ValueError(f"n_groups={n} must be a multiple of the {self.world_size} processes (whole groups each)")
-        share = n // self.world_size
-        return list(task_ids[self.rank * share : (self.rank + 1) * share])
-
-    # ------------------------------------------------------------------ loss.Reducer
     def _reduce(self, value: float, op: Any) -> float:
         tensor = torch.tensor([float(value)], dtype=torch.float64, device=self._comm_device())
         dist.all_reduce(tensor, op=op)
@@ -108,6 +90,33 @@ class DataParallel:
 
     def _comm_device(self) -> str:
         return self.device if dist.get_backend() == "nccl" else "cpu"
+
+
+class DataParallel(ProcessGroupReducer):
+    """This process's place in the ``torchrun`` group; the ``loss.Reducer`` of ``policy_update``."""
+
+    def __init__(self, device: str = "cpu") -> None:
+        if not dist.is_initialized():
+            backend = "nccl" if str(device).startswith("cuda") else "gloo"
+            dist.init_process_group(backend=backend)
+        self.rank = dist.get_rank()
+        self.local_rank = int(os.environ.get("LOCAL_RANK", self.rank))
+        if str(device).startswith("cuda"):
+            torch.cuda.set_device(self.local_rank)
+            device = f"cuda:{self.local_rank}"
+        else:
+            device = "cpu"
+        super().__init__(device)
+        self.is_main = self.rank == 0
+
+    # ------------------------------------------------------------------ the groups this process plays
+    def local_share(self, task_ids: Sequence[Any]) -> list[Any]:
+        """The contiguous slice of whole groups this process plays (G must divide by K)."""
+        n = len(task_ids)
+        if n % self.world_size:
+            raise ValueError(f"n_groups={n} must be a multiple of the {self.world_size} processes (whole groups each)")
+        share = n // self.world_size
+        return list(task_ids[self.rank * share : (self.rank + 1) * share])
 
     # ------------------------------------------------------------------ sharding
     def shard(self, model: torch.nn.Module, mixed_precision: str = "none") -> torch.nn.Module:

@@ -59,31 +59,6 @@ class ECPOTorchLearner(PPOTorchLearner):
         return []  # critic-free: no ValueFunctionAPI
 
 
-class DistributedReducer:
-    """Token counts and statistics across the learners' process group (what ``loss.policy_update`` needs so that
-    K learners' accumulated gradients equal one learner's on the whole batch, as the native FSDP path does)."""
-
-    def __init__(self) -> None:
-        import torch.distributed as dist
-
-        self.dist = dist
-        self.world_size = dist.get_world_size()
-
-    def _reduce(self, value: float, op: Any) -> float:
-        tensor = torch.tensor([float(value)], dtype=torch.float64)
-        self.dist.all_reduce(tensor, op=op)
-        return float(tensor.item())
-
-    def sum(self, value: float) -> float:
-        return self._reduce(value, self.dist.ReduceOp.SUM)
-
-    def max(self, value: float) -> float:
-        return self._reduce(value, self.dist.ReduceOp.MAX)
-
-    def mean_stats(self, stats: dict[str, float]) -> dict[str, float]:
-        return {key: self.sum(value) / self.world_size for key, value in sorted(stats.items())}
-
-
 class ECPOLLMLearner(TorchLearner):
     """The LLM path's learner: credit in the learner connector, then the native step E on the LearnerGroup.
 
@@ -157,7 +132,11 @@ class ECPOLLMLearner(TorchLearner):
                                         WITH_ENTROPY: with_entropy})
             return out[TOKEN_LOGP], out[RESPONSE_MASK], out[TOKEN_ENTROPY]
 
-        reducer = DistributedReducer() if self.config.num_learners > 1 else None
+        reducer = None
+        if self.config.num_learners > 1:  # token counts and statistics over the learners' process group
+            from ecpo_train.runtime.distributed import ProcessGroupReducer
+
+            reducer = ProcessGroupReducer(str(self._device))
         generator = np.random.default_rng()
         if shuffle and "state" in shuffle:
             generator.bit_generator.state = shuffle["state"]
