@@ -36,6 +36,7 @@ from ecpo_gym.alfworld.generator import GeneratedGame, check_generation_args, ge
 from ecpo_gym.alfworld.native import NativeEngine, NativeState
 from ecpo_gym.canonical import INVALID_ACTION, ActionCanonicalizer
 from ecpo_gym.core import TaskStart, TextAgentEnv, Transition, UnknownTaskError
+from ecpo_gym.families import declared_max_steps
 
 # Template variants of ALFWorld commands, applied in order to normalised text (and to the admissible set).
 ALFWORLD_REWRITES: list[tuple[str, str]] = [
@@ -151,7 +152,7 @@ class _ALFWorldBase(TextAgentEnv):
     def __init__(
         self,
         *,
-        max_steps: int = 50,
+        max_steps: int = declared_max_steps("ecpo/ALFWorld-v0"),
         hide_help: bool = True,
         reward_success: float = 10.0,
         reward_failure: float = 0.0,
