@@ -76,9 +76,9 @@ def trainer_iterations(model_dir: str, device: str, args: argparse.Namespace) ->
         update_policy = trainer.update_policy
 
         def counted_update(rollout, step_advantages):
-            extras = rollout.batch.extras
-            response = sum(len(r) for r in extras["response_ids"])
-            tokens.append({"response": response, "sequence": response + sum(len(p) for p in extras["prompt_ids"])})
+            table = rollout.batch
+            response = sum(len(r) for r in table.response_ids)
+            tokens.append({"response": response, "sequence": response + sum(len(p) for p in table.prompt_ids)})
             return update_policy(rollout, step_advantages)
 
         trainer.update_policy = counted_update

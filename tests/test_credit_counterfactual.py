@@ -34,8 +34,8 @@ def _fig1_rollout(policy):
     actions, wins = ["A"] * 7 + ["B"], [1, 1, 1, 1, 1, 1, 0, 1]
     trajectories = []
     for traj in range(8):
-        extras = {k: [] for k in ("prompt_ids", "response_ids", "old_logprobs", "state_key", "observation_key",
-                                  "response")}
+        tokens = {k: [] for k in ("prompt_ids", "response_ids", "old_logprobs")}
+        extras = {k: [] for k in ("state_key", "observation_key", "response")}
         anchors, acts, rewards = [], [], []
         for step in range(1, DEPTH + 1):
             at_anchor = step == DEPTH
@@ -43,9 +43,9 @@ def _fig1_rollout(policy):
             options = ["A", "B"] if at_anchor else ["walk"]
             action = actions[traj] if at_anchor else "walk"
             probs = policy.action_probabilities(state, options)
-            extras["prompt_ids"].append([policy.slot(state, a) for a in options])
-            extras["response_ids"].append([options.index(action)])
-            extras["old_logprobs"].append([math.log(probs[action])])
+            tokens["prompt_ids"].append([policy.slot(state, a) for a in options])
+            tokens["response_ids"].append([options.index(action)])
+            tokens["old_logprobs"].append([math.log(probs[action])])
             extras["state_key"].append(state)
             extras["observation_key"].append(state)
             extras["response"].append(action)
@@ -53,7 +53,7 @@ def _fig1_rollout(policy):
             acts.append(action)
             rewards.append(10.0 * wins[traj] if at_anchor else 0.0)
         trajectories.append({"group_id": 0, "traj_id": traj, "anchor_keys": anchors, "action_keys": acts,
-                             "rewards": rewards, "is_action_valid": [True] * DEPTH, "extras": extras})
+                             "rewards": rewards, "is_action_valid": [True] * DEPTH, "extras": extras, **tokens})
     return Rollout(batch=TrajectoryBatch.from_trajectories(trajectories), episodes=[]), wins
 
 

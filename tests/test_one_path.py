@@ -125,6 +125,6 @@ def test_malformed_reply_rllib(tmp_path, monkeypatch):
     assert list(table.reward) == [-0.1] * 6
     assert all(parse_action(reply, RECORDING_ANCHOR_ID) is None for reply in table.extras["response"])
     assert all(not e.won and not e.terminated and e.invalid_steps == 3 for e in sampled["episodes"])
-    assert all(len(ids) > 0 for ids in table.extras["response_ids"])
-    assert all(np.isfinite(logp).all() and len(logp) == len(ids)
-               for logp, ids in zip(table.extras["old_logprobs"], table.extras["response_ids"]))
+    assert all(len(ids) > 0 for ids in table.response_ids)
+    assert np.isfinite(table.old_logprobs).all()
+    assert table.old_logprob_mask.sum(axis=1).tolist() == [len(ids) for ids in table.response_ids]

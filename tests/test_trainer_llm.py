@@ -18,7 +18,6 @@ from ecpo_train.core.loss import UpdateSettings, policy_update
 from ecpo_train.core.rollout import collect_rollout
 from ecpo_train.credit import compute_advantages
 from ecpo_train.policies.base import StepContext
-from ecpo_train.runtime.builders import pad_logprobs
 
 TOKENIZER_DIR = Path(os.environ.get("ECPO_TOKENIZER_DIR", "/work/shared/models/qwen2.5-tokenizer"))
 ENV_ID = "ecpo/DivergentAnchor-v0"
@@ -45,14 +44,14 @@ def test_llm_iteration_ratio_one_kl_zero_and_parameters_move(policy):
     # a random tiny model never writes a well-formed <action> block: every step is the env's invalid action
     assert set(batch.action_key) == {"<invalid>"}
     assert np.allclose(batch.reward, -0.1)
-    assert all(len(r) >= 1 for r in batch.extras["response_ids"])
+    assert all(len(r) >= 1 for r in batch.response_ids)
 
     advantages, diag = compute_advantages("ecpo", **batch.credit_arrays())
     assert diag["num_rows"] == len(batch)
     step_adv = torch.as_tensor(np.asarray(advantages), dtype=torch.float32) + torch.linspace(-1, 1, len(batch))
 
-    prompts, responses = batch.extras["prompt_ids"], batch.extras["response_ids"]
-    old_logp, old_mask = pad_logprobs(batch.extras["old_logprobs"])
+    prompts, responses = list(batch.prompt_ids), list(batch.response_ids)
+    old_logp, old_mask = torch.from_numpy(batch.old_logprobs), torch.from_numpy(batch.old_logprob_mask)
     with torch.no_grad():
         learner_logp, mask, _ = policy.logprobs(prompts, responses)
     assert torch.equal(mask, old_mask)
@@ -106,7 +105,7 @@ def test_llm_value_head_gae_targets_and_one_critic_update_lowers_value_loss(tiny
     rollout = collect_rollout(envs, policy, ["corridor0", "corridor1"], env_name=ENV_ID, temperature=1.0, seed=3)
     envs.close()
     batch = rollout.batch
-    prompts, keys = batch.extras["prompt_ids"], batch.extras["state_key"]
+    prompts, keys = batch.prompt_ids, batch.extras["state_key"]
     critic = LLMValueCritic(str(tiny_model_dir), pad_token_id=policy.pad_token_id)
     # a non-zero head so the values depend on the prompt (the head starts at zero: V = 0 everywhere)
     torch.nn.init.normal_(critic.head.weight, std=0.1)

@@ -2,8 +2,8 @@
 
 Every live copy gets its prompt context, the policy answers all of them in one batched call, and the
 group vector env steps them together; finished copies are dropped from generation. The result is a
-``TrajectoryBatch`` (one row per step) whose extra columns carry what the learner needs: the prompt and
-response token ids and the old log-probs, plus per-episode statistics and the time split between
+``TrajectoryBatch`` (one row per step) whose token columns carry what the learner needs (the prompt and
+response token ids and the old log-probs), plus per-episode statistics and the time split between
 generation and environment stepping.
 
 This is the one episode loop of the project: training, validation and the leaderboard all play through
@@ -25,9 +25,9 @@ from ecpo_train.core.batch import StepTableBuilder, TrajectoryBatch
 from ecpo_train.policies.base import PolicyOutput, StepContext
 
 ANCHOR_KEYS = ("state_key", "observation_key")
-# The step-row table's columns beyond the core ones: what the learner needs (prompt and reply token ids, the
-# sampling log-probs), the env's structured and text keys under their own names, and the raw reply.
-ROLLOUT_COLUMNS = ("prompt_ids", "response_ids", "old_logprobs", "state_key", "observation_key", "response")
+# The step-row table's extra columns beside the core and token ones: the env's structured and text keys under
+# their own names, and the raw reply.
+ROLLOUT_EXTRAS = ("state_key", "observation_key", "response")
 
 
 class Actor(Protocol):
@@ -131,7 +131,7 @@ def collect_rollout(
     live = [True] * n
     histories: list[list[tuple[str, str]]] = [[] for _ in range(n)]
     transcripts: list[list[tuple[str, str, str]]] = [[] for _ in range(n)]
-    table = StepTableBuilder(ROLLOUT_COLUMNS)
+    table = StepTableBuilder(ROLLOUT_EXTRAS, tokens=True)
     totals = [0.0] * n  # per copy: reward so far, and invalid steps so far
     invalid = [0] * n
     episodes: list[Episode | None] = [None] * n

@@ -1,8 +1,9 @@
 """The building blocks of a training run, each used by the trainer and by the tools around it.
 
 ``build_policy`` / ``build_critic`` turn a ``TrainConfig`` into modules (the leaderboard's checkpoint agent and
-``ecpo sft`` build their policy the same way); ``update_settings`` is step E's settings; ``pad_logprobs`` turns
-per-row log-prob lists into the padded tensors ``loss.policy_update`` takes; ``exact_success`` is the noise-free
+``ecpo sft`` build their policy the same way); ``update_settings`` is step E's settings; ``update_on_table`` is
+step E on a step-row table (its token columns, old log-probs padded when the table was built);
+``exact_success`` is the noise-free
 validation of the diagnostic corridors; ``sampling_state_restored`` keeps validation from disturbing the training
 RNG streams; ``warn_if_no_signal`` says why an iteration cannot move the policy.
 """
@@ -44,9 +45,10 @@ def update_on_table(policy: Policy, config: TrainConfig, table: Any, step_advant
     from ecpo_train.core.loss import equal_return_rows, policy_update
     from ecpo_train.runtime.threads import apply_threads
 
-    extras = table.extras
-    prompts, responses = extras["prompt_ids"], extras["response_ids"]
-    old_logp, old_mask = pad_logprobs(extras["old_logprobs"])
+    if not table.has_tokens():
+        raise ValueError("the update needs a sampled table: this TrajectoryBatch has no token columns")
+    prompts, responses = table.prompt_ids, table.response_ids
+    old_logp, old_mask = torch.from_numpy(table.old_logprobs), torch.from_numpy(table.old_logprob_mask)
     want_entropy = config.entropy_coef > 0
     if logprobs is None:
         def logprobs(prompt_rows, response_rows, with_entropy):
@@ -191,19 +193,6 @@ def validation_metrics(episodes: Sequence[Any], exact: float | None) -> dict[str
     if exact is not None:
         metrics["val/exact_success"] = exact
     return metrics
-
-
-def pad_logprobs(old_logprobs: Sequence[Sequence[float]]) -> tuple[torch.Tensor, torch.Tensor]:
-    """``[rows, L]`` old log-probs and their response mask from per-row lists."""
-    width = max((len(r) for r in old_logprobs), default=1) or 1
-    values = torch.zeros(len(old_logprobs), width)
-    mask = torch.zeros(len(old_logprobs), width)
-    for row, logp in enumerate(old_logprobs):
-        if len(logp):
-            values[row, : len(logp)] = torch.as_tensor(list(logp), dtype=torch.float32)
-            mask[row, : len(logp)] = 1.0
-    return values, mask
-
 
 
 @contextlib.contextmanager

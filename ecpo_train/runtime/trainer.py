@@ -140,7 +140,7 @@ class Trainer:
 
         # Steps B-D: anchors, ECA, VarGate -> one advantage per step row (or PPO's GAE on the critic's values)
         credit_started = time.perf_counter()
-        prompts, keys = batch.extras["prompt_ids"], batch.extras["state_key"]
+        prompts, keys = batch.prompt_ids, batch.extras["state_key"]
         values = critic_values(self.critic, prompts, keys, cfg.micro_batch_size) if self.critic is not None else None
         step_advantages, credit_diag = compute_advantages(cfg.algorithm, rows=batch, values=values, credit=cfg.credit,
                                                           **cfg.estimator_options())
