@@ -35,16 +35,21 @@ GARBAGE = ["", "   ", "help", "xyzzy", "go to", "take", "open the pod bay doors"
 MAX_EXAMPLES = 25
 
 
-def iter_games(sources: list[str], limit: int | None = None, seed: int = 0):
+def iter_games(sources: list[str], limit: int | None = None, seed: int = 0, skip: int = 0):
     """(name, game dict or path) for every game.tw-pddl under the folders / inside the archives. Folder games
     come in a seeded shuffled order (paths only, loaded by the workers), so a run stopped by ``--time-limit``
-    has checked a uniform sample; archive games come in archive order."""
+    has checked a uniform sample; archive games come in archive order. The first ``skip`` games of that
+    order are passed over (to continue a run stopped by its time limit)."""
     count = 0
+    seen = 0
     for source in sources:
         if source.endswith((".tar.gz", ".tgz", ".tar")):
             with tarfile.open(source, "r|*") as archive:  # one streaming pass, in archive order
                 for member in archive:
                     if not member.name.endswith("game.tw-pddl"):
+                        continue
+                    seen += 1
+                    if seen <= skip:
                         continue
                     if limit is not None and count >= limit:
                         return
@@ -54,6 +59,9 @@ def iter_games(sources: list[str], limit: int | None = None, seed: int = 0):
             paths = sorted(glob.glob(os.path.join(source, "**", "game.tw-pddl"), recursive=True))
             random.Random(seed).shuffle(paths)
             for path in paths:
+                seen += 1
+                if seen <= skip:
+                    continue
                 if limit is not None and count >= limit:
                     return
                 yield path, path
@@ -190,6 +198,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=10, help="games per task sent to a worker")
     parser.add_argument("--time-limit", type=float, default=None,
                         help="seconds; then games not started are skipped and the summary says so")
+    parser.add_argument("--skip", type=int, default=0,
+                        help="pass over the first N games (those a stopped run with the same sources checked)")
+    parser.add_argument("--merge", default=None,
+                        help="a stopped run's summary JSON (same sources, --skip = its games_checked) to add in")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "alfworld_differential"))
     args = parser.parse_args(argv)
 
@@ -198,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     planned = 0
     with ProcessPoolExecutor(args.processes, mp_context=mp.get_context("spawn")) as pool:
         futures, batch = [], []
-        for item in iter_games(args.sources, args.limit, args.seed):
+        for item in iter_games(args.sources, args.limit, args.seed, args.skip):
             planned += 1
             batch.append(item)
             if len(batch) == args.batch:
@@ -220,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarize(results, args, time.time() - started)
     summary["games_planned"] = planned
     summary["complete"] = len(results) == planned
+    if args.merge:
+        summary = merge(json.loads(Path(args.merge).read_text()), summary, args.skip)
     write(summary, args.out)
     print(json.dumps({k: v for k, v in summary.items() if k not in ("examples", "errors")}, indent=1))
     return 0 if summary["mismatch_count"] == 0 and summary["games_with_errors"] == 0 else 1
@@ -246,6 +260,32 @@ def summarize(results: list[dict], args, seconds: float) -> dict:
         "examples": mismatches[:MAX_EXAMPLES],
         "errors": [{"game": r["game"], "error": r["error"]} for r in results if r["error"]][:MAX_EXAMPLES],
     }
+
+
+def merge(previous: dict, current: dict, skip: int) -> dict:
+    """One summary for a run continued with ``--skip``: counts add, the first examples are kept. Refuses a
+    previous run that does not match (other settings, or not exactly the ``skip`` games passed over)."""
+    for key in ("walks_per_game", "max_steps", "seed"):
+        if previous[key] != current[key]:
+            raise SystemExit(f"--merge: the previous run used {key}={previous[key]}, this one {current[key]}")
+    if previous["games_checked"] != skip or previous["sources"] != current["sources"]:
+        raise SystemExit(f"--merge: the previous run checked {previous['games_checked']} games of "
+                         f"{previous['sources']}; pass the same sources and --skip {previous['games_checked']}")
+    merged = dict(current)
+    for key in ("games_checked", "steps_compared", "mismatch_count", "games_with_mismatches", "games_with_errors",
+                "expert_won_textworld", "expert_won_native", "textworld_seconds", "native_seconds",
+                "wall_seconds"):
+        merged[key] = round(previous[key] + current[key], 1) if isinstance(current[key], float) else \
+            previous[key] + current[key]
+    by_field = dict(previous["mismatches_by_field"])
+    for field, count in current["mismatches_by_field"].items():
+        by_field[field] = by_field.get(field, 0) + count
+    merged["mismatches_by_field"] = by_field
+    merged["examples"] = (previous["examples"] + current["examples"])[:MAX_EXAMPLES]
+    merged["errors"] = (previous["errors"] + current["errors"])[:MAX_EXAMPLES]
+    merged["games_planned"] = previous["games_planned"]
+    merged["runs"] = previous.get("runs", 1) + 1
+    return merged
 
 
 def write(summary: dict, stem: str) -> None:
