@@ -308,7 +308,9 @@ def write(summary: dict, stem: str) -> None:
         "",
         (f"Run {'complete' if summary.get('complete', True) else 'stopped by its time limit'}: "
          f"{summary['games_checked']} of {summary.get('games_planned', summary['games_checked'])} games checked "
-         f"(folder games in a seeded random order, so a partial run is a uniform sample)."),
+         f"(folder games in a seeded random order, so a partial run is a uniform sample)"
+         + (f"; in {summary['runs']} runs, each continuing the last with --skip/--merge." if summary.get("runs", 1) > 1
+            else ".")),
         "",
         (f"Engine time inside the check: TextWorld {summary['textworld_seconds']} s, native "
          f"{summary['native_seconds']} s (load + reset + step)."),
