@@ -121,3 +121,85 @@ def test_sft_command_writes_a_model_folder(tiny_model_dir, tmp_path):
     assert result.exit_code == 0, result.output
     assert (out / "config.json").is_file() and (out / "tokenizer.json").is_file()
     assert json.loads((out / "sft.json").read_text())["episodes"] == 2
+
+
+# ---------------------------------------------------------------- policy_mode: score
+def scoring_policy(model_dir, env_id=CORRIDOR, explore_epsilon=0.0):
+    from ecpo_train.policies.scoring import ScoringPolicy
+
+    policy = ScoringPolicy(str(model_dir), env_name=env_id, max_response_length=16, history_length=0,
+                           prompt_style="compact")
+    policy.explore_epsilon = explore_epsilon
+    return policy
+
+
+def expert_choice(policy, rows, chosen):
+    """(mean -log pi(expert | s), fraction of steps where the expert's candidate scores highest)."""
+    from ecpo_train.apps.sft import mean_reply_loss
+    from ecpo_train.policies.scoring import unpack_candidates
+
+    scores, order = policy._unique_scores([unpack_candidates(r) for r in rows])
+    top = sum(int(scores[slot].argmax()) == c[0] for slot, c in zip(order, chosen)) / len(rows)
+    return mean_reply_loss(policy, rows, chosen), top
+
+
+def test_scoring_sft_rows_are_the_rows_the_scoring_policy_stores(tiny_model_dir):
+    """With policy_mode=score SFT trains what the scoring policy scores: its own prompt (ending in <action>),
+    every admissible candidate, the expert's candidate chosen, and the learner's log-prob of that choice."""
+    from ecpo_train.apps.sft import candidate_rows, expert_demonstrations
+    from ecpo_train.policies.scoring import unpack_candidates
+
+    env_id = "ecpo/ALFWorldGen-v0"
+    policy = scoring_policy(tiny_model_dir, env_id)
+    demos = expert_demonstrations(env_id, episodes=2, seed=0, history_length=0,
+                                  env_kwargs={"task_types": ["Look", "Pick"], "num_tasks": 4})
+    rows, chosen, left_out = candidate_rows(policy, demos)
+    assert left_out == 0 and len(rows) == len(demos) >= 4
+    stored = policy.act([d.context for d in demos], temperature=1.0).prompt_ids  # what a sampled step stores
+    assert rows == stored
+    for demo, row, (index,) in zip(demos, rows, chosen):
+        prompt, candidates = unpack_candidates(row)
+        assert policy.tokenizer.decode(prompt).endswith("<action>")
+        assert len(candidates) == len(demo.context.admissible_actions)
+        text = policy.tokenizer.decode(candidates[index], skip_special_tokens=True)
+        assert text == demo.action + "</action>"
+    logp, mask, _ = policy.logprobs(rows, chosen)
+    assert logp.shape == mask.shape == (len(rows), 1) and bool((logp < 0).all())
+
+
+def test_expert_action_filling_a_free_slot_matches_the_slot_candidate():
+    from ecpo_train.apps.sft import _expert_index
+
+    admissible = ["click[back to search]", "search[<query>]"]
+    assert _expert_index("search[red shoes, size 9]", admissible) == 1
+    assert _expert_index("click[back to search]", admissible) == 0
+    assert _expert_index("click[buy now]", admissible) is None
+
+
+def test_scoring_sft_makes_the_expert_choice_the_scoring_policys_choice(tiny_model_dir, tmp_path):
+    """The corridors' right door is not written in the observation (held-out corridors cannot be inferred), so
+    the check is on the imitated steps: the candidate cross-entropy falls and the scoring policy's top choice
+    becomes the expert's."""
+    from ecpo_train.apps.sft import candidate_rows, expert_demonstrations, run_sft
+
+    demos = expert_demonstrations(CORRIDOR, episodes=12, task_ids=TRAIN_TASKS, env_kwargs=CORRIDOR_KWARGS, seed=0,
+                                  history_length=0)  # the steps run_sft imitates (same tasks, order, seeds)
+    before = scoring_policy(tiny_model_dir)
+    rows, chosen, _ = candidate_rows(before, demos)
+    loss_before, top_before = expert_choice(before, rows, chosen)
+
+    config = make_config({"policy": "llm", "policy_mode": "score", "explore_epsilon": 0.3,
+                          "model": str(tiny_model_dir), "env_id": CORRIDOR, "env_kwargs": CORRIDOR_KWARGS,
+                          "train_tasks": TRAIN_TASKS, "prompt_style": "compact", "history_length": 0,
+                          "max_response_length": 16, "device": "cpu"})
+    summary = run_sft(config, episodes=12, epochs=5, lr=5e-3, out=tmp_path / "sft")
+    assert summary["objective"].startswith("expert candidate cross-entropy")
+    assert summary["steps"] == len(rows) and summary["steps_not_admissible"] == 0
+    # the LM's own candidate softmax is imitated, not the exploration mixture (eps = 0.3 would add a floor)
+    assert abs(summary["loss_before"] - loss_before) < 1e-4
+
+    after = scoring_policy(tmp_path / "sft")  # the saved folder loads as the RL run's scoring policy
+    loss_after, top_after = expert_choice(after, rows, chosen)
+    assert abs(summary["loss_after"] - loss_after) < 1e-4
+    assert loss_after < 0.4 * loss_before, (loss_before, loss_after)
+    assert top_before < 0.4 and top_after > 0.7, (top_before, top_after)  # chance: 1 in 3 doors

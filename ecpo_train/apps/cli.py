@@ -154,7 +154,7 @@ def sft(
     lr: float = typer.Option(1e-5, help="AdamW learning rate"),
     batch_size: int = typer.Option(8, help="expert steps per optimizer step"),
 ) -> None:
-    """Expert warm start: fine-tune the run's model on the environment's expert replies (prompt tokens masked).
+    """Expert warm start: fine-tune the run's model on the expert's replies (policy_mode=score: its choices).
 
     Extra key=value arguments override the preset (e.g. model=DIR env_kwargs.num_tasks=8).
     """
@@ -168,8 +168,8 @@ def sft(
         summary = run_sft(cfg, episodes=episodes, epochs=epochs, lr=lr, out=out, batch_size=batch_size)
     except _input_errors() as err:
         raise fail(err) from None
-    typer.echo(f"{summary['steps']} expert steps from {episodes} episodes; reply loss {summary['loss_before']:.3f} "
-               f"-> {summary['loss_after']:.3f} nats/token over {epochs} epoch(s)")
+    typer.echo(f"{summary['steps']} expert steps from {episodes} episodes; {summary['objective']}: "
+               f"{summary['loss_before']:.3f} -> {summary['loss_after']:.3f} over {epochs} epoch(s)")
     typer.echo(f"model folder: {out} (use model={out}; sft.json holds the summary)")
 
 

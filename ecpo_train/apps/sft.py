@@ -12,6 +12,16 @@ nothing to work with. This module teaches the format first:
    computed by the learner's own ``TransformersPolicy.logprobs``;
 4. ``run_sft``: the above from a ``TrainConfig``; the model and tokenizer are saved with
    ``save_pretrained`` into a folder that ``ecpo train ... model=DIR`` loads.
+
+With ``policy_mode: score`` the RL run never generates text: ``ScoringPolicy`` picks among the admissible
+actions by their continuation log-likelihood after its own prompt (which ends in ``<action>``). Token-level
+SFT on free-generation replies would train a different prompt and reply than the ones it scores, so there
+``candidate_rows`` builds the scoring policy's own rows (prompt and every admissible candidate packed, the
+expert's candidate as the chosen index) and ``fine_tune`` minimises ``-log pi(expert action | s)`` over the
+candidate set, through the same ``ScoringPolicy.logprobs`` the learner uses (one "token" per step). The
+exploration mixture (``explore_epsilon``) is left out while imitating: it is a fixed uniform share added
+on top of the LM at RL time, and through it the cross-entropy's gradient would shrink exactly in the states
+where the LM is most wrong.
 """
 
 from __future__ import annotations
@@ -20,6 +30,7 @@ import dataclasses
 import functools
 import json
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +43,7 @@ from ecpo_gym.canonical import INVALID_ACTION
 from ecpo_train.core.rollout import sent_action
 from ecpo_train.policies.base import PolicyOutput, StepContext
 from ecpo_train.policies.parsing import format_reply, parse_action
+from ecpo_train.policies.scoring import fill_placeholders, pack_candidates
 from ecpo_train.runtime.config import TrainConfig
 
 
@@ -126,6 +138,41 @@ def reply_rows(policy: Any, demonstrations: Sequence[Demonstration]) -> tuple[li
     return prompts, replies
 
 
+def _expert_index(action: str, admissible: Sequence[str]) -> int | None:
+    """Index of the expert's action among the admissible ones; an action that fills a free slot
+    (``search[red shoes]`` for ``search[<query>]``) matches the slot's candidate. ``None`` if none matches."""
+    if action in admissible:
+        return list(admissible).index(action)
+    for index, candidate in enumerate(admissible):
+        if "<" in candidate:
+            pattern = "".join(".+" if part.startswith("<") else re.escape(part)
+                              for part in re.split(r"(<[^<>]*>)", candidate) if part)
+            if re.fullmatch(pattern, action, flags=re.DOTALL):
+                return index
+    return None
+
+
+def candidate_rows(policy: Any, demonstrations: Sequence[Demonstration]
+                   ) -> tuple[list[list[int]], list[list[int]], int]:
+    """``(packed rows, [[expert index]], steps left out)``: the rows a ``ScoringPolicy`` step stores, with the
+    expert's candidate as the chosen one (module docstring). Steps whose expert action is not among the
+    admissible ones cannot be scored and are left out (counted)."""
+    rows, chosen, left_out = [], [], 0
+    kept = []
+    for demo in demonstrations:
+        index = _expert_index(demo.action, demo.context.admissible_actions or [])
+        if index is None:
+            left_out += 1
+        else:
+            kept.append((demo, index))
+    prompts = policy.encode_prompts([demo.context for demo, _ in kept])
+    for (demo, index), prompt in zip(kept, prompts):
+        actions = [fill_placeholders(a, demo.context.task) for a in demo.context.admissible_actions]
+        rows.append(pack_candidates(prompt, policy.candidate_ids(actions)))
+        chosen.append([index])
+    return rows, chosen, left_out
+
+
 def reply_cross_entropy(policy: Any, prompts: Sequence[Sequence[int]],
                         replies: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
     """``(summed negative log-likelihood, token count)`` of the reply tokens given their prompts."""
@@ -202,8 +249,9 @@ def run_sft(config: TrainConfig, *, episodes: int, epochs: int, lr: float, out: 
     """Expert SFT of ``config.model`` on ``config.env_id``; saves the model and tokenizer to ``out``.
 
     The prompts are those of ``config``'s RL run (``prompt_style``, ``history_length``, ``max_prompt_length``);
-    the update is full fine-tuning (``lora`` is not applied) of the free-generation policy, whatever
-    ``policy_mode`` says. Returns the summary also written to ``out/sft.json``.
+    the update is full fine-tuning (``lora`` is not applied), of the free-generation policy's reply tokens, or,
+    with ``policy_mode: score``, of the scoring policy's choice among the admissible actions (module
+    docstring). Returns the summary also written to ``out/sft.json``.
     """
     check_sft_settings(episodes, epochs, lr, batch_size)
     if config.policy != "llm":
@@ -219,17 +267,28 @@ def run_sft(config: TrainConfig, *, episodes: int, epochs: int, lr: float, out: 
     from ecpo_train.runtime.builders import build_policy
 
     torch.manual_seed(config.seed)
-    generation = dataclasses.replace(config, policy_mode="generate", generation_backend="transformers", lora={},
-                                     fsdp=False)
-    policy = build_policy(generation)
-    prompts, replies = reply_rows(policy, demonstrations)
+    scoring = config.policy_mode == "score"
+    if scoring:
+        policy = build_policy(dataclasses.replace(config, lora={}, fsdp=False, explore_epsilon=0.0))
+        prompts, replies, left_out = candidate_rows(policy, demonstrations)
+        if not prompts:
+            raise ValueError(f"no expert action of {config.env_id} was among the admissible actions")
+    else:
+        generation = dataclasses.replace(config, policy_mode="generate", generation_backend="transformers",
+                                         lora={}, fsdp=False)
+        policy = build_policy(generation)
+        prompts, replies = reply_rows(policy, demonstrations)
+        left_out = 0
     loss_before = mean_reply_loss(policy, prompts, replies)
     epoch_losses = fine_tune(policy, prompts, replies, epochs=epochs, lr=lr, batch_size=batch_size,
                              weight_decay=config.weight_decay, max_grad_norm=config.max_grad_norm, seed=config.seed)
     summary = {
         "model": config.model, "env_id": config.env_id, "env_kwargs": config.env_kwargs,
         "prompt_style": config.prompt_style, "history_length": config.history_length,
-        "episodes": episodes, "steps": len(demonstrations), "reply_tokens": sum(len(r) for r in replies),
+        "objective": ("expert candidate cross-entropy, nats per step (policy_mode=score)" if scoring
+                      else "reply-token cross-entropy, nats per token"),
+        "episodes": episodes, "steps": len(prompts), "steps_not_admissible": left_out,
+        "reply_tokens": sum(len(r) for r in replies),
         "epochs": epochs, "lr": lr, "batch_size": batch_size,
         "loss_before": loss_before, "epoch_losses": epoch_losses,
         "loss_after": mean_reply_loss(policy, prompts, replies),
