@@ -76,6 +76,23 @@ def summarize(history: list[dict[str, float]], episodes: int, seconds: float) ->
     }
 
 
+def compare(runs: dict[str, list[dict[str, object]]]) -> list[dict[str, object]]:
+    """The claims, paired by seed id and Holm-corrected together: each engine's exact-success gain (after -
+    before, same seed) is above 0, and the RLlib engine's gain minus the native trainer's (same seeds: same
+    tasks and env seeds, other sampling draws) is 0. Each gets its 95 % t-interval and the MDE."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from paired_stats import apply_holm, keyed, paired_diff, paired_values
+
+    gains = {engine: keyed([r["exact_success_after"] - r["exact_success_before"] for r in rs],
+                           [r["seed"] for r in rs]) for engine, rs in runs.items()}
+    parts = [paired_diff(list(g.values())) | {"claim": f"{engine} exact-success gain", "direction": 1}
+             for engine, g in gains.items()]
+    if len(gains) == 2:
+        _, diffs = paired_values(gains["rllib"], gains["native"], label="rllib - native")
+        parts.append(paired_diff(list(diffs)) | {"claim": "rllib gain - native gain", "direction": 1})
+    return apply_holm(parts)
+
+
 def main(argv: list[str] | None = None) -> dict[str, object]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=None, help="model folder (default: pulled SmolLM2, else fail)")
@@ -125,6 +142,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
                        "exact_gain_ci95": t_interval(gains),
                        "seconds_per_iteration_median": statistics.median(
                            r["seconds_per_iteration_median"] for r in runs[engine])}
+    out["comparisons"] = compare(runs)
     out["load_average_end"] = os.getloadavg()
     for engine in engines:
         for r in runs[engine]:
@@ -136,6 +154,10 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         print(f"{engine:6s} mean exact gain {out[engine]['exact_gain_mean']:+.3f} (95% t-interval over "
               f"{len(args.seeds)} seeds {low:+.3f}..{high:+.3f}); "
               f"{out[engine]['seconds_per_iteration_median']:.1f} s/iteration")
+    for c in out["comparisons"]:
+        found = "significant" if c["holm_significant"] else f"not significant (MDE {c['mde']:.3f})"
+        print(f"{c['claim']}: {c['diff']:+.3f} [{c['low']:+.3f}, {c['high']:+.3f}] over {c['n']} seeds, "
+              f"Holm over {c['m']}: {found}")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
     return out

@@ -70,6 +70,56 @@ def test_first_iteration_equals_the_native_trainer(tiny_model_dir, tmp_path, ray
 
 
 @pytest.mark.slow
+def test_two_runners_are_the_native_update_on_their_own_sampling_streams(tiny_model_dir, tmp_path, ray_session):
+    """Two env-runner actors: runner k plays group k-1 with its own sampling stream (seed + RUNNER_SEED_STRIDE *
+    (k-1)), the driver's tasks and env seeds, and the global group/trajectory ids. Replaying exactly that in one
+    process (the native Trainer's policy, each group's rollout drawn from its runner's stream, the groups joined,
+    the native credit and update) gives the same rows, the same advantages and the same update: several runners
+    change which random draws a run makes, not what the algorithm does with them."""
+    import torch
+
+    from ecpo_gym.group import GroupVectorEnv
+    from ecpo_train.core.batch import TrajectoryBatch
+    from ecpo_train.core.credit import compute_advantages
+    from ecpo_train.core.rollout import collect_rollout
+    from ecpo_train.integrations.rllib.llm_runner import RUNNER_SEED_STRIDE
+    from ecpo_train.runtime.trainer import Trainer
+
+    values = run_values(tiny_model_dir, tmp_path)
+    cfg = make_config(values)
+    trainer = Trainer(cfg)
+    task_ids = [trainer.train_tasks[int(k)] for k in trainer.rng.integers(len(trainer.train_tasks), size=cfg.n_groups)]
+    env_seed = int(trainer.rng.integers(2**31 - 1))
+    one_group = GroupVectorEnv(cfg.env_id, 1, cfg.group_size, env_kwargs=cfg.env_kwargs)
+    parts = []
+    for g in range(cfg.n_groups):  # runner g+1 plays group g
+        torch.manual_seed(cfg.seed + RUNNER_SEED_STRIDE * g)
+        rollout = collect_rollout(one_group, trainer.policy, task_ids[g:g + 1], env_name=cfg.env_id,
+                                  temperature=cfg.rollout_temperature, seed=env_seed + g * cfg.group_size,
+                                  anchor_key=cfg.anchor_key, history_length=cfg.history_length)
+        parts.append(rollout.batch.renumbered(g, g * cfg.group_size))
+    one_group.close()
+    batch = TrajectoryBatch.concat(parts)
+    advantages, _ = compute_advantages(cfg.algorithm, rows=batch, credit=cfg.credit, **cfg.estimator_options())
+    stats = trainer.update_policy(type("Sampled", (), {"batch": batch})(),
+                                  torch.as_tensor(np.asarray(advantages), dtype=torch.float32))
+    trainer.close()
+
+    algo = algo_for(values, num_env_runners=2)
+    try:
+        result = algo.train()["ecpo"]
+        learner = algo.learner_group._learner
+        assert result["sampling/num_groups_sampled"] == 2
+        assert result["num_steps"] == len(batch)
+        np.testing.assert_array_equal(learner.last_advantages, advantages)
+        assert np.any(advantages != 0)
+        for key in ("pg_loss", "grad_norm", "ratio_mean", "ratio_max_dev"):
+            assert result[f"update/{key}"] == pytest.approx(stats[key], rel=1e-5), key
+    finally:
+        algo.stop()
+
+
+@pytest.mark.slow
 def test_checkpoint_restore_continues_exactly(tiny_model_dir, tmp_path, ray_session):
     """save_to_path -> Algorithm.from_checkpoint: the next iteration's metrics equal the uninterrupted run's."""
     algo = algo_for(run_values(tiny_model_dir, tmp_path), num_env_runners=1)
