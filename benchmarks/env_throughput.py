@@ -1,6 +1,7 @@
 """Environment throughput: reset and step latency per environment, one section per ``--env``.
 
     python benchmarks/env_throughput.py --env webshop [--sizes 1000 100000]
+    python benchmarks/env_throughput.py --env alfworld_engines   # native vs TextWorld, steps/s and RSS per env
 
 Each section prints its figures and writes ``benchmarks/results/env_throughput_<env>.json``. Sections are
 plain functions registered in ``SECTIONS``; each environment's owner adds its own.
@@ -282,8 +283,23 @@ def alfworld_section(args: argparse.Namespace) -> dict:
     return run(args)
 
 
+def alfworld_engines_section(args: argparse.Namespace) -> dict:
+    """The native ALFWorld engine next to TextWorld's in one run: steps/s and RSS per env, single process and a
+    ``GroupVectorEnv`` of 128 copies (``alfworld_engines.py``, which writes ``alfworld_engines.json``)."""
+    import sys
+
+    here = str(Path(__file__).resolve().parent)
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    from alfworld_engines import main as run
+
+    code = run(["--games", str(min(args.games, 10)), "--steps", "30"])
+    return json.loads((RESULTS_DIR / "alfworld_engines.json").read_text()) | {"exit_code": code}
+
+
 SECTIONS: dict[str, Callable[[argparse.Namespace], dict]] = {
     "alfworld": alfworld_section,
+    "alfworld_engines": alfworld_engines_section,
     "webshop": webshop_section,
     "searchqa": searchqa_section,
 }
