@@ -10,9 +10,13 @@ is trained from each ``--seeds`` seed twice: through ``ECPOConfig.from_train_con
   95% Wilson intervals and the 95% interval of the gain (two independent proportions);
 - per engine: the mean exact-success gain over seeds with its 95% Student-t interval (the run-to-run noise:
   with several runners each samples its own stream, so runs differ from the native trainer's);
-- seconds per training iteration (median over iterations, validation excluded) and its split, side by side.
+- seconds per training iteration (median over iterations, validation excluded) and its split, side by side;
+- the claims, paired by seed id and Holm-corrected together: each engine's gain is above 0, and the RLlib
+  gain minus the native gain (same seeds: same tasks and env seeds, other sampling draws), each with its 95 %
+  t-interval and, when not significant, the minimum detectable effect.
 
-    python benchmarks/rllib_llm_learning.py --seeds 0 1 2 --iterations 8   # SmolLM2 (pulled), both engines
+    python benchmarks/rllib_llm_learning.py --seeds 0 1 2 3 4 5 6 7 8 9 --iterations 10   # SmolLM2, both engines
+    python benchmarks/rllib_llm_learning.py --seeds 5 6 --merge earlier.json   # pool with an earlier run's seeds
     python benchmarks/rllib_llm_learning.py --iterations 3 --model /path/to/tiny --skip-native
 """
 
@@ -73,6 +77,10 @@ def summarize(history: list[dict[str, float]], episodes: int, seconds: float) ->
         "seconds_per_iteration_median": statistics.median(per_iteration),
         "split_median": {k: statistics.median(m[k] for m in trained) for k in SPLIT},
         "iterations": len(trained), "wall_seconds": seconds,
+        # runner actors lost and replaced during the run (Ray's memory monitor on a full machine): their groups
+        # were re-played on healthy runners, and a replaced runner samples from a fresh stream
+        "runner_failures": sum(m.get("sampling/num_runner_failures", 0.0) for m in trained),
+        "groups_resampled": sum(m.get("sampling/num_groups_resampled", 0.0) for m in trained),
     }
 
 
@@ -101,6 +109,9 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--skip-native", action="store_true", help="only the RLlib engine")
     parser.add_argument("--out", default=str(RESULTS / "rllib_llm_learning.json"))
+    parser.add_argument("--merge", default=None,
+                        help="an earlier output of this script (same model, iterations, runners; other seeds) whose "
+                             "runs are pooled with this run's before the statistics")
     args = parser.parse_args(argv)
 
     from ecpo_train.apps.models import default_cache_dir
@@ -136,6 +147,17 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
                     finally:
                         trainer.close()
                 runs[engine].append({"seed": seed} | summarize(history, episodes, time.perf_counter() - started))
+    if args.merge:
+        earlier = json.loads(Path(args.merge).read_text())
+        for key in ("model", "iterations", "env_runners"):
+            if earlier[key] != out[key]:
+                raise SystemExit(f"--merge: {args.merge} has {key}={earlier[key]!r}, this run {out[key]!r}")
+        if set(earlier["seeds"]) & set(args.seeds):
+            raise SystemExit(f"--merge: seeds {sorted(set(earlier['seeds']) & set(args.seeds))} are in both runs")
+        for engine in engines:
+            runs[engine] = earlier[engine]["runs"] + runs[engine]
+        out["seeds"] = earlier["seeds"] + args.seeds
+        out["load_average_start"] = earlier["load_average_start"]
     for engine in engines:
         gains = [r["exact_success_after"] - r["exact_success_before"] for r in runs[engine]]
         out[engine] = {"runs": runs[engine], "exact_gain_mean": statistics.fmean(gains),
@@ -152,7 +174,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
                   f"n={r['val_episodes']}); {r['seconds_per_iteration_median']:.1f} s/iteration")
         low, high = out[engine]["exact_gain_ci95"]
         print(f"{engine:6s} mean exact gain {out[engine]['exact_gain_mean']:+.3f} (95% t-interval over "
-              f"{len(args.seeds)} seeds {low:+.3f}..{high:+.3f}); "
+              f"{len(out['seeds'])} seeds {low:+.3f}..{high:+.3f}); "
               f"{out[engine]['seconds_per_iteration_median']:.1f} s/iteration")
     for c in out["comparisons"]:
         found = "significant" if c["holm_significant"] else f"not significant (MDE {c['mde']:.3f})"

@@ -1,0 +1,118 @@
+"""How much does one update's effect depend on which random draws sampled its batch? (the RLlib runners' question)
+
+With several env runners, runner ``k`` samples its groups from its own stream (seed + RUNNER_SEED_STRIDE
+(k - 1)); one runner, or the native trainer, samples every group from one stream. The algorithm is otherwise
+the same (``tests/test_rllib_llm_algorithm.py``: two runners give exactly the native update on their own
+streams). This replays the first iteration of ``corridor_llm`` (SmolLM2 scoring doors; ``--model`` for
+another) in one process, three ways per seed, with the driver's tasks and env seeds shared:
+
+- ``one``: both groups drawn from the run's stream in one rollout (the native trainer, one runner);
+- ``two``: group ``g`` drawn from seed + RUNNER_SEED_STRIDE g in its own rollout (two runners);
+- ``same``: every group from a fresh stream of the run's seed (two runners sharing one seed);
+
+then applies the native credit and update and measures the exact (DP) success J at the validation
+temperature. Printed and written to ``benchmarks/results/first_update_streams.json``: J per seed and arm,
+each arm's mean and SD over seeds, and the paired differences (``two - one``, ``same - one``) with their 95 %
+t-intervals and MDEs (Holm over the two).
+
+    python benchmarks/first_update_streams.py --seeds 0 1 2 3 4 5 6 7 8 9
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+ARMS = ("one", "two", "same")
+
+
+def first_update(model: str, seed: int, arm: str) -> dict[str, float]:
+    import numpy as np
+    import torch
+
+    from ecpo_gym.group import GroupVectorEnv
+    from ecpo_train.core.batch import TrajectoryBatch
+    from ecpo_train.core.credit import compute_advantages
+    from ecpo_train.core.rollout import collect_rollout
+    from ecpo_train.integrations.rllib.llm_runner import RUNNER_SEED_STRIDE
+    from ecpo_train.runtime.config import load_config
+    from ecpo_train.runtime.trainer import Trainer
+
+    cfg = load_config("corridor_llm", [f"model={model}", "iterations=1", f"seed={seed}", "progress=false",
+                                       "run_dir=runs/first-update-streams", "tensorboard=false"])
+    trainer = Trainer(cfg)
+    try:
+        trainer.policy.eval()
+        tasks = [trainer.train_tasks[int(k)] for k in trainer.rng.integers(len(trainer.train_tasks), size=cfg.n_groups)]
+        env_seed = int(trainer.rng.integers(2**31 - 1))
+        play = {"env_name": cfg.env_id, "temperature": cfg.rollout_temperature, "anchor_key": cfg.anchor_key,
+                    "history_length": cfg.history_length}
+        if arm == "one":
+            torch.manual_seed(seed)
+            batch = collect_rollout(trainer.envs, trainer.policy, tasks, seed=env_seed, **play).batch
+        else:
+            envs = GroupVectorEnv(cfg.env_id, 1, cfg.group_size, env_kwargs=cfg.env_kwargs)
+            parts = []
+            for g in range(cfg.n_groups):
+                torch.manual_seed(seed + (RUNNER_SEED_STRIDE * g if arm == "two" else 0))
+                rollout = collect_rollout(envs, trainer.policy, tasks[g:g + 1], seed=env_seed + g * cfg.group_size,
+                                          **play)
+                parts.append(rollout.batch.renumbered(g, g * cfg.group_size))
+            envs.close()
+            batch = TrajectoryBatch.concat(parts)
+        advantages, _ = compute_advantages(cfg.algorithm, rows=batch, credit=cfg.credit, **cfg.estimator_options())
+        stats = trainer.update_policy(type("Sampled", (), {"batch": batch})(),
+                                      torch.as_tensor(np.asarray(advantages), dtype=torch.float32))
+        exact = trainer.validate()["val/exact_success"]
+    finally:
+        trainer.close()
+    won = {t for t, r in zip(batch.traj_id, batch.reward) if r > 0}
+    return {"J_after": float(exact), "rollout_success": len(won) / len(set(batch.traj_id)),
+            "ratio_max_dev": float(stats["ratio_max_dev"])}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default=None, help="model folder (default: pulled SmolLM2)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=list(range(10)))
+    parser.add_argument("--out", default=str(RESULTS / "first_update_streams.json"))
+    args = parser.parse_args(argv)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from paired_stats import apply_holm, paired_diff
+
+    from ecpo_train.apps.models import default_cache_dir
+
+    model = args.model or str(default_cache_dir() / "smollm2-135m-instruct")
+    if not (Path(model) / "config.json").exists():
+        print(f"error: no model at {model}: run `ecpo models pull smollm2-135m-instruct` or pass --model",
+              file=sys.stderr)
+        raise SystemExit(2)
+    cells: dict[str, dict[int, dict]] = {arm: {} for arm in ARMS}
+    for seed in args.seeds:
+        for arm in ARMS:
+            cells[arm][seed] = first_update(model, seed, arm)
+            print(json.dumps({"seed": seed, "arm": arm} | cells[arm][seed]), flush=True)
+    out: dict = {"model": model, "preset": "corridor_llm", "seeds": args.seeds, "cells": cells, "arms": {}}
+    for arm in ARMS:
+        values = [cells[arm][s]["J_after"] for s in args.seeds]
+        out["arms"][arm] = {"J_after_mean": statistics.fmean(values),
+                            "J_after_sd": statistics.stdev(values) if len(values) > 1 else float("nan")}
+    parts = [paired_diff([cells[arm][s]["J_after"] - cells["one"][s]["J_after"] for s in args.seeds])
+             | {"claim": f"{arm} - one", "direction": 1} for arm in ("two", "same")]
+    out["comparisons"] = apply_holm(parts)
+    for arm, a in out["arms"].items():
+        print(f"{arm:4s}: J after one update {a['J_after_mean']:.3f} (SD over {len(args.seeds)} seeds {a['J_after_sd']:.3f})")
+    for c in out["comparisons"]:
+        found = "significant" if c["holm_significant"] else f"not significant (MDE {c['mde']:.3f})"
+        print(f"{c['claim']}: {c['diff']:+.3f} [{c['low']:+.3f}, {c['high']:+.3f}], {found}")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+    return out
+
+
+if __name__ == "__main__":
+    main()
