@@ -34,11 +34,9 @@ def first_update(model: str, seed: int, arm: str) -> dict[str, float]:
     import numpy as np
     import torch
 
-    from ecpo_gym.group import GroupVectorEnv
-    from ecpo_train.core.batch import TrajectoryBatch
     from ecpo_train.core.credit import compute_advantages
     from ecpo_train.core.rollout import collect_rollout
-    from ecpo_train.integrations.rllib.llm_runner import RUNNER_SEED_STRIDE
+    from ecpo_train.integrations.rllib.llm_runner import RUNNER_SEED_STRIDE, replay_runner_sampling
     from ecpo_train.runtime.config import load_config
     from ecpo_train.runtime.trainer import Trainer
 
@@ -54,16 +52,9 @@ def first_update(model: str, seed: int, arm: str) -> dict[str, float]:
         if arm == "one":
             torch.manual_seed(seed)
             batch = collect_rollout(trainer.envs, trainer.policy, tasks, seed=env_seed, **play).batch
-        else:
-            envs = GroupVectorEnv(cfg.env_id, 1, cfg.group_size, env_kwargs=cfg.env_kwargs)
-            parts = []
-            for g in range(cfg.n_groups):
-                torch.manual_seed(seed + (RUNNER_SEED_STRIDE * g if arm == "two" else 0))
-                rollout = collect_rollout(envs, trainer.policy, tasks[g:g + 1], seed=env_seed + g * cfg.group_size,
-                                          **play)
-                parts.append(rollout.batch.renumbered(g, g * cfg.group_size))
-            envs.close()
-            batch = TrajectoryBatch.concat(parts)
+        else:  # each group alone, from its runner's stream (two runners) or from the run's seed (sharing one)
+            seeds = [seed + (RUNNER_SEED_STRIDE * g if arm == "two" else 0) for g in range(cfg.n_groups)]
+            batch = replay_runner_sampling(trainer.policy, cfg, tasks, env_seed, seeds)
         advantages, _ = compute_advantages(cfg.algorithm, rows=batch, credit=cfg.credit, **cfg.estimator_options())
         stats = trainer.update_policy(type("Sampled", (), {"batch": batch})(),
                                       torch.as_tensor(np.asarray(advantages), dtype=torch.float32))

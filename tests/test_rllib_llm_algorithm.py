@@ -78,11 +78,8 @@ def test_two_runners_are_the_native_update_on_their_own_sampling_streams(tiny_mo
     change which random draws a run makes, not what the algorithm does with them."""
     import torch
 
-    from ecpo_gym.group import GroupVectorEnv
-    from ecpo_train.core.batch import TrajectoryBatch
     from ecpo_train.core.credit import compute_advantages
-    from ecpo_train.core.rollout import collect_rollout
-    from ecpo_train.integrations.rllib.llm_runner import RUNNER_SEED_STRIDE
+    from ecpo_train.integrations.rllib.llm_runner import RUNNER_SEED_STRIDE, replay_runner_sampling
     from ecpo_train.runtime.trainer import Trainer
 
     values = run_values(tiny_model_dir, tmp_path)
@@ -90,16 +87,8 @@ def test_two_runners_are_the_native_update_on_their_own_sampling_streams(tiny_mo
     trainer = Trainer(cfg)
     task_ids = [trainer.train_tasks[int(k)] for k in trainer.rng.integers(len(trainer.train_tasks), size=cfg.n_groups)]
     env_seed = int(trainer.rng.integers(2**31 - 1))
-    one_group = GroupVectorEnv(cfg.env_id, 1, cfg.group_size, env_kwargs=cfg.env_kwargs)
-    parts = []
-    for g in range(cfg.n_groups):  # runner g+1 plays group g
-        torch.manual_seed(cfg.seed + RUNNER_SEED_STRIDE * g)
-        rollout = collect_rollout(one_group, trainer.policy, task_ids[g:g + 1], env_name=cfg.env_id,
-                                  temperature=cfg.rollout_temperature, seed=env_seed + g * cfg.group_size,
-                                  anchor_key=cfg.anchor_key, history_length=cfg.history_length)
-        parts.append(rollout.batch.renumbered(g, g * cfg.group_size))
-    one_group.close()
-    batch = TrajectoryBatch.concat(parts)
+    runner_seeds = [cfg.seed + RUNNER_SEED_STRIDE * g for g in range(cfg.n_groups)]  # runner g+1 plays group g
+    batch = replay_runner_sampling(trainer.policy, cfg, task_ids, env_seed, runner_seeds)
     advantages, _ = compute_advantages(cfg.algorithm, rows=batch, credit=cfg.credit, **cfg.estimator_options())
     stats = trainer.update_policy(type("Sampled", (), {"batch": batch})(),
                                   torch.as_tensor(np.asarray(advantages), dtype=torch.float32))

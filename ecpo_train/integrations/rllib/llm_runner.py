@@ -176,6 +176,30 @@ class LLMEnvRunner(EnvRunner):
         self._envs, self._val_envs = {}, None
 
 
+def replay_runner_sampling(policy: Any, train_config: Any, task_ids: list[str], env_seed: int,
+                           stream_seeds: list[int]) -> Any:
+    """What the runners sample, replayed in one process: group ``g`` is played alone (a one-group env, as a
+    runner given one group plays it), its actions drawn from a torch stream seeded ``stream_seeds[g]`` (runner
+    k's is ``seed + RUNNER_SEED_STRIDE * (k - 1)``), copy ``i`` reset with ``env_seed + g * N + i``; the rows
+    get the run's global ids and come back joined, as the learner receives them."""
+    from ecpo_gym.group import GroupVectorEnv
+    from ecpo_train.core.batch import TrajectoryBatch
+
+    tc, n = train_config, int(train_config.group_size)
+    envs = GroupVectorEnv(tc.env_id, 1, n, env_kwargs=tc.env_kwargs)
+    parts = []
+    try:
+        for g, stream_seed in enumerate(stream_seeds):
+            torch.manual_seed(int(stream_seed))
+            rollout = collect_rollout(envs, policy, task_ids[g:g + 1], env_name=tc.env_id,
+                                      temperature=tc.rollout_temperature, seed=env_seed + g * n,
+                                      anchor_key=tc.anchor_key, history_length=tc.history_length)
+            parts.append(rollout.batch.renumbered(g, g * n))
+    finally:
+        envs.close()
+    return TrajectoryBatch.concat(parts)
+
+
 def _resolved(value: Any) -> Any:
     """RLlib hands states over as values or object refs, at any level."""
     return ray.get(value) if isinstance(value, ray.ObjectRef) else value
