@@ -12,7 +12,8 @@ lucky-singleton anchors is compared per batch. One job per file:
 
     python benchmarks/credit_counterfactual.py            # the committed protocol (~60 min niced, 2 cores)
     python benchmarks/credit_counterfactual.py --quick    # machinery smoke (< 10 min)
-    python benchmarks/credit_counterfactual.py --from-raw runs/credit_counterfactual   # re-report finished arms
+    python benchmarks/credit_counterfactual.py --from-raw runs/credit_counterfactual/full   # re-report finished arms
+    python benchmarks/credit_counterfactual.py --from-raw DIR1 DIR2   # an arm run at other targets later, merged
 
 Writes ``benchmarks/results/credit_counterfactual{,_quick}.{md,json}``; each finished arm's raw records also go to
 ``<runs-dir>/<arm>.json`` so a report can be rebuilt from arms run separately.
@@ -66,6 +67,27 @@ def arm_protocol(name: str, quick: bool, k: int | None) -> dict[str, Any]:
         else:  # one GRPO iteration and whatever concentration it reached: the machinery, not the regime
             arm["targets"], arm["max_iterations"] = [0.0], 1
     return arm
+
+
+def merge_arm(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """One arm's finished runs at different targets as one record: checkpoints and batches joined by target, the
+    arm time summed. Refuses runs whose protocols differ beyond targets and K, or that share a target."""
+    first = parts[0]
+    merged = json.loads(json.dumps(first))
+    for part in parts[1:]:
+        differing = sorted(k for k in first["protocol"].keys() | part["protocol"].keys()
+                           if k not in ("targets", "K") and first["protocol"].get(k) != part["protocol"].get(k))
+        if differing:
+            raise ValueError(f"arm {first['arm']}: runs differ in {differing}")
+        shared = set(merged["batches"]) & set(part["batches"])
+        if shared:
+            raise ValueError(f"arm {first['arm']}: target(s) {sorted(shared)} are in two runs")
+        merged["checkpoints"] += part["checkpoints"]
+        merged["batches"] |= part["batches"]
+        merged["seconds"] += part["seconds"]
+        merged["protocol"]["targets"] = sorted(merged["protocol"]["targets"] + part["protocol"]["targets"])
+    merged["checkpoints"].sort(key=lambda c: c["target"])
+    return merged
 
 
 def run_arm(job: tuple[str, dict[str, Any], str]) -> dict[str, Any]:
@@ -126,8 +148,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--runs-dir", type=Path, default=Path("runs/credit_counterfactual"))
     parser.add_argument("--out", type=Path, default=RESULTS)
-    parser.add_argument("--from-raw", type=Path, default=None,
-                        help="write the report from the finished arms' <arm>.json in this folder, without running")
+    parser.add_argument("--from-raw", type=Path, nargs="+", default=None,
+                        help="write the report from the finished arms' <arm>.json in these folders, without running; "
+                             "an arm found in several folders (other targets, e.g. a later --targets run) is "
+                             "merged, checkpoint by checkpoint")
     args = parser.parse_args(argv)
     unknown = [a for a in args.arms if a not in ARMS]
     if unknown:
@@ -135,11 +159,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     base = {"quick": args.quick, "estimators": list(ESTIMATORS), "notes": NOTES}
     if args.from_raw is not None:
-        files = [args.from_raw / f"{a}.json" for a in args.arms if (args.from_raw / f"{a}.json").exists()]
-        if not files:
-            print(f"no finished arm under {args.from_raw}", file=sys.stderr)
+        results = []
+        for a in args.arms:
+            parts = [json.loads((d / f"{a}.json").read_text()) for d in args.from_raw if (d / f"{a}.json").exists()]
+            if parts:
+                try:
+                    results.append(merge_arm(parts))
+                except ValueError as error:
+                    print(f"error: --from-raw: {error}", file=sys.stderr)
+                    return 2
+        if not results:
+            print(f"no finished arm under {', '.join(map(str, args.from_raw))}", file=sys.stderr)
             return 2
-        results = [json.loads(f.read_text()) for f in files]
         base["quick"] = any(r["protocol"].get("quick") for r in results) or args.quick
         write_outputs(results, base, sum(r["seconds"] for r in results), args.out)
         return 0

@@ -187,3 +187,23 @@ def test_quick_run_writes_a_report_whose_numbers_are_the_json(tmp_path):
         shown = report._scaled(part, report.SCALE.get(part["metric"], 1.0))
         assert f"{report.fmt_part(shown, 3)} | {part['verdict']} |" in text
     assert cf.main(["--arms", "nope"]) == 2
+
+
+def test_an_arm_run_at_other_targets_later_merges_and_a_clash_is_refused():
+    """``--from-raw DIR1 DIR2``: one arm's runs at different targets become one record (checkpoints and batches
+    joined by target, arm time summed); a target in both runs, or a protocol that differs beyond targets and K,
+    is refused rather than silently mixed."""
+    merge_arm = _bench("credit_counterfactual").merge_arm
+    protocol = {"policy": "llm", "lr": 1e-4, "targets": [0.5], "K": 4}
+    early = {"arm": "a", "protocol": protocol, "checkpoints": [{"target": 0.5}], "batches": {"0.50": [1, 2]},
+             "seconds": 10.0}
+    late = {"arm": "a", "protocol": protocol | {"targets": [0.8, 0.95], "K": 2},
+            "checkpoints": [{"target": 0.95}, {"target": 0.8}], "batches": {"0.80": [3], "0.95": [4]}, "seconds": 5.0}
+    merged = merge_arm([late, early])
+    assert [c["target"] for c in merged["checkpoints"]] == [0.5, 0.8, 0.95]
+    assert merged["batches"] == {"0.50": [1, 2], "0.80": [3], "0.95": [4]}
+    assert merged["seconds"] == 15.0 and merged["protocol"]["targets"] == [0.5, 0.8, 0.95]
+    with pytest.raises(ValueError, match=r"target\(s\) \['0.50'\] are in two runs"):
+        merge_arm([early, early])
+    with pytest.raises(ValueError, match=r"differ in \['lr'\]"):
+        merge_arm([early, late | {"protocol": late["protocol"] | {"lr": 1e-5}}])
