@@ -69,14 +69,17 @@ def arm_protocol(name: str, quick: bool, k: int | None) -> dict[str, Any]:
     return arm
 
 
+MERGEABLE = ("targets", "K", "max_iterations")  # what a later run of an arm may change: where and how long it looks
+
+
 def merge_arm(parts: list[dict[str, Any]]) -> dict[str, Any]:
     """One arm's finished runs at different targets as one record: checkpoints and batches joined by target, the
-    arm time summed. Refuses runs whose protocols differ beyond targets and K, or that share a target."""
+    arm time summed. Refuses runs whose protocols differ beyond ``MERGEABLE``, or that share a target."""
     first = parts[0]
     merged = json.loads(json.dumps(first))
     for part in parts[1:]:
         differing = sorted(k for k in first["protocol"].keys() | part["protocol"].keys()
-                           if k not in ("targets", "K") and first["protocol"].get(k) != part["protocol"].get(k))
+                           if k not in MERGEABLE and first["protocol"].get(k) != part["protocol"].get(k))
         if differing:
             raise ValueError(f"arm {first['arm']}: runs differ in {differing}")
         shared = set(merged["batches"]) & set(part["batches"])
@@ -145,6 +148,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--k", type=int, default=None, help="batches per checkpoint (default: the protocol's)")
     parser.add_argument("--targets", type=float, nargs="+", default=None,
                         help="pi(good) targets of the checkpoints (default: the arm's)")
+    parser.add_argument("--max-iterations", type=int, default=None,
+                        help="GRPO iterations allowed to reach the targets (default: the arm's protocol)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--runs-dir", type=Path, default=Path("runs/credit_counterfactual"))
     parser.add_argument("--out", type=Path, default=RESULTS)
@@ -179,6 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     jobs = [(a, arm_protocol(a, args.quick, args.k) | {"quick": args.quick}, str(runs_dir)) for a in args.arms]
     for _, arm, _ in jobs:
         arm["targets"] = sorted(args.targets) if args.targets else arm["targets"]
+        arm["max_iterations"] = args.max_iterations or arm["max_iterations"]
     jobs.sort(key=lambda j: j[1]["policy"] == "tabular")  # the slow LLM arm first
     started = time.perf_counter()
     if args.workers <= 1:

@@ -131,6 +131,8 @@ def make_checkpoints(arm: dict[str, Any], folder: Path, seed: int = 0, log: Any 
             while targets and trainer.iteration < arm["max_iterations"]:
                 trainer.train_iteration()
                 level = concentration(trainer.policy, env, good, arm["env_id"])
+                if trainer.iteration % 10 == 0:
+                    log(f"  GRPO iteration {trainer.iteration}: mean pi(good) = {level:.3f}")
                 while targets and level >= targets[0]:
                     path = trainer.save_checkpoint(folder / f"pi{targets[0]:.2f}.pt")
                     saved.append({"target": targets[0], "concentration": level, "iteration": trainer.iteration,
