@@ -39,10 +39,10 @@ def validated(lines: list[dict], path: str) -> list[dict]:
     return out
 
 
-def newcombe(k1: int, k2: int, n: int) -> tuple[float, float]:
-    """95 % interval of p2 - p1 (Newcombe's hybrid score interval from the two Wilson intervals)."""
-    p1, p2 = k1 / n, k2 / n
-    (l1, u1), (l2, u2) = wilson(k1, n), wilson(k2, n)
+def newcombe(k1: int, n1: int, k2: int, n2: int) -> tuple[float, float]:
+    """95 % interval of p2 - p1 = k2/n2 - k1/n1 (Newcombe's hybrid score interval, from the two Wilson ones)."""
+    p1, p2 = k1 / n1, k2 / n2
+    (l1, u1), (l2, u2) = wilson(k1, n1), wilson(k2, n2)
     diff = p2 - p1
     return (diff - math.sqrt((p2 - l2) ** 2 + (u1 - p1) ** 2), diff + math.sqrt((u2 - p2) ** 2 + (p1 - l1) ** 2))
 
@@ -58,7 +58,7 @@ def summary(before_lines: list[dict], run_lines: list[dict], episodes: int, befo
         "success_before_wilson95": [round(x, 4) for x in wilson(k1, episodes)],
         "success_after": p2, "successes_after": k2,
         "success_after_wilson95": [round(x, 4) for x in wilson(k2, episodes)],
-        "gain": p2 - p1, "gain_newcombe95": [round(x, 4) for x in newcombe(k1, k2, episodes)],
+        "gain": p2 - p1, "gain_newcombe95": [round(x, 4) for x in newcombe(k1, episodes, k2, episodes)],
         "gain_wald95": [round(p2 - p1 - wald, 4), round(p2 - p1 + wald, 4)],
         "by_type_before": by_type(first), "by_type_after": by_type(last),
         "time_validation_after": last.get("time/validation"),

@@ -1,0 +1,50 @@
+"""``benchmarks/small_households_summary.py``: the before/after intervals the small-household results quote."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def _summary_module():
+    if str(BENCH) not in sys.path:
+        sys.path.insert(0, str(BENCH))
+    return importlib.import_module("small_households_summary")
+
+
+def test_newcombe_interval_matches_the_published_example():
+    """Newcombe (1998), method 10: 56/70 - 48/80 = 0.200, 95 % interval 0.0524 to 0.3339."""
+    low, high = _summary_module().newcombe(48, 80, 56, 70)
+    assert (round(low, 4), round(high, 4)) == (0.0524, 0.3339)
+
+
+def test_summary_counts_successes_and_reads_the_last_validation(tmp_path):
+    before = tmp_path / "before.jsonl"
+    before.write_text(json.dumps({"iteration": 0, "val/success": 12 / 96, "val/success/Look": 0.25}) + "\n")
+    run = tmp_path / "run.jsonl"
+    lines = [{"iteration": 1, "success": 0.125, "time/update": 170.0, "val/success": 0.5},
+             {"iteration": 2, "success": 0.0, "time/update": 0.002},
+             {"iteration": 3, "success": 0.0, "time/update": 0.002, "val/success": 2 / 96,
+              "val/success/Look": 0.0, "time/validation": 450.0}]
+    run.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    out = _summary_module().main(["--before", str(before), "--metrics", str(run), "--episodes", "96",
+                                  "--out", str(tmp_path / "s.json")])
+    assert (out["successes_before"], out["successes_after"]) == (12, 2)
+    assert out["gain_newcombe95"] == [-0.1865, -0.0306]
+    assert out["by_type_before"] == {"Look": 0.25} and out["by_type_after"] == {"Look": 0.0}
+    assert [it["iteration"] for it in out["iterations"]] == [1, 2, 3]
+    assert json.loads((tmp_path / "s.json").read_text()) == out
+
+
+def test_a_metrics_file_without_validation_is_one_error(tmp_path):
+    empty = tmp_path / "run.jsonl"
+    empty.write_text(json.dumps({"iteration": 1, "time/update": 1.0}) + "\n")
+    with pytest.raises(SystemExit, match="has no validation line"):
+        _summary_module().main(["--before", str(empty), "--metrics", str(empty), "--episodes", "96",
+                                "--out", str(tmp_path / "s.json")])
