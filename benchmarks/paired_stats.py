@@ -1,4 +1,5 @@
-"""Paired statistics shared by the credit reports: pairing by seed id, paired t-intervals, Holm, and the MDE.
+"""Statistics shared by the benchmark reports: pairing by seed id, paired t-intervals, Holm, the MDE, and the
+intervals of success rates (Wilson for one proportion; Newcombe and Wald for a difference of two).
 
 Every method of a study trains on the same seeds (or, in the counterfactual benchmark, updates on the same
 batches), so method differences are paired: the interval of ``a - b`` is a one-sample t-interval over the
@@ -148,3 +149,28 @@ def fmt_part(part: Mapping[str, Any], digits: int = 3) -> str:
     if not part.get("holm_significant") and math.isfinite(part.get("mde", float("nan"))):
         text += f" (MDE {part['mde']:.{digits}f})"
     return text
+
+
+# ---------------------------------------------------------------------------------------------- success rates
+def wilson(successes: float, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson score interval of the proportion ``successes / n`` (``(0, 1)`` without trials)."""
+    if n == 0:
+        return (0.0, 1.0)
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return (centre - half, centre + half)
+
+
+def newcombe(k1: int, n1: int, k2: int, n2: int) -> tuple[float, float]:
+    """95 % interval of p2 - p1 = k2/n2 - k1/n1 (Newcombe's hybrid score interval, from the two Wilson ones)."""
+    p1, p2 = k1 / n1, k2 / n2
+    (l1, u1), (l2, u2) = wilson(k1, n1), wilson(k2, n2)
+    diff = p2 - p1
+    return (diff - math.sqrt((p2 - l2) ** 2 + (u1 - p1) ** 2), diff + math.sqrt((u2 - p2) ** 2 + (p1 - l1) ** 2))
+
+
+def wald_diff(before: float, after: float, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wald interval of ``after - before`` for two independent proportions over ``n`` trials each."""
+    se = math.sqrt(before * (1 - before) / n + after * (1 - after) / n)
+    return (after - before - z * se, after - before + z * se)

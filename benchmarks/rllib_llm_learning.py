@@ -33,22 +33,11 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from paired_stats import apply_holm, keyed, paired_diff, paired_values, wald_diff, wilson
+
 RESULTS = Path(__file__).resolve().parent / "results"
 SPLIT = ("time/generation", "time/env", "time/update")
-
-
-def wilson(successes: float, n: int, z: float = 1.96) -> tuple[float, float]:
-    if n == 0:
-        return (0.0, 1.0)
-    p = successes / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return (centre - half, centre + half)
-
-
-def gain_interval(before: float, after: float, n: int, z: float = 1.96) -> tuple[float, float]:
-    se = math.sqrt(before * (1 - before) / n + after * (1 - after) / n)
-    return (after - before - z * se, after - before + z * se)
 
 
 def t_interval(values: list[float]) -> tuple[float, float]:
@@ -73,7 +62,7 @@ def summarize(history: list[dict[str, float]], episodes: int, seconds: float) ->
         "val_success_before": before, "val_success_after": after, "val_episodes": episodes,
         "val_success_before_ci95": wilson(before * episodes, episodes),
         "val_success_after_ci95": wilson(after * episodes, episodes),
-        "val_gain_ci95": gain_interval(before, after, episodes),
+        "val_gain_ci95": wald_diff(before, after, episodes),
         "seconds_per_iteration_median": statistics.median(per_iteration),
         "split_median": {k: statistics.median(m[k] for m in trained) for k in SPLIT},
         "iterations": len(trained), "wall_seconds": seconds,
@@ -88,9 +77,6 @@ def compare(runs: dict[str, list[dict[str, object]]]) -> list[dict[str, object]]
     """The claims, paired by seed id and Holm-corrected together: each engine's exact-success gain (after -
     before, same seed) is above 0, and the RLlib engine's gain minus the native trainer's (same seeds: same
     tasks and env seeds, other sampling draws) is 0. Each gets its 95 % t-interval and the MDE."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from paired_stats import apply_holm, keyed, paired_diff, paired_values
-
     gains = {engine: keyed([r["exact_success_after"] - r["exact_success_before"] for r in rs],
                            [r["seed"] for r in rs]) for engine, rs in runs.items()}
     parts = [paired_diff(list(g.values())) | {"claim": f"{engine} exact-success gain", "direction": 1}

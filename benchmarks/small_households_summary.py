@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from rllib_llm_learning import wilson
+from paired_stats import newcombe, wald_diff, wilson
 
 ITERATION_KEYS = ("iteration", "success", "num_steps", "update/rows_computed", "update/rows_skipped",
                   "update/optimizer_steps", "time/generation", "time/env", "time/credit", "time/update",
@@ -39,19 +38,10 @@ def validated(lines: list[dict], path: str) -> list[dict]:
     return out
 
 
-def newcombe(k1: int, n1: int, k2: int, n2: int) -> tuple[float, float]:
-    """95 % interval of p2 - p1 = k2/n2 - k1/n1 (Newcombe's hybrid score interval, from the two Wilson ones)."""
-    p1, p2 = k1 / n1, k2 / n2
-    (l1, u1), (l2, u2) = wilson(k1, n1), wilson(k2, n2)
-    diff = p2 - p1
-    return (diff - math.sqrt((p2 - l2) ** 2 + (u1 - p1) ** 2), diff + math.sqrt((u2 - p2) ** 2 + (p1 - l1) ** 2))
-
-
 def summary(before_lines: list[dict], run_lines: list[dict], episodes: int, before_path: str, run_path: str) -> dict:
     first, last = validated(before_lines, before_path)[0], validated(run_lines, run_path)[-1]
     k1, k2 = round(first["val/success"] * episodes), round(last["val/success"] * episodes)
     p1, p2 = k1 / episodes, k2 / episodes
-    wald = 1.96 * math.sqrt(p1 * (1 - p1) / episodes + p2 * (1 - p2) / episodes)
     by_type = lambda line: {k.split("/", 2)[2]: v for k, v in line.items() if k.startswith("val/success/")}
     return {
         "val_episodes": episodes, "success_before": p1, "successes_before": k1,
@@ -59,7 +49,7 @@ def summary(before_lines: list[dict], run_lines: list[dict], episodes: int, befo
         "success_after": p2, "successes_after": k2,
         "success_after_wilson95": [round(x, 4) for x in wilson(k2, episodes)],
         "gain": p2 - p1, "gain_newcombe95": [round(x, 4) for x in newcombe(k1, episodes, k2, episodes)],
-        "gain_wald95": [round(p2 - p1 - wald, 4), round(p2 - p1 + wald, 4)],
+        "gain_wald95": [round(x, 4) for x in wald_diff(p1, p2, episodes)],
         "by_type_before": by_type(first), "by_type_after": by_type(last),
         "time_validation_after": last.get("time/validation"),
         "iterations": [{k: round(line[k], 3) if isinstance(line[k], float) else line[k] for k in ITERATION_KEYS
