@@ -271,29 +271,26 @@ def searchqa_section(args: argparse.Namespace) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------- ALFWorld
-def alfworld_section(args: argparse.Namespace) -> dict:
-    """Raw textworld versus ecpo's ALFWorld env, and group-env steps/s (``env_throughput_alfworld.py``)."""
+def _sibling(module: str):
+    """A benchmark module next to this file (the ALFWorld sections live in their own scripts)."""
+    import importlib
     import sys
 
     here = str(Path(__file__).resolve().parent)
     if here not in sys.path:
         sys.path.insert(0, here)
-    from env_throughput_alfworld import alfworld_section as run
+    return importlib.import_module(module)
 
-    return run(args)
+
+def alfworld_section(args: argparse.Namespace) -> dict:
+    """Raw textworld versus ecpo's ALFWorld env, and group-env steps/s (``env_throughput_alfworld.py``)."""
+    return _sibling("env_throughput_alfworld").alfworld_section(args)
 
 
 def alfworld_engines_section(args: argparse.Namespace) -> dict:
     """The native ALFWorld engine next to TextWorld's in one run: steps/s and RSS per env, single process and a
     ``GroupVectorEnv`` of 128 copies (``alfworld_engines.py``, which writes ``alfworld_engines.json``)."""
-    import sys
-
-    here = str(Path(__file__).resolve().parent)
-    if here not in sys.path:
-        sys.path.insert(0, here)
-    from alfworld_engines import main as run
-
-    code = run(["--games", str(min(args.games, 10)), "--steps", "30"])
+    code = _sibling("alfworld_engines").main(["--games", str(min(args.games, 10)), "--steps", "30"])
     return json.loads((RESULTS_DIR / "alfworld_engines.json").read_text()) | {"exit_code": code}
 
 
