@@ -30,7 +30,6 @@ import dataclasses
 import functools
 import json
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,7 +42,7 @@ from ecpo_gym.canonical import INVALID_ACTION
 from ecpo_train.core.rollout import sent_action
 from ecpo_train.policies.base import PolicyOutput, StepContext
 from ecpo_train.policies.parsing import format_reply, parse_action
-from ecpo_train.policies.scoring import fill_placeholders, pack_candidates
+from ecpo_train.policies.scoring import fill_placeholders, fills_slots, pack_candidates
 from ecpo_train.runtime.config import TrainConfig
 
 
@@ -143,13 +142,7 @@ def _expert_index(action: str, admissible: Sequence[str]) -> int | None:
     (``search[red shoes]`` for ``search[<query>]``) matches the slot's candidate. ``None`` if none matches."""
     if action in admissible:
         return list(admissible).index(action)
-    for index, candidate in enumerate(admissible):
-        if "<" in candidate:
-            pattern = "".join(".+" if part.startswith("<") else re.escape(part)
-                              for part in re.split(r"(<[^<>]*>)", candidate) if part)
-            if re.fullmatch(pattern, action, flags=re.DOTALL):
-                return index
-    return None
+    return next((index for index, candidate in enumerate(admissible) if fills_slots(action, candidate)), None)
 
 
 def candidate_rows(policy: Any, demonstrations: Sequence[Demonstration]

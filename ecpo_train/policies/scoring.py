@@ -97,6 +97,14 @@ def fill_placeholders(action: str, task: str) -> str:
     return _PLACEHOLDER.sub(lambda _: task.strip() or "anything", action) if "<" in action else action
 
 
+def fills_slots(action: str, candidate: str) -> bool:
+    """Whether ``action`` is ``candidate`` with each free slot (``search[<query>]``) filled by some text."""
+    if "<" not in candidate:
+        return action == candidate
+    pattern = ".+".join(re.escape(part) for part in _PLACEHOLDER.split(candidate))
+    return re.fullmatch(pattern, action, flags=re.DOTALL) is not None
+
+
 def candidate_logits(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor,
                      at_rows: torch.Tensor, at_cols: torch.Tensor) -> torch.Tensor:
     """LM-head logits ``[n, vocab]`` at ``(at_rows, at_cols)`` of a tree-masked forward. A model sharded by
