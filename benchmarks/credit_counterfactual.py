@@ -40,7 +40,7 @@ from credit_counterfactual_protocol import ARMS, ESTIMATORS
 from credit_counterfactual_report import render, summarize
 
 RESULTS = HERE / "results"
-FULL_K = {"tabular_corridor": 600, "tabular_noisy_wide": 600, "smollm2_corridor": 5}
+FULL_K = {"tabular_corridor": 600, "tabular_noisy_wide": 600, "smollm2_corridor": 8}
 NOTES = [
     ("The SmolLM2 arm is CPU-bound: six updates of the 135M model per batch took about 10 minutes at load 15 on the "
      "shared 2-core machine, so the committed report's SmolLM2 arm was run separately with `--arms smollm2_corridor "
@@ -91,6 +91,15 @@ def merge_arm(parts: list[dict[str, Any]]) -> dict[str, Any]:
         merged["protocol"]["targets"] = sorted(merged["protocol"]["targets"] + part["protocol"]["targets"])
     merged["checkpoints"].sort(key=lambda c: c["target"])
     return merged
+
+
+def finished_arm(source: Path, name: str) -> dict[str, Any] | None:
+    """Arm ``name`` as a finished run left it: ``<source>/<name>.json`` for a runs folder, or the record under
+    ``arms`` when ``source`` is a report's JSON (which keeps every arm's raw batches). None where it has none."""
+    if source.is_file():
+        return json.loads(source.read_text()).get("arms", {}).get(name)
+    path = source / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
 
 
 def run_arm(job: tuple[str, dict[str, Any], str]) -> dict[str, Any]:
@@ -154,9 +163,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--runs-dir", type=Path, default=Path("runs/credit_counterfactual"))
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--from-raw", type=Path, nargs="+", default=None,
-                        help="write the report from the finished arms' <arm>.json in these folders, without running; "
-                             "an arm found in several folders (other targets, e.g. a later --targets run) is "
-                             "merged, checkpoint by checkpoint")
+                        help="write the report from the finished arms' <arm>.json in these folders, or from the arms "
+                             "of a written report's JSON (e.g. the committed one), without running; an arm found "
+                             "in several places (other targets, e.g. a later --targets run) is merged, checkpoint "
+                             "by checkpoint")
     args = parser.parse_args(argv)
     unknown = [a for a in args.arms if a not in ARMS]
     if unknown:
@@ -166,7 +176,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.from_raw is not None:
         results = []
         for a in args.arms:
-            parts = [json.loads((d / f"{a}.json").read_text()) for d in args.from_raw if (d / f"{a}.json").exists()]
+            parts = [part for d in args.from_raw if (part := finished_arm(d, a)) is not None]
             if parts:
                 try:
                     results.append(merge_arm(parts))

@@ -207,3 +207,18 @@ def test_an_arm_run_at_other_targets_later_merges_and_a_clash_is_refused():
         merge_arm([early, early])
     with pytest.raises(ValueError, match=r"differ in \['lr'\]"):
         merge_arm([early, late | {"protocol": late["protocol"] | {"lr": 1e-5}}])
+
+
+def test_a_finished_arm_is_read_from_a_runs_folder_or_from_a_written_reports_json(tmp_path):
+    """``--from-raw`` takes a runs folder (``<arm>.json``) or a report's JSON, whose ``arms`` keep every arm's raw
+    batches: so the committed tabular arms can be re-reported beside a new LLM arm without rerunning them."""
+    finished_arm = _bench("credit_counterfactual").finished_arm
+    record = {"arm": "tabular_corridor", "protocol": {"targets": [0.5]}, "checkpoints": [], "batches": {},
+              "seconds": 1.0}
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "tabular_corridor.json").write_text(json.dumps(record))
+    (tmp_path / "report.json").write_text(json.dumps({"summary": {}, "arms": {"tabular_corridor": record}}))
+    assert finished_arm(tmp_path / "runs", "tabular_corridor") == record
+    assert finished_arm(tmp_path / "report.json", "tabular_corridor") == record
+    assert finished_arm(tmp_path / "runs", "smollm2_corridor") is None
+    assert finished_arm(tmp_path / "report.json", "smollm2_corridor") is None
