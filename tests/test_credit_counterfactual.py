@@ -222,3 +222,31 @@ def test_a_finished_arm_is_read_from_a_runs_folder_or_from_a_written_reports_jso
     assert finished_arm(tmp_path / "report.json", "tabular_corridor") == record
     assert finished_arm(tmp_path / "runs", "smollm2_corridor") is None
     assert finished_arm(tmp_path / "report.json", "smollm2_corridor") is None
+
+
+def test_the_llm_arm_reaches_a_concentration_by_supervised_steps_then_settles_with_grpo(tiny_model_dir, tmp_path):
+    """``reach: supervised``: steps of the trainer's AdamW on -log pi(good door) raise the scoring LM's mean
+    pi(good | room); once the target is crossed, ``settle`` GRPO iterations run and the checkpoint (weights and
+    AdamW state) records the concentration measured after them."""
+    protocol = _bench("credit_counterfactual_protocol")
+    from ecpo_train.runtime.trainer import Trainer
+
+    arm = {"policy": "llm", "preset": "corridor_llm", "env_id": "ecpo/DivergentAnchor-v0",
+           "env_kwargs": {"num_tasks": 1, "depth": 2, "good_prob": 0.85, "rare_prob": [0.4, 0.7]},
+           "config": {"device": "cpu", "save_optimizer": True, "model": str(tiny_model_dir), "lr": 3e-3,
+                      "n_groups": 1, "group_size": 4},
+           "targets": [], "max_iterations": 40, "reach": "supervised", "settle": 1}
+    env = protocol._probe_env(arm)
+    good = protocol.good_doors(env)
+    trainer = Trainer(protocol.arm_config(arm, str(tmp_path / "probe"), 0))
+    try:
+        start = protocol.concentration(trainer.policy, env, good, arm["env_id"])
+        losses = [protocol.supervised_step(trainer, env, good, arm["env_id"]) for _ in range(4)]
+        assert protocol.concentration(trainer.policy, env, good, arm["env_id"]) > start
+        assert losses[-1] < losses[0]
+    finally:
+        trainer.close()
+    arm["targets"] = [round(start + 0.05, 3)]
+    saved = protocol.make_checkpoints(arm, tmp_path / "arm", log=lambda _: None)
+    assert len(saved) == 1 and saved[0]["supervised_steps"] >= 1 and saved[0]["iteration"] == 1
+    assert Path(saved[0]["path"]).exists()

@@ -125,14 +125,19 @@ def context_distributions(policy: Any, env: Any, env_id: str, states: Sequence[s
     """pi(. | s) at ``temperature`` in each of ``states`` of an env that can show a state without its history
     (``env.state_view``: the diagnostic corridors), from the policy's ``action_distributions`` of that view
     (the scoring LLM with a history-free prompt)."""
+    with torch.no_grad():
+        return dict(zip(states, policy.action_distributions(state_contexts(env, env_id, states), temperature)))
+
+
+def state_contexts(env: Any, env_id: str, states: Sequence[str]) -> list[StepContext]:
+    """The history-free context of each state of an env that can show a state on its own (``env.state_view``)."""
     contexts = []
     for state in states:
         view = env.state_view(state)
         contexts.append(StepContext(env_name=env_id, task=view["task"], step_count=view["step"], history=[],
                                     observation=view["observation"], admissible_actions=view["admissible_actions"],
                                     state_key=state))
-    with torch.no_grad():
-        return dict(zip(states, policy.action_distributions(contexts, temperature)))
+    return contexts
 
 
 def exact_success(policy: Policy, env_id: str, env_kwargs: dict, task_ids: Sequence[str],
