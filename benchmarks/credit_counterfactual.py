@@ -40,7 +40,7 @@ from credit_counterfactual_protocol import ARMS, ESTIMATORS
 from credit_counterfactual_report import render, summarize
 
 RESULTS = HERE / "results"
-FULL_K = {"tabular_corridor": 600, "tabular_noisy_wide": 600, "smollm2_corridor": 8}
+FULL_K = {"tabular_corridor": 600, "tabular_noisy_wide": 600, "smollm2_corridor": 6}
 NOTES = [
     ("The SmolLM2 arm is CPU-bound: six updates of the 135M model per batch took about 10 minutes at load 15 on the "
      "shared 2-core machine, so the committed report's SmolLM2 arm was run separately with `--arms smollm2_corridor "

@@ -54,12 +54,13 @@ ARMS: dict[str, dict[str, Any]] = {
     # epochs), good door 0.85. GRPO does not get it to the targets on two cores: at lr 1e-4 one update already
     # lowered J (by 0.05 at pi(good) = 0.5) and GRPO drifted away from the good door; at the preset's 2e-5 it
     # moved pi(good) 0.59 -> 0.63 in 20 iterations (30 s each). So this arm reaches each target by supervised
-    # steps toward the good door, then settles with 2 GRPO iterations (AdamW's moments are then GRPO's).
+    # steps toward the good door at lr 2e-6 (one step at 2e-5 jumped from below 0.5 to 0.74), then settles with
+    # 2 GRPO iterations (AdamW's moments are then GRPO's).
     "smollm2_corridor": {
         "policy": "llm", "preset": "corridor_llm", "env_id": "ecpo/DivergentAnchor-v0",
         "env_kwargs": {"num_tasks": 2, "depth": 4, "good_prob": 0.85, "rare_prob": [0.4, 0.7]},
         "config": {"device": "cpu", "save_optimizer": True},
-        "targets": [0.5, 0.8, 0.95], "max_iterations": 200, "reach": "supervised", "settle": 2,
+        "targets": [0.5, 0.8, 0.95], "max_iterations": 200, "reach": "supervised", "reach_lr": 2.0e-6, "settle": 2,
     },
 }
 
@@ -120,10 +121,12 @@ def exact_j(trainer: Any) -> float:
     return float(value)
 
 
-def supervised_step(trainer: Any, env: Any, good: dict[str, str], env_name: str) -> float:
+def supervised_step(trainer: Any, env: Any, good: dict[str, str], env_name: str, lr: float | None = None) -> float:
     """One step of the trainer's AdamW on -mean over rooms of log pi(good door | room) at T = 1 (the scoring LM on
     history-free prompts, through the learner's own ``logprobs``): a push toward the good door, for the
-    concentrations that GRPO at a stable learning rate reaches too slowly. Returns the loss before the step."""
+    concentrations that GRPO at a stable learning rate reaches too slowly. ``lr`` replaces the optimizer's
+    learning rate for this step only (AdamW's first steps move every weight by about lr, so small steps are
+    what lets a target be met closely). Returns the loss before the step."""
     from ecpo_train.policies.scoring import fill_placeholders, pack_candidates
     from ecpo_train.runtime.builders import state_contexts
 
@@ -139,7 +142,13 @@ def supervised_step(trainer: Any, env: Any, good: dict[str, str], env_name: str)
     trainer.optimizer.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_([p for p in policy.parameters() if p.requires_grad], trainer.config.max_grad_norm)
+    groups = trainer.optimizer.param_groups
+    kept = [g["lr"] for g in groups]
+    for g in groups:
+        g["lr"] = kept[0] if lr is None else lr
     trainer.optimizer.step()
+    for g, value in zip(groups, kept):
+        g["lr"] = value
     return float(loss.detach())
 
 
@@ -147,8 +156,9 @@ def make_checkpoints(arm: dict[str, Any], folder: Path, seed: int = 0, log: Any 
     """Train the arm and save a checkpoint the first time mean pi(good) reaches each target.
 
     ``arm["reach"]`` is ``"grpo"`` (default: GRPO iterations until the target) or ``"supervised"``
-    (:func:`supervised_step` until the target, then ``arm["settle"]`` GRPO iterations so that AdamW's moments
-    are GRPO's when the checkpoint is saved; the saved concentration is the one measured after them)."""
+    (:func:`supervised_step` at ``arm["reach_lr"]`` until the target, then ``arm["settle"]`` GRPO iterations so
+    that AdamW's moments are GRPO's when the checkpoint is saved; the saved concentration is the one measured
+    after them)."""
     from ecpo_train.runtime.trainer import Trainer
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -177,7 +187,7 @@ def make_checkpoints(arm: dict[str, Any], folder: Path, seed: int = 0, log: Any 
                     while targets and level >= targets[0]:
                         save(level)
                     continue
-                supervised_step(trainer, env, good, arm["env_id"])
+                supervised_step(trainer, env, good, arm["env_id"], arm.get("reach_lr"))
                 steps += 1
                 level = concentration(trainer.policy, env, good, arm["env_id"])
                 if level >= targets[0]:  # settle, then save whatever concentration the settling left

@@ -241,7 +241,8 @@ def test_the_llm_arm_reaches_a_concentration_by_supervised_steps_then_settles_wi
     trainer = Trainer(protocol.arm_config(arm, str(tmp_path / "probe"), 0))
     try:
         start = protocol.concentration(trainer.policy, env, good, arm["env_id"])
-        losses = [protocol.supervised_step(trainer, env, good, arm["env_id"]) for _ in range(4)]
+        losses = [protocol.supervised_step(trainer, env, good, arm["env_id"], lr=1e-2) for _ in range(4)]
+        assert [g["lr"] for g in trainer.optimizer.param_groups] == [3e-3]  # the step's lr is the step's only
         assert protocol.concentration(trainer.policy, env, good, arm["env_id"]) > start
         assert losses[-1] < losses[0]
     finally:
