@@ -54,8 +54,9 @@ ARMS: dict[str, dict[str, Any]] = {
     # epochs), good door 0.85. GRPO does not get it to the targets on two cores: at lr 1e-4 one update already
     # lowered J (by 0.05 at pi(good) = 0.5) and GRPO drifted away from the good door; at the preset's 2e-5 it
     # moved pi(good) 0.59 -> 0.63 in 20 iterations (30 s each). So this arm reaches each target by supervised
-    # steps toward the good door at lr 2e-6 (one step at 2e-5 jumped from below 0.5 to 0.74), then settles with
-    # 2 GRPO iterations (AdamW's moments are then GRPO's).
+    # steps toward the good door at lr 2e-6 (one step at 2e-5 jumped from below 0.5 to 0.74), then clears AdamW's
+    # moments (the supervised momentum at the GRPO lr carried pi(good) from 0.5 to 0.82 in two iterations) and
+    # settles with 2 GRPO iterations, so that the moments are GRPO's.
     "smollm2_corridor": {
         "policy": "llm", "preset": "corridor_llm", "env_id": "ecpo/DivergentAnchor-v0",
         "env_kwargs": {"num_tasks": 2, "depth": 4, "good_prob": 0.85, "rare_prob": [0.4, 0.7]},
@@ -156,9 +157,9 @@ def make_checkpoints(arm: dict[str, Any], folder: Path, seed: int = 0, log: Any 
     """Train the arm and save a checkpoint the first time mean pi(good) reaches each target.
 
     ``arm["reach"]`` is ``"grpo"`` (default: GRPO iterations until the target) or ``"supervised"``
-    (:func:`supervised_step` at ``arm["reach_lr"]`` until the target, then ``arm["settle"]`` GRPO iterations so
-    that AdamW's moments are GRPO's when the checkpoint is saved; the saved concentration is the one measured
-    after them)."""
+    (:func:`supervised_step` at ``arm["reach_lr"]`` until the target, then AdamW's moments are cleared and
+    ``arm["settle"]`` GRPO iterations rebuild them, so that the measured update continues GRPO's optimiser and
+    not the supervised steps' momentum; the saved concentration is the one measured after them)."""
     from ecpo_train.runtime.trainer import Trainer
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -191,6 +192,7 @@ def make_checkpoints(arm: dict[str, Any], folder: Path, seed: int = 0, log: Any 
                 steps += 1
                 level = concentration(trainer.policy, env, good, arm["env_id"])
                 if level >= targets[0]:  # settle, then save whatever concentration the settling left
+                    trainer.optimizer.state.clear()  # no supervised momentum may carry into the GRPO steps
                     for _ in range(int(arm.get("settle", 0))):
                         trainer.train_iteration()
                     save(concentration(trainer.policy, env, good, arm["env_id"]))

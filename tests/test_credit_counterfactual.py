@@ -250,4 +250,9 @@ def test_the_llm_arm_reaches_a_concentration_by_supervised_steps_then_settles_wi
     arm["targets"] = [round(start + 0.05, 3)]
     saved = protocol.make_checkpoints(arm, tmp_path / "arm", log=lambda _: None)
     assert len(saved) == 1 and saved[0]["supervised_steps"] >= 1 and saved[0]["iteration"] == 1
-    assert Path(saved[0]["path"]).exists()
+    state = torch.load(saved[0]["path"], weights_only=False)
+    steps = {int(s["step"]) for s in state["optimizer"]["state"].values()}
+    assert steps <= {1, 2}  # only the settling GRPO iteration's steps (2 epochs): the supervised ones were cleared
+    unsettled = protocol.make_checkpoints(arm | {"settle": 0}, tmp_path / "unsettled", log=lambda _: None)
+    assert unsettled[0]["supervised_steps"] >= 1
+    assert torch.load(unsettled[0]["path"], weights_only=False)["optimizer"]["state"] == {}
