@@ -97,7 +97,9 @@ def render(summary: dict[str, Any], protocol: dict[str, Any], runtime_s: float) 
          f"{' --quick' if protocol.get('quick') else ''} (raw per-batch records in the JSON next to this file)."), "",
         ("Protocol: each arm (a policy on a corridor whose good door itself sometimes fails) is trained with GRPO by "
          "the native `Trainer`, which saves a checkpoint (weights, AdamW state, RNGs) the first time the mean "
-         "pi(good door | room) at T = 1 reaches each target. From each checkpoint, K rollout batches are drawn, each "
+         "pi(good door | room) at T = 1 reaches each target (an arm whose protocol says `reach: supervised` gets "
+         "there by supervised steps toward the good door, then clears AdamW's moments and settles with GRPO "
+         "iterations before saving; see the notes). From each checkpoint, K rollout batches are drawn, each "
          "with its own seed; on every batch each estimator computes its advantages (`compute_advantages`) and ONE "
          "update is applied from the same weights and optimizer state with the same shuffle seed "
          "(`Trainer.update_policy` -> `policy_update`). Every metric is therefore paired by batch seed across "
@@ -133,7 +135,9 @@ def render(summary: dict[str, Any], protocol: dict[str, Any], runtime_s: float) 
     lines += ["## Arms", ""]
     for name, arm in protocol["arms"].items():
         lines.append(f"- **{name}**: {arm['policy']} policy on `{arm['env_id']}` {arm['env_kwargs']}, trainer settings "
-                     f"{arm['config']}, K = {arm['K']} batches per checkpoint, targets {arm['targets']}.")
+                     f"{arm['config']}, K = {arm['K']} batches per checkpoint, targets {arm['targets']}"
+                     + (f", reached by supervised steps at lr {arm.get('reach_lr')} then {arm.get('settle', 0)} GRPO "
+                        "iterations" if arm.get("reach") == "supervised" else ", reached by GRPO") + ".")
     lines += ["", *[f"- {note}" for note in protocol.get("notes", [])], ""]
     return "\n".join(lines)
 
