@@ -145,8 +145,8 @@ def supervised_step(trainer: Any, env: Any, good: dict[str, str], env_name: str,
     torch.nn.utils.clip_grad_norm_([p for p in policy.parameters() if p.requires_grad], trainer.config.max_grad_norm)
     groups = trainer.optimizer.param_groups
     kept = [g["lr"] for g in groups]
-    for g in groups:
-        g["lr"] = kept[0] if lr is None else lr
+    for g in groups if lr is not None else ():
+        g["lr"] = lr
     trainer.optimizer.step()
     for g, value in zip(groups, kept):
         g["lr"] = value
