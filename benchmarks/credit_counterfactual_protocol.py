@@ -128,18 +128,14 @@ def supervised_step(trainer: Any, env: Any, good: dict[str, str], env_name: str,
     concentrations that GRPO at a stable learning rate reaches too slowly. ``lr`` replaces the optimizer's
     learning rate for this step only (AdamW's first steps move every weight by about lr, so small steps are
     what lets a target be met closely). Returns the loss before the step."""
-    from ecpo_train.policies.scoring import fill_placeholders, pack_candidates
+    from ecpo_train.apps.sft import Demonstration, candidate_rows, reply_cross_entropy
     from ecpo_train.runtime.builders import state_contexts
 
     policy, states = trainer.policy, list(good)
-    contexts = state_contexts(env, env_name, states)
-    packed, chosen = [], []
-    for ctx, prompt, state in zip(contexts, policy.encode_prompts(contexts), states):
-        actions = [fill_placeholders(a, ctx.task) for a in ctx.admissible_actions]
-        packed.append(pack_candidates(prompt, policy.candidate_ids(actions)))
-        chosen.append([actions.index(good[state])])
-    logp, _, _ = policy.logprobs(packed, chosen, temperature=1.0)
-    loss = -logp.mean()
+    demos = [Demonstration(ctx, good[s]) for ctx, s in zip(state_contexts(env, env_name, states), states)]
+    rows, chosen, _ = candidate_rows(policy, demos)  # the good door is always admissible: nothing is left out
+    nll, count = reply_cross_entropy(policy, rows, chosen)
+    loss = nll / count
     trainer.optimizer.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_([p for p in policy.parameters() if p.requires_grad], trainer.config.max_grad_norm)

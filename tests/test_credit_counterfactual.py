@@ -229,6 +229,7 @@ def test_the_llm_arm_reaches_a_concentration_by_supervised_steps_then_settles_wi
     pi(good | room); once the target is crossed, ``settle`` GRPO iterations run and the checkpoint (weights and
     AdamW state) records the concentration measured after them."""
     protocol = _bench("credit_counterfactual_protocol")
+    from ecpo_train.runtime.run_dir import load_checkpoint
     from ecpo_train.runtime.trainer import Trainer
 
     arm = {"policy": "llm", "preset": "corridor_llm", "env_id": "ecpo/DivergentAnchor-v0",
@@ -250,9 +251,9 @@ def test_the_llm_arm_reaches_a_concentration_by_supervised_steps_then_settles_wi
     arm["targets"] = [round(start + 0.05, 3)]
     saved = protocol.make_checkpoints(arm, tmp_path / "arm", log=lambda _: None)
     assert len(saved) == 1 and saved[0]["supervised_steps"] >= 1 and saved[0]["iteration"] == 1
-    state = torch.load(saved[0]["path"], weights_only=False)
+    state = load_checkpoint(Path(saved[0]["path"]))
     steps = {int(s["step"]) for s in state["optimizer"]["state"].values()}
     assert steps <= {1, 2}  # only the settling GRPO iteration's steps (2 epochs): the supervised ones were cleared
     unsettled = protocol.make_checkpoints(arm | {"settle": 0}, tmp_path / "unsettled", log=lambda _: None)
     assert unsettled[0]["supervised_steps"] >= 1
-    assert torch.load(unsettled[0]["path"], weights_only=False)["optimizer"]["state"] == {}
+    assert load_checkpoint(Path(unsettled[0]["path"]))["optimizer"]["state"] == {}
