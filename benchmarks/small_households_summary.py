@@ -7,6 +7,12 @@ the training run's ``metrics.jsonl`` (after = its last line with ``val/success``
 success before and after with 95 % Wilson intervals, the gain with its 95 % Newcombe (hybrid score) and Wald
 intervals for two independent proportions, success by task type, and per training iteration its success,
 rows, optimizer steps and time split (``benchmarks/results/small_households/*_summary.json``).
+
+``--before-episodes`` / ``--after-episodes`` (the runs' ``validation.jsonl``; before = its first line, after =
+its last) add the paired comparison: validation fixes every choice's uniform draw by (seed, copy, step), so
+the same validation episode before and after training differs only where the policy does. Episodes pair by
+(task, copy); written: the gained and lost episodes, McNemar's exact p, and the mean paired difference with its
+95 % t-interval and minimum detectable effect (80 % power).
 """
 
 from __future__ import annotations
@@ -16,8 +22,10 @@ import json
 import sys
 from pathlib import Path
 
+from scipy import stats
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from paired_stats import newcombe, wald_diff, wilson
+from paired_stats import newcombe, paired_diff, wald_diff, wilson
 
 ITERATION_KEYS = ("iteration", "success", "num_steps", "update/rows_computed", "update/rows_skipped",
                   "update/optimizer_steps", "time/generation", "time/env", "time/credit", "time/update",
@@ -57,19 +65,56 @@ def summary(before_lines: list[dict], run_lines: list[dict], episodes: int, befo
     }
 
 
+def read_validation(path: str) -> list[dict]:
+    lines = read_lines(path)
+    if not lines or any("won" not in line for line in lines):
+        raise SystemExit(f"error: {path} is not a validation.jsonl written by `ecpo train` (one line per "
+                         "validation with the episodes' outcomes)")
+    return lines
+
+
+def paired(before: dict, after: dict, before_path: str, after_path: str) -> dict:
+    """The paired before/after comparison of two validations' episodes, matched by (task, copy)."""
+    outcome = lambda line: {(t, c): w for t, c, w in zip(line["task_ids"], line["copies"], line["won"])}
+    a, b = outcome(before), outcome(after)
+    if set(a) != set(b):
+        raise SystemExit(f"error: {before_path} and {after_path} validated different episodes "
+                         f"({len(set(a) ^ set(b))} unmatched (task, copy) pairs): pair only the same validation")
+    keys = sorted(a)
+    gained = sum(1 for k in keys if b[k] and not a[k])
+    lost = sum(1 for k in keys if a[k] and not b[k])
+    test = paired_diff([b[k] - a[k] for k in keys])
+    mcnemar = float(stats.binomtest(gained, gained + lost, 0.5).pvalue) if gained + lost else 1.0
+    return {"episodes": len(keys), "iteration_before": before["iteration"], "iteration_after": after["iteration"],
+            "gained": gained, "lost": lost, "mcnemar_p": mcnemar, "paired_gain": test["diff"],
+            "paired_gain_t95": [round(test["low"], 4), round(test["high"], 4)], "paired_mde80": round(test["mde"], 4)}
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--before", required=True, help="metrics of the validation before training")
     parser.add_argument("--metrics", required=True, help="the training run's metrics.jsonl")
     parser.add_argument("--episodes", type=int, required=True, help="validation episodes per validation")
+    parser.add_argument("--before-episodes", help="validation.jsonl of the run validated before training")
+    parser.add_argument("--after-episodes", help="validation.jsonl of the training run (paired comparison)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     if args.episodes < 1:
         parser.error("--episodes must be >= 1")
+    if (args.before_episodes is None) != (args.after_episodes is None):
+        parser.error("--before-episodes and --after-episodes go together")
     out = summary(read_lines(args.before), read_lines(args.metrics), args.episodes, args.before, args.metrics)
+    if args.before_episodes:
+        out["paired"] = paired(read_validation(args.before_episodes)[0], read_validation(args.after_episodes)[-1],
+                               args.before_episodes, args.after_episodes)
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
     print(f"success {out['successes_before']}/{args.episodes} -> {out['successes_after']}/{args.episodes}; gain "
           f"{out['gain']:+.3f}, 95 % Newcombe [{out['gain_newcombe95'][0]:+.3f}, {out['gain_newcombe95'][1]:+.3f}]")
+    if "paired" in out:
+        pair = out["paired"]
+        print(f"paired over {pair['episodes']} episodes: {pair['gained']} gained, {pair['lost']} lost (McNemar p "
+              f"{pair['mcnemar_p']:.3g}); gain {pair['paired_gain']:+.3f}, 95 % [{pair['paired_gain_t95'][0]:+.3f}, "
+              f"{pair['paired_gain_t95'][1]:+.3f}], MDE {pair['paired_mde80']:.3f}")
     return out
 
 

@@ -8,6 +8,7 @@ the LM on a small corridor task with non-zero advantages.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -78,6 +79,22 @@ def test_probabilities_follow_temperature_and_greedy_is_argmax(scorer):
     best = max(hot, key=hot.get)
     assert cold[best] > hot[best] and greedy[best] == 1.0
     assert scorer.act([context(0)], temperature=0.0).actions == [best]
+
+
+def test_shared_draws_fix_the_sampled_action_whatever_torchs_stream(scorer):
+    """Validation's common random numbers: a context carrying a draw gets the action its inverse CDF picks,
+    with the sampler's log-prob, whatever torch's random state is."""
+    from ecpo_train.policies.base import inverse_cdf_index
+
+    draws = [0.05, 0.5, 0.95]
+    contexts = [dataclasses.replace(context(0), draw=d) for d in draws]
+    outputs = []
+    for seed in (0, 1, 2):
+        torch.manual_seed(seed)
+        outputs.append(scorer.act(contexts, temperature=1.0))
+    assert all(out.actions == outputs[0].actions and out.logprobs == outputs[0].logprobs for out in outputs)
+    probs = torch.tensor([scorer.action_distributions([context(0)], 1.0)[0][a] for a in DOORS])
+    assert outputs[0].actions == [DOORS[inverse_cdf_index(probs, d)] for d in draws]
 
 
 def test_placeholders_are_filled_and_empty_action_lists_refused(scorer):

@@ -62,3 +62,24 @@ def test_resume_after_growth_restores_optimizer_on_the_new_table():
     fresh.grow_optimizer_state(fresh_opt)
     assert fresh_opt.param_groups[0]["params"][0] is fresh.logits
     assert torch.equal(fresh_opt.state[fresh.logits]["exp_avg"], optimizer.state[policy.logits]["exp_avg"])
+
+
+def test_inverse_cdf_draws_reproduce_the_distribution_and_skip_impossible_actions():
+    from ecpo_train.policies.base import inverse_cdf_index
+
+    probs = torch.tensor([0.2, 0.0, 0.5, 0.3])
+    n = 10_000
+    counts = torch.zeros(4)
+    for j in range(n):  # an even grid of draws: each action's share is its probability to 1/n
+        counts[inverse_cdf_index(probs, (j + 0.5) / n)] += 1
+    assert torch.allclose(counts / n, probs, atol=1 / n)
+    assert inverse_cdf_index(probs, 0.0) == 0 and inverse_cdf_index(probs, 0.9999999) == 3
+    assert inverse_cdf_index(probs, 0.2) == 2  # the zero-probability action is never picked, even at its edge
+
+
+def test_shared_draws_make_the_choice_independent_of_the_random_stream():
+    """With a draw per context the tabular policy's choice is the draw's, whatever its own generator says."""
+    contexts = [StepContext("ecpo/DivergentAnchor-v0", "t", 0, [], "obs", ["a", "b", "c"], "s", draw=d)
+                for d in (0.1, 0.5, 0.9)]
+    choices = {tuple(TabularSoftmaxPolicy(seed=seed).act(contexts).actions) for seed in range(5)}
+    assert choices == {("a", "b", "c")}  # uniform start: thirds

@@ -51,3 +51,40 @@ def test_a_metrics_file_without_validation_is_one_error(tmp_path):
     with pytest.raises(SystemExit, match="has no validation line"):
         _summary_module().main(["--before", str(empty), "--metrics", str(empty), "--episodes", "96",
                                 "--out", str(tmp_path / "s.json")])
+
+
+def _validation(path, iteration, won, tasks=("gen/Look/1", "gen/Pick/2")):
+    line = {"iteration": iteration, "task_ids": [t for t in tasks for _ in range(len(won) // len(tasks))],
+            "copies": list(range(len(won) // len(tasks))) * len(tasks), "won": won, "lengths": [5] * len(won)}
+    with open(path, "a") as fh:
+        fh.write(json.dumps(line) + "\n")
+
+
+def test_paired_comparison_counts_gained_and_lost_episodes(tmp_path):
+    """Same episodes before and after: 5 gained, 1 lost of 12; McNemar exact p = P(X <= 1 | 6, 1/2) * 2."""
+    metrics = tmp_path / "m.jsonl"
+    metrics.write_text(json.dumps({"iteration": 0, "val/success": 0.25}) + "\n")
+    before, after = tmp_path / "b.jsonl", tmp_path / "a.jsonl"
+    _validation(before, 0, [1, 1, 1, 0, 0, 0] + [0, 0, 0, 0, 0, 0])
+    _validation(after, 1, [0] * 12)  # an earlier validation of the run: the last line is "after"
+    _validation(after, 3, [1, 0, 1, 1, 1, 0] + [1, 1, 0, 1, 0, 0])
+    out = _summary_module().main(["--before", str(metrics), "--metrics", str(metrics), "--episodes", "12",
+                                  "--before-episodes", str(before), "--after-episodes", str(after),
+                                  "--out", str(tmp_path / "s.json")])["paired"]
+    assert (out["gained"], out["lost"], out["episodes"], out["iteration_after"]) == (5, 1, 12, 3)
+    assert out["mcnemar_p"] == pytest.approx(2 * 7 / 64)
+    assert out["paired_gain"] == pytest.approx(4 / 12)
+    low, high = out["paired_gain_t95"]
+    assert low < 4 / 12 < high
+
+
+def test_pairing_different_validations_is_one_error(tmp_path):
+    metrics = tmp_path / "m.jsonl"
+    metrics.write_text(json.dumps({"iteration": 0, "val/success": 0.25}) + "\n")
+    before, after = tmp_path / "b.jsonl", tmp_path / "a.jsonl"
+    _validation(before, 0, [1, 0, 0, 0])
+    _validation(after, 1, [1, 0, 0, 0], tasks=("gen/Look/1", "gen/Pick/3"))
+    with pytest.raises(SystemExit, match="validated different episodes"):
+        _summary_module().main(["--before", str(metrics), "--metrics", str(metrics), "--episodes", "4",
+                                "--before-episodes", str(before), "--after-episodes", str(after),
+                                "--out", str(tmp_path / "s.json")])

@@ -4,6 +4,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 from ecpo_gym.families import declared_max_steps
 from ecpo_train.credit import CreditConfig, gae_targets, prepare_rows
@@ -84,6 +85,32 @@ def test_resume_after_a_crash_replays_the_uninterrupted_run(tmp_path):
     assert logged("crashed") == logged("whole")
     assert [m["iteration"] for m in history] == [1, 2, 3, 4]
     assert "val/success" in logged("crashed")[3] and "val/success" not in logged("crashed")[2]
+    episodes = lambda run: (tmp_path / run / "validation.jsonl").read_text().splitlines()
+    assert [json.loads(line)["iteration"] for line in episodes("crashed")] == [1, 2, 4]  # 3's was never checkpointed
+    assert episodes("crashed") == episodes("whole")
+
+
+def test_validation_is_reproducible_and_its_episodes_pair_up(tmp_path):
+    """Validation fixes each choice's draw by (seed, copy, step): the same weights validate to the same episodes
+    however far training moved the random streams, and ``validation.jsonl`` records them in order, copies
+    numbered within their task, so two checkpoints' validations pair episode by episode."""
+    trainer = Trainer(quick(tmp_path, "iterations=1", "val_every=1", "val_episodes_per_task=3",
+                            "val_before_training=true"))
+    first = trainer.validate()
+    torch.manual_seed(123)
+    trainer.rng.random(17)  # the training streams move on
+    torch.rand(5)
+    assert trainer.validate() == first
+    trainer.train()
+    trainer.close()
+    lines = [json.loads(line) for line in (tmp_path / "validation.jsonl").read_text().splitlines()]
+    assert [line["iteration"] for line in lines] == [0, 1]  # a fresh run's log starts with its own validations
+    tasks = trainer.val_tasks
+    for line in lines:
+        assert line["task_ids"] == [t for t in tasks for _ in range(3)]
+        assert line["copies"] == [0, 1, 2] * len(tasks)
+    assert np.mean(lines[0]["won"]) == pytest.approx(first["val/success"])  # before training: the same episodes
+    assert np.mean(lines[1]["won"]) == pytest.approx(trainer.history[-1]["val/success"])
 
 
 def test_a_fresh_run_in_a_used_run_directory_starts_a_fresh_log(tmp_path):

@@ -95,6 +95,12 @@ def episode_metrics(episodes: Sequence[Episode], prefix: str = "") -> dict[str, 
     return metrics
 
 
+def step_draw(seed: int, copy: int, step: int) -> float:
+    """The uniform in [0, 1) behind copy ``copy``'s choice at its step ``step`` under ``draws_seed=seed``: a
+    function of these three numbers alone, whatever the other copies do."""
+    return float(np.random.default_rng([seed, copy, step]).random())
+
+
 def collect_rollout(
     envs: GroupVectorEnv,
     policy: Actor,
@@ -106,6 +112,7 @@ def collect_rollout(
     anchor_key: str = "state_key",
     history_length: int | None = None,
     on_reset: Callable[[list[tuple[str, dict[str, Any]]]], None] | None = None,
+    draws_seed: int | None = None,
 ) -> Rollout:
     """Play one episode on every copy of ``envs`` (group ``g`` on ``task_ids[g]``) with ``policy``.
 
@@ -115,7 +122,10 @@ def collect_rollout(
     are kept as extras under their own names (``state_key``, ``observation_key``). ``on_reset``, when given, is
     called once with every copy's ``(observation, info)`` after the reset and before the first action (agents
     that read the episode's start, e.g. the leaderboard's expert, prepare there). Every action goes through
-    ``sent_action``.
+    ``sent_action``. ``draws_seed``, when given, fixes the uniform behind every choice: copy ``i``'s choice at its
+    step ``t`` gets ``StepContext.draw`` from ``(draws_seed, i, t)`` alone, so two policies run with the same seed
+    make the same choice wherever their distributions agree (common random numbers: paired validation); policies
+    that sample tokens rather than choose among candidates ignore it.
     """
     if anchor_key not in ANCHOR_KEYS:
         raise ValueError(f"anchor_key={anchor_key!r}; valid: {', '.join(ANCHOR_KEYS)}")
@@ -146,6 +156,7 @@ def collect_rollout(
                 observation=observations[i],
                 admissible_actions=list(infos[i].get("admissible_actions", [])),
                 state_key=str(infos[i]["state_key"]),
+                draw=None if draws_seed is None else step_draw(draws_seed, i, len(histories[i])),
             )
             for i in active
         ]

@@ -28,6 +28,20 @@ class StepContext:
     observation: str
     admissible_actions: list[str]
     state_key: str
+    # A uniform in [0, 1) for this step's choice (common random numbers, ``collect_rollout(draws_seed=...)``);
+    # None: the policy's own random stream. Policies choosing among candidates pick by ``inverse_cdf_index``.
+    draw: float | None = None
+
+
+def inverse_cdf_index(probs: torch.Tensor, draw: float) -> int:
+    """The candidate a uniform ``draw`` picks from ``probs`` (inverse CDF, candidates in their given order).
+
+    Two policies fed the same draw choose the same candidate wherever their cumulative distributions put the
+    draw in the same interval, so validating two checkpoints with shared draws pairs their episodes (common
+    random numbers). Candidates of probability 0 are never picked."""
+    cdf = torch.cumsum(probs.detach().double().flatten(), 0)
+    target = torch.tensor([draw * float(cdf[-1])], dtype=torch.float64)
+    return min(int(torch.searchsorted(cdf, target, right=True)), len(cdf) - 1)
 
 
 @dataclass

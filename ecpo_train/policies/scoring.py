@@ -44,7 +44,7 @@ from collections.abc import Sequence
 
 import torch
 
-from ecpo_train.policies.base import PolicyOutput, StepContext
+from ecpo_train.policies.base import PolicyOutput, StepContext, inverse_cdf_index
 from ecpo_train.policies.llm import TransformersPolicy
 
 SEPARATOR = -1
@@ -236,9 +236,14 @@ class ScoringPolicy(TransformersPolicy):
     @torch.no_grad()
     def act(self, contexts: Sequence[StepContext], temperature: float = 1.0) -> PolicyOutput:
         out = PolicyOutput(actions=[], responses=[])
-        for actions, item, score in self._scored_contexts(contexts) if contexts else []:
+        for ctx, (actions, item, score) in zip(contexts, self._scored_contexts(contexts) if contexts else []):
             logp = self.log_policy(score, temperature)
-            index = int(torch.multinomial(logp.exp(), 1)) if temperature > 0 else int(score.argmax())
+            if temperature <= 0:
+                index = int(score.argmax())
+            elif ctx.draw is not None:
+                index = inverse_cdf_index(logp.exp(), ctx.draw)
+            else:
+                index = int(torch.multinomial(logp.exp(), 1))
             out.actions.append(actions[index])
             out.responses.append(actions[index])
             out.prompt_ids.append(pack_candidates(*item))

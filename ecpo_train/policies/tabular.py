@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from ecpo_train.policies.base import Policy, PolicyOutput, StepContext
+from ecpo_train.policies.base import Policy, PolicyOutput, StepContext, inverse_cdf_index
 
 
 def swap_grown_parameter(optimizer: torch.optim.Optimizer, old: list[torch.nn.Parameter],
@@ -107,7 +107,8 @@ class TabularSoftmaxPolicy(Policy):
                 out.response_ids.append([])
                 out.logprobs.append([])
                 continue
-            k = int(choice[row])
+            k = int(choice[row]) if ctx.draw is None else \
+                inverse_cdf_index(probs[row, : len(ctx.admissible_actions)], ctx.draw)
             action = ctx.admissible_actions[k]
             out.actions.append(action)
             out.responses.append(action)

@@ -178,13 +178,17 @@ def validation_outcome(policy: Policy, config: TrainConfig, envs: Any, task_ids:
     """One validation pass on the fixed tasks at the validation temperature: the episodes of one rollout of
     ``envs`` (a group of ``val_episodes_per_task`` copies per task, copy ``i`` reset with ``seed + i``) and,
     where the env and the policy allow it, the exact success (``exact_success``; else ``None``). The training
-    RNG streams are left as they were. The native trainer and the RLlib runners validate through it."""
+    RNG streams are left as they were. Every choice among candidates uses the draw fixed by ``(seed, copy,
+    step)`` (``collect_rollout(draws_seed=seed)``): one set of weights always validates to the same episodes,
+    and two checkpoints' episodes pair up (``benchmarks/small_households_summary.py``). The native trainer and
+    the RLlib runners validate through it."""
     from ecpo_train.core.rollout import collect_rollout
 
     with sampling_state_restored(policy):  # validating must not change the training run
+        torch.manual_seed(seed)  # the same weights validate to the same episodes (token-sampling policies too)
         rollout = collect_rollout(envs, policy, list(task_ids), env_name=config.env_id,
                                   temperature=config.val_temperature, seed=seed, anchor_key=config.anchor_key,
-                                  history_length=config.history_length)
+                                  history_length=config.history_length, draws_seed=seed)
     exact = exact_success(policy, config.env_id, config.env_kwargs, task_ids, config.val_temperature,
                           history_length=config.history_length)
     return rollout.episodes, exact

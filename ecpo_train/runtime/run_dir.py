@@ -1,11 +1,15 @@
-"""A training run's folder: ``config.yaml``, ``metrics.jsonl``, TensorBoard events, ``checkpoint.pt``.
+"""A training run's folder: ``config.yaml``, ``metrics.jsonl``, ``validation.jsonl``, TensorBoard events,
+``checkpoint.pt``.
 
 ``MetricsLog`` keeps each iteration once (a resume drops lines logged after its checkpoint; a fresh run in a
 used folder starts a fresh log) and writes ``config.yaml`` when it first writes: building a trainer writes
 nothing, so a refused start leaves the folder as it was (``ecpo_train.runtime.resume``). A torn last line of
-``metrics.jsonl`` (a crash mid-write) is dropped with a warning naming the file. ``save_checkpoint`` writes atomically (a crash mid-write leaves the previous
-checkpoint); ``load_checkpoint`` names a damaged file instead of failing inside torch's unpickler.
-``Progress`` is the one progress line every long loop shows.
+``metrics.jsonl`` (a crash mid-write) is dropped with a warning naming the file. ``validation.jsonl`` holds one
+line per validation with every episode's outcome in validation order (task, copy, won, length): two
+validations of the same tasks and seed pair episode by episode (``benchmarks/small_households_summary.py``).
+``save_checkpoint`` writes atomically (a crash mid-write leaves the previous checkpoint); ``load_checkpoint``
+names a damaged file instead of failing inside torch's unpickler. ``Progress`` is the one progress line every
+long loop shows.
 """
 
 from __future__ import annotations
@@ -69,6 +73,21 @@ def check_writable_folder(path: Path, label: str) -> None:
         raise ValueError(f"{label} is not writable ({probe} is read-only for this user)")
 
 
+def read_validation_file(path: Path) -> list[dict[str, Any]]:
+    """The lines of a run's ``validation.jsonl`` (none if it does not exist; a torn last line is dropped)."""
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut by a crash mid-write
+        if isinstance(row, dict) and "iteration" in row and "won" in row:
+            rows.append(row)
+    return rows
+
+
 class MetricsLog:
     """``metrics.jsonl`` (one line per iteration) and, optionally, TensorBoard scalars.
 
@@ -76,6 +95,7 @@ class MetricsLog:
 
     def __init__(self, run_dir: Path, tensorboard: bool, config: dict[str, Any] | None = None) -> None:
         self.path = run_dir / "metrics.jsonl"
+        self.validation_path = run_dir / "validation.jsonl"
         self.tensorboard_dir = run_dir / "tensorboard"
         self.tensorboard = tensorboard
         self.history: list[dict[str, float]] = []
@@ -107,6 +127,22 @@ class MetricsLog:
         kept = [row for row in rows if row.get("iteration", 0) <= iteration]
         self.path.write_text("".join(json.dumps(row) + "\n" for row in kept))
         self.history = kept
+        validations = read_validation_file(self.validation_path) if iteration >= 0 else []
+        self.validation_path.write_text("".join(json.dumps(row) + "\n" for row in validations
+                                                if row["iteration"] <= iteration))
+
+    def append_validation(self, iteration: int, episodes: typing.Sequence[Any]) -> None:
+        """One line of ``validation.jsonl``: the outcome of every validation episode, in validation order."""
+        self.open_folder()
+        copies, seen = [], {}  # each episode's index among its task's copies
+        for episode in episodes:
+            seen[episode.task_id] = seen.get(episode.task_id, -1) + 1
+            copies.append(seen[episode.task_id])
+        record = {"iteration": iteration, "task_ids": [e.task_id for e in episodes],
+                  "copies": copies, "won": [int(e.won) for e in episodes],
+                  "lengths": [e.length for e in episodes]}
+        with open(self.validation_path, "a") as fh:
+            fh.write(json.dumps(record) + "\n")
 
     def append(self, metrics: dict[str, float], step: int) -> None:
         self.open_folder()

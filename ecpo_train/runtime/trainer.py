@@ -54,6 +54,9 @@ class _HistoryOnly(MetricsLog):
     def append(self, metrics: dict[str, float], step: int) -> None:
         self.history.append(metrics)
 
+    def append_validation(self, iteration: int, episodes: Any) -> None:
+        pass
+
 
 class Trainer:
     """Owns the policy, reference, optimizer(s), environments, RNGs and the run directory.
@@ -223,6 +226,7 @@ class Trainer:
             shares = [(value, n) for _, value, n in parts if n]
             exact = None if not shares or any(value is None for value, _ in shares) else \
                 sum(value * n for value, n in shares) / sum(n for _, n in shares)
+        self.metrics_log.append_validation(self.iteration, episodes)
         return validation_metrics(episodes, exact)
 
     # ------------------------------------------------------------------ the loop
