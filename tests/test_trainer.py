@@ -233,3 +233,20 @@ def test_validation_does_not_change_the_training_run(tmp_path):
     never, every = training_metrics(tmp_path / "never", 0), training_metrics(tmp_path / "every", 1)
     assert every == [pytest.approx(m, rel=1e-6) for m in never]
     assert [m["success"] for m in every] == [m["success"] for m in never]
+
+
+def test_validation_schedule_and_skipping_the_first_iteration(tmp_path):
+    """val_every=3 over 4 iterations validates after 1, 3 and 4; val_after_first=false drops 1 (a short run
+    that only needs before and after pays for one validation less)."""
+    def validated(*extra):
+        cfg = quick(tmp_path / "_".join(extra or ("default",)), "iterations=4", "val_every=3", *extra)
+        trainer = Trainer(cfg)
+        history = trainer.train()
+        trainer.close()
+        assert [i for i in range(1, 5) if cfg.validates_after(i)] == [m["iteration"] for m in history
+                                                                      if "val/success" in m]
+        return [m["iteration"] for m in history if "val/success" in m]
+
+    assert validated() == [1, 3, 4]
+    assert validated("val_after_first=false") == [3, 4]
+    assert not load_config("quickstart", ["val_every=0"]).validates_after(1)

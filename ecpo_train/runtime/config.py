@@ -59,6 +59,7 @@ class TrainConfig:
     val_every: int = 10  # iterations between validations, plus the first and last iteration (0 = never)
     val_episodes_per_task: int = 1
     val_before_training: bool = False  # also validate the untrained policy, logged as iteration 0
+    val_after_first: bool = True  # validate after iteration 1 as well (an early point on the curve)
     # group rollout (step A)
     n_groups: int = 16
     group_size: int = 8
@@ -153,6 +154,14 @@ class TrainConfig:
         if self.group_size < 2 and estimator_spec(self.algorithm).group_relative:
             raise ValueError(f"group_size={self.group_size} is invalid: group-relative credit ({self.algorithm}) needs "
                              ">= 2 rollouts per task (with 1 every advantage is 0 and nothing trains)")
+
+    def validates_after(self, iteration: int) -> bool:
+        """Whether the run validates after ``iteration``: every ``val_every`` iterations, after the last one, and
+        after the first unless ``val_after_first`` is false (never when ``val_every`` is 0)."""
+        if not self.val_every:
+            return False
+        return (iteration % self.val_every == 0 or iteration == self.iterations
+                or (iteration == 1 and self.val_after_first))
 
     def estimator_options(self) -> dict[str, Any]:
         """The estimator's own keyword arguments beyond ``CreditConfig`` (``gae_lambda`` for ppo), read from the

@@ -26,11 +26,11 @@ from ecpo_train.runtime.run_dir import check_metrics_file, load_checkpoint
 
 RUN_MARKERS = ("config.yaml", "metrics.jsonl", "checkpoint.pt", "rllib_checkpoint")
 # what a trainer writes into its folder (LoRA runs add adapter/ and merged/, `ecpo eval` adds eval/)
-RUN_FILES = ("config.yaml", "metrics.jsonl", "checkpoint.pt", "checkpoint.tmp", "curves.png", "history.jsonl",
-             "tensorboard", "adapter", "merged", "eval", "rllib_checkpoint")  # the last: `--engine rllib`
+RUN_FILES = ("config.yaml", "metrics.jsonl", "validation.jsonl", "checkpoint.pt", "checkpoint.tmp", "curves.png",
+             "history.jsonl", "tensorboard", "adapter", "merged", "eval", "rllib_checkpoint")  # the last: `--engine rllib`
 # bookkeeping: changing these on --resume continues the same run (where it lives, how long, what is logged)
 RESUMABLE_KEYS = frozenset({"run_dir", "iterations", "checkpoint_every", "save_optimizer", "tensorboard",
-                            "progress", "val_every", "env_workers"})
+                            "progress", "val_every", "val_after_first", "env_workers"})
 HISTORY_FILE = "history.jsonl"
 
 

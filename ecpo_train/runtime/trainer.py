@@ -180,7 +180,7 @@ class Trainer:
             world = self.dp.world_size  # ... and counts (steps, groups, anchors) add up
             metrics = self.dp.mean_stats(metrics)
             metrics |= {k: v * world for k, v in self.dp.mean_stats(counts).items()}
-        if cfg.val_every and (self.iteration % cfg.val_every == 0 or self.iteration in (1, cfg.iterations)):
+        if cfg.validates_after(self.iteration):
             val_started = time.perf_counter()
             self._phase(f"iteration {self.iteration}: validation on {len(self.val_tasks)} tasks")
             metrics |= self.validate()

@@ -163,8 +163,7 @@ def llm_training_step(algo: Any) -> dict[str, float]:
     metrics |= {"time/generation": max(o["generation_seconds"] for o in outs),
                 "time/env": max(o["env_seconds"] for o in outs), "time/sampling": sampled_at - started,
                 "time/update": updated_at - sampled_at, "time/sync": synced_at - updated_at}
-    every = train.val_every
-    if every and (algo.ecpo_iteration % every == 0 or algo.ecpo_iteration in (1, train.iterations)):
+    if train.validates_after(algo.ecpo_iteration):
         val_started = time.perf_counter()
         metrics |= algo.validate()
         metrics["time/validation"] = time.perf_counter() - val_started
