@@ -250,3 +250,20 @@ def test_validation_schedule_and_skipping_the_first_iteration(tmp_path):
     assert validated() == [1, 3, 4]
     assert validated("val_after_first=false") == [3, 4]
     assert not load_config("quickstart", ["val_every=0"]).validates_after(1)
+
+
+def test_lr_warmup_rises_linearly_over_the_optimizers_first_steps(tmp_path):
+    """lr_warmup_steps=3: the optimizer's steps run at lr/3, 2lr/3, lr, lr, ... (AdamW's first steps, whose
+    moments are new, would otherwise move every weight by about lr)."""
+    trainer = Trainer(quick(tmp_path, "iterations=3", "lr=0.3", "lr_warmup_steps=3", "mini_batch_size=16"))
+    used, step = [], trainer.optimizer.step
+
+    def recording_step(*args, **kwargs):
+        used.append(trainer.optimizer.param_groups[0]["lr"])
+        return step(*args, **kwargs)
+
+    trainer.optimizer.step = recording_step
+    trainer.train()
+    trainer.close()
+    assert len(used) >= 4
+    assert used[:4] == pytest.approx([0.1, 0.2, 0.3, 0.3]) and set(used[3:]) == {0.3}

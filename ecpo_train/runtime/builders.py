@@ -72,9 +72,28 @@ def update_on_table(policy: Policy, config: TrainConfig, table: Any, step_advant
         if config.filter_equal_return_groups else None
     return policy_update(logprob_fn, ref_fn, [p for p in policy.parameters() if p.requires_grad], optimizer,
                          old_logp, old_mask, step_advantages, update_settings(config), generator,
-                         before_step=lambda: policy.grow_optimizer_state(optimizer),
+                         before_step=lambda: before_optimizer_step(policy, optimizer, config),
                          row_tokens=np.asarray([len(p) + len(r) for p, r in zip(prompts, responses)]),
                          reducer=reducer, row_keys=row_keys, keep=keep)
+
+
+def warmup_lr(lr: float, warmup_steps: int, steps_taken: int) -> float:
+    """The learning rate of optimizer step ``steps_taken`` (0-based) under a linear warmup of ``warmup_steps``."""
+    return lr if warmup_steps <= 0 else lr * min(1.0, (steps_taken + 1) / warmup_steps)
+
+
+def optimizer_steps_taken(optimizer: torch.optim.Optimizer) -> int:
+    """How many steps ``optimizer`` has taken, from its own state (0 for a fresh one)."""
+    steps = [int(state["step"]) for state in optimizer.state.values() if "step" in state]
+    return max(steps, default=0)
+
+
+def before_optimizer_step(policy: Policy, optimizer: torch.optim.Optimizer, config: TrainConfig) -> None:
+    """Run before every policy optimizer step: grow lazily created state, then set the warmup's lr."""
+    policy.grow_optimizer_state(optimizer)
+    if config.lr_warmup_steps:
+        for group in optimizer.param_groups:
+            group["lr"] = warmup_lr(config.lr, config.lr_warmup_steps, optimizer_steps_taken(optimizer))
 
 
 # ---------------------------------------------------------------------------------------------- building blocks

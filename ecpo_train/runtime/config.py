@@ -84,6 +84,10 @@ class TrainConfig:
     # update (step E)
     lr: float = 1e-6
     critic_lr: float = 1e-5  # ppo only
+    # the policy's lr rises linearly over the optimizer's first steps: lr * min(1, (k + 1) / lr_warmup_steps) at
+    # its step k (counted by the optimizer's own state, so a fresh optimizer warms up again); 0 = constant lr.
+    # AdamW's first steps move every weight by about lr whatever the gradient's size (its moments are new)
+    lr_warmup_steps: int = 0
     weight_decay: float = 0.0
     kl_coef: float = 0.01
     clip_eps: float = 0.2
@@ -214,6 +218,7 @@ _RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "max_response_length": (_int_at_least(1), "an integer >= 1"),
     "gae_lambda": (lambda v: _real(v) and 0 <= v <= 1, "a number in [0, 1]"),
     "lr": (_positive, "a number > 0"),
+    "lr_warmup_steps": (_int_at_least(0), "an integer >= 0 (0 = no warmup)"),
     "critic_lr": (_positive, "a number > 0"),
     "weight_decay": (lambda v: _real(v) and v >= 0, "a number >= 0"),
     "kl_coef": (lambda v: _real(v) and v >= 0, "a number >= 0"),
