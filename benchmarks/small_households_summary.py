@@ -85,9 +85,13 @@ def paired(before: dict, after: dict, before_path: str, after_path: str) -> dict
     lost = sum(1 for k in keys if a[k] and not b[k])
     test = paired_diff([b[k] - a[k] for k in keys])
     mcnemar = float(stats.binomtest(gained, gained + lost, 0.5).pvalue) if gained + lost else 1.0
-    return {"episodes": len(keys), "iteration_before": before["iteration"], "iteration_after": after["iteration"],
-            "gained": gained, "lost": lost, "mcnemar_p": mcnemar, "paired_gain": test["diff"],
-            "paired_gain_t95": [round(test["low"], 4), round(test["high"], 4)], "paired_mde80": round(test["mde"], 4)}
+    out = {"episodes": len(keys), "iteration_before": before["iteration"], "iteration_after": after["iteration"],
+           "gained": gained, "lost": lost, "mcnemar_p": mcnemar, "paired_gain": test["diff"],
+           "paired_gain_t95": [round(test["low"], 4), round(test["high"], 4)], "paired_mde80": round(test["mde"], 4)}
+    if gained + lost == 0:  # every difference is 0: the t-interval has width 0 and says nothing about power
+        out |= {"paired_gain_t95": None, "paired_mde80": None,
+                "note": "no episode changed its outcome: the policies agree on every validation episode"}
+    return out
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -110,7 +114,9 @@ def main(argv: list[str] | None = None) -> dict:
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
     print(f"success {out['successes_before']}/{args.episodes} -> {out['successes_after']}/{args.episodes}; gain "
           f"{out['gain']:+.3f}, 95 % Newcombe [{out['gain_newcombe95'][0]:+.3f}, {out['gain_newcombe95'][1]:+.3f}]")
-    if "paired" in out:
+    if "paired" in out and out["paired"]["paired_mde80"] is None:
+        print(f"paired over {out['paired']['episodes']} episodes: {out['paired']['note']}")
+    elif "paired" in out:
         pair = out["paired"]
         print(f"paired over {pair['episodes']} episodes: {pair['gained']} gained, {pair['lost']} lost (McNemar p "
               f"{pair['mcnemar_p']:.3g}); gain {pair['paired_gain']:+.3f}, 95 % [{pair['paired_gain_t95'][0]:+.3f}, "

@@ -88,3 +88,17 @@ def test_pairing_different_validations_is_one_error(tmp_path):
         _summary_module().main(["--before", str(metrics), "--metrics", str(metrics), "--episodes", "4",
                                 "--before-episodes", str(before), "--after-episodes", str(after),
                                 "--out", str(tmp_path / "s.json")])
+
+
+def test_identical_validations_report_no_interval(tmp_path):
+    """No episode changed: the paired t-interval would have width 0, so none is given (and no MDE)."""
+    metrics = tmp_path / "m.jsonl"
+    metrics.write_text(json.dumps({"iteration": 0, "val/success": 0.25}) + "\n")
+    before, after = tmp_path / "b.jsonl", tmp_path / "a.jsonl"
+    _validation(before, 0, [1, 0, 0, 0])
+    _validation(after, 6, [1, 0, 0, 0])
+    out = _summary_module().main(["--before", str(metrics), "--metrics", str(metrics), "--episodes", "4",
+                                  "--before-episodes", str(before), "--after-episodes", str(after),
+                                  "--out", str(tmp_path / "s.json")])["paired"]
+    assert (out["gained"], out["lost"], out["paired_gain"]) == (0, 0, 0.0)
+    assert out["paired_gain_t95"] is None and out["paired_mde80"] is None and "no episode changed" in out["note"]
