@@ -66,8 +66,12 @@ def summary(before_lines: list[dict], run_lines: list[dict], episodes: int, befo
 
 
 def read_validation(path: str) -> list[dict]:
-    lines = read_lines(path)
-    if not lines or any("won" not in line for line in lines):
+    from ecpo_train.runtime.run_dir import read_validation_file
+
+    if not Path(path).is_file():
+        raise SystemExit(f"error: {path} does not exist (a run folder's validation.jsonl, written by `ecpo train`)")
+    lines = read_validation_file(Path(path))
+    if not lines:
         raise SystemExit(f"error: {path} is not a validation.jsonl written by `ecpo train` (one line per "
                          "validation with the episodes' outcomes)")
     return lines
