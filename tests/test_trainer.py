@@ -122,6 +122,7 @@ def test_a_fresh_run_in_a_used_run_directory_starts_a_fresh_log(tmp_path):
     again.close()
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["iteration"] for line in lines] == [1]
+    assert not (tmp_path / "validation.jsonl").exists()  # val_every=0: no validation, no episode log
 
 
 @pytest.mark.parametrize("algorithm", ["ecpo", "gigpo_std"])

@@ -92,8 +92,9 @@ def before_optimizer_step(policy: Policy, optimizer: torch.optim.Optimizer, conf
     """Run before every policy optimizer step: grow lazily created state, then set the warmup's lr."""
     policy.grow_optimizer_state(optimizer)
     if config.lr_warmup_steps:
+        lr = warmup_lr(config.lr, config.lr_warmup_steps, optimizer_steps_taken(optimizer))
         for group in optimizer.param_groups:
-            group["lr"] = warmup_lr(config.lr, config.lr_warmup_steps, optimizer_steps_taken(optimizer))
+            group["lr"] = lr
 
 
 # ---------------------------------------------------------------------------------------------- building blocks

@@ -127,9 +127,10 @@ class MetricsLog:
         kept = [row for row in rows if row.get("iteration", 0) <= iteration]
         self.path.write_text("".join(json.dumps(row) + "\n" for row in kept))
         self.history = kept
-        validations = read_validation_file(self.validation_path) if iteration >= 0 else []
-        self.validation_path.write_text("".join(json.dumps(row) + "\n" for row in validations
-                                                if row["iteration"] <= iteration))
+        if self.validation_path.exists():  # (a run that never validated has none, and gets none)
+            validations = read_validation_file(self.validation_path) if iteration >= 0 else []
+            self.validation_path.write_text("".join(json.dumps(row) + "\n" for row in validations
+                                                    if row["iteration"] <= iteration))
 
     def append_validation(self, iteration: int, episodes: typing.Sequence[Any]) -> None:
         """One line of ``validation.jsonl``: the outcome of every validation episode, in validation order."""
