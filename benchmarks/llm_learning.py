@@ -33,7 +33,7 @@ import numpy as np
 from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared statistics module, from anywhere
-from paired_stats import apply_holm, keyed, paired_diff, paired_values
+from paired_stats import apply_holm, keyed, paired_diff, paired_outcomes, paired_values
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -61,9 +61,10 @@ PROTOCOLS = {
                       ["iterations=4", "val_every=2"]),
     # small households on two cores (issue 22): the presets alfworld_cpu / webshop_cpu as they are (ECPO, one seed),
     # and ECPO vs GiGPO w/std on the ALFWorld one with paired seeds (as many as fit: --from-partial reports them)
-    "alfworld_cpu": Protocol("alfworld_cpu", {"alfworld_small": []}, [8], ["ecpo"], [0]),
+    "alfworld_cpu": Protocol("alfworld_cpu", {"alfworld_small": []}, [4], ["ecpo"], [0]),
     "webshop_cpu": Protocol("webshop_cpu", {"webshop_small": []}, [8], ["ecpo"], [0]),
-    "alfworld_cpu_pairs": Protocol("alfworld_cpu", {"alfworld_small": []}, [8], ["ecpo", "gigpo_std"],
+    # (N = 4: the preset's own 4 groups x 4, the recipe it was tuned at)
+    "alfworld_cpu_pairs": Protocol("alfworld_cpu", {"alfworld_small": []}, [4], ["ecpo", "gigpo_std"],
                                    [0, 1, 2, 3, 4, 5]),
     # a GPU: the corridor and an ALFWorldGen subset (free generation would need a larger model), N = 4 and 8, 5 seeds
     "gpu": Protocol("corridor_llm", {
@@ -118,13 +119,28 @@ def summarise_run(history: list[dict]) -> dict:
         "mean_rho": mean_of("credit/mean_rho", history),
         "mean_rho_strict_valid": mean_of("credit/mean_rho_strict_valid", history),
         "advantage_std": mean_of("credit/advantage_std", history),
-        "advantage_range": float(np.mean([m["credit/advantage_max"] - m["credit/advantage_min"] for m in history
-                                          if "credit/advantage_max" in m])) if history else float("nan"),
+        "advantage_range": float(np.mean(ranges)) if (ranges := [m["credit/advantage_max"] - m["credit/advantage_min"]
+                                                                  for m in history if "credit/advantage_max" in m])
+        else float("nan"),
         "seconds_per_iteration": mean_of("time/iteration", history),
         "curve": series,
         "divergent_curve": [(int(m["iteration"]), m.get("credit/divergent_anchor_fraction", float("nan")))
                             for m in history],
     }
+
+
+def validation_episodes(run_dir: Path) -> dict:
+    """A run folder's first and last validation, episode by episode (its ``validation.jsonl``):
+    ``{"iterations": [first, last], "before": [[task, copy, won], ...], "after": [...]}``; empty when the run
+    validated fewer than twice or predates the file."""
+    from ecpo_train.runtime.run_dir import read_validation_file
+
+    lines = read_validation_file(Path(run_dir) / "validation.jsonl")
+    if len(lines) < 2:
+        return {}
+    rows = lambda line: [[t, int(c), bool(w)] for t, c, w in zip(line["task_ids"], line["copies"], line["won"])]
+    return {"iterations": [int(lines[0]["iteration"]), int(lines[-1]["iteration"])], "before": rows(lines[0]),
+            "after": rows(lines[-1])}
 
 
 def interval(values: list[float]) -> tuple[float, float]:
@@ -170,6 +186,59 @@ def comparisons(results: dict) -> list[dict]:
                     parts.append(where | {"kind": "reading" if b == "ecpo" else "vs", "a": a, "b": b, "seeds": seeds,
                                           **paired_diff(diffs)})
     return apply_holm(parts, [1] * len(parts))
+
+
+def pooled_episodes(runs: list[dict], which: str) -> dict:
+    """``{(seed, task, copy): won}`` over a method's runs: the ``which`` ("before"/"after") validation."""
+    return {(r["seed"], t, c): w for r in runs if r.get("episodes") for t, c, w in r["episodes"][which]}
+
+
+def episode_comparisons(results: dict) -> list[dict]:
+    """The same questions at the episode level, pooled over seeds (a second Holm family): each method's final
+    validation against its first, and ecpo vs gigpo_std at the final one. Validation draws are fixed by (seed,
+    copy, step), so an episode pairs with itself across checkpoints and across methods of one seed. The test
+    is conditional on the runs trained (McNemar on the discordant episodes); the seed-level verdicts above are
+    the ones that carry run-to-run variance."""
+    parts = []
+    for env_label, by_n in results.items():
+        for n, by_method in by_n.items():
+            where = {"env": env_label, "N": n}
+            with_episodes = {m: [r for r in runs if r.get("episodes")] for m, runs in by_method.items()}
+            for method, runs in with_episodes.items():
+                if runs:
+                    parts.append(where | {"kind": "learned", "a": method, "b": "before", "seeds": [r["seed"] for r in runs]}
+                                 | paired_outcomes(pooled_episodes(runs, "before"), pooled_episodes(runs, "after"),
+                                                   label=f"{env_label} N={n} {method} before/after"))
+            a, b = with_episodes.get("ecpo", []), with_episodes.get("gigpo_std", [])
+            shared = sorted({r["seed"] for r in a} & {r["seed"] for r in b})
+            if shared:
+                a, b = ([r for r in runs if r["seed"] in shared] for runs in (a, b))
+                parts.append(where | {"kind": "vs", "a": "ecpo", "b": "gigpo_std", "seeds": shared}
+                             | paired_outcomes(pooled_episodes(b, "after"), pooled_episodes(a, "after"),
+                                               label=f"{env_label} N={n} ecpo/gigpo_std"))
+    return apply_holm(parts, [1] * len(parts))
+
+
+def episode_lines(parts: list[dict]) -> list[str]:
+    if not parts:
+        return []
+    lines = ["## Episode level, pooled over seeds", "",
+             ("Each validation episode pairs with itself: the same (seed, task, copy) takes the same uniform draws "
+              "before and after training, and under either method of a seed. Gained / lost are the discordant "
+              "episodes; p is McNemar's exact test on them; the interval is the paired t-interval over episodes. "
+              f"Holm-corrected over these {len(parts)} comparisons (a family of their own). This tests the runs "
+              "that were trained, not the training procedure: the seed-level verdicts above carry the run-to-run "
+              "variance."), ""]
+    for part in parts:
+        what = f"{part['a']}, final − first" if part["kind"] == "learned" else f"{part['a']} − {part['b']}, final"
+        if part["gained"] + part["lost"] == 0:
+            lines.append(f"- {part['env']} N={part['N']} {what} ({part['episodes']} episodes, seeds {part['seeds']}): "
+                         "no episode changed its outcome")
+            continue
+        lines.append(f"- {part['env']} N={part['N']} {what} ({part['episodes']} episodes, seeds {part['seeds']}): "
+                     f"{part['gained']} gained, {part['lost']} lost, {part['diff']:+.3f} [{part['low']:+.3f}, "
+                     f"{part['high']:+.3f}], McNemar p {part['p']:.3g} — {_said(part)}")
+    return lines + [""]
 
 
 def _said(part: dict) -> str:
@@ -223,6 +292,7 @@ def report(results: dict, protocol_name: str, protocol: Protocol, elapsed: float
                     lines.append(f"- {part['a']} vs {part['b']}: {part['diff']:+.3f} [{part['low']:+.3f}, "
                                  f"{part['high']:+.3f}] — {_said(part)}")
             lines.append("")
+    lines += episode_lines(episode_comparisons(results))
     lines += reading_paragraph(parts)
     return "\n".join(lines)
 
@@ -331,9 +401,10 @@ def main(argv: list[str] | None = None) -> int:
     with ProcessPoolExecutor(max_workers=args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
         for env_label, n, method, seed, cell in cells:
             run_dir = Path(args.runs_dir) / args.protocol / env_label / f"N{n}" / method / f"seed{seed}"
-            jobs.append(((env_label, n, method, seed), pool.submit(run_cell, protocol.preset, cell, run_dir, threads)))
-        for (env_label, n, method, seed), job in jobs:
-            summary = summarise_run(job.result()) | {"seed": seed}
+            jobs.append(((env_label, n, method, seed, run_dir),
+                         pool.submit(run_cell, protocol.preset, cell, run_dir, threads)))
+        for (env_label, n, method, seed, run_dir), job in jobs:
+            summary = summarise_run(job.result()) | {"seed": seed, "episodes": validation_episodes(run_dir)}
             results.setdefault(env_label, {}).setdefault(n, {}).setdefault(method, []).append(summary)
             print(f"{env_label} N={n} {method} seed={seed}: success {summary['initial_success']:.3f} -> "
                   f"{summary['final_success']:.3f} (late {summary['late_success']:.3f}), "
@@ -370,7 +441,8 @@ def summaries_from_runs(folders: list[Path], methods: list[str]) -> tuple[dict, 
                 continue  # unfinished cell
             env_label, n, method = run.parts[-4], int(run.parts[-3][1:]), run.parts[-2]
             results.setdefault(env_label, {}).setdefault(n, {}).setdefault(method, []).append(
-                summarise_run(history) | {"seed": int(run.parts[-1].removeprefix("seed"))})
+                summarise_run(history) | {"seed": int(run.parts[-1].removeprefix("seed")),
+                                          "episodes": validation_episodes(run)})
             seconds += sum(m.get("time/iteration", 0.0) + m.get("time/validation", 0.0) for m in history)
     for env_label, by_n in results.items():  # the protocol's method order
         for n, by_method in by_n.items():

@@ -151,6 +151,28 @@ def fmt_part(part: Mapping[str, Any], digits: int = 3) -> str:
     return text
 
 
+# ------------------------------------------------------------------------------------------ paired episodes
+def paired_outcomes(before: Mapping[Any, Any], after: Mapping[Any, Any], *, label: str = "") -> dict[str, Any]:
+    """Two validations' binary outcomes paired episode by episode (``key -> won``; the keys must match).
+
+    Validation fixes every choice's uniform draw by (seed, copy, step), so the same episode under two policies
+    differs only where the policies do. Returned: ``gained`` / ``lost`` (discordant pairs), McNemar's exact
+    two-sided ``p`` (binomial on the discordant pairs), and the mean paired difference ``after - before`` with
+    its 95 % t-interval and MDE over the episodes (:func:`paired_diff`). With no discordant pair the interval has
+    width 0 and says nothing: ``low``/``high``/``mde`` are NaN then."""
+    if set(before) != set(after):
+        raise MisalignedCells(f"cannot pair {label or 'validations'}: {len(set(before) ^ set(after))} episodes "
+                              "are in only one of them (pair only the same validation)")
+    keys = sorted(before, key=str)
+    gained = sum(1 for k in keys if after[k] and not before[k])
+    lost = sum(1 for k in keys if before[k] and not after[k])
+    out = paired_diff([float(bool(after[k])) - float(bool(before[k])) for k in keys])
+    out["p"] = float(stats.binomtest(gained, gained + lost, 0.5).pvalue) if gained + lost else 1.0
+    if gained + lost == 0:
+        out |= {"low": float("nan"), "high": float("nan"), "mde": float("nan"), "se": float("nan")}
+    return out | {"gained": gained, "lost": lost, "episodes": len(keys)}
+
+
 # ---------------------------------------------------------------------------------------------- success rates
 def wilson(successes: float, n: int, z: float = 1.96) -> tuple[float, float]:
     """Wilson score interval of the proportion ``successes / n`` (``(0, 1)`` without trials)."""

@@ -22,10 +22,8 @@ import json
 import sys
 from pathlib import Path
 
-from scipy import stats
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from paired_stats import newcombe, paired_diff, wald_diff, wilson
+from paired_stats import MisalignedCells, newcombe, paired_outcomes, wald_diff, wilson
 
 ITERATION_KEYS = ("iteration", "success", "num_steps", "update/rows_computed", "update/rows_skipped",
                   "update/optimizer_steps", "time/generation", "time/env", "time/credit", "time/update",
@@ -80,19 +78,14 @@ def read_validation(path: str) -> list[dict]:
 def paired(before: dict, after: dict, before_path: str, after_path: str) -> dict:
     """The paired before/after comparison of two validations' episodes, matched by (task, copy)."""
     outcome = lambda line: {(t, c): w for t, c, w in zip(line["task_ids"], line["copies"], line["won"])}
-    a, b = outcome(before), outcome(after)
-    if set(a) != set(b):
-        raise SystemExit(f"error: {before_path} and {after_path} validated different episodes "
-                         f"({len(set(a) ^ set(b))} unmatched (task, copy) pairs): pair only the same validation")
-    keys = sorted(a)
-    gained = sum(1 for k in keys if b[k] and not a[k])
-    lost = sum(1 for k in keys if a[k] and not b[k])
-    test = paired_diff([b[k] - a[k] for k in keys])
-    mcnemar = float(stats.binomtest(gained, gained + lost, 0.5).pvalue) if gained + lost else 1.0
-    out = {"episodes": len(keys), "iteration_before": before["iteration"], "iteration_after": after["iteration"],
-           "gained": gained, "lost": lost, "mcnemar_p": mcnemar, "paired_gain": test["diff"],
+    try:
+        test = paired_outcomes(outcome(before), outcome(after), label=f"{before_path} and {after_path}")
+    except MisalignedCells as error:
+        raise SystemExit(f"error: {error}") from None
+    out = {"episodes": test["episodes"], "iteration_before": before["iteration"], "iteration_after": after["iteration"],
+           "gained": test["gained"], "lost": test["lost"], "mcnemar_p": test["p"], "paired_gain": test["diff"],
            "paired_gain_t95": [round(test["low"], 4), round(test["high"], 4)], "paired_mde80": round(test["mde"], 4)}
-    if gained + lost == 0:  # every difference is 0: the t-interval has width 0 and says nothing about power
+    if test["gained"] + test["lost"] == 0:  # every difference is 0: no interval, nothing about power
         out |= {"paired_gain_t95": None, "paired_mde80": None,
                 "note": "no episode changed its outcome: the policies agree on every validation episode"}
     return out

@@ -84,7 +84,7 @@ def test_pairing_different_validations_is_one_error(tmp_path):
     before, after = tmp_path / "b.jsonl", tmp_path / "a.jsonl"
     _validation(before, 0, [1, 0, 0, 0])
     _validation(after, 1, [1, 0, 0, 0], tasks=("gen/Look/1", "gen/Pick/3"))
-    with pytest.raises(SystemExit, match="validated different episodes"):
+    with pytest.raises(SystemExit, match="in only one of them"):
         _summary_module().main(["--before", str(metrics), "--metrics", str(metrics), "--episodes", "4",
                                 "--before-episodes", str(before), "--after-episodes", str(after),
                                 "--out", str(tmp_path / "s.json")])

@@ -1,0 +1,78 @@
+"""``benchmarks/llm_learning.py``'s episode-level report: validation episodes pooled over seeds, paired by
+(seed, task, copy), from the run folders a protocol leaves (``validation.jsonl`` written by ``MetricsLog``)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def _bench(name: str):
+    if str(BENCH) not in sys.path:
+        sys.path.insert(0, str(BENCH))
+    return importlib.import_module(name)
+
+
+def _run(folder: Path, iterations: int, before: list[int], after: list[int]) -> None:
+    """A finished cell: metrics up to ``iterations`` and two validations of 4 episodes (2 tasks x 2 copies)."""
+    from ecpo_train.runtime.run_dir import MetricsLog
+
+    log = MetricsLog(folder, tensorboard=False, config={"iterations": iterations})
+    episodes = lambda won: [SimpleNamespace(task_id=t, won=w, length=3) for t, w in zip(["a", "a", "b", "b"], won)]
+    log.append_validation(0, episodes(before))
+    log.append({"iteration": 0, "val/success": sum(before) / 4}, 0)
+    log.append({"iteration": iterations, "val/success": sum(after) / 4, "time/iteration": 1.0}, iterations)
+    log.append_validation(iterations, episodes(after))
+    (folder / "config.yaml").write_text(f"iterations: {iterations}\n")
+
+
+def test_paired_outcomes_counts_discordant_episodes_and_mcnemar():
+    ps = _bench("paired_stats")
+    out = ps.paired_outcomes({1: 1, 2: 1, 3: 0, 4: 0, 5: 0, 6: 0}, {1: 1, 2: 0, 3: 1, 4: 1, 5: 1, 6: 0})
+    assert (out["gained"], out["lost"], out["episodes"]) == (3, 1, 6)
+    assert out["diff"] == pytest.approx(2 / 6)
+    assert out["p"] == pytest.approx(2 * 5 / 16)  # P(X <= 1 | 4, 1/2) * 2
+    with pytest.raises(ps.MisalignedCells, match="only one of them"):
+        ps.paired_outcomes({1: 1}, {2: 1})
+
+
+def test_episode_report_pools_seeds_and_pairs_methods(tmp_path):
+    ll = _bench("llm_learning")
+    root = tmp_path / "alfworld_small" / "N4"
+    # seed 0 and 1, each: both methods share the first validation (same weights, same draws)
+    _run(root / "ecpo" / "seed0", 6, [1, 0, 0, 0], [1, 1, 1, 0])
+    _run(root / "gigpo_std" / "seed0", 6, [1, 0, 0, 0], [1, 0, 0, 0])
+    _run(root / "ecpo" / "seed1", 6, [0, 0, 1, 0], [0, 1, 1, 1])
+    _run(root / "gigpo_std" / "seed1", 6, [0, 0, 1, 0], [0, 0, 0, 1])
+    _run(root / "ecpo" / "seed2", 6, [0, 0, 0, 0], [1, 1, 1, 1])  # no gigpo partner: not in the method pair
+    results, _ = ll.summaries_from_runs([tmp_path], ["ecpo", "gigpo_std"])
+    parts = {(p["kind"], p["a"]): p for p in ll.episode_comparisons(results)}
+    learned = parts[("learned", "ecpo")]
+    assert (learned["gained"], learned["lost"], learned["episodes"], learned["seeds"]) == (8, 0, 12, [0, 1, 2])
+    assert learned["p"] == pytest.approx(2 / 2**8)
+    gigpo = parts[("learned", "gigpo_std")]
+    assert (gigpo["gained"], gigpo["lost"]) == (1, 1)
+    vs = parts[("vs", "ecpo")]  # ecpo - gigpo_std at the final validation, seeds 0 and 1 only
+    assert (vs["gained"], vs["lost"], vs["episodes"], vs["seeds"]) == (4, 0, 8, [0, 1])
+    assert vs["diff"] == pytest.approx(4 / 8)
+    assert all(p["m"] == 3 for p in parts.values())  # one Holm family of three
+    text = "\n".join(ll.episode_lines(list(parts.values())))
+    assert "ecpo − gigpo_std, final (8 episodes, seeds [0, 1]): 4 gained, 0 lost" in text
+
+
+def test_a_cell_without_validation_file_is_left_out_of_the_episode_report(tmp_path):
+    ll = _bench("llm_learning")
+    folder = tmp_path / "alfworld_small" / "N4" / "ecpo" / "seed0"
+    _run(folder, 6, [1, 0, 0, 0], [1, 1, 0, 0])
+    (folder / "validation.jsonl").unlink()
+    results, _ = ll.summaries_from_runs([tmp_path], ["ecpo"])
+    assert results["alfworld_small"][4]["ecpo"][0]["episodes"] == {}
+    assert ll.episode_comparisons(results) == []
+    assert json.loads(json.dumps(results))  # stays JSON
