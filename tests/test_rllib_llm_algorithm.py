@@ -245,6 +245,9 @@ def test_ecpo_train_engine_rllib_writes_the_native_run_folder(tiny_model_dir, tm
     from typer.testing import CliRunner
 
     from ecpo_train.apps.cli import app
+    from ecpo_train.runtime.config import load_config
+    from ecpo_train.runtime.run_dir import read_validation_file
+    from ecpo_train.runtime.trainer import Trainer
 
     run_dir = tmp_path / "run"
     args = ["train", "--config", "corridor_llm", "--engine", "rllib", "--env-runners", "0",
@@ -258,12 +261,25 @@ def test_ecpo_train_engine_rllib_writes_the_native_run_folder(tiny_model_dir, tm
                 "credit/advantage_std", "time/generation", "time/update", "update/pg_loss"):
         assert key in lines[1], key
     assert (run_dir / "rllib_checkpoint").is_dir() and (run_dir / "curves.png").exists()
+    validations = read_validation_file(run_dir / "validation.jsonl")
+    assert [v["iteration"] for v in validations] == [0, 1, 2]
+    # the same weights and validation draws as the native trainer's: its validation gives the same episodes
+    native = Trainer(load_config("corridor_llm", [a for a in args[7:] if not a.startswith("run_dir=")]
+                                 + [f"run_dir={tmp_path / 'native'}"]))
+    try:
+        native.validate()
+    finally:
+        native.close()
+    first = read_validation_file(tmp_path / "native" / "validation.jsonl")[0]
+    assert {k: first[k] for k in ("task_ids", "copies", "won", "lengths")} == \
+        {k: validations[0][k] for k in ("task_ids", "copies", "won", "lengths")}
     refused = CliRunner().invoke(app, args)  # the folder holds a run
     assert refused.exit_code == 2 and "--resume" in refused.output
     resumed = CliRunner().invoke(app, [*args[:-6], *args[-5:], "iterations=3", "--resume"])
     assert resumed.exit_code == 0, resumed.output
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [int(m["iteration"]) for m in lines] == [0, 1, 2, 3]
+    assert [v["iteration"] for v in read_validation_file(run_dir / "validation.jsonl")] == [0, 1, 2, 3]
 
 
 @pytest.mark.slow

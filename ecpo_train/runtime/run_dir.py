@@ -88,6 +88,14 @@ def read_validation_file(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
+class EpisodeOutcome(typing.NamedTuple):
+    """What ``validation.jsonl`` keeps of one validation episode (small enough to cross a Ray actor boundary)."""
+
+    task_id: str
+    won: bool
+    length: int
+
+
 class MetricsLog:
     """``metrics.jsonl`` (one line per iteration) and, optionally, TensorBoard scalars.
 
@@ -133,7 +141,8 @@ class MetricsLog:
                                                     if row["iteration"] <= iteration))
 
     def append_validation(self, iteration: int, episodes: typing.Sequence[Any]) -> None:
-        """One line of ``validation.jsonl``: the outcome of every validation episode, in validation order."""
+        """One line of ``validation.jsonl``: the outcome of every validation episode, in validation order
+        (anything with ``task_id``, ``won`` and ``length``: a rollout's episodes or :class:`EpisodeOutcome`)."""
         self.open_folder()
         copies, seen = [], {}  # each episode's index among its task's copies
         for episode in episodes:

@@ -68,6 +68,7 @@ class ECPO(PPO):
         self.ecpo_train_config = train
         self.ecpo_rng = np.random.default_rng(train.seed)  # the native trainer's task/seed/shuffle stream
         self.ecpo_iteration = 0
+        self.ecpo_validation_episodes: list[Any] = []  # the last validation's outcomes (run_dir.EpisodeOutcome)
         group = self.env_runner_group
         if group.num_remote_env_runners() == 0:
             all_tasks = group.local_env_runner.env_task_ids()
@@ -78,12 +79,14 @@ class ECPO(PPO):
 
     def validate(self) -> dict[str, float]:
         """Validation success (``val/success``, and ``val/exact_success`` where it exists) of the current
-        weights on the run's fixed validation tasks, played on an env runner (the LLM path)."""
+        weights on the run's fixed validation tasks, played on an env runner (the LLM path). Each episode's
+        outcome is kept in ``ecpo_validation_episodes`` (the engine writes them to ``validation.jsonl``)."""
         from ecpo_train.integrations.rllib.llm_step import validate_on_runner
 
         if not self.config.is_llm:
             raise ValueError("validate() plays the LLM path's validation tasks; this config trains the candidate scorer")
-        return validate_on_runner(self)
+        metrics, self.ecpo_validation_episodes = validate_on_runner(self)
+        return metrics
 
     def get_state(self, components=None, *, not_components=None, **kwargs):
         """RLlib's state; on the LLM path without the env runner component (the runners rebuild their policy

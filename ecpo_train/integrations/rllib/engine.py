@@ -51,9 +51,12 @@ def train_with_rllib(train: Any, *, resume: bool = False, overwrite: bool = Fals
         append_history(run_dir, plan.kind, algo.ecpo_iteration, plan.changes or None)
         if algo.ecpo_iteration == 0 and train.val_every and train.val_before_training:
             log.append({"iteration": 0.0} | algo.validate(), 0)
+            log.append_validation(0, algo.ecpo_validation_episodes)
         while algo.ecpo_iteration < train.iterations:
             metrics = {key: float(value) for key, value in algo.train()["ecpo"].items() if _is_number(value)}
             log.append(metrics, int(metrics["iteration"]))
+            if "val/success" in metrics:  # this iteration validated: its episodes, as the native trainer keeps
+                log.append_validation(int(metrics["iteration"]), algo.ecpo_validation_episodes)
             if progress:
                 print(_progress_line(metrics, train.iterations), file=sys.stderr)
             every = train.checkpoint_every

@@ -108,18 +108,22 @@ class LLMEnvRunner(EnvRunner):
         return self.sample_groups(tasks, int(self._rng.integers(2**31 - 1)))
 
     @torch.no_grad()
-    def validate(self, task_ids: list[str], seed: int) -> dict[str, float]:
+    def validate(self, task_ids: list[str], seed: int) -> tuple[dict[str, float], list[Any]]:
         """The native trainer's validation (``runtime.builders.validation_outcome``) on this runner's weights:
-        the episodes' metrics and the exact success (``val/...``)."""
+        the episodes' metrics and the exact success (``val/...``), and each episode's outcome in validation
+        order (``run_dir.EpisodeOutcome``, for the run folder's ``validation.jsonl``)."""
         from ecpo_gym.group import GroupVectorEnv
         from ecpo_train.runtime.builders import validation_metrics, validation_outcome
+        from ecpo_train.runtime.run_dir import EpisodeOutcome
 
         tc = self.train_config
         if self._val_envs is None:
             self._val_envs = GroupVectorEnv(tc.env_id, len(task_ids), tc.val_episodes_per_task,
                                             num_workers=tc.env_workers, env_kwargs=tc.env_kwargs)
         self.policy.eval()
-        return validation_metrics(*validation_outcome(self.policy, tc, self._val_envs, list(task_ids), seed))
+        episodes, exact = validation_outcome(self.policy, tc, self._val_envs, list(task_ids), seed)
+        return (validation_metrics(episodes, exact),
+                [EpisodeOutcome(str(e.task_id), bool(e.won), int(e.length)) for e in episodes])
 
     def env_task_ids(self) -> list[str]:
         """Every task id of the environment (the driver picks training and validation tasks from them)."""

@@ -182,9 +182,10 @@ def learner_metrics(results: list[Any]) -> dict[str, float]:
     return out
 
 
-def validate_on_runner(algo: Any, wait_seconds: float = 180.0) -> dict[str, float]:
-    """The native validation (``val/...``) on a healthy env runner, at the validation temperature; a runner lost
-    during the call is replaced by the next healthy one (or a restarted one, within ``wait_seconds``)."""
+def validate_on_runner(algo: Any, wait_seconds: float = 180.0) -> tuple[dict[str, float], list[Any]]:
+    """The native validation on a healthy env runner, at the validation temperature: its metrics (``val/...``)
+    and its episodes' outcomes. A runner lost during the call is replaced by the next healthy one (or a
+    restarted one, within ``wait_seconds``)."""
     train, group = algo.ecpo_train_config, algo.env_runner_group
     tasks, seed = list(algo.ecpo_val_tasks), train.seed + 7919
     if group.num_remote_env_runners() == 0:
