@@ -201,7 +201,9 @@ class Trainer:
 
     @torch.no_grad()
     def validate(self) -> dict[str, float]:
-        """Success on the fixed validation tasks at the validation temperature (``val_episodes_per_task`` each)."""
+        """Success on the fixed validation tasks at the validation temperature (``val_episodes_per_task`` each).
+        Every call records its episodes' outcomes in the run folder's ``validation.jsonl`` at the current
+        iteration (a validation is a measurement worth keeping, whoever asks for it)."""
         cfg = self.config
         tasks, seed = self.val_tasks, cfg.seed + 7919
         if self.dp is not None:  # a contiguous slice per process; each copy keeps its one-process env seed
