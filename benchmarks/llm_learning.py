@@ -111,6 +111,7 @@ def summarise_run(history: list[dict]) -> dict:
         return float(np.mean(values)) if values else float("nan")
 
     return {
+        "success_kind": "exact" if any("val/exact_success" in m for m in history) else "sampled",
         "initial_success": series[0][1] if series else float("nan"),
         "final_success": series[-1][1] if series else float("nan"),
         "late_success": float(np.mean(late)) if late else float("nan"),
@@ -241,6 +242,12 @@ def episode_lines(parts: list[dict]) -> list[str]:
     return lines + [""]
 
 
+def fmt_interval(part: dict) -> str:
+    if not math.isfinite(part.get("low", float("nan"))):
+        return f"{part['diff']:+.3f} (no interval)"
+    return f"{part['diff']:+.3f} [{part['low']:+.3f}, {part['high']:+.3f}]"
+
+
 def _said(part: dict) -> str:
     if part["n"] < 2:
         return "one seed: no verdict"
@@ -249,15 +256,25 @@ def _said(part: dict) -> str:
     return f"not significant (MDE {part['mde']:.3f})"
 
 
+def success_said(results: dict) -> str:
+    kinds = {r.get("success_kind", "exact") for by_n in results.values() for ms in by_n.values() for rs in ms.values()
+             for r in rs}
+    exact = ("Success is the exact success probability at the validation temperature (DP over the corridor MDP with "
+             "the LM's action distribution).")
+    sampled = ("Success is the sampled validation success: the fraction of the fixed validation episodes won at the "
+               "validation temperature.")
+    return exact if kinds == {"exact"} else sampled if kinds == {"sampled"} else (
+        "Success is exact (DP) where the environment allows it, else sampled validation success.")
+
+
 def report(results: dict, protocol_name: str, protocol: Protocol, elapsed: float, how: str = "") -> str:
     how = how or f"Written by `python benchmarks/llm_learning.py --protocol {protocol_name}` in {elapsed / 60:.1f} min."
     parts = comparisons(results)
     lines = [f"# LLM learning: ECPO vs GiGPO w/std vs GRPO with a real small LM ({protocol_name} protocol)", "",
              (f"{how} "
              f"Preset `{protocol.preset}` (policy_mode=score; see `ecpo_train/runtime/configs/{protocol.preset}.yaml`), "
-             f"seeds {protocol.seeds}, extra overrides {protocol.overrides or 'none'}. Success is the exact success "
-             "probability at the validation temperature (DP over the corridor MDP with the LM's action distribution) "
-             "where available; ± is the 95 % t-interval over seeds. Every method ran on the same seed ids, so "
+             f"seeds {protocol.seeds}, extra overrides {protocol.overrides or 'none'}. {success_said(results)} "
+             "± is the 95 % t-interval over seeds. Every method ran on the same seed ids, so "
              "differences are paired by seed id (stored with each run in the JSON); verdicts are Holm-corrected "
              f"across the report's {len(parts)} comparisons (family-wise α = 0.05), and beside every 'not significant' "
              "is the minimum detectable effect (MDE: the paired difference found with 80 % power at Holm's "
@@ -285,12 +302,11 @@ def report(results: dict, protocol_name: str, protocol: Protocol, elapsed: float
             lines += ["", "Verdicts (paired by seed, late-stage success, Holm-corrected):", ""]
             for part in parts:
                 if part["env"] == env_label and part["N"] == n and part["kind"] == "learned":
-                    lines.append(f"- {part['a']}, late − before ({part['n']} seeds): {part['diff']:+.3f} "
-                                 f"[{part['low']:+.3f}, {part['high']:+.3f}] — {_said(part)}")
+                    lines.append(f"- {part['a']}, late − before ({part['n']} seeds): {fmt_interval(part)} — "
+                                 f"{_said(part)}")
             for part in parts:
                 if part["env"] == env_label and part["N"] == n and part["kind"] == "vs":
-                    lines.append(f"- {part['a']} vs {part['b']}: {part['diff']:+.3f} [{part['low']:+.3f}, "
-                                 f"{part['high']:+.3f}] — {_said(part)}")
+                    lines.append(f"- {part['a']} vs {part['b']}: {fmt_interval(part)} — {_said(part)}")
             lines.append("")
     lines += episode_lines(episode_comparisons(results))
     lines += reading_paragraph(parts)
@@ -370,8 +386,8 @@ def main(argv: list[str] | None = None) -> int:
         how = (f"Summarised by `python benchmarks/llm_learning.py --protocol {args.protocol} --from-runs "
                f"{' '.join(args.from_runs)}` from the finished cells of those runs ({seconds / 60:.0f} min of training "
                "and validation summed over cells; cells ran one or two at a time, one torch thread each, on a shared "
-               "2-core machine). The `budget` protocols are the `cpu` protocol cut to 8 iterations to fit one "
-               "session's shared CPU.")
+               "2-core machine)." + (" The `budget` protocols are the `cpu` protocol cut to 8 iterations to fit "
+                                     "one session's shared CPU." if args.protocol.startswith("budget") else ""))
         return write_outputs(stem, args.protocol, protocol, overrides, results, seconds, how=how)
     if args.from_json:
         seconds = 0.0
