@@ -381,8 +381,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.from_runs:
         results, seconds = summaries_from_runs([Path(d) for d in args.from_runs], protocol.methods)
         protocol = Protocol(protocol.preset, protocol.envs, sorted({n for by_n in results.values() for n in by_n}),
-                            protocol.methods, sorted({int(p.name[4:]) for d in args.from_runs
-                                                      for p in Path(d).glob("*/N*/*/seed*")}), overrides)
+                            protocol.methods, sorted({r["seed"] for by_n in results.values() for ms in by_n.values()
+                                                      for rs in ms.values() for r in rs}), overrides)  # finished cells
         how = (f"Summarised by `python benchmarks/llm_learning.py --protocol {args.protocol} --from-runs "
                f"{' '.join(args.from_runs)}` from the finished cells of those runs ({seconds / 60:.0f} min of training "
                "and validation summed over cells; cells ran one or two at a time, one torch thread each, on a shared "
