@@ -1,4 +1,4 @@
-"""``benchmarks/llm_learning.py``'s episode-level report: validation episodes pooled over seeds, paired by
+"""``benchmarks/llm_learning_report.py``: the episode-level report: validation episodes pooled over seeds, paired by
 (seed, task, copy), from the run folders a protocol leaves (``validation.jsonl`` written by ``MetricsLog``)."""
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def test_paired_outcomes_counts_discordant_episodes_and_mcnemar():
 
 
 def test_episode_report_pools_seeds_and_pairs_methods(tmp_path):
-    ll = _bench("llm_learning")
+    ll, report = _bench("llm_learning"), _bench("llm_learning_report")
     root = tmp_path / "alfworld_small" / "N4"
     # seed 0 and 1, each: both methods share the first validation (same weights, same draws)
     _run(root / "ecpo" / "seed0", 6, [1, 0, 0, 0], [1, 1, 1, 0])
@@ -53,7 +53,7 @@ def test_episode_report_pools_seeds_and_pairs_methods(tmp_path):
     _run(root / "gigpo_std" / "seed1", 6, [0, 0, 1, 0], [0, 0, 0, 1])
     _run(root / "ecpo" / "seed2", 6, [0, 0, 0, 0], [1, 1, 1, 1])  # no gigpo partner: not in the method pair
     results, _ = ll.summaries_from_runs([tmp_path], ["ecpo", "gigpo_std"])
-    parts = {(p["kind"], p["a"]): p for p in ll.episode_comparisons(results)}
+    parts = {(p["kind"], p["a"]): p for p in report.episode_comparisons(results)}
     learned = parts[("learned", "ecpo")]
     assert (learned["gained"], learned["lost"], learned["episodes"], learned["seeds"]) == (8, 0, 12, [0, 1, 2])
     assert learned["p"] == pytest.approx(2 / 2**8)
@@ -63,16 +63,16 @@ def test_episode_report_pools_seeds_and_pairs_methods(tmp_path):
     assert (vs["gained"], vs["lost"], vs["episodes"], vs["seeds"]) == (4, 0, 8, [0, 1])
     assert vs["diff"] == pytest.approx(4 / 8)
     assert all(p["m"] == 3 for p in parts.values())  # one Holm family of three
-    text = "\n".join(ll.episode_lines(list(parts.values())))
+    text = "\n".join(report.episode_lines(list(parts.values())))
     assert "ecpo − gigpo_std, final (8 episodes, seeds [0, 1]): 4 gained, 0 lost" in text
 
 
 def test_a_cell_without_validation_file_is_left_out_of_the_episode_report(tmp_path):
-    ll = _bench("llm_learning")
+    ll, report = _bench("llm_learning"), _bench("llm_learning_report")
     folder = tmp_path / "alfworld_small" / "N4" / "ecpo" / "seed0"
     _run(folder, 6, [1, 0, 0, 0], [1, 1, 0, 0])
     (folder / "validation.jsonl").unlink()
     results, _ = ll.summaries_from_runs([tmp_path], ["ecpo"])
     assert results["alfworld_small"][4]["ecpo"][0]["episodes"] == {}
-    assert ll.episode_comparisons(results) == []
+    assert report.episode_comparisons(results) == []
     assert json.loads(json.dumps(results))  # stays JSON

@@ -1,0 +1,232 @@
+"""The report of ``benchmarks/llm_learning.py``: from the per-run summaries (``results[env][N][method]`` = list
+of run summaries with their seed ids) to the comparisons, the markdown and the plot.
+
+Two families of comparisons, each Holm-corrected on its own: by seed (each method's late-stage success against
+its first validation, and the methods against one another, paired by seed id), and, where the runs kept their
+``validation.jsonl``, by episode pooled over seeds (each validation episode pairs with itself before and after
+training and across the methods of one seed, since validation fixes every draw by (seed, copy, step)).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared statistics module, from anywhere
+from paired_stats import apply_holm, keyed, paired_diff, paired_outcomes, paired_values
+
+
+def interval(values: list[float]) -> tuple[float, float]:
+    """Mean and the half-width of its 95 % t-interval (0 for a single seed)."""
+    arr = np.asarray([v for v in values if math.isfinite(v)], dtype=float)
+    if arr.size == 0:
+        return float("nan"), float("nan")
+    if arr.size == 1:
+        return float(arr[0]), 0.0
+    half = stats.t.ppf(0.975, arr.size - 1) * arr.std(ddof=1) / math.sqrt(arr.size)
+    return float(arr.mean()), float(half)
+
+
+def late_sigma(run: dict) -> float:
+    """Late sigma: iteration-to-iteration std of the (exact) validation success over the second half of training."""
+    last = max((i for i, _ in run["curve"]), default=0)
+    late = [s for i, s in run["curve"] if i >= last / 2]
+    return float(np.std(late, ddof=1)) if len(late) >= 2 else float("nan")
+
+
+def by_seed(runs: list[dict], key: str) -> dict:
+    """``{seed id: value}`` of one method's runs: comparisons pair by these ids, never by list position."""
+    value = late_sigma if key == "late_sigma" else (lambda r: r.get(key, float("nan")))
+    return keyed([value(r) for r in runs], [r["seed"] for r in runs])
+
+
+def comparisons(results: dict) -> list[dict]:
+    """Every comparison of the report, one Holm family: per (env, N) each method's late − before success, each
+    method vs gigpo_std and anchor scale vs ecpo on late-stage success, paired by seed id."""
+    parts = []
+    for env_label, by_n in results.items():
+        for n, by_method in by_n.items():
+            where = {"env": env_label, "N": n}
+            for method, runs in by_method.items():
+                seeds, diffs = paired_values(by_seed(runs, "late_success"), by_seed(runs, "initial_success"))
+                parts.append(where | {"kind": "learned", "a": method, "b": "before", "seeds": seeds,
+                                      **paired_diff(diffs)})
+            pairs = [(m, "gigpo_std") for m in ("ecpo", "ecpo_anchor_scale", "grpo")] + [("ecpo_anchor_scale", "ecpo")]
+            for a, b in pairs:
+                if a in by_method and b in by_method:
+                    seeds, diffs = paired_values(by_seed(by_method[a], "late_success"),
+                                                 by_seed(by_method[b], "late_success"), label=f"{env_label} N={n} {a}-{b}")
+                    parts.append(where | {"kind": "reading" if b == "ecpo" else "vs", "a": a, "b": b, "seeds": seeds,
+                                          **paired_diff(diffs)})
+    return apply_holm(parts, [1] * len(parts))
+
+
+def pooled_episodes(runs: list[dict], which: str) -> dict:
+    """``{(seed, task, copy): won}`` over a method's runs: the ``which`` ("before"/"after") validation."""
+    return {(r["seed"], t, c): w for r in runs if r.get("episodes") for t, c, w in r["episodes"][which]}
+
+
+def episode_comparisons(results: dict) -> list[dict]:
+    """The same questions at the episode level, pooled over seeds (a second Holm family): each method's final
+    validation against its first, and ecpo vs gigpo_std at the final one. Validation draws are fixed by (seed,
+    copy, step), so an episode pairs with itself across checkpoints and across methods of one seed. The test
+    is conditional on the runs trained (McNemar on the discordant episodes); the seed-level verdicts above are
+    the ones that carry run-to-run variance."""
+    parts = []
+    for env_label, by_n in results.items():
+        for n, by_method in by_n.items():
+            where = {"env": env_label, "N": n}
+            with_episodes = {m: [r for r in runs if r.get("episodes")] for m, runs in by_method.items()}
+            for method, runs in with_episodes.items():
+                if runs:
+                    parts.append(where | {"kind": "learned", "a": method, "b": "before", "seeds": [r["seed"] for r in runs]}
+                                 | paired_outcomes(pooled_episodes(runs, "before"), pooled_episodes(runs, "after"),
+                                                   label=f"{env_label} N={n} {method} before/after"))
+            a, b = with_episodes.get("ecpo", []), with_episodes.get("gigpo_std", [])
+            shared = sorted({r["seed"] for r in a} & {r["seed"] for r in b})
+            if shared:
+                a, b = ([r for r in runs if r["seed"] in shared] for runs in (a, b))
+                parts.append(where | {"kind": "vs", "a": "ecpo", "b": "gigpo_std", "seeds": shared}
+                             | paired_outcomes(pooled_episodes(b, "after"), pooled_episodes(a, "after"),
+                                               label=f"{env_label} N={n} ecpo/gigpo_std"))
+    return apply_holm(parts, [1] * len(parts))
+
+
+def episode_lines(parts: list[dict]) -> list[str]:
+    if not parts:
+        return []
+    lines = ["## Episode level, pooled over seeds", "",
+             ("Each validation episode pairs with itself: the same (seed, task, copy) takes the same uniform draws "
+              "before and after training, and under either method of a seed. Gained / lost are the discordant "
+              "episodes; p is McNemar's exact test on them; the interval is the paired t-interval over episodes. "
+              f"Holm-corrected over these {len(parts)} comparisons (a family of their own). This tests the runs "
+              "that were trained, not the training procedure: the seed-level verdicts above carry the run-to-run "
+              "variance."), ""]
+    for part in parts:
+        what = f"{part['a']}, final − first" if part["kind"] == "learned" else f"{part['a']} − {part['b']}, final"
+        if part["gained"] + part["lost"] == 0:
+            lines.append(f"- {part['env']} N={part['N']} {what} ({part['episodes']} episodes, seeds {part['seeds']}): "
+                         "no episode changed its outcome")
+            continue
+        lines.append(f"- {part['env']} N={part['N']} {what} ({part['episodes']} episodes, seeds {part['seeds']}): "
+                     f"{part['gained']} gained, {part['lost']} lost, {part['diff']:+.3f} [{part['low']:+.3f}, "
+                     f"{part['high']:+.3f}], McNemar p {part['p']:.3g} — {_said(part)}")
+    return lines + [""]
+
+
+def fmt_interval(part: dict) -> str:
+    if not math.isfinite(part.get("low", float("nan"))):
+        return f"{part['diff']:+.3f} (no interval)"
+    return f"{part['diff']:+.3f} [{part['low']:+.3f}, {part['high']:+.3f}]"
+
+
+def _said(part: dict) -> str:
+    if part["n"] < 2:
+        return "one seed: no verdict"
+    if part["holm_significant"]:
+        return "higher (Holm-significant)" if part["diff"] > 0 else "lower (Holm-significant)"
+    return f"not significant (MDE {part['mde']:.3f})"
+
+
+def success_said(results: dict) -> str:
+    kinds = {r.get("success_kind", "exact") for by_n in results.values() for ms in by_n.values() for rs in ms.values()
+             for r in rs}
+    exact = ("Success is the exact success probability at the validation temperature (DP over the corridor MDP with "
+             "the LM's action distribution).")
+    sampled = ("Success is the sampled validation success: the fraction of the fixed validation episodes won at the "
+               "validation temperature.")
+    return exact if kinds == {"exact"} else sampled if kinds == {"sampled"} else (
+        "Success is exact (DP) where the environment allows it, else sampled validation success.")
+
+
+def report(results: dict, protocol_name: str, protocol: Any, elapsed: float, how: str = "") -> str:
+    how = how or f"Written by `python benchmarks/llm_learning.py --protocol {protocol_name}` in {elapsed / 60:.1f} min."
+    parts = comparisons(results)
+    lines = [f"# LLM learning: ECPO vs GiGPO w/std vs GRPO with a real small LM ({protocol_name} protocol)", "",
+             (f"{how} "
+             f"Preset `{protocol.preset}` (policy_mode=score; see `ecpo_train/runtime/configs/{protocol.preset}.yaml`), "
+             f"seeds {protocol.seeds}, extra overrides {protocol.overrides or 'none'}. {success_said(results)} "
+             "± is the 95 % t-interval over seeds. Every method ran on the same seed ids, so "
+             "differences are paired by seed id (stored with each run in the JSON); verdicts are Holm-corrected "
+             f"across the report's {len(parts)} comparisons (family-wise α = 0.05), and beside every 'not significant' "
+             "is the minimum detectable effect (MDE: the paired difference found with 80 % power at Holm's "
+             "first-step level)."), ""]
+    if any(r.get("seed_recovered") for by_n in results.values() for ms in by_n.values() for rs in ms.values() for r in rs):
+        lines += [("Seed ids: the stored summaries predate seed recording; `--from-runs` had read each method's seed "
+                  "folders in sorted order with every seed present, so the ids are recovered from that order."), ""]
+    for env_label, by_n in results.items():
+        for n, by_method in by_n.items():
+            lines += [f"## {env_label}, N = {n}", "",
+                      ("| method | seeds | before | final | late-stage | late σ (exact, across iterations) | "
+                       "reward σ in a batch | divergent frac | mean ρ | mean ρ (StrictValid) | adv std | adv range | "
+                       "s/iter |"), "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+            for method, runs in by_method.items():
+                def cell(key: str, digits: int = 3, runs: list = runs) -> str:
+                    mean, half = interval(list(by_seed(runs, key).values()))
+                    if not math.isfinite(mean):
+                        return "—" if key != "mean_rho_strict_valid" else "not recorded"
+                    return f"{mean:.{digits}f}" if len(runs) == 1 else f"{mean:.{digits}f} ± {half:.{digits}f}"
+                lines.append(f"| {method} | {len(runs)} | {cell('initial_success')} | {cell('final_success')} | "
+                             f"{cell('late_success')} | {cell('late_sigma')} | {cell('late_reward_std', 2)} | "
+                             f"{cell('divergent_fraction')} | {cell('mean_rho')} | {cell('mean_rho_strict_valid')} | "
+                             f"{cell('advantage_std', 2)} | {cell('advantage_range', 2)} | "
+                             f"{cell('seconds_per_iteration', 1)} |")
+            lines += ["", "Verdicts (paired by seed, late-stage success, Holm-corrected):", ""]
+            for part in parts:
+                if part["env"] == env_label and part["N"] == n and part["kind"] == "learned":
+                    lines.append(f"- {part['a']}, late − before ({part['n']} seeds): {fmt_interval(part)} — "
+                                 f"{_said(part)}")
+            for part in parts:
+                if part["env"] == env_label and part["N"] == n and part["kind"] == "vs":
+                    lines.append(f"- {part['a']} vs {part['b']}: {fmt_interval(part)} — {_said(part)}")
+            lines.append("")
+    lines += episode_lines(episode_comparisons(results))
+    lines += reading_paragraph(parts)
+    return "\n".join(lines)
+
+
+def reading_paragraph(parts: list[dict]) -> list[str]:
+    """Issue 17's question on this benchmark: ``ecpo`` (eq. eca_adv as written, sigma_act) or
+    ``ecpo_anchor_scale`` (App. C's reading, GiGPO's occurrence-level sigma_s)? Paired late-stage success."""
+    verdicts = [p for p in parts if p["kind"] == "reading"]
+    if not verdicts:
+        return []
+    significant = [p for p in verdicts if p["holm_significant"]]
+    detail = "; ".join(f"{p['env']} N={p['N']}: {p['diff']:+.3f} [{p['low']:+.3f}, {p['high']:+.3f}] ({_said(p)})"
+                       for p in verdicts)
+    finding = (f"the evidence cannot tell them apart: none of the {len(verdicts)} comparisons is Holm-significant"
+               if not significant else f"{len(significant)} of {len(verdicts)} comparisons are Holm-significant")
+    return ["## Which ECPO reading?", "",
+            ("`ecpo` normalises ECA's centred action evidence by the spread of the calibrated action means "
+            "(eq. eca_adv as written); `ecpo_anchor_scale` by the anchor's occurrence-level std, the scale on which "
+            f"App. C's 1/(1+κ) bound is stated. Late-stage success, anchor scale − ECPO, paired by seed: {finding}. "
+             f"{detail}."), ""]
+
+
+def plot(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [(env, n) for env, by_n in results.items() for n in by_n]
+    fig, axes = plt.subplots(2, len(panels), figsize=(5 * len(panels), 7), squeeze=False)
+    for col, (env, n) in enumerate(panels):
+        for method, runs in results[env][n].items():
+            iters = [i for i, _ in runs[0]["curve"]]
+            curve = np.mean([[s for _, s in r["curve"]] for r in runs], axis=0)
+            axes[0][col].plot(iters, curve, marker="o", label=method)
+            div_iters = [i for i, _ in runs[0]["divergent_curve"]]
+            div = np.nanmean([[d for _, d in r["divergent_curve"]] for r in runs], axis=0)
+            axes[1][col].plot(div_iters, div, label=method)
+        axes[0][col].set(title=f"{env}, N={n}", xlabel="iteration", ylabel="success (mean over seeds)")
+        axes[1][col].set(xlabel="iteration", ylabel="divergent-anchor fraction")
+        axes[0][col].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
