@@ -18,7 +18,7 @@ import numpy as np
 from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared statistics module, from anywhere
-from paired_stats import apply_holm, keyed, paired_diff, paired_outcomes, paired_values
+from paired_stats import apply_holm, fmt_part, keyed, paired_diff, paired_outcomes, paired_values
 
 
 def interval(values: list[float]) -> tuple[float, float]:
@@ -114,15 +114,9 @@ def episode_lines(parts: list[dict]) -> list[str]:
                          "no episode changed its outcome")
             continue
         lines.append(f"- {part['env']} N={part['N']} {what} ({part['episodes']} episodes, seeds {part['seeds']}): "
-                     f"{part['gained']} gained, {part['lost']} lost, {part['diff']:+.3f} [{part['low']:+.3f}, "
-                     f"{part['high']:+.3f}], McNemar p {part['p']:.3g} — {_said(part)}")
+                     f"{part['gained']} gained, {part['lost']} lost, {fmt_part(part)}, McNemar p {part['p']:.3g} — "
+                     f"{_said(part)}")
     return lines + [""]
-
-
-def fmt_interval(part: dict) -> str:
-    if not math.isfinite(part.get("low", float("nan"))):
-        return f"{part['diff']:+.3f} (no interval)"
-    return f"{part['diff']:+.3f} [{part['low']:+.3f}, {part['high']:+.3f}]"
 
 
 def _said(part: dict) -> str:
@@ -130,7 +124,7 @@ def _said(part: dict) -> str:
         return "one seed: no verdict"
     if part["holm_significant"]:
         return "higher (Holm-significant)" if part["diff"] > 0 else "lower (Holm-significant)"
-    return f"not significant (MDE {part['mde']:.3f})"
+    return "not significant"  # (the MDE stands beside the interval: paired_stats.fmt_part)
 
 
 def success_said(results: dict) -> str:
@@ -179,11 +173,11 @@ def report(results: dict, protocol_name: str, protocol: Any, elapsed: float, how
             lines += ["", "Verdicts (paired by seed, late-stage success, Holm-corrected):", ""]
             for part in parts:
                 if part["env"] == env_label and part["N"] == n and part["kind"] == "learned":
-                    lines.append(f"- {part['a']}, late − before ({part['n']} seeds): {fmt_interval(part)} — "
+                    lines.append(f"- {part['a']}, late − before ({part['n']} seeds): {fmt_part(part)} — "
                                  f"{_said(part)}")
             for part in parts:
                 if part["env"] == env_label and part["N"] == n and part["kind"] == "vs":
-                    lines.append(f"- {part['a']} vs {part['b']}: {fmt_interval(part)} — {_said(part)}")
+                    lines.append(f"- {part['a']} vs {part['b']}: {fmt_part(part)} — {_said(part)}")
             lines.append("")
     lines += episode_lines(episode_comparisons(results))
     lines += reading_paragraph(parts)
@@ -197,7 +191,7 @@ def reading_paragraph(parts: list[dict]) -> list[str]:
     if not verdicts:
         return []
     significant = [p for p in verdicts if p["holm_significant"]]
-    detail = "; ".join(f"{p['env']} N={p['N']}: {p['diff']:+.3f} [{p['low']:+.3f}, {p['high']:+.3f}] ({_said(p)})"
+    detail = "; ".join(f"{p['env']} N={p['N']}: {fmt_part(p)} ({_said(p)})"
                        for p in verdicts)
     finding = (f"the evidence cannot tell them apart: none of the {len(verdicts)} comparisons is Holm-significant"
                if not significant else f"{len(significant)} of {len(verdicts)} comparisons are Holm-significant")
