@@ -25,6 +25,7 @@ BAD_OVERRIDES = [
     ("kappa=3", "credit.kappa"),
     ("credit.nosuch=1", "nosuch"),
     ("credit.omega='1'", "omega"),
+    ("loss_agg=seq-mean", "loss_agg"),
 ]
 
 
@@ -108,6 +109,40 @@ def test_credit_config_reaches_compute_advantages_in_the_trainer(tmp_path, monke
     credit = seen["credit"]  # the trainer hands over its CreditConfig itself
     assert seen["estimator"] == "gigpo_std" and credit.compat == "verl-agent" and credit.eps == 0.001
     assert credit.kappa == 3.0 and credit.d_min == 3  # the preset's d_min
+
+
+def test_loss_agg_reaches_the_update_in_the_trainer(tmp_path, monkeypatch):
+    """``loss_agg: trajectory-mean`` scales the update's step advantages by the trajectory weights of the table's
+    rows; the default leaves them as credit made them."""
+    import numpy as np
+
+    import ecpo_train.core.loss as loss_module
+    from ecpo_train.runtime.trainer import Trainer
+
+    real_update, real_weights = loss_module.policy_update, loss_module.trajectory_mean_weights
+    seen: dict = {}
+
+    def update_spy(*args, **kwargs):
+        seen.setdefault("advantages", []).append(args[6].clone())
+        return real_update(*args, **kwargs)
+
+    def weights_spy(traj_id):
+        seen["weights"] = real_weights(traj_id)
+        return seen["weights"]
+
+    monkeypatch.setattr(loss_module, "policy_update", update_spy)
+    monkeypatch.setattr(loss_module, "trajectory_mean_weights", weights_spy)
+    for agg in ("token-mean", "trajectory-mean"):
+        config = load_config("quickstart", [f"run_dir={tmp_path}/{agg}", "iterations=1", "val_every=0",
+                                            "progress=false", "tensorboard=false", f"loss_agg={agg}"])
+        trainer = Trainer(config)
+        try:
+            trainer.train()
+        finally:
+            trainer.close()
+    plain, weighted = seen["advantages"]  # the same seed: the same rollout and credit
+    assert "weights" in seen and len(set(np.round(seen["weights"], 9))) > 1  # episodes of different lengths
+    assert torch.allclose(weighted, plain * torch.as_tensor(seen["weights"], dtype=plain.dtype))
 
 
 # ---------------------------------------------------------------------------------------------- scale keys

@@ -105,3 +105,45 @@ def test_micro_batch_accumulation_equals_full_batch_gradient():
     # d(-mean_tokens(q*A))/dtheta at q=1 is -A / n_tokens on every real token
     want = -(adv.unsqueeze(1) * mask) / mask.sum()
     assert torch.allclose(full, want, atol=1e-7)
+
+
+def test_trajectory_mean_weights_give_every_episode_the_same_total_weight():
+    from ecpo_train.core.loss import trajectory_mean_weights
+
+    traj = ["a", "b", "b", "b", "c", "c"]  # lengths 1, 3, 2; mean length 2
+    w = trajectory_mean_weights(traj)
+    assert w.tolist() == pytest.approx([2.0, 2 / 3, 2 / 3, 2 / 3, 1.0, 1.0])
+    assert w.mean() == pytest.approx(1.0)  # the update keeps token-mean's scale
+    assert {t: sum(x for u, x in zip(traj, w) if u == t) for t in "abc"} == pytest.approx({"a": 2, "b": 2, "c": 2})
+    assert trajectory_mean_weights(["x", "x", "y", "y"]).tolist() == [1.0] * 4  # equal lengths: token-mean
+
+
+def test_trajectory_mean_gradient_is_the_mean_over_episodes_of_each_episode_row_mean():
+    """With the weights on the advantages, policy_update's gradient is that of
+    -(1/n_traj) sum_traj (1/L_traj) sum_{rows of traj} q A  (one token per row, as the scoring policy stores)."""
+    from ecpo_train.core.loss import trajectory_mean_weights
+
+    traj = np.array([0, 1, 1, 1, 1, 2, 2])
+    rows = len(traj)
+    mask = torch.ones(rows, 1)
+    old_logp = -torch.rand(rows, 1)
+    adv = torch.tensor([1.5, -0.5, -0.5, -0.5, -0.5, 0.0, 0.7])
+    theta = torch.nn.Parameter(torch.zeros(rows, 1))
+    grads = []
+
+    class Capture(torch.optim.SGD):
+        def step(self, closure=None):
+            grads.append(theta.grad.clone())
+            return super().step(closure)
+
+    def logprob_fn(idx):
+        idx = torch.as_tensor(idx)
+        return old_logp[idx] + theta[idx], mask[idx], None
+
+    weighted = adv * torch.as_tensor(trajectory_mean_weights(traj), dtype=adv.dtype)
+    settings = UpdateSettings(mini_batch_size=rows, micro_batch_size=3, kl_coef=0.0, max_grad_norm=1e9)
+    policy_update(logprob_fn, None, [theta], Capture([theta], lr=0.0), old_logp, mask, weighted, settings,
+                  np.random.default_rng(0))
+    lengths = np.bincount(traj)[traj]
+    want = -(adv / torch.as_tensor(lengths, dtype=adv.dtype) / len(set(traj.tolist()))).unsqueeze(1)
+    assert torch.allclose(grads[0], want, atol=1e-7)

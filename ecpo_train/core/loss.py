@@ -210,6 +210,26 @@ def equal_return_rows(group_id: Sequence, traj_id: Sequence, reward: np.ndarray)
     return np.asarray([g in flat for g in group_id], dtype=bool)
 
 
+def trajectory_mean_weights(traj_id: Sequence) -> np.ndarray:
+    """Per-row weights that make every trajectory count equally in the update (``loss_agg: trajectory-mean``).
+
+    Token-mean aggregation (eq. ecpo_objective) weighs an episode by its length: under sparse rewards the long
+    failures outnumber the short successes row for row, so a group's update pushes down more than it pushes
+    up. A row of a trajectory of ``L`` rows gets ``L_mean / L`` (``L_mean`` the mean over the table's
+    trajectories): every trajectory then carries the same total weight, and the weights still average 1 over
+    the rows, so the update's scale is token-mean's. The surrogate is ``min(q A, clip(q) A)``, positively
+    homogeneous in ``A``, so a row's weight can be applied to its advantage: the update multiplies the step
+    advantages by these weights and is otherwise unchanged (zero-advantage rows stay skipped).
+    """
+    lengths: dict = {}
+    for traj in traj_id:
+        lengths[traj] = lengths.get(traj, 0) + 1
+    if not lengths:
+        return np.zeros(0)
+    mean_length = len(traj_id) / len(lengths)
+    return np.asarray([mean_length / lengths[traj] for traj in traj_id], dtype=np.float64)
+
+
 class Reducer(Protocol):
     """What ``policy_update`` needs from a data-parallel group (``ecpo_train.runtime.distributed.DataParallel``)."""
 

@@ -40,9 +40,9 @@ def update_on_table(policy: Policy, config: TrainConfig, table: Any, step_advant
     The one place the update is wired, for the native trainer and the RLlib learner alike: the current policy's
     log-probs of the stored rows (``logprobs(prompts, responses, with_entropy)``; default ``policy.logprobs``,
     the RLlib learner passes its module's forward), the frozen reference's, the rows' lengths, the scoring
-    policy's shared contexts, the equal-return group filter and the thread count.
+    policy's shared contexts, the equal-return group filter, the loss aggregation and the thread count.
     """
-    from ecpo_train.core.loss import equal_return_rows, policy_update
+    from ecpo_train.core.loss import equal_return_rows, policy_update, trajectory_mean_weights
     from ecpo_train.runtime.threads import apply_threads
 
     if not table.has_tokens():
@@ -70,6 +70,9 @@ def update_on_table(policy: Policy, config: TrainConfig, table: Any, step_advant
     row_keys = [tuple(p) for p in prompts] if getattr(policy, "policy_mode", "") == "score" else None
     keep = ~equal_return_rows(table.group_id, table.traj_id, table.reward) \
         if config.filter_equal_return_groups else None
+    if config.loss_agg == "trajectory-mean":
+        weights = torch.as_tensor(trajectory_mean_weights(table.traj_id), dtype=step_advantages.dtype)
+        step_advantages = step_advantages * weights.to(step_advantages.device)
     return policy_update(logprob_fn, ref_fn, [p for p in policy.parameters() if p.requires_grad], optimizer,
                          old_logp, old_mask, step_advantages, update_settings(config), generator,
                          before_step=lambda: before_optimizer_step(policy, optimizer, config),

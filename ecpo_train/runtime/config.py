@@ -105,6 +105,7 @@ class TrainConfig:
     threads: int | str = 0  # torch CPU threads; 0 = torch's default; auto = the cores others leave free (threads.py)
     explore_epsilon: float = 0.0  # policy_mode=score: pi = (1 - eps) softmax + eps uniform (policies/scoring.py)
     filter_equal_return_groups: bool = False  # DAPO-style: leave groups with all-equal returns out of the update
+    loss_agg: str = "token-mean"  # or "trajectory-mean": every episode weighs the same (core/loss.py)
     # bookkeeping
     checkpoint_every: int = 10  # 0 = only at the end
     save_optimizer: bool = True  # false: slim checkpoints (weights + RNG only; a resume restarts AdamW's moments)
@@ -232,6 +233,7 @@ _RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "checkpoint_every": (_int_at_least(0), "an integer >= 0 (0 = only at the end)"),
     "threads": (lambda v: v == "auto" or _int_at_least(0)(v), "auto or an integer >= 0 (0 = torch's default)"),
     "explore_epsilon": (lambda v: _real(v) and 0 <= v < 1, "a number in [0, 1)"),
+    "loss_agg": (lambda v: v in ("token-mean", "trajectory-mean"), "token-mean or trajectory-mean"),
 }
 
 
