@@ -26,6 +26,7 @@ BAD_OVERRIDES = [
     ("credit.nosuch=1", "nosuch"),
     ("credit.omega='1'", "omega"),
     ("loss_agg=seq-mean", "loss_agg"),
+    ("prompt_style=tiny", "prompt_style"),
 ]
 
 

@@ -48,13 +48,14 @@ def test_env_ids_map_to_template_families(env_name, family):
 
 def test_every_template_has_both_sections_and_no_unknown_fields():
     known = {
-        "task", "step_count", "current_step", "history_length", "action_history", "memory_context",
-        "current_observation", "admissible_actions",
+        "task", "step_count", "current_step", "history_length", "action_history", "past_actions",
+        "memory_context", "current_observation", "admissible_actions",
     }
     for family in ("alfworld", "webshop", "searchqa", "default"):
-        sections = load_template(family)
-        for text in sections.values():
-            assert set(re.findall(r"\{(\w+)\}", text)) <= known, family
+        for style in ("paper", "compact", "compact-actions"):
+            sections = load_template(family, style)
+            for text in sections.values():
+                assert set(re.findall(r"\{(\w+)\}", text)) <= known, (family, style)
 
 
 def test_alfworld_prompt_fills_every_field_and_truncates_history():
@@ -88,6 +89,26 @@ def test_history_length_parameter_controls_pairs_shown():
     assert "[Observation 3:" in one and "[Observation 2:" not in one
     none = render_prompt("ecpo/ALFWorld-v0", history_length=0, **kwargs)
     assert "Prior to this step" not in none and "You are now at step 4" in none
+
+
+def test_compact_actions_lists_past_actions_without_their_observations():
+    """WebShop's product page reads the same before and after an option is chosen: the action list tells the
+    two apart, at a few tokens per step."""
+    page = "Back to Search [SEP] < Prev [SEP] color [SEP] burgundy [SEP] size [SEP] large [SEP] Buy Now"
+    kwargs = {"task": "tv stand, color: burgundy, size: large", "observation": page,
+              "admissible_actions": ["click[burgundy]", "click[large]", "click[buy now]"], "style": "compact-actions"}
+    history = [("WebShop [SEP] Search", "search[tv stands]"), ("Page 1 [SEP] B02JL9AO54", "click[b02jl9ao54]"),
+               (page, "click[burgundy]")]
+    before = render_prompt("ecpo/WebShopGen-v0", step_count=2, history=history[:2], history_length=6, **kwargs)
+    after = render_prompt("ecpo/WebShopGen-v0", step_count=3, history=history, history_length=6, **kwargs)
+    assert "Actions so far: 'search[tv stands]', 'click[b02jl9ao54]'\n" in before
+    assert "Actions so far: 'search[tv stands]', 'click[b02jl9ao54]', 'click[burgundy]'\n" in after
+    assert "Page 1" not in after and "WebShop [SEP] Search" not in after  # past observations are left out
+    assert "Observation (step 4): " + page in after
+    capped = render_prompt("ecpo/WebShopGen-v0", step_count=3, history=history, history_length=1, **kwargs)
+    assert "Actions so far: 'click[burgundy]'\n" in capped
+    first = render_prompt("ecpo/WebShopGen-v0", step_count=0, history=[], history_length=6, **kwargs)
+    assert "Actions so far" not in first and first.startswith("Task: tv stand")
 
 
 def test_first_step_uses_no_history_variant():

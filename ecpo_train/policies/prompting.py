@@ -9,8 +9,8 @@ edited copies. Each file holds two sections, each introduced by a line ``[[name]
 
 Text before the first section is a comment and ignored. Fields are ``{name}``; the ones filled are
 ``task``, ``step_count`` (steps already taken), ``current_step`` (``step_count + 1``), ``history_length``
-(pairs shown), ``action_history``, ``memory_context`` (search-QA history), ``current_observation`` and
-``admissible_actions``. Any other ``{...}`` text in a template is left untouched, and the values
+(pairs shown), ``action_history``, ``past_actions`` (the shown pairs' actions only), ``memory_context``
+(search-QA history), ``current_observation`` and ``admissible_actions``. Any other ``{...}`` text in a template is left untouched, and the values
 substituted in are never themselves re-scanned for fields, so observations may contain braces.
 """
 
@@ -28,7 +28,9 @@ from ecpo_gym.families import declared_history_length, family_of
 
 PROMPTS_ENV_VAR = "ECPO_PROMPTS_DIR"
 TEMPLATE_NAMES = ("alfworld", "webshop", "searchqa", "default")
-PROMPT_STYLES = ("paper", "compact")  # compact: prompts/compact.txt for every family (small models, CPU runs)
+# compact: prompts/compact.txt for every family (small models, CPU runs); compact-actions: prompts/compact_actions.txt,
+# the same with past actions in place of past observations
+PROMPT_STYLES = ("paper", "compact", "compact-actions")
 SECTIONS = ("first_step", "with_history")
 
 _SECTION_HEADER = re.compile(r"^\[\[(\w+)\]\]\s*$", re.MULTILINE)
@@ -86,11 +88,11 @@ def _read_sections(path: Path, mtime_ns: int) -> dict[str, str]:
 
 
 def load_template(env_name: str, style: str = "paper") -> dict[str, str]:
-    """The ``first_step`` and ``with_history`` templates of ``env_name``'s family (``style="compact"``: the
-    one short template every family shares)."""
+    """The ``first_step`` and ``with_history`` templates of ``env_name``'s family (``style="compact"`` or
+    ``"compact-actions"``: one short template every family shares)."""
     if style not in PROMPT_STYLES:
         raise ValueError(f"prompt style {style!r}; valid: {', '.join(PROMPT_STYLES)}")
-    name = "compact" if style == "compact" else template_name(env_name)
+    name = template_name(env_name) if style == "paper" else style.replace("-", "_")
     path = prompts_dir() / f"{name}.txt"
     if not path.is_file():
         raise FileNotFoundError(f"prompt template {path} not found (expected one of {TEMPLATE_NAMES} in {path.parent})")
@@ -119,6 +121,11 @@ def format_action_history(history: Sequence[tuple[str, str]], first_step: int) -
         step = first_step + offset
         lines.append(f"[Observation {step}: '{observation}', Action {step}: '{action}']")
     return "\n".join(lines)
+
+
+def format_past_actions(history: Sequence[tuple[str, str]]) -> str:
+    """The actions of (observation, action) pairs, oldest first, as one line: ``'go to desk 1', 'open drawer 1'``."""
+    return ", ".join(f"'{action}'" for _, action in history)
 
 
 def format_memory_context(
@@ -175,6 +182,7 @@ def render_prompt(
         "current_step": step_count + 1,
         "history_length": len(shown),
         "action_history": format_action_history(shown, first_shown_step),
+        "past_actions": format_past_actions(shown),
         "memory_context": format_memory_context(shown, str(observation), first_shown_step),
         "current_observation": str(observation),
         "admissible_actions": format_admissible_actions([str(a) for a in admissible_actions]),

@@ -32,6 +32,7 @@ from pydantic import ConfigDict, TypeAdapter, ValidationError
 from ecpo_gym.families import declared_history_length
 from ecpo_train.core.credit import CreditConfig, available_estimators, estimator_spec
 from ecpo_train.core.rollout import ANCHOR_KEYS
+from ecpo_train.policies.prompting import PROMPT_STYLES
 from ecpo_train.runtime import VALIDATION_TEMPERATURE
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
@@ -71,7 +72,7 @@ class TrainConfig:
     policy_mode: str = "generate"  # llm: "generate" free text (the paper) | "score" the admissible actions
     model: str = ""  # local path or hub id of a causal LM (policy=llm)
     dtype: str = "float32"
-    prompt_style: str = "paper"  # "paper" (prompts/<family>.txt) | "compact" (prompts/compact.txt: CPU runs)
+    prompt_style: str = "paper"  # "paper" (prompts/<family>.txt) | "compact" | "compact-actions" (CPU runs)
     max_prompt_length: int = 2048
     max_response_length: int = 512
     generation_backend: str = "transformers"  # "transformers" | "vllm" (GPU; weights synced after each update)
@@ -124,7 +125,7 @@ class TrainConfig:
         if self.algorithm not in algorithms:
             raise ValueError(f"algorithm={self.algorithm!r}; valid: {', '.join(algorithms)}")
         choices = {"anchor_key": ANCHOR_KEYS, "policy": POLICIES, "policy_mode": POLICY_MODES,
-                   "prompt_style": ("paper", "compact"), "mixed_precision": ("none", "bf16"),
+                   "prompt_style": PROMPT_STYLES, "mixed_precision": ("none", "bf16"),
                    "generation_backend": ("transformers", "vllm")}
         for name, valid in choices.items():
             if getattr(self, name) not in valid:
