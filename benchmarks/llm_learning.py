@@ -60,9 +60,9 @@ PROTOCOLS = {
                       ["iterations=4", "val_every=2"]),
     # small households on two cores (issue 22): the presets alfworld_cpu / webshop_cpu as they are (ECPO, one seed),
     # and ECPO vs GiGPO w/std on the ALFWorld one with paired seeds (as many as fit: --from-partial reports them)
+    # (N = 4: the presets' own 4 groups x 4, the recipe they were tuned at)
     "alfworld_cpu": Protocol("alfworld_cpu", {"alfworld_small": []}, [4], ["ecpo"], [0]),
-    "webshop_cpu": Protocol("webshop_cpu", {"webshop_small": []}, [8], ["ecpo"], [0]),
-    # (N = 4: the preset's own 4 groups x 4, the recipe it was tuned at)
+    "webshop_cpu": Protocol("webshop_cpu", {"webshop_small": []}, [4], ["ecpo"], [0]),
     "alfworld_cpu_pairs": Protocol("alfworld_cpu", {"alfworld_small": []}, [4], ["ecpo", "gigpo_std"],
                                    [0, 1, 2, 3, 4, 5]),
     # a GPU: the corridor and an ALFWorldGen subset (free generation would need a larger model), N = 4 and 8, 5 seeds
