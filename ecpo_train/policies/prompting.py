@@ -10,8 +10,9 @@ edited copies. Each file holds two sections, each introduced by a line ``[[name]
 Text before the first section is a comment and ignored. Fields are ``{name}``; the ones filled are
 ``task``, ``step_count`` (steps already taken), ``current_step`` (``step_count + 1``), ``history_length``
 (pairs shown), ``action_history``, ``past_actions`` (the shown pairs' actions only), ``memory_context``
-(search-QA history), ``current_observation`` and ``admissible_actions``. Any other ``{...}`` text in a template is left untouched, and the values
-substituted in are never themselves re-scanned for fields, so observations may contain braces.
+(search-QA history), ``current_observation`` and ``admissible_actions``. Any other ``{...}`` text in a
+template is left untouched, and the values substituted in are never themselves re-scanned for fields, so
+observations may contain braces.
 """
 
 from __future__ import annotations

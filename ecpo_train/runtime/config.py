@@ -126,7 +126,7 @@ class TrainConfig:
             raise ValueError(f"algorithm={self.algorithm!r}; valid: {', '.join(algorithms)}")
         choices = {"anchor_key": ANCHOR_KEYS, "policy": POLICIES, "policy_mode": POLICY_MODES,
                    "prompt_style": PROMPT_STYLES, "mixed_precision": ("none", "bf16"),
-                   "generation_backend": ("transformers", "vllm")}
+                   "generation_backend": ("transformers", "vllm"), "loss_agg": ("token-mean", "trajectory-mean")}
         for name, valid in choices.items():
             if getattr(self, name) not in valid:
                 raise ValueError(f"{name}={getattr(self, name)!r}; valid: {', '.join(valid)}")
@@ -234,7 +234,6 @@ _RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "checkpoint_every": (_int_at_least(0), "an integer >= 0 (0 = only at the end)"),
     "threads": (lambda v: v == "auto" or _int_at_least(0)(v), "auto or an integer >= 0 (0 = torch's default)"),
     "explore_epsilon": (lambda v: _real(v) and 0 <= v < 1, "a number in [0, 1)"),
-    "loss_agg": (lambda v: v in ("token-mean", "trajectory-mean"), "token-mean or trajectory-mean"),
 }
 
 
