@@ -125,8 +125,8 @@ def format_action_history(history: Sequence[tuple[str, str]], first_step: int) -
 
 
 def format_past_actions(history: Sequence[tuple[str, str]]) -> str:
-    """The actions of (observation, action) pairs, oldest first, as one line: ``'go to desk 1', 'open drawer 1'``."""
-    return ", ".join(f"'{action}'" for _, action in history)
+    """The actions of (observation, action) pairs, oldest first, quoted as the admissible list is."""
+    return format_admissible_actions([action for _, action in history])
 
 
 def format_memory_context(
