@@ -85,6 +85,7 @@ class Transition:
     terminated: bool = False
     won: bool = False
     metrics: dict[str, Any] = field(default_factory=dict)
+    reward: float | None = None  # the env's own reward for this step; None: the success/failure rule
 
 
 class TextAgentEnv(gym.Env[str, str], abc.ABC):
@@ -258,7 +259,9 @@ class TextAgentEnv(gym.Env[str, str], abc.ABC):
             valid, won, terminated = True, bool(transition.won), bool(transition.terminated or transition.won)
             self._observation = transition.observation
             metrics = transition.metrics
-            if won:
+            if transition.reward is not None:
+                reward = transition.reward
+            elif won:
                 reward = self.reward_success
             elif terminated:
                 reward = self.reward_failure

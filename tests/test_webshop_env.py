@@ -48,6 +48,28 @@ def test_wrong_purchase_scores_below_one(env):
         assert info["score"] < 1.0
 
 
+def test_score_reward_mode_pays_the_score_of_every_purchase(env):
+    """reward_mode="score": a purchase earns reward_success x WebShop's score (a near miss most of a win, where
+    the default pays it nothing); a win still earns reward_success, and success (won) is the same in both."""
+    scored = WebShopGenEnv(reward_mode="score", **SMALL)
+    task_id = next(t for t in env.task_ids if env.goal_of(t).goal_options)
+    navigation = ("search", "click[next", "click[b0")
+    for shop in (env, scored):
+        shop.reset(options={"task_id": task_id})
+        for action in (a for a in expert_actions_for_task(shop, task_id) if a.startswith(navigation)):
+            assert shop.step(action)[1] == 0.0  # no reward before the purchase
+    _, plain, _, _, plain_info = env.step("click[buy now]")
+    _, reward, terminated, _, info = scored.step("click[buy now]")
+    assert terminated and not info["won"] and info["score"] == plain_info["score"] and 0.0 < info["score"] < 1.0
+    assert plain == 0.0 and reward == pytest.approx(10.0 * info["score"])
+    scored.reset(options={"task_id": task_id})
+    for action in expert_actions_for_task(scored, task_id):
+        _, reward, _, _, info = scored.step(action)
+    assert info["won"] and reward == 10.0
+    with pytest.raises(ValueError, match="reward_mode='dense' is invalid"):
+        WebShopGenEnv(reward_mode="dense", **SMALL)
+
+
 def test_gymnasium_make_and_env_checker():
     from gymnasium.utils.env_checker import check_env
 

@@ -4,8 +4,11 @@ Both run the same pages, search and reward. Actions follow WebShop's grammar ``n
 ``search[query]`` (accepted on every page, as in the original) and ``click[clickable]``. The canonical
 action of a click is the clickable it names; a search canonicalises to ``search[<normalised query>]``.
 Anything else is an invalid action (reward ``reward_invalid``; the page stays as it was). Buying ends the
-episode with WebShop's score in ``info["score"]`` and ``won = score == 1``; the env reward is
-``reward_success`` (10) for a win and ``reward_failure`` (0) otherwise.
+episode with WebShop's score in ``info["score"]`` and ``won = score == 1``. The env reward follows
+``reward_mode``: ``"success"`` (the default, as the paper) gives ``reward_success`` (10) for a win and
+``reward_failure`` (0) for any other purchase; ``"score"`` gives ``reward_success * score`` for every purchase
+(the original WebShop's reward, scaled), so a purchase right but for one option earns most of a win. Success
+(``won``) is the same in both.
 
 Tasks: ``goal_<i>`` (WebShop's shuffled goal list, split by ``split``) or, with ``task_source="fixed100"``,
 the 100 fixed tasks ``fixed_<i>`` of ``expel_webshop.fixed100.json`` (see ``fixed_tasks``). ``reset()`` without
@@ -46,8 +49,10 @@ MAX_STEPS = 10_000
 
 
 def check_shop_kwargs(*, seed: Any, shuffle_seed: Any, split: Any, split_convention: Any, observation_mode: Any,
-                      show_attrs: Any, max_steps: Any, max_query_chars: Any = 1000, **rewards: Any) -> None:
+                      show_attrs: Any, max_steps: Any, max_query_chars: Any = 1000, reward_mode: Any = "success",
+                      **rewards: Any) -> None:
     """The arguments both WebShop ids share, checked before a catalogue is loaded or generated."""
+    check_choice("reward_mode", reward_mode, REWARD_MODES)
     check_int("seed", seed, 0)
     check_optional_int("shuffle_seed", shuffle_seed, 0)
     check_choice("split", split, SPLITS)
@@ -64,6 +69,7 @@ ACTION_PATTERN = re.compile(r"([^\[\]]+)\[(.+)\]", re.DOTALL)  # matched against
 _GOAL_ID = re.compile(r"goal_(0|[1-9][0-9]*)")
 SEARCH_PLACEHOLDER = "search[<query>]"
 TASK_SOURCES = ("goals", "fixed100")
+REWARD_MODES = ("success", "score")
 
 
 def _squash(text: str) -> str:
@@ -139,8 +145,10 @@ class WebShopEnv(TextAgentEnv):
     # ------------------------------------------------------------------ construction shared by both ids
     def _setup(self, catalogue: Catalogue, split: str, split_convention: str, full_catalogue: bool,
                observation_mode: str, show_attrs: bool, max_steps: int,
-               fixed_goals: dict[str, Goal] | None = None, max_query_chars: int = 1000, **kwargs: Any) -> None:
+               fixed_goals: dict[str, Goal] | None = None, max_query_chars: int = 1000,
+               reward_mode: str = "success", **kwargs: Any) -> None:
         super().__init__(max_steps=max_steps, **kwargs)
+        self.reward_mode = reward_mode
         if max_query_chars < 1:
             raise ValueError(f"max_query_chars must be >= 1, got {max_query_chars}")
         self.max_query_chars = int(max_query_chars)
@@ -276,13 +284,15 @@ class WebShopEnv(TextAgentEnv):
         product = self.catalogue.by_asin.get(self.page.asin or "")
         if product is None:
             self.score = 0.0
-            return Transition(self._render(), terminated=True, metrics={"score": 0.0})
+            reward = 0.0 if self.reward_mode == "score" else None
+            return Transition(self._render(), terminated=True, metrics={"score": 0.0}, reward=reward)
         breakdown = webshop_reward(product, self.goal, self.page.options_dict, product.purchase_price)
         self.score = breakdown.score
         metrics = {"score": breakdown.score, "r_type": breakdown.r_type, "n_att": breakdown.n_att,
                    "n_opt": breakdown.n_opt, "r_price": breakdown.r_price,
                    "purchased_asin": product.asin, "selected_options": self.page.options_dict}
-        return Transition(self._render(), terminated=True, won=breakdown.won, metrics=metrics)
+        reward = self.reward_success * breakdown.score if self.reward_mode == "score" else None
+        return Transition(self._render(), terminated=True, won=breakdown.won, metrics=metrics, reward=reward)
 
     def _render(self) -> str:
         assert self.goal is not None
