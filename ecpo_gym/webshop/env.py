@@ -282,17 +282,16 @@ class WebShopEnv(TextAgentEnv):
     def _buy(self) -> Transition:
         assert self.goal is not None
         product = self.catalogue.by_asin.get(self.page.asin or "")
-        if product is None:
-            self.score = 0.0
-            reward = 0.0 if self.reward_mode == "score" else None
-            return Transition(self._render(), terminated=True, metrics={"score": 0.0}, reward=reward)
-        breakdown = webshop_reward(product, self.goal, self.page.options_dict, product.purchase_price)
-        self.score = breakdown.score
-        metrics = {"score": breakdown.score, "r_type": breakdown.r_type, "n_att": breakdown.n_att,
-                   "n_opt": breakdown.n_opt, "r_price": breakdown.r_price,
-                   "purchased_asin": product.asin, "selected_options": self.page.options_dict}
-        reward = self.reward_success * breakdown.score if self.reward_mode == "score" else None
-        return Transition(self._render(), terminated=True, won=breakdown.won, metrics=metrics, reward=reward)
+        won, metrics = False, {"score": 0.0}
+        self.score = 0.0
+        if product is not None:
+            breakdown = webshop_reward(product, self.goal, self.page.options_dict, product.purchase_price)
+            self.score, won = breakdown.score, breakdown.won
+            metrics = {"score": breakdown.score, "r_type": breakdown.r_type, "n_att": breakdown.n_att,
+                       "n_opt": breakdown.n_opt, "r_price": breakdown.r_price,
+                       "purchased_asin": product.asin, "selected_options": self.page.options_dict}
+        reward = self.reward_success * self.score if self.reward_mode == "score" else None
+        return Transition(self._render(), terminated=True, won=won, metrics=metrics, reward=reward)
 
     def _render(self) -> str:
         assert self.goal is not None

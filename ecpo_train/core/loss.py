@@ -217,10 +217,10 @@ def trajectory_mean_weights(traj_id: Sequence) -> np.ndarray:
     failures outnumber the short successes row for row, so a group's update pushes down more than it pushes
     up. A row of a trajectory of ``L`` rows gets ``L_mean / L`` (``L_mean`` the mean over the table's
     trajectories; under data parallelism, over a process's own whole groups): every trajectory then carries the
-    same total weight, and the weights still average 1 over
-    the rows, so the update's scale is token-mean's. The surrogate is ``min(q A, clip(q) A)``, positively
-    homogeneous in ``A``, so a row's weight can be applied to its advantage: the update multiplies the step
-    advantages by these weights and is otherwise unchanged (zero-advantage rows stay skipped).
+    same total weight, and the weights still average 1 over the rows, so the update's scale is token-mean's.
+    The surrogate is ``min(q A, clip(q) A)``, positively homogeneous in ``A``, so a row's weight can be applied
+    to its advantage: the update multiplies the step advantages by these weights and is otherwise unchanged
+    (zero-advantage rows stay skipped).
     """
     lengths: dict = {}
     for traj in traj_id:
