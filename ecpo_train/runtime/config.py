@@ -32,6 +32,7 @@ from pydantic import ConfigDict, TypeAdapter, ValidationError
 from ecpo_gym.families import declared_history_length
 from ecpo_train.core.credit import CreditConfig, available_estimators, estimator_spec
 from ecpo_train.core.rollout import ANCHOR_KEYS
+from ecpo_train.core.tasks import TASK_DRAWS
 from ecpo_train.policies.prompting import PROMPT_STYLES
 from ecpo_train.runtime import VALIDATION_TEMPERATURE
 
@@ -55,6 +56,7 @@ class TrainConfig:
     env_kwargs: dict = field(default_factory=dict)  # e.g. {max_steps: 10}; the step limit defaults to the env's
     env_workers: int = 0  # 0 = every copy in this process
     train_tasks: list | None = None  # None = every task id of the environment
+    task_draw: str = "random"  # "random": each group's task drawn with replacement | "cycle": the list in order
     val_tasks: list | None = None  # None = the first val_num_tasks of the environment's task ids
     val_num_tasks: int = 16
     val_every: int = 10  # iterations between validations, plus the first and last iteration (0 = never)
@@ -126,7 +128,7 @@ class TrainConfig:
             raise ValueError(f"algorithm={self.algorithm!r}; valid: {', '.join(algorithms)}")
         choices = {"anchor_key": ANCHOR_KEYS, "policy": POLICIES, "policy_mode": POLICY_MODES,
                    "prompt_style": PROMPT_STYLES, "mixed_precision": ("none", "bf16"),
-                   "generation_backend": ("transformers", "vllm"), "loss_agg": ("token-mean", "trajectory-mean")}
+                   "generation_backend": ("transformers", "vllm"), "loss_agg": ("token-mean", "trajectory-mean"), "task_draw": TASK_DRAWS}
         for name, valid in choices.items():
             if getattr(self, name) not in valid:
                 raise ValueError(f"{name}={getattr(self, name)!r}; valid: {', '.join(valid)}")

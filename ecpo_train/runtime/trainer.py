@@ -31,6 +31,7 @@ import torch
 from ecpo_gym.group import GroupVectorEnv
 from ecpo_train.core.credit import compute_advantages, gae_targets
 from ecpo_train.core.rollout import Rollout, collect_rollout
+from ecpo_train.core.tasks import draw_tasks
 from ecpo_train.policies.critic import critic_update, critic_values
 from ecpo_train.runtime.builders import (
     build_critic,
@@ -126,7 +127,7 @@ class Trainer:
         cfg = self.config
         started = time.perf_counter()
         self.policy.eval()
-        task_ids = [self.train_tasks[int(k)] for k in self.rng.integers(len(self.train_tasks), size=cfg.n_groups)]
+        task_ids = draw_tasks(self.train_tasks, cfg.n_groups, self.rng, self.iteration, cfg.task_draw)
         env_seed = int(self.rng.integers(2**31 - 1))
 
         if self.dp is not None:  # this process's whole groups; each copy keeps the env seed of the full batch

@@ -24,6 +24,8 @@ import ray
 
 from ecpo_train.core.batch import TrajectoryBatch
 from ecpo_train.core.rollout import episode_metrics
+from ecpo_train.core.tasks import draw_tasks
+from ecpo_train.integrations.rllib.results import log_iteration
 
 LOST_GROUP_POLICIES = ("top_up", "refuse")
 MAX_SAMPLING_ROUNDS = 8  # rounds of re-sampling lost groups before an iteration gives up
@@ -73,8 +75,10 @@ def sample_groups(algo: Any, task_ids: list[str], env_seed: int) -> tuple[list[d
                     start = first + offset
                     jobs.setdefault(runner_id, []).append((task_ids[start:start + size], env_seed + start * n, start))
             expected = sum(len(j) for j in jobs.values())
-            outs = _sample_on_runners(group, jobs, config.sample_timeout_s)
-            failures += sum(1 for runner_id in jobs if not any(o["runner"] == runner_id for o in outs))
+            outs = _sample_on_runners(group, jobs, config.group_sample_timeout_s)
+            silent = [runner_id for runner_id in jobs if not any(o["runner"] == runner_id for o in outs)]
+            failures += len(silent)
+            check_not_timed_out(silent, group, config.group_sample_timeout_s)
         if rounds > 1:
             resampled += sum(len(o["episodes"]) // n for o in outs)
         results += outs
@@ -90,6 +94,16 @@ def sample_groups(algo: Any, task_ids: list[str], env_seed: int) -> tuple[list[d
               "num_groups_sampled": float(sum(len(o["episodes"]) for o in results) // n),
               "num_groups_resampled": float(resampled), "num_runner_failures": float(failures)}
     return results, report
+
+
+def check_not_timed_out(silent: list[int], group: Any, timeout: float | None) -> None:
+    """A runner that returned nothing but is still healthy ran out of time (it is still playing): say so, rather
+    than re-dispatch its groups behind the call it is still busy with."""
+    slow = sorted(set(silent) & set(group.healthy_worker_ids()))
+    if slow:
+        raise TimeoutError(f"env runner(s) {slow} did not return their groups within sample_timeout_s={timeout:g} s "
+                           "(no runner failed): raise env_runners(sample_timeout_s=...), or None for the default "
+                           "derived from the env's step limit")
 
 
 def healthy_runner_ids(algo: Any, wait_seconds: float = 180.0) -> list[int]:
@@ -127,7 +141,7 @@ def llm_training_step(algo: Any) -> dict[str, float]:
     config, train = algo.config, algo.ecpo_train_config
     rng: np.random.Generator = algo.ecpo_rng
     started = time.perf_counter()
-    task_ids = [algo.ecpo_train_tasks[int(k)] for k in rng.integers(len(algo.ecpo_train_tasks), size=train.n_groups)]
+    task_ids = draw_tasks(algo.ecpo_train_tasks, train.n_groups, rng, algo.ecpo_iteration, train.task_draw)
     env_seed = int(rng.integers(2**31 - 1))
 
     outs, report = sample_groups(algo, task_ids, env_seed)
@@ -168,6 +182,8 @@ def llm_training_step(algo: Any) -> dict[str, float]:
         metrics |= algo.validate()
         metrics["time/validation"] = time.perf_counter() - val_started
     metrics["time/iteration"] = time.perf_counter() - started
+    log_iteration(algo.metrics, episodes, n_rows, learner_results, {"sampling": sampled_at - started,
+                  "update": updated_at - sampled_at, "sync": synced_at - updated_at})  # RLlib's result keys
     return metrics
 
 

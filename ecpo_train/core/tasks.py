@@ -1,0 +1,29 @@
+"""Which tasks an iteration's groups play: the one task-drawing rule both training engines use."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+TASK_DRAWS = ("random", "cycle")
+
+
+def draw_tasks(pool: Sequence[str], n_groups: int, rng: np.random.Generator, iteration: int,
+               mode: str = "random") -> list[str]:
+    """The task of each of iteration ``iteration``'s ``n_groups`` groups (``iteration`` counts from 0).
+
+    ``random``: each group's task drawn uniformly from ``pool`` with replacement, from ``rng`` (the draw every run
+    made before ``cycle`` existed, so its random stream is unchanged). ``cycle``: the pool in its order, ``n_groups``
+    tasks per iteration, wrapping around: iteration ``k`` plays tasks ``k * n_groups + j`` (mod the pool's size), so
+    a pool of 16 with 4 groups sees each task every 4 iterations and a pool of 4 sees all of them every iteration.
+    ``cycle`` leaves ``rng`` untouched.
+    """
+    if not pool:
+        raise ValueError("there are no training tasks to draw from")
+    if mode == "random":
+        return [pool[int(k)] for k in rng.integers(len(pool), size=n_groups)]
+    if mode == "cycle":
+        start = iteration * n_groups
+        return [pool[(start + j) % len(pool)] for j in range(n_groups)]
+    raise ValueError(f"task_draw={mode!r}; valid: {', '.join(TASK_DRAWS)}")
