@@ -131,6 +131,18 @@ def test_fig1_divergent_anchor_gigpo_over_rewards_the_lucky_singleton():
     assert diag["anchor_hit_rate"] == pytest.approx(1 / 7)
 
 
+def test_fig1_batch_counts_one_lucky_singleton_for_every_estimator():
+    # fig. 1: B, taken once, won (G = 10 > mu_s = 8.75) beside A taken 7 times: the one lucky singleton
+    rows, _ = _fig1_batch()
+    for name in ("grpo", "gigpo_std", "ecpo", "ecpo_eca_only"):
+        assert compute_advantages(name, **_columns(rows))[1]["num_lucky_singletons"] == 1.0
+    # the same singleton losing (G = 0 < mu_s) is not lucky; nor is a singleton beside only singletons
+    unlucky = [r[:5] + (0.0,) if r[3] == "anchor" and r[4] == "B" else r for r in rows]
+    assert compute_advantages("ecpo", **_columns(unlucky))[1]["num_lucky_singletons"] == 0.0
+    pairs = [r for r in rows if r[1] in (6, 7)]  # A lost once, B won once: no action reached twice
+    assert compute_advantages("ecpo", **_columns(pairs))[1]["num_lucky_singletons"] == 0.0
+
+
 def test_fig1_eca_shrinks_singleton_evidence_by_one_over_one_plus_kappa():
     # eq. bad_shrinkage: mu~ - mu_s = (Gbar - mu_s)/(1 + kappa) for a singleton, for any kappa
     mu_s = 70.0 / 8

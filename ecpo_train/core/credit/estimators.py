@@ -153,15 +153,32 @@ def _gate_diagnostics(rows: CreditRows, evidence: _AnchorEvidence) -> dict[str, 
     }
 
 
-def _finish(rows: CreditRows, adv: Any, extra: dict[str, float] | None = None) -> tuple[Any, dict[str, float]]:
-    diagnostics = _structure_diagnostics(rows) | (extra or {}) | _advantage_diagnostics(rows, adv)
+def _lucky_singletons(rows: CreditRows, ret: _Returns) -> int:
+    """Lucky singletons in the batch: the situation ECA and VarGate exist for (the paper's fig. 1). One per
+    canonical action taken exactly once at a divergent anchor (another action there was taken at least twice)
+    whose one visit returned more than the anchor's mean return ``mu_s``: a rare action that got lucky, whose
+    single return GiGPO credits at face value."""
+    g = np.asarray(rows.ops.host(ret.future), dtype=np.float64)
+    counts = rows.action_counts
+    most = np.zeros(rows.n_anchors, dtype=np.int64)
+    np.maximum.at(most, rows.action_anchor, counts)
+    mu = np.bincount(rows.anchor, weights=g, minlength=rows.n_anchors) / np.maximum(rows.anchor_sizes, 1)
+    lucky = (counts[rows.action] == 1) & (most[rows.anchor] >= 2) & (g > mu[rows.anchor] + 1e-12)
+    return int(lucky.sum())
+
+
+def _finish(rows: CreditRows, ret: _Returns, adv: Any, extra: dict[str, float] | None = None
+            ) -> tuple[Any, dict[str, float]]:
+    diagnostics = _structure_diagnostics(rows) | {"num_lucky_singletons": float(_lucky_singletons(rows, ret))}
+    diagnostics |= (extra or {}) | _advantage_diagnostics(rows, adv)
     return adv, diagnostics
 
 
 @register_estimator("grpo")
 def grpo_estimator(rows: CreditRows, config: CreditConfig) -> tuple[Any, dict[str, float]]:
     """GRPO: every row of trajectory i gets ``A^GRPO_i`` (eq. grpo_adv)."""
-    return _finish(rows, _grpo_rows(rows, _returns(rows, config), config))
+    ret = _returns(rows, config)
+    return _finish(rows, ret, _grpo_rows(rows, ret, config))
 
 
 @register_estimator("rloo")
@@ -169,7 +186,7 @@ def rloo_estimator(rows: CreditRows, config: CreditConfig) -> tuple[Any, dict[st
     """RLOO: every row of trajectory i gets ``R_i - mean_{j != i} R_j`` over its group."""
     ret = _returns(rows, config)
     adv = rloo_advantage(ret.trajectory, rows.dev["traj_group"], rows.n_groups)[rows.dev["traj"]]
-    return _finish(rows, adv)
+    return _finish(rows, ret, adv)
 
 
 def _gigpo(rows: CreditRows, config: CreditConfig, normalize_std: bool) -> tuple[Any, dict[str, float]]:
@@ -181,7 +198,7 @@ def _gigpo(rows: CreditRows, config: CreditConfig, normalize_std: bool) -> tuple
     else:
         trajectory_adv = _grpo_rows(rows, ret, config)
     anchor_adv = gigpo_anchor_advantage(ret.future, rows.dev["anchor"], rows.n_anchors, config.eps, normalize_std)
-    return _finish(rows, gigpo_advantage(trajectory_adv, anchor_adv, config.omega))
+    return _finish(rows, ret, gigpo_advantage(trajectory_adv, anchor_adv, config.omega))
 
 
 @register_estimator("gigpo")
@@ -206,7 +223,7 @@ def _ecpo(rows: CreditRows, config: CreditConfig, gated: bool, anchor_scale: boo
     evidence = _anchor_evidence(rows, ret, config, anchor_scale=anchor_scale)
     rho_rows = evidence.rho[rows.dev["anchor"]] if gated else 1.0
     adv = ecpo_advantage(_grpo_rows(rows, ret, config), rho_rows, evidence.action_adv, config.omega)
-    return _finish(rows, adv, _gate_diagnostics(rows, evidence) if gated else None)
+    return _finish(rows, ret, adv, _gate_diagnostics(rows, evidence) if gated else None)
 
 
 @register_estimator("ecpo")
@@ -250,7 +267,7 @@ def ecpo_vargate_only_estimator(rows: CreditRows, config: CreditConfig) -> tuple
     evidence = _anchor_evidence(rows, ret, config)
     anchor_adv = gigpo_anchor_advantage(ret.future, rows.dev["anchor"], rows.n_anchors, config.eps, True)
     adv = ecpo_advantage(_grpo_rows(rows, ret, config), evidence.rho[rows.dev["anchor"]], anchor_adv, config.omega)
-    return _finish(rows, adv, _gate_diagnostics(rows, evidence))
+    return _finish(rows, ret, adv, _gate_diagnostics(rows, evidence))
 
 
 def _gae_rows(rows: CreditRows, values: Any, config: CreditConfig, gae_lambda: float) -> tuple[np.ndarray, np.ndarray]:
