@@ -14,9 +14,15 @@ lucky-singleton anchors is compared per batch. One job per file:
     python benchmarks/credit_counterfactual.py --quick    # machinery smoke (< 10 min)
     python benchmarks/credit_counterfactual.py --from-raw runs/credit_counterfactual/full   # re-report finished arms
     python benchmarks/credit_counterfactual.py --from-raw DIR1 DIR2   # an arm run at other targets later, merged
+    python benchmarks/credit_counterfactual.py --checkpoint-seeds 0 1 2   # three checkpoints per cell (~5.3 h arm time)
 
-Writes ``benchmarks/results/credit_counterfactual{,_quick}.{md,json}``; each finished arm's raw records also go to
-``<runs-dir>/<arm>.json`` so a report can be rebuilt from arms run separately.
+``--checkpoint-seeds`` trains each arm's concentration checkpoints once per seed (distinct GRPO runs, so distinct
+checkpoints) and measures the same batches from each; ``--batch-seed-base B`` draws batch k from seed ``B + k``
+(default 100000). With at least 3 checkpoints per cell the report's verdicts take the checkpoint as the unit of
+replication (``credit_counterfactual_report``).
+
+Writes ``benchmarks/results/credit_counterfactual{,_quick}.{md,json}``; each finished (arm, checkpoint seed)'s raw
+records also go to ``<runs-dir>/<arm>_ckpt<seed>.json`` so a report can be rebuilt from arms run separately.
 """
 
 from __future__ import annotations
@@ -41,6 +47,8 @@ from credit_counterfactual_report import render, summarize
 
 RESULTS = HERE / "results"
 FULL_K = {"tabular_corridor": 600, "tabular_noisy_wide": 600, "smollm2_corridor": 6}
+BATCH_SEED_BASE = 100_000  # batch k of every checkpoint is drawn from seed BATCH_SEED_BASE + k unless told otherwise
+FULL_ARM_MINUTES = 106.4  # arm time of the committed full protocol for one checkpoint seed (all three arms)
 NOTES = [
     ("The SmolLM2 arm (the corridor_llm preset as it is: lr 2e-5, two epochs) reaches its concentrations by "
      "supervised steps at lr 2e-6, AdamW's moments cleared, then two GRPO iterations (`reach: supervised`, "
@@ -75,9 +83,15 @@ def arm_protocol(name: str, quick: bool, k: int | None) -> dict[str, Any]:
 MERGEABLE = ("targets", "K", "max_iterations")  # what a later run of an arm may change: where and how long it looks
 
 
+def replicate_seed(record: dict[str, Any]) -> int:
+    """The checkpoint seed of one arm record (records written before the option existed used seed 0)."""
+    return int(record["protocol"].get("checkpoint_seed", 0))
+
+
 def merge_arm(parts: list[dict[str, Any]]) -> dict[str, Any]:
-    """One arm's finished runs at different targets as one record: checkpoints and batches joined by target, the
-    arm time summed. Refuses runs whose protocols differ beyond ``MERGEABLE``, or that share a target."""
+    """One arm's finished runs at different targets (from one checkpoint seed) as one record: checkpoints and
+    batches joined by target, the arm time summed. Refuses runs whose protocols differ beyond ``MERGEABLE``, or
+    that share a target."""
     first = parts[0]
     merged = json.loads(json.dumps(first))
     for part in parts[1:]:
@@ -96,17 +110,32 @@ def merge_arm(parts: list[dict[str, Any]]) -> dict[str, Any]:
     return merged
 
 
-def finished_arm(source: Path, name: str) -> dict[str, Any] | None:
-    """Arm ``name`` as a finished run left it: ``<source>/<name>.json`` for a runs folder, or the record under
-    ``arms`` when ``source`` is a report's JSON (which keeps every arm's raw batches). None where it has none."""
+def merge_replicates(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """An arm's finished records, one merged record per checkpoint seed (:func:`merge_arm`), by seed."""
+    seeds = sorted({replicate_seed(p) for p in parts})
+    return [merge_arm([p for p in parts if replicate_seed(p) == seed]) for seed in seeds]
+
+
+def finished_arm(source: Path, name: str) -> list[dict[str, Any]]:
+    """Arm ``name``'s records as finished runs left them: ``<source>/<name>_ckpt<seed>.json`` (and the older
+    ``<name>.json``) for a runs folder, or the records under ``arms`` when ``source`` is a report's JSON (which
+    keeps every arm's raw batches). Empty where it has none. A record without a checkpoint seed or batch seed
+    base predates those options: seed 0, base 100000."""
     if source.is_file():
-        return json.loads(source.read_text()).get("arms", {}).get(name)
-    path = source / f"{name}.json"
-    return json.loads(path.read_text()) if path.exists() else None
+        found = json.loads(source.read_text()).get("arms", {}).get(name, [])
+        records = [found] if isinstance(found, dict) else list(found)
+    else:
+        paths = sorted(source.glob(f"{name}_ckpt*.json")) + [p for p in [source / f"{name}.json"] if p.exists()]
+        records = [json.loads(path.read_text()) for path in paths]
+    for record in records:
+        record["protocol"].setdefault("checkpoint_seed", 0)
+        record["protocol"].setdefault("batch_seed_base", BATCH_SEED_BASE)
+    return records
 
 
 def run_arm(job: tuple[str, dict[str, Any], str]) -> dict[str, Any]:
-    """Checkpoints and every batch of one arm (a process-pool job); also saved as ``<runs_dir>/<arm>.json``."""
+    """Checkpoints (trained from ``arm["checkpoint_seed"]``) and every batch of one arm (a process-pool job); also
+    saved as ``<runs_dir>/<arm>_ckpt<seed>.json``."""
     import credit_counterfactual_protocol as protocol
     import torch
 
@@ -114,33 +143,38 @@ def run_arm(job: tuple[str, dict[str, Any], str]) -> dict[str, Any]:
 
     torch.set_num_threads(1)
     name, arm, runs_dir = job
-    folder = Path(runs_dir) / name
+    seed = int(arm["checkpoint_seed"])
+    folder = Path(runs_dir) / f"{name}_ckpt{seed}"
     started = time.perf_counter()
-    log = lambda text: print(f"[{name}] {text}", flush=True)
-    checkpoints = protocol.make_checkpoints(arm, folder, seed=0, log=log)
+    log = lambda text: print(f"[{name} ckpt{seed}] {text}", flush=True)
+    checkpoints = protocol.make_checkpoints(arm, folder, seed=seed, log=log)
     env = protocol._probe_env(arm)
     good = protocol.good_doors(env)
-    trainer = Trainer(protocol.arm_config(arm, str(folder / "measure"), 0))
+    trainer = Trainer(protocol.arm_config(arm, str(folder / "measure"), seed))
     batches: dict[str, list[dict[str, Any]]] = {}
     try:
         for level in checkpoints:
             key = f"{level['target']:.2f}"
             for k in range(arm["K"]):
-                seed = 100_000 + k  # the same batch seeds at every checkpoint
-                batches.setdefault(key, []).append(protocol.measure_batch(trainer, level["path"], seed, env, good))
+                batch_seed = int(arm["batch_seed_base"]) + k  # the same batch seeds at every checkpoint
+                batches.setdefault(key, []).append(protocol.measure_batch(trainer, level["path"], batch_seed, env, good))
                 if arm["policy"] != "tabular" or (k + 1) % 100 == 0:
                     log(f"pi(good) {key}: batch {k + 1}/{arm['K']} ({time.perf_counter() - started:.0f}s)")
     finally:
         trainer.close()
     result = {"arm": name, "protocol": arm, "checkpoints": checkpoints, "batches": batches,
               "seconds": time.perf_counter() - started}
-    (Path(runs_dir) / f"{name}.json").write_text(json.dumps(result))
+    (Path(runs_dir) / f"{name}_ckpt{seed}.json").write_text(json.dumps(result))
     return result
 
 
 def write_outputs(results: Sequence[dict[str, Any]], protocol: dict[str, Any], runtime: float, out: Path) -> dict:
-    arms = {r["arm"]: r for r in results}
-    protocol = protocol | {"arms": {r["arm"]: r["protocol"] for r in results}}
+    names = list(dict.fromkeys(r["arm"] for r in results))
+    arms = {name: sorted((r for r in results if r["arm"] == name), key=replicate_seed) for name in names}
+    protocol = protocol | {"arms": {name: {k: v for k, v in records[0]["protocol"].items() if k != "checkpoint_seed"}
+                                    | {"checkpoint_seeds": [replicate_seed(r) for r in records]}
+                                    for name, records in arms.items()},
+                           "full_arm_minutes": FULL_ARM_MINUTES}
     summary = summarize(arms)
     stem = out / ("credit_counterfactual_quick" if protocol.get("quick") else "credit_counterfactual")
     out.mkdir(parents=True, exist_ok=True)
@@ -162,6 +196,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="pi(good) targets of the checkpoints (default: the arm's)")
     parser.add_argument("--max-iterations", type=int, default=None,
                         help="GRPO iterations allowed to reach the targets (default: the arm's protocol)")
+    parser.add_argument("--checkpoint-seeds", type=int, nargs="+", default=[0],
+                        help="train each arm's checkpoints once per seed (default 0); verdicts take the checkpoint "
+                             "as the unit from 3 seeds on")
+    parser.add_argument("--batch-seed-base", type=int, default=BATCH_SEED_BASE,
+                        help=f"batch k is drawn from seed BASE + k at every checkpoint (default {BATCH_SEED_BASE})")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--runs-dir", type=Path, default=Path("runs/credit_counterfactual"))
     parser.add_argument("--out", type=Path, default=RESULTS)
@@ -175,14 +214,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:
         print(f"unknown arm(s) {unknown}; valid: {', '.join(ARMS)}", file=sys.stderr)
         return 2
+    if len(set(args.checkpoint_seeds)) != len(args.checkpoint_seeds) or min(args.checkpoint_seeds) < 0:
+        print(f"--checkpoint-seeds must be distinct non-negative integers, got {args.checkpoint_seeds}", file=sys.stderr)
+        return 2
+    if args.batch_seed_base < 0:
+        print(f"--batch-seed-base must be >= 0, got {args.batch_seed_base}", file=sys.stderr)
+        return 2
     base = {"quick": args.quick, "estimators": list(ESTIMATORS), "notes": NOTES}
     if args.from_raw is not None:
         results = []
         for a in args.arms:
-            parts = [part for d in args.from_raw if (part := finished_arm(d, a)) is not None]
+            parts = [part for d in args.from_raw for part in finished_arm(d, a)]
             if parts:
                 try:
-                    results.append(merge_arm(parts))
+                    results += merge_replicates(parts)
                 except ValueError as error:
                     print(f"error: --from-raw: {error}", file=sys.stderr)
                     return 2
@@ -190,11 +235,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"no finished arm under {', '.join(map(str, args.from_raw))}", file=sys.stderr)
             return 2
         base["quick"] = any(r["protocol"].get("quick") for r in results) or args.quick
+        base["from_raw"] = [str(d) for d in args.from_raw]
         write_outputs(results, base, sum(r["seconds"] for r in results), args.out)
         return 0
     runs_dir = args.runs_dir / ("quick" if args.quick else "full")
     runs_dir.mkdir(parents=True, exist_ok=True)
-    jobs = [(a, arm_protocol(a, args.quick, args.k) | {"quick": args.quick}, str(runs_dir)) for a in args.arms]
+    jobs = [(a, arm_protocol(a, args.quick, args.k) | {"quick": args.quick, "checkpoint_seed": seed,
+                                                         "batch_seed_base": args.batch_seed_base}, str(runs_dir))
+            for a in args.arms for seed in args.checkpoint_seeds]
     for _, arm, _ in jobs:
         arm["targets"] = sorted(args.targets) if args.targets else arm["targets"]
         arm["max_iterations"] = args.max_iterations or arm["max_iterations"]

@@ -70,7 +70,9 @@ def render_report(summary: dict[str, Any], protocol: dict[str, Any], runtime_s: 
         "(family-wise alpha 0.05): a claim part *holds* when Holm rejects zero on the claimed side, is "
         "*contradicted* when it rejects it on the other side, and is otherwise *not significant* (right sign) or "
         "*not supported* (wrong sign), with the minimum detectable effect (MDE: the true difference detected with "
-        "80% power at Holm's first-step level) printed beside it.",
+        "80% power at Holm's first-step level) printed beside it; with fewer than 5 seeds the SD rests on too few "
+        "degrees of freedom for an MDE, and 'no MDE (n seeds)' stands there instead. A claim with no significant "
+        "part is *not shown*: at this power a null does not say the claimed effect is absent.",
         "",
         *merged_note(protocol),
         "## Verdicts",

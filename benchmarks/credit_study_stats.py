@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from paired_stats import MisalignedCells, apply_holm, paired_diff, paired_values, welch_diff
+from paired_stats import MisalignedCells, apply_holm, claim_verdict, paired_diff, paired_values, welch_diff
 from scipy import stats
 
 # The two readings of ECPO's eq. eca_adv (issue 17): sigma_act as written, and the anchor's occurrence-level std
@@ -204,7 +204,7 @@ def summarize(runs: Sequence[dict[str, Any]], protocol: dict[str, Any]) -> dict[
         family[-len(readings_parts):] = readings_parts  # the copies carrying "env" are the family's members
     apply_holm(family)
     for claim in claims:
-        claim["verdict"] = overall_verdict([p["verdict"] for p in claim["parts"]])
+        claim["verdict"] = claim_verdict([p["verdict"] for p in claim["parts"]])
     claims.sort(key=lambda c: (c["id"], envs.index(c["env"])))
     readings = reading_verdict(readings_parts) if readings_parts else None
     confounds = {}
@@ -229,13 +229,6 @@ def same_as_grpo(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, int]]:
             entry["total"] += 1
             entry["equal"] += int(np.allclose(curve, other, rtol=0, atol=1e-12, equal_nan=True))
     return out
-
-
-def overall_verdict(status: Sequence[str]) -> str:
-    """A claim over its parts: holds (all hold), contradicted (some contradicted), partly holds, not reproduced."""
-    return ("holds" if status and all(s == "holds" for s in status) else
-            "contradicted" if any(s == "contradicted" for s in status) else
-            "partly holds" if any(s == "holds" for s in status) else "not reproduced")
 
 
 def reading_verdict(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:

@@ -4,7 +4,11 @@ of run summaries with their seed ids) to the comparisons, the markdown and the p
 Two families of comparisons, each Holm-corrected on its own: by seed (each method's late-stage success against
 its first validation, and the methods against one another, paired by seed id), and, where the runs kept their
 ``validation.jsonl``, by episode pooled over seeds (each validation episode pairs with itself before and after
-training and across the methods of one seed, since validation fixes every draw by (seed, copy, step)).
+training and across the methods of one seed, since validation fixes every draw by (seed, copy, step)), tested by
+McNemar's exact interval and its power (``paired_stats.mcnemar_exact``, ``mcnemar_mde``).
+
+A preset whose recipe was chosen by looking at one seed's own validation (``SELECTED_ON``) carries a winner's
+curse on that seed: the report says so beside every result, and gives each result again without that seed.
 """
 
 from __future__ import annotations
@@ -18,7 +22,14 @@ import numpy as np
 from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared statistics module, from anywhere
-from paired_stats import apply_holm, fmt_part, keyed, paired_diff, paired_outcomes, paired_values
+from paired_stats import MIN_UNITS_FOR_MDE, apply_holm, fmt_part, keyed, paired_diff, paired_outcomes, paired_values
+
+
+# Presets whose recipe was chosen on one seed's own validation episodes: preset -> (that seed, how it was chosen).
+SELECTED_ON = {
+    "alfworld_cpu": (0, "the recipe (lr 3e-6 with a 9-step warm-up) was the best of about 6 tried on seed 0's own "
+                        "96 validation episodes, and ECPO seed 0 is that run (winner's curse)"),
+}
 
 
 def interval(values: list[float]) -> tuple[float, float]:
@@ -66,6 +77,32 @@ def comparisons(results: dict) -> list[dict]:
     return apply_holm(parts, [1] * len(parts))
 
 
+def without_seed(results: dict, seed: Any) -> dict:
+    """``results`` with every run of ``seed`` left out (every method keeps the same other seeds, so pairs hold)."""
+    return {env: {n: {m: [r for r in runs if r["seed"] != seed] for m, runs in by_method.items()}
+                  for n, by_method in by_n.items()} for env, by_n in results.items()}
+
+
+def selection_seed(results: dict, protocol: Any) -> Any:
+    """The seed a preset's recipe was chosen on (``SELECTED_ON``) when this report holds it, else None."""
+    seed = SELECTED_ON.get(getattr(protocol, "preset", None), (None, ""))[0]
+    held = {r["seed"] for by_n in results.values() for ms in by_n.values() for rs in ms.values() for r in rs}
+    return seed if seed in held and len(held) > 1 else None
+
+
+def _same_question(part: dict) -> tuple:
+    return part["env"], part["N"], part["kind"], part["a"], part["b"]
+
+
+def without_text(part: dict, others: list[dict], seed: Any) -> str:
+    """``; without seed 0 (selection): ...`` beside a result whose comparison also ran without the selection seed."""
+    match = next((q for q in others if _same_question(q) == _same_question(part)), None)
+    if match is None or seed not in part.get("seeds", []):
+        return ""
+    counts = f"{match['gained']} gained, {match['lost']} lost, " if "gained" in match else ""
+    return f"; without seed {seed} (the recipe's selection seed): {counts}{fmt_part(match)} — {_said(match)}"
+
+
 def pooled_episodes(runs: list[dict], which: str) -> dict:
     """``{(seed, task, copy): won}`` over a method's runs: the ``which`` ("before"/"after") validation."""
     return {(r["seed"], t, c): w for r in runs if r.get("episodes") for t, c, w in r["episodes"][which]}
@@ -97,13 +134,15 @@ def episode_comparisons(results: dict) -> list[dict]:
     return apply_holm(parts, [1] * len(parts))
 
 
-def episode_lines(parts: list[dict]) -> list[str]:
+def episode_lines(parts: list[dict], without: list[dict] = (), seed: Any = None) -> list[str]:
     if not parts:
         return []
     lines = ["## Episode level, pooled over seeds", "",
              ("Each validation episode pairs with itself: the same (seed, task, copy) takes the same uniform draws "
               "before and after training, and under either method of a seed. Gained / lost are the discordant "
-              "episodes; p is McNemar's exact test on them; the interval is the paired t-interval over episodes. "
+              "episodes; p is McNemar's exact test on them, and the interval is the McNemar-consistent exact one "
+              "(Clopper-Pearson for gained / (gained + lost), mapped to the difference of success rates); the MDE "
+              "is Connor's for McNemar's test at the observed share of changing episodes. "
               f"Holm-corrected over these {len(parts)} comparisons (a family of their own). This tests the runs "
               "that were trained, not the training procedure: the seed-level verdicts above carry the run-to-run "
               "variance."), ""]
@@ -115,7 +154,7 @@ def episode_lines(parts: list[dict]) -> list[str]:
             continue
         lines.append(f"- {part['env']} N={part['N']} {what} ({part['episodes']} episodes, seeds {part['seeds']}): "
                      f"{part['gained']} gained, {part['lost']} lost, {fmt_part(part)}, McNemar p {part['p']:.3g} — "
-                     f"{_said(part)}")
+                     f"{_said(part)}{without_text(part, list(without), seed)}")
     return lines + [""]
 
 
@@ -149,7 +188,14 @@ def report(results: dict, protocol_name: str, protocol: Any, elapsed: float, how
              "differences are paired by seed id (stored with each run in the JSON); verdicts are Holm-corrected "
              f"across the report's {len(parts)} comparisons (family-wise α = 0.05), and beside every 'not significant' "
              "is the minimum detectable effect (MDE: the paired difference found with 80 % power at Holm's "
-             "first-step level)."), ""]
+             f"first-step level), or 'no MDE (n seeds)' with fewer than {MIN_UNITS_FOR_MDE} seeds, whose SD rests on "
+             "too few degrees of freedom for one."), ""]
+    seed = selection_seed(results, protocol)
+    without = comparisons(without_seed(results, seed)) if seed is not None else []
+    if seed is not None:
+        lines += [(f"**Recipe selection.** Preset `{protocol.preset}`: {SELECTED_ON[protocol.preset][1]}. Every "
+                   f"result that includes seed {seed} is also given without it (those comparisons Holm-corrected "
+                   "as a family of their own)."), ""]
     if any(r.get("seed_recovered") for by_n in results.values() for ms in by_n.values() for rs in ms.values() for r in rs):
         lines += [("Seed ids: the stored summaries predate seed recording; `--from-runs` had read each method's seed "
                   "folders in sorted order with every seed present, so the ids are recovered from that order."), ""]
@@ -174,12 +220,14 @@ def report(results: dict, protocol_name: str, protocol: Any, elapsed: float, how
             for part in parts:
                 if part["env"] == env_label and part["N"] == n and part["kind"] == "learned":
                     lines.append(f"- {part['a']}, late − before ({part['n']} seeds): {fmt_part(part)} — "
-                                 f"{_said(part)}")
+                                 f"{_said(part)}{without_text(part, without, seed)}")
             for part in parts:
                 if part["env"] == env_label and part["N"] == n and part["kind"] == "vs":
-                    lines.append(f"- {part['a']} vs {part['b']}: {fmt_part(part)} — {_said(part)}")
+                    lines.append(f"- {part['a']} vs {part['b']}: {fmt_part(part)} — {_said(part)}"
+                                 f"{without_text(part, without, seed)}")
             lines.append("")
-    lines += episode_lines(episode_comparisons(results))
+    lines += episode_lines(episode_comparisons(results),
+                           episode_comparisons(without_seed(results, seed)) if seed is not None else [], seed)
     lines += reading_paragraph(parts)
     return "\n".join(lines)
 

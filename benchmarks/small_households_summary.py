@@ -11,19 +11,27 @@ rows, optimizer steps and time split (``benchmarks/results/small_households/*_su
 ``--before-episodes`` / ``--after-episodes`` (the runs' ``validation.jsonl``; before = its first line, after =
 its last) add the paired comparison: validation fixes every choice's uniform draw by (seed, copy, step), so
 the same validation episode before and after training differs only where the policy does. Episodes pair by
-(task, copy); written: the gained and lost episodes, McNemar's exact p, and the mean paired difference with its
-95 % t-interval and minimum detectable effect (80 % power).
+(task, copy); written: the gained and lost episodes, McNemar's exact p, the paired difference with its
+McNemar-consistent exact 95 % interval (``paired_stats.mcnemar_exact``), the share of episodes that changed, and
+the minimum detectable effect (80 % power, McNemar's test at that share: ``paired_stats.mcnemar_mde``).
+
+    python benchmarks/small_households_summary.py --restat S1.json S2.json ...
+
+rewrites the paired block of stored summaries with the current statistics. McNemar's interval, p and MDE depend on
+the gained, lost and total episode counts alone, which each summary stores, so this equals a rerun from the
+validation files.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from paired_stats import MisalignedCells, newcombe, paired_outcomes, wald_diff, wilson
+from paired_stats import MisalignedCells, detectable, mcnemar_exact, newcombe, paired_outcomes, wald_diff, wilson
 
 ITERATION_KEYS = ("iteration", "success", "num_steps", "update/rows_computed", "update/rows_skipped",
                   "update/optimizer_steps", "time/generation", "time/env", "time/credit", "time/update",
@@ -82,24 +90,65 @@ def paired(before: dict, after: dict, before_path: str, after_path: str) -> dict
         test = paired_outcomes(outcome(before), outcome(after), label=f"{before_path} and {after_path}")
     except MisalignedCells as error:
         raise SystemExit(f"error: {error}") from None
-    out = {"episodes": test["episodes"], "iteration_before": before["iteration"], "iteration_after": after["iteration"],
-           "gained": test["gained"], "lost": test["lost"], "mcnemar_p": test["p"], "paired_gain": test["diff"],
-           "paired_gain_t95": [round(test["low"], 4), round(test["high"], 4)], "paired_mde80": round(test["mde"], 4)}
-    if test["gained"] + test["lost"] == 0:  # every difference is 0: no interval, nothing about power
-        out |= {"paired_gain_t95": None, "paired_mde80": None,
+    return {"iteration_before": before["iteration"], "iteration_after": after["iteration"]} | paired_block(test)
+
+
+def paired_block(test: dict) -> dict:
+    """The summary's paired fields from :func:`paired_stats.paired_outcomes` (or ``mcnemar_exact`` + MDE)."""
+    out = {"episodes": test["episodes"], "gained": test["gained"], "lost": test["lost"], "mcnemar_p": test["p"],
+           "paired_gain": test["diff"], "changed_share": round(test["discordant_share"], 4),
+           "paired_gain_exact95": [round(test["low"], 4), round(test["high"], 4)],
+           "paired_mde80": round(test["mde"], 4) if math.isfinite(test["mde"]) else None}
+    if test["gained"] + test["lost"] == 0:  # nothing changed: no interval, nothing about power
+        out |= {"paired_gain_exact95": None, "paired_mde80": None,
                 "note": "no episode changed its outcome: the policies agree on every validation episode"}
     return out
 
 
+def restat(paths: list[str]) -> None:
+    """Rewrite the paired block of stored summaries from their own gained / lost / episode counts."""
+    for path in paths:
+        try:
+            data = json.loads(Path(path).read_text())
+        except (OSError, json.JSONDecodeError) as error:
+            raise SystemExit(f"error: cannot read summary {path}: {error}") from None
+        old = data.get("paired")
+        if old is None:
+            print(f"{path}: no paired block, left as it is")
+            continue
+        test = mcnemar_exact(old["gained"], old["lost"], old["episodes"])
+        block = paired_block(test | {"mde": detectable(test)})
+        keep = {k: old[k] for k in ("iteration_before", "iteration_after") if k in old}
+        data["paired"] = keep | block
+        Path(path).write_text(json.dumps(data, indent=1) + "\n")
+        print(f"{path}: {_paired_line(data['paired'])}")
+
+
+def _paired_line(pair: dict) -> str:
+    if pair["paired_gain_exact95"] is None:
+        return f"paired over {pair['episodes']} episodes: {pair['note']}"
+    low, high = pair["paired_gain_exact95"]
+    mde = f"MDE {pair['paired_mde80']:.3f}" if pair["paired_mde80"] is not None else "no MDE at this share"
+    return (f"paired over {pair['episodes']} episodes: {pair['gained']} gained, {pair['lost']} lost (McNemar p "
+            f"{pair['mcnemar_p']:.3g}); gain {pair['paired_gain']:+.3f}, exact 95 % [{low:+.3f}, {high:+.3f}], {mde}")
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--before", required=True, help="metrics of the validation before training")
-    parser.add_argument("--metrics", required=True, help="the training run's metrics.jsonl")
-    parser.add_argument("--episodes", type=int, required=True, help="validation episodes per validation")
+    parser.add_argument("--restat", nargs="+", metavar="SUMMARY", help="rewrite stored summaries' paired blocks "
+                        "with the current statistics (from their counts) and stop")
+    parser.add_argument("--before", help="metrics of the validation before training")
+    parser.add_argument("--metrics", help="the training run's metrics.jsonl")
+    parser.add_argument("--episodes", type=int, help="validation episodes per validation")
     parser.add_argument("--before-episodes", help="validation.jsonl of the run validated before training")
     parser.add_argument("--after-episodes", help="validation.jsonl of the training run (paired comparison)")
-    parser.add_argument("--out", required=True)
+    parser.add_argument("--out")
     args = parser.parse_args(argv)
+    if args.restat:
+        restat(args.restat)
+        return {}
+    if args.before is None or args.metrics is None or args.episodes is None or args.out is None:
+        parser.error("--before, --metrics, --episodes and --out are required (or --restat)")
     if args.episodes < 1:
         parser.error("--episodes must be >= 1")
     if (args.before_episodes is None) != (args.after_episodes is None):
@@ -111,13 +160,8 @@ def main(argv: list[str] | None = None) -> dict:
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
     print(f"success {out['successes_before']}/{args.episodes} -> {out['successes_after']}/{args.episodes}; gain "
           f"{out['gain']:+.3f}, 95 % Newcombe [{out['gain_newcombe95'][0]:+.3f}, {out['gain_newcombe95'][1]:+.3f}]")
-    if "paired" in out and out["paired"]["paired_mde80"] is None:
-        print(f"paired over {out['paired']['episodes']} episodes: {out['paired']['note']}")
-    elif "paired" in out:
-        pair = out["paired"]
-        print(f"paired over {pair['episodes']} episodes: {pair['gained']} gained, {pair['lost']} lost (McNemar p "
-              f"{pair['mcnemar_p']:.3g}); gain {pair['paired_gain']:+.3f}, 95 % [{pair['paired_gain_t95'][0]:+.3f}, "
-              f"{pair['paired_gain_t95'][1]:+.3f}], MDE {pair['paired_mde80']:.3f}")
+    if "paired" in out:
+        print(_paired_line(out["paired"]))
     return out
 
 

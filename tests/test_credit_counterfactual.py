@@ -176,7 +176,8 @@ def test_quick_run_writes_a_report_whose_numbers_are_the_json(tmp_path):
     payload = json.loads((tmp_path / "credit_counterfactual_quick.json").read_text())
     text = (tmp_path / "credit_counterfactual_quick.md").read_text()
     assert "QUICK SMOKE RUN" in text
-    arm = payload["arms"]["tabular_corridor"]
+    [arm] = payload["arms"]["tabular_corridor"]  # one record per checkpoint seed (the default: seed 0)
+    assert arm["protocol"]["checkpoint_seed"] == 0
     assert [c["target"] for c in arm["checkpoints"]] == [0.5, 0.8]
     assert all(c["concentration"] >= c["target"] for c in arm["checkpoints"])
     for batches in arm["batches"].values():
@@ -185,15 +186,75 @@ def test_quick_run_writes_a_report_whose_numbers_are_the_json(tmp_path):
     assert payload["summary"] == json.loads(json.dumps(report.summarize(payload["arms"])))
     for part in payload["summary"]["comparisons"]:
         shown = report._scaled(part, report.SCALE.get(part["metric"], 1.0))
-        assert f"{report.fmt_part(shown, 3)} | {part['verdict']} |" in text
+        assert f"{report.fmt_part(shown, 3)} | {report._percent(part['relative'])} | {part['verdict']} |" in text
     assert cf.main(["--arms", "nope"]) == 2
+
+
+def test_checkpoint_seeds_and_batch_seed_base_reach_the_protocol(tmp_path):
+    """``--checkpoint-seeds 3 4 --batch-seed-base 500``: one GRPO training run per seed, so distinct checkpoints,
+    and every checkpoint's batches drawn from seeds 500, 501, ..."""
+    cf = _bench("credit_counterfactual")
+    args = ["--quick", "--arms", "tabular_corridor", "--workers", "1", "--k", "2", "--targets", "0.5",
+            "--checkpoint-seeds", "3", "4", "--batch-seed-base", "500", "--out", str(tmp_path),
+            "--runs-dir", str(tmp_path / "runs")]
+    assert cf.main(args) == 0
+    records = json.loads((tmp_path / "credit_counterfactual_quick.json").read_text())["arms"]["tabular_corridor"]
+    assert [r["protocol"]["checkpoint_seed"] for r in records] == [3, 4]
+    for record in records:
+        assert [b["seed"] for b in record["batches"]["0.50"]] == [500, 501]
+    from ecpo_train.runtime.run_dir import load_checkpoint
+
+    first, second = (load_checkpoint(Path(r["checkpoints"][0]["path"]))["policy"] for r in records)
+    assert any(not torch.equal(first[k], second[k]) for k in first)  # two GRPO runs, two different policies
+    assert (tmp_path / "runs" / "quick" / "tabular_corridor_ckpt4.json").exists()
+    assert cf.main(args[:-4] + ["--checkpoint-seeds", "1", "1"]) == 2
+
+
+def _replicate(seed, diffs, exact_success=0.4, target=0.8):
+    """One checkpoint's record: 6 batches whose ECPO - GiGPO differences are ``diffs[metric]`` +- 0.001."""
+    def batch(k):
+        base = {"delta_j": 0.01, "lucky": 0.2, "lucky_sv": 0.2, "rare_sv": 0.0, "term_lucky": 0.3}
+        wobble = 0.001 * (k % 3 - 1)
+        ecpo = base | {m: base[m] + d + wobble for m, d in diffs.items()}
+        return {"seed": 100 + k, "n_lucky": 1, "success": 0.5, "estimators": {"gigpo_std": base, "ecpo": ecpo}}
+    return {"protocol": {"checkpoint_seed": seed},
+            "checkpoints": [{"target": target, "concentration": 0.8, "exact_success": exact_success, "iteration": 3}],
+            "batches": {f"{target:.2f}": [batch(k) for k in range(6)]}}
+
+
+def test_verdicts_over_checkpoints_take_the_checkpoint_as_the_unit():
+    """Three checkpoints. ECPO's lucky-singleton difference is -0.10, -0.11, -0.09 (consistent): B1 holds over
+    checkpoints. Its Delta J difference is +0.005, -0.004, +0.006: each checkpoint alone is significant (the
+    batches agree within 0.001), but over checkpoints the sign is not stable, so B2 is not shown. A fourth cell
+    at exact success 0.95 is saturated: flagged and judged nowhere."""
+    report = _bench("credit_counterfactual_report")
+    lucky, dj = (-0.10, -0.11, -0.09), (0.005, -0.004, 0.006)
+    arms = {"arm": [_replicate(s, {"lucky": lucky[s], "delta_j": dj[s]}) for s in range(3)],
+            "hot": [_replicate(s, {"lucky": -0.1, "delta_j": 0.01}, exact_success=0.95) for s in range(3)]}
+    summary = report.summarize(arms)
+    assert summary["verdict_unit"] == "checkpoints"
+    assert summary["cells"]["hot|0.80"]["saturated"].startswith("exact success 0.950")
+    assert {p["verdict"] for p in summary["comparisons"] if p["arm"] == "hot"} == {"saturated"}
+    assert all(p["arm"] == "arm" for p in summary["over_checkpoints"])
+    per_checkpoint = [p["verdict"] for p in summary["comparisons"] if p["arm"] == "arm" and p["metric"] == "delta_j"]
+    assert per_checkpoint == ["holds", "contradicted", "holds"]
+    over = {p["metric"]: p for p in summary["over_checkpoints"]}
+    assert over["lucky"]["n"] == 3 and over["lucky"]["diff"] == pytest.approx(-0.10)
+    assert over["lucky"]["verdict"] == "holds" and over["delta_j"]["verdict"] == "not significant"
+    assert over["delta_j"]["relative"] == pytest.approx((0.005 - 0.004 + 0.006) / 3 / 0.01)
+    assert report.fmt_part(over["delta_j"]).endswith("(no MDE (3 checkpoints))")
+    assert {c["id"]: c["verdicts"]["ecpo"] for c in summary["claims"]} == {"B1": "holds", "B2": "not shown"}
+    # with two checkpoints there is no verdict over checkpoints: the claims fall back to per-checkpoint ones
+    two = report.summarize({"arm": arms["arm"][:2]})
+    assert two["verdict_unit"] == "batches" and two["over_checkpoints"] == []
 
 
 def test_an_arm_run_at_other_targets_later_merges_and_a_clash_is_refused():
     """``--from-raw DIR1 DIR2``: one arm's runs at different targets become one record (checkpoints and batches
     joined by target, arm time summed); a target in both runs, or a protocol that differs beyond targets and K,
     is refused rather than silently mixed."""
-    merge_arm = _bench("credit_counterfactual").merge_arm
+    cf = _bench("credit_counterfactual")
+    merge_arm = cf.merge_arm
     protocol = {"policy": "llm", "lr": 1e-4, "targets": [0.5], "K": 4}
     early = {"arm": "a", "protocol": protocol, "checkpoints": [{"target": 0.5}], "batches": {"0.50": [1, 2]},
              "seconds": 10.0}
@@ -207,6 +268,9 @@ def test_an_arm_run_at_other_targets_later_merges_and_a_clash_is_refused():
         merge_arm([early, early])
     with pytest.raises(ValueError, match=r"differ in \['lr'\]"):
         merge_arm([early, late | {"protocol": late["protocol"] | {"lr": 1e-5}}])
+    # runs from another checkpoint seed are another replicate, never merged into this one
+    other = early | {"protocol": protocol | {"checkpoint_seed": 1}}
+    assert [cf.replicate_seed(r) for r in cf.merge_replicates([late, other, early])] == [0, 1]
 
 
 def test_a_finished_arm_is_read_from_a_runs_folder_or_from_a_written_reports_json(tmp_path):
@@ -218,10 +282,15 @@ def test_a_finished_arm_is_read_from_a_runs_folder_or_from_a_written_reports_jso
     (tmp_path / "runs").mkdir()
     (tmp_path / "runs" / "tabular_corridor.json").write_text(json.dumps(record))
     (tmp_path / "report.json").write_text(json.dumps({"summary": {}, "arms": {"tabular_corridor": record}}))
-    assert finished_arm(tmp_path / "runs", "tabular_corridor") == record
-    assert finished_arm(tmp_path / "report.json", "tabular_corridor") == record
-    assert finished_arm(tmp_path / "runs", "smollm2_corridor") is None
-    assert finished_arm(tmp_path / "report.json", "smollm2_corridor") is None
+    # a record from before --checkpoint-seeds / --batch-seed-base: checkpoint seed 0, batch seeds from 100000
+    legacy = record | {"protocol": {"targets": [0.5], "checkpoint_seed": 0, "batch_seed_base": 100_000}}
+    assert finished_arm(tmp_path / "runs", "tabular_corridor") == [legacy]
+    assert finished_arm(tmp_path / "report.json", "tabular_corridor") == [legacy]
+    (tmp_path / "runs" / "tabular_corridor_ckpt2.json").write_text(json.dumps(
+        record | {"protocol": {"targets": [0.5], "checkpoint_seed": 2, "batch_seed_base": 7}}))
+    assert [r["protocol"]["checkpoint_seed"] for r in finished_arm(tmp_path / "runs", "tabular_corridor")] == [2, 0]
+    assert finished_arm(tmp_path / "runs", "smollm2_corridor") == []
+    assert finished_arm(tmp_path / "report.json", "smollm2_corridor") == []
 
 
 def test_the_llm_arm_reaches_a_concentration_by_supervised_steps_then_settles_with_grpo(tiny_model_dir, tmp_path):
