@@ -112,16 +112,11 @@ def test_resume_trusts_the_checkpoint_over_a_config_yaml_damaged_by_an_older_ver
     assert "env_id: ecpo/DivergentAnchor-v0" in (finished_run / "config.yaml").read_text()
 
 
-def test_resume_of_a_run_without_a_checkpoint_restarts_it_with_a_warning(finished_run):
+def test_resume_of_a_run_without_a_checkpoint_is_refused_naming_overwrite(finished_run):
     (finished_run / "checkpoint.pt").unlink()  # killed before its first checkpoint
-    refused(train(finished_run, "iterations=2", "algorithm=grpo", "--resume"), "cannot change algorithm")
-    result = train(finished_run, "iterations=2", "--resume")
-    assert result.exit_code == 0, result.output
-    assert "checkpoint.pt not found: the run starts over from iteration 0" in result.output
-    assert iterations(finished_run) == [1, 2]
-    history = [json.loads(line) for line in (finished_run / "history.jsonl").read_text().splitlines()]
-    assert [event["event"] for event in history] == ["start", "restart"]
-    assert history[1]["changes"] == {"iterations": [3, 2]}
+    before = folder_hash(finished_run)
+    refused(train(finished_run, "iterations=5", "--resume"), "no checkpoint.pt to resume from", "--overwrite")
+    assert folder_hash(finished_run) == before and iterations(finished_run) == [1, 2, 3]
 
 
 def test_resume_below_the_checkpoint_iteration_is_refused(finished_run):

@@ -82,6 +82,11 @@ def train(
     from ecpo_train.runtime.resume import plan_start
     from ecpo_train.runtime.trainer import Trainer, run_training
 
+    if engine not in ("native", "rllib"):
+        raise fail(ValueError(f"--engine {engine!r}; valid: native, rllib"))
+    if engine == "rllib":
+        _train_with_rllib(config, list(ctx.args), resume, overwrite, nproc, env_runners, learners)
+        return
     if nproc:
         if nproc < 2:
             typer.echo(f"error: --nproc {nproc}: FSDP needs at least 2 processes (leave --nproc out for one)", err=True)
@@ -100,11 +105,6 @@ def train(
                    *(["--overwrite"] if overwrite else []),
                    *[arg for arg in ctx.args if not arg.startswith("fsdp=")], "fsdp=true"]
         raise typer.Exit(subprocess.call(command))
-    if engine not in ("native", "rllib"):
-        raise fail(ValueError(f"--engine {engine!r}; valid: native, rllib"))
-    if engine == "rllib":
-        _train_with_rllib(config, list(ctx.args), resume, overwrite, nproc, env_runners, learners)
-        return
     try:
         cfg = load_config(config, list(ctx.args))
         cfg.resolved_device()
@@ -148,7 +148,7 @@ def sft(
     config: str = typer.Option(..., help="YAML preset path or name of the RL run to warm-start (its env, model, "
                                          "prompt_style and history_length are used)"),
     out: str = typer.Option(..., help="folder to write the fine-tuned model and tokenizer to (then `ecpo train "
-                                      "... model=OUT`)"),
+                                      "... model=OUT`): new, empty, or an earlier sft output (replaced)"),
     episodes: int = typer.Option(64, help="expert episodes to imitate"),
     epochs: int = typer.Option(3, help="passes over the expert steps"),
     lr: float = typer.Option(1e-5, help="AdamW learning rate"),
@@ -158,13 +158,14 @@ def sft(
 
     Extra key=value arguments override the preset (e.g. model=DIR env_kwargs.num_tasks=8).
     """
-    from ecpo_train.apps.sft import check_sft_settings, run_sft
+    from ecpo_train.apps.sft import check_sft_out, check_sft_settings, run_sft
     from ecpo_train.runtime.config import load_config
 
     try:
         check_sft_settings(episodes, epochs, lr, batch_size)
         cfg = load_config(config, list(ctx.args))
         cfg.resolved_device()
+        check_sft_out(out, cfg.model)  # before the expert plays a step
         summary = run_sft(cfg, episodes=episodes, epochs=epochs, lr=lr, out=out, batch_size=batch_size)
     except _input_errors() as err:
         raise fail(err) from None

@@ -256,3 +256,26 @@ def warn_if_no_signal(rollout: Rollout, advantages: np.ndarray, iteration: int) 
     print(f"warning: iteration {iteration}: every advantage is 0, so this update changes nothing: {why}",
           file=sys.stderr)
     return True
+
+
+def check_env_and_model(config: TrainConfig) -> None:
+    """What a run's workers will build, checked in this process first (one error line, no worker started): the
+    environment (its id and ``env_kwargs``, one ``gymnasium.make``) and, for an LLM policy, the model's config
+    and tokenizer (no weights are loaded). The RLlib engine calls it before its runner actors start, whose own
+    failure would surface as an actor's stack trace."""
+    import gymnasium as gym
+
+    env = gym.make(config.env_id, **config.env_kwargs)
+    env.close()
+    if config.policy == "tabular":
+        return
+    from transformers import AutoConfig, AutoTokenizer
+
+    model = os.path.expanduser(config.model)
+    try:
+        AutoConfig.from_pretrained(model)
+        AutoTokenizer.from_pretrained(model)
+    except (OSError, ValueError) as err:
+        raise OSError(f"could not load the causal LM {model!r} ({' '.join(str(err).split())[:200]}): give a "
+                      "local folder with config.json, weights and tokenizer files, or a Hugging Face hub id on a "
+                      "machine with internet access") from None

@@ -1,17 +1,24 @@
 """Starting a run in its folder without losing what is there: fresh start, ``--resume`` or ``--overwrite``.
 
-A run folder holds a run when it has ``config.yaml``, ``metrics.jsonl`` or ``checkpoint.pt``. Then a plain start
-is refused (one line naming ``--resume`` and ``--overwrite``), ``--resume`` continues the checkpoint, and
-``--overwrite`` deletes the run's own files (those listed in ``RUN_FILES``; anything else in the folder stays)
-and starts over. Every check happens before the folder is touched: a refused start changes no byte.
+A run folder holds a run when it has ``config.yaml``, ``metrics.jsonl``, ``checkpoint.pt`` or
+``rllib_checkpoint/``. Then a plain start is refused (one line naming ``--resume`` and ``--overwrite``),
+``--resume`` continues the checkpoint, and ``--overwrite`` deletes the run's own files (those listed in
+``RUN_FILES``; anything else in the folder stays) and starts over. ``--resume`` of a folder without a checkpoint
+is refused (naming ``--overwrite``) rather than cutting its history, and so is ``--resume`` of a folder the other
+engine wrote (``native``: ``checkpoint.pt``; ``rllib``: ``rllib_checkpoint/``, ``engine: rllib`` in
+``config.yaml``): neither reads the other's state. Every check happens before the folder is touched: a refused
+start changes no byte. The run holds the folder's lock (``ecpo_train.runtime.run_lock``) while it writes.
 
 A resume may not change what the run is: any key outside ``RESUMABLE_KEYS`` (algorithm, env, model, group
-size, credit hyperparameters, ...) that differs from the checkpoint's config is refused, naming the key. The
-keys that may change are recorded in ``history.jsonl``, one JSON line per start, resume or overwrite.
+size, credit hyperparameters, ...) that differs from the checkpoint's config is refused, naming the key; inside
+``env_kwargs``, ``lora`` and ``vllm_kwargs`` a key added or dropped is a change too, and a field one config
+lacks (written by another version) is compared with its default. The keys that may change are recorded in
+``history.jsonl``, one JSON line per start, resume or overwrite, and the new values in ``config.yaml``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import sys
@@ -47,24 +54,52 @@ def holds_run(run_dir: Path) -> bool:
     return any((run_dir / name).exists() for name in RUN_MARKERS)
 
 
-def plan_start(run_dir: Path, new_config: dict[str, Any], resume: bool = False, overwrite: bool = False) -> StartPlan:
-    """The start ``resume``/``overwrite`` ask for in ``run_dir``, or a ``ValueError`` (nothing is written).
+ENGINE_CHECKPOINTS = {"native": "checkpoint.pt", "rllib": "rllib_checkpoint"}
 
-    On ``--resume`` of a folder without a checkpoint the new config is compared with its ``config.yaml``; with a
-    checkpoint, :func:`open_run` compares it with the checkpoint's own config, which is authoritative (a
-    ``config.yaml`` may have been edited, or damaged by an older version)."""
+
+def folder_engine(run_dir: Path) -> str:
+    """Which engine wrote the run in ``run_dir``: ``rllib`` (its checkpoint folder, or ``engine: rllib`` in
+    ``config.yaml``) or ``native``."""
+    if (run_dir / ENGINE_CHECKPOINTS["rllib"]).exists():
+        return "rllib"
+    if (run_dir / ENGINE_CHECKPOINTS["native"]).exists():
+        return "native"
+    with contextlib.suppress(ValueError):
+        saved = read_saved_config(run_dir / "config.yaml")
+        if saved is not None and saved.get("engine") == "rllib":
+            return "rllib"
+    return "native"
+
+
+def plan_start(run_dir: Path, new_config: dict[str, Any], resume: bool = False, overwrite: bool = False,
+               engine: str = "native") -> StartPlan:
+    """The start ``resume``/``overwrite`` ask for in ``run_dir`` with ``engine``, or a ``ValueError`` (nothing is
+    written).
+
+    On ``--resume`` the folder must hold ``engine``'s checkpoint. The native engine's :func:`open_run` compares the
+    new config with the checkpoint's own config, which is authoritative (a ``config.yaml`` may have been edited,
+    or damaged by an older version); the RLlib engine's checkpoint holds none, so its ``config.yaml`` is read."""
     if resume and overwrite:
         raise ValueError("--resume continues the run in run_dir and --overwrite replaces it: choose one")
     if run_dir.exists() and not run_dir.is_dir():
         raise ValueError(f"run_dir={str(run_dir)!r} is a file, not a folder")
-    if not holds_run(run_dir):
+    if not holds_run(run_dir):  # (a folder holding only a lock, or nothing)
         return StartPlan(run_dir, "start")
     if overwrite:
         return StartPlan(run_dir, "overwrite")
     if not resume:
         raise ValueError(f"run_dir={str(run_dir)!r} already holds a run: pass --resume to continue it, "
                          "--overwrite to replace it, or choose another run_dir=")
-    if (run_dir / "checkpoint.pt").exists():
+    written_by = folder_engine(run_dir)
+    if written_by != engine:
+        raise ValueError(f"run_dir={str(run_dir)!r} holds a run of the {written_by} engine, which --engine {engine} "
+                         f"cannot continue: resume it with --engine {written_by}, or --overwrite to replace it")
+    checkpoint = ENGINE_CHECKPOINTS[engine]
+    if not (run_dir / checkpoint).exists():
+        raise ValueError(f"run_dir={str(run_dir)!r} holds a run but no {checkpoint} to resume from (it stopped "
+                         "before its first checkpoint): --overwrite to start it over (its metrics are deleted), "
+                         "or choose another run_dir=")
+    if engine == "native":
         return StartPlan(run_dir, "resume")
     saved = read_saved_config(run_dir / "config.yaml")
     return StartPlan(run_dir, "resume", resume_changes(saved, new_config) if saved is not None else {})
@@ -84,16 +119,40 @@ def read_saved_config(path: Path) -> dict[str, Any] | None:
     return values
 
 
+# mappings whose keys the user writes (any key added or dropped changes the run) and those a dataclass fixes
+FREE_MAPS = ("env_kwargs", "lora", "vllm_kwargs")
+NESTED_MAPS = ("credit", *FREE_MAPS)
+NOT_CONFIG_KEYS = frozenset({"engine"})  # what config.yaml records beside the config (``engine: rllib``)
+
+
 def _flatten(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     flat: dict[str, Any] = {}
     for key, value in values.items():
-        if isinstance(value, dict) and key in ("credit", "env_kwargs", "lora", "vllm_kwargs"):
-            flat |= _flatten(value, f"{prefix}{key}.")
-            if not value:
-                flat[f"{prefix}{key}"] = {}
+        if isinstance(value, dict) and key in NESTED_MAPS and not prefix:
+            flat |= _flatten(value, f"{key}.")
         else:
             flat[f"{prefix}{key}"] = value
     return flat
+
+
+def _field_defaults() -> dict[str, Any]:
+    """``TrainConfig``'s and ``CreditConfig``'s defaults, flattened as :func:`_flatten` names them."""
+    import dataclasses
+
+    from ecpo_train.core.credit import CreditConfig
+    from ecpo_train.runtime.config import TrainConfig
+
+    defaults: dict[str, Any] = {}
+    for prefix, cls in (("", TrainConfig), ("credit.", CreditConfig)):
+        for item in dataclasses.fields(cls):
+            if item.default is not dataclasses.MISSING:
+                defaults[prefix + item.name] = item.default
+            elif item.default_factory is not dataclasses.MISSING:
+                defaults[prefix + item.name] = item.default_factory()
+    return defaults
+
+
+_ABSENT = object()
 
 
 def _same(old: Any, new: Any) -> bool:
@@ -106,17 +165,27 @@ def _same(old: Any, new: Any) -> bool:
 def resume_changes(saved: dict[str, Any], new: dict[str, Any]) -> dict[str, list[Any]]:
     """``{key: [old, new]}`` of the resumable keys that change; a change of any other key is a ``ValueError``.
 
-    Keys only one side has (a config written by another version) are not compared."""
+    Nested keys count one by one (``env_kwargs.depth``), added and dropped ones included (``[old, new]`` holds
+    ``None`` for the missing side of a resumable key). A field of ``TrainConfig`` or ``CreditConfig`` that one
+    side lacks (a config written by another version) is compared with its default."""
     old_flat, new_flat = _flatten(saved), _flatten(new)
+    defaults = _field_defaults()
     changes: dict[str, list[Any]] = {}
-    for key in sorted(set(old_flat) & set(new_flat)):
-        old, value = old_flat[key], new_flat[key]
-        if _same(old, value):
+    for key in sorted((set(old_flat) | set(new_flat)) - NOT_CONFIG_KEYS):
+        old, value = old_flat.get(key, _ABSENT), new_flat.get(key, _ABSENT)
+        if key.split(".")[0] not in FREE_MAPS or "." not in key:  # a dataclass field: missing = its default
+            old = defaults.get(key, _ABSENT) if old is _ABSENT else old
+            value = defaults.get(key, _ABSENT) if value is _ABSENT else value
+            if _ABSENT in (old, value):
+                continue  # a key this version does not know: nothing to compare it with
+        if old is not _ABSENT and value is not _ABSENT and _same(old, value):
             continue
         if key.split(".")[0] not in RESUMABLE_KEYS:
-            raise ValueError(f"--resume cannot change {key} (the run has {old!r}, now {value!r}): it changes what "
-                             "the run is; keep it, or start a new run_dir (or --overwrite)")
-        changes[key] = [old, value]
+            was = "the run does not have it" if old is _ABSENT else f"the run has {old!r}"
+            now = "now it is dropped" if value is _ABSENT else f"now {value!r}"
+            raise ValueError(f"--resume cannot change {key} ({was}, {now}): it changes what the run is; keep it, "
+                             "or start a new run_dir (or --overwrite)")
+        changes[key] = [None if old is _ABSENT else old, None if value is _ABSENT else value]
     return changes
 
 
@@ -147,17 +216,22 @@ def remove_run_files(run_dir: Path) -> None:
 
 
 def open_run(trainer: Any, resume: bool = False, overwrite: bool = False) -> StartPlan:
-    """Check everything a start needs, then prepare ``trainer``'s folder for ``trainer.train()``.
+    """Take the folder's lock, check everything a start needs, then prepare ``trainer``'s folder for
+    ``trainer.train()``.
 
     ``trainer`` is built (env and model checked) but has written nothing. On ``--resume`` the checkpoint is read
     and checked against the config, and ``metrics.jsonl`` is checked, before the first byte is written. Under
-    FSDP process 0 checks the folder and writes; every process reads the checkpoint, and all refuse together."""
+    FSDP process 0 takes the lock, checks the folder and writes; every process reads the checkpoint, and all
+    refuse together. The lock is the metrics log's until it closes (``Trainer.close``)."""
     from ecpo_train.runtime.config import config_dict
+    from ecpo_train.runtime.run_lock import acquire_run_lock
 
     run_dir, config = trainer.run_dir, config_dict(trainer.config)
     refusal: ValueError | None = None
-    plan, state = StartPlan(run_dir, "start"), None
+    plan, state, lock = StartPlan(run_dir, "start"), None, None
     try:
+        if trainer.is_main:  # first the lock: what is checked below cannot change under us
+            lock = acquire_run_lock(run_dir, "native")
         # the other processes take process 0's reading of the folder (it may already be writing it)
         plan = plan_start(run_dir, config, resume=resume, overwrite=overwrite) if trainer.is_main else \
             StartPlan(run_dir, "resume" if resume else "start")
@@ -168,6 +242,8 @@ def open_run(trainer: Any, resume: bool = False, overwrite: bool = False) -> Sta
                 check_metrics_file(run_dir / "metrics.jsonl")
     except ValueError as err:
         refusal = err
+    if refusal is not None and lock is not None:
+        lock.release()
     if trainer.dp is not None and trainer.dp.max(float(refusal is not None)):
         raise refusal or ValueError("process 0 refused the start (its error is above)")
     if refusal is not None:
@@ -176,17 +252,18 @@ def open_run(trainer: Any, resume: bool = False, overwrite: bool = False) -> Sta
         if state is not None:
             trainer.load_checkpoint(state=state)
         return plan
-    if plan.kind == "overwrite":
-        remove_run_files(run_dir)
-    if state is not None:
-        trainer.load_checkpoint(state=state)  # drops metrics lines after the checkpoint; writes config.yaml
-        append_history(run_dir, "resume", trainer.iteration, plan.changes)
-    elif plan.kind == "resume":
-        print(f"warning: {run_dir / 'checkpoint.pt'} not found: the run starts over from iteration 0",
-              file=sys.stderr)
-        append_history(run_dir, "restart", 0, plan.changes)
-    else:
-        append_history(run_dir, plan.kind, 0)
+    trainer.metrics_log.lock = lock
+    try:
+        if plan.kind == "overwrite":
+            remove_run_files(run_dir)
+        if state is not None:
+            trainer.load_checkpoint(state=state)  # drops metrics lines after the checkpoint; writes config.yaml
+            append_history(run_dir, "resume", trainer.iteration, plan.changes)
+        else:
+            append_history(run_dir, plan.kind, 0)
+    except BaseException:
+        trainer.metrics_log.close()
+        raise
     return plan
 
 

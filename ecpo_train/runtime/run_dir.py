@@ -7,9 +7,9 @@ nothing, so a refused start leaves the folder as it was (``ecpo_train.runtime.re
 ``metrics.jsonl`` (a crash mid-write) is dropped with a warning naming the file. ``validation.jsonl`` holds one
 line per validation with every episode's outcome in validation order (task, copy, won, length): two
 validations of the same tasks and seed pair episode by episode (``benchmarks/small_households_summary.py``).
-``save_checkpoint`` writes atomically (a crash mid-write leaves the previous checkpoint); ``load_checkpoint``
-names a damaged file instead of failing inside torch's unpickler. ``Progress`` is the one progress line every
-long loop shows.
+``save_checkpoint`` writes atomically (a crash or a full disk mid-write leaves the previous checkpoint);
+``load_checkpoint`` names a damaged file instead of failing inside torch's unpickler. ``Progress`` is the one
+progress line every long loop shows.
 """
 
 from __future__ import annotations
@@ -110,6 +110,7 @@ class MetricsLog:
         self._writer: Any = None
         self._config = config
         self._opened = False
+        self.lock: Any = None  # the folder's RunLock (ecpo_train.runtime.run_lock), released by close()
 
     def open_folder(self) -> None:
         """Create the folder and write ``config.yaml``: the first write of this run (every check has passed)."""
@@ -177,6 +178,9 @@ class MetricsLog:
         if self._writer is not None:
             self._writer.close()
             self._writer = None
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
 
 
 def save_checkpoint(state: dict[str, Any], path: Path) -> Path:
@@ -184,8 +188,14 @@ def save_checkpoint(state: dict[str, Any], path: Path) -> Path:
     comes before the first metrics line (``Trainer.save_checkpoint`` called directly)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    torch.save(state, tmp)
-    tmp.replace(path)
+    try:
+        torch.save(state, tmp)
+        tmp.replace(path)
+    except (OSError, RuntimeError) as err:  # (torch reports a failed write, e.g. a full disk, as RuntimeError)
+        tmp.unlink(missing_ok=True)
+        cause = err.strerror if isinstance(err, OSError) and err.strerror else type(err).__name__
+        raise ValueError(f"checkpoint {path} could not be written ({cause}); the previous checkpoint is kept: "
+                         "free space, then --resume") from None
     return path
 
 

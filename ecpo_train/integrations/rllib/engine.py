@@ -5,7 +5,10 @@ The run is the preset's (``ECPOConfig.from_train_config``); the run folder is th
 ``val_before_training``), ``history.jsonl``, ``curves.png``; the algorithm's checkpoint
 (``Algorithm.save_to_path``) is ``rllib_checkpoint/``, and ``--resume`` continues from it
 (``Algorithm.from_checkpoint``) exactly where the uninterrupted run would be. The same refusals as the native
-path apply before anything is written (a folder holding a run, keys that define the run changed on resume).
+path apply before anything is written (a folder holding a run, keys that define the run changed on resume, a
+native run's folder, a folder without ``rllib_checkpoint/``, a folder another run holds the lock of), and the
+driver checks the env kwargs and the model (``check_env_and_model``) and the CPUs the runner actors need before
+any actor starts.
 """
 
 from __future__ import annotations
@@ -23,27 +26,32 @@ def train_with_rllib(train: Any, *, resume: bool = False, overwrite: bool = Fals
     """Train ``train`` (a ``TrainConfig``) with the ``ECPO`` algorithm; returns the metrics of every iteration."""
     import ray
 
-    from ecpo_train.integrations.rllib.algorithm import ECPO
     from ecpo_train.integrations.rllib.config import ECPOConfig
+    from ecpo_train.runtime.builders import check_env_and_model
     from ecpo_train.runtime.config import config_dict
     from ecpo_train.runtime.plotting import plot_run
     from ecpo_train.runtime.resume import append_history, plan_start, remove_run_files
     from ecpo_train.runtime.run_dir import MetricsLog
+    from ecpo_train.runtime.run_lock import acquire_run_lock
 
     run_dir = Path(train.run_dir)
+    # the folder first (it writes nothing; checked again under the lock), then the env kwargs and the model, which
+    # runner actors would otherwise fail on remotely, then every config error: all before an actor starts
+    plan_start(run_dir, config_dict(train), resume=resume, overwrite=overwrite, engine="rllib")
+    check_env_and_model(train)
     config = (ECPOConfig.from_train_config(train).env_runners(num_env_runners=num_env_runners)
               .learners(num_learners=num_learners))
-    config.validate()  # every config error before an actor starts
-    plan = plan_start(run_dir, config_dict(train), resume=resume, overwrite=overwrite)
+    config.validate()
     checkpoint = run_dir / CHECKPOINT_DIR
-    started_ray = not ray.is_initialized()
-    if started_ray:
-        ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
-    if plan.kind == "resume" and checkpoint.is_dir():
-        algo = ECPO.from_checkpoint(str(checkpoint.resolve()))
-    else:
-        algo = config.build_algo()
+    lock = acquire_run_lock(run_dir, "rllib")  # held until the run ends: the folder is checked under it
+    started_ray, algo = False, None
     try:
+        plan = plan_start(run_dir, config_dict(train), resume=resume, overwrite=overwrite, engine="rllib")
+        started_ray = not ray.is_initialized()
+        if started_ray:
+            ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
+        check_runner_cpus(config, float(ray.cluster_resources().get("CPU", 0.0)))
+        algo = _restored(checkpoint) if plan.kind == "resume" else config.build_algo()
         if plan.kind == "overwrite":
             remove_run_files(run_dir)
         log = MetricsLog(run_dir, tensorboard=train.tensorboard, config=config_dict(train) | {"engine": "rllib"})
@@ -66,11 +74,37 @@ def train_with_rllib(train: Any, *, resume: bool = False, overwrite: bool = Fals
         log.close()
         history = log.history
     finally:
-        algo.stop()
+        if algo is not None:
+            algo.stop()
         if started_ray:  # leave Ray as we found it (an in-process caller may start its own session next)
             ray.shutdown()
+        lock.release()
     plot_run(run_dir)
     return history
+
+
+def check_runner_cpus(config: Any, cpus: float) -> None:
+    """``ValueError`` unless Ray's ``cpus`` hold every runner and learner actor (Ray would wait for them forever)."""
+    per_runner = float(getattr(config, "num_cpus_per_env_runner", 1) or 0)
+    per_learner = getattr(config, "num_cpus_per_learner", 1)
+    if per_learner == "auto":  # RLlib: one CPU for a CPU learner, none beside a GPU
+        per_learner = 0 if getattr(config, "num_gpus_per_learner", 0) else 1
+    runners, learners = int(config.num_env_runners), int(config.num_learners)
+    needed = runners * per_runner + learners * float(per_learner)
+    if needed > cpus:
+        raise ValueError(f"--env-runners {runners} and --learners {learners} need {needed:g} CPUs and Ray sees "
+                         f"{cpus:g}: lower them (--env-runners 0 samples in the driver)")
+
+
+def _restored(checkpoint: Path) -> Any:
+    """The algorithm saved in ``checkpoint``; a damaged checkpoint is one ``ValueError`` naming it."""
+    from ecpo_train.integrations.rllib.algorithm import ECPO
+
+    try:
+        return ECPO.from_checkpoint(str(checkpoint.resolve()))
+    except Exception as err:  # noqa: BLE001 -- pickle, pyarrow and msgpack raise their own types for a bad file
+        raise ValueError(f"{checkpoint} is damaged and cannot be read ({type(err).__name__}); restore it from a "
+                         "copy, or --overwrite to start the run over") from None
 
 
 def _is_number(value: Any) -> bool:

@@ -1,0 +1,94 @@
+"""One owner per run folder: ``run.lock``, held by the process that writes the folder for the whole run.
+
+The lock is an ``flock`` on ``RUN_DIR/run.lock``, whose text names the holder (pid, host, engine, start time).
+A second start or ``--resume`` into the folder while the lock is held is refused with one line naming the holder,
+so two runs never interleave their metrics. The kernel drops an ``flock`` when its process dies, however it
+dies: a lock file left by a killed run is stale, and the next start takes it over. Releasing deletes the file
+(and the folder, when taking the lock created it and nothing else was written), so a refused start leaves the
+folder as it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+
+LOCK_FILE = "run.lock"
+
+
+class RunLock:
+    """A held ``run.lock``; :meth:`release` (idempotent) gives it up."""
+
+    def __init__(self, run_dir: Path, fd: int, created_folder: bool) -> None:
+        self.run_dir, self._fd, self._created_folder = run_dir, fd, created_folder
+
+    @property
+    def held(self) -> bool:
+        return self._fd >= 0
+
+    def release(self) -> None:
+        if self._fd < 0:
+            return
+        with contextlib.suppress(OSError):
+            (self.run_dir / LOCK_FILE).unlink()  # unlinked while still locked: no one can take a doomed file
+        os.close(self._fd)  # (closing the descriptor drops the flock)
+        self._fd = -1
+        if self._created_folder:
+            with contextlib.suppress(OSError):
+                self.run_dir.rmdir()  # only if empty: the run wrote nothing
+
+
+def describe_holder(text: str) -> str:
+    """The holder a lock file names, in words (``pid 123 on host h, engine native, since ...``)."""
+    try:
+        holder = json.loads(text)
+        return (f"pid {holder['pid']} on host {holder['host']} ({holder.get('engine', '?')} engine, since "
+                f"{holder.get('started', '?')})")
+    except (ValueError, TypeError, KeyError):
+        return "another process (its lock file names no holder)"
+
+
+def acquire_run_lock(run_dir: Path, engine: str = "native") -> RunLock:
+    """Take ``run_dir``'s lock (creating the folder if needed) or raise ``ValueError`` naming its holder."""
+    run_dir = Path(run_dir)
+    created = not run_dir.exists()
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ValueError(f"run_dir={str(run_dir)!r} cannot be made ({err.strerror})") from None
+    path = run_dir / LOCK_FILE
+    while True:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as err:
+            raise ValueError(f"run_dir={str(run_dir)!r}: cannot create its lock file {path} ({err.strerror})") \
+                from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = describe_holder(os.read(fd, 4096).decode("utf-8", "replace"))
+            os.close(fd)
+            raise ValueError(f"run_dir={str(run_dir)!r} is in use by {holder}: wait for that run to end or stop "
+                             "it; two runs in one folder would interleave their metrics") from None
+        try:  # the file may have been released (unlinked) between our open and our flock: lock the current one
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    stale = os.read(fd, 4096).decode("utf-8", "replace").strip()
+    if stale:
+        print(f"warning: {path} was left by {describe_holder(stale)}, which is no longer running: taking it over",
+              file=sys.stderr)
+    record = {"pid": os.getpid(), "host": socket.gethostname(), "engine": engine,
+              "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "argv": sys.argv[1:]}
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, (json.dumps(record) + "\n").encode(), 0)
+    return RunLock(run_dir, fd, created)
