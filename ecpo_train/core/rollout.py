@@ -8,10 +8,17 @@ generation and environment stepping.
 
 This is the one episode loop of the project: training, validation and the leaderboard all play through
 ``collect_rollout``, so a malformed reply is treated the same everywhere (``sent_action``).
+
+An environment fault (a worker process that died or hung, an env that raised: the group vector env ends the
+copy as truncated with ``info["error"]``) is not the agent's doing: the episode is kept with its ``fault``,
+left out of the episode metrics, and its step rows are left out of the table, so credit never sees it (no
+``<invalid>`` row for an action the agent did not take). The metrics count it (``env/worker_failures``,
+``env/faulted_episodes``, ``env/dropped_rows``) and one warning line names it.
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -59,6 +66,7 @@ class Episode:
     total_reward: float
     invalid_steps: int
     terminated: bool = False  # the episode ended in a terminal state (else it was truncated)
+    fault: str = ""  # the environment fault that ended it (info["error"]), if one did
     transcript: list[tuple[str, str, str]] = field(default_factory=list, repr=False)
     final_observation: str = field(default="", repr=False)
     final_info: dict[str, Any] = field(default_factory=dict, repr=False)
@@ -76,7 +84,9 @@ class Rollout:
 
 
 def episode_metrics(episodes: Sequence[Episode], prefix: str = "") -> dict[str, float]:
-    """Success (overall and per task type), reward mean/std, episode length and invalid-action rate."""
+    """Success (overall and per task type), reward mean/std, episode length and invalid-action rate of the
+    episodes an environment fault did not end."""
+    episodes = [e for e in episodes if not e.fault]
     if not episodes:
         return {}
     won = np.array([e.won for e in episodes], dtype=float)
@@ -171,6 +181,14 @@ def collect_rollout(
         env_seconds += time.perf_counter() - started
         for k, i in enumerate(active):
             before, after = infos[i], steps[i].info
+            if after.get("error"):  # the environment failed this copy: the agent's action never took effect
+                live[i] = False
+                episodes[i] = Episode(
+                    group_id=envs.group_of(i), traj_id=i, task_id=str(before.get("task_id", "")),
+                    task_type=str(before.get("task_type", "")), won=False, length=len(transcripts[i]),
+                    total_reward=totals[i], invalid_steps=invalid[i], transcript=transcripts[i],
+                    final_observation=observations[i], final_info=dict(after), fault=str(after["error"]))
+                continue
             valid = bool(after.get("is_action_valid", False))
             length = table.append(
                 group_id=envs.group_of(i), traj_id=i, anchor_key=str(before[anchor_key]),
@@ -194,5 +212,21 @@ def collect_rollout(
                 )
     batch = table.build()
     done = [e for e in episodes if e is not None]
+    faulted = {e.traj_id for e in done if e.fault}
+    if faulted:
+        batch = batch.select(np.flatnonzero([traj not in faulted for traj in batch.traj_id]))
+    metrics = episode_metrics(done) | fault_metrics(done, len(table) - len(batch))
     return Rollout(batch=batch, episodes=done, generation_seconds=generation_seconds, env_seconds=env_seconds,
-                   metrics=episode_metrics(done))
+                   metrics=metrics)
+
+
+def fault_metrics(episodes: Sequence[Episode], dropped_rows: int) -> dict[str, float]:
+    """``env/worker_failures`` (distinct faults: a dead worker is one, however many copies it held),
+    ``env/faulted_episodes`` and ``env/dropped_rows``; a rollout with a fault also prints one warning line."""
+    faults = [e.fault for e in episodes if e.fault]
+    if faults:
+        first = next((line for line in faults[0].splitlines() if line.strip()), faults[0]).strip()
+        print(f"warning: environment fault: {len(faults)} of {len(episodes)} episodes lost ({first}); their "
+              f"{dropped_rows} step rows are left out of the batch and its credit", file=sys.stderr)
+    return {"env/worker_failures": float(len(set(faults))), "env/faulted_episodes": float(len(faults)),
+            "env/dropped_rows": float(dropped_rows)}
