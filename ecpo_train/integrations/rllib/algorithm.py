@@ -25,6 +25,8 @@ is never split across learners.
 
 from __future__ import annotations
 
+import os
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -61,6 +63,9 @@ class ECPO(PPO):
 
     # ------------------------------------------------------------------ the LLM path (llm_step.py)
     def setup(self, config) -> None:
+        if config.is_llm:  # outside Tune nothing reserves the actors' resources: Ray would wait for them forever
+            bundles = PPO.default_resource_request(config).bundles
+            check_fits_cluster([{}, *bundles[1:]], "this algorithm's runner and learner actors")
         super().setup(config)
         if not self.config.is_llm:
             return
@@ -135,10 +140,9 @@ class ECPO(PPO):
         if config.is_llm:
             from ecpo_train.integrations.rllib.llm_step import llm_training_step
 
-            metrics = llm_training_step(self)
+            metrics = llm_training_step(self)  # also logs RLlib's own result keys (results.py)
             self.metrics.log_dict(metrics, key="ecpo", window=1)
-            self.metrics.log_value((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), metrics["num_steps"],
-                                   reduce="lifetime_sum")
+            self._warn_if_no_signal(metrics)
             return
         with self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER)):
             episodes, runner_metrics = self._sample_groups()
@@ -164,6 +168,37 @@ class ECPO(PPO):
             self.env_runner_group.sync_weights(from_worker_or_learner_group=self.learner_group,
                                                policies=modules_to_update, inference_only=True)
 
+    def _warn_if_no_signal(self, metrics: dict[str, float]) -> None:
+        """The native trainer's all-zero-advantage warning, on every learner's advantages of this iteration."""
+        from ray.rllib.core import DEFAULT_MODULE_ID
+
+        from ecpo_train.integrations.rllib.learner import NONZERO_ADVANTAGES
+        from ecpo_train.runtime.builders import warn_if_no_signal
+
+        nonzero = self.metrics.peek((LEARNER_RESULTS, DEFAULT_MODULE_ID, NONZERO_ADVANTAGES), default=None)
+        if nonzero is not None:
+            sampled = SimpleNamespace(metrics=metrics)  # the rollout's metrics: the invalid-action rate says why
+            warn_if_no_signal(sampled, np.full(1, float(nonzero)), int(metrics["iteration"]))
+
+    # ------------------------------------------------------------------ RLlib's surface
+    def save_to_path(self, path=None, *args, **kwargs):
+        """RLlib's ``save_to_path``; a relative local path is taken from the working directory (pyarrow,
+        underneath, refuses a path without a scheme)."""
+        return super().save_to_path(_absolute(path), *args, **kwargs)
+
+    @classmethod
+    def from_checkpoint(cls, path, *args, **kwargs):
+        """RLlib's ``from_checkpoint``; a relative local path is taken from the working directory."""
+        return super().from_checkpoint(_absolute(path), *args, **kwargs)
+
+    @classmethod
+    def default_resource_request(cls, config):
+        """RLlib's request (what Tune reserves for a trial), refused with one line when it can never fit Ray's
+        cluster: Tune would keep the trial PENDING forever."""
+        request = super().default_resource_request(config)
+        check_fits_cluster(request.bundles, "this trial")
+        return request
+
     def _sample_groups(self) -> tuple[list, list]:
         """``groups_per_env_runner * group_size`` complete episodes from every env runner."""
         config: ECPOConfig = self.config
@@ -175,7 +210,7 @@ class ECPO(PPO):
             results = self.env_runner_group.foreach_env_runner(
                 lambda runner: (runner.sample(num_episodes=num_episodes, explore=True), runner.get_metrics()),
                 local_env_runner=False,
-                timeout_seconds=config.sample_timeout_s,
+                timeout_seconds=config.group_sample_timeout_s,
             )
         episodes = [episode for sampled, _ in results for episode in sampled]
         return episodes, [m for _, m in results]
@@ -222,3 +257,26 @@ def episode_success_rate(episodes: list) -> float:
     if not episodes:
         return 0.0
     return sum(bool(e.get_infos(-1).get("won", False)) for e in episodes) / len(episodes)
+
+
+def _absolute(path: Any) -> Any:
+    """A local relative path made absolute; ``None``, URIs (``s3://...``) and absolute paths as given."""
+    if path is None or "://" in str(path):
+        return path
+    return os.path.abspath(os.path.expanduser(str(path)))
+
+
+def check_fits_cluster(bundles: list[dict[str, float]], what: str) -> None:
+    """``ValueError`` naming the resource when ``bundles`` (RLlib's requests: the driver's first, then one per
+    actor) ask more CPUs or GPUs than the running Ray cluster has in all; nothing when Ray is not started yet."""
+    if not ray.is_initialized():
+        return
+    available = ray.cluster_resources()
+    for resource, setting in (("CPU", "num_cpus_per_env_runner / num_cpus_per_learner"),
+                              ("GPU", "num_gpus_per_env_runner / num_gpus_per_learner")):
+        needed = sum(float(b.get(resource, 0.0)) for b in bundles)
+        have = float(available.get(resource, 0.0))
+        if needed > have:
+            raise ValueError(f"{what} needs {needed:g} {resource}s ({float(bundles[0].get(resource, 0)):g} for the "
+                             f"driver, the rest for {len(bundles) - 1} actors) and the Ray cluster has {have:g}: lower "
+                             f"num_env_runners, num_learners or {setting}, or add nodes")

@@ -20,7 +20,35 @@ from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ecpo_train.core.credit import CreditConfig, available_estimators
 from ecpo_train.core.rollout import ANCHOR_KEYS
 from ecpo_train.integrations.rllib.candidate_env import CandidateActionEnv
-from ecpo_train.integrations.rllib.llm_settings import apply_train_config, is_llm_config, train_config_of
+from ecpo_train.integrations.rllib.llm_settings import (
+    apply_train_config,
+    is_llm_config,
+    native_update_defaults,
+    train_config_of,
+)
+
+# RLlib options the LLM path does not run, and what to use instead (validate() refuses a changed one).
+CRITIC_FREE = "ECPO is critic-free: its baseline is the group (training(estimator=..., credit={...}))"
+LLM_PATH_REFUSED = {
+    "train_batch_size": "the batch is whole groups: training(groups_per_batch=G, group_size=N)",
+    "train_batch_size_per_learner": "the batch is whole groups: training(groups_per_batch=G, group_size=N)",
+    "rollout_fragment_length": "runners play whole groups: training(groups_per_batch=G, group_size=N)",
+    "vf_loss_coeff": CRITIC_FREE,
+    "vf_clip_param": CRITIC_FREE,
+    "lambda_": CRITIC_FREE,
+    "use_gae": CRITIC_FREE,
+    "kl_target": "the KL coefficient is fixed (the native kl_coef): training(use_kl_loss=True, kl_coeff=...)",
+    "grad_clip_by": "grad_clip is a global-norm clip (the native max_grad_norm)",
+    "shuffle_batch_per_epoch": "rows are shuffled every epoch by the native update (debugging(seed=...) fixes it)",
+    "lr_schedule": "training(run_settings={'lr_warmup_steps': k}) (a linear warm-up, as the native trainer)",
+    "entropy_coeff_schedule": "a constant training(entropy_coeff=...)",
+}
+VALIDATION_INSTEAD = ("the LLM path validates on an env runner: training(run_settings={'val_every': k, "
+                      "'val_num_tasks': ..., 'val_episodes_per_task': ...}) puts val/success in result['ecpo'], "
+                      "and algo.validate() runs it on demand")
+SECONDS_PER_GROUP_STEP = 30.0  # the derived sampling timeout's budget for one step of one group (N copies at once)
+MIN_SAMPLE_TIMEOUT_S = 300.0
+UNDECLARED_STEP_LIMIT = 50  # an env whose step limit is not declared (ecpo_gym.families) gets this budget
 
 
 class ECPOConfig(PPOConfig):
@@ -63,12 +91,17 @@ class ECPOConfig(PPOConfig):
         self.batch_mode = "complete_episodes"
         self.num_env_runners = 0
         self.num_envs_per_env_runner = 1
-        self.use_kl_loss = False
-        self.lr = 1e-3
-        self.num_epochs = 4
-        self.minibatch_size = None
-        self.entropy_coeff = 0.0
-        self.clip_param = 0.2
+        # The update's defaults are the native trainer's (TrainConfig's), not PPO's: one run, two spellings.
+        native = native_update_defaults()
+        self.lr = native["lr"]
+        self.num_epochs = native["update_epochs"]
+        self.minibatch_size = native["mini_batch_size"]
+        self.grad_clip = native["max_grad_norm"]
+        self.use_kl_loss = native["kl_coef"] > 0
+        self.kl_coeff = native["kl_coef"]
+        self.clip_param = native["clip_eps"]
+        self.entropy_coeff = native["entropy_coef"]
+        self.sample_timeout_s = None  # None: derived from the env's step limit (group_sample_timeout_s)
 
     @property
     def gamma(self) -> float:
@@ -120,7 +153,16 @@ class ECPOConfig(PPOConfig):
         return self
 
     def to_dict(self) -> dict[str, Any]:
-        return super().to_dict() | {"gamma": self.gamma}  # a property, so not among vars(self)
+        out = super().to_dict() | {"gamma": self.gamma}  # a property, so not among vars(self)
+        if self.is_llm and self.text_env_id is not None:
+            out["env"] = self.text_env_id  # the env the LLM plays (Tune names trials after it), not the adapter
+        return out
+
+    def _value_error(self, errmsg: str) -> None:
+        """RLlib's, as one line (RLlib appends a second one on how to switch validation off)."""
+        if self._validate_config:
+            raise ValueError(errmsg)
+        super()._value_error(errmsg)
 
     def update_from_dict(self, config_dict: dict) -> ECPOConfig:
         """RLlib's dict form; a ``credit`` entry (a dict after ``serialize()``) goes through ``training``."""
@@ -193,6 +235,7 @@ class ECPOConfig(PPOConfig):
             import ecpo_gym
 
             self._value_error(f"unknown env id {self.text_env_id!r}; registered: {', '.join(sorted(ecpo_gym.ENV_ENTRY_POINTS))}")
+        self._refuse_options_not_run()  # before the TrainConfig, whose own type checks would name the native key
         try:  # the TrainConfig's own checks: ranges, scoring on search-QA, LoRA without peft, ...
             train_config_of(self)
         except (ValueError, ImportError) as error:  # ImportError: LoRA asked for without peft installed
@@ -204,12 +247,54 @@ class ECPOConfig(PPOConfig):
                 import_vllm()
             except ImportError as error:
                 self._value_error(str(error))
+        try:
+            check_model_path(str(self._model_config.get("model", "")))
+        except ValueError as error:
+            self._value_error(str(error))
         if self.lost_groups not in LOST_GROUP_POLICIES:
             self._value_error(f"lost_groups={self.lost_groups!r}; valid: {', '.join(LOST_GROUP_POLICIES)}")
         if self.env_runner_cls is None:
             self.env_runner_cls = LLMEnvRunner
         self.create_local_env_runner = int(self.num_env_runners) == 0
         self._dont_auto_sync_env_runner_states = True  # no env-to-module connector states: the rows are the data
+
+    def _refuse_options_not_run(self) -> None:
+        """One line for the first RLlib option set away from its default that the LLM path would ignore."""
+        if self.in_evaluation:  # RLlib's own derived evaluation config (Algorithm.setup validates it too)
+            return
+        defaults = type(self)()
+        for name, instead in LLM_PATH_REFUSED.items():
+            if hasattr(defaults, name) and getattr(self, name) != getattr(defaults, name):
+                self._value_error(f"{name}={getattr(self, name)!r} is not used by the LLM path; {instead}")
+        for name in ("lr", "entropy_coeff"):
+            if isinstance(getattr(self, name), (list, tuple)):
+                self._value_error(f"{name} as a schedule is not used by the LLM path; "
+                                  f"{LLM_PATH_REFUSED[name + '_schedule' if name == 'entropy_coeff' else 'lr_schedule']}")
+        changed = sorted(name for name in vars(defaults)
+                         if name.startswith(("evaluation_", "custom_evaluation"))
+                         and getattr(self, name) != getattr(defaults, name))
+        if changed:
+            self._value_error(f"evaluation(...) ({', '.join(changed)}) is not run by the LLM path; {VALIDATION_INSTEAD}")
+
+    @property
+    def group_sample_timeout_s(self) -> float | None:
+        """How long one runner call may play its groups: ``env_runners(sample_timeout_s=...)`` when set, else
+        the env's step limit x the groups one runner plays x ``SECONDS_PER_GROUP_STEP`` (at least
+        ``MIN_SAMPLE_TIMEOUT_S``): RLlib's 60 s is one PPO fragment, not a group of whole LLM episodes."""
+        if self.sample_timeout_s is not None:
+            return float(self.sample_timeout_s)
+        steps = UNDECLARED_STEP_LIMIT
+        kwargs = dict((self.env_config or {}).get("env_kwargs") or {})
+        if kwargs.get("max_steps"):
+            steps = int(kwargs["max_steps"])
+        else:
+            try:
+                from ecpo_gym.families import declared_max_steps
+
+                steps = declared_max_steps(self.text_env_id)
+            except (KeyError, ValueError, ImportError):
+                pass
+        return max(MIN_SAMPLE_TIMEOUT_S, steps * self.groups_per_env_runner * SECONDS_PER_GROUP_STEP)
 
     def validate(self) -> None:
         if self.is_llm:
@@ -251,6 +336,19 @@ class ECPOConfig(PPOConfig):
     @property
     def groups_per_env_runner(self) -> int:
         return math.ceil(int(self.groups_per_batch) / max(1, int(self.num_env_runners)))
+
+
+def check_model_path(model: str) -> None:
+    """``ValueError`` when ``model`` names a local folder (``/...``, ``~...``, ``./...``, or one that exists) that
+    is missing or holds no ``config.json``; a hub id (``org/name``) is left to the runners to download."""
+    import os
+
+    path = os.path.expanduser(model)
+    looks_local = model.startswith(("/", "~", ".")) or os.path.exists(path)
+    if looks_local and not os.path.isfile(os.path.join(path, "config.json")):
+        what = "does not exist" if not os.path.exists(path) else "holds no config.json"
+        raise ValueError(f"rl_module(model_config={{'model': {model!r}}}): {path} {what}; give a folder with the "
+                         "model's config.json, weights and tokenizer (`ecpo models pull ...`) or a hub id")
 
 
 def _is_text_env_id(env_id: str) -> bool:

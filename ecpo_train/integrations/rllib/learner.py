@@ -17,6 +17,7 @@ from ray.rllib.core.learner.torch.torch_learner import TorchLearner
 from ray.rllib.evaluation.postprocessing import Postprocessing
 
 from ecpo_train.integrations.rllib.connector import ECPOAdvantages, StepTableCredit
+from ecpo_train.integrations.rllib.results import log_learner_update
 from ecpo_train.integrations.rllib.module import (
     PROMPT_IDS,
     RESPONSE_IDS,
@@ -25,6 +26,8 @@ from ecpo_train.integrations.rllib.module import (
     TOKEN_LOGP,
     WITH_ENTROPY,
 )
+
+NONZERO_ADVANTAGES = "credit/num_nonzero_advantages"  # summed over learners: 0 = this update cannot move the policy
 
 
 def ecpo_connector(config) -> ECPOAdvantages:
@@ -149,6 +152,9 @@ class ECPOLLMLearner(TorchLearner):
         self._weights_seq_no += 1
         self.metrics.log_dict({f"update/{k}": float(v) for k, v in stats.items()}, key=self.module_id, window=1)
         self.metrics.log_value((self.module_id, "num_steps"), float(len(table)), reduce="sum", window=1)
+        self.metrics.log_value((self.module_id, NONZERO_ADVANTAGES), int(np.count_nonzero(self.last_advantages)),
+                               reduce="sum", window=1)
+        log_learner_update(self.metrics, self.module_id, stats, len(table), self.train_config.kl_coef)
         self.after_gradient_based_update(timesteps=timesteps or {})
         return self.metrics.reduce()
 

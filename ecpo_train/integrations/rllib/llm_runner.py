@@ -141,7 +141,8 @@ class LLMEnvRunner(EnvRunner):
 
     # ------------------------------------------------------------------ RLlib's EnvRunner contract
     def assert_healthy(self) -> None:
-        assert self.policy is not None and self._envs, "LLMEnvRunner was not set up"
+        # Environments are built on demand (one per group count asked for): a runner given train_tasks has none yet.
+        assert self.policy is not None, "LLMEnvRunner was not set up"
 
     def get_spaces(self) -> dict[str, Any]:
         tc = self.train_config

@@ -41,6 +41,12 @@ WHOLE_BATCH = 2**31 - 1  # minibatch_size=None: one mini-batch holds every row
 NO_CLIP = 1e30  # grad_clip=None: no gradient-norm clipping (the norm is still measured)
 
 
+def native_update_defaults() -> dict[str, Any]:
+    """``TrainConfig``'s field defaults (lr, update_epochs, mini_batch_size, max_grad_norm, kl_coef, clip_eps,
+    ...): an ``ECPOConfig`` starts from them, so a bare LLM config trains as the native trainer does."""
+    return {f.name: f.default for f in dataclasses.fields(TrainConfig) if f.default is not dataclasses.MISSING}
+
+
 def is_llm_config(config: Any) -> bool:
     """An ECPOConfig trains an LLM when its model_config names a ``model``."""
     model_config = getattr(config, "_model_config", None)

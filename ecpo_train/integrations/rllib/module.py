@@ -79,6 +79,9 @@ class CausalLMRLModule(TorchRLModule):
     their per-token log-probs and entropies under the sampling temperature (the distribution the rollout drew
     from), so a learner's ratio is 1 at theta_old.
 
+    A learner's module (``inference_only=False``) is built with the transformers backend whatever
+    ``generation_backend`` says: only a runner generates, so only a runner starts a vLLM engine.
+
     Under LoRA the module's state (``get_state``: weight sync, checkpoints) is the adapter's tensors only, and
     ``set_state`` loads them into a module built on the same base model.
     """
@@ -91,7 +94,11 @@ class CausalLMRLModule(TorchRLModule):
         if "train_config" not in cfg:
             raise ValueError("CausalLMRLModule needs model_config['train_config'] (ECPOConfig.rl_module(model_config="
                              "{'model': ...}) sets it)")
-        self.train_config = make_config(dict(cfg["train_config"]))
+        train_config = dict(cfg["train_config"])
+        if not self.inference_only:  # a learner scores stored rows and never generates: no vLLM engine for it
+            train_config["generation_backend"] = "transformers"
+            train_config["vllm_kwargs"] = {}
+        self.train_config = make_config(train_config)
         self.policy = build_policy(self.train_config)  # its device: the TrainConfig's, resolved (auto -> cuda|cpu)
         self.policy.eval()  # no dropout: the learner scores the very distribution the runner sampled from
         self.temperature = float(self.train_config.rollout_temperature)
