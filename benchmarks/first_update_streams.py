@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", default=str(RESULTS / "first_update_streams.json"))
     args = parser.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from paired_stats import apply_holm, paired_diff
+    from paired_stats import apply_holm, mde_text, paired_diff
 
     from ecpo_train.apps.models import default_cache_dir
 
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> dict:
     for arm, a in out["arms"].items():
         print(f"{arm:4s}: J after one update {a['J_after_mean']:.3f} (SD over {len(args.seeds)} seeds {a['J_after_sd']:.3f})")
     for c in out["comparisons"]:
-        found = "significant" if c["holm_significant"] else f"not significant (MDE {c['mde']:.3f})"
+        found = "significant" if c["holm_significant"] else f"not significant ({mde_text(c) or 'no MDE'})"
         print(f"{c['claim']}: {c['diff']:+.3f} [{c['low']:+.3f}, {c['high']:+.3f}], {found}")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")

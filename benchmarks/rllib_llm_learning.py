@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from paired_stats import apply_holm, keyed, paired_diff, paired_values, wald_diff, wilson
+from paired_stats import apply_holm, keyed, mde_text, paired_diff, paired_values, wald_diff, wilson
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SPLIT = ("time/generation", "time/env", "time/update")
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
               f"{len(out['seeds'])} seeds {low:+.3f}..{high:+.3f}); "
               f"{out[engine]['seconds_per_iteration_median']:.1f} s/iteration")
     for c in out["comparisons"]:
-        found = "significant" if c["holm_significant"] else f"not significant (MDE {c['mde']:.3f})"
+        found = "significant" if c["holm_significant"] else f"not significant ({mde_text(c) or 'no MDE'})"
         print(f"{c['claim']}: {c['diff']:+.3f} [{c['low']:+.3f}, {c['high']:+.3f}] over {c['n']} seeds, "
               f"Holm over {c['m']}: {found}")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
