@@ -76,3 +76,28 @@ def test_a_cell_without_validation_file_is_left_out_of_the_episode_report(tmp_pa
     assert results["alfworld_small"][4]["ecpo"][0]["episodes"] == {}
     assert report.episode_comparisons(results) == []
     assert json.loads(json.dumps(results))  # stays JSON
+
+
+def test_a_recipe_chosen_on_seed_0_is_stated_and_every_result_is_also_given_without_it(tmp_path):
+    """Preset ``alfworld_cpu``: the recipe was chosen on seed 0's own validation, so the report says so and prints
+    each comparison again over seeds 1-2 only (seed 0 gains 3 episodes, seeds 1 and 2 none)."""
+    ll, report = _bench("llm_learning"), _bench("llm_learning_report")
+    root = tmp_path / "alfworld_small" / "N4"
+    for seed, after in ((0, [1, 1, 1, 1]), (1, [1, 0, 0, 0]), (2, [0, 0, 1, 0])):
+        before = [1, 0, 0, 0] if seed < 2 else [0, 0, 1, 0]
+        _run(root / "ecpo" / f"seed{seed}", 6, before, after)
+        _run(root / "gigpo_std" / f"seed{seed}", 6, before, before)
+    results, _ = ll.summaries_from_runs([tmp_path], ["ecpo", "gigpo_std"])
+    protocol = SimpleNamespace(preset="alfworld_cpu", seeds=[0, 1, 2], overrides=[])
+    text = report.report(results, "alfworld_cpu_pairs", protocol, 60.0)
+    assert "**Recipe selection.** Preset `alfworld_cpu`: the recipe (lr 3e-6 with a 9-step warm-up)" in text
+    # by episode: 3 of 12 gained with seed 0 (exact interval 3/12 * (2 * 0.025^(1/3) - 1) = -0.104 to 3/12), none
+    # of 8 without it (no episode changed, so no interval)
+    assert ("ecpo, final − first (12 episodes, seeds [0, 1, 2]): 3 gained, 0 lost, +0.250 [-0.104, +0.250] "
+            "(no MDE (3 of 12 changed)), McNemar p 0.25 — not significant; without seed 0 (the recipe's selection "
+            "seed): 0 gained, 0 lost, +0.000 (n = 8: no interval) — not significant") in text
+    assert "- ecpo, late − before (3 seeds): " in text and "(no MDE (3 seeds))" in text
+    assert "without seed 0 (the recipe's selection seed): +0.000" in text  # the seed-level late − before, seeds 1-2
+    # another preset carries no selection note
+    assert "Recipe selection" not in report.report(results, "x", SimpleNamespace(preset="corridor_llm", seeds=[0, 1, 2],
+                                                                                  overrides=[]), 60.0)
