@@ -1,0 +1,437 @@
+"""One command for the GPU run: the device, credit on it, the paper-shaped iteration, and SmolLM2 learning.
+
+Four parts, each written to the JSON and its markdown (``benchmarks/gpu_run_report.py``) as soon as it is done,
+so a command stopped early still returns what it did:
+
+1. ``environment``: the device, torch / CUDA / transformers versions, the distributions the run imported, and the
+   suite's CUDA tests (``pytest -k cuda`` on the test files that hold them, ``CUDA_TESTS``);
+2. ``credit``: ``compute_advantages("ecpo", ...)`` on a paper-shaped batch (16 groups x 8 rollouts x up to 50
+   steps, ``benchmarks/credit_overhead.build_batch``) with device tensors against numpy on the CPU;
+3. ``paper_iteration``: one native-trainer iteration of a model with Qwen2.5-1.5B's architecture (random weights,
+   the Qwen2.5 tokenizer), 16 groups x 8 on ``ecpo/ALFWorldGen-v0`` (native engine), 512-token responses, bf16
+   autocast and gradient checkpointing on CUDA: the time split generation / env / credit / update, peak memory,
+   tokens/s, and the same rates carried to the paper's 50-step horizon beside the paper's 302.8 s (8x A100)
+   and GiGPO's 362.8 s (2x H100);
+4. ``learning``: SmolLM2-135M-Instruct (``--model``, converted by ``scripts/device_bundle.py model``) on the
+   ``alfworld_gpu`` preset: ``ecpo sft``'s expert warm start on training tasks, validation on the preset's
+   unseen tasks and on training tasks, ECPO iterations for as long as the time limit allows (sized from the
+   first iteration), validation again; paired before/after statistics, decisions/s, update tokens/s, rows
+   per iteration and the time split beside the CPU runs of the same recipe.
+
+    python benchmarks/gpu_run.py [--parts 1,2,3,4] [--time-limit 480] [--model DIR] [--out FILE.json]
+    python benchmarks/gpu_run.py --device cpu --smoke        # every part on tiny sizes (about 2 minutes here)
+
+Needs CUDA unless ``--device cpu`` (exit 2 with one line). Results go to ``benchmarks/results/gpu_run.json`` on
+CUDA and to ``runs/gpu_run/gpu_run.json`` otherwise; an existing file at ``--out`` keeps the parts this command
+does not run (the second command of docs/gpu.md adds part 4 to the first one's file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from gpu_run_report import PART_NAMES, fill_tests, outcomes, write
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+CUDA_TESTS = ("tests/test_credit_api.py",)  # the files holding CUDA-only tests (skipif(not cuda), named *cuda*)
+# Qwen2.5-1.5B's public config.json
+QWEN25_1_5B = {"hidden_size": 1536, "num_hidden_layers": 28, "num_attention_heads": 12, "num_key_value_heads": 2,
+               "intermediate_size": 8960, "vocab_size": 151936, "tie_word_embeddings": True,
+               "max_position_embeddings": 32768, "rope_theta": 1000000.0, "rms_norm_eps": 1e-6}
+QWEN25_SMOKE = QWEN25_1_5B | {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+                              "intermediate_size": 128}
+PAPER_STEPS = 50  # ALFWorld's horizon in the paper
+# the CPU runs of the alfworld_cpu recipe (the update recipe alfworld_gpu keeps), for the rates beside the GPU's
+CPU_REFERENCE = RESULTS / "small_households" / "alfworld_cpu_sft48_lr3e6_warmup9_metrics.jsonl"
+DEFAULT_MODEL = ROOT / "device_bundle" / "models" / "smollm2-135m-instruct"
+
+
+def tokenizer_dir() -> Path:
+    """``$ECPO_TOKENIZER_DIR``, else the bundle's copy (device), else the shared one (this machine)."""
+    for candidate in (os.environ.get("ECPO_TOKENIZER_DIR"), ROOT / "device_bundle" / "tokenizer",
+                      "/work/shared/models/qwen2.5-tokenizer"):
+        if candidate and (Path(candidate) / "tokenizer.json").is_file():
+            return Path(candidate)
+    raise FileNotFoundError("no Qwen2.5 tokenizer: set ECPO_TOKENIZER_DIR or run scripts/device_bundle.py install")
+
+
+def _sync(device: str) -> None:
+    import torch
+
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def _reset_peak(device: str) -> None:
+    import torch
+
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+
+
+def _peak_gib(device: str) -> float | None:
+    import torch
+
+    return torch.cuda.max_memory_allocated() / (1 << 30) if device.startswith("cuda") else None
+
+
+# ---------------------------------------------------------------------------------------------- part 1
+def loaded_distributions() -> dict[str, str]:
+    """``{distribution: version}`` of every installed distribution this process has imported from."""
+    from importlib.metadata import packages_distributions, version
+
+    owners = packages_distributions()
+    found = {}
+    for module in list(sys.modules):
+        for dist in owners.get(module.partition(".")[0], []):
+            try:
+                found[dist.lower().replace("_", "-")] = version(dist)
+            except Exception:  # a distribution without metadata
+                continue
+    return dict(sorted(found.items()))
+
+
+def device_facts(device: str) -> dict[str, Any]:
+    """The device and the versions this command runs with (every command records them)."""
+    import torch
+    import transformers
+
+    return {"device": device, "gpu": torch.cuda.get_device_name() if device.startswith("cuda") else None,
+            "torch": torch.__version__, "cuda": torch.version.cuda, "transformers": transformers.__version__,
+            "python": platform.python_version(), "platform": platform.platform()}
+
+
+def part_environment(device: str) -> dict[str, Any]:
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "cuda", *CUDA_TESTS]
+    started = time.perf_counter()
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
+    tail = [line for line in done.stdout.strip().splitlines() if line.strip()]
+    summary = tail[-1] if tail else (done.stderr.strip().splitlines() or [""])[-1]
+    return device_facts(device) | {"cuda_tests": {
+        "command": " ".join(["python", *command[1:]]), "exit_code": done.returncode, "summary": summary,
+        "seconds": time.perf_counter() - started}}
+
+
+# ---------------------------------------------------------------------------------------------- part 2
+def part_credit(device: str, reps: int, smoke: bool) -> dict[str, Any]:
+    """ECPO credit on a paper-shaped batch: numpy on the CPU vs torch tensors on ``device``."""
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from credit_overhead import build_batch
+
+    from ecpo_train.core.credit import compute_advantages, factorize_keys
+
+    cols = build_batch(0, groups=2 if smoke else 16, rollouts=8, max_steps=50)
+    codes = {key: factorize_keys(cols[key], key)[0] for key in ("group_ids", "anchor_keys", "action_keys")}
+    host = {"group_ids": codes["group_ids"], "traj_ids": np.asarray(cols["traj_ids"]),
+            "steps": np.asarray(cols["steps"]), "anchor_keys": codes["anchor_keys"],
+            "action_keys": codes["action_keys"], "rewards": np.asarray(cols["rewards"])}
+    on_device = {k: torch.as_tensor(v, device=device) for k, v in host.items()}
+
+    def timed(arrays: dict[str, Any]) -> float:
+        compute_advantages("ecpo", **arrays)  # warm-up (CUDA context, kernels)
+        times = []
+        for _ in range(reps):
+            _sync(device)
+            started = time.perf_counter()
+            compute_advantages("ecpo", **arrays)
+            _sync(device)
+            times.append(time.perf_counter() - started)
+        return float(np.median(times))
+
+    cpu_adv = np.asarray(compute_advantages("ecpo", **host)[0])
+    dev_adv = compute_advantages("ecpo", **on_device)[0]
+    dev_adv = dev_adv.cpu().numpy() if hasattr(dev_adv, "cpu") else np.asarray(dev_adv)
+    return {"device": device, "rows": len(cols["rewards"]), "cpu_seconds": timed(host),
+            "device_seconds": timed(on_device), "max_abs_difference": float(np.abs(cpu_adv - dev_adv).max())}
+
+
+# ---------------------------------------------------------------------------------------------- trainer helpers
+def count_update_tokens(trainer: Any) -> list[int]:
+    """Wrap ``trainer.update_policy`` so each update appends the tokens it computes: prompt and response ids of
+    every row that carries gradient (``loss.rows_with_gradient``), times the update's epochs; a scoring row's
+    prompt packs its candidates."""
+    from ecpo_train.core.loss import rows_with_gradient
+    from ecpo_train.runtime.builders import update_settings
+
+    counts: list[int] = []
+    update = trainer.update_policy
+    settings = update_settings(trainer.config)
+
+    def counted(rollout, step_advantages):
+        table = rollout.batch
+        carries = rows_with_gradient(step_advantages, settings, trainer.reference is not None)
+        tokens = sum(len(table.prompt_ids[i]) + len(table.response_ids[i]) for i in np.flatnonzero(carries))
+        counts.append(int(tokens) * settings.epochs)
+        return update(rollout, step_advantages)
+
+    trainer.update_policy = counted
+    return counts
+
+
+def iteration_figures(metrics: dict[str, float], update_tokens: int) -> dict[str, float]:
+    """The time split and rates of one trainer iteration."""
+    keep = {k: float(v) for k, v in metrics.items()
+            if k.startswith("time/") or k in ("num_steps", "success", "update/rows_computed", "update/optimizer_steps")}
+    acting = metrics["time/generation"] + metrics["time/env"]
+    return keep | {"rows_per_iteration": float(metrics["num_steps"]),
+                   "decisions_per_s": metrics["num_steps"] / max(acting, 1e-9), "update_tokens": float(update_tokens),
+                   "update_tokens_per_s": update_tokens / metrics["time/update"] if update_tokens else 0.0}
+
+
+def mean_figures(rows: list[dict[str, float]]) -> dict[str, float]:
+    keys = set.intersection(*(set(r) for r in rows)) if rows else set()
+    return {k: float(np.mean([r[k] for r in rows])) for k in sorted(keys)}
+
+
+# ---------------------------------------------------------------------------------------------- part 3
+def write_random_model(out_dir: Path, architecture: dict[str, Any], tokenizer: Path) -> Path:
+    """A randomly initialised Qwen2 of ``architecture`` with the Qwen2.5 tokenizer, as a transformers folder."""
+    import torch
+    from transformers import AutoTokenizer, GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+
+    tok = AutoTokenizer.from_pretrained(tokenizer)
+    eos = tok.convert_tokens_to_ids("<|im_end|>")
+    pad = tok.pad_token_id if tok.pad_token_id is not None else eos
+    config = Qwen2Config(bos_token_id=pad, eos_token_id=eos, pad_token_id=pad, **architecture)
+    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
+        model = Qwen2ForCausalLM(config).to(torch.bfloat16)  # written in bf16 (half the disk), loaded as float32
+    model.generation_config = GenerationConfig(eos_token_id=eos, pad_token_id=pad)
+    model.save_pretrained(out_dir)
+    tok.save_pretrained(out_dir)
+    del model
+    return out_dir
+
+
+def part_paper_iteration(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """One native-trainer iteration of the paper's shape (module docstring, part 3)."""
+    from ecpo_train.runtime.config import make_config
+    from ecpo_train.runtime.trainer import Trainer
+
+    cuda = args.device.startswith("cuda")
+    model_dir = write_random_model(work / "paper_model", QWEN25_SMOKE if args.smoke else QWEN25_1_5B, tokenizer_dir())
+    shape = {"groups": 2, "group_size": 2, "response": 4, "steps": 1} if args.smoke else \
+        {"groups": 16, "group_size": 8, "response": 512, "steps": args.paper_steps}
+    _reset_peak(args.device)
+    config = make_config({
+        "run_dir": str(work / "paper_run"), "model": str(model_dir), "device": args.device,
+        "env_id": "ecpo/ALFWorldGen-v0", "env_kwargs": {"max_steps": shape["steps"]},
+        "n_groups": shape["groups"], "group_size": shape["group_size"], "max_response_length": shape["response"],
+        "iterations": 1, "val_every": 0, "checkpoint_every": 0, "tensorboard": False, "progress": False,
+        "mixed_precision": "bf16" if cuda else "none", "gradient_checkpointing": True,
+        "micro_batch_size": 8 if cuda else 2, "kl_coef": 0.01, "lr": 1e-6, "threads": 1 if args.smoke else 0,
+    })
+    trainer = Trainer(config)
+    tokens = count_update_tokens(trainer)
+    try:
+        metrics = trainer.train_iteration()
+    finally:
+        trainer.close()
+    figures = iteration_figures(metrics, tokens[0])
+    responses = metrics["num_steps"] * shape["response"]  # random weights never stop a reply early
+    per_row_update = (metrics["time/update"] + metrics["time/credit"]) / metrics["num_steps"]
+    per_step_acting = (metrics["time/generation"] + metrics["time/env"]) / shape["steps"]
+    rows_at_horizon = shape["groups"] * shape["group_size"] * PAPER_STEPS
+    return figures | {
+        "model": "Qwen2.5-1.5B architecture, random weights" if not args.smoke else "Qwen2.5 shrunk to 2 x 64 (smoke)",
+        "env_id": config.env_id, "groups": shape["groups"], "group_size": shape["group_size"],
+        "response": shape["response"], "steps": shape["steps"], "rows": int(metrics["num_steps"]),
+        "paper_steps": PAPER_STEPS, "generation_tokens_per_s": responses / max(metrics["time/generation"], 1e-9),
+        "projected_iteration_seconds": per_step_acting * PAPER_STEPS + per_row_update * rows_at_horizon,
+        "mixed_precision": config.mixed_precision, "peak_memory_gib": _peak_gib(args.device),
+    }
+
+
+# ---------------------------------------------------------------------------------------------- part 4
+def validate_on(trainer: Any, tasks: list[str]) -> tuple[dict, float]:
+    """Validate ``trainer``'s policy on ``tasks`` (the trainer's own validation: its seed, temperature and shared
+    draws) and return ``([[task, copy, won], ...], seconds)``; the trainer's validation tasks are put back."""
+    from ecpo_train.runtime.run_dir import read_validation_file
+
+    saved = trainer.val_tasks, trainer.val_envs
+    trainer.val_tasks, trainer.val_envs = list(tasks), None
+    started = time.perf_counter()
+    try:
+        trainer.validate()
+    finally:
+        if trainer.val_envs is not None:
+            trainer.val_envs.close()
+        trainer.val_tasks, trainer.val_envs = saved
+    return outcomes(read_validation_file(trainer.run_dir / "validation.jsonl")[-1]), time.perf_counter() - started
+
+
+def cpu_reference() -> dict[str, Any] | None:
+    """The mean iteration figures of the alfworld_cpu recipe's CPU run (its update tokens were not recorded)."""
+    if not CPU_REFERENCE.is_file():
+        return None
+    rows = [json.loads(line) for line in CPU_REFERENCE.read_text().splitlines() if line.strip()]
+    rows = [r for r in rows if "time/update" in r]
+    if not rows:
+        return None
+    figures = mean_figures([{k: v for k, v in r.items() if k.startswith("time/") or k == "num_steps"} for r in rows])
+    figures["rows_per_iteration"] = figures["num_steps"]
+    figures["decisions_per_s"] = figures["num_steps"] / (figures["time/generation"] + figures["time/env"])
+    return figures | {"source": str(CPU_REFERENCE.relative_to(ROOT)), "iterations": len(rows),
+                      "update_tokens_per_s": None}
+
+
+def part_learning(args: argparse.Namespace, work: Path, deadline: float, save: Any) -> dict[str, Any]:
+    """SFT warm start, validation, ECPO for the time left, validation (module docstring, part 4).
+
+    ``save(part)`` is called after each stage with the part so far."""
+    from ecpo_train.apps.models import write_tiny_model
+    from ecpo_train.apps.sft import run_sft
+    from ecpo_train.runtime.config import load_config
+    from ecpo_train.runtime.trainer import Trainer
+
+    base = args.model
+    if args.smoke:
+        base = str(write_tiny_model(work / "tiny", tokenizer_path=tokenizer_dir()))
+    elif not (Path(base) / "config.json").is_file():
+        raise FileNotFoundError(f"no model at {base}: run `python scripts/device_bundle.py model` (docs/gpu.md) or "
+                                "pass --model")
+    overrides = [f"run_dir={work / 'learning_run'}", f"model={base}", f"device={args.device}", "progress=false",
+                 "val_every=0"]
+    if args.smoke:
+        overrides += ["n_groups=2", "group_size=2", "val_tasks=[gen/Look/10000,gen/Pick/10000]", "mixed_precision=none",
+                      "micro_batch_size=4", "mini_batch_size=8", "threads=1",
+                      "env_kwargs={task_types: [Look, Pick], num_receptacles: [4, 5], max_steps: 4, num_tasks: 8}"]
+    config = load_config(args.preset, overrides)
+    part: dict[str, Any] = {"preset": args.preset, "overrides": overrides, "model": str(base)}
+    started = time.perf_counter()
+    sft_dir = work / "sft_model"
+    part["sft"] = run_sft(config, episodes=args.sft_episodes, epochs=args.sft_epochs, lr=args.sft_lr, out=sft_dir)
+    part["sft"]["seconds"] = time.perf_counter() - started
+    save(part)
+
+    trainer = Trainer(dataclasses.replace(config, model=str(sft_dir)))
+    if args.device.startswith("cuda"):
+        trainer.policy.score_batch_size = args.score_batch  # distinct (prompt, candidates) items per forward
+    tokens = count_update_tokens(trainer)
+    train_tasks = trainer.train_tasks[: args.train_val_tasks]
+    try:
+        before_val, val_seconds = validate_on(trainer, trainer.val_tasks)
+        before_train, train_seconds = validate_on(trainer, train_tasks)
+        part["outcomes"] = {"validation": {"before": before_val}, "training_tasks": {"before": before_train}}
+        part |= {"validation_seconds": val_seconds, "training_task_validation_seconds": train_seconds,
+                 "validation_tasks": len(trainer.val_tasks), "training_tasks_validated": len(train_tasks)}
+        save(part)
+        reserve = 1.15 * (val_seconds + train_seconds) + 10.0  # the closing validations and the last writes
+        rows: list[dict[str, float]] = []
+        while True:
+            metrics = trainer.train_iteration()
+            rows.append(iteration_figures(metrics, tokens[-1]))
+            if len(rows) == 1:
+                left = deadline - time.monotonic() - reserve
+                part["iterations_planned"] = 1 + max(0, int(left // metrics["time/iteration"]))
+            part |= {"iterations_done": len(rows), "per_iteration": rows, "rates": mean_figures(rows)}
+            save(part)
+            mean_seconds = float(np.mean([r["time/iteration"] for r in rows]))
+            if len(rows) >= min(part["iterations_planned"], args.max_iterations):
+                break
+            if time.monotonic() + mean_seconds + reserve > deadline:
+                part["stopped"] = f"time limit after {len(rows)} iterations"
+                break
+        after_val, _ = validate_on(trainer, trainer.val_tasks)
+        after_train, _ = validate_on(trainer, train_tasks)
+    finally:
+        trainer.close()
+    part["outcomes"]["validation"]["after"] = after_val
+    part["outcomes"]["training_tasks"]["after"] = after_train
+    return part | {"cpu_reference": cpu_reference(), "seconds": time.perf_counter() - started}
+
+
+# ---------------------------------------------------------------------------------------------- main
+def default_out(device: str, smoke: bool) -> Path:
+    if device.startswith("cuda") and not smoke:
+        return RESULTS / "gpu_run.json"
+    return ROOT / "runs" / "gpu_run" / "gpu_run.json"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--smoke", action="store_true", help="every part on tiny sizes (any device; for tests)")
+    parser.add_argument("--parts", default="1,2,3,4", help="which parts to run, e.g. 1,2,3 or 4")
+    parser.add_argument("--time-limit", type=float, default=480.0, help="seconds for the whole command")
+    parser.add_argument("--out", type=Path, default=None, help="JSON path (the markdown goes beside it)")
+    parser.add_argument("--model", default=str(DEFAULT_MODEL), help="part 4's SmolLM2 folder")
+    parser.add_argument("--preset", default="alfworld_gpu")
+    parser.add_argument("--paper-steps", type=int, default=2, help="part 3: environment steps per episode")
+    parser.add_argument("--credit-reps", type=int, default=20)
+    parser.add_argument("--sft-episodes", type=int, default=96)
+    parser.add_argument("--sft-epochs", type=int, default=2)
+    parser.add_argument("--sft-lr", type=float, default=1e-5)
+    parser.add_argument("--train-val-tasks", type=int, default=100, help="part 4: training tasks validated x 2")
+    parser.add_argument("--max-iterations", type=int, default=200)
+    parser.add_argument("--score-batch", type=int, default=64, help="part 4 on CUDA: items per scoring forward")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    deadline = started + args.time_limit
+    try:
+        chosen = {PART_NAMES[int(k) - 1] for k in args.parts.split(",")}
+    except (ValueError, IndexError):
+        print(f"error: --parts {args.parts!r}: give part numbers 1-4 separated by commas", file=sys.stderr)
+        return 2
+    import torch
+
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        print(f"gpu_run needs a CUDA GPU (this torch {torch.__version__} sees none); "
+              "for a CPU check of every part: --device cpu --smoke", file=sys.stderr)
+        return 2
+    if args.smoke:
+        args.credit_reps, args.sft_episodes, args.sft_epochs, args.train_val_tasks = 2, 2, 1, 2
+        args.max_iterations = 2
+    out = args.out or default_out(args.device, args.smoke)
+    report: dict[str, Any] = {"smoke": args.smoke, "time_limit": args.time_limit, "parts": {}}
+    if out.is_file():  # the parts an earlier command wrote here (docs/gpu.md: the second command adds part 4)
+        try:
+            report["parts"] = {k: v for k, v in json.loads(out.read_text()).get("parts", {}).items()
+                               if k not in chosen}
+        except json.JSONDecodeError:
+            pass
+
+    facts = device_facts(args.device)
+
+    def save(name: str, part: dict[str, Any], running: bool = True) -> None:
+        report["parts"][name] = part
+        report["running"] = name if running else None
+        report["parts"].setdefault("environment", {}).update(facts | {"distributions": loaded_distributions()})
+        report["seconds"] = time.monotonic() - started
+        write(fill_tests(report), out)
+
+    with tempfile.TemporaryDirectory(prefix="gpu_run-") as tmp:
+        work = Path(tmp)
+        for name in PART_NAMES:
+            if name not in chosen:
+                continue
+            print(f"[{time.monotonic() - started:6.0f} s] part {PART_NAMES.index(name) + 1}: {name}", flush=True)
+            if name == "environment":
+                part = part_environment(args.device)
+            elif name == "credit":
+                part = part_credit(args.device, args.credit_reps, args.smoke)
+            elif name == "paper_iteration":
+                part = part_paper_iteration(args, work)
+            else:
+                part = part_learning(args, work, deadline, lambda p: save("learning", p))
+            save(name, part, running=False)
+    print(f"wrote {out} and {out.with_suffix('.md')} ({time.monotonic() - started:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

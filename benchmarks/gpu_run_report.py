@@ -1,0 +1,189 @@
+"""The report of ``benchmarks/gpu_run.py``: paired before/after statistics and the markdown, from its JSON.
+
+No torch: the GPU machine writes it after every part, and here it re-renders the files a run brought back, merged
+part by part (the two commands of docs/gpu.md each bring one JSON), with the paired tests filled in (they need
+scipy, which the GPU machine may lack):
+
+    python benchmarks/gpu_run_report.py FIRST.json [SECOND.json ...] --out benchmarks/results/gpu_run.json
+
+A later file's part replaces an earlier file's part of the same name; the environment part is kept per command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+PART_NAMES = ("environment", "credit", "paper_iteration", "learning")
+PAPER_ITERATION_SECONDS = {"ECPO paper, Qwen2.5-1.5B, 8x A100": 302.8, "GiGPO, Qwen2.5-1.5B, 2x H100": 362.8}
+
+
+# ---------------------------------------------------------------------------------------------- statistics
+def outcomes(validation_line: Mapping[str, Any]) -> list[list]:
+    """``[[task_id, copy, won], ...]`` of one ``validation.jsonl`` line (JSON-friendly; keyed by task and copy)."""
+    return [[t, c, int(w)] for t, c, w in zip(validation_line["task_ids"], validation_line["copies"],
+                                              validation_line["won"])]
+
+
+def paired_test(before: list[list], after: list[list]) -> dict[str, Any]:
+    """Success before and after on the same episodes, and, where scipy is installed, the paired test of
+    ``benchmarks/paired_stats.paired_outcomes`` (the McNemar-consistent exact interval, p and the MDE). The GPU
+    machine may lack scipy: the run stores the outcomes, and re-rendering its JSON here fills the test in."""
+    first = {(t, c): w for t, c, w in before}
+    second = {(t, c): w for t, c, w in after}
+    out = {"episodes": len(first), "success_before": sum(first.values()) / max(len(first), 1),
+           "success_after": sum(second.values()) / max(len(second), 1)}
+    try:
+        from paired_stats import paired_outcomes
+    except ImportError:  # no scipy here
+        return out | {"test": "not computed (no scipy): re-render with benchmarks/gpu_run_report.py"}
+    return out | paired_outcomes(first, second, label="the validations before and after training")
+
+
+def fill_tests(report: dict[str, Any]) -> dict[str, Any]:
+    """The learning part's paired tests, from its stored outcomes (in place; returns ``report``)."""
+    learning = report.get("parts", {}).get("learning", {})
+    for name, stored in learning.get("outcomes", {}).items():
+        if "before" in stored and "after" in stored:
+            learning[name] = paired_test(stored["before"], stored["after"])
+    return report
+
+
+# ---------------------------------------------------------------------------------------------- markdown
+def _num(value: Any, digits: int = 2) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "n/a"
+    return f"{value:,.{digits}f}" if isinstance(value, float) else str(value)
+
+
+def _paired_line(label: str, test: Mapping[str, Any] | None) -> str:
+    if not test:
+        return f"- {label}: not measured"
+    line = f"- {label}: {test['success_before']:.3f} -> {test['success_after']:.3f} on {test['episodes']} paired episodes"
+    if "gained" not in test:
+        return f"{line}; paired test {test.get('test', 'not computed')}"
+    if not math.isfinite(test.get("low", float("nan"))):
+        return f"{line}; no episode changed its outcome"
+    return (f"{line} ({test['gained']} gained, {test['lost']} lost): change {test['diff']:+.3f} "
+            f"[{test['low']:+.3f}, {test['high']:+.3f}] (exact, McNemar-consistent), McNemar p = {test['p']:.3g}, "
+            f"MDE {_num(test.get('mde'), 3)}")
+
+
+def _split_table(rows: list[tuple[str, Mapping[str, Any]]]) -> list[str]:
+    keys = ("generation", "env", "credit", "update")
+    lines = ["| run | " + " | ".join(f"{k} s" for k in keys) + " | iteration s | rows/iter | decisions/s | "
+             "update tok/s |", "|---" * (len(keys) + 5) + "|"]
+    for name, r in rows:
+        lines.append(f"| {name} | " + " | ".join(_num(r.get(f"time/{k}")) for k in keys) +
+                     f" | {_num(r.get('time/iteration'))} | {_num(r.get('rows_per_iteration'), 1)} | "
+                     f"{_num(r.get('decisions_per_s'))} | {_num(r.get('update_tokens_per_s'), 0)} |")
+    return lines
+
+
+def render(report: Mapping[str, Any]) -> str:
+    """The markdown report of a ``gpu_run`` JSON (whatever parts it holds)."""
+    parts = report.get("parts", {})
+    env = parts.get("environment", {})
+    lines = [f"# The GPU run ({env.get('gpu') or env.get('device', 'unknown device')})", "",
+             f"Written by `benchmarks/gpu_run.py`{' (smoke sizes: not a measurement)' if report.get('smoke') else ''}; "
+             f"parts done: {', '.join(p for p in PART_NAMES if p in parts) or 'none'}"
+             f"{'; stopped in: ' + report['running'] if report.get('running') else ''}.", ""]
+    if env:
+        tests = env.get("cuda_tests", {})
+        lines += ["## 1. Device and the suite's CUDA tests", "",
+                  f"- device: {env.get('gpu') or env.get('device')}; torch {env.get('torch')} (CUDA "
+                  f"{env.get('cuda')}), transformers {env.get('transformers')}, Python {env.get('python')}",
+                  f"- CUDA tests (`{tests.get('command', '')}`): {tests.get('summary', 'not run')} "
+                  f"(exit {tests.get('exit_code')})", ""]
+    if "credit" in parts:
+        c = parts["credit"]
+        lines += ["## 2. Credit on the device against numpy", "",
+                  f"ECPO credit on a paper-shaped batch ({c['rows']} rows): numpy {1e3 * c['cpu_seconds']:.2f} ms, "
+                  f"{c['device']} {1e3 * c['device_seconds']:.2f} ms, max |difference| {c['max_abs_difference']:.1e}.", ""]
+    if "paper_iteration" in parts:
+        p = parts["paper_iteration"]
+        lines += ["## 3. The paper-shaped iteration", "",
+                  f"{p['model']}, {p['groups']} groups x {p['group_size']} on {p['env_id']} (native engine), "
+                  f"{p['response']}-token responses (random weights never stop early: every reply is "
+                  f"{p['response']} tokens), {p['steps']} environment steps per episode, {p['rows']} rows.", ""]
+        lines += _split_table([("measured", p)])
+        lines += ["", f"Peak memory {_num(p.get('peak_memory_gib'))} GiB; generation {_num(p.get('generation_tokens_per_s'), 0)} "
+                  f"tok/s, update {_num(p.get('update_tokens_per_s'), 0)} tok/s.", "",
+                  f"At {p['paper_steps']} steps per episode (the paper's horizon, every step taken, every reply "
+                  f"{p['response']} tokens) the same rates give {_num(p.get('projected_iteration_seconds'), 1)} s per "
+                  "iteration; beside it:"]
+        lines += [f"- {name}: {seconds} s per iteration" for name, seconds in PAPER_ITERATION_SECONDS.items()]
+        lines.append("")
+    if "learning" in parts:
+        lines += _learning_lines(parts["learning"])
+    return "\n".join(lines) + "\n"
+
+
+def _learning_lines(part: Mapping[str, Any]) -> list[str]:
+    lines = ["## 4. SmolLM2 learns ALFWorld households", "",
+             f"Preset `{part.get('preset')}` from an `ecpo sft` warm start on expert play of training tasks only "
+             f"({_num((part.get('sft') or {}).get('steps'))} expert steps); {part.get('iterations_done', 0)} ECPO "
+             f"iterations of a planned {part.get('iterations_planned', 'n/a')} (sized from the first iteration to "
+             f"end inside the time limit).", ""]
+    for name, label in (("validation", "unseen validation tasks"), ("training_tasks", "training tasks")):
+        before = part.get("outcomes", {}).get(name, {}).get("before")
+        if name not in part and before:
+            lines.append(f"- {label}: {sum(w for _, _, w in before) / len(before):.3f} before training on "
+                         f"{len(before)} episodes (the closing validation was not reached)")
+        else:
+            lines.append(_paired_line(label, part.get(name)))
+    rates = part.get("rates")
+    if rates:
+        rows = [("this run (mean per iteration)", rates)]
+        if part.get("cpu_reference"):
+            rows.append((f"CPU, {part['cpu_reference'].get('source', '')}", part["cpu_reference"]))
+        lines += [""] + _split_table(rows)
+    if part.get("stopped"):
+        lines += ["", f"Stopped early: {part['stopped']}"]
+    return lines + [""]
+
+
+# ---------------------------------------------------------------------------------------------- merge
+def merge(reports: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """Later reports' parts replace earlier ones of the same name; each command's environment is kept."""
+    merged: dict[str, Any] = {"parts": {}, "commands": []}
+    for report in reports:
+        merged["smoke"] = bool(report.get("smoke"))
+        merged["commands"].append(report.get("parts", {}).get("environment"))
+        merged["parts"].update(report.get("parts", {}))
+    return merged
+
+
+def write(report: Mapping[str, Any], out: Path) -> None:
+    """``out`` (JSON) and the markdown beside it (same name, ``.md``), each replaced whole."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    for path, text in ((out, json.dumps(report, indent=1) + "\n"), (out.with_suffix(".md"), render(report))):
+        partial = path.with_name(path.name + ".partial")
+        partial.write_text(text)
+        partial.replace(path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("reports", nargs="+", type=Path, help="gpu_run JSON files, in the order they were run")
+    parser.add_argument("--out", type=Path, required=True, help="merged JSON (the markdown goes beside it)")
+    args = parser.parse_args(argv)
+    loaded = []
+    for path in args.reports:
+        try:
+            loaded.append(json.loads(path.read_text()))
+        except (OSError, json.JSONDecodeError) as err:
+            print(f"error: {path} is not a gpu_run JSON ({err})", file=sys.stderr)
+            return 2
+    write(fill_tests(merge(loaded)), args.out)
+    print(f"wrote {args.out} and {args.out.with_suffix('.md')}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,152 @@
+"""benchmarks/gpu_run.py: refuses without CUDA in one line; the report merges the two device commands' files and
+pairs the validations episode by episode; ``--device cpu --smoke`` runs every part with only the packages the GPU
+machine will have (torch, transformers, peft and their requirements, plus scripts/device_bundle.py's wheels) and
+writes every part's keys."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "benchmarks"
+if str(BENCH) not in sys.path:
+    sys.path.insert(0, str(BENCH))
+TOKENIZER_DIR = Path(os.environ.get("ECPO_TOKENIZER_DIR", "/work/shared/models/qwen2.5-tokenizer"))
+
+import gpu_run_report  # noqa: E402
+
+
+def test_without_cuda_it_refuses_in_one_line(capsys):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    import gpu_run
+
+    assert gpu_run.main([]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--device cpu --smoke" in err
+
+
+def test_bad_parts_are_one_line(capsys):
+    import gpu_run
+
+    assert gpu_run.main(["--device", "cpu", "--parts", "1,7"]) == 2
+    assert capsys.readouterr().err.strip() == "error: --parts '1,7': give part numbers 1-4 separated by commas"
+
+
+def test_paired_test_pairs_by_task_and_copy_and_uses_the_exact_interval():
+    # 6 episodes; after training two are gained and one lost, listed in another order
+    before = [["a", 0, 0], ["a", 1, 1], ["b", 0, 0], ["b", 1, 0], ["c", 0, 1], ["c", 1, 0]]
+    after = [["c", 1, 0], ["c", 0, 0], ["b", 1, 1], ["b", 0, 1], ["a", 1, 1], ["a", 0, 0]]
+    test = gpu_run_report.paired_test(before, after)
+    assert (test["episodes"], test["gained"], test["lost"]) == (6, 2, 1)
+    assert test["success_before"] == pytest.approx(2 / 6) and test["success_after"] == pytest.approx(3 / 6)
+    assert test["diff"] == pytest.approx(1 / 6)
+    # McNemar: 2 of 3 discordant pairs gained, exact two-sided p = 1; the interval holds 0
+    assert test["p"] == pytest.approx(1.0) and test["low"] < 0 < test["high"]
+
+
+def test_the_two_commands_files_merge_and_render(tmp_path):
+    first = {"smoke": False, "parts": {"environment": {"device": "cuda", "gpu": "NVIDIA H100 80GB HBM3",
+                                                       "cuda_tests": {"summary": "1 passed, 6 deselected"}},
+                                       "credit": {"device": "cuda", "rows": 5000, "cpu_seconds": 0.02,
+                                                  "device_seconds": 0.004, "max_abs_difference": 0.0}}}
+    won = [[f"gen/Look/{10000 + k}", c, int(k % 3 == 0)] for k in range(10) for c in (0, 1)]
+    better = [[t, c, 1 if t.endswith("1") else w] for t, c, w in won]
+    second = {"smoke": False, "parts": {"environment": {"device": "cuda", "gpu": "NVIDIA H100 80GB HBM3"},
+                                        "learning": {"preset": "alfworld_gpu", "iterations_done": 3,
+                                                     "outcomes": {"validation": {"before": won, "after": better}}}}}
+    paths = []
+    for k, report in enumerate((first, second)):
+        paths.append(tmp_path / f"{k}.json")
+        paths[-1].write_text(json.dumps(report))
+    out = tmp_path / "merged.json"
+    assert gpu_run_report.main([str(p) for p in paths] + ["--out", str(out)]) == 0
+    merged = json.loads(out.read_text())
+    assert set(merged["parts"]) == {"environment", "credit", "learning"}
+    assert merged["parts"]["learning"]["validation"]["gained"] == 2
+    text = out.with_suffix(".md").read_text()
+    assert text.startswith("# The GPU run (NVIDIA H100 80GB HBM3)")
+    assert "- unseen validation tasks: 0.400 -> 0.500 on 20 paired episodes (2 gained, 0 lost)" in text
+
+
+def test_a_file_that_is_not_json_is_one_line(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    assert gpu_run_report.main([str(bad), "--out", str(tmp_path / "x.json")]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def device_site(folder: Path) -> Path:
+    """A site folder holding only what the GPU machine will have: links to the installed files of torch,
+    transformers, peft and what they require, and of the bundle's distributions (scripts/device_bundle.py)."""
+    import re
+    from importlib.metadata import distributions
+
+    bundle = _device_bundle()
+    allowed = bundle.device_distributions() | set(bundle.BUNDLED)
+    folder.mkdir()
+    for dist in distributions():
+        if re.sub(r"[-_.]+", "-", dist.metadata["Name"]).lower() not in allowed:
+            continue
+        for top in {Path(f).parts[0] for f in dist.files or []}:
+            source = Path(dist.locate_file(top))
+            if top != ".." and source.exists() and not (folder / top).exists():
+                (folder / top).symlink_to(source)
+    return folder
+
+
+@pytest.mark.slow
+def test_smoke_runs_every_part_with_the_device_packages_only(tmp_path):
+    if not (TOKENIZER_DIR / "tokenizer.json").exists():
+        pytest.skip(f"Qwen2.5 tokenizer not found at {TOKENIZER_DIR}; set ECPO_TOKENIZER_DIR")
+    out = tmp_path / "gpu_run.json"
+    # python -S: no site-packages, only the device's packages (and the working tree, as on the device)
+    env = os.environ | {"ECPO_TOKENIZER_DIR": str(TOKENIZER_DIR),
+                        "PYTHONPATH": os.pathsep.join([str(ROOT), str(device_site(tmp_path / "site"))])}
+    command = [sys.executable, "-S", str(BENCH / "gpu_run.py"), "--device", "cpu", "--smoke", "--out", str(out)]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env=env, timeout=900, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    parts = report["parts"]
+    assert report["smoke"] is True and report["running"] is None
+    assert set(parts) == {"environment", "credit", "paper_iteration", "learning"}
+    environment = parts["environment"]
+    assert environment["device"] == "cpu" and environment["torch"] == torch.__version__
+    # no CUDA here: the suite's CUDA test is collected and skipped, never failed
+    assert environment["cuda_tests"]["exit_code"] == 0, environment["cuda_tests"]
+    assert "1 skipped" in environment["cuda_tests"]["summary"]
+    bundle = _device_bundle()
+    assert not set(environment["distributions"]) - {"ecpo"} - set(bundle.BUNDLED) - bundle.device_distributions()
+    assert parts["credit"]["max_abs_difference"] < 1e-9
+    paper = parts["paper_iteration"]
+    for key in ("time/generation", "time/env", "time/credit", "time/update", "generation_tokens_per_s",
+                "update_tokens_per_s", "projected_iteration_seconds", "rows"):
+        assert paper[key] >= 0, key
+    assert paper["rows"] == 4  # 2 groups x 2 copies x 1 step
+    learning = parts["learning"]
+    assert learning["sft"]["steps"] > 0 and learning["iterations_done"] >= 1
+    assert learning["iterations_planned"] >= learning["iterations_done"]
+    for name in ("validation", "training_tasks"):  # the device has no scipy: success rates, the test later
+        assert learning[name]["episodes"] == 4 and "re-render" in learning[name]["test"]
+    merged = tmp_path / "merged.json"
+    assert gpu_run_report.main([str(out), "--out", str(merged)]) == 0
+    for name in ("validation", "training_tasks"):
+        test = json.loads(merged.read_text())["parts"]["learning"][name]
+        assert test["episodes"] == 4 and {"success_before", "success_after", "gained", "lost", "p"} <= set(test)
+    for key in ("decisions_per_s", "update_tokens_per_s", "rows_per_iteration", "time/generation", "time/update"):
+        assert key in learning["rates"], key
+    assert out.with_suffix(".md").read_text().startswith("# The GPU run (cpu)")
+
+
+def _device_bundle():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import device_bundle
+
+    return device_bundle
