@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ecpo_train.policies import DEMO_MODEL
+
 CACHE_ENV_VAR = "ECPO_CACHE_DIR"
 TOKENIZER_ENV_VAR = "ECPO_TOKENIZER_DIR"
 MARKER_FILE = "ecpo_model.json"
@@ -45,7 +47,6 @@ class PullableModel:
     description: str
 
 
-DEMO_MODEL = "smollm2-135m-instruct"  # the model `make demo` trains, and the one error hints name
 
 MODEL_REGISTRY: dict[str, PullableModel] = {
     DEMO_MODEL: PullableModel(

@@ -1,4 +1,5 @@
-"""Which tasks an iteration's groups play: the one task-drawing rule both training engines use."""
+"""Which tasks an iteration's groups play, and the seed validation plays with: the one rule of each that both
+training engines (and the leaderboard) use."""
 
 from __future__ import annotations
 
@@ -7,6 +8,13 @@ from collections.abc import Sequence
 import numpy as np
 
 TASK_DRAWS = ("random", "cycle")
+VALIDATION_SEED_OFFSET = 7919  # a prime away from the run's seed: validation draws never replay a training stream
+
+
+def validation_seed(run_seed: int) -> int:
+    """The seed of a run's validation episodes: fixed by the run's seed alone, so every validation of a run (and of
+    its resumption, and of the same run on the other engine) plays the same episodes with the same draws."""
+    return int(run_seed) + VALIDATION_SEED_OFFSET
 
 
 def draw_tasks(pool: Sequence[str], n_groups: int, rng: np.random.Generator, iteration: int,

@@ -1,2 +1,7 @@
 """Policies: the LLM policy (transformers; vLLM backend on GPU), small policies for CPU studies, and
 response parsing (``parsing``)."""
+
+# The model `make demo` trains and every "no model" hint names (`ecpo models pull DEMO_MODEL`). It lives here, the
+# lowest layer that names a model, so the config and the policy import it downward; the CLI's registry
+# (``apps/models.py``) says how to fetch it.
+DEMO_MODEL = "smollm2-135m-instruct"

@@ -66,7 +66,7 @@ class TransformersPolicy(Policy):
             self.tokenizer = AutoTokenizer.from_pretrained(model_name_or_path)
             self.model = AutoModelForCausalLM.from_pretrained(model_name_or_path, dtype=getattr(torch, dtype))
         except OSError as err:
-            from ecpo_train.apps.models import DEMO_MODEL
+            from ecpo_train.policies import DEMO_MODEL
 
             raise OSError(
                 f"could not load the causal LM {model_name_or_path!r}: {err}\nGive a local folder with "

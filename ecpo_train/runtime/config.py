@@ -135,7 +135,7 @@ class TrainConfig:
         if self.device.split(":")[0] not in DEVICES:
             raise ValueError(f"device={self.device!r}; valid: auto, cpu, cuda, cuda:N")
         if self.policy == "llm" and not self.model:
-            from ecpo_train.apps.models import DEMO_MODEL  # (a stdlib-only module)
+            from ecpo_train.policies import DEMO_MODEL
 
             raise ValueError(f"policy=llm needs model=<local path or hub id> (e.g. `ecpo models pull {DEMO_MODEL}`)")
         if self.generation_backend == "vllm" and (self.policy != "llm" or self.policy_mode != "generate"):

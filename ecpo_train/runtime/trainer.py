@@ -31,7 +31,7 @@ import torch
 from ecpo_gym.group import GroupVectorEnv
 from ecpo_train.core.credit import compute_advantages, gae_targets
 from ecpo_train.core.rollout import Rollout, collect_rollout
-from ecpo_train.core.tasks import draw_tasks
+from ecpo_train.core.tasks import draw_tasks, validation_seed
 from ecpo_train.policies.critic import critic_update, critic_values
 from ecpo_train.runtime.builders import (
     build_critic,
@@ -206,7 +206,7 @@ class Trainer:
         Every call records its episodes' outcomes in the run folder's ``validation.jsonl`` at the current
         iteration (a validation is a measurement worth keeping, whoever asks for it)."""
         cfg = self.config
-        tasks, seed = self.val_tasks, cfg.seed + 7919
+        tasks, seed = self.val_tasks, validation_seed(cfg.seed)
         if self.dp is not None:  # a contiguous slice per process; each copy keeps its one-process env seed
             start = len(tasks) * self.dp.rank // self.dp.world_size
             tasks = tasks[start : len(tasks) * (self.dp.rank + 1) // self.dp.world_size]

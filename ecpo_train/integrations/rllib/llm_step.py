@@ -24,7 +24,7 @@ import ray
 
 from ecpo_train.core.batch import TrajectoryBatch
 from ecpo_train.core.rollout import episode_metrics
-from ecpo_train.core.tasks import draw_tasks
+from ecpo_train.core.tasks import draw_tasks, validation_seed
 from ecpo_train.integrations.rllib.results import log_iteration
 
 LOST_GROUP_POLICIES = ("top_up", "refuse")
@@ -203,7 +203,7 @@ def validate_on_runner(algo: Any, wait_seconds: float = 180.0) -> tuple[dict[str
     and its episodes' outcomes. A runner lost during the call is replaced by the next healthy one (or a
     restarted one, within ``wait_seconds``)."""
     train, group = algo.ecpo_train_config, algo.env_runner_group
-    tasks, seed = list(algo.ecpo_val_tasks), train.seed + 7919
+    tasks, seed = list(algo.ecpo_val_tasks), validation_seed(train.seed)
     if group.num_remote_env_runners() == 0:
         return group.local_env_runner.validate(tasks, seed)
     deadline = time.monotonic() + wait_seconds
