@@ -1,0 +1,133 @@
+"""The one look at a pre-registered run: its validation before and after training, paired episode by episode.
+
+A run whose preset fixes its endpoint before it starts (``alfworld_cpu_control``, ``alfworld_cpu_pool``) validates
+before training (iteration 0) and after its last iteration on the same episodes with the same random draws, so
+the two validations pair position by position. This script reads the run folder and reports, for the episodes of
+the tasks the run trained on (the positive control's and the pool's primary endpoint) and for the others (unseen
+tasks, secondary), McNemar's exact test with its consistent interval and the smallest effect the run could detect
+(``paired_stats``), beside what the run was doing: rollout success per iteration, the share of ECPO's anchors the
+gate opened, lucky singletons per batch, the share of rows that carried an advantage, optimizer steps.
+
+    python benchmarks/registered_endpoint.py RUN_DIR [RUN_DIR ...] --out benchmarks/results/NAME.json
+
+Learning is *shown* when the interval of after - before lies above 0 (two-sided level 0.05).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # paired_stats, from anywhere
+from paired_stats import mcnemar_exact, mcnemar_mde
+
+
+def _fail(message: str) -> None:
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def read_run(run_dir: Path) -> tuple[dict, list[dict], list[dict]]:
+    from ecpo_train.runtime.run_dir import read_metrics_file, read_validation_file
+
+    files = {name: run_dir / name for name in ("config.yaml", "validation.jsonl", "metrics.jsonl")}
+    for name, path in files.items():
+        if not path.is_file():
+            _fail(f"{path} does not exist: {run_dir} is not a finished `ecpo train` run folder")
+    config = yaml.safe_load(files["config.yaml"].read_text())
+    return config, read_validation_file(files["validation.jsonl"]), read_metrics_file(files["metrics.jsonl"])[0]
+
+
+def paired_split(before: dict, after: dict, trained: set[str]) -> dict[str, dict[str, Any]]:
+    """McNemar after - before over the validation's episodes of trained tasks and of the others, paired by
+    position (the validation plays the same list of episodes every time; a mismatch is refused)."""
+    if before["task_ids"] != after["task_ids"] or before["copies"] != after["copies"]:
+        _fail(f"validations at iterations {before['iteration']} and {after['iteration']} played different episodes")
+    parts: dict[str, dict[str, Any]] = {}
+    for name, keep in (("trained", lambda t: t in trained), ("unseen", lambda t: t not in trained)):
+        idx = [i for i, t in enumerate(before["task_ids"]) if keep(t)]
+        if not idx:
+            continue
+        b = [int(before["won"][i]) for i in idx]
+        a = [int(after["won"][i]) for i in idx]
+        gained = sum(1 for x, y in zip(b, a) if y and not x)
+        lost = sum(1 for x, y in zip(b, a) if x and not y)
+        test = mcnemar_exact(gained, lost, len(idx))
+        share = test["discordant_share"]
+        parts[name] = test | {"before": sum(b) / len(idx), "after": sum(a) / len(idx),
+                              "tasks": len({before["task_ids"][i] for i in idx}),
+                              "mde": mcnemar_mde(len(idx), share) if share > 0 else float("nan"),
+                              "shown": bool(test["low"] > 0) if math.isfinite(test["low"]) else False}
+    return parts
+
+
+def training_regime(metrics: list[dict]) -> dict[str, Any]:
+    """What the iterations did: rollout success, the gate, lucky singletons, rows with an advantage."""
+    its = [m for m in metrics if m.get("iteration", 0) >= 1 and "success" in m]
+
+    def series(key: str, f=lambda v: v) -> list[float]:
+        return [round(float(f(m[key])), 4) for m in its if key in m]
+
+    rows = [(m.get("update/rows_computed", float("nan")), m.get("num_steps", float("nan"))) for m in its]
+    return {
+        "iterations": len(its),
+        "rollout_success": series("success"),
+        "gate_open_share": series("credit/gated_fraction", lambda g: 1 - g),
+        "lucky_singletons": series("credit/num_lucky_singletons"),
+        "rows_with_advantage_share": [round(c / n, 4) for c, n in rows if n],
+        "optimizer_steps": int(sum(m.get("update/optimizer_steps", 0) for m in its)),
+        "train_seconds": round(sum(m.get("time/iteration", 0.0) for m in its), 1),
+    }
+
+
+def endpoint(run_dir: Path) -> dict[str, Any]:
+    config, validations, metrics = read_run(run_dir)
+    if len(validations) < 2 or validations[0]["iteration"] != 0:
+        _fail(f"{run_dir}/validation.jsonl needs the validation before training (iteration 0) and one after it")
+    before, after = validations[0], validations[-1]
+    trained = {str(t) for t in (config.get("train_tasks") or [])}
+    return {"run_dir": str(run_dir), "algorithm": config.get("algorithm"), "seed": config.get("seed"),
+            "iteration_before": before["iteration"], "iteration_after": after["iteration"],
+            "paired": paired_split(before, after, trained), "training": training_regime(metrics)}
+
+
+def line(name: str, part: dict[str, Any]) -> str:
+    n = part["episodes"]
+    head = (f"{name} ({part['tasks']} tasks, {n} paired episodes): {part['before']:.3f} -> {part['after']:.3f}, "
+            f"{part['gained']} gained, {part['lost']} lost")
+    if part["gained"] + part["lost"] == 0:
+        return head + ": no episode changed"
+    mde = f"MDE {part['mde']:.3f}" if math.isfinite(part["mde"]) else "no MDE at this share of changing episodes"
+    verdict = "learning shown" if part["shown"] else ("worse" if part["high"] < 0 else "not significant")
+    return (head + f"; after - before {part['diff']:+.3f}, exact 95 % [{part['low']:+.3f}, {part['high']:+.3f}], "
+            f"McNemar p {part['p']:.3g} ({verdict}; {mde})")
+
+
+def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("run_dirs", nargs="+", type=Path)
+    parser.add_argument("--out", type=Path, help="write the figures as JSON here")
+    args = parser.parse_args(argv)
+    results = [endpoint(d) for d in args.run_dirs]
+    for r in results:
+        t = r["training"]
+        print(f"{r['run_dir']} ({r['algorithm']}, seed {r['seed']}, iterations {r['iteration_before']} -> "
+              f"{r['iteration_after']}, {t['optimizer_steps']} optimizer steps, {t['train_seconds']:.0f} s of training)")
+        for name, part in r["paired"].items():
+            print("  " + line(name, part))
+        print(f"  rollout success by iteration: {t['rollout_success']}")
+        print(f"  gate open share: {t['gate_open_share']}; lucky singletons per batch: {t['lucky_singletons']}")
+        print(f"  share of rows with an advantage: {t['rows_with_advantage_share']}")
+    if args.out:
+        args.out.write_text(json.dumps(results, indent=1) + "\n")
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,57 @@
+"""The one look at a pre-registered run: trained vs unseen episodes paired by position, McNemar's exact figures."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+_spec = importlib.util.spec_from_file_location(
+    "registered_endpoint", Path(__file__).resolve().parent.parent / "benchmarks" / "registered_endpoint.py")
+endpoint_module = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(endpoint_module)
+
+
+def _run(tmp_path, before, after, tasks, trained):
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({"algorithm": "ecpo", "seed": 0, "train_tasks": trained}))
+    lines = [{"iteration": it, "task_ids": tasks, "copies": [0] * len(tasks), "won": won, "lengths": [1] * len(tasks)}
+             for it, won in ((0, before), (10, after))]
+    (tmp_path / "validation.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    metrics = [{"iteration": 0, "val/success": 0.1}] + [
+        {"iteration": k, "success": 0.25 * k, "num_steps": 100, "update/rows_computed": 40,
+         "credit/gated_fraction": 0.9, "credit/num_lucky_singletons": 2, "update/optimizer_steps": 2,
+         "time/iteration": 60.0} for k in (1, 2)]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in metrics))
+    return tmp_path
+
+
+def test_trained_and_unseen_episodes_pair_by_position_even_with_repeated_tasks(tmp_path):
+    # a trained task listed twice (as the pool preset lists its tasks 8 times): 32 trained episodes, 8 unseen
+    tasks = ["a", "b"] * 16 + ["u"] * 8
+    before = [0] * 16 + [1] * 16 + [0] * 8
+    after = [1] * 10 + [0] * 6 + [1] * 15 + [0] + [1, 0, 0, 0, 0, 0, 0, 0]
+    result = endpoint_module.endpoint(_run(tmp_path, before, after, tasks, ["a", "b"]))
+    trained, unseen = result["paired"]["trained"], result["paired"]["unseen"]
+    assert (trained["gained"], trained["lost"], trained["episodes"], trained["tasks"]) == (10, 1, 32, 2)
+    assert trained["diff"] == pytest.approx(9 / 32)
+    assert trained["p"] == pytest.approx(24 / 2048)  # exact two-sided binomial: 2 * (1 + 11) / 2^11
+    assert trained["shown"] and trained["low"] > 0
+    assert (unseen["gained"], unseen["lost"], unseen["episodes"], unseen["shown"]) == (1, 0, 8, False)
+    assert (trained["before"], trained["after"]) == (0.5, 25 / 32)
+    t = result["training"]
+    assert t["gate_open_share"] == [0.1, 0.1] and t["lucky_singletons"] == [2.0, 2.0]
+    assert t["rows_with_advantage_share"] == [0.4, 0.4] and t["optimizer_steps"] == 4
+    assert "learning shown" in endpoint_module.line("trained", trained)
+
+
+def test_validations_of_different_episodes_are_refused_in_one_line(tmp_path, capsys):
+    run = _run(tmp_path, [0, 1], [1, 1], ["a", "b"], ["a"])
+    lines = (run / "validation.jsonl").read_text().splitlines()
+    second = json.loads(lines[1]) | {"task_ids": ["b", "a"]}
+    (run / "validation.jsonl").write_text(lines[0] + "\n" + json.dumps(second) + "\n")
+    with pytest.raises(SystemExit) as stop:
+        endpoint_module.main([str(run)])
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.strip().startswith("error: validations at iterations 0 and 10 played different")
