@@ -229,10 +229,18 @@ def well_formed_rate(policy: Any, contexts: Sequence[StepContext], batch_size: i
     return parsed / max(len(contexts), 1)
 
 
+# expert episodes are played and kept in memory before the first update: a bound that keeps that phase short
+MAX_SFT_EPISODES = 10_000
+SFT_SUMMARY = "sft.json"  # what marks a folder as an sft output (which a later sft may replace)
+
+
 def check_sft_settings(episodes: int, epochs: int, lr: float, batch_size: int) -> None:
     for name, value in (("episodes", episodes), ("epochs", epochs), ("batch_size", batch_size)):
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"--{name.replace('_', '-')} {value!r} is invalid: it must be an integer >= 1")
+    if episodes > MAX_SFT_EPISODES:
+        raise ValueError(f"--episodes {episodes} is invalid: at most {MAX_SFT_EPISODES} (the expert plays every "
+                         "episode before the first update)")
     if not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0):
         raise ValueError(f"--lr {lr!r} is invalid: it must be a number > 0")
 
@@ -249,9 +257,7 @@ def run_sft(config: TrainConfig, *, episodes: int, epochs: int, lr: float, out: 
     check_sft_settings(episodes, epochs, lr, batch_size)
     if config.policy != "llm":
         raise ValueError(f"policy={config.policy}: ecpo sft fine-tunes a causal LM (policy=llm with model=...)")
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out} is a file; give a folder")
+    out = check_sft_out(out, config.model)
     demonstrations = expert_demonstrations(config.env_id, episodes=episodes, task_ids=config.train_tasks,
                                            env_kwargs=config.env_kwargs, seed=config.seed,
                                            history_length=config.history_length)
@@ -289,5 +295,27 @@ def run_sft(config: TrainConfig, *, episodes: int, epochs: int, lr: float, out: 
     out.mkdir(parents=True, exist_ok=True)
     policy.model.save_pretrained(out)
     policy.tokenizer.save_pretrained(out)
-    (out / "sft.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    (out / SFT_SUMMARY).write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     return summary
+
+
+def check_sft_out(out: str | Path, model: str) -> Path:
+    """``--out`` as a folder sft may write, or a ``ValueError``: never an empty path (the current folder), the
+    input model's own folder, or a folder holding files that no earlier sft wrote (an earlier sft output, with
+    its ``sft.json``, is replaced)."""
+    import os
+
+    from ecpo_train.runtime.run_dir import check_writable_folder
+
+    if not str(out).strip():
+        raise ValueError("--out is empty: give the folder to write the fine-tuned model to")
+    path = Path(out).expanduser()
+    check_writable_folder(path, f"--out {out}")
+    model_folder = Path(os.path.expanduser(model))
+    if model_folder.exists() and path.exists() and path.resolve() == model_folder.resolve():
+        raise ValueError(f"--out {out} is the input model's folder: the base model would be overwritten; give "
+                         "a new folder")
+    if path.is_dir() and any(path.iterdir()) and not (path / SFT_SUMMARY).is_file():
+        raise ValueError(f"--out {out} holds files that are not an sft output (no {SFT_SUMMARY}): give an empty "
+                         "or new folder, or delete its contents first")
+    return path

@@ -107,14 +107,16 @@ class PolicyAgent(Agent):
     """A project ``Policy`` at a fixed temperature (``<= 0``: greedy; tabular policies then take the argmax)."""
 
     def __init__(self, policy: Policy, *, temperature: float = VALIDATION_TEMPERATURE,
-                 name: str = "policy") -> None:
+                 name: str = "policy", weights: dict[str, Any] | None = None) -> None:
         self.policy = policy
         self.temperature = float(temperature)
         self.name = name
+        self.weights = weights  # which weights (a checkpoint file's path, size and time): results are theirs
         self._response = ""
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "policy": type(self.policy).__name__, "temperature": self.temperature}
+        described = {**super().describe(), "policy": type(self.policy).__name__, "temperature": self.temperature}
+        return described | ({"weights": self.weights} if self.weights else {})
 
     def begin_episode(self, env: Any, observation: str, info: dict[str, Any], seed: int) -> None:
         import torch

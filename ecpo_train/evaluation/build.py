@@ -42,7 +42,7 @@ def build_agent_from(options: LeaderboardOptions) -> Agent:
             raise ValueError("--checkpoint <run folder or checkpoint.pt> is required with --agent checkpoint")
         policy, config = load_checkpoint_policy(options.checkpoint, device=options.device)
         label = f"checkpoint:{config.get('algorithm', '')}:{options.checkpoint}"
-        agent = PolicyAgent(policy, temperature=temperature, name=label)
+        agent = PolicyAgent(policy, temperature=temperature, name=label, weights=checkpoint_identity(options.checkpoint))
     else:
         chat = build_chat_model(options)
         if options.agent == "prompting":
@@ -54,6 +54,19 @@ def build_agent_from(options: LeaderboardOptions) -> Agent:
     if options.name:
         agent.name = options.name
     return agent
+
+
+def checkpoint_identity(checkpoint: str) -> dict[str, Any]:
+    """The checkpoint file a result comes from: its path, size and modification time (a resumed run writes a new
+    one, whose results are new results)."""
+    from pathlib import Path
+
+    path = Path(checkpoint).expanduser()
+    path = path / "checkpoint.pt" if path.is_dir() else path
+    if not path.is_file():
+        return {}
+    stat = path.stat()
+    return {"file": str(path.resolve()), "bytes": stat.st_size, "modified_ns": stat.st_mtime_ns}
 
 
 def build_agent(kind: str, **options: Any) -> Agent:

@@ -106,15 +106,46 @@ class _Progress:
             self._bar.__exit__(*exc)
 
 
+def manifest_provenance(manifest: TaskManifest, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What a manifest's results were played on: its env id and, per group, the env kwargs (overrides applied)
+    and the task list; results under one manifest name with another provenance are not the same results."""
+    entry = manifest.to_json()
+    return {"env_id": manifest.env_id,
+            "groups": {group.name: {"env_kwargs": manifest.group_env_kwargs(group, overrides),
+                                    "tasks": entry["groups"][group.name]} for group in manifest.groups}}
+
+
+def _as_json(value: Any) -> Any:
+    return json.loads(json.dumps(value, sort_keys=True, default=str))
+
+
 def check_run_config(run_dir: Path, config: dict[str, Any]) -> None:
-    """Write ``run.json``, or check that an existing one describes the same agent and settings."""
+    """Write ``run.json`` (the agent, the seeds and each manifest's provenance), or check that an existing one
+    describes the same agent and the same manifests (more seeds and more manifests add to it); a difference is
+    one ``ValueError`` naming it, and nothing is written."""
     path = run_dir / "run.json"
+    config = _as_json(config)
     if path.is_file():
-        stored = json.loads(path.read_text(encoding="utf-8"))
+        try:
+            stored = json.loads(path.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError):
+            stored = None
+        if not isinstance(stored, dict):
+            raise ValueError(f"{path} is damaged: delete {run_dir} to evaluate again")
         if stored.get("agent") != config["agent"]:
-            raise ValueError(f"{run_dir} holds results of a different agent configuration:\n  stored  "
-                             f"{stored.get('agent')}\n  current {config['agent']}\nuse another --out-dir or --name")
-        merged = {**stored, "seeds": sorted(set(stored.get("seeds", [])) | set(config["seeds"]))}
+            old, new = stored.get("agent") or {}, config["agent"]
+            keys = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k)) if isinstance(old, dict) \
+                else ["agent"]
+            raise ValueError(f"{run_dir} holds results of a different agent configuration (it differs in "
+                             f"{', '.join(keys)}): use another --out-dir or --name, or delete {run_dir}")
+        stored_manifests = stored.get("manifests") or {}
+        for name, provenance in (config.get("manifests") or {}).items():
+            if name in stored_manifests and stored_manifests[name] != provenance:
+                raise ValueError(f"{run_dir} holds results of manifest {name} played on other environment settings "
+                                 "or tasks (env kwargs or task list changed): use another --out-dir, or delete "
+                                 f"{run_dir} to evaluate again")
+        merged = {**stored, "seeds": sorted(set(stored.get("seeds", [])) | set(config["seeds"])),
+                  "manifests": {**stored_manifests, **(config.get("manifests") or {})}}
         path.write_text(json.dumps(merged, indent=1, sort_keys=True) + "\n", encoding="utf-8")
         return
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -131,7 +162,9 @@ def evaluate(agent: Agent, manifests: Sequence[TaskManifest], out_dir: str | Pat
     settings = settings or EvalSettings()
     out_dir = Path(out_dir)
     run_dir = out_dir / safe_name(agent.name)
-    check_run_config(run_dir, {"agent": agent.describe(), "seeds": list(settings.seeds)})
+    check_run_config(run_dir, {"agent": agent.describe(), "seeds": list(settings.seeds),
+                               "manifests": {m.name: manifest_provenance(m, settings.env_overrides)
+                                             for m in manifests}})
     for manifest in manifests:
         log = run_dir / f"{safe_name(manifest.name)}.jsonl"
         done = {record_key(r) for r in load_records(log)}
