@@ -150,3 +150,17 @@ def _device_bundle():
     import device_bundle
 
     return device_bundle
+
+
+def test_the_gpu_preset_keeps_the_cpu_recipe_and_validates_on_800_unseen_episodes():
+    from ecpo_train.runtime.config import load_config
+
+    gpu, cpu = load_config("alfworld_gpu"), load_config("alfworld_cpu")
+    recipe = ("policy_mode", "prompt_style", "history_length", "explore_epsilon", "rollout_temperature", "lr",
+              "lr_warmup_steps", "kl_coef", "mini_batch_size", "credit", "env_kwargs", "algorithm")
+    assert {k: getattr(gpu, k) for k in recipe} == {k: getattr(cpu, k) for k in recipe}
+    assert (gpu.n_groups, gpu.group_size, gpu.val_episodes_per_task) == (16, 8, 2)
+    assert len(set(gpu.val_tasks)) == len(gpu.val_tasks) == 400
+    # unseen: training draws gen/<type>/<seed> for seeds below num_tasks, validation's seeds start at 10000
+    assert min(int(t.rsplit("/", 1)[1]) for t in gpu.val_tasks) >= 10000 > gpu.env_kwargs["num_tasks"]
+    assert {t.split("/")[1] for t in gpu.val_tasks} == {"Look", "Pick"}

