@@ -35,6 +35,7 @@ from ecpo_gym.alfworld.engine import (
 )
 from ecpo_gym.alfworld.generator import GeneratedGame, check_generation_args, generate_game, render_plan
 from ecpo_gym.alfworld.native import NativeEngine, NativeState
+from ecpo_gym.alfworld.native.game import GameLoadError
 from ecpo_gym.canonical import INVALID_ACTION, ActionCanonicalizer
 from ecpo_gym.core import TaskStart, TextAgentEnv, Transition, UnknownTaskError
 from ecpo_gym.families import declared_max_steps
@@ -77,6 +78,10 @@ def subtask_of(name: str) -> str:
     return TASK_TYPES[prefix]
 
 
+# the generated task list is built up front: a bound that keeps making the env under a second
+MAX_GENERATED_TASKS = 1_000_000
+
+
 def normalize_task_types(task_types: Iterable[str] | None) -> tuple[str, ...]:
     """Accept subtask names (``Heat``, any case) or folder prefixes; ``None`` means all six."""
     if task_types is None:
@@ -91,6 +96,8 @@ def normalize_task_types(task_types: Iterable[str] | None) -> tuple[str, ...]:
             raise ValueError(f"unknown ALFWorld task type {t!r}; choose from {list(SUBTASKS)} or {sorted(TASK_TYPES)}")
         if name not in chosen:
             chosen.append(name)
+    if not chosen:
+        raise ValueError(f"task_types is empty: give at least one of {list(SUBTASKS)} (or leave it out for all six)")
     return tuple(s for s in SUBTASKS if s in chosen)
 
 
@@ -191,7 +198,10 @@ class _ALFWorldBase(TextAgentEnv):
             self._engine = NativeEngine() if self.engine == "native" else make_engine()
         if self._loaded_task != task_id:
             self._loaded_task = None
-            self._engine.load(self._game_data(task_id))
+            try:
+                self._engine.load(self._game_data(task_id))
+            except GameLoadError as error:  # (the engine compiles a game dict: say which task it was)
+                raise GameLoadError(str(error) if task_id in str(error) else f"task {task_id!r}: {error}") from None
             self._loaded_task = task_id
         self._game_state = self._engine.reset()
         self._state_key_value = None
@@ -300,8 +310,15 @@ class ALFWorldEnv(_ALFWorldBase):
         return subtask_of(task_id)
 
     def _game_data(self, task_id: str) -> dict:
-        with open(self.split_dir / task_id) as handle:
-            data = json.load(handle)
+        path = self.split_dir / task_id
+        try:  # a damaged file is one error naming it (not the JSON parser's or the engine's own exception)
+            with open(path, encoding="utf-8") as handle:
+                data = json.load(handle)
+            if not isinstance(data, dict):
+                raise TypeError("the file does not hold a JSON object")
+        except (OSError, ValueError, TypeError, RecursionError) as error:
+            raise GameLoadError(f"cannot load ALFWorld game {path}: {type(error).__name__}: "
+                                f"{' '.join(str(error).split())[:200]}") from None
         self._walkthrough = list(data.get("walkthrough") or [])
         return data
 
@@ -335,8 +352,8 @@ class ALFWorldGenEnv(_ALFWorldBase):
         if int(cache_size) < 1:
             raise ValueError(f"cache_size must be >= 1, got {cache_size}")
         super().__init__(**kwargs)
-        if num_tasks < 1:
-            raise ValueError(f"num_tasks must be >= 1, got {num_tasks}")
+        if isinstance(num_tasks, bool) or not isinstance(num_tasks, int) or not 1 <= num_tasks <= MAX_GENERATED_TASKS:
+            raise ValueError(f"num_tasks must be an int in [1, {MAX_GENERATED_TASKS}], got {num_tasks!r}")
         self.task_types = normalize_task_types(task_types)
         self.num_receptacles = (int(num_receptacles[0]), int(num_receptacles[1]))
         self.max_objects_per_receptacle = int(max_objects_per_receptacle)

@@ -196,6 +196,11 @@ def _weighted_choice(rng: np.random.Generator, items: list[str]) -> str:
     return items[int(rng.choice(len(items), p=weights / weights.sum()))]
 
 
+# ALFWorld's own households hold up to about 40 receptacles and a few objects each
+MAX_RECEPTACLES = 64
+MAX_OBJECTS = 10
+
+
 def check_generation_args(num_receptacles, max_objects_per_receptacle) -> None:
     """Raise ``ValueError`` for sizes no household can be built with (checked when an env is made, so a bad
     kwarg fails at construction, not inside the first reset)."""
@@ -203,11 +208,14 @@ def check_generation_args(num_receptacles, max_objects_per_receptacle) -> None:
         lo, hi = (int(v) for v in num_receptacles)
     except (TypeError, ValueError):
         raise ValueError(f"num_receptacles must be a pair (lo, hi) of ints, got {num_receptacles!r}") from None
-    if not 4 <= lo <= hi:
-        # the generator needs a source, a destination, an appliance and a lamp holder in one room
-        raise ValueError(f"num_receptacles must be (lo, hi) with 4 <= lo <= hi, got {num_receptacles}")
-    if isinstance(max_objects_per_receptacle, bool) or int(max_objects_per_receptacle) < 0:
-        raise ValueError(f"max_objects_per_receptacle must be an int >= 0, got {max_objects_per_receptacle!r}")
+    if not 4 <= lo <= hi <= MAX_RECEPTACLES:
+        # the generator needs a source, a destination, an appliance and a lamp holder in one room; the upper bound
+        # keeps a reset (and its planner) well under a second
+        raise ValueError(f"num_receptacles must be (lo, hi) with 4 <= lo <= hi <= {MAX_RECEPTACLES}, got "
+                         f"{num_receptacles}")
+    if isinstance(max_objects_per_receptacle, bool) or not 0 <= int(max_objects_per_receptacle) <= MAX_OBJECTS:
+        raise ValueError(f"max_objects_per_receptacle must be an int in [0, {MAX_OBJECTS}], got "
+                         f"{max_objects_per_receptacle!r}")
 
 
 def generate_game(

@@ -86,8 +86,9 @@ def load_game(source: str | os.PathLike | dict) -> Game:
         game = Game(data)
     except GameLoadError:
         raise
-    except (OSError, ValueError, KeyError, TypeError, IndexError, RecursionError) as error:
-        raise GameLoadError(f"cannot load ALFWorld game {where}: {error}") from None
+    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError, RecursionError) as error:
+        raise GameLoadError(f"cannot load ALFWorld game {where}: {type(error).__name__}: "
+                            f"{' '.join(str(error).split())[:200]}") from None
     with _GAMES_LOCK:
         _GAMES[key] = game
         while len(_GAMES) > _GAMES_MAX:

@@ -23,6 +23,10 @@ from ecpo_gym.searchqa.retrievers.base import Hit, Retriever
 # so a body stays under the server's size limit whatever the policy wrote
 MAX_QUERY_CHARS = 4096
 REQUEST_QUERIES = 64
+# what a reply may hold: a larger body is refused, and a longer document is cut (a passage is ~100 words; an
+# observation of megabytes would only fill the prompt)
+MAX_REPLY_BYTES = 16 * 2**20
+MAX_DOCUMENT_CHARS = 20_000
 
 
 class RetrievalServerError(RuntimeError):
@@ -36,7 +40,7 @@ def document_from_json(doc: Any) -> Document:
     contents = doc.get("contents")
     if contents is None:
         contents = f'"{doc.get("title", "")}"\n{doc.get("text", "")}'
-    contents = str(contents)
+    contents = str(contents)[:MAX_DOCUMENT_CHARS]
     doc_id = doc.get("id")
     if doc_id is None:
         doc_id = "sha1:" + hashlib.sha1(contents.encode("utf-8", "surrogatepass")).hexdigest()[:16]
@@ -65,24 +69,29 @@ class SearchR1HTTPRetriever(Retriever):
                                          headers={"Content-Type": "application/json"})
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                payload = json.loads(response.read().decode("utf-8"))
+                raw = response.read(MAX_REPLY_BYTES + 1)
+            if len(raw) > MAX_REPLY_BYTES:
+                raise RetrievalServerError(f"{self.url} answered more than {MAX_REPLY_BYTES // 2**20} MiB for "
+                                           f"{len(queries)} queries: not a retrieval reply")
+            payload = json.loads(raw.decode("utf-8"))
         except urllib.error.HTTPError as exc:
             detail = exc.read().decode("utf-8", "replace")[:500]
             raise RetrievalServerError(f"{self.url} answered HTTP {exc.code}: {detail}") from exc
         except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
             raise RetrievalServerError(f"cannot reach the retrieval server at {self.url}: {exc}") from exc
-        except json.JSONDecodeError as exc:
-            raise RetrievalServerError(f"{self.url} did not answer JSON: {exc}") from exc
+        except (ValueError, RecursionError) as exc:  # (not UTF-8, not JSON, or JSON nested past the parser's depth)
+            raise RetrievalServerError(f"{self.url} did not answer JSON ({type(exc).__name__})") from None
         result = payload.get("result") if isinstance(payload, dict) else None
         if not isinstance(result, list) or len(result) != len(queries):
             raise RetrievalServerError(f"{self.url}: expected 'result' with {len(queries)} lists, got {payload!r:.300}")
-        hits: list[list[Hit]] = []
-        for per_query in result:
-            row = []
-            for item in per_query[: int(topk)]:
-                if isinstance(item, dict) and "document" in item:
-                    row.append(Hit(document_from_json(item["document"]), float(item.get("score", 0.0))))
-                else:  # return_scores ignored by the server: bare documents
-                    row.append(Hit(document_from_json(item), 0.0))
-            hits.append(row)
-        return hits
+        try:
+            return [[self._hit(item) for item in per_query[: int(topk)]] for per_query in result]
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise RetrievalServerError(f"{self.url}: a 'result' entry is not a list of documents "
+                                       f"({type(exc).__name__})") from None
+
+    @staticmethod
+    def _hit(item: Any) -> Hit:
+        if isinstance(item, dict) and "document" in item:
+            return Hit(document_from_json(item["document"]), float(item.get("score", 0.0)))
+        return Hit(document_from_json(item), 0.0)  # return_scores ignored by the server: bare documents
