@@ -237,6 +237,7 @@ def part_paper_iteration(args: argparse.Namespace, work: Path) -> dict[str, Any]
     })
     trainer = Trainer(config)
     tokens = count_update_tokens(trainer)
+    attention = trainer.policy.model.config._attn_implementation
     try:
         metrics = trainer.train_iteration()
     finally:
@@ -252,7 +253,7 @@ def part_paper_iteration(args: argparse.Namespace, work: Path) -> dict[str, Any]
         "response": shape["response"], "steps": shape["steps"], "rows": int(metrics["num_steps"]),
         "paper_steps": PAPER_STEPS, "generation_tokens_per_s": responses / max(metrics["time/generation"], 1e-9),
         "projected_iteration_seconds": per_step_acting * PAPER_STEPS + per_row_update * rows_at_horizon,
-        "mixed_precision": config.mixed_precision, "peak_memory_gib": _peak_gib(args.device),
+        "mixed_precision": config.mixed_precision, "attention": attention, "peak_memory_gib": _peak_gib(args.device),
     }
 
 
@@ -319,10 +320,12 @@ def part_learning(args: argparse.Namespace, work: Path, deadline: float, save: A
     save(part)
 
     trainer = Trainer(dataclasses.replace(config, model=str(sft_dir)))
-    if args.device.startswith("cuda"):
-        trainer.policy.score_batch_size = args.score_batch  # distinct (prompt, candidates) items per forward
+    if args.device.startswith("cuda"):  # distinct (prompt, candidates) items per scoring forward (8 by default)
+        trainer.policy.score_batch_size = args.score_batch
     tokens = count_update_tokens(trainer)
     train_tasks = trainer.train_tasks[: args.train_val_tasks]
+    part |= {"attention": trainer.policy.model.config._attn_implementation,
+             "score_batch_size": trainer.policy.score_batch_size}
     try:
         before_val, val_seconds = validate_on(trainer, trainer.val_tasks)
         before_train, train_seconds = validate_on(trainer, train_tasks)

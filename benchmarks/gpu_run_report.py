@@ -112,7 +112,8 @@ def render(report: Mapping[str, Any]) -> str:
                   f"{p['response']}-token responses (random weights never stop early: every reply is "
                   f"{p['response']} tokens), {p['steps']} environment steps per episode, {p['rows']} rows.", ""]
         lines += _split_table([("measured", p)])
-        lines += ["", f"Peak memory {_num(p.get('peak_memory_gib'))} GiB; generation {_num(p.get('generation_tokens_per_s'), 0)} "
+        lines += ["", f"{p.get('mixed_precision')} mixed precision, {p.get('attention')} attention. "
+                  f"Peak memory {_num(p.get('peak_memory_gib'))} GiB; generation {_num(p.get('generation_tokens_per_s'), 0)} "
                   f"tok/s, update {_num(p.get('update_tokens_per_s'), 0)} tok/s.", "",
                   f"At {p['paper_steps']} steps per episode (the paper's horizon, every step taken, every reply "
                   f"{p['response']} tokens) the same rates give {_num(p.get('projected_iteration_seconds'), 1)} s per "
