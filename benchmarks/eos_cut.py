@@ -64,8 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     cases = []
     for name, table in (("no reply stops (random weights)", tokens), ("every reply stops in its first half", stopped)):
         assert cut_at_first_eos(table, logps, EOS) == element_loop(table, logps, EOS)
-        before = best_seconds(lambda: element_loop(table, logps, EOS), args.reps)
-        after = best_seconds(lambda: cut_at_first_eos(table, logps, EOS), args.reps)
+        before = best_seconds(lambda table=table: element_loop(table, logps, EOS), args.reps)
+        after = best_seconds(lambda table=table: cut_at_first_eos(table, logps, EOS), args.reps)
         cases.append({"case": name, "before_seconds": before, "after_seconds": after})
         print(f"{name:38s} before {before:7.3f} s   after {after:7.3f} s   ({before / after:5.1f}x)")
     report = {"rows": args.rows, "steps": args.steps, "reps": args.reps, "torch": torch.__version__,

@@ -91,7 +91,7 @@ def _peak_gib(device: str) -> float | None:
 # ---------------------------------------------------------------------------------------------- part 1
 def loaded_distributions() -> dict[str, str]:
     """``{distribution: version}`` of every installed distribution this process has imported from."""
-    from importlib.metadata import packages_distributions, version
+    from importlib.metadata import PackageNotFoundError, packages_distributions, version
 
     owners = packages_distributions()
     found = {}
@@ -99,7 +99,7 @@ def loaded_distributions() -> dict[str, str]:
         for dist in owners.get(module.partition(".")[0], []):
             try:
                 found[dist.lower().replace("_", "-")] = version(dist)
-            except Exception:  # a distribution without metadata
+            except PackageNotFoundError:  # a distribution without metadata
                 continue
     return dict(sorted(found.items()))
 
@@ -335,6 +335,9 @@ def part_learning(args: argparse.Namespace, work: Path, deadline: float, save: A
         save(part)
         reserve = 1.15 * (val_seconds + train_seconds) + 10.0  # the closing validations and the last writes
         rows: list[dict[str, float]] = []
+        if time.monotonic() + reserve > deadline:  # not even the closing validation fits: keep what was measured
+            part["stopped"] = "the time limit left no room for an iteration and the closing validation"
+            return part | {"iterations_planned": 0, "iterations_done": 0, "seconds": time.perf_counter() - started}
         while True:
             metrics = trainer.train_iteration()
             rows.append(iteration_figures(metrics, tokens[-1]))

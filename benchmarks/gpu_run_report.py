@@ -89,35 +89,37 @@ def render(report: Mapping[str, Any]) -> str:
     """The markdown report of a ``gpu_run`` JSON (whatever parts it holds)."""
     parts = report.get("parts", {})
     env = parts.get("environment", {})
+    smoke = " (smoke sizes: not a measurement)" if report.get("smoke") else ""
+    done = ", ".join(p for p in PART_NAMES if p in parts) or "none"
+    running = f"; stopped in: {report['running']}" if report.get("running") else ""
     lines = [f"# The GPU run ({env.get('gpu') or env.get('device', 'unknown device')})", "",
-             f"Written by `benchmarks/gpu_run.py`{' (smoke sizes: not a measurement)' if report.get('smoke') else ''}; "
-             f"parts done: {', '.join(p for p in PART_NAMES if p in parts) or 'none'}"
-             f"{'; stopped in: ' + report['running'] if report.get('running') else ''}.", ""]
+             f"Written by `benchmarks/gpu_run.py`{smoke}; parts done: {done}{running}.", ""]
     if env:
         tests = env.get("cuda_tests", {})
         lines += ["## 1. Device and the suite's CUDA tests", "",
-                  f"- device: {env.get('gpu') or env.get('device')}; torch {env.get('torch')} (CUDA "
-                  f"{env.get('cuda')}), transformers {env.get('transformers')}, Python {env.get('python')}",
-                  f"- CUDA tests (`{tests.get('command', '')}`): {tests.get('summary', 'not run')} "
-                  f"(exit {tests.get('exit_code')})", ""]
+                  (f"- device: {env.get('gpu') or env.get('device')}; torch {env.get('torch')} (CUDA "
+                   f"{env.get('cuda')}), transformers {env.get('transformers')}, Python {env.get('python')}"),
+                  (f"- CUDA tests (`{tests.get('command', '')}`): {tests.get('summary', 'not run')} "
+                   f"(exit {tests.get('exit_code')})"), ""]
     if "credit" in parts:
         c = parts["credit"]
         lines += ["## 2. Credit on the device against numpy", "",
-                  f"ECPO credit on a paper-shaped batch ({c['rows']} rows): numpy {1e3 * c['cpu_seconds']:.2f} ms, "
-                  f"{c['device']} {1e3 * c['device_seconds']:.2f} ms, max |difference| {c['max_abs_difference']:.1e}.", ""]
+                  (f"ECPO credit on a paper-shaped batch ({c['rows']} rows): numpy {1e3 * c['cpu_seconds']:.2f} ms, "
+                   f"{c['device']} {1e3 * c['device_seconds']:.2f} ms, "
+                   f"max |difference| {c['max_abs_difference']:.1e}."), ""]
     if "paper_iteration" in parts:
         p = parts["paper_iteration"]
         lines += ["## 3. The paper-shaped iteration", "",
-                  f"{p['model']}, {p['groups']} groups x {p['group_size']} on {p['env_id']} (native engine), "
-                  f"{p['response']}-token responses (random weights never stop early: every reply is "
-                  f"{p['response']} tokens), {p['steps']} environment steps per episode, {p['rows']} rows.", ""]
+                  (f"{p['model']}, {p['groups']} groups x {p['group_size']} on {p['env_id']} (native engine), "
+                   f"{p['response']}-token responses (random weights never stop early: every reply is "
+                   f"{p['response']} tokens), {p['steps']} environment steps per episode, {p['rows']} rows."), ""]
         lines += _split_table([("measured", p)])
-        lines += ["", f"{p.get('mixed_precision')} mixed precision, {p.get('attention')} attention. "
-                  f"Peak memory {_num(p.get('peak_memory_gib'))} GiB; generation {_num(p.get('generation_tokens_per_s'), 0)} "
-                  f"tok/s, update {_num(p.get('update_tokens_per_s'), 0)} tok/s.", "",
-                  f"At {p['paper_steps']} steps per episode (the paper's horizon, every step taken, every reply "
-                  f"{p['response']} tokens) the same rates give {_num(p.get('projected_iteration_seconds'), 1)} s per "
-                  "iteration; beside it:"]
+        lines += ["", (f"{p.get('mixed_precision')} mixed precision, {p.get('attention')} attention. Peak memory "
+                       f"{_num(p.get('peak_memory_gib'))} GiB; generation {_num(p.get('generation_tokens_per_s'), 0)} "
+                       f"tok/s, update {_num(p.get('update_tokens_per_s'), 0)} tok/s."), "",
+                  (f"At {p['paper_steps']} steps per episode (the paper's horizon, every step taken, every reply "
+                   f"{p['response']} tokens) the same rates give {_num(p.get('projected_iteration_seconds'), 1)} s "
+                   "per iteration; beside it:")]
         lines += [f"- {name}: {seconds} s per iteration" for name, seconds in PAPER_ITERATION_SECONDS.items()]
         lines.append("")
     if "learning" in parts:
@@ -126,11 +128,12 @@ def render(report: Mapping[str, Any]) -> str:
 
 
 def _learning_lines(part: Mapping[str, Any]) -> list[str]:
+    steps = _num((part.get("sft") or {}).get("steps"))
     lines = ["## 4. SmolLM2 learns ALFWorld households", "",
-             f"Preset `{part.get('preset')}` from an `ecpo sft` warm start on expert play of training tasks only "
-             f"({_num((part.get('sft') or {}).get('steps'))} expert steps); {part.get('iterations_done', 0)} ECPO "
-             f"iterations of a planned {part.get('iterations_planned', 'n/a')} (sized from the first iteration to "
-             f"end inside the time limit).", ""]
+             (f"Preset `{part.get('preset')}` from an `ecpo sft` warm start on expert play of training tasks only "
+              f"({steps} expert steps); {part.get('iterations_done', 0)} ECPO iterations of a planned "
+              f"{part.get('iterations_planned', 'n/a')} (sized from the first iteration to end inside the time "
+              "limit)."), ""]
     for name, label in (("validation", "unseen validation tasks"), ("training_tasks", "training tasks")):
         before = part.get("outcomes", {}).get(name, {}).get("before")
         if name not in part and before:

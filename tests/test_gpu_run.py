@@ -20,7 +20,7 @@ if str(BENCH) not in sys.path:
     sys.path.insert(0, str(BENCH))
 TOKENIZER_DIR = Path(os.environ.get("ECPO_TOKENIZER_DIR", "/work/shared/models/qwen2.5-tokenizer"))
 
-import gpu_run_report  # noqa: E402
+import gpu_run_report
 
 
 def test_without_cuda_it_refuses_in_one_line(capsys):
