@@ -21,7 +21,7 @@ NO_CUDA = not torch.cuda.is_available()
 
 
 @pytest.fixture(scope="module")
-def paths(tmp_path_factory):
+def paths(tmp_path_factory, tiny_model_dir):
     """A finished run and its damaged copies, a plain file, an empty folder, a garbage YAML and manifest."""
     root = tmp_path_factory.mktemp("sweep")
     run = root / "run"
@@ -55,10 +55,51 @@ def paths(tmp_path_factory):
     made["garbage_yaml"].write_text("iterations: [1,\n")
     made["list_yaml"] = root / "list.yaml"
     made["list_yaml"].write_text("- 1\n- 2\n")
+    made |= _issue39_paths(root, run, tiny_model_dir)
     made["garbage_manifest"] = root / "manifest.json"
     made["garbage_manifest"].write_text("{not json")
     made["wrong_manifest"] = root / "wrong_manifest.json"
     made["wrong_manifest"].write_text(json.dumps({"name": "x", "groups": "nope"}))
+    return made
+
+
+LLM = ["n_groups=1", "group_size=2", "val_every=0", "progress=false", "tensorboard=false"]
+
+
+def _issue39_paths(root, run, tiny_model_dir):
+    """Issue 39's folders: a run without its checkpoint, a LoRA run, a folder of the RLlib engine whose checkpoint
+    is a truncated pickle, a damaged ALFWorld split, a leaderboard folder, a folder of other files, a model."""
+    made = {"tiny": tiny_model_dir, "blank": ""}
+    no_ckpt = root / "no_ckpt"
+    no_ckpt.mkdir()
+    for item in run.iterdir():
+        if item.is_file() and item.name != "checkpoint.pt":
+            (no_ckpt / item.name).write_bytes(item.read_bytes())
+    made["no_ckpt"] = no_ckpt
+    for name, extra in (("lora_run", ["lora={r: 4, alpha: 8}"]), ("llm_run", [])):
+        trained = runner.invoke(app, ["train", "--config", "corridor_llm", f"model={tiny_model_dir}",
+                                      f"run_dir={root / name}", "iterations=1", *LLM, *extra])
+        assert trained.exit_code == 0, trained.output
+        made[name] = root / name
+    rllib = root / "rllib_truncated"  # the RLlib engine's folder: engine: rllib, a checkpoint cut mid-write
+    rllib.mkdir()
+    for item in ("config.yaml", "metrics.jsonl", "history.jsonl"):
+        (rllib / item).write_bytes((root / "llm_run" / item).read_bytes())
+    (rllib / "config.yaml").write_text((rllib / "config.yaml").read_text() + "engine: rllib\n")
+    (rllib / "rllib_checkpoint").mkdir()
+    (rllib / "rllib_checkpoint" / "class_and_ctor_args.pkl").write_bytes(b"\x80\x05\x95\x10\x00\x00")
+    made["rllib_truncated"] = rllib
+    split = root / "damaged_alfworld" / "valid_seen" / "pick_and_place_simple-Apple-None-Fridge-1" / "trial_T1"
+    split.mkdir(parents=True)
+    (split / "game.tw-pddl").write_bytes(b'{"pddl_domain": "(define')
+    made["damaged_alfworld"] = root / "damaged_alfworld" / "valid_seen"
+    made["lb"] = root / "lb_depth3"
+    first = runner.invoke(app, ["leaderboard", "--env", "ecpo/DivergentAnchor-v0", "--env-kwarg", "depth=3",
+                                "--seeds", "1", "--limit", "1", "--out-dir", str(made["lb"])])
+    assert first.exit_code == 0, first.output
+    made["other_files"] = root / "other_files"
+    made["other_files"].mkdir()
+    (made["other_files"] / "config.json").write_text("{}")
     return made
 
 
@@ -109,6 +150,36 @@ CASES = [
     ("sft-batch-zero", "sft --config quickstart --out {root}/sft --batch-size 0", "error"),
     ("sft-model-missing", "sft --config corridor_llm --out {root}/sft model=/nonexistent", "error"),
     ("sft-bad-override", "sft --config corridor_llm --out {root}/sft model=x iterations=-1", "error"),
+    ("sft-out-empty", "sft --config corridor_llm --out {blank} model={tiny}", "error"),
+    ("sft-out-is-model", "sft --config corridor_llm --out {tiny} model={tiny}", "error"),
+    ("sft-out-other-files", "sft --config corridor_llm --out {other_files} model={tiny}", "error"),
+    ("sft-episodes-huge", "sft --config corridor_llm --out {root}/sft --episodes 100000000 model={tiny}", "error"),
+    # ---------------------------------------------------------------- train: issue 39
+    ("train-resume-no-checkpoint", "train --config quickstart run_dir={no_ckpt} n_groups=2 group_size=2 --resume",
+     "error"),
+    ("train-rllib-resume-native-run", ("train --config quickstart run_dir={run} n_groups=2 group_size=2 --engine rllib "
+                                       "--resume"), "error"),
+    ("train-native-resume-rllib-run", "train --config corridor_llm run_dir={rllib_truncated} model={tiny} --resume",
+     "error"),
+    ("train-rllib-truncated-checkpoint", ("train --config corridor_llm run_dir={rllib_truncated} model={tiny} "
+                                          "iterations=2 " + " ".join(LLM) + " --engine rllib --env-runners 0 --resume"),
+     "error"),
+    ("train-resume-drops-lora", "train --config corridor_llm run_dir={lora_run} model={tiny} lora={{}} iterations=2 "
+     + " ".join(LLM) + " --resume", "error"),
+    ("train-resume-adds-env-kwarg", ("train --config quickstart run_dir={run} n_groups=2 group_size=2 iterations=3 "
+                                     "env_kwargs.noise=0.9 --resume"), "error"),
+    ("train-resume-drops-env-kwarg", ("train --config quickstart run_dir={run} n_groups=2 group_size=2 iterations=3 "
+                                      "env_kwargs={{\"num_tasks\":4,\"depth\":8}} --resume"), "error"),
+    ("train-task-types-empty", "train --config alfworld_cpu run_dir={root}/t env_kwargs.task_types=[]", "error"),
+    ("train-rllib-nproc", "train --config quickstart run_dir={root}/t --engine rllib --nproc 2", "error"),
+    ("train-rllib-runners-model-missing", ("train --config corridor_llm run_dir={root}/t model=/nonexistent "
+                                           "--engine rllib --env-runners 2"), "error"),
+    ("train-rllib-runners-env-kwarg-typo", ("train --config corridor_llm run_dir={root}/t model={tiny} "
+                                            "env_kwargs.dpeth=3 --engine rllib --env-runners 2"), "error"),
+    ("train-rllib-runners-depth-zero", ("train --config corridor_llm run_dir={root}/t model={tiny} "
+                                        "env_kwargs.depth=0 --engine rllib --env-runners 2"), "error"),
+    ("train-rllib-runners-over-cpus", ("train --config corridor_llm run_dir={root}/t model={tiny} " + " ".join(LLM)
+                                       + " --engine rllib --env-runners 512"), "error"),
     # ---------------------------------------------------------------- plot
     ("plot-missing-folder", "plot {root}/nope", "error"),
     ("plot-file", "plot {file}", "error"),
@@ -175,6 +246,18 @@ CASES = [
     ("lb-checkpoint-random-bytes", "leaderboard --agent checkpoint --checkpoint {random_ckpt} --out-dir {root}/lb",
      "error"),
     ("lb-report-only-missing", "leaderboard --report-only --out-dir {root}/nope", "error"),
+    ("lb-out-dir-other-env-kwargs", ("leaderboard --env ecpo/DivergentAnchor-v0 --env-kwarg depth=4 --seeds 1 "
+                                     "--limit 1 --out-dir {lb}"), "error"),
+    ("lb-out-dir-same-settings", ("leaderboard --env ecpo/DivergentAnchor-v0 --env-kwarg depth=3 --seeds 1 "
+                                  "--limit 1 --out-dir {lb}"), "ok"),
+    ("lb-task-types-empty", "leaderboard --env ecpo/ALFWorldGen-v0 --env-kwarg task_types=[] --out-dir {root}/lb",
+     "error"),
+    ("lb-receptacles-huge", ("leaderboard --env ecpo/ALFWorldGen-v0 --env-kwarg num_receptacles=[1000000000,1000000000] "
+                             "--out-dir {root}/lb"), "error"),
+    ("lb-gen-tasks-huge", "leaderboard --env ecpo/ALFWorldGen-v0 --env-kwarg num_tasks=1000000000 --out-dir {root}/lb",
+     "error"),
+    ("lb-damaged-game-file", ("leaderboard --env ecpo/ALFWorld-v0 --data-dir {damaged_alfworld} --seeds 1 --limit 1 "
+                              "--no-progress --out-dir {root}/lb_damaged"), "error"),
     # ---------------------------------------------------------------- eval
     ("eval-missing", "eval {root}/nope", "error"),
     ("eval-file", "eval {file}", "error"),

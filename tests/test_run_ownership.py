@@ -223,3 +223,18 @@ def test_a_full_disk_during_a_checkpoint_write_is_one_line_and_keeps_the_old_che
     assert result.exit_code == 0, result.output
     assert iterations(finished_run) == [1, 2, 3]
 
+
+
+def test_runner_counts_beyond_the_cpus_ray_sees_are_refused_in_one_line(tiny_model_dir, tmp_path):
+    pytest.importorskip("ray")
+    from ecpo_train.integrations.rllib.config import ECPOConfig
+    from ecpo_train.integrations.rllib.engine import check_runner_cpus
+    from ecpo_train.runtime.config import load_config
+
+    config = ECPOConfig.from_train_config(load_config("corridor_llm", [f"model={tiny_model_dir}",
+                                                                      f"run_dir={tmp_path}"]))
+    with pytest.raises(ValueError, match=r"^--env-runners 3 and --learners 0 need 3 CPUs and Ray sees 2: lower"):
+        check_runner_cpus(config.env_runners(num_env_runners=3), 2.0)
+    check_runner_cpus(config.env_runners(num_env_runners=2), 2.0)
+    with pytest.raises(ValueError, match=r"--env-runners 1 and --learners 2 need 3 CPUs"):
+        check_runner_cpus(config.env_runners(num_env_runners=1).learners(num_learners=2), 2.0)

@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from ecpo_train.runtime.run_dir import check_metrics_file, load_checkpoint
+from ecpo_train.runtime.run_dir import check_metrics_file, checkpoint_config, load_checkpoint
 
 RUN_MARKERS = ("config.yaml", "metrics.jsonl", "checkpoint.pt", "rllib_checkpoint")
 # what a trainer writes into its folder (LoRA runs add adapter/ and merged/, `ecpo eval` adds eval/)
@@ -76,9 +76,10 @@ def plan_start(run_dir: Path, new_config: dict[str, Any], resume: bool = False, 
     """The start ``resume``/``overwrite`` ask for in ``run_dir`` with ``engine``, or a ``ValueError`` (nothing is
     written).
 
-    On ``--resume`` the folder must hold ``engine``'s checkpoint. The native engine's :func:`open_run` compares the
-    new config with the checkpoint's own config, which is authoritative (a ``config.yaml`` may have been edited,
-    or damaged by an older version); the RLlib engine's checkpoint holds none, so its ``config.yaml`` is read."""
+    On ``--resume`` the folder must hold ``engine``'s checkpoint. The native engine compares the new config with
+    the checkpoint's own config (here, read without its tensors, and again in :func:`open_run`), which is
+    authoritative (a ``config.yaml`` may have been edited, or damaged by an older version); the RLlib engine's
+    checkpoint holds none, so its ``config.yaml`` is read."""
     if resume and overwrite:
         raise ValueError("--resume continues the run in run_dir and --overwrite replaces it: choose one")
     if run_dir.exists() and not run_dir.is_dir():
@@ -99,8 +100,9 @@ def plan_start(run_dir: Path, new_config: dict[str, Any], resume: bool = False, 
         raise ValueError(f"run_dir={str(run_dir)!r} holds a run but no {checkpoint} to resume from (it stopped "
                          "before its first checkpoint): --overwrite to start it over (its metrics are deleted), "
                          "or choose another run_dir=")
-    if engine == "native":
-        return StartPlan(run_dir, "resume")
+    if engine == "native":  # the checkpoint's own config, read without its tensors: refused before a model loads
+        saved = checkpoint_config(run_dir / checkpoint)
+        return StartPlan(run_dir, "resume", resume_changes(saved, new_config) if saved is not None else {})
     saved = read_saved_config(run_dir / "config.yaml")
     return StartPlan(run_dir, "resume", resume_changes(saved, new_config) if saved is not None else {})
 

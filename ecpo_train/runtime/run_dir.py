@@ -212,6 +212,17 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
                          "start over, or restore it from a copy") from None
 
 
+def checkpoint_config(path: Path) -> dict[str, Any] | None:
+    """The config a checkpoint was saved with, read without loading its tensors (memory-mapped), or ``None`` when
+    it cannot be read that way (:func:`load_checkpoint` then names what is wrong)."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+    except Exception:  # noqa: BLE001 -- a damaged file, or an old non-zip format: the full read decides
+        return None
+    config = state.get("config") if isinstance(state, dict) else None
+    return dict(config) if isinstance(config, dict) else None
+
+
 def checkpoint_size(path: Path) -> str:
     size = path.stat().st_size
     return f"{size / 2**20:.1f} MiB" if size < 2**30 else f"{size / 2**30:.2f} GiB"

@@ -13,6 +13,7 @@ any actor starts.
 
 from __future__ import annotations
 
+import logging
 import math
 import sys
 from pathlib import Path
@@ -39,9 +40,16 @@ def train_with_rllib(train: Any, *, resume: bool = False, overwrite: bool = Fals
     # runner actors would otherwise fail on remotely, then every config error: all before an actor starts
     plan_start(run_dir, config_dict(train), resume=resume, overwrite=overwrite, engine="rllib")
     check_env_and_model(train)
-    config = (ECPOConfig.from_train_config(train).env_runners(num_env_runners=num_env_runners)
-              .learners(num_learners=num_learners))
-    config.validate()
+    # (RLlib's one-time note that the algorithm runs on its new API stack, ECPO's only stack, is not news: quiet)
+    note = logging.getLogger("ray.rllib.algorithms.algorithm_config")
+    level = note.level
+    note.setLevel(logging.ERROR)
+    try:
+        config = (ECPOConfig.from_train_config(train).env_runners(num_env_runners=num_env_runners)
+                  .learners(num_learners=num_learners))
+        config.validate()
+    finally:
+        note.setLevel(level)
     checkpoint = run_dir / CHECKPOINT_DIR
     lock = acquire_run_lock(run_dir, "rllib")  # held until the run ends: the folder is checked under it
     started_ray, algo = False, None
