@@ -207,7 +207,7 @@ def test_fig1_advantages_of_every_estimator_by_hand():
     for name, values in expected.items():
         adv, _ = compute_advantages(name, **cols)
         np.testing.assert_allclose(adv[[win, loss, b]], values, rtol=1e-12, atol=1e-15, err_msg=name)
-    # the rounded step terms (successful A / B) quoted in issue 17 and the README
+    # the rounded step terms (successful A / B) quoted in issue 17 and docs/paper_notes.md
     quoted = {"gigpo_std": (0.354, 0.354), "ecpo": (-0.224, 0.671), "ecpo_eca_only": (-0.447, 1.342),
               "ecpo_anchor_scale": (-0.020, 0.059), "ecpo_anchor_scale_eca_only": (-0.039, 0.118)}
     for name, (a_term, b_term) in quoted.items():
