@@ -27,7 +27,16 @@ BAD_OVERRIDES = [
     ("credit.omega='1'", "omega"),
     ("loss_agg=seq-mean", "loss_agg"),
     ("prompt_style=tiny", "prompt_style"),
+    ("dtype=banana", "dtype='banana'; valid: float32, float16, bfloat16"),
+    ("task_draw=shuffle", "task_draw='shuffle'; valid: random, cycle"),
 ]
+
+
+def test_make_config_refuses_a_bad_dtype_when_built():
+    from ecpo_train.runtime.config import make_config
+
+    with pytest.raises(ValueError, match=r"^dtype='banana'; valid: float32, float16, bfloat16$"):
+        make_config({"dtype": "banana", "model": "x"})
 
 
 @pytest.mark.parametrize(("override", "named"), BAD_OVERRIDES)

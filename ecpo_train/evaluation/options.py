@@ -17,12 +17,12 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from ecpo_train.policies import DTYPES
 from ecpo_train.runtime import VALIDATION_TEMPERATURE  # ``--greedy`` gives 0
 
 AGENT_KINDS = ("checkpoint", "prompting", "react", "reflexion", "expert", "random")
 CHAT_AGENTS = ("prompting", "react", "reflexion")  # the agents that use --model / --backend / --base-url
 BACKENDS = ("transformers", "openai")
-DTYPES = ("float32", "float16", "bfloat16")
 
 
 def _option(default: Any, help: str) -> Any:

@@ -5,3 +5,5 @@ response parsing (``parsing``)."""
 # lowest layer that names a model, so the config and the policy import it downward; the CLI's registry
 # (``apps/models.py``) says how to fetch it.
 DEMO_MODEL = "smollm2-135m-instruct"
+# The weight dtypes a transformers policy loads in (the trainer's `dtype`, the leaderboard's `--dtype`).
+DTYPES = ("float32", "float16", "bfloat16")

@@ -33,6 +33,7 @@ from ecpo_gym.families import declared_history_length
 from ecpo_train.core.credit import CreditConfig, available_estimators, estimator_spec
 from ecpo_train.core.rollout import ANCHOR_KEYS
 from ecpo_train.core.tasks import TASK_DRAWS
+from ecpo_train.policies import DTYPES
 from ecpo_train.policies.prompting import PROMPT_STYLES
 from ecpo_train.runtime import VALIDATION_TEMPERATURE
 
@@ -128,7 +129,8 @@ class TrainConfig:
             raise ValueError(f"algorithm={self.algorithm!r}; valid: {', '.join(algorithms)}")
         choices = {"anchor_key": ANCHOR_KEYS, "policy": POLICIES, "policy_mode": POLICY_MODES,
                    "prompt_style": PROMPT_STYLES, "mixed_precision": ("none", "bf16"),
-                   "generation_backend": ("transformers", "vllm"), "loss_agg": ("token-mean", "trajectory-mean"), "task_draw": TASK_DRAWS}
+                   "generation_backend": ("transformers", "vllm"), "loss_agg": ("token-mean", "trajectory-mean"),
+                   "task_draw": TASK_DRAWS, "dtype": DTYPES}
         for name, valid in choices.items():
             if getattr(self, name) not in valid:
                 raise ValueError(f"{name}={getattr(self, name)!r}; valid: {', '.join(valid)}")
