@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -56,7 +57,8 @@ def train_with_rllib(train: Any, *, resume: bool = False, overwrite: bool = Fals
     try:
         plan = plan_start(run_dir, config_dict(train), resume=resume, overwrite=overwrite, engine="rllib")
         started_ray = not ray.is_initialized()
-        if started_ray:
+        if started_ray:  # Ray will see at most this machine's CPUs: refuse an obvious excess before starting it
+            check_runner_cpus(config, float(os.cpu_count() or 1))
             ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
         check_runner_cpus(config, float(ray.cluster_resources().get("CPU", 0.0)))
         algo = _restored(checkpoint) if plan.kind == "resume" else config.build_algo()
