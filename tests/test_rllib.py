@@ -154,8 +154,8 @@ def test_ecpo_success_rises_on_divergent_anchor_corridors():
                            env_config={"env_kwargs": {"depth": 5, "num_tasks": 2}, "max_candidates": 4,
                                        "feature_dim": 32, "seed": 0})
               .training(group_size=8, groups_per_batch=4, estimator="ecpo", credit={"d_min": 2}, lr=1e-2,
-                        num_epochs=4)
-              .debugging(seed=0))
+                        num_epochs=4, minibatch_size=None, grad_clip=None, use_kl_loss=False)  # PPO-style, not
+              .debugging(seed=0))                                                             # the LLM defaults
     algo = config.build_algo()
     try:
         success = [algo.train()["ecpo_sampling"]["success_rate"] for _ in range(15)]
