@@ -264,7 +264,8 @@ class ECPOConfig(PPOConfig):
             return
         defaults = type(self)()
         for name, instead in LLM_PATH_REFUSED.items():
-            if hasattr(defaults, name) and getattr(self, name) != getattr(defaults, name):
+            stored = f"_{name}" if hasattr(defaults, f"_{name}") else name  # a property RLlib derives (per learner)
+            if hasattr(defaults, stored) and getattr(self, stored) != getattr(defaults, stored):
                 self._value_error(f"{name}={getattr(self, name)!r} is not used by the LLM path; {instead}")
         for name in ("lr", "entropy_coeff"):
             if isinstance(getattr(self, name), (list, tuple)):
