@@ -56,6 +56,8 @@ def train_with_rllib(train: Any, *, resume: bool = False, overwrite: bool = Fals
     started_ray, algo = False, None
     try:
         plan = plan_start(run_dir, config_dict(train), resume=resume, overwrite=overwrite, engine="rllib")
+        if plan.kind == "resume":  # a checkpoint cut mid-write is named before Ray starts (Ray's own reading
+            _check_checkpoint_header(checkpoint)  # of it comes after its startup lines)
         started_ray = not ray.is_initialized()
         if started_ray:  # Ray will see at most this machine's CPUs: refuse an obvious excess before starting it
             check_runner_cpus(config, float(os.cpu_count() or 1))
@@ -104,6 +106,22 @@ def check_runner_cpus(config: Any, cpus: float) -> None:
     if needed > cpus:
         raise ValueError(f"--env-runners {runners} and --learners {learners} need {needed:g} CPUs and Ray sees "
                          f"{cpus:g}: lower them (--env-runners 0 samples in the driver)")
+
+
+def _check_checkpoint_header(checkpoint: Path) -> None:
+    """``ValueError`` when the file RLlib reads first from a checkpoint (the algorithm class and its constructor
+    arguments, a pickle) cannot be read: the one a crash or a full disk mid-save would leave cut."""
+    import pickle
+
+    from ray.rllib.utils.checkpoints import Checkpointable
+
+    header = checkpoint / Checkpointable.CLASS_AND_CTOR_ARGS_FILE_NAME
+    try:
+        with open(header, "rb") as handle:
+            pickle.load(handle)
+    except Exception as err:  # noqa: BLE001 -- missing, cut or foreign: each its own exception type
+        raise ValueError(f"{checkpoint} is damaged and cannot be read ({header.name}: {type(err).__name__}); "
+                         "restore it from a copy, or --overwrite to start the run over") from None
 
 
 def _restored(checkpoint: Path) -> Any:
