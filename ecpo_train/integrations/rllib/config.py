@@ -270,7 +270,7 @@ class ECPOConfig(PPOConfig):
         for name in ("lr", "entropy_coeff"):
             if isinstance(getattr(self, name), (list, tuple)):
                 self._value_error(f"{name} as a schedule is not used by the LLM path; "
-                                  f"{LLM_PATH_REFUSED[name + '_schedule' if name == 'entropy_coeff' else 'lr_schedule']}")
+                                  f"{LLM_PATH_REFUSED[f'{name}_schedule']}")
         changed = sorted(name for name in vars(defaults)
                          if name.startswith(("evaluation_", "custom_evaluation"))
                          and getattr(self, name) != getattr(defaults, name))
@@ -278,7 +278,7 @@ class ECPOConfig(PPOConfig):
             self._value_error(f"evaluation(...) ({', '.join(changed)}) is not run by the LLM path; {VALIDATION_INSTEAD}")
 
     @property
-    def group_sample_timeout_s(self) -> float | None:
+    def group_sample_timeout_s(self) -> float:
         """How long one runner call may play its groups: ``env_runners(sample_timeout_s=...)`` when set, else
         the env's step limit x the groups one runner plays x ``SECONDS_PER_GROUP_STEP`` (at least
         ``MIN_SAMPLE_TIMEOUT_S``): RLlib's 60 s is one PPO fragment, not a group of whole LLM episodes."""
