@@ -104,6 +104,26 @@ def test_the_sampling_timeout_fits_group_rollouts(tiny_model_dir, tmp_path):
     assert alfworld.env_runners(sample_timeout_s=900).group_sample_timeout_s == 900.0
 
 
+# ------------------------------------------------------------------ runners with train_tasks
+def test_a_runner_given_train_tasks_is_healthy_before_it_builds_an_env(tiny_model_dir, tmp_path):
+    """webshop_cpu names its train_tasks, so a runner asks the env for none: RLlib's health probe and space query
+    (what build_algo calls on every runner) must not need an env yet."""
+    from ecpo_train.integrations.rllib import LLMEnvRunner
+
+    train = load_config("webshop_cpu", [f"model={tiny_model_dir}", "device=cpu", f"run_dir={tmp_path}",
+                                        "n_groups=2", "group_size=2"])
+    config = ECPOConfig.from_train_config(train)
+    config.validate()
+    runner = LLMEnvRunner(config=config)
+    try:
+        runner.assert_healthy()
+        assert runner.task_ids == [str(t) for t in train.train_tasks]
+        assert sorted(runner.get_spaces()) == ["__env__", "default_policy"]
+    finally:
+        runner.stop()
+    assert not ray.is_initialized()
+
+
 # ------------------------------------------------------------------ a learner never starts vLLM
 def test_a_learner_built_from_a_vllm_config_starts_no_engine(tiny_model_dir, tmp_path, monkeypatch):
     from ecpo_train.integrations.rllib.module import CausalLMRLModule
