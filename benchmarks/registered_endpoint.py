@@ -9,6 +9,7 @@ tasks, secondary), McNemar's exact test with its consistent interval and the sma
 gate opened, lucky singletons per batch, the share of rows that carried an advantage, optimizer steps.
 
     python benchmarks/registered_endpoint.py RUN_DIR [RUN_DIR ...] --out benchmarks/results/NAME.json
+    python benchmarks/registered_endpoint.py --regime METRICS.jsonl ...   # the regime table of any runs
 
 Learning is *shown* when the interval of after - before lies above 0 (two-sided level 0.05).
 """
@@ -86,6 +87,30 @@ def training_regime(metrics: list[dict]) -> dict[str, Any]:
     }
 
 
+def _mean(values: list[float]) -> str:
+    return f"{sum(values) / len(values):.3f}" if values else "not recorded"
+
+
+def regime_table(paths: list[Path]) -> str:
+    """Whether each run was in the regime the paper describes, from its ``metrics.jsonl``: the share of anchors
+    ECPO's gate opened (rho > 0; GiGPO and GRPO runs have no gate), lucky singletons per batch (recorded since
+    they were added to the credit diagnostics), the share of rows that carried an advantage, the share of
+    anchors that are divergent; means over the run's iterations."""
+    lines = ["| run | iterations | gate open share | lucky singletons / batch | rows with an advantage | divergent anchors |",
+             "|---|---|---|---|---|---|"]
+    for path in paths:
+        from ecpo_train.runtime.run_dir import read_metrics_file
+
+        metrics = read_metrics_file(path)[0]
+        t = training_regime(metrics)
+        divergent = [m["credit/divergent_anchor_fraction"] for m in metrics
+                     if m.get("iteration", 0) >= 1 and "credit/divergent_anchor_fraction" in m]
+        gate = _mean(t["gate_open_share"]) if t["gate_open_share"] else "no gate"
+        lines.append(f"| {path} | {t['iterations']} | {gate} | {_mean(t['lucky_singletons'])} | "
+                     f"{_mean(t['rows_with_advantage_share'])} | {_mean(divergent)} |")
+    return "\n".join(lines)
+
+
 def endpoint(run_dir: Path) -> dict[str, Any]:
     config, validations, metrics = read_run(run_dir)
     if len(validations) < 2 or validations[0]["iteration"] != 0:
@@ -111,9 +136,19 @@ def line(name: str, part: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("run_dirs", nargs="+", type=Path)
+    parser.add_argument("run_dirs", nargs="*", type=Path)
     parser.add_argument("--out", type=Path, help="write the figures as JSON here")
+    parser.add_argument("--regime", nargs="+", type=Path, metavar="METRICS",
+                        help="print the regime table of these metrics.jsonl files instead")
     args = parser.parse_args(argv)
+    if args.regime:
+        missing = [str(p) for p in args.regime if not p.is_file()]
+        if missing:
+            _fail(f"{missing[0]} does not exist (a run folder's metrics.jsonl)")
+        print(regime_table(args.regime))
+        return []
+    if not args.run_dirs:
+        _fail("name a run folder (or --regime METRICS.jsonl ...)")
     results = [endpoint(d) for d in args.run_dirs]
     for r in results:
         t = r["training"]

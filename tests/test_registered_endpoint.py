@@ -55,3 +55,10 @@ def test_validations_of_different_episodes_are_refused_in_one_line(tmp_path, cap
         endpoint_module.main([str(run)])
     assert stop.value.code == 2
     assert capsys.readouterr().err.strip().startswith("error: validations at iterations 0 and 10 played different")
+
+
+def test_regime_table_reads_the_gate_and_lucky_singletons_of_any_run(tmp_path):
+    run = _run(tmp_path, [0], [1], ["a"], ["a"])
+    table = endpoint_module.regime_table([run / "metrics.jsonl"])
+    row = table.splitlines()[-1]
+    assert row.endswith("| 2 | 0.100 | 2.000 | 0.400 | not recorded |")
