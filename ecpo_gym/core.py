@@ -25,6 +25,9 @@ from gymnasium import spaces
 from ecpo_gym.canonical import INVALID_ACTION, ActionCanonicalizer, normalize_text
 
 MAX_TEXT_LENGTH = 1 << 20
+# The paper's rewards (ALFWorld, WebShop, the diagnostic corridors): the one home of these defaults; search-QA
+# declares its own scale (1 for a correct answer, -0.01 for an invalid turn).
+REWARD_SUCCESS, REWARD_FAILURE, REWARD_INVALID = 10.0, 0.0, -0.1
 _SAMPLE_CHARSET = string.ascii_letters + string.digits + string.punctuation + " "
 
 
@@ -99,9 +102,9 @@ class TextAgentEnv(gym.Env[str, str], abc.ABC):
         self,
         *,
         max_steps: int,
-        reward_success: float = 10.0,
-        reward_failure: float = 0.0,
-        reward_invalid: float = -0.1,
+        reward_success: float = REWARD_SUCCESS,
+        reward_failure: float = REWARD_FAILURE,
+        reward_invalid: float = REWARD_INVALID,
         render_mode: str | None = None,
         max_text_length: int = MAX_TEXT_LENGTH,
     ) -> None:

@@ -37,7 +37,15 @@ from ecpo_gym.alfworld.generator import GeneratedGame, check_generation_args, ge
 from ecpo_gym.alfworld.native import NativeEngine, NativeState
 from ecpo_gym.alfworld.native.game import GameLoadError
 from ecpo_gym.canonical import INVALID_ACTION, ActionCanonicalizer
-from ecpo_gym.core import TaskStart, TextAgentEnv, Transition, UnknownTaskError
+from ecpo_gym.core import (
+    REWARD_FAILURE,
+    REWARD_INVALID,
+    REWARD_SUCCESS,
+    TaskStart,
+    TextAgentEnv,
+    Transition,
+    UnknownTaskError,
+)
 from ecpo_gym.families import declared_max_steps
 
 # Template variants of ALFWorld commands, applied in order to normalised text (and to the admissible set).
@@ -162,9 +170,9 @@ class _ALFWorldBase(TextAgentEnv):
         *,
         max_steps: int = declared_max_steps("ecpo/ALFWorld-v0"),
         hide_help: bool = True,
-        reward_success: float = 10.0,
-        reward_failure: float = 0.0,
-        reward_invalid: float = -0.1,
+        reward_success: float = REWARD_SUCCESS,
+        reward_failure: float = REWARD_FAILURE,
+        reward_invalid: float = REWARD_INVALID,
         render_mode: str | None = None,
         engine: str = DEFAULT_ENGINE,
     ) -> None:

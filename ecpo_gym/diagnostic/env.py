@@ -25,7 +25,15 @@ from typing import Any
 
 import numpy as np
 
-from ecpo_gym.core import TaskStart, TextAgentEnv, Transition, UnknownTaskError
+from ecpo_gym.core import (
+    REWARD_FAILURE,
+    REWARD_INVALID,
+    REWARD_SUCCESS,
+    TaskStart,
+    TextAgentEnv,
+    Transition,
+    UnknownTaskError,
+)
 from ecpo_gym.kwargs import check_int, check_optional_int, check_pair, check_real
 
 DOOR_NAMES = ("red", "blue", "green", "gold", "grey", "pink", "teal", "white", "black", "brown")
@@ -81,9 +89,9 @@ class DivergentAnchorEnv(TextAgentEnv):
         num_tasks: int = 8,
         layout_seed: int = 0,
         max_steps: int | None = None,
-        reward_success: float = 10.0,
-        reward_failure: float = 0.0,
-        reward_invalid: float = -0.1,
+        reward_success: float = REWARD_SUCCESS,
+        reward_failure: float = REWARD_FAILURE,
+        reward_invalid: float = REWARD_INVALID,
         render_mode: str | None = None,
     ) -> None:
         # every layout is built here, so the corridor's size is bounded: a typo like depth=100000000 is refused
