@@ -151,7 +151,8 @@ def over_checkpoints(cells: dict[str, Any], judged: Sequence[dict[str, Any]]) ->
                                   if f"{p['arm']}|{p['target']}" == key)
         for claim_id, metric, estimator, direction in questions:
             per = {p["checkpoint_seed"]: p["diff"] for p in judged if f"{p['arm']}|{p['target']}" == key
-                   and (p["claim"], p["metric"], p["a"]) == (claim_id, metric, estimator)}
+                   and (p["claim"], p["metric"], p["a"]) == (claim_id, metric, estimator)
+                   and math.isfinite(p["diff"])}  # a checkpoint whose batches never define the metric drops out
             own = np.nanmean([c["estimators"][BASELINE][metric]["mean"] for c in cell["checkpoints"]])
             seeds = sorted(per)
             part = paired_diff([per[s] for s in seeds])
