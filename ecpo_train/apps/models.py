@@ -60,13 +60,6 @@ MODEL_REGISTRY: dict[str, PullableModel] = {
 }
 
 
-def check_writable_folder(path: Path, what: str) -> None:
-    """``ValueError`` unless ``path`` is, or can be made as, a folder this process may write (writes nothing)."""
-    from ecpo_train.runtime.run_dir import check_writable_folder as check
-
-    check(path, f"{what} {path}")
-
-
 def default_cache_dir() -> Path:
     """``$ECPO_CACHE_DIR/models`` or ``~/.cache/ecpo/models``."""
     root = os.environ.get(CACHE_ENV_VAR)
@@ -197,7 +190,9 @@ def pull_model(name: str, cache_dir: str | Path | None = None, *, tolerance: flo
     """
     entry = registry_entry(name)
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    check_writable_folder(cache, "cache folder")  # before a download, not after it
+    from ecpo_train.runtime.run_dir import check_writable_folder  # (torch: imported only when needed)
+
+    check_writable_folder(cache, f"cache folder {cache}")  # before a download, not after it
     out_dir = cache / entry.name
     marker = out_dir / MARKER_FILE
     if marker.is_file():
@@ -312,7 +307,9 @@ def write_tiny_model(out_dir: str | Path, tokenizer_path: str | Path | None = No
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
     out = Path(out_dir)
-    check_writable_folder(out, "model folder")
+    from ecpo_train.runtime.run_dir import check_writable_folder
+
+    check_writable_folder(out, f"model folder {out}")
     tokenizer_dir = resolve_tokenizer_dir(tokenizer_path)
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir) if tokenizer_dir else train_fallback_tokenizer()
     if not getattr(tokenizer, "chat_template", None):
