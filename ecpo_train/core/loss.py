@@ -114,13 +114,14 @@ def assign_step_advantage(step_advantages: torch.Tensor, mask: torch.Tensor) -> 
 # ---------------------------------------------------------------------------------------------- update loop
 @dataclass
 class UpdateSettings:
-    """The optimisation knobs of one policy update (a view of the trainer's config)."""
+    """The optimisation knobs of one policy update. Their defaults are the one home of ``TrainConfig``'s
+    (``runtime.config`` reads them; ``runtime.builders.update_settings`` builds this from a config)."""
 
     clip_eps: float = 0.2
     kl_coef: float = 0.01
     entropy_coef: float = 0.0
     mini_batch_size: int = 256
-    micro_batch_size: int = 16
+    micro_batch_size: int = 8
     epochs: int = 1
     max_grad_norm: float = 1.0
     max_tokens_per_micro_batch: int = 0  # > 0: pack micro-batches by padded token count instead of row count

@@ -31,6 +31,7 @@ from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from ecpo_gym.families import declared_history_length
 from ecpo_train.core.credit import CreditConfig, available_estimators, estimator_spec
+from ecpo_train.core.loss import UpdateSettings
 from ecpo_train.core.rollout import ANCHOR_KEYS
 from ecpo_train.core.tasks import TASK_DRAWS
 from ecpo_train.policies import DTYPES
@@ -41,6 +42,7 @@ CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 POLICIES = ("llm", "tabular")
 POLICY_MODES = ("generate", "score")
 DEVICES = ("auto", "cpu", "cuda")
+_UPDATE = UpdateSettings()  # the update's defaults, read by the step-E fields below
 
 
 @dataclass
@@ -93,18 +95,19 @@ class TrainConfig:
     # AdamW's first steps move every weight by about lr whatever the gradient's size (its moments are new)
     lr_warmup_steps: int = 0
     weight_decay: float = 0.0
-    kl_coef: float = 0.01
-    clip_eps: float = 0.2
-    entropy_coef: float = 0.0
-    mini_batch_size: int = 256
-    micro_batch_size: int = 8
-    update_epochs: int = 1
-    max_grad_norm: float = 1.0
+    # step E's knobs: their defaults are core.loss.UpdateSettings' (one home; builders.update_settings maps back)
+    kl_coef: float = _UPDATE.kl_coef
+    clip_eps: float = _UPDATE.clip_eps
+    entropy_coef: float = _UPDATE.entropy_coef
+    mini_batch_size: int = _UPDATE.mini_batch_size
+    micro_batch_size: int = _UPDATE.micro_batch_size
+    update_epochs: int = _UPDATE.epochs
+    max_grad_norm: float = _UPDATE.max_grad_norm
     # scale (README "Train the paper's models"; policies/lora.py, policies/scaling.py, runtime/distributed.py)
     lora: dict = field(default_factory=dict)  # {r, alpha, dropout, target_modules}; empty = full fine-tuning
     gradient_checkpointing: bool = False  # recompute decoder layers in backward (policy and PPO critic)
     mixed_precision: str = "none"  # "bf16": float32 master weights, bf16 compute (autocast; FSDP2 param_dtype)
-    max_tokens_per_micro_batch: int = 0  # > 0: micro-batches packed by padded tokens, not micro_batch_size rows
+    max_tokens_per_micro_batch: int = _UPDATE.max_tokens_per_micro_batch  # > 0: packed by padded tokens, not rows
     fsdp: bool = False  # shard over the processes torchrun started (`ecpo train --nproc K`)
     threads: int | str = 0  # torch CPU threads; 0 = torch's default; auto = the cores others leave free (threads.py)
     explore_epsilon: float = 0.0  # policy_mode=score: pi = (1 - eps) softmax + eps uniform (policies/scoring.py)
