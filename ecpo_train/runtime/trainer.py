@@ -1,4 +1,5 @@
-"""The native single-process ECPO trainer: the paper's Algorithm 1, CleanRL-style.
+"""The native single-process ECPO trainer: the paper's Algorithm 1, CleanRL-style, driving ``core.iteration``
+(the steps both engines share) with the environments, FSDP and checkpoints of this process.
 
 Each iteration reads top to bottom:
 
@@ -29,9 +30,10 @@ import numpy as np
 import torch
 
 from ecpo_gym.group import GroupVectorEnv
-from ecpo_train.core.credit import compute_advantages, gae_targets
+from ecpo_train.core.credit import gae_targets
+from ecpo_train.core.iteration import credit_step, draw_iteration, finish_iteration, iteration_metrics
 from ecpo_train.core.rollout import Rollout, collect_rollout
-from ecpo_train.core.tasks import draw_tasks, validation_seed
+from ecpo_train.core.tasks import validation_seed
 from ecpo_train.policies.critic import critic_update, critic_values
 from ecpo_train.runtime.builders import (
     build_critic,
@@ -43,6 +45,7 @@ from ecpo_train.runtime.builders import (
 )
 from ecpo_train.runtime.config import TrainConfig, config_dict
 from ecpo_train.runtime.resume import check_writable_folder
+from ecpo_train.runtime.run import run_iterations
 from ecpo_train.runtime.run_dir import MetricsLog, Progress, checkpoint_size, load_checkpoint, save_checkpoint
 
 
@@ -127,8 +130,7 @@ class Trainer:
         cfg = self.config
         started = time.perf_counter()
         self.policy.eval()
-        task_ids = draw_tasks(self.train_tasks, cfg.n_groups, self.rng, self.iteration, cfg.task_draw)
-        env_seed = int(self.rng.integers(2**31 - 1))
+        task_ids, env_seed = draw_iteration(cfg, self.train_tasks, self.rng, self.iteration)
 
         if self.dp is not None:  # this process's whole groups; each copy keeps the env seed of the full batch
             task_ids = self.dp.local_share(task_ids)
@@ -146,8 +148,7 @@ class Trainer:
         credit_started = time.perf_counter()
         prompts, keys = batch.prompt_ids, batch.extras["state_key"]
         values = critic_values(self.critic, prompts, keys, cfg.micro_batch_size) if self.critic is not None else None
-        step_advantages, credit_diag = compute_advantages(cfg.algorithm, rows=batch, values=values, credit=cfg.credit,
-                                                          **cfg.estimator_options())
+        step_advantages, credit_diag = credit_step(cfg, batch, values)
         if self.critic is not None:  # PPO: then V is fitted to the lambda-returns of eq. gae
             _, targets = gae_targets(batch.credit_rows(), values, cfg.credit, cfg.gae_lambda)
             credit_diag |= critic_update(self.critic, self.critic_optimizer, prompts, keys, targets, generator=self.rng,
@@ -170,24 +171,19 @@ class Trainer:
         update_seconds = time.perf_counter() - update_started
         self.iteration += 1
 
-        metrics: dict[str, float] = {"iteration": float(self.iteration), "num_steps": float(len(batch))}
-        metrics |= rollout.metrics
-        metrics |= {f"credit/{k}": float(v) for k, v in credit_diag.items()}
-        metrics |= {f"update/{k}": float(v) for k, v in update_stats.items()}
-        metrics |= {"time/generation": rollout.generation_seconds, "time/env": rollout.env_seconds,
-                    "time/credit": credit_seconds, "time/update": update_seconds}
+        metrics = iteration_metrics(self.iteration, len(batch), rollout.metrics, credit_diag, update_stats,
+                                    {"generation": rollout.generation_seconds, "env": rollout.env_seconds,
+                                     "credit": credit_seconds, "update": update_seconds})
         if self.dp is not None:  # equal shares of whole groups: the mean over processes is the batch mean,
             counts = {k: v for k, v in metrics.items() if k == "num_steps" or k.startswith("credit/num_")}
             world = self.dp.world_size  # ... and counts (steps, groups, anchors) add up
             metrics = self.dp.mean_stats(metrics)
             metrics |= {k: v * world for k, v in self.dp.mean_stats(counts).items()}
-        if cfg.validates_after(self.iteration):
-            val_started = time.perf_counter()
-            self._phase(f"iteration {self.iteration}: validation on {len(self.val_tasks)} tasks")
-            metrics |= self.validate()
-            metrics["time/validation"] = time.perf_counter() - val_started
-        metrics["time/iteration"] = time.perf_counter() - started
-        return metrics
+        return finish_iteration(metrics, cfg, self.iteration, self._validate_in_iteration, started)
+
+    def _validate_in_iteration(self) -> dict[str, float]:
+        self._phase(f"iteration {self.iteration}: validation on {len(self.val_tasks)} tasks")
+        return self.validate()
 
     def update_policy(self, rollout: Rollout, step_advantages: torch.Tensor) -> dict[str, float]:
         generator = self.rng
@@ -243,22 +239,20 @@ class Trainer:
         target = cfg.iterations if iterations is None else self.iteration + iterations
         if self.iteration == 0:
             self.metrics_log.keep_through(-1)  # a fresh run in a used run directory starts a fresh log
-            if cfg.val_every and cfg.val_before_training:  # the untrained policy, logged as iteration 0 (no train keys)
-                self.log({"iteration": 0.0} | self.validate())
         with Progress(enabled=cfg.progress and self.is_main, total=target, done=self.iteration, label=cfg.algorithm) as progress:
             self.progress = progress
+
+            def shown(metrics: dict[str, float]) -> None:
+                progress.update(metrics)
+                if on_iteration is not None:
+                    on_iteration(metrics)
+
             try:
-                while self.iteration < target:
-                    metrics = self.train_iteration()
-                    self.log(metrics)
-                    progress.update(metrics)
-                    if on_iteration is not None:
-                        on_iteration(metrics)
-                    if cfg.checkpoint_every and self.iteration % cfg.checkpoint_every == 0:
-                        self.save_checkpoint()
+                run_iterations(cfg, position=lambda: self.iteration, target=target, iterate=self.train_iteration,
+                               validate=self.validate, log=self.log, checkpoint=self.save_checkpoint,
+                               on_iteration=shown)
             finally:
                 self.progress = None
-        self.save_checkpoint()
         self.metrics_log.flush()
         return self.history
 

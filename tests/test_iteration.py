@@ -1,0 +1,67 @@
+"""The iteration both engines run (``core/iteration.py``), the run loop (``runtime/run.py``), and the one home of
+step E's defaults: the numbers and names a run's metrics and its config rely on."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ecpo_train.core.batch import TrajectoryBatch
+from ecpo_train.core.iteration import credit_step, draw_iteration, iteration_metrics
+from ecpo_train.core.loss import UpdateSettings
+from ecpo_train.core.tasks import draw_tasks
+from ecpo_train.runtime.builders import update_settings
+from ecpo_train.runtime.config import TrainConfig
+from ecpo_train.runtime.run import run_iterations
+
+
+def test_update_defaults_have_one_home():
+    # a config that sets none of step E's knobs updates with UpdateSettings' defaults (no drift: micro-batch 8 both)
+    assert update_settings(TrainConfig(policy="tabular")) == UpdateSettings()
+    assert TrainConfig(policy="tabular").micro_batch_size == UpdateSettings().micro_batch_size == 8
+
+
+def test_draw_iteration_is_the_task_draw_then_the_env_seed():
+    config = TrainConfig(policy="tabular", n_groups=3)
+    pool = ["a", "b", "c", "d"]
+    mine, reference = np.random.default_rng(11), np.random.default_rng(11)
+    tasks, seed = draw_iteration(config, pool, mine, 0)
+    assert tasks == draw_tasks(pool, 3, reference, 0, "random")
+    assert seed == int(reference.integers(2**31 - 1))
+    assert mine.bit_generator.state == reference.bit_generator.state
+
+
+def test_credit_step_is_the_configs_estimator_on_the_table():
+    # two trajectories of one group through the same anchor: the winner's step gets the positive advantage
+    table = TrajectoryBatch.from_trajectories([
+        {"group_id": "g", "traj_id": 0, "anchor_keys": ["s"], "action_keys": ["left"], "rewards": [1.0]},
+        {"group_id": "g", "traj_id": 1, "anchor_keys": ["s"], "action_keys": ["right"], "rewards": [0.0]},
+    ])
+    advantages, diagnostics = credit_step(TrainConfig(policy="tabular", algorithm="grpo"), table)
+    assert np.asarray(advantages).tolist() == pytest.approx([0.7071067, -0.7071067], abs=1e-6)
+    assert isinstance(diagnostics, dict)
+
+
+def test_iteration_metrics_names_and_order():
+    metrics = iteration_metrics(2, 10, {"success": 0.5}, {"advantage_std": 1}, {"pg_loss": -0.25},
+                                {"generation": 1.5, "update": 0.5}, extra={"sampling/num_groups_sampled": 4.0})
+    assert metrics == {"iteration": 2.0, "num_steps": 10.0, "success": 0.5, "credit/advantage_std": 1.0,
+                       "update/pg_loss": -0.25, "sampling/num_groups_sampled": 4.0, "time/generation": 1.5,
+                       "time/update": 0.5}
+    assert list(metrics)[:2] == ["iteration", "num_steps"] and list(metrics)[-1] == "time/update"
+
+
+def test_run_loop_validates_first_logs_every_iteration_and_checkpoints_on_cadence():
+    config = TrainConfig(policy="tabular", iterations=5, val_every=2, val_before_training=True, checkpoint_every=2)
+    state = {"done": 0}
+    events: list[str] = []
+
+    def iterate():
+        state["done"] += 1
+        return {"iteration": float(state["done"])}
+
+    run_iterations(config, position=lambda: state["done"], target=config.iterations, iterate=iterate,
+                   validate=lambda: {"val/success": 1.0}, log=lambda m: events.append(f"log {int(m['iteration'])}"),
+                   checkpoint=lambda: events.append(f"ckpt {state['done']}"))
+    assert events == ["log 0", "log 1", "log 2", "ckpt 2", "log 3", "log 4", "ckpt 4", "log 5", "ckpt 5"]
+
