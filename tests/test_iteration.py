@@ -3,6 +3,8 @@ step E's defaults: the numbers and names a run's metrics and its config rely on.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -65,3 +67,20 @@ def test_run_loop_validates_first_logs_every_iteration_and_checkpoints_on_cadenc
                    checkpoint=lambda: events.append(f"ckpt {state['done']}"))
     assert events == ["log 0", "log 1", "log 2", "ckpt 2", "log 3", "log 4", "ckpt 4", "log 5", "ckpt 5"]
 
+
+def test_frozen_rllib_config_is_translated_once(tiny_model_dir, tmp_path):
+    pytest.importorskip("ray")
+    from ecpo_train.integrations.rllib import ECPOConfig
+    from ecpo_train.runtime.config import make_config
+
+    native = make_config({"run_dir": str(tmp_path / "run"), "policy": "llm", "policy_mode": "score",
+                          "model": str(tiny_model_dir), "device": "cpu", "env_id": "ecpo/DivergentAnchor-v0",
+                          "n_groups": 2, "group_size": 4, "tensorboard": False, "progress": False})
+    config = ECPOConfig.from_train_config(native)
+    assert config.to_train_config() is not config.to_train_config()  # unfrozen: later builder calls count
+    config.training(lr=0.5)
+    assert config.to_train_config().lr == 0.5
+    config.freeze()
+    once = config.to_train_config()
+    assert config.to_train_config() is once
+    assert dataclasses.replace(once, lr=native.lr) == native

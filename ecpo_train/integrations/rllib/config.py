@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -48,6 +49,8 @@ VALIDATION_INSTEAD = ("the LLM path validates on an env runner: training(run_set
                       "and algo.validate() runs it on demand")
 SECONDS_PER_GROUP_STEP = 30.0  # the derived sampling timeout's budget for one step of one group (N copies at once)
 MIN_SAMPLE_TIMEOUT_S = 300.0
+# frozen ECPOConfig -> its TrainConfig, translated once (to_train_config); held no longer than the config
+_TRAIN_CONFIGS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 UNDECLARED_STEP_LIMIT = 50  # an env whose step limit is not declared (ecpo_gym.families) gets this budget
 
 
@@ -196,8 +199,17 @@ class ECPOConfig(PPOConfig):
         return is_llm_config(self)
 
     def to_train_config(self):
-        """The native ``TrainConfig`` of this LLM config (the runners and learners build their policy from it)."""
-        return train_config_of(self)
+        """The native ``TrainConfig`` of this LLM config (the algorithm, its runners and learners build from it).
+
+        A frozen config (``build_algo`` freezes the algorithm's) is translated once and the same object returned
+        on every later call in this process; an unfrozen one is translated afresh, so later builder calls count.
+        """
+        if not self._is_frozen:
+            return train_config_of(self)
+        train = _TRAIN_CONFIGS.get(self)
+        if train is None:
+            train = _TRAIN_CONFIGS[self] = train_config_of(self)
+        return train
 
     @classmethod
     def from_train_config(cls, train) -> ECPOConfig:
@@ -211,7 +223,7 @@ class ECPOConfig(PPOConfig):
             from ecpo_train.runtime.config import config_dict
 
             return RLModuleSpec(module_class=CausalLMRLModule,
-                                model_config={"train_config": config_dict(train_config_of(self))})
+                                model_config={"train_config": config_dict(self.to_train_config())})
         return RLModuleSpec(module_class=CandidateScorerModule)
 
     def get_default_learner_class(self):
@@ -237,7 +249,7 @@ class ECPOConfig(PPOConfig):
             self._value_error(f"unknown env id {self.text_env_id!r}; registered: {', '.join(sorted(ecpo_gym.ENV_ENTRY_POINTS))}")
         self._refuse_options_not_run()  # before the TrainConfig, whose own type checks would name the native key
         try:  # the TrainConfig's own checks: ranges, scoring on search-QA, LoRA without peft, ...
-            train_config_of(self)
+            self.to_train_config()
         except (ValueError, ImportError) as error:  # ImportError: LoRA asked for without peft installed
             self._value_error(str(error))
         if self._model_config.get("generation_backend") == "vllm":

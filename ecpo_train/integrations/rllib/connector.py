@@ -22,6 +22,7 @@ from ray.rllib.evaluation.postprocessing import Postprocessing
 
 from ecpo_train.core import credit
 from ecpo_train.core.batch import TrajectoryBatch
+from ecpo_train.core.iteration import credit_step
 from ecpo_train.core.rollout import ANCHOR_KEYS
 
 GROUP_KEY = "group_key"
@@ -130,18 +131,18 @@ class StepTableCredit(ConnectorV2):
 
     Its "episodes" are ``TrajectoryBatch`` tables (whole groups, from ``LLMEnvRunner.sample_groups``): they are
     joined, every group is checked to hold ``group_size`` trajectories (a partial group never reaches credit),
-    and the estimator's advantages are computed from the table's coded rows (on a CUDA learner, with the rewards
-    on its device). The batch it returns holds the table and its advantages for the learner's update; the
-    credit diagnostics are logged as ``credit/<name>`` (counts summed over learners, the rest averaged).
+    and the run's estimator gives the advantages through the native credit step (``core.iteration.credit_step``,
+    on the table's coded rows; on a CUDA learner with the rewards on its device). ``train_config`` is the run's
+    ``TrainConfig`` (estimator, credit settings, group size). The batch it returns holds the table and its
+    advantages for the learner's update; the credit diagnostics are logged as ``credit/<name>`` (counts summed
+    over learners, the rest averaged).
     """
 
-    def __init__(self, input_observation_space=None, input_action_space=None, *, estimator: str = "ecpo",
-                 group_size: int, credit_config: credit.CreditConfig | None = None, module_id: str = "default_policy",
-                 **kwargs):
+    def __init__(self, input_observation_space=None, input_action_space=None, *, train_config: Any,
+                 module_id: str = "default_policy", **kwargs):
         super().__init__(input_observation_space, input_action_space, **kwargs)
-        self.estimator = estimator
-        self.group_size = int(group_size)
-        self.credit_config = credit_config if credit_config is not None else credit.CreditConfig()
+        self.train_config = train_config
+        self.group_size = int(train_config.group_size)
         self.module_id = module_id
 
     def __call__(self, *, rl_module, batch, episodes, explore=None, shared_data=None, metrics=None, **kwargs):
@@ -154,14 +155,7 @@ class StepTableCredit(ConnectorV2):
         if partial:
             raise ValueError(f"ECPO needs complete groups of {self.group_size} trajectories; got sizes {partial}")
         device = getattr(rl_module, "device", None) if rl_module is not None else None
-        if device is not None and getattr(device, "type", "cpu") == "cuda":
-            import torch
-
-            arrays = table.credit_arrays() | {"rewards": torch.as_tensor(table.reward, device=device)}
-            advantages, diagnostics = credit.compute_advantages(self.estimator, **arrays, credit=self.credit_config)
-            advantages = advantages.cpu().numpy()
-        else:
-            advantages, diagnostics = credit.compute_advantages(self.estimator, rows=table, credit=self.credit_config)
+        advantages, diagnostics = credit_step(self.train_config, table, device=device)
         batch[self.module_id] = {"table": table, Postprocessing.ADVANTAGES: np.asarray(advantages, np.float64)}
         if metrics is not None:
             for name, value in diagnostics.items():

@@ -33,6 +33,7 @@ def train_with_rllib(train: Any, *, resume: bool = False, overwrite: bool = Fals
     from ecpo_train.runtime.config import config_dict
     from ecpo_train.runtime.plotting import plot_run
     from ecpo_train.runtime.resume import append_history, plan_start, remove_run_files
+    from ecpo_train.runtime.run import run_iterations
     from ecpo_train.runtime.run_dir import MetricsLog
     from ecpo_train.runtime.run_lock import acquire_run_lock
 
@@ -69,20 +70,17 @@ def train_with_rllib(train: Any, *, resume: bool = False, overwrite: bool = Fals
         log = MetricsLog(run_dir, tensorboard=train.tensorboard, config=config_dict(train) | {"engine": "rllib"})
         log.keep_through(algo.ecpo_iteration if plan.kind == "resume" else -1)
         append_history(run_dir, plan.kind, algo.ecpo_iteration, plan.changes or None)
-        if algo.ecpo_iteration == 0 and train.val_every and train.val_before_training:
-            log.append({"iteration": 0.0} | algo.validate(), 0)
-            log.append_validation(0, algo.ecpo_validation_episodes)
-        while algo.ecpo_iteration < train.iterations:
-            metrics = {key: float(value) for key, value in algo.train()["ecpo"].items() if _is_number(value)}
+        def logged(metrics: dict[str, float]) -> None:
             log.append(metrics, int(metrics["iteration"]))
-            if "val/success" in metrics:  # this iteration validated: its episodes, as the native trainer keeps
+            if "val/success" in metrics:  # a validation (iteration 0 included): its episodes, as the native trainer keeps
                 log.append_validation(int(metrics["iteration"]), algo.ecpo_validation_episodes)
-            if progress:
-                print(_progress_line(metrics, train.iterations), file=sys.stderr)
-            every = train.checkpoint_every
-            if every and algo.ecpo_iteration % every == 0:
-                algo.save_to_path(str(checkpoint.resolve()))
-        algo.save_to_path(str(checkpoint.resolve()))
+
+        run_iterations(
+            train, position=lambda: algo.ecpo_iteration, target=train.iterations,
+            iterate=lambda: {key: float(value) for key, value in algo.train()["ecpo"].items() if _is_number(value)},
+            validate=algo.validate, log=logged, checkpoint=lambda: algo.save_to_path(str(checkpoint.resolve())),
+            on_iteration=(lambda metrics: print(_progress_line(metrics, train.iterations), file=sys.stderr))
+            if progress else None)
         log.close()
         history = log.history
     finally:

@@ -17,7 +17,6 @@ from ray.rllib.core.learner.torch.torch_learner import TorchLearner
 from ray.rllib.evaluation.postprocessing import Postprocessing
 
 from ecpo_train.integrations.rllib.connector import ECPOAdvantages, StepTableCredit
-from ecpo_train.integrations.rllib.results import log_learner_update
 from ecpo_train.integrations.rllib.module import (
     PROMPT_IDS,
     RESPONSE_IDS,
@@ -26,6 +25,7 @@ from ecpo_train.integrations.rllib.module import (
     TOKEN_LOGP,
     WITH_ENTROPY,
 )
+from ecpo_train.integrations.rllib.results import log_learner_update
 
 NONZERO_ADVANTAGES = "credit/num_nonzero_advantages"  # summed over learners: 0 = this update cannot move the policy
 
@@ -87,8 +87,7 @@ class ECPOLLMLearner(TorchLearner):
         self.policy_module = self._unwrapped(self.module[self.module_id])
         self.train_config = self.policy_module.train_config
         self._learner_connector = ConnectorPipelineV2(connectors=[StepTableCredit(
-            estimator=self.config.estimator, group_size=self.config.group_size, credit_config=self.config.credit,
-            module_id=self.module_id)])
+            train_config=self.train_config, module_id=self.module_id)])
         policy = self.policy_module.policy
         self.reference = policy.frozen_copy() if self.train_config.kl_coef > 0 else None
 

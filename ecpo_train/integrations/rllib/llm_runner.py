@@ -34,7 +34,6 @@ from ray.rllib.env.env_runner import EnvRunner
 from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
 
 from ecpo_train.core.rollout import collect_rollout
-from ecpo_train.integrations.rllib.llm_settings import train_config_of
 from ecpo_train.integrations.rllib.module import CausalLMRLModule, token_spaces
 from ecpo_train.runtime.config import config_dict
 
@@ -48,7 +47,7 @@ class LLMEnvRunner(EnvRunner):
 
     def __init__(self, *, config: Any, **kwargs: Any) -> None:
         super().__init__(config=config, **kwargs)
-        self.train_config = train_config_of(self.config)
+        self.train_config = self.config.to_train_config()  # (RLlib hands each runner the algorithm's frozen config)
         tc = self.train_config
         index = max(1, int(self.worker_index or 0))
         self.seed = tc.seed + RUNNER_SEED_STRIDE * (index - 1)

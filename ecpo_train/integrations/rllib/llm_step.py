@@ -1,4 +1,5 @@
-"""``ECPO.training_step`` for an LLM: the native trainer's iteration, with RLlib's actors doing the work.
+"""``ECPO.training_step`` for an LLM: the native trainer's iteration (``core.iteration``), with RLlib's actors
+doing the work.
 
     A  rollout   the driver draws the groups' tasks and the env seed (the native trainer's generator and
                  order), assigns whole groups to the healthy ``LLMEnvRunner`` actors, and gets back step-row
@@ -23,8 +24,9 @@ import numpy as np
 import ray
 
 from ecpo_train.core.batch import TrajectoryBatch
+from ecpo_train.core.iteration import draw_iteration, finish_iteration, iteration_metrics
 from ecpo_train.core.rollout import episode_metrics
-from ecpo_train.core.tasks import draw_tasks, validation_seed
+from ecpo_train.core.tasks import validation_seed
 from ecpo_train.integrations.rllib.results import log_iteration
 
 LOST_GROUP_POLICIES = ("top_up", "refuse")
@@ -141,8 +143,7 @@ def llm_training_step(algo: Any) -> dict[str, float]:
     config, train = algo.config, algo.ecpo_train_config
     rng: np.random.Generator = algo.ecpo_rng
     started = time.perf_counter()
-    task_ids = draw_tasks(algo.ecpo_train_tasks, train.n_groups, rng, algo.ecpo_iteration, train.task_draw)
-    env_seed = int(rng.integers(2**31 - 1))
+    task_ids, env_seed = draw_iteration(train, algo.ecpo_train_tasks, rng, algo.ecpo_iteration)
 
     outs, report = sample_groups(algo, task_ids, env_seed)
     sampled_at = time.perf_counter()
@@ -170,32 +171,29 @@ def llm_training_step(algo: Any) -> dict[str, float]:
     synced_at = time.perf_counter()
     algo.ecpo_iteration += 1
 
-    metrics: dict[str, float] = {"iteration": float(algo.ecpo_iteration), "num_steps": float(n_rows)}
-    metrics |= episode_metrics(episodes)
-    metrics |= learner_metrics(learner_results)
-    metrics |= {f"sampling/{k}": v for k, v in report.items()}
-    metrics |= {"time/generation": max(o["generation_seconds"] for o in outs),
-                "time/env": max(o["env_seconds"] for o in outs), "time/sampling": sampled_at - started,
-                "time/update": updated_at - sampled_at, "time/sync": synced_at - updated_at}
-    if train.validates_after(algo.ecpo_iteration):
-        val_started = time.perf_counter()
-        metrics |= algo.validate()
-        metrics["time/validation"] = time.perf_counter() - val_started
-    metrics["time/iteration"] = time.perf_counter() - started
+    credit_diag, update_stats = learner_metrics(learner_results)
+    metrics = iteration_metrics(algo.ecpo_iteration, n_rows, episode_metrics(episodes), credit_diag, update_stats,
+                                {"generation": max(o["generation_seconds"] for o in outs),
+                                 "env": max(o["env_seconds"] for o in outs), "sampling": sampled_at - started,
+                                 "update": updated_at - sampled_at, "sync": synced_at - updated_at},
+                                extra={f"sampling/{k}": v for k, v in report.items()})
+    finish_iteration(metrics, train, algo.ecpo_iteration, algo.validate, started)
     log_iteration(algo.metrics, episodes, n_rows, learner_results, {"sampling": sampled_at - started,
                   "update": updated_at - sampled_at, "sync": synced_at - updated_at})  # RLlib's result keys
     return metrics
 
 
-def learner_metrics(results: list[Any]) -> dict[str, float]:
-    """The learners' credit diagnostics and update statistics (``credit/...``, ``update/...``) as floats."""
+def learner_metrics(results: list[Any]) -> tuple[dict[str, float], dict[str, float]]:
+    """The learners' credit diagnostics and update statistics (logged as ``credit/...``, ``update/...``) as two
+    dicts of floats under their own names."""
     from ray.rllib.core import DEFAULT_MODULE_ID
-    out: dict[str, float] = {}
+    parts: dict[str, dict[str, float]] = {"credit/": {}, "update/": {}}
     module = results[0].get(DEFAULT_MODULE_ID, {}) if results else {}
     for key, value in module.items():
-        if key.startswith(("credit/", "update/")):
-            out[key] = float(value.peek() if hasattr(value, "peek") else value)  # a Stats object, or its value
-    return out
+        for prefix, part in parts.items():
+            if key.startswith(prefix):  # a Stats object, or its value
+                part[key[len(prefix):]] = float(value.peek() if hasattr(value, "peek") else value)
+    return parts["credit/"], parts["update/"]
 
 
 def validate_on_runner(algo: Any, wait_seconds: float = 180.0) -> tuple[dict[str, float], list[Any]]:
