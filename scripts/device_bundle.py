@@ -57,7 +57,7 @@ BUNDLED = (
 )
 DEVICE_ROOTS = ("torch", "transformers", "peft")  # installed there, with what they require (device_distributions)
 TRANSFER_LIMIT = 64 << 20  # bytes one device command may carry, the working tree included
-MODEL_NAME = "smollm2-135m-instruct"  # ecpo_train.apps.models.DEMO_MODEL (not imported: nothing is installed yet)
+MODEL_NAME = "smollm2-135m-instruct"  # ecpo_train.policies.DEMO_MODEL (not imported: nothing is installed yet)
 
 
 class BundleError(Exception):
