@@ -97,17 +97,17 @@ def test_every_credit_field_round_trips_from_yaml_and_cli(tmp_path):
 
 
 def test_credit_config_reaches_compute_advantages_in_the_trainer(tmp_path, monkeypatch):
-    import ecpo_train.runtime.trainer as trainer_module
+    import ecpo_train.core.iteration as iteration_module  # the one credit step both engines call
     from ecpo_train.runtime.trainer import Trainer
 
     seen = {}
-    real = trainer_module.compute_advantages
+    real = iteration_module.compute_advantages
 
     def spy(estimator, *args, **kwargs):
         seen.update(kwargs, estimator=estimator)
         return real(estimator, *args, **kwargs)
 
-    monkeypatch.setattr(trainer_module, "compute_advantages", spy)
+    monkeypatch.setattr(iteration_module, "compute_advantages", spy)
     config = load_config("quickstart", [f"run_dir={tmp_path}", "iterations=1", "val_every=0", "progress=false",
                                         "tensorboard=false", "algorithm=gigpo_std", "credit.compat=verl-agent",
                                         "credit.eps=0.001", "credit.kappa=3", "n_groups=2"])
