@@ -191,13 +191,6 @@ def resume_changes(saved: dict[str, Any], new: dict[str, Any]) -> dict[str, list
     return changes
 
 
-def check_writable_folder(run_dir: Path) -> None:
-    """``ValueError`` unless ``run_dir`` is, or can be made as, a writable folder; writes nothing."""
-    from ecpo_train.runtime.run_dir import check_writable_folder as check
-
-    check(run_dir, f"run_dir={str(run_dir)!r}")
-
-
 def append_history(run_dir: Path, event: str, iteration: int, changes: dict[str, list[Any]] | None = None) -> None:
     """One line of ``history.jsonl``: what happened to the run, when, at which iteration, with which changes."""
     record = {"event": event, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "iteration": iteration,

@@ -44,9 +44,15 @@ from ecpo_train.runtime.builders import (
     warn_if_no_signal,
 )
 from ecpo_train.runtime.config import TrainConfig, config_dict
-from ecpo_train.runtime.resume import check_writable_folder
 from ecpo_train.runtime.run import run_iterations
-from ecpo_train.runtime.run_dir import MetricsLog, Progress, checkpoint_size, load_checkpoint, save_checkpoint
+from ecpo_train.runtime.run_dir import (
+    MetricsLog,
+    Progress,
+    check_writable_folder,
+    checkpoint_size,
+    load_checkpoint,
+    save_checkpoint,
+)
 
 
 class _HistoryOnly(MetricsLog):
@@ -89,7 +95,7 @@ class Trainer:
         self.is_main = self.dp is None or self.dp.is_main
         # building writes nothing (a refused start leaves the folder as it was): config.yaml is written with the
         # first metrics (MetricsLog), once ecpo_train.runtime.resume.open_run has checked the start
-        check_writable_folder(self.run_dir)
+        check_writable_folder(self.run_dir, f"run_dir={str(self.run_dir)!r}")
         random.seed(config.seed)
         np.random.seed(config.seed)
         torch.manual_seed(config.seed)
