@@ -56,6 +56,9 @@ def test_config_wraps_text_env_ids_and_keeps_group_size_in_sync():
     assert config.use_critic is False and config.batch_mode == "complete_episodes"
     with pytest.raises(ValueError, match="num_learners"):
         config.copy().training(groups_per_batch=1).learners(num_learners=2).validate()
+    # the one group-size rule (credit.check_group_size), word for word as the native config says it
+    with pytest.raises(ValueError, match=r"group_size=1 is invalid: group-relative credit \(ecpo\) needs >= 2"):
+        config.copy().training(group_size=1).validate()
 
 
 @pytest.mark.parametrize("num_env_runners", [0, 1])

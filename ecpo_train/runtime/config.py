@@ -30,7 +30,7 @@ import yaml
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from ecpo_gym.families import declared_history_length
-from ecpo_train.core.credit import CreditConfig, available_estimators, estimator_spec
+from ecpo_train.core.credit import CreditConfig, available_estimators, check_group_size, estimator_spec
 from ecpo_train.core.loss import UpdateSettings
 from ecpo_train.core.rollout import ANCHOR_KEYS
 from ecpo_train.core.tasks import TASK_DRAWS
@@ -164,9 +164,7 @@ class TrainConfig:
             from ecpo_train.runtime.distributed import check_fsdp_request
 
             check_fsdp_request(self.fsdp, self.algorithm, self.policy)
-        if self.group_size < 2 and estimator_spec(self.algorithm).group_relative:
-            raise ValueError(f"group_size={self.group_size} is invalid: group-relative credit ({self.algorithm}) needs "
-                             ">= 2 rollouts per task (with 1 every advantage is 0 and nothing trains)")
+        check_group_size(self.group_size, self.algorithm)
 
     def validates_after(self, iteration: int) -> bool:
         """Whether the run validates after ``iteration``: every ``val_every`` iterations, after the last one, and

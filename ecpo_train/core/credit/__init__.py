@@ -63,6 +63,7 @@ from ecpo_train.core.credit.estimators import compute_advantages, gae_targets
 from ecpo_train.core.credit.registry import (
     EstimatorSpec,
     available_estimators,
+    check_group_size,
     estimator_spec,
     get_estimator,
     register_estimator,
@@ -77,6 +78,7 @@ __all__ = [
     "EstimatorSpec",
     "available_estimators",
     "between_action_variance",
+    "check_group_size",
     "compute_advantages",
     "eca_action_std",
     "eca_advantage",

@@ -55,6 +55,14 @@ def estimator_spec(name: str) -> EstimatorSpec:
         raise ValueError(f"unknown advantage estimator {name!r}; valid: {', '.join(_ESTIMATORS)}") from None
 
 
+def check_group_size(group_size: int, name: str) -> None:
+    """The one group-size rule: a group-relative estimator needs at least 2 rollouts per task (with 1, every
+    advantage is 0 and nothing trains); an estimator that is not group-relative (ppo) takes any size."""
+    if int(group_size) < 2 and estimator_spec(name).group_relative:
+        raise ValueError(f"group_size={group_size} is invalid: group-relative credit ({name}) needs >= 2 rollouts "
+                         "per task (with 1 every advantage is 0 and nothing trains)")
+
+
 def get_estimator(name: str) -> Estimator:
     """The function registered under ``name`` (clear ``ValueError`` listing valid names otherwise)."""
     return estimator_spec(name).fn

@@ -18,7 +18,7 @@ from ray.rllib.algorithms.algorithm_config import NotProvided
 from ray.rllib.algorithms.ppo import PPOConfig
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
-from ecpo_train.core.credit import CreditConfig, available_estimators
+from ecpo_train.core.credit import CreditConfig, available_estimators, check_group_size
 from ecpo_train.core.rollout import ANCHOR_KEYS
 from ecpo_train.integrations.rllib.candidate_env import CandidateActionEnv
 from ecpo_train.integrations.rllib.llm_settings import (
@@ -337,8 +337,10 @@ class ECPOConfig(PPOConfig):
             if not self.is_llm:
                 self._value_error("lora adapts the LLM path's causal LM (rl_module(model_config={'model': ...})); "
                                   "the candidate scorer has none")
-        if int(self.group_size) < 2:
-            self._value_error(f"group_size must be >= 2 (group baselines), got {self.group_size}")
+        try:
+            check_group_size(self.group_size, self.estimator)
+        except ValueError as error:
+            self._value_error(str(error))
         if int(self.groups_per_batch) < max(1, int(self.num_learners)):
             self._value_error(f"groups_per_batch ({self.groups_per_batch}) must be >= num_learners "
                               f"({self.num_learners}): groups are never split across learners")
