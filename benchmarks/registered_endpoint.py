@@ -38,7 +38,7 @@ def read_run(run_dir: Path) -> tuple[dict, list[dict], list[dict]]:
     from ecpo_train.runtime.run_dir import read_metrics_file, read_validation_file
 
     files = {name: run_dir / name for name in ("config.yaml", "validation.jsonl", "metrics.jsonl")}
-    for name, path in files.items():
+    for path in files.values():
         if not path.is_file():
             _fail(f"{path} does not exist: {run_dir} is not a finished `ecpo train` run folder")
     config = yaml.safe_load(files["config.yaml"].read_text())
@@ -96,11 +96,11 @@ def regime_table(paths: list[Path]) -> str:
     ECPO's gate opened (rho > 0; GiGPO and GRPO runs have no gate), lucky singletons per batch (recorded since
     they were added to the credit diagnostics), the share of rows that carried an advantage, the share of
     anchors that are divergent; means over the run's iterations."""
+    from ecpo_train.runtime.run_dir import read_metrics_file
+
     lines = ["| run | iterations | gate open share | lucky singletons / batch | rows with an advantage | divergent anchors |",
              "|---|---|---|---|---|---|"]
     for path in paths:
-        from ecpo_train.runtime.run_dir import read_metrics_file
-
         metrics = read_metrics_file(path)[0]
         t = training_regime(metrics)
         divergent = [m["credit/divergent_anchor_fraction"] for m in metrics

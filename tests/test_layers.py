@@ -27,8 +27,9 @@ def _imports(path: Path, name: str):
         if isinstance(node, ast.Import):
             yield from (alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
-            if node.level:  # relative: resolve against this module's package
-                base = name.split(".")[: -node.level] if not path.name == "__init__.py" else name.split(".")[: len(name.split(".")) - node.level + 1]
+            if node.level:  # relative: resolve against this module's package (a package's __init__ is its own)
+                package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+                base = package[: len(package) - node.level + 1]
                 yield ".".join(base + ([node.module] if node.module else []))
             elif node.module:
                 yield node.module

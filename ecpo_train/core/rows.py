@@ -109,6 +109,13 @@ class CreditRows:
         return np.bincount(self.action, minlength=self.n_actions)
 
     @cached_property
+    def anchor_top_action_count(self) -> np.ndarray:
+        """``max_u n_{s,u}``: visits of each anchor's most-taken canonical action."""
+        most = np.zeros(self.n_anchors, dtype=np.int64)
+        np.maximum.at(most, self.action_anchor, self.action_counts)
+        return most
+
+    @cached_property
     def anchor_action_counts(self) -> np.ndarray:
         """``|U_s|``: distinct canonical actions per anchor."""
         return np.bincount(self.action_anchor, minlength=self.n_anchors)

@@ -103,12 +103,9 @@ def _anchor_evidence(rows: CreditRows, ret: _Returns, config: CreditConfig, anch
 def _structure_diagnostics(rows: CreditRows) -> dict[str, float]:
     is_anchor = rows.anchor_sizes >= 2
     n_anchors = int(is_anchor.sum())
-    counts = rows.action_counts
-    most = np.zeros(rows.n_anchors, dtype=np.int64)
-    np.maximum.at(most, rows.action_anchor, counts)
     fewest = np.full(rows.n_anchors, np.iinfo(np.int64).max)
-    np.minimum.at(fewest, rows.action_anchor, counts)
-    divergent = is_anchor & (most >= 2) & (fewest == 1)
+    np.minimum.at(fewest, rows.action_anchor, rows.action_counts)
+    divergent = is_anchor & (rows.anchor_top_action_count >= 2) & (fewest == 1)
     return {
         "num_rows": float(rows.n_rows),
         "num_trajectories": float(rows.n_trajs),
@@ -159,11 +156,9 @@ def _lucky_singletons(rows: CreditRows, ret: _Returns) -> int:
     whose one visit returned more than the anchor's mean return ``mu_s``: a rare action that got lucky, whose
     single return GiGPO credits at face value."""
     g = np.asarray(rows.ops.host(ret.future), dtype=np.float64)
-    counts = rows.action_counts
-    most = np.zeros(rows.n_anchors, dtype=np.int64)
-    np.maximum.at(most, rows.action_anchor, counts)
     mu = np.bincount(rows.anchor, weights=g, minlength=rows.n_anchors) / np.maximum(rows.anchor_sizes, 1)
-    lucky = (counts[rows.action] == 1) & (most[rows.anchor] >= 2) & (g > mu[rows.anchor] + 1e-12)
+    lucky = ((rows.action_counts[rows.action] == 1) & (rows.anchor_top_action_count[rows.anchor] >= 2)
+             & (g > mu[rows.anchor] + 1e-12))
     return int(lucky.sum())
 
 
