@@ -216,6 +216,34 @@ def test_token_columns_survive_concat_select_by_group_and_renumbering():
         TrajectoryBatch.concat([base, TrajectoryBatch.from_trajectories(_credit_only(_trajectories()))])
 
 
+def test_policy_version_is_zero_by_default_and_survives_concat_select_by_group_and_renumbering():
+    base = TrajectoryBatch.from_trajectories(_trajectories())
+    assert base.policy_version.dtype == np.int64 and base.policy_version.tolist() == [0] * 5
+    late = TrajectoryBatch.from_trajectories(
+        [{"group_id": 7, "traj_id": 0, "anchor_keys": ["s", "t"], "action_keys": ["a", "b"], "rewards": [1.0, 0.0],
+          "prompt_ids": [[5], [5]], "response_ids": [[3], [3]], "old_logprobs": [[-0.5], [-0.5]],
+          "extras": {"response": ["a", "b"]}}]).with_policy_version(4)
+    assert late.policy_version.tolist() == [4, 4]
+    joined = TrajectoryBatch.concat([late, base.with_policy_version(3)])
+    assert joined.policy_version.tolist() == [4, 4, 3, 3, 3, 3, 3]
+    assert joined.select([2, 3, 0, 1]).policy_version.tolist() == [3, 3, 4, 4]
+    assert [g.policy_version.tolist() for g in joined.by_group()] == [[4, 4], [3, 3, 3, 3, 3]]
+    assert late.renumbered(10, 100).policy_version.tolist() == [4, 4]
+    assert late.with_columns(response=["x", "y"]).policy_version.tolist() == [4, 4]
+    assert TrajectoryBatch.concat([late, base]).policy_version.tolist() == [4, 4, 0, 0, 0, 0, 0]
+    for bad in (-1, 1.0, True, "1"):
+        with pytest.raises(ValueError, match="must be an integer >= 0"):
+            base.with_policy_version(bad)
+    columns = {"group_id": [0], "traj_id": [0], "step": [1], "anchor_key": ["s"], "action_key": ["a"],
+               "reward": [1.0], "is_action_valid": [True]}
+    with pytest.raises(ValueError, match=r"policy_version needs one integer per step row \(1\)"):
+        TrajectoryBatch(**columns, policy_version=[0.5])
+    with pytest.raises(ValueError, match="policy_version must be >= 0, got -2"):
+        TrajectoryBatch(**columns, policy_version=[-2])
+    with pytest.raises(ValueError, match="are core columns"):
+        base.with_columns(policy_version=[1] * 5)
+
+
 @pytest.mark.parametrize(
     "mutate,match",
     [

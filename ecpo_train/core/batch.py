@@ -6,7 +6,9 @@ One row per environment step: ``group_id`` (task group), ``traj_id``, ``step`` (
 columns the learner needs (``core/token_columns.py``): ``prompt_ids`` and ``response_ids`` (one int sequence
 per row) and ``old_logprobs``, the sampling log-probs padded once into a float32 ``[rows, L]`` array with its
 ``old_logprob_mask``; a credit-only table (``from_trajectories`` without them, or plain arrays) has ``None``
-there. Any other per-row field (the env's structured ``state_key``, the raw reply, ...) is an extra column: a
+there. ``policy_version`` (int64, one per row; 0 unless set) is the version of the weights that sampled the row
+(``with_policy_version``; a pipelined driver plays a group with weights one update behind the learner's). Any
+other per-row field (the env's structured ``state_key``, the raw reply, ...) is an extra column: a
 plain list with one entry per row, carried untouched. The rows are validated, their keys coded and their
 log-probs padded once, when the batch is built (:meth:`TrajectoryBatch.credit_rows`, ``core/rows.py``);
 credit reads those codes (``compute_advantages(name, rows=batch)``), or the plain columns
@@ -29,6 +31,19 @@ from ecpo_train.core.token_columns import TOKEN_COLUMNS, joined_logprobs, token_
 _TRAJECTORY_FIELDS = ("group_id", "traj_id", "anchor_keys", "action_keys", "rewards", "is_action_valid", "extras",
                       *TOKEN_COLUMNS)
 _REQUIRED_TRAJECTORY_FIELDS = ("group_id", "anchor_keys", "action_keys", "rewards")
+
+
+def _policy_versions(values: Any, rows: int) -> np.ndarray:
+    """The ``policy_version`` column as int64: 0 for every row when not given, else one integer >= 0 per row."""
+    if values is None:
+        return np.zeros(rows, dtype=np.int64)
+    versions = np.asarray(values)
+    if versions.shape != (rows,) or (rows and versions.dtype.kind not in "iu"):
+        raise ValueError(f"policy_version needs one integer per step row ({rows}), got {versions.dtype} of shape "
+                         f"{versions.shape}")
+    if rows and versions.min() < 0:
+        raise ValueError(f"policy_version must be >= 0, got {int(versions.min())}")
+    return versions.astype(np.int64)
 
 
 def _object_array(values: Sequence[Any]) -> np.ndarray:
@@ -107,7 +122,7 @@ class TrajectoryBatch:
     The token columns (all three or none) are checked and the old log-probs padded by
     :func:`ecpo_train.core.token_columns.token_columns`: ``old_logprobs`` is given as per-row sequences (each as
     long as its response) or as another batch's padded array, and is held as the padded float32 ``[rows, L]``
-    array beside ``old_logprob_mask``.
+    array beside ``old_logprob_mask``. ``policy_version`` (default: 0 for every row) is held as an int64 array.
     """
 
     group_id: np.ndarray
@@ -121,6 +136,7 @@ class TrajectoryBatch:
     prompt_ids: Any = field(default=None, repr=False)
     response_ids: Any = field(default=None, repr=False)
     old_logprobs: Any = field(default=None, repr=False)
+    policy_version: Any = field(default=None, repr=False)
     old_logprob_mask: np.ndarray | None = field(init=False, default=None, repr=False)
     _credit_rows: CreditRows = field(init=False, repr=False)
 
@@ -138,7 +154,7 @@ class TrajectoryBatch:
             raise ValueError("empty batch: a TrajectoryBatch needs at least one step row")
         if len(set(lengths.values())) != 1:
             raise ValueError(f"every column needs one entry per step row; got lengths {lengths}")
-        clash = sorted(set(self.extras) & {*TOKEN_COLUMNS, *self.column_names()})
+        clash = sorted(set(self.extras) & {*TOKEN_COLUMNS, *self.column_names(), "policy_version"})
         if clash:
             raise ValueError(f"{clash} are typed columns of the table, not extras")
         if self.reward.ndim != 1 or self.reward.dtype.kind not in "fiu":
@@ -156,6 +172,7 @@ class TrajectoryBatch:
             if missing:
                 raise ValueError(f"{name} is missing (None) at row {missing[0]}")
         self._set_tokens(self.prompt_ids, self.response_ids, self.old_logprobs)
+        set_(self, "policy_version", _policy_versions(self.policy_version, n))
         # Steps/trajectory structure: credit's own check (one message for both callers), whose codes are kept
         # so that the credit step does not factorise the keys a second time.
         set_(self, "_credit_rows", prepare_rows(self.group_id, self.traj_id, self.step, self.anchor_key,
@@ -280,7 +297,7 @@ class TrajectoryBatch:
         old_logprobs=...``, checked as the constructor checks them) or extras (e.g. ``response=...``).
 
         The core columns are shared with this batch, so their validation and codes are not redone."""
-        clash = sorted(set(columns) & set(self.column_names()))
+        clash = sorted(set(columns) & {*self.column_names(), "policy_version"})
         if clash:
             raise ValueError(f"{clash} are core columns, not extras")
         new_tokens = {name: columns.pop(name) for name in TOKEN_COLUMNS if name in columns}
@@ -292,6 +309,14 @@ class TrajectoryBatch:
             merged = self.tokens() | new_tokens
             out._set_tokens(*(merged.get(name) for name in TOKEN_COLUMNS))
         object.__setattr__(out, "extras", self.extras | {name: list(values) for name, values in columns.items()})
+        return out
+
+    def with_policy_version(self, version: int) -> TrajectoryBatch:
+        """A copy whose every row was sampled by weights of version ``version`` (an integer >= 0)."""
+        if isinstance(version, bool) or not isinstance(version, int | np.integer) or version < 0:
+            raise ValueError(f"policy_version={version!r} must be an integer >= 0")
+        out = copy.copy(self)
+        object.__setattr__(out, "policy_version", np.full(len(self), int(version), dtype=np.int64))
         return out
 
     # ------------------------------------------------------------------ rows across processes
@@ -320,14 +345,14 @@ class TrajectoryBatch:
             columns |= {name: np.concatenate([getattr(b, name) for b in batches]) for name in TOKEN_COLUMNS[:2]}
             columns["old_logprobs"] = joined_logprobs([b.old_logprobs for b in batches])
         extras = {name: [v for b in batches for v in b.extras[name]] for name in names}
-        return cls(extras=extras, **columns)
+        return cls(extras=extras, policy_version=np.concatenate([b.policy_version for b in batches]), **columns)
 
     def select(self, rows: Sequence[int] | np.ndarray) -> TrajectoryBatch:
         """The batch of ``rows`` (whole trajectories, so the steps stay ``1..T``), in the order given."""
         rows = np.asarray(rows, dtype=np.int64)
         columns = {name: getattr(self, name)[rows] for name in (*self.column_names(), *self.tokens())}
         extras = {name: [values[i] for i in rows] for name, values in self.extras.items()}
-        return type(self)(extras=extras, **columns)
+        return type(self)(extras=extras, policy_version=self.policy_version[rows], **columns)
 
     def by_group(self) -> list[TrajectoryBatch]:
         """One batch per group, in order of first appearance (a learner gets whole groups: anchors and group
@@ -342,5 +367,6 @@ class TrajectoryBatch:
         return type(self)(
             group_id=[int(g) + group_offset for g in self.group_id], traj_id=[int(t) + traj_offset for t in self.traj_id],
             step=self.step, anchor_key=self.anchor_key, action_key=self.action_key, reward=self.reward,
-            is_action_valid=self.is_action_valid, extras=self.extras, **self.tokens(),
+            is_action_valid=self.is_action_valid, extras=self.extras, policy_version=self.policy_version,
+            **self.tokens(),
         )

@@ -123,6 +123,7 @@ def collect_rollout(
     history_length: int | None = None,
     on_reset: Callable[[list[tuple[str, dict[str, Any]]]], None] | None = None,
     draws_seed: int | None = None,
+    policy_version: int = 0,
 ) -> Rollout:
     """Play one episode on every copy of ``envs`` (group ``g`` on ``task_ids[g]``) with ``policy``.
 
@@ -135,7 +136,8 @@ def collect_rollout(
     ``sent_action``. ``draws_seed``, when given, fixes the uniform behind every choice: copy ``i``'s choice at its
     step ``t`` gets ``StepContext.draw`` from ``(draws_seed, i, t)`` alone, so two policies run with the same seed
     make the same choice wherever their distributions agree (common random numbers: paired validation); policies
-    that sample tokens rather than choose among candidates ignore it.
+    that sample tokens rather than choose among candidates ignore it. ``policy_version`` is the version of
+    ``policy``'s weights, stamped on every row (``TrajectoryBatch.policy_version``).
     """
     if anchor_key not in ANCHOR_KEYS:
         raise ValueError(f"anchor_key={anchor_key!r}; valid: {', '.join(ANCHOR_KEYS)}")
@@ -210,7 +212,7 @@ def collect_rollout(
                     terminated=bool(steps[i].terminated), transcript=transcripts[i],
                     final_observation=observations[i], final_info=dict(after),
                 )
-    batch = table.build()
+    batch = table.build().with_policy_version(policy_version)
     done = [e for e in episodes if e is not None]
     faulted = {e.traj_id for e in done if e.fault}
     if faulted:
