@@ -36,7 +36,7 @@ def first_update(model: str, seed: int, arm: str) -> dict[str, float]:
 
     from ecpo_train.core.credit import compute_advantages
     from ecpo_train.core.rollout import collect_rollout
-    from ecpo_train.integrations.rllib.llm_runner import RUNNER_SEED_STRIDE, replay_runner_sampling
+    from ecpo_train.integrations.rllib.llm.runner import RUNNER_SEED_STRIDE, replay_runner_sampling
     from ecpo_train.runtime.config import load_config
     from ecpo_train.runtime.trainer import Trainer
 

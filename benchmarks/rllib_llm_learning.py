@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     args = parser.parse_args(argv)
 
     from ecpo_train.apps.models import default_cache_dir
-    from ecpo_train.integrations.rllib.engine import train_with_rllib
+    from ecpo_train.integrations.rllib.llm.engine import train_with_rllib
     from ecpo_train.runtime.config import load_config
     from ecpo_train.runtime.trainer import Trainer
 

@@ -15,7 +15,13 @@ from ray.rllib.core.columns import Columns
 from ray.rllib.evaluation.postprocessing import Postprocessing
 
 from ecpo_train import credit
-from ecpo_train.integrations.rllib import ECPOConfig, split_groups
+from ecpo_train.integrations.rllib import (
+    CandidateActionEnv,
+    CandidateECPO,
+    CandidateECPOConfig,
+    ECPOConfig,
+    split_groups,
+)
 
 N = 4
 SMALL_ENV = {"env_kwargs": {"depth": 4, "num_tasks": 2}, "max_candidates": 4, "feature_dim": 16, "seed": 0}
@@ -48,10 +54,16 @@ def weights_differ(a, b):
     return any(not np.array_equal(a[k], b[k]) for k in a)
 
 
-def test_config_wraps_text_env_ids_and_keeps_group_size_in_sync():
+def test_config_without_a_model_is_the_candidate_example_wrapping_text_env_ids_with_group_size_in_sync():
     config = (ECPOConfig().environment("ecpo/DivergentAnchor-v0").training(group_size=6, credit={"kappa": 3.0})
               .environment(env_config={"max_candidates": 5}))
-    assert config.env_config == {"env_id": "ecpo/DivergentAnchor-v0", "group_size": 6, "max_candidates": 5}
+    candidate = config.for_algorithm()  # the one switch: no model -> the classic-RL example's config and algorithm
+    assert isinstance(candidate, CandidateECPOConfig) and candidate.algo_class is CandidateECPO
+    assert candidate.env is CandidateActionEnv
+    assert candidate.env_config == {"env_id": "ecpo/DivergentAnchor-v0", "group_size": 6, "max_candidates": 5}
+    direct = (CandidateECPOConfig().environment("ecpo/DivergentAnchor-v0").training(group_size=6)
+              .environment(env_config={"max_candidates": 5}))
+    assert direct.env_config == candidate.env_config
     assert config.credit == credit.CreditConfig(kappa=3.0)
     assert config.use_critic is False and config.batch_mode == "complete_episodes"
     with pytest.raises(ValueError, match="num_learners"):
@@ -177,7 +189,7 @@ def test_checkpoint_save_and_restore(tmp_path):
         algo.stop()
     restored = Algorithm.from_checkpoint(str(tmp_path / "ckpt"))
     try:
-        assert type(restored.config).__name__ == "ECPOConfig" and restored.config.group_size == N
+        assert type(restored).__name__ == "CandidateECPO" and restored.config.group_size == N
         assert not weights_differ(saved, module_weights(restored))
         result = restored.train()
         assert result["learners"]["ecpo"]["batch_group_size_min"] == N

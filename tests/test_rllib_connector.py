@@ -12,7 +12,7 @@ from ray.rllib.evaluation.postprocessing import Postprocessing
 
 from ecpo_train.core import credit
 from ecpo_train.integrations.rllib import ECPOAdvantages, ECPOConfig, batch_from_episodes
-from ecpo_train.integrations.rllib.learner import ecpo_connector
+from ecpo_train.integrations.rllib.candidate.learner import ecpo_connector
 
 
 def make_episode(states, observations, actions, rewards, group_key="g0"):

@@ -6,7 +6,7 @@ import sys
 import numpy as np
 import pytest
 
-from ecpo_train.integrations.rllib.candidate_env import (
+from ecpo_train.integrations.rllib.candidate.env import (
     CandidateActionEnv,
     hashed_text_features,
     split_observation,
@@ -49,7 +49,7 @@ def test_action_index_maps_to_admissible_action_and_bad_indices_are_invalid_acti
 
 def test_hashed_features_are_deterministic_across_processes_and_bounded():
     here = hashed_text_features("Open the RED door!", 32)
-    code = ("from ecpo_train.integrations.rllib.candidate_env import hashed_text_features as h;"
+    code = ("from ecpo_train.integrations.rllib.candidate.env import hashed_text_features as h;"
             "print(list(h('Open the RED door!', 32)))")
     there = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert np.allclose(here, eval(there))

@@ -80,7 +80,7 @@ def test_two_runners_are_the_native_update_on_their_own_sampling_streams(tiny_mo
     import torch
 
     from ecpo_train.core.credit import compute_advantages
-    from ecpo_train.integrations.rllib.llm_runner import RUNNER_SEED_STRIDE, replay_runner_sampling
+    from ecpo_train.integrations.rllib.llm.runner import RUNNER_SEED_STRIDE, replay_runner_sampling
     from ecpo_train.runtime.trainer import Trainer
 
     values = run_values(tiny_model_dir, tmp_path)

@@ -62,7 +62,7 @@ def test_config_lora_is_validated_and_filled_in():
 
 
 def test_adapter_and_full_weights_never_load_into_each_other(tiny_model_dir, tmp_path):
-    from ecpo_train.integrations.rllib.module import CausalLMRLModule
+    from ecpo_train.integrations.rllib.llm.module import CausalLMRLModule
     from ecpo_train.runtime.config import config_dict
 
     def module(config):

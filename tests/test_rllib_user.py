@@ -126,7 +126,7 @@ def test_a_runner_given_train_tasks_is_healthy_before_it_builds_an_env(tiny_mode
 
 # ------------------------------------------------------------------ a learner never starts vLLM
 def test_a_learner_built_from_a_vllm_config_starts_no_engine(tiny_model_dir, tmp_path, monkeypatch):
-    from ecpo_train.integrations.rllib.module import CausalLMRLModule
+    from ecpo_train.integrations.rllib.llm.module import CausalLMRLModule
     from ecpo_train.runtime.config import config_dict
 
     monkeypatch.setitem(sys.modules, "vllm", None)  # any import of vllm raises ImportError

@@ -227,8 +227,8 @@ def test_a_full_disk_during_a_checkpoint_write_is_one_line_and_keeps_the_old_che
 
 def test_runner_counts_beyond_the_cpus_ray_sees_are_refused_in_one_line(tiny_model_dir, tmp_path):
     pytest.importorskip("ray")
-    from ecpo_train.integrations.rllib.config import ECPOConfig
-    from ecpo_train.integrations.rllib.engine import check_runner_cpus
+    from ecpo_train.integrations.rllib import ECPOConfig
+    from ecpo_train.integrations.rllib.llm.engine import check_runner_cpus
     from ecpo_train.runtime.config import load_config
 
     config = ECPOConfig.from_train_config(load_config("corridor_llm", [f"model={tiny_model_dir}",

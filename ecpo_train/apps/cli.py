@@ -133,7 +133,7 @@ def _train_with_rllib(config: str, overrides: list[str], resume: bool, overwrite
     try:
         cfg = load_config(config, overrides)
         cfg.resolved_device()
-        from ecpo_train.integrations.rllib.engine import train_with_rllib
+        from ecpo_train.integrations.rllib.llm.engine import train_with_rllib
 
         train_with_rllib(cfg, resume=resume, overwrite=overwrite, num_env_runners=env_runners,
                          num_learners=learners, progress=cfg.progress)

@@ -1,6 +1,6 @@
 """The run loop both engines drive: validate the untrained policy, iterate to the target, log, checkpoint.
 
-The native ``Trainer.train`` and the RLlib engine (``integrations/rllib/engine.py``) hand it their own pieces
+The native ``Trainer.train`` and the RLlib engine (``integrations/rllib/llm/engine.py``) hand it their own pieces
 (one iteration, one validation, the log, the checkpoint writer); the order and the cadence are written here once.
 """
 

@@ -1,20 +1,27 @@
-"""ECPO inside RLlib (ray 2.60 new API stack): ``ECPOConfig``, ``ECPO`` and their parts.
+"""ECPO inside RLlib (ray 2.60 new API stack): two algorithms and their parts.
 
-An LLM run: ``ECPOConfig().environment("ecpo/...").rl_module(model_config={"model": DIR, ...}).build_algo()``
-(``LLMEnvRunner`` actors, ``ECPOLLMLearner`` learners); the classic-RL example trains ``CandidateScorerModule``
-over ``CandidateActionEnv``. Importing this package imports ray; ``import ecpo_train`` does not.
+``llm/``: the LLM algorithm, ``ECPOConfig().environment("ecpo/...").rl_module(model_config={"model": DIR, ...})
+.build_algo()`` gives ``ECPO`` (``LLMEnvRunner`` actors, ``ECPOLLMLearner`` learners). ``candidate/``: the
+classic-RL example, ``CandidateECPOConfig`` / ``CandidateECPO`` (``CandidateScorerModule`` over
+``CandidateActionEnv``); ``ECPOConfig()`` without a model builds it too. ``base_config.py`` and
+``base_algorithm.py`` hold what the two share. Importing this package imports ray; ``import ecpo_train`` does not.
 """
 
-from ecpo_train.integrations.rllib.algorithm import ECPO, split_groups
-from ecpo_train.integrations.rllib.candidate_env import CandidateActionEnv, hashed_text_features
-from ecpo_train.integrations.rllib.config import ECPOConfig
-from ecpo_train.integrations.rllib.connector import ECPOAdvantages, StepTableCredit, batch_from_episodes
-from ecpo_train.integrations.rllib.learner import ECPOLLMLearner
-from ecpo_train.integrations.rllib.llm_runner import LLMEnvRunner
+from ecpo_train.integrations.rllib.candidate.algorithm import CandidateECPO, split_groups
+from ecpo_train.integrations.rllib.candidate.config import CandidateECPOConfig
+from ecpo_train.integrations.rllib.candidate.connector import ECPOAdvantages, batch_from_episodes
+from ecpo_train.integrations.rllib.candidate.env import CandidateActionEnv, hashed_text_features
+from ecpo_train.integrations.rllib.llm.algorithm import ECPO
+from ecpo_train.integrations.rllib.llm.config import ECPOConfig
+from ecpo_train.integrations.rllib.llm.connector import StepTableCredit
+from ecpo_train.integrations.rllib.llm.learner import ECPOLLMLearner
+from ecpo_train.integrations.rllib.llm.runner import LLMEnvRunner
 
 __all__ = [
     "ECPO",
     "CandidateActionEnv",
+    "CandidateECPO",
+    "CandidateECPOConfig",
     "ECPOAdvantages",
     "ECPOConfig",
     "ECPOLLMLearner",

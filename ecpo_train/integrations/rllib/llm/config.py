@@ -1,32 +1,22 @@
-"""``ECPOConfig``: PPO's config plus ECPO's group rollout, credit and (for an LLM) the run's policy.
+"""``ECPOConfig``: the LLM algorithm's config, and the one switch to the classic-RL example.
 
-Two kinds of run share it. The LLM path, ``rl_module(model_config={"model": DIR, ...})``: env runners are
-``LLMEnvRunner`` actors playing the native policy (``llm_settings.py`` maps the config to the native
-``TrainConfig``), learners are ``ECPOLLMLearner``. The classic-RL example: ``environment("ecpo/...")`` wraps the
-text env in ``CandidateActionEnv`` and ``CandidateScorerModule`` learns over hashed text features.
+An LLM run, ``rl_module(model_config={"model": DIR, ...})``: env runners are ``LLMEnvRunner`` actors playing the
+native policy (``settings.py`` maps the config to the native ``TrainConfig``), learners are ``ECPOLLMLearner``.
+A config without a ``model`` is the classic-RL example's: ``validate()`` and ``build_algo()`` hand it, once, to
+``candidate.config.CandidateECPOConfig`` (``for_algorithm``), which builds ``CandidateECPO``.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import math
 import weakref
 from collections.abc import Mapping
 from typing import Any
 
 from ray.rllib.algorithms.algorithm_config import NotProvided
-from ray.rllib.algorithms.ppo import PPOConfig
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
-from ecpo_train.core.credit import CreditConfig, available_estimators, check_group_size
-from ecpo_train.core.rollout import ANCHOR_KEYS
-from ecpo_train.integrations.rllib.candidate_env import CandidateActionEnv
-from ecpo_train.integrations.rllib.llm_settings import (
-    apply_train_config,
-    is_llm_config,
-    native_update_defaults,
-    train_config_of,
-)
+from ecpo_train.integrations.rllib.base_config import GroupCreditConfig
+from ecpo_train.integrations.rllib.llm.settings import apply_train_config, has_model, train_config_of
 
 # RLlib options the LLM path does not run, and what to use instead (validate() refuses a changed one).
 CRITIC_FREE = "ECPO is critic-free: its baseline is the group (training(estimator=..., credit={...}))"
@@ -47,100 +37,42 @@ LLM_PATH_REFUSED = {
 VALIDATION_INSTEAD = ("the LLM path validates on an env runner: training(run_settings={'val_every': k, "
                       "'val_num_tasks': ..., 'val_episodes_per_task': ...}) puts val/success in result['ecpo'], "
                       "and algo.validate() runs it on demand")
-SECONDS_PER_GROUP_STEP = 30.0  # the derived sampling timeout's budget for one step of one group (N copies at once)
-MIN_SAMPLE_TIMEOUT_S = 300.0
 # frozen ECPOConfig -> its TrainConfig, translated once (to_train_config); held no longer than the config
 _TRAIN_CONFIGS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-UNDECLARED_STEP_LIMIT = 50  # an env whose step limit is not declared (ecpo_gym.families) gets this budget
 
 
-class ECPOConfig(PPOConfig):
-    """PPO's config plus ECPO's: ``group_size`` (N), ``groups_per_batch``, ``estimator`` (a credit registry
-    name), ``credit`` (a ``credit.CreditConfig``: gamma, omega, kappa, tau, d_min, rho_min, eps, compat;
-    its defaults are the paper's) and ``anchor_key`` (``"state_key"``, the env's structured key, or
-    ``"observation_key"``, the normalised observation text; as in ``rollout.collect_rollout``).
+class ECPOConfig(GroupCreditConfig):
+    """The LLM algorithm's config: ``GroupCreditConfig``'s group rollout and credit settings (``group_size``,
+    ``groups_per_batch``, ``estimator``, ``credit``, ``anchor_key``) plus the run's policy.
 
-    ``training(credit=CreditConfig(...))`` replaces the credit configuration; ``training(credit={"kappa": 3.0})``
-    changes only the fields named. ECPO's discount is the credit's: ``config.gamma`` reads and
-    ``training(gamma=...)`` writes ``config.credit.gamma``.
+    ``rl_module(model_config={"model": DIR, ...})`` (``settings.py``) names the policy; ``groups_per_batch`` whole
+    groups per iteration are shared over the healthy ``LLMEnvRunner``s; ``run_settings`` holds the native keys
+    RLlib has no name for; ``lost_groups`` ("top_up" | "refuse") says what happens to a lost runner's groups;
+    ``lora`` (``{r, alpha, dropout, target_modules}``, or ``model_config["lora"]``) gives learner and runners the
+    same adapter, only it trains and weight sync carries only it; the KL reference is the adapter switched off.
 
-    An LLM run (``rl_module(model_config={"model": DIR, ...})``, ``llm_settings.py``): ``groups_per_batch`` whole
-    groups per iteration, shared over the healthy ``LLMEnvRunner``s; ``run_settings`` holds the native keys RLlib
-    has no name for; ``lost_groups`` ("top_up" | "refuse") says what happens to a lost runner's groups; ``lora``
-    (``{r, alpha, dropout, target_modules}``, or ``model_config["lora"]``) gives learner and runners the same
-    adapter, only it trains and weight sync carries only it; the KL reference is the adapter switched off.
-
-    The candidate example: ``environment("ecpo/...")`` without a model wraps the text env in
-    ``CandidateActionEnv`` (``env_config``: ``env_kwargs``, ``max_candidates``, ``feature_dim``, ``task_ids``,
-    ``seed``); ``groups_per_batch`` groups are split evenly over the env runners.
+    Without a ``model`` the config is the classic-RL example's (``candidate.config.CandidateECPOConfig``:
+    ``environment("ecpo/...")`` wraps the text env in ``CandidateActionEnv``): ``for_algorithm`` makes that
+    choice, the one place it is made.
     """
 
     def __init__(self, algo_class=None):
-        from ecpo_train.integrations.rllib.algorithm import ECPO
+        from ecpo_train.integrations.rllib.llm.algorithm import ECPO
 
         super().__init__(algo_class=algo_class or ECPO)
-        self.group_size = 8
-        self.groups_per_batch = 16
-        self.estimator = "ecpo"
-        self.credit = CreditConfig()
-        self.anchor_key = "state_key"
-        self.lora: dict = {}  # LoRA settings of the LLM path (lora.check_lora_settings); {} = full fine-tuning
-        self.text_env_id = None  # the ecpo_gym id that environment("ecpo/...") wrapped
-        self.run_settings: dict = {}  # LLM path: native TrainConfig keys RLlib has no name for (llm_settings.py)
-        self.lost_groups = "top_up"  # LLM path: groups of a lost env runner are re-sampled ("top_up") or refused
-        # Critic off, whole episodes, one env per runner (so its resets stay grouped).
-        self.use_critic = False
-        self.use_gae = False
-        self.batch_mode = "complete_episodes"
-        self.num_env_runners = 0
-        self.num_envs_per_env_runner = 1
-        # The update's defaults are the native trainer's (TrainConfig's), not PPO's: one run, two spellings.
-        native = native_update_defaults()
-        self.lr = native["lr"]
-        self.num_epochs = native["update_epochs"]
-        self.minibatch_size = native["mini_batch_size"]
-        self.grad_clip = native["max_grad_norm"]
-        self.use_kl_loss = native["kl_coef"] > 0
-        self.kl_coeff = native["kl_coef"]
-        self.clip_param = native["clip_eps"]
-        self.entropy_coeff = native["entropy_coef"]
-        self.sample_timeout_s = None  # None: derived from the env's step limit (group_sample_timeout_s)
-
-    @property
-    def gamma(self) -> float:
-        return self.credit.gamma
-
-    @gamma.setter
-    def gamma(self, value: float) -> None:
-        # AlgorithmConfig.__init__ assigns RLlib's default before ECPOConfig.__init__ creates the credit config
-        if "credit" in self.__dict__:
-            self.credit = dataclasses.replace(self.credit, gamma=value)
+        self.lora: dict = {}  # LoRA settings (lora.check_lora_settings); {} = full fine-tuning
+        self.run_settings: dict = {}  # native TrainConfig keys RLlib has no name for (settings.py)
+        self.lost_groups = "top_up"  # groups of a lost env runner are re-sampled ("top_up") or refused
 
     def training(
         self,
         *,
-        group_size: int | None = NotProvided,
-        groups_per_batch: int | None = NotProvided,
-        estimator: str | None = NotProvided,
-        credit: CreditConfig | Mapping[str, Any] | None = NotProvided,
-        anchor_key: str | None = NotProvided,
         lora: Mapping[str, Any] | None = NotProvided,
         run_settings: Mapping[str, Any] | None = NotProvided,
         lost_groups: str | None = NotProvided,
         **kwargs: Any,
     ) -> ECPOConfig:
-        """PPO's ``training`` plus ECPO's settings (see the class docstring); ``gamma`` given here wins over
-        ``credit``'s."""
-        misplaced = sorted(set(kwargs) & {f.name for f in dataclasses.fields(CreditConfig)} - {"gamma"})
-        if misplaced:
-            raise TypeError(f"{', '.join(misplaced)} belong to the credit configuration: "
-                            f"training(credit={{{', '.join(f'{name!r}: ...' for name in misplaced)}}})")
-        if credit is not NotProvided:
-            if isinstance(credit, Mapping):
-                credit = CreditConfig.from_kwargs(**(dataclasses.asdict(self.credit) | dict(credit)))
-            elif not isinstance(credit, CreditConfig):
-                raise TypeError(f"credit must be a credit.CreditConfig or a dict of its fields, got {credit!r}")
-            self.credit = credit
+        """``GroupCreditConfig.training`` plus ``lora``, ``run_settings`` and ``lost_groups`` (class docstring)."""
         if lora is not NotProvided:
             from ecpo_train.policies.lora import check_lora_settings
 
@@ -148,55 +80,36 @@ class ECPOConfig(PPOConfig):
         super().training(**kwargs)
         if run_settings is not NotProvided:
             self.run_settings = dict(self.run_settings) | dict(run_settings or {})
-        for name, value in (("group_size", group_size), ("groups_per_batch", groups_per_batch),
-                            ("estimator", estimator), ("anchor_key", anchor_key), ("lost_groups", lost_groups)):
-            if value is not NotProvided:
-                setattr(self, name, value)
-        self._sync_env_config()
+        if lost_groups is not NotProvided:
+            self.lost_groups = lost_groups
         return self
-
-    def to_dict(self) -> dict[str, Any]:
-        out = super().to_dict() | {"gamma": self.gamma}  # a property, so not among vars(self)
-        if self.is_llm and self.text_env_id is not None:
-            out["env"] = self.text_env_id  # the env the LLM plays (Tune names trials after it), not the adapter
-        return out
-
-    def _value_error(self, errmsg: str) -> None:
-        """RLlib's, as one line (RLlib appends a second one on how to switch validation off)."""
-        if self._validate_config:
-            raise ValueError(errmsg)
-        super()._value_error(errmsg)
-
-    def update_from_dict(self, config_dict: dict) -> ECPOConfig:
-        """RLlib's dict form; a ``credit`` entry (a dict after ``serialize()``) goes through ``training``."""
-        config_dict = dict(config_dict)
-        if "credit" in config_dict:
-            self.training(credit=config_dict.pop("credit"))
-        return super().update_from_dict(config_dict)
 
     def environment(self, env: Any = NotProvided, **kwargs: Any) -> ECPOConfig:
         super().environment(env, **kwargs)
         if isinstance(env, str):
             self.text_env_id = env  # the LLM path plays any registered text env id (an ecpo_gym one, or yours)
-        if isinstance(self.env, str) and _is_text_env_id(self.env):
-            self.env = CandidateActionEnv
-        self._sync_env_config()
         return self
 
-    def _sync_env_config(self) -> None:
-        """Keep the adapter's ``env_id`` and ``group_size`` in ``env_config`` whatever order calls came in."""
-        if self.env is CandidateActionEnv:
-            env_config = dict(self.env_config or {})
-            if self.text_env_id is not None:
-                env_config.setdefault("env_id", self.text_env_id)
-            env_config["group_size"] = self.group_size
-            self.env_config = env_config
+    # ------------------------------------------------------------------ the switch
+    def for_algorithm(self) -> GroupCreditConfig:
+        """The config of the algorithm this one builds: itself with ``rl_module(model_config={"model": ...})``
+        (the LLM algorithm, ``ECPO``), else a ``CandidateECPOConfig`` with the same settings (the classic-RL
+        example, ``CandidateECPO``). The only place the choice is made."""
+        if has_model(self):
+            return self
+        from ecpo_train.integrations.rllib.candidate.config import CandidateECPOConfig
 
-    # ------------------------------------------------------------------ the LLM path
-    @property
-    def is_llm(self) -> bool:
-        """``rl_module(model_config={"model": ...})`` makes this an LLM config (``llm_settings.py``)."""
-        return is_llm_config(self)
+        if self.lora:
+            self._value_error("lora adapts the LLM path's causal LM (rl_module(model_config={'model': ...})); "
+                              "the candidate scorer has none")
+        return CandidateECPOConfig.from_settings_of(self)
+
+    def build_algo(self, *args: Any, **kwargs: Any):
+        """RLlib's ``build_algo``: ``ECPO`` with a model, the classic-RL example's ``CandidateECPO`` without."""
+        target = self.for_algorithm()
+        if target is not self:
+            return target.build_algo(*args, **kwargs)
+        return super().build_algo(*args, **kwargs)
 
     def to_train_config(self):
         """The native ``TrainConfig`` of this LLM config (the algorithm, its runners and learners build from it).
@@ -217,27 +130,24 @@ class ECPOConfig(PPOConfig):
         return apply_train_config(cls(), train)
 
     def get_default_rl_module_spec(self) -> RLModuleSpec:
-        from ecpo_train.integrations.rllib.module import CandidateScorerModule, CausalLMRLModule
+        from ecpo_train.integrations.rllib.llm.module import CausalLMRLModule
+        from ecpo_train.runtime.config import config_dict
 
-        if self.is_llm:
-            from ecpo_train.runtime.config import config_dict
-
-            return RLModuleSpec(module_class=CausalLMRLModule,
-                                model_config={"train_config": config_dict(self.to_train_config())})
-        return RLModuleSpec(module_class=CandidateScorerModule)
+        return RLModuleSpec(module_class=CausalLMRLModule,
+                            model_config={"train_config": config_dict(self.to_train_config())})
 
     def get_default_learner_class(self):
-        from ecpo_train.integrations.rllib.learner import ECPOLLMLearner, ECPOTorchLearner
+        from ecpo_train.integrations.rllib.llm.learner import ECPOLLMLearner
 
-        return ECPOLLMLearner if self.is_llm else ECPOTorchLearner
+        return ECPOLLMLearner
 
     def _validate_llm(self) -> None:
         """One clear error before any actor starts: the run's TrainConfig (ranges, LoRA without peft), the env id,
         scoring on search-QA, learners without whole groups, the lost-group policy."""
         import gymnasium as gym
 
-        from ecpo_train.integrations.rllib.llm_runner import LLMEnvRunner
-        from ecpo_train.integrations.rllib.llm_step import LOST_GROUP_POLICIES
+        from ecpo_train.integrations.rllib.llm.runner import LLMEnvRunner
+        from ecpo_train.integrations.rllib.llm.step import LOST_GROUP_POLICIES
 
         if self.text_env_id is None:
             self._value_error("an LLM config needs environment('ecpo/<id>'), one of ecpo_gym's text env ids")
@@ -289,44 +199,14 @@ class ECPOConfig(PPOConfig):
         if changed:
             self._value_error(f"evaluation(...) ({', '.join(changed)}) is not run by the LLM path; {VALIDATION_INSTEAD}")
 
-    @property
-    def group_sample_timeout_s(self) -> float:
-        """How long one runner call may play its groups: ``env_runners(sample_timeout_s=...)`` when set, else
-        the env's step limit x the groups one runner plays x ``SECONDS_PER_GROUP_STEP`` (at least
-        ``MIN_SAMPLE_TIMEOUT_S``): RLlib's 60 s is one PPO fragment, not a group of whole LLM episodes."""
-        if self.sample_timeout_s is not None:
-            return float(self.sample_timeout_s)
-        steps = UNDECLARED_STEP_LIMIT
-        kwargs = dict((self.env_config or {}).get("env_kwargs") or {})
-        if kwargs.get("max_steps"):
-            steps = int(kwargs["max_steps"])
-        else:
-            try:
-                from ecpo_gym.families import declared_max_steps
-
-                steps = declared_max_steps(self.text_env_id)
-            except (KeyError, ValueError, ImportError):
-                pass
-        return max(MIN_SAMPLE_TIMEOUT_S, steps * self.groups_per_env_runner * SECONDS_PER_GROUP_STEP)
-
     def validate(self) -> None:
-        if self.is_llm:
-            self._validate_llm()
+        """One ``ValueError`` for a bad run; a config without a model is checked as the candidate example's."""
+        target = self.for_algorithm()
+        if target is not self:
+            target.validate()
+            return
+        self._validate_llm()
         super().validate()
-        if self.use_critic:
-            self._value_error("ECPO is critic-free: set training(use_critic=False)")
-        if self.batch_mode != "complete_episodes":
-            self._value_error("ECPO needs batch_mode='complete_episodes' (credit is over whole trajectories)")
-        if self.num_envs_per_env_runner != 1:
-            self._value_error("ECPO needs num_envs_per_env_runner=1 so that each runner's resets stay grouped; "
-                              "scale with num_env_runners instead")
-        critic_free = available_estimators(needs_values=False)  # ECPO in RLlib is critic-free: no "ppo" here
-        if self.estimator not in critic_free:
-            self._value_error(f"estimator={self.estimator!r}; valid: {', '.join(critic_free)}")
-        if not isinstance(self.credit, CreditConfig):
-            self._value_error(f"credit must be a credit.CreditConfig (use training(credit=...)), got {self.credit!r}")
-        if self.anchor_key not in ANCHOR_KEYS:
-            self._value_error(f"anchor_key={self.anchor_key!r}; valid: {', '.join(ANCHOR_KEYS)}")
         if self.lora:
             from ecpo_train.policies.lora import check_lora_settings
 
@@ -334,23 +214,6 @@ class ECPOConfig(PPOConfig):
                 check_lora_settings(self.lora)
             except ValueError as error:
                 self._value_error(str(error))
-            if not self.is_llm:
-                self._value_error("lora adapts the LLM path's causal LM (rl_module(model_config={'model': ...})); "
-                                  "the candidate scorer has none")
-        try:
-            check_group_size(self.group_size, self.estimator)
-        except ValueError as error:
-            self._value_error(str(error))
-        if int(self.groups_per_batch) < max(1, int(self.num_learners)):
-            self._value_error(f"groups_per_batch ({self.groups_per_batch}) must be >= num_learners "
-                              f"({self.num_learners}): groups are never split across learners")
-        if (not self.is_llm and self.env is CandidateActionEnv
-                and int(self.env_config.get("group_size", -1)) != int(self.group_size)):
-            self._value_error("env_config['group_size'] disagrees with training(group_size=...)")
-
-    @property
-    def groups_per_env_runner(self) -> int:
-        return math.ceil(int(self.groups_per_batch) / max(1, int(self.num_env_runners)))
 
 
 def check_model_path(model: str) -> None:
@@ -365,10 +228,3 @@ def check_model_path(model: str) -> None:
         raise ValueError(f"rl_module(model_config={{'model': {model!r}}}): {path} {what}; give a folder with the "
                          "model's config.json, weights and tokenizer (`ecpo models pull ...`) or a hub id")
 
-
-def _is_text_env_id(env_id: str) -> bool:
-    try:
-        from ecpo_gym import ENV_ENTRY_POINTS
-    except ImportError:
-        return False
-    return env_id in ENV_ENTRY_POINTS or env_id.startswith("ecpo/")

@@ -28,7 +28,7 @@ def train_with_rllib(train: Any, *, resume: bool = False, overwrite: bool = Fals
     """Train ``train`` (a ``TrainConfig``) with the ``ECPO`` algorithm; returns the metrics of every iteration."""
     import ray
 
-    from ecpo_train.integrations.rllib.config import ECPOConfig
+    from ecpo_train.integrations.rllib.llm.config import ECPOConfig
     from ecpo_train.runtime.builders import check_env_and_model
     from ecpo_train.runtime.config import config_dict
     from ecpo_train.runtime.plotting import plot_run
@@ -124,7 +124,7 @@ def _check_checkpoint_header(checkpoint: Path) -> None:
 
 def _restored(checkpoint: Path) -> Any:
     """The algorithm saved in ``checkpoint``; a damaged checkpoint is one ``ValueError`` naming it."""
-    from ecpo_train.integrations.rllib.algorithm import ECPO
+    from ecpo_train.integrations.rllib.llm.algorithm import ECPO
 
     try:
         return ECPO.from_checkpoint(str(checkpoint.resolve()))

@@ -1,8 +1,6 @@
-"""ECPO's torch learners: credit.py advantages instead of a critic and GAE.
-
-``ECPOTorchLearner`` keeps PPO's clipped loss (the candidate path); ``ECPOLLMLearner`` runs the native trainer's
-step E (``core.loss.policy_update``: eq. ecpo_objective, the step advantage broadcast to the action's tokens) on
-``CausalLMRLModule``'s log-probs of the sampled step-row table (the LLM path).
+"""``ECPOLLMLearner``: the LLM algorithm's learner. It runs the native trainer's step E
+(``core.loss.policy_update``: eq. ecpo_objective, the step advantage broadcast to the action's tokens) on
+``CausalLMRLModule``'s log-probs of the sampled step-row table, after ``StepTableCredit`` gave the advantages.
 """
 
 from __future__ import annotations
@@ -11,13 +9,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from ray.rllib.algorithms.ppo.torch.ppo_torch_learner import PPOTorchLearner
-from ray.rllib.connectors.learner import AddOneTsToEpisodesAndTruncate, GeneralAdvantageEstimation
 from ray.rllib.core.learner.torch.torch_learner import TorchLearner
 from ray.rllib.evaluation.postprocessing import Postprocessing
 
-from ecpo_train.integrations.rllib.connector import ECPOAdvantages, StepTableCredit
-from ecpo_train.integrations.rllib.module import (
+from ecpo_train.integrations.rllib.llm.connector import StepTableCredit
+from ecpo_train.integrations.rllib.llm.module import (
     PROMPT_IDS,
     RESPONSE_IDS,
     RESPONSE_MASK,
@@ -25,41 +21,9 @@ from ecpo_train.integrations.rllib.module import (
     TOKEN_LOGP,
     WITH_ENTROPY,
 )
-from ecpo_train.integrations.rllib.results import log_learner_update
+from ecpo_train.integrations.rllib.llm.results import log_learner_update
 
 NONZERO_ADVANTAGES = "credit/num_nonzero_advantages"  # summed over learners: 0 = this update cannot move the policy
-
-
-def ecpo_connector(config) -> ECPOAdvantages:
-    """The ``ECPOAdvantages`` piece an ``ECPOConfig`` asks for: its estimator, group size, credit and anchor."""
-    return ECPOAdvantages(estimator=config.estimator, group_size=config.group_size, credit_config=config.credit,
-                          anchor_key=config.anchor_key)
-
-
-def install_ecpo_connector(learner) -> None:
-    """Replace GAE (and its bootstrap timestep) in ``learner``'s pipeline by one ``ECPOAdvantages`` piece.
-
-    Prepended so the default pieces that follow batch and tensorise its columns like any other.
-    """
-    pipeline = learner._learner_connector
-    if pipeline is None:
-        return
-    for piece in (AddOneTsToEpisodesAndTruncate, GeneralAdvantageEstimation):
-        if any(isinstance(c, piece) for c in pipeline.connectors):
-            pipeline.remove(piece)
-    pipeline.prepend(ecpo_connector(learner.config))
-
-
-class ECPOTorchLearner(PPOTorchLearner):
-    """``PPOTorchLearner`` whose advantages come from ``credit.compute_advantages`` over whole groups."""
-
-    def build(self) -> None:
-        super().build()
-        install_ecpo_connector(self)
-
-    @classmethod
-    def rl_module_required_apis(cls) -> list[type]:
-        return []  # critic-free: no ValueFunctionAPI
 
 
 class ECPOLLMLearner(TorchLearner):

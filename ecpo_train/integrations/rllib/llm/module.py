@@ -1,13 +1,7 @@
-"""ECPO's critic-free RLModules: a scorer over ``CandidateActionEnv``'s candidates, and a causal LM.
-
-``CandidateScorerModule``: ``logit_k = MLP([c, e_k, c * e_k])`` over learned embeddings ``c`` of the
-context and ``e_k`` of candidate ``k``, with absent candidates masked out, so the policy is a softmax over
-the state's admissible actions.
-
-``CausalLMRLModule``: the LLM policy of the native trainer (generating or scoring, built by
+"""``CausalLMRLModule``: the LLM policy of the native trainer (generating or scoring, built by
 ``runtime.builders.build_policy``) as an RLModule; its forward is the policy's own ``logprobs`` of stored rows.
 
-Neither has a value head: ECPO's baseline is the group (``credit.py``), not a critic.
+No value head: ECPO's baseline is the group (``credit.py``), not a critic.
 """
 
 from __future__ import annotations
@@ -15,13 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 from gymnasium import spaces
-from ray.rllib.core.columns import Columns
 from ray.rllib.core.rl_module.torch import TorchRLModule
-
-from ecpo_train.integrations.rllib.candidate_env import layout_from_space, split_observation
-
-# Finite (not -inf) so masked entries give zero probability without NaN entropies or KLs.
-MASKED_LOGIT = -1e9
 
 # The LLM module's forward: rows in (the step-row table's token columns), per-token log-probs out.
 PROMPT_IDS = "prompt_ids"
@@ -30,35 +18,6 @@ WITH_ENTROPY = "with_entropy"
 RESPONSE_MASK = "response_mask"
 TOKEN_LOGP = "token_logp"
 TOKEN_ENTROPY = "token_entropy"
-
-
-class CandidateScorerModule(TorchRLModule):
-    """Policy over ``Discrete(K)`` candidate indices; ``model_config``: ``hidden_dim`` (default 64)."""
-
-    def setup(self) -> None:
-        self.feature_dim, self.max_candidates = layout_from_space(
-            self.observation_space.shape[0], self.action_space.n
-        )
-        hidden = int((self.model_config or {}).get("hidden_dim", 64))
-        self.context_encoder = torch.nn.Sequential(torch.nn.Linear(self.feature_dim, hidden), torch.nn.Tanh())
-        self.candidate_encoder = torch.nn.Sequential(torch.nn.Linear(self.feature_dim, hidden), torch.nn.Tanh())
-        # The product term lets a candidate's score depend on the state (hashed buckets of the two
-        # texts rarely coincide, so raw features alone would score actions state-independently).
-        self.scorer = torch.nn.Sequential(
-            torch.nn.Linear(3 * hidden, hidden),
-            torch.nn.Tanh(),
-            torch.nn.Linear(hidden, 1),
-        )
-
-    def _forward(self, batch, **kwargs):
-        obs = batch[Columns.OBS].float()
-        context, candidates, mask = split_observation(obs, self.feature_dim, self.max_candidates)
-        candidate_h = self.candidate_encoder(candidates)
-        context_h = self.context_encoder(context).unsqueeze(-2).expand_as(candidate_h)
-        joint = torch.cat([context_h, candidate_h, context_h * candidate_h], dim=-1)
-        scores = self.scorer(joint).squeeze(-1)
-        logits = torch.where(mask > 0.5, scores, torch.full_like(scores, MASKED_LOGIT))
-        return {Columns.ACTION_DIST_INPUTS: logits}
 
 
 def token_spaces(vocab_size: int, max_prompt_tokens: int, max_new_tokens: int) -> tuple[spaces.Box, spaces.Box]:

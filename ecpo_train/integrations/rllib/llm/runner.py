@@ -34,7 +34,7 @@ from ray.rllib.env.env_runner import EnvRunner
 from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
 
 from ecpo_train.core.rollout import collect_rollout
-from ecpo_train.integrations.rllib.module import CausalLMRLModule, token_spaces
+from ecpo_train.integrations.rllib.llm.module import CausalLMRLModule, token_spaces
 from ecpo_train.runtime.config import config_dict
 
 # Runner k > 1 samples from seed + RUNNER_SEED_STRIDE * (k - 1): runner 1 (or the driver's) has the run's seed,

@@ -4,7 +4,7 @@ The RLlib spelling of an LLM run (``docs/rllib.md``):
 
 - ``environment("ecpo/...", env_config={"env_kwargs": {...}})``: the text env and its kwargs;
 - ``rl_module(model_config={"model": DIR, "policy_mode": "score" | "generate", ...})``: the policy, with the
-  native keys of :data:`MODEL_KEYS` (``model`` is what makes the config an LLM config);
+  native keys of :data:`MODEL_KEYS` (``model`` is what makes the config an LLM run);
 - ``training(group_size=N, groups_per_batch=G, estimator=..., credit={...}, anchor_key=..., lr=...,
   use_kl_loss=..., kl_coeff=..., clip_param=..., entropy_coeff=..., minibatch_size=..., num_epochs=...,
   grad_clip=...)``: the group rollout, credit and update, in RLlib's names where RLlib has one;
@@ -41,14 +41,8 @@ WHOLE_BATCH = 2**31 - 1  # minibatch_size=None: one mini-batch holds every row
 NO_CLIP = 1e30  # grad_clip=None: no gradient-norm clipping (the norm is still measured)
 
 
-def native_update_defaults() -> dict[str, Any]:
-    """``TrainConfig``'s field defaults (lr, update_epochs, mini_batch_size, max_grad_norm, kl_coef, clip_eps,
-    ...): an ``ECPOConfig`` starts from them, so a bare LLM config trains as the native trainer does."""
-    return {f.name: f.default for f in dataclasses.fields(TrainConfig) if f.default is not dataclasses.MISSING}
-
-
-def is_llm_config(config: Any) -> bool:
-    """An ECPOConfig trains an LLM when its model_config names a ``model``."""
+def has_model(config: Any) -> bool:
+    """Whether ``rl_module(model_config=...)`` names a ``model`` (what makes an ``ECPOConfig`` an LLM run)."""
     model_config = getattr(config, "_model_config", None)
     return isinstance(model_config, dict) and bool(model_config.get("model"))
 

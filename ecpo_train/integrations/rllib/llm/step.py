@@ -27,7 +27,7 @@ from ecpo_train.core.batch import TrajectoryBatch
 from ecpo_train.core.iteration import draw_iteration, finish_iteration, iteration_metrics
 from ecpo_train.core.rollout import episode_metrics
 from ecpo_train.core.tasks import validation_seed
-from ecpo_train.integrations.rllib.results import log_iteration
+from ecpo_train.integrations.rllib.llm.results import log_iteration
 
 LOST_GROUP_POLICIES = ("top_up", "refuse")
 MAX_SAMPLING_ROUNDS = 8  # rounds of re-sampling lost groups before an iteration gives up
