@@ -57,6 +57,7 @@ class ECPO(GroupCreditAlgorithm):
         self.ecpo_train_config = train
         self.ecpo_rng = np.random.default_rng(train.seed)  # the native trainer's task/seed/shuffle stream
         self.ecpo_iteration = 0
+        self.ecpo_dispatched = None  # max_policy_lag=1: the next iteration's groups (pipeline.Dispatched)
         self.ecpo_validation_episodes: list[Any] = []  # the last validation's outcomes (run_dir.EpisodeOutcome)
         group = self.env_runner_group
         if group.num_remote_env_runners() == 0:
@@ -70,21 +71,28 @@ class ECPO(GroupCreditAlgorithm):
         """Validation success (``val/success``, and ``val/exact_success`` where it exists) of the current
         weights on the run's fixed validation tasks, played on an env runner (the LLM path). Each episode's
         outcome is kept in ``ecpo_validation_episodes`` (the engine writes them to ``validation.jsonl``)."""
+        from ecpo_train.integrations.rllib.llm.pipeline import sync_runner_weights
         from ecpo_train.integrations.rllib.llm.step import validate_on_runner
 
+        if self.config.max_policy_lag and self.env_runner_group.num_remote_env_runners():
+            sync_runner_weights(self)  # pipelined, the runners hold the weights one update behind
         metrics, self.ecpo_validation_episodes = validate_on_runner(self)
         return metrics
 
     def get_state(self, components=None, *, not_components=None, **kwargs):
         """RLlib's state without the env runner component (the runners rebuild their policy from the config and
         get the learner's weights) and with ECPO's own: the driver's generator, the iteration and every runner's
-        sampling RNG streams, so a restored run continues exactly."""
+        sampling RNG streams, so a restored run continues exactly. With ``max_policy_lag=1`` the next iteration's
+        groups are in flight: their tasks and env seed are kept (``pending``), not their rows, so a restored run
+        plays them again with the restored weights (the runners' streams are read after the calls in flight)."""
         skip = [COMPONENT_ENV_RUNNER, COMPONENT_ENV_TO_MODULE_CONNECTOR, COMPONENT_MODULE_TO_ENV_CONNECTOR]
         not_components = [*(force_list(not_components) if not_components else []), *skip]
         state = super().get_state(components, not_components=not_components, **kwargs)
         if components is None or "ecpo" in force_list(components):
+            pending = self.ecpo_dispatched
             state["ecpo"] = {"rng": self.ecpo_rng.bit_generator.state, "iteration": self.ecpo_iteration,
-                             "runner_rng": self._runner_sampling_states()}
+                             "runner_rng": self._runner_sampling_states(),
+                             "pending": None if pending is None else [pending.task_ids, pending.env_seed]}
         return state
 
     def set_state(self, state) -> None:
@@ -93,6 +101,12 @@ class ECPO(GroupCreditAlgorithm):
         if ecpo:
             self.ecpo_rng.bit_generator.state = ecpo["rng"]
             self.ecpo_iteration = int(ecpo["iteration"])
+            from ecpo_train.integrations.rllib.llm.pipeline import Dispatched, drain_dispatched
+
+            if self.ecpo_dispatched is not None and self.ecpo_dispatched.in_flight:
+                drain_dispatched(self)  # calls of the state being replaced
+            pending = ecpo.get("pending")
+            self.ecpo_dispatched = None if pending is None else Dispatched(list(pending[0]), int(pending[1]))
             saved = ecpo["runner_rng"]
             group = self.env_runner_group
             if group.num_remote_env_runners() == 0:

@@ -48,6 +48,8 @@ class ECPOConfig(GroupCreditConfig):
     ``rl_module(model_config={"model": DIR, ...})`` (``settings.py``) names the policy; ``groups_per_batch`` whole
     groups per iteration are shared over the healthy ``LLMEnvRunner``s; ``run_settings`` holds the native keys
     RLlib has no name for; ``lost_groups`` ("top_up" | "refuse") says what happens to a lost runner's groups;
+    ``max_policy_lag`` (0 | 1) lets the runners play the next iteration's groups, with weights one update behind,
+    while the learner updates (``pipeline.py``; 0, the default, is lock-step);
     ``lora`` (``{r, alpha, dropout, target_modules}``, or ``model_config["lora"]``) gives learner and runners the
     same adapter, only it trains and weight sync carries only it; the KL reference is the adapter switched off.
 
@@ -63,6 +65,7 @@ class ECPOConfig(GroupCreditConfig):
         self.lora: dict = {}  # LoRA settings (lora.check_lora_settings); {} = full fine-tuning
         self.run_settings: dict = {}  # native TrainConfig keys RLlib has no name for (settings.py)
         self.lost_groups = "top_up"  # groups of a lost env runner are re-sampled ("top_up") or refused
+        self.max_policy_lag = 0  # 0: lock-step; 1: the runners play the next groups during the update (pipeline.py)
 
     def training(
         self,
@@ -70,9 +73,11 @@ class ECPOConfig(GroupCreditConfig):
         lora: Mapping[str, Any] | None = NotProvided,
         run_settings: Mapping[str, Any] | None = NotProvided,
         lost_groups: str | None = NotProvided,
+        max_policy_lag: int | None = NotProvided,
         **kwargs: Any,
     ) -> ECPOConfig:
-        """``GroupCreditConfig.training`` plus ``lora``, ``run_settings`` and ``lost_groups`` (class docstring)."""
+        """``GroupCreditConfig.training`` plus ``lora``, ``run_settings``, ``lost_groups`` and ``max_policy_lag``
+        (class docstring)."""
         if lora is not NotProvided:
             from ecpo_train.policies.lora import check_lora_settings
 
@@ -82,6 +87,8 @@ class ECPOConfig(GroupCreditConfig):
             self.run_settings = dict(self.run_settings) | dict(run_settings or {})
         if lost_groups is not NotProvided:
             self.lost_groups = lost_groups
+        if max_policy_lag is not NotProvided:
+            self.max_policy_lag = max_policy_lag
         return self
 
     def environment(self, env: Any = NotProvided, **kwargs: Any) -> ECPOConfig:
@@ -146,6 +153,7 @@ class ECPOConfig(GroupCreditConfig):
         scoring on search-QA, learners without whole groups, the lost-group policy."""
         import gymnasium as gym
 
+        from ecpo_train.integrations.rllib.llm.pipeline import PIPELINE_LAGS
         from ecpo_train.integrations.rllib.llm.runner import LLMEnvRunner
         from ecpo_train.integrations.rllib.llm.step import LOST_GROUP_POLICIES
 
@@ -175,6 +183,12 @@ class ECPOConfig(GroupCreditConfig):
             self._value_error(str(error))
         if self.lost_groups not in LOST_GROUP_POLICIES:
             self._value_error(f"lost_groups={self.lost_groups!r}; valid: {', '.join(LOST_GROUP_POLICIES)}")
+        if isinstance(self.max_policy_lag, bool) or self.max_policy_lag not in PIPELINE_LAGS:
+            self._value_error(f"max_policy_lag={self.max_policy_lag!r}; valid: 0 (lock-step) or 1 (the runners play "
+                              "the next groups while the learner updates)")
+        if self.max_policy_lag and int(self.num_env_runners) == 0:
+            self._value_error("max_policy_lag=1 plays the next groups on env-runner actors during the update: set "
+                              "env_runners(num_env_runners=K) with K >= 1")
         if self.env_runner_cls is None:
             self.env_runner_cls = LLMEnvRunner
         self.create_local_env_runner = int(self.num_env_runners) == 0

@@ -11,7 +11,10 @@ an RLlib user's script, a Tune stopper or a dashboard reads RLlib's:
   ``num_module_steps_trained``; ``result["learners"]["__all_modules__"]``: ``num_env_steps_trained`` and its
   lifetime count;
 - ``result["num_env_steps_sampled_lifetime"]``, ``result["num_env_steps_trained_lifetime"]``;
-- ``result["timers"]``: ``env_runner_sampling_timer``, ``learner_update_timer``, ``synch_weights`` (seconds).
+- ``result["timers"]``: ``env_runner_sampling_timer``, ``learner_update_timer``, ``synch_weights`` (seconds;
+  with ``max_policy_lag=1`` the sampling timer is the runners' busy time, spent during the previous update);
+- ``result["env_runners"]``: ``policy_lag_mean``, ``policy_lag_max`` (the learner's version minus the version that
+  sampled each row of the batch) and ``num_stale_groups_resampled`` (groups refused as older than the bound).
 
 One env step is one step-row: one action of one episode.
 """
@@ -58,6 +61,9 @@ UPDATE_NAMES = {"pg_loss": POLICY_LOSS_KEY, "entropy": ENTROPY_KEY, "kl": LEARNE
 TIMER_NAMES = {"sampling": ENV_RUNNER_SAMPLING_TIMER, "update": LEARNER_UPDATE_TIMER,
                "sync": SYNCH_WORKER_WEIGHTS_TIMER}
 
+# The sampling report's policy-lag keys (``llm_step``'s ``sampling/...``), logged under ``result["env_runners"]``.
+PIPELINE_KEYS = ("policy_lag_mean", "policy_lag_max", "num_stale_groups_resampled")
+
 
 def log_learner_update(metrics: Any, module_id: str, stats: Mapping[str, float], num_rows: int,
                        kl_coeff: float) -> None:
@@ -76,9 +82,13 @@ def log_learner_update(metrics: Any, module_id: str, stats: Mapping[str, float],
 
 
 def log_iteration(metrics: Any, episodes: Sequence[Any], num_rows: int, learner_results: list[Any],
-                  seconds: Mapping[str, float]) -> None:
+                  seconds: Mapping[str, float], sampling: Mapping[str, float] | None = None) -> None:
     """In the driver: one LLM iteration's episodes (``total_reward``, ``length``), the rows sampled and trained,
-    the learners' results and the phases' seconds (``TIMER_NAMES``' keys), under RLlib's keys."""
+    the learners' results, the phases' seconds (``TIMER_NAMES``' keys) and the sampling report's policy lag
+    (``PIPELINE_KEYS``), under RLlib's keys."""
+    for key in PIPELINE_KEYS:
+        if sampling and key in sampling:
+            metrics.log_value((ENV_RUNNER_RESULTS, key), float(sampling[key]), window=1)
     if episodes:
         returns = np.array([float(e.total_reward) for e in episodes])
         lengths = np.array([float(e.length) for e in episodes])

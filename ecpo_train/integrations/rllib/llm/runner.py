@@ -81,7 +81,9 @@ class LLMEnvRunner(EnvRunner):
     @torch.no_grad()
     def sample_groups(self, task_ids: list[str], env_seed: int, group_offset: int = 0) -> dict[str, Any]:
         """Play group ``g`` on ``task_ids[g]`` (copy ``i`` reset with ``env_seed + i``); the rows come back with
-        group ids ``group_offset + g`` and trajectory ids ``group_offset * N + i`` (the run's global ids)."""
+        group ids ``group_offset + g`` and trajectory ids ``group_offset * N + i`` (the run's global ids), each
+        stamped with the version of the weights that played it (the learner's update count, RLlib's weights
+        sequence number: one call plays with one version, since a weight sync waits for the call to end)."""
         tc = self.train_config
         if not task_ids:
             raise ValueError("sample_groups needs at least one task id")
@@ -90,7 +92,7 @@ class LLMEnvRunner(EnvRunner):
         started = time.perf_counter()
         rollout = collect_rollout(envs, self.policy, list(task_ids), env_name=tc.env_id,
                                   temperature=tc.rollout_temperature, seed=int(env_seed), anchor_key=tc.anchor_key,
-                                  history_length=tc.history_length)
+                                  history_length=tc.history_length, policy_version=self._weights_seq_no)
         episodes = [dataclasses.replace(e, group_id=e.group_id + group_offset,
                                         traj_id=e.traj_id + group_offset * tc.group_size, transcript=[])
                     for e in rollout.episodes]

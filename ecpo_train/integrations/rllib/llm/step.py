@@ -46,17 +46,23 @@ def share_groups(num_groups: int, runner_ids: list[int]) -> dict[int, tuple[int,
     return shares
 
 
-def sample_groups(algo: Any, task_ids: list[str], env_seed: int) -> tuple[list[dict[str, Any]], dict[str, float]]:
+def sample_groups(algo: Any, task_ids: list[str], env_seed: int, played: list[dict[str, Any]] | None = None,
+                  failures: int = 0) -> tuple[list[dict[str, Any]], dict[str, float]]:
     """Play every group of ``task_ids`` on the env runners; whole groups only, lost ones topped up (or refused).
 
     Group ``g`` always gets copy seeds ``env_seed + g*N + n`` and global ids, whichever runner plays it.
+    ``played``: runner answers already in hand (a dispatched call's, ``pipeline.collect_groups``) and
+    ``failures`` the runners that gave none; only the groups they lack are played, counted as re-sampled.
     """
     config, group = algo.config, algo.env_runner_group
     n = int(config.group_size)
-    pending = list(range(len(task_ids)))
-    results: list[dict[str, Any]] = []
-    failures = rounds = 0
+    results: list[dict[str, Any]] = list(played or [])
+    done = {int(e.group_id) for o in results for e in o["episodes"]}
+    pending = [g for g in range(len(task_ids)) if g not in done]
+    rounds = 0 if played is None else 1
     resampled = 0
+    if pending and failures and config.lost_groups == "refuse":
+        refuse_lost(pending, task_ids)
     while pending:
         rounds += 1
         if rounds > MAX_SAMPLING_ROUNDS:
@@ -89,13 +95,17 @@ def sample_groups(algo: Any, task_ids: list[str], env_seed: int) -> tuple[list[d
         if lost and len(outs) >= expected:
             raise RuntimeError(f"groups {lost} came back from no runner")
         if lost and config.lost_groups == "refuse":
-            raise RuntimeError(f"{len(lost)} of {len(task_ids)} groups were lost with their env runner(s); "
-                               "lost_groups='refuse' (set lost_groups='top_up' to re-sample them on healthy runners)")
+            refuse_lost(lost, task_ids)
         pending = lost
     report = {"num_groups_configured": float(len(task_ids)),
               "num_groups_sampled": float(sum(len(o["episodes"]) for o in results) // n),
               "num_groups_resampled": float(resampled), "num_runner_failures": float(failures)}
     return results, report
+
+
+def refuse_lost(lost: list[int], task_ids: list[str]) -> None:
+    raise RuntimeError(f"{len(lost)} of {len(task_ids)} groups were lost with their env runner(s); "
+                       "lost_groups='refuse' (set lost_groups='top_up' to re-sample them on healthy runners)")
 
 
 def check_not_timed_out(silent: list[int], group: Any, timeout: float | None) -> None:
@@ -139,13 +149,26 @@ def _contiguous_runs(groups: list[int]) -> list[tuple[int, int]]:
 
 
 def llm_training_step(algo: Any) -> dict[str, float]:
-    """One native-trainer iteration through RLlib (see the module docstring); returns the native metrics."""
+    """One native-trainer iteration through RLlib (see the module docstring); returns the native metrics.
+
+    ``max_policy_lag=0`` samples, updates, then syncs (lock-step); ``1`` takes the groups the runners played
+    during the previous update and dispatches the next ones before this update (``pipeline.take_and_dispatch``).
+    """
     config, train = algo.config, algo.ecpo_train_config
     rng: np.random.Generator = algo.ecpo_rng
     started = time.perf_counter()
-    task_ids, env_seed = draw_iteration(train, algo.ecpo_train_tasks, rng, algo.ecpo_iteration)
+    learner_version = int(algo.ecpo_iteration)  # the learner's updates so far: the version of its weights
+    if int(config.max_policy_lag) == 0:
+        task_ids, env_seed = draw_iteration(train, algo.ecpo_train_tasks, rng, algo.ecpo_iteration)
+        outs, report = sample_groups(algo, task_ids, env_seed)
+        versions = np.concatenate([o["batch"].policy_version for o in outs])
+        report |= {"policy_lag_mean": float(np.mean(learner_version - versions)),
+                   "policy_lag_max": float(np.max(learner_version - versions)), "num_stale_groups_resampled": 0.0}
+        pipelined: dict[str, float] = {}
+    else:
+        from ecpo_train.integrations.rllib.llm.pipeline import take_and_dispatch
 
-    outs, report = sample_groups(algo, task_ids, env_seed)
+        outs, report, pipelined = take_and_dispatch(algo)
     sampled_at = time.perf_counter()
     tables: list[TrajectoryBatch] = [o["batch"] for o in outs]
     episodes = sorted((e for o in outs for e in o["episodes"]), key=lambda e: e.traj_id)
@@ -167,20 +190,32 @@ def llm_training_step(algo: Any) -> dict[str, float]:
             raise ValueError(f"{len(per_group)} groups cannot feed {config.num_learners} learners")
         learner_results = algo.learner_group.update(episodes_refs=[ray.put(g) for g in per_group], shuffle=shuffle)
     updated_at = time.perf_counter()
-    algo.env_runner_group.sync_weights(from_worker_or_learner_group=algo.learner_group, inference_only=True)
+    if not pipelined:  # lock-step: the runners get the new weights now; pipelined, before the next dispatch
+        algo.env_runner_group.sync_weights(from_worker_or_learner_group=algo.learner_group, inference_only=True)
     synced_at = time.perf_counter()
     algo.ecpo_iteration += 1
 
+    if pipelined:  # sampling: the runners' busy seconds (they played during the previous update); sampling_wait:
+        seconds = {"sampling": runner_busy_seconds(outs), "sampling_wait": pipelined["sampling_wait"],  # the driver's
+                   "update": updated_at - sampled_at, "sync": pipelined["sync"]}
+    else:
+        seconds = {"sampling": sampled_at - started, "update": updated_at - sampled_at, "sync": synced_at - updated_at}
     credit_diag, update_stats = learner_metrics(learner_results)
     metrics = iteration_metrics(algo.ecpo_iteration, n_rows, episode_metrics(episodes), credit_diag, update_stats,
                                 {"generation": max(o["generation_seconds"] for o in outs),
-                                 "env": max(o["env_seconds"] for o in outs), "sampling": sampled_at - started,
-                                 "update": updated_at - sampled_at, "sync": synced_at - updated_at},
+                                 "env": max(o["env_seconds"] for o in outs)} | seconds,
                                 extra={f"sampling/{k}": v for k, v in report.items()})
     finish_iteration(metrics, train, algo.ecpo_iteration, algo.validate, started)
-    log_iteration(algo.metrics, episodes, n_rows, learner_results, {"sampling": sampled_at - started,
-                  "update": updated_at - sampled_at, "sync": synced_at - updated_at})  # RLlib's result keys
+    log_iteration(algo.metrics, episodes, n_rows, learner_results, seconds, report)  # RLlib's result keys
     return metrics
+
+
+def runner_busy_seconds(outs: list[dict[str, Any]]) -> float:
+    """The longest time one runner spent playing its share of the groups (its calls' seconds, summed)."""
+    busy: dict[int, float] = {}
+    for out in outs:
+        busy[out["runner"]] = busy.get(out["runner"], 0.0) + float(out["seconds"])
+    return max(busy.values())
 
 
 def learner_metrics(results: list[Any]) -> tuple[dict[str, float], dict[str, float]]:

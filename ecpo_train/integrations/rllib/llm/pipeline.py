@@ -1,0 +1,152 @@
+"""``max_policy_lag=1``: the env runners play the next iteration's groups while the learner updates on this one's.
+
+One pipelined iteration (``step.llm_training_step`` calls :func:`take_and_dispatch`, then updates):
+
+    take      the groups dispatched in the previous iteration (the first iteration, and the first after a
+              restore, play them here, synchronously); a runner lost meanwhile loses only its groups, played
+              again on the healthy runners (``step.sample_groups``' top-up rule)
+    check     a group whose rows' ``policy_version`` is older than the learner's version - ``max_policy_lag``
+              is refused and played again after a weight sync (counted)
+    sync      the learner's current weights to the runners: they are idle now
+    dispatch  the next iteration's groups (its tasks and env seed drawn now, from the run's generator), one
+              asynchronous ``sample_groups`` call per healthy runner, played with the weights just synced
+    (update)  credit and the learner update on the taken groups while the runners play
+
+A runner is a Ray actor that runs one call at a time, and one ``sample_groups`` call plays its groups to the end:
+a weight sync sent while it plays waits behind the call, so it reaches the runner between groups, never inside
+one, and every group is played by one weight version (each row records it: ``TrajectoryBatch.policy_version``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ecpo_train.core.iteration import draw_iteration
+from ecpo_train.integrations.rllib.llm.step import healthy_runner_ids, sample_groups, share_groups
+
+PIPELINE_LAGS = (0, 1)  # max_policy_lag's values: 0 lock-step, 1 pipelined
+SAMPLE_TAG = "ecpo_sample_groups"  # the actor manager's tag of a dispatched sample_groups call
+MAX_STALE_ROUNDS = 4  # rounds of re-sampling stale groups before an iteration gives up
+
+
+@dataclass
+class Dispatched:
+    """The next iteration's groups: their tasks, env seed, and (``in_flight``) whether runner calls play them now;
+    restored from a checkpoint, nothing plays them and the next iteration samples them itself."""
+
+    task_ids: list[str]
+    env_seed: int
+    runners: list[int] = field(default_factory=list)  # the runners sent a call (empty: nothing in flight)
+    sent_at: float = field(default_factory=time.perf_counter)
+
+    @property
+    def in_flight(self) -> bool:
+        return bool(self.runners)
+
+
+def sync_runner_weights(algo: Any) -> None:
+    """The learner's weights to every healthy runner. The previous sync's calls are waited for first (an unanswered
+    one would make the actor manager skip this one), then this one is sent: each runner runs it before any call
+    sent after it."""
+    algo.env_runner_group.sync_weights(from_worker_or_learner_group=algo.learner_group, inference_only=True,
+                                       timeout_seconds=float(algo.config.group_sample_timeout_s))
+
+
+def dispatch_groups(algo: Any, task_ids: list[str], env_seed: int) -> Dispatched:
+    """Send every healthy runner its contiguous share of the groups of ``task_ids`` (copy seeds and global ids as
+    ``step.sample_groups`` gives them); returns at once."""
+    n = int(algo.config.group_size)
+    jobs = {runner: (task_ids[start:start + size], env_seed + start * n, start)
+            for runner, (start, size) in share_groups(len(task_ids), healthy_runner_ids(algo)).items()}
+    algo.env_runner_group.foreach_env_runner_async(lambda r: r.sample_groups(*jobs[r.worker_index]), tag=SAMPLE_TAG,
+                                                   remote_worker_ids=list(jobs))
+    return Dispatched(list(task_ids), int(env_seed), runners=sorted(jobs))
+
+
+def collect_groups(algo: Any, dispatched: Dispatched) -> tuple[list[dict[str, Any]], dict[str, float]]:
+    """The dispatched groups' rows: the runner calls' answers, waited for up to the sampling timeout, and the
+    groups of a runner that answered nothing (lost with its actor) played again on the healthy runners."""
+    if not dispatched.in_flight:
+        return sample_groups(algo, dispatched.task_ids, dispatched.env_seed)
+    group, timeout = algo.env_runner_group, float(algo.config.group_sample_timeout_s)
+    deadline = dispatched.sent_at + timeout
+    answers: list[dict[str, Any]] = []
+    while group.num_in_flight_async_reqs(SAMPLE_TAG) > 0 and time.perf_counter() < deadline:
+        wait = min(5.0, max(0.0, deadline - time.perf_counter()))
+        answers += [out for _, out in group.fetch_ready_async_reqs(tags=SAMPLE_TAG, timeout_seconds=wait)]
+    if group.num_in_flight_async_reqs(SAMPLE_TAG) > 0:
+        raise TimeoutError(f"env runner(s) did not return their dispatched groups within sample_timeout_s={timeout:g}"
+                           " s (no runner failed): raise env_runners(sample_timeout_s=...), or None for the default "
+                           "derived from the env's step limit")
+    silent = set(dispatched.runners) - {out["runner"] for out in answers}
+    return sample_groups(algo, dispatched.task_ids, dispatched.env_seed, played=answers, failures=len(silent))
+
+
+def drain_dispatched(algo: Any) -> None:
+    """Wait for and drop the answers of dispatched calls (a state loaded into a running algorithm replaces them)."""
+    group = algo.env_runner_group
+    deadline = time.perf_counter() + float(algo.config.group_sample_timeout_s)
+    while group.num_in_flight_async_reqs(SAMPLE_TAG) > 0 and time.perf_counter() < deadline:
+        group.fetch_ready_async_reqs(tags=SAMPLE_TAG, timeout_seconds=5.0)
+
+
+def stale_groups(group_ids: np.ndarray, versions: np.ndarray, learner_version: int, max_lag: int) -> list[int]:
+    """The groups (sorted ids) with a row sampled by weights older than ``learner_version - max_lag``."""
+    old = versions < int(learner_version) - int(max_lag)
+    return sorted({int(g) for g in np.asarray(group_ids)[old]})
+
+
+def without_groups(outs: list[dict[str, Any]], groups: list[int]) -> list[dict[str, Any]]:
+    """The runner answers with the rows and episodes of ``groups`` taken out (whole groups: by group id)."""
+    kept = []
+    for out in outs:
+        rows = np.flatnonzero(~np.isin(out["batch"].group_id, groups))
+        if rows.size:
+            kept.append(out | {"batch": out["batch"].select(rows),
+                               "episodes": [e for e in out["episodes"] if int(e.group_id) not in groups]})
+    return kept
+
+
+def take_and_dispatch(algo: Any) -> tuple[list[dict[str, Any]], dict[str, float], dict[str, float]]:
+    """A pipelined iteration's sampling (see the module docstring): the runner answers of this iteration's groups,
+    the sampling report (``step.sample_groups``' plus the policy lag and the stale groups re-sampled), and the
+    seconds the driver waited for them and spent syncing."""
+    config, train, learner_version = algo.config, algo.ecpo_train_config, int(algo.ecpo_iteration)
+    started = time.perf_counter()
+    dispatched = algo.ecpo_dispatched
+    if dispatched is None:  # the first iteration: its groups are drawn and played now
+        dispatched = Dispatched(*draw_iteration(train, algo.ecpo_train_tasks, algo.ecpo_rng, algo.ecpo_iteration))
+    synced = not dispatched.in_flight  # played here: with the weights synced now
+    if synced:
+        sync_runner_weights(algo)
+    outs, report = collect_groups(algo, dispatched)
+    stale_total, rounds = 0, 0
+    while stale := stale_groups(*_group_versions(outs), learner_version, int(config.max_policy_lag)):
+        rounds += 1
+        if rounds > MAX_STALE_ROUNDS:
+            raise RuntimeError(f"groups {stale} still older than the policy-lag bound after {MAX_STALE_ROUNDS} "
+                               "weight syncs")
+        stale_total += len(stale)
+        sync_runner_weights(algo)
+        synced = True
+        outs, _ = sample_groups(algo, dispatched.task_ids, dispatched.env_seed, played=without_groups(outs, stale))
+    waited_at = time.perf_counter()
+    if not synced:  # the runners played the taken groups with the previous weights
+        sync_runner_weights(algo)
+    synced_at = time.perf_counter()
+    next_iteration = draw_iteration(train, algo.ecpo_train_tasks, algo.ecpo_rng, algo.ecpo_iteration + 1)
+    algo.ecpo_dispatched = dispatch_groups(algo, *next_iteration)
+    lags = learner_version - _group_versions(outs)[1]
+    report |= {"policy_lag_mean": float(lags.mean()), "policy_lag_max": float(lags.max()),
+               "num_stale_groups_resampled": float(stale_total)}
+    return outs, report, {"sampling_wait": waited_at - started, "sync": synced_at - waited_at}
+
+
+def _group_versions(outs: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
+    """Every row's group id and policy version, over the runner answers."""
+    return (np.concatenate([out["batch"].group_id for out in outs]),
+            np.concatenate([out["batch"].policy_version for out in outs]))
