@@ -1,6 +1,6 @@
 """ALFWorld engines side by side: steps/s and memory per env of the native engine and TextWorld's.
 
-    OMP_NUM_THREADS=1 python benchmarks/alfworld_engines.py [--copies 128] [--games 10] [--steps 30]
+    OMP_NUM_THREADS=1 python -m benchmarks.alfworld_engines [--copies 128] [--games 10] [--steps 30]
 
 Real valid_seen games when ``ECPO_DATA_DIR`` is set (else generated households). Every measurement runs in
 a fresh spawned process so its RSS is its own:
@@ -18,7 +18,6 @@ Both engines replay the same walks (their admissible lists are identical). Write
 
 from __future__ import annotations
 
-import argparse
 import json
 import multiprocessing as mp
 import os
@@ -28,8 +27,9 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks import ArgumentParser
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "benchmarks" / "results" / "alfworld_engines.json"
 ENGINES = ("native", "textworld")
 
@@ -175,7 +175,7 @@ def _run(func, *args) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(__spec__.name, description=__doc__.split("\n\n")[0])
     parser.add_argument("--games", type=int, default=10)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--memory-envs", type=int, default=16)

@@ -10,11 +10,11 @@ lucky-singleton anchors is compared per batch. One job per file:
 * ``credit_counterfactual_report.py``: paired comparisons vs gigpo_std (``paired_stats``), verdicts, markdown;
 * this file: the command line, the process pool over arms, the outputs.
 
-    python benchmarks/credit_counterfactual.py            # the committed protocol (~60 min niced, 2 cores)
-    python benchmarks/credit_counterfactual.py --quick    # machinery smoke (< 10 min)
-    python benchmarks/credit_counterfactual.py --from-raw runs/credit_counterfactual/full   # re-report finished arms
-    python benchmarks/credit_counterfactual.py --from-raw DIR1 DIR2   # an arm run at other targets later, merged
-    python benchmarks/credit_counterfactual.py --checkpoint-seeds 0 1 2   # three checkpoints per cell (~5.3 h arm time)
+    python -m benchmarks.credit_counterfactual            # the committed protocol (~60 min niced, 2 cores)
+    python -m benchmarks.credit_counterfactual --quick    # machinery smoke (< 10 min)
+    python -m benchmarks.credit_counterfactual --from-raw runs/credit_counterfactual/full   # re-report finished arms
+    python -m benchmarks.credit_counterfactual --from-raw DIR1 DIR2   # an arm run at other targets later, merged
+    python -m benchmarks.credit_counterfactual --checkpoint-seeds 0 1 2   # three checkpoints per cell (~5.3 h arm time)
 
 ``--checkpoint-seeds`` trains each arm's concentration checkpoints once per seed (distinct GRPO runs, so distinct
 checkpoints) and measures the same batches from each; ``--batch-seed-base B`` draws batch k from seed ``B + k``
@@ -27,7 +27,6 @@ records also go to ``<runs-dir>/<arm>_ckpt<seed>.json`` so a report can be rebui
 
 from __future__ import annotations
 
-import argparse
 import json
 import multiprocessing as mp
 import os
@@ -37,13 +36,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-for path in (HERE.parent, HERE):
-    if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
+from benchmarks import ArgumentParser
+from benchmarks.credit_counterfactual_protocol import ARMS, ESTIMATORS
+from benchmarks.credit_counterfactual_report import render, summarize
 
-from credit_counterfactual_protocol import ARMS, ESTIMATORS
-from credit_counterfactual_report import render, summarize
+HERE = Path(__file__).resolve().parent
 
 RESULTS = HERE / "results"
 FULL_K = {"tabular_corridor": 600, "tabular_noisy_wide": 600, "smollm2_corridor": 6}
@@ -58,7 +55,7 @@ NOTES = [
      "was merged with the tabular arms of the previous full run by `--from-raw`. With 0.3-0.5 lucky singletons "
      "per batch it has 1-2 pairs for Delta log pi(rare|s): its intervals are wide and its MDEs say how large an "
      "effect it could have seen; it extends the machinery to an LLM at high concentration, not the evidence."),
-    ("The tabular arms ran as `python benchmarks/credit_counterfactual.py` (K = 600 per checkpoint) side by side with "
+    ("The tabular arms ran as `python -m benchmarks.credit_counterfactual` (K = 600 per checkpoint) side by side with "
      "other jobs; arm time is summed over arms."),
     ("d_min = 1 on every arm: the corridors are 4-5 rooms long, and the paper's d_min = 7 would keep ECPO's gate "
      "shut at most anchors (then ECPO = GRPO exactly; see the credit study's WebShop arm)."),
@@ -136,9 +133,9 @@ def finished_arm(source: Path, name: str) -> list[dict[str, Any]]:
 def run_arm(job: tuple[str, dict[str, Any], str]) -> dict[str, Any]:
     """Checkpoints (trained from ``arm["checkpoint_seed"]``) and every batch of one arm (a process-pool job); also
     saved as ``<runs_dir>/<arm>_ckpt<seed>.json``."""
-    import credit_counterfactual_protocol as protocol
     import torch
 
+    from benchmarks import credit_counterfactual_protocol as protocol
     from ecpo_train.runtime.trainer import Trainer
 
     torch.set_num_threads(1)
@@ -188,7 +185,7 @@ def write_outputs(results: Sequence[dict[str, Any]], protocol: dict[str, Any], r
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(__spec__.name, description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="machinery smoke run (small K, two GRPO checkpoints)")
     parser.add_argument("--arms", nargs="+", default=list(ARMS), help=f"subset of {', '.join(ARMS)}")
     parser.add_argument("--k", type=int, default=None, help="batches per checkpoint (default: the protocol's)")

@@ -17,7 +17,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from paired_stats import apply_holm, claim_verdict, fmt_part, keyed, paired_diff, paired_values
+
+from benchmarks.paired_stats import apply_holm, claim_verdict, fmt_part, keyed, paired_diff, paired_values
 
 BASELINE = "gigpo_std"
 METRICS = ("delta_j", "lucky", "lucky_sv", "rare_sv", "term_lucky")
@@ -168,7 +169,7 @@ def render(summary: dict[str, Any], protocol: dict[str, Any], runtime_s: float) 
     seeds = sorted({s for arm in protocol["arms"].values() for s in arm.get("checkpoint_seeds", [0])})
     base = {arm.get("batch_seed_base", 100_000) for arm in protocol["arms"].values()}
     per_cell = summary.get("checkpoints_per_cell", [1])
-    command = ("python benchmarks/credit_counterfactual.py" + (" --quick" if protocol.get("quick") else "")
+    command = ("python -m benchmarks.credit_counterfactual" + (" --quick" if protocol.get("quick") else "")
                + (f" --checkpoint-seeds {' '.join(map(str, seeds))}" if seeds != [0] else "")
                + (f" --from-raw {' '.join(protocol['from_raw'])}" if protocol.get("from_raw") else ""))
     lines = [
@@ -265,7 +266,7 @@ def scope_note(summary: dict[str, Any], protocol: dict[str, Any]) -> list[str]:
     command (and its cost) that would give the full protocol its verdicts over checkpoints."""
     per_cell = summary.get("checkpoints_per_cell", [1])
     minutes = protocol.get("full_arm_minutes", 106.4) * MIN_CHECKPOINTS
-    rerun = (f"`python benchmarks/credit_counterfactual.py --checkpoint-seeds 0 1 2` would give the full protocol "
+    rerun = (f"`python -m benchmarks.credit_counterfactual --checkpoint-seeds 0 1 2` would give the full protocol "
              f"{MIN_CHECKPOINTS} checkpoints per cell: about {minutes / 60:.1f} h of arm time ({minutes / 120:.1f} h "
              "on two free cores), not run yet.")
     if protocol.get("quick"):

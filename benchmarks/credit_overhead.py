@@ -7,7 +7,7 @@ repetition, so no cached hashes) and ends with the advantage array. Methods are 
 on one thread. A plain Python dict-of-lists GiGPO (the style of verl-agent's implementation) is timed on
 the same batch for comparison, and the two key-factorisation strategies are timed on their own.
 
-    python benchmarks/credit_overhead.py [--reps 30] [--seed 0] [--out benchmarks/results/credit_overhead.json]
+    python -m benchmarks.credit_overhead [--reps 30] [--seed 0] [--out benchmarks/results/credit_overhead.json]
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import os
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
-import argparse
 import json
 import math
 import platform
@@ -29,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from benchmarks import ArgumentParser
 from ecpo_gym.canonical import INVALID_ACTION
 from ecpo_train.core.credit import compute_advantages, factorize_keys
 
@@ -127,12 +127,12 @@ def _factorize_np_unique(keys: list[str]) -> np.ndarray:
     return np.unique(np.array(keys), return_inverse=True)[1]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = ArgumentParser(__spec__.name, description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=30)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "credit_overhead.json"))
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.reps < 1:
         parser.error(f"--reps {args.reps}: at least one repetition is needed for a median")
     if not Path(args.out).parent.is_dir():  # checked before the minutes of timing, and no folder is created

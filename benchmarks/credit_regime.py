@@ -15,13 +15,12 @@ Environments: the diagnostic corridor, generated ALFWorld (``ecpo/ALFWorldGen-v0
 where ``ECPO_DATA_DIR`` holds them (``ecpo/ALFWorld-v0``, valid_seen). Beside the sampled corridor numbers, the exact
 probability that one anchor with n visits is divergent is computed by enumerating the multinomial counts.
 
-    python benchmarks/credit_regime.py            # writes benchmarks/results/credit_regime.{md,json}
-    python benchmarks/credit_regime.py --quick    # a smoke run
+    python -m benchmarks.credit_regime            # writes benchmarks/results/credit_regime.{md,json}
+    python -m benchmarks.credit_regime --quick    # a smoke run
 """
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import math
@@ -34,9 +33,9 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks import ArgumentParser
+
 HERE = Path(__file__).resolve().parent
-if str(HERE.parent) not in sys.path:
-    sys.path.insert(0, str(HERE.parent))
 
 RESULTS = HERE / "results"
 # eps levels: the corridor is cheap (many levels, many games); a TextWorld step costs ~30-130 ms, so ALFWorld gets
@@ -187,7 +186,7 @@ def render(results: dict[str, Any], exact: dict[str, list], quick: bool) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(__spec__.name, description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--envs", nargs="+", default=list(ENVS))
     parser.add_argument("--out", type=Path, default=RESULTS)

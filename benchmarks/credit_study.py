@@ -13,13 +13,12 @@ Outputs (``benchmarks/results/``): ``credit_study.json`` (raw per-run curves + t
 (every number read from the JSON summary) and ``credit_study_*.png``. ``--quick`` runs the same path on a tiny
 budget (CI smoke) and writes ``credit_study_quick.*`` instead.
 
-    python benchmarks/credit_study.py            # the protocol (~30 min on 2 cores)
-    python benchmarks/credit_study.py --quick    # smoke
+    python -m benchmarks.credit_study            # the protocol (~30 min on 2 cores)
+    python -m benchmarks.credit_study --quick    # smoke
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import multiprocessing as mp
 import os
@@ -31,13 +30,9 @@ from typing import Any
 
 import yaml
 
-HERE = Path(__file__).resolve().parent
-for path in (HERE.parent, HERE):  # the project and the study's sibling modules, from anywhere (ecpo bench: runpy)
-    if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
-
-from credit_study_plots import plot_study
-from credit_study_protocol import (
+from benchmarks import ArgumentParser
+from benchmarks.credit_study_plots import plot_study
+from benchmarks.credit_study_protocol import (
     PROTOCOL_PATH,
     available_envs,
     load_protocol,
@@ -45,9 +40,10 @@ from credit_study_protocol import (
     run_specs,
     train_run,
 )
-from credit_study_report import render_report
-from credit_study_stats import summarize
+from benchmarks.credit_study_report import render_report
+from benchmarks.credit_study_stats import summarize
 
+HERE = Path(__file__).resolve().parent
 RESULTS_DIR = HERE / "results"
 
 
@@ -134,7 +130,7 @@ def merge_studies(payloads: Sequence[dict[str, Any]], paths: Sequence[Path], met
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(__spec__.name, description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="tiny budget smoke run (CI)")
     parser.add_argument("--protocol", type=Path, default=PROTOCOL_PATH)
     parser.add_argument("--out", type=Path, default=RESULTS_DIR)

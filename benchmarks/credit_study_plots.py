@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from credit_study_report import METHOD_LABELS
-from credit_study_stats import t975
+
+from benchmarks.credit_study_report import METHOD_LABELS
+from benchmarks.credit_study_stats import t975
 
 
 def plot_study(runs: Sequence[dict[str, Any]], summary: dict[str, Any], prefix: Path) -> list[str]:

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from credit_study_stats import ANCHOR_READING, PAPER_READING
-from paired_stats import fmt_part
+from benchmarks.credit_study_stats import ANCHOR_READING, PAPER_READING
+from benchmarks.paired_stats import fmt_part
 
 METHOD_LABELS = {
     "grpo": "GRPO",

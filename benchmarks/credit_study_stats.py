@@ -16,8 +16,16 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from paired_stats import MisalignedCells, apply_holm, claim_verdict, paired_diff, paired_values, welch_diff
 from scipy import stats
+
+from benchmarks.paired_stats import (
+    MisalignedCells,
+    apply_holm,
+    claim_verdict,
+    paired_diff,
+    paired_values,
+    welch_diff,
+)
 
 # The two readings of ECPO's eq. eca_adv (issue 17): sigma_act as written, and the anchor's occurrence-level std
 # (the scale App. C's bound is stated on). Compared head to head by summarize()'s "readings" entry.

@@ -1,7 +1,7 @@
 """Environment throughput: reset and step latency per environment, one section per ``--env``.
 
-    python benchmarks/env_throughput.py --env webshop [--sizes 1000 100000]
-    python benchmarks/env_throughput.py --env alfworld_engines   # native vs TextWorld, steps/s and RSS per env
+    python -m benchmarks.env_throughput --env webshop [--sizes 1000 100000]
+    python -m benchmarks.env_throughput --env alfworld_engines   # native vs TextWorld, steps/s and RSS per env
 
 Each section prints its figures and writes ``benchmarks/results/env_throughput_<env>.json``. Sections are
 plain functions registered in ``SECTIONS``; each environment's owner adds its own.
@@ -18,6 +18,8 @@ import time
 import typing
 from collections.abc import Callable
 from pathlib import Path
+
+from benchmarks import ArgumentParser
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
@@ -271,26 +273,20 @@ def searchqa_section(args: argparse.Namespace) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------- ALFWorld
-def _sibling(module: str):
-    """A benchmark module next to this file (the ALFWorld sections live in their own scripts)."""
-    import importlib
-    import sys
-
-    here = str(Path(__file__).resolve().parent)
-    if here not in sys.path:
-        sys.path.insert(0, here)
-    return importlib.import_module(module)
-
-
 def alfworld_section(args: argparse.Namespace) -> dict:
     """Raw textworld versus ecpo's ALFWorld env, and group-env steps/s (``env_throughput_alfworld.py``)."""
-    return _sibling("env_throughput_alfworld").alfworld_section(args)
+    # imported here, not at the top: it imports this module's write_results
+    from benchmarks import env_throughput_alfworld
+
+    return env_throughput_alfworld.alfworld_section(args)
 
 
 def alfworld_engines_section(args: argparse.Namespace) -> dict:
     """The native ALFWorld engine next to TextWorld's in one run: steps/s and RSS per env, single process and a
     ``GroupVectorEnv`` of 128 copies (``alfworld_engines.py``, which writes ``alfworld_engines.json``)."""
-    code = _sibling("alfworld_engines").main(["--games", str(min(args.games, 10)), "--steps", "30"])
+    from benchmarks import alfworld_engines
+
+    code = alfworld_engines.main(["--games", str(min(args.games, 10)), "--steps", "30"])
     return json.loads((RESULTS_DIR / "alfworld_engines.json").read_text()) | {"exit_code": code}
 
 
@@ -302,8 +298,8 @@ SECTIONS: dict[str, Callable[[argparse.Namespace], dict]] = {
 }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str] | None = None) -> None:
+    parser = ArgumentParser(__spec__.name, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--env", required=True, choices=sorted(SECTIONS))
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 100000],
                         help="webshop: generated catalogue sizes")
@@ -314,7 +310,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10, help="alfworld: group-env steps per measurement")
     parser.add_argument("--groups", type=int, default=2, help="alfworld: group-env groups")
     parser.add_argument("--group-size", type=int, default=4, help="alfworld: group-env copies per group")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     SECTIONS[args.env](args)
 
 

@@ -1,4 +1,4 @@
-"""The ALFWorld section of ``benchmarks/env_throughput.py --env alfworld``: raw textworld versus ecpo's ALFWorld
+"""The ALFWorld section of ``python -m benchmarks.env_throughput --env alfworld``: raw textworld versus ecpo's ALFWorld
 env on the same games (each measurement in a fresh process, so engine patches never leak between them), and the
 group env's steps per second with 1 and 2 workers. Its own module because it is its own job: the other sections
 time the generated catalogues and retrievers, this one an external engine.
@@ -9,17 +9,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 import typing
 from collections.abc import Callable
-from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:  # the sibling env_throughput.py, from anywhere (ecpo bench runs it by path)
-    sys.path.insert(0, str(HERE))
-
-from env_throughput import write_results
+from benchmarks.env_throughput import write_results
 
 
 def _alfworld_latency(seconds: list[float]) -> dict[str, float]:

@@ -5,12 +5,11 @@ token. The loop it replaced read the tensor element by element; the paper's shap
 random-weight model never stops early) made that seconds per environment step. Both give the same rows
 (tests/test_llm_eos_cut.py); this prints their times and writes ``benchmarks/results/eos_cut.json``.
 
-    python benchmarks/eos_cut.py [--rows 128] [--steps 512] [--reps 3]
+    python -m benchmarks.eos_cut [--rows 128] [--steps 512] [--reps 3]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import time
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from benchmarks import ArgumentParser
 from ecpo_train.policies.llm import cut_at_first_eos
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -49,7 +49,7 @@ def best_seconds(fn, reps: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(__spec__.name, description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=128)
     parser.add_argument("--steps", type=int, default=512)
     parser.add_argument("--reps", type=int, default=3)

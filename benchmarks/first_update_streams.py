@@ -15,16 +15,17 @@ temperature. Printed and written to ``benchmarks/results/first_update_streams.js
 each arm's mean and SD over seeds, and the paired differences (``two - one``, ``same - one``) with their 95 %
 t-intervals and MDEs (Holm over the two).
 
-    python benchmarks/first_update_streams.py --seeds 0 1 2 3 4 5 6 7 8 9
+    python -m benchmarks.first_update_streams --seeds 0 1 2 3 4 5 6 7 8 9
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
 from pathlib import Path
+
+from benchmarks import ArgumentParser
 
 RESULTS = Path(__file__).resolve().parent / "results"
 ARMS = ("one", "two", "same")
@@ -33,10 +34,10 @@ ARMS = ("one", "two", "same")
 def first_update(model: str, seed: int, arm: str) -> dict[str, float]:
     import numpy as np
     import torch
+    from ecpo_train.integrations.rllib.llm.runner import RUNNER_SEED_STRIDE, replay_runner_sampling
 
     from ecpo_train.core.credit import compute_advantages
     from ecpo_train.core.rollout import collect_rollout
-    from ecpo_train.integrations.rllib.llm.runner import RUNNER_SEED_STRIDE, replay_runner_sampling
     from ecpo_train.runtime.config import load_config
     from ecpo_train.runtime.trainer import Trainer
 
@@ -67,14 +68,12 @@ def first_update(model: str, seed: int, arm: str) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(__spec__.name, description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=None, help="model folder (default: pulled SmolLM2)")
     parser.add_argument("--seeds", type=int, nargs="+", default=list(range(10)))
     parser.add_argument("--out", default=str(RESULTS / "first_update_streams.json"))
     args = parser.parse_args(argv)
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from paired_stats import apply_holm, mde_text, paired_diff
-
+    from benchmarks.paired_stats import apply_holm, mde_text, paired_diff
     from ecpo_train.apps.models import default_cache_dir
 
     model = args.model or str(default_cache_dir() / "smollm2-135m-instruct")

@@ -18,8 +18,8 @@ so a command stopped early still returns what it did:
    first iteration), validation again; paired before/after statistics, decisions/s, update tokens/s, rows
    per iteration and the time split beside the CPU runs of the same recipe.
 
-    python benchmarks/gpu_run.py [--parts 1,2,3,4] [--time-limit 480] [--model DIR] [--out FILE.json]
-    python benchmarks/gpu_run.py --device cpu --smoke        # every part on tiny sizes (about 2 minutes here)
+    python -m benchmarks.gpu_run [--parts 1,2,3,4] [--time-limit 480] [--model DIR] [--out FILE.json]
+    python -m benchmarks.gpu_run --device cpu --smoke        # every part on tiny sizes (about 2 minutes here)
 
 Needs CUDA unless ``--device cpu`` (exit 2 with one line). Results go to ``benchmarks/results/gpu_run.json`` on
 CUDA and to ``runs/gpu_run/gpu_run.json`` otherwise; an existing file at ``--out`` keeps the parts this command
@@ -41,7 +41,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from gpu_run_report import PART_NAMES, fill_tests, outcomes, write
+
+from benchmarks import ArgumentParser
+from benchmarks.gpu_run_report import PART_NAMES, fill_tests, outcomes, write
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -130,9 +132,7 @@ def part_credit(device: str, reps: int, smoke: bool) -> dict[str, Any]:
     """ECPO credit on a paper-shaped batch: numpy on the CPU vs torch tensors on ``device``."""
     import torch
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from credit_overhead import build_batch
-
+    from benchmarks.credit_overhead import build_batch
     from ecpo_train.core.credit import compute_advantages, factorize_keys
 
     cols = build_batch(0, groups=2 if smoke else 16, rollouts=8, max_steps=50)
@@ -369,7 +369,7 @@ def default_out(device: str, smoke: bool) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(__spec__.name, description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--smoke", action="store_true", help="every part on tiny sizes (any device; for tests)")
     parser.add_argument("--parts", default="1,2,3,4", help="which parts to run, e.g. 1,2,3 or 4")

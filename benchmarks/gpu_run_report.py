@@ -4,20 +4,21 @@ No torch: the GPU machine writes it after every part, and here it re-renders the
 part by part (the two commands of docs/gpu.md each bring one JSON), with the paired tests filled in (they need
 scipy, which the GPU machine may lack):
 
-    python benchmarks/gpu_run_report.py FIRST.json [SECOND.json ...] --out benchmarks/results/gpu_run.json
+    python -m benchmarks.gpu_run_report FIRST.json [SECOND.json ...] --out benchmarks/results/gpu_run.json
 
 A later file's part replaces an earlier file's part of the same name; the environment part is kept per command.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from benchmarks import ArgumentParser
 
 PART_NAMES = ("environment", "credit", "paper_iteration", "learning")
 PAPER_ITERATION_SECONDS = {"ECPO paper, Qwen2.5-1.5B, 8x A100": 302.8, "GiGPO, Qwen2.5-1.5B, 2x H100": 362.8}
@@ -39,7 +40,7 @@ def paired_test(before: list[list], after: list[list]) -> dict[str, Any]:
     out = {"episodes": len(first), "success_before": sum(first.values()) / max(len(first), 1),
            "success_after": sum(second.values()) / max(len(second), 1)}
     try:
-        from paired_stats import paired_outcomes
+        from benchmarks.paired_stats import paired_outcomes
     except ImportError:  # no scipy here
         return out | {"test": "not computed (no scipy): re-render with benchmarks/gpu_run_report.py"}
     return out | paired_outcomes(first, second, label="the validations before and after training")
@@ -173,7 +174,7 @@ def write(report: Mapping[str, Any], out: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(__spec__.name, description=__doc__.split("\n\n")[0])
     parser.add_argument("reports", nargs="+", type=Path, help="gpu_run JSON files, in the order they were run")
     parser.add_argument("--out", type=Path, required=True, help="merged JSON (the markdown goes beside it)")
     args = parser.parse_args(argv)

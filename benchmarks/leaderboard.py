@@ -2,8 +2,8 @@
 going to ``benchmarks/results/leaderboard`` unless ``--out-dir`` says otherwise (jsonl per manifest,
 results.json, leaderboard.json/.md); rerunning resumes.
 
-    python benchmarks/leaderboard.py --agent expert --manifest alfworld_gen --manifest webshop_gen --seeds 1
-    python benchmarks/leaderboard.py --agent react --model /path/to/model --manifest searchqa_gen --greedy
+    python -m benchmarks.leaderboard --agent expert --manifest alfworld_gen --manifest webshop_gen --seeds 1
+    python -m benchmarks.leaderboard --agent react --model /path/to/model --manifest searchqa_gen --greedy
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> None:
     # a later --out-dir in argv wins over this default
     app = typer.Typer(add_completion=False)
     app.command()(typer_command(leaderboard_command))
-    app(["--out-dir", str(DEFAULT_OUT), *argv], prog_name="benchmarks/leaderboard.py")
+    app(["--out-dir", str(DEFAULT_OUT), *argv], prog_name="python -m benchmarks.leaderboard")
 
 
 if __name__ == "__main__":

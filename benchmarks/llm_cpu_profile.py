@@ -19,7 +19,7 @@ the current code leaves them out of the update).
 one run, interleaved (before, after, after, before, ...) so that a machine shared with other jobs disturbs both
 alike; the ratio of each adjacent pair is reported with the load average at its start:
 
-    python benchmarks/llm_cpu_profile.py --before /tmp/ecpo_before --variants score,score-alfworld --repeats 2
+    python -m benchmarks.llm_cpu_profile --before /tmp/ecpo_before --variants score,score-alfworld --repeats 2
 
 ``--contention N`` instead times N iterations of the demo's training alone and beside one busy process, with
 torch's default threads and with ``threads=auto`` (the slowdown ratio is the figure; it needs an idle machine to
@@ -29,7 +29,6 @@ replaces what it measured).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -37,6 +36,8 @@ import sys
 from pathlib import Path
 
 import numpy as np
+
+from benchmarks import ArgumentParser
 
 RESULTS = Path(__file__).resolve().parent / "results"
 VARIANTS = ("generate", "generate+ckpt", "generate+ckpt+lora", "score", "score-alfworld", "score-alfworld+lora")
@@ -250,7 +251,7 @@ def side_by_side(args, payloads: list[dict]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = ArgumentParser(__spec__.name, description=__doc__.split("\n")[0])
     parser.add_argument("--model", default=None, help="default: the pulled smollm2-135m-instruct")
     parser.add_argument("--code", default=str(Path(__file__).resolve().parent.parent), help="project checkout to run")
     parser.add_argument("--before", default=None, help="an older checkout measured side by side, interleaved")

@@ -9,9 +9,9 @@ policy (dynamic programming over the corridor's MDP with the LLM's action distri
 temperature) where the environment allows it, so seeds differ only in what they learned; elsewhere it is the
 sampled validation success.
 
-    python benchmarks/llm_learning.py                      # the CPU protocol (see PROTOCOLS)
-    python benchmarks/llm_learning.py --protocol quick     # a few minutes: one seed, two methods
-    python benchmarks/llm_learning.py --protocol gpu model=/path/to/Qwen2.5-1.5B-Instruct device=cuda
+    python -m benchmarks.llm_learning                      # the CPU protocol (see PROTOCOLS)
+    python -m benchmarks.llm_learning --protocol quick     # a few minutes: one seed, two methods
+    python -m benchmarks.llm_learning --protocol gpu model=/path/to/Qwen2.5-1.5B-Instruct device=cuda
 
 Extra ``key=value`` arguments override the training preset (e.g. ``iterations=30``), so a GPU run scales by
 config alone. Writes ``benchmarks/results/llm_learning_<protocol>.{md,json,png}``.
@@ -19,7 +19,6 @@ config alone. Writes ``benchmarks/results/llm_learning_<protocol>.{md,json,png}`
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import multiprocessing
@@ -31,8 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the report module, from anywhere
-from llm_learning_report import plot, report
+from benchmarks import ArgumentParser
+from benchmarks.llm_learning_report import plot, report
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -144,7 +143,7 @@ def validation_episodes(run_dir: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = ArgumentParser(__spec__.name, description=__doc__.split("\n")[0])
     parser.add_argument("--protocol", choices=sorted(PROTOCOLS), default="cpu")
     parser.add_argument("--runs-dir", default="runs/llm_learning")
     parser.add_argument("--out", default=None, help="results file stem (default benchmarks/results/llm_learning[_P])")
@@ -171,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         protocol = Protocol(protocol.preset, protocol.envs, sorted({n for by_n in results.values() for n in by_n}),
                             protocol.methods, sorted({r["seed"] for by_n in results.values() for ms in by_n.values()
                                                       for rs in ms.values() for r in rs}), overrides)  # finished cells
-        how = (f"Summarised by `python benchmarks/llm_learning.py --protocol {args.protocol} --from-runs "
+        how = (f"Summarised by `python -m benchmarks.llm_learning --protocol {args.protocol} --from-runs "
                f"{' '.join(args.from_runs)}` from the finished cells of those runs ({seconds / 60:.0f} min of training "
                "and validation summed over cells; cells ran one or two at a time, one torch thread each, on a shared "
                "2-core machine)." + (" The `budget` protocols are the `cpu` protocol cut to 8 iterations to fit "
@@ -188,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
                                                            for m, runs in by_method.items()}
         protocol = Protocol(protocol.preset, protocol.envs, sorted({n for by_n in results.values() for n in by_n}),
                             protocol.methods, protocol.seeds, overrides)
-        how = (f"Re-reported by `python benchmarks/llm_learning.py --protocol {args.protocol} --from-json "
+        how = (f"Re-reported by `python -m benchmarks.llm_learning --protocol {args.protocol} --from-json "
                f"{' '.join(args.from_json)}` from stored run summaries ({seconds / 60:.0f} min of training and validation "
                "summed over cells); no training was rerun.")
         return write_outputs(stem, args.protocol, protocol, overrides, results, seconds, how=how)

@@ -14,16 +14,21 @@ curse on that seed: the report says so beside every result, and gives each resul
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from scipy import stats
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared statistics module, from anywhere
-from paired_stats import MIN_UNITS_FOR_MDE, apply_holm, fmt_part, keyed, paired_diff, paired_outcomes, paired_values
-
+from benchmarks.paired_stats import (
+    MIN_UNITS_FOR_MDE,
+    apply_holm,
+    fmt_part,
+    keyed,
+    paired_diff,
+    paired_outcomes,
+    paired_values,
+)
 
 # Presets whose recipe was chosen on one seed's own validation episodes: preset -> (that seed, how it was chosen).
 SELECTED_ON = {
@@ -178,7 +183,7 @@ def success_said(results: dict) -> str:
 
 
 def report(results: dict, protocol_name: str, protocol: Any, elapsed: float, how: str = "") -> str:
-    how = how or f"Written by `python benchmarks/llm_learning.py --protocol {protocol_name}` in {elapsed / 60:.1f} min."
+    how = how or f"Written by `python -m benchmarks.llm_learning --protocol {protocol_name}` in {elapsed / 60:.1f} min."
     parts = comparisons(results)
     lines = [f"# LLM learning: ECPO vs GiGPO w/std vs GRPO with a real small LM ({protocol_name} protocol)", "",
              (f"{how} "

@@ -11,7 +11,7 @@ the policy and its reference added); on a GPU it is ``torch.cuda.max_memory_allo
 Computed: what Qwen2.5-1.5B and 7B need for the paper's shapes (prompt 2048 + response 512 tokens, micro-batch
 8 rows): weights, gradients, AdamW states and activations for full fine-tuning, LoRA, and FSDP over 8 GPUs.
 
-    python benchmarks/memory.py [--models tiny,smollm2] [--rows 16] [--prompt 192] [--response 64]
+    python -m benchmarks.memory [--models tiny,smollm2] [--rows 16] [--prompt 192] [--response 64]
                                 [--out benchmarks/results/memory.json]
 """
 
@@ -31,6 +31,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from benchmarks import ArgumentParser
+
+ROOT = Path(__file__).resolve().parents[1]  # the checkout: each measurement is a fresh `python -m` there
 
 VARIANTS = ("plain", "lora", "checkpointing", "fsdp2x2")
 LORA = {"r": 16, "alpha": 32, "dropout": 0.0}
@@ -263,8 +267,8 @@ def model_dirs(names: list[str]) -> dict[str, str]:
     return found
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = ArgumentParser(__spec__.name, description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default="tiny,smollm2")
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--rows", type=int, default=16)
@@ -273,7 +277,7 @@ def main() -> None:
     parser.add_argument("--micro-batch", type=int, default=4)
     parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "memory.json"))
     parser.add_argument("--child", nargs=2, metavar=("VARIANT", "MODEL_DIR"), help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.child:
         print(json.dumps(child(args.child[0], args.child[1], args)))
         return
@@ -281,10 +285,10 @@ def main() -> None:
     measured = []
     for label, folder in model_dirs(args.models.split(",")).items():
         for variant in args.variants.split(","):
-            command = [sys.executable, __file__, "--child", variant, folder, "--rows", str(args.rows),
+            command = [sys.executable, "-m", "benchmarks.memory", "--child", variant, folder, "--rows", str(args.rows),
                        "--prompt", str(args.prompt), "--response", str(args.response),
                        "--micro-batch", str(args.micro_batch)]
-            done = subprocess.run(command, capture_output=True, text=True, check=False)
+            done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
             if done.returncode != 0:
                 print(f"{label} {variant} failed:\n{done.stderr[-2000:]}")
                 continue

@@ -8,15 +8,14 @@ tasks, secondary), McNemar's exact test with its consistent interval and the sma
 (``paired_stats``), beside what the run was doing: rollout success per iteration, the share of ECPO's anchors the
 gate opened, lucky singletons per batch, the share of rows that carried an advantage, optimizer steps.
 
-    python benchmarks/registered_endpoint.py RUN_DIR [RUN_DIR ...] --out benchmarks/results/NAME.json
-    python benchmarks/registered_endpoint.py --regime METRICS.jsonl ...   # the regime table of any runs
+    python -m benchmarks.registered_endpoint RUN_DIR [RUN_DIR ...] --out benchmarks/results/NAME.json
+    python -m benchmarks.registered_endpoint --regime METRICS.jsonl ...   # the regime table of any runs
 
 Learning is *shown* when the interval of after - before lies above 0 (two-sided level 0.05).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
@@ -25,8 +24,8 @@ from typing import Any
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # paired_stats, from anywhere
-from paired_stats import mcnemar_exact, mcnemar_mde
+from benchmarks import ArgumentParser
+from benchmarks.paired_stats import mcnemar_exact, mcnemar_mde
 
 
 def _fail(message: str) -> None:
@@ -135,7 +134,7 @@ def line(name: str, part: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(__spec__.name, description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dirs", nargs="*", type=Path)
     parser.add_argument("--out", type=Path, help="write the figures as JSON here")
     parser.add_argument("--regime", nargs="+", type=Path, metavar="METRICS",

@@ -15,14 +15,13 @@ is trained from each ``--seeds`` seed twice: through ``ECPOConfig.from_train_con
   gain minus the native gain (same seeds: same tasks and env seeds, other sampling draws), each with its 95 %
   t-interval and, when not significant, the minimum detectable effect.
 
-    python benchmarks/rllib_llm_learning.py --seeds 0 1 2 3 4 5 6 7 8 9 --iterations 10   # SmolLM2, both engines
-    python benchmarks/rllib_llm_learning.py --seeds 5 6 --merge earlier.json   # pool with an earlier run's seeds
-    python benchmarks/rllib_llm_learning.py --iterations 3 --model /path/to/tiny --skip-native
+    python -m benchmarks.rllib_llm_learning --seeds 0 1 2 3 4 5 6 7 8 9 --iterations 10   # SmolLM2, both engines
+    python -m benchmarks.rllib_llm_learning --seeds 5 6 --merge earlier.json   # pool with an earlier run's seeds
+    python -m benchmarks.rllib_llm_learning --iterations 3 --model /path/to/tiny --skip-native
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -33,8 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from paired_stats import apply_holm, keyed, mde_text, paired_diff, paired_values, wald_diff, wilson
+from benchmarks import ArgumentParser
+from benchmarks.paired_stats import apply_holm, keyed, mde_text, paired_diff, paired_values, wald_diff, wilson
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SPLIT = ("time/generation", "time/env", "time/update")
@@ -88,7 +87,7 @@ def compare(runs: dict[str, list[dict[str, object]]]) -> list[dict[str, object]]
 
 
 def main(argv: list[str] | None = None) -> dict[str, object]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(__spec__.name, description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=None, help="model folder (default: pulled SmolLM2, else fail)")
     parser.add_argument("--iterations", type=int, default=12)
     parser.add_argument("--env-runners", type=int, default=2)
@@ -100,8 +99,9 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
                              "runs are pooled with this run's before the statistics")
     args = parser.parse_args(argv)
 
-    from ecpo_train.apps.models import default_cache_dir
     from ecpo_train.integrations.rllib.llm.engine import train_with_rllib
+
+    from ecpo_train.apps.models import default_cache_dir
     from ecpo_train.runtime.config import load_config
     from ecpo_train.runtime.trainer import Trainer
 

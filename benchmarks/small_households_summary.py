@@ -1,6 +1,6 @@
 """Before/after validation success of a small-household run, with its intervals, from the run's metrics files.
 
-    python benchmarks/small_households_summary.py --before B.jsonl --metrics RUN.jsonl --episodes 96 --out S.json
+    python -m benchmarks.small_households_summary --before B.jsonl --metrics RUN.jsonl --episodes 96 --out S.json
 
 ``--before``: the metrics of the validation before training (its first line with ``val/success``); ``--metrics``:
 the training run's ``metrics.jsonl`` (after = its last line with ``val/success``). Written: successes and
@@ -15,7 +15,7 @@ the same validation episode before and after training differs only where the pol
 McNemar-consistent exact 95 % interval (``paired_stats.mcnemar_exact``), the share of episodes that changed, and
 the minimum detectable effect (80 % power, McNemar's test at that share: ``paired_stats.mcnemar_mde``).
 
-    python benchmarks/small_households_summary.py --restat S1.json S2.json ...
+    python -m benchmarks.small_households_summary --restat S1.json S2.json ...
 
 rewrites the paired block of stored summaries with the current statistics. McNemar's interval, p and MDE depend on
 the gained, lost and total episode counts alone, which each summary stores, so this equals a rerun from the
@@ -24,14 +24,20 @@ validation files.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from paired_stats import MisalignedCells, detectable, mcnemar_exact, newcombe, paired_outcomes, wald_diff, wilson
+from benchmarks import ArgumentParser
+from benchmarks.paired_stats import (
+    MisalignedCells,
+    detectable,
+    mcnemar_exact,
+    newcombe,
+    paired_outcomes,
+    wald_diff,
+    wilson,
+)
 
 ITERATION_KEYS = ("iteration", "success", "num_steps", "update/rows_computed", "update/rows_skipped",
                   "update/optimizer_steps", "time/generation", "time/env", "time/credit", "time/update",
@@ -134,7 +140,7 @@ def _paired_line(pair: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(__spec__.name, description=__doc__.split("\n\n")[0])
     parser.add_argument("--restat", nargs="+", metavar="SUMMARY", help="rewrite stored summaries' paired blocks "
                         "with the current statistics (from their counts) and stop")
     parser.add_argument("--before", help="metrics of the validation before training")

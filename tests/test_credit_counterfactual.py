@@ -2,24 +2,20 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
-
-
-def _bench(name: str):
-    if str(BENCH) not in sys.path:
-        sys.path.insert(0, str(BENCH))
-    return importlib.import_module(name)
-
+from benchmarks import (
+    credit_counterfactual,
+    credit_counterfactual_protocol,
+    credit_counterfactual_report,
+    paired_stats,
+)
 
 ANCHOR, DEPTH = "anchor", 7
 
@@ -82,7 +78,7 @@ def test_fig1_batch_drives_each_estimator_to_the_expected_sign_of_delta_log_pi_r
     `ecpo_anchor_scale`. With Adam's first step (an elementwise sign step) all push B by the same amount."""
     from ecpo_train.core.credit import compute_advantages
 
-    cf = _bench("credit_counterfactual_protocol")
+    cf = credit_counterfactual_protocol
     trainer = _tabular_trainer(tmp_path, optimizer)
     try:
         rollout, wins = _fig1_rollout(trainer.policy)
@@ -110,7 +106,7 @@ def test_fig1_batch_drives_each_estimator_to_the_expected_sign_of_delta_log_pi_r
 
 
 def test_pairing_by_seed_id_refuses_misaligned_cells_and_ignores_list_order():
-    ps = _bench("paired_stats")
+    ps = paired_stats
     a = ps.keyed([1.0, 2.0, 4.0], seeds=[0, 1, 2])
     b = ps.keyed([0.5, 1.0, 1.0], seeds=[2, 0, 1])  # the same seeds stored in another order
     seeds, diffs = ps.paired_values(a, b)
@@ -125,7 +121,7 @@ def test_pairing_by_seed_id_refuses_misaligned_cells_and_ignores_list_order():
 
 
 def test_paired_interval_holm_and_mde_match_textbook_values():
-    ps = _bench("paired_stats")
+    ps = paired_stats
     part = ps.paired_diff([1.0, 2.0, 3.0, 4.0, 5.0])
     assert part["diff"] == 3.0 and part["n"] == 5
     assert part["high"] - 3.0 == pytest.approx(2.776445105 * math.sqrt(2.5) / math.sqrt(5), rel=1e-8)
@@ -144,8 +140,8 @@ def test_paired_interval_holm_and_mde_match_textbook_values():
 
 
 def test_counterfactual_summary_pairs_estimators_by_batch_seed():
-    report = _bench("credit_counterfactual_report")
-    ps = _bench("paired_stats")
+    report = credit_counterfactual_report
+    ps = paired_stats
 
     def batch(seed, ecpo_lucky):
         values = {"delta_j": 0.01, "lucky": 0.2, "lucky_sv": 0.2, "rare_sv": 0.0, "term_lucky": 0.3}
@@ -168,8 +164,8 @@ def test_counterfactual_summary_pairs_estimators_by_batch_seed():
 @pytest.mark.slow
 def test_quick_run_writes_a_report_whose_numbers_are_the_json(tmp_path):
     """``--quick`` on the tabular arms: GRPO checkpoints, paired batches, one JSON and a report that reads it."""
-    cf = _bench("credit_counterfactual")
-    report = _bench("credit_counterfactual_report")
+    cf = credit_counterfactual
+    report = credit_counterfactual_report
     args = ["--quick", "--arms", "tabular_corridor", "--workers", "1", "--out", str(tmp_path),
             "--runs-dir", str(tmp_path / "runs")]
     assert cf.main(args) == 0
@@ -182,7 +178,7 @@ def test_quick_run_writes_a_report_whose_numbers_are_the_json(tmp_path):
     assert all(c["concentration"] >= c["target"] for c in arm["checkpoints"])
     for batches in arm["batches"].values():
         assert [b["seed"] for b in batches] == list(range(100_000, 100_012))  # the same batch seeds per level
-        assert set(batches[0]["estimators"]) == set(_bench("credit_counterfactual_protocol").ESTIMATORS)
+        assert set(batches[0]["estimators"]) == set(credit_counterfactual_protocol.ESTIMATORS)
     assert payload["summary"] == json.loads(json.dumps(report.summarize(payload["arms"])))
     for part in payload["summary"]["comparisons"]:
         shown = report._scaled(part, report.SCALE.get(part["metric"], 1.0))
@@ -193,7 +189,7 @@ def test_quick_run_writes_a_report_whose_numbers_are_the_json(tmp_path):
 def test_checkpoint_seeds_and_batch_seed_base_reach_the_protocol(tmp_path):
     """``--checkpoint-seeds 3 4 --batch-seed-base 500``: one GRPO training run per seed, so distinct checkpoints,
     and every checkpoint's batches drawn from seeds 500, 501, ..."""
-    cf = _bench("credit_counterfactual")
+    cf = credit_counterfactual
     args = ["--quick", "--arms", "tabular_corridor", "--workers", "1", "--k", "2", "--targets", "0.5",
             "--checkpoint-seeds", "3", "4", "--batch-seed-base", "500", "--out", str(tmp_path),
             "--runs-dir", str(tmp_path / "runs")]
@@ -227,7 +223,7 @@ def test_verdicts_over_checkpoints_take_the_checkpoint_as_the_unit():
     checkpoints. Its Delta J difference is +0.005, -0.004, +0.006: each checkpoint alone is significant (the
     batches agree within 0.001), but over checkpoints the sign is not stable, so B2 is not shown. A fourth cell
     at exact success 0.95 is saturated: flagged and judged nowhere."""
-    report = _bench("credit_counterfactual_report")
+    report = credit_counterfactual_report
     lucky, dj = (-0.10, -0.11, -0.09), (0.005, -0.004, 0.006)
     arms = {"arm": [_replicate(s, {"lucky": lucky[s], "delta_j": dj[s]}) for s in range(3)],
             "hot": [_replicate(s, {"lucky": -0.1, "delta_j": 0.01}, exact_success=0.95) for s in range(3)]}
@@ -253,7 +249,7 @@ def test_an_arm_run_at_other_targets_later_merges_and_a_clash_is_refused():
     """``--from-raw DIR1 DIR2``: one arm's runs at different targets become one record (checkpoints and batches
     joined by target, arm time summed); a target in both runs, or a protocol that differs beyond targets and K,
     is refused rather than silently mixed."""
-    cf = _bench("credit_counterfactual")
+    cf = credit_counterfactual
     merge_arm = cf.merge_arm
     protocol = {"policy": "llm", "lr": 1e-4, "targets": [0.5], "K": 4}
     early = {"arm": "a", "protocol": protocol, "checkpoints": [{"target": 0.5}], "batches": {"0.50": [1, 2]},
@@ -276,7 +272,7 @@ def test_an_arm_run_at_other_targets_later_merges_and_a_clash_is_refused():
 def test_a_finished_arm_is_read_from_a_runs_folder_or_from_a_written_reports_json(tmp_path):
     """``--from-raw`` takes a runs folder (``<arm>.json``) or a report's JSON, whose ``arms`` keep every arm's raw
     batches: so the committed tabular arms can be re-reported beside a new LLM arm without rerunning them."""
-    finished_arm = _bench("credit_counterfactual").finished_arm
+    finished_arm = credit_counterfactual.finished_arm
     record = {"arm": "tabular_corridor", "protocol": {"targets": [0.5]}, "checkpoints": [], "batches": {},
               "seconds": 1.0}
     (tmp_path / "runs").mkdir()
@@ -297,7 +293,7 @@ def test_the_llm_arm_reaches_a_concentration_by_supervised_steps_then_settles_wi
     """``reach: supervised``: steps of the trainer's AdamW on -log pi(good door) raise the scoring LM's mean
     pi(good | room); once the target is crossed, ``settle`` GRPO iterations run and the checkpoint (weights and
     AdamW state) records the concentration measured after them."""
-    protocol = _bench("credit_counterfactual_protocol")
+    protocol = credit_counterfactual_protocol
     from ecpo_train.runtime.run_dir import load_checkpoint
     from ecpo_train.runtime.trainer import Trainer
 

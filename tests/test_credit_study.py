@@ -2,30 +2,22 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
 import re
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from benchmarks import credit_study, credit_study_protocol, credit_study_report, credit_study_stats
+
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 RESULTS = BENCH / "results"
 
 
-def _study(part: str = ""):
-    """The study's module ``credit_study`` or ``credit_study_<part>`` (protocol, stats, report, plots)."""
-    # imported by name (not from a file spec) so the study's spawned worker processes can import it too
-    if str(BENCH) not in sys.path:
-        sys.path.insert(0, str(BENCH))
-    return importlib.import_module(f"credit_study_{part}" if part else "credit_study")
-
-
 def test_statistics_match_textbook_values():
-    cs = _study("stats")
+    cs = credit_study_stats
     assert cs.t975(3) == pytest.approx(3.182446305, rel=1e-9) and cs.t975(1) == pytest.approx(12.7062047, rel=1e-8)
     cell = cs.mean_ci([1.0, 2.0, 3.0, 4.0])
     assert cell["mean"] == 2.5 and cell["ci"] == pytest.approx(3.182446305 * np.std([1, 2, 3, 4], ddof=1) / 2)
@@ -36,7 +28,7 @@ def test_statistics_match_textbook_values():
 
 
 def test_reading_verdict_uses_the_claims_rule():
-    cs = _study("stats")
+    cs = credit_study_stats
     part = lambda verdict: {"verdict": verdict, "metric": "final_success", "diff": 0.0}
     assert cs.reading_verdict([part("holds"), part("not significant")])["favours"] == "ecpo_anchor_scale"
     assert cs.reading_verdict([part("contradicted"), part("not supported")])["favours"] == "ecpo"
@@ -60,7 +52,7 @@ def _toy_runs(order=None):
 
 
 def test_method_differences_are_paired_by_seed_id_and_holm_corrected():
-    cs = _study("stats")
+    cs = credit_study_stats
     protocol = {"envs": [{"name": "diagnostic"}], "methods": ["gigpo_std", "ecpo"], "seeds": 4}
     summary = cs.summarize(_toy_runs(), protocol)
     c3 = next(c for c in summary["claims"] if c["id"] == "C3")["parts"][0]
@@ -75,8 +67,8 @@ def test_method_differences_are_paired_by_seed_id_and_holm_corrected():
 
 
 def test_misaligned_seed_cells_are_refused():
-    cs = _study("stats")
-    ps = _study("stats").MisalignedCells
+    cs = credit_study_stats
+    ps = credit_study_stats.MisalignedCells
     protocol = {"envs": [{"name": "diagnostic"}], "methods": ["gigpo_std", "ecpo"], "seeds": 4}
     runs = _toy_runs()
     runs[0]["seed"] = 9  # gigpo_std ran seeds {9, 1, 2, 3}, ecpo {0, 1, 2, 3}
@@ -110,7 +102,7 @@ def test_study_files_each_have_one_job_and_stay_small():
 
 
 def test_misranked_anchor_fraction_counts_lucky_rare_actions():
-    cs = _study("protocol")
+    cs = credit_study_protocol
     rows = {"group_ids": [0, 0, 0, 0, 1, 1], "anchor_keys": ["s", "s", "s", "s", "s", "s"],
             "action_keys": ["good", "good", "rare", "rare", "good", "rare"]}
     best = {"s": {"good"}}
@@ -127,7 +119,7 @@ def test_exact_evaluation_matches_sampled_episodes():
     from ecpo_gym.group_workers import make_env
     from ecpo_train.policies.tabular import TabularSoftmaxPolicy
 
-    cs = _study("protocol")
+    cs = credit_study_protocol
     env = make_env("ecpo/DivergentAnchor-v0", {"num_tasks": 1, "depth": 6, "rare_prob": (0.4, 0.8)}).unwrapped
     task = env.task_ids[0]
     policy = TabularSoftmaxPolicy(seed=0)
@@ -166,7 +158,7 @@ def test_a_cell_is_a_native_trainer_run(tmp_path):
     from ecpo_gym.group_workers import make_env
     from ecpo_train.runtime.trainer import Trainer
 
-    cs = _study("protocol")
+    cs = credit_study_protocol
     protocol = cs.load_protocol(quick=True)
     spec = next(s for s in cs.run_specs(protocol, ["diagnostic"]) if s["method"] == "ecpo" and s["group_size"] == 4)
     run = cs.train_run(spec)
@@ -190,7 +182,7 @@ def test_webshop_search_template_becomes_the_instruction_query():
     from ecpo_train.policies.base import StepContext
     from ecpo_train.policies.tabular import TabularSoftmaxPolicy
 
-    cs = _study("protocol")
+    cs = credit_study_protocol
     actor = cs.InstructionQueryPolicy(TabularSoftmaxPolicy(seed=0))
     ctx = StepContext("webshop", "i want [red] shoes", 0, [], "home", [cs.SEARCH_TEMPLATE], "home")
     out = actor.act([ctx, ctx])
@@ -200,7 +192,7 @@ def test_webshop_search_template_becomes_the_instruction_query():
 
 @pytest.mark.slow
 def test_quick_run_writes_table_plots_and_a_report_that_matches_the_json(tmp_path):
-    cs, stats, report_of = _study(), _study("stats"), _study("report")
+    cs, stats, report_of = credit_study, credit_study_stats, credit_study_report
     assert cs.main(["--quick", "--out", str(tmp_path), "--envs", "diagnostic"]) == 0
     payload = json.loads((tmp_path / "credit_study_quick.json").read_text())
     report = (tmp_path / "credit_study_quick.md").read_text()
@@ -263,7 +255,7 @@ def test_quick_run_writes_table_plots_and_a_report_that_matches_the_json(tmp_pat
 
 def test_studies_of_different_methods_merge_into_the_study_of_all(tmp_path):
     """``--from-json A B``: a study split by method and merged back summarises exactly like the whole one."""
-    cs = _study()
+    cs = credit_study
     whole = json.loads((RESULTS / "credit_study_quick.json").read_text())
     paths = []
     for name, keep in (("rest", lambda m: m != "ecpo_anchor_scale"), ("anchor", lambda m: m == "ecpo_anchor_scale")):

@@ -14,28 +14,21 @@ from pathlib import Path
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-BENCH = ROOT / "benchmarks"
-if str(BENCH) not in sys.path:
-    sys.path.insert(0, str(BENCH))
-TOKENIZER_DIR = Path(os.environ.get("ECPO_TOKENIZER_DIR", "/work/shared/models/qwen2.5-tokenizer"))
+from benchmarks import gpu_run, gpu_run_report
 
-import gpu_run_report
+ROOT = Path(__file__).resolve().parents[1]
+TOKENIZER_DIR = Path(os.environ.get("ECPO_TOKENIZER_DIR", "/work/shared/models/qwen2.5-tokenizer"))
 
 
 def test_without_cuda_it_refuses_in_one_line(capsys):
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
-    import gpu_run
-
     assert gpu_run.main([]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--device cpu --smoke" in err
 
 
 def test_bad_parts_are_one_line(capsys):
-    import gpu_run
-
     assert gpu_run.main(["--device", "cpu", "--parts", "1,7"]) == 2
     assert capsys.readouterr().err.strip() == "error: --parts '1,7': give part numbers 1-4 separated by commas"
 
@@ -110,7 +103,7 @@ def test_smoke_runs_every_part_with_the_device_packages_only(tmp_path):
     # python -S: no site-packages, only the device's packages (and the working tree, as on the device)
     env = os.environ | {"ECPO_TOKENIZER_DIR": str(TOKENIZER_DIR),
                         "PYTHONPATH": os.pathsep.join([str(ROOT), str(device_site(tmp_path / "site"))])}
-    command = [sys.executable, "-S", str(BENCH / "gpu_run.py"), "--device", "cpu", "--smoke", "--out", str(out)]
+    command = [sys.executable, "-S", "-m", "benchmarks.gpu_run", "--device", "cpu", "--smoke", "--out", str(out)]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env=env, timeout=900, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(out.read_text())

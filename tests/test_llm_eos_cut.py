@@ -3,28 +3,18 @@ gives exactly the rows (tokens and log-probs) of the element-wise loop it replac
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from benchmarks import eos_cut
 from ecpo_train.policies.llm import TransformersPolicy, cut_at_first_eos
 
 EOS = torch.tensor([5, 7])
 
 
-def _load_benchmark():
-    spec = importlib.util.spec_from_file_location(
-        "eos_cut", Path(__file__).resolve().parent.parent / "benchmarks" / "eos_cut.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 # the element-wise loop ``sample`` ran before, kept verbatim in the benchmark that times the two: the reference
-loop_reference = _load_benchmark().element_loop
+loop_reference = eos_cut.element_loop
 
 
 @settings(max_examples=200, deadline=None)

@@ -3,21 +3,13 @@
 
 from __future__ import annotations
 
-import importlib
 import json
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
-
-
-def _bench(name: str):
-    if str(BENCH) not in sys.path:
-        sys.path.insert(0, str(BENCH))
-    return importlib.import_module(name)
+from benchmarks import llm_learning, llm_learning_report, paired_stats
 
 
 def _run(folder: Path, iterations: int, before: list[int], after: list[int]) -> None:
@@ -34,7 +26,7 @@ def _run(folder: Path, iterations: int, before: list[int], after: list[int]) -> 
 
 
 def test_paired_outcomes_counts_discordant_episodes_and_mcnemar():
-    ps = _bench("paired_stats")
+    ps = paired_stats
     out = ps.paired_outcomes({1: 1, 2: 1, 3: 0, 4: 0, 5: 0, 6: 0}, {1: 1, 2: 0, 3: 1, 4: 1, 5: 1, 6: 0})
     assert (out["gained"], out["lost"], out["episodes"]) == (3, 1, 6)
     assert out["diff"] == pytest.approx(2 / 6)
@@ -44,7 +36,7 @@ def test_paired_outcomes_counts_discordant_episodes_and_mcnemar():
 
 
 def test_episode_report_pools_seeds_and_pairs_methods(tmp_path):
-    ll, report = _bench("llm_learning"), _bench("llm_learning_report")
+    ll, report = llm_learning, llm_learning_report
     root = tmp_path / "alfworld_small" / "N4"
     # seed 0 and 1, each: both methods share the first validation (same weights, same draws)
     _run(root / "ecpo" / "seed0", 6, [1, 0, 0, 0], [1, 1, 1, 0])
@@ -68,7 +60,7 @@ def test_episode_report_pools_seeds_and_pairs_methods(tmp_path):
 
 
 def test_a_cell_without_validation_file_is_left_out_of_the_episode_report(tmp_path):
-    ll, report = _bench("llm_learning"), _bench("llm_learning_report")
+    ll, report = llm_learning, llm_learning_report
     folder = tmp_path / "alfworld_small" / "N4" / "ecpo" / "seed0"
     _run(folder, 6, [1, 0, 0, 0], [1, 1, 0, 0])
     (folder / "validation.jsonl").unlink()
@@ -81,7 +73,7 @@ def test_a_cell_without_validation_file_is_left_out_of_the_episode_report(tmp_pa
 def test_a_recipe_chosen_on_seed_0_is_stated_and_every_result_is_also_given_without_it(tmp_path):
     """Preset ``alfworld_cpu``: the recipe was chosen on seed 0's own validation, so the report says so and prints
     each comparison again over seeds 1-2 only (seed 0 gains 3 episodes, seeds 1 and 2 none)."""
-    ll, report = _bench("llm_learning"), _bench("llm_learning_report")
+    ll, report = llm_learning, llm_learning_report
     root = tmp_path / "alfworld_small" / "N4"
     for seed, after in ((0, [1, 1, 1, 1]), (1, [1, 0, 0, 0]), (2, [0, 0, 1, 0])):
         before = [1, 0, 0, 0] if seed < 2 else [0, 0, 1, 0]

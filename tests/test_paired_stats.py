@@ -3,22 +3,17 @@ rule that a t-based MDE needs enough seeds -- checked against values worked by h
 
 from __future__ import annotations
 
-import importlib
 import math
-import sys
-from pathlib import Path
 
 import pytest
 from scipy import optimize
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+from benchmarks import paired_stats
 
 
 @pytest.fixture(scope="module")
 def ps():
-    if str(BENCHMARKS) not in sys.path:
-        sys.path.insert(0, str(BENCHMARKS))
-    return importlib.import_module("paired_stats")
+    return paired_stats
 
 
 def _upper_tail(k: int, n: int, q: float) -> float:

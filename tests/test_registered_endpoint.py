@@ -1,16 +1,11 @@
 """The one look at a pre-registered run: trained vs unseen episodes paired by position, McNemar's exact figures."""
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 import yaml
 
-_spec = importlib.util.spec_from_file_location(
-    "registered_endpoint", Path(__file__).resolve().parent.parent / "benchmarks" / "registered_endpoint.py")
-endpoint_module = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(endpoint_module)
+from benchmarks import registered_endpoint as endpoint_module
 
 
 def _run(tmp_path, before, after, tasks, trained):

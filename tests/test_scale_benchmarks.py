@@ -1,23 +1,12 @@
 """The scale benchmarks run: memory.py counts the published parameter numbers (the GPU run's own tests are in
 tests/test_gpu_run.py)."""
 
-from pathlib import Path
-
 import pytest
 
-
-def _benchmark(name):
-    import importlib.util
-
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from benchmarks import memory
 
 
 def test_memory_benchmark_counts_the_published_parameter_numbers():
-    memory = _benchmark("memory")
     # Qwen2.5 model cards: 1.54B and 7.61B parameters
     assert memory.parameter_count(memory.QWEN25["Qwen2.5-1.5B"]) / 1e9 == pytest.approx(1.54, abs=0.01)
     assert memory.parameter_count(memory.QWEN25["Qwen2.5-7B"]) / 1e9 == pytest.approx(7.61, abs=0.01)

@@ -2,28 +2,16 @@
 
 from __future__ import annotations
 
-import importlib
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
-
-
-def _summary_module():
-    if str(BENCH) not in sys.path:
-        sys.path.insert(0, str(BENCH))
-    return importlib.import_module("small_households_summary")
+from benchmarks import paired_stats, small_households_summary
 
 
 def test_newcombe_interval_matches_the_published_example():
     """Newcombe (1998), method 10: 56/70 - 48/80 = 0.200, 95 % interval 0.0524 to 0.3339."""
-    _summary_module()  # puts benchmarks/ on the path
-    from paired_stats import newcombe
-
-    low, high = newcombe(48, 80, 56, 70)
+    low, high = paired_stats.newcombe(48, 80, 56, 70)
     assert (round(low, 4), round(high, 4)) == (0.0524, 0.3339)
 
 
@@ -36,7 +24,7 @@ def test_summary_counts_successes_and_reads_the_last_validation(tmp_path):
              {"iteration": 3, "success": 0.0, "time/update": 0.002, "val/success": 2 / 96,
               "val/success/Look": 0.0, "time/validation": 450.0}]
     run.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    out = _summary_module().main(["--before", str(before), "--metrics", str(run), "--episodes", "96",
+    out = small_households_summary.main(["--before", str(before), "--metrics", str(run), "--episodes", "96",
                                   "--out", str(tmp_path / "s.json")])
     assert (out["successes_before"], out["successes_after"]) == (12, 2)
     assert out["gain_newcombe95"] == [-0.1865, -0.0306]
@@ -49,7 +37,7 @@ def test_a_metrics_file_without_validation_is_one_error(tmp_path):
     empty = tmp_path / "run.jsonl"
     empty.write_text(json.dumps({"iteration": 1, "time/update": 1.0}) + "\n")
     with pytest.raises(SystemExit, match="has no validation line"):
-        _summary_module().main(["--before", str(empty), "--metrics", str(empty), "--episodes", "96",
+        small_households_summary.main(["--before", str(empty), "--metrics", str(empty), "--episodes", "96",
                                 "--out", str(tmp_path / "s.json")])
 
 
@@ -68,7 +56,7 @@ def test_paired_comparison_counts_gained_and_lost_episodes(tmp_path):
     _validation(before, 0, [1, 1, 1, 0, 0, 0] + [0, 0, 0, 0, 0, 0])
     _validation(after, 1, [0] * 12)  # an earlier validation of the run: the last line is "after"
     _validation(after, 3, [1, 0, 1, 1, 1, 0] + [1, 1, 0, 1, 0, 0])
-    out = _summary_module().main(["--before", str(metrics), "--metrics", str(metrics), "--episodes", "12",
+    out = small_households_summary.main(["--before", str(metrics), "--metrics", str(metrics), "--episodes", "12",
                                   "--before-episodes", str(before), "--after-episodes", str(after),
                                   "--out", str(tmp_path / "s.json")])["paired"]
     assert (out["gained"], out["lost"], out["episodes"], out["iteration_after"]) == (5, 1, 12, 3)
@@ -90,7 +78,7 @@ def test_restat_rewrites_a_stored_summarys_paired_block_from_its_counts(tmp_path
     path.write_text(json.dumps({"gain": 0.0625, "paired": {
         "episodes": 96, "iteration_before": 0, "iteration_after": 6, "gained": 7, "lost": 1, "mcnemar_p": 0.0703,
         "paired_gain": 0.0625, "paired_gain_t95": [0.0048, 0.1202], "paired_mde80": 0.08}}))
-    _summary_module().main(["--restat", str(path)])
+    small_households_summary.main(["--restat", str(path)])
     data = json.loads(path.read_text())
     assert data["gain"] == 0.0625 and "paired_gain_t95" not in data["paired"]
     assert data["paired"]["paired_gain_exact95"] == [-0.0044, 0.0828]
@@ -104,7 +92,7 @@ def test_pairing_different_validations_is_one_error(tmp_path):
     _validation(before, 0, [1, 0, 0, 0])
     _validation(after, 1, [1, 0, 0, 0], tasks=("gen/Look/1", "gen/Pick/3"))
     with pytest.raises(SystemExit, match="in only one of them"):
-        _summary_module().main(["--before", str(metrics), "--metrics", str(metrics), "--episodes", "4",
+        small_households_summary.main(["--before", str(metrics), "--metrics", str(metrics), "--episodes", "4",
                                 "--before-episodes", str(before), "--after-episodes", str(after),
                                 "--out", str(tmp_path / "s.json")])
 
@@ -116,7 +104,7 @@ def test_identical_validations_report_no_interval(tmp_path):
     before, after = tmp_path / "b.jsonl", tmp_path / "a.jsonl"
     _validation(before, 0, [1, 0, 0, 0])
     _validation(after, 6, [1, 0, 0, 0])
-    out = _summary_module().main(["--before", str(metrics), "--metrics", str(metrics), "--episodes", "4",
+    out = small_households_summary.main(["--before", str(metrics), "--metrics", str(metrics), "--episodes", "4",
                                   "--before-episodes", str(before), "--after-episodes", str(after),
                                   "--out", str(tmp_path / "s.json")])["paired"]
     assert (out["gained"], out["lost"], out["paired_gain"]) == (0, 0, 0.0)

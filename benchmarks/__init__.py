@@ -1,0 +1,26 @@
+"""The project's benchmarks: measurements and studies run from a source checkout, one module per job.
+
+A runnable benchmark is a module with ``main(argv=None)``; run it from the repository root as
+``python -m benchmarks.NAME [args]`` or as ``ecpo bench NAME [args]``. The other modules are what they share
+(``paired_stats``, a study's protocol, statistics and report). Results go to ``benchmarks/results/``: committed data
+(``*.json``) and reports (``*.md``, figures) there, raw run folders under ``results/raw/<name>/``.
+
+The package is a repository tool: wheels ship ``ecpo_gym`` and ``ecpo_train`` only.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import NoReturn
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """A benchmark's command line, named by its module (``__spec__.name``) so that ``--help`` shows the command that
+    runs it; bad input is refused by the project's rule for every command: one ``error: ...`` line on stderr and
+    exit status 2 (argparse's own prints the whole usage first)."""
+
+    def __init__(self, module: str, **kwargs) -> None:
+        super().__init__(prog=f"python -m {module}", **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {self.prog}: {message}\n")
