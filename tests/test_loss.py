@@ -10,10 +10,12 @@ from ecpo_train.core.loss import (
     UpdateSettings,
     assign_step_advantage,
     clipped_surrogate,
+    decoupled_clipped_surrogate,
     ecpo_objective_loss,
     kl_k3,
     masked_token_mean,
     policy_update,
+    truncated_is_weight,
 )
 
 
@@ -147,3 +149,119 @@ def test_trajectory_mean_gradient_is_the_mean_over_episodes_of_each_episode_row_
     lengths = np.bincount(traj)[traj]
     want = -(adv / torch.as_tensor(lengths, dtype=adv.dtype) / len(set(traj.tolist()))).unsqueeze(1)
     assert torch.allclose(grads[0], want, atol=1e-7)
+
+
+# ---------------------------------------------------------------------------------------------- lagged behaviour
+def _probs(values):
+    return torch.log(torch.tensor(values, dtype=torch.float64))
+
+
+def test_truncated_is_correction_on_a_hand_built_case():
+    """loss = -mean_t w_t min(r_t A_t, clip(r_t, 0.8, 1.2) A_t), r = pi_theta / pi_prox, w = min(pi_prox / mu, 2)."""
+    mu = _probs([0.5, 0.1, 0.4, 0.2, 0.25, 0.9])
+    prox = _probs([0.5, 0.4, 0.2, 0.3, 0.2, 0.1])
+    theta = _probs([0.55, 0.4, 0.3, 0.15, 0.3, 0.9]).requires_grad_()
+    adv = torch.tensor([1.0, 1.0, 2.0, -1.0, -1.0, 5.0], dtype=torch.float64)
+    mask = torch.tensor([1.0, 1.0, 1.0, 1.0, 1.0, 0.0], dtype=torch.float64)  # the last token is padding
+    # by hand, token by token:
+    #   w = 1,        r = 1.1: min(1.1, 1.1)       ->  1.1
+    #   w = 4 -> 2,   r = 1:   min(1, 1)           ->  2 * 1   =  2.0   (truncated weight)
+    #   w = 0.5,      r = 1.5: min(3.0, 1.2 * 2)   ->  0.5 * 2.4 = 1.2   (clipped ratio, A > 0)
+    #   w = 1.5,      r = 0.5: min(-0.5, -0.8)     ->  1.5 * -0.8 = -1.2 (clipped ratio, A < 0)
+    #   w = 0.8,      r = 1.5: min(-1.5, -1.2)     ->  0.8 * -1.5 = -1.2 (not clipped: the pessimistic side)
+    want = [1.1, 2.0, 1.2, -1.2, -1.2]
+    surrogate = decoupled_clipped_surrogate(theta, prox, mu, adv, clip_eps=0.2, cap=2.0)
+    assert surrogate[:5].tolist() == pytest.approx(want, abs=1e-12)
+    loss, stats = ecpo_objective_loss(theta, mu, None, adv, mask, clip_eps=0.2, prox_logp=prox, is_weight_cap=2.0)
+    assert float(loss.detach()) == pytest.approx(-sum(want) / 5, abs=1e-12)
+    assert stats["is_weight_mean"] == pytest.approx((1 + 2 + 0.5 + 1.5 + 0.8) / 5)
+    assert stats["is_weight_capped_frac"] == pytest.approx(1 / 5)
+    assert stats["clip_frac"] == pytest.approx(2 / 5)  # tokens 3 and 4, against pi_prox
+    loss.backward()
+    # d loss / d log pi_theta = -w r A / 5 where the min takes the unclipped term, 0 where it takes the clipped one
+    assert theta.grad.tolist() == pytest.approx([-1.1 / 5, -2.0 / 5, 0.0, 0.0, -0.8 * 1.5 * -1 / 5, 0.0], abs=1e-12)
+    assert not truncated_is_weight(prox.clone().requires_grad_(), mu, 2.0).requires_grad  # w is a constant
+
+
+def test_no_correction_is_the_paper_objective_and_a_proximal_policy_equal_to_mu_changes_nothing():
+    torch.manual_seed(3)
+    mu, adv = -torch.rand(4, 5), torch.randn(4, 5)
+    mask = (torch.rand(4, 5) > 0.3).float()
+    for correction in (None, mu.clone()):
+        logp = (mu + 0.3 * torch.randn(4, 5)).requires_grad_()
+        plain, _ = ecpo_objective_loss(logp, mu, None, adv, mask, clip_eps=0.2)
+        # "none": exactly eq. ecpo_objective's token mean of clipped_surrogate against the sampling log-probs
+        assert torch.equal(plain, -masked_token_mean(clipped_surrogate(logp, mu, adv, 0.2), mask))
+        if correction is not None:  # pi_prox == mu: w = 1 and r = pi_theta / mu, bit for bit
+            corrected, _ = ecpo_objective_loss(logp, mu, None, adv, mask, clip_eps=0.2, prox_logp=correction)
+            assert torch.equal(corrected, plain)
+            (grad_plain,) = torch.autograd.grad(plain, logp)
+            (grad_corrected,) = torch.autograd.grad(corrected, logp)
+            assert torch.equal(grad_plain, grad_corrected)
+
+
+def _update(correction: str, behaviour_shift: float, epochs: int = 2):
+    """policy_update on a per-token parameter table theta (log pi_theta = base + theta); the rows' sampling
+    log-probs are base - behaviour_shift (a behaviour policy behind the weights the update starts from)."""
+    torch.manual_seed(0)
+    rows, width = 6, 2
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]] * 3)
+    base = -torch.rand(rows, width) * mask
+    adv = torch.tensor([1.0, -0.5, 2.0, 0.0, -1.0, 0.7])
+    theta = torch.nn.Parameter(torch.zeros(rows, width))
+    grads = []
+
+    class Capture(torch.optim.SGD):
+        def step(self, closure=None):
+            grads.append(theta.grad.clone())
+            return super().step(closure)
+
+    def logprob_fn(idx):
+        idx = torch.as_tensor(idx)
+        return base[idx] + theta[idx], mask[idx], None
+
+    settings = UpdateSettings(mini_batch_size=3, micro_batch_size=2, kl_coef=0.0, max_grad_norm=1e9, epochs=epochs,
+                              behaviour_correction=correction, is_weight_cap=1.5)
+    stats = policy_update(logprob_fn, None, [theta], Capture([theta], lr=0.5), base - behaviour_shift * mask, mask,
+                          adv, settings, np.random.default_rng(0))
+    return theta.detach(), grads, stats, base, mask, adv
+
+
+def test_the_corrected_update_with_mu_as_proximal_policy_equals_the_plain_one():
+    theta_plain, grads_plain, stats_plain, *_ = _update("none", 0.0)
+    theta_is, grads_is, stats_is, *_ = _update("truncated_is", 0.0)
+    assert len(grads_plain) == 4  # two epochs of two mini-batches: the weights move between them
+    assert torch.equal(theta_plain, theta_is)
+    assert all(torch.equal(a, b) for a, b in zip(grads_plain, grads_is))
+    assert stats_is["is_weight_mean"] == pytest.approx(1.0) and stats_is["is_weight_capped_frac"] == 0.0
+    assert {k: stats_plain[k] for k in stats_plain} == {k: stats_is[k] for k in stats_plain}
+
+
+def test_the_proximal_policy_is_the_weights_the_update_starts_from():
+    """Rows sampled with log-probs 0.5 below the current weights': the first step's ratio is 1 (pi_prox = the
+    current weights), and every token's weight is min(e^0.5, 1.5) = 1.5 (truncated), so the first mini-batch's
+    gradient is -1.5 A / n_tokens on its tokens."""
+    _, grads, stats, _, mask, adv = _update("truncated_is", 0.5, epochs=1)
+    order = np.random.default_rng(0).permutation(6)[:3]  # the first mini-batch, as policy_update shuffles
+    want = torch.zeros(6, 2)
+    want[order] = -1.5 * adv[order].unsqueeze(1) * mask[order] / mask[order].sum()
+    assert torch.allclose(grads[0], want, atol=1e-7)
+    assert stats["is_weight_capped_frac"] == pytest.approx(1.0)
+    _, grads_plain, *_ = _update("none", 0.5, epochs=1)
+    assert not torch.allclose(grads_plain[0], want, atol=1e-3)  # without it: the ratio e^0.5 to mu, clipped
+
+
+def test_behaviour_correction_settings_are_checked_and_reach_the_update():
+    from ecpo_train.runtime.builders import update_settings
+    from ecpo_train.runtime.config import TrainConfig
+
+    config = TrainConfig(policy="tabular", behaviour_correction="truncated_is", is_weight_cap=3.0)
+    assert (update_settings(config).behaviour_correction, update_settings(config).is_weight_cap) == ("truncated_is", 3.0)
+    assert TrainConfig(policy="tabular").behaviour_correction == UpdateSettings().behaviour_correction == "none"
+    with pytest.raises(ValueError, match=r"^behaviour_correction='is'; valid: none, truncated_is$"):
+        TrainConfig(policy="tabular", behaviour_correction="is")
+    with pytest.raises(ValueError, match=r"^is_weight_cap=0.5 is invalid: it must be a number >= 1"):
+        TrainConfig(policy="tabular", is_weight_cap=0.5)
+    with pytest.raises(ValueError, match="behaviour_correction='x'"):
+        policy_update(lambda rows: None, None, [], None, torch.zeros(1, 1), torch.ones(1, 1), torch.ones(1),
+                      UpdateSettings(behaviour_correction="x"), np.random.default_rng(0))

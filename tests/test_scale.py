@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from ecpo_train.core.loss import UpdateSettings, pack_micro_batches, policy_update
+from ecpo_train.core.loss import UpdateSettings, policy_update
+from ecpo_train.core.micro_batches import pack_micro_batches
 
 TOKENIZER_DIR = Path(os.environ.get("ECPO_TOKENIZER_DIR", "/work/shared/models/qwen2.5-tokenizer"))
 ENV_ID = "ecpo/DivergentAnchor-v0"

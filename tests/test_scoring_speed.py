@@ -20,9 +20,9 @@ from ecpo_train.core.loss import (
     UpdateSettings,
     clipped_surrogate,
     equal_return_rows,
-    pack_micro_batches,
     policy_update,
 )
+from ecpo_train.core.micro_batches import pack_micro_batches
 from ecpo_train.policies.base import StepContext
 
 ENV_ID = "ecpo/DivergentAnchor-v0"

@@ -3,9 +3,14 @@
 One function per term: the token probability ratio, the clipped surrogate, the low-variance (k3) KL
 estimator, token-mean aggregation, and ``policy_update`` which runs the mini-batch / micro-batch loop
 (gradient accumulation, grad-norm clipping, one optimizer step per mini-batch). Micro-batches hold a fixed
-number of rows, or as many rows as fit a token budget (``pack_micro_batches``); under data parallelism
+number of rows, or as many rows as fit a token budget (``core/micro_batches.py``); under data parallelism
 (``ecpo_train/runtime/distributed.py``) every process runs the same number of collective passes. A step's advantage is
 broadcast to every token of its action (``assign_step_advantage``), as the paper's Algorithm 1 step E says.
+
+The ratio's denominator is the rows' recorded sampling log-probs: on-policy (the paper), these are the weights
+the update starts from. Rows sampled by older weights (a pipelined driver) can use ``behaviour_correction:
+truncated_is`` instead: the clip around the weights the update starts from (pi_prox, computed once) and a
+truncated importance weight from the sampling policy to pi_prox (``decoupled_clipped_surrogate``).
 
 No compute goes to rows that carry no gradient: with no KL and no entropy term a row whose advantage is 0 has
 a surrogate of exactly 0 (``min(q * 0, clip(q) * 0)``), so it is left out of the forward and backward, while its
@@ -25,6 +30,8 @@ from typing import Protocol
 
 import numpy as np
 import torch
+
+from ecpo_train.core.micro_batches import pack_micro_batches
 
 
 def token_ratio(logp: torch.Tensor, old_logp: torch.Tensor) -> torch.Tensor:
@@ -50,6 +57,23 @@ def clipped_surrogate(
     return torch.minimum(ratio * advantages, torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * advantages)
 
 
+def truncated_is_weight(prox_logp: torch.Tensor, behaviour_logp: torch.Tensor, cap: float) -> torch.Tensor:
+    """Per-token w = min(pi_prox(y|c) / mu(y|c), cap), without gradient: the importance weight from the behaviour
+    policy mu that sampled the token (its recorded log-prob) to the proximal policy pi_prox, truncated at ``cap``
+    so one token sampled by stale weights cannot dominate the mini-batch."""
+    return torch.clamp(torch.exp(prox_logp - behaviour_logp), max=cap).detach()
+
+
+def decoupled_clipped_surrogate(logp: torch.Tensor, prox_logp: torch.Tensor, behaviour_logp: torch.Tensor,
+                                advantages: torch.Tensor, clip_eps: float, cap: float) -> torch.Tensor:
+    """Per-token w min(r A, clip(r, 1-eps, 1+eps) A) with r = pi_theta / pi_prox and w = ``truncated_is_weight``:
+    the clipped surrogate for rows sampled by a lagged behaviour policy mu. The trust region is taken around
+    pi_prox (the learner's weights when the update starts), not around mu, and w corrects the sampling
+    distribution; with pi_prox == mu, w = 1 and this is ``clipped_surrogate`` of eq. ecpo_objective."""
+    weight = truncated_is_weight(prox_logp, behaviour_logp, cap)
+    return weight * clipped_surrogate(logp, prox_logp, advantages, clip_eps)
+
+
 def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     """Per-token low-variance estimate of D_KL(pi_theta || pi_ref) in eq. ecpo_objective (Schulman's k3).
 
@@ -73,16 +97,24 @@ def ecpo_objective_loss(
     entropy_coef: float = 0.0,
     token_count: float | None = None,
     stats_token_count: float | None = None,
+    prox_logp: torch.Tensor | None = None,
+    is_weight_cap: float = 2.0,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Loss = -J_ECPO(theta) (eq. ecpo_objective) with token-mean aggregation, minus an optional entropy bonus.
 
     ``advantages`` is per token (see ``assign_step_advantage``). Returns the scalar loss and statistics
     (``pg_loss``, ``kl``, ``clip_frac``, ``ratio_mean``, ``ratio_max_dev``, ``entropy``) as token means;
     ``clip_frac`` and ``ratio_mean`` divide by ``stats_token_count`` when given (the tokens actually computed,
-    when rows without gradient were left out).
+    when rows without gradient were left out). ``prox_logp`` (``behaviour_correction: truncated_is``): the
+    proximal policy's log-probs; the surrogate is then ``decoupled_clipped_surrogate`` with ``old_logp`` as the
+    behaviour policy's, the ratio statistics are taken against pi_prox, and ``is_weight_mean`` /
+    ``is_weight_capped_frac`` say how far the behaviour policy lagged.
     """
     mask = mask.to(logp.dtype)
-    surrogate = clipped_surrogate(logp, old_logp, advantages, clip_eps)
+    if prox_logp is None:
+        surrogate = clipped_surrogate(logp, old_logp, advantages, clip_eps)
+    else:
+        surrogate = decoupled_clipped_surrogate(logp, prox_logp, old_logp, advantages, clip_eps, is_weight_cap)
     pg_loss = -masked_token_mean(surrogate, mask, token_count)
     loss = pg_loss
     stats: dict[str, float] = {}
@@ -95,10 +127,15 @@ def ecpo_objective_loss(
         loss = loss - entropy_coef * mean_entropy
         stats["entropy"] = float(mean_entropy.detach())
     with torch.no_grad():
-        ratio = token_ratio(logp, old_logp)
+        ratio = token_ratio(logp, old_logp if prox_logp is None else prox_logp)
         clipped = ((ratio < 1.0 - clip_eps) & (advantages < 0)) | ((ratio > 1.0 + clip_eps) & (advantages > 0))
         stats["pg_loss"] = float(pg_loss.detach())
         seen = token_count if stats_token_count is None else stats_token_count
+        if prox_logp is not None:
+            raw_weight = torch.exp(prox_logp - old_logp)
+            stats["is_weight_mean"] = float(masked_token_mean(torch.clamp(raw_weight, max=is_weight_cap), mask, seen))
+            stats["is_weight_capped_frac"] = float(masked_token_mean((raw_weight > is_weight_cap).to(mask.dtype),
+                                                                     mask, seen))
         stats["clip_frac"] = float(masked_token_mean(clipped.to(mask.dtype), mask, seen))
         stats["ratio_mean"] = float(masked_token_mean(ratio, mask, seen))
         active = mask > 0
@@ -125,64 +162,14 @@ class UpdateSettings:
     epochs: int = 1
     max_grad_norm: float = 1.0
     max_tokens_per_micro_batch: int = 0  # > 0: pack micro-batches by padded token count instead of row count
+    # rows sampled by lagged weights: "none" = the ratio against the recorded sampling log-probs (the paper);
+    # "truncated_is" = the clip around pi_prox (the weights when the update starts), each token weighted by
+    # min(pi_prox / mu, is_weight_cap) (decoupled_clipped_surrogate)
+    behaviour_correction: str = "none"
+    is_weight_cap: float = 2.0
 
 
-def pack_micro_batches(rows: np.ndarray, row_tokens: np.ndarray, micro_batch_size: int,
-                       max_tokens: int = 0, row_keys: Sequence | None = None) -> list[np.ndarray]:
-    """Cut one mini-batch's ``rows`` into micro-batches.
-
-    ``max_tokens <= 0``: consecutive runs of ``micro_batch_size`` rows (the fixed-size path). Otherwise rows
-    are taken shortest first and a micro-batch grows while its padded size (rows x longest row, what the
-    forward pass allocates) stays within ``max_tokens``; a row longer than the budget goes alone. Memory is
-    then bounded by tokens, not rows. ``row_tokens[i]`` is row i's sequence length (prompt + response).
-
-    ``row_keys`` (the scoring policy): rows with equal keys share one forward, so they are kept together and a
-    micro-batch is measured in *distinct* contexts: at most ``micro_batch_size`` of them, or (``max_tokens``)
-    as many as fit the budget counting each distinct context's tokens once (that forward packs contexts
-    without padding).
-    """
-    rows = np.asarray(rows)
-    if row_keys is not None:
-        return _pack_by_context(rows, row_tokens, micro_batch_size, max_tokens, row_keys)
-    if max_tokens <= 0:
-        return [rows[i : i + micro_batch_size] for i in range(0, len(rows), micro_batch_size)]
-    lengths = np.asarray(row_tokens)[rows]
-    ordered = rows[np.argsort(lengths, kind="stable")]
-    batches: list[np.ndarray] = []
-    current: list[int] = []
-    longest = 0
-    for row in ordered:
-        length = int(row_tokens[row])
-        if current and (len(current) + 1) * max(longest, length) > max_tokens:
-            batches.append(np.asarray(current))
-            current, longest = [], 0
-        current.append(int(row))
-        longest = max(longest, length)
-    if current:
-        batches.append(np.asarray(current))
-    return batches
-
-
-def _pack_by_context(rows: np.ndarray, row_tokens: np.ndarray, micro_batch_size: int, max_tokens: int,
-                     row_keys: Sequence) -> list[np.ndarray]:
-    members: dict = {}
-    for row in rows:  # distinct contexts in order of first appearance (the shuffle still decides the order)
-        members.setdefault(row_keys[int(row)], []).append(int(row))
-    batches: list[np.ndarray] = []
-    current: list[int] = []
-    contexts = tokens = 0
-    for group in members.values():
-        length = int(row_tokens[group[0]])
-        full = contexts >= micro_batch_size if max_tokens <= 0 else tokens + length > max_tokens
-        if current and full:
-            batches.append(np.asarray(current))
-            current, contexts, tokens = [], 0, 0
-        current.extend(group)
-        contexts += 1
-        tokens += length
-    if current:
-        batches.append(np.asarray(current))
-    return batches
+BEHAVIOUR_CORRECTIONS = ("none", "truncated_is")
 
 
 def rows_with_gradient(step_advantages: torch.Tensor, settings: UpdateSettings, has_reference: bool) -> np.ndarray:
@@ -285,7 +272,12 @@ def policy_update(
     rows of one context into one micro-batch (``pack_micro_batches``); ``keep`` (a row mask) leaves the other
     rows out of the update entirely (``equal_return_rows``). The reference's log-probs are computed once per
     row and reused by later epochs (one process; under data parallelism every call is a collective).
+    ``settings.behaviour_correction == "truncated_is"`` first computes pi_prox's log-probs of the rows
+    (``proximal_logprobs``) and optimises ``decoupled_clipped_surrogate`` with ``old_logp`` as the behaviour's.
     """
+    if settings.behaviour_correction not in BEHAVIOUR_CORRECTIONS:
+        raise ValueError(f"behaviour_correction={settings.behaviour_correction!r}; valid: "
+                         f"{', '.join(BEHAVIOUR_CORRECTIONS)}")
     n_rows = int(old_logp.shape[0])
     world = reducer.world_size if reducer is not None else 1
     kept = np.arange(n_rows) if keep is None else np.flatnonzero(np.asarray(keep, dtype=bool))
@@ -294,6 +286,10 @@ def policy_update(
     computed_rows = skipped_rows = 0
     if row_tokens is None:
         row_tokens = old_mask.sum(dim=1).numpy().astype(np.int64)
+    prox_logp = None
+    if settings.behaviour_correction == "truncated_is":
+        prox_logp = proximal_logprobs(logprob_fn, kept[carries[kept]], old_logp, row_tokens, settings, reducer,
+                                      row_keys)
     totals: dict[str, float] = {}
     grad_norms: list[float] = []
     n_steps = 0
@@ -340,6 +336,8 @@ def policy_update(
                     logp, old, ref, adv, mask, clip_eps=settings.clip_eps, kl_coef=settings.kl_coef,
                     entropy=entropy, entropy_coef=settings.entropy_coef, token_count=token_count,
                     stats_token_count=active_tokens if reducer is None else None,
+                    prox_logp=None if prox_logp is None else prox_logp[rows, :width].to(logp.device),
+                    is_weight_cap=settings.is_weight_cap,
                 )
                 (loss * weight if weight != 1.0 else loss).backward()
                 if weight == 0.0:
@@ -373,6 +371,27 @@ def policy_update(
     result["rows_computed"] = float(computed_rows)
     result["rows_skipped"] = float(skipped_rows + (n_rows - len(kept)) * settings.epochs)
     return result
+
+
+def proximal_logprobs(logprob_fn: LogprobFn, rows: np.ndarray, old_logp: torch.Tensor, row_tokens: np.ndarray,
+                      settings: UpdateSettings, reducer: Reducer | None = None,
+                      row_keys: Sequence | None = None) -> torch.Tensor:
+    """pi_prox's ``[rows, L]`` log-probs (``behaviour_correction: truncated_is``): the current weights' log-probs
+    of ``rows``, computed once, without gradient, before the update's first optimizer step (other rows read 0).
+
+    Packed as the update packs its micro-batches; under data parallelism every process runs the same number of
+    forward passes (each is a collective), repeating one of its rows where it has fewer."""
+    prox = torch.zeros_like(old_logp)
+    micros = pack_micro_batches(np.asarray(rows, dtype=np.int64), row_tokens, settings.micro_batch_size,
+                                settings.max_tokens_per_micro_batch, row_keys)
+    if reducer is not None:
+        filler = np.asarray(rows[:1] if len(rows) else np.arange(min(1, len(old_logp))), dtype=np.int64)
+        micros += [filler] * (int(reducer.max(float(len(micros)))) - len(micros))
+    with torch.no_grad():
+        for micro in micros:
+            logp = logprob_fn(micro)[0]
+            prox[micro, : logp.shape[1]] = logp.detach().to(device=prox.device, dtype=prox.dtype)
+    return prox
 
 
 def _reference_logprobs(ref_logprob_fn: Callable[[np.ndarray], torch.Tensor], rows: np.ndarray, width: int,

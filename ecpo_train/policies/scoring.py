@@ -23,7 +23,7 @@ Cost: every row's prompt is run once together with all its candidates in one seq
 attending to the prompt and to itself only (a 4D "tree" attention mask, positions restarting after the
 prompt), and the LM head runs only on candidate tokens (forward and backward). Identical (prompt, candidates)
 pairs -- all N copies of a group at the first step, and every copy in the same state when the history is
-short -- are computed once, both when sampling and in the update (where ``loss.pack_micro_batches`` keeps
+short -- are computed once, both when sampling and in the update (where ``micro_batches.pack_micro_batches`` keeps
 the rows of one context in one micro-batch). Contexts of different lengths are not padded to the longest:
 they are packed first-fit into sequences as long as the longest context, each its own block of the mask.
 
