@@ -1,4 +1,4 @@
-"""The ``ecpo`` command line: every documented command is there, and ``bench`` runs the source tree's scripts."""
+"""The ``ecpo`` command line: every documented command is there, and ``bench`` runs the checkout's benchmarks."""
 
 from __future__ import annotations
 
@@ -25,10 +25,34 @@ def test_bench_runs_a_benchmark_script_with_its_arguments(tmp_path):
     assert figures["reps"] == 2 and {"grpo", "gigpo_std", "ecpo"} <= set(figures["median_ms"])
 
 
-def test_bench_rejects_unknown_names():
-    result = runner.invoke(app, ["bench", "nope"])
-    assert result.exit_code != 0
-    assert "credit_overhead" in result.output
+def test_bench_rejects_unknown_names_in_one_line_listing_the_benchmarks():
+    for name in ("nope", "paired_stats"):  # paired_stats is a module of the package, but a library (no main)
+        result = runner.invoke(app, ["bench", name])
+        assert result.exit_code == 2, result.output
+        lines = result.output.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"error: unknown benchmark {name!r}; choose one of ")
+        listed = lines[0].split("choose one of ")[1].split(", ")
+        assert {"credit_overhead", "credit_study", "env_throughput", "leaderboard", "gpu_run"} <= set(listed)
+        assert "paired_stats" not in listed and "__init__" not in listed
+
+
+def test_bench_outside_a_checkout_is_one_clear_line(tmp_path, monkeypatch):
+    from ecpo_train.apps import bench
+
+    monkeypatch.setattr(bench, "CHECKOUT", tmp_path)  # an installed wheel: no benchmarks/ beside ecpo_train
+    result = runner.invoke(app, ["bench", "credit_overhead"])
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [
+        "error: ecpo bench runs the benchmarks of a source checkout, and this ecpo is installed without one (wheels "
+        "do not ship benchmarks/): clone the repository and `pip install -e .` it"]
+
+
+def test_benchmarks_are_not_shipped_in_the_wheel():
+    import tomllib
+    from pathlib import Path
+
+    config = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    assert config["tool"]["setuptools"]["packages"]["find"]["include"] == ["ecpo_gym*", "ecpo_train*"]
 
 
 def test_leaderboard_bad_input_is_a_clear_error_not_a_traceback(tmp_path):

@@ -265,39 +265,18 @@ app.command(name="eval")(typer_command(
 ))
 
 
-BENCHMARKS = ("credit_overhead", "env_throughput", "credit_study", "leaderboard")
-
-
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def bench(ctx: typer.Context, name: str = typer.Argument(..., help=" | ".join(BENCHMARKS))) -> None:
-    """Run a script of the source tree's benchmarks/ folder; extra arguments go to the script."""
-    import runpy
-    import sys
-    from pathlib import Path
+def bench(ctx: typer.Context, name: str = typer.Argument(..., help="a module of the checkout's benchmarks package "
+                                                                  "(python -m benchmarks.NAME; docs/benchmarks.md)")) -> None:
+    """Run a benchmark of the source checkout (``benchmarks.NAME``'s ``main``); extra arguments go to it."""
+    from ecpo_train.apps.bench import run_benchmark
 
-    if name not in BENCHMARKS:
-        raise fail(f"unknown benchmark {name!r}; choose one of {', '.join(BENCHMARKS)}")
-    script = Path(__file__).resolve().parents[2] / "benchmarks" / f"{name}.py"
-    if not script.is_file():
-        raise fail(f"{script} not found: benchmarks ship with the source checkout, not the wheel")
-    import argparse
-    from unittest import mock
-
-    class ScriptUsageError(Exception):
-        """The script's argparse refusing an argument (its usage line is not printed: one line here)."""
-
-    def refuse(parser: argparse.ArgumentParser, message: str) -> None:
-        raise ScriptUsageError(f"{parser.prog}: {message}")
-
-    argv = sys.argv
-    sys.argv = [str(script), *ctx.args]
     try:
-        with mock.patch.object(argparse.ArgumentParser, "error", refuse):
-            runpy.run_path(str(script), run_name="__main__")
-    except (ScriptUsageError, *_input_errors()) as err:
+        code = run_benchmark(name, ctx.args)
+    except _input_errors() as err:
         raise fail(err) from None
-    finally:
-        sys.argv = argv
+    if code:
+        raise typer.Exit(code)
 
 
 def main(argv: list[str] | None = None) -> None:
