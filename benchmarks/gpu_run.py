@@ -56,7 +56,7 @@ QWEN25_SMOKE = QWEN25_1_5B | {"hidden_size": 64, "num_hidden_layers": 2, "num_at
                               "intermediate_size": 128}
 PAPER_STEPS = 50  # ALFWorld's horizon in the paper
 # the CPU runs of the alfworld_cpu recipe (the update recipe alfworld_gpu keeps), for the rates beside the GPU's
-CPU_REFERENCE = RESULTS / "small_households" / "alfworld_cpu_sft48_lr3e6_warmup9_metrics.jsonl"
+CPU_REFERENCE = RESULTS / "raw" / "small_households" / "alfworld_cpu_sft48_lr3e6_warmup9_metrics.jsonl"
 DEFAULT_MODEL = ROOT / "device_bundle" / "models" / "smollm2-135m-instruct"
 
 

@@ -6,7 +6,7 @@
 the training run's ``metrics.jsonl`` (after = its last line with ``val/success``). Written: successes and
 success before and after with 95 % Wilson intervals, the gain with its 95 % Newcombe (hybrid score) and Wald
 intervals for two independent proportions, success by task type, and per training iteration its success,
-rows, optimizer steps and time split (``benchmarks/results/small_households/*_summary.json``).
+rows, optimizer steps and time split (``benchmarks/results/raw/small_households/*_summary.json``).
 
 ``--before-episodes`` / ``--after-episodes`` (the runs' ``validation.jsonl``; before = its first line, after =
 its last) add the paired comparison: validation fixes every choice's uniform draw by (seed, copy, step), so
