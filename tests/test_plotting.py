@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from ecpo_train.runtime.plotting import PANELS, logged_panels, plot_comparison, read_metrics
+from ecpo_train.runtime.plotting import PANELS, logged_panels, plot_comparison
+from ecpo_train.runtime.run_dir import read_metrics
 
 
 def _write_run(folder, rows):

@@ -241,7 +241,8 @@ def test_one_run_two_spellings_round_trip(tiny_model_dir, tmp_path):
 
 @pytest.mark.slow
 def test_ecpo_train_engine_rllib_writes_the_native_run_folder(tiny_model_dir, tmp_path):
-    """``ecpo train --engine rllib``: the native run folder and metric names; --resume continues it."""
+    """``ecpo train --engine rllib``: the native run folder and metric names; --resume continues it; the native
+    engine run and resumed the same way leaves the same files with the same records."""
     from typer.testing import CliRunner
 
     from ecpo_train.apps.cli import app
@@ -280,6 +281,23 @@ def test_ecpo_train_engine_rllib_writes_the_native_run_folder(tiny_model_dir, tm
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [int(m["iteration"]) for m in lines] == [0, 1, 2, 3]
     assert [v["iteration"] for v in read_validation_file(run_dir / "validation.jsonl")] == [0, 1, 2, 3]
+    # the native engine, started and resumed the same way, leaves the same files, written by the same functions
+    native_dir = tmp_path / "native_run"
+    native_args = [a for a in args if a not in ("--engine", "rllib", "--env-runners", "0")
+                   and not a.startswith("run_dir=")] + [f"run_dir={native_dir}"]
+    assert CliRunner().invoke(app, native_args).exit_code == 0
+    assert CliRunner().invoke(app, [*native_args, "iterations=3", "--resume"]).exit_code == 0
+    checkpoints = {"checkpoint.pt": "<checkpoint>", "rllib_checkpoint": "<checkpoint>"}
+    names = [sorted(checkpoints.get(p.name, p.name) for p in folder.iterdir()) for folder in (run_dir, native_dir)]
+    assert names[0] == names[1] == sorted(["config.yaml", "metrics.jsonl", "validation.jsonl", "history.jsonl",
+                                           "curves.png", "<checkpoint>"])
+    native_config = (native_dir / "config.yaml").read_text().replace(str(native_dir), str(run_dir))
+    assert (run_dir / "config.yaml").read_text() == native_config + "engine: rllib\n"
+    for folder in (run_dir, native_dir):
+        history = [json.loads(line) for line in (folder / "history.jsonl").read_text().splitlines()]
+        assert [(h["event"], h["iteration"], h["changes"]) for h in history] == \
+            [("start", 0, {}), ("resume", 2, {"iterations": [2, 3]})]
+        assert [v["iteration"] for v in read_validation_file(folder / "validation.jsonl")] == [0, 1, 2, 3]
 
 
 @pytest.mark.slow

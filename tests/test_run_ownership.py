@@ -19,7 +19,8 @@ from typer.testing import CliRunner
 
 from ecpo_train.apps.cli import app
 from ecpo_train.runtime.resume import resume_changes
-from ecpo_train.runtime.run_lock import LOCK_FILE, acquire_run_lock
+from ecpo_train.runtime.run_dir import LOCK_FILE
+from ecpo_train.runtime.run_lock import acquire_run_lock
 
 runner = CliRunner()
 FAST = ["n_groups=2", "group_size=2", "val_every=0", "progress=false", "tensorboard=false"]

@@ -159,7 +159,7 @@ def test_lora_reference_is_the_base_model(tiny_model_dir):
 
 def test_lora_checkpoint_merges_to_a_plain_model_that_plays(tiny_model_dir, tmp_path):
     from ecpo_train.policies.base import StepContext
-    from ecpo_train.policies.lora import ADAPTER_DIR, save_lora_checkpoint
+    from ecpo_train.policies.lora import save_lora_checkpoint
 
     torch.manual_seed(0)
     policy = make_policy(tiny_model_dir, lora=LORA)
@@ -167,8 +167,8 @@ def test_lora_checkpoint_merges_to_a_plain_model_that_plays(tiny_model_dir, tmp_
         for name, param in policy.named_parameters():
             if "lora_B" in name:
                 param.normal_(0, 0.5)
-    merged_dir = save_lora_checkpoint(policy, tiny_model_dir, tmp_path)
-    adapter_bytes = sum(f.stat().st_size for f in (tmp_path / ADAPTER_DIR).iterdir())
+    merged_dir = save_lora_checkpoint(policy, tiny_model_dir, tmp_path / "adapter", tmp_path / "merged")
+    adapter_bytes = sum(f.stat().st_size for f in (tmp_path / "adapter").iterdir())
     merged_bytes = sum(f.stat().st_size for f in merged_dir.glob("*.safetensors"))
     assert adapter_bytes < merged_bytes / 10
     merged = make_policy(merged_dir)  # a plain transformers folder: no peft needed to load it
@@ -323,8 +323,8 @@ def test_bf16_autocast_keeps_float32_master_weights(tiny_model_dir):
 def test_trainer_with_lora_checkpointing_and_token_budget_saves_a_playable_merged_model(tiny_model_dir, tmp_path):
     from ecpo_train.evaluation.agents import load_checkpoint_policy
     from ecpo_train.policies.base import StepContext
-    from ecpo_train.policies.lora import ADAPTER_DIR, MERGED_DIR
     from ecpo_train.runtime.config import make_config
+    from ecpo_train.runtime.run_dir import ADAPTER_DIR, MERGED_DIR
     from ecpo_train.runtime.trainer import Trainer
 
     config = make_config({

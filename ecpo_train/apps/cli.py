@@ -234,22 +234,22 @@ def evaluate_run(
     from pathlib import Path
 
     from ecpo_train.evaluation.command import run_leaderboard
-    from ecpo_train.runtime.resume import read_saved_config
+    from ecpo_train.runtime.run_dir import RunFolder, read_saved_config
 
     try:
         if not Path(run_dir).exists():
             raise FileNotFoundError(f"{run_dir} not found: pass a run folder written by `ecpo train`")
-        run_folder = Path(run_dir) if Path(run_dir).is_dir() else Path(run_dir).parent
-        config = read_saved_config(run_folder / "config.yaml")
+        run_folder = RunFolder(run_dir if Path(run_dir).is_dir() else Path(run_dir).parent)
+        config = read_saved_config(run_folder.config)
         if config is None:
-            raise FileNotFoundError(f"{run_folder / 'config.yaml'} not found: pass a run folder written by `ecpo train`")
+            raise FileNotFoundError(f"{run_folder.config} not found: pass a run folder written by `ecpo train`")
         if not isinstance(config.get("env_id"), str) or not isinstance(config.get("env_kwargs") or {}, dict):
-            raise ValueError(f"{run_folder / 'config.yaml'} names no env_id (with env_kwargs a mapping)")  # noqa: TRY004
+            raise ValueError(f"{run_folder.config} names no env_id (with env_kwargs a mapping)")  # noqa: TRY004
         env_kwargs = [f"{key}={json.dumps(value)}" for key, value in (config.get("env_kwargs") or {}).items()]
         options = dataclasses.replace(options, agent="checkpoint", checkpoint=run_dir,
                                       env=None if options.manifest else config["env_id"],
                                       env_kwarg=None if options.manifest else env_kwargs,
-                                      out_dir=options.out_dir or str(run_folder / "eval"))
+                                      out_dir=options.out_dir or str(run_folder.eval))
         result = run_leaderboard(options)
     except _input_errors() as err:
         raise fail(err) from None

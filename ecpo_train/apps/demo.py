@@ -138,7 +138,7 @@ def training_section(console: Console, run_root: str = "runs/demo", iterations: 
         started = time.perf_counter()
         trainer = Trainer(config)
         try:
-            (trainer.run_dir / "metrics.jsonl").unlink(missing_ok=True)
+            trainer.folder.metrics.unlink(missing_ok=True)
             histories[label] = trainer.train()
         finally:
             trainer.close()

@@ -150,11 +150,9 @@ def load_checkpoint_policy(path: str | Path, *, device: str = "cpu") -> tuple[Po
     """
     from ecpo_train.runtime.builders import build_policy
     from ecpo_train.runtime.config import make_config
-    from ecpo_train.runtime.run_dir import load_checkpoint
+    from ecpo_train.runtime.run_dir import checkpoint_file, load_checkpoint
 
-    path = Path(path)
-    if path.is_dir():
-        path = path / "checkpoint.pt"
+    path = checkpoint_file(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {path} not found (a training run writes <run_dir>/checkpoint.pt)")
     state = load_checkpoint(path)  # a damaged file is one ValueError naming it

@@ -61,8 +61,9 @@ def checkpoint_identity(checkpoint: str) -> dict[str, Any]:
     one, whose results are new results)."""
     from pathlib import Path
 
-    path = Path(checkpoint).expanduser()
-    path = path / "checkpoint.pt" if path.is_dir() else path
+    from ecpo_train.runtime.run_dir import checkpoint_file
+
+    path = checkpoint_file(Path(checkpoint).expanduser())
     if not path.is_file():
         return {}
     stat = path.stat()

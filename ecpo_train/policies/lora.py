@@ -33,8 +33,6 @@ from ecpo_train.policies.base import Policy, PolicyOutput, StepContext
 LORA_KEYS = ("r", "alpha", "dropout", "target_modules")
 # every linear map of a Llama/Qwen2 decoder layer (attention and MLP), the usual choice for RL fine-tuning
 DEFAULT_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-ADAPTER_DIR = "adapter"
-MERGED_DIR = "merged"
 
 
 def require_peft() -> Any:
@@ -187,10 +185,12 @@ def merge_adapter(base_model: str | Path, adapter_dir: str | Path, out_dir: str 
     return out
 
 
-def save_lora_checkpoint(policy: Any, base_model: str | Path, run_dir: str | Path, *, dtype: str = "float32",
-                         full_state: dict[str, torch.Tensor] | None = None, write: bool = True) -> Path | None:
-    """``run_dir/adapter`` and ``run_dir/merged`` of a LoRA policy (``write=False`` on non-zero ranks)."""
+def save_lora_checkpoint(policy: Any, base_model: str | Path, adapter_dir: str | Path, merged_dir: str | Path, *,
+                         dtype: str = "float32", full_state: dict[str, torch.Tensor] | None = None,
+                         write: bool = True) -> Path | None:
+    """A LoRA policy's adapter folder and merged model (a run writes them to its folder's ``adapter/`` and
+    ``merged/``, ``ecpo_train.runtime.run_dir``); ``write=False`` on non-zero ranks."""
     if not write:
         return None
-    adapter = save_adapter(policy.lora_model, Path(run_dir) / ADAPTER_DIR, full_state)
-    return merge_adapter(base_model, adapter, Path(run_dir) / MERGED_DIR, dtype=dtype)
+    adapter = save_adapter(policy.lora_model, adapter_dir, full_state)
+    return merge_adapter(base_model, adapter, merged_dir, dtype=dtype)

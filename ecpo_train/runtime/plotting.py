@@ -1,16 +1,15 @@
 """Training curves as PNG: ``plot_run(run_dir)`` for one run, ``plot_comparison`` for several.
 
-Reads the run's ``metrics.jsonl`` (one JSON object per iteration, written by the trainer).
+Reads the run's ``metrics.jsonl`` (one JSON object per iteration, written by the trainer) through
+``ecpo_train.runtime.run_dir.read_metrics``; a run's own plot is its folder's ``curves.png``.
 """
 
 from __future__ import annotations
 
-import json
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from ecpo_train.runtime.run_dir import read_metrics_file
+from ecpo_train.runtime.run_dir import RunFolder, read_metrics
 
 PANELS = (
     ("success", "val/success", "success rate"),
@@ -25,21 +24,6 @@ EXACT_VAL_KEY = "val/exact_success"  # the exact validation success of envs with
 
 
 IMAGE_SUFFIXES = (".png", ".pdf", ".svg")
-
-
-def read_metrics(run_dir: str | Path) -> list[dict[str, float]]:
-    """The rows of a run's ``metrics.jsonl``; a torn last line (a run writing, or a crash) is skipped with a
-    warning, any other damaged line is a ``ValueError`` naming the file and line."""
-    path = Path(run_dir) / "metrics.jsonl"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} not found: is {run_dir} a run directory written by `ecpo train`?")
-    rows, torn = read_metrics_file(path)
-    if torn:
-        print(f"warning: {path}: skipped its last line, cut mid-write", file=sys.stderr)
-    bad = next((row for row in rows if not isinstance(row.get("iteration"), (int, float))), None)
-    if bad is not None:
-        raise ValueError(f"{path} has a line without a numeric 'iteration': {json.dumps(bad)[:80]}")
-    return rows
 
 
 def _series(rows: list[dict[str, float]], key: str) -> tuple[list[float], list[float]]:
@@ -61,7 +45,7 @@ def plot_comparison(runs: Mapping[str, str | Path], out: str | Path, title: str 
     import matplotlib.pyplot as plt
 
     data = {label: read_metrics(run_dir) for label, run_dir in runs.items()}
-    empty = [str(Path(runs[label]) / "metrics.jsonl") for label, rows in data.items() if not rows]
+    empty = [str(RunFolder(runs[label]).metrics) for label, rows in data.items() if not rows]
     if empty:
         raise ValueError(f"{empty[0]} has no iterations yet: nothing to plot")
     panels = logged_panels(data)
@@ -105,4 +89,4 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
             raise ValueError(f"--out {out}: {out.parent} {why}")
         if out.is_dir():
             raise ValueError(f"--out {out} is a folder: give an image file path")
-    return plot_comparison({run_dir.name: run_dir}, out or run_dir / "curves.png", title=str(run_dir))
+    return plot_comparison({run_dir.name: run_dir}, out or RunFolder(run_dir).curves, title=str(run_dir))

@@ -1,13 +1,14 @@
 """Starting a run in its folder without losing what is there: fresh start, ``--resume`` or ``--overwrite``.
 
 A run folder holds a run when it has ``config.yaml``, ``metrics.jsonl``, ``checkpoint.pt`` or
-``rllib_checkpoint/``. Then a plain start is refused (one line naming ``--resume`` and ``--overwrite``),
-``--resume`` continues the checkpoint, and ``--overwrite`` deletes the run's own files (those listed in
-``RUN_FILES``; anything else in the folder stays) and starts over. ``--resume`` of a folder without a checkpoint
-is refused (naming ``--overwrite``) rather than cutting its history, and so is ``--resume`` of a folder the other
-engine wrote (``native``: ``checkpoint.pt``; ``rllib``: ``rllib_checkpoint/``, ``engine: rllib`` in
-``config.yaml``): neither reads the other's state. Every check happens before the folder is touched: a refused
-start changes no byte. The run holds the folder's lock (``ecpo_train.runtime.run_lock``) while it writes.
+``rllib_checkpoint/`` (what a run folder holds, and every writer of it, is ``ecpo_train.runtime.run_dir``). Then
+a plain start is refused (one line naming ``--resume`` and ``--overwrite``), ``--resume`` continues the
+checkpoint, and ``--overwrite`` deletes the run's own files (``run_dir.RUN_FILES``; anything else in the folder
+stays) and starts over. ``--resume`` of a folder without a checkpoint is refused (naming ``--overwrite``) rather
+than cutting its history, and so is ``--resume`` of a folder the other engine wrote (``native``:
+``checkpoint.pt``; ``rllib``: ``rllib_checkpoint/``, ``engine: rllib`` in ``config.yaml``): neither reads the
+other's state. Every check happens before the folder is touched: a refused start changes no byte. The run holds
+the folder's lock (``ecpo_train.runtime.run_lock``) while it writes.
 
 A resume may not change what the run is: any key outside ``RESUMABLE_KEYS`` (algorithm, env, model, group
 size, credit hyperparameters, ...) that differs from the checkpoint's config is refused, naming the key; inside
@@ -18,27 +19,25 @@ lacks (written by another version) is compared with its default. The keys that m
 
 from __future__ import annotations
 
-import contextlib
-import json
-import shutil
-import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
+from ecpo_train.runtime.run_dir import (
+    ENGINE_KEY,
+    RunFolder,
+    begin_run,
+    check_metrics_file,
+    checkpoint_config,
+    folder_engine,
+    holds_run,
+    load_checkpoint,
+    read_saved_config,
+)
 
-from ecpo_train.runtime.run_dir import check_metrics_file, checkpoint_config, load_checkpoint
-
-RUN_MARKERS = ("config.yaml", "metrics.jsonl", "checkpoint.pt", "rllib_checkpoint")
-# what a trainer writes into its folder (LoRA runs add adapter/ and merged/, `ecpo eval` adds eval/)
-RUN_FILES = ("config.yaml", "metrics.jsonl", "validation.jsonl", "checkpoint.pt", "checkpoint.tmp", "curves.png",
-             "history.jsonl", "tensorboard", "adapter", "merged", "eval", "rllib_checkpoint")  # the last: `--engine rllib`
 # bookkeeping: changing these on --resume continues the same run (where it lives, how long, what is logged)
 RESUMABLE_KEYS = frozenset({"run_dir", "iterations", "checkpoint_every", "save_optimizer", "tensorboard",
                             "progress", "val_every", "val_after_first", "env_workers"})
-HISTORY_FILE = "history.jsonl"
 
 
 @dataclass
@@ -48,27 +47,6 @@ class StartPlan:
     run_dir: Path
     kind: str
     changes: dict[str, list[Any]] = field(default_factory=dict)
-
-
-def holds_run(run_dir: Path) -> bool:
-    return any((run_dir / name).exists() for name in RUN_MARKERS)
-
-
-ENGINE_CHECKPOINTS = {"native": "checkpoint.pt", "rllib": "rllib_checkpoint"}
-
-
-def folder_engine(run_dir: Path) -> str:
-    """Which engine wrote the run in ``run_dir``: ``rllib`` (its checkpoint folder, or ``engine: rllib`` in
-    ``config.yaml``) or ``native``."""
-    if (run_dir / ENGINE_CHECKPOINTS["rllib"]).exists():
-        return "rllib"
-    if (run_dir / ENGINE_CHECKPOINTS["native"]).exists():
-        return "native"
-    with contextlib.suppress(ValueError):
-        saved = read_saved_config(run_dir / "config.yaml")
-        if saved is not None and saved.get("engine") == "rllib":
-            return "rllib"
-    return "native"
 
 
 def plan_start(run_dir: Path, new_config: dict[str, Any], resume: bool = False, overwrite: bool = False,
@@ -95,36 +73,23 @@ def plan_start(run_dir: Path, new_config: dict[str, Any], resume: bool = False, 
     if written_by != engine:
         raise ValueError(f"run_dir={str(run_dir)!r} holds a run of the {written_by} engine, which --engine {engine} "
                          f"cannot continue: resume it with --engine {written_by}, or --overwrite to replace it")
-    checkpoint = ENGINE_CHECKPOINTS[engine]
-    if not (run_dir / checkpoint).exists():
-        raise ValueError(f"run_dir={str(run_dir)!r} holds a run but no {checkpoint} to resume from (it stopped "
+    folder = RunFolder(run_dir)
+    checkpoint = folder.checkpoint(engine)
+    if not checkpoint.exists():
+        raise ValueError(f"run_dir={str(run_dir)!r} holds a run but no {checkpoint.name} to resume from (it stopped "
                          "before its first checkpoint): --overwrite to start it over (its metrics are deleted), "
                          "or choose another run_dir=")
     if engine == "native":  # the checkpoint's own config, read without its tensors: refused before a model loads
-        saved = checkpoint_config(run_dir / checkpoint)
+        saved = checkpoint_config(checkpoint)
         return StartPlan(run_dir, "resume", resume_changes(saved, new_config) if saved is not None else {})
-    saved = read_saved_config(run_dir / "config.yaml")
+    saved = read_saved_config(folder.config)
     return StartPlan(run_dir, "resume", resume_changes(saved, new_config) if saved is not None else {})
-
-
-def read_saved_config(path: Path) -> dict[str, Any] | None:
-    """The config a run recorded, or ``None`` when there is none (a damaged file is an error naming it)."""
-    if not path.is_file():
-        return None
-    try:
-        values = yaml.safe_load(path.read_text())
-    except (yaml.YAMLError, UnicodeDecodeError) as err:
-        raise ValueError(f"{path} is not valid YAML ({type(err).__name__}); restore it, or --overwrite the run") \
-            from None
-    if not isinstance(values, dict):
-        raise ValueError(f"{path} is not a mapping of config keys; restore it, or --overwrite the run")  # noqa: TRY004
-    return values
 
 
 # mappings whose keys the user writes (any key added or dropped changes the run) and those a dataclass fixes
 FREE_MAPS = ("env_kwargs", "lora", "vllm_kwargs")
 NESTED_MAPS = ("credit", *FREE_MAPS)
-NOT_CONFIG_KEYS = frozenset({"engine"})  # what config.yaml records beside the config (``engine: rllib``)
+NOT_CONFIG_KEYS = frozenset({ENGINE_KEY})  # what config.yaml records beside the config (``engine: rllib``)
 
 
 def _flatten(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -191,25 +156,6 @@ def resume_changes(saved: dict[str, Any], new: dict[str, Any]) -> dict[str, list
     return changes
 
 
-def append_history(run_dir: Path, event: str, iteration: int, changes: dict[str, list[Any]] | None = None) -> None:
-    """One line of ``history.jsonl``: what happened to the run, when, at which iteration, with which changes."""
-    record = {"event": event, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "iteration": iteration,
-              "changes": changes or {}, "argv": sys.argv[1:]}
-    run_dir.mkdir(parents=True, exist_ok=True)
-    with open(run_dir / HISTORY_FILE, "a") as fh:
-        fh.write(json.dumps(record, default=str) + "\n")
-
-
-def remove_run_files(run_dir: Path) -> None:
-    """Delete the files a run wrote (``RUN_FILES``) from ``run_dir``; other files stay."""
-    for name in RUN_FILES:
-        path = run_dir / name
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        elif path.exists() or path.is_symlink():
-            path.unlink()
-
-
 def open_run(trainer: Any, resume: bool = False, overwrite: bool = False) -> StartPlan:
     """Take the folder's lock, check everything a start needs, then prepare ``trainer``'s folder for
     ``trainer.train()``.
@@ -222,6 +168,7 @@ def open_run(trainer: Any, resume: bool = False, overwrite: bool = False) -> Sta
     from ecpo_train.runtime.run_lock import acquire_run_lock
 
     run_dir, config = trainer.run_dir, config_dict(trainer.config)
+    folder = RunFolder(run_dir)
     refusal: ValueError | None = None
     plan, state, lock = StartPlan(run_dir, "start"), None, None
     try:
@@ -230,11 +177,11 @@ def open_run(trainer: Any, resume: bool = False, overwrite: bool = False) -> Sta
         # the other processes take process 0's reading of the folder (it may already be writing it)
         plan = plan_start(run_dir, config, resume=resume, overwrite=overwrite) if trainer.is_main else \
             StartPlan(run_dir, "resume" if resume else "start")
-        if plan.kind == "resume" and (run_dir / "checkpoint.pt").exists():
-            state = _checked_checkpoint(run_dir, trainer.config.iterations)
+        if plan.kind == "resume" and folder.checkpoint().exists():
+            state = _checked_checkpoint(folder.checkpoint(), trainer.config.iterations)
             plan.changes = resume_changes(dict(state.get("config") or {}), config)
             if trainer.is_main:
-                check_metrics_file(run_dir / "metrics.jsonl")
+                check_metrics_file(folder.metrics)
     except ValueError as err:
         refusal = err
     if refusal is not None and lock is not None:
@@ -249,24 +196,20 @@ def open_run(trainer: Any, resume: bool = False, overwrite: bool = False) -> Sta
         return plan
     trainer.metrics_log.lock = lock
     try:
-        if plan.kind == "overwrite":
-            remove_run_files(run_dir)
         if state is not None:
-            trainer.load_checkpoint(state=state)  # drops metrics lines after the checkpoint; writes config.yaml
-            append_history(run_dir, "resume", trainer.iteration, plan.changes)
-        else:
-            append_history(run_dir, plan.kind, 0)
+            trainer.load_checkpoint(state=state)
+        begin_run(trainer.metrics_log, plan.kind, trainer.iteration, plan.changes)
     except BaseException:
         trainer.metrics_log.close()
         raise
     return plan
 
 
-def _checked_checkpoint(run_dir: Path, iterations: int) -> dict[str, Any]:
+def _checked_checkpoint(path: Path, iterations: int) -> dict[str, Any]:
     """The run's checkpoint, read once; a damaged file, or one the config cannot continue, is a ``ValueError``."""
-    state = load_checkpoint(run_dir / "checkpoint.pt")
+    state = load_checkpoint(path)
     if not isinstance(state, dict) or "iteration" not in state or "policy" not in state:
-        raise ValueError(f"{run_dir / 'checkpoint.pt'} is not an ECPO trainer checkpoint")
+        raise ValueError(f"{path} is not an ECPO trainer checkpoint")
     if iterations < int(state["iteration"]):
         raise ValueError(f"iterations={iterations} is below the checkpoint's iteration {int(state['iteration'])}: "
                          f"set iterations >= {int(state['iteration'])} to continue")

@@ -1,28 +1,170 @@
-"""A training run's folder: ``config.yaml``, ``metrics.jsonl``, ``validation.jsonl``, TensorBoard events,
-``checkpoint.pt``.
+"""A training run's folder: the one module that knows what it holds, and the one that writes and reads it.
+
+``RunFolder(path)`` names every file of a run (each name is defined here once; ``ecpo_train.runtime.resume``,
+``plotting``, ``run_lock``, the native trainer and the RLlib engine ask it for paths):
+
+    config.yaml        the run's config (``engine: rllib`` added by the RLlib engine)   ``MetricsLog``
+    metrics.jsonl      one JSON line per iteration                                      ``MetricsLog``
+    validation.jsonl   one line per validation, every episode's outcome in order        ``MetricsLog``
+    history.jsonl      one line per start, resume or overwrite                          ``append_history``
+    tensorboard/       TensorBoard scalars (``tensorboard: true``)                      ``MetricsLog``
+    checkpoint.pt      the native engine's checkpoint (``checkpoint.tmp`` mid-write)     ``save_checkpoint``
+    rllib_checkpoint/  the RLlib engine's checkpoint (``Algorithm.save_to_path``)
+    adapter/, merged/  a LoRA run's adapter and merged model (``policies/lora.py``)
+    curves.png         the training curves (``runtime/plotting.py``)
+    eval/              ``ecpo eval``'s results
+    run.lock           the folder's owner while a run writes it (``runtime/run_lock.py``)
 
 ``MetricsLog`` keeps each iteration once (a resume drops lines logged after its checkpoint; a fresh run in a
 used folder starts a fresh log) and writes ``config.yaml`` when it first writes: building a trainer writes
-nothing, so a refused start leaves the folder as it was (``ecpo_train.runtime.resume``). A torn last line of
-``metrics.jsonl`` (a crash mid-write) is dropped with a warning naming the file. ``validation.jsonl`` holds one
-line per validation with every episode's outcome in validation order (task, copy, won, length): two
-validations of the same tasks and seed pair episode by episode (``benchmarks/small_households_summary.py``).
-``save_checkpoint`` writes atomically (a crash or a full disk mid-write leaves the previous checkpoint);
-``load_checkpoint`` names a damaged file instead of failing inside torch's unpickler. ``Progress`` is the one
-progress line every long loop shows.
+nothing, so a refused start leaves the folder as it was (``ecpo_train.runtime.resume``); ``begin_run`` is the
+first write of both engines. A torn last line of ``metrics.jsonl`` (a crash mid-write) is dropped with a warning
+naming the file. ``validation.jsonl`` holds one line per validation with every episode's outcome in validation
+order (task, copy, won, length): two validations of the same tasks and seed pair episode by episode
+(``benchmarks/small_households_summary.py``). ``save_checkpoint`` writes atomically (a crash or a full disk
+mid-write leaves the previous checkpoint); ``load_checkpoint`` names a damaged file instead of failing inside
+torch's unpickler.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import shutil
 import sys
 import time
 import typing
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
 import yaml
+
+CONFIG_FILE = "config.yaml"
+METRICS_FILE = "metrics.jsonl"
+VALIDATION_FILE = "validation.jsonl"
+HISTORY_FILE = "history.jsonl"
+TENSORBOARD_DIR = "tensorboard"
+CHECKPOINT_FILE = "checkpoint.pt"
+RLLIB_CHECKPOINT_DIR = "rllib_checkpoint"
+ADAPTER_DIR = "adapter"
+MERGED_DIR = "merged"
+CURVES_FILE = "curves.png"
+EVAL_DIR = "eval"
+LOCK_FILE = "run.lock"
+TEMP_SUFFIX = ".tmp"  # a checkpoint being written: renamed over the checkpoint when complete
+ENGINE_KEY = "engine"  # what config.yaml records beside the config: ``engine: rllib`` (the native engine: none)
+
+ENGINE_CHECKPOINTS = {"native": CHECKPOINT_FILE, "rllib": RLLIB_CHECKPOINT_DIR}
+# a folder holds a run when it has one of these (a folder holding only a lock, or nothing, holds none)
+RUN_MARKERS = (CONFIG_FILE, METRICS_FILE, CHECKPOINT_FILE, RLLIB_CHECKPOINT_DIR)
+# what a run writes into its folder (``--overwrite`` deletes these; anything else in the folder stays)
+RUN_FILES = (CONFIG_FILE, METRICS_FILE, VALIDATION_FILE, CHECKPOINT_FILE,
+             Path(CHECKPOINT_FILE).with_suffix(TEMP_SUFFIX).name, CURVES_FILE, HISTORY_FILE, TENSORBOARD_DIR,
+             ADAPTER_DIR, MERGED_DIR, EVAL_DIR, RLLIB_CHECKPOINT_DIR)
+
+
+def _named(name: str) -> Any:
+    return property(lambda self: self.root / name, doc=f"the run's ``{name}``")
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    """The path of each file of the run in ``root``."""
+
+    root: Path
+
+    def __init__(self, root: str | Path) -> None:
+        object.__setattr__(self, "root", Path(root))
+
+    config = _named(CONFIG_FILE)
+    metrics = _named(METRICS_FILE)
+    validation = _named(VALIDATION_FILE)
+    history = _named(HISTORY_FILE)
+    tensorboard = _named(TENSORBOARD_DIR)
+    adapter = _named(ADAPTER_DIR)
+    merged = _named(MERGED_DIR)
+    curves = _named(CURVES_FILE)
+    eval = _named(EVAL_DIR)
+    lock = _named(LOCK_FILE)
+
+    def checkpoint(self, engine: str = "native") -> Path:
+        """``checkpoint.pt`` (native) or ``rllib_checkpoint/`` (``engine="rllib"``)."""
+        return self.root / ENGINE_CHECKPOINTS[engine]
+
+
+def checkpoint_file(path: str | Path) -> Path:
+    """A native checkpoint given as itself or as the run folder holding it."""
+    path = Path(path)
+    return RunFolder(path).checkpoint() if path.is_dir() else path
+
+
+def holds_run(run_dir: Path) -> bool:
+    return any((run_dir / name).exists() for name in RUN_MARKERS)
+
+
+def folder_engine(run_dir: Path) -> str:
+    """Which engine wrote the run in ``run_dir``: ``rllib`` (its checkpoint folder, or ``engine: rllib`` in
+    ``config.yaml``) or ``native``."""
+    folder = RunFolder(run_dir)
+    if folder.checkpoint("rllib").exists():
+        return "rllib"
+    if folder.checkpoint("native").exists():
+        return "native"
+    with contextlib.suppress(ValueError):
+        saved = read_saved_config(folder.config)
+        if saved is not None and saved.get(ENGINE_KEY) == "rllib":
+            return "rllib"
+    return "native"
+
+
+def read_saved_config(path: Path) -> dict[str, Any] | None:
+    """The config a run recorded, or ``None`` when there is none (a damaged file is an error naming it)."""
+    if not path.is_file():
+        return None
+    try:
+        values = yaml.safe_load(path.read_text())
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path} is not valid YAML ({type(err).__name__}); restore it, or --overwrite the run") \
+            from None
+    if not isinstance(values, dict):
+        raise ValueError(f"{path} is not a mapping of config keys; restore it, or --overwrite the run")  # noqa: TRY004
+    return values
+
+
+def saved_config(config: dict[str, Any], engine: str) -> dict[str, Any]:
+    """What ``config.yaml`` holds for a run of ``engine``: the config, and ``engine: rllib`` for that engine."""
+    return config | {ENGINE_KEY: engine} if engine != "native" else config
+
+
+def append_history(run_dir: Path, event: str, iteration: int, changes: dict[str, list[Any]] | None = None) -> None:
+    """One line of ``history.jsonl``: what happened to the run, when, at which iteration, with which changes."""
+    record = {"event": event, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "iteration": iteration,
+              "changes": changes or {}, "argv": sys.argv[1:]}
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with open(RunFolder(run_dir).history, "a") as fh:
+        fh.write(json.dumps(record, default=str) + "\n")
+
+
+def remove_run_files(run_dir: Path) -> None:
+    """Delete the files a run wrote (``RUN_FILES``) from ``run_dir``; other files stay."""
+    for name in RUN_FILES:
+        path = run_dir / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.exists() or path.is_symlink():
+            path.unlink()
+
+
+def begin_run(log: MetricsLog, kind: str, iteration: int, changes: dict[str, list[Any]] | None = None) -> None:
+    """The first writes of a run that passed every check, the same on both engines: ``overwrite`` deletes the
+    old run's files, the metrics and validation logs keep the iterations through ``iteration`` (a resume's
+    checkpoint; none for a fresh start), ``config.yaml`` is written, and ``history.jsonl`` records ``kind``."""
+    if kind == "overwrite":
+        remove_run_files(log.folder.root)
+    log.keep_through(iteration if kind == "resume" else -1)
+    append_history(log.folder.root, kind, iteration, changes)
 
 
 def read_metrics_file(path: Path) -> tuple[list[dict[str, Any]], bool]:
@@ -57,11 +199,25 @@ def check_metrics_file(path: Path) -> None:
         read_metrics_file(path)
 
 
+def read_metrics(run_dir: str | Path) -> list[dict[str, float]]:
+    """The rows of a run's ``metrics.jsonl``; a torn last line (a run writing, or a crash) is skipped with a
+    warning, any other damaged line, or one without a numeric ``iteration``, is a ``ValueError`` naming the
+    file (and line)."""
+    path = RunFolder(run_dir).metrics
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: is {run_dir} a run directory written by `ecpo train`?")
+    rows, torn = read_metrics_file(path)
+    if torn:
+        print(f"warning: {path}: skipped its last line, cut mid-write", file=sys.stderr)
+    bad = next((row for row in rows if not isinstance(row.get("iteration"), (int, float))), None)
+    if bad is not None:
+        raise ValueError(f"{path} has a line without a numeric 'iteration': {json.dumps(bad)[:80]}")
+    return rows
+
+
 def check_writable_folder(path: Path, label: str) -> None:
     """``ValueError`` unless ``path`` is, or can be made as, a folder this process may write; writes nothing
     (the nearest existing folder on the path must be writable). ``label`` names the path in the message."""
-    import os
-
     if path.exists() and not path.is_dir():
         raise ValueError(f"{label} is a file, not a folder")
     probe = path.absolute()
@@ -97,18 +253,18 @@ class EpisodeOutcome(typing.NamedTuple):
 
 
 class MetricsLog:
-    """``metrics.jsonl`` (one line per iteration) and, optionally, TensorBoard scalars.
+    """``metrics.jsonl`` (one line per iteration), ``validation.jsonl`` and, optionally, TensorBoard scalars.
 
-    ``config`` (the run's config as plain data) is written to ``config.yaml`` when the log first writes."""
+    ``config`` (the run's config as plain data) is written to ``config.yaml`` when the log first writes, with
+    the ``engine`` that writes the run (:func:`saved_config`)."""
 
-    def __init__(self, run_dir: Path, tensorboard: bool, config: dict[str, Any] | None = None) -> None:
-        self.path = run_dir / "metrics.jsonl"
-        self.validation_path = run_dir / "validation.jsonl"
-        self.tensorboard_dir = run_dir / "tensorboard"
+    def __init__(self, run_dir: Path, tensorboard: bool, config: dict[str, Any] | None = None,
+                 engine: str = "native") -> None:
+        self.folder = RunFolder(run_dir)
         self.tensorboard = tensorboard
         self.history: list[dict[str, float]] = []
         self._writer: Any = None
-        self._config = config
+        self._config = None if config is None else saved_config(config, engine)
         self._opened = False
         self.lock: Any = None  # the folder's RunLock (ecpo_train.runtime.run_lock), released by close()
 
@@ -117,28 +273,29 @@ class MetricsLog:
         if self._opened:
             return
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.folder.root.mkdir(parents=True, exist_ok=True)
             if self._config is not None:
-                (self.path.parent / "config.yaml").write_text(yaml.safe_dump(self._config, sort_keys=False))
+                self.folder.config.write_text(yaml.safe_dump(self._config, sort_keys=False))
         except OSError as err:
-            raise ValueError(f"run_dir={str(self.path.parent)!r} is not a writable folder ({err.strerror})") from None
+            raise ValueError(f"run_dir={str(self.folder.root)!r} is not a writable folder ({err.strerror})") from None
         self._opened = True
 
     def keep_through(self, iteration: int) -> None:
         """Drop lines after ``iteration`` (logged after the checkpoint, or by an earlier run in this folder)."""
         rows: list[dict[str, Any]] = []
-        if self.path.exists() and iteration >= 0:
-            rows, torn = read_metrics_file(self.path)
+        metrics, validation = self.folder.metrics, self.folder.validation
+        if metrics.exists() and iteration >= 0:
+            rows, torn = read_metrics_file(metrics)
             if torn:
-                print(f"warning: {self.path}: the last line was cut mid-write (a crash); dropped it, the run "
+                print(f"warning: {metrics}: the last line was cut mid-write (a crash); dropped it, the run "
                       "continues from its checkpoint", file=sys.stderr)
         self.open_folder()
         kept = [row for row in rows if row.get("iteration", 0) <= iteration]
-        self.path.write_text("".join(json.dumps(row) + "\n" for row in kept))
+        metrics.write_text("".join(json.dumps(row) + "\n" for row in kept))
         self.history = kept
-        if self.validation_path.exists():  # (a run that never validated has none, and gets none)
-            validations = read_validation_file(self.validation_path) if iteration >= 0 else []
-            self.validation_path.write_text("".join(json.dumps(row) + "\n" for row in validations
+        if validation.exists():  # (a run that never validated has none, and gets none)
+            validations = read_validation_file(validation) if iteration >= 0 else []
+            validation.write_text("".join(json.dumps(row) + "\n" for row in validations
                                                     if row["iteration"] <= iteration))
 
     def append_validation(self, iteration: int, episodes: typing.Sequence[Any]) -> None:
@@ -152,20 +309,20 @@ class MetricsLog:
         record = {"iteration": iteration, "task_ids": [e.task_id for e in episodes],
                   "copies": copies, "won": [int(e.won) for e in episodes],
                   "lengths": [e.length for e in episodes]}
-        with open(self.validation_path, "a") as fh:
+        with open(self.folder.validation, "a") as fh:
             fh.write(json.dumps(record) + "\n")
 
     def append(self, metrics: dict[str, float], step: int) -> None:
         self.open_folder()
         self.history.append(metrics)
-        with open(self.path, "a") as fh:
+        with open(self.folder.metrics, "a") as fh:
             fh.write(json.dumps(metrics) + "\n")
         if self.tensorboard:
             if self._writer is None:
                 from torch.utils.tensorboard import SummaryWriter
 
                 # purge events of this step and later: a resumed (or restarted) run replaces them
-                self._writer = SummaryWriter(str(self.tensorboard_dir), purge_step=step)
+                self._writer = SummaryWriter(str(self.folder.tensorboard), purge_step=step)
             for key, value in metrics.items():
                 if key != "iteration":
                     self._writer.add_scalar(key, value, step)
@@ -186,8 +343,10 @@ class MetricsLog:
 def save_checkpoint(state: dict[str, Any], path: Path) -> Path:
     """Write ``state`` to ``path`` atomically (temp file, then rename); the run folder is created if a checkpoint
     comes before the first metrics line (``Trainer.save_checkpoint`` called directly)."""
+    import torch
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
+    tmp = path.with_suffix(TEMP_SUFFIX)
     try:
         torch.save(state, tmp)
         tmp.replace(path)
@@ -205,6 +364,8 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         raise FileNotFoundError(f"checkpoint {path} not found (runs write it every checkpoint_every iterations)")
     if path.is_dir():
         raise ValueError(f"checkpoint {path} is a folder, not a checkpoint file")
+    import torch
+
     try:
         return torch.load(path, map_location="cpu", weights_only=False)
     except Exception as err:  # noqa: BLE001 -- torch raises RuntimeError, EOFError, UnpicklingError, ... for a bad file
@@ -215,6 +376,8 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
 def checkpoint_config(path: Path) -> dict[str, Any] | None:
     """The config a checkpoint was saved with, read without loading its tensors (memory-mapped), or ``None`` when
     it cannot be read that way (:func:`load_checkpoint` then names what is wrong)."""
+    import torch
+
     try:
         state = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
     except Exception:  # noqa: BLE001 -- a damaged file, or an old non-zip format: the full read decides
@@ -226,44 +389,3 @@ def checkpoint_config(path: Path) -> dict[str, Any] | None:
 def checkpoint_size(path: Path) -> str:
     size = path.stat().st_size
     return f"{size / 2**20:.1f} MiB" if size < 2**30 else f"{size / 2**30:.2f} GiB"
-
-
-class Progress:
-    """One rich progress line: iterations done, then the latest phase (from the first step) or metrics."""
-
-    def __init__(self, enabled: bool, total: int, done: int, label: str) -> None:
-        self.enabled, self.total, self.done, self.label = enabled, total, done, label
-        self._progress: Any = None
-        self._started = time.perf_counter()
-        self._last_status = ""
-
-    def __enter__(self) -> typing.Self:
-        if self.enabled:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-            self._progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                      TimeElapsedColumn(), TextColumn("{task.fields[status]}"))
-            self._progress.__enter__()
-            self._task = self._progress.add_task(self.label, total=self.total, completed=self.done,
-                                                 status="starting")
-        return self
-
-    def phase(self, text: str) -> None:
-        """Within an iteration: what is running now (e.g. ``rollout step 3, 12 episodes live``)."""
-        if self._progress is not None:
-            status = f"{self._last_status} | {text}" if self._last_status else text
-            self._progress.update(self._task, status=status)
-
-    def update(self, metrics: dict[str, float]) -> None:
-        if self._progress is None:
-            return
-        status = f"success {metrics.get('success', 0):.2f}"
-        if "val/success" in metrics:
-            status += f" | val {metrics['val/success']:.2f}"
-        status += f" | kl {metrics.get('update/kl', 0):.4f} | {metrics.get('time/iteration', 0):.1f}s/it"
-        self._last_status = status
-        self._progress.update(self._task, advance=1, status=status)
-
-    def __exit__(self, *exc: object) -> None:
-        if self._progress is not None:
-            self._progress.__exit__(*exc)

@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-LOCK_FILE = "run.lock"
+from ecpo_train.runtime.run_dir import RunFolder
 
 
 class RunLock:
@@ -36,7 +36,7 @@ class RunLock:
         if self._fd < 0:
             return
         with contextlib.suppress(OSError):
-            (self.run_dir / LOCK_FILE).unlink()  # unlinked while still locked: no one can take a doomed file
+            RunFolder(self.run_dir).lock.unlink()  # unlinked while still locked: no one can take a doomed file
         os.close(self._fd)  # (closing the descriptor drops the flock)
         self._fd = -1
         if self._created_folder:
@@ -62,7 +62,7 @@ def acquire_run_lock(run_dir: Path, engine: str = "native") -> RunLock:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise ValueError(f"run_dir={str(run_dir)!r} cannot be made ({err.strerror})") from None
-    path = run_dir / LOCK_FILE
+    path = RunFolder(run_dir).lock
     while True:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)

@@ -12,8 +12,8 @@ Each iteration reads top to bottom:
 
 The data flows one way: env -> ``collect_rollout`` -> ``TrajectoryBatch`` -> ``credit.compute_advantages`` ->
 ``loss.policy_update`` -> policy. Hyperparameters: ``ecpo_train.runtime.config.TrainConfig`` (presets in
-``ecpo_train/runtime/configs/*.yaml``). The run folder (``ecpo_train.runtime.run_dir``) holds ``config.yaml``,
-``metrics.jsonl`` (one line per iteration), TensorBoard events, ``checkpoint.pt`` and ``curves.png``.
+``ecpo_train/runtime/configs/*.yaml``). The run folder (``config.yaml``, ``metrics.jsonl``, ``checkpoint.pt``,
+...) is written through ``ecpo_train.runtime.run_dir``, as the RLlib engine's is.
 """
 
 from __future__ import annotations
@@ -44,10 +44,11 @@ from ecpo_train.runtime.builders import (
     warn_if_no_signal,
 )
 from ecpo_train.runtime.config import TrainConfig, config_dict
+from ecpo_train.runtime.progress import Progress
 from ecpo_train.runtime.run import run_iterations
 from ecpo_train.runtime.run_dir import (
     MetricsLog,
-    Progress,
+    RunFolder,
     check_writable_folder,
     checkpoint_size,
     load_checkpoint,
@@ -80,6 +81,7 @@ class Trainer:
     def __init__(self, config: TrainConfig) -> None:
         self.config = config
         self.run_dir = Path(config.run_dir)
+        self.folder = RunFolder(self.run_dir)
         self.dp: Any = None  # ecpo_train.runtime.distributed.DataParallel under fsdp=true
         if config.fsdp:
             from ecpo_train.runtime.distributed import DataParallel, check_fsdp_request
@@ -147,7 +149,8 @@ class Trainer:
         with self._gathered():
             rollout = collect_rollout(self.envs, self.policy, task_ids, env_name=cfg.env_id,
                                       temperature=cfg.rollout_temperature, seed=env_seed,
-                                      anchor_key=cfg.anchor_key, history_length=cfg.history_length)
+                                      anchor_key=cfg.anchor_key, history_length=cfg.history_length,
+                                      waves=cfg.rollout_waves)
         batch = rollout.batch
 
         # Steps B-D: anchors, ECA, VarGate -> one advantage per step row (or PPO's GAE on the critic's values)
@@ -296,7 +299,7 @@ class Trainer:
 
     def save_checkpoint(self, path: str | Path | None = None) -> Path:
         state = self.checkpoint_state()  # under FSDP a collective: every process gathers, process 0 writes
-        saved = Path(path) if path is not None else self.run_dir / "checkpoint.pt"
+        saved = Path(path) if path is not None else self.folder.checkpoint()
         if self.is_main:
             if path is None:  # the run folder's first write may be its checkpoint: config.yaml comes with it
                 self.metrics_log.open_folder()
@@ -308,15 +311,17 @@ class Trainer:
             if self.dp is not None:  # the adapter's weights unsharded (peft's key names)
                 full_state = {f"base_model.model.{name}": param.full_tensor() if hasattr(param, "full_tensor")
                               else param for name, param in self.policy.model.named_parameters() if "lora_" in name}
-            save_lora_checkpoint(self.policy, os.path.expanduser(self.config.model), saved.parent,
-                                 dtype=self.config.dtype, full_state=full_state, write=self.is_main)
+            lora_folder = RunFolder(saved.parent)  # (beside the checkpoint, wherever it was saved)
+            save_lora_checkpoint(self.policy, os.path.expanduser(self.config.model), lora_folder.adapter,
+                                 lora_folder.merged, dtype=self.config.dtype, full_state=full_state,
+                                 write=self.is_main)
         if self.dp is not None:
             self.dp.barrier()
         return saved
 
     def load_checkpoint(self, path: str | Path | None = None, state: dict[str, Any] | None = None) -> None:
         if state is None:  # (``state``: a checkpoint already read, e.g. to check it before resuming)
-            state = load_checkpoint(Path(path) if path is not None else self.run_dir / "checkpoint.pt")
+            state = load_checkpoint(Path(path) if path is not None else self.folder.checkpoint())
         if self.dp is not None:  # full states (read by every process) into the shards
             if state.get("optimizer") is not None:
                 self.dp.load_checkpoint_states(self.policy, self.optimizer, state["policy"], state["optimizer"])
@@ -368,7 +373,7 @@ def run_training(trainer: Trainer, resume: bool = False, overwrite: bool = False
     from ecpo_train.runtime.plotting import plot_run
 
     plot_run(trainer.run_dir)
-    checkpoint = trainer.run_dir / "checkpoint.pt"
+    checkpoint = trainer.folder.checkpoint()
     if checkpoint.exists() and trainer.config.progress:
         print(f"checkpoint: {checkpoint} ({checkpoint_size(checkpoint)})", file=sys.stderr)
     return history

@@ -1,9 +1,10 @@
 """``ecpo train --config P --engine rllib``: a native preset run through the RLlib algorithm.
 
-The run is the preset's (``ECPOConfig.from_train_config``); the run folder is the native one: ``config.yaml``,
-``metrics.jsonl`` with the native metric names (one line per iteration, iteration 0 = the untrained policy when
-``val_before_training``), ``history.jsonl``, ``curves.png``; the algorithm's checkpoint
-(``Algorithm.save_to_path``) is ``rllib_checkpoint/``, and ``--resume`` continues from it
+The run is the preset's (``ECPOConfig.from_train_config``); the run folder is the native one, written through
+the same functions (``ecpo_train.runtime.run_dir``): ``config.yaml``, ``metrics.jsonl`` with the native metric
+names (one line per iteration, iteration 0 = the untrained policy when ``val_before_training``),
+``validation.jsonl``, ``history.jsonl``, ``curves.png``; the algorithm's checkpoint (``Algorithm.save_to_path``)
+is ``rllib_checkpoint/``, and ``--resume`` continues from it
 (``Algorithm.from_checkpoint``) exactly where the uninterrupted run would be. The same refusals as the native
 path apply before anything is written (a folder holding a run, keys that define the run changed on resume, a
 native run's folder, a folder without ``rllib_checkpoint/``, a folder another run holds the lock of), and the
@@ -20,8 +21,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-CHECKPOINT_DIR = "rllib_checkpoint"
-
 
 def train_with_rllib(train: Any, *, resume: bool = False, overwrite: bool = False, num_env_runners: int = 2,
                      num_learners: int = 0, progress: bool = True) -> list[dict[str, float]]:
@@ -32,9 +31,9 @@ def train_with_rllib(train: Any, *, resume: bool = False, overwrite: bool = Fals
     from ecpo_train.runtime.builders import check_env_and_model
     from ecpo_train.runtime.config import config_dict
     from ecpo_train.runtime.plotting import plot_run
-    from ecpo_train.runtime.resume import append_history, plan_start, remove_run_files
+    from ecpo_train.runtime.resume import plan_start
     from ecpo_train.runtime.run import run_iterations
-    from ecpo_train.runtime.run_dir import MetricsLog
+    from ecpo_train.runtime.run_dir import MetricsLog, RunFolder, begin_run
     from ecpo_train.runtime.run_lock import acquire_run_lock
 
     run_dir = Path(train.run_dir)
@@ -52,7 +51,7 @@ def train_with_rllib(train: Any, *, resume: bool = False, overwrite: bool = Fals
         config.validate()
     finally:
         note.setLevel(level)
-    checkpoint = run_dir / CHECKPOINT_DIR
+    checkpoint = RunFolder(run_dir).checkpoint("rllib")
     lock = acquire_run_lock(run_dir, "rllib")  # held until the run ends: the folder is checked under it
     started_ray, algo = False, None
     try:
@@ -65,11 +64,9 @@ def train_with_rllib(train: Any, *, resume: bool = False, overwrite: bool = Fals
             ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
         check_runner_cpus(config, float(ray.cluster_resources().get("CPU", 0.0)))
         algo = _restored(checkpoint) if plan.kind == "resume" else config.build_algo()
-        if plan.kind == "overwrite":
-            remove_run_files(run_dir)
-        log = MetricsLog(run_dir, tensorboard=train.tensorboard, config=config_dict(train) | {"engine": "rllib"})
-        log.keep_through(algo.ecpo_iteration if plan.kind == "resume" else -1)
-        append_history(run_dir, plan.kind, algo.ecpo_iteration, plan.changes or None)
+        log = MetricsLog(run_dir, tensorboard=train.tensorboard, config=config_dict(train), engine="rllib")
+        begin_run(log, plan.kind, algo.ecpo_iteration, plan.changes)
+
         def logged(metrics: dict[str, float]) -> None:
             log.append(metrics, int(metrics["iteration"]))
             if "val/success" in metrics:  # a validation (iteration 0 included): its episodes, as the native trainer keeps
