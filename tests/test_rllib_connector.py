@@ -133,3 +133,26 @@ def test_connector_refuses_partial_groups_and_ungrouped_episodes():
                                    infos=[{"state_key": "s0"}, {"action_key": "a"}], len_lookback_buffer=0)
     with pytest.raises(KeyError, match="group_key"):
         batch_from_episodes([ungrouped])
+
+
+def test_a_bad_anchor_key_is_the_same_one_line_error_on_every_config_and_piece():
+    """The anchor-key rule lives in one function (core.rollout.check_anchor_key): the native config, the LLM
+    ECPOConfig, the candidate example's config and its connector piece refuse the same value in the same words."""
+    from ecpo_train.integrations.rllib import CandidateECPOConfig
+    from ecpo_train.runtime.config import make_config
+
+    expected = "anchor_key='task'; valid: state_key, observation_key"
+    messages = []
+    for refuse in (
+        lambda: make_config({"anchor_key": "task"}),
+        lambda: (ECPOConfig().environment("ecpo/DivergentAnchor-v0")
+                 .rl_module(model_config={"model": "org/some-model"}).training(anchor_key="task").validate()),
+        lambda: ECPOConfig().environment("ecpo/DivergentAnchor-v0").training(anchor_key="task").validate(),
+        lambda: CandidateECPOConfig().training(anchor_key="task").validate(),
+        lambda: ECPOAdvantages(anchor_key="task"),
+        lambda: batch_from_episodes(EPISODES, anchor_key="task"),
+    ):
+        with pytest.raises(ValueError) as error:
+            refuse()
+        messages.append(str(error.value))
+    assert messages == [expected] * len(messages)

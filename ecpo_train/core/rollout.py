@@ -37,6 +37,15 @@ ANCHOR_KEYS = ("state_key", "observation_key")
 ROLLOUT_EXTRAS = ("state_key", "observation_key", "response")
 
 
+def check_anchor_key(anchor_key: Any) -> str:
+    """The anchor-key rule, the one place it is checked (the native config, RLlib's configs, the episode loop, the
+    candidate connector): the info field an anchor is read from, one of ``ANCHOR_KEYS``, every ``ecpo_gym`` env's
+    info carrying both. ``ValueError`` in one line otherwise."""
+    if anchor_key not in ANCHOR_KEYS:
+        raise ValueError(f"anchor_key={anchor_key!r}; valid: {', '.join(ANCHOR_KEYS)}")
+    return anchor_key
+
+
 class Actor(Protocol):
     """What ``collect_rollout`` asks of a policy: one batched ``act`` call (every ``Policy`` is one)."""
 
@@ -139,8 +148,7 @@ def collect_rollout(
     that sample tokens rather than choose among candidates ignore it. ``policy_version`` is the version of
     ``policy``'s weights, stamped on every row (``TrajectoryBatch.policy_version``).
     """
-    if anchor_key not in ANCHOR_KEYS:
-        raise ValueError(f"anchor_key={anchor_key!r}; valid: {', '.join(ANCHOR_KEYS)}")
+    check_anchor_key(anchor_key)
     n = envs.num_envs
     started = time.perf_counter()
     results = envs.reset(task_ids=list(task_ids), seed=seed)

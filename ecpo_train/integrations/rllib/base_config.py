@@ -17,7 +17,7 @@ from ray.rllib.algorithms.algorithm_config import NotProvided
 from ray.rllib.algorithms.ppo import PPOConfig
 
 from ecpo_train.core.credit import CreditConfig, available_estimators, check_group_size
-from ecpo_train.core.rollout import ANCHOR_KEYS
+from ecpo_train.core.rollout import check_anchor_key
 from ecpo_train.runtime.config import TrainConfig
 
 SECONDS_PER_GROUP_STEP = 30.0  # the derived sampling timeout's budget for one step of one group (N copies at once)
@@ -137,8 +137,10 @@ class GroupCreditConfig(PPOConfig):
             self._value_error(f"estimator={self.estimator!r}; valid: {', '.join(critic_free)}")
         if not isinstance(self.credit, CreditConfig):
             self._value_error(f"credit must be a credit.CreditConfig (use training(credit=...)), got {self.credit!r}")
-        if self.anchor_key not in ANCHOR_KEYS:
-            self._value_error(f"anchor_key={self.anchor_key!r}; valid: {', '.join(ANCHOR_KEYS)}")
+        try:
+            check_anchor_key(self.anchor_key)
+        except ValueError as error:
+            self._value_error(str(error))
         try:
             check_group_size(self.group_size, self.estimator)
         except ValueError as error:

@@ -22,15 +22,14 @@ from ray.rllib.evaluation.postprocessing import Postprocessing
 
 from ecpo_train.core import credit
 from ecpo_train.core.batch import TrajectoryBatch
-from ecpo_train.core.rollout import ANCHOR_KEYS
+from ecpo_train.core.rollout import check_anchor_key
 
 GROUP_KEY = "group_key"
 
 
 def batch_from_episodes(episodes: Sequence[Any], *, anchor_key: str = "state_key") -> TrajectoryBatch:
     """The credit rows of complete single-agent episodes; trajectory ``i`` is ``episodes[i]``, steps in order."""
-    if anchor_key not in ANCHOR_KEYS:
-        raise ValueError(f"anchor_key={anchor_key!r}; valid: {', '.join(ANCHOR_KEYS)}")
+    check_anchor_key(anchor_key)
     trajectories = []
     for index, episode in enumerate(episodes):
         infos = episode.get_infos()
@@ -79,8 +78,7 @@ class ECPOAdvantages(ConnectorV2):
                  group_size: int | None = None, credit_config: credit.CreditConfig | None = None,
                  anchor_key: str = "state_key", **kwargs):
         super().__init__(input_observation_space, input_action_space, **kwargs)
-        if anchor_key not in ANCHOR_KEYS:
-            raise ValueError(f"anchor_key={anchor_key!r}; valid: {', '.join(ANCHOR_KEYS)}")
+        check_anchor_key(anchor_key)
         self.estimator = estimator
         self.group_size = group_size
         self.credit_config = credit_config if credit_config is not None else credit.CreditConfig()
