@@ -31,7 +31,7 @@ from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from ecpo_gym.families import declared_history_length
 from ecpo_train.core.credit import CreditConfig, available_estimators, check_group_size, estimator_spec
-from ecpo_train.core.loss import UpdateSettings
+from ecpo_train.core.loss import BEHAVIOUR_CORRECTIONS, UpdateSettings
 from ecpo_train.core.rollout import check_anchor_key
 from ecpo_train.core.tasks import TASK_DRAWS
 from ecpo_train.policies import DTYPES
@@ -103,6 +103,10 @@ class TrainConfig:
     micro_batch_size: int = _UPDATE.micro_batch_size
     update_epochs: int = _UPDATE.epochs
     max_grad_norm: float = _UPDATE.max_grad_norm
+    # rows sampled by lagged weights: "truncated_is" clips around the weights the update starts from and weighs
+    # each token by min(pi_prox / mu, is_weight_cap); "none" = the paper's ratio to the sampling log-probs
+    behaviour_correction: str = _UPDATE.behaviour_correction
+    is_weight_cap: float = _UPDATE.is_weight_cap
     # scale (README "Train the paper's models"; policies/lora.py, policies/scaling.py, runtime/distributed.py)
     lora: dict = field(default_factory=dict)  # {r, alpha, dropout, target_modules}; empty = full fine-tuning
     gradient_checkpointing: bool = False  # recompute decoder layers in backward (policy and PPO critic)
@@ -134,6 +138,7 @@ class TrainConfig:
         choices = {"policy": POLICIES, "policy_mode": POLICY_MODES,
                    "prompt_style": PROMPT_STYLES, "mixed_precision": ("none", "bf16"),
                    "generation_backend": ("transformers", "vllm"), "loss_agg": ("token-mean", "trajectory-mean"),
+                   "behaviour_correction": BEHAVIOUR_CORRECTIONS,
                    "task_draw": TASK_DRAWS, "dtype": DTYPES}
         for name, valid in choices.items():
             if getattr(self, name) not in valid:
@@ -236,6 +241,7 @@ _RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "micro_batch_size": (_int_at_least(1), "an integer >= 1"),
     "update_epochs": (_int_at_least(1), "an integer >= 1"),
     "max_grad_norm": (_positive, "a number > 0"),
+    "is_weight_cap": (lambda v: _real(v) and v >= 1, "a number >= 1 (the truncated importance weight's cap)"),
     "max_tokens_per_micro_batch": (_int_at_least(0), "an integer >= 0 (0 = micro_batch_size rows)"),
     "checkpoint_every": (_int_at_least(0), "an integer >= 0 (0 = only at the end)"),
     "threads": (lambda v: v == "auto" or _int_at_least(0)(v), "auto or an integer >= 0 (0 = torch's default)"),
