@@ -21,13 +21,16 @@ Generation can run on vLLM instead (``generation_backend="vllm"``, GPU only; ``p
 the backend samples with the same arguments and returns the same ``(response_ids, logprobs)``, the
 learner's ``logprobs`` stay on the transformers model, and ``sync_generation_weights`` copies the trained
 weights into vLLM after every update (under LoRA the merged weights, base + adapter delta, under the plain
-model's key names: ``generation_weights``).
+model's key names: ``generation_weights``). A process that only samples (an RLlib vLLM env runner without
+LoRA) builds the policy with ``transformers_weights=False``: no transformers copy of the weights, which go
+straight into the engine (``weights_to_engine``); such a policy cannot score rows (``logprobs``).
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -58,13 +61,22 @@ class TransformersPolicy(Policy):
         lora: dict | None = None,
         prompt_style: str = "paper",
         share_prefix: bool = True,
+        transformers_weights: bool = True,
     ) -> None:
         super().__init__()
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        if not transformers_weights and (generation_backend != "vllm" or lora):
+            raise ValueError("transformers_weights=False needs generation_backend='vllm' and no LoRA: the weights "
+                             "then live in the vLLM engine only (a LoRA adapter is merged into a local base copy)")
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(model_name_or_path)
-            self.model = AutoModelForCausalLM.from_pretrained(model_name_or_path, dtype=getattr(torch, dtype))
+            if transformers_weights:
+                self.model = AutoModelForCausalLM.from_pretrained(model_name_or_path, dtype=getattr(torch, dtype))
+                generation_config = self.model.generation_config
+            else:  # a vLLM sampler only: the engine holds the one copy of the weights (weights_to_engine)
+                self.model = None
+                generation_config = generation_config_of(model_name_or_path)
         except OSError as err:
             from ecpo_train.policies import DEMO_MODEL
 
@@ -78,7 +90,8 @@ class TransformersPolicy(Policy):
         self.__dict__["lora_model"] = None
         if lora:
             self.add_lora(lora)
-        self.model.to(device)
+        if self.model is not None:
+            self.model.to(device)
         self.device = torch.device(device)
         self.env_name = env_name
         self.max_prompt_length = int(max_prompt_length)
@@ -86,7 +99,7 @@ class TransformersPolicy(Policy):
         self.history_length = history_length
         self.prompt_style = prompt_style
         self.share_prefix = bool(share_prefix)  # prefill identical prompts once (module docstring)
-        eos = self.model.generation_config.eos_token_id
+        eos = generation_config.eos_token_id
         eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
         if self.tokenizer.eos_token_id is not None:
             eos_ids.add(int(self.tokenizer.eos_token_id))
@@ -257,9 +270,17 @@ class TransformersPolicy(Policy):
         return self.model.state_dict()
 
     def sync_generation_weights(self) -> None:
-        """After an update: copy the trained weights into the generation backend (no-op for transformers)."""
-        if self.backend is not None:
+        """After an update: copy the trained weights into the generation backend (no-op for transformers, and
+        for a policy without transformers weights, whose engine gets them through ``weights_to_engine``)."""
+        if self.backend is not None and self.model is not None:
             self.backend.sync_weights(self.generation_weights())
+
+    def weights_to_engine(self, state: dict[str, torch.Tensor]) -> None:
+        """Load trained weights (a full state dict under the plain model's names) straight into the generation
+        engine: the path of a policy built with ``transformers_weights=False``."""
+        if self.backend is None:
+            raise ValueError("weights_to_engine needs a generation backend (generation_backend='vllm')")
+        self.backend.sync_weights(state)
 
     def frozen_copy(self) -> Policy:
         """A frozen copy of the model for pi_ref; it samples with transformers (it only scores log-probs).
@@ -279,6 +300,17 @@ class TransformersPolicy(Policy):
         ref.requires_grad_(False)
         ref.eval()
         return ref
+
+
+def generation_config_of(model_name_or_path: str) -> Any:
+    """The model's generation config (its end-of-sequence ids) without loading its weights: the folder's
+    ``generation_config.json``, else the one transformers derives from ``config.json``."""
+    from transformers import AutoConfig, GenerationConfig
+
+    try:
+        return GenerationConfig.from_pretrained(model_name_or_path)
+    except OSError:
+        return GenerationConfig.from_model_config(AutoConfig.from_pretrained(model_name_or_path))
 
 
 def cut_at_first_eos(tokens: torch.Tensor, logps: torch.Tensor, eos_token_ids: torch.Tensor

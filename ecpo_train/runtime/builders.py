@@ -102,7 +102,9 @@ def before_optimizer_step(policy: Policy, optimizer: torch.optim.Optimizer, conf
 
 
 # ---------------------------------------------------------------------------------------------- building blocks
-def build_policy(config: TrainConfig, device: str | None = None) -> Policy:
+def build_policy(config: TrainConfig, device: str | None = None, *, transformers_weights: bool = True) -> Policy:
+    """The run's policy. ``transformers_weights=False``: a vLLM sampler whose engine holds the only copy of the
+    weights (``TransformersPolicy``; an RLlib vLLM env runner without LoRA)."""
     if config.policy == "tabular":
         from ecpo_train.policies.tabular import TabularSoftmaxPolicy
 
@@ -117,9 +119,11 @@ def build_policy(config: TrainConfig, device: str | None = None) -> Policy:
         max_response_length=config.max_response_length, device=device or config.resolved_device(), dtype=config.dtype,
         history_length=config.history_length, generation_backend=config.generation_backend,
         vllm_kwargs=config.vllm_kwargs, seed=config.seed, prompt_style=config.prompt_style, lora=config.lora or None,
+        transformers_weights=transformers_weights,
     )
-    apply_memory_settings(policy.model, gradient_checkpointing=config.gradient_checkpointing,
-                          mixed_precision="none" if config.fsdp else config.mixed_precision)
+    if policy.model is not None:
+        apply_memory_settings(policy.model, gradient_checkpointing=config.gradient_checkpointing,
+                              mixed_precision="none" if config.fsdp else config.mixed_precision)
     if config.policy_mode == "score":
         policy.explore_epsilon = config.explore_epsilon
     return policy

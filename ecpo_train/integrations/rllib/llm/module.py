@@ -6,6 +6,8 @@ No value head: ECPO's baseline is the group (``credit.py``), not a critic.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import torch
 from gymnasium import spaces
@@ -18,6 +20,8 @@ WITH_ENTROPY = "with_entropy"
 RESPONSE_MASK = "response_mask"
 TOKEN_LOGP = "token_logp"
 TOKEN_ENTROPY = "token_entropy"
+# The module's state names a weight ``policy.model.<the Hugging Face name>`` (module -> policy -> model).
+MODEL_PREFIX = "policy.model."
 
 
 def token_spaces(vocab_size: int, max_prompt_tokens: int, max_new_tokens: int) -> tuple[spaces.Box, spaces.Box]:
@@ -41,6 +45,13 @@ class CausalLMRLModule(TorchRLModule):
     A learner's module (``inference_only=False``) is built with the transformers backend whatever
     ``generation_backend`` says: only a runner generates, so only a runner starts a vLLM engine.
 
+    A runner's module (``inference_only=True``) never trains: its weights take no gradients (the learner holds
+    the optimizer and the KL reference). A vLLM runner without LoRA builds no transformers copy at all: its
+    engine samples the responses and their log-probs (the rows' old log-probs), the learner recomputes the
+    current ones on its own module, and ``set_state`` loads the learner's weights straight into the engine.
+    Under LoRA the runner keeps the transformers model: the learner sends the adapter only, which is merged
+    into the base weights there for the engine (``LLMEnvRunner`` says so when it starts).
+
     Under LoRA the module's state (``get_state``: weight sync, checkpoints) is the adapter's tensors only, and
     ``set_state`` loads them into a module built on the same base model.
     """
@@ -58,7 +69,12 @@ class CausalLMRLModule(TorchRLModule):
             train_config["generation_backend"] = "transformers"
             train_config["vllm_kwargs"] = {}
         self.train_config = make_config(train_config)
-        self.policy = build_policy(self.train_config)  # its device: the TrainConfig's, resolved (auto -> cuda|cpu)
+        tc = self.train_config
+        engine_only = self.inference_only and tc.generation_backend == "vllm" and not tc.lora
+        # its device: the TrainConfig's, resolved (auto -> cuda|cpu)
+        self.policy = build_policy(tc, transformers_weights=not engine_only)
+        if self.inference_only:  # a runner samples and scores, never trains
+            self.policy.requires_grad_(False)
         self.policy.eval()  # no dropout: the learner scores the very distribution the runner sampled from
         self.temperature = float(self.train_config.rollout_temperature)
 
@@ -67,10 +83,11 @@ class CausalLMRLModule(TorchRLModule):
         return getattr(self.policy, "lora_model", None) is not None
 
     def get_state(self, *args, **kwargs):
-        """RLlib's state; under LoRA only the adapter's tensors (the base weights never change)."""
+        """RLlib's state (weight sync, checkpoints), each weight in its own dtype (``transport_array``); under
+        LoRA only the adapter's tensors (the base weights never change)."""
         from ecpo_train.policies.lora import is_adapter_key
 
-        state = super().get_state(*args, **kwargs)
+        state = {name: transport_array(value) for name, value in self.state_dict().items()}
         if self.has_lora:
             state = {name: value for name, value in state.items() if is_adapter_key(name)}
         return state
@@ -78,11 +95,13 @@ class CausalLMRLModule(TorchRLModule):
     def set_state(self, state) -> None:
         """Load a state by name; every given tensor must be one of this module's (a LoRA/full mismatch is an
         error, not a silent no-op) and every trainable one must be given."""
-        from ray.rllib.utils.torch_utils import convert_to_torch_tensor
-
         from ecpo_train.policies.lora import is_adapter_key
 
-        missing, unexpected = self.load_state_dict(convert_to_torch_tensor(dict(state)), strict=False)
+        tensors = {name: as_tensor(value) for name, value in dict(state).items()}
+        if self.policy.model is None:  # a vLLM runner without a transformers copy: straight into its engine
+            self.policy.weights_to_engine({name.removeprefix(MODEL_PREFIX): t for name, t in tensors.items()})
+            return
+        missing, unexpected = self.load_state_dict(tensors, strict=False)
         needed = [name for name in missing if is_adapter_key(name) or not self.has_lora]
         if unexpected or needed:
             raise ValueError(
@@ -91,9 +110,30 @@ class CausalLMRLModule(TorchRLModule):
                 "must be built from the same ECPOConfig")
 
     def _forward(self, batch, **kwargs):
+        if self.policy.model is None:
+            raise TypeError("this runner's module has no transformers model (vLLM holds its weights): only a "
+                            "learner's module computes log-probs of stored rows")
         # RLlib moves the module after setup; the policy computes wherever its weights now are.
         self.policy.device = next(self.policy.model.parameters()).device
         logp, mask, entropy = self.policy.logprobs(
             batch[PROMPT_IDS], batch[RESPONSE_IDS], temperature=self.temperature,
             with_entropy=bool(batch.get(WITH_ENTROPY, False)))
         return {TOKEN_LOGP: logp, RESPONSE_MASK: mask, TOKEN_ENTROPY: entropy}
+
+
+def transport_array(tensor: torch.Tensor):
+    """A weight as the module's state ships it: a numpy view on the CPU where numpy has the dtype (Ray's object
+    store then holds it without a pickled copy), else the CPU tensor itself (bfloat16, which numpy lacks: RLlib's
+    own ``convert_to_numpy`` raises on it)."""
+    tensor = tensor.detach().cpu()
+    return tensor if tensor.dtype == torch.bfloat16 else tensor.numpy()
+
+
+def as_tensor(value) -> torch.Tensor:
+    """A received weight as a tensor of its own dtype, sharing its memory: RLlib's ``convert_to_torch_tensor``
+    would cast a bfloat16 weight to a float32 copy, twice its size, before it is loaded."""
+    if torch.is_tensor(value):
+        return value
+    with warnings.catch_warnings():  # Ray's object store hands read-only arrays; they are only read from
+        warnings.simplefilter("ignore")
+        return torch.from_numpy(np.asarray(value))

@@ -5,7 +5,9 @@
 failed one under ``fault_tolerance(restart_failed_env_runners=True)``. Each runner holds:
 
 - the policy: a ``CausalLMRLModule`` (inference only) whose ``policy`` is built by
-  ``runtime.builders.build_policy`` from the run's ``TrainConfig``, the scoring policy included;
+  ``runtime.builders.build_policy`` from the run's ``TrainConfig``, the scoring policy included: one frozen
+  copy of the weights (no gradients, no optimizer, no KL reference: those are the learner's), and with
+  vLLM and no LoRA none outside the engine;
 - its environments: a ``GroupVectorEnv`` per group count it is asked to play.
 
 ``sample_groups`` plays the groups the algorithm assigned (tasks, env seed and global group/trajectory ids
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import sys
 import time
 from typing import Any
 
@@ -66,6 +69,10 @@ class LLMEnvRunner(EnvRunner):
         self.module.eval()
         self.policy = self.module.policy
         self._weights_seq_no = 0
+        if self.policy.backend is not None and self.policy.model is not None:
+            print(f"LLMEnvRunner {index}: keeps a transformers copy of the model beside its vLLM engine: the "
+                  "learner sends the LoRA adapter only, and vLLM needs the merged weights (base + adapter), "
+                  "computed here", file=sys.stderr, flush=True)
 
     # ------------------------------------------------------------------ environments
     def _env_for(self, num_groups: int) -> Any:
