@@ -23,6 +23,7 @@ import gymnasium as gym
 from gymnasium import spaces
 
 from ecpo_gym.canonical import INVALID_ACTION, ActionCanonicalizer, normalize_text
+from ecpo_gym.kwargs import check_count
 
 MAX_TEXT_LENGTH = 1 << 20
 # The paper's rewards (ALFWorld, WebShop, the diagnostic corridors): the one home of these defaults; search-QA
@@ -110,9 +111,7 @@ class TextAgentEnv(gym.Env[str, str], abc.ABC):
     ) -> None:
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode={render_mode!r}; supported: {self.metadata['render_modes']}")
-        if max_steps < 1:
-            raise ValueError(f"max_steps must be >= 1, got {max_steps}")
-        self.max_steps = int(max_steps)
+        self.max_steps = check_count("max_steps", max_steps, 1)
         self.reward_success = float(reward_success)
         self.reward_failure = float(reward_failure)
         self.reward_invalid = float(reward_invalid)

@@ -2,12 +2,16 @@
 refuses a value of the wrong type, out of range, or too large to build in reasonable time and memory.
 
 Each check returns the value converted (``int``/``float``/``bool``) or raises one ``ValueError`` naming the
-argument and its valid range.
+argument and its valid range. The bounds themselves live beside what they bound (``MAX_STEPS`` in an env,
+``MAX_RECEPTACLES`` in ALFWorld's generator); the rules and their words live here. ``check_count``,
+``check_int_pair`` and ``check_nonempty`` keep the words ALFWorld's generator has always used
+(``num_tasks must be an int in [1, 1000000], got ...``).
 """
 
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,6 +22,32 @@ def check_int(name: str, value: Any, low: int, high: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
         raise ValueError(f"{name}={value!r} is invalid: it must be {valid}")
     return int(value)
+
+
+def check_count(name: str, value: Any, low: int, high: int | None = None) -> int:
+    """:func:`check_int`'s rule in ALFWorld's words (``num_tasks must be an int in [1, 1000000], got 0``)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
+        valid = f"an int >= {low}" if high is None else f"an int in [{low}, {high}]"
+        raise ValueError(f"{name} must be {valid}, got {value!r}")
+    return int(value)
+
+
+def check_int_pair(name: str, value: Any, low: int, high: int) -> tuple[int, int]:
+    """A ``(lo, hi)`` pair of integers with ``low <= lo <= hi <= high`` (``6.5`` is refused, not truncated)."""
+    try:
+        first, second = (operator.index(v) for v in value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a pair (lo, hi) of ints, got {value!r}") from None
+    if not low <= first <= second <= high:
+        raise ValueError(f"{name} must be (lo, hi) with {low} <= lo <= hi <= {high}, got {value}")
+    return first, second
+
+
+def check_nonempty(name: str, values: Sequence[Any], hint: str) -> Sequence[Any]:
+    """A list with at least one item (``hint`` says what to give)."""
+    if not values:
+        raise ValueError(f"{name} is empty: {hint}")
+    return values
 
 
 def check_optional_int(name: str, value: Any, low: int, high: int | None = None) -> int | None:

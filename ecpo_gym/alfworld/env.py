@@ -47,6 +47,7 @@ from ecpo_gym.core import (
     UnknownTaskError,
 )
 from ecpo_gym.families import declared_max_steps
+from ecpo_gym.kwargs import check_count, check_nonempty
 
 # Template variants of ALFWorld commands, applied in order to normalised text (and to the admissible set).
 ALFWORLD_REWRITES: list[tuple[str, str]] = [
@@ -104,8 +105,7 @@ def normalize_task_types(task_types: Iterable[str] | None) -> tuple[str, ...]:
             raise ValueError(f"unknown ALFWorld task type {t!r}; choose from {list(SUBTASKS)} or {sorted(TASK_TYPES)}")
         if name not in chosen:
             chosen.append(name)
-    if not chosen:
-        raise ValueError(f"task_types is empty: give at least one of {list(SUBTASKS)} (or leave it out for all six)")
+    check_nonempty("task_types", chosen, f"give at least one of {list(SUBTASKS)} (or leave it out for all six)")
     return tuple(s for s in SUBTASKS if s in chosen)
 
 
@@ -356,20 +356,16 @@ class ALFWorldGenEnv(_ALFWorldBase):
         cache_size: int = 64,
         **kwargs: Any,
     ) -> None:
-        check_generation_args(num_receptacles, max_objects_per_receptacle)
-        if int(cache_size) < 1:
-            raise ValueError(f"cache_size must be >= 1, got {cache_size}")
+        self.num_receptacles, self.max_objects_per_receptacle = check_generation_args(num_receptacles,
+                                                                                      max_objects_per_receptacle)
+        self._cache_size = check_count("cache_size", cache_size, 1)
         super().__init__(**kwargs)
-        if isinstance(num_tasks, bool) or not isinstance(num_tasks, int) or not 1 <= num_tasks <= MAX_GENERATED_TASKS:
-            raise ValueError(f"num_tasks must be an int in [1, {MAX_GENERATED_TASKS}], got {num_tasks!r}")
+        num_tasks = check_count("num_tasks", num_tasks, 1, MAX_GENERATED_TASKS)
         self.task_types = normalize_task_types(task_types)
-        self.num_receptacles = (int(num_receptacles[0]), int(num_receptacles[1]))
-        self.max_objects_per_receptacle = int(max_objects_per_receptacle)
         self._task_ids = [
-            f"gen/{self.task_types[k % len(self.task_types)]}/{first_seed + k}" for k in range(int(num_tasks))
+            f"gen/{self.task_types[k % len(self.task_types)]}/{first_seed + k}" for k in range(num_tasks)
         ]
         self._games: OrderedDict[str, GeneratedGame] = OrderedDict()
-        self._cache_size = max(1, int(cache_size))
 
     @property
     def task_ids(self) -> Sequence[str]:

@@ -25,6 +25,7 @@ from importlib import resources
 import numpy as np
 
 from ecpo_gym.alfworld.engine import SUBTASKS, TASK_TYPES
+from ecpo_gym.kwargs import check_count, check_int_pair
 
 SUBTASK_PREFIX = {subtask: prefix for prefix, subtask in TASK_TYPES.items()}
 
@@ -201,21 +202,13 @@ MAX_RECEPTACLES = 64
 MAX_OBJECTS = 10
 
 
-def check_generation_args(num_receptacles, max_objects_per_receptacle) -> None:
-    """Raise ``ValueError`` for sizes no household can be built with (checked when an env is made, so a bad
-    kwarg fails at construction, not inside the first reset)."""
-    try:
-        lo, hi = (int(v) for v in num_receptacles)
-    except (TypeError, ValueError):
-        raise ValueError(f"num_receptacles must be a pair (lo, hi) of ints, got {num_receptacles!r}") from None
-    if not 4 <= lo <= hi <= MAX_RECEPTACLES:
-        # the generator needs a source, a destination, an appliance and a lamp holder in one room; the upper bound
-        # keeps a reset (and its planner) well under a second
-        raise ValueError(f"num_receptacles must be (lo, hi) with 4 <= lo <= hi <= {MAX_RECEPTACLES}, got "
-                         f"{num_receptacles}")
-    if isinstance(max_objects_per_receptacle, bool) or not 0 <= int(max_objects_per_receptacle) <= MAX_OBJECTS:
-        raise ValueError(f"max_objects_per_receptacle must be an int in [0, {MAX_OBJECTS}], got "
-                         f"{max_objects_per_receptacle!r}")
+def check_generation_args(num_receptacles, max_objects_per_receptacle) -> tuple[tuple[int, int], int]:
+    """The sizes as ints, or a ``ValueError`` for sizes no household can be built with (checked when an env is
+    made, so a bad kwarg fails at construction, not inside the first reset)."""
+    # the generator needs a source, a destination, an appliance and a lamp holder in one room (4); the upper bound
+    # keeps a reset (and its planner) well under a second
+    receptacles = check_int_pair("num_receptacles", num_receptacles, 4, MAX_RECEPTACLES)
+    return receptacles, check_count("max_objects_per_receptacle", max_objects_per_receptacle, 0, MAX_OBJECTS)
 
 
 def generate_game(
