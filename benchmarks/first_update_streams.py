@@ -34,10 +34,11 @@ ARMS = ("one", "two", "same")
 def first_update(model: str, seed: int, arm: str) -> dict[str, float]:
     import numpy as np
     import torch
-    from ecpo_train.integrations.rllib.llm.runner import RUNNER_SEED_STRIDE, replay_runner_sampling
 
-    from ecpo_train.core.credit import compute_advantages
+    from ecpo_train.core.iteration import credit_step, draw_iteration
     from ecpo_train.core.rollout import collect_rollout
+    from ecpo_train.integrations.rllib.llm.runner import RUNNER_SEED_STRIDE, replay_runner_sampling
+    from ecpo_train.runtime.builders import update_on_table
     from ecpo_train.runtime.config import load_config
     from ecpo_train.runtime.trainer import Trainer
 
@@ -46,19 +47,20 @@ def first_update(model: str, seed: int, arm: str) -> dict[str, float]:
     trainer = Trainer(cfg)
     try:
         trainer.policy.eval()
-        tasks = [trainer.train_tasks[int(k)] for k in trainer.rng.integers(len(trainer.train_tasks), size=cfg.n_groups)]
-        env_seed = int(trainer.rng.integers(2**31 - 1))
+        # the run's stream, as the trainer's first iteration uses it: the draw, then the update's shuffle
+        stream = np.random.default_rng(cfg.seed)
+        tasks, env_seed = draw_iteration(cfg, trainer.train_tasks, stream, iteration=0)
         play = {"env_name": cfg.env_id, "temperature": cfg.rollout_temperature, "anchor_key": cfg.anchor_key,
-                    "history_length": cfg.history_length}
+                "history_length": cfg.history_length}
         if arm == "one":
             torch.manual_seed(seed)
             batch = collect_rollout(trainer.envs, trainer.policy, tasks, seed=env_seed, **play).batch
         else:  # each group alone, from its runner's stream (two runners) or from the run's seed (sharing one)
             seeds = [seed + (RUNNER_SEED_STRIDE * g if arm == "two" else 0) for g in range(cfg.n_groups)]
             batch = replay_runner_sampling(trainer.policy, cfg, tasks, env_seed, seeds)
-        advantages, _ = compute_advantages(cfg.algorithm, rows=batch, credit=cfg.credit, **cfg.estimator_options())
-        stats = trainer.update_policy(type("Sampled", (), {"batch": batch})(),
-                                      torch.as_tensor(np.asarray(advantages), dtype=torch.float32))
+        advantages, _ = credit_step(cfg, batch)
+        stats = update_on_table(trainer.policy, cfg, batch, torch.as_tensor(np.asarray(advantages), dtype=torch.float32),
+                                trainer.optimizer, stream, reference=trainer.reference)
         exact = trainer.validate()["val/exact_success"]
     finally:
         trainer.close()

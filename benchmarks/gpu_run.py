@@ -258,21 +258,16 @@ def part_paper_iteration(args: argparse.Namespace, work: Path) -> dict[str, Any]
 
 
 # ---------------------------------------------------------------------------------------------- part 4
-def validate_on(trainer: Any, tasks: list[str]) -> tuple[dict, float]:
-    """Validate ``trainer``'s policy on ``tasks`` (the trainer's own validation: its seed, temperature and shared
-    draws) and return ``([[task, copy, won], ...], seconds)``; the trainer's validation tasks are put back."""
-    from ecpo_train.runtime.run_dir import read_validation_file
+def validate_on(trainer: Any, tasks: list[str] | None = None, label: str | None = None) -> tuple[dict, float]:
+    """Validate ``trainer``'s policy (``Trainer.validate``: the configured validation tasks, or ``tasks`` recorded
+    under ``label``) and return ``([[task, copy, won], ...], seconds)``."""
+    from ecpo_train.runtime.run_dir import VALIDATION_TASKS, read_validation_file
 
-    saved = trainer.val_tasks, trainer.val_envs
-    trainer.val_tasks, trainer.val_envs = list(tasks), None
+    label = label or VALIDATION_TASKS
     started = time.perf_counter()
-    try:
-        trainer.validate()
-    finally:
-        if trainer.val_envs is not None:
-            trainer.val_envs.close()
-        trainer.val_tasks, trainer.val_envs = saved
-    return outcomes(read_validation_file(trainer.run_dir / "validation.jsonl")[-1]), time.perf_counter() - started
+    trainer.validate(tasks, label)
+    seconds = time.perf_counter() - started
+    return outcomes(read_validation_file(trainer.run_dir / "validation.jsonl", tasks=label)[-1]), seconds
 
 
 def cpu_reference() -> dict[str, Any] | None:
@@ -327,8 +322,8 @@ def part_learning(args: argparse.Namespace, work: Path, deadline: float, save: A
     part |= {"attention": trainer.policy.model.config._attn_implementation,
              "score_batch_size": trainer.policy.score_batch_size}
     try:
-        before_val, val_seconds = validate_on(trainer, trainer.val_tasks)
-        before_train, train_seconds = validate_on(trainer, train_tasks)
+        before_val, val_seconds = validate_on(trainer)
+        before_train, train_seconds = validate_on(trainer, train_tasks, "training_tasks")
         part["outcomes"] = {"validation": {"before": before_val}, "training_tasks": {"before": before_train}}
         part |= {"validation_seconds": val_seconds, "training_task_validation_seconds": train_seconds,
                  "validation_tasks": len(trainer.val_tasks), "training_tasks_validated": len(train_tasks)}
@@ -352,8 +347,8 @@ def part_learning(args: argparse.Namespace, work: Path, deadline: float, save: A
             if time.monotonic() + mean_seconds + reserve > deadline:
                 part["stopped"] = f"time limit after {len(rows)} iterations"
                 break
-        after_val, _ = validate_on(trainer, trainer.val_tasks)
-        after_train, _ = validate_on(trainer, train_tasks)
+        after_val, _ = validate_on(trainer)
+        after_train, _ = validate_on(trainer, train_tasks, "training_tasks")
     finally:
         trainer.close()
     part["outcomes"]["validation"]["after"] = after_val

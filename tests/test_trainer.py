@@ -113,6 +113,38 @@ def test_validation_is_reproducible_and_its_episodes_pair_up(tmp_path):
     assert np.mean(lines[1]["won"]) == pytest.approx(trainer.history[-1]["val/success"])
 
 
+def test_validating_another_task_set_keeps_the_validation_log_paired(tmp_path):
+    """``validate(tasks, label)``: another task set validated exactly as the configured one (the same tasks give
+    the same episodes), recorded in ``validation.jsonl`` under its label, so the configured set's lines still pair
+    first (before training) to last, and a resume keeps every set's lines through its checkpoint."""
+    from ecpo_train.runtime.run_dir import read_validation_file
+
+    trainer = Trainer(quick(tmp_path, "iterations=1", "val_every=1", "val_episodes_per_task=2", "val_num_tasks=2",
+                            "val_before_training=true"))
+    trainer.train()  # validations at iterations 0 and 1
+    configured = list(trainer.val_tasks)
+    after, kept_envs = trainer.validate(), trainer.val_envs
+    assert trainer.validate(configured, "again") == after  # the same seed, temperature and draws
+    on_training = trainer.validate(trainer.train_tasks, "training_tasks")
+    assert trainer.val_tasks == configured and trainer.val_envs is kept_envs  # the configured set is untouched
+    assert trainer.validate() == after
+    path = tmp_path / "validation.jsonl"
+    assert [line["iteration"] for line in read_validation_file(path)] == [0, 1, 1, 1]  # the configured set only
+    assert all("tasks" not in line for line in read_validation_file(path))
+    (line,) = read_validation_file(path, tasks="training_tasks")
+    assert (line["iteration"], line["tasks"]) == (1, "training_tasks")
+    assert line["task_ids"] == [t for t in trainer.train_tasks for _ in range(2)]
+    assert np.mean(line["won"]) == pytest.approx(on_training["val/success"])
+    assert [again["won"] for again in read_validation_file(path, tasks="again")] == [read_validation_file(path)[-1]["won"]]
+    trainer.metrics_log.keep_through(1)  # what a resume from iteration 1 keeps: every set's lines through it
+    assert [(line["iteration"], line.get("tasks")) for line in read_validation_file(path, tasks=None)] == [
+        (0, None), (1, None), (1, None), (1, "again"), (1, "training_tasks"), (1, None)]
+    for bad in ({"tasks": configured}, {"label": "training_tasks"}, {"tasks": configured, "label": "validation"}):
+        with pytest.raises(ValueError, match="label"):
+            trainer.validate(**bad)
+    trainer.close()
+
+
 def test_a_fresh_run_in_a_used_run_directory_starts_a_fresh_log(tmp_path):
     first = Trainer(quick(tmp_path, "iterations=2"))
     first.train()

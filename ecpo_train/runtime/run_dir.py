@@ -229,8 +229,13 @@ def check_writable_folder(path: Path, label: str) -> None:
         raise ValueError(f"{label} is not writable ({probe} is read-only for this user)")
 
 
-def read_validation_file(path: Path) -> list[dict[str, Any]]:
-    """The lines of a run's ``validation.jsonl`` (none if it does not exist; a torn last line is dropped)."""
+VALIDATION_TASKS = "validation"  # the task set of a validation.jsonl line that names none: the configured one
+
+
+def read_validation_file(path: Path, tasks: str | None = VALIDATION_TASKS) -> list[dict[str, Any]]:
+    """The lines of a run's ``validation.jsonl`` (none if it does not exist; a torn last line is dropped) that
+    validated the task set ``tasks``: by default the configured validation tasks, whose lines pair by iteration;
+    another set's lines carry its label (``Trainer.validate(tasks, label)``); ``None``: every line."""
     if not path.exists():
         return []
     rows = []
@@ -239,7 +244,9 @@ def read_validation_file(path: Path) -> list[dict[str, Any]]:
             row = json.loads(line)
         except json.JSONDecodeError:
             continue  # a line cut by a crash mid-write
-        if isinstance(row, dict) and "iteration" in row and "won" in row:
+        if not (isinstance(row, dict) and "iteration" in row and "won" in row):
+            continue
+        if tasks is None or row.get("tasks", VALIDATION_TASKS) == tasks:
             rows.append(row)
     return rows
 
@@ -294,13 +301,14 @@ class MetricsLog:
         metrics.write_text("".join(json.dumps(row) + "\n" for row in kept))
         self.history = kept
         if validation.exists():  # (a run that never validated has none, and gets none)
-            validations = read_validation_file(validation) if iteration >= 0 else []
+            validations = read_validation_file(validation, tasks=None) if iteration >= 0 else []
             validation.write_text("".join(json.dumps(row) + "\n" for row in validations
                                                     if row["iteration"] <= iteration))
 
-    def append_validation(self, iteration: int, episodes: typing.Sequence[Any]) -> None:
+    def append_validation(self, iteration: int, episodes: typing.Sequence[Any], tasks: str = VALIDATION_TASKS) -> None:
         """One line of ``validation.jsonl``: the outcome of every validation episode, in validation order
-        (anything with ``task_id``, ``won`` and ``length``: a rollout's episodes or :class:`EpisodeOutcome`)."""
+        (anything with ``task_id``, ``won`` and ``length``: a rollout's episodes or :class:`EpisodeOutcome`);
+        a task set other than the configured one is named in the line (``"tasks": label``)."""
         self.open_folder()
         copies, seen = [], {}  # each episode's index among its task's copies
         for episode in episodes:
@@ -309,6 +317,8 @@ class MetricsLog:
         record = {"iteration": iteration, "task_ids": [e.task_id for e in episodes],
                   "copies": copies, "won": [int(e.won) for e in episodes],
                   "lengths": [e.length for e in episodes]}
+        if tasks != VALIDATION_TASKS:
+            record["tasks"] = tasks
         with open(self.folder.validation, "a") as fh:
             fh.write(json.dumps(record) + "\n")
 

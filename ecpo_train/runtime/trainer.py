@@ -23,6 +23,7 @@ import os
 import random
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,7 @@ from ecpo_train.runtime.config import TrainConfig, config_dict
 from ecpo_train.runtime.progress import Progress
 from ecpo_train.runtime.run import run_iterations
 from ecpo_train.runtime.run_dir import (
+    VALIDATION_TASKS,
     MetricsLog,
     RunFolder,
     check_writable_folder,
@@ -65,7 +67,7 @@ class _HistoryOnly(MetricsLog):
     def append(self, metrics: dict[str, float], step: int) -> None:
         self.history.append(metrics)
 
-    def append_validation(self, iteration: int, episodes: Any) -> None:
+    def append_validation(self, iteration: int, episodes: Any, tasks: str = VALIDATION_TASKS) -> None:
         pass
 
 
@@ -206,25 +208,39 @@ class Trainer:
         return self.dp.gathered(self.policy.model) if self.dp is not None else contextlib.nullcontext()
 
     @torch.no_grad()
-    def validate(self) -> dict[str, float]:
+    def validate(self, tasks: Sequence[str] | None = None, label: str = VALIDATION_TASKS) -> dict[str, float]:
         """Success on the fixed validation tasks at the validation temperature (``val_episodes_per_task`` each).
         Every call records its episodes' outcomes in the run folder's ``validation.jsonl`` at the current
-        iteration (a validation is a measurement worth keeping, whoever asks for it)."""
+        iteration (a validation is a measurement worth keeping, whoever asks for it).
+
+        ``tasks``: another task set (e.g. the training tasks), validated the same way (seed, temperature, copies)
+        and recorded under ``label``, so that the configured set's lines still pair by iteration
+        (``run_dir.read_validation_file(path, tasks=label)`` reads the others)."""
         cfg = self.config
-        tasks, seed = self.val_tasks, validation_seed(cfg.seed)
+        if (tasks is None) != (label == VALIDATION_TASKS):
+            raise ValueError(f"validate: give another task set a label of its own (not {VALIDATION_TASKS!r}), "
+                             "and the configured one (tasks=None) none")
+        configured = tasks is None
+        tasks, seed = self.val_tasks if configured else [str(t) for t in tasks], validation_seed(cfg.seed)
         if self.dp is not None:  # a contiguous slice per process; each copy keeps its one-process env seed
             start = len(tasks) * self.dp.rank // self.dp.world_size
             tasks = tasks[start : len(tasks) * (self.dp.rank + 1) // self.dp.world_size]
             seed += start * cfg.val_episodes_per_task
         episodes, exact = [], None
         if tasks:
-            if self.val_envs is None:
-                self.val_envs = GroupVectorEnv(cfg.env_id, len(tasks), cfg.val_episodes_per_task,
-                                               num_workers=cfg.env_workers,
-                                               env_kwargs=cfg.env_kwargs)
+            envs = self.val_envs if configured else None
+            if envs is None:  # the configured set's envs are kept for the next validation, another set's closed
+                envs = GroupVectorEnv(cfg.env_id, len(tasks), cfg.val_episodes_per_task,
+                                      num_workers=cfg.env_workers, env_kwargs=cfg.env_kwargs)
+                if configured:
+                    self.val_envs = envs
             self.policy.eval()
-            with self._gathered():
-                episodes, exact = validation_outcome(self.policy, cfg, self.val_envs, tasks, seed)
+            try:
+                with self._gathered():
+                    episodes, exact = validation_outcome(self.policy, cfg, envs, tasks, seed)
+            finally:
+                if not configured:
+                    envs.close()
         if self.dp is not None:  # every process's episodes; exact success weighted by its number of tasks
             import torch.distributed as dist
 
@@ -234,7 +250,7 @@ class Trainer:
             shares = [(value, n) for _, value, n in parts if n]
             exact = None if not shares or any(value is None for value, _ in shares) else \
                 sum(value * n for value, n in shares) / sum(n for _, n in shares)
-        self.metrics_log.append_validation(self.iteration, episodes)
+        self.metrics_log.append_validation(self.iteration, episodes, tasks=label)
         return validation_metrics(episodes, exact)
 
     # ------------------------------------------------------------------ the loop
