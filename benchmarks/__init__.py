@@ -11,7 +11,11 @@ The package is a repository tool: wheels ship ``ecpo_gym`` and ``ecpo_train`` on
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import NoReturn
+
+RESULTS = Path(__file__).resolve().parent / "results"  # committed data (*.json) and reports (*.md)
+RAW_RESULTS = RESULTS / "raw"  # the raw files of individual runs, one folder per name
 
 
 class ArgumentParser(argparse.ArgumentParser):
