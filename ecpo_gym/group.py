@@ -38,6 +38,10 @@ API::
 - ``step(actions)`` -> ``list[StepResult]`` (a named tuple ``observation, reward, terminated, truncated,
   info``), one per copy. ``actions[i] is None`` skips copy ``i``: it returns its last observation and
   flags with reward 0 and ``info["skipped"] = True``.
+- ``step_async(actions)`` -> ``PendingStep``: the same step, started; its ``result()`` is ``step``'s list. The
+  copies step in their worker processes (in-process: in one background thread) while the caller works, e.g.
+  runs the policy for other copies. Several may be in flight for disjoint copies; collect them in the order
+  they were started.
 - ``task_ids``: the env's task ids; ``worker_pids``: the worker processes (empty in-process).
 
 The copies themselves (in-process shards and worker processes) live in ``ecpo_gym.group_workers``.
@@ -47,7 +51,8 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing as mp
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple, Self
 
 import gymnasium as gym
@@ -65,6 +70,21 @@ class StepResult(NamedTuple):
     terminated: bool
     truncated: bool
     info: dict[str, Any]
+
+
+class PendingStep:
+    """A started ``GroupVectorEnv.step_async``: ``result()`` waits for it and returns one ``StepResult`` per copy
+    (once; later calls return the same list)."""
+
+    def __init__(self, finish: Callable[[], list[StepResult]]) -> None:
+        self._finish: Callable[[], list[StepResult]] | None = finish
+        self._results: list[StepResult] = []
+
+    def result(self) -> list[StepResult]:
+        if self._finish is not None:
+            finish, self._finish = self._finish, None
+            self._results = finish()
+        return self._results
 
 
 class GroupVectorEnv:
@@ -109,6 +129,7 @@ class GroupVectorEnv:
         self._live = [False] * self.num_envs  # the copy's env holds the episode we reported
         self._closed = False
         self._shard: EnvShard | None = None
+        self._thread: ThreadPoolExecutor | None = None  # in-process step_async: one thread, so steps stay in order
         self._workers: list[Worker] = []
         if self.num_workers == 0:
             self._shard = EnvShard(env, self.env_kwargs, self.num_envs)
@@ -171,6 +192,13 @@ class GroupVectorEnv:
 
     def step(self, actions: Sequence[str | None]) -> list[StepResult]:
         """Step every copy whose action is not ``None``; returns one ``StepResult`` per copy."""
+        return self._start_step(actions, background=False).result()
+
+    def step_async(self, actions: Sequence[str | None]) -> PendingStep:
+        """Start ``step(actions)`` and return at once; ``result()`` gives its list (module docstring)."""
+        return self._start_step(actions, background=True)
+
+    def _start_step(self, actions: Sequence[str | None], *, background: bool) -> PendingStep:
         self._check_open()
         if len(actions) != self.num_envs:
             raise ValueError(f"step needs {self.num_envs} actions (None to skip a copy), got {len(actions)}")
@@ -188,22 +216,35 @@ class GroupVectorEnv:
                 results[i] = self._failed(i, "the worker holding this episode was restarted; call reset()")
             else:
                 requests.append((i, action))
-        replies = self._dispatch("step", requests, retry_dead=False)
-        for i, _ in requests:
-            reply = replies[i]
-            if isinstance(reply, str):
-                results[i] = self._failed(i, reply)
-                continue
-            obs, reward, terminated, truncated, info = reply
-            result = StepResult(obs, float(reward), bool(terminated), bool(truncated), self._tag(dict(info), i))
-            self._last[i] = result
-            results[i] = result
-        return results  # type: ignore[return-value]
+        if self._shard is not None and background and requests:
+            if self._thread is None:
+                self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="group-env-step")
+            future = self._thread.submit(self._shard.step, list(requests))
+            collect: Callable[[], dict[int, Any]] = lambda: dict(future.result())
+        else:
+            collect = self._send("step", requests)
+
+        def finish() -> list[StepResult]:
+            replies = collect()
+            for i, _ in requests:
+                reply = replies[i]
+                if isinstance(reply, str):
+                    results[i] = self._failed(i, reply)
+                    continue
+                obs, reward, terminated, truncated, info = reply
+                result = StepResult(obs, float(reward), bool(terminated), bool(truncated), self._tag(dict(info), i))
+                self._last[i] = result
+                results[i] = result
+            return results  # type: ignore[return-value]
+
+        return PendingStep(finish)
 
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
+        if self._thread is not None:
+            self._thread.shutdown(wait=True)
         if self._shard is not None:
             self._shard.close()
         for worker in self._workers:
@@ -253,27 +294,43 @@ class GroupVectorEnv:
 
     def _dispatch(self, command: str, requests: list[tuple], *, retry_dead: bool) -> dict[int, Any]:
         """Run per-copy requests on their shards; returns ``{copy: reply}`` (an error string on failure)."""
+        return self._send(command, requests, retry_dead=retry_dead)()
+
+    def _send(self, command: str, requests: list[tuple], *, retry_dead: bool = False) -> Callable[[], dict[int, Any]]:
+        """Send per-copy requests to their workers now; the returned function reads the replies (``_dispatch``).
+
+        In-process, the shard runs them when the replies are read. A worker restarted between the send and the
+        read (another step in flight found it dead) has lost these requests: their copies get its error."""
         if not requests:
-            return {}
+            return dict
         if self._shard is not None:
-            method = self._shard.reset if command == "reset" else self._shard.step
-            return dict(method(list(requests)))
+            shard = self._shard
+            method = shard.reset if command == "reset" else shard.step
+            return lambda: dict(method(list(requests)))
         per_worker: dict[int, list[tuple]] = {}
         for request in requests:
             i = request[0]
             per_worker.setdefault(int(self._owner[i]), []).append((int(self._local[i]), *request[1:]))
-        sent: list[int] = []
+        sent: dict[int, Worker] = {}
         dead: dict[int, str] = {}
         for w, local_requests in per_worker.items():
             try:
                 self._workers[w].send(command, local_requests)
-                sent.append(w)
+                sent[w] = self._workers[w]
             except WorkerError as exc:
                 dead[w] = str(exc)
+        return lambda: self._read_replies(command, per_worker, sent, dead, retry_dead)
+
+    def _read_replies(self, command: str, per_worker: dict[int, list[tuple]], sent: dict[int, Worker],
+                      dead: dict[int, str], retry_dead: bool) -> dict[int, Any]:
         replies: dict[int, Any] = {}
-        for w in sent:
+        for w, worker in sent.items():
+            if self._workers[w] is not worker:
+                for local, *_ in per_worker[w]:
+                    replies[self._blocks[w][local]] = f"worker pid {worker.process.pid} was restarted mid-step"
+                continue
             try:
-                for local, reply in self._workers[w].request(self.step_timeout):
+                for local, reply in worker.request(self.step_timeout):
                     replies[self._blocks[w][local]] = reply
             except WorkerError as exc:
                 dead[w] = str(exc)

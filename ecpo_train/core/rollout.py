@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -133,6 +134,7 @@ def collect_rollout(
     on_reset: Callable[[list[tuple[str, dict[str, Any]]]], None] | None = None,
     draws_seed: int | None = None,
     policy_version: int = 0,
+    waves: int = 1,
 ) -> Rollout:
     """Play one episode on every copy of ``envs`` (group ``g`` on ``task_ids[g]``) with ``policy``.
 
@@ -147,8 +149,19 @@ def collect_rollout(
     make the same choice wherever their distributions agree (common random numbers: paired validation); policies
     that sample tokens rather than choose among candidates ignore it. ``policy_version`` is the version of
     ``policy``'s weights, stamped on every row (``TrajectoryBatch.policy_version``).
+
+    ``waves > 1`` splits the groups into that many waves of whole groups (``rollout_waves``; at most one wave per
+    group), played in turn so
+    that the policy's batched call for one wave runs while the environment steps of the others run (in the env
+    workers, or a background thread in-process: ``GroupVectorEnv.step_async``). Every copy's episode is the
+    lock-step one: its context, its draw (``(draws_seed, copy, step)``) and its env do not depend on the wave, and
+    the rows come out in the same order; only a policy whose batched call depends on the batch's composition
+    (token sampling from one shared generator, padded float arithmetic) can answer differently. ``env_seconds``
+    is then the time spent waiting for env steps the policy's calls did not hide.
     """
     check_anchor_key(anchor_key)
+    if isinstance(waves, bool) or not isinstance(waves, int) or waves < 1:
+        raise ValueError(f"waves={waves!r} must be an integer >= 1 (1 = lock-step)")
     n = envs.num_envs
     started = time.perf_counter()
     results = envs.reset(task_ids=list(task_ids), seed=seed)
@@ -165,8 +178,11 @@ def collect_rollout(
     totals = [0.0] * n  # per copy: reward so far, and invalid steps so far
     invalid = [0] * n
     episodes: list[Episode | None] = [None] * n
-    while any(live):
-        active = [i for i in range(n) if live[i]]
+
+    def act(wave: list[int]) -> tuple[list[int], PolicyOutput, list[str | None]]:
+        """The policy's batched call for the live copies of ``wave``: the copies, its output, the actions sent."""
+        nonlocal generation_seconds
+        active = [i for i in wave if live[i]]
         contexts = [
             StepContext(
                 env_name=env_name,
@@ -186,9 +202,10 @@ def collect_rollout(
         actions: list[str | None] = [None] * n
         for k, i in enumerate(active):
             actions[i] = sent_action(output.actions[k])
-        started = time.perf_counter()
-        steps = envs.step(actions)
-        env_seconds += time.perf_counter() - started
+        return active, output, actions
+
+    def record(active: list[int], output: PolicyOutput, actions: list[str | None], steps: list) -> None:
+        """Append the step rows of ``active``'s copies and end the episodes that finished."""
         for k, i in enumerate(active):
             before, after = infos[i], steps[i].info
             if after.get("error"):  # the environment failed this copy: the agent's action never took effect
@@ -220,6 +237,35 @@ def collect_rollout(
                     terminated=bool(steps[i].terminated), transcript=transcripts[i],
                     final_observation=observations[i], final_info=dict(after),
                 )
+
+    wave_copies = [[i for g in groups for i in range(g * envs.group_size, (g + 1) * envs.group_size)]
+                   for groups in np.array_split(np.arange(envs.num_groups), min(waves, envs.num_groups))]
+    if len(wave_copies) == 1:  # lock-step: every live copy acts, then every copy steps
+        while any(live):
+            active, output, actions = act(wave_copies[0])
+            started = time.perf_counter()
+            steps = envs.step(actions)
+            env_seconds += time.perf_counter() - started
+            record(active, output, actions, steps)
+    else:  # waves in turn: a wave's call runs while the waves started before it step (collected in order)
+        in_flight: deque = deque()
+        try:
+            for wave in wave_copies:
+                active, output, actions = act(wave)
+                in_flight.append((wave, active, output, actions, envs.step_async(actions)))
+            while in_flight:
+                wave, active, output, actions, pending = in_flight[0]
+                started = time.perf_counter()
+                steps = pending.result()
+                env_seconds += time.perf_counter() - started
+                in_flight.popleft()
+                record(active, output, actions, steps)
+                if any(live[i] for i in wave):
+                    active, output, actions = act(wave)
+                    in_flight.append((wave, active, output, actions, envs.step_async(actions)))
+        finally:  # a policy that raised: the steps already started are read, so the env's next call is clean
+            for *_, pending in in_flight:
+                pending.result()
     batch = table.build().with_policy_version(policy_version)
     done = [e for e in episodes if e is not None]
     faulted = {e.traj_id for e in done if e.fault}

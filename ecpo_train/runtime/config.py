@@ -58,6 +58,10 @@ class TrainConfig:
     env_id: str = "ecpo/ALFWorldGen-v0"
     env_kwargs: dict = field(default_factory=dict)  # e.g. {max_steps: 10}; the step limit defaults to the env's
     env_workers: int = 0  # 0 = every copy in this process
+    # > 1: the training rollout plays its groups in that many waves of whole groups, one wave's policy call
+    # overlapping the others' env steps (core/rollout.py); equal episodes for policies whose call does not
+    # depend on the batch (docs/training.md)
+    rollout_waves: int = 1
     train_tasks: list | None = None  # None = every task id of the environment
     task_draw: str = "random"  # "random": each group's task drawn with replacement | "cycle": the list in order
     val_tasks: list | None = None  # None = the first val_num_tasks of the environment's task ids
@@ -219,6 +223,7 @@ _RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "iterations": (_int_at_least(1), "an integer >= 1"),
     "seed": (_int_at_least(0), "an integer >= 0"),
     "env_workers": (_int_at_least(0), "an integer >= 0 (0 = in this process)"),
+    "rollout_waves": (_int_at_least(1), "an integer >= 1 (1 = lock-step)"),
     "val_num_tasks": (_int_at_least(1), "an integer >= 1"),
     "val_every": (_int_at_least(0), "an integer >= 0 (0 = never validate)"),
     "val_episodes_per_task": (_int_at_least(1), "an integer >= 1"),
