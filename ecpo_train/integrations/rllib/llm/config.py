@@ -186,7 +186,8 @@ class ECPOConfig(GroupCreditConfig):
         if isinstance(self.max_policy_lag, bool) or self.max_policy_lag not in PIPELINE_LAGS:
             self._value_error(f"max_policy_lag={self.max_policy_lag!r}; valid: 0 (lock-step) or 1 (the runners play "
                               "the next groups while the learner updates)")
-        if self.max_policy_lag and int(self.num_env_runners) == 0:
+        # (RLlib's own derived evaluation config has no runners and never trains)
+        if self.max_policy_lag and int(self.num_env_runners) == 0 and not self.in_evaluation:
             self._value_error("max_policy_lag=1 plays the next groups on env-runner actors during the update: set "
                               "env_runners(num_env_runners=K) with K >= 1")
         if self.env_runner_cls is None:
