@@ -1,0 +1,142 @@
+"""Does pipelining change what the RLlib engine learns? ``corridor_llm`` (SmolLM2 scoring the corridors' doors)
+trained from each seed under three arms: ECPO with ``max_policy_lag`` 0 and 1, and GiGPO with its standard
+deviation (``gigpo_std``) under lag 1.
+
+Each run validates before training and after its last iteration at the validation temperature with common
+random numbers (the same seed validates the same episodes: two runs of one seed pair episode by episode). Two
+comparisons, each paired by seed: ECPO lag 1 - ECPO lag 0, and ECPO lag 1 - GiGPO w/std lag 1, on
+
+- final exact success (the corridors' DP value of the policy: no sampling noise): the paired 95 % t-interval
+  over seeds and the MDE (``paired_stats.paired_diff``);
+- final validation episodes, paired episode by episode over all seeds: McNemar's exact interval and its MDE
+  (``paired_stats.paired_outcomes``).
+
+Runs are appended to ``--runs`` (JSON lines) as they finish, so an interrupted study resumes where it stopped;
+``--report`` only reads them and writes ``benchmarks/results/pipelined_learning.json`` and ``.md``.
+
+    nohup python -m benchmarks.pipelined_learning --seeds 0 1 2 3 4 5 6 7 8 9 > pipelined_learning.log 2>&1 &
+    python -m benchmarks.pipelined_learning --report
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks import RAW_RESULTS, RESULTS, ArgumentParser
+from benchmarks.paired_stats import apply_holm, fmt_part, keyed, paired_diff, paired_outcomes, paired_values
+
+ARMS = {"ecpo_lag0": ("ecpo", 0), "ecpo_lag1": ("ecpo", 1), "gigpo_std_lag1": ("gigpo_std", 1)}
+COMPARISONS = (("ecpo_lag1", "ecpo_lag0"), ("ecpo_lag1", "gigpo_std_lag1"))
+SMOLLM2 = Path("~/.cache/ecpo/models/smollm2-135m-instruct").expanduser()
+
+
+def train_arm(model: str, seed: int, arm: str, iterations: int, runners: int, run_dir: str) -> dict[str, Any]:
+    """One run: validation before, ``iterations`` iterations, validation after; exact success and each final
+    validation episode's outcome keyed by (task, copy)."""
+    from ecpo_train.integrations.rllib import ECPOConfig
+    from ecpo_train.runtime.config import load_config
+
+    estimator, lag = ARMS[arm]
+    train = load_config("corridor_llm", [f"model={model}", f"seed={seed}", f"iterations={iterations}",
+                                         f"run_dir={run_dir}", "val_every=0", "progress=false"])
+    algo = (ECPOConfig.from_train_config(train).env_runners(num_env_runners=runners)
+            .training(estimator=estimator, max_policy_lag=lag).build_algo())
+    started = time.perf_counter()
+    try:
+        before = algo.validate()
+        history = [dict(algo.train()["ecpo"]) for _ in range(iterations)]
+        after = algo.validate()
+        copies: dict[str, int] = {}
+        outcomes = {}
+        for episode in algo.ecpo_validation_episodes:
+            copy = copies[episode.task_id] = copies.get(episode.task_id, -1) + 1
+            outcomes[f"{episode.task_id}#{copy}"] = bool(episode.won)
+    finally:
+        algo.stop()
+    return {"seed": seed, "arm": arm, "exact_success_before": before.get("val/exact_success"),
+            "exact_success_after": after.get("val/exact_success"), "val_success_after": after["val/success"],
+            "val_outcomes_after": outcomes, "seconds": time.perf_counter() - started,
+            "policy_lag_max": max(m["sampling/policy_lag_max"] for m in history),
+            "stale_groups_resampled": sum(m["sampling/num_stale_groups_resampled"] for m in history),
+            "runner_failures": sum(m["sampling/num_runner_failures"] for m in history)}
+
+
+def compare(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Both comparisons on exact success (t over seeds) and on the paired final episodes (McNemar), Holm-corrected
+    together within each measure."""
+    by_arm = {arm: {r["seed"]: r for r in runs if r["arm"] == arm} for arm in ARMS}
+    exact, episodes = [], []
+    for a, b in COMPARISONS:
+        seeds = sorted(set(by_arm[a]) & set(by_arm[b]))
+        _, diffs = paired_values(keyed([by_arm[a][s]["exact_success_after"] for s in seeds], seeds),
+                                 keyed([by_arm[b][s]["exact_success_after"] for s in seeds], seeds),
+                                 label=f"{a} - {b}")
+        exact.append({"comparison": f"{a} - {b}", "measure": "final exact success", "seeds": seeds}
+                     | paired_diff(list(diffs), m=len(COMPARISONS)))
+        before = {(s, k): v for s in seeds for k, v in by_arm[b][s]["val_outcomes_after"].items()}
+        after = {(s, k): v for s in seeds for k, v in by_arm[a][s]["val_outcomes_after"].items()}
+        episodes.append({"comparison": f"{a} - {b}", "measure": "final validation episodes (McNemar exact)",
+                         "seeds": seeds} | paired_outcomes(before, after, label=f"{a} - {b}"))
+    return apply_holm(exact) + apply_holm(episodes)
+
+
+def report(runs: list[dict[str, Any]], parts: list[dict[str, Any]]) -> str:
+    header = (f"{len({r['seed'] for r in runs})} seeds; {len(runs)} runs; median "
+              f"{sorted(r['seconds'] for r in runs)[len(runs) // 2]:.0f} s per run. "
+              "`python -m benchmarks.pipelined_learning`.")
+    lines = ["## Pipelined rollouts: what lag 1 learns (`corridor_llm`, RLlib engine)", "", header, "",
+             "| comparison | measure | difference [95 %] | p |", "| --- | --- | --- | --- |"]
+    for part in parts:
+        lines.append(f"| {part['comparison']} | {part['measure']} | {fmt_part(part)} | {part['p']:.3f} |")
+    return "\n".join(lines + [""])
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any] | None:
+    parser = ArgumentParser(__spec__.name, description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=list(range(10)))
+    parser.add_argument("--arms", nargs="+", choices=tuple(ARMS), default=list(ARMS))
+    parser.add_argument("--iterations", type=int, default=12)
+    parser.add_argument("--runners", type=int, default=2)
+    parser.add_argument("--model", default=str(SMOLLM2))
+    parser.add_argument("--runs", default=str(RAW_RESULTS / "pipelined_learning" / "runs.jsonl"))
+    parser.add_argument("--report", action="store_true", help="only the statistics of the runs already in --runs")
+    args = parser.parse_args(argv)
+    runs_path = Path(args.runs)
+    done = [json.loads(line) for line in runs_path.read_text().splitlines()] if runs_path.exists() else []
+    if not args.report:
+        if not (Path(args.model) / "config.json").exists():
+            parser.error(f"no model at {args.model}: run `ecpo models pull smollm2-135m-instruct` or pass --model")
+        import ray
+
+        runs_path.parent.mkdir(parents=True, exist_ok=True)
+        ray.init(num_cpus=args.runners + 1, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        try:
+            for seed in args.seeds:
+                for arm in args.arms:
+                    if any(r["seed"] == seed and r["arm"] == arm for r in done):
+                        continue
+                    with tempfile.TemporaryDirectory() as folder:
+                        run = train_arm(args.model, seed, arm, args.iterations, args.runners, folder)
+                    done.append(run | {"iterations": args.iterations, "load_average": os.getloadavg()})
+                    with runs_path.open("a") as file:
+                        file.write(json.dumps(done[-1]) + "\n")
+                    print(f"seed {seed} {arm}: exact success {run['exact_success_before']:.3f} -> "
+                          f"{run['exact_success_after']:.3f} ({run['seconds']:.0f} s)", flush=True)
+        finally:
+            ray.shutdown()
+    parts = compare(done)
+    out = {"runs": [{k: v for k, v in r.items() if k != "val_outcomes_after"} for r in done], "comparisons": parts}
+    (RESULTS / "pipelined_learning.json").write_text(json.dumps(out, indent=1) + "\n")
+    markdown = report(done, parts)
+    (RESULTS / "pipelined_learning.md").write_text(markdown)
+    print(markdown)
+    return out
+
+
+if __name__ == "__main__":
+    main()
