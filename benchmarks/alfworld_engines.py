@@ -25,12 +25,11 @@ import platform
 import random
 import sys
 import time
-from pathlib import Path
 
+from benchmarks import RESULTS as BENCH_RESULTS
 from benchmarks import ArgumentParser
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results" / "alfworld_engines.json"
+RESULTS = BENCH_RESULTS / "alfworld_engines.json"
 ENGINES = ("native", "textworld")
 
 

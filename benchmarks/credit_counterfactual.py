@@ -36,13 +36,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks import ArgumentParser
+from benchmarks import RESULTS, ArgumentParser
 from benchmarks.credit_counterfactual_protocol import ARMS, ESTIMATORS
 from benchmarks.credit_counterfactual_report import render, summarize
 
-HERE = Path(__file__).resolve().parent
-
-RESULTS = HERE / "results"
 FULL_K = {"tabular_corridor": 600, "tabular_noisy_wide": 600, "smollm2_corridor": 6}
 BATCH_SEED_BASE = 100_000  # batch k of every checkpoint is drawn from seed BATCH_SEED_BASE + k unless told otherwise
 FULL_ARM_MINUTES = 106.4  # arm time of the committed full protocol for one checkpoint seed (all three arms)

@@ -5,7 +5,7 @@ a ``Trainer.save_checkpoint`` (weights, AdamW state, RNGs) the first time the po
 T = 1 reaches each target concentration. :func:`measure_batch` then, for one checkpoint and one batch seed, loads
 the checkpoint, samples one rollout batch (``collect_rollout``), and for every estimator reloads the checkpoint,
 computes that estimator's advantages on the *same* batch (``compute_advantages``) and applies one update
-(``Trainer.update_policy`` -> ``policy_update``) with the same shuffle seed. Measured per estimator:
+(``update_on_table`` -> ``policy_update``, the trainer's step E) with the same shuffle seed. Measured per estimator:
 
 * ``delta_j``: change of the exact success probability (DP over the corridor's MDP) at the validation temperature;
 * ``lucky``: mean change of log pi(rare | s) at T = 1 over the batch's lucky-singleton anchors: a non-good door
@@ -249,18 +249,22 @@ def _mean_delta(before: dict, after: dict, pairs: Any) -> float:
 
 def one_update_each(trainer: Any, checkpoint: str, rollout: Any, advantages: dict[str, np.ndarray],
                     probe: Any, shuffle_seed: int = 12345) -> dict[str, Any]:
-    """For each estimator: reload ``checkpoint`` (weights + optimizer state), apply ONE ``Trainer.update_policy``
-    with its advantages and the same shuffle seed, and return ``probe(trainer)`` of the updated policy. Identical
-    advantage vectors give an identical (deterministic) update, so their probe is computed once."""
+    """For each estimator: reload ``checkpoint`` (weights + optimizer state), apply ONE update (step E,
+    ``update_on_table``, as the trainer's) with its advantages and the same shuffle seed, and return
+    ``probe(trainer)`` of the updated policy. Identical advantage vectors give an identical (deterministic) update,
+    so their probe is computed once."""
+    from ecpo_train.runtime.builders import update_on_table
+
     done: dict[bytes, Any] = {}
     out = {}
     for name, adv in advantages.items():
         key = np.asarray(adv, dtype=np.float64).tobytes()
         if key not in done:
             trainer.load_checkpoint(checkpoint)
-            trainer.rng = np.random.default_rng(shuffle_seed)
             with contextlib.redirect_stderr(io.StringIO()):
-                trainer.update_policy(rollout, torch.as_tensor(np.asarray(adv), dtype=torch.float32))
+                update_on_table(trainer.policy, trainer.config, rollout.batch,
+                                torch.as_tensor(np.asarray(adv), dtype=torch.float32), trainer.optimizer,
+                                np.random.default_rng(shuffle_seed), reference=trainer.reference)
             done[key] = probe(trainer)
         out[name] = done[key]
     return out
@@ -270,6 +274,7 @@ def measure_batch(trainer: Any, checkpoint: str, batch_seed: int, env: Any, good
                   estimators: tuple[str, ...] = ESTIMATORS, shuffle_seed: int = 12345) -> dict[str, Any]:
     """One batch (seeded by ``batch_seed``) at one checkpoint: every estimator's one-update effects."""
     from ecpo_train.core.credit import compute_advantages
+    from ecpo_train.core.iteration import draw_iteration
     from ecpo_train.core.rollout import collect_rollout
 
     cfg = trainer.config
@@ -278,9 +283,9 @@ def measure_batch(trainer: Any, checkpoint: str, batch_seed: int, env: Any, good
     torch.manual_seed(batch_seed)
     if isinstance(getattr(trainer.policy, "generator", None), torch.Generator):
         trainer.policy.generator.manual_seed(batch_seed)
-    tasks = [trainer.train_tasks[int(k)] for k in rng.integers(len(trainer.train_tasks), size=cfg.n_groups)]
+    tasks, env_seed = draw_iteration(cfg, trainer.train_tasks, rng, iteration=0)
     rollout = collect_rollout(trainer.envs, trainer.policy, tasks, env_name=cfg.env_id,
-                              temperature=cfg.rollout_temperature, seed=int(rng.integers(2**31 - 1)),
+                              temperature=cfg.rollout_temperature, seed=env_seed,
                               anchor_key=cfg.anchor_key, history_length=cfg.history_length)
     batch = rollout.batch
     won = {int(e.traj_id): bool(e.won) for e in rollout.episodes}

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmarks import ArgumentParser
+from benchmarks import RESULTS, ArgumentParser
 from ecpo_gym.canonical import INVALID_ACTION
 from ecpo_train.core.credit import compute_advantages, factorize_keys
 
@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = ArgumentParser(__spec__.name, description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=30)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "credit_overhead.json"))
+    parser.add_argument("--out", default=str(RESULTS / "credit_overhead.json"))
     args = parser.parse_args(argv)
     if args.reps < 1:
         parser.error(f"--reps {args.reps}: at least one repetition is needed for a median")

@@ -33,11 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import ArgumentParser
+from benchmarks import RESULTS, ArgumentParser
 
-HERE = Path(__file__).resolve().parent
-
-RESULTS = HERE / "results"
 # eps levels: the corridor is cheap (many levels, many games); a TextWorld step costs ~30-130 ms, so ALFWorld gets
 # five levels on four games of N = 8 copies, 25 steps at most
 CORRIDOR_EPS = (1.0, 0.8, 0.6, 0.4, 0.2, 0.1, 0.05, 0.01)

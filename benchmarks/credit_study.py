@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from benchmarks import ArgumentParser
+from benchmarks import RESULTS, ArgumentParser
 from benchmarks.credit_study_plots import plot_study
 from benchmarks.credit_study_protocol import (
     PROTOCOL_PATH,
@@ -43,8 +43,7 @@ from benchmarks.credit_study_protocol import (
 from benchmarks.credit_study_report import render_report
 from benchmarks.credit_study_stats import summarize
 
-HERE = Path(__file__).resolve().parent
-RESULTS_DIR = HERE / "results"
+RESULTS_DIR = RESULTS
 
 
 def _worker_init() -> None:

@@ -19,9 +19,9 @@ import typing
 from collections.abc import Callable
 from pathlib import Path
 
-from benchmarks import ArgumentParser
+from benchmarks import RESULTS, ArgumentParser
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
+RESULTS_DIR = RESULTS
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -17,10 +17,9 @@ from pathlib import Path
 
 import torch
 
-from benchmarks import ArgumentParser
+from benchmarks import RESULTS, ArgumentParser
 from ecpo_train.policies.llm import cut_at_first_eos
 
-RESULTS = Path(__file__).resolve().parent / "results"
 EOS = torch.tensor([151643, 151645])  # Qwen2.5's <|endoftext|> and <|im_end|>
 
 

@@ -25,9 +25,8 @@ import statistics
 import sys
 from pathlib import Path
 
-from benchmarks import ArgumentParser
+from benchmarks import RESULTS, ArgumentParser
 
-RESULTS = Path(__file__).resolve().parent / "results"
 ARMS = ("one", "two", "same")
 
 

@@ -42,11 +42,10 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import ArgumentParser
+from benchmarks import RAW_RESULTS, RESULTS, ArgumentParser
 from benchmarks.gpu_run_report import PART_NAMES, fill_tests, outcomes, write
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
 CUDA_TESTS = ("tests/test_credit_api.py",)  # the files holding CUDA-only tests (skipif(not cuda), named *cuda*)
 # Qwen2.5-1.5B's public config.json
 QWEN25_1_5B = {"hidden_size": 1536, "num_hidden_layers": 28, "num_attention_heads": 12, "num_key_value_heads": 2,
@@ -56,7 +55,7 @@ QWEN25_SMOKE = QWEN25_1_5B | {"hidden_size": 64, "num_hidden_layers": 2, "num_at
                               "intermediate_size": 128}
 PAPER_STEPS = 50  # ALFWorld's horizon in the paper
 # the CPU runs of the alfworld_cpu recipe (the update recipe alfworld_gpu keeps), for the rates beside the GPU's
-CPU_REFERENCE = RESULTS / "raw" / "small_households" / "alfworld_cpu_sft48_lr3e6_warmup9_metrics.jsonl"
+CPU_REFERENCE = RAW_RESULTS / "small_households" / "alfworld_cpu_sft48_lr3e6_warmup9_metrics.jsonl"
 DEFAULT_MODEL = ROOT / "device_bundle" / "models" / "smollm2-135m-instruct"
 
 

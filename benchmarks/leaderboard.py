@@ -9,14 +9,14 @@ results.json, leaderboard.json/.md); rerunning resumes.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import typer
 
+from benchmarks import RESULTS
 from ecpo_train.evaluation.command import leaderboard_command
 from ecpo_train.evaluation.options import typer_command
 
-DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "leaderboard"
+DEFAULT_OUT = RESULTS / "leaderboard"
 
 
 def main(argv: list[str] | None = None) -> None:

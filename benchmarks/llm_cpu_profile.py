@@ -37,9 +37,8 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks import ArgumentParser
+from benchmarks import RESULTS, ArgumentParser
 
-RESULTS = Path(__file__).resolve().parent / "results"
 VARIANTS = ("generate", "generate+ckpt", "generate+ckpt+lora", "score", "score-alfworld", "score-alfworld+lora")
 
 CHILD = r"""

@@ -30,10 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks import ArgumentParser
+from benchmarks import RESULTS, ArgumentParser
 from benchmarks.llm_learning_report import plot, report
-
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 @dataclass

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import ArgumentParser
+from benchmarks import RESULTS, ArgumentParser
 
 ROOT = Path(__file__).resolve().parents[1]  # the checkout: each measurement is a fresh `python -m` there
 
@@ -275,7 +275,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--prompt", type=int, default=192)
     parser.add_argument("--response", type=int, default=64)
     parser.add_argument("--micro-batch", type=int, default=4)
-    parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "memory.json"))
+    parser.add_argument("--out", default=str(RESULTS / "memory.json"))
     parser.add_argument("--child", nargs=2, metavar=("VARIANT", "MODEL_DIR"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:

@@ -32,10 +32,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks import ArgumentParser
+from benchmarks import RESULTS, ArgumentParser
 from benchmarks.paired_stats import apply_holm, keyed, mde_text, paired_diff, paired_values, wald_diff, wilson
 
-RESULTS = Path(__file__).resolve().parent / "results"
 SPLIT = ("time/generation", "time/env", "time/update")
 
 
@@ -99,9 +98,8 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
                              "runs are pooled with this run's before the statistics")
     args = parser.parse_args(argv)
 
-    from ecpo_train.integrations.rllib.llm.engine import train_with_rllib
-
     from ecpo_train.apps.models import default_cache_dir
+    from ecpo_train.integrations.rllib.llm.engine import train_with_rllib
     from ecpo_train.runtime.config import load_config
     from ecpo_train.runtime.trainer import Trainer
 
