@@ -75,9 +75,11 @@ def collect_groups(algo: Any, dispatched: Dispatched) -> tuple[list[dict[str, An
     group, timeout = algo.env_runner_group, float(algo.config.group_sample_timeout_s)
     deadline = dispatched.sent_at + timeout
     answers: list[dict[str, Any]] = []
-    while group.num_in_flight_async_reqs(SAMPLE_TAG) > 0 and time.perf_counter() < deadline:
+    while True:  # answers already in are read even when the update outlasted the timeout
         wait = min(5.0, max(0.0, deadline - time.perf_counter()))
         answers += [out for _, out in group.fetch_ready_async_reqs(tags=SAMPLE_TAG, timeout_seconds=wait)]
+        if group.num_in_flight_async_reqs(SAMPLE_TAG) == 0 or time.perf_counter() >= deadline:
+            break
     if group.num_in_flight_async_reqs(SAMPLE_TAG) > 0:
         raise TimeoutError(f"env runner(s) did not return their dispatched groups within sample_timeout_s={timeout:g}"
                            " s (no runner failed): raise env_runners(sample_timeout_s=...), or None for the default "
