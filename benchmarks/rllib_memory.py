@@ -212,17 +212,20 @@ def run_example(model: str, interval: float, timeout: float, checkout: Path = RO
             driver = subprocess.Popen([sys.executable, "-c", code], cwd=folder, stdout=log, stderr=subprocess.STDOUT,
                                       env=env)
             sampler = TreeSampler(driver.pid, str(ray_dir))
+            timed_out = False
             while driver.poll() is None:
                 sampler.sample()
                 if time.perf_counter() - started > timeout:
+                    timed_out = True
                     driver.kill()
+                    driver.wait()
                     break
                 time.sleep(interval)
         seconds = time.perf_counter() - started
         sampler.sample()  # the head's daemons, should the driver have ended before the first sample
         leftovers = sampler.stop_leftovers()
         tail = (Path(folder) / "driver.log").read_text()[-3000:]
-    return {"returncode": driver.returncode, "seconds": seconds, "ray_start_returncode": head.returncode,
+    return {"returncode": driver.returncode, "timed_out": timed_out, "seconds": seconds, "ray_start_returncode": head.returncode,
             "driver_log_tail": tail, "ray_processes_stopped": len(leftovers)} | sampler.summary()
 
 
@@ -235,7 +238,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--label", default="", help="what this measurement is (e.g. before / after)")
     parser.add_argument("--commit", default=None, help="the checkout measured (default: git HEAD)")
     parser.add_argument("--interval", type=float, default=0.5, help="seconds between samples")
-    parser.add_argument("--timeout", type=float, default=1800.0)
+    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds before the driver is stopped (the "
+                                                                         "peaks so far are still written)")
     parser.add_argument("--machine", default="2 shared CPU cores, 24 GiB RAM (beside a ~9 GB training run)")
     parser.add_argument("--out", default=str(RESULTS / "rllib_memory.json"))
     args = parser.parse_args(argv)
