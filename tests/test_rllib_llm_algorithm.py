@@ -285,8 +285,9 @@ def test_ecpo_train_engine_rllib_writes_the_native_run_folder(tiny_model_dir, tm
     native_dir = tmp_path / "native_run"
     native_args = [a for a in args if a not in ("--engine", "rllib", "--env-runners", "0")
                    and not a.startswith("run_dir=")] + [f"run_dir={native_dir}"]
-    assert CliRunner().invoke(app, native_args).exit_code == 0
-    assert CliRunner().invoke(app, [*native_args, "iterations=3", "--resume"]).exit_code == 0
+    for native_run in (native_args, [*native_args, "iterations=3", "--resume"]):
+        result = CliRunner().invoke(app, native_run)
+        assert result.exit_code == 0, result.output
     checkpoints = {"checkpoint.pt": "<checkpoint>", "rllib_checkpoint": "<checkpoint>"}
     names = [sorted(checkpoints.get(p.name, p.name) for p in folder.iterdir()) for folder in (run_dir, native_dir)]
     assert names[0] == names[1] == sorted(["config.yaml", "metrics.jsonl", "validation.jsonl", "history.jsonl",
