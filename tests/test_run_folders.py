@@ -191,3 +191,8 @@ def test_resume_changes_compares_nested_keys_and_allows_only_bookkeeping():
     with pytest.raises(ValueError, match="cannot change env_kwargs.rare_prob"):
         resume_changes(saved, new | {"env_kwargs": {"rare_prob": [0.3, 0.7]}})
     assert {"iterations", "tensorboard", "progress"} <= RESUMABLE_KEYS and "algorithm" not in RESUMABLE_KEYS
+    # how copies are spread over processes and waves does not change the rows: a resume may change it
+    assert resume_changes({"rollout_waves": 1, "env_workers": 0}, {"rollout_waves": 2, "env_workers": 2}) == {
+        "env_workers": [0, 2], "rollout_waves": [1, 2]}
+    with pytest.raises(ValueError, match="cannot change behaviour_correction"):
+        resume_changes({}, {"behaviour_correction": "truncated_is"})

@@ -35,9 +35,10 @@ from ecpo_train.runtime.run_dir import (
     read_saved_config,
 )
 
-# bookkeeping: changing these on --resume continues the same run (where it lives, how long, what is logged)
+# bookkeeping: changing these on --resume continues the same run (where it lives, how long, what is logged,
+# how the copies are spread over processes and waves: the rows are the same)
 RESUMABLE_KEYS = frozenset({"run_dir", "iterations", "checkpoint_every", "save_optimizer", "tensorboard",
-                            "progress", "val_every", "val_after_first", "env_workers"})
+                            "progress", "val_every", "val_after_first", "env_workers", "rollout_waves"})
 
 
 @dataclass
