@@ -99,7 +99,8 @@ class LLMEnvRunner(EnvRunner):
         started = time.perf_counter()
         rollout = collect_rollout(envs, self.policy, list(task_ids), env_name=tc.env_id,
                                   temperature=tc.rollout_temperature, seed=int(env_seed), anchor_key=tc.anchor_key,
-                                  history_length=tc.history_length, policy_version=self._weights_seq_no)
+                                  history_length=tc.history_length, policy_version=self._weights_seq_no,
+                                  waves=tc.rollout_waves)
         episodes = [dataclasses.replace(e, group_id=e.group_id + group_offset,
                                         traj_id=e.traj_id + group_offset * tc.group_size, transcript=[])
                     for e in rollout.episodes]
