@@ -19,6 +19,24 @@ from ecpo_train.core.loss import (
 )
 
 
+def _per_token_table(base, mask, lr=0.0):
+    """A parameter table theta with log pi_theta = base + theta per token, and an SGD that records each step's
+    gradient: (theta, logprob_fn, optimizer, grads)."""
+    theta = torch.nn.Parameter(torch.zeros_like(base))
+    grads = []
+
+    class Capture(torch.optim.SGD):
+        def step(self, closure=None):
+            grads.append(theta.grad.clone())
+            return super().step(closure)
+
+    def logprob_fn(idx):
+        idx = torch.as_tensor(idx)
+        return base[idx] + theta[idx], mask[idx], None
+
+    return theta, logprob_fn, Capture([theta], lr=lr), grads
+
+
 def test_clipped_surrogate_clips_on_both_sides():
     old = torch.zeros(4)
     # ratios 1.5 (A>0: clipped to 1.2), 0.5 (A<0: clipped to 0.8), 1.5 (A<0: unclipped 1.5), 0.5 (A>0: 0.5)
@@ -84,20 +102,7 @@ def test_micro_batch_accumulation_equals_full_batch_gradient():
     adv = torch.randn(rows)
 
     def run(micro: int) -> torch.Tensor:
-        theta = torch.nn.Parameter(torch.zeros(rows, width))
-
-        def logprob_fn(idx):
-            idx = torch.as_tensor(idx)
-            return old_logp[idx] + theta[idx], mask[idx], None
-
-        grads = []
-
-        class Capture(torch.optim.SGD):
-            def step(self, closure=None):
-                grads.append(theta.grad.clone())
-                return super().step(closure)
-
-        opt = Capture([theta], lr=0.0)
+        theta, logprob_fn, opt, grads = _per_token_table(old_logp, mask)
         settings = UpdateSettings(mini_batch_size=rows, micro_batch_size=micro, kl_coef=0.0, max_grad_norm=1e9)
         policy_update(logprob_fn, None, [theta], opt, old_logp, mask, adv, settings, np.random.default_rng(0))
         return grads[0]
@@ -130,21 +135,11 @@ def test_trajectory_mean_gradient_is_the_mean_over_episodes_of_each_episode_row_
     mask = torch.ones(rows, 1)
     old_logp = -torch.rand(rows, 1)
     adv = torch.tensor([1.5, -0.5, -0.5, -0.5, -0.5, 0.0, 0.7])
-    theta = torch.nn.Parameter(torch.zeros(rows, 1))
-    grads = []
-
-    class Capture(torch.optim.SGD):
-        def step(self, closure=None):
-            grads.append(theta.grad.clone())
-            return super().step(closure)
-
-    def logprob_fn(idx):
-        idx = torch.as_tensor(idx)
-        return old_logp[idx] + theta[idx], mask[idx], None
+    theta, logprob_fn, opt, grads = _per_token_table(old_logp, mask)
 
     weighted = adv * torch.as_tensor(trajectory_mean_weights(traj), dtype=adv.dtype)
     settings = UpdateSettings(mini_batch_size=rows, micro_batch_size=3, kl_coef=0.0, max_grad_norm=1e9)
-    policy_update(logprob_fn, None, [theta], Capture([theta], lr=0.0), old_logp, mask, weighted, settings,
+    policy_update(logprob_fn, None, [theta], opt, old_logp, mask, weighted, settings,
                   np.random.default_rng(0))
     lengths = np.bincount(traj)[traj]
     want = -(adv / torch.as_tensor(lengths, dtype=adv.dtype) / len(set(traj.tolist()))).unsqueeze(1)
@@ -208,21 +203,11 @@ def _update(correction: str, behaviour_shift: float, epochs: int = 2):
     mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]] * 3)
     base = -torch.rand(rows, width) * mask
     adv = torch.tensor([1.0, -0.5, 2.0, 0.0, -1.0, 0.7])
-    theta = torch.nn.Parameter(torch.zeros(rows, width))
-    grads = []
-
-    class Capture(torch.optim.SGD):
-        def step(self, closure=None):
-            grads.append(theta.grad.clone())
-            return super().step(closure)
-
-    def logprob_fn(idx):
-        idx = torch.as_tensor(idx)
-        return base[idx] + theta[idx], mask[idx], None
+    theta, logprob_fn, opt, grads = _per_token_table(base, mask, lr=0.5)
 
     settings = UpdateSettings(mini_batch_size=3, micro_batch_size=2, kl_coef=0.0, max_grad_norm=1e9, epochs=epochs,
                               behaviour_correction=correction, is_weight_cap=1.5)
-    stats = policy_update(logprob_fn, None, [theta], Capture([theta], lr=0.5), base - behaviour_shift * mask, mask,
+    stats = policy_update(logprob_fn, None, [theta], opt, base - behaviour_shift * mask, mask,
                           adv, settings, np.random.default_rng(0))
     return theta.detach(), grads, stats, base, mask, adv
 

@@ -14,20 +14,11 @@ import torch
 
 pytest.importorskip("ray")
 
+from llm_values import small_values
+
 from ecpo_train.integrations.rllib import ECPOConfig, LLMEnvRunner
 from ecpo_train.integrations.rllib.llm.module import CausalLMRLModule
 from ecpo_train.runtime.config import config_dict, make_config
-
-CORRIDOR = {"num_tasks": 2, "depth": 4, "rare_prob": [0.4, 0.7]}
-
-
-def train_values(model, tmp_path, **changes):
-    values = {"run_dir": str(tmp_path / "run"), "policy": "llm", "policy_mode": "score", "model": str(model),
-              "device": "cpu", "env_id": "ecpo/DivergentAnchor-v0", "env_kwargs": dict(CORRIDOR), "n_groups": 2,
-              "group_size": 4, "history_length": 0, "prompt_style": "compact", "val_every": 0,
-              "credit": {"d_min": 1}, "lr": 1e-3, "kl_coef": 0.01, "mini_batch_size": 8, "micro_batch_size": 4,
-              "update_epochs": 1, "seed": 5, "checkpoint_every": 0, "tensorboard": False, "progress": False}
-    return values | changes
 
 
 def alive(kind: type) -> list:
@@ -53,7 +44,7 @@ def test_a_runner_holds_one_frozen_copy_of_the_weights_and_no_optimizer_or_refer
     parameters never take gradients, and it samples and loads the learner's weights as before."""
     from transformers import GenerationMixin  # a causal LM (its inner decoder stack is not one)
 
-    train = make_config(train_values(tiny_model_dir, tmp_path))
+    train = make_config(small_values(tiny_model_dir, tmp_path))
     models_before = {id(m) for m in alive(GenerationMixin)}
     optimizers_before = {id(o) for o in alive(torch.optim.Optimizer)}
     runner = LLMEnvRunner(config=ECPOConfig.from_train_config(train))
@@ -82,7 +73,7 @@ def test_a_runner_holds_one_frozen_copy_of_the_weights_and_no_optimizer_or_refer
 def test_bfloat16_weights_sync_in_bfloat16(tiny_model_dir, tmp_path):
     """A bfloat16 learner's state (numpy has no bfloat16: RLlib's own conversion raises on it) reaches a runner
     weight for weight, in bfloat16 (no float32 copy on the way)."""
-    train = make_config(train_values(tiny_model_dir, tmp_path, dtype="bfloat16"))
+    train = make_config(small_values(tiny_model_dir, tmp_path, dtype="bfloat16"))
     learner = learner_module(train)
     with torch.no_grad():
         for p in learner.parameters():
@@ -126,7 +117,7 @@ def test_a_vllm_runner_keeps_no_transformers_copy(tiny_model_dir, tmp_path, reco
     model, and the learner's full state goes straight into the engine."""
     from transformers import PreTrainedModel
 
-    train = make_config(train_values(tiny_model_dir, tmp_path, policy_mode="generate", generation_backend="vllm",
+    train = make_config(small_values(tiny_model_dir, tmp_path, policy_mode="generate", generation_backend="vllm",
                                      max_response_length=8))
     models_before = {id(m) for m in alive(PreTrainedModel)}
     runner_module = CausalLMRLModule(observation_space=None, action_space=None, inference_only=True,
@@ -148,7 +139,7 @@ def test_a_vllm_runner_keeps_no_transformers_copy(tiny_model_dir, tmp_path, reco
 
 def test_a_vllm_runner_under_lora_keeps_its_copy_and_says_why(tiny_model_dir, tmp_path, recording_engine, capfd):
     pytest.importorskip("peft")
-    train = make_config(train_values(tiny_model_dir, tmp_path, policy_mode="generate", generation_backend="vllm",
+    train = make_config(small_values(tiny_model_dir, tmp_path, policy_mode="generate", generation_backend="vllm",
                                      max_response_length=8, lora={"r": 4, "alpha": 8, "dropout": 0.0}))
     runner = LLMEnvRunner(config=ECPOConfig.from_train_config(train))
     try:

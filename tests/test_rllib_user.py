@@ -16,24 +16,16 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
+from llm_values import small_values
+
 from ecpo_train.integrations.rllib import ECPO, ECPOConfig
 from ecpo_train.runtime.config import TrainConfig, load_config, make_config
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "ecpo_train" / "runtime" / "configs"
-CORRIDOR = {"num_tasks": 2, "depth": 4, "rare_prob": [0.4, 0.7]}
 # Keys of a preset that say where and how long a run goes, not what it trains on
 BOOKKEEPING = ("run_dir", "iterations", "checkpoint_every", "save_optimizer", "tensorboard", "progress",
                "val_before_training")
-
-
-def small_values(model, tmp_path, **changes):
-    values = {"run_dir": str(tmp_path / "run"), "policy": "llm", "policy_mode": "score", "model": str(model),
-              "device": "cpu", "env_id": "ecpo/DivergentAnchor-v0", "env_kwargs": dict(CORRIDOR), "n_groups": 2,
-              "group_size": 4, "history_length": 0, "prompt_style": "compact", "val_every": 0,
-              "credit": {"d_min": 1}, "lr": 1e-3, "kl_coef": 0.01, "mini_batch_size": 8, "micro_batch_size": 4,
-              "update_epochs": 1, "seed": 5, "checkpoint_every": 0, "tensorboard": False, "progress": False}
-    return values | changes
 
 
 def readme_example() -> str:
