@@ -47,6 +47,15 @@ def check_anchor_key(anchor_key: Any) -> str:
     return anchor_key
 
 
+def check_info_keys(info: dict, anchor_key: str, env_name: str) -> None:
+    """The info an episode starts with carries what a step row reads: ``state_key`` and ``anchor_key``'s field.
+    An env that lacks one is refused in one line, before a step is played."""
+    missing = [key for key in dict.fromkeys(("state_key", anchor_key)) if key not in info]
+    if missing:
+        raise ValueError(f"{env_name}: the info of reset() has no {' or '.join(missing)}; step credit reads each "
+                         "step's anchor from it (an ecpo_gym TextAgentEnv provides both; see docs/environments.md)")
+
+
 class Actor(Protocol):
     """What ``collect_rollout`` asks of a policy: one batched ``act`` call (every ``Policy`` is one)."""
 
@@ -171,6 +180,7 @@ def collect_rollout(
         on_reset(results)
     observations = [obs for obs, _ in results]
     infos = [info for _, info in results]
+    check_info_keys(infos[0], anchor_key, env_name)
     live = [True] * n
     histories: list[list[tuple[str, str]]] = [[] for _ in range(n)]
     transcripts: list[list[tuple[str, str, str]]] = [[] for _ in range(n)]
