@@ -37,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -332,15 +333,18 @@ def part_learning(args: argparse.Namespace, work: Path, deadline: float, save: A
         if time.monotonic() + reserve > deadline:  # not even the closing validation fits: keep what was measured
             part["stopped"] = "the time limit left no room for an iteration and the closing validation"
             return part | {"iterations_planned": 0, "iterations_done": 0, "seconds": time.perf_counter() - started}
+        walls: list[float] = []  # an iteration's wall time here: the trainer's time/iteration and the save
         while True:
+            iteration_started = time.monotonic()
             metrics = trainer.train_iteration()
             rows.append(iteration_figures(metrics, tokens[-1]))
-            if len(rows) == 1:
-                left = deadline - time.monotonic() - reserve
-                part["iterations_planned"] = 1 + max(0, int(left // metrics["time/iteration"]))
             part |= {"iterations_done": len(rows), "per_iteration": rows, "rates": mean_figures(rows)}
             save(part)
-            mean_seconds = float(np.mean([r["time/iteration"] for r in rows]))
+            walls.append(time.monotonic() - iteration_started)
+            if len(rows) == 1:
+                left = deadline - time.monotonic() - reserve
+                part["iterations_planned"] = 1 + max(0, int(left // walls[0]))
+            mean_seconds = float(np.mean(walls))
             if len(rows) >= min(part["iterations_planned"], args.max_iterations):
                 break
             if time.monotonic() + mean_seconds + reserve > deadline:
@@ -410,26 +414,39 @@ def main(argv: list[str] | None = None) -> int:
     def save(name: str, part: dict[str, Any], running: bool = True) -> None:
         report["parts"][name] = part
         report["running"] = name if running else None
-        report["parts"].setdefault("environment", {}).update(facts | {"distributions": loaded_distributions()})
+        environment = report["parts"].setdefault("environment", {})
+        environment.update(facts)
+        if not running or "distributions" not in environment:  # ~2-4 s a call: not after every iteration
+            environment["distributions"] = loaded_distributions()
         report["seconds"] = time.monotonic() - started
         write(fill_tests(report), out)
 
+    failed: list[str] = []
     with tempfile.TemporaryDirectory(prefix="gpu_run-") as tmp:
         work = Path(tmp)
         for name in PART_NAMES:
             if name not in chosen:
                 continue
             print(f"[{time.monotonic() - started:6.0f} s] part {PART_NAMES.index(name) + 1}: {name}", flush=True)
-            if name == "environment":
-                part = part_environment(args.device)
-            elif name == "credit":
-                part = part_credit(args.device, args.credit_reps, args.smoke)
-            elif name == "paper_iteration":
-                part = part_paper_iteration(args, work)
-            else:
-                part = part_learning(args, work, deadline, lambda p: save("learning", p))
+            try:
+                if name == "environment":
+                    part = part_environment(args.device)
+                elif name == "credit":
+                    part = part_credit(args.device, args.credit_reps, args.smoke)
+                elif name == "paper_iteration":
+                    part = part_paper_iteration(args, work)
+                else:
+                    part = part_learning(args, work, deadline, lambda p: save("learning", p))
+            except Exception as err:  # one failed part must not cost the others a lease: record it, go on
+                traceback.print_exc()
+                failed.append(name)
+                part = dict(report["parts"].get(name) or {}) | {"error": f"{type(err).__name__}: {err}"}
             save(name, part, running=False)
     print(f"wrote {out} and {out.with_suffix('.md')} ({time.monotonic() - started:.0f} s)")
+    if failed:
+        print(f"error: part(s) {', '.join(failed)} failed; the JSON records each error, the others are complete",
+              file=sys.stderr)
+        return 1
     return 0
 
 

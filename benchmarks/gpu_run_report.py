@@ -102,13 +102,16 @@ def render(report: Mapping[str, Any]) -> str:
                    f"{env.get('cuda')}), transformers {env.get('transformers')}, Python {env.get('python')}"),
                   (f"- CUDA tests (`{tests.get('command', '')}`): {tests.get('summary', 'not run')} "
                    f"(exit {tests.get('exit_code')})"), ""]
-    if "credit" in parts:
+    for name in PART_NAMES:
+        if "error" in parts.get(name, {}):
+            lines += [f"**Part {PART_NAMES.index(name) + 1} ({name}) failed:** `{parts[name]['error']}`", ""]
+    if "credit" in parts and "error" not in parts["credit"]:
         c = parts["credit"]
         lines += ["## 2. Credit on the device against numpy", "",
                   (f"ECPO credit on a paper-shaped batch ({c['rows']} rows): numpy {1e3 * c['cpu_seconds']:.2f} ms, "
                    f"{c['device']} {1e3 * c['device_seconds']:.2f} ms, "
                    f"max |difference| {c['max_abs_difference']:.1e}."), ""]
-    if "paper_iteration" in parts:
+    if "paper_iteration" in parts and "error" not in parts["paper_iteration"]:
         p = parts["paper_iteration"]
         lines += ["## 3. The paper-shaped iteration", "",
                   (f"{p['model']}, {p['groups']} groups x {p['group_size']} on {p['env_id']} (native engine), "

@@ -69,6 +69,23 @@ def test_the_two_commands_files_merge_and_render(tmp_path):
     assert "- unseen validation tasks: 0.400 -> 0.500 on 20 paired episodes (2 gained, 0 lost)" in text
 
 
+def test_a_failed_part_is_recorded_and_the_command_says_so(tmp_path, capsys):
+    # one lease, one command: a part that raises must leave the JSON and markdown whole, with its error named
+    out = tmp_path / "gpu_run.json"
+    out.write_text(json.dumps({"parts": {"credit": {"device": "cuda", "rows": 5, "cpu_seconds": 0.01,
+                                                    "device_seconds": 0.01, "max_abs_difference": 0.0}}}))
+    code = gpu_run.main(["--device", "cpu", "--parts", "4", "--model", str(tmp_path / "absent"), "--out", str(out)])
+    assert code == 1
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "error: part(s) learning failed; the JSON records each error, the others are complete")
+    report = json.loads(out.read_text())
+    assert report["parts"]["learning"]["error"].startswith("FileNotFoundError: no model at ")
+    assert report["parts"]["credit"]["rows"] == 5  # the earlier command's part is kept
+    text = out.with_suffix(".md").read_text()
+    assert "**Part 4 (learning) failed:** `FileNotFoundError: no model at " in text
+    assert "## 2. Credit on the device against numpy" in text
+
+
 def test_a_file_that_is_not_json_is_one_line(tmp_path, capsys):
     bad = tmp_path / "bad.json"
     bad.write_text("{")
