@@ -69,6 +69,22 @@ def test_the_two_commands_files_merge_and_render(tmp_path):
     assert "- unseen validation tasks: 0.400 -> 0.500 on 20 paired episodes (2 gained, 0 lost)" in text
 
 
+def test_the_validation_is_also_reported_without_the_tasks_the_cpu_recipe_was_chosen_on():
+    # alfworld_cpu's 48 validation households (seeds 10000-10023) are among alfworld_gpu's 400
+    tuned = gpu_run_report.recipe_tasks()
+    assert len(tuned) == 48 and "gen/Look/10023" in tuned and "gen/Look/10024" not in tuned
+    before = [["gen/Look/10000", 0, 0], ["gen/Look/10000", 1, 0], ["gen/Look/10100", 0, 0], ["gen/Pick/10150", 1, 1]]
+    after = [["gen/Look/10000", 0, 1], ["gen/Look/10000", 1, 1], ["gen/Look/10100", 0, 1], ["gen/Pick/10150", 1, 1]]
+    report = gpu_run_report.fill_tests({"parts": {"learning": {"outcomes": {"validation": {"before": before,
+                                                                                          "after": after}}}}})
+    learning = report["parts"]["learning"]
+    assert (learning["validation"]["episodes"], learning["validation"]["gained"]) == (4, 3)
+    untuned = learning["validation_untuned"]
+    assert (untuned["episodes"], untuned["gained"], untuned["excluded_tasks"]) == (2, 1, ["gen/Look/10000"])
+    assert "- the same without the 1 tasks the CPU recipe was chosen on: 0.500 -> 1.000 on 2 paired episodes" in \
+        gpu_run_report.render(report)
+
+
 def test_a_failed_part_is_recorded_and_the_command_says_so(tmp_path, capsys):
     # one lease, one command: a part that raises must leave the JSON and markdown whole, with its error named
     out = tmp_path / "gpu_run.json"
