@@ -24,7 +24,14 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import ArgumentParser
-from benchmarks.gpu_run import QWEN25_1_5B, QWEN25_SMOKE, ROOT, device_facts, tokenizer_dir, write_random_model
+from benchmarks.gpu_run import (
+    QWEN25_1_5B,
+    QWEN25_SMOKE,
+    ROOT,
+    device_facts,
+    tokenizer_dir,
+    write_random_model,
+)
 
 
 def _sync(device: str) -> None:

@@ -437,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
                     part = part_paper_iteration(args, work)
                 else:
                     part = part_learning(args, work, deadline, lambda p: save("learning", p))
-            except Exception as err:  # one failed part must not cost the others a lease: record it, go on
+            except Exception as err:  # noqa: BLE001 -- one failed part must not cost the others a lease: record it
                 traceback.print_exc()
                 failed.append(name)
                 part = dict(report["parts"].get(name) or {}) | {"error": f"{type(err).__name__}: {err}"}

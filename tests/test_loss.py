@@ -6,15 +6,14 @@ import numpy as np
 import pytest
 import torch
 
-from ecpo_train.core.loss import (
-    UpdateSettings,
+from ecpo_train.core.loss import UpdateSettings, policy_update
+from ecpo_train.core.objective import (
     assign_step_advantage,
     clipped_surrogate,
     decoupled_clipped_surrogate,
     ecpo_objective_loss,
     kl_k3,
     masked_token_mean,
-    policy_update,
     truncated_is_weight,
 )
 

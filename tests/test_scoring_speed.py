@@ -16,13 +16,9 @@ import numpy as np
 import pytest
 import torch
 
-from ecpo_train.core.loss import (
-    UpdateSettings,
-    clipped_surrogate,
-    equal_return_rows,
-    policy_update,
-)
+from ecpo_train.core.loss import UpdateSettings, equal_return_rows, policy_update
 from ecpo_train.core.micro_batches import pack_micro_batches
+from ecpo_train.core.objective import clipped_surrogate
 from ecpo_train.policies.base import StepContext
 
 ENV_ID = "ecpo/DivergentAnchor-v0"
@@ -101,7 +97,12 @@ def test_fast_update_gradient_equals_the_plain_objective(scorer, epsilon):
         scale = max(float(g.abs().max()) for g in expected)
         assert scale > 0
         for want, have in zip(expected, got):
-            torch.testing.assert_close(have, want, atol=1e-6 * max(scale, 1.0), rtol=1e-4)
+            # two float32 computation orders (packed tree-masked contexts against one plain forward per candidate,
+            # summed over torch's CPU threads; 1.2e-5 of the norm seen on 1 of 2 free cores): each parameter's
+            # gradient agrees to 1e-4 of its norm, and no element differs by more than 1e-4 of the largest gradient
+            # element. A wrong row, clip or scale is off by far more (a relative error of order 1)
+            assert float((have - want).norm()) <= 1e-4 * max(float(want.norm()), 1e-12) + 1e-9
+            torch.testing.assert_close(have, want, atol=1e-4 * scale, rtol=0.0)
     finally:
         scorer.explore_epsilon = 0.0
         scorer.zero_grad(set_to_none=True)
