@@ -161,30 +161,10 @@ def part_credit(device: str, reps: int, smoke: bool) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------- trainer helpers
-def count_update_tokens(trainer: Any) -> list[int]:
-    """Wrap ``trainer.update_policy`` so each update appends the tokens it computes: prompt and response ids of
-    every row that carries gradient (``loss.rows_with_gradient``), times the update's epochs; a scoring row's
-    prompt packs its candidates."""
-    from ecpo_train.core.loss import rows_with_gradient
-    from ecpo_train.runtime.builders import update_settings
-
-    counts: list[int] = []
-    update = trainer.update_policy
-    settings = update_settings(trainer.config)
-
-    def counted(rollout, step_advantages):
-        table = rollout.batch
-        carries = rows_with_gradient(step_advantages, settings, trainer.reference is not None)
-        tokens = sum(len(table.prompt_ids[i]) + len(table.response_ids[i]) for i in np.flatnonzero(carries))
-        counts.append(int(tokens) * settings.epochs)
-        return update(rollout, step_advantages)
-
-    trainer.update_policy = counted
-    return counts
-
-
-def iteration_figures(metrics: dict[str, float], update_tokens: int) -> dict[str, float]:
-    """The time split and rates of one trainer iteration."""
+def iteration_figures(metrics: dict[str, float]) -> dict[str, float]:
+    """The time split and rates of one trainer iteration (the update's tokens: ``update/tokens_computed``, the
+    sequences of the rows its forward and backward passes computed, every epoch)."""
+    update_tokens = metrics.get("update/tokens_computed", 0.0)
     keep = {k: float(v) for k, v in metrics.items()
             if k.startswith("time/") or k in ("num_steps", "success", "update/rows_computed", "update/optimizer_steps")}
     acting = metrics["time/generation"] + metrics["time/env"]
@@ -236,13 +216,12 @@ def part_paper_iteration(args: argparse.Namespace, work: Path) -> dict[str, Any]
         "micro_batch_size": 8 if cuda else 2, "kl_coef": 0.01, "lr": 1e-6, "threads": 1 if args.smoke else 0,
     })
     trainer = Trainer(config)
-    tokens = count_update_tokens(trainer)
     attention = trainer.policy.model.config._attn_implementation
     try:
         metrics = trainer.train_iteration()
     finally:
         trainer.close()
-    figures = iteration_figures(metrics, tokens[0])
+    figures = iteration_figures(metrics)
     responses = metrics["num_steps"] * shape["response"]  # random weights never stop a reply early
     per_row_update = (metrics["time/update"] + metrics["time/credit"]) / metrics["num_steps"]
     per_step_acting = (metrics["time/generation"] + metrics["time/env"]) / shape["steps"]
@@ -317,7 +296,6 @@ def part_learning(args: argparse.Namespace, work: Path, deadline: float, save: A
     trainer = Trainer(dataclasses.replace(config, model=str(sft_dir)))
     if args.device.startswith("cuda"):  # distinct (prompt, candidates) items per scoring forward (8 by default)
         trainer.policy.score_batch_size = args.score_batch
-    tokens = count_update_tokens(trainer)
     train_tasks = trainer.train_tasks[: args.train_val_tasks]
     part |= {"attention": trainer.policy.model.config._attn_implementation,
              "score_batch_size": trainer.policy.score_batch_size}
@@ -337,7 +315,7 @@ def part_learning(args: argparse.Namespace, work: Path, deadline: float, save: A
         while True:
             iteration_started = time.monotonic()
             metrics = trainer.train_iteration()
-            rows.append(iteration_figures(metrics, tokens[-1]))
+            rows.append(iteration_figures(metrics))
             part |= {"iterations_done": len(rows), "per_iteration": rows, "rates": mean_figures(rows)}
             save(part)
             walls.append(time.monotonic() - iteration_started)

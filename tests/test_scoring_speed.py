@@ -94,6 +94,8 @@ def test_fast_update_gradient_equals_the_plain_objective(scorer, epsilon):
             row_tokens=np.asarray([len(p) for p in prompts]))
         got = gradients(scorer)
         assert stats["rows_skipped"] == 4.0 and stats["rows_computed"] == 5.0
+        # the tokens computed: the 5 rows with an advantage, each its whole scored sequence (row_tokens)
+        assert stats["tokens_computed"] == sum(len(prompts[i]) for i in np.flatnonzero(advantages.numpy() != 0))
         scale = max(float(g.abs().max()) for g in expected)
         assert scale > 0
         for want, have in zip(expected, got):

@@ -165,7 +165,7 @@ def policy_update(
     kept = np.arange(n_rows) if keep is None else np.flatnonzero(np.asarray(keep, dtype=bool))
     carries = rows_with_gradient(step_advantages, settings, ref_logprob_fn is not None)
     ref_cache: dict[int, torch.Tensor] = {}
-    computed_rows = skipped_rows = 0
+    computed_rows = skipped_rows = computed_tokens = 0
     if row_tokens is None:
         row_tokens = old_mask.sum(dim=1).numpy().astype(np.int64)
     prox_logp = None
@@ -194,6 +194,7 @@ def policy_update(
             if n_active == 0:  # no row can move the policy: no forward, no backward, no optimizer step
                 continue
             computed_rows += len(active)
+            computed_tokens += int(np.asarray(row_tokens)[active].sum())
             active_tokens = float(old_mask[active].sum())
             optimizer.zero_grad(set_to_none=True)
             micros = pack_micro_batches(active, row_tokens, settings.micro_batch_size,
@@ -251,6 +252,8 @@ def policy_update(
     result["grad_norm"] = float(np.mean(grad_norms)) if grad_norms else 0.0
     result["optimizer_steps"] = float(n_steps)
     result["rows_computed"] = float(computed_rows)
+    # the tokens the forward and backward passes computed (each computed row's sequence, every epoch), all processes
+    result["tokens_computed"] = float(computed_tokens if reducer is None else reducer.sum(float(computed_tokens)))
     result["rows_skipped"] = float(skipped_rows + (n_rows - len(kept)) * settings.epochs)
     return result
 
