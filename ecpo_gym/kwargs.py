@@ -16,17 +16,23 @@ from collections.abc import Sequence
 from typing import Any
 
 
+def is_int_in(value: Any, low: int, high: int | None = None) -> bool:
+    """The integer rule: an ``int`` in ``[low, high]``; a bool, a float or a string is not (``1.5`` would be
+    truncated). :func:`check_int` and :func:`check_count` say it in two wordings."""
+    return not isinstance(value, bool) and isinstance(value, int) and low <= value and (high is None or value <= high)
+
+
 def check_int(name: str, value: Any, low: int, high: int | None = None) -> int:
-    """An integer in ``[low, high]``; a bool, a float or a string is refused (``1.5`` would be truncated)."""
-    valid = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high}]"
-    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
+    """An integer in ``[low, high]`` (:func:`is_int_in`)."""
+    if not is_int_in(value, low, high):
+        valid = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high}]"
         raise ValueError(f"{name}={value!r} is invalid: it must be {valid}")
     return int(value)
 
 
 def check_count(name: str, value: Any, low: int, high: int | None = None) -> int:
-    """:func:`check_int`'s rule in ALFWorld's words (``num_tasks must be an int in [1, 1000000], got 0``)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
+    """:func:`is_int_in` in ALFWorld's words (``num_tasks must be an int in [1, 1000000], got 0``)."""
+    if not is_int_in(value, low, high):
         valid = f"an int >= {low}" if high is None else f"an int in [{low}, {high}]"
         raise ValueError(f"{name} must be {valid}, got {value!r}")
     return int(value)
