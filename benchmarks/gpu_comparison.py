@@ -1,0 +1,253 @@
+"""ECPO against GiGPO w/std on one GPU: the same warm start, the same rollout seeds, the same validation episodes.
+
+The first GPU run (``benchmarks/gpu_run.py`` part 4, one H100) showed ECPO's update learning unseen ALFWorld
+households in 24 iterations of the ``alfworld_gpu`` preset. This command asks the paper's question on that
+setting, in one command of at most 10 minutes:
+
+1. ``ecpo sft``'s expert warm start on training households (``run_sft``, as part 4);
+2. the validation before training on the preset's 800 unseen episodes (400 tasks x 2, every choice's random draw
+   fixed by (seed, copy, step)): validation does not depend on the credit estimator, so one serves every arm;
+3. for each arm (``--arms``, default ``ecpo gigpo_std``), a trainer from the warm start with that estimator and
+   the same seed (the first iteration's rollouts are the same for every arm), N iterations, then the validation
+   again. N is the same for every arm, sized from the first arm's first iteration so every arm and its closing
+   validation fit the time limit (``--iterations`` fixes it instead);
+4. the report: each arm's success before and after (paired, McNemar-consistent exact interval, MDE), and each
+   later arm against the first on the same 800 episodes after training.
+
+**Registered endpoint, fixed before any run of this command** (2026-11-26): success on the 800 unseen validation
+episodes after N iterations, first arm (ECPO) minus second arm (GiGPO w/std), paired episode by episode, with
+McNemar's exact test and its consistent interval at 0.95. ECPO is better (or worse) only if the interval excludes
+0; otherwise "not shown", with the MDE. The training-task line of part 4 is not repeated here (time).
+
+    python -m benchmarks.gpu_comparison [--arms ecpo gigpo_std] [--time-limit 450] [--model DIR] [--out FILE]
+    python -m benchmarks.gpu_comparison --device cpu --smoke     # every step on tiny sizes (about a minute)
+
+Results go to ``benchmarks/results/gpu_comparison.{json,md}`` on CUDA (``runs/gpu_comparison.json`` otherwise),
+written after every stage, so a command stopped early returns what it finished.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks import RESULTS, ArgumentParser
+from benchmarks.gpu_run import (
+    DEFAULT_MODEL,
+    ROOT,
+    device_facts,
+    iteration_figures,
+    mean_figures,
+    tokenizer_dir,
+    validate_on,
+)
+from benchmarks.gpu_run_report import paired_test
+
+CLOSING_MARGIN = 1.15  # a closing validation's time, as a multiple of the one before training (plus 10 s)
+
+
+def iterations_that_fit(left: float, first_wall: float, validation: float, build: float, arms: int) -> int:
+    """N, the iterations every arm can run: the first arm has run 1 of them; what is ``left`` must hold its other
+    N - 1, then for each later arm a trainer's build, N iterations, and every arm's closing validation."""
+    closing = CLOSING_MARGIN * validation + 10.0
+    n = (left - arms * closing - (arms - 1) * build + first_wall) / (arms * first_wall)
+    return max(1, int(n))
+
+
+def render(report: dict[str, Any]) -> str:
+    """The markdown of a comparison JSON (whatever stages it holds)."""
+    env = report.get("environment", {})
+    smoke = " (smoke sizes: not a measurement)" if report.get("smoke") else ""
+    lines = [f"# ECPO against GiGPO w/std on one GPU ({env.get('gpu') or env.get('device', 'unknown device')})", "",
+             (f"Written by `benchmarks/gpu_comparison.py`{smoke}. Preset `{report.get('preset')}`, warm start "
+              f"{(report.get('sft') or {}).get('steps', 'n/a')} expert steps; {report.get('iterations', 'n/a')} "
+              "iterations per arm."), ""]
+    for arm in report.get("arms", []):
+        test = report.get("results", {}).get(arm, {}).get("gain")
+        done = report.get("results", {}).get(arm, {}).get("iterations_done")
+        if test:
+            lines.append(f"- {arm} ({done} iterations): {_paired(test)}")
+        elif arm in report.get("results", {}):
+            lines.append(f"- {arm}: {done} iterations done, closing validation not reached")
+    for name, test in report.get("comparisons", {}).items():
+        first, other = name.split(" - ")
+        lines += ["", (f"**Registered endpoint, {name}** after training, on the same {test['episodes']} episodes: "
+                       f"{first} {test['success_after']:.3f}, {other} {test['success_before']:.3f}")]
+        if "gained" not in test:
+            lines.append(f"(paired test {test.get('test', 'not computed')})")
+        elif test["gained"] + test["lost"] == 0:
+            lines.append("(no episode differs between the two)")
+        else:
+            verdict = "not shown: the interval holds 0" if test["low"] <= 0 <= test["high"] else \
+                f"{first} {'better' if test['diff'] > 0 else 'worse'}"
+            lines.append(f"({first} won {test['gained']} episodes {other} lost, {test['lost']} the other way): "
+                         f"{test['diff']:+.3f} [{test['low']:+.3f}, {test['high']:+.3f}] (exact, McNemar-consistent),"
+                         f" p = {test['p']:.3g}, MDE {test['mde']:.3f}; {verdict}.")
+    if report.get("stopped"):
+        lines += ["", f"Stopped early: {report['stopped']}"]
+    return "\n".join(lines) + "\n"
+
+
+def _paired(test: dict[str, Any]) -> str:
+    text = f"{test['success_before']:.3f} -> {test['success_after']:.3f} on {test['episodes']} paired episodes"
+    if "gained" not in test:
+        return f"{text}; paired test {test.get('test', 'not computed')}"
+    if test["gained"] + test["lost"] == 0:
+        return f"{text}; no episode changed its outcome"
+    return (f"{text} ({test['gained']} gained, {test['lost']} lost): {test['diff']:+.3f} [{test['low']:+.3f}, "
+            f"{test['high']:+.3f}] (exact, McNemar-consistent), p = {test['p']:.3g}, MDE {test['mde']:.3f}")
+
+
+def save(report: dict[str, Any], out: Path) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    for path, text in ((out, json.dumps(report, indent=1) + "\n"), (out.with_suffix(".md"), render(report))):
+        partial = path.with_name(path.name + ".partial")
+        partial.write_text(text)
+        partial.replace(path)
+
+
+def train_arm(trainer: Any, iterations: int, deadline: float, reserve: float) -> tuple[list[dict], str | None]:
+    """Up to ``iterations`` iterations of ``trainer``, stopping early where the next one and ``reserve`` would pass
+    ``deadline``; returns each iteration's figures (with its wall time) and why it stopped early, if it did."""
+    rows: list[dict[str, float]] = []
+    while len(rows) < iterations:
+        started = time.monotonic()
+        rows.append(iteration_figures(trainer.train_iteration()) | {"wall": 0.0})
+        rows[-1]["wall"] = time.monotonic() - started
+        mean_wall = float(np.mean([r["wall"] for r in rows]))
+        if len(rows) < iterations and time.monotonic() + mean_wall + reserve > deadline:
+            return rows, f"time limit after {len(rows)} of {iterations} iterations"
+    return rows, None
+
+
+def run(args: argparse.Namespace, work: Path, out: Path) -> dict[str, Any]:
+    from ecpo_train.apps.models import write_tiny_model
+    from ecpo_train.apps.sft import run_sft
+    from ecpo_train.runtime.config import load_config
+    from ecpo_train.runtime.trainer import Trainer
+
+    started = time.monotonic()
+    deadline = started + args.time_limit
+    base = args.model
+    if args.smoke:
+        base = str(write_tiny_model(work / "tiny", tokenizer_path=tokenizer_dir()))
+    elif not (Path(base) / "config.json").is_file():
+        raise FileNotFoundError(f"no model at {base}: run `python scripts/device_bundle.py model` (docs/gpu.md) or "
+                                "pass --model")
+    overrides = [f"model={base}", f"device={args.device}", "progress=false", "val_every=0"]
+    if args.smoke:
+        overrides += ["n_groups=2", "group_size=2", "val_tasks=[gen/Look/10000,gen/Pick/10000]", "mixed_precision=none",
+                      "micro_batch_size=4", "mini_batch_size=8", "threads=1",
+                      "env_kwargs={task_types: [Look, Pick], num_receptacles: [4, 5], max_steps: 4, num_tasks: 8}"]
+    config = load_config(args.preset, overrides + [f"run_dir={work / 'arm0'}"])
+    report: dict[str, Any] = {"smoke": args.smoke, "preset": args.preset, "arms": args.arms, "overrides": overrides,
+                              "environment": device_facts(args.device), "time_limit": args.time_limit,
+                              "results": {}, "comparisons": {}}
+    report["sft"] = run_sft(config, episodes=args.sft_episodes, epochs=args.sft_epochs, lr=args.sft_lr,
+                            out=work / "sft_model") | {"seconds": time.monotonic() - started}
+    save(report, out)
+
+    before: list[list] = []
+    afters: dict[str, list[list]] = {}
+    iterations = args.iterations
+    build_seconds = 0.0
+    for k, arm in enumerate(args.arms):
+        built = time.monotonic()
+        arm_config = dataclasses.replace(config, model=str(work / "sft_model"), algorithm=arm,
+                                         run_dir=str(work / f"arm{k}"))
+        trainer = Trainer(arm_config)
+        if args.device.startswith("cuda"):
+            trainer.policy.score_batch_size = args.score_batch
+        build_seconds = max(build_seconds, time.monotonic() - built)
+        try:
+            if k == 0:
+                before, seconds = validate_on(trainer)
+                report |= {"validation_seconds": seconds, "validation_episodes": len(before)}
+                save(report, out)
+            reserve = CLOSING_MARGIN * report["validation_seconds"] + 10.0
+            later = len(args.arms) - k - 1  # what the later arms need after this one
+            done: list[dict[str, float]] = []
+            if iterations is None:  # sized from this (the first) arm's first iteration
+                done, _ = train_arm(trainer, 1, deadline, reserve)
+                iterations = min(args.max_iterations, iterations_that_fit(
+                    deadline - time.monotonic(), done[0]["wall"], report["validation_seconds"], build_seconds,
+                    len(args.arms)))
+            report["iterations"] = iterations
+            first_rows = report["results"][args.arms[0]]["per_iteration"] if k > 0 else done
+            mean_wall = float(np.mean([r["wall"] for r in first_rows])) if first_rows else 0.0
+            per_arm = iterations * mean_wall + reserve + build_seconds  # what each later arm is left
+            rows, stopped = train_arm(trainer, iterations - len(done), deadline - later * per_arm, reserve)
+            rows = done + rows
+            result = {"iterations_done": len(rows), "per_iteration": rows, "rates": mean_figures(rows)}
+            if stopped:
+                result["stopped"] = stopped
+                report["stopped"] = f"{arm}: {stopped}"
+            report["results"][arm] = result
+            save(report, out)
+            after, _ = validate_on(trainer)
+        finally:
+            trainer.close()
+        afters[arm] = after
+        result["gain"] = paired_test(before, after)
+        if k > 0:
+            report["comparisons"][f"{args.arms[0]} - {arm}"] = paired_test(after, afters[args.arms[0]])
+        report["outcomes"] = {"before": before} | {f"after_{a}": o for a, o in afters.items()}
+        save(report, out)
+    report["seconds"] = time.monotonic() - started
+    save(report, out)
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = ArgumentParser(__spec__.name, description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes on any device (for tests)")
+    parser.add_argument("--arms", nargs="+", default=["ecpo", "gigpo_std"], help="credit estimators, first = ECPO")
+    parser.add_argument("--time-limit", type=float, default=450.0, help="seconds for the whole command")
+    parser.add_argument("--iterations", type=int, default=None, help="iterations per arm (default: what fits)")
+    parser.add_argument("--max-iterations", type=int, default=200)
+    parser.add_argument("--model", default=str(DEFAULT_MODEL), help="SmolLM2 folder")
+    parser.add_argument("--preset", default="alfworld_gpu")
+    parser.add_argument("--sft-episodes", type=int, default=96)
+    parser.add_argument("--sft-epochs", type=int, default=2)
+    parser.add_argument("--sft-lr", type=float, default=1e-5)
+    parser.add_argument("--score-batch", type=int, default=64, help="on CUDA: items per scoring forward")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    if len(args.arms) < 2 or len(set(args.arms)) != len(args.arms):
+        print(f"error: --arms {' '.join(args.arms)}: give two or more different estimators, the first the one "
+              "the others are compared with", file=sys.stderr)
+        return 2
+    from ecpo_train.core.credit.registry import available_estimators
+
+    unknown = [a for a in args.arms if a not in available_estimators()]
+    if unknown:
+        print(f"error: --arms: unknown estimator {unknown[0]!r}; valid: {', '.join(available_estimators())}",
+              file=sys.stderr)
+        return 2
+    import torch
+
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        print(f"gpu_comparison needs a CUDA GPU (this torch {torch.__version__} sees none); for a CPU check: "
+              "--device cpu --smoke", file=sys.stderr)
+        return 2
+    if args.smoke:
+        args.sft_episodes, args.sft_epochs, args.max_iterations = 2, 1, min(args.max_iterations, 2)
+    out = args.out or (RESULTS / "gpu_comparison.json" if args.device.startswith("cuda") and not args.smoke
+                       else ROOT / "runs" / "gpu_comparison.json")
+    with tempfile.TemporaryDirectory(prefix="gpu_comparison-") as tmp:
+        run(args, Path(tmp), out)
+    print(f"wrote {out} and {out.with_suffix('.md')}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,52 @@
+"""benchmarks/gpu_comparison.py: the iterations every arm can run, its one-line refusals, and a smoke run in which
+both arms start from the same warm start and seed (their first iterations play the same episodes) and are compared
+on the same validation episodes."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from benchmarks import gpu_comparison
+
+TOKENIZER_DIR = Path(os.environ.get("ECPO_TOKENIZER_DIR", "/work/shared/models/qwen2.5-tokenizer"))
+
+
+def test_iterations_that_fit_leaves_every_arm_its_iterations_and_closing_validation():
+    # 400 s left after arm 1's first 10-s iteration; validation 20 s (closing: 1.15 x 20 + 10 = 33 s), build 5 s:
+    # 2 arms need (N - 1) x 10 + 33 + 5 + N x 10 + 33 <= 400, so N <= 16.95
+    assert gpu_comparison.iterations_that_fit(400.0, 10.0, 20.0, 5.0, 2) == 16
+    n = 16
+    assert (n - 1) * 10 + 33 + 5 + n * 10 + 33 <= 400 < n * 10 + 33 + 5 + (n + 1) * 10 + 33
+    assert gpu_comparison.iterations_that_fit(50.0, 10.0, 20.0, 5.0, 2) == 1  # at least the iteration already run
+
+
+@pytest.mark.parametrize("arms, words", [(["ecpo"], "give two or more different estimators"),
+                                         (["ecpo", "ecpo"], "give two or more different estimators"),
+                                         (["ecpo", "gigpo_typo"], "unknown estimator 'gigpo_typo'")])
+def test_bad_arms_are_one_line(capsys, arms, words):
+    assert gpu_comparison.main(["--device", "cpu", "--smoke", "--arms", *arms]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and words in err
+
+
+@pytest.mark.slow
+def test_smoke_trains_both_arms_from_one_warm_start_and_pairs_them(tmp_path):
+    if not (TOKENIZER_DIR / "tokenizer.json").exists():
+        pytest.skip(f"no Qwen2.5 tokenizer at {TOKENIZER_DIR} (set ECPO_TOKENIZER_DIR)")
+    out = tmp_path / "cmp.json"
+    assert gpu_comparison.main(["--device", "cpu", "--smoke", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    ecpo, gigpo = report["results"]["ecpo"], report["results"]["gigpo_std"]
+    assert report["iterations"] == ecpo["iterations_done"] == gigpo["iterations_done"] == 2  # sized, then capped
+    # the same weights and seed: the first iteration plays the same episodes in both arms
+    for key in ("num_steps", "success"):
+        assert ecpo["per_iteration"][0][key] == gigpo["per_iteration"][0][key]
+    before = report["outcomes"]["before"]
+    assert len(before) == ecpo["gain"]["episodes"] == report["comparisons"]["ecpo - gigpo_std"]["episodes"] == 4
+    assert {(t, c) for t, c, _ in report["outcomes"]["after_ecpo"]} == {(t, c) for t, c, _ in before}
+    text = out.with_suffix(".md").read_text()
+    assert "**Registered endpoint, ecpo - gigpo_std** after training, on the same 4 episodes" in text
