@@ -101,7 +101,7 @@ def available_gb() -> float:
 
 def report(out: dict[str, Any]) -> str:
     """The markdown section: one table per case, then the projection."""
-    header = (f"{out['machine']}, {out['cpus']} CPUs shared with other work (load average at the start "
+    header = (f"{out['machine']}, {out['cpus']} CPUs (load average at the start "
               f"{out['load_average_start'][0]:.1f}); {out['iterations']} timed iterations per lag, "
               f"{out['runners']} env runners, one local learner. `python -m benchmarks.pipelined_rollouts`.")
     lines = ["## Pipelined rollouts (`max_policy_lag`): wall time per iteration", "", header, ""]
@@ -128,7 +128,7 @@ def report(out: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-LIMITS = ("Two shared cores (a ~9 GB training run beside) bound what overlap can show here: while the runners "
+LIMITS = ("Two cores bound what overlap can show here: while the runners "
           "play, the learner's update competes with them for the same cores, so lag 1 can hide only the idle "
           "share of a phase (a runner waiting on the game, the driver waiting on Ray), never run the two phases at "
           "full speed side by side. The projection assumes each phase keeps its measured time on its own device.")
