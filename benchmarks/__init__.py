@@ -11,8 +11,10 @@ The package is a repository tool: wheels ship ``ecpo_gym`` and ``ecpo_train`` on
 from __future__ import annotations
 
 import argparse
+import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 RESULTS = Path(__file__).resolve().parent / "results"  # committed data (*.json) and reports (*.md)
 RAW_RESULTS = RESULTS / "raw"  # the raw files of individual runs, one folder per name
@@ -28,3 +30,23 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"error: {self.prog}: {message}\n")
+
+
+def write_report(report: Any, out: Path, render: Callable[[Any], str]) -> None:
+    """``out`` (the JSON of ``report``) and the markdown beside it (same name, ``.md``: ``render(report)``), each
+    replaced whole (written beside, then renamed), so a command stopped mid-write leaves the previous files."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    for path, text in ((out, json.dumps(report, indent=1) + "\n"), (out.with_suffix(".md"), render(report))):
+        partial = path.with_name(path.name + ".partial")
+        partial.write_text(text)
+        partial.replace(path)
+
+
+def cuda_refusal(device: str, command: str) -> str | None:
+    """The one-line refusal of a GPU command asked for CUDA where torch sees none (``None``: go on)."""
+    import torch
+
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        return (f"{command} needs a CUDA GPU (this torch {torch.__version__} sees none); for a CPU check of every "
+                "part: --device cpu --smoke")
+    return None

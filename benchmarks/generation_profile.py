@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks import ArgumentParser
+from benchmarks import ArgumentParser, cuda_refusal
 from benchmarks.gpu_run import (
     QWEN25_1_5B,
     QWEN25_SMOKE,
@@ -91,11 +91,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top", type=int, default=12)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
-    import torch
-
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        print("generation_profile needs a CUDA GPU (for a CPU check: --device cpu --smoke)", file=sys.stderr)
+    refusal = cuda_refusal(args.device, "generation_profile")
+    if refusal:
+        print(refusal, file=sys.stderr)
         return 2
+    import torch
     if args.smoke:
         args.rows, args.prompt, args.tokens, args.repeats = 4, 16, 4, 1
     from ecpo_train.runtime.builders import build_policy

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 import tempfile
 import time
@@ -39,14 +38,14 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import RESULTS, ArgumentParser
+from benchmarks import RESULTS, ArgumentParser, cuda_refusal, write_report
 from benchmarks.gpu_run import (
     DEFAULT_MODEL,
     ROOT,
     device_facts,
     iteration_figures,
+    learning_overrides,
     mean_figures,
-    tokenizer_dir,
     validate_on,
 )
 from benchmarks.gpu_run_report import paired_test
@@ -107,11 +106,7 @@ def _paired(test: dict[str, Any]) -> str:
 
 
 def save(report: dict[str, Any], out: Path) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    for path, text in ((out, json.dumps(report, indent=1) + "\n"), (out.with_suffix(".md"), render(report))):
-        partial = path.with_name(path.name + ".partial")
-        partial.write_text(text)
-        partial.replace(path)
+    write_report(report, out, render)
 
 
 def train_arm(trainer: Any, iterations: int, deadline: float, reserve: float) -> tuple[list[dict], str | None]:
@@ -129,24 +124,13 @@ def train_arm(trainer: Any, iterations: int, deadline: float, reserve: float) ->
 
 
 def run(args: argparse.Namespace, work: Path, out: Path) -> dict[str, Any]:
-    from ecpo_train.apps.models import write_tiny_model
     from ecpo_train.apps.sft import run_sft
     from ecpo_train.runtime.config import load_config
     from ecpo_train.runtime.trainer import Trainer
 
     started = time.monotonic()
     deadline = started + args.time_limit
-    base = args.model
-    if args.smoke:
-        base = str(write_tiny_model(work / "tiny", tokenizer_path=tokenizer_dir()))
-    elif not (Path(base) / "config.json").is_file():
-        raise FileNotFoundError(f"no model at {base}: run `python scripts/device_bundle.py model` (docs/gpu.md) or "
-                                "pass --model")
-    overrides = [f"model={base}", f"device={args.device}", "progress=false", "val_every=0"]
-    if args.smoke:
-        overrides += ["n_groups=2", "group_size=2", "val_tasks=[gen/Look/10000,gen/Pick/10000]", "mixed_precision=none",
-                      "micro_batch_size=4", "mini_batch_size=8", "threads=1",
-                      "env_kwargs={task_types: [Look, Pick], num_receptacles: [4, 5], max_steps: 4, num_tasks: 8}"]
+    _, overrides = learning_overrides(args, work)
     config = load_config(args.preset, overrides + [f"run_dir={work / 'arm0'}"])
     report: dict[str, Any] = {"smoke": args.smoke, "preset": args.preset, "arms": args.arms, "overrides": overrides,
                               "environment": device_facts(args.device), "time_limit": args.time_limit,
@@ -233,11 +217,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --arms: unknown estimator {unknown[0]!r}; valid: {', '.join(available_estimators())}",
               file=sys.stderr)
         return 2
-    import torch
-
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        print(f"gpu_comparison needs a CUDA GPU (this torch {torch.__version__} sees none); for a CPU check: "
-              "--device cpu --smoke", file=sys.stderr)
+    refusal = cuda_refusal(args.device, "gpu_comparison")
+    if refusal:
+        print(refusal, file=sys.stderr)
         return 2
     if args.smoke:
         args.sft_episodes, args.sft_epochs, args.max_iterations = 2, 1, min(args.max_iterations, 2)

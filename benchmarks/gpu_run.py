@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import RAW_RESULTS, RESULTS, ArgumentParser
+from benchmarks import RAW_RESULTS, RESULTS, ArgumentParser, cuda_refusal
 from benchmarks.gpu_run_report import PART_NAMES, fill_tests, outcomes, write
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -264,14 +264,11 @@ def cpu_reference() -> dict[str, Any] | None:
                       "update_tokens_per_s": None}
 
 
-def part_learning(args: argparse.Namespace, work: Path, deadline: float, save: Any) -> dict[str, Any]:
-    """SFT warm start, validation, ECPO for the time left, validation (module docstring, part 4).
-
-    ``save(part)`` is called after each stage with the part so far."""
+def learning_overrides(args: argparse.Namespace, work: Path) -> tuple[str, list[str]]:
+    """SmolLM2's folder (the tiny random model under ``--smoke``) and the preset overrides of a learning run: the
+    model, the device, no progress line, no periodic validation, and the smoke sizes. A missing model is a
+    ``FileNotFoundError`` naming the command that converts it."""
     from ecpo_train.apps.models import write_tiny_model
-    from ecpo_train.apps.sft import run_sft
-    from ecpo_train.runtime.config import load_config
-    from ecpo_train.runtime.trainer import Trainer
 
     base = args.model
     if args.smoke:
@@ -279,12 +276,24 @@ def part_learning(args: argparse.Namespace, work: Path, deadline: float, save: A
     elif not (Path(base) / "config.json").is_file():
         raise FileNotFoundError(f"no model at {base}: run `python scripts/device_bundle.py model` (docs/gpu.md) or "
                                 "pass --model")
-    overrides = [f"run_dir={work / 'learning_run'}", f"model={base}", f"device={args.device}", "progress=false",
-                 "val_every=0"]
+    overrides = [f"model={base}", f"device={args.device}", "progress=false", "val_every=0"]
     if args.smoke:
         overrides += ["n_groups=2", "group_size=2", "val_tasks=[gen/Look/10000,gen/Pick/10000]", "mixed_precision=none",
                       "micro_batch_size=4", "mini_batch_size=8", "threads=1",
                       "env_kwargs={task_types: [Look, Pick], num_receptacles: [4, 5], max_steps: 4, num_tasks: 8}"]
+    return base, overrides
+
+
+def part_learning(args: argparse.Namespace, work: Path, deadline: float, save: Any) -> dict[str, Any]:
+    """SFT warm start, validation, ECPO for the time left, validation (module docstring, part 4).
+
+    ``save(part)`` is called after each stage with the part so far."""
+    from ecpo_train.apps.sft import run_sft
+    from ecpo_train.runtime.config import load_config
+    from ecpo_train.runtime.trainer import Trainer
+
+    base, overrides = learning_overrides(args, work)
+    overrides = [f"run_dir={work / 'learning_run'}", *overrides]
     config = load_config(args.preset, overrides)
     part: dict[str, Any] = {"preset": args.preset, "overrides": overrides, "model": str(base)}
     started = time.perf_counter()
@@ -369,11 +378,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, IndexError):
         print(f"error: --parts {args.parts!r}: give part numbers 1-4 separated by commas", file=sys.stderr)
         return 2
-    import torch
-
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        print(f"gpu_run needs a CUDA GPU (this torch {torch.__version__} sees none); "
-              "for a CPU check of every part: --device cpu --smoke", file=sys.stderr)
+    refusal = cuda_refusal(args.device, "gpu_run")
+    if refusal:
+        print(refusal, file=sys.stderr)
         return 2
     if args.smoke:
         args.credit_reps, args.sft_episodes, args.sft_epochs, args.train_val_tasks = 2, 2, 1, 2

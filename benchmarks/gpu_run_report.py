@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from benchmarks import ArgumentParser
+from benchmarks import ArgumentParser, write_report
 
 PART_NAMES = ("environment", "credit", "paper_iteration", "learning")
 PAPER_ITERATION_SECONDS = {"ECPO paper, Qwen2.5-1.5B, 8x A100": 302.8, "GiGPO, Qwen2.5-1.5B, 2x H100": 362.8}
@@ -197,11 +197,7 @@ def merge(reports: list[Mapping[str, Any]]) -> dict[str, Any]:
 
 def write(report: Mapping[str, Any], out: Path) -> None:
     """``out`` (JSON) and the markdown beside it (same name, ``.md``), each replaced whole."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    for path, text in ((out, json.dumps(report, indent=1) + "\n"), (out.with_suffix(".md"), render(report))):
-        partial = path.with_name(path.name + ".partial")
-        partial.write_text(text)
-        partial.replace(path)
+    write_report(report, out, render)
 
 
 def main(argv: list[str] | None = None) -> int:
