@@ -42,11 +42,14 @@ def write_report(report: Any, out: Path, render: Callable[[Any], str]) -> None:
         partial.replace(path)
 
 
-def cuda_refusal(device: str, command: str) -> str | None:
-    """The one-line refusal of a GPU command asked for CUDA where torch sees none (``None``: go on)."""
+def refuse_without_cuda(device: str, command: str) -> bool:
+    """A GPU command asked for CUDA where torch sees none: print the one-line refusal and say so (exit 2 follows)."""
+    import sys
+
     import torch
 
     if device.startswith("cuda") and not torch.cuda.is_available():
-        return (f"{command} needs a CUDA GPU (this torch {torch.__version__} sees none); for a CPU check of every "
-                "part: --device cpu --smoke")
-    return None
+        print(f"{command} needs a CUDA GPU (this torch {torch.__version__} sees none); for a CPU check of every "
+              "part: --device cpu --smoke", file=sys.stderr)
+        return True
+    return False

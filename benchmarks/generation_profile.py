@@ -17,28 +17,14 @@ It prints a table and writes JSON (on CUDA to ``benchmarks/results/generation_pr
 from __future__ import annotations
 
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks import ArgumentParser, cuda_refusal
-from benchmarks.gpu_run import (
-    QWEN25_1_5B,
-    QWEN25_SMOKE,
-    ROOT,
-    device_facts,
-    tokenizer_dir,
-    write_random_model,
-)
-
-
-def _sync(device: str) -> None:
-    import torch
-
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
+from benchmarks import ArgumentParser, refuse_without_cuda
+from benchmarks.gpu_learning import ROOT, tokenizer_dir
+from benchmarks.gpu_run import QWEN25_1_5B, QWEN25_SMOKE, device_facts, sync_device, write_random_model
 
 
 def timed_sample(policy: Any, prompts: list[list[int]], device: str, repeats: int) -> list[float]:
@@ -46,10 +32,10 @@ def timed_sample(policy: Any, prompts: list[list[int]], device: str, repeats: in
     policy.sample(prompts, 1.0)
     seconds = []
     for _ in range(repeats):
-        _sync(device)
+        sync_device(device)
         started = time.perf_counter()
         policy.sample(prompts, 1.0)
-        _sync(device)
+        sync_device(device)
         seconds.append(time.perf_counter() - started)
     return seconds
 
@@ -59,11 +45,11 @@ def profile_sample(policy: Any, prompts: list[list[int]], device: str, top: int)
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.startswith("cuda") else [])
-    _sync(device)
+    sync_device(device)
     started = time.perf_counter()
     with profile(activities=activities) as prof:
         policy.sample(prompts, 1.0)
-        _sync(device)
+        sync_device(device)
     wall = time.perf_counter() - started
     events = prof.key_averages()
     device_key = "self_device_time_total" if hasattr(events[0], "self_device_time_total") else "self_cuda_time_total"
@@ -91,9 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top", type=int, default=12)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
-    refusal = cuda_refusal(args.device, "generation_profile")
-    if refusal:
-        print(refusal, file=sys.stderr)
+    if refuse_without_cuda(args.device, "generation_profile"):
         return 2
     import torch
     if args.smoke:

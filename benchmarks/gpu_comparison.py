@@ -38,16 +38,16 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import RESULTS, ArgumentParser, cuda_refusal, write_report
-from benchmarks.gpu_run import (
+from benchmarks import RESULTS, ArgumentParser, refuse_without_cuda, write_report
+from benchmarks.gpu_learning import (
     DEFAULT_MODEL,
     ROOT,
-    device_facts,
     iteration_figures,
     learning_overrides,
     mean_figures,
     validate_on,
 )
+from benchmarks.gpu_run import device_facts
 from benchmarks.gpu_run_report import paired_test
 
 CLOSING_MARGIN = 1.15  # a closing validation's time, as a multiple of the one before training (plus 10 s)
@@ -217,9 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --arms: unknown estimator {unknown[0]!r}; valid: {', '.join(available_estimators())}",
               file=sys.stderr)
         return 2
-    refusal = cuda_refusal(args.device, "gpu_comparison")
-    if refusal:
-        print(refusal, file=sys.stderr)
+    if refuse_without_cuda(args.device, "gpu_comparison"):
         return 2
     if args.smoke:
         args.sft_episodes, args.sft_epochs, args.max_iterations = 2, 1, min(args.max_iterations, 2)
