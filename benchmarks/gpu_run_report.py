@@ -11,6 +11,7 @@ A later file's part replaces an earlier file's part of the same name; the enviro
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import sys
@@ -51,14 +52,16 @@ def paired_test(before: list[list], after: list[list]) -> dict[str, Any]:
 RECIPE_PRESET = Path(__file__).resolve().parents[1] / "ecpo_train" / "runtime" / "configs" / "alfworld_cpu.yaml"
 
 
-def recipe_tasks() -> set[str]:
-    """The validation tasks the ``alfworld_cpu`` recipe was chosen on (empty where the preset is not at hand)."""
+@functools.cache
+def recipe_tasks() -> frozenset[str]:
+    """The validation tasks the ``alfworld_cpu`` recipe was chosen on (empty where the preset is not at hand); read
+    once per process (the report is re-rendered after every iteration)."""
     try:
         import yaml
 
-        return set(yaml.safe_load(RECIPE_PRESET.read_text()).get("val_tasks") or [])
+        return frozenset(yaml.safe_load(RECIPE_PRESET.read_text()).get("val_tasks") or [])
     except (ImportError, OSError):
-        return set()
+        return frozenset()
 
 
 def fill_tests(report: dict[str, Any]) -> dict[str, Any]:
