@@ -90,6 +90,26 @@ def test_resume_after_a_crash_replays_the_uninterrupted_run(tmp_path):
     assert episodes("crashed") == episodes("whole")
 
 
+def test_a_resume_keeps_the_log_through_its_checkpoint_once_and_again_after_a_write(tmp_path):
+    """keep_through trims metrics.jsonl to the checkpoint's iteration; asked again with nothing written since (a
+    native resume asks twice), it leaves the files alone; after an append it trims again."""
+    from ecpo_train.runtime.run_dir import MetricsLog
+
+    log = MetricsLog(tmp_path / "run", tensorboard=False)
+    for k in (1, 2, 3):
+        log.append({"iteration": k, "success": k / 4}, step=k)
+    log.keep_through(2)
+    metrics = tmp_path / "run" / "metrics.jsonl"
+    assert [json.loads(line)["iteration"] for line in metrics.read_text().splitlines()] == [1, 2]
+    written = metrics.stat().st_mtime_ns
+    log.keep_through(2)
+    assert metrics.stat().st_mtime_ns == written  # not read or written again
+    log.append({"iteration": 3, "success": 0.5}, step=3)
+    log.keep_through(2)
+    assert [json.loads(line)["iteration"] for line in metrics.read_text().splitlines()] == [1, 2]
+    assert [row["iteration"] for row in log.history] == [1, 2]
+
+
 def test_validation_is_reproducible_and_its_episodes_pair_up(tmp_path):
     """Validation fixes each choice's draw by (seed, copy, step): the same weights validate to the same episodes
     however far training moved the random streams, and ``validation.jsonl`` records them in order, copies

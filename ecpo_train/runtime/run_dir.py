@@ -273,6 +273,7 @@ class MetricsLog:
         self._writer: Any = None
         self._config = None if config is None else saved_config(config, engine)
         self._opened = False
+        self._kept_through: int | None = None  # the files are as keep_through(this) left them (nothing written since)
         self.lock: Any = None  # the folder's RunLock (ecpo_train.runtime.run_lock), released by close()
 
     def open_folder(self) -> None:
@@ -288,7 +289,10 @@ class MetricsLog:
         self._opened = True
 
     def keep_through(self, iteration: int) -> None:
-        """Drop lines after ``iteration`` (logged after the checkpoint, or by an earlier run in this folder)."""
+        """Drop lines after ``iteration`` (logged after the checkpoint, or by an earlier run in this folder).
+        Once per state of the files: a native resume asks twice (``Trainer.load_checkpoint``, then ``begin_run``)."""
+        if self._kept_through == iteration:
+            return
         rows: list[dict[str, Any]] = []
         metrics, validation = self.folder.metrics, self.folder.validation
         if metrics.exists() and iteration >= 0:
@@ -304,12 +308,14 @@ class MetricsLog:
             validations = read_validation_file(validation, tasks=None) if iteration >= 0 else []
             validation.write_text("".join(json.dumps(row) + "\n" for row in validations
                                                     if row["iteration"] <= iteration))
+        self._kept_through = iteration
 
     def append_validation(self, iteration: int, episodes: typing.Sequence[Any], tasks: str = VALIDATION_TASKS) -> None:
         """One line of ``validation.jsonl``: the outcome of every validation episode, in validation order
         (anything with ``task_id``, ``won`` and ``length``: a rollout's episodes or :class:`EpisodeOutcome`);
         a task set other than the configured one is named in the line (``"tasks": label``)."""
         self.open_folder()
+        self._kept_through = None
         copies, seen = [], {}  # each episode's index among its task's copies
         for episode in episodes:
             seen[episode.task_id] = seen.get(episode.task_id, -1) + 1
@@ -324,6 +330,7 @@ class MetricsLog:
 
     def append(self, metrics: dict[str, float], step: int) -> None:
         self.open_folder()
+        self._kept_through = None
         self.history.append(metrics)
         with open(self.folder.metrics, "a") as fh:
             fh.write(json.dumps(metrics) + "\n")
