@@ -90,9 +90,31 @@ def report(runs: list[dict[str, Any]], parts: list[dict[str, Any]]) -> str:
               f"{sorted(r['seconds'] for r in runs)[len(runs) // 2]:.0f} s per run. "
               "`python -m benchmarks.pipelined_learning`.")
     lines = ["## Pipelined rollouts: what lag 1 learns (`corridor_llm`, RLlib engine)", "", header, "",
+             "Mean final exact success per arm (over its seeds; before training: "
+             + ", ".join(sorted({f"{r['exact_success_before']:.3f}" for r in runs})) + "): "
+             + ", ".join(f"{arm} {sum(r['exact_success_after'] for r in mine) / len(mine):.3f}"
+                         for arm in ARMS if (mine := [r for r in runs if r["arm"] == arm])) + ".", "",
              "| comparison | measure | difference [95 %] | p |", "| --- | --- | --- | --- |"]
     for part in parts:
         lines.append(f"| {part['comparison']} | {part['measure']} | {fmt_part(part)} | {part['p']:.3f} |")
+    lines += ["", "How to read it:", "",
+              "- Final exact success (the policy's DP value, one number per run) is the comparison of the training "
+              "procedures: its unit is the seed, so the interval carries the run-to-run variation of training. "
+              "A difference smaller than its MDE could go unseen.",
+              "- The episode rows pool every seed's final validation episodes and pair them episode by episode. "
+              "All episodes of one run share that run's trained weights, so the interval is conditional on these "
+              "runs: it says which of these trained policies won more of the same episodes, not how another set "
+              "of seeds would come out. Where it and the exact-success row disagree, the exact-success row is the "
+              "answer about the procedures."]
+    lagged = [r for r in runs if r["policy_lag_max"] > ARMS[r["arm"]][1] or r["stale_groups_resampled"]]
+    lines.append(f"- Staleness: every lag-1 batch had lag at most 1 ({len(lagged)} runs over the bound, "
+                 f"{sum(r['stale_groups_resampled'] for r in runs):.0f} stale groups re-played).")
+    faulty = [r for r in runs if r["runner_failures"]]
+    if faulty:
+        lines.append("- Runner faults (the runs went on, lost groups re-played on the healthy runners): " + "; ".join(
+            f"seed {r['seed']} {r['arm']}, {r['runner_failures']:.0f} failures, {r['seconds']:.0f} s" for r in faulty)
+            + ". Their draws differ from a fault-free run's from the first lost group on; they are kept, as "
+              "registered (a run is not repeated after its result is seen).")
     return "\n".join(lines + [""])
 
 
