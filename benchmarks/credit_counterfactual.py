@@ -105,9 +105,18 @@ def merge_arm(parts: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def merge_replicates(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """An arm's finished records, one merged record per checkpoint seed (:func:`merge_arm`), by seed."""
+    """An arm's finished records, one merged record per checkpoint seed (:func:`merge_arm`), by seed; refused
+    where two seeds' protocols differ beyond the seed and ``MERGEABLE`` (they would not be replicates)."""
     seeds = sorted({replicate_seed(p) for p in parts})
-    return [merge_arm([p for p in parts if replicate_seed(p) == seed]) for seed in seeds]
+    merged = [merge_arm([p for p in parts if replicate_seed(p) == seed]) for seed in seeds]
+    for other in merged[1:]:  # replicates: the same protocol but for the seed and where and how long they looked
+        differing = sorted(k for k in merged[0]["protocol"].keys() | other["protocol"].keys()
+                           if k not in (*MERGEABLE, "checkpoint_seed")
+                           and merged[0]["protocol"].get(k) != other["protocol"].get(k))
+        if differing:
+            raise ValueError(f"arm {other['arm']}: checkpoint seeds {replicate_seed(merged[0])} and "
+                             f"{replicate_seed(other)} ran different protocols ({', '.join(differing)})")
+    return merged
 
 
 def finished_arm(source: Path, name: str) -> list[dict[str, Any]]:

@@ -267,6 +267,9 @@ def test_an_arm_run_at_other_targets_later_merges_and_a_clash_is_refused():
     # runs from another checkpoint seed are another replicate, never merged into this one
     other = early | {"protocol": protocol | {"checkpoint_seed": 1}}
     assert [cf.replicate_seed(r) for r in cf.merge_replicates([late, other, early])] == [0, 1]
+    # ... and a replicate must have run the same protocol (here another learning rate): refused, naming the key
+    with pytest.raises(ValueError, match=r"checkpoint seeds 0 and 1 ran different protocols \(lr\)"):
+        cf.merge_replicates([early, other | {"protocol": other["protocol"] | {"lr": 1e-5}}])
 
 
 def test_a_finished_arm_is_read_from_a_runs_folder_or_from_a_written_reports_json(tmp_path):
