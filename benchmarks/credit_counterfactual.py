@@ -54,6 +54,9 @@ NOTES = [
      "effect it could have seen; it extends the machinery to an LLM at high concentration, not the evidence."),
     ("The tabular arms ran as `python -m benchmarks.credit_counterfactual` (K = 600 per checkpoint) side by side with "
      "other jobs; arm time is summed over arms."),
+    ("Checkpoint seeds 1 and 2 of every arm ran later as `--checkpoint-seeds 1 2` (2 workers; the SmolLM2 jobs first, "
+     "beside another benchmark for their first hour, then the tabular jobs alone at about 5 min each) and were merged "
+     "with seed 0's arms from this report's JSON by `--from-raw`, which refuses replicates whose protocols differ."),
     ("d_min = 1 on every arm: the corridors are 4-5 rooms long, and the paper's d_min = 7 would keep ECPO's gate "
      "shut at most anchors (then ECPO = GRPO exactly; see the credit study's WebShop arm)."),
     ("A lucky singleton: in one group at one room, a non-good door taken once in a won episode beside the good door "
