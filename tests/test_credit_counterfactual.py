@@ -198,7 +198,7 @@ def test_checkpoint_seeds_and_batch_seed_base_reach_the_protocol(tmp_path):
     assert [r["protocol"]["checkpoint_seed"] for r in records] == [3, 4]
     for record in records:
         assert [b["seed"] for b in record["batches"]["0.50"]] == [500, 501]
-    from ecpo_train.runtime.run_dir import load_checkpoint
+    from ecpo_train.runtime.checkpoint_io import load_checkpoint
 
     first, second = (load_checkpoint(Path(r["checkpoints"][0]["path"]))["policy"] for r in records)
     assert any(not torch.equal(first[k], second[k]) for k in first)  # two GRPO runs, two different policies
@@ -297,7 +297,7 @@ def test_the_llm_arm_reaches_a_concentration_by_supervised_steps_then_settles_wi
     pi(good | room); once the target is crossed, ``settle`` GRPO iterations run and the checkpoint (weights and
     AdamW state) records the concentration measured after them."""
     protocol = credit_counterfactual_protocol
-    from ecpo_train.runtime.run_dir import load_checkpoint
+    from ecpo_train.runtime.checkpoint_io import load_checkpoint
     from ecpo_train.runtime.trainer import Trainer
 
     arm = {"policy": "llm", "preset": "corridor_llm", "env_id": "ecpo/DivergentAnchor-v0",

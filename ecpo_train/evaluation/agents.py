@@ -149,8 +149,9 @@ def load_checkpoint_policy(path: str | Path, *, device: str = "cpu") -> tuple[Po
     path before loading the trained weights, so that path must exist here too.
     """
     from ecpo_train.runtime.builders import build_policy
+    from ecpo_train.runtime.checkpoint_io import load_checkpoint
     from ecpo_train.runtime.config import make_config
-    from ecpo_train.runtime.run_dir import checkpoint_file, load_checkpoint
+    from ecpo_train.runtime.run_dir import checkpoint_file
 
     path = checkpoint_file(path)
     if not path.is_file():

@@ -23,15 +23,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ecpo_train.runtime.checkpoint_io import checkpoint_config, load_checkpoint
 from ecpo_train.runtime.run_dir import (
     ENGINE_KEY,
     RunFolder,
     begin_run,
     check_metrics_file,
-    checkpoint_config,
     folder_engine,
     holds_run,
-    load_checkpoint,
     read_saved_config,
 )
 

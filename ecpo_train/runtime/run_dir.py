@@ -8,7 +8,7 @@
     validation.jsonl   one line per validation, every episode's outcome in order        ``MetricsLog``
     history.jsonl      one line per start, resume or overwrite                          ``append_history``
     tensorboard/       TensorBoard scalars (``tensorboard: true``)                      ``MetricsLog``
-    checkpoint.pt      the native engine's checkpoint (``checkpoint.tmp`` mid-write)     ``save_checkpoint``
+    checkpoint.pt      the native engine's checkpoint (``checkpoint.tmp`` mid-write)     ``checkpoint_io``
     rllib_checkpoint/  the RLlib engine's checkpoint (``Algorithm.save_to_path``)
     adapter/, merged/  a LoRA run's adapter and merged model (``policies/lora.py``)
     curves.png         the training curves (``runtime/plotting.py``)
@@ -21,9 +21,8 @@ nothing, so a refused start leaves the folder as it was (``ecpo_train.runtime.re
 first write of both engines. A torn last line of ``metrics.jsonl`` (a crash mid-write) is dropped with a warning
 naming the file. ``validation.jsonl`` holds one line per validation with every episode's outcome in validation
 order (task, copy, won, length): two validations of the same tasks and seed pair episode by episode
-(``benchmarks/small_households_summary.py``). ``save_checkpoint`` writes atomically (a crash or a full disk
-mid-write leaves the previous checkpoint); ``load_checkpoint`` names a damaged file instead of failing inside
-torch's unpickler.
+(``benchmarks/small_households_summary.py``). Reading and writing the checkpoint file itself is
+``ecpo_train.runtime.checkpoint_io``.
 """
 
 from __future__ import annotations
@@ -355,54 +354,3 @@ class MetricsLog:
         if self.lock is not None:
             self.lock.release()
             self.lock = None
-
-
-def save_checkpoint(state: dict[str, Any], path: Path) -> Path:
-    """Write ``state`` to ``path`` atomically (temp file, then rename); the run folder is created if a checkpoint
-    comes before the first metrics line (``Trainer.save_checkpoint`` called directly)."""
-    import torch
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(TEMP_SUFFIX)
-    try:
-        torch.save(state, tmp)
-        tmp.replace(path)
-    except (OSError, RuntimeError) as err:  # (torch reports a failed write, e.g. a full disk, as RuntimeError)
-        tmp.unlink(missing_ok=True)
-        cause = err.strerror if isinstance(err, OSError) and err.strerror else type(err).__name__
-        raise ValueError(f"checkpoint {path} could not be written ({cause}); the previous checkpoint is kept: "
-                         "free space, then --resume") from None
-    return path
-
-
-def load_checkpoint(path: Path) -> dict[str, Any]:
-    """The state saved by :func:`save_checkpoint`; a missing or damaged file is one clear error."""
-    if not path.exists():
-        raise FileNotFoundError(f"checkpoint {path} not found (runs write it every checkpoint_every iterations)")
-    if path.is_dir():
-        raise ValueError(f"checkpoint {path} is a folder, not a checkpoint file")
-    import torch
-
-    try:
-        return torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as err:  # noqa: BLE001 -- torch raises RuntimeError, EOFError, UnpicklingError, ... for a bad file
-        raise ValueError(f"checkpoint {path} is damaged and cannot be read ({type(err).__name__}); delete it to "
-                         "start over, or restore it from a copy") from None
-
-
-def checkpoint_config(path: Path) -> dict[str, Any] | None:
-    """The config a checkpoint was saved with, read without loading its tensors (memory-mapped), or ``None`` when
-    it cannot be read that way (:func:`load_checkpoint` then names what is wrong)."""
-    import torch
-
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
-    except Exception:  # noqa: BLE001 -- a damaged file, or an old non-zip format: the full read decides
-        return None
-    config = state.get("config") if isinstance(state, dict) else None
-    return dict(config) if isinstance(config, dict) else None
-
-
-def checkpoint_size(path: Path) -> str:
-    size = path.stat().st_size
-    return f"{size / 2**20:.1f} MiB" if size < 2**30 else f"{size / 2**30:.2f} GiB"

@@ -44,6 +44,7 @@ from ecpo_train.runtime.builders import (
     validation_outcome,
     warn_if_no_signal,
 )
+from ecpo_train.runtime.checkpoint_io import checkpoint_size, load_checkpoint, save_checkpoint
 from ecpo_train.runtime.config import TrainConfig, config_dict
 from ecpo_train.runtime.progress import Progress
 from ecpo_train.runtime.run import run_iterations
@@ -52,9 +53,6 @@ from ecpo_train.runtime.run_dir import (
     MetricsLog,
     RunFolder,
     check_writable_folder,
-    checkpoint_size,
-    load_checkpoint,
-    save_checkpoint,
 )
 
 
