@@ -13,13 +13,10 @@ the episode ends at the first ``won`` because the engine's flag can flip back.
 
 from __future__ import annotations
 
-import glob
-import json
 import os
 import re
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 from typing import Any
 
 from ecpo_gym.alfworld.engine import (
@@ -32,6 +29,14 @@ from ecpo_gym.alfworld.engine import (
     make_engine,
     release_engine,
     state_key_of_facts,
+)
+from ecpo_gym.alfworld.game_files import (
+    GAME_FILE,
+    KNOWN_SPLITS,
+    list_games,
+    read_game,
+    resolve_split_dir,
+    subtask_of,
 )
 from ecpo_gym.alfworld.generator import GeneratedGame, check_generation_args, generate_game, render_plan
 from ecpo_gym.alfworld.native import NativeEngine, NativeState
@@ -68,23 +73,8 @@ ALFWORLD_REWRITES: list[tuple[str, str]] = [
     (r"^(?:inspect|look\s+at|check|x)\s+(.+)$", r"examine \1"),
 ]
 
-DOWNLOAD_HINT = (
-    "Get the games with `pip install alfworld && alfworld-download` (creates $ALFWORLD_DATA/json_2.1.1/"
-    "{train,valid_seen,valid_unseen}), or extract json_2.1.1-train.tar.gz, then pass data_dir=... or set "
-    "ALFWORLD_DATA. No download needed for ecpo/ALFWorldGen-v0."
-)
-GAME_FILE = "game.tw-pddl"
 ENGINES = ("native", "textworld")
 DEFAULT_ENGINE = "native"
-KNOWN_SPLITS = ("train", "valid_seen", "valid_unseen", "valid_train")
-
-
-def subtask_of(name: str) -> str:
-    """Subtask of a task folder name (``pick_heat_then_place_in_recep-Apple-...`` -> ``Heat``)."""
-    prefix = name.split("/", 1)[0].split("-", 1)[0]
-    if prefix not in TASK_TYPES:
-        raise ValueError(f"{name!r} does not start with an ALFWorld task prefix {sorted(TASK_TYPES)}")
-    return TASK_TYPES[prefix]
 
 
 # the generated task list is built up front: a bound that keeps making the env under a second
@@ -107,37 +97,6 @@ def normalize_task_types(task_types: Iterable[str] | None) -> tuple[str, ...]:
             chosen.append(name)
     check_nonempty("task_types", chosen, f"give at least one of {list(SUBTASKS)} (or leave it out for all six)")
     return tuple(s for s in SUBTASKS if s in chosen)
-
-
-def _has_games(folder: Path) -> bool:
-    return folder.is_dir() and next(iter(glob.iglob(str(folder / "*" / "*" / GAME_FILE))), None) is not None
-
-
-def resolve_split_dir(data_dir: str | os.PathLike | None, split: str) -> Path:
-    """Find the split folder: ``data_dir`` or ``$ALFWORLD_DATA`` or ``$ECPO_DATA_DIR/alfworld``.
-
-    Each root may be the benchmark data folder (holding ``alfworld/``), the ALFWorld data folder (holding
-    ``json_2.1.1``), ``json_2.1.1`` itself, or the split folder.
-    """
-    roots: list[Path] = []
-    if data_dir is not None:
-        roots += [Path(data_dir), Path(data_dir) / "alfworld"]
-    else:
-        if os.environ.get("ALFWORLD_DATA"):
-            roots.append(Path(os.environ["ALFWORLD_DATA"]))
-        if os.environ.get("ECPO_DATA_DIR"):
-            roots.append(Path(os.environ["ECPO_DATA_DIR"]) / "alfworld")
-    tried = []
-    for root in roots:
-        for candidate in (root / "json_2.1.1" / split, root / split, root):
-            tried.append(str(candidate))
-            if _has_games(candidate):
-                return candidate
-    where = ", ".join(tried) if tried else "nothing (data_dir, ALFWORLD_DATA and ECPO_DATA_DIR are all unset)"
-    found = sorted({folder.name for root in roots for parent in (root / "json_2.1.1", root)
-                    if parent.is_dir() for folder in parent.iterdir() if _has_games(folder)})
-    existing = f" Splits that exist there: {', '.join(found)}." if found else ""
-    raise FileNotFoundError(f"ALFWorld split {split!r} not found: looked in {where}.{existing} {DOWNLOAD_HINT}")
 
 
 class _MemoCanonicalizer(ActionCanonicalizer):
@@ -288,15 +247,7 @@ class ALFWorldEnv(_ALFWorldBase):
             raise ValueError(f"split={split!r} but {self.split_dir} is the {found!r} split")
         self.split = split if split is not None else found
         self.task_types = normalize_task_types(task_types)
-        wanted = set(self.task_types)
-        ids = sorted(
-            os.path.relpath(path, self.split_dir)
-            for path in glob.iglob(str(self.split_dir / "*" / "*" / GAME_FILE))
-        )
-        self._task_ids = [t for t in ids if t.split("-", 1)[0] in TASK_TYPES and subtask_of(t) in wanted]
-        if not self._task_ids:
-            raise FileNotFoundError(f"no {GAME_FILE} of task types {list(self.task_types)} under {self.split_dir}. "
-                                    f"{DOWNLOAD_HINT}")
+        self._task_ids = list_games(self.split_dir, self.task_types)
         self._known = set(self._task_ids)
         self._walkthrough: list[str] = []
 
@@ -318,15 +269,7 @@ class ALFWorldEnv(_ALFWorldBase):
         return subtask_of(task_id)
 
     def _game_data(self, task_id: str) -> dict:
-        path = self.split_dir / task_id
-        try:  # a damaged file is one error naming it (not the JSON parser's or the engine's own exception)
-            with open(path, encoding="utf-8") as handle:
-                data = json.load(handle)
-            if not isinstance(data, dict):
-                raise TypeError("the file does not hold a JSON object")
-        except (OSError, ValueError, TypeError, RecursionError) as error:
-            raise GameLoadError(f"cannot load ALFWorld game {path}: {type(error).__name__}: "
-                                f"{' '.join(str(error).split())[:200]}") from None
+        data = read_game(self.split_dir / task_id)
         self._walkthrough = list(data.get("walkthrough") or [])
         return data
 
