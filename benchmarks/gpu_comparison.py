@@ -76,6 +76,9 @@ def render(report: dict[str, Any]) -> str:
             lines.append(f"- {arm} ({done} iterations): {_paired(test)}")
         elif arm in report.get("results", {}):
             lines.append(f"- {arm}: {done} iterations done, closing validation not reached")
+        regime = _regime(report.get("results", {}).get(arm, {}).get("rates", {}))
+        if regime:
+            lines.append(f"  - regime, mean over iterations: {regime}")
     for name, test in report.get("comparisons", {}).items():
         first, other = name.split(" - ")
         lines += ["", (f"**Registered endpoint, {name}** after training, on the same {test['episodes']} episodes: "
@@ -93,6 +96,18 @@ def render(report: dict[str, Any]) -> str:
     if report.get("stopped"):
         lines += ["", f"Stopped early: {report['stopped']}"]
     return "\n".join(lines) + "\n"
+
+
+def _regime(rates: dict[str, float]) -> str:
+    """Whether the arm ran where ECPO should differ: gate-open share, lucky singletons, divergent anchors."""
+    parts = []
+    if "credit/gated_fraction" in rates:
+        parts.append(f"the gate open at {1 - rates['credit/gated_fraction']:.2f} of anchors")
+    if "credit/num_lucky_singletons" in rates:
+        parts.append(f"{rates['credit/num_lucky_singletons']:.1f} lucky singletons per batch")
+    if "credit/divergent_anchor_fraction" in rates:
+        parts.append(f"{rates['credit/divergent_anchor_fraction']:.2f} of anchors divergent")
+    return ", ".join(parts)
 
 
 def _paired(test: dict[str, Any]) -> str:

@@ -34,12 +34,18 @@ def tokenizer_dir() -> Path:
 
 
 # ---------------------------------------------------------------------------------------------- trainer helpers
+# the credit regime of an iteration: the share of anchors ECPO's gate shut (absent for estimators without one),
+# lucky singletons in the batch, the share of anchors whose visits diverge
+REGIME_KEYS = ("credit/gated_fraction", "credit/num_lucky_singletons", "credit/divergent_anchor_fraction")
+
+
 def iteration_figures(metrics: dict[str, float]) -> dict[str, float]:
-    """The time split and rates of one trainer iteration (the update's tokens: ``update/tokens_computed``, the
-    sequences of the rows its forward and backward passes computed, every epoch)."""
+    """The time split, rates and credit regime of one trainer iteration (the update's tokens:
+    ``update/tokens_computed``, the sequences of the rows its forward and backward passes computed, every epoch)."""
     update_tokens = metrics.get("update/tokens_computed", 0.0)
     keep = {k: float(v) for k, v in metrics.items()
-            if k.startswith("time/") or k in ("num_steps", "success", "update/rows_computed", "update/optimizer_steps")}
+            if k.startswith("time/") or k in REGIME_KEYS
+            or k in ("num_steps", "success", "update/rows_computed", "update/optimizer_steps")}
     acting = metrics["time/generation"] + metrics["time/env"]
     return keep | {"rows_per_iteration": float(metrics["num_steps"]),
                    "decisions_per_s": metrics["num_steps"] / max(acting, 1e-9), "update_tokens": float(update_tokens),

@@ -104,6 +104,9 @@ def regime_table(paths: list[Path]) -> str:
         t = training_regime(metrics)
         divergent = [m["credit/divergent_anchor_fraction"] for m in metrics
                      if m.get("iteration", 0) >= 1 and "credit/divergent_anchor_fraction" in m]
+        if not t["iterations"]:
+            lines.append(f"| {path} | 0 | no training iteration | | | |")
+            continue
         gate = _mean(t["gate_open_share"]) if t["gate_open_share"] else "no gate"
         lines.append(f"| {path} | {t['iterations']} | {gate} | {_mean(t['lucky_singletons'])} | "
                      f"{_mean(t['rows_with_advantage_share'])} | {_mean(divergent)} |")

@@ -48,5 +48,9 @@ def test_smoke_trains_both_arms_from_one_warm_start_and_pairs_them(tmp_path):
     before = report["outcomes"]["before"]
     assert len(before) == ecpo["gain"]["episodes"] == report["comparisons"]["ecpo - gigpo_std"]["episodes"] == 4
     assert {(t, c) for t, c, _ in report["outcomes"]["after_ecpo"]} == {(t, c) for t, c, _ in before}
+    # the regime is reported per arm: ECPO's gate share and lucky singletons; GiGPO has no gate
+    assert all("credit/num_lucky_singletons" in r and "credit/gated_fraction" in r for r in ecpo["per_iteration"])
+    assert not any("credit/gated_fraction" in r for r in gigpo["per_iteration"])
     text = out.with_suffix(".md").read_text()
+    assert "regime, mean over iterations: the gate open at" in text
     assert "**Registered endpoint, ecpo - gigpo_std** after training, on the same 4 episodes" in text

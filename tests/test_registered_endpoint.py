@@ -57,3 +57,12 @@ def test_regime_table_reads_the_gate_and_lucky_singletons_of_any_run(tmp_path):
     table = endpoint_module.regime_table([run / "metrics.jsonl"])
     row = table.splitlines()[-1]
     assert row.endswith("| 2 | 0.100 | 2.000 | 0.400 | not recorded |")
+
+
+def test_regime_table_names_a_run_without_training_iterations_and_a_run_without_a_gate(tmp_path):
+    (tmp_path / "before.jsonl").write_text(json.dumps({"iteration": 0, "val/success": 0.2}) + "\n")
+    (tmp_path / "gigpo.jsonl").write_text(json.dumps({"iteration": 1, "success": 0.5, "num_steps": 10,
+                                                      "update/rows_computed": 5}) + "\n")
+    rows = endpoint_module.regime_table([tmp_path / "before.jsonl", tmp_path / "gigpo.jsonl"]).splitlines()[2:]
+    assert rows[0].endswith("| 0 | no training iteration | | | |")
+    assert rows[1].endswith("| 1 | no gate | not recorded | 0.500 | not recorded |")
