@@ -19,7 +19,16 @@ episodes after N iterations, first arm (ECPO) minus second arm (GiGPO w/std), pa
 McNemar's exact test and its consistent interval at 0.95. ECPO is better (or worse) only if the interval excludes
 0; otherwise "not shown", with the MDE. The training-task line of part 4 is not repeated here (time).
 
+**On a preset with a fixed training pool** (``train_tasks``, e.g. ``alfworld_cpu_pool``; fixed 2026-11-26 before
+any such run): each arm's after - before and the ECPO - GiGPO w/std comparison are also given on the validation
+episodes of the trained tasks (primary, as in that preset's registered endpoint) and of the others (secondary).
+``--sft-preset alfworld_cpu --sft-episodes 48`` makes that preset's warm start (its task order, not the pool's),
+and ``--seed`` gives the arms a seed other than the preset's (the warm start keeps its preset's), so a lease can
+run the protocol's ECPO vs GiGPO w/std pairs seed by seed.
+
     python -m benchmarks.gpu_comparison [--arms ecpo gigpo_std] [--time-limit 450] [--model DIR] [--out FILE]
+    python -m benchmarks.gpu_comparison --preset alfworld_cpu_pool --sft-preset alfworld_cpu --sft-episodes 48 \
+        --iterations 16 --seed 1
     python -m benchmarks.gpu_comparison --device cpu --smoke     # every step on tiny sizes (about a minute)
 
 Results go to ``benchmarks/results/gpu_comparison.{json,md}`` on CUDA (``runs/gpu_comparison.json`` otherwise),
@@ -93,6 +102,12 @@ def render(report: dict[str, Any]) -> str:
             lines.append(f"({first} won {test['gained']} episodes {other} lost, {test['lost']} the other way): "
                          f"{test['diff']:+.3f} [{test['low']:+.3f}, {test['high']:+.3f}] (exact, McNemar-consistent),"
                          f" p = {test['p']:.3g}, MDE {test['mde']:.3f}; {verdict}.")
+    by_part = report.get("by_part", {})
+    if by_part:
+        lines += ["", f"By part of the validation ({report.get('train_task_count')} trained tasks; the rest unseen):"]
+        for name, parts in by_part.items():
+            for part, test in parts.items():
+                lines.append(f"- {name}, {part}: {_paired(test)}")
     if report.get("stopped"):
         lines += ["", f"Stopped early: {report['stopped']}"]
     return "\n".join(lines) + "\n"
@@ -118,6 +133,18 @@ def _paired(test: dict[str, Any]) -> str:
         return f"{text}; no episode changed its outcome"
     return (f"{text} ({test['gained']} gained, {test['lost']} lost): {test['diff']:+.3f} [{test['low']:+.3f}, "
             f"{test['high']:+.3f}] (exact, McNemar-consistent), p = {test['p']:.3g}, MDE {test['mde']:.3f}")
+
+
+def split_parts(trained: frozenset[str], first: list[list], second: list[list]) -> dict[str, dict[str, Any]]:
+    """``paired_test(first, second)`` on the episodes of the trained tasks and on the others (parts that hold no
+    episode are left out)."""
+    parts = {}
+    for name, keep in (("trained tasks", lambda t: t in trained), ("unseen tasks", lambda t: t not in trained)):
+        a = [o for o in first if keep(o[0])]
+        b = [o for o in second if keep(o[0])]
+        if a:
+            parts[name] = paired_test(a, b)
+    return parts
 
 
 def save(report: dict[str, Any], out: Path) -> None:
@@ -146,11 +173,21 @@ def run(args: argparse.Namespace, work: Path, out: Path) -> dict[str, Any]:
     started = time.monotonic()
     deadline = started + args.time_limit
     _, overrides = learning_overrides(args, work)
-    config = load_config(args.preset, overrides + [f"run_dir={work / 'arm0'}"])
+    seed = [f"seed={args.seed}"] if args.seed is not None else []
+    config = load_config(args.preset, overrides + seed + [f"run_dir={work / 'arm0'}"])
+    if args.smoke and config.train_tasks:  # the smoke validation then holds a trained task and an unseen one
+        overrides.append(f"val_tasks=[{config.train_tasks[0]},gen/Pick/10000]")
+        config = load_config(args.preset, overrides + seed + [f"run_dir={work / 'arm0'}"])
+    sft_config = load_config(args.sft_preset, overrides + [f"run_dir={work / 'sft'}"]) if args.sft_preset else \
+        load_config(args.preset, overrides + [f"run_dir={work / 'sft'}"])
+    trained = frozenset(str(t) for t in (config.train_tasks or []))
     report: dict[str, Any] = {"smoke": args.smoke, "preset": args.preset, "arms": args.arms, "overrides": overrides,
                               "environment": device_facts(args.device), "time_limit": args.time_limit,
-                              "results": {}, "comparisons": {}}
-    report["sft"] = run_sft(config, episodes=args.sft_episodes, epochs=args.sft_epochs, lr=args.sft_lr,
+                              "seed": config.seed, "sft_preset": args.sft_preset or args.preset,
+                              "sft_seed": sft_config.seed, "results": {}, "comparisons": {}}
+    if trained:
+        report |= {"train_task_count": len(trained), "by_part": {}}
+    report["sft"] = run_sft(sft_config, episodes=args.sft_episodes, epochs=args.sft_epochs, lr=args.sft_lr,
                             out=work / "sft_model") | {"seconds": time.monotonic() - started}
     save(report, out)
 
@@ -196,8 +233,13 @@ def run(args: argparse.Namespace, work: Path, out: Path) -> dict[str, Any]:
             trainer.close()
         afters[arm] = after
         result["gain"] = paired_test(before, after)
+        if trained:
+            report["by_part"][f"{arm} after - before"] = split_parts(trained, before, after)
         if k > 0:
-            report["comparisons"][f"{args.arms[0]} - {arm}"] = paired_test(after, afters[args.arms[0]])
+            name = f"{args.arms[0]} - {arm}"
+            report["comparisons"][name] = paired_test(after, afters[args.arms[0]])
+            if trained:
+                report["by_part"][name] = split_parts(trained, after, afters[args.arms[0]])
         report["outcomes"] = {"before": before} | {f"after_{a}": o for a, o in afters.items()}
         save(report, out)
     report["seconds"] = time.monotonic() - started
@@ -215,6 +257,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-iterations", type=int, default=200)
     parser.add_argument("--model", default=str(DEFAULT_MODEL), help="SmolLM2 folder")
     parser.add_argument("--preset", default="alfworld_gpu")
+    parser.add_argument("--sft-preset", default=None,
+                        help="the preset whose task order and seed make the warm start (default: --preset)")
+    parser.add_argument("--seed", type=int, default=None, help="the arms' seed (default: the preset's)")
     parser.add_argument("--sft-episodes", type=int, default=96)
     parser.add_argument("--sft-epochs", type=int, default=2)
     parser.add_argument("--sft-lr", type=float, default=1e-5)
@@ -232,6 +277,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --arms: unknown estimator {unknown[0]!r}; valid: {', '.join(available_estimators())}",
               file=sys.stderr)
         return 2
+    from ecpo_train.runtime.config import load_config
+
+    for flag, preset, extra in (("--preset", args.preset, [f"seed={args.seed}"] if args.seed is not None else []),
+                                ("--sft-preset", args.sft_preset, [])):
+        try:
+            if preset is not None:
+                load_config(preset, extra)
+        except (FileNotFoundError, ValueError) as error:
+            print(f"error: {flag}: {' '.join(str(error).split())}", file=sys.stderr)
+            return 2
     if refuse_without_cuda(args.device, "gpu_comparison"):
         return 2
     if args.smoke:

@@ -54,3 +54,37 @@ def test_smoke_trains_both_arms_from_one_warm_start_and_pairs_them(tmp_path):
     text = out.with_suffix(".md").read_text()
     assert "regime, mean over iterations: the gate open at" in text
     assert "**Registered endpoint, ecpo - gigpo_std** after training, on the same 4 episodes" in text
+
+
+def test_a_bad_preset_or_seed_is_one_line(capsys):
+    for argv, words in ((["--sft-preset", "nope"], "--sft-preset: config nope not found"),
+                        (["--seed", "-1"], "--preset: seed=-1 is invalid")):
+        assert gpu_comparison.main(["--device", "cpu", "--smoke", *argv]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and words in err
+
+
+def test_split_parts_pairs_trained_and_unseen_episodes_separately():
+    first = [["a", 0, 0], ["a", 1, 1], ["u", 0, 1], ["u", 1, 1]]
+    second = [["a", 0, 1], ["a", 1, 1], ["u", 0, 0], ["u", 1, 1]]
+    parts = gpu_comparison.split_parts(frozenset({"a"}), first, second)
+    assert parts["trained tasks"]["episodes"] == parts["unseen tasks"]["episodes"] == 2
+    assert (parts["trained tasks"]["success_before"], parts["trained tasks"]["success_after"]) == (0.5, 1.0)
+    assert (parts["unseen tasks"]["success_before"], parts["unseen tasks"]["success_after"]) == (1.0, 0.5)
+    assert list(gpu_comparison.split_parts(frozenset({"z"}), first, second)) == ["unseen tasks"]
+
+
+@pytest.mark.slow
+def test_smoke_of_the_pool_protocol_pair_keeps_the_warm_starts_preset_and_splits_trained_from_unseen(tmp_path):
+    if not (TOKENIZER_DIR / "tokenizer.json").exists():
+        pytest.skip(f"no Qwen2.5 tokenizer at {TOKENIZER_DIR} (set ECPO_TOKENIZER_DIR)")
+    out = tmp_path / "pool.json"
+    assert gpu_comparison.main(["--device", "cpu", "--smoke", "--preset", "alfworld_cpu_pool", "--sft-preset",
+                                "alfworld_cpu", "--seed", "3", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert (report["seed"], report["sft_preset"], report["sft_seed"], report["train_task_count"]) == \
+        (3, "alfworld_cpu", 0, 16)
+    parts = report["by_part"]["ecpo - gigpo_std"]
+    assert parts["trained tasks"]["episodes"] == parts["unseen tasks"]["episodes"] == 2
+    assert set(report["by_part"]) == {"ecpo after - before", "gigpo_std after - before", "ecpo - gigpo_std"}
+    assert "ecpo - gigpo_std, trained tasks:" in out.with_suffix(".md").read_text()
