@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import sys
 import tempfile
 import time
@@ -147,6 +148,27 @@ def split_parts(trained: frozenset[str], first: list[list], second: list[list]) 
     return parts
 
 
+def score(report: dict[str, Any]) -> dict[str, Any]:
+    """The paired tests of a report, from its stored outcomes: each arm's after - before, the first arm against
+    each later one, and both by part where the preset has a training pool. The GPU machine has no scipy, so there
+    the tests read "not computed"; ``--rescore`` runs this again here on the JSON it returned."""
+    outcomes = report.get("outcomes", {})
+    before, arms = outcomes.get("before"), report.get("arms", [])
+    trained = frozenset(report.get("train_tasks") or [])
+    done = [a for a in arms if f"after_{a}" in outcomes and a in report.get("results", {})]
+    for arm in done:
+        after = outcomes[f"after_{arm}"]
+        report["results"][arm]["gain"] = paired_test(before, after)
+        if trained:
+            report["by_part"][f"{arm} after - before"] = split_parts(trained, before, after)
+        if arm != arms[0] and arms[0] in done:
+            name = f"{arms[0]} - {arm}"
+            report["comparisons"][name] = paired_test(after, outcomes[f"after_{arms[0]}"])
+            if trained:
+                report["by_part"][name] = split_parts(trained, after, outcomes[f"after_{arms[0]}"])
+    return report
+
+
 def save(report: dict[str, Any], out: Path) -> None:
     write_report(report, out, render)
 
@@ -186,7 +208,7 @@ def run(args: argparse.Namespace, work: Path, out: Path) -> dict[str, Any]:
                               "seed": config.seed, "sft_preset": args.sft_preset or args.preset,
                               "sft_seed": sft_config.seed, "results": {}, "comparisons": {}}
     if trained:
-        report |= {"train_task_count": len(trained), "by_part": {}}
+        report |= {"train_task_count": len(trained), "train_tasks": sorted(trained), "by_part": {}}
     report["sft"] = run_sft(sft_config, episodes=args.sft_episodes, epochs=args.sft_epochs, lr=args.sft_lr,
                             out=work / "sft_model") | {"seconds": time.monotonic() - started}
     save(report, out)
@@ -232,15 +254,8 @@ def run(args: argparse.Namespace, work: Path, out: Path) -> dict[str, Any]:
         finally:
             trainer.close()
         afters[arm] = after
-        result["gain"] = paired_test(before, after)
-        if trained:
-            report["by_part"][f"{arm} after - before"] = split_parts(trained, before, after)
-        if k > 0:
-            name = f"{args.arms[0]} - {arm}"
-            report["comparisons"][name] = paired_test(after, afters[args.arms[0]])
-            if trained:
-                report["by_part"][name] = split_parts(trained, after, afters[args.arms[0]])
         report["outcomes"] = {"before": before} | {f"after_{a}": o for a, o in afters.items()}
+        score(report)
         save(report, out)
     report["seconds"] = time.monotonic() - started
     save(report, out)
@@ -265,7 +280,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sft-lr", type=float, default=1e-5)
     parser.add_argument("--score-batch", type=int, default=64, help="on CUDA: items per scoring forward")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--rescore", type=Path, default=None, metavar="JSON",
+                        help="recompute the paired tests of a returned report (where scipy is) and rewrite it "
+                             "(to --out if given) with its markdown")
     args = parser.parse_args(argv)
+    if args.rescore is not None:
+        try:
+            report = json.loads(args.rescore.read_text())
+            if "outcomes" not in report:
+                raise ValueError("it holds no outcomes (the run stopped before its first closing validation)")
+        except (OSError, ValueError) as error:
+            print(f"error: --rescore {args.rescore}: {' '.join(str(error).split())}", file=sys.stderr)
+            return 2
+        out = args.out or args.rescore
+        save(score(report), out)
+        print(f"wrote {out} and {out.with_suffix('.md')}")
+        return 0
     if len(args.arms) < 2 or len(set(args.arms)) != len(args.arms):
         print(f"error: --arms {' '.join(args.arms)}: give two or more different estimators, the first the one "
               "the others are compared with", file=sys.stderr)

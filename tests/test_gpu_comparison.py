@@ -88,3 +88,22 @@ def test_smoke_of_the_pool_protocol_pair_keeps_the_warm_starts_preset_and_splits
     assert parts["trained tasks"]["episodes"] == parts["unseen tasks"]["episodes"] == 2
     assert set(report["by_part"]) == {"ecpo after - before", "gigpo_std after - before", "ecpo - gigpo_std"}
     assert "ecpo - gigpo_std, trained tasks:" in out.with_suffix(".md").read_text()
+    # the GPU machine has no scipy: its tests read "not computed"; --rescore here recomputes them from the outcomes
+    stripped = json.loads(out.read_text())
+    stripped["comparisons"] = {}
+    stripped["by_part"] = {}
+    for arm in stripped["results"].values():
+        arm["gain"] = {"test": "not computed (no scipy)"}
+    (tmp_path / "returned.json").write_text(json.dumps(stripped))
+    assert gpu_comparison.main(["--rescore", str(tmp_path / "returned.json"), "--out", str(tmp_path / "r.json")]) == 0
+    assert json.loads((tmp_path / "r.json").read_text()) == report
+    assert (tmp_path / "r.md").read_text() == out.with_suffix(".md").read_text()
+
+
+def test_rescore_of_a_report_without_outcomes_is_one_line(tmp_path, capsys):
+    (tmp_path / "early.json").write_text(json.dumps({"arms": ["ecpo", "gigpo_std"], "results": {}}))
+    (tmp_path / "broken.json").write_text("{")
+    for name, words in (("early.json", "holds no outcomes"), ("broken.json", "Expecting"), ("none.json", "No such")):
+        assert gpu_comparison.main(["--rescore", str(tmp_path / name)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and err.startswith("error: --rescore") and words in err
