@@ -10,6 +10,14 @@ gate opened, lucky singletons per batch, the share of rows that carried an advan
 
     python -m benchmarks.registered_endpoint RUN_DIR [RUN_DIR ...] --out benchmarks/results/NAME.json
     python -m benchmarks.registered_endpoint --regime METRICS.jsonl ...   # the regime table of any runs
+    python -m benchmarks.registered_endpoint RUN_A --versus RUN_B          # two arms of one protocol
+
+``--versus`` pairs two runs of one protocol (the same preset, seed and validation episodes, another estimator)
+by their last validations, position by position: RUN_A's success minus RUN_B's, on the trained tasks and on the
+others, with the same statistics. For ``alfworld_cpu_pool`` (registered 2026-11-26, before the GiGPO w/std run
+started): RUN_A the ECPO run, RUN_B GiGPO w/std from the same warm start and seed; primary the pool's 256
+episodes after iteration 16, secondary the unseen 96; ECPO better (or worse) only where the interval excludes 0,
+otherwise "not shown" with the MDE.
 
 Learning is *shown* when the interval of after - before lies above 0 (two-sided level 0.05).
 """
@@ -124,15 +132,39 @@ def endpoint(run_dir: Path) -> dict[str, Any]:
             "paired": paired_split(before, after, trained), "training": training_regime(metrics)}
 
 
-def line(name: str, part: dict[str, Any]) -> str:
+def versus(run_a: Path, run_b: Path) -> dict[str, Any]:
+    """RUN_A's last validation against RUN_B's on the same episodes (``paired_split`` with B as "before")."""
+    config_a, validations_a, _ = read_run(run_a)
+    config_b, validations_b, _ = read_run(run_b)
+    if not validations_a or not validations_b:
+        _fail(f"{run_a if not validations_a else run_b}/validation.jsonl holds no validation")
+    a, b = validations_a[-1], validations_b[-1]
+    trained_a = [str(t) for t in (config_a.get("train_tasks") or [])]
+    if trained_a != [str(t) for t in (config_b.get("train_tasks") or [])] or a["iteration"] != b["iteration"]:
+        _fail(f"{run_a} and {run_b} are not two arms of one protocol (their training tasks or the iteration of "
+              f"their last validation, {a['iteration']} and {b['iteration']}, differ)")
+    return {"run_a": str(run_a), "run_b": str(run_b), "algorithms": [config_a.get("algorithm"), config_b.get("algorithm")],
+            "seeds": [config_a.get("seed"), config_b.get("seed")], "iteration": a["iteration"],
+            "paired": paired_split(b, a, set(trained_a))}
+
+
+def line(name: str, part: dict[str, Any], first: str = "after", second: str = "before") -> str:
+    """One endpoint's figures; ``first`` and ``second`` name the two sides (a run's after and before, or two arms)."""
     n = part["episodes"]
-    head = (f"{name} ({part['tasks']} tasks, {n} paired episodes): {part['before']:.3f} -> {part['after']:.3f}, "
-            f"{part['gained']} gained, {part['lost']} lost")
+    if (first, second) == ("after", "before"):
+        head = (f"{name} ({part['tasks']} tasks, {n} paired episodes): {part['before']:.3f} -> {part['after']:.3f}, "
+                f"{part['gained']} gained, {part['lost']} lost")
+    else:
+        head = (f"{name} ({part['tasks']} tasks, {n} paired episodes): {second} {part['before']:.3f}, {first} "
+                f"{part['after']:.3f}; {first} won {part['gained']} that {second} lost, {part['lost']} the other way")
     if part["gained"] + part["lost"] == 0:
-        return head + ": no episode changed"
+        return head + ": no episode differs"
     mde = f"MDE {part['mde']:.3f}" if math.isfinite(part["mde"]) else "no MDE at this share of changing episodes"
-    verdict = "learning shown" if part["shown"] else ("worse" if part["high"] < 0 else "not significant")
-    return (head + f"; after - before {part['diff']:+.3f}, exact 95 % [{part['low']:+.3f}, {part['high']:+.3f}], "
+    if (first, second) == ("after", "before"):
+        verdict = "learning shown" if part["shown"] else ("worse" if part["high"] < 0 else "not significant")
+    else:
+        verdict = f"{first} better" if part["shown"] else (f"{first} worse" if part["high"] < 0 else "not shown")
+    return (head + f"; {first} - {second} {part['diff']:+.3f}, exact 95 % [{part['low']:+.3f}, {part['high']:+.3f}], "
             f"McNemar p {part['p']:.3g} ({verdict}; {mde})")
 
 
@@ -142,7 +174,21 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--out", type=Path, help="write the figures as JSON here")
     parser.add_argument("--regime", nargs="+", type=Path, metavar="METRICS",
                         help="print the regime table of these metrics.jsonl files instead")
+    parser.add_argument("--versus", type=Path, metavar="RUN_B",
+                        help="compare the one RUN_DIR's last validation with this run's (two arms of one protocol)")
     args = parser.parse_args(argv)
+    if args.versus is not None:
+        if len(args.run_dirs) != 1:
+            _fail("--versus compares one run folder with another: name exactly one RUN_DIR")
+        result = versus(args.run_dirs[0], args.versus)
+        a, b = result["algorithms"]
+        print(f"{result['run_a']} ({a}) - {result['run_b']} ({b}), after iteration {result['iteration']}, "
+              f"seeds {result['seeds']} (\"before\" = {b}, \"after\" = {a}):")
+        for name, part in result["paired"].items():
+            print("  " + line(name, part, a, b))
+        if args.out:
+            args.out.write_text(json.dumps(result, indent=1) + "\n")
+        return [result]
     if args.regime:
         missing = [str(p) for p in args.regime if not p.is_file()]
         if missing:

@@ -66,3 +66,24 @@ def test_regime_table_names_a_run_without_training_iterations_and_a_run_without_
     rows = endpoint_module.regime_table([tmp_path / "before.jsonl", tmp_path / "gigpo.jsonl"]).splitlines()[2:]
     assert rows[0].endswith("| 0 | no training iteration | | | |")
     assert rows[1].endswith("| 1 | no gate | not recorded | 0.500 | not recorded |")
+
+
+def test_versus_pairs_two_arms_last_validations_and_refuses_two_protocols(tmp_path, capsys):
+    tasks = ["a"] * 8 + ["u"] * 4
+    ecpo = _run(tmp_path / "ecpo", [0] * 12, [1] * 8 + [0] * 4, tasks, ["a"])
+    gigpo = _run(tmp_path / "gigpo", [0] * 12, [1, 1, 0, 0, 0, 0, 0, 0] + [1, 0, 0, 0], tasks, ["a"])
+    config = yaml.safe_load((gigpo / "config.yaml").read_text()) | {"algorithm": "gigpo_std"}
+    (gigpo / "config.yaml").write_text(yaml.safe_dump(config))
+    result = endpoint_module.main([str(ecpo), "--versus", str(gigpo)])[0]
+    trained, unseen = result["paired"]["trained"], result["paired"]["unseen"]
+    assert (trained["gained"], trained["lost"], trained["diff"]) == (6, 0, 0.75)  # ECPO won 6 that GiGPO lost
+    assert (trained["before"], trained["after"]) == (0.25, 1.0)  # "before" is RUN_B, "after" RUN_A
+    assert (unseen["gained"], unseen["lost"]) == (0, 1)
+    out = capsys.readouterr().out
+    assert "gigpo_std 0.250, ecpo 1.000; ecpo won 6 that gigpo_std lost, 0 the other way" in out
+    assert "ecpo - gigpo_std +0.750" in out and "(ecpo better;" in out and "(not shown;" in out
+    other = _run(tmp_path / "other", [0] * 12, [0] * 12, tasks, ["b"])
+    with pytest.raises(SystemExit) as stop:
+        endpoint_module.main([str(ecpo), "--versus", str(other)])
+    assert stop.value.code == 2
+    assert "are not two arms of one protocol" in capsys.readouterr().err
