@@ -1,0 +1,125 @@
+"""One protocol's ECPO against GiGPO w/std over seeds: the ``gpu_comparison`` reports of that protocol, one per seed.
+
+``gpu_comparison`` runs one pair (one seed) per report. This reads several (rescored here, so the paired tests are
+computed whatever machine wrote them), refuses reports of different protocols, leaves out the ones whose arms did
+not finish every iteration (named, not pairs), and gives the first arm minus the second after training:
+
+- per seed, on every validation episode and, where the preset has a training pool, on the trained and the unseen
+  tasks apart (McNemar exact);
+- across seeds, the seed as the unit: the mean of the per-seed differences with its t-interval (an MDE only from
+  five seeds on: ``paired_stats.mde``). This is the answer about the two training procedures;
+- the episodes pooled over seeds (McNemar exact on the summed discordant counts), which is conditional on these
+  trained pairs: it says which of these policies won more of the same episodes, not what another seed would do.
+
+    python -m benchmarks.comparison_seeds RETURNED/pool_pair_seed*.json --out benchmarks/results/pool_pairs.json
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from benchmarks import ArgumentParser, write_report
+from benchmarks.gpu_comparison import score
+from benchmarks.paired_stats import fmt_part, mcnemar_exact, mcnemar_mde, paired_diff
+
+PROTOCOL_KEYS = ("preset", "arms", "iterations", "train_tasks", "sft_preset", "sft_seed", "overrides")
+
+
+def _fail(message: str) -> None:
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def read_reports(paths: list[Path]) -> list[dict[str, Any]]:
+    reports = []
+    for path in paths:
+        try:
+            report = json.loads(path.read_text())
+        except (OSError, ValueError) as error:
+            _fail(f"{path}: {' '.join(str(error).split())}")
+        if not isinstance(report, dict) or "arms" not in report:
+            _fail(f"{path} is not a gpu_comparison report")
+        reports.append(score(report | {"path": str(path)}))
+    first = reports[0]
+    for report in reports[1:]:
+        differ = [k for k in PROTOCOL_KEYS if k != "overrides" and report.get(k) != first.get(k)]
+        if differ:
+            _fail(f"{report['path']} and {first['path']} are not one protocol: their {differ[0]} differ")
+    seeds = [r.get("seed") for r in reports]
+    repeated = next((s for s in seeds if seeds.count(s) > 1), None)
+    if repeated is not None:
+        _fail(f"seed {repeated} appears in more than one report (each seed is one pair)")
+    return reports
+
+
+def _parts(report: dict[str, Any], name: str) -> dict[str, dict[str, Any]]:
+    parts = {"all episodes": report["comparisons"][name]}
+    return parts | report.get("by_part", {}).get(name, {})
+
+
+def summarise(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    arms = reports[0]["arms"]
+    name = f"{arms[0]} - {arms[1]}"
+    pairs, left_out = [], []
+    for report in reports:
+        done = [report["results"].get(a, {}).get("iterations_done") for a in arms[:2]]
+        if name not in report.get("comparisons", {}) or report.get("stopped") or done != [report["iterations"]] * 2:
+            left_out.append({"path": report["path"], "seed": report.get("seed"),
+                             "why": report.get("stopped") or f"iterations done {done} of {report.get('iterations')}"})
+        else:
+            pairs.append(report)
+    summary: dict[str, Any] = {"comparison": name, "preset": reports[0].get("preset"),
+                               "iterations": reports[0].get("iterations"), "seeds": [r.get("seed") for r in pairs],
+                               "left_out": left_out, "per_seed": {}, "across_seeds": {}, "pooled_episodes": {}}
+    if not pairs:
+        return summary
+    for part in _parts(pairs[0], name):
+        tests = [_parts(r, name)[part] for r in pairs]
+        if any("gained" not in t for t in tests):
+            _fail(f"{pairs[0]['path']}: the paired tests are not computed (scipy missing here?)")
+        summary["per_seed"][part] = [{"seed": r.get("seed")} | t for r, t in zip(pairs, tests)]
+        summary["across_seeds"][part] = paired_diff([t["diff"] for t in tests]) | {"unit": "seeds"}
+        gained, lost = sum(t["gained"] for t in tests), sum(t["lost"] for t in tests)
+        episodes = sum(t["episodes"] for t in tests)
+        pooled = mcnemar_exact(gained, lost, episodes)
+        pooled["mde"] = mcnemar_mde(episodes, pooled["discordant_share"]) if gained + lost else float("nan")
+        summary["pooled_episodes"][part] = pooled
+    return summary
+
+
+def render(summary: dict[str, Any]) -> str:
+    lines = [f"# {summary['comparison']} over seeds ({summary['preset']}, {summary['iterations']} iterations)", "",
+             (f"Written by `benchmarks/comparison_seeds.py` from {len(summary['seeds'])} complete pair(s), seeds "
+              f"{summary['seeds']}. The first arm's success minus the second's after training, on the same episodes."),
+             ""]
+    for item in summary["left_out"]:
+        lines.append(f"- left out: seed {item['seed']} ({item['path']}): {item['why']}")
+    for part, rows in summary["per_seed"].items():
+        across, pooled = summary["across_seeds"][part], summary["pooled_episodes"][part]
+        lines += ["", f"## {part}", "", "| seed | episodes | won / lost | difference (exact, McNemar-consistent) |",
+                  "|---|---|---|---|"]
+        lines += [f"| {r['seed']} | {r['episodes']} | {r['gained']} / {r['lost']} | {fmt_part(r)} |" for r in rows]
+        lines += ["", f"- **Across seeds (the seed as the unit): {fmt_part(across)}**, p {across['p']:.3g}.",
+                  (f"- Episodes pooled over the seeds ({pooled['episodes']}; conditional on these trained pairs): "
+                   f"{pooled['gained']} won, {pooled['lost']} lost, {fmt_part(pooled)}, p {pooled['p']:.3g}.")]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = ArgumentParser(__spec__.name, description=__doc__.split("\n\n")[0])
+    parser.add_argument("reports", nargs="+", type=Path, help="gpu_comparison JSON reports, one per seed")
+    parser.add_argument("--out", type=Path, help="write the summary JSON here (and its markdown beside it)")
+    args = parser.parse_args(argv)
+    summary = summarise(read_reports(args.reports))
+    text = render(summary)
+    print(text, end="")
+    if args.out:
+        write_report(summary, args.out, render)
+    return summary
+
+
+if __name__ == "__main__":
+    main()

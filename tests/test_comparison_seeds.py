@@ -1,0 +1,56 @@
+"""benchmarks/comparison_seeds.py: gpu_comparison reports of one protocol summarised over seeds (the seed as the
+unit, and the episodes pooled), incomplete pairs left out by name, other protocols refused in one line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("scipy")
+
+from benchmarks import comparison_seeds
+
+
+def _report(tmp_path, seed, ecpo_won, gigpo_won, iterations_done=16, preset="alfworld_cpu_pool", name=None):
+    tasks = ["a", "a", "u", "u"]
+    keys = [[t, c] for t, c in zip(tasks, [0, 1, 0, 1])]
+    report = {"preset": preset, "arms": ["ecpo", "gigpo_std"], "iterations": 16, "train_tasks": ["a"],
+              "sft_preset": "alfworld_cpu", "sft_seed": 0, "seed": seed, "by_part": {}, "comparisons": {},
+              "results": {"ecpo": {"iterations_done": 16}, "gigpo_std": {"iterations_done": iterations_done}},
+              "outcomes": {"before": [k + [0] for k in keys],
+                           "after_ecpo": [k + [w] for k, w in zip(keys, ecpo_won)],
+                           "after_gigpo_std": [k + [w] for k, w in zip(keys, gigpo_won)]}}
+    path = tmp_path / (name or f"seed{seed}.json")
+    path.write_text(json.dumps(report))
+    return path
+
+
+def test_summary_over_seeds_by_hand(tmp_path):
+    paths = [_report(tmp_path, 1, [1, 1, 0, 0], [0, 1, 0, 0]),   # trained: ECPO won 1; unseen: equal
+             _report(tmp_path, 2, [1, 0, 1, 0], [0, 0, 0, 0]),   # trained: won 1; unseen: won 1
+             _report(tmp_path, 3, [0, 0, 0, 0], [1, 0, 0, 0]),   # trained: lost 1
+             _report(tmp_path, 4, [1, 1, 1, 1], [1, 1, 1, 1], iterations_done=9)]  # stopped early: not a pair
+    summary = comparison_seeds.main([str(p) for p in paths] + ["--out", str(tmp_path / "s.json")])
+    assert summary["seeds"] == [1, 2, 3] and [x["seed"] for x in summary["left_out"]] == [4]
+    trained = summary["across_seeds"]["trained tasks"]
+    assert trained["diff"] == pytest.approx((0.5 + 0.5 - 0.5) / 3) and trained["n"] == 3
+    pooled = summary["pooled_episodes"]["trained tasks"]
+    assert (pooled["gained"], pooled["lost"], pooled["episodes"]) == (2, 1, 6)
+    assert pooled["diff"] == pytest.approx(1 / 6) and pooled["p"] == pytest.approx(1.0)
+    everything = summary["pooled_episodes"]["all episodes"]
+    assert (everything["gained"], everything["lost"], everything["episodes"]) == (3, 1, 12)
+    text = (tmp_path / "s.md").read_text()
+    assert "left out: seed 4" in text and "no MDE (3 seeds)" in text
+
+
+@pytest.mark.parametrize("seed, preset, words", [(2, "alfworld_gpu", "their preset differ"),
+                                                 (1, "alfworld_cpu_pool", "seed 1 appears in more than one report")])
+def test_other_protocols_and_repeated_seeds_are_one_line(tmp_path, capsys, seed, preset, words):
+    first = _report(tmp_path, 1, [1, 1, 0, 0], [0, 1, 0, 0])
+    other = _report(tmp_path, seed, [1, 1, 0, 0], [0, 1, 0, 0], preset=preset, name="other.json")
+    with pytest.raises(SystemExit) as stop:
+        comparison_seeds.main([str(first), str(other)])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and words in err
