@@ -42,6 +42,14 @@ def write_report(report: Any, out: Path, render: Callable[[Any], str]) -> None:
         partial.replace(path)
 
 
+def fail(message: str) -> None:
+    """A command's bad input: one ``error:`` line on stderr and exit status 2."""
+    import sys
+
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def refuse_without_cuda(device: str, command: str) -> bool:
     """A GPU command asked for CUDA where torch sees none: print the one-line refusal and say so (exit 2 follows)."""
     import sys

@@ -17,20 +17,14 @@ not finish every iteration (named, not pairs), and gives the first arm minus the
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
-from benchmarks import ArgumentParser, write_report
+from benchmarks import ArgumentParser, fail, write_report
 from benchmarks.gpu_comparison import score
-from benchmarks.paired_stats import fmt_part, mcnemar_exact, mcnemar_mde, paired_diff
+from benchmarks.paired_stats import detectable, fmt_part, mcnemar_exact, paired_diff
 
-PROTOCOL_KEYS = ("preset", "arms", "iterations", "train_tasks", "sft_preset", "sft_seed", "overrides")
-
-
-def _fail(message: str) -> None:
-    print(f"error: {message}", file=sys.stderr)
-    raise SystemExit(2)
+PROTOCOL_KEYS = ("preset", "arms", "iterations", "train_tasks", "sft_preset", "sft_seed")
 
 
 def read_reports(paths: list[Path]) -> list[dict[str, Any]]:
@@ -39,19 +33,19 @@ def read_reports(paths: list[Path]) -> list[dict[str, Any]]:
         try:
             report = json.loads(path.read_text())
         except (OSError, ValueError) as error:
-            _fail(f"{path}: {' '.join(str(error).split())}")
+            fail(f"{path}: {' '.join(str(error).split())}")
         if not isinstance(report, dict) or "arms" not in report:
-            _fail(f"{path} is not a gpu_comparison report")
+            fail(f"{path} is not a gpu_comparison report")
         reports.append(score(report | {"path": str(path)}))
     first = reports[0]
     for report in reports[1:]:
-        differ = [k for k in PROTOCOL_KEYS if k != "overrides" and report.get(k) != first.get(k)]
+        differ = [k for k in PROTOCOL_KEYS if report.get(k) != first.get(k)]
         if differ:
-            _fail(f"{report['path']} and {first['path']} are not one protocol: their {differ[0]} differ")
+            fail(f"{report['path']} and {first['path']} are not one protocol: their {differ[0]} differ")
     seeds = [r.get("seed") for r in reports]
     repeated = next((s for s in seeds if seeds.count(s) > 1), None)
     if repeated is not None:
-        _fail(f"seed {repeated} appears in more than one report (each seed is one pair)")
+        fail(f"seed {repeated} appears in more than one report (each seed is one pair)")
     return reports
 
 
@@ -79,14 +73,13 @@ def summarise(reports: list[dict[str, Any]]) -> dict[str, Any]:
     for part in _parts(pairs[0], name):
         tests = [_parts(r, name)[part] for r in pairs]
         if any("gained" not in t for t in tests):
-            _fail(f"{pairs[0]['path']}: the paired tests are not computed (scipy missing here?)")
+            fail(f"{pairs[0]['path']}: the paired tests are not computed (scipy missing here?)")
         summary["per_seed"][part] = [{"seed": r.get("seed")} | t for r, t in zip(pairs, tests)]
         summary["across_seeds"][part] = paired_diff([t["diff"] for t in tests]) | {"unit": "seeds"}
         gained, lost = sum(t["gained"] for t in tests), sum(t["lost"] for t in tests)
         episodes = sum(t["episodes"] for t in tests)
         pooled = mcnemar_exact(gained, lost, episodes)
-        pooled["mde"] = mcnemar_mde(episodes, pooled["discordant_share"]) if gained + lost else float("nan")
-        summary["pooled_episodes"][part] = pooled
+        summary["pooled_episodes"][part] = pooled | {"mde": detectable(pooled)}
     return summary
 
 

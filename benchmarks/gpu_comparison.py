@@ -200,8 +200,7 @@ def run(args: argparse.Namespace, work: Path, out: Path) -> dict[str, Any]:
     if args.smoke and config.train_tasks:  # the smoke validation then holds a trained task and an unseen one
         overrides.append(f"val_tasks=[{config.train_tasks[0]},gen/Pick/10000]")
         config = load_config(args.preset, overrides + seed + [f"run_dir={work / 'arm0'}"])
-    sft_config = load_config(args.sft_preset, overrides + [f"run_dir={work / 'sft'}"]) if args.sft_preset else \
-        load_config(args.preset, overrides + [f"run_dir={work / 'sft'}"])
+    sft_config = load_config(args.sft_preset or args.preset, overrides + [f"run_dir={work / 'sft'}"])
     trained = frozenset(str(t) for t in (config.train_tasks or []))
     report: dict[str, Any] = {"smoke": args.smoke, "preset": args.preset, "arms": args.arms, "overrides": overrides,
                               "environment": device_facts(args.device), "time_limit": args.time_limit,

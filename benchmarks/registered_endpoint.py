@@ -26,19 +26,13 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from benchmarks import ArgumentParser
-from benchmarks.paired_stats import mcnemar_exact, mcnemar_mde
-
-
-def _fail(message: str) -> None:
-    print(f"error: {message}", file=sys.stderr)
-    raise SystemExit(2)
+from benchmarks import ArgumentParser, fail
+from benchmarks.paired_stats import detectable, mcnemar_exact
 
 
 def read_run(run_dir: Path) -> tuple[dict, list[dict], list[dict]]:
@@ -47,7 +41,7 @@ def read_run(run_dir: Path) -> tuple[dict, list[dict], list[dict]]:
     files = {name: run_dir / name for name in ("config.yaml", "validation.jsonl", "metrics.jsonl")}
     for path in files.values():
         if not path.is_file():
-            _fail(f"{path} does not exist: {run_dir} is not a finished `ecpo train` run folder")
+            fail(f"{path} does not exist: {run_dir} is not a finished `ecpo train` run folder")
     config = yaml.safe_load(files["config.yaml"].read_text())
     return config, read_validation_file(files["validation.jsonl"]), read_metrics_file(files["metrics.jsonl"])[0]
 
@@ -56,7 +50,7 @@ def paired_split(before: dict, after: dict, trained: set[str]) -> dict[str, dict
     """McNemar after - before over the validation's episodes of trained tasks and of the others, paired by
     position (the validation plays the same list of episodes every time; a mismatch is refused)."""
     if before["task_ids"] != after["task_ids"] or before["copies"] != after["copies"]:
-        _fail(f"validations at iterations {before['iteration']} and {after['iteration']} played different episodes")
+        fail(f"validations at iterations {before['iteration']} and {after['iteration']} played different episodes")
     parts: dict[str, dict[str, Any]] = {}
     for name, keep in (("trained", lambda t: t in trained), ("unseen", lambda t: t not in trained)):
         idx = [i for i, t in enumerate(before["task_ids"]) if keep(t)]
@@ -67,10 +61,8 @@ def paired_split(before: dict, after: dict, trained: set[str]) -> dict[str, dict
         gained = sum(1 for x, y in zip(b, a) if y and not x)
         lost = sum(1 for x, y in zip(b, a) if x and not y)
         test = mcnemar_exact(gained, lost, len(idx))
-        share = test["discordant_share"]
         parts[name] = test | {"before": sum(b) / len(idx), "after": sum(a) / len(idx),
-                              "tasks": len({before["task_ids"][i] for i in idx}),
-                              "mde": mcnemar_mde(len(idx), share) if share > 0 else float("nan"),
+                              "tasks": len({before["task_ids"][i] for i in idx}), "mde": detectable(test),
                               "shown": bool(test["low"] > 0) if math.isfinite(test["low"]) else False}
     return parts
 
@@ -124,7 +116,7 @@ def regime_table(paths: list[Path]) -> str:
 def endpoint(run_dir: Path) -> dict[str, Any]:
     config, validations, metrics = read_run(run_dir)
     if len(validations) < 2 or validations[0]["iteration"] != 0:
-        _fail(f"{run_dir}/validation.jsonl needs the validation before training (iteration 0) and one after it")
+        fail(f"{run_dir}/validation.jsonl needs the validation before training (iteration 0) and one after it")
     before, after = validations[0], validations[-1]
     trained = {str(t) for t in (config.get("train_tasks") or [])}
     return {"run_dir": str(run_dir), "algorithm": config.get("algorithm"), "seed": config.get("seed"),
@@ -137,11 +129,11 @@ def versus(run_a: Path, run_b: Path) -> dict[str, Any]:
     config_a, validations_a, _ = read_run(run_a)
     config_b, validations_b, _ = read_run(run_b)
     if not validations_a or not validations_b:
-        _fail(f"{run_a if not validations_a else run_b}/validation.jsonl holds no validation")
+        fail(f"{run_a if not validations_a else run_b}/validation.jsonl holds no validation")
     a, b = validations_a[-1], validations_b[-1]
     trained_a = [str(t) for t in (config_a.get("train_tasks") or [])]
     if trained_a != [str(t) for t in (config_b.get("train_tasks") or [])] or a["iteration"] != b["iteration"]:
-        _fail(f"{run_a} and {run_b} are not two arms of one protocol (their training tasks or the iteration of "
+        fail(f"{run_a} and {run_b} are not two arms of one protocol (their training tasks or the iteration of "
               f"their last validation, {a['iteration']} and {b['iteration']}, differ)")
     return {"run_a": str(run_a), "run_b": str(run_b), "algorithms": [config_a.get("algorithm"), config_b.get("algorithm")],
             "seeds": [config_a.get("seed"), config_b.get("seed")], "iteration": a["iteration"],
@@ -179,7 +171,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     args = parser.parse_args(argv)
     if args.versus is not None:
         if len(args.run_dirs) != 1:
-            _fail("--versus compares one run folder with another: name exactly one RUN_DIR")
+            fail("--versus compares one run folder with another: name exactly one RUN_DIR")
         result = versus(args.run_dirs[0], args.versus)
         a, b = result["algorithms"]
         print(f"{result['run_a']} ({a}) - {result['run_b']} ({b}), after iteration {result['iteration']}, "
@@ -192,11 +184,11 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     if args.regime:
         missing = [str(p) for p in args.regime if not p.is_file()]
         if missing:
-            _fail(f"{missing[0]} does not exist (a run folder's metrics.jsonl)")
+            fail(f"{missing[0]} does not exist (a run folder's metrics.jsonl)")
         print(regime_table(args.regime))
         return []
     if not args.run_dirs:
-        _fail("name a run folder (or --regime METRICS.jsonl ...)")
+        fail("name a run folder (or --regime METRICS.jsonl ...)")
     results = [endpoint(d) for d in args.run_dirs]
     for r in results:
         t = r["training"]
