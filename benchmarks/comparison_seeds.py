@@ -23,6 +23,7 @@ from typing import Any
 from benchmarks import ArgumentParser, fail, write_report
 from benchmarks.gpu_comparison import score
 from benchmarks.paired_stats import detectable, fmt_part, mcnemar_exact, paired_diff
+from benchmarks.validation_parts import label
 
 PROTOCOL_KEYS = ("preset", "arms", "iterations", "train_tasks", "sft_preset", "sft_seed")
 
@@ -92,7 +93,7 @@ def render(summary: dict[str, Any]) -> str:
         lines.append(f"- left out: seed {item['seed']} ({item['path']}): {item['why']}")
     for part, rows in summary["per_seed"].items():
         across, pooled = summary["across_seeds"][part], summary["pooled_episodes"][part]
-        lines += ["", f"## {part}", "", "| seed | episodes | won / lost | difference (exact, McNemar-consistent) |",
+        lines += ["", f"## {label(part)}", "", "| seed | episodes | won / lost | difference (exact, McNemar-consistent) |",
                   "|---|---|---|---|"]
         lines += [f"| {r['seed']} | {r['episodes']} | {r['gained']} / {r['lost']} | {fmt_part(r)} |" for r in rows]
         lines += ["", f"- **Across seeds (the seed as the unit): {fmt_part(across)}**, p {across['p']:.3g}.",

@@ -59,6 +59,7 @@ from benchmarks.gpu_learning import (
 )
 from benchmarks.gpu_run import device_facts
 from benchmarks.gpu_run_report import paired_test
+from benchmarks.validation_parts import label, split
 
 CLOSING_MARGIN = 1.15  # a closing validation's time, as a multiple of the one before training (plus 10 s)
 
@@ -108,7 +109,7 @@ def render(report: dict[str, Any]) -> str:
         lines += ["", f"By part of the validation ({report.get('train_task_count')} trained tasks; the rest unseen):"]
         for name, parts in by_part.items():
             for part, test in parts.items():
-                lines.append(f"- {name}, {part}: {_paired(test)}")
+                lines.append(f"- {name}, {label(part)}: {_paired(test)}")
     if report.get("stopped"):
         lines += ["", f"Stopped early: {report['stopped']}"]
     return "\n".join(lines) + "\n"
@@ -139,13 +140,9 @@ def _paired(test: dict[str, Any]) -> str:
 def split_parts(trained: frozenset[str], first: list[list], second: list[list]) -> dict[str, dict[str, Any]]:
     """``paired_test(first, second)`` on the episodes of the trained tasks and on the others (parts that hold no
     episode are left out)."""
-    parts = {}
-    for name, keep in (("trained tasks", lambda t: t in trained), ("unseen tasks", lambda t: t not in trained)):
-        a = [o for o in first if keep(o[0])]
-        b = [o for o in second if keep(o[0])]
-        if a:
-            parts[name] = paired_test(a, b)
-    return parts
+    ours, theirs = (split([o[0] for o in side], trained) for side in (first, second))
+    return {name: paired_test([first[i] for i in idx], [second[i] for i in theirs.get(name, [])])
+            for name, idx in ours.items()}
 
 
 def score(report: dict[str, Any]) -> dict[str, Any]:

@@ -33,6 +33,7 @@ import yaml
 
 from benchmarks import ArgumentParser, fail
 from benchmarks.paired_stats import detectable, mcnemar_exact
+from benchmarks.validation_parts import split
 
 
 def read_run(run_dir: Path) -> tuple[dict, list[dict], list[dict]]:
@@ -52,10 +53,7 @@ def paired_split(before: dict, after: dict, trained: set[str]) -> dict[str, dict
     if before["task_ids"] != after["task_ids"] or before["copies"] != after["copies"]:
         fail(f"validations at iterations {before['iteration']} and {after['iteration']} played different episodes")
     parts: dict[str, dict[str, Any]] = {}
-    for name, keep in (("trained", lambda t: t in trained), ("unseen", lambda t: t not in trained)):
-        idx = [i for i, t in enumerate(before["task_ids"]) if keep(t)]
-        if not idx:
-            continue
+    for name, idx in split(before["task_ids"], trained).items():
         b = [int(before["won"][i]) for i in idx]
         a = [int(after["won"][i]) for i in idx]
         gained = sum(1 for x, y in zip(b, a) if y and not x)

@@ -33,9 +33,9 @@ def test_summary_over_seeds_by_hand(tmp_path):
              _report(tmp_path, 4, [1, 1, 1, 1], [1, 1, 1, 1], iterations_done=9)]  # stopped early: not a pair
     summary = comparison_seeds.main([str(p) for p in paths] + ["--out", str(tmp_path / "s.json")])
     assert summary["seeds"] == [1, 2, 3] and [x["seed"] for x in summary["left_out"]] == [4]
-    trained = summary["across_seeds"]["trained tasks"]
+    trained = summary["across_seeds"]["trained"]
     assert trained["diff"] == pytest.approx((0.5 + 0.5 - 0.5) / 3) and trained["n"] == 3
-    pooled = summary["pooled_episodes"]["trained tasks"]
+    pooled = summary["pooled_episodes"]["trained"]
     assert (pooled["gained"], pooled["lost"], pooled["episodes"]) == (2, 1, 6)
     assert pooled["diff"] == pytest.approx(1 / 6) and pooled["p"] == pytest.approx(1.0)
     everything = summary["pooled_episodes"]["all episodes"]

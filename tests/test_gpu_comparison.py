@@ -68,10 +68,10 @@ def test_split_parts_pairs_trained_and_unseen_episodes_separately():
     first = [["a", 0, 0], ["a", 1, 1], ["u", 0, 1], ["u", 1, 1]]
     second = [["a", 0, 1], ["a", 1, 1], ["u", 0, 0], ["u", 1, 1]]
     parts = gpu_comparison.split_parts(frozenset({"a"}), first, second)
-    assert parts["trained tasks"]["episodes"] == parts["unseen tasks"]["episodes"] == 2
-    assert (parts["trained tasks"]["success_before"], parts["trained tasks"]["success_after"]) == (0.5, 1.0)
-    assert (parts["unseen tasks"]["success_before"], parts["unseen tasks"]["success_after"]) == (1.0, 0.5)
-    assert list(gpu_comparison.split_parts(frozenset({"z"}), first, second)) == ["unseen tasks"]
+    assert parts["trained"]["episodes"] == parts["unseen"]["episodes"] == 2
+    assert (parts["trained"]["success_before"], parts["trained"]["success_after"]) == (0.5, 1.0)
+    assert (parts["unseen"]["success_before"], parts["unseen"]["success_after"]) == (1.0, 0.5)
+    assert list(gpu_comparison.split_parts(frozenset({"z"}), first, second)) == ["unseen"]
 
 
 @pytest.mark.slow
@@ -85,7 +85,7 @@ def test_smoke_of_the_pool_protocol_pair_keeps_the_warm_starts_preset_and_splits
     assert (report["seed"], report["sft_preset"], report["sft_seed"], report["train_task_count"]) == \
         (3, "alfworld_cpu", 0, 16)
     parts = report["by_part"]["ecpo - gigpo_std"]
-    assert parts["trained tasks"]["episodes"] == parts["unseen tasks"]["episodes"] == 2
+    assert parts["trained"]["episodes"] == parts["unseen"]["episodes"] == 2
     assert set(report["by_part"]) == {"ecpo after - before", "gigpo_std after - before", "ecpo - gigpo_std"}
     assert "ecpo - gigpo_std, trained tasks:" in out.with_suffix(".md").read_text()
     # the GPU machine has no scipy: its tests read "not computed"; --rescore here recomputes them from the outcomes
@@ -107,3 +107,20 @@ def test_rescore_of_a_report_without_outcomes_is_one_line(tmp_path, capsys):
         assert gpu_comparison.main(["--rescore", str(tmp_path / name)]) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and err.startswith("error: --rescore") and words in err
+
+
+def test_the_gpu_pairs_and_the_run_folder_endpoint_split_and_score_the_same_episodes_alike():
+    from benchmarks.registered_endpoint import paired_split
+
+    tasks = ["a"] * 6 + ["u"] * 6
+    before_won = [0, 0, 1, 0, 1, 0, 1, 1, 0, 0, 1, 0]
+    after_won = [1, 1, 1, 0, 0, 1, 0, 1, 1, 0, 0, 0]
+    copies = list(range(12))
+    folder = paired_split({"iteration": 0, "task_ids": tasks, "copies": copies, "won": before_won},
+                          {"iteration": 16, "task_ids": tasks, "copies": copies, "won": after_won}, {"a"})
+    gpu = gpu_comparison.split_parts(frozenset({"a"}), [[t, c, w] for t, c, w in zip(tasks, copies, before_won)],
+                                     [[t, c, w] for t, c, w in zip(tasks, copies, after_won)])
+    assert list(folder) == list(gpu) == ["trained", "unseen"]
+    for part in folder:
+        for key in ("gained", "lost", "low", "high", "p"):
+            assert folder[part][key] == pytest.approx(gpu[part][key]), (part, key)
