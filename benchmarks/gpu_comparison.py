@@ -48,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import RESULTS, ArgumentParser, refuse_without_cuda, write_report
+from benchmarks import RESULTS, ArgumentParser, fail, refuse_without_cuda, write_report
 from benchmarks.gpu_learning import (
     DEFAULT_MODEL,
     ROOT,
@@ -56,6 +56,7 @@ from benchmarks.gpu_learning import (
     learning_overrides,
     mean_figures,
     validate_on,
+    write_smoke_model,
 )
 from benchmarks.gpu_run import device_facts
 from benchmarks.gpu_run_report import paired_test
@@ -184,20 +185,38 @@ def train_arm(trainer: Any, iterations: int, deadline: float, reserve: float) ->
     return rows, None
 
 
-def run(args: argparse.Namespace, work: Path, out: Path) -> dict[str, Any]:
-    from ecpo_train.apps.sft import run_sft
+def arm_configs(args: argparse.Namespace, work: Path) -> tuple[Any, Any, list[str]]:
+    """The arms' config and the warm start's, each loaded once with the overrides the run uses; a missing model, a
+    preset not found or an override it refuses is the command's one-line error (exit 2), before any model loads."""
     from ecpo_train.runtime.config import load_config
+
+    def load(flag: str, preset: str, extra: list[str]) -> Any:
+        try:
+            return load_config(preset, extra)
+        except (FileNotFoundError, ValueError) as error:
+            fail(f"{flag}: {' '.join(str(error).split())}")
+
+    try:
+        _, overrides = learning_overrides(args, work)
+    except FileNotFoundError as error:
+        fail(f"--model: {error}")
+    seed = [f"seed={args.seed}"] if args.seed is not None else []
+    config = load("--preset", args.preset, overrides + seed + [f"run_dir={work / 'arm0'}"])
+    if args.smoke and config.train_tasks:  # the smoke validation then holds a trained task and an unseen one
+        config = dataclasses.replace(config, val_tasks=[config.train_tasks[0], "gen/Pick/10000"])
+        overrides.append(f"val_tasks=[{config.train_tasks[0]},gen/Pick/10000]")
+    sft_config = load("--sft-preset", args.sft_preset or args.preset, overrides + [f"run_dir={work / 'sft'}"])
+    return config, sft_config, overrides
+
+
+def run(args: argparse.Namespace, work: Path, out: Path, configs: tuple[Any, Any, list[str]]) -> dict[str, Any]:
+    from ecpo_train.apps.sft import run_sft
     from ecpo_train.runtime.trainer import Trainer
 
     started = time.monotonic()
     deadline = started + args.time_limit
-    _, overrides = learning_overrides(args, work)
-    seed = [f"seed={args.seed}"] if args.seed is not None else []
-    config = load_config(args.preset, overrides + seed + [f"run_dir={work / 'arm0'}"])
-    if args.smoke and config.train_tasks:  # the smoke validation then holds a trained task and an unseen one
-        overrides.append(f"val_tasks=[{config.train_tasks[0]},gen/Pick/10000]")
-        config = load_config(args.preset, overrides + seed + [f"run_dir={work / 'arm0'}"])
-    sft_config = load_config(args.sft_preset or args.preset, overrides + [f"run_dir={work / 'sft'}"])
+    config, sft_config, overrides = configs
+    write_smoke_model(args, work)
     trained = frozenset(str(t) for t in (config.train_tasks or []))
     report: dict[str, Any] = {"smoke": args.smoke, "preset": args.preset, "arms": args.arms, "overrides": overrides,
                               "environment": device_facts(args.device), "time_limit": args.time_limit,
@@ -286,8 +305,7 @@ def main(argv: list[str] | None = None) -> int:
             if "outcomes" not in report:
                 raise ValueError("it holds no outcomes (the run stopped before its first closing validation)")
         except (OSError, ValueError) as error:
-            print(f"error: --rescore {args.rescore}: {' '.join(str(error).split())}", file=sys.stderr)
-            return 2
+            fail(f"--rescore {args.rescore}: {' '.join(str(error).split())}")
         out = args.out or args.rescore
         save(score(report), out)
         print(f"wrote {out} and {out.with_suffix('.md')}")
@@ -303,16 +321,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --arms: unknown estimator {unknown[0]!r}; valid: {', '.join(available_estimators())}",
               file=sys.stderr)
         return 2
-    from ecpo_train.runtime.config import load_config
-
-    for flag, preset, extra in (("--preset", args.preset, [f"seed={args.seed}"] if args.seed is not None else []),
-                                ("--sft-preset", args.sft_preset, [])):
-        try:
-            if preset is not None:
-                load_config(preset, extra)
-        except (FileNotFoundError, ValueError) as error:
-            print(f"error: {flag}: {' '.join(str(error).split())}", file=sys.stderr)
-            return 2
     if refuse_without_cuda(args.device, "gpu_comparison"):
         return 2
     if args.smoke:
@@ -320,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or (RESULTS / "gpu_comparison.json" if args.device.startswith("cuda") and not args.smoke
                        else ROOT / "runs" / "gpu_comparison.json")
     with tempfile.TemporaryDirectory(prefix="gpu_comparison-") as tmp:
-        run(args, Path(tmp), out)
+        run(args, Path(tmp), out, arm_configs(args, Path(tmp)))
     print(f"wrote {out} and {out.with_suffix('.md')}")
     return 0
 

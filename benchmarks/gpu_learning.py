@@ -86,15 +86,12 @@ def cpu_reference() -> dict[str, Any] | None:
 
 
 def learning_overrides(args: argparse.Namespace, work: Path) -> tuple[str, list[str]]:
-    """SmolLM2's folder (the tiny random model under ``--smoke``) and the preset overrides of a learning run: the
-    model, the device, no progress line, no periodic validation, and the smoke sizes. A missing model is a
-    ``FileNotFoundError`` naming the command that converts it."""
-    from ecpo_train.apps.models import write_tiny_model
-
-    base = args.model
-    if args.smoke:
-        base = str(write_tiny_model(work / "tiny", tokenizer_path=tokenizer_dir()))
-    elif not (Path(base) / "config.json").is_file():
+    """SmolLM2's folder (under ``--smoke`` the tiny random model's, which :func:`write_smoke_model` writes) and the
+    preset overrides of a learning run: the model, the device, no progress line, no periodic validation, and the
+    smoke sizes. A missing model is a ``FileNotFoundError`` naming the command that converts it. Nothing is
+    written, so a command checks its configs before it builds anything."""
+    base = str(work / "tiny") if args.smoke else args.model
+    if not args.smoke and not (Path(base) / "config.json").is_file():
         raise FileNotFoundError(f"no model at {base}: run `python scripts/device_bundle.py model` (docs/gpu.md) or "
                                 "pass --model")
     overrides = [f"model={base}", f"device={args.device}", "progress=false", "val_every=0"]
@@ -103,6 +100,14 @@ def learning_overrides(args: argparse.Namespace, work: Path) -> tuple[str, list[
                       "micro_batch_size=4", "mini_batch_size=8", "threads=1",
                       "env_kwargs={task_types: [Look, Pick], num_receptacles: [4, 5], max_steps: 4, num_tasks: 8}"]
     return base, overrides
+
+
+def write_smoke_model(args: argparse.Namespace, work: Path) -> None:
+    """Under ``--smoke``, write the tiny random model :func:`learning_overrides` names (otherwise nothing)."""
+    if args.smoke:
+        from ecpo_train.apps.models import write_tiny_model
+
+        write_tiny_model(work / "tiny", tokenizer_path=tokenizer_dir())
 
 
 def part_learning(args: argparse.Namespace, work: Path, deadline: float, save: Any) -> dict[str, Any]:
@@ -116,6 +121,7 @@ def part_learning(args: argparse.Namespace, work: Path, deadline: float, save: A
     base, overrides = learning_overrides(args, work)
     overrides = [f"run_dir={work / 'learning_run'}", *overrides]
     config = load_config(args.preset, overrides)
+    write_smoke_model(args, work)
     part: dict[str, Any] = {"preset": args.preset, "overrides": overrides, "model": str(base)}
     started = time.perf_counter()
     sft_dir = work / "sft_model"

@@ -56,12 +56,14 @@ def test_smoke_trains_both_arms_from_one_warm_start_and_pairs_them(tmp_path):
     assert "**Registered endpoint, ecpo - gigpo_std** after training, on the same 4 episodes" in text
 
 
-def test_a_bad_preset_or_seed_is_one_line(capsys):
-    for argv, words in ((["--sft-preset", "nope"], "--sft-preset: config nope not found"),
-                        (["--seed", "-1"], "--preset: seed=-1 is invalid")):
-        assert gpu_comparison.main(["--device", "cpu", "--smoke", *argv]) == 2
+def test_a_bad_preset_seed_or_model_is_one_line(capsys, tmp_path):
+    for argv, words in ((["--smoke", "--sft-preset", "nope"], "--sft-preset: config nope not found"),
+                        (["--smoke", "--seed", "-1"], "--preset: seed=-1 is invalid"),
+                        (["--model", str(tmp_path / "absent")], f"--model: no model at {tmp_path / 'absent'}")):
+        with pytest.raises(SystemExit) as stop:
+            gpu_comparison.main(["--device", "cpu", *argv])
         err = capsys.readouterr().err.strip()
-        assert len(err.splitlines()) == 1 and words in err
+        assert stop.value.code == 2 and len(err.splitlines()) == 1 and words in err, err
 
 
 def test_split_parts_pairs_trained_and_unseen_episodes_separately():
@@ -104,7 +106,9 @@ def test_rescore_of_a_report_without_outcomes_is_one_line(tmp_path, capsys):
     (tmp_path / "early.json").write_text(json.dumps({"arms": ["ecpo", "gigpo_std"], "results": {}}))
     (tmp_path / "broken.json").write_text("{")
     for name, words in (("early.json", "holds no outcomes"), ("broken.json", "Expecting"), ("none.json", "No such")):
-        assert gpu_comparison.main(["--rescore", str(tmp_path / name)]) == 2
+        with pytest.raises(SystemExit) as stop:
+            gpu_comparison.main(["--rescore", str(tmp_path / name)])
+        assert stop.value.code == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and err.startswith("error: --rescore") and words in err
 
