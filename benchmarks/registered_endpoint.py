@@ -11,6 +11,7 @@ gate opened, lucky singletons per batch, the share of rows that carried an advan
     python -m benchmarks.registered_endpoint RUN_DIR [RUN_DIR ...] --out benchmarks/results/NAME.json
     python -m benchmarks.registered_endpoint --regime METRICS.jsonl ...   # the regime table of any runs
     python -m benchmarks.registered_endpoint RUN_A --versus RUN_B          # two arms of one protocol
+    python -m benchmarks.registered_endpoint RUN_B --before-from RUN_A     # B skipped its before-validation
 
 ``--versus`` pairs two runs of one protocol (the same preset, seed and validation episodes, another estimator)
 by their last validations, position by position: RUN_A's success minus RUN_B's, on the trained tasks and on the
@@ -111,15 +112,32 @@ def regime_table(paths: list[Path]) -> str:
     return "\n".join(lines)
 
 
-def endpoint(run_dir: Path) -> dict[str, Any]:
+def endpoint(run_dir: Path, before_from: Path | None = None) -> dict[str, Any]:
+    """The run's validation before training (iteration 0) against its last one, by part. ``before_from``: take
+    the before-validation from that run instead -- another arm of the same protocol (the same training tasks and
+    seed) that validated the same episodes under the same starting weights, for a run that skipped its own
+    (``val_before_training=false``)."""
     config, validations, metrics = read_run(run_dir)
-    if len(validations) < 2 or validations[0]["iteration"] != 0:
-        fail(f"{run_dir}/validation.jsonl needs the validation before training (iteration 0) and one after it")
-    before, after = validations[0], validations[-1]
+    source, before_validations = run_dir, validations
+    if before_from is not None:
+        source_config, before_validations, _ = read_run(before_from)
+        if _protocol(source_config) != _protocol(config):
+            fail(f"--before-from {before_from}: not the same protocol as {run_dir} (its training tasks or seed "
+                 "differ)")
+        source = before_from
+    if not before_validations or before_validations[0]["iteration"] != 0:
+        fail(f"{source}/validation.jsonl holds no validation before training (iteration 0)")
+    if not validations or validations[-1]["iteration"] == 0:
+        fail(f"{run_dir}/validation.jsonl holds no validation after training")
+    before, after = before_validations[0], validations[-1]
     trained = {str(t) for t in (config.get("train_tasks") or [])}
     return {"run_dir": str(run_dir), "algorithm": config.get("algorithm"), "seed": config.get("seed"),
-            "iteration_before": before["iteration"], "iteration_after": after["iteration"],
+            "before_from": str(source), "iteration_before": before["iteration"], "iteration_after": after["iteration"],
             "paired": paired_split(before, after, trained), "training": training_regime(metrics)}
+
+
+def _protocol(config: dict) -> tuple:
+    return [str(t) for t in (config.get("train_tasks") or [])], config.get("seed")
 
 
 def versus(run_a: Path, run_b: Path) -> dict[str, Any]:
@@ -164,12 +182,18 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--out", type=Path, help="write the figures as JSON here")
     parser.add_argument("--regime", nargs="+", type=Path, metavar="METRICS",
                         help="print the regime table of these metrics.jsonl files instead")
+    parser.add_argument("--before-from", type=Path, metavar="RUN",
+                        help="take the validation before training from this run of the same protocol (for runs "
+                             "started with val_before_training=false)")
     parser.add_argument("--versus", type=Path, metavar="RUN_B",
                         help="compare the one RUN_DIR's last validation with this run's (two arms of one protocol)")
     args = parser.parse_args(argv)
     if args.versus is not None:
         if len(args.run_dirs) != 1:
             fail("--versus compares one run folder with another: name exactly one RUN_DIR")
+        if args.before_from is not None:
+            fail("--before-from reads a run's own before -> after; --versus compares two runs' last validations: "
+                 "give one of them")
         result = versus(args.run_dirs[0], args.versus)
         a, b = result["algorithms"]
         print(f"{result['run_a']} ({a}) - {result['run_b']} ({b}), after iteration {result['iteration']}, "
@@ -187,10 +211,11 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         return []
     if not args.run_dirs:
         fail("name a run folder (or --regime METRICS.jsonl ...)")
-    results = [endpoint(d) for d in args.run_dirs]
+    results = [endpoint(d, args.before_from) for d in args.run_dirs]
     for r in results:
         t = r["training"]
-        print(f"{r['run_dir']} ({r['algorithm']}, seed {r['seed']}, iterations {r['iteration_before']} -> "
+        source = "" if r["before_from"] == r["run_dir"] else f", before-validation from {r['before_from']}"
+        print(f"{r['run_dir']} ({r['algorithm']}, seed {r['seed']}{source}, iterations {r['iteration_before']} -> "
               f"{r['iteration_after']}, {t['optimizer_steps']} optimizer steps, {t['train_seconds']:.0f} s of training)")
         for name, part in r["paired"].items():
             print("  " + line(name, part))

@@ -87,3 +87,27 @@ def test_versus_pairs_two_arms_last_validations_and_refuses_two_protocols(tmp_pa
         endpoint_module.main([str(ecpo), "--versus", str(other)])
     assert stop.value.code == 2
     assert "are not two arms of one protocol" in capsys.readouterr().err
+
+
+def test_before_from_reads_a_run_without_its_own_before_validation_against_its_partners(tmp_path, capsys):
+    tasks = ["a"] * 8 + ["u"] * 4
+    ecpo = _run(tmp_path / "ecpo", [1, 0, 0, 0, 0, 0, 0, 0] + [1, 1, 0, 0], [1] * 12, tasks, ["a"])
+    gigpo = _run(tmp_path / "gigpo", [0] * 12, [1] * 6 + [0, 0] + [1, 0, 0, 0], tasks, ["a"])
+    lines = (gigpo / "validation.jsonl").read_text().splitlines()
+    (gigpo / "validation.jsonl").write_text(lines[1] + "\n")  # val_before_training=false: iteration 10 only
+    with pytest.raises(SystemExit) as stop:  # its own folder has no before-validation
+        endpoint_module.main([str(gigpo)])
+    assert stop.value.code == 2 and "holds no validation before training" in capsys.readouterr().err
+    result = endpoint_module.main([str(gigpo), "--before-from", str(ecpo)])[0]
+    trained, unseen = result["paired"]["trained"], result["paired"]["unseen"]
+    assert result["before_from"] == str(ecpo)
+    assert (trained["before"], trained["after"], trained["gained"], trained["lost"]) == (1 / 8, 6 / 8, 5, 0)
+    assert (unseen["before"], unseen["after"], unseen["gained"], unseen["lost"]) == (0.5, 0.25, 0, 1)
+    assert "before-validation from" in capsys.readouterr().out
+    other = _run(tmp_path / "other", [0] * 12, [0] * 12, tasks, ["b"])
+    for argv, words in (([str(gigpo), "--before-from", str(other)], "not the same protocol"),
+                        ([str(gigpo), "--before-from", str(ecpo), "--versus", str(ecpo)], "give one of them")):
+        with pytest.raises(SystemExit) as stop:
+            endpoint_module.main(argv)
+        err = capsys.readouterr().err.strip()
+        assert stop.value.code == 2 and len(err.splitlines()) == 1 and words in err, err
