@@ -40,7 +40,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -311,16 +310,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {out} and {out.with_suffix('.md')}")
         return 0
     if len(args.arms) < 2 or len(set(args.arms)) != len(args.arms):
-        print(f"error: --arms {' '.join(args.arms)}: give two or more different estimators, the first the one "
-              "the others are compared with", file=sys.stderr)
-        return 2
+        fail(f"--arms {' '.join(args.arms)}: give two or more different estimators, the first the one the others "
+             "are compared with")
     from ecpo_train.core.credit.registry import available_estimators
 
     unknown = [a for a in args.arms if a not in available_estimators()]
     if unknown:
-        print(f"error: --arms: unknown estimator {unknown[0]!r}; valid: {', '.join(available_estimators())}",
-              file=sys.stderr)
-        return 2
+        fail(f"--arms: unknown estimator {unknown[0]!r}; valid: {', '.join(available_estimators())}")
     if refuse_without_cuda(args.device, "gpu_comparison"):
         return 2
     if args.smoke:

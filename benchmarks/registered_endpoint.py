@@ -33,7 +33,7 @@ from typing import Any
 import yaml
 
 from benchmarks import ArgumentParser, fail
-from benchmarks.paired_stats import detectable, mcnemar_exact
+from benchmarks.paired_stats import paired_outcomes
 from benchmarks.validation_parts import split
 
 
@@ -55,13 +55,11 @@ def paired_split(before: dict, after: dict, trained: set[str]) -> dict[str, dict
         fail(f"validations at iterations {before['iteration']} and {after['iteration']} played different episodes")
     parts: dict[str, dict[str, Any]] = {}
     for name, idx in split(before["task_ids"], trained).items():
-        b = [int(before["won"][i]) for i in idx]
-        a = [int(after["won"][i]) for i in idx]
-        gained = sum(1 for x, y in zip(b, a) if y and not x)
-        lost = sum(1 for x, y in zip(b, a) if x and not y)
-        test = mcnemar_exact(gained, lost, len(idx))
-        parts[name] = test | {"before": sum(b) / len(idx), "after": sum(a) / len(idx),
-                              "tasks": len({before["task_ids"][i] for i in idx}), "mde": detectable(test),
+        b = {i: int(before["won"][i]) for i in idx}
+        a = {i: int(after["won"][i]) for i in idx}
+        test = paired_outcomes(b, a)
+        parts[name] = test | {"before": sum(b.values()) / len(idx), "after": sum(a.values()) / len(idx),
+                              "tasks": len({before["task_ids"][i] for i in idx}),
                               "shown": bool(test["low"] > 0) if math.isfinite(test["low"]) else False}
     return parts
 
@@ -130,14 +128,18 @@ def endpoint(run_dir: Path, before_from: Path | None = None) -> dict[str, Any]:
     if not validations or validations[-1]["iteration"] == 0:
         fail(f"{run_dir}/validation.jsonl holds no validation after training")
     before, after = before_validations[0], validations[-1]
-    trained = {str(t) for t in (config.get("train_tasks") or [])}
     return {"run_dir": str(run_dir), "algorithm": config.get("algorithm"), "seed": config.get("seed"),
             "before_from": str(source), "iteration_before": before["iteration"], "iteration_after": after["iteration"],
-            "paired": paired_split(before, after, trained), "training": training_regime(metrics)}
+            "paired": paired_split(before, after, set(train_tasks(config))), "training": training_regime(metrics)}
 
 
-def _protocol(config: dict) -> tuple:
-    return [str(t) for t in (config.get("train_tasks") or [])], config.get("seed")
+def train_tasks(config: dict) -> list[str]:
+    """A run folder's training tasks as its config.yaml lists them (empty where the preset has no pool)."""
+    return [str(t) for t in (config.get("train_tasks") or [])]
+
+
+def _protocol(config: dict) -> tuple[list[str], Any]:
+    return train_tasks(config), config.get("seed")
 
 
 def versus(run_a: Path, run_b: Path) -> dict[str, Any]:
@@ -147,8 +149,8 @@ def versus(run_a: Path, run_b: Path) -> dict[str, Any]:
     if not validations_a or not validations_b:
         fail(f"{run_a if not validations_a else run_b}/validation.jsonl holds no validation")
     a, b = validations_a[-1], validations_b[-1]
-    trained_a = [str(t) for t in (config_a.get("train_tasks") or [])]
-    if trained_a != [str(t) for t in (config_b.get("train_tasks") or [])] or a["iteration"] != b["iteration"]:
+    trained_a = train_tasks(config_a)
+    if trained_a != train_tasks(config_b) or a["iteration"] != b["iteration"]:
         fail(f"{run_a} and {run_b} are not two arms of one protocol (their training tasks or the iteration of "
               f"their last validation, {a['iteration']} and {b['iteration']}, differ)")
     return {"run_a": str(run_a), "run_b": str(run_b), "algorithms": [config_a.get("algorithm"), config_b.get("algorithm")],

@@ -28,9 +28,10 @@ def test_iterations_that_fit_leaves_every_arm_its_iterations_and_closing_validat
                                          (["ecpo", "ecpo"], "give two or more different estimators"),
                                          (["ecpo", "gigpo_typo"], "unknown estimator 'gigpo_typo'")])
 def test_bad_arms_are_one_line(capsys, arms, words):
-    assert gpu_comparison.main(["--device", "cpu", "--smoke", "--arms", *arms]) == 2
+    with pytest.raises(SystemExit) as stop:
+        gpu_comparison.main(["--device", "cpu", "--smoke", "--arms", *arms])
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and words in err
+    assert stop.value.code == 2 and len(err.splitlines()) == 1 and words in err
 
 
 @pytest.mark.slow
