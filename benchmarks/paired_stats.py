@@ -189,6 +189,16 @@ def fmt_part(part: Mapping[str, Any], digits: int = 3) -> str:
     return text
 
 
+def fmt_clustered(part: Mapping[str, Any], digits: int = 3) -> str:
+    """``[low, high] (16 tasks, design effect 1.48)``: the task-clustered interval beside the primary one (empty
+    where no task repeats, so nothing is clustered)."""
+    c = part.get("clustered")
+    if not c:
+        return ""
+    return (f"[{c['low']:+.{digits}f}, {c['high']:+.{digits}f}] ({c['clusters']} {c.get('unit', 'task')}s, "
+            f"design effect {c['design_effect']:.2f})")
+
+
 def claim_verdict(status: Sequence[str]) -> str:
     """A claim over its parts' verdicts: *holds* (every part holds), *contradicted* (some part contradicted and
     none holds), *mixed* (both), *partly holds* (some hold, none contradicted), and *not shown* when no part is
