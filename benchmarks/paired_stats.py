@@ -219,8 +219,9 @@ def paired_outcomes(before: Mapping[Any, Any], after: Mapping[Any, Any], *, labe
 
     Validation fixes every choice's uniform draw by (seed, copy, step), so the same episode under two policies
     differs only where the policies do. Returned: :func:`paired_binary` of ``after - before`` (Tango's interval,
-    Newcombe's beside it, McNemar's exact p, the MDE) and, where ``task_of(key)`` names each episode's task and a
-    task holds more than one episode, the task-clustered interval beside it (``clustered``: :func:`clustered`)."""
+    Newcombe's beside it, McNemar's exact p, the MDE) and, where ``task_of(key)`` names each episode's task, a
+    task holds more than one episode and there are at least two tasks (one task gives no spread between tasks to
+    measure), the task-clustered interval beside it (``clustered``: :func:`clustered`)."""
     if set(before) != set(after):
         raise MisalignedCells(f"cannot pair {label or 'validations'}: {len(set(before) ^ set(after))} episodes "
                               "are in only one of them (pair only the same validation)")
@@ -230,7 +231,7 @@ def paired_outcomes(before: Mapping[Any, Any], after: Mapping[Any, Any], *, labe
     out = paired_binary(diffs.count(1), diffs.count(-1), len(keys), both_won=both_won)
     if task_of is not None:
         tasks = [task_of(k) for k in keys]
-        if len(set(tasks)) < len(tasks):
+        if 2 <= len(set(tasks)) < len(tasks):
             out["clustered"] = clustered(diffs, tasks)
     return out
 
