@@ -198,3 +198,24 @@ def test_a_claim_with_no_significant_part_is_not_shown(ps):
     assert ps.claim_verdict(["holds", "contradicted"]) == "mixed"
     assert ps.claim_verdict(["contradicted", "not significant"]) == "contradicted"
     assert ps.claim_verdict(["holds", "not significant"]) == "partly holds"
+
+
+def test_the_clustered_interval_covers_where_tasks_differ_and_the_plain_one_does_not(ps):
+    """16 tasks x 16 episodes (the pool's shape), each task with its own success before (Beta(2, 3)) and its own
+    gain (normal, mean 0.3, sd 0.15), one uniform draw per episode shared by before and after. For the mean gain
+    over tasks like these, the by-task interval covers in 97 % of 300 seeded studies; Tango's, which treats the
+    256 episodes as independent, in 85 %."""
+    rng = np.random.default_rng(5)
+    tasks, copies = 16, 16
+    truth = 0.2836  # the mean clipped gain over the task distribution (400,000 draws)
+    covered, covered_plain = 0, 0
+    for _ in range(300):
+        before = rng.beta(2, 3, tasks)
+        after = np.clip(before + rng.normal(0.3, 0.15, tasks), 0.01, 0.99)
+        u = rng.random(tasks * copies)
+        diffs = list((u < np.repeat(after, copies)).astype(int) - (u < np.repeat(before, copies)).astype(int))
+        by_task = ps.clustered(diffs, list(np.repeat(np.arange(tasks), copies)))
+        low, high = ps.tango(diffs.count(1), diffs.count(-1), len(diffs))
+        covered += by_task["low"] <= truth <= by_task["high"]
+        covered_plain += low <= truth <= high
+    assert covered / 300 >= 0.92 and covered_plain / 300 < 0.88
