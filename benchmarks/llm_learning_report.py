@@ -24,10 +24,10 @@ from scipy import stats
 from benchmarks.paired_stats import (
     MIN_UNITS_FOR_MDE,
     apply_holm,
+    fmt_clustered,
     fmt_part,
     keyed,
     paired_diff,
-    fmt_clustered,
     paired_outcomes,
     paired_values,
 )

@@ -31,8 +31,8 @@ from pathlib import Path
 from benchmarks import ArgumentParser
 from benchmarks.paired_stats import (
     MisalignedCells,
-    paired_binary,
     newcombe,
+    paired_binary,
     paired_outcomes,
     wald_diff,
     wilson,
