@@ -29,15 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import RAW_RESULTS, RESULTS, ArgumentParser
-from benchmarks.paired_stats import (
-    apply_holm,
-    fmt_clustered,
-    fmt_part,
-    keyed,
-    paired_diff,
-    paired_outcomes,
-    paired_values,
-)
+from benchmarks import paired_stats as ps
 
 ARMS = {"ecpo_lag0": ("ecpo", 0), "ecpo_lag1": ("ecpo", 1), "gigpo_std_lag1": ("gigpo_std", 1)}
 COMPARISONS = (("ecpo_lag1", "ecpo_lag0"), ("ecpo_lag1", "gigpo_std_lag1"))
@@ -82,17 +74,17 @@ def compare(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     exact, episodes = [], []
     for a, b in COMPARISONS:
         seeds = sorted(set(by_arm[a]) & set(by_arm[b]))
-        _, diffs = paired_values(keyed([by_arm[a][s]["exact_success_after"] for s in seeds], seeds),
-                                 keyed([by_arm[b][s]["exact_success_after"] for s in seeds], seeds),
+        _, diffs = ps.paired_values(ps.keyed([by_arm[a][s]["exact_success_after"] for s in seeds], seeds),
+                                 ps.keyed([by_arm[b][s]["exact_success_after"] for s in seeds], seeds),
                                  label=f"{a} - {b}")
-        exact.append({"comparison": f"{a} - {b}", "measure": "final exact success (the seed as the unit)", "seeds": seeds}
-                     | paired_diff(list(diffs), m=len(COMPARISONS)))
+        exact.append({"comparison": f"{a} - {b}", "measure": "final exact success (the seed as the unit)",
+                      "seeds": seeds} | ps.paired_diff(list(diffs), m=len(COMPARISONS)))
         before = {(s, k): v for s in seeds for k, v in by_arm[b][s]["val_outcomes_after"].items()}
         after = {(s, k): v for s in seeds for k, v in by_arm[a][s]["val_outcomes_after"].items()}
-        episodes.append({"comparison": f"{a} - {b}", "seeds": seeds,
-                         "measure": "secondary: final validation episodes pooled over seeds (conditional on these runs)"}
-                        | paired_outcomes(before, after, label=f"{a} - {b}", task_of=_task))
-    return apply_holm(exact) + apply_holm(episodes)
+        pooled = "secondary: final validation episodes pooled over seeds (conditional on these runs)"
+        episodes.append({"comparison": f"{a} - {b}", "seeds": seeds, "measure": pooled}
+                        | ps.paired_outcomes(before, after, label=f"{a} - {b}", task_of=_task))
+    return ps.apply_holm(exact) + ps.apply_holm(episodes)
 
 
 def _task(key: tuple) -> str:
@@ -111,7 +103,7 @@ def report(runs: list[dict[str, Any]], parts: list[dict[str, Any]]) -> str:
                          for arm in ARMS if (mine := [r for r in runs if r["arm"] == arm])) + ".", "",
              "| comparison | measure | difference [95 %] | by task | p |", "| --- | --- | --- | --- | --- |"]
     for part in parts:
-        lines.append(f"| {part['comparison']} | {part['measure']} | {fmt_part(part)} | {fmt_clustered(part)} | "
+        lines.append(f"| {part['comparison']} | {part['measure']} | {ps.fmt_part(part)} | {ps.fmt_clustered(part)} | "
                      f"{part['p']:.3f} |")
     lines += ["", "How to read it:", "",
               "- Final exact success (the policy's DP value, one number per run) is the comparison of the training "
