@@ -28,7 +28,7 @@ from ecpo_train.runtime.config import TrainConfig
 def update_settings(config: TrainConfig) -> UpdateSettings:
     return UpdateSettings(clip_eps=config.clip_eps, kl_coef=config.kl_coef, entropy_coef=config.entropy_coef,
                           mini_batch_size=config.mini_batch_size, micro_batch_size=config.micro_batch_size,
-                          epochs=config.update_epochs, max_grad_norm=config.max_grad_norm,
+                          num_epochs=config.num_epochs, max_grad_norm=config.max_grad_norm,
                           max_tokens_per_micro_batch=config.max_tokens_per_micro_batch,
                           behaviour_correction=config.behaviour_correction, is_weight_cap=config.is_weight_cap)
 
