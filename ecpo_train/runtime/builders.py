@@ -21,6 +21,7 @@ import torch
 
 from ecpo_train.core.loss import UpdateSettings
 from ecpo_train.core.rollout import Rollout
+from ecpo_train.core.tasks import task_lists
 from ecpo_train.policies.base import Policy, StepContext
 from ecpo_train.runtime.config import TrainConfig
 
@@ -271,7 +272,10 @@ def check_env_and_model(config: TrainConfig) -> None:
     import gymnasium as gym
 
     env = gym.make(config.env_id, **config.env_kwargs)
-    env.close()
+    try:
+        task_lists(config, getattr(env.unwrapped, "task_ids", ()), env)
+    finally:
+        env.close()
     if config.policy == "tabular":
         return
     from transformers import AutoConfig, AutoTokenizer
