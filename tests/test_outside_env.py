@@ -3,6 +3,8 @@ written here, declared with ``ecpo_gym.register_env`` like the built-in families
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import gymnasium as gym
 import pytest
 from gymnasium.utils.env_checker import check_env
@@ -32,7 +34,7 @@ class CounterEnv(TextAgentEnv):
     the count (two histories that reach the same count share an anchor), the canonical action the matched
     admissible text, the reward the base class's (10 for reaching the target, 0 for passing it)."""
 
-    TARGETS = {"reach-3": 3, "reach-4": 4}
+    TARGETS: ClassVar[dict[str, int]] = {"reach-3": 3, "reach-4": 4}
 
     def __init__(self, max_steps: int = 4, **kwargs):
         super().__init__(max_steps=max_steps, **kwargs)

@@ -38,7 +38,7 @@ def check_vllm_kwargs(kwargs: Any) -> None:
     for the day vLLM is switched on): a mapping of argument names, none the backend sets itself, and the
     arguments it names in its own signature in range. ``ValueError`` in one line otherwise."""
     if not isinstance(kwargs, Mapping):
-        raise ValueError(f"vllm_kwargs must be a mapping of vllm.LLM arguments, got {type(kwargs).__name__}")
+        raise ValueError(f"vllm_kwargs must be a mapping of vllm.LLM arguments, got {type(kwargs).__name__}")  # noqa: TRY004
     for key in kwargs:
         if not isinstance(key, str) or not key.isidentifier():
             raise ValueError(f"vllm_kwargs key {str(key)[:80]!r} is not an argument name")
@@ -47,12 +47,13 @@ def check_vllm_kwargs(kwargs: Any) -> None:
                              "max_response_length): set the run's own key instead")
     share = kwargs.get("gpu_memory_utilization", 0.4)
     if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1:
-        raise ValueError(f"vllm_kwargs.gpu_memory_utilization={str(share)[:80]} is invalid: it must be a number in (0, 1]")
+        raise ValueError(f"vllm_kwargs.gpu_memory_utilization={str(share)[:80]} is invalid: it must be a number in "
+                         "(0, 1]")
     length = kwargs.get("max_model_len")
     if length is not None and (isinstance(length, bool) or not isinstance(length, int) or length < 1):
         raise ValueError(f"vllm_kwargs.max_model_len={str(length)[:80]} is invalid: it must be an integer >= 1")
     if not isinstance(kwargs.get("enable_sleep_mode", False), bool):
-        raise ValueError("vllm_kwargs.enable_sleep_mode must be true or false")
+        raise ValueError("vllm_kwargs.enable_sleep_mode must be true or false")  # noqa: TRY004
 
 
 class Generation(NamedTuple):
