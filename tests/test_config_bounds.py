@@ -146,3 +146,14 @@ def test_the_rllib_engine_checks_task_lists_before_an_actor_starts():
     with pytest.raises(ValueError, match="train_tasks: ecpo/DivergentAnchor-v0 has no task 'corridor7'"):
         check_env_and_model(config)
     check_env_and_model(dataclasses.replace(config, train_tasks=["corridor3"]))
+
+
+def test_a_run_recorded_under_an_old_name_still_resumes_and_evaluates(tmp_path):
+    from ecpo_train.runtime.config import config_dict, upgraded
+    from ecpo_train.runtime.resume import resume_changes
+
+    new = config_dict(load_config("quickstart", ["num_epochs=2"]))
+    recorded = {("update_epochs" if key == "num_epochs" else key): value for key, value in new.items()}
+    assert upgraded(recorded) == new and resume_changes(recorded, new) == {}
+    with pytest.raises(ValueError, match="num_epochs"):  # the same run, epochs changed: still a change
+        resume_changes(recorded, new | {"num_epochs": 3})

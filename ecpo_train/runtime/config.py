@@ -362,6 +362,17 @@ def _parse_value(key: str, raw: str) -> Any:
         raise ValueError(f"override {key}={shown(raw)} is not valid YAML ({first})") from None
 
 
+def upgraded(values: dict[str, Any]) -> dict[str, Any]:
+    """A config an earlier version recorded (a checkpoint's, a run's ``config.yaml``) in today's names: a renamed
+    key takes its new name. Recorded runs are read through this; a config a user writes is refused instead, with
+    the pointer."""
+    values = dict(values)
+    for old, new in RENAMED.items():
+        if old in values and new not in values:
+            values[new] = values.pop(old)
+    return values
+
+
 def _check_key(key: str, valid: set[str]) -> None:
     """A top-level key ``TrainConfig`` has; a renamed, misplaced or unknown one is one line that says where it went."""
     if key in valid:
