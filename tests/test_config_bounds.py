@@ -157,3 +157,13 @@ def test_a_run_recorded_under_an_old_name_still_resumes_and_evaluates(tmp_path):
     assert upgraded(recorded) == new and resume_changes(recorded, new) == {}
     with pytest.raises(ValueError, match="num_epochs"):  # the same run, epochs changed: still a change
         resume_changes(recorded, new | {"num_epochs": 3})
+
+
+def test_a_recorded_config_with_aliases_is_refused_on_resume(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text(LAUGHS)
+    (run / "metrics.jsonl").write_text("")
+    (run / "rllib_checkpoint").mkdir()  # an RLlib run: its config.yaml is what --resume reads
+    line = refused(["train", "--config", "quickstart", f"run_dir={run}", "--resume", "--engine", "rllib"])
+    assert "config.yaml is not valid YAML" in line
