@@ -111,9 +111,11 @@ def test_yaml_aliases_are_refused_in_one_line(tmp_path):
 
 def test_huge_values_are_echoed_cut(tmp_path):
     huge = "x" * 200_000  # the cut does not depend on the size: 200 kB echoes as few characters as 10 MB
-    for override in (f"dtype={huge}", f"lr={huge}", f"{huge}=1", f"train_tasks=[{huge}]"):
+    for override in (f"dtype={huge}", f"lr={huge}", f"{huge}=1", f"train_tasks=[{huge}]", f"env_kwargs.depth={huge}",
+                     f"env_kwargs.{huge}=1", f"credit.compat={huge}", f"env_id={huge}", f"run_dir={tmp_path}/{huge}"):
         line = refused(["train", "--config", "quickstart", f"run_dir={tmp_path}/run", override])
-        assert len(line) < SHOWN_CHARS + 1200, len(line)
+        assert len(line) < SHOWN_CHARS + 1200, len(line)  # (the longest: the list of valid keys)
+    assert "... (200004 characters) (list)" in refused(["train", "--config", "quickstart", f"history_length=[{huge}]"])
 
 
 def test_vllm_kwargs_are_checked_whichever_backend_runs():

@@ -294,7 +294,7 @@ def _type_name(hint: Any) -> str:
         elif dataclasses.is_dataclass(base):
             names.append("a mapping")
         else:
-            names.append(getattr(base, "__name__", str(base)))
+            names.append("None" if base is type(None) else getattr(base, "__name__", str(base)))
     return " or ".join(names)
 
 
