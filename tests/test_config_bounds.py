@@ -13,7 +13,8 @@ from typer.testing import CliRunner
 
 from ecpo_train.apps.cli import app
 from ecpo_train.runtime import config as config_module
-from ecpo_train.runtime.config import SHOWN_CHARS, TrainConfig, load_config, make_config
+from ecpo_train.runtime.config import TrainConfig, load_config, make_config
+from ecpo_train.runtime.config_values import SHOWN_CHARS
 from ecpo_train.runtime.limits import MAX_ENV_WORKERS, MAX_EPISODES, MAX_THREADS
 
 runner = CliRunner()

@@ -6,29 +6,21 @@ The credit hyperparameters are one nested ``CreditConfig`` (``credit: {kappa: 2.
 ``ecpo_train/core/credit/config.py``; an environment's step limit and history length come from its declaration
 (``ecpo_gym.families``). Each field declares its range or its choices where it is typed (pydantic ``Field(ge=...)``,
 ``Literal``); the sizes a machine can hold are bounded from its cores and memory (``runtime/limits.py``). Every
-field is checked when the config is built: a bad value is one ``ValueError`` naming the key and its valid range,
+field is checked when the config is built, by the one rule of ``runtime/config_values.py`` (YAML 1.2 without
+aliases, strict pydantic at every depth): a bad value is one ``ValueError`` naming the key and its valid range,
 before any work starts.
-
-One coercion rule at every depth: YAML is read with YAML 1.2 numbers (``1e-7`` is a float, as in JSON; PyYAML's
-YAML 1.1 reads it as a string) and without aliases (``*name`` could expand a small file into gigabytes), then
-each value, top-level or nested (``credit.eps``), is validated against its dataclass annotation by pydantic in
-strict mode: an int is a float, nothing else converts (a quoted ``'1'`` stays a string, a bool is never a number).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
-import re
-import types
-import typing
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import Field
 
 from ecpo_gym.families import declared_history_length
 from ecpo_train.core.credit import CreditConfig, available_estimators, check_group_size, estimator_spec
@@ -39,6 +31,7 @@ from ecpo_train.policies import DTYPES
 from ecpo_train.policies.prompting import PROMPT_STYLES
 from ecpo_train.policies.vllm_backend import check_vllm_kwargs
 from ecpo_train.runtime import VALIDATION_TEMPERATURE
+from ecpo_train.runtime.config_values import coerce_value, field_types, read_yaml, shown
 from ecpo_train.runtime.limits import MAX_ENV_WORKERS, MAX_EPISODES, MAX_THREADS
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
@@ -47,7 +40,6 @@ POLICY_MODES = ("generate", "score")
 _UPDATE = UpdateSettings()  # the update's defaults, read by the step-E fields below
 # Keys a release renamed: the old name is refused with a pointer to the new one (one name per setting, both engines).
 RENAMED = {"update_epochs": "num_epochs", "epochs": "num_epochs"}
-SHOWN_CHARS = 80  # a value echoed in an error is cut here: a 10 MB value must not become a 10 MB error line
 
 # Field types: a range or a choice lives on the field (its description is the note the error adds).
 Count = Annotated[int, Field(ge=1)]
@@ -153,9 +145,9 @@ class TrainConfig:
     progress: bool = True
 
     def __post_init__(self) -> None:
-        hints = _field_types(TrainConfig)
+        hints = field_types(TrainConfig)
         for item in dataclasses.fields(self):
-            setattr(self, item.name, coerce_value(item.name, hints[item.name], getattr(self, item.name), owner=TrainConfig))
+            setattr(self, item.name, coerce_value(item.name, hints[item.name], getattr(self, item.name)))
         if isinstance(self.credit, dict):
             try:
                 self.credit = CreditConfig.from_kwargs(**self.credit)
@@ -231,129 +223,7 @@ class TrainConfig:
         return self.device
 
 
-# ---------------------------------------------------------------------------------------------- YAML / overrides
-class _Yaml12Loader(yaml.SafeLoader):
-    """PyYAML's safe loader with YAML 1.2's floats (``1e-7``, no dot, is a number, not the string YAML 1.1 makes)
-    and no aliases: ``*name`` is refused where it is read, so a few hundred bytes cannot expand into gigabytes
-    (a "billion laughs" file)."""
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
-            raise yaml.composer.ComposerError(None, None, f"found the alias *{event.anchor}: aliases are not "
-                                              "supported (write the value out)", event.start_mark)
-        return super().compose_node(parent, index)
-
-
-_Yaml12Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9][0-9_]*)?(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-    list("-+0123456789."),
-)
-
-
-def read_yaml(text: str) -> Any:
-    """YAML text as data, with YAML 1.2 numbers and no aliases (the one reader of presets and ``key=value``
-    overrides)."""
-    return yaml.load(text, Loader=_Yaml12Loader)  # a SafeLoader subclass: no arbitrary objects
-
-
-def shown(value: Any) -> str:
-    """``repr(value)`` for an error line, cut at ``SHOWN_CHARS`` characters."""
-    text = repr(value)
-    return text if len(text) <= SHOWN_CHARS else f"{text[:SHOWN_CHARS]}... ({len(text)} characters)"
-
-
-@functools.cache
-def _field_types(cls: type) -> dict[str, Any]:
-    """A config dataclass's resolved annotations, ranges included (the modules use postponed annotations)."""
-    return typing.get_type_hints(cls, include_extras=True)
-
-
-@functools.cache
-def _validator(cls: type, name: str) -> TypeAdapter:
-    return TypeAdapter(_field_types(cls)[name], config=ConfigDict(strict=True, allow_inf_nan=False))
-
-
-_BOUNDS = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<"}
-_RANGE_ERRORS = {"greater_than", "greater_than_equal", "less_than", "less_than_equal", "finite_number", "too_short",
-                 "string_pattern_mismatch", "literal_error"}
-
-
-def _options(hint: Any) -> tuple[Any, ...]:
-    return typing.get_args(hint) if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union \
-        else (hint,)
-
-
-def _type_name(hint: Any) -> str:
-    """What a value of ``hint`` is, for a type error: ``float``, ``int or auto``, ``a mapping``."""
-    names = []
-    for option in _options(hint):
-        base = typing.get_args(option)[0] if typing.get_origin(option) is Annotated else option
-        if typing.get_origin(base) is Literal:
-            names.append(" or ".join(map(str, typing.get_args(base))))
-        elif dataclasses.is_dataclass(base):
-            names.append("a mapping")
-        else:
-            names.append("None" if base is type(None) else getattr(base, "__name__", str(base)))
-    return " or ".join(names)
-
-
-def _range(option: Any) -> str:
-    """The declared range of one annotated type: ``an integer in [1, 64] (0 = ...)``, ``a number > 0``."""
-    base, *extras = typing.get_args(option) if typing.get_origin(option) is Annotated else (option,)
-    if typing.get_origin(base) is Literal:
-        return " or ".join(map(str, typing.get_args(base)))
-    notes = [info.description for info in extras if getattr(info, "description", None)]
-    if base is str:  # a pattern: its description names what matches
-        return ", ".join(notes) or "text"
-    kind = {int: "an integer", float: "a number", list: "a non-empty list"}.get(base, getattr(base, "__name__", ""))
-    bounds = {name: getattr(m, name) for info in extras for m in getattr(info, "metadata", ())
-              for name in _BOUNDS if getattr(m, name, None) is not None}
-    low, high = [(k, v) for k, v in bounds.items() if k in ("ge", "gt")], [(k, v) for k, v in bounds.items()
-                                                                             if k in ("le", "lt")]
-    if low and high:
-        text = f"{kind} in {'[' if low[0][0] == 'ge' else '('}{low[0][1]}, {high[0][1]}{']' if high[0][0] == 'le' else ')'}"
-    elif low or high:
-        name, bound = (low or high)[0]
-        text = f"{kind} {_BOUNDS[name]} {bound}"
-    else:
-        text = kind
-    return text + "".join(f" ({note})" for note in notes)
-
-
-def coerce_value(key: str, hint: Any, value: Any, *, owner: type | None = None) -> Any:
-    """The one coercion rule, at every depth: ``value`` validated against the annotation ``hint`` (pydantic, strict:
-    an int is accepted as a float, nothing else converts; the declared range or choices checked). A config
-    dataclass (``CreditConfig``) is a mapping whose entries follow the same rule, named ``key.entry``. A mismatch
-    is one ``ValueError`` naming the key: ``name=value; valid: a, b`` for a choice, ``name=value is invalid: it
-    must be <range>`` for a range, ``config key 'name' expects <type>, got value (type)`` for a type."""
-    if dataclasses.is_dataclass(hint):
-        if isinstance(value, hint):
-            return value
-        if not isinstance(value, dict):
-            raise ValueError(f"config key {key!r} expects a mapping, got {shown(value)} ({type(value).__name__})")
-        hints = _field_types(hint)
-        return {name: coerce_value(f"{key}.{name}", hints[name], entry, owner=hint) if name in hints else entry
-                for name, entry in value.items()}  # an unknown entry is named by the dataclass's own check
-    adapter = _validator(owner, key.rpartition(".")[2]) if owner is not None else \
-        TypeAdapter(hint, config=ConfigDict(strict=True, allow_inf_nan=False))
-    try:
-        return adapter.validate_python(value)
-    except ValidationError as error:
-        kinds = {e["type"] for e in error.errors()}
-        options = [o for o in _options(hint) if o is not type(None)]
-        if kinds <= {"literal_error"} and len(options) == 1:
-            return_choices = ", ".join(map(str, typing.get_args(typing.get_args(options[0])[0]
-                                                                if typing.get_origin(options[0]) is Annotated
-                                                                else options[0])))
-            raise ValueError(f"{key}={shown(value)}; valid: {return_choices}") from None
-        if kinds & (_RANGE_ERRORS - {"literal_error"}):
-            valid = " or ".join(_range(o) for o in options)
-            raise ValueError(f"{key}={shown(value)} is invalid: it must be {valid}") from None
-        raise ValueError(f"config key {key!r} expects {_type_name(hint)}, got {shown(value)} "
-                         f"({type(value).__name__})") from None
-
-
+# ---------------------------------------------------------------------------------------------- overrides
 def _parse_value(key: str, raw: str) -> Any:
     try:
         return read_yaml(raw) if raw.strip() else ""

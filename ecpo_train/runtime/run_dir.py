@@ -120,7 +120,7 @@ def folder_engine(run_dir: Path) -> str:
 
 def read_saved_config(path: Path) -> dict[str, Any] | None:
     """The config a run recorded, or ``None`` when there is none (a damaged file is an error naming it)."""
-    from ecpo_train.runtime.config import read_yaml  # (aliases refused: a planted file cannot expand to gigabytes)
+    from ecpo_train.runtime.config_values import read_yaml  # (aliases refused: a planted file cannot expand)
 
     if not path.is_file():
         return None
