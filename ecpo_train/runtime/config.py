@@ -63,8 +63,8 @@ class TrainConfig:
     # environment
     env_id: str = "ecpo/ALFWorldGen-v0"
     env_kwargs: dict = field(default_factory=dict)  # e.g. {max_steps: 10}; the step limit defaults to the env's
-    env_workers: Annotated[int, Field(ge=0, le=MAX_ENV_WORKERS, description="0 = in this process; at most "
-                                      "4 per core and one per 0.5 GB of this machine")] = 0
+    env_workers: Annotated[int, Field(ge=0, le=MAX_ENV_WORKERS, description="0 = in this process; at most 4 per "
+                                      "core (8 at least) and one per 0.5 GB of this machine")] = 0
     # > 1: the training rollout plays its groups in that many waves of whole groups, one wave's policy call
     # overlapping the others' env steps (core/rollout.py); equal episodes for policies whose call does not
     # depend on the batch (docs/training.md)
@@ -132,8 +132,8 @@ class TrainConfig:
         _UPDATE.max_tokens_per_micro_batch
     fsdp: bool = False  # shard over the processes torchrun started (`ecpo train --nproc K`)
     # torch CPU threads; 0 = torch's default; auto = the cores others leave free (threads.py)
-    threads: Annotated[int, Field(ge=0, le=MAX_THREADS, description="0 = torch's default; at most 4 per core")] | \
-        Literal["auto"] = 0
+    threads: Annotated[int, Field(ge=0, le=MAX_THREADS, description="0 = torch's default; at most 4 per core "
+                                  "(8 at least)")] | Literal["auto"] = 0
     # policy_mode=score: pi = (1 - eps) softmax + eps uniform (policies/scoring.py)
     explore_epsilon: Annotated[float, Field(ge=0, lt=1)] = 0.0
     filter_equal_return_groups: bool = False  # DAPO-style: leave groups with all-equal returns out of the update

@@ -4,8 +4,9 @@ The config declares them on its fields (``runtime/config.py``), so an impossible
 config is built, before a folder is written or a process starts, instead of a ``MemoryError`` mid-run or a
 thread library's abort:
 
-- processes and threads (``env_workers``, ``threads``): at most ``PER_CORE`` per usable core; an env worker is a
-  spawned Python holding its engine (about ``WORKER_BYTES``), so the memory caps them too;
+- processes and threads (``env_workers``, ``threads``): at most ``PER_CORE`` per usable core, and never fewer than
+  ``MIN_CEILING`` (the GPU presets' 8 env workers load on any machine); an env worker is a spawned Python holding
+  its engine (about ``WORKER_BYTES``), so the memory caps them too;
 - episodes held at once (``n_groups`` x ``group_size``, ``val_episodes_per_task`` x the validation tasks): at most
   the memory over ``EPISODE_BYTES``, a generous budget for one episode's step rows (50 steps of 2,048 + 512 token
   ids and their log-probabilities come to about 1 MiB).
@@ -16,6 +17,7 @@ from __future__ import annotations
 import os
 
 PER_CORE = 4  # past a few per core, more workers or threads only queue for the same cores
+MIN_CEILING = 8
 WORKER_BYTES = 512 << 20  # one env worker process (measured ~0.5 GB: 32 workers took 16 GB)
 EPISODE_BYTES = 1 << 20
 
@@ -35,6 +37,6 @@ def memory_bytes() -> int:
         return 16 << 30
 
 
-MAX_THREADS = PER_CORE * usable_cores()
+MAX_THREADS = max(MIN_CEILING, PER_CORE * usable_cores())
 MAX_ENV_WORKERS = max(1, min(MAX_THREADS, memory_bytes() // WORKER_BYTES))
 MAX_EPISODES = max(1, memory_bytes() // EPISODE_BYTES)
