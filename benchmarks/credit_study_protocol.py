@@ -183,7 +183,7 @@ def cell_config(spec: dict[str, Any], run_dir: str, task_pool: Sequence[str]):
         rollout_temperature=spec["rollout_temperature"], val_temperature=spec["eval_temperature"],
         policy="tabular", algorithm=spec["method"], credit=dict(spec["credit"]),
         lr=float(optim["learning_rate"]), weight_decay=0.0, kl_coef=float(optim["kl_coef"]),
-        clip_eps=float(optim["clip_eps"]), update_epochs=int(optim["epochs"]),
+        clip_eps=float(optim["clip_eps"]), num_epochs=int(optim["epochs"]),
         mini_batch_size=int(optim["mini_batch_size"]), micro_batch_size=int(optim["micro_batch_size"]),
         max_grad_norm=float(optim["max_grad_norm"]), checkpoint_every=0, tensorboard=False, progress=False,
     )

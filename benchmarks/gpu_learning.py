@@ -25,9 +25,8 @@ DEFAULT_MODEL = ROOT / "device_bundle" / "models" / "smollm2-135m-instruct"
 
 
 def tokenizer_dir() -> Path:
-    """``$ECPO_TOKENIZER_DIR``, else the bundle's copy (device), else the shared one (this machine)."""
-    for candidate in (os.environ.get("ECPO_TOKENIZER_DIR"), ROOT / "device_bundle" / "tokenizer",
-                      "/work/shared/models/qwen2.5-tokenizer"):
+    """``$ECPO_TOKENIZER_DIR``, else the bundle's copy in the checkout (``scripts/device_bundle.py install``)."""
+    for candidate in (os.environ.get("ECPO_TOKENIZER_DIR"), ROOT / "device_bundle" / "tokenizer"):
         if candidate and (Path(candidate) / "tokenizer.json").is_file():
             return Path(candidate)
     raise FileNotFoundError("no Qwen2.5 tokenizer: set ECPO_TOKENIZER_DIR or run scripts/device_bundle.py install")

@@ -48,7 +48,7 @@ def run_values(model: Path, run_dir: Path) -> dict:
             "env_id": "ecpo/DivergentAnchor-v0", "env_kwargs": {"num_tasks": 2, "depth": 4, "rare_prob": [0.4, 0.7]},
             "n_groups": 2, "group_size": 4, "history_length": 0, "prompt_style": "compact", "val_every": 0,
             "credit": {"d_min": 1}, "lr": 1e-3, "kl_coef": 0.0, "mini_batch_size": 8, "micro_batch_size": 4,
-            "update_epochs": 2, "seed": 5, "checkpoint_every": 0, "tensorboard": False, "progress": False,
+            "num_epochs": 2, "seed": 5, "checkpoint_every": 0, "tensorboard": False, "progress": False,
             "iterations": 3, "threads": 1}
 
 

@@ -112,7 +112,7 @@ with torch.no_grad():
     old, old_mask, _ = policy.logprobs(prompts, responses)
 optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=1e-6)
 settings = UpdateSettings(clip_eps=0.2, kl_coef=kl, entropy_coef=0.0, mini_batch_size=rows,
-                          micro_batch_size=args["micro"], epochs=1, max_grad_norm=1.0)
+                          micro_batch_size=args["micro"], num_epochs=1, max_grad_norm=1.0)
 advantages = torch.randn(rows, generator=torch.Generator().manual_seed(1))
 advantages[torch.arange(rows) % 4 < round(4 * args["zero_frac"])] = 0.0
 new_api = "row_keys" in inspect.signature(policy_update).parameters

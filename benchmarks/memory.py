@@ -253,10 +253,10 @@ def model_dirs(names: list[str]) -> dict[str, str]:
     found = {}
     for name in names:
         if name == "tiny":
-            tokenizer = os.environ.get("ECPO_TOKENIZER_DIR", "/work/shared/models/qwen2.5-tokenizer")
+            tokenizer = os.environ.get("ECPO_TOKENIZER_DIR") or ""
             folder = Path(tempfile.gettempdir()) / "ecpo-memory-tiny"
             if not (folder / "config.json").exists():
-                write_tiny_model(folder, tokenizer_path=tokenizer if Path(tokenizer).is_dir() else None)
+                write_tiny_model(folder, tokenizer_path=tokenizer if tokenizer and Path(tokenizer).is_dir() else None)
             found["tiny"] = str(folder)
         elif name == "smollm2":
             folder = default_cache_dir() / "smollm2-135m-instruct"

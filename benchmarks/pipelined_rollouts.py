@@ -48,7 +48,7 @@ def case_values(case: str, model: Path, run_dir: str) -> dict[str, Any]:
     if case == "env":
         return common | {"env_id": "ecpo/ALFWorld-v0", "env_kwargs": dict(ALFWORLD_KWARGS), "n_groups": 4,
                          "group_size": 4, "credit": {"d_min": 2}, "lr": 1e-4, "mini_batch_size": 64,
-                         "micro_batch_size": 16, "update_epochs": 1, "max_prompt_length": 512}
+                         "micro_batch_size": 16, "num_epochs": 1, "max_prompt_length": 512}
     from ecpo_train.runtime.config import config_dict, load_config
 
     preset = config_dict(load_config("corridor_llm", [f"model={model}", f"run_dir={run_dir}"]))

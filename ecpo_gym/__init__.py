@@ -2,9 +2,10 @@
 
 Importing the package registers every environment id, so after ``import ecpo_gym``
 ``gymnasium.make("ecpo/ALFWorld-v0")`` works; ``gymnasium.make("ecpo_gym:ecpo/ALFWorld-v0")`` imports it for
-you (gymnasium 1.x has no plugin auto-loading). Each id is declared once, in :mod:`ecpo_gym.families`
-(``ENV_DECLARATIONS``). Entry points are strings, so registration imports no engine: textworld, bm25s and
-friends load only when an environment is made.
+you (gymnasium 1.x has no plugin auto-loading). Each id is declared once, in :mod:`ecpo_gym.families`, through
+``register_env``, the call a user's own environment is declared with too (``docs/environments.md``). Entry
+points are strings, so registration imports no engine: textworld, bm25s and friends load only when an
+environment is made.
 """
 
 from gymnasium.envs.registration import register, registry
@@ -19,20 +20,18 @@ from ecpo_gym.families import (
     EnvFamily,
     declaration_of,
     family_of,
+    register_env,
+    unregister_env,
 )
 
 
 def register_envs() -> None:
-    """Register every declared ECPO environment id with gymnasium (idempotent).
-
-    Each spec carries its :class:`EnvFamily` as ``gym.spec(env_id).ecpo_family`` (a dict; ``family_of`` gives
-    the dataclass), outside ``kwargs`` so it never reaches the constructor. No ``max_episode_steps``: each
-    environment truncates itself at its declared step limit (no ``TimeLimit`` wrapper).
-    """
+    """Register again with gymnasium every declared id its registry lost (idempotent; ``register_env`` registers
+    each id as it is declared). ``family_of(env_id)`` gives an id's :class:`EnvFamily`; no ``max_episode_steps``:
+    each environment truncates itself at its declared step limit (no ``TimeLimit`` wrapper)."""
     for env_id, declared in ENV_DECLARATIONS.items():
         if env_id not in registry:
             register(id=env_id, entry_point=declared.entry_point, kwargs=dict(declared.kwargs))
-        registry[env_id].ecpo_family = declared.family.to_dict()  # type: ignore[attr-defined]
 
 
 register_envs()
@@ -53,5 +52,7 @@ __all__ = [
     "declaration_of",
     "family_of",
     "normalize_text",
+    "register_env",
     "register_envs",
+    "unregister_env",
 ]

@@ -1,24 +1,29 @@
 """Every environment id, declared once: entry point, kwargs, step limit, prompt template, history length, reply
 parser, and the family facts the leaderboard reads (benchmark, manifest, data argument).
 
-Registration (``ecpo_gym/__init__.py``), the constructors' step-limit defaults, prompting, reply parsing, ReAct,
-the trainer's config and the leaderboard all look an id up here instead of keeping their own table or guessing
-from the id's spelling. ``declaration_of`` / ``family_of`` answer for an id, a spec or a made environment; the
-family rides on the gymnasium spec as ``gym.spec(env_id).ecpo_family`` (a dict).
+``register_env(EnvDeclaration(...))`` is the one public way in: it records the declaration and registers the id
+with gymnasium. The built-in families are declared through it below, and a user's own environment is declared
+the same way from the user's own module (``docs/environments.md``, "Add an environment"). The constructors'
+step-limit defaults, prompting, reply parsing, ReAct, the trainer's config and the leaderboard all look an id up
+here instead of keeping their own table or guessing from the id's spelling. ``declaration_of`` / ``family_of``
+answer for an id (also ``"module:id"``, gymnasium's spelling that imports ``module`` first), a spec or a made
+environment.
 
-This module imports nothing from the environments (entry points and parsers are ``"module:attr"`` strings,
-loaded on use) and nothing from ``ecpo_train``.
+This module imports nothing from the environments (the built-in entry points and parsers are ``"module:attr"``
+strings, loaded on use) and nothing from ``ecpo_train``.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-FAMILIES = ("alfworld", "webshop", "searchqa", "diagnostic")
+import gymnasium as gym
+
+FAMILIES = ("alfworld", "webshop", "searchqa", "diagnostic")  # the built-in families (a user's may be any name)
 # (observation, action) pairs a prompt shows unless the run says otherwise, for an id declared without its own
 # (and for a user's own environment).
 DEFAULT_HISTORY_LENGTH = 2
@@ -26,16 +31,22 @@ DEFAULT_HISTORY_LENGTH = 2
 
 @dataclass(frozen=True)
 class EnvFamily:
-    """``family``: one of ``FAMILIES``; ``prompt``: the template name under ``prompts/``; ``benchmark``: the
-    leaderboard benchmark it is reported under; ``manifest``: its committed evaluation manifest (None if it has
-    none); ``data_kwarg``: the constructor argument naming its data folder (``"data_dir"``; None when it needs no
-    data)."""
+    """``family``: its name (one of ``FAMILIES`` for the built-in ones); ``prompt``: a template name under
+    ``prompts/`` (``"default"``: the generic ``<action>`` template) or the path of the family's own template file
+    (``*.txt``, ``ecpo_train/policies/prompting.py`` describes its two sections); ``benchmark``: the leaderboard
+    benchmark it is reported under (default: the family's name); ``manifest``: its committed evaluation manifest
+    (None if it has none); ``data_kwarg``: the constructor argument naming its data folder (``"data_dir"``; None
+    when it needs no data)."""
 
     family: str
-    prompt: str
-    benchmark: str
+    prompt: str = "default"
+    benchmark: str | None = None
     manifest: str | None = None
     data_kwarg: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.benchmark is None:
+            object.__setattr__(self, "benchmark", self.family)
 
     @property
     def needs_data(self) -> bool:
@@ -49,7 +60,7 @@ class EnvFamily:
 class EnvDeclaration:
     """One registered id.
 
-    ``entry_point``: ``"module:Class"``; ``kwargs``: constructor arguments the registration adds;
+    ``entry_point``: ``"module:Class"`` or the class (any callable returning the environment); ``kwargs``: constructor arguments the registration adds;
     ``max_steps``: the step limit (the constructor's default; each environment truncates itself, so there is no
     ``TimeLimit`` wrapper); ``None`` when the environment derives it from its other arguments (the diagnostic
     corridors: twice their depth). ``history_length``: the (observation, action) pairs a prompt shows by
@@ -58,7 +69,7 @@ class EnvDeclaration:
     """
 
     env_id: str
-    entry_point: str
+    entry_point: str | Callable[..., gym.Env]
     family: EnvFamily
     max_steps: int | None
     history_length: int = DEFAULT_HISTORY_LENGTH
@@ -83,10 +94,55 @@ _SEARCHQA_PARSER = "ecpo_gym.searchqa.protocol:reply_action"
 
 
 def _diagnostic() -> EnvFamily:
-    return EnvFamily("diagnostic", prompt="default", benchmark="diagnostic")
+    return EnvFamily("diagnostic")  # the generic <action> template; reported as the "diagnostic" benchmark
 
 
-ENV_DECLARATIONS: Mapping[str, EnvDeclaration] = MappingProxyType({d.env_id: d for d in (
+_DECLARED: dict[str, EnvDeclaration] = {}
+ENV_DECLARATIONS: Mapping[str, EnvDeclaration] = MappingProxyType(_DECLARED)  # a read-only live view
+
+
+def register_env(declared: EnvDeclaration) -> EnvDeclaration:
+    """Declare an environment id and register it with gymnasium (``gymnasium.make(env_id)`` then builds it; no
+    ``TimeLimit`` wrapper: each environment truncates itself at its step limit). Declaring the same id again with
+    an equal declaration does nothing; with another one it is a ``ValueError`` (a registry that rejects
+    duplicates: two declarations of an id would drift)."""
+    if not isinstance(declared, EnvDeclaration):
+        raise TypeError(f"register_env takes an EnvDeclaration, got {type(declared).__name__}")
+    before = _DECLARED.get(declared.env_id)
+    if before is not None and before != declared:
+        raise ValueError(f"{declared.env_id} is already declared ({before.entry_point}): pick another id")
+    _DECLARED[declared.env_id] = declared
+    if declared.env_id not in gym.registry:
+        gym.register(id=declared.env_id, entry_point=declared.entry_point, kwargs=dict(declared.kwargs))
+    return declared
+
+
+def unregister_env(env_id: str) -> None:
+    """Remove a declared id and its gymnasium registration (a test's or a notebook's throwaway environment)."""
+    _DECLARED.pop(env_id, None)
+    gym.registry.pop(env_id, None)
+
+
+class _View(Mapping):
+    """A read-only live view of one attribute of every declaration (not a second table)."""
+
+    def __init__(self, read: Callable[[EnvDeclaration], Any]) -> None:
+        self._read = read
+
+    def __getitem__(self, env_id: str) -> Any:
+        return self._read(_DECLARED[env_id])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_DECLARED)
+
+    def __len__(self) -> int:
+        return len(_DECLARED)
+
+
+ENV_ENTRY_POINTS: Mapping[str, Any] = _View(lambda d: d.entry_point)
+ENV_FAMILIES: Mapping[str, EnvFamily] = _View(lambda d: d.family)
+
+for _declared in (
     # ALFWorld: 50 steps (the paper's App. A)
     EnvDeclaration("ecpo/ALFWorld-v0", "ecpo_gym.alfworld.env:ALFWorldEnv",
              EnvFamily("alfworld", "alfworld", "alfworld", "alfworld_valid_seen", "data_dir"), 50),
@@ -109,11 +165,8 @@ ENV_DECLARATIONS: Mapping[str, EnvDeclaration] = MappingProxyType({d.env_id: d f
     EnvDeclaration("ecpo/DivergentAnchor-v0", "ecpo_gym.diagnostic.env:DivergentAnchorEnv", _diagnostic(), None),
     EnvDeclaration("ecpo/DivergentAnchorNoisy-v0", "ecpo_gym.diagnostic.env:DivergentAnchorNoisyEnv", _diagnostic(), None),
     EnvDeclaration("ecpo/DivergentAnchorWide-v0", "ecpo_gym.diagnostic.env:DivergentAnchorWideEnv", _diagnostic(), None),
-)})
-
-# Views of the declarations (read-only conveniences, not second tables)
-ENV_ENTRY_POINTS: Mapping[str, str] = MappingProxyType({i: d.entry_point for i, d in ENV_DECLARATIONS.items()})
-ENV_FAMILIES: Mapping[str, EnvFamily] = MappingProxyType({i: d.family for i, d in ENV_DECLARATIONS.items()})
+):
+    register_env(_declared)
 
 
 def _env_id(env: Any) -> str | None:

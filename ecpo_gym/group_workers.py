@@ -39,6 +39,31 @@ def make_env(env: EnvSpec, env_kwargs: dict[str, Any] | None = None) -> gym.Env:
     return env(**kwargs)
 
 
+def unknown_tasks(env: EnvSpec | gym.Env, task_ids: list[str], env_kwargs: dict[str, Any] | None = None) -> list[str]:
+    """The ids of ``task_ids`` the environment cannot reset to (``UnknownTaskError``), asked of ``env`` (a made
+    environment, or an id or factory built here once). An environment that is not a ``TextAgentEnv`` knows only
+    its ``task_ids``."""
+    from ecpo_gym.core import UnknownTaskError
+
+    made = env if isinstance(env, gym.Env) else make_env(env, env_kwargs)
+    try:
+        inner = made.unwrapped
+        resolve = getattr(inner, "_resolve_task_id", None)
+        if resolve is None:
+            known = {str(t) for t in getattr(inner, "task_ids", ())}
+            return [t for t in task_ids if t not in known]
+        unknown = []
+        for task_id in task_ids:
+            try:
+                resolve(task_id)
+            except UnknownTaskError:
+                unknown.append(task_id)
+        return unknown
+    finally:
+        if made is not env:
+            made.close()
+
+
 class EnvShard:
     """A block of environment copies; the same code runs in-process and inside a worker."""
 

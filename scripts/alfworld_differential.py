@@ -7,7 +7,7 @@ spacing). At every step it compares the observation, the admissible list (order 
 won and the anchor state key, and records the first examples of each kind of mismatch.
 
     OMP_NUM_THREADS=1 nice -n 10 python scripts/alfworld_differential.py \
-        /work/shared/data/alfworld/json_2.1.1/valid_seen /work/shared/data/alfworld/json_2.1.1-train.tar.gz \
+        $ECPO_DATA_DIR/alfworld/json_2.1.1/valid_seen $ECPO_DATA_DIR/alfworld/json_2.1.1-train.tar.gz \
         --walks 1 --max-steps 25 --processes 2
 
 Writes ``benchmarks/results/alfworld_differential.json`` and ``.md`` (``--out`` changes the stem).

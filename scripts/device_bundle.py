@@ -332,7 +332,8 @@ def main(argv: list[str] | None = None) -> int:
     build_args.add_argument("--out", type=Path, default=DEFAULT_BUNDLE)
     build_args.add_argument("--part-mib", type=float, default=40.0, help="largest model part, MiB")
     build_args.add_argument("--tokenizer", type=Path,
-                            default=Path(os.environ.get("ECPO_TOKENIZER_DIR", "/work/shared/models/qwen2.5-tokenizer")))
+                            default=Path(os.environ.get("ECPO_TOKENIZER_DIR", "")),
+                            help="the Qwen2.5 tokenizer folder (default $ECPO_TOKENIZER_DIR)")
     for name, help_text in (("install", "check and install the wheels, unpack the tokenizer (offline)"),
                             ("model", "check and join the model's parts, convert it (offline)")):
         step = steps.add_parser(name, help=help_text)

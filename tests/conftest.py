@@ -7,7 +7,10 @@ from pathlib import Path
 
 import pytest
 
-TOKENIZER_DIR = Path(os.environ.get("ECPO_TOKENIZER_DIR", "/work/shared/models/qwen2.5-tokenizer"))
+ROOT = Path(__file__).resolve().parent.parent
+# the Qwen2.5 tokenizer the LLM tests use (one home; the test modules import it): $ECPO_TOKENIZER_DIR, else the
+# copy `python scripts/device_bundle.py install` unpacks into the checkout
+TOKENIZER_DIR = Path(os.environ.get("ECPO_TOKENIZER_DIR") or ROOT / "device_bundle" / "tokenizer")
 
 
 @pytest.fixture(scope="session")

@@ -8,5 +8,5 @@ def small_values(model, tmp_path, **changes):
               "device": "cpu", "env_id": "ecpo/DivergentAnchor-v0", "env_kwargs": dict(CORRIDOR), "n_groups": 2,
               "group_size": 4, "history_length": 0, "prompt_style": "compact", "val_every": 0,
               "credit": {"d_min": 1}, "lr": 1e-3, "kl_coef": 0.01, "mini_batch_size": 8, "micro_batch_size": 4,
-              "update_epochs": 1, "seed": 5, "checkpoint_every": 0, "tensorboard": False, "progress": False}
+              "num_epochs": 1, "seed": 5, "checkpoint_every": 0, "tensorboard": False, "progress": False}
     return values | changes

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 import torch
 
-TOKENIZER_DIR = Path(os.environ.get("ECPO_TOKENIZER_DIR", "/work/shared/models/qwen2.5-tokenizer"))
 ENV_ID = "ecpo/DivergentAnchor-v0"
 
 
@@ -31,7 +30,7 @@ def _config(model_dir: str, run_dir: str, fsdp: bool):
                        "rare_prob": [0.5, 0.5]},
         "n_groups": 2, "group_size": 2, "max_prompt_length": 512, "iterations": 1, "val_every": 0,
         "val_num_tasks": 2, "kl_coef": 0.05, "entropy_coef": 0.01, "mini_batch_size": 64, "micro_batch_size": 1,
-        "update_epochs": 1, "tensorboard": False, "progress": False, "fsdp": fsdp,
+        "num_epochs": 1, "tensorboard": False, "progress": False, "fsdp": fsdp,
     })
     config.rollout_temperature = 0.0  # greedy: both runs play the same episodes
     return config

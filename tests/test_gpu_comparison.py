@@ -5,14 +5,11 @@ on the same validation episodes."""
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
 import pytest
+from conftest import TOKENIZER_DIR
 
 from benchmarks import gpu_comparison
-
-TOKENIZER_DIR = Path(os.environ.get("ECPO_TOKENIZER_DIR", "/work/shared/models/qwen2.5-tokenizer"))
 
 
 def test_iterations_that_fit_leaves_every_arm_its_iterations_and_closing_validation():

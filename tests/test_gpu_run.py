@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import TOKENIZER_DIR
 
 from benchmarks import gpu_run, gpu_run_report
 
 ROOT = Path(__file__).resolve().parents[1]
-TOKENIZER_DIR = Path(os.environ.get("ECPO_TOKENIZER_DIR", "/work/shared/models/qwen2.5-tokenizer"))
 
 
 def test_without_cuda_it_refuses_in_one_line(capsys):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +18,6 @@ import torch
 
 from ecpo_train.policies.base import StepContext
 
-TOKENIZER_DIR = Path(os.environ.get("ECPO_TOKENIZER_DIR", "/work/shared/models/qwen2.5-tokenizer"))
 ENV_ID = "ecpo/DivergentAnchor-v0"
 DOORS = ["open red door", "open blue door", "open green door"]
 
@@ -127,7 +125,7 @@ def test_an_llm_learns_on_a_corridor(tmp_path, tiny_model_dir):
     config = load_config("corridor_llm", [
         f"model={model}", f"lr={lr}", f"run_dir={tmp_path}", "progress=false", "iterations=5", "val_every=5",
         "env_kwargs={num_tasks: 1, depth: 2, rare_prob: [0.0, 0.2]}", "n_groups=2", "val_num_tasks=1",
-        "val_episodes_per_task=4", "update_epochs=2",
+        "val_episodes_per_task=4", "num_epochs=2",
     ])
     trainer = Trainer(config)
     try:

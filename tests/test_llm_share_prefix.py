@@ -7,15 +7,12 @@ those of the unshared path, and the prefill forward sees only the distinct promp
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
 import torch
+from conftest import TOKENIZER_DIR
 
 from ecpo_train.policies.base import StepContext
 
-TOKENIZER_DIR = Path(os.environ.get("ECPO_TOKENIZER_DIR", "/work/shared/models/qwen2.5-tokenizer"))
 ENV_ID = "ecpo/DivergentAnchor-v0"
 
 

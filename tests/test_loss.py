@@ -204,7 +204,7 @@ def _update(correction: str, behaviour_shift: float, epochs: int = 2):
     adv = torch.tensor([1.0, -0.5, 2.0, 0.0, -1.0, 0.7])
     theta, logprob_fn, opt, grads = _per_token_table(base, mask, lr=0.5)
 
-    settings = UpdateSettings(mini_batch_size=3, micro_batch_size=2, kl_coef=0.0, max_grad_norm=1e9, epochs=epochs,
+    settings = UpdateSettings(mini_batch_size=3, micro_batch_size=2, kl_coef=0.0, max_grad_norm=1e9, num_epochs=epochs,
                               behaviour_correction=correction, is_weight_cap=1.5)
     stats = policy_update(logprob_fn, None, [theta], opt, base - behaviour_shift * mask, mask,
                           adv, settings, np.random.default_rng(0))

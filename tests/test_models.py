@@ -32,7 +32,7 @@ from ecpo_train.policies.prompting import render_prompt, to_chat
 def _qwen_tokenizer_dir() -> str:
     path = os.environ.get("ECPO_TOKENIZER_DIR")
     if not path or not Path(path).is_dir():
-        pytest.skip("set ECPO_TOKENIZER_DIR to the Qwen2.5 tokenizer folder (e.g. /work/shared/models/qwen2.5-tokenizer)")
+        pytest.skip("set ECPO_TOKENIZER_DIR to the Qwen2.5 tokenizer folder")
     return path
 
 

@@ -208,7 +208,7 @@ def test_to_chat_plain_fallback_without_chat_template():
 def test_to_chat_applies_qwen_chat_template():
     tokenizer_dir = os.environ.get("ECPO_TOKENIZER_DIR")
     if not tokenizer_dir or not Path(tokenizer_dir).is_dir():
-        pytest.skip("set ECPO_TOKENIZER_DIR to the Qwen2.5 tokenizer folder (e.g. /work/shared/models/qwen2.5-tokenizer)")
+        pytest.skip("set ECPO_TOKENIZER_DIR to the Qwen2.5 tokenizer folder")
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)

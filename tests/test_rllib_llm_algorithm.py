@@ -26,7 +26,7 @@ def run_values(model, tmp_path, **changes):
     values = {"run_dir": str(tmp_path / "native"), "policy": "llm", "policy_mode": "score", "model": str(model), "device": "cpu",
                   "env_id": "ecpo/DivergentAnchor-v0", "env_kwargs": dict(CORRIDOR), "n_groups": 2, "group_size": 4,
                   "history_length": 0, "prompt_style": "compact", "val_every": 0, "credit": {"d_min": 1}, "lr": 1e-3, "kl_coef": 0.0,
-                  "mini_batch_size": 8, "micro_batch_size": 4, "update_epochs": 2, "seed": 5, "checkpoint_every": 0,
+                  "mini_batch_size": 8, "micro_batch_size": 4, "num_epochs": 2, "seed": 5, "checkpoint_every": 0,
                   "tensorboard": False, "progress": False, "iterations": 3}
     return values | changes
 
@@ -313,7 +313,7 @@ def test_corridor_llm_learns_through_build_algo_with_two_runners(tiny_model_dir,
     train = load_config("corridor_llm", [
         f"model={model}", f"lr={lr}", f"run_dir={tmp_path}", "progress=false", "iterations=5", "val_every=5",
         "env_kwargs={num_tasks: 1, depth: 2, rare_prob: [0.0, 0.2]}", "n_groups=2", "val_num_tasks=1",
-        "val_episodes_per_task=4", "update_epochs=2"])
+        "val_episodes_per_task=4", "num_epochs=2"])
     algo = ECPOConfig.from_train_config(train).env_runners(num_env_runners=2).build_algo()
     try:
         before = algo.validate()["val/exact_success"]
@@ -330,7 +330,7 @@ def test_corridor_llm_learns_through_build_algo_with_two_runners(tiny_model_dir,
 def test_two_learners_give_one_learners_update(tiny_model_dir, tmp_path, ray_session):
     """Two learner actors (DDP over gloo, one group each) make the update one learner makes on both groups: the
     token counts are all-reduced, so the averaged gradient is the whole batch's (one mini-batch, one step)."""
-    values = run_values(tiny_model_dir, tmp_path, mini_batch_size=2**31 - 1, update_epochs=1)
+    values = run_values(tiny_model_dir, tmp_path, mini_batch_size=2**31 - 1, num_epochs=1)
     outcome = {}
     for learners in (1, 2):
         algo = (ECPOConfig.from_train_config(make_config(values)).env_runners(num_env_runners=0)

@@ -32,7 +32,7 @@ def lora_run(model_dir, tmp_path, **changes):
         "credit": {"d_min": 1},
         "lr": 1e-2,
         "kl_coef": 0.05,
-        "update_epochs": 1,
+        "num_epochs": 1,
         "seed": 1,
         "lora": LORA,
         "tensorboard": False,

@@ -25,7 +25,7 @@ def run_values(model, tmp_path, **changes):
     values = {"run_dir": str(tmp_path / "native"), "policy": "llm", "policy_mode": "score", "model": str(model),
               "device": "cpu", "env_id": "ecpo/DivergentAnchor-v0", "env_kwargs": dict(CORRIDOR), "n_groups": 2,
               "group_size": 4, "history_length": 0, "prompt_style": "compact", "val_every": 0, "credit": {"d_min": 1},
-              "lr": 1e-3, "kl_coef": 0.0, "mini_batch_size": 8, "micro_batch_size": 4, "update_epochs": 2, "seed": 5,
+              "lr": 1e-3, "kl_coef": 0.0, "mini_batch_size": 8, "micro_batch_size": 4, "num_epochs": 2, "seed": 5,
               "checkpoint_every": 0, "tensorboard": False, "progress": False, "iterations": 3}
     return values | changes
 

@@ -39,10 +39,10 @@ def test_a_bare_llm_config_trains_with_the_native_defaults(tiny_model_dir):
     rllib = (ECPOConfig().environment("ecpo/DivergentAnchor-v0")
              .rl_module(model_config={"model": str(tiny_model_dir)})).to_train_config()
     native = make_config({"model": str(tiny_model_dir), "env_id": "ecpo/DivergentAnchor-v0"})
-    for key in ("lr", "update_epochs", "mini_batch_size", "micro_batch_size", "max_grad_norm", "kl_coef",
+    for key in ("lr", "num_epochs", "mini_batch_size", "micro_batch_size", "max_grad_norm", "kl_coef",
                 "clip_eps", "entropy_coef", "n_groups", "group_size", "algorithm", "credit", "seed"):
         assert getattr(rllib, key) == getattr(native, key), key
-    assert (rllib.lr, rllib.update_epochs, rllib.max_grad_norm) == (TrainConfig.lr, 1, 1.0)
+    assert (rllib.lr, rllib.num_epochs, rllib.max_grad_norm) == (TrainConfig.lr, 1, 1.0)
 
 
 def test_the_readme_example_is_the_corridor_llm_preset():

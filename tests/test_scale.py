@@ -15,7 +15,6 @@ import torch
 from ecpo_train.core.loss import UpdateSettings, policy_update
 from ecpo_train.core.micro_batches import pack_micro_batches
 
-TOKENIZER_DIR = Path(os.environ.get("ECPO_TOKENIZER_DIR", "/work/shared/models/qwen2.5-tokenizer"))
 ENV_ID = "ecpo/DivergentAnchor-v0"
 
 

@@ -124,7 +124,7 @@ def test_update_without_gradient_leaves_weights_and_adamw_untouched(scorer):
         return scorer.logprobs([prompts[i] for i in rows], [responses[i] for i in rows])
 
     stats = policy_update(logprob_fn, None, list(scorer.parameters()), optimizer, old, torch.ones(n, 1),
-                          torch.zeros(n), UpdateSettings(kl_coef=0.0, mini_batch_size=4, epochs=2),
+                          torch.zeros(n), UpdateSettings(kl_coef=0.0, mini_batch_size=4, num_epochs=2),
                           np.random.default_rng(0))
     assert calls == [] and stats["optimizer_steps"] == 0.0 and stats["rows_skipped"] == 2.0 * n
     assert optimizer.state_dict()["state"] == {}

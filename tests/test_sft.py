@@ -8,8 +8,6 @@ steps its reply loss on held-out corridors falls and its greedy replies parse. T
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -18,7 +16,6 @@ from ecpo_train.apps.cli import app
 from ecpo_train.policies.parsing import parse_action
 from ecpo_train.runtime.config import make_config
 
-TOKENIZER_DIR = Path(os.environ.get("ECPO_TOKENIZER_DIR", "/work/shared/models/qwen2.5-tokenizer"))
 CORRIDOR = "ecpo/DivergentAnchor-v0"
 CORRIDOR_KWARGS = {"num_tasks": 6, "depth": 3}
 TRAIN_TASKS = ["corridor0", "corridor1", "corridor2", "corridor3"]

@@ -6,8 +6,6 @@ log-probs agree within 1e-5) and the k3 KL is 0; after the update the parameters
 
 import importlib.util
 import json
-import os
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,7 +17,6 @@ from ecpo_train.core.rollout import collect_rollout
 from ecpo_train.credit import compute_advantages
 from ecpo_train.policies.base import StepContext
 
-TOKENIZER_DIR = Path(os.environ.get("ECPO_TOKENIZER_DIR", "/work/shared/models/qwen2.5-tokenizer"))
 ENV_ID = "ecpo/DivergentAnchor-v0"
 
 

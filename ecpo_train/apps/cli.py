@@ -13,14 +13,14 @@ import typer
 
 from ecpo_train.apps.models import DEMO_MODEL
 from ecpo_train.evaluation.command import leaderboard_command
-from ecpo_train.evaluation.options import LeaderboardOptions, error_line, typer_command
+from ecpo_train.evaluation.options import LeaderboardOptions, cut_long_words, error_line, typer_command
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Evidence-Calibrated Policy Optimization.")
 
 
 def fail(err: BaseException | str) -> typer.Exit:
     """Every verb's rule for bad input: one line ``error: ...`` on stderr, exit status 2 (raise the result)."""
-    typer.echo(f"error: {err if isinstance(err, str) else error_line(err)}", err=True)
+    typer.echo(f"error: {cut_long_words(err) if isinstance(err, str) else error_line(err)}", err=True)
     return typer.Exit(2)
 
 

@@ -41,7 +41,7 @@ class UpdateSettings:
     entropy_coef: float = 0.0
     mini_batch_size: int = 256
     micro_batch_size: int = 8
-    epochs: int = 1
+    num_epochs: int = 1
     max_grad_norm: float = 1.0
     max_tokens_per_micro_batch: int = 0  # > 0: pack micro-batches by padded token count instead of row count
     # rows sampled by lagged weights: "none" = the ratio against the recorded sampling log-probs (the paper);
@@ -175,7 +175,7 @@ def policy_update(
     totals: dict[str, float] = {}
     grad_norms: list[float] = []
     n_steps = 0
-    for _ in range(settings.epochs):
+    for _ in range(settings.num_epochs):
         order = kept[generator.permutation(len(kept))]
         if reducer is None:
             minis = [order[start : start + settings.mini_batch_size]
@@ -254,7 +254,7 @@ def policy_update(
     result["rows_computed"] = float(computed_rows)
     # the tokens the forward and backward passes computed (each computed row's sequence, every epoch), all processes
     result["tokens_computed"] = float(computed_tokens if reducer is None else reducer.sum(float(computed_tokens)))
-    result["rows_skipped"] = float(skipped_rows + (n_rows - len(kept)) * settings.epochs)
+    result["rows_skipped"] = float(skipped_rows + (n_rows - len(kept)) * settings.num_epochs)
     return result
 
 

@@ -4,11 +4,36 @@ training engines (and the leaderboard) use."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 TASK_DRAWS = ("random", "cycle")
 VALIDATION_SEED_OFFSET = 7919  # a prime away from the run's seed: validation draws never replay a training stream
+
+
+def task_lists(config: Any, all_tasks: Sequence[str], env: Any = None) -> tuple[list[str], list[str]]:
+    """A run's training and validation tasks: ``train_tasks`` (else every task of the environment) and ``val_tasks``
+    (else its first ``val_num_tasks``), as strings. A listed task the environment cannot reset to is a one-line
+    ``ValueError`` here, while the engine is built and before its run folder is written, not when a group first
+    draws it. ``env`` (a made environment) answers for tasks outside ``all_tasks`` (a WebShop goal of another
+    split); without it one is made from ``config.env_id``, and only when such a task is listed."""
+    from ecpo_gym.group_workers import unknown_tasks
+
+    all_tasks = [str(t) for t in all_tasks]
+    lists = {"train_tasks": [str(t) for t in config.train_tasks] if config.train_tasks is not None else all_tasks,
+             "val_tasks": [str(t) for t in config.val_tasks] if config.val_tasks is not None
+             else all_tasks[: config.val_num_tasks]}
+    known = set(all_tasks)
+    named = [t for t in dict.fromkeys(lists["train_tasks"] + lists["val_tasks"]) if t not in known]
+    missing = set(unknown_tasks(config.env_id if env is None else env, named, config.env_kwargs)) if named else set()
+    for key, tasks in lists.items():
+        absent = [t for t in dict.fromkeys(tasks) if t in missing]
+        if absent:
+            listed = ", ".join(repr(t[:40]) for t in absent[:3]) + (f" and {len(absent) - 3} more" if len(absent) > 3 else "")
+            raise ValueError(f"{key}: {config.env_id} has no task {listed} (its {len(all_tasks)} tasks look like "
+                             f"{all_tasks[:3]})")
+    return lists["train_tasks"], lists["val_tasks"]
 
 
 def validation_seed(run_seed: int) -> int:

@@ -150,7 +150,7 @@ def load_checkpoint_policy(path: str | Path, *, device: str = "cpu") -> tuple[Po
     """
     from ecpo_train.runtime.builders import build_policy
     from ecpo_train.runtime.checkpoint_io import load_checkpoint
-    from ecpo_train.runtime.config import make_config
+    from ecpo_train.runtime.config import make_config, upgraded
     from ecpo_train.runtime.run_dir import checkpoint_file
 
     path = checkpoint_file(path)
@@ -159,7 +159,7 @@ def load_checkpoint_policy(path: str | Path, *, device: str = "cpu") -> tuple[Po
     state = load_checkpoint(path)  # a damaged file is one ValueError naming it
     if not isinstance(state, dict) or "policy" not in state or "config" not in state:
         raise ValueError(f"{path} is not an ECPO trainer checkpoint (no 'policy'/'config' entries)")
-    values = dict(state["config"])
+    values = upgraded(state["config"])  # a run recorded before a key was renamed still evaluates
     values["device"] = device
     # evaluation samples with transformers: a run trained with vLLM generation must not start vLLM here
     if "generation_backend" in values:

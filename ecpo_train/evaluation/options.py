@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import re
 import typing
 from collections.abc import Callable, Iterable
 from dataclasses import MISSING, dataclass, field, fields
@@ -113,12 +114,24 @@ def check_device(device: str) -> None:
 
 
 def error_line(err: BaseException) -> str:
-    """An exception as the one line the CLI prints: its message's first line (a ``KeyError`` without quotes)."""
+    """An exception as the one line the CLI prints: its message's first line (a ``KeyError`` without quotes), each
+    huge value in it cut (:func:`cut_long_words`)."""
     text = str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err)
     if isinstance(err, OSError) and err.strerror and err.filename:  # not "[Errno 2] ...": path first, then why
         text = f"{err.filename}: {err.strerror}"
     text = text.strip()
-    return text.splitlines()[0] if text else type(err).__name__
+    return cut_long_words(text.splitlines()[0]) if text else type(err).__name__
+
+
+LONGEST_WORD = 200  # a path or a value up to this long is echoed whole
+
+
+def cut_long_words(text: str, keep: int = 80) -> str:
+    """``text`` with every run of more than ``LONGEST_WORD`` non-space characters cut to its first ``keep`` and its
+    length: a value of 10 MB given on the command line is echoed as a hundred characters, wherever the message
+    that names it was written."""
+    return re.sub(rf"\S{{{LONGEST_WORD + 1},}}", lambda m: f"{m.group(0)[:keep]}... ({len(m.group(0))} characters)",
+                  text)
 
 
 def typer_command(function: Callable[..., Any], *, only: Iterable[str] | None = None,

@@ -43,8 +43,9 @@ def template_name(env_name: str) -> str:
     """The template of an environment id (its declared ``EnvFamily.prompt``) or a template's own name.
 
     ``ecpo/ALFWorld-v0``, ``ecpo/ALFWorldGen-v0`` -> ``alfworld``; the WebShop ids -> ``webshop``; the search-QA
-    ids -> ``searchqa``; the diagnostic MDPs -> ``default``. A name in ``TEMPLATE_NAMES`` stands for itself;
-    anything else (a user's own environment) gets ``default``.
+    ids -> ``searchqa``; the diagnostic MDPs -> ``default``; a declared family with its own template file -> that
+    file's path. A name in ``TEMPLATE_NAMES`` stands for itself; anything else (an undeclared environment) gets
+    ``default``.
     """
     family = family_of(str(env_name))
     if family is not None:
@@ -94,7 +95,7 @@ def load_template(env_name: str, style: str = "paper") -> dict[str, str]:
     if style not in PROMPT_STYLES:
         raise ValueError(f"prompt style {style!r}; valid: {', '.join(PROMPT_STYLES)}")
     name = template_name(env_name) if style == "paper" else style.replace("-", "_")
-    path = prompts_dir() / f"{name}.txt"
+    path = Path(name) if name.endswith(".txt") else prompts_dir() / f"{name}.txt"  # a family's own file
     if not path.is_file():
         raise FileNotFoundError(f"prompt template {path} not found (expected one of {TEMPLATE_NAMES} in {path.parent})")
     return dict(_read_sections(path, path.stat().st_mtime_ns))

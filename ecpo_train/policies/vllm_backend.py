@@ -29,6 +29,31 @@ VLLM_INSTALL_HINT = (
     "(or use the transformers backend, which runs on CPU)"
 )
 WORKER_EXTENSION = f"{__name__}.WeightLoaderExtension"
+# vllm.LLM arguments the backend sets itself, from the run's own settings or fixed (a vllm_kwargs entry would clash)
+OWN_ARGUMENTS = ("model", "dtype", "seed", "max_response_length", "worker_extension_cls", "logprobs_mode")
+
+
+def check_vllm_kwargs(kwargs: Any) -> None:
+    """A run's ``vllm_kwargs``, checked when the config is built whichever backend it chooses (a typo is not left
+    for the day vLLM is switched on): a mapping of argument names, none the backend sets itself, and the
+    arguments it names in its own signature in range. ``ValueError`` in one line otherwise."""
+    if not isinstance(kwargs, Mapping):
+        raise ValueError(f"vllm_kwargs must be a mapping of vllm.LLM arguments, got {type(kwargs).__name__}")  # noqa: TRY004
+    for key in kwargs:
+        if not isinstance(key, str) or not key.isidentifier():
+            raise ValueError(f"vllm_kwargs key {str(key)[:80]!r} is not an argument name")
+        if key in OWN_ARGUMENTS:
+            raise ValueError(f"vllm_kwargs.{key} is set by the backend from the run (model, dtype, seed, "
+                             "max_response_length): set the run's own key instead")
+    share = kwargs.get("gpu_memory_utilization", 0.4)
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1:
+        raise ValueError(f"vllm_kwargs.gpu_memory_utilization={str(share)[:80]} is invalid: it must be a number in "
+                         "(0, 1]")
+    length = kwargs.get("max_model_len")
+    if length is not None and (isinstance(length, bool) or not isinstance(length, int) or length < 1):
+        raise ValueError(f"vllm_kwargs.max_model_len={str(length)[:80]} is invalid: it must be an integer >= 1")
+    if not isinstance(kwargs.get("enable_sleep_mode", False), bool):
+        raise ValueError("vllm_kwargs.enable_sleep_mode must be true or false")  # noqa: TRY004
 
 
 class Generation(NamedTuple):

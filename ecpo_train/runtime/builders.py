@@ -21,6 +21,7 @@ import torch
 
 from ecpo_train.core.loss import UpdateSettings
 from ecpo_train.core.rollout import Rollout
+from ecpo_train.core.tasks import task_lists
 from ecpo_train.policies.base import Policy, StepContext
 from ecpo_train.runtime.config import TrainConfig
 
@@ -28,7 +29,7 @@ from ecpo_train.runtime.config import TrainConfig
 def update_settings(config: TrainConfig) -> UpdateSettings:
     return UpdateSettings(clip_eps=config.clip_eps, kl_coef=config.kl_coef, entropy_coef=config.entropy_coef,
                           mini_batch_size=config.mini_batch_size, micro_batch_size=config.micro_batch_size,
-                          epochs=config.update_epochs, max_grad_norm=config.max_grad_norm,
+                          num_epochs=config.num_epochs, max_grad_norm=config.max_grad_norm,
                           max_tokens_per_micro_batch=config.max_tokens_per_micro_batch,
                           behaviour_correction=config.behaviour_correction, is_weight_cap=config.is_weight_cap)
 
@@ -271,7 +272,10 @@ def check_env_and_model(config: TrainConfig) -> None:
     import gymnasium as gym
 
     env = gym.make(config.env_id, **config.env_kwargs)
-    env.close()
+    try:
+        task_lists(config, getattr(env.unwrapped, "task_ids", ()), env)
+    finally:
+        env.close()
     if config.policy == "tabular":
         return
     from transformers import AutoConfig, AutoTokenizer

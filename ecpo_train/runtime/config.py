@@ -4,45 +4,50 @@ Presets live in ``ecpo_train/runtime/configs/*.yaml`` and state only what differ
 The credit hyperparameters are one nested ``CreditConfig`` (``credit: {kappa: 2.0, ...}`` in YAML,
 ``credit.kappa=3`` on the command line), so their defaults and ranges live once, in
 ``ecpo_train/core/credit/config.py``; an environment's step limit and history length come from its declaration
-(``ecpo_gym.families``). Every field is checked when the config is built: a bad value is one ``ValueError``
-naming the key and its valid range, before any work starts.
-
-One coercion rule at every depth: YAML is read with YAML 1.2 numbers (``1e-7`` is a float, as in JSON; PyYAML's
-YAML 1.1 reads it as a string), then each value, top-level or nested (``credit.eps``), is validated against its
-dataclass annotation by pydantic in strict mode: an int is a float, nothing else converts (a quoted ``'1'`` stays
-a string, a bool is never a number).
+(``ecpo_gym.families``). Each field declares its range or its choices where it is typed (pydantic ``Field(ge=...)``,
+``Literal``); the sizes a machine can hold are bounded from its cores and memory (``runtime/limits.py``). Every
+field is checked when the config is built, by the one rule of ``runtime/config_values.py`` (YAML 1.2 without
+aliases, strict pydantic at every depth): a bad value is one ``ValueError`` naming the key and its valid range,
+before any work starts.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
-import math
-import re
-import types
-import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import ConfigDict, TypeAdapter, ValidationError
+from pydantic import Field
 
 from ecpo_gym.families import declared_history_length
 from ecpo_train.core.credit import CreditConfig, available_estimators, check_group_size, estimator_spec
 from ecpo_train.core.loss import BEHAVIOUR_CORRECTIONS, UpdateSettings
-from ecpo_train.core.rollout import check_anchor_key
+from ecpo_train.core.rollout import ANCHOR_KEYS
 from ecpo_train.core.tasks import TASK_DRAWS
 from ecpo_train.policies import DTYPES
 from ecpo_train.policies.prompting import PROMPT_STYLES
+from ecpo_train.policies.vllm_backend import check_vllm_kwargs
 from ecpo_train.runtime import VALIDATION_TEMPERATURE
+from ecpo_train.runtime.config_values import coerce_value, field_types, read_yaml, shown
+from ecpo_train.runtime.limits import MAX_ENV_WORKERS, MAX_EPISODES, MAX_THREADS
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 POLICIES = ("llm", "tabular")
 POLICY_MODES = ("generate", "score")
-DEVICES = ("auto", "cpu", "cuda")
 _UPDATE = UpdateSettings()  # the update's defaults, read by the step-E fields below
+# Keys a release renamed: the old name is refused with a pointer to the new one (one name per setting, both engines).
+RENAMED = {"update_epochs": "num_epochs", "epochs": "num_epochs"}
+
+# Field types: a range or a choice lives on the field (its description is the note the error adds).
+Count = Annotated[int, Field(ge=1)]
+Tally = Annotated[int, Field(ge=0)]
+Positive = Annotated[float, Field(gt=0)]
+NonNegative = Annotated[float, Field(ge=0)]
+Episodes = Annotated[int, Field(ge=1, le=MAX_EPISODES, description="episodes this machine's memory holds at once")]
+TaskList = Annotated[list, Field(min_length=1, description="omit it for the default")]
 
 
 @dataclass
@@ -51,104 +56,115 @@ class TrainConfig:
 
     # run
     run_dir: str = "runs/ecpo"
-    seed: int = 0
-    iterations: int = 150
-    device: str = "auto"  # auto = cuda when this torch has it, else cpu; "cuda:1" picks a GPU
+    seed: Tally = 0
+    iterations: Count = 150
+    # auto = cuda when this torch has it, else cpu; "cuda:1" picks a GPU
+    device: Annotated[str, Field(pattern=r"^(auto|cpu|cuda(:[0-9]+)?)$", description="auto, cpu, cuda or cuda:N")] = "auto"
     # environment
     env_id: str = "ecpo/ALFWorldGen-v0"
     env_kwargs: dict = field(default_factory=dict)  # e.g. {max_steps: 10}; the step limit defaults to the env's
-    env_workers: int = 0  # 0 = every copy in this process
+    env_workers: Annotated[int, Field(ge=0, le=MAX_ENV_WORKERS, description="0 = in this process; at most 4 per "
+                                      "core (8 at least) and one per 0.5 GB of this machine")] = 0
     # > 1: the training rollout plays its groups in that many waves of whole groups, one wave's policy call
     # overlapping the others' env steps (core/rollout.py); equal episodes for policies whose call does not
     # depend on the batch (docs/training.md)
-    rollout_waves: int = 1
-    train_tasks: list | None = None  # None = every task id of the environment
-    task_draw: str = "random"  # "random": each group's task drawn with replacement | "cycle": the list in order
-    val_tasks: list | None = None  # None = the first val_num_tasks of the environment's task ids
-    val_num_tasks: int = 16
-    val_every: int = 10  # iterations between validations, plus the first and last iteration (0 = never)
-    val_episodes_per_task: int = 1
+    rollout_waves: Annotated[int, Field(ge=1, description="1 = lock-step")] = 1
+    train_tasks: TaskList | None = None  # None = every task id of the environment
+    # "random": each group's task drawn with replacement | "cycle": the list in order
+    task_draw: Literal[TASK_DRAWS] = "random"
+    val_tasks: TaskList | None = None  # None = the first val_num_tasks of the environment's task ids
+    val_num_tasks: Episodes = 16
+    # iterations between validations, plus the first and last iteration (0 = never)
+    val_every: Annotated[int, Field(ge=0, description="0 = never validate")] = 10
+    val_episodes_per_task: Episodes = 1
     val_before_training: bool = False  # also validate the untrained policy, logged as iteration 0
     val_after_first: bool = True  # validate after iteration 1 as well (an early point on the curve)
     # group rollout (step A)
-    n_groups: int = 16
-    group_size: int = 8
-    rollout_temperature: float = 1.0
-    val_temperature: float = VALIDATION_TEMPERATURE
-    history_length: int | None = None  # (observation, action) pairs in the prompt; None = the env's declared default
+    n_groups: Episodes = 16
+    group_size: Episodes = 8
+    rollout_temperature: Annotated[float, Field(gt=0, description="sampling needs a temperature; the ratio uses it")] = 1.0
+    val_temperature: Annotated[float, Field(ge=0, description="0 = greedy")] = VALIDATION_TEMPERATURE
+    history_length: Tally | None = None  # (observation, action) pairs in the prompt; None = the env's declared default
     # policy
-    policy: str = "llm"  # "llm" (transformers) | "tabular"
-    policy_mode: str = "generate"  # llm: "generate" free text (the paper) | "score" the admissible actions
+    policy: Literal[POLICIES] = "llm"  # "llm" (transformers) | "tabular"
+    policy_mode: Literal[POLICY_MODES] = "generate"  # llm: "generate" free text (the paper) | "score" the admissible actions
     model: str = ""  # local path or hub id of a causal LM (policy=llm)
-    dtype: str = "float32"
-    prompt_style: str = "paper"  # "paper" (prompts/<family>.txt) | "compact" | "compact-actions" (CPU runs)
-    max_prompt_length: int = 2048
-    max_response_length: int = 512
-    generation_backend: str = "transformers"  # "transformers" | "vllm" (GPU; weights synced after each update)
+    dtype: Literal[DTYPES] = "float32"
+    prompt_style: Literal[PROMPT_STYLES] = "paper"  # "paper" (prompts/<family>.txt) | "compact" | "compact-actions" (CPU runs)
+    max_prompt_length: Count = 2048
+    max_response_length: Count = 512
+    # "transformers" | "vllm" (GPU; weights synced after each update)
+    generation_backend: Literal["transformers", "vllm"] = "transformers"
     vllm_kwargs: dict = field(default_factory=dict)  # extra vllm.LLM arguments, e.g. {gpu_memory_utilization: 0.5}
     # credit (steps B-D)
-    algorithm: str = "ecpo"  # a credit estimator name: ecpo, gigpo, grpo, ..., or ppo (learned critic + GAE)
-    anchor_key: str = "state_key"  # "state_key" | "observation_key" (the paper's text anchor)
+    algorithm: str = "ecpo"  # a credit estimator name (an open registry): ecpo, gigpo, grpo, ..., or ppo (critic + GAE)
+    anchor_key: Literal[ANCHOR_KEYS] = "state_key"  # "state_key" | "observation_key" (the paper's text anchor)
     credit: CreditConfig = field(default_factory=CreditConfig)  # the paper's defaults live in CreditConfig
-    gae_lambda: float = 0.95  # an option of the ppo estimator (EstimatorSpec.options)
+    gae_lambda: Annotated[float, Field(ge=0, le=1)] = 0.95  # an option of the ppo estimator (EstimatorSpec.options)
     # update (step E)
-    lr: float = 1e-6
-    critic_lr: float = 1e-5  # ppo only
+    lr: Positive = 1e-6
+    critic_lr: Positive = 1e-5  # ppo only
     # the policy's lr rises linearly over the optimizer's first steps: lr * min(1, (k + 1) / lr_warmup_steps) at
     # its step k (counted by the optimizer's own state, so a fresh optimizer warms up again); 0 = constant lr.
     # AdamW's first steps move every weight by about lr whatever the gradient's size (its moments are new)
-    lr_warmup_steps: int = 0
-    weight_decay: float = 0.0
+    lr_warmup_steps: Annotated[int, Field(ge=0, description="0 = no warmup")] = 0
+    weight_decay: NonNegative = 0.0
     # step E's knobs: their defaults are core.loss.UpdateSettings' (one home; builders.update_settings maps back)
-    kl_coef: float = _UPDATE.kl_coef
-    clip_eps: float = _UPDATE.clip_eps
-    entropy_coef: float = _UPDATE.entropy_coef
-    mini_batch_size: int = _UPDATE.mini_batch_size
-    micro_batch_size: int = _UPDATE.micro_batch_size
-    update_epochs: int = _UPDATE.epochs
-    max_grad_norm: float = _UPDATE.max_grad_norm
+    kl_coef: NonNegative = _UPDATE.kl_coef
+    clip_eps: Annotated[float, Field(gt=0, lt=1)] = _UPDATE.clip_eps
+    entropy_coef: NonNegative = _UPDATE.entropy_coef
+    mini_batch_size: Count = _UPDATE.mini_batch_size
+    micro_batch_size: Count = _UPDATE.micro_batch_size
+    num_epochs: Count = _UPDATE.num_epochs  # passes of each update over the iteration's rows (RLlib's name too)
+    max_grad_norm: Positive = _UPDATE.max_grad_norm
     # rows sampled by lagged weights: "truncated_is" clips around the weights the update starts from and weighs
     # each token by min(pi_prox / mu, is_weight_cap); "none" = the paper's ratio to the sampling log-probs
-    behaviour_correction: str = _UPDATE.behaviour_correction
-    is_weight_cap: float = _UPDATE.is_weight_cap
+    behaviour_correction: Literal[BEHAVIOUR_CORRECTIONS] = _UPDATE.behaviour_correction
+    is_weight_cap: Annotated[float, Field(ge=1, description="the truncated importance weight's cap")] = \
+        _UPDATE.is_weight_cap
     # scale (README "Train the paper's models"; policies/lora.py, policies/scaling.py, runtime/distributed.py)
     lora: dict = field(default_factory=dict)  # {r, alpha, dropout, target_modules}; empty = full fine-tuning
     gradient_checkpointing: bool = False  # recompute decoder layers in backward (policy and PPO critic)
-    mixed_precision: str = "none"  # "bf16": float32 master weights, bf16 compute (autocast; FSDP2 param_dtype)
-    max_tokens_per_micro_batch: int = _UPDATE.max_tokens_per_micro_batch  # > 0: packed by padded tokens, not rows
+    # "bf16": float32 master weights, bf16 compute (autocast; FSDP2 param_dtype)
+    mixed_precision: Literal["none", "bf16"] = "none"
+    # > 0: packed by padded tokens, not rows
+    max_tokens_per_micro_batch: Annotated[int, Field(ge=0, description="0 = micro_batch_size rows")] = \
+        _UPDATE.max_tokens_per_micro_batch
     fsdp: bool = False  # shard over the processes torchrun started (`ecpo train --nproc K`)
-    threads: int | str = 0  # torch CPU threads; 0 = torch's default; auto = the cores others leave free (threads.py)
-    explore_epsilon: float = 0.0  # policy_mode=score: pi = (1 - eps) softmax + eps uniform (policies/scoring.py)
+    # torch CPU threads; 0 = torch's default; auto = the cores others leave free (threads.py)
+    threads: Annotated[int, Field(ge=0, le=MAX_THREADS, description="0 = torch's default; at most 4 per core "
+                                  "(8 at least)")] | Literal["auto"] = 0
+    # policy_mode=score: pi = (1 - eps) softmax + eps uniform (policies/scoring.py)
+    explore_epsilon: Annotated[float, Field(ge=0, lt=1)] = 0.0
     filter_equal_return_groups: bool = False  # DAPO-style: leave groups with all-equal returns out of the update
-    loss_agg: str = "token-mean"  # or "trajectory-mean": every episode weighs the same (core/loss.py)
+    loss_agg: Literal["token-mean", "trajectory-mean"] = "token-mean"  # trajectory-mean: every episode weighs the same
     # bookkeeping
-    checkpoint_every: int = 10  # 0 = only at the end
+    checkpoint_every: Annotated[int, Field(ge=0, description="0 = only at the end")] = 10
     save_optimizer: bool = True  # false: slim checkpoints (weights + RNG only; a resume restarts AdamW's moments)
     tensorboard: bool = True
     progress: bool = True
 
     def __post_init__(self) -> None:
+        hints = field_types(TrainConfig)
+        for item in dataclasses.fields(self):
+            setattr(self, item.name, coerce_value(item.name, hints[item.name], getattr(self, item.name)))
         if isinstance(self.credit, dict):
-            self.credit = CreditConfig.from_kwargs(**self.credit)
+            try:
+                self.credit = CreditConfig.from_kwargs(**self.credit)
+            except TypeError as err:
+                raise ValueError(f"credit: {err}") from None
         if self.history_length is None:
             self.history_length = declared_history_length(self.env_id)
-        for name, (check, valid) in _RANGES.items():
-            if not check(getattr(self, name)):
-                raise ValueError(f"{name}={getattr(self, name)!r} is invalid: it must be {valid}")
+        for size, value in (("n_groups x group_size", self.n_groups * self.group_size),
+                            ("val_episodes_per_task x validation tasks",
+                             self.val_episodes_per_task * len(self.val_tasks or range(self.val_num_tasks)))):
+            if value > MAX_EPISODES:
+                raise ValueError(f"{size} = {value} episodes at once is more than this machine's memory holds "
+                                 f"({MAX_EPISODES}, about 1 MiB each): lower them")
         algorithms = available_estimators()
         if self.algorithm not in algorithms:
-            raise ValueError(f"algorithm={self.algorithm!r}; valid: {', '.join(algorithms)}")
-        check_anchor_key(self.anchor_key)
-        choices = {"policy": POLICIES, "policy_mode": POLICY_MODES,
-                   "prompt_style": PROMPT_STYLES, "mixed_precision": ("none", "bf16"),
-                   "generation_backend": ("transformers", "vllm"), "loss_agg": ("token-mean", "trajectory-mean"),
-                   "behaviour_correction": BEHAVIOUR_CORRECTIONS,
-                   "task_draw": TASK_DRAWS, "dtype": DTYPES}
-        for name, valid in choices.items():
-            if getattr(self, name) not in valid:
-                raise ValueError(f"{name}={getattr(self, name)!r}; valid: {', '.join(valid)}")
-        if self.device.split(":")[0] not in DEVICES:
-            raise ValueError(f"device={self.device!r}; valid: auto, cpu, cuda, cuda:N")
+            raise ValueError(f"algorithm={shown(self.algorithm)}; valid: {', '.join(algorithms)}")
+        check_vllm_kwargs(self.vllm_kwargs)  # checked whichever backend is chosen: a typo is not left for later
         if self.policy == "llm" and not self.model:
             from ecpo_train.policies import DEMO_MODEL
 
@@ -207,133 +223,57 @@ class TrainConfig:
         return self.device
 
 
-def _positive(v: Any) -> bool:
-    return _real(v) and v > 0
-
-
-def _real(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-def _int_at_least(low: int) -> Callable[[Any], bool]:
-    return lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= low
-
-
-_RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "iterations": (_int_at_least(1), "an integer >= 1"),
-    "seed": (_int_at_least(0), "an integer >= 0"),
-    "env_workers": (_int_at_least(0), "an integer >= 0 (0 = in this process)"),
-    "rollout_waves": (_int_at_least(1), "an integer >= 1 (1 = lock-step)"),
-    "val_num_tasks": (_int_at_least(1), "an integer >= 1"),
-    "val_every": (_int_at_least(0), "an integer >= 0 (0 = never validate)"),
-    "val_episodes_per_task": (_int_at_least(1), "an integer >= 1"),
-    "n_groups": (_int_at_least(1), "an integer >= 1"),
-    "group_size": (_int_at_least(1), "an integer >= 1"),
-    "rollout_temperature": (_positive, "a number > 0 (sampling needs a temperature; the ratio uses it)"),
-    "val_temperature": (lambda v: _real(v) and v >= 0, "a number >= 0 (0 = greedy)"),
-    "history_length": (_int_at_least(0), "an integer >= 0"),
-    "max_prompt_length": (_int_at_least(1), "an integer >= 1"),
-    "max_response_length": (_int_at_least(1), "an integer >= 1"),
-    "gae_lambda": (lambda v: _real(v) and 0 <= v <= 1, "a number in [0, 1]"),
-    "lr": (_positive, "a number > 0"),
-    "lr_warmup_steps": (_int_at_least(0), "an integer >= 0 (0 = no warmup)"),
-    "critic_lr": (_positive, "a number > 0"),
-    "weight_decay": (lambda v: _real(v) and v >= 0, "a number >= 0"),
-    "kl_coef": (lambda v: _real(v) and v >= 0, "a number >= 0"),
-    "clip_eps": (lambda v: _real(v) and 0 < v < 1, "a number in (0, 1)"),
-    "entropy_coef": (lambda v: _real(v) and v >= 0, "a number >= 0"),
-    "mini_batch_size": (_int_at_least(1), "an integer >= 1"),
-    "micro_batch_size": (_int_at_least(1), "an integer >= 1"),
-    "update_epochs": (_int_at_least(1), "an integer >= 1"),
-    "max_grad_norm": (_positive, "a number > 0"),
-    "is_weight_cap": (lambda v: _real(v) and v >= 1, "a number >= 1 (the truncated importance weight's cap)"),
-    "max_tokens_per_micro_batch": (_int_at_least(0), "an integer >= 0 (0 = micro_batch_size rows)"),
-    "checkpoint_every": (_int_at_least(0), "an integer >= 0 (0 = only at the end)"),
-    "threads": (lambda v: v == "auto" or _int_at_least(0)(v), "auto or an integer >= 0 (0 = torch's default)"),
-    "explore_epsilon": (lambda v: _real(v) and 0 <= v < 1, "a number in [0, 1)"),
-}
-
-
-# ---------------------------------------------------------------------------------------------- YAML / overrides
-class _Yaml12Loader(yaml.SafeLoader):
-    """PyYAML's safe loader with YAML 1.2's floats: ``1e-7`` (no dot) is a number, not the string YAML 1.1 makes."""
-
-
-_Yaml12Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9][0-9_]*)?(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-    list("-+0123456789."),
-)
-
-
-def read_yaml(text: str) -> Any:
-    """YAML text as data, with YAML 1.2 numbers (the one reader of presets and ``key=value`` overrides)."""
-    return yaml.load(text, Loader=_Yaml12Loader)  # a SafeLoader subclass: no arbitrary objects
-
-
-@functools.cache
-def _field_types(cls: type) -> dict[str, Any]:
-    """A config dataclass's resolved annotations (the modules use postponed annotations), computed once."""
-    return typing.get_type_hints(cls)
-
-
-@functools.cache
-def _validator(hint: Any) -> TypeAdapter:
-    return TypeAdapter(hint, config=ConfigDict(strict=True))
-
-
-def _describe(hint: Any) -> str:
-    options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
-    return " or ".join("a mapping" if dataclasses.is_dataclass(o) else getattr(o, "__name__", str(o)) for o in options)
-
-
-def coerce_value(key: str, hint: Any, value: Any) -> Any:
-    """The one coercion rule, at every depth: ``value`` validated against the annotation ``hint`` (pydantic, strict:
-    an int is accepted as a float, nothing else converts). A config dataclass (``CreditConfig``) is a mapping whose
-    entries follow the same rule, named ``key.entry``. A mismatch is one ``ValueError`` naming the key."""
-    if dataclasses.is_dataclass(hint):
-        if isinstance(value, hint):
-            return value
-        if not isinstance(value, dict):
-            raise ValueError(f"config key {key!r} expects a mapping, got {value!r} ({type(value).__name__})")
-        hints = _field_types(hint)
-        return {name: coerce_value(f"{key}.{name}", hints[name], entry) if name in hints else entry
-                for name, entry in value.items()}  # an unknown entry is named by the dataclass's own check
-    try:
-        return _validator(hint).validate_python(value)
-    except ValidationError:
-        raise ValueError(f"config key {key!r} expects {_describe(hint)}, got {value!r} ({type(value).__name__})") from None
-
-
+# ---------------------------------------------------------------------------------------------- overrides
 def _parse_value(key: str, raw: str) -> Any:
     try:
         return read_yaml(raw) if raw.strip() else ""
     except yaml.YAMLError as err:
         first = str(err).splitlines()[0]
-        raise ValueError(f"override {key}={raw!r} is not valid YAML ({first})") from None
+        raise ValueError(f"override {key}={shown(raw)} is not valid YAML ({first})") from None
+
+
+def upgraded(values: dict[str, Any]) -> dict[str, Any]:
+    """A config an earlier version recorded (a checkpoint's, a run's ``config.yaml``) in today's names: a renamed
+    key takes its new name. Recorded runs are read through this; a config a user writes is refused instead, with
+    the pointer."""
+    values = dict(values)
+    for old, new in RENAMED.items():
+        if old in values and new not in values:
+            values[new] = values.pop(old)
+    return values
+
+
+def _check_key(key: str, valid: set[str]) -> None:
+    """A top-level key ``TrainConfig`` has; a renamed, misplaced or unknown one is one line that says where it went."""
+    if key in valid:
+        return
+    if key in RENAMED:
+        raise ValueError(f"config key {key!r} is now {RENAMED[key]!r}: write {RENAMED[key]}")
+    if key in {f.name for f in dataclasses.fields(CreditConfig)}:
+        raise ValueError(f"{key} is a credit hyperparameter: write it under credit (credit.{key}=... or "
+                         f"credit: {{{key}: ...}})")
+    raise ValueError(f"unknown config key {shown(key)}; valid keys: {', '.join(sorted(valid))}")
 
 
 def apply_overrides(values: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
     """Apply ``key=value`` strings (values parsed as YAML; ``env_kwargs.max_steps=10`` / ``credit.kappa=3`` set
     one entry of a mapping)."""
     valid = {f.name for f in dataclasses.fields(TrainConfig)}
-    credit_fields = {f.name for f in dataclasses.fields(CreditConfig)}
     values = dict(values)
     for item in overrides:
         if "=" not in item:
-            raise ValueError(f"override {item!r} is not key=value")
+            raise ValueError(f"override {shown(item)} is not key=value")
         key, raw = item.split("=", 1)
         key = key.strip()
         value = _parse_value(key, raw)
         head, _, sub = key.partition(".")
-        if head in credit_fields and head not in valid:
-            raise ValueError(f"{head} is a credit hyperparameter: write credit.{head}={raw}")
-        if head not in valid:
-            raise ValueError(f"unknown config key {head!r}; valid keys: {', '.join(sorted(valid))}")
+        _check_key(head, valid)
         if sub:
             nested = values.get(head) or {}
-            nested = dataclasses.asdict(nested) if isinstance(nested, CreditConfig) else dict(nested)
+            nested = dataclasses.asdict(nested) if isinstance(nested, CreditConfig) else nested
             if not isinstance(nested, dict):
                 raise ValueError(f"{head} is not a mapping; {key}= cannot set an entry of it")
+            nested = dict(nested)
             nested[sub] = value
             values[head] = nested
         else:
@@ -343,22 +283,10 @@ def apply_overrides(values: dict[str, Any], overrides: Sequence[str]) -> dict[st
 
 def make_config(values: dict[str, Any]) -> TrainConfig:
     """A ``TrainConfig`` from a plain dict, rejecting unknown keys, wrong types and out-of-range values."""
-    fields_by_name = {f.name: f for f in dataclasses.fields(TrainConfig)}
-    credit_fields = {f.name for f in dataclasses.fields(CreditConfig)}
-    misplaced = sorted(set(values) & credit_fields - set(fields_by_name))
-    if misplaced:
-        raise ValueError(f"credit hyperparameter(s) {misplaced} belong under `credit:` (e.g. credit: {{kappa: 2.0}})")
-    unknown = sorted(set(values) - set(fields_by_name))
-    if unknown:
-        raise ValueError(f"unknown config key(s) {unknown}; valid keys: {', '.join(sorted(fields_by_name))}")
-    hints = _field_types(TrainConfig)
-    checked = {name: coerce_value(name, hints[name], value) for name, value in values.items()}
-    if isinstance(checked.get("credit"), dict):
-        try:
-            checked["credit"] = CreditConfig.from_kwargs(**checked["credit"])
-        except TypeError as err:
-            raise ValueError(f"credit: {err}") from None
-    return TrainConfig(**checked)
+    valid = {f.name for f in dataclasses.fields(TrainConfig)}
+    for key in sorted(map(str, values)):
+        _check_key(key, valid)
+    return TrainConfig(**values)
 
 
 def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> TrainConfig:

@@ -134,8 +134,11 @@ def resume_changes(saved: dict[str, Any], new: dict[str, Any]) -> dict[str, list
 
     Nested keys count one by one (``env_kwargs.depth``), added and dropped ones included (``[old, new]`` holds
     ``None`` for the missing side of a resumable key). A field of ``TrainConfig`` or ``CreditConfig`` that one
-    side lacks (a config written by another version) is compared with its default."""
-    old_flat, new_flat = _flatten(saved), _flatten(new)
+    side lacks (a config written by another version) is compared with its default; a key renamed since is compared
+    under its new name."""
+    from ecpo_train.runtime.config import upgraded
+
+    old_flat, new_flat = _flatten(upgraded(saved)), _flatten(new)
     defaults = _field_defaults()
     changes: dict[str, list[Any]] = {}
     for key in sorted((set(old_flat) | set(new_flat)) - NOT_CONFIG_KEYS):

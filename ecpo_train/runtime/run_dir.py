@@ -120,10 +120,12 @@ def folder_engine(run_dir: Path) -> str:
 
 def read_saved_config(path: Path) -> dict[str, Any] | None:
     """The config a run recorded, or ``None`` when there is none (a damaged file is an error naming it)."""
+    from ecpo_train.runtime.config_values import read_yaml  # (aliases refused: a planted file cannot expand)
+
     if not path.is_file():
         return None
     try:
-        values = yaml.safe_load(path.read_text())
+        values = read_yaml(path.read_text())
     except (yaml.YAMLError, UnicodeDecodeError) as err:
         raise ValueError(f"{path} is not valid YAML ({type(err).__name__}); restore it, or --overwrite the run") \
             from None

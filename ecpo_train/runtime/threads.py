@@ -19,14 +19,9 @@ import time
 
 import torch
 
+from ecpo_train.runtime.limits import usable_cores
+
 _last_sample: dict[str, float] = {}
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (its CPU affinity), else the machine's core count."""
-    if hasattr(os, "sched_getaffinity"):
-        return max(1, len(os.sched_getaffinity(0)))
-    return max(1, os.cpu_count() or 1)
 
 
 def own_busy_cores() -> float:

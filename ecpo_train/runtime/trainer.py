@@ -34,7 +34,7 @@ from ecpo_gym.group import GroupVectorEnv
 from ecpo_train.core.credit import gae_targets
 from ecpo_train.core.iteration import credit_step, draw_iteration, finish_iteration, iteration_metrics
 from ecpo_train.core.rollout import Rollout, collect_rollout
-from ecpo_train.core.tasks import validation_seed
+from ecpo_train.core.tasks import task_lists, validation_seed
 from ecpo_train.policies.critic import critic_update, critic_values
 from ecpo_train.runtime.builders import (
     build_critic,
@@ -107,8 +107,7 @@ class Trainer:
         self.envs = GroupVectorEnv(config.env_id, self.local_groups, config.group_size,
                                    num_workers=config.env_workers, env_kwargs=config.env_kwargs)
         all_tasks = list(self.envs.task_ids)
-        self.train_tasks = [str(t) for t in (config.train_tasks or all_tasks)]
-        self.val_tasks = [str(t) for t in (config.val_tasks or all_tasks[: config.val_num_tasks])]
+        self.train_tasks, self.val_tasks = task_lists(config, all_tasks)  # refused here, before anything is written
         self.val_envs: GroupVectorEnv | None = None
         self.policy = build_policy(config, device=self.dp.device if self.dp is not None else None)
         self.reference = self.policy.frozen_copy() if config.kl_coef > 0 else None

@@ -26,8 +26,9 @@ UNDECLARED_STEP_LIMIT = 50  # an env whose step limit is not declared (ecpo_gym.
 
 
 def native_update_defaults() -> dict[str, Any]:
-    """``TrainConfig``'s field defaults (lr, update_epochs, mini_batch_size, max_grad_norm, kl_coef, clip_eps,
-    ...): both configs start from them, so a bare LLM config trains as the native trainer does."""
+    """``TrainConfig``'s field defaults (group_size, n_groups, algorithm, anchor_key, lr, num_epochs,
+    mini_batch_size, max_grad_norm, kl_coef, clip_eps, ...): both configs start from them, so a bare LLM config
+    trains as the native trainer does."""
     return {f.name: f.default for f in dataclasses.fields(TrainConfig) if f.default is not dataclasses.MISSING}
 
 
@@ -44,11 +45,14 @@ class GroupCreditConfig(PPOConfig):
 
     def __init__(self, algo_class=None):
         super().__init__(algo_class=algo_class)
-        self.group_size = 8
-        self.groups_per_batch = 16
-        self.estimator = "ecpo"
+        # The group rollout's and the update's defaults are the native trainer's (TrainConfig's), not PPO's: one
+        # run, two spellings, each default typed once.
+        native = native_update_defaults()
+        self.group_size = native["group_size"]
+        self.groups_per_batch = native["n_groups"]
+        self.estimator = native["algorithm"]
         self.credit = CreditConfig()
-        self.anchor_key = "state_key"
+        self.anchor_key = native["anchor_key"]
         self.text_env_id = None  # the text env id given to environment("ecpo/...")
         # Critic off, whole episodes, one env per runner (so its resets stay grouped).
         self.use_critic = False
@@ -56,10 +60,8 @@ class GroupCreditConfig(PPOConfig):
         self.batch_mode = "complete_episodes"
         self.num_env_runners = 0
         self.num_envs_per_env_runner = 1
-        # The update's defaults are the native trainer's (TrainConfig's), not PPO's: one run, two spellings.
-        native = native_update_defaults()
         self.lr = native["lr"]
-        self.num_epochs = native["update_epochs"]
+        self.num_epochs = native["num_epochs"]
         self.minibatch_size = native["mini_batch_size"]
         self.grad_clip = native["max_grad_norm"]
         self.use_kl_loss = native["kl_coef"] > 0

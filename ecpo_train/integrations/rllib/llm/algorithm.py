@@ -34,6 +34,7 @@ from ray.rllib.core import (
 from ray.rllib.utils import force_list
 from ray.rllib.utils.metrics import LEARNER_RESULTS
 
+from ecpo_train.core.tasks import task_lists
 from ecpo_train.integrations.rllib.base_algorithm import GroupCreditAlgorithm, check_fits_cluster
 from ecpo_train.integrations.rllib.llm.config import ECPOConfig
 
@@ -64,8 +65,7 @@ class ECPO(GroupCreditAlgorithm):
             all_tasks = group.local_env_runner.env_task_ids()
         else:
             all_tasks = group.foreach_env_runner(lambda r: r.env_task_ids(), local_env_runner=False)[0]
-        self.ecpo_train_tasks = [str(t) for t in (train.train_tasks or all_tasks)]
-        self.ecpo_val_tasks = [str(t) for t in (train.val_tasks or all_tasks[: train.val_num_tasks])]
+        self.ecpo_train_tasks, self.ecpo_val_tasks = task_lists(train, all_tasks)
 
     def validate(self) -> dict[str, float]:
         """Validation success (``val/success``, and ``val/exact_success`` where it exists) of the current

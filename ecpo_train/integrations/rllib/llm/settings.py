@@ -31,7 +31,7 @@ MODEL_KEYS = ("model", "policy_mode", "dtype", "lora", "prompt_style", "history_
 # Native key -> the ECPOConfig attribute RLlib's own methods set (training(), debugging(seed=...)).
 RLLIB_NAMES = {"group_size": "group_size", "n_groups": "groups_per_batch", "algorithm": "estimator",
                "anchor_key": "anchor_key", "lr": "lr", "clip_eps": "clip_param", "entropy_coef": "entropy_coeff",
-               "update_epochs": "num_epochs", "seed": "seed"}
+               "num_epochs": "num_epochs", "seed": "seed"}
 # Native keys spelled neither way: they ride in training(run_settings=...).
 RUN_SETTING_KEYS = tuple(
     f.name for f in dataclasses.fields(TrainConfig)
@@ -83,7 +83,7 @@ def apply_train_config(config: Any, train: TrainConfig) -> Any:
     config.training(
         group_size=train.group_size, groups_per_batch=train.n_groups, estimator=train.algorithm,
         credit=dataclasses.asdict(train.credit), anchor_key=train.anchor_key, lr=train.lr, clip_param=train.clip_eps,
-        entropy_coeff=train.entropy_coef, num_epochs=train.update_epochs, use_kl_loss=train.kl_coef > 0,
+        entropy_coeff=train.entropy_coef, num_epochs=train.num_epochs, use_kl_loss=train.kl_coef > 0,
         kl_coeff=train.kl_coef, minibatch_size=None if train.mini_batch_size >= WHOLE_BATCH else train.mini_batch_size,
         grad_clip=None if train.max_grad_norm >= NO_CLIP else train.max_grad_norm,
         run_settings={name: values[name] for name in RUN_SETTING_KEYS},

@@ -178,7 +178,7 @@ def llm_training_step(algo: Any) -> dict[str, float]:
     # does (one permutation per epoch); several learners get a seed each, as the native FSDP path does.
     if int(config.num_learners) <= 1:
         shuffle = {"state": rng.bit_generator.state}
-        for _ in range(train.update_epochs):
+        for _ in range(train.num_epochs):
             rng.permutation(n_rows)
     else:
         shuffle = {"seed": int(rng.integers(2**63 - 1))}
