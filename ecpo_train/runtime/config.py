@@ -35,6 +35,7 @@ from ecpo_train.core.loss import BEHAVIOUR_CORRECTIONS, UpdateSettings
 from ecpo_train.core.rollout import check_anchor_key
 from ecpo_train.core.tasks import TASK_DRAWS
 from ecpo_train.policies import DTYPES
+from ecpo_train.policies.decoding import DECODINGS
 from ecpo_train.policies.prompting import PROMPT_STYLES
 from ecpo_train.runtime import VALIDATION_TEMPERATURE
 
@@ -86,6 +87,9 @@ class TrainConfig:
     max_response_length: int = 512
     generation_backend: str = "transformers"  # "transformers" | "vllm" (GPU; weights synced after each update)
     vllm_kwargs: dict = field(default_factory=dict)  # extra vllm.LLM arguments, e.g. {gpu_memory_utilization: 0.5}
+    # transformers sampling's decoding steps (policies/decoding.py): "auto" = graph on CUDA, eager on CPU |
+    # "eager" | "static" (a KV cache sized once per call, any device) | "graph" (static + CUDA graphs, CUDA only)
+    decoding: str = "auto"
     # credit (steps B-D)
     algorithm: str = "ecpo"  # a credit estimator name: ecpo, gigpo, grpo, ..., or ppo (learned critic + GAE)
     anchor_key: str = "state_key"  # "state_key" | "observation_key" (the paper's text anchor)
@@ -141,7 +145,7 @@ class TrainConfig:
         check_anchor_key(self.anchor_key)
         choices = {"policy": POLICIES, "policy_mode": POLICY_MODES,
                    "prompt_style": PROMPT_STYLES, "mixed_precision": ("none", "bf16"),
-                   "generation_backend": ("transformers", "vllm"), "loss_agg": ("token-mean", "trajectory-mean"),
+                   "generation_backend": ("transformers", "vllm"), "decoding": DECODINGS, "loss_agg": ("token-mean", "trajectory-mean"),
                    "behaviour_correction": BEHAVIOUR_CORRECTIONS,
                    "task_draw": TASK_DRAWS, "dtype": DTYPES}
         for name, valid in choices.items():
@@ -155,6 +159,9 @@ class TrainConfig:
             raise ValueError(f"policy=llm needs model=<local path or hub id> (e.g. `ecpo models pull {DEMO_MODEL}`)")
         if self.generation_backend == "vllm" and (self.policy != "llm" or self.policy_mode != "generate"):
             raise ValueError("generation_backend=vllm needs policy=llm with policy_mode=generate")
+        if self.decoding == "graph" and self.device == "cpu" or self.fsdp and self.decoding in ("static", "graph"):
+            raise ValueError(f"decoding={self.decoding} needs one CUDA device without fsdp (static: without fsdp); "
+                             "decoding=auto picks what the run can use")
         if self.policy_mode == "score":  # refused here, not ignored (tabular) or failing mid-rollout (search-QA)
             from ecpo_gym import family_of
 
