@@ -143,3 +143,26 @@ def test_cuda_graphed_decoding_samples_what_uncaptured_steps_sample(tiny_model_d
     for row, logp in enumerate(runs[2][1]):
         sampled[row, : len(logp)] = torch.tensor(logp, device=learner.device)
     assert float(((learner - sampled).abs() * mask).sum() / mask.sum()) < 0.05
+
+
+def test_scoring_with_fast_sampling_picks_what_eager_scoring_picks(tiny_model_dir):
+    """policy_mode=score: with decoding other than eager, sampling scores up to 128 distinct contexts per packed
+    forward (not 8) on the sampling weights; the same draws pick the same actions with the same log-probs."""
+    from ecpo_train.policies.base import StepContext
+    from ecpo_train.policies.scoring import ScoringPolicy
+
+    scorer = ScoringPolicy(str(tiny_model_dir), env_name="ecpo/DivergentAnchor-v0", history_length=0,
+                           prompt_style="compact")
+    doors = ["open red door", "open blue door", "open green door", "open the small yellow door on the left"]
+    contexts = [StepContext(env_name="ecpo/DivergentAnchor-v0", task=f"walk through all {n} rooms", step_count=0,
+                            history=[], observation=f"room 1/{n}. doors: red, blue.",
+                            admissible_actions=doors[: 2 + n % 3], state_key=f"c{n}", draw=(n * 0.37) % 1.0)
+                for n in range(2, 14)]  # 12 distinct contexts: two batches eagerly, one packed batch otherwise
+    outputs = {}
+    for decoding in ("eager", "static"):
+        scorer.decoding = decoding
+        outputs[decoding] = scorer.act(contexts, temperature=1.0)
+    assert outputs["static"].response_ids == outputs["eager"].response_ids
+    assert outputs["static"].prompt_ids == outputs["eager"].prompt_ids
+    for mine, theirs in zip(outputs["static"].logprobs, outputs["eager"].logprobs):
+        assert mine == pytest.approx(theirs, abs=1e-5)

@@ -226,7 +226,8 @@ class StaticDecoder:
         if not self.storage or any(n > s.numel() or m > t.numel() for (n, m), (s, t) in zip(sizes, self.storage)):
             self.steps.clear()  # every step views the storage: a larger one replaces them all
             self.storage = []
-            self.storage = [(torch.empty(n, dtype=k.dtype, device=k.device), torch.empty(m, dtype=v.dtype,
+            # zeros, not empty: a masked column still enters q.k and p.v, and uninitialised memory may hold NaN
+            self.storage = [(torch.zeros(n, dtype=k.dtype, device=k.device), torch.zeros(m, dtype=v.dtype,
                                                                                           device=v.device))
                             for (n, m), (k, v) in zip(sizes, kv)]
         views = [(s[:n].view(rows, k.shape[1], columns, k.shape[3]), t[:m].view(rows, v.shape[1], columns, v.shape[3]))

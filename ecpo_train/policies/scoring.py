@@ -207,9 +207,10 @@ class ScoringPolicy(TransformersPolicy):
         return scores, order
 
     score_batch_size = 8
-    # sampling without gradients, when decoding is not eager: larger packed batches (fewer launches per decision,
-    # the GPU's host-bound cost) on the sampling weights (bf16 on CUDA under mixed_precision=bf16)
-    sample_score_batch_size = 32
+    # sampling (no gradients) when decoding is not eager: at least this many distinct contexts per packed forward
+    # (a 16 x 8 batch's in one: fewer launches per decision, the GPU's host-bound cost), on the sampling weights
+    # (bf16 on CUDA under mixed_precision=bf16; policies/decoding.py)
+    sample_score_batch_size = 128
     explore_epsilon = 0.0  # module docstring: the policy is (1 - eps) softmax(score / T) + eps / |A|
 
     def log_policy(self, score: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -239,7 +240,7 @@ class ScoringPolicy(TransformersPolicy):
             items.append((tuple(prompt), tuple(tuple(c) for c in self.candidate_ids(actions))))
         fast = self.decoding != "eager"
         scores, order = self._unique_scores(items, self.sampling_model() if fast else None,
-                                            self.sample_score_batch_size if fast else None)
+                                            max(self.score_batch_size, self.sample_score_batch_size) if fast else None)
         return [(actions, item, scores[slot].float().cpu()) for actions, item, slot in zip(actions_of, items, order)]
 
     @torch.no_grad()
