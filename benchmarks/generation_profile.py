@@ -20,7 +20,8 @@ it; three parts measure it, each with the policy ``build_policy`` makes (bf16 au
     python -m benchmarks.generation_profile                         # on one GPU, alone: about 2-3 minutes
     python -m benchmarks.generation_profile --device cpu --smoke    # tiny sizes, any machine (static, no graph)
 
-It prints the figures and writes JSON naming the device (on CUDA to ``benchmarks/results/generation_profile.json``).
+It prints the figures and writes JSON naming the device (on CUDA to ``benchmarks/results/decoding_profile.json``;
+``generation_profile.json`` there is the first, eager-only profile of 2026-11-26).
 """
 
 from __future__ import annotations
@@ -248,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.smoke:
         args.rows, args.prompt, args.tokens, args.profile_tokens, args.repeats = 4, 16, 4, 4, 1
-    out = args.out or (ROOT / "benchmarks" / "results" / "generation_profile.json" if args.device.startswith("cuda")
+    out = args.out or (ROOT / "benchmarks" / "results" / "decoding_profile.json" if args.device.startswith("cuda")
                        and not args.smoke else ROOT / "runs" / "generation_profile.json")
     started = time.monotonic()
     report: dict[str, Any] = {"environment": device_facts(args.device), "smoke": args.smoke, "parts": {}}
