@@ -180,8 +180,9 @@ class ScoringPolicy(TransformersPolicy):
             targets.append([t for cand in cands for t in cand])
             owners.append(owner)
         device = self.device
-        picked = candidate_logits(self.model if model is None else model, ids.to(device), mask.to(device), pos_ids.to(device),
-                                  torch.cat(at_rows).to(device), torch.cat(at_cols).to(device)).float()
+        picked = candidate_logits(self.model if model is None else model, ids.to(device), mask.to(device),
+                                  pos_ids.to(device), torch.cat(at_rows).to(device), torch.cat(at_cols).to(device)
+                                  ).float()
         all_targets = torch.as_tensor([t for target in targets for t in target], device=device)
         token_logp = torch.log_softmax(picked, dim=-1).gather(-1, all_targets.unsqueeze(-1)).squeeze(-1)
         scores, offset = [], 0
@@ -238,9 +239,11 @@ class ScoringPolicy(TransformersPolicy):
             actions = [fill_placeholders(a, ctx.task) for a in ctx.admissible_actions]
             actions_of.append(actions)
             items.append((tuple(prompt), tuple(tuple(c) for c in self.candidate_ids(actions))))
-        fast = self.decoding != "eager"
-        scores, order = self._unique_scores(items, self.sampling_model() if fast else None,
-                                            max(self.score_batch_size, self.sample_score_batch_size) if fast else None)
+        if self.decoding == "eager":
+            scores, order = self._unique_scores(items)
+        else:
+            scores, order = self._unique_scores(items, self.sampling_model(),
+                                                max(self.score_batch_size, self.sample_score_batch_size))
         return [(actions, item, scores[slot].float().cpu()) for actions, item, slot in zip(actions_of, items, order)]
 
     @torch.no_grad()
