@@ -11,7 +11,9 @@
 - ``graph`` (the CUDA default): ``static``, with the step captured once per shape as a CUDA graph and replayed per
   token: one launch instead of the ~1,000 kernel launches per token that kept the GPU 60 % idle
   (``benchmarks/generation_profile.py``). The capture is the only GPU-only part; a capture that fails warns and
-  leaves that policy on ``static``.
+  leaves that policy on ``static``. ``torch.cuda.graphs`` directly rather than ``torch.compile(mode=
+  "reduce-overhead")``: no compilation (minutes for a 1.5B model, again for every new shape), and the step that
+  is captured is the very step ``static`` runs, which the CPU tests check.
 
 The prefill (shared-prefix included) is the eager forward either way; its cache is copied into the buffers.
 Tokens are drawn outside the step, from the real rows' logits, so the random stream is the eager path's.
@@ -110,10 +112,16 @@ def slot_cache_class() -> type:
 
     class SlotCache(Cache):
         def __init__(self, keys: list[torch.Tensor], values: list[torch.Tensor], write_at: torch.Tensor) -> None:
-            try:  # transformers >= 4.56: a cache is a list of layer objects; this one keeps its own buffers
-                Cache.__init__(self, layers=[])
-            except TypeError:
-                Cache.__init__(self)
+            # the base's constructor changed across transformers versions (>= 4.56: a list of layer objects); this
+            # cache keeps its own buffers and no layer objects
+            for arguments in ({"layers": []}, {}):
+                try:
+                    Cache.__init__(self, **arguments)
+                    break
+                except TypeError:
+                    continue
+            else:
+                self.layers = []
             self.slot_keys, self.slot_values, self.write_at = keys, values, write_at
             self.columns_written = 0  # host-side count, only read by code paths a 4D mask skips
 
