@@ -45,7 +45,8 @@ from benchmarks import RESULTS, ArgumentParser, refuse_without_cuda
 from benchmarks.gpu_learning import DEFAULT_MODEL, ROOT, iteration_figures, part_learning, tokenizer_dir
 from benchmarks.gpu_run_report import PART_NAMES, fill_tests, write
 
-CUDA_TESTS = ("tests/test_credit_api.py", "tests/test_static_decoding.py")  # the files holding CUDA-only tests (skipif(not cuda), named *cuda*)
+# the files holding CUDA-only tests (skipif(not cuda), named *cuda*)
+CUDA_TESTS = ("tests/test_credit_api.py", "tests/test_static_decoding.py")
 # Qwen2.5-1.5B's public config.json
 QWEN25_1_5B = {"hidden_size": 1536, "num_hidden_layers": 28, "num_attention_heads": 12, "num_key_value_heads": 2,
                "intermediate_size": 8960, "vocab_size": 151936, "tie_word_embeddings": True,
