@@ -114,6 +114,17 @@ def test_the_decoding_switch_refuses_what_the_device_cannot_run():
             make_config({"policy": "tabular", **bad})
 
 
+def test_the_config_key_reaches_the_policy_and_the_cpu_samples_in_float32(tiny_model_dir):
+    from ecpo_train.runtime.builders import build_policy
+    from ecpo_train.runtime.config import make_config
+
+    for decoding, expected in (("auto", "eager"), ("static", "static")):
+        policy = build_policy(make_config({"model": str(tiny_model_dir), "device": "cpu", "decoding": decoding,
+                                           "mixed_precision": "bf16", "env_id": "ecpo/ALFWorldGen-v0"}))
+        assert policy.decoding == expected
+        assert policy.sampling_model() is policy.model  # no bf16 copy on the CPU: the model samples as it is
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_graphed_decoding_samples_what_uncaptured_steps_sample(tiny_model_dir):
     """On a GPU, bf16 sampling weights (as under mixed_precision=bf16): the graph replays the same kernels as the
