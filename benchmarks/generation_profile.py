@@ -1,54 +1,76 @@
-"""Where a decoding step of the transformers sampler spends its time (the GPU run's bottleneck).
+"""Where the transformers sampler spends its time on a GPU, eager against static-cache CUDA-graph decoding.
 
 The first GPU run (one H100, ``benchmarks/results/gpu_run.md``) generated at 1,446 tokens/s: 88 ms per decoding
-step for 128 rows of Qwen2.5-1.5B, 78 % of the paper-shaped iteration. Two floors for one step at that shape
-(bf16 weights read once, 128 rows x 2 x 1.5e9 FLOP): about 1 ms of memory traffic and 0.5 ms of matrix work, so
-the step is far from both. This script times ``TransformersPolicy.sample`` on the paper-shaped policy
-(``build_policy``, as part 3 of ``gpu_run`` builds it: float32 master weights under bf16 autocast) and on the
-same weights cast to bf16, and profiles one call (``torch.profiler``): how much of the wall time the device is
-busy, and which operators cost the most host and device time::
+step for 128 rows of Qwen2.5-1.5B, 78 % of the paper-shaped iteration. This script's first version found why: the
+step is host-bound (about 1,000-1,400 kernel launches per token, the GPU busy 40 % of the time, a third of the
+launches casting float32 master weights to bf16). ``decoding=graph`` (``ecpo_train/policies/decoding.py``) answers
+it; three parts measure it, each with the policy ``build_policy`` makes (bf16 autocast on CUDA, as trained):
 
-    python -m benchmarks.generation_profile [--rows 128 --prompt 300 --tokens 48] [--out FILE.json]
-    python -m benchmarks.generation_profile --device cpu --smoke       # tiny sizes, any machine
+1. ``decode``: ``TransformersPolicy.sample`` at ``--rows`` x ``--tokens`` (128 x 512) after a ``--prompt``-token
+   prompt, ``decoding=eager`` (float32 master weights under autocast) beside ``decoding=graph`` (bf16 sampling
+   copy, static KV cache, one CUDA graph replay per token): ms per step, tokens/s, and one profiled call each
+   (host launches per token, the GPU's busy share, the top operators);
+2. ``paper``: one native-trainer iteration of the paper's shape (``gpu_run``'s part 3, ``decoding=graph``): its
+   generation time, tokens/s and that generation carried to the paper's 50 steps;
+3. ``scoring``: ``ScoringPolicy.act`` (``policy_mode=score``, the ``alfworld_gpu`` preset; a random model of
+   SmolLM2-135M's shape unless ``--scoring-model``) on 16 groups x 8 ALFWorld contexts: decisions/s, host
+   launches per decision and the GPU's busy share, eager (score batches of 64, as the GPU learning run) beside
+   the fast path (bf16 sampling copy, one packed forward per 128 distinct contexts).
 
-It prints a table and writes JSON (on CUDA to ``benchmarks/results/generation_profile.json``).
+    python -m benchmarks.generation_profile                         # on one GPU, alone: about 2-3 minutes
+    python -m benchmarks.generation_profile --device cpu --smoke    # tiny sizes, any machine (static, no graph)
+
+It prints the figures and writes JSON naming the device (on CUDA to ``benchmarks/results/decoding_profile.json``;
+``generation_profile.json`` there is the first, eager-only profile of 2026-11-26).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks import ArgumentParser, refuse_without_cuda
+from benchmarks import ArgumentParser, fail, refuse_without_cuda
 from benchmarks.gpu_learning import ROOT, tokenizer_dir
-from benchmarks.gpu_run import QWEN25_1_5B, QWEN25_SMOKE, device_facts, sync_device, write_random_model
+from benchmarks.gpu_run import (
+    PAPER_STEPS,
+    QWEN25_1_5B,
+    QWEN25_SMOKE,
+    device_facts,
+    part_paper_iteration,
+    sync_device,
+    write_random_model,
+)
+
+PARTS = ("decode", "paper", "scoring")
+PAPER_SECONDS = 302.8  # the paper's iteration at 50 steps on 8 A100s
+# SmolLM2-135M's shape (hidden, layers, heads) as a Qwen2 with the Qwen2.5 vocabulary (the tokenizer at hand)
+SMOLLM2_SHAPE = QWEN25_1_5B | {"hidden_size": 576, "num_hidden_layers": 30, "num_attention_heads": 9,
+                               "num_key_value_heads": 3, "intermediate_size": 1536}
+LAUNCH_EVENTS = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cudaGraphLaunch")
 
 
-def timed_sample(policy: Any, prompts: list[list[int]], device: str, repeats: int) -> list[float]:
-    """Seconds of each of ``repeats`` calls of ``policy.sample`` (after one warm-up call)."""
-    policy.sample(prompts, 1.0)
-    seconds = []
-    for _ in range(repeats):
-        sync_device(device)
-        started = time.perf_counter()
-        policy.sample(prompts, 1.0)
-        sync_device(device)
-        seconds.append(time.perf_counter() - started)
-    return seconds
-
-
-def profile_sample(policy: Any, prompts: list[list[int]], device: str, top: int) -> dict[str, Any]:
-    """One profiled call: wall time, the device's busy time (sum of kernel self times) and the top operators."""
-    from torch.profiler import ProfilerActivity, profile
-
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.startswith("cuda") else [])
+def timed(call: Any, device: str) -> float:
     sync_device(device)
     started = time.perf_counter()
-    with profile(activities=activities) as prof:
-        policy.sample(prompts, 1.0)
+    call()
+    sync_device(device)
+    return time.perf_counter() - started
+
+
+def profiled(call: Any, device: str, top: int) -> dict[str, Any]:
+    """One profiled ``call()``: wall time, the device's busy time (sum of kernel self times), host launches (kernels
+    and graph replays) and the top operators."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device.startswith("cuda")
+    sync_device(device)
+    started = time.perf_counter()
+    with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
+        call()
         sync_device(device)
     wall = time.perf_counter() - started
     events = prof.key_averages()
@@ -60,67 +82,185 @@ def profile_sample(policy: Any, prompts: list[list[int]], device: str, top: int)
                  "self_device_ms": getattr(e, device_key, 0) / 1e3} for e in ranked]
 
     busy = sum(getattr(e, device_key, 0) for e in events) / 1e6
-    launches = sum(e.count for e in events if e.key in ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC"))
-    return {"wall_s": wall, "device_busy_s": busy, "kernel_launches": launches,
-            "top_by_device_time": rows(device_key) if device.startswith("cuda") else [],
-            "top_by_host_time": rows("self_cpu_time_total")}
+    return {"wall_s": wall, "device_busy_s": busy, "device_busy_share": busy / wall if cuda else None,
+            "host_launches": sum(e.count for e in events if e.key in LAUNCH_EVENTS),
+            "top_by_device_time": rows(device_key) if cuda else [], "top_by_host_time": rows("self_cpu_time_total")}
+
+
+def print_top(profile: dict[str, Any], top: int) -> None:
+    for row in (profile["top_by_device_time"] or profile["top_by_host_time"])[:top]:
+        print(f"    {row['name'][:60]:60s} {row['calls']:6d} calls  host {row['self_cpu_ms']:9.1f} ms  "
+              f"device {row['self_device_ms']:9.1f} ms")
+
+
+def fast_decoding(device: str) -> str:
+    return "graph" if device.startswith("cuda") else "static"
+
+
+def llm_config(model_dir: Path, args: argparse.Namespace, preset: str | None = None, **values: Any) -> Any:
+    from ecpo_train.runtime.config import load_config
+
+    cuda = args.device.startswith("cuda")
+    overrides = {"model": str(model_dir), "device": args.device, "mixed_precision": "bf16" if cuda else "none",
+                 "progress": False, "tensorboard": False} | values
+    return load_config(preset, [f"{key}={json.dumps(value)}" for key, value in overrides.items()])
+
+
+def use_decoding(policy: Any, decoding: str, mixed_precision: str) -> None:
+    """Switch a built policy between eager and fast decoding (as ``build_policy`` would have built it)."""
+    import torch
+
+    policy.decoding = decoding
+    policy.set_sampling_dtype(torch.bfloat16 if mixed_precision == "bf16" else None)
+
+
+def part_decode(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """Part 1: eager and graphed decoding of the same policy at rows x tokens, side by side."""
+    import torch
+
+    from ecpo_train.runtime.builders import build_policy
+
+    model_dir = write_random_model(work / "decode_model", QWEN25_SMOKE if args.smoke else QWEN25_1_5B,
+                                   tokenizer_dir())
+    config = llm_config(model_dir, args, env_id="ecpo/ALFWorldGen-v0", max_response_length=args.tokens,
+                        gradient_checkpointing=True)
+    policy = build_policy(config)
+    policy.eos_token_ids = torch.as_tensor([-1], device=args.device)  # no reply stops early: a fixed step count
+    generator = torch.Generator().manual_seed(0)
+    vocab = min(policy.model.config.vocab_size, 150000)
+    prompts = torch.randint(0, vocab, (args.rows, args.prompt), generator=generator).tolist()
+    variants: dict[str, Any] = {}
+    for decoding in ("eager", fast_decoding(args.device)):
+        use_decoding(policy, decoding, config.mixed_precision)
+        # warm-up: graphs are captured per shape, so at the timed shape; eager needs a few steps only
+        policy.max_response_length = args.tokens if decoding != "eager" else min(args.tokens, 8)
+        policy.sample(prompts, 1.0)
+        policy.max_response_length = args.tokens
+        seconds = timed(lambda: policy.sample(prompts, 1.0), args.device)
+        profile_tokens = args.tokens if decoding != "eager" else min(args.tokens, args.profile_tokens)
+        policy.max_response_length = profile_tokens  # eager: a short call (its trace is ~1,000 events per token)
+        profile = profiled(lambda: policy.sample(prompts, 1.0), args.device, args.top)
+        policy.max_response_length = args.tokens
+        variants[decoding] = {
+            "seconds": seconds, "ms_per_step": 1e3 * seconds / args.tokens,
+            "tokens_per_s": args.rows * args.tokens / seconds, "profiled_tokens": profile_tokens,
+            "host_launches_per_token": profile["host_launches"] / profile_tokens,
+            "graphs_used": bool(policy.decoder and policy.decoder.graphs) if decoding == "graph" else False,
+            "profile": profile}
+        v = variants[decoding]
+        busy = profile["device_busy_share"]
+        print(f"decode {decoding:6s}: {v['ms_per_step']:.2f} ms per step (prefill included), "
+              f"{v['tokens_per_s']:,.0f} tok/s, {v['host_launches_per_token']:.0f} host launches per token"
+              + (f", GPU busy {busy:.0%}" if busy is not None else ""), flush=True)
+        print_top(profile, args.top)
+    eager, fast = variants["eager"], variants[fast_decoding(args.device)]
+    return {"rows": args.rows, "prompt": args.prompt, "tokens": args.tokens, "variants": variants,
+            "step_speedup": eager["ms_per_step"] / fast["ms_per_step"]}
+
+
+def part_paper(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """Part 2: the paper-shaped iteration with fast decoding (``gpu_run``'s part 3), generation carried to 50 steps."""
+    figures = part_paper_iteration(argparse.Namespace(device=args.device, smoke=args.smoke,
+                                                      paper_steps=args.paper_steps,
+                                                      decoding=fast_decoding(args.device)), work)
+    generation_at_50 = figures["time/generation"] / figures["steps"] * PAPER_STEPS
+    print(f"paper iteration ({figures['decoding']}): generation {figures['time/generation']:.1f} s for "
+          f"{figures['steps']} steps, {figures['generation_tokens_per_s']:,.0f} tok/s; at {PAPER_STEPS} steps: "
+          f"generation {generation_at_50:.0f} s, iteration {figures['projected_iteration_seconds']:.0f} s "
+          f"(paper: {PAPER_SECONDS} s on 8 A100s)", flush=True)
+    return figures | {"generation_seconds_at_paper_steps": generation_at_50, "paper_iteration_seconds": PAPER_SECONDS}
+
+
+def alfworld_contexts(env_id: str, env_kwargs: dict, groups: int, copies: int) -> list[Any]:
+    """A training rollout's scoring contexts: ``groups`` tasks x ``copies``, each copy after 0-3 random actions of
+    its own (so copies share some contexts, as a group's do)."""
+    import gymnasium as gym
+    import numpy as np
+
+    import ecpo_gym  # noqa: F401  (registers the environments)
+    from ecpo_train.policies.base import StepContext
+
+    env = gym.make(env_id, **env_kwargs)
+    rng = np.random.default_rng(0)
+    contexts = []
+    for group in range(groups):
+        for _ in range(copies):
+            obs, info = env.reset(seed=group, options={"task_id": env.unwrapped.task_ids[group]})
+            history: list[tuple[str, str]] = []
+            for _ in range(int(rng.integers(0, 4))):
+                action = str(rng.choice(info["admissible_actions"]))
+                history.append((obs, action))
+                obs, _, _, _, info = env.step(action)
+            contexts.append(StepContext(env_name=env_id, task=str(info.get("task", "")), step_count=len(history),
+                                        history=history, observation=obs,
+                                        admissible_actions=list(info["admissible_actions"]),
+                                        state_key=str(info["state_key"])))
+    return contexts
+
+
+def part_scoring(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """Part 3: ``ScoringPolicy.act`` on a rollout's contexts, eager beside the fast path."""
+    from ecpo_train.runtime.builders import build_policy
+
+    model_dir = Path(args.scoring_model) if args.scoring_model else write_random_model(
+        work / "scoring_model", QWEN25_SMOKE if args.smoke else SMOLLM2_SHAPE, tokenizer_dir())
+    config = llm_config(model_dir, args, "alfworld_gpu")
+    policy = build_policy(config)
+    groups, copies = (2, 4) if args.smoke else (config.n_groups, config.group_size)
+    contexts = alfworld_contexts(config.env_id, config.env_kwargs, groups, copies)
+    policy.score_batch_size = 64 if args.device.startswith("cuda") else policy.score_batch_size  # as gpu_learning
+    variants: dict[str, Any] = {}
+    for decoding in ("eager", fast_decoding(args.device)):
+        use_decoding(policy, decoding, config.mixed_precision)
+        policy.act(contexts, temperature=1.0)  # warm-up (and the sampling copy)
+        seconds = min(timed(lambda: policy.act(contexts, temperature=1.0), args.device) for _ in range(args.repeats))
+        profile = profiled(lambda: policy.act(contexts, temperature=1.0), args.device, args.top)
+        variants[decoding] = {"decisions_per_s": len(contexts) / seconds, "seconds": seconds,
+                              "host_launches_per_decision": profile["host_launches"] / len(contexts),
+                              "device_busy_share": profile["device_busy_share"], "profile": profile}
+        v = variants[decoding]
+        print(f"scoring {decoding:6s}: {v['decisions_per_s']:,.0f} decisions/s, "
+              f"{v['host_launches_per_decision']:.1f} host launches per decision"
+              + (f", GPU busy {v['device_busy_share']:.0%}" if v["device_busy_share"] is not None else ""),
+              flush=True)
+    return {"model": str(args.scoring_model or "SmolLM2-135M's shape, random weights"), "contexts": len(contexts),
+            "distinct_contexts": len({(c.observation, tuple(c.history)) for c in contexts}), "variants": variants}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = ArgumentParser(__spec__.name, description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda")
-    parser.add_argument("--smoke", action="store_true", help="a 2-layer model and tiny sizes (any device)")
+    parser.add_argument("--smoke", action="store_true", help="tiny models and sizes (any device; for the tests)")
+    parser.add_argument("--parts", default=",".join(PARTS), help=f"which parts, e.g. decode,scoring ({PARTS})")
     parser.add_argument("--rows", type=int, default=128)
     parser.add_argument("--prompt", type=int, default=300, help="prompt tokens per row")
-    parser.add_argument("--tokens", type=int, default=48, help="decoding steps per call")
+    parser.add_argument("--tokens", type=int, default=512, help="decoding steps per call")
+    parser.add_argument("--profile-tokens", type=int, default=32, help="decoding steps of the profiled eager call")
+    parser.add_argument("--paper-steps", type=int, default=2, help="part paper: environment steps per episode")
+    parser.add_argument("--scoring-model", default=None, help="part scoring: a model folder (SmolLM2-135M)")
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--top", type=int, default=12)
+    parser.add_argument("--top", type=int, default=8)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
+    chosen = [part.strip() for part in args.parts.split(",") if part.strip()]
+    if not chosen or set(chosen) - set(PARTS):
+        fail(f"--parts {args.parts!r}: choose from {', '.join(PARTS)}")
     if refuse_without_cuda(args.device, "generation_profile"):
         return 2
-    import torch
     if args.smoke:
-        args.rows, args.prompt, args.tokens, args.repeats = 4, 16, 4, 1
-    from ecpo_train.runtime.builders import build_policy
-    from ecpo_train.runtime.config import make_config
-
-    out = args.out or (ROOT / "benchmarks" / "results" / "generation_profile.json" if args.device.startswith("cuda")
+        args.rows, args.prompt, args.tokens, args.profile_tokens, args.repeats = 4, 16, 4, 4, 1
+    out = args.out or (ROOT / "benchmarks" / "results" / "decoding_profile.json" if args.device.startswith("cuda")
                        and not args.smoke else ROOT / "runs" / "generation_profile.json")
-    report: dict[str, Any] = {"environment": device_facts(args.device), "smoke": args.smoke,
-                              "shape": {"rows": args.rows, "prompt": args.prompt, "tokens": args.tokens}}
+    started = time.monotonic()
+    report: dict[str, Any] = {"environment": device_facts(args.device), "smoke": args.smoke, "parts": {}}
+    parts = {"decode": part_decode, "paper": part_paper, "scoring": part_scoring}
     with tempfile.TemporaryDirectory(prefix="generation_profile-") as tmp:
-        model_dir = write_random_model(Path(tmp) / "model", QWEN25_SMOKE if args.smoke else QWEN25_1_5B,
-                                       tokenizer_dir())
-        config = make_config({"model": str(model_dir), "device": args.device, "env_id": "ecpo/ALFWorldGen-v0",
-                              "max_response_length": args.tokens, "gradient_checkpointing": True,
-                              "mixed_precision": "bf16" if args.device.startswith("cuda") else "none",
-                              "progress": False, "tensorboard": False})
-        policy = build_policy(config)
-        policy.eos_token_ids = torch.as_tensor([-1], device=args.device)  # no reply stops early: fixed step count
-        generator = torch.Generator().manual_seed(0)
-        vocab = min(policy.model.config.vocab_size, 150000)
-        prompts = torch.randint(0, vocab, (args.rows, args.prompt), generator=generator).tolist()
-        variants = {}
-        for name in ("float32 weights, bf16 autocast (as trained)", "bf16 weights"):
-            if name == "bf16 weights":
-                policy.model.to(torch.bfloat16)
-            seconds = timed_sample(policy, prompts, args.device, args.repeats)
-            step_ms = 1e3 * min(seconds) / args.tokens
-            variants[name] = {"seconds": seconds, "ms_per_step": step_ms,
-                              "tokens_per_s": args.rows * args.tokens / min(seconds),
-                              "profile": profile_sample(policy, prompts, args.device, args.top)}
-            report["variants"] = variants
+        for name in chosen:
+            report["parts"][name] = parts[name](args, Path(tmp))
+            report["seconds"] = time.monotonic() - started
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps(report, indent=1) + "\n")
-            p = variants[name]["profile"]
-            print(f"{name}: {step_ms:.1f} ms per step (prefill included), {variants[name]['tokens_per_s']:,.0f} tok/s; "
-                  f"profiled call {p['wall_s']:.2f} s, device busy {p['device_busy_s']:.2f} s, "
-                  f"{p['kernel_launches']} launches", flush=True)
-            for row in (p["top_by_device_time"] or p["top_by_host_time"])[: args.top]:
-                print(f"    {row['name'][:60]:60s} {row['calls']:6d} calls  host {row['self_cpu_ms']:9.1f} ms  "
-                      f"device {row['self_device_ms']:9.1f} ms")
-    print(f"wrote {out}")
+    print(f"wrote {out} ({time.monotonic() - started:.0f} s)")
     return 0
 
 

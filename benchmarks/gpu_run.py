@@ -45,7 +45,8 @@ from benchmarks import RESULTS, ArgumentParser, refuse_without_cuda
 from benchmarks.gpu_learning import DEFAULT_MODEL, ROOT, iteration_figures, part_learning, tokenizer_dir
 from benchmarks.gpu_run_report import PART_NAMES, fill_tests, write
 
-CUDA_TESTS = ("tests/test_credit_api.py",)  # the files holding CUDA-only tests (skipif(not cuda), named *cuda*)
+# the files holding CUDA-only tests (skipif(not cuda), named *cuda*)
+CUDA_TESTS = ("tests/test_credit_api.py", "tests/test_static_decoding.py")
 # Qwen2.5-1.5B's public config.json
 QWEN25_1_5B = {"hidden_size": 1536, "num_hidden_layers": 28, "num_attention_heads": 12, "num_key_value_heads": 2,
                "intermediate_size": 8960, "vocab_size": 151936, "tie_word_embeddings": True,
@@ -182,6 +183,7 @@ def part_paper_iteration(args: argparse.Namespace, work: Path) -> dict[str, Any]
         "iterations": 1, "val_every": 0, "checkpoint_every": 0, "tensorboard": False, "progress": False,
         "mixed_precision": "bf16" if cuda else "none", "gradient_checkpointing": True,
         "micro_batch_size": 8 if cuda else 2, "kl_coef": 0.01, "lr": 1e-6, "threads": 1 if args.smoke else 0,
+        "decoding": getattr(args, "decoding", "auto"),  # generation_profile times it with each
     })
     trainer = Trainer(config)
     attention = trainer.policy.model.config._attn_implementation
@@ -200,7 +202,8 @@ def part_paper_iteration(args: argparse.Namespace, work: Path) -> dict[str, Any]
         "response": shape["response"], "steps": shape["steps"], "rows": int(metrics["num_steps"]),
         "paper_steps": PAPER_STEPS, "generation_tokens_per_s": responses / max(metrics["time/generation"], 1e-9),
         "projected_iteration_seconds": per_step_acting * PAPER_STEPS + per_row_update * rows_at_horizon,
-        "mixed_precision": config.mixed_precision, "attention": attention, "peak_memory_gib": _peak_gib(args.device),
+        "mixed_precision": config.mixed_precision, "decoding": trainer.policy.decoding, "attention": attention,
+        "peak_memory_gib": _peak_gib(args.device),
     }
 
 

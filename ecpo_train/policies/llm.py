@@ -12,6 +12,11 @@ expanded to every copy (``Cache.reorder_cache`` with a row map). The decode step
 first token's logits are the shared row's, so the sampled tokens and log-probs are the ones the unshared
 path draws from the same random stream; ``share_prefix=False`` prefills every row (for comparison).
 
+The one-token decoding steps after the prefill run as ``decoding`` says (``ecpo_train/policies/decoding.py``):
+``eager`` grows transformers' dynamic cache (the CPU default); ``static`` writes into a KV cache sized once per
+call; ``graph`` (the CUDA default) replays that step as a CUDA graph, on a bf16 copy of the weights under
+``mixed_precision=bf16``. The draws stay here, so every path samples from the same random stream.
+
 A response is cut after its first end-of-sequence token (kept: it is part of the action's tokens). The
 action is parsed with ``ecpo_train.policies.parsing.parse_action``; a response without a well-formed
 action block is sent to the environment as ``"<invalid>"``, which it answers with its invalid-action
@@ -36,6 +41,7 @@ import torch
 
 from ecpo_gym.canonical import INVALID_ACTION
 from ecpo_train.policies.base import Policy, PolicyOutput, StepContext
+from ecpo_train.policies.decoding import EagerDecode, SamplingCopy, StaticDecoder, resolve_decoding
 from ecpo_train.policies.parsing import parse_action
 from ecpo_train.policies.prompting import render_prompt, to_chat
 
@@ -62,6 +68,7 @@ class TransformersPolicy(Policy):
         prompt_style: str = "paper",
         share_prefix: bool = True,
         transformers_weights: bool = True,
+        decoding: str = "auto",
     ) -> None:
         super().__init__()
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -99,6 +106,10 @@ class TransformersPolicy(Policy):
         self.history_length = history_length
         self.prompt_style = prompt_style
         self.share_prefix = bool(share_prefix)  # prefill identical prompts once (module docstring)
+        # eager | static | graph: how the decoding steps run (policies/decoding.py)
+        self.decoding = resolve_decoding(decoding, self.device, self.model.config if self.model is not None else None)
+        self.__dict__["decoder"] = None  # a StaticDecoder, built at the first static call (outside the module tree)
+        self.__dict__["sampling_copy"] = None  # a SamplingCopy when sampling runs in another dtype (set_sampling_dtype)
         eos = generation_config.eos_token_id
         eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
         if self.tokenizer.eos_token_id is not None:
@@ -169,9 +180,12 @@ class TransformersPolicy(Policy):
 
         ``temperature <= 0`` decodes greedily (log-probs are then those of the untempered softmax).
         With ``share_prefix`` identical prompts are prefilled once and their cache rows copied to each
-        duplicate (``row_map``); padding width and decode steps are those of the unshared path.
+        duplicate (``row_map``); padding width and decode steps are those of the unshared path. The decoding
+        steps run as ``self.decoding`` says (``policies/decoding.py``): eagerly, or on a static cache, graphed on
+        CUDA; the tokens are drawn here either way, from the same random stream.
         """
         self.model.eval()
+        model = self.sampling_model()
         rows, width = len(prompts), max(len(p) for p in prompts)
         keys = [tuple(p) for p in prompts]
         distinct = list(dict.fromkeys(keys)) if self.share_prefix else keys
@@ -184,15 +198,22 @@ class TransformersPolicy(Policy):
             attention[row, width - len(prompt) :] = 1
         ids, attention = ids.to(self.device), attention.to(self.device)
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
-        result = self.model(input_ids=ids, attention_mask=attention, position_ids=positions, use_cache=True,
-                            logits_to_keep=1)
+        result = model(input_ids=ids, attention_mask=attention, position_ids=positions, use_cache=True,
+                       logits_to_keep=1)
         logits = result.logits[:, -1, :]
         if len(distinct) < rows:  # expand the prefilled rows to every copy
             result.past_key_values.reorder_cache(row_map)
             logits, attention, positions = logits[row_map], attention[row_map], positions[row_map]
+        next_position = positions[:, -1:] + 1
+        if self.decoding == "eager":
+            decode = EagerDecode(model, result.past_key_values, attention, next_position)
+        else:
+            if self.decoder is None:
+                self.__dict__["decoder"] = StaticDecoder(graphs=self.decoding == "graph")
+            decode = self.decoder.start(model, result.past_key_values, attention, next_position,
+                                        self.max_response_length)
         finished = torch.zeros(rows, dtype=torch.bool, device=self.device)
         tokens, token_logps = [], []
-        next_position = positions[:, -1:] + 1
         for _ in range(self.max_response_length):
             logits = logits.float()
             if temperature > 0:
@@ -209,11 +230,7 @@ class TransformersPolicy(Policy):
             finished = finished | torch.isin(token, self.eos_token_ids)
             if bool(finished.all()):
                 break
-            attention = torch.cat([attention, torch.ones(rows, 1, dtype=attention.dtype, device=self.device)], dim=1)
-            result = self.model(input_ids=token.unsqueeze(-1), attention_mask=attention, position_ids=next_position,
-                                past_key_values=result.past_key_values, use_cache=True)
-            logits = result.logits[:, -1, :]
-            next_position = next_position + 1
+            logits = decode(token)
         return cut_at_first_eos(torch.stack(tokens, dim=1), torch.stack(token_logps, dim=1), self.eos_token_ids)
 
     # ------------------------------------------------------------------ learner side
@@ -257,6 +274,18 @@ class TransformersPolicy(Policy):
             entropy = -(logp_all.exp() * logp_all).sum(-1) * mask
         return token_logp, mask, entropy
 
+    def set_sampling_dtype(self, dtype: torch.dtype | None) -> None:
+        """Sample from a copy of the weights in ``dtype`` (``decoding.SamplingCopy``): bf16 on CUDA under
+        ``mixed_precision=bf16`` with static or graphed decoding, where autocast would cast every weight per
+        step. ``None``, the eager path, the CPU, or the model's own dtype: the model samples itself."""
+        use = (dtype is not None and self.decoding != "eager" and self.device.type == "cuda"
+               and self.model is not None and dtype != next(self.model.parameters()).dtype)
+        self.__dict__["sampling_copy"] = SamplingCopy(dtype) if use else None
+
+    def sampling_model(self) -> torch.nn.Module:
+        """The module that samples: the model, or its copy in the sampling dtype (refreshed when stale)."""
+        return self.model if self.sampling_copy is None else self.sampling_copy.of(self)
+
     def generation_weights(self) -> dict[str, torch.Tensor]:
         """What a generation engine loads: the model's state dict under the plain model's key names.
 
@@ -274,6 +303,8 @@ class TransformersPolicy(Policy):
         for a policy without transformers weights, whose engine gets them through ``weights_to_engine``)."""
         if self.backend is not None and self.model is not None:
             self.backend.sync_weights(self.generation_weights())
+        if self.sampling_copy is not None:
+            self.sampling_copy.mark_stale()
 
     def weights_to_engine(self, state: dict[str, torch.Tensor]) -> None:
         """Load trained weights (a full state dict under the plain model's names) straight into the generation
@@ -292,11 +323,14 @@ class TransformersPolicy(Policy):
 
             return AdapterOffReference(self)
         backend, self.backend = self.backend, None
+        helpers = {name: self.__dict__[name] for name in ("decoder", "sampling_copy")}
+        self.__dict__.update(decoder=None, sampling_copy=None)  # a copy that only scores needs neither
         try:
             ref = copy.deepcopy(self)
         finally:
             self.backend = backend
-        ref.generation_backend = "transformers"
+            self.__dict__.update(helpers)
+        ref.generation_backend, ref.decoding = "transformers", "eager"
         ref.requires_grad_(False)
         ref.eval()
         return ref

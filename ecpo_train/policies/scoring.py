@@ -136,11 +136,12 @@ class ScoringPolicy(TransformersPolicy):
         return [list(ids) + [eos] for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"]]
 
     # ------------------------------------------------------------------ scores
-    def candidate_scores(self, items: Sequence[tuple[Sequence[int], Sequence[Sequence[int]]]]) -> list[torch.Tensor]:
+    def candidate_scores(self, items: Sequence[tuple[Sequence[int], Sequence[Sequence[int]]]],
+                         model: torch.nn.Module | None = None) -> list[torch.Tensor]:
         """Summed log-prob of every candidate given its prompt, for each ``(prompt, candidates)`` item.
 
-        One forward over the items packed into sequences (``pack_items``) with a tree mask per item; gradients
-        flow when enabled.
+        One forward of ``model`` (default: the trained model) over the items packed into sequences
+        (``pack_items``) with a tree mask per item; gradients flow when enabled.
         """
         if not items:
             return []
@@ -179,8 +180,9 @@ class ScoringPolicy(TransformersPolicy):
             targets.append([t for cand in cands for t in cand])
             owners.append(owner)
         device = self.device
-        picked = candidate_logits(self.model, ids.to(device), mask.to(device), pos_ids.to(device),
-                                  torch.cat(at_rows).to(device), torch.cat(at_cols).to(device)).float()
+        picked = candidate_logits(self.model if model is None else model, ids.to(device), mask.to(device),
+                                  pos_ids.to(device), torch.cat(at_rows).to(device), torch.cat(at_cols).to(device)
+                                  ).float()
         all_targets = torch.as_tensor([t for target in targets for t in target], device=device)
         token_logp = torch.log_softmax(picked, dim=-1).gather(-1, all_targets.unsqueeze(-1)).squeeze(-1)
         scores, offset = [], 0
@@ -191,18 +193,25 @@ class ScoringPolicy(TransformersPolicy):
             offset += len(owner)
         return scores
 
-    def _unique_scores(self, items: Sequence[tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]]
+    def _unique_scores(self, items: Sequence[tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]],
+                       model: torch.nn.Module | None = None, batch_size: int | None = None
                        ) -> tuple[list[torch.Tensor], list[int]]:
-        """Scores of the distinct items (in batches of ``micro_batch`` distinct prompts) and each item's slot."""
+        """Scores of the distinct items (in batches of ``batch_size`` distinct prompts, default
+        ``score_batch_size``) by ``model`` (default: the trained model) and each item's slot."""
         slot: dict[tuple, int] = {}
         order = [slot.setdefault(item, len(slot)) for item in items]
         distinct = list(slot)
         scores: list[torch.Tensor] = []
-        for i in range(0, len(distinct), self.score_batch_size):
-            scores += self.candidate_scores(distinct[i : i + self.score_batch_size])
+        batch_size = batch_size or self.score_batch_size
+        for i in range(0, len(distinct), batch_size):
+            scores += self.candidate_scores(distinct[i : i + batch_size], model)
         return scores, order
 
     score_batch_size = 8
+    # sampling (no gradients) when decoding is not eager: at least this many distinct contexts per packed forward
+    # (a 16 x 8 batch's in one: fewer launches per decision, the GPU's host-bound cost), on the sampling weights
+    # (bf16 on CUDA under mixed_precision=bf16; policies/decoding.py)
+    sample_score_batch_size = 128
     explore_epsilon = 0.0  # module docstring: the policy is (1 - eps) softmax(score / T) + eps / |A|
 
     def log_policy(self, score: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -230,7 +239,11 @@ class ScoringPolicy(TransformersPolicy):
             actions = [fill_placeholders(a, ctx.task) for a in ctx.admissible_actions]
             actions_of.append(actions)
             items.append((tuple(prompt), tuple(tuple(c) for c in self.candidate_ids(actions))))
-        scores, order = self._unique_scores(items)
+        if self.decoding == "eager":
+            scores, order = self._unique_scores(items)
+        else:
+            scores, order = self._unique_scores(items, self.sampling_model(),
+                                                max(self.score_batch_size, self.sample_score_batch_size))
         return [(actions, item, scores[slot].float().cpu()) for actions, item, slot in zip(actions_of, items, order)]
 
     @torch.no_grad()

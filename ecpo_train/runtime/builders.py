@@ -120,11 +120,13 @@ def build_policy(config: TrainConfig, device: str | None = None, *, transformers
         max_response_length=config.max_response_length, device=device or config.resolved_device(), dtype=config.dtype,
         history_length=config.history_length, generation_backend=config.generation_backend,
         vllm_kwargs=config.vllm_kwargs, seed=config.seed, prompt_style=config.prompt_style, lora=config.lora or None,
-        transformers_weights=transformers_weights,
+        transformers_weights=transformers_weights, decoding="eager" if config.fsdp else config.decoding,
     )
     if policy.model is not None:
         apply_memory_settings(policy.model, gradient_checkpointing=config.gradient_checkpointing,
                               mixed_precision="none" if config.fsdp else config.mixed_precision)
+        # autocast casts every weight at every decoding step: static/graphed CUDA sampling uses a bf16 copy instead
+        policy.set_sampling_dtype(torch.bfloat16 if config.mixed_precision == "bf16" else None)
     if config.policy_mode == "score":
         policy.explore_epsilon = config.explore_epsilon
     return policy

@@ -28,6 +28,7 @@ from ecpo_train.core.loss import BEHAVIOUR_CORRECTIONS, UpdateSettings
 from ecpo_train.core.rollout import ANCHOR_KEYS
 from ecpo_train.core.tasks import TASK_DRAWS
 from ecpo_train.policies import DTYPES
+from ecpo_train.policies.decoding import DECODINGS
 from ecpo_train.policies.prompting import PROMPT_STYLES
 from ecpo_train.policies.vllm_backend import check_vllm_kwargs
 from ecpo_train.runtime import VALIDATION_TEMPERATURE
@@ -96,6 +97,9 @@ class TrainConfig:
     # "transformers" | "vllm" (GPU; weights synced after each update)
     generation_backend: Literal["transformers", "vllm"] = "transformers"
     vllm_kwargs: dict = field(default_factory=dict)  # extra vllm.LLM arguments, e.g. {gpu_memory_utilization: 0.5}
+    # transformers sampling's decoding steps (policies/decoding.py): "auto" = graph on CUDA, eager on CPU |
+    # "eager" | "static" (a KV cache sized once per call, any device) | "graph" (static + CUDA graphs, CUDA only)
+    decoding: Literal[DECODINGS] = "auto"
     # credit (steps B-D)
     algorithm: str = "ecpo"  # a credit estimator name (an open registry): ecpo, gigpo, grpo, ..., or ppo (critic + GAE)
     anchor_key: Literal[ANCHOR_KEYS] = "state_key"  # "state_key" | "observation_key" (the paper's text anchor)
@@ -171,6 +175,9 @@ class TrainConfig:
             raise ValueError(f"policy=llm needs model=<local path or hub id> (e.g. `ecpo models pull {DEMO_MODEL}`)")
         if self.generation_backend == "vllm" and (self.policy != "llm" or self.policy_mode != "generate"):
             raise ValueError("generation_backend=vllm needs policy=llm with policy_mode=generate")
+        if self.decoding == "graph" and self.device == "cpu" or self.fsdp and self.decoding in ("static", "graph"):
+            raise ValueError(f"decoding={self.decoding} needs one CUDA device without fsdp (static: without fsdp); "
+                             "decoding=auto picks what the run can use")
         if self.policy_mode == "score":  # refused here, not ignored (tabular) or failing mid-rollout (search-QA)
             from ecpo_gym import family_of
 
