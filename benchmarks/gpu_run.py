@@ -208,10 +208,11 @@ def part_paper_iteration(args: argparse.Namespace, work: Path) -> dict[str, Any]
 
 
 # ---------------------------------------------------------------------------------------------- main
-def default_out(device: str, smoke: bool) -> Path:
+def default_out(device: str, smoke: bool, name: str = "gpu_run") -> Path:
+    """Where a GPU command writes: ``benchmarks/results/<name>.json`` on CUDA, ``runs/<name>/`` otherwise."""
     if device.startswith("cuda") and not smoke:
-        return RESULTS / "gpu_run.json"
-    return ROOT / "runs" / "gpu_run" / "gpu_run.json"
+        return RESULTS / f"{name}.json"
+    return ROOT / "runs" / name / f"{name}.json"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -110,14 +110,14 @@ def test_a_file_that_is_not_json_is_one_line(tmp_path, capsys):
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
 
 
-def device_site(folder: Path) -> Path:
+def device_site(folder: Path, ray: bool = False) -> Path:
     """A site folder holding only what the GPU machine will have: links to the installed files of torch,
-    transformers, peft and what they require, and of the bundle's distributions (scripts/device_bundle.py)."""
+    transformers, peft and what they require, and of the bundle's distributions (scripts/device_bundle.py); with
+    ``ray``, also numpy, pandas, pyarrow and what they require, and the Ray wheels (``build --with-ray``)."""
     import re
     from importlib.metadata import distributions
 
-    bundle = _device_bundle()
-    allowed = bundle.device_distributions() | set(bundle.BUNDLED)
+    allowed = device_allowed(ray)
     folder.mkdir()
     for dist in distributions():
         if re.sub(r"[-_.]+", "-", dist.metadata["Name"]).lower() not in allowed:
@@ -170,6 +170,14 @@ def test_smoke_runs_every_part_with_the_device_packages_only(tmp_path):
     for key in ("decisions_per_s", "update_tokens_per_s", "rows_per_iteration", "time/generation", "time/update"):
         assert key in learning["rates"], key
     assert out.with_suffix(".md").read_text().startswith("# The GPU run (cpu)")
+
+
+def device_allowed(ray: bool = False) -> set[str]:
+    """The distributions ``device_site`` holds."""
+    bundle = _device_bundle()
+    if ray:
+        return bundle.device_distributions(bundle.RAY_DEVICE_ROOTS) | set(bundle.BUNDLED) | set(bundle.RAY_BUNDLED)
+    return bundle.device_distributions() | set(bundle.BUNDLED)
 
 
 def _device_bundle():
