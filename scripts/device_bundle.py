@@ -3,7 +3,7 @@
 The GPU machine this project borrows has Python 3.12, torch with CUDA, transformers 5.x and peft, but no
 package index, and each command may carry at most 64 MiB (docs/gpu.md). Three steps:
 
-    python scripts/device_bundle.py build   [--out device_bundle] [--part-mib 40]   # here: reaches PyPI
+    python scripts/device_bundle.py build   [--out device_bundle] [--part-mib 20]   # here: reaches PyPI
     python scripts/device_bundle.py install [--bundle device_bundle]                 # device: offline
     python scripts/device_bundle.py model   [--bundle device_bundle]                 # device: offline
 
@@ -242,21 +242,26 @@ def tree_bytes() -> int:
 
 
 def plan_commands(manifest: dict, tree: int, limit: int = TRANSFER_LIMIT) -> list[dict]:
-    """What each of the two device commands carries beside the tree: the first the manifest, the wheels, the
-    tokenizer and as many model parts as fit under ``limit``; the second the remaining parts."""
+    """What each device command carries beside the tree: the first the manifest, the wheels, the tokenizer and as
+    many model parts as fit under ``limit``; each next one as many of the remaining parts as fit (``model`` runs
+    after the last). Only a part that fits no command with the tree is an error."""
     folder = DEFAULT_BUNDLE.name
     first = [MANIFEST, "wheels", TOKENIZER_ARCHIVE]
-    first_bytes = tree + sum(e["bytes"] for e in manifest["wheels"]) + manifest["tokenizer"]["bytes"] + 4096
-    parts = list(manifest["model"]["parts"])
-    while parts and first_bytes + parts[0]["bytes"] <= limit:
-        first_bytes += parts[0]["bytes"]
-        first.append(parts.pop(0)["path"])
-    second_bytes = tree + sum(part["bytes"] for part in parts)
-    if first_bytes > limit or second_bytes > limit:
-        raise BundleError(f"the bundle does not fit two commands of {limit / (1 << 20):.0f} MiB with a "
-                          f"{tree / (1 << 20):.1f} MiB tree: rebuild with a smaller --part-mib")
-    return [{"carry": [f"{folder}/{path}" for path in first], "mib": round(first_bytes / (1 << 20), 1)},
-            {"carry": [f"{folder}/{part['path']}" for part in parts], "mib": round(second_bytes / (1 << 20), 1)}]
+    commands = [{"carry": first, "bytes": tree + sum(e["bytes"] for e in manifest["wheels"])
+                 + manifest["tokenizer"]["bytes"] + 4096}]
+    if commands[0]["bytes"] > limit:
+        raise BundleError(f"the wheels and the tokenizer do not fit one command of {limit / (1 << 20):.0f} MiB "
+                          f"with a {tree / (1 << 20):.1f} MiB tree")
+    for part in manifest["model"]["parts"]:
+        if tree + part["bytes"] > limit:
+            raise BundleError(f"{part['path']} does not fit one command of {limit / (1 << 20):.0f} MiB with a "
+                              f"{tree / (1 << 20):.1f} MiB tree: rebuild with a smaller --part-mib")
+        if commands[-1]["bytes"] + part["bytes"] > limit:
+            commands.append({"carry": [], "bytes": tree})
+        commands[-1]["carry"].append(part["path"])
+        commands[-1]["bytes"] += part["bytes"]
+    return [{"carry": [f"{folder}/{path}" for path in c["carry"]], "mib": round(c["bytes"] / (1 << 20), 1)}
+            for c in commands]
 
 
 # ---------------------------------------------------------------------------------------------- Ray (here)
@@ -304,7 +309,7 @@ def ray_files(section: dict) -> list[dict]:
 
 
 def plan_ray_commands(section: dict, tree: int, limit: int = TRANSFER_LIMIT) -> list[dict]:
-    """The device commands that carry the Ray wheels, after ``plan_commands``' two: each carries the manifest and
+    """The device commands that carry the Ray wheels, after ``plan_commands``': each carries the manifest and
     as many Ray files as fit under ``limit`` with the tree (the folder of whole wheels travels as one path; the
     largest files are placed first, each in the first command it fits), at most ``MAX_CARRY_PATHS`` paths."""
     folder = DEFAULT_BUNDLE.name
@@ -440,7 +445,8 @@ def main(argv: list[str] | None = None) -> int:
     steps = parser.add_subparsers(dest="step", required=True)
     build_args = steps.add_parser("build", help="write the bundle (needs PyPI)")
     build_args.add_argument("--out", type=Path, default=DEFAULT_BUNDLE)
-    build_args.add_argument("--part-mib", type=float, default=40.0, help="largest model part, MiB")
+    build_args.add_argument("--part-mib", type=float, default=20.0,
+                            help="largest part, MiB (small parts pack the commands tightly)")
     build_args.add_argument("--with-ray", action="store_true",
                             help="also Ray (ray[rllib]) and what the RLlib engine imports, in parts (add_ray)")
     build_args.add_argument("--tokenizer", type=Path,

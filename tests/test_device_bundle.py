@@ -91,8 +91,13 @@ def test_the_carry_plan_fills_the_first_command_and_stays_under_the_limit():
                               "device_bundle/model/m.part00"]
     assert second["carry"] == ["device_bundle/model/m.part01", "device_bundle/model/m.part02"]
     assert first["mib"] == 60.0 and second["mib"] == 60.0
+    # a larger tree spills the parts into more commands instead of refusing the bundle
+    commands = device_bundle.plan_commands(manifest, tree=20 * MIB)
+    assert [c["carry"][3:] if k == 0 else c["carry"] for k, c in enumerate(commands)] == [
+        [], ["device_bundle/model/m.part00"], ["device_bundle/model/m.part01"], ["device_bundle/model/m.part02"]]
+    assert all(c["mib"] <= 64 for c in commands)
     with pytest.raises(device_bundle.BundleError, match="smaller --part-mib"):
-        device_bundle.plan_commands(manifest, tree=20 * MIB)
+        device_bundle.plan_commands(manifest, tree=30 * MIB)
 
 
 def _python312() -> str | None:
