@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 from benchmarks import ArgumentParser
+from ecpo_train.policies.atomic import write_text
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -177,9 +178,7 @@ def write_agent_port_files(ray_dir: Path, values: dict[str, str], wait_s: float 
             for name, value in values.items():
                 target = found[0].parent / f"{name}_{node_id}"
                 if not target.exists():
-                    partial = target.with_name(target.name + ".partial")
-                    partial.write_text(value)
-                    os.replace(partial, target)
+                    write_text(target, value)
             return
         time.sleep(0.1)
 

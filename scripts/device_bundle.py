@@ -249,9 +249,43 @@ def read_manifest(bundle: Path) -> dict:
     if not path.is_file():
         raise BundleError(f"{path} is missing: carry {bundle.name}/{MANIFEST} with this command (docs/gpu.md)")
     try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as err:
+        manifest = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise BundleError(f"{path} is not valid JSON ({err}): copy it again") from None
+    check_manifest(manifest, path)
+    return manifest
+
+
+def check_manifest(manifest: object, path: Path) -> None:
+    """``BundleError`` naming what is wrong unless ``manifest`` has the shape ``build`` writes (every file entry a
+    relative path inside the bundle with its size and sha256)."""
+    def entry(value: object, where: str) -> None:
+        if not isinstance(value, dict):
+            raise BundleError(f"{path}: {where} is not an object: rebuild the bundle")
+        missing = [key for key in ("path", "bytes", "sha256") if key not in value]
+        if missing:
+            raise BundleError(f"{path}: {where} has no {', '.join(missing)}: rebuild the bundle")
+        name = value["path"]
+        if not isinstance(name, str) or not name or Path(name).is_absolute() or ".." in Path(name).parts:
+            raise BundleError(f"{path}: {where} names {name!r}, not a path inside the bundle: rebuild the bundle")
+        if not isinstance(value["bytes"], int) or not isinstance(value["sha256"], str):
+            raise BundleError(f"{path}: {where} has a size or sha256 of the wrong type: rebuild the bundle")
+
+    if not isinstance(manifest, dict):
+        raise BundleError(f"{path} is not a JSON object: rebuild the bundle")
+    for key in ("wheels", "tokenizer", "model"):
+        if key not in manifest:
+            raise BundleError(f"{path} has no {key!r}: rebuild the bundle")
+    model = manifest["model"]
+    if not isinstance(manifest["wheels"], list) or not isinstance(model, dict) \
+            or not isinstance(model.get("parts"), list) or not isinstance(model.get("name"), str):
+        raise BundleError(f"{path}: 'wheels' or 'model' (name, whole, parts) has the wrong shape: rebuild the bundle")
+    for k, wheel in enumerate(manifest["wheels"]):
+        entry(wheel, f"wheels[{k}]")
+    entry(manifest["tokenizer"], "tokenizer")
+    entry(model.get("whole"), "model.whole")
+    for k, part in enumerate(model["parts"]):
+        entry(part, f"model.parts[{k}]")
 
 
 def install(bundle: Path, python: str = sys.executable) -> Path:
@@ -289,18 +323,36 @@ def install_wheels(wheels: list[Path], site: Path, python: str = sys.executable)
 
 def unpack_wheel(wheel: Path, site: Path) -> None:
     """What ``pip install --target`` does for a wheel, for a Python without pip: its files into ``site``, a
-    ``*.data/purelib`` or ``platlib`` folder's content at the top (other data files are left out)."""
+    ``*.data/purelib`` or ``platlib`` folder's content at the top (other data files are left out). An entry with an
+    absolute path, a ``..`` part or a symlink (a zip records one in its mode bits) is refused before any file is
+    written (``BundleError``), and no file is written through a symlink already there: nothing lands outside
+    ``site``."""
+    import stat
+
     with zipfile.ZipFile(wheel) as archive:
+        members = []
         for member in archive.infolist():
-            parts = Path(member.filename).parts
-            if parts[0].endswith(".data"):
+            name = member.filename.replace("\\", "/")
+            parts = tuple(part for part in name.split("/") if part not in ("", "."))
+            if name.startswith("/") or (parts and ":" in parts[0]) or ".." in parts:
+                raise BundleError(f"{wheel.name} holds the entry {member.filename!r}, outside its folder: "
+                                  "not installed (rebuild the bundle)")
+            if stat.S_ISLNK(member.external_attr >> 16):
+                raise BundleError(f"{wheel.name} holds the symlink {member.filename!r}: not installed (rebuild the "
+                                  "bundle)")
+            if parts and parts[0].endswith(".data"):
                 if len(parts) < 3 or parts[1] not in ("purelib", "platlib"):
                     continue
                 parts = parts[2:]
-            if member.is_dir():
+            if member.is_dir() or not parts:
                 continue
+            members.append((member, parts))
+        root = site.resolve()
+        for member, parts in members:
             target = site.joinpath(*parts)
             target.parent.mkdir(parents=True, exist_ok=True)
+            if not target.parent.resolve().is_relative_to(root) or target.is_symlink():
+                raise BundleError(f"{wheel.name}: {member.filename!r} would be written outside {site}: not installed")
             with archive.open(member) as source, open(target, "wb") as sink:
                 shutil.copyfileobj(source, sink)
 
