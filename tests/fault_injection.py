@@ -16,16 +16,17 @@ import errno
 import os
 import signal
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 
 def _hook(name: str, action: str):
-    def hook(frame, event, arg):  # noqa: ARG001 -- the profiler's signature
+    def hook(frame, event, arg):  # (the profiler's signature)
         if event != "c_call" or getattr(arg, "__name__", "") not in ("write", "writelines"):
             return
-        target = getattr(getattr(arg, "__self__", None), "name", None)
-        if not isinstance(target, str) or not Path(target).name.startswith(name):
+        target = getattr(getattr(arg, "__self__", None), "name", None)  # (bytes where it was opened by bytes)
+        if not isinstance(target, (str, bytes)) or not Path(os.fsdecode(target)).name.startswith(name):
             return
         sys.setprofile(None)
         if action == "kill":
@@ -37,12 +38,16 @@ def _hook(name: str, action: str):
 
 @contextlib.contextmanager
 def failing_write(name: str) -> Iterator[None]:
-    """The first write to a file named ``name*`` inside the block raises ``ENOSPC`` (a full disk)."""
-    sys.setprofile(_hook(name, "fail"))
+    """The first write to a file named ``name*`` inside the block raises ``ENOSPC`` (a full disk), in this thread
+    or a thread started inside the block (TensorBoard writes its events from one)."""
+    hook = _hook(name, "fail")
+    sys.setprofile(hook)
+    threading.setprofile(hook)
     try:
         yield
     finally:
         sys.setprofile(None)
+        threading.setprofile(None)
 
 
 if __name__ == "__main__":

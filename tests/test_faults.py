@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 from fault_injection import failing_write
+from test_run_ownership import one_error_line
 from typer.testing import CliRunner
 
 from ecpo_train.apps.cli import app
@@ -29,23 +30,18 @@ def train(run_dir: Path, *extra: str):
     return runner.invoke(app, ["train", "--config", "quickstart", f"run_dir={run_dir}", *FAST, *extra])
 
 
+def trained(run_dir: Path, *extra: str) -> Path:
+    result = train(run_dir, *extra)
+    assert result.exit_code == 0, result.output
+    return run_dir
+
+
 def killed_inside_write(name: str, *argv: str) -> subprocess.CompletedProcess:
     """``ecpo ARGV`` in a fresh process, killed (SIGKILL) inside its first write of a file named ``name*``."""
     done = subprocess.run([sys.executable, str(ROOT / "tests" / "fault_injection.py"), "kill", name, "--", *argv],
                           capture_output=True, text=True, env=os.environ | {"PYTHONPATH": str(ROOT)}, check=False)
     assert done.returncode == -9, (done.returncode, done.stderr[-2000:])
     return done
-
-
-def one_error_line(result, *words: str) -> str:
-    assert result.exit_code == 2, result.output
-    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    errors = [line for line in lines if line.startswith("error: ")]
-    assert len(errors) == 1 and all(line.startswith(("error: ", "warning: ")) for line in lines), result.output
-    for word in words:
-        assert word in errors[0], (word, errors[0])
-    return errors[0]
 
 
 def logged(run_dir: Path) -> tuple[list[dict], list[dict]]:
@@ -58,25 +54,19 @@ def logged(run_dir: Path) -> tuple[list[dict], list[dict]]:
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory) -> tuple[list[dict], list[dict]]:
-    run_dir = tmp_path_factory.mktemp("whole") / "run"
-    assert train(run_dir, "iterations=4").exit_code == 0
-    return logged(run_dir)
+    return logged(trained(tmp_path_factory.mktemp("whole") / "run", "iterations=4"))
 
 
 @pytest.fixture
 def stopped_run(tmp_path) -> Path:
-    """A run logged through iteration 3 whose checkpoint is iteration 2: a resume cuts iteration 3 off its logs."""
-    run_dir = tmp_path / "run"
-    result = train(run_dir, "iterations=3")
-    assert result.exit_code == 0, result.output
-    return run_dir
+    """A run logged and checkpointed through iteration 3 (checkpoint_every=2: the end of a run checkpoints too)."""
+    return trained(tmp_path / "run", "iterations=3")
 
 
 def rewind_checkpoint(run_dir: Path, tmp_path: Path) -> None:
     """Make ``run_dir`` a run that died after logging iteration 3 but before its checkpoint: the checkpoint of
     iteration 2 (from a run stopped there), the logs through 3."""
-    early = tmp_path / "early"
-    assert train(early, "iterations=2").exit_code == 0
+    early = trained(tmp_path / "early", "iterations=2")
     (run_dir / "checkpoint.pt").write_bytes((early / "checkpoint.pt").read_bytes())
 
 
@@ -142,6 +132,14 @@ def test_a_full_disk_during_training_names_the_file_and_releases_the_lock(tmp_pa
     with failing_write("metrics.jsonl"):
         line = one_error_line(train(run_dir, "iterations=2"), f"{run_dir / 'metrics.jsonl'}: No space left")
     assert "[Errno" not in line and not (run_dir / LOCK_FILE).exists()
+
+
+def test_a_full_disk_under_tensorboard_is_one_line_naming_its_folder_without_a_thread_traceback(tmp_path, capfd):
+    run_dir = tmp_path / "run"
+    with failing_write("events.out.tfevents"):  # written from TensorBoard's own thread
+        result = train(run_dir, "iterations=2", "tensorboard=true")
+    one_error_line(result, f"{run_dir / 'tensorboard'}: No space left on device")
+    assert "Traceback" not in capfd.readouterr().err and not (run_dir / LOCK_FILE).exists()
 
 
 def test_a_tensorboard_writer_failing_at_close_still_releases_the_lock(tmp_path, monkeypatch, capfd):

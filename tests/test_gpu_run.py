@@ -53,7 +53,8 @@ def test_adding_a_part_to_a_smoke_file_keeps_it_marked_smoke(tmp_path):
 
 
 def test_the_work_folders_of_killed_commands_are_removed_at_the_next_start(tmp_path):
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True)
     abandoned = tmp_path / f"gpu_run-{dead.stdout.strip()}-abc"
     (abandoned / "paper_model").mkdir(parents=True)
     (abandoned / "paper_model" / "model.safetensors").write_bytes(b"0" * 1000)

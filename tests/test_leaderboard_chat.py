@@ -110,25 +110,9 @@ def test_openai_client_reports_missing_settings_and_dead_endpoints(monkeypatch):
 
 
 def test_openai_client_reports_an_answer_that_is_not_json():
-    import threading
-    from http.server import BaseHTTPRequestHandler, HTTPServer
-
     from ecpo_train.evaluation.chat import OpenAIChatModel
 
-    class _Html(BaseHTTPRequestHandler):  # e.g. a proxy's login page in front of the endpoint
-        def do_POST(self):
-            self.rfile.read(int(self.headers["Content-Length"]))
-            body = b"<html>sign in</html>"
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = HTTPServer(("127.0.0.1", 0), _Html)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = _serving(200, b"<html>sign in</html>")  # e.g. a proxy's login page in front of the endpoint
     try:
         client = OpenAIChatModel("m", base_url=f"http://127.0.0.1:{server.server_address[1]}/v1", retries=1)
         with pytest.raises(OSError, match="other than JSON.*sign in"):

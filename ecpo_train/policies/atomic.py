@@ -70,6 +70,19 @@ def _named(err: OSError, path: Path) -> OSError:
 
 
 @contextlib.contextmanager
+def _removed_on_failure(partial: Path, path: Path) -> Iterator[None]:
+    """Any failure inside removes ``partial``; an ``OSError`` is raised again naming ``path``."""
+    try:
+        yield
+    except OSError as err:
+        _remove(partial)
+        raise _named(err, path) from None
+    except BaseException:
+        _remove(partial)
+        raise
+
+
+@contextlib.contextmanager
 def replaced_file(path: str | os.PathLike) -> Iterator[Path]:
     """``with replaced_file(path) as partial:`` write the new version to ``partial``; on leaving the block it is
     synced and renamed over ``path``. An exception inside the block removes ``partial`` and leaves ``path`` as it
@@ -77,17 +90,11 @@ def replaced_file(path: str | os.PathLike) -> Iterator[Path]:
     path = Path(path)
     partial = partial_path(path)
     _remove(partial)  # a leftover of a killed writer
-    try:
+    with _removed_on_failure(partial, path):
         yield partial
         _fsync(partial)
         os.replace(partial, path)
         _fsync(path.parent)
-    except OSError as err:
-        _remove(partial)
-        raise _named(err, path) from None
-    except BaseException:
-        _remove(partial)
-        raise
 
 
 def write_text(path: str | os.PathLike, text: str) -> Path:
@@ -119,7 +126,7 @@ def replaced_folder(path: str | os.PathLike) -> Iterator[Path]:
             _remove(previous)  # the swap before this one finished: the old folder is no longer needed
         else:
             os.replace(previous, path)  # a crash between the renames: the old version is the whole one
-    try:
+    with _removed_on_failure(partial, path):
         path.parent.mkdir(parents=True, exist_ok=True)
         partial.mkdir()
         yield partial
@@ -128,12 +135,6 @@ def replaced_folder(path: str | os.PathLike) -> Iterator[Path]:
             os.replace(path, previous)
         os.replace(partial, path)
         _fsync(path.parent)
-    except OSError as err:
-        _remove(partial)
-        raise _named(err, path) from None
-    except BaseException:
-        _remove(partial)
-        raise
     _remove(previous)
 
 
