@@ -25,6 +25,7 @@ from typing import Any
 from benchmarks import ArgumentParser, refuse_without_cuda
 from benchmarks.gpu_learning import ROOT, tokenizer_dir
 from benchmarks.gpu_run import QWEN25_1_5B, QWEN25_SMOKE, device_facts, sync_device, write_random_model
+from ecpo_train.policies.atomic import write_text
 
 
 def timed_sample(policy: Any, prompts: list[list[int]], device: str, repeats: int) -> list[float]:
@@ -112,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
                               "profile": profile_sample(policy, prompts, args.device, args.top)}
             report["variants"] = variants
             out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(json.dumps(report, indent=1) + "\n")
+            write_text(out, json.dumps(report, indent=1) + "\n")
             p = variants[name]["profile"]
             print(f"{name}: {step_ms:.1f} ms per step (prefill included), {variants[name]['tokens_per_s']:,.0f} tok/s; "
                   f"profiled call {p['wall_s']:.2f} s, device busy {p['device_busy_s']:.2f} s, "

@@ -264,7 +264,7 @@ def main(argv: list[str] | None = None) -> None:
     if measured["returncode"] != 0:
         print(measured["driver_log_tail"])
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+    write_text(Path(args.out), json.dumps(report, indent=2) + "\n")
     print(f"wrote {args.out}")
 
 

@@ -153,15 +153,15 @@ def _wheel(path: Path, entries: dict[str, bytes], links: dict[str, str] | None =
     return path
 
 
-@pytest.mark.parametrize("entry", ["/tmp/ecpo_zip_slip_absolute.py", "../escaped.py", "pkg/../../escaped.py",
+@pytest.mark.parametrize("entry", ["{tmp}/escaped.py", "../escaped.py", "pkg/../../escaped.py",
                                    "pkg-1.0.data/purelib/../../../escaped.py"])
 def test_unpacking_refuses_an_entry_outside_the_target_and_writes_nothing(tmp_path, entry):
+    entry = entry.format(tmp=tmp_path)  # (an absolute path)
     wheel = _wheel(tmp_path / "evil-1.0-py3-none-any.whl", {"pkg/__init__.py": b"", entry: b"owned = True\n"})
     site = tmp_path / "deep" / "site"
     with pytest.raises(device_bundle.BundleError, match="outside its folder"):
         device_bundle.unpack_wheel(wheel, site)
-    assert not site.exists() and not (tmp_path / "escaped.py").exists() and not (tmp_path / "deep" / "escaped.py").exists()
-    assert not Path("/tmp/ecpo_zip_slip_absolute.py").exists()
+    assert not site.exists() and not any(tmp_path.rglob("escaped.py"))
 
 
 def test_unpacking_refuses_a_symlink_entry(tmp_path):

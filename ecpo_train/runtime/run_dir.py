@@ -21,8 +21,8 @@ nothing, so a refused start leaves the folder as it was (``ecpo_train.runtime.re
 first write of both engines. Every file rewritten here (``config.yaml``, and the logs cut back on resume) is
 replaced whole (``ecpo_train.policies.atomic``): a crash or a full disk mid-write leaves the previous version,
 and the next ``--resume`` starts from it; ``NAME.partial`` (and ``rllib_checkpoint.previous``) are what an
-interrupted write may leave, deleted with the run's files. A torn last line of ``metrics.jsonl`` (a crash mid-write) is dropped with a warning
-naming the file. ``validation.jsonl`` holds one line per validation with every episode's outcome in validation
+interrupted write may leave, deleted with the run's files. A failed write names its file. A torn last line of
+``metrics.jsonl`` (a crash mid-write) is dropped with a warning naming the file. ``validation.jsonl`` holds one line per validation with every episode's outcome in validation
 order (task, copy, won, length): two validations of the same tasks and seed pair episode by episode
 (``benchmarks/small_households_summary.py``). Reading and writing the checkpoint file itself is
 ``ecpo_train.runtime.checkpoint_io``.
