@@ -1,5 +1,5 @@
 """Faults at a chosen write, for tests/test_faults.py: the first ``write`` call on a file whose name starts with
-NAME (so ``NAME`` and its ``NAME.partial`` alike) either fails as a full disk would (``ENOSPC``, after the file
+NAME (so ``NAME`` and its ``NAME.partial`` alike), or the first ``pickle.dump`` into one, either fails as a full disk would (``ENOSPC``, after the file
 was opened: a file opened with ``"w"`` is already cut) or kills the process (``SIGKILL``: nothing after it runs,
 no ``finally``, no cleanup). Python's profiler sees every call of a C function from Python code, which is how each
 file of the project is written (``write_text``, ``open(...).write``), so the fault lands inside the real write
@@ -22,11 +22,19 @@ from pathlib import Path
 
 
 def _hook(name: str, action: str):
+    def named(handle) -> bool:
+        target = getattr(handle, "name", None)  # (bytes where it was opened by bytes)
+        return isinstance(target, (str, bytes)) and Path(os.fsdecode(target)).name.startswith(name)
+
     def hook(frame, event, arg):  # (the profiler's signature)
-        if event != "c_call" or getattr(arg, "__name__", "") not in ("write", "writelines"):
+        called = getattr(arg, "__name__", "") if event == "c_call" else ""
+        if called in ("write", "writelines"):
+            hit = named(getattr(arg, "__self__", None))
+        elif called == "dump":  # pickle.dump(state, f): the file is a local of the caller (RLlib's checkpoints)
+            hit = any(named(value) for value in list(frame.f_locals.values()) if hasattr(value, "write"))
+        else:
             return
-        target = getattr(getattr(arg, "__self__", None), "name", None)  # (bytes where it was opened by bytes)
-        if not isinstance(target, (str, bytes)) or not Path(os.fsdecode(target)).name.startswith(name):
+        if not hit:
             return
         sys.setprofile(None)
         if action == "kill":

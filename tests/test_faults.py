@@ -278,6 +278,27 @@ def test_a_crash_or_full_disk_during_the_rllib_save_keeps_the_previous_checkpoin
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rllib_checkpoint"]
 
 
+@pytest.mark.slow
+def test_kill_9_while_rllib_saves_its_learner_state_keeps_the_previous_checkpoint_and_resumes(tiny_model_dir,
+                                                                                              tmp_path):
+    """Issue 52.1 as found: ``kill -9`` while RLlib writes a ``state.pkl`` of its checkpoint (the real algorithm's
+    ``save_to_path``): the previous ``rllib_checkpoint/`` is intact and ``--resume`` continues from it."""
+    pytest.importorskip("ray")
+    run_dir = tmp_path / "run"
+    argv = ["train", "--config", "corridor_llm", "--engine", "rllib", "--env-runners", "0", f"model={tiny_model_dir}",
+            f"run_dir={run_dir}", "val_every=0", "progress=false", "n_groups=2", "group_size=2"]
+    assert runner.invoke(app, [*argv, "iterations=1"]).exit_code == 0
+    before = {str(p.relative_to(run_dir)): p.read_bytes() for p in (run_dir / "rllib_checkpoint").rglob("*")
+              if p.is_file()}
+    killed_inside_write("state.pkl", *argv, "iterations=2", "--resume")
+    assert {str(p.relative_to(run_dir)): p.read_bytes() for p in (run_dir / "rllib_checkpoint").rglob("*")
+            if p.is_file()} == before
+    resumed = runner.invoke(app, [*argv, "iterations=2", "--resume"])
+    assert resumed.exit_code == 0, resumed.output
+    assert [int(row["iteration"]) for row in read_metrics_file(run_dir / "metrics.jsonl")[0]] == [1, 2]
+    assert sorted(p.name for p in run_dir.iterdir() if "rllib" in p.name) == ["rllib_checkpoint"]
+
+
 def test_an_rllib_run_whose_swap_was_cut_between_its_renames_resumes_from_the_previous_folder(tmp_path):
     from ecpo_train.runtime.resume import plan_start
 
