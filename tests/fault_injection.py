@@ -1,5 +1,6 @@
 """Faults at a chosen write, for tests/test_faults.py: the first ``write`` call on a file whose name starts with
-NAME (so ``NAME`` and its ``NAME.partial`` alike), or the first ``pickle.dump`` into one, either fails as a full disk would (``ENOSPC``, after the file
+NAME (so ``NAME`` and its ``NAME.partial`` alike), or the first ``pickle.dump`` by a caller holding such a path,
+either fails as a full disk would (``ENOSPC``, after the file
 was opened: a file opened with ``"w"`` is already cut) or kills the process (``SIGKILL``: nothing after it runs,
 no ``finally``, no cleanup). Python's profiler sees every call of a C function from Python code, which is how each
 file of the project is written (``write_text``, ``open(...).write``), so the fault lands inside the real write
@@ -21,6 +22,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 
+def _callers(frame, depth: int):
+    while frame is not None and depth > 0:
+        yield frame
+        frame, depth = frame.f_back, depth - 1
+
+
 def _hook(name: str, action: str):
     def named(handle) -> bool:
         target = getattr(handle, "name", None)  # (bytes where it was opened by bytes)
@@ -30,8 +37,9 @@ def _hook(name: str, action: str):
         called = getattr(arg, "__name__", "") if event == "c_call" else ""
         if called in ("write", "writelines"):
             hit = named(getattr(arg, "__self__", None))
-        elif called == "dump":  # pickle.dump(state, f): the file is a local of the caller (RLlib's checkpoints)
-            hit = any(named(value) for value in list(frame.f_locals.values()) if hasattr(value, "write"))
+        elif called == "dump":  # a pickler's dump into a stream opened on a path a caller holds (RLlib's checkpoints:
+            hit = any(named(value) or (isinstance(value, os.PathLike) and Path(value).name.startswith(name))
+                      for caller in _callers(frame, 4) for value in list(caller.f_locals.values()))  # cloudpickle)
         else:
             return
         if not hit:
