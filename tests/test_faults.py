@@ -254,17 +254,17 @@ def _versions(folder: Path) -> set[int]:
 
 def test_a_crash_or_full_disk_during_the_rllib_save_keeps_the_previous_checkpoint(tmp_path):
     pytest.importorskip("ray")
-    from ecpo_train.integrations.rllib.llm.engine import _check_checkpoint_header, save_checkpoint
+    from ecpo_train.integrations.rllib.llm.engine import _check_checkpoint_header, save_rllib_checkpoint
     from ecpo_train.policies.atomic import current_folder
 
     checkpoint = tmp_path / "rllib_checkpoint"
-    save_checkpoint(_Algorithm(1), checkpoint)
+    save_rllib_checkpoint(_Algorithm(1), checkpoint)
     with pytest.raises(ValueError, match="could not be written .*No space left on device.*previous checkpoint is kept"):
-        save_checkpoint(_Algorithm(2, die_at="learner_group/learner/state.pkl", fault="disk"), checkpoint)
+        save_rllib_checkpoint(_Algorithm(2, die_at="learner_group/learner/state.pkl", fault="disk"), checkpoint)
     assert _versions(checkpoint) == {1}
     script = ("import sys; sys.path.insert(0, sys.argv[2]); from test_faults import _Algorithm; "
-              "from ecpo_train.integrations.rllib.llm.engine import save_checkpoint; from pathlib import Path; "
-              "save_checkpoint(_Algorithm(3, die_at='learner_group/learner/state.pkl'), Path(sys.argv[1]))")
+              "from ecpo_train.integrations.rllib.llm.engine import save_rllib_checkpoint; from pathlib import Path; "
+              "save_rllib_checkpoint(_Algorithm(3, die_at='learner_group/learner/state.pkl'), Path(sys.argv[1]))")
     done = subprocess.run([sys.executable, "-c", script, str(checkpoint), str(ROOT / "tests")], capture_output=True,
                           text=True, env=os.environ | {"PYTHONPATH": str(ROOT)}, check=False)
     assert done.returncode == -9, done.stderr[-2000:]
@@ -273,7 +273,7 @@ def test_a_crash_or_full_disk_during_the_rllib_save_keeps_the_previous_checkpoin
     # a kill between the swap's two renames: the old folder is NAME.previous, which the resume reads
     os.replace(checkpoint, tmp_path / "rllib_checkpoint.previous")
     assert current_folder(checkpoint) == tmp_path / "rllib_checkpoint.previous"
-    save_checkpoint(_Algorithm(4), checkpoint)
+    save_rllib_checkpoint(_Algorithm(4), checkpoint)
     assert _versions(checkpoint) == {4} and current_folder(checkpoint) == checkpoint
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rllib_checkpoint"]
 

@@ -51,10 +51,15 @@ def save_checkpoint(state: dict[str, Any], path: Path) -> Path:
             except RuntimeError as err:  # torch reports a failed write (e.g. a full disk) as RuntimeError
                 raise OSError(0, str(err).splitlines()[0] if str(err) else "the write failed") from None
     except OSError as err:
-        kept = "the previous checkpoint is kept" if had_one else "no checkpoint was written before this one"
-        raise ValueError(f"checkpoint {path} could not be written ({err.strerror}); {kept}: free space, then "
-                         "--resume") from None
+        raise write_failed(path, err, had_one) from None
     return path
+
+
+def write_failed(path: Path, err: OSError, had_one: bool) -> ValueError:
+    """The one line for a checkpoint (either engine's) that could not be written: what failed, and whether a previous
+    checkpoint is there to ``--resume`` from."""
+    kept = "the previous checkpoint is kept" if had_one else "no checkpoint was written before this one"
+    return ValueError(f"checkpoint {path} could not be written ({err.strerror}); {kept}: free space, then --resume")
 
 
 def _refused(path: Path) -> ValueError:

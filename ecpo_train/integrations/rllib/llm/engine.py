@@ -76,7 +76,7 @@ def train_with_rllib(train: Any, *, resume: bool = False, overwrite: bool = Fals
         run_iterations(
             train, position=lambda: algo.ecpo_iteration, target=train.iterations,
             iterate=lambda: {key: float(value) for key, value in algo.train()["ecpo"].items() if _is_number(value)},
-            validate=algo.validate, log=logged, checkpoint=lambda: save_checkpoint(algo, checkpoint),
+            validate=algo.validate, log=logged, checkpoint=lambda: save_rllib_checkpoint(algo, checkpoint),
             on_iteration=(lambda metrics: print(_progress_line(metrics, train.iterations), file=sys.stderr))
             if progress else None)
         log.close()
@@ -104,12 +104,13 @@ def check_runner_cpus(config: Any, cpus: float) -> None:
                          f"{cpus:g}: lower them (--env-runners 0 samples in the driver)")
 
 
-def save_checkpoint(algo: Any, checkpoint: Path) -> None:
+def save_rllib_checkpoint(algo: Any, checkpoint: Path) -> None:
     """``algo.save_to_path`` into a folder beside ``checkpoint``, swapped in once whole (``policies/atomic.py``): a
     crash or a full disk during the save leaves the previous checkpoint, which ``--resume`` continues."""
-    from ecpo_train.policies.atomic import replaced_folder
+    from ecpo_train.policies.atomic import current_folder, replaced_folder
+    from ecpo_train.runtime.checkpoint_io import write_failed
 
-    had_one = checkpoint.is_dir()
+    had_one = current_folder(checkpoint).is_dir()
     try:
         with replaced_folder(checkpoint) as partial:
             try:
@@ -120,9 +121,7 @@ def save_checkpoint(algo: Any, checkpoint: Path) -> None:
                 cause = OSError(0, f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}")
                 raise cause from None
     except OSError as err:
-        kept = "the previous checkpoint is kept" if had_one else "no checkpoint was written before this one"
-        raise ValueError(f"checkpoint {checkpoint} could not be written ({err.strerror}); {kept}: free space, then "
-                         "--resume") from None
+        raise write_failed(checkpoint, err, had_one) from None
 
 
 def _check_checkpoint_header(checkpoint: Path) -> None:
