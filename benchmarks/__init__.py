@@ -34,12 +34,12 @@ class ArgumentParser(argparse.ArgumentParser):
 
 def write_report(report: Any, out: Path, render: Callable[[Any], str]) -> None:
     """``out`` (the JSON of ``report``) and the markdown beside it (same name, ``.md``: ``render(report)``), each
-    replaced whole (written beside, then renamed), so a command stopped mid-write leaves the previous files."""
+    replaced whole (``ecpo_train.policies.atomic``), so a command stopped mid-write leaves the previous files."""
+    from ecpo_train.policies.atomic import write_text
+
     out.parent.mkdir(parents=True, exist_ok=True)
     for path, text in ((out, json.dumps(report, indent=1) + "\n"), (out.with_suffix(".md"), render(report))):
-        partial = path.with_name(path.name + ".partial")
-        partial.write_text(text)
-        partial.replace(path)
+        write_text(path, text)
 
 
 def fail(message: str) -> None:

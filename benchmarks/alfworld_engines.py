@@ -28,6 +28,7 @@ import time
 
 from benchmarks import RESULTS as BENCH_RESULTS
 from benchmarks import ArgumentParser
+from ecpo_train.policies.atomic import write_text
 
 RESULTS = BENCH_RESULTS / "alfworld_engines.json"
 ENGINES = ("native", "textworld")
@@ -212,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         "memory_per_group_copy": tw["group"]["mb_per_copy"] / max(nat["group"]["mb_per_copy"], 1e-3),
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(out, indent=2) + "\n")
+    write_text(RESULTS, json.dumps(out, indent=2) + "\n")
     rows = [("engine: steps/s", "engine", "steps_per_s"), ("engine: ms/step", "engine", "ms_per_step"),
             ("engine: ms/load+reset", "engine", "ms_per_load_and_reset"),
             ("env: steps/s", "single", "steps_per_s"), ("env: ms/step", "single", "ms_per_step"),

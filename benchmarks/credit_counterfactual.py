@@ -39,6 +39,7 @@ from typing import Any
 from benchmarks import RESULTS, ArgumentParser
 from benchmarks.credit_counterfactual_protocol import ARMS, ESTIMATORS
 from benchmarks.credit_counterfactual_report import render, summarize
+from ecpo_train.policies.atomic import write_text
 
 FULL_K = {"tabular_corridor": 600, "tabular_noisy_wide": 600, "smollm2_corridor": 6}
 BATCH_SEED_BASE = 100_000  # batch k of every checkpoint is drawn from seed BATCH_SEED_BASE + k unless told otherwise
@@ -170,7 +171,7 @@ def run_arm(job: tuple[str, dict[str, Any], str]) -> dict[str, Any]:
         trainer.close()
     result = {"arm": name, "protocol": arm, "checkpoints": checkpoints, "batches": batches,
               "seconds": time.perf_counter() - started}
-    (Path(runs_dir) / f"{name}_ckpt{seed}.json").write_text(json.dumps(result))
+    write_text(Path(runs_dir) / f"{name}_ckpt{seed}.json", json.dumps(result))
     return result
 
 
@@ -185,8 +186,8 @@ def write_outputs(results: Sequence[dict[str, Any]], protocol: dict[str, Any], r
     stem = out / ("credit_counterfactual_quick" if protocol.get("quick") else "credit_counterfactual")
     out.mkdir(parents=True, exist_ok=True)
     payload = {"protocol": protocol, "runtime_s": runtime, "summary": summary, "arms": arms}
-    stem.with_suffix(".json").write_text(json.dumps(payload, separators=(",", ":")))
-    stem.with_suffix(".md").write_text(render(summary, protocol, runtime))
+    write_text(stem.with_suffix(".json"), json.dumps(payload, separators=(",", ":")))
+    write_text(stem.with_suffix(".md"), render(summary, protocol, runtime))
     print(f"wrote {stem.with_suffix('.md')} and {stem.with_suffix('.json')} ({runtime:.0f}s)")
     for claim in summary["claims"]:
         print(f"  {claim['id']}: {claim['claim']}: {claim['verdicts']}")

@@ -31,6 +31,7 @@ import torch
 from benchmarks import RESULTS, ArgumentParser
 from ecpo_gym.canonical import INVALID_ACTION
 from ecpo_train.core.credit import compute_advantages, factorize_keys
+from ecpo_train.policies.atomic import write_text
 
 RECEPTACLES = ["cabinet", "countertop", "drawer", "fridge", "garbagecan", "shelf", "sinkbasin", "stoveburner",
                "microwave", "coffeemachine", "toaster", "diningtable", "sidetable", "dresser", "bed", "desk"]
@@ -194,7 +195,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"  targets met (ECPO <= 1.3x GiGPO and <= 25 ms): {result['targets']['met']}")
     print(f"  loop GiGPO vs vectorised GiGPO max |diff|: {max_diff:.2e}")
     out = Path(args.out)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    write_text(out, json.dumps(result, indent=2) + "\n")
     print(f"wrote {out}")
 
 

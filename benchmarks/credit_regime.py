@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks import RESULTS, ArgumentParser
+from ecpo_train.policies.atomic import write_text
 
 # eps levels: the corridor is cheap (many levels, many games); a TextWorld step costs ~30-130 ms, so ALFWorld gets
 # five levels on four games of N = 8 copies, 25 steps at most
@@ -206,8 +207,8 @@ def main(argv: Sequence[str] | None = None) -> int:
              for k in (3, 5)}
     stem = args.out / ("credit_regime_quick" if args.quick else "credit_regime")
     args.out.mkdir(parents=True, exist_ok=True)
-    stem.with_suffix(".json").write_text(json.dumps({"quick": args.quick, "results": results, "exact_n8": exact}))
-    stem.with_suffix(".md").write_text(render(results, exact, args.quick))
+    write_text(stem.with_suffix(".json"), json.dumps({"quick": args.quick, "results": results, "exact_n8": exact}))
+    write_text(stem.with_suffix(".md"), render(results, exact, args.quick))
     print(f"wrote {stem.with_suffix('.md')} and {stem.with_suffix('.json')}")
     return 0
 

@@ -42,6 +42,7 @@ from benchmarks.credit_study_protocol import (
 )
 from benchmarks.credit_study_report import render_report
 from benchmarks.credit_study_stats import summarize
+from ecpo_train.policies.atomic import write_text
 
 RESULTS_DIR = RESULTS
 
@@ -91,8 +92,8 @@ def write_outputs(runs: Sequence[dict[str, Any]], protocol: dict[str, Any], runt
     if skipped:
         report += "\n## Skipped environments\n\n" + "\n".join(f"- {k}: {v}" for k, v in skipped.items()) + "\n"
     payload = {"protocol": protocol, "runtime_s": runtime, "summary": summary, "runs": list(runs)}
-    prefix.with_suffix(".json").write_text(json.dumps(payload, separators=(",", ":"), allow_nan=True))
-    prefix.with_suffix(".md").write_text(report)
+    write_text(prefix.with_suffix(".json"), json.dumps(payload, separators=(",", ":"), allow_nan=True))
+    write_text(prefix.with_suffix(".md"), report)
     print(f"wrote {prefix.with_suffix('.md')}, {prefix.with_suffix('.json')} and {len(images)} figures "
           f"({runtime:.0f}s)")
     for claim in summary["claims"]:

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks import RESULTS, ArgumentParser
+from ecpo_train.policies.atomic import write_text
 
 RESULTS_DIR = RESULTS
 
@@ -39,7 +40,7 @@ def write_results(env_name: str, payload: dict) -> Path:
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     payload = {"env": env_name, "machine": platform.platform(), "python": platform.python_version(), **payload}
     path = RESULTS_DIR / f"env_throughput_{env_name}.json"
-    path.write_text(json.dumps(payload, indent=2) + "\n")
+    write_text(path, json.dumps(payload, indent=2) + "\n")
     print(f"wrote {path}")
     return path
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from benchmarks import RESULTS, ArgumentParser
+from ecpo_train.policies.atomic import write_text
 from ecpo_train.policies.llm import cut_at_first_eos
 
 EOS = torch.tensor([151643, 151645])  # Qwen2.5's <|endoftext|> and <|im_end|>
@@ -71,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
               "cpu": platform.processor() or platform.machine(), "cases": cases,
               "note": "best of reps on a shared 2-core machine under load; same rows both ways (asserted)"}
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    write_text(args.out, json.dumps(report, indent=1) + "\n")
     print(f"wrote {args.out}")
     return 0
 

@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 
 from benchmarks import RESULTS, ArgumentParser
+from ecpo_train.policies.atomic import write_text
 
 ARMS = ("one", "two", "same")
 
@@ -101,7 +102,7 @@ def main(argv: list[str] | None = None) -> dict:
         found = "significant" if c["holm_significant"] else f"not significant ({mde_text(c) or 'no MDE'})"
         print(f"{c['claim']}: {c['diff']:+.3f} [{c['low']:+.3f}, {c['high']:+.3f}], {found}")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+    write_text(Path(args.out), json.dumps(out, indent=1) + "\n")
     return out
 
 

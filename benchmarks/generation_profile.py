@@ -51,6 +51,7 @@ PAPER_SECONDS = 302.8  # the paper's iteration at 50 steps on 8 A100s
 SMOLLM2_SHAPE = QWEN25_1_5B | {"hidden_size": 576, "num_hidden_layers": 30, "num_attention_heads": 9,
                                "num_key_value_heads": 3, "intermediate_size": 1536}
 LAUNCH_EVENTS = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cudaGraphLaunch")
+from ecpo_train.policies.atomic import write_text
 
 
 def timed(call: Any, device: str) -> float:
@@ -259,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
             report["parts"][name] = parts[name](args, Path(tmp))
             report["seconds"] = time.monotonic() - started
             out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(json.dumps(report, indent=1) + "\n")
+            write_text(out, json.dumps(report, indent=1) + "\n")
     print(f"wrote {out} ({time.monotonic() - started:.0f} s)")
     return 0
 

@@ -30,7 +30,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -208,6 +211,36 @@ def part_paper_iteration(args: argparse.Namespace, work: Path) -> dict[str, Any]
 
 
 # ---------------------------------------------------------------------------------------------- main
+WORK_PREFIX = "gpu_run-"  # the work folders (models of 30-78 MB) in the temp folder: gpu_run-<pid>-<random>
+
+
+def _exit_on_sigterm(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
+
+def remove_abandoned_work(temp: Path | None = None) -> list[Path]:
+    """Delete the work folders of gpu_run commands that were killed (``kill -9`` leaves them): those whose pid
+    no longer runs."""
+    removed = []
+    for folder in Path(temp or tempfile.gettempdir()).glob(f"{WORK_PREFIX}*-*"):
+        pid = folder.name.removeprefix(WORK_PREFIX).split("-", 1)[0]
+        if not pid.isdigit() or not folder.is_dir() or _running(int(pid)):
+            continue
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(folder)
+    return removed
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
 def default_out(device: str, smoke: bool, name: str = "gpu_run") -> Path:
     """Where a GPU command writes: ``benchmarks/results/<name>.json`` on CUDA, ``runs/<name>/`` otherwise."""
     if device.startswith("cuda") and not smoke:
@@ -236,10 +269,13 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     deadline = started + args.time_limit
     try:
-        chosen = {PART_NAMES[int(k) - 1] for k in args.parts.split(",")}
-    except (ValueError, IndexError):
+        numbers = [int(k) for k in args.parts.split(",")]
+    except ValueError:
+        numbers = []
+    if not numbers or any(not 1 <= k <= len(PART_NAMES) for k in numbers):
         print(f"error: --parts {args.parts!r}: give part numbers 1-4 separated by commas", file=sys.stderr)
         return 2
+    chosen = {PART_NAMES[k - 1] for k in numbers}
     if refuse_without_cuda(args.device, "gpu_run"):
         return 2
     if args.smoke:
@@ -249,10 +285,16 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {"smoke": args.smoke, "time_limit": args.time_limit, "parts": {}}
     if out.is_file():  # the parts an earlier command wrote here (docs/gpu.md: the second command adds part 4)
         try:
-            report["parts"] = {k: v for k, v in json.loads(out.read_text()).get("parts", {}).items()
-                               if k not in chosen}
-        except json.JSONDecodeError:
-            pass
+            earlier = json.loads(out.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            earlier = {}  # a file cut by a crash: rewritten
+        if not isinstance(earlier, dict) or not isinstance(earlier.get("parts", {}), dict):
+            print(f"error: --out {out} holds JSON that is not a gpu_run report: choose another --out", file=sys.stderr)
+            return 2
+        report["parts"] = {k: v for k, v in earlier.get("parts", {}).items() if k not in chosen}
+        # a file holding any smoke part stays marked smoke (its banner says: not a measurement)
+        report["smoke"] = args.smoke or bool(report["parts"] and earlier.get("smoke"))
+    remove_abandoned_work()
 
     facts = device_facts(args.device)
 
@@ -267,26 +309,30 @@ def main(argv: list[str] | None = None) -> int:
         write(fill_tests(report), out)
 
     failed: list[str] = []
-    with tempfile.TemporaryDirectory(prefix="gpu_run-") as tmp:
-        work = Path(tmp)
-        for name in PART_NAMES:
-            if name not in chosen:
-                continue
-            print(f"[{time.monotonic() - started:6.0f} s] part {PART_NAMES.index(name) + 1}: {name}", flush=True)
-            try:
-                if name == "environment":
-                    part = part_environment(args.device)
-                elif name == "credit":
-                    part = part_credit(args.device, args.credit_reps, args.smoke)
-                elif name == "paper_iteration":
-                    part = part_paper_iteration(args, work)
-                else:
-                    part = part_learning(args, work, deadline, lambda p: save("learning", p))
-            except Exception as err:  # noqa: BLE001 -- one failed part must not cost the others a lease: record it
-                traceback.print_exc()
-                failed.append(name)
-                part = dict(report["parts"].get(name) or {}) | {"error": f"{type(err).__name__}: {err}"}
-            save(name, part, running=False)
+    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)  # a stopped command still removes its work folder
+    try:
+        with tempfile.TemporaryDirectory(prefix=f"{WORK_PREFIX}{os.getpid()}-") as tmp:
+            work = Path(tmp)
+            for name in PART_NAMES:
+                if name not in chosen:
+                    continue
+                print(f"[{time.monotonic() - started:6.0f} s] part {PART_NAMES.index(name) + 1}: {name}", flush=True)
+                try:
+                    if name == "environment":
+                        part = part_environment(args.device)
+                    elif name == "credit":
+                        part = part_credit(args.device, args.credit_reps, args.smoke)
+                    elif name == "paper_iteration":
+                        part = part_paper_iteration(args, work)
+                    else:
+                        part = part_learning(args, work, deadline, lambda p: save("learning", p))
+                except Exception as err:  # noqa: BLE001 -- one failed part must not cost the others a lease: record it
+                    traceback.print_exc()
+                    failed.append(name)
+                    part = dict(report["parts"].get(name) or {}) | {"error": f"{type(err).__name__}: {err}"}
+                save(name, part, running=False)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     print(f"wrote {out} and {out.with_suffix('.md')} ({time.monotonic() - started:.0f} s)")
     if failed:
         print(f"error: part(s) {', '.join(failed)} failed; the JSON records each error, the others are complete",

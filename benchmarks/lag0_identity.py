@@ -22,6 +22,7 @@ import tempfile
 from pathlib import Path
 
 from benchmarks import RESULTS, ArgumentParser
+from ecpo_train.policies.atomic import write_text
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = """
@@ -111,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
               "setting": "tiny 2-layer Qwen2 on ecpo/DivergentAnchor-v0, 1 env runner, local learner, seed 5"}
     result |= compare(runs["baseline"], runs["current"]) | {"runs": runs}
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    write_text(args.out, json.dumps(result, indent=1) + "\n")
     verdict = "identical" if not result["differences"] else f"{len(result['differences'])} values differ"
     print(f"lag 0 at {head} against {result['baseline']}: {result['values_compared']} values compared, {verdict}; "
           f"wrote {args.out}")

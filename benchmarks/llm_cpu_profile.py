@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks import RESULTS, ArgumentParser
+from ecpo_train.policies.atomic import write_text
 
 VARIANTS = ("generate", "generate+ckpt", "generate+ckpt+lora", "score", "score-alfworld", "score-alfworld+lora")
 
@@ -288,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     previous = json.loads(out.read_text()) if out.exists() else {}
     if args.contention:
         previous["demo_contention"] = contention(model, args.contention, args.code)
-        out.write_text(json.dumps(previous, indent=1))
+        write_text(out, json.dumps(previous, indent=1))
         return 0
     if args.before:
         result = side_by_side(args, payloads) | {"settings": settings | {"threads": args.threads or "default"}}
@@ -303,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
                 results.append(result | {"label": args.label} | settings)
         kept = [r for r in previous.get(args.label, []) if r["variant"] not in {r2["variant"] for r2 in results}]
         previous[args.label] = kept + results  # a rerun replaces the variants it measured
-    out.write_text(json.dumps(previous, indent=1))
+    write_text(out, json.dumps(previous, indent=1))
     return 0
 
 

@@ -32,6 +32,7 @@ import numpy as np
 
 from benchmarks import RESULTS, ArgumentParser
 from benchmarks.llm_learning_report import plot, report
+from ecpo_train.policies.atomic import write_text
 
 
 @dataclass
@@ -211,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{env_label} N={n} {method} seed={seed}: success {summary['initial_success']:.3f} -> "
                   f"{summary['final_success']:.3f} (late {summary['late_success']:.3f}), "
                   f"{summary['seconds_per_iteration']:.0f}s/iteration", flush=True)
-            partial.write_text(json.dumps({"seconds": time.perf_counter() - started, "results": results}))
+            write_text(partial, json.dumps({"seconds": time.perf_counter() - started, "results": results}))
     write_outputs(stem, args.protocol, protocol, overrides, results, time.perf_counter() - started)
     partial.unlink(missing_ok=True)
     return 0
@@ -260,7 +261,7 @@ def write_outputs(stem: Path, name: str, protocol: Protocol, overrides: list[str
     if partial:
         text += ("\n**Partial run**: the protocol was stopped when its time budget ran out; the tables hold the "
                  "cells that finished (seed-major order, so each finished seed has every method up to the cut).\n")
-    stem.with_suffix(".md").write_text(text)
+    write_text(stem.with_suffix(".md"), text)
     plot(results, stem.with_suffix(".png"))
     print(text)
     return 0

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks import RESULTS, ArgumentParser
+from ecpo_train.policies.atomic import write_text
 
 ROOT = Path(__file__).resolve().parents[1]  # the checkout: each measurement is a fresh `python -m` there
 
@@ -222,7 +223,7 @@ def _fsdp_worker(rank: int, port: int, model_dir: str, args: argparse.Namespace,
     dp = DataParallel("cuda" if _has_cuda() else "cpu")
     try:
         result = one_update("fsdp2x2", model_dir, args, dp)
-        Path(out, f"rank{rank}.json").write_text(json.dumps(result))
+        write_text(Path(out, f"rank{rank}.json"), json.dumps(result))
     finally:
         dp.close()
 
@@ -310,7 +311,7 @@ def main(argv: list[str] | None = None) -> None:
                                                      "response": args.response, "micro_batch": args.micro_batch},
               "measured": measured, "computed": computed}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+    write_text(Path(args.out), json.dumps(report, indent=2) + "\n")
     print(f"\nwrote {args.out}")
 
 

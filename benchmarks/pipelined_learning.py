@@ -30,6 +30,7 @@ from typing import Any
 
 from benchmarks import RAW_RESULTS, RESULTS, ArgumentParser
 from benchmarks import paired_stats as ps
+from ecpo_train.policies.atomic import write_text
 
 ARMS = {"ecpo_lag0": ("ecpo", 0), "ecpo_lag1": ("ecpo", 1), "gigpo_std_lag1": ("gigpo_std", 1)}
 COMPARISONS = (("ecpo_lag1", "ecpo_lag0"), ("ecpo_lag1", "gigpo_std_lag1"))
@@ -162,9 +163,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
             ray.shutdown()
     parts = compare(done)
     out = {"runs": [{k: v for k, v in r.items() if k != "val_outcomes_after"} for r in done], "comparisons": parts}
-    (RESULTS / "pipelined_learning.json").write_text(json.dumps(out, indent=1) + "\n")
+    write_text(RESULTS / "pipelined_learning.json", json.dumps(out, indent=1) + "\n")
     markdown = report(done, parts)
-    (RESULTS / "pipelined_learning.md").write_text(markdown)
+    write_text(RESULTS / "pipelined_learning.md", markdown)
     print(markdown)
     return out
 

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import RESULTS, ArgumentParser
+from ecpo_train.policies.atomic import write_text
 
 PHASES = ("sampling", "update", "sync")
 SMOLLM2 = Path("~/.cache/ecpo/models/smollm2-135m-instruct").expanduser()
@@ -178,9 +179,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         ray.shutdown()
     out["load_average_end"] = os.getloadavg()
     path = Path(args.out)
-    path.write_text(json.dumps(out, indent=1) + "\n")
+    write_text(path, json.dumps(out, indent=1) + "\n")
     markdown = report(out)
-    path.with_suffix(".md").write_text(markdown)
+    write_text(path.with_suffix(".md"), markdown)
     print(markdown)
     return out
 

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from benchmarks import RESULTS, ArgumentParser
 from benchmarks.paired_stats import apply_holm, keyed, mde_text, paired_diff, paired_values, wald_diff, wilson
+from ecpo_train.policies.atomic import write_text
 
 SPLIT = ("time/generation", "time/env", "time/update")
 
@@ -165,7 +166,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         print(f"{c['claim']}: {c['diff']:+.3f} [{c['low']:+.3f}, {c['high']:+.3f}] over {c['n']} seeds, "
               f"Holm over {c['m']}: {found}")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
+    write_text(Path(args.out), json.dumps(out, indent=2) + "\n")
     return out
 
 

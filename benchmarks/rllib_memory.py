@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 from benchmarks import ArgumentParser
+from ecpo_train.policies.atomic import write_text
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -177,9 +178,7 @@ def write_agent_port_files(ray_dir: Path, values: dict[str, str], wait_s: float 
             for name, value in values.items():
                 target = found[0].parent / f"{name}_{node_id}"
                 if not target.exists():
-                    partial = target.with_name(target.name + ".partial")
-                    partial.write_text(value)
-                    os.replace(partial, target)
+                    write_text(target, value)
             return
         time.sleep(0.1)
 
@@ -265,7 +264,7 @@ def main(argv: list[str] | None = None) -> None:
     if measured["returncode"] != 0:
         print(measured["driver_log_tail"])
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+    write_text(Path(args.out), json.dumps(report, indent=2) + "\n")
     print(f"wrote {args.out}")
 
 

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from benchmarks import ArgumentParser
+from ecpo_train.policies.atomic import write_text
 
 HOUSEHOLDS = {"task_types": ["Look", "Pick"], "num_receptacles": [4, 5], "max_steps": 12, "num_tasks": 500}
 ENV_ID = "ecpo/ALFWorldGen-v0"
@@ -125,7 +126,7 @@ def main(argv: list[str] | None = None) -> None:
                   f"{line['equal_actions_and_rewards']} (log-probs within {line.get('max_abs_logprob_difference')})",
                   flush=True)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    write_text(Path(args.out), json.dumps(result, indent=2) + "\n")
     print(f"wrote {args.out}")
 
 

@@ -37,6 +37,7 @@ from benchmarks.paired_stats import (
     wald_diff,
     wilson,
 )
+from ecpo_train.policies.atomic import write_text
 
 ITERATION_KEYS = ("iteration", "success", "num_steps", "update/rows_computed", "update/rows_skipped",
                   "update/optimizer_steps", "time/generation", "time/env", "time/credit", "time/update",
@@ -124,7 +125,7 @@ def restat(paths: list[str]) -> None:
         block = paired_block(paired_binary(old["gained"], old["lost"], old["episodes"]))
         keep = {k: old[k] for k in ("iteration_before", "iteration_after") if k in old}
         data["paired"] = keep | block  # (a key of the old conditional interval is dropped with the old block)
-        Path(path).write_text(json.dumps(data, indent=1) + "\n")
+        write_text(Path(path), json.dumps(data, indent=1) + "\n")
         print(f"{path}: {_paired_line(data['paired'])}")
 
 
@@ -161,7 +162,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.before_episodes:
         out["paired"] = paired(read_validation(args.before_episodes)[0], read_validation(args.after_episodes)[-1],
                                args.before_episodes, args.after_episodes)
-    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+    write_text(Path(args.out), json.dumps(out, indent=1) + "\n")
     print(f"success {out['successes_before']}/{args.episodes} -> {out['successes_after']}/{args.episodes}; gain "
           f"{out['gain']:+.3f}, 95 % Newcombe [{out['gain_newcombe95'][0]:+.3f}, {out['gain_newcombe95'][1]:+.3f}]")
     if "paired" in out:

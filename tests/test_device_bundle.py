@@ -142,3 +142,62 @@ def test_the_wheels_install_offline_into_a_clean_python312_target(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["True", "3", "True"]
     assert (site / "share" / "ecpo" / "prompts" / "alfworld.txt").is_file()
+
+
+# ------------------------------------------------------------------------------ issue 52.7: hostile bundles
+def _wheel(path: Path, entries: dict[str, bytes], links: dict[str, str] | None = None) -> Path:
+    import zipfile
+
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in entries.items():
+            archive.writestr(name, data)
+        for name, target in (links or {}).items():
+            info = zipfile.ZipInfo(name)
+            info.external_attr = (0o120777 << 16)  # a symlink, as zip records one
+            archive.writestr(info, target)
+    return path
+
+
+@pytest.mark.parametrize("entry", ["{tmp}/escaped.py", "../escaped.py", "pkg/../../escaped.py",
+                                   "pkg-1.0.data/purelib/../../../escaped.py"])
+def test_unpacking_refuses_an_entry_outside_the_target_and_writes_nothing(tmp_path, entry):
+    entry = entry.format(tmp=tmp_path)  # (an absolute path)
+    wheel = _wheel(tmp_path / "evil-1.0-py3-none-any.whl", {"pkg/__init__.py": b"", entry: b"owned = True\n"})
+    site = tmp_path / "deep" / "site"
+    with pytest.raises(device_bundle.BundleError, match="outside its folder"):
+        device_bundle.unpack_wheel(wheel, site)
+    assert not site.exists() and not any(tmp_path.rglob("escaped.py"))
+
+
+def test_unpacking_refuses_a_symlink_entry(tmp_path):
+    wheel = _wheel(tmp_path / "evil-1.0-py3-none-any.whl", {"pkg/__init__.py": b""}, {"pkg/link": str(tmp_path)})
+    with pytest.raises(device_bundle.BundleError, match="symlink"):
+        device_bundle.unpack_wheel(wheel, tmp_path / "site")
+    assert not (tmp_path / "site").exists()
+
+
+def test_unpacking_a_plain_wheel_still_installs_its_files(tmp_path):
+    wheel = _wheel(tmp_path / "ok-1.0-py3-none-any.whl", {"ok/__init__.py": b"x = 1\n",
+                                                          "ok-1.0.data/purelib/extra.py": b"y = 2\n",
+                                                          "ok-1.0.data/scripts/tool": b"#!/bin/sh\n"})
+    device_bundle.unpack_wheel(wheel, tmp_path / "site")
+    assert sorted(str(p.relative_to(tmp_path / "site")) for p in (tmp_path / "site").rglob("*") if p.is_file()) \
+        == ["extra.py", "ok/__init__.py"]
+
+
+@pytest.mark.parametrize("manifest,words", [
+    ([1, 2], "is not a JSON object"),
+    ({"wheels": [], "model": {}}, "has no 'tokenizer'"),
+    ({"wheels": {}, "tokenizer": {}, "model": {}}, "'wheels' or 'model' has the wrong shape"),
+    ({"wheels": [{"path": "w.whl", "bytes": 1}], "tokenizer": {}, "model": {}}, "without path, bytes and sha256"),
+    ({"wheels": [{"path": "../w.whl", "bytes": 1, "sha256": "0"}], "tokenizer": {}, "model": {}},
+     "not a path inside the bundle"),
+])
+def test_a_tampered_manifest_is_one_line(tmp_path, capsys, manifest, words):
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    assert device_bundle.main(["install", "--bundle", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("error: ") and words in err, err
+    (tmp_path / "manifest.json").write_text(json.dumps({"wheels": [], "tokenizer": {}, "model": {"parts": []}}))
+    assert device_bundle.main(["model", "--bundle", str(tmp_path)]) == 2
+    assert "'model' has no name" in capsys.readouterr().err

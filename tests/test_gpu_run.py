@@ -28,9 +28,42 @@ def test_without_cuda_it_refuses_in_one_line(capsys):
     assert len(err.splitlines()) == 1 and "--device cpu --smoke" in err
 
 
-def test_bad_parts_are_one_line(capsys):
-    assert gpu_run.main(["--device", "cpu", "--parts", "1,7"]) == 2
-    assert capsys.readouterr().err.strip() == "error: --parts '1,7': give part numbers 1-4 separated by commas"
+@pytest.mark.parametrize("parts", ["1,7", "0", "-3", "2,,3", ""])
+def test_bad_parts_are_one_line(capsys, parts):
+    assert gpu_run.main(["--device", "cpu", "--parts", parts]) == 2
+    assert capsys.readouterr().err.strip() == f"error: --parts {parts!r}: give part numbers 1-4 separated by commas"
+
+
+def test_an_out_holding_a_json_list_is_one_line(tmp_path, capsys):
+    out = tmp_path / "list.json"
+    out.write_text("[1, 2]")
+    assert gpu_run.main(["--device", "cpu", "--smoke", "--parts", "2", "--out", str(out)]) == 2
+    assert capsys.readouterr().err.strip() == (f"error: --out {out} holds JSON that is not a gpu_run report: "
+                                               "choose another --out")
+    assert out.read_text() == "[1, 2]"
+
+
+def test_adding_a_part_to_a_smoke_file_keeps_it_marked_smoke(tmp_path):
+    out = tmp_path / "gpu_run.json"
+    out.write_text(json.dumps({"smoke": True, "parts": {"environment": {"device": "cpu"}}}))
+    assert gpu_run.main(["--device", "cpu", "--parts", "2", "--credit-reps", "1", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["smoke"] is True and set(report["parts"]) == {"environment", "credit"}
+    assert "(smoke sizes: not a measurement)" in out.with_suffix(".md").read_text()
+
+
+def test_the_work_folders_of_killed_commands_are_removed_at_the_next_start(tmp_path):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True)
+    abandoned = tmp_path / f"gpu_run-{dead.stdout.strip()}-abc"
+    (abandoned / "paper_model").mkdir(parents=True)
+    (abandoned / "paper_model" / "model.safetensors").write_bytes(b"0" * 1000)
+    live = tmp_path / f"gpu_run-{os.getpid()}-xyz"  # a command still running
+    live.mkdir()
+    other = tmp_path / "gpu_run-notes"
+    other.mkdir()
+    assert gpu_run.remove_abandoned_work(tmp_path) == [abandoned]
+    assert not abandoned.exists() and live.is_dir() and other.is_dir()
 
 
 def test_paired_test_pairs_by_task_and_copy_and_clusters_by_task():

@@ -105,33 +105,17 @@ def test_openai_client_reports_missing_settings_and_dead_endpoints(monkeypatch):
     with pytest.raises(ValueError, match="ECPO_OPENAI_BASE_URL"):
         OpenAIChatModel("m")
     client = OpenAIChatModel("m", base_url="http://127.0.0.1:9/v1", retries=1, timeout_s=2)
-    with pytest.raises(ConnectionError, match="127.0.0.1:9"):
+    with pytest.raises(OSError, match="127.0.0.1:9"):
         client.complete([{"role": "user", "content": "hi"}], temperature=0)
 
 
 def test_openai_client_reports_an_answer_that_is_not_json():
-    import threading
-    from http.server import BaseHTTPRequestHandler, HTTPServer
-
     from ecpo_train.evaluation.chat import OpenAIChatModel
 
-    class _Html(BaseHTTPRequestHandler):  # e.g. a proxy's login page in front of the endpoint
-        def do_POST(self):
-            self.rfile.read(int(self.headers["Content-Length"]))
-            body = b"<html>sign in</html>"
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = HTTPServer(("127.0.0.1", 0), _Html)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = _serving(200, b"<html>sign in</html>")  # e.g. a proxy's login page in front of the endpoint
     try:
         client = OpenAIChatModel("m", base_url=f"http://127.0.0.1:{server.server_address[1]}/v1", retries=1)
-        with pytest.raises(RuntimeError, match="other than JSON.*sign in"):
+        with pytest.raises(OSError, match="other than JSON.*sign in"):
             client.complete([{"role": "user", "content": "hi"}], temperature=0)
     finally:
         server.shutdown()
@@ -162,3 +146,63 @@ def test_reflexion_replays_failed_tasks_and_reflects_only_before_another_trial(t
     assert record["trials"] == 3 and record["trial_wins"] == [False] * 3
     assert chat.calls == 3 + 2  # one action per trial, one reflection between trials
     assert len(agent.reflections) == 2
+
+
+# ------------------------------------------------------------------------------ issue 52.10
+def _serving(status: int, body: bytes):
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    class _Reply(BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), _Reply)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+@pytest.mark.parametrize("status,body,words", [
+    (404, b'{"error": "model not found"}', "answered HTTP 404: {\"error\": \"model not found\"}"),
+    (401, b"<html>\n<b>sign in</b>\n</html>", "answered HTTP 401: <html> <b>sign in</b> </html>"),
+    (200, b"<html>login</html>", "answered with something other than JSON"),
+    (200, b"[1, 2]", "answered JSON that is not an object"),
+])
+def test_an_endpoint_error_is_one_line_without_the_urls_credentials(tmp_path, status, body, words):
+    from typer.testing import CliRunner
+
+    from ecpo_train.apps.cli import app
+
+    server = _serving(status, body)
+    try:
+        url = f"http://alice:s3cret@127.0.0.1:{server.server_address[1]}/v1?api_key=k3y"
+        result = CliRunner().invoke(app, ["leaderboard", "--agent", "prompting", "--backend", "openai", "--model",
+                                          "m", "--base-url", url, "--env", "ecpo/DivergentAnchor-v0", "--limit", "1",
+                                          "--seeds", "1", "--no-progress", "--out-dir", str(tmp_path / "lb")])
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert result.exit_code == 2 and result.exception is None or isinstance(result.exception, SystemExit), \
+        result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: chat endpoint http://127.0.0.1:"), result.output
+    assert words in lines[0], lines[0]
+    assert "s3cret" not in result.output and "alice" not in result.output and "k3y" not in result.output
+    assert "s3cret" not in "".join(p.read_text() for p in (tmp_path / "lb").rglob("*.json"))
+
+
+def test_two_endpoints_serving_one_model_name_are_two_agents():
+    from ecpo_train.evaluation.agents import PromptingAgent
+    from ecpo_train.evaluation.chat import OpenAIChatModel
+
+    first = PromptingAgent(OpenAIChatModel("m", base_url="http://host-a:8000/v1"))
+    second = PromptingAgent(OpenAIChatModel("m", base_url="https://bob:pw@host-b/v1/"))
+    assert first.name == "prompting:m@host-a:8000/v1" and second.name == "prompting:m@host-b/v1"
+    assert first.describe() != second.describe() and "pw" not in json.dumps(second.describe())

@@ -65,6 +65,48 @@ def test_sft_replaces_its_own_earlier_output(tiny_model_dir, tmp_path):
     assert again.exit_code == 0, again.output
 
 
+def test_sft_on_a_full_disk_is_one_line_and_keeps_the_earlier_output(tiny_model_dir, tmp_path, monkeypatch):
+    """Issue 52.9: safetensors reports a full disk as its own ``SafetensorError``: one line naming the folder, and
+    the earlier output stays whole (the new one is written beside it)."""
+    import transformers.modeling_utils
+    from safetensors import SafetensorError
+
+    out = tmp_path / "sft"
+    assert sft(tiny_model_dir, str(out)).exit_code == 0
+    before = folder_bytes(out)
+
+    def full_disk(*args, **kwargs):
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    monkeypatch.setattr(transformers.modeling_utils, "safe_save_file", full_disk)
+    result = sft(tiny_model_dir, str(out), "seed=1")
+    errors = [line for line in result.output.splitlines() if line.startswith("error")]  # (beside progress bars)
+    assert result.exit_code == 2 and errors == [f"error: {out}: No space left on device"], result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    assert folder_bytes(out) == before and sorted(p.name for p in tmp_path.iterdir()) == ["sft"]
+
+
+def test_sft_on_a_real_full_filesystem_is_one_line(tiny_model_dir, tmp_path):
+    """The same on a real 1 MiB filesystem (a tmpfs in a user namespace, where this machine allows one)."""
+    import shutil
+    import subprocess
+    import sys
+
+    if shutil.which("unshare") is None or subprocess.run(["unshare", "-rm", "true"], check=False,
+                                                         capture_output=True).returncode != 0:
+        pytest.skip("no user namespaces here to mount a small tmpfs in")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    root = Path(__file__).resolve().parents[1]
+    command = (f"mount -t tmpfs -o size=1m tmpfs {disk} && exec {sys.executable} -m ecpo_train.apps.cli sft "
+               f"--config corridor_llm --out {disk}/sft --episodes 2 --epochs 1 model={tiny_model_dir}")
+    done = subprocess.run(["unshare", "-rm", "sh", "-c", command], capture_output=True, text=True, check=False,
+                          env={**__import__("os").environ, "PYTHONPATH": str(root)})
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error")]  # (beside progress bars)
+    assert done.returncode == 2 and errors == [f"error: {disk}/sft: No space left on device"], done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+
+
 def test_sft_bounds_the_number_of_expert_episodes(tmp_path):
     one_error_line(runner.invoke(app, ["sft", "--config", "corridor_llm", "--out", str(tmp_path / "o"),
                                        "--episodes", "100000000", "model=x"]), "--episodes 100000000", "at most")

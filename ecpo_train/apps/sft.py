@@ -292,10 +292,12 @@ def run_sft(config: TrainConfig, *, episodes: int, epochs: int, lr: float, out: 
         "loss_before": loss_before, "epoch_losses": epoch_losses,
         "loss_after": mean_reply_loss(policy, prompts, replies),
     }
-    out.mkdir(parents=True, exist_ok=True)
-    policy.model.save_pretrained(out)
-    policy.tokenizer.save_pretrained(out)
-    (out / SFT_SUMMARY).write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    from ecpo_train.policies.atomic import library_write_errors, replaced_folder
+
+    with replaced_folder(out) as partial, library_write_errors(out):  # an earlier output stays until this one is whole
+        policy.model.save_pretrained(partial)
+        policy.tokenizer.save_pretrained(partial)
+        (partial / SFT_SUMMARY).write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     return summary
 
 

@@ -5,16 +5,22 @@
 - ``OpenAIChatModel``: an OpenAI-compatible ``POST {base_url}/chat/completions`` endpoint (vLLM's server, a
   hosted model, or the demo ``scripts/chat_server.py``) with the standard library's ``urllib``. ``base_url``,
   ``model`` and the key default to ``$ECPO_OPENAI_BASE_URL`` / ``$OPENAI_BASE_URL``, ``$ECPO_OPENAI_MODEL``
-  and ``$ECPO_OPENAI_API_KEY`` / ``$OPENAI_API_KEY``.
+  and ``$ECPO_OPENAI_API_KEY`` / ``$OPENAI_API_KEY``. Its name (the agent's identity in the leaderboard) is
+  ``model@endpoint``: two endpoints serving one model name are two agents. An endpoint is echoed without the
+  credentials a URL may carry (``user:password@``, a query string); an answer that is an HTTP error or not JSON
+  is one ``EndpointError`` line.
 """
 
 from __future__ import annotations
 
 import abc
+import base64
+import contextlib
 import json
 import os
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Sequence
 from typing import Any
@@ -101,6 +107,21 @@ class TransformersChatModel(ChatModel):
         return self.complete_with_usage(messages, temperature=temperature, max_tokens=max_tokens, seed=seed)[0]
 
 
+class EndpointError(OSError):
+    """A chat endpoint that cannot be used: unreachable, an HTTP error, or an answer that is not chat completions
+    (an ``OSError``: every command reports it as one line)."""
+
+
+def public_url(url: str) -> str:
+    """``url`` without its credentials (``user:password@`` and any query string or fragment)."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    netloc = f"[{host}]" if ":" in host else host
+    with contextlib.suppress(ValueError):
+        netloc += f":{parts.port}" if parts.port is not None else ""
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
 def _env_first(*names: str) -> str | None:
     for name in names:
         value = os.environ.get(name)
@@ -122,7 +143,17 @@ class OpenAIChatModel(ChatModel):
         if not model:
             raise ValueError("no model name: pass model or set $ECPO_OPENAI_MODEL")
         self.base_url = base_url.rstrip("/")
-        self.name = self.model = model
+        self.endpoint = public_url(self.base_url)  # what is shown and recorded: never a password in the URL
+        parts = urllib.parse.urlsplit(self.base_url)  # the request's URL: credentials in the URL go as Basic auth
+        self._url = urllib.parse.urlunsplit((parts.scheme, urllib.parse.urlsplit(self.endpoint).netloc,
+                                             parts.path.rstrip("/") + "/chat/completions", parts.query, ""))
+        self._basic = None
+        if parts.username is not None:
+            user = urllib.parse.unquote(parts.username)
+            password = urllib.parse.unquote(parts.password or "")
+            self._basic = base64.b64encode(f"{user}:{password}".encode()).decode()
+        self.model = model
+        self.name = f"{model}@{self.endpoint.split('://', 1)[-1]}"
         self.api_key = api_key if api_key is not None else _env_first("ECPO_OPENAI_API_KEY", "OPENAI_API_KEY")
         self.max_new_tokens = int(max_new_tokens)
         self.timeout_s = float(timeout_s)
@@ -134,7 +165,9 @@ class OpenAIChatModel(ChatModel):
         headers = {"Content-Type": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
-        url = f"{self.base_url}/chat/completions"
+        elif self._basic:
+            headers["Authorization"] = f"Basic {self._basic}"
+        url, shown = self._url, f"{self.endpoint}/chat/completions"
         last_error: Exception | None = None
         for attempt in range(self.retries):
             request = urllib.request.Request(url, data=data, headers=headers, method="POST")
@@ -142,20 +175,27 @@ class OpenAIChatModel(ChatModel):
                 with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
                     raw = response.read()
             except urllib.error.HTTPError as err:
-                body = err.read().decode("utf-8", "replace")[:500]
+                body = " ".join(err.read().decode("utf-8", "replace").split())[:300]
+                failure = EndpointError(f"chat endpoint {shown} answered HTTP {err.code}: {body}")
                 if err.code != 429 and err.code < 500:
-                    raise RuntimeError(f"{url} answered HTTP {err.code}: {body}") from None
-                last_error = RuntimeError(f"{url} answered HTTP {err.code}: {body}")
-            except (urllib.error.URLError, TimeoutError, ConnectionError) as err:
-                last_error = err
+                    raise failure from None
+                last_error = failure
+            except (urllib.error.URLError, TimeoutError, ConnectionError, ValueError) as err:
+                last_error = err  # (ValueError: a URL urllib cannot open)
             else:
                 try:
-                    return json.loads(raw.decode("utf-8"))
+                    answer = json.loads(raw.decode("utf-8"))
                 except (UnicodeDecodeError, json.JSONDecodeError):
-                    raise RuntimeError(f"{url} answered with something other than JSON: {raw[:300]!r}") from None
+                    raise EndpointError(f"chat endpoint {shown} answered with something other than JSON: "
+                                        f"{raw[:200]!r}") from None
+                if not isinstance(answer, dict):
+                    raise EndpointError(f"chat endpoint {shown} answered JSON that is not an object: "
+                                        f"{str(answer)[:200]}")
+                return answer
             if attempt + 1 < self.retries:
                 time.sleep(min(2.0**attempt, 10.0))
-        raise ConnectionError(f"chat endpoint {url} failed after {self.retries} tries: {last_error}")
+        why = str(getattr(last_error, "reason", None) or last_error).replace(self._url, shown)
+        raise EndpointError(f"chat endpoint {shown} failed after {self.retries} tries: {why}")
 
     def complete(self, messages: Sequence[Message], *, temperature: float, max_tokens: int | None = None,
                  seed: int | None = None) -> str:
@@ -168,5 +208,6 @@ class OpenAIChatModel(ChatModel):
         try:
             content = answer["choices"][0]["message"]["content"]
         except (KeyError, IndexError, TypeError):
-            raise RuntimeError(f"unexpected chat-completions answer from {self.base_url}: {str(answer)[:300]}") from None
+            raise EndpointError(f"unexpected chat-completions answer from {self.endpoint}: {str(answer)[:300]}") \
+                from None
         return content if isinstance(content, str) else ""

@@ -113,14 +113,20 @@ def check_device(device: str) -> None:
                              "use --device cpu, or install a CUDA build of torch")
 
 
+ERROR_LINE_CHARS = 2000  # a message echoing a huge value (a 10 MB config string) is cut to this
+
+
 def error_line(err: BaseException) -> str:
     """An exception as the one line the CLI prints: its message's first line (a ``KeyError`` without quotes), each
-    huge value in it cut (:func:`cut_long_words`)."""
+    huge value in it cut (:func:`cut_long_words`), the whole cut to ``ERROR_LINE_CHARS`` characters."""
     text = str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err)
     if isinstance(err, OSError) and err.strerror and err.filename:  # not "[Errno 2] ...": path first, then why
         text = f"{err.filename}: {err.strerror}"
     text = text.strip()
-    return cut_long_words(text.splitlines()[0]) if text else type(err).__name__
+    line = cut_long_words(text.splitlines()[0]) if text else type(err).__name__
+    if len(line) > ERROR_LINE_CHARS:
+        line = f"{line[:ERROR_LINE_CHARS]}... ({len(line) - ERROR_LINE_CHARS} more characters)"
+    return line
 
 
 LONGEST_WORD = 200  # a path or a value up to this long is echoed whole

@@ -7,6 +7,9 @@ Layout under ``out_dir``::
     <agent>/results.json         every episode record + the aggregated tables, derived from the jsonl files
     leaderboard.json / .md       the tables of every agent under ``out_dir``
 
+``run.json``, ``results.json`` and the tables are replaced whole (``ecpo_train.policies.atomic``): a crash or a
+full disk mid-write leaves the previous file, never an empty one.
+
 Starting again with the same ``out_dir`` and agent skips the (group, task, seed) pairs already logged.
 Each episode's randomness comes from ``episode_seed(seed, task_id, trial)`` (environment reset and agent
 sampling), so a resumed run gives the records an uninterrupted one would.
@@ -31,6 +34,7 @@ from ecpo_train.evaluation.agents import Agent, AgentPolicy, Trial, episode_seed
 from ecpo_train.evaluation.manifests import TaskManifest, resolve_task_ids
 from ecpo_train.evaluation.results import append_record, load_records, record_key
 from ecpo_train.evaluation.tables import aggregate, markdown_tables
+from ecpo_train.policies.atomic import write_text
 
 
 @dataclass
@@ -146,10 +150,10 @@ def check_run_config(run_dir: Path, config: dict[str, Any]) -> None:
                                  f"{run_dir} to evaluate again")
         merged = {**stored, "seeds": sorted(set(stored.get("seeds", [])) | set(config["seeds"])),
                   "manifests": {**stored_manifests, **(config.get("manifests") or {})}}
-        path.write_text(json.dumps(merged, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        write_text(path, json.dumps(merged, indent=1, sort_keys=True) + "\n")
         return
     run_dir.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(config, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    write_text(path, json.dumps(config, indent=1, sort_keys=True) + "\n")
 
 
 def evaluate(agent: Agent, manifests: Sequence[TaskManifest], out_dir: str | Path,
@@ -219,11 +223,11 @@ def write_reports(out_dir: str | Path, agent_name: str | None = None,
         records = collect_records(run_dir, manifest_names)
         run = json.loads((run_dir / "run.json").read_text(encoding="utf-8")) if (run_dir / "run.json").is_file() else {}
         result = {"run": run, "summary": aggregate(records).get(agent_name, {}), "episodes": records}
-        (run_dir / "results.json").write_text(json.dumps(result, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        write_text(run_dir / "results.json", json.dumps(result, indent=1, sort_keys=True) + "\n")
     everything = [r for d in sorted(p for p in out_dir.iterdir() if p.is_dir()) for r in collect_records(d)]
     summary = aggregate(everything)
-    (out_dir / "leaderboard.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    write_text(out_dir / "leaderboard.json", json.dumps(summary, indent=1, sort_keys=True) + "\n")
     markdown = markdown_tables(summary)
-    (out_dir / "leaderboard.md").write_text(markdown, encoding="utf-8")
+    write_text(out_dir / "leaderboard.md", markdown)
     result["markdown"] = markdown
     return result

@@ -21,13 +21,13 @@ and unmerged in place, so its base weights stay bit-exact.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from ecpo_train.policies.atomic import library_write_errors, replaced_folder
 from ecpo_train.policies.base import Policy, PolicyOutput, StepContext
 
 LORA_KEYS = ("r", "alpha", "dropout", "target_modules")
@@ -158,7 +158,8 @@ def save_adapter(lora_model: Any, out_dir: str | Path, full_state: dict[str, tor
     """Write the adapter folder (``adapter_config.json`` + ``adapter_model.safetensors``)."""
     out = Path(out_dir)
     state = full_state if full_state is None else {k: v.detach().cpu() for k, v in full_state.items()}
-    lora_model.save_pretrained(str(out), state_dict=state)
+    with replaced_folder(out) as partial, library_write_errors(out):
+        lora_model.save_pretrained(str(partial), state_dict=state)
     return out
 
 
@@ -174,14 +175,9 @@ def merge_adapter(base_model: str | Path, adapter_dir: str | Path, out_dir: str 
     base = AutoModelForCausalLM.from_pretrained(str(base_model), dtype=getattr(torch, dtype))
     merged = peft.PeftModel.from_pretrained(base, str(adapter_dir)).merge_and_unload()
     out = Path(out_dir)
-    tmp = out.with_name(out.name + ".tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    merged.save_pretrained(str(tmp))
-    AutoTokenizer.from_pretrained(str(base_model)).save_pretrained(str(tmp))
-    if out.exists():
-        shutil.rmtree(out)
-    tmp.rename(out)
+    with replaced_folder(out) as partial, library_write_errors(out):
+        merged.save_pretrained(str(partial))
+        AutoTokenizer.from_pretrained(str(base_model)).save_pretrained(str(partial))
     return out
 
 

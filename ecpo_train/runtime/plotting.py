@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+from ecpo_train.policies.atomic import replaced_file
 from ecpo_train.runtime.run_dir import RunFolder, read_metrics
 
 PANELS = (
@@ -72,8 +73,11 @@ def plot_comparison(runs: Mapping[str, str | Path], out: str | Path, title: str 
     fig.tight_layout()
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
+    try:
+        with replaced_file(out) as partial:  # (a full disk mid-write leaves the previous image, and names the file)
+            fig.savefig(partial, dpi=120, format=out.suffix.lower().lstrip(".") or "png")
+    finally:
+        plt.close(fig)
     return out
 
 

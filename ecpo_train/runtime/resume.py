@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ecpo_train.policies.atomic import current_folder
 from ecpo_train.runtime.checkpoint_io import checkpoint_config, load_checkpoint
 from ecpo_train.runtime.run_dir import (
     ENGINE_KEY,
@@ -74,7 +75,7 @@ def plan_start(run_dir: Path, new_config: dict[str, Any], resume: bool = False, 
         raise ValueError(f"run_dir={str(run_dir)!r} holds a run of the {written_by} engine, which --engine {engine} "
                          f"cannot continue: resume it with --engine {written_by}, or --overwrite to replace it")
     folder = RunFolder(run_dir)
-    checkpoint = folder.checkpoint(engine)
+    checkpoint = current_folder(folder.checkpoint(engine))  # (RLlib's: the whole one, if a swap was cut)
     if not checkpoint.exists():
         raise ValueError(f"run_dir={str(run_dir)!r} holds a run but no {checkpoint.name} to resume from (it stopped "
                          "before its first checkpoint): --overwrite to start it over (its metrics are deleted), "

@@ -8,7 +8,7 @@
     validation.jsonl   one line per validation, every episode's outcome in order        ``MetricsLog``
     history.jsonl      one line per start, resume or overwrite                          ``append_history``
     tensorboard/       TensorBoard scalars (``tensorboard: true``)                      ``MetricsLog``
-    checkpoint.pt      the native engine's checkpoint (``checkpoint.tmp`` mid-write)     ``checkpoint_io``
+    checkpoint.pt      the native engine's checkpoint                                    ``checkpoint_io``
     rllib_checkpoint/  the RLlib engine's checkpoint (``Algorithm.save_to_path``)
     adapter/, merged/  a LoRA run's adapter and merged model (``policies/lora.py``)
     curves.png         the training curves (``runtime/plotting.py``)
@@ -18,8 +18,11 @@
 ``MetricsLog`` keeps each iteration once (a resume drops lines logged after its checkpoint; a fresh run in a
 used folder starts a fresh log) and writes ``config.yaml`` when it first writes: building a trainer writes
 nothing, so a refused start leaves the folder as it was (``ecpo_train.runtime.resume``); ``begin_run`` is the
-first write of both engines. A torn last line of ``metrics.jsonl`` (a crash mid-write) is dropped with a warning
-naming the file. ``validation.jsonl`` holds one line per validation with every episode's outcome in validation
+first write of both engines. Every file rewritten here (``config.yaml``, and the logs cut back on resume) is
+replaced whole (``ecpo_train.policies.atomic``): a crash or a full disk mid-write leaves the previous version,
+and the next ``--resume`` starts from it; ``NAME.partial`` (and ``rllib_checkpoint.previous``) are what an
+interrupted write may leave, deleted with the run's files. A failed write names its file. A torn last line of
+``metrics.jsonl`` (a crash mid-write) is dropped with a warning naming the file. ``validation.jsonl`` holds one line per validation with every episode's outcome in validation
 order (task, copy, won, length): two validations of the same tasks and seed pair episode by episode
 (``benchmarks/small_households_summary.py``). Reading and writing the checkpoint file itself is
 ``ecpo_train.runtime.checkpoint_io``.
@@ -40,6 +43,8 @@ from typing import Any
 
 import yaml
 
+from ecpo_train.policies.atomic import current_folder, leftover_names, write_text
+
 CONFIG_FILE = "config.yaml"
 METRICS_FILE = "metrics.jsonl"
 VALIDATION_FILE = "validation.jsonl"
@@ -52,16 +57,15 @@ MERGED_DIR = "merged"
 CURVES_FILE = "curves.png"
 EVAL_DIR = "eval"
 LOCK_FILE = "run.lock"
-TEMP_SUFFIX = ".tmp"  # a checkpoint being written: renamed over the checkpoint when complete
 ENGINE_KEY = "engine"  # what config.yaml records beside the config: ``engine: rllib`` (the native engine: none)
 
 ENGINE_CHECKPOINTS = {"native": CHECKPOINT_FILE, "rllib": RLLIB_CHECKPOINT_DIR}
 # a folder holds a run when it has one of these (a folder holding only a lock, or nothing, holds none)
 RUN_MARKERS = (CONFIG_FILE, METRICS_FILE, CHECKPOINT_FILE, RLLIB_CHECKPOINT_DIR)
 # what a run writes into its folder (``--overwrite`` deletes these; anything else in the folder stays)
-RUN_FILES = (CONFIG_FILE, METRICS_FILE, VALIDATION_FILE, CHECKPOINT_FILE,
-             Path(CHECKPOINT_FILE).with_suffix(TEMP_SUFFIX).name, CURVES_FILE, HISTORY_FILE, TENSORBOARD_DIR,
-             ADAPTER_DIR, MERGED_DIR, EVAL_DIR, RLLIB_CHECKPOINT_DIR)
+_WRITTEN = (CONFIG_FILE, METRICS_FILE, VALIDATION_FILE, CHECKPOINT_FILE, CURVES_FILE, HISTORY_FILE, TENSORBOARD_DIR,
+            ADAPTER_DIR, MERGED_DIR, EVAL_DIR, RLLIB_CHECKPOINT_DIR)
+RUN_FILES = _WRITTEN + tuple(left for name in _WRITTEN for left in leftover_names(name))  # + interrupted writes
 
 
 def _named(name: str) -> Any:
@@ -107,7 +111,7 @@ def folder_engine(run_dir: Path) -> str:
     """Which engine wrote the run in ``run_dir``: ``rllib`` (its checkpoint folder, or ``engine: rllib`` in
     ``config.yaml``) or ``native``."""
     folder = RunFolder(run_dir)
-    if folder.checkpoint("rllib").exists():
+    if current_folder(folder.checkpoint("rllib")).exists():
         return "rllib"
     if folder.checkpoint("native").exists():
         return "native"
@@ -144,8 +148,16 @@ def append_history(run_dir: Path, event: str, iteration: int, changes: dict[str,
     record = {"event": event, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "iteration": iteration,
               "changes": changes or {}, "argv": sys.argv[1:]}
     run_dir.mkdir(parents=True, exist_ok=True)
-    with open(RunFolder(run_dir).history, "a") as fh:
-        fh.write(json.dumps(record, default=str) + "\n")
+    append_line(RunFolder(run_dir).history, json.dumps(record, default=str))
+
+
+def append_line(path: Path, line: str) -> None:
+    """Append one line to a log of the run; a failed write (a full disk) is an ``OSError`` naming the file."""
+    try:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(line + "\n")
+    except OSError as err:
+        raise OSError(err.errno, err.strerror, str(path)) from None
 
 
 def remove_run_files(run_dir: Path) -> None:
@@ -260,6 +272,26 @@ class EpisodeOutcome(typing.NamedTuple):
     length: int
 
 
+def _quiet_tensorboard_thread() -> None:
+    """TensorBoard writes its events from a thread, which prints a traceback when the write fails (a full disk)
+    before the writer raises the same error in the run's thread; that one is reported (one line naming the folder),
+    the thread's traceback is not."""
+    import threading
+
+    from tensorboard.summary.writer.event_file_writer import _AsyncWriterThread
+
+    default = threading.excepthook
+    if getattr(default, "quiet_tensorboard", False):
+        return
+
+    def hook(args: Any) -> None:
+        if not (isinstance(args.thread, _AsyncWriterThread) and issubclass(args.exc_type, OSError)):
+            default(args)
+
+    hook.quiet_tensorboard = True  # type: ignore[attr-defined]
+    threading.excepthook = hook
+
+
 class MetricsLog:
     """``metrics.jsonl`` (one line per iteration), ``validation.jsonl`` and, optionally, TensorBoard scalars.
 
@@ -284,9 +316,10 @@ class MetricsLog:
         try:
             self.folder.root.mkdir(parents=True, exist_ok=True)
             if self._config is not None:
-                self.folder.config.write_text(yaml.safe_dump(self._config, sort_keys=False))
+                write_text(self.folder.config, yaml.safe_dump(self._config, sort_keys=False))
         except OSError as err:
-            raise ValueError(f"run_dir={str(self.folder.root)!r} is not a writable folder ({err.strerror})") from None
+            raise ValueError(f"run_dir={str(self.folder.root)!r}: {err.filename or self.folder.root} could not be "
+                             f"written ({err.strerror})") from None
         self._opened = True
 
     def keep_through(self, iteration: int) -> None:
@@ -303,12 +336,14 @@ class MetricsLog:
                       "continues from its checkpoint", file=sys.stderr)
         self.open_folder()
         kept = [row for row in rows if row.get("iteration", 0) <= iteration]
-        metrics.write_text("".join(json.dumps(row) + "\n" for row in kept))
+        # each file replaced whole, never cut in place: a crash or a full disk here leaves the old lines, which the
+        # next --resume cuts back again
+        write_text(metrics, "".join(json.dumps(row) + "\n" for row in kept))
         self.history = kept
         if validation.exists():  # (a run that never validated has none, and gets none)
             validations = read_validation_file(validation, tasks=None) if iteration >= 0 else []
-            validation.write_text("".join(json.dumps(row) + "\n" for row in validations
-                                                    if row["iteration"] <= iteration))
+            write_text(validation, "".join(json.dumps(row) + "\n" for row in validations
+                                           if row["iteration"] <= iteration))
         self._kept_through = iteration
 
     def append_validation(self, iteration: int, episodes: typing.Sequence[Any], tasks: str = VALIDATION_TASKS) -> None:
@@ -326,33 +361,47 @@ class MetricsLog:
                   "lengths": [e.length for e in episodes]}
         if tasks != VALIDATION_TASKS:
             record["tasks"] = tasks
-        with open(self.folder.validation, "a") as fh:
-            fh.write(json.dumps(record) + "\n")
+        append_line(self.folder.validation, json.dumps(record))
 
     def append(self, metrics: dict[str, float], step: int) -> None:
         self.open_folder()
         self._kept_through = None
         self.history.append(metrics)
-        with open(self.folder.metrics, "a") as fh:
-            fh.write(json.dumps(metrics) + "\n")
+        append_line(self.folder.metrics, json.dumps(metrics))
         if self.tensorboard:
-            if self._writer is None:
-                from torch.utils.tensorboard import SummaryWriter
+            with self._naming_tensorboard():
+                if self._writer is None:
+                    from torch.utils.tensorboard import SummaryWriter
 
-                # purge events of this step and later: a resumed (or restarted) run replaces them
-                self._writer = SummaryWriter(str(self.folder.tensorboard), purge_step=step)
-            for key, value in metrics.items():
-                if key != "iteration":
-                    self._writer.add_scalar(key, value, step)
+                    _quiet_tensorboard_thread()
+                    # purge events of this step and later: a resumed (or restarted) run replaces them
+                    self._writer = SummaryWriter(str(self.folder.tensorboard), purge_step=step)
+                for key, value in metrics.items():
+                    if key != "iteration":
+                        self._writer.add_scalar(key, value, step)
+
+    @contextlib.contextmanager
+    def _naming_tensorboard(self) -> typing.Iterator[None]:
+        """TensorBoard's writer fails (a full disk) without a file name: name its folder."""
+        try:
+            yield
+        except OSError as err:
+            raise OSError(err.errno, err.strerror or str(err), str(self.folder.tensorboard)) from None
 
     def flush(self) -> None:
         if self._writer is not None:
-            self._writer.flush()
+            with self._naming_tensorboard():
+                self._writer.flush()
 
     def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
-        if self.lock is not None:
-            self.lock.release()
-            self.lock = None
+        """Close TensorBoard's writer and release the folder's lock, the lock even when closing the writer fails
+        (a full disk): a run never leaves ``run.lock`` behind."""
+        try:
+            if self._writer is not None:
+                writer, self._writer = self._writer, None
+                with self._naming_tensorboard():
+                    writer.close()
+        finally:
+            if self.lock is not None:
+                self.lock.release()
+                self.lock = None

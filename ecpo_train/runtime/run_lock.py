@@ -11,6 +11,7 @@ folder as it was.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -64,11 +65,11 @@ def acquire_run_lock(run_dir: Path, engine: str = "native") -> RunLock:
         raise ValueError(f"run_dir={str(run_dir)!r} cannot be made ({err.strerror})") from None
     path = RunFolder(run_dir).lock
     while True:
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:  # never through a symlink: a planted run.lock -> some file would have that file truncated
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         except OSError as err:
-            raise ValueError(f"run_dir={str(run_dir)!r}: cannot create its lock file {path} ({err.strerror})") \
-                from None
+            why = "it is a symlink; delete it" if err.errno == errno.ELOOP else err.strerror
+            raise ValueError(f"run_dir={str(run_dir)!r}: cannot create its lock file {path} ({why})") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -76,6 +77,10 @@ def acquire_run_lock(run_dir: Path, engine: str = "native") -> RunLock:
             os.close(fd)
             raise ValueError(f"run_dir={str(run_dir)!r} is in use by {holder}: wait for that run to end or stop "
                              "it; two runs in one folder would interleave their metrics") from None
+        except OSError as err:  # ENOLCK, EOPNOTSUPP: a filesystem without flock (some network mounts)
+            RunLock(run_dir, fd, created).release()
+            raise ValueError(f"run_dir={str(run_dir)!r} is on a filesystem without file locks ({err.strerror}): "
+                             "put run_dir on a local disk (copy the folder there to resume it)") from None
         try:  # the file may have been released (unlinked) between our open and our flock: lock the current one
             same = os.fstat(fd).st_ino == os.stat(path).st_ino
         except FileNotFoundError:
@@ -89,6 +94,11 @@ def acquire_run_lock(run_dir: Path, engine: str = "native") -> RunLock:
               file=sys.stderr)
     record = {"pid": os.getpid(), "host": socket.gethostname(), "engine": engine,
               "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "argv": sys.argv[1:]}
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, (json.dumps(record) + "\n").encode(), 0)
-    return RunLock(run_dir, fd, created)
+    lock = RunLock(run_dir, fd, created)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (json.dumps(record) + "\n").encode(), 0)
+    except OSError as err:  # a full disk
+        lock.release()
+        raise ValueError(f"run_dir={str(run_dir)!r}: {path} could not be written ({err.strerror})") from None
+    return lock

@@ -28,6 +28,7 @@ def train_with_rllib(train: Any, *, resume: bool = False, overwrite: bool = Fals
     import ray
 
     from ecpo_train.integrations.rllib.llm.config import ECPOConfig
+    from ecpo_train.policies.atomic import current_folder
     from ecpo_train.runtime.builders import check_env_and_model
     from ecpo_train.runtime.config import config_dict
     from ecpo_train.runtime.plotting import plot_run
@@ -57,13 +58,13 @@ def train_with_rllib(train: Any, *, resume: bool = False, overwrite: bool = Fals
     try:
         plan = plan_start(run_dir, config_dict(train), resume=resume, overwrite=overwrite, engine="rllib")
         if plan.kind == "resume":  # a checkpoint cut mid-write is named before Ray starts (Ray's own reading
-            _check_checkpoint_header(checkpoint)  # of it comes after its startup lines)
+            _check_checkpoint_header(current_folder(checkpoint))  # of it comes after its startup lines)
         started_ray = not ray.is_initialized()
         if started_ray:  # Ray will see at most this machine's CPUs: refuse an obvious excess before starting it
             check_runner_cpus(config, float(os.cpu_count() or 1))
             ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
         check_runner_cpus(config, float(ray.cluster_resources().get("CPU", 0.0)))
-        algo = _restored(checkpoint) if plan.kind == "resume" else config.build_algo()
+        algo = _restored(current_folder(checkpoint)) if plan.kind == "resume" else config.build_algo()
         log = MetricsLog(run_dir, tensorboard=train.tensorboard, config=config_dict(train), engine="rllib")
         begin_run(log, plan.kind, algo.ecpo_iteration, plan.changes)
 
@@ -75,7 +76,7 @@ def train_with_rllib(train: Any, *, resume: bool = False, overwrite: bool = Fals
         run_iterations(
             train, position=lambda: algo.ecpo_iteration, target=train.iterations,
             iterate=lambda: {key: float(value) for key, value in algo.train()["ecpo"].items() if _is_number(value)},
-            validate=algo.validate, log=logged, checkpoint=lambda: algo.save_to_path(str(checkpoint.resolve())),
+            validate=algo.validate, log=logged, checkpoint=lambda: save_rllib_checkpoint(algo, checkpoint),
             on_iteration=(lambda metrics: print(_progress_line(metrics, train.iterations), file=sys.stderr))
             if progress else None)
         log.close()
@@ -103,17 +104,39 @@ def check_runner_cpus(config: Any, cpus: float) -> None:
                          f"{cpus:g}: lower them (--env-runners 0 samples in the driver)")
 
 
+def save_rllib_checkpoint(algo: Any, checkpoint: Path) -> None:
+    """``algo.save_to_path`` into a folder beside ``checkpoint``, swapped in once whole (``policies/atomic.py``): a
+    crash or a full disk during the save leaves the previous checkpoint, which ``--resume`` continues."""
+    from ecpo_train.policies.atomic import current_folder, replaced_folder
+    from ecpo_train.runtime.checkpoint_io import write_failed
+
+    had_one = current_folder(checkpoint).is_dir()
+    try:
+        with replaced_folder(checkpoint) as partial:
+            try:
+                algo.save_to_path(str(partial.resolve()))
+            except OSError:
+                raise
+            except Exception as err:  # noqa: BLE001 -- pyarrow and msgpack report a failed write in their own types
+                cause = OSError(0, f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}")
+                raise cause from None
+    except OSError as err:
+        raise write_failed(checkpoint, err, had_one) from None
+
+
 def _check_checkpoint_header(checkpoint: Path) -> None:
     """``ValueError`` when the file RLlib reads first from a checkpoint (the algorithm class and its constructor
-    arguments, a pickle) cannot be read: the one a crash or a full disk mid-save would leave cut."""
-    import pickle
+    arguments, a pickle) is missing or cut; its opcodes are read without running them (RLlib itself unpickles the
+    checkpoint when it restores it: resume only runs you trust, docs/training.md)."""
+    import pickletools
 
     from ray.rllib.utils.checkpoints import Checkpointable
 
     header = checkpoint / Checkpointable.CLASS_AND_CTOR_ARGS_FILE_NAME
     try:
         with open(header, "rb") as handle:
-            pickle.load(handle)
+            for _ in pickletools.genops(handle):
+                pass
     except Exception as err:  # noqa: BLE001 -- missing, cut or foreign: each its own exception type
         raise ValueError(f"{checkpoint} is damaged and cannot be read ({header.name}: {type(err).__name__}); "
                          "restore it from a copy, or --overwrite to start the run over") from None
