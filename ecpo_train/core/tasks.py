@@ -3,7 +3,8 @@ training engines (and the leaderboard) use."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -35,3 +36,17 @@ def draw_tasks(pool: Sequence[str], n_groups: int, rng: np.random.Generator, ite
         start = iteration * n_groups
         return [pool[(start + j) % len(pool)] for j in range(n_groups)]
     raise ValueError(f"task_draw={mode!r}; valid: {', '.join(TASK_DRAWS)}")
+
+
+def training_tasks(config: Any, env_tasks: Callable[[], Sequence[Any]]) -> list[str]:
+    """A run's training tasks: the config's ``train_tasks``, else every task of the environment (``env_tasks()``,
+    asked for only then)."""
+    return [str(t) for t in (config.train_tasks or env_tasks())]
+
+
+def run_tasks(config: Any, env_tasks: Callable[[], Sequence[Any]]) -> tuple[list[str], list[str]]:
+    """A run's training and validation task lists, from its config (``train_tasks``, ``val_tasks``,
+    ``val_num_tasks``) and ``env_tasks()``, the environment's tasks in their order (asked for only where the config
+    lists none): by default every task trains and the first ``val_num_tasks`` validate."""
+    val = [str(t) for t in (config.val_tasks or list(env_tasks())[: config.val_num_tasks])]
+    return training_tasks(config, env_tasks), val

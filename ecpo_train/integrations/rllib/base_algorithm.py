@@ -1,7 +1,7 @@
 """What both RLlib algorithms share: PPO's ``Algorithm`` with checkpoint paths taken from the working directory and
 a resource request refused, in one line, when it can never fit the running Ray cluster.
 
-The LLM algorithm (``llm/algorithm.py``, ``ECPO``) and the classic-RL example (``candidate/algorithm.py``,
+The LLM algorithm (``llm/config.py``, ``ECPO``) and the classic-RL example (``candidate/config.py``,
 ``CandidateECPO``) subclass ``GroupCreditAlgorithm``.
 """
 
