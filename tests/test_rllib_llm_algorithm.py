@@ -304,8 +304,8 @@ def test_ecpo_train_engine_rllib_writes_the_native_run_folder(tiny_model_dir, tm
 def test_corridor_llm_learns_through_build_algo_with_two_runners(tiny_model_dir, tmp_path, ray_session):
     """``corridor_llm`` through ``build_algo()`` with 2 env-runner actors raises the exact (noise-free, DP)
     success of the LM: SmolLM2 when it has been pulled, else the tiny random model with a larger step."""
-    from ecpo_train.apps.models import default_cache_dir
     from ecpo_train.runtime.config import load_config
+    from ecpo_train.runtime.models import default_cache_dir
 
     real = default_cache_dir() / "smollm2-135m-instruct"
     model, lr = (real, "2e-5") if (real / "config.json").exists() else (tiny_model_dir, "3e-3")
