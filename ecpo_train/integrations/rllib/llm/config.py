@@ -162,11 +162,13 @@ class ECPOConfig(GroupCreditConfig):
         return apply_train_config(cls(), train)
 
     def get_default_rl_module_spec(self) -> RLModuleSpec:
-        from ecpo_train.integrations.rllib.llm.module import CausalLMRLModule
+        from ecpo_train.integrations.rllib.llm.module import LEARNER_DEVICE, CausalLMRLModule
         from ecpo_train.runtime.config import config_dict
 
+        learner_device = "cuda" if float(self.num_gpus_per_learner or 0) > 0 else "cpu"
         return RLModuleSpec(module_class=CausalLMRLModule,
-                            model_config={"train_config": config_dict(self.to_train_config())})
+                            model_config={"train_config": config_dict(self.to_train_config()),
+                                          LEARNER_DEVICE: learner_device})
 
     def get_default_learner_class(self):
         from ecpo_train.integrations.rllib.llm.learner import ECPOLLMLearner
