@@ -42,7 +42,7 @@ class Sampled:
     """What a sampler played in one iteration: the rows the learner updates on (``tables``: whole groups, one or
     more ``TrajectoryBatch`` in group order), the episodes' metrics, the phases' seconds (``time/<phase>``), the
     sampling report (``sampling/<key>``), and the engine's own record of it (``played``: the native ``Rollout``,
-    the RLlib runners' answers)."""
+    the RLlib episodes' outcomes)."""
 
     tables: list[TrajectoryBatch]
     metrics: dict[str, float]
