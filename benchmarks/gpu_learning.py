@@ -104,7 +104,7 @@ def learning_overrides(args: argparse.Namespace, work: Path) -> tuple[str, list[
 def write_smoke_model(args: argparse.Namespace, work: Path) -> None:
     """Under ``--smoke``, write the tiny random model :func:`learning_overrides` names (otherwise nothing)."""
     if args.smoke:
-        from ecpo_train.apps.models import write_tiny_model
+        from ecpo_train.runtime.models import write_tiny_model
 
         write_tiny_model(work / "tiny", tokenizer_path=tokenizer_dir())
 

@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iterations", type=int, default=3)
     parser.add_argument("--out", type=Path, default=RESULTS / "lag0_identity.json")
     args = parser.parse_args(argv)
-    from ecpo_train.apps.models import write_tiny_model
+    from ecpo_train.runtime.models import write_tiny_model
 
     commit = subprocess.run(["git", "rev-parse", "--short", args.baseline], cwd=ROOT, capture_output=True,
                             text=True, check=False)

@@ -272,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     model = args.model
     if model is None:
-        from ecpo_train.apps.models import default_cache_dir
+        from ecpo_train.runtime.models import default_cache_dir
 
         model = str(default_cache_dir() / "smollm2-135m-instruct")
         if not (Path(model) / "config.json").exists():

@@ -249,7 +249,7 @@ def child(variant: str, model_dir: str, args: argparse.Namespace) -> dict[str, f
 
 
 def model_dirs(names: list[str]) -> dict[str, str]:
-    from ecpo_train.apps.models import MARKER_FILE, default_cache_dir, write_tiny_model
+    from ecpo_train.runtime.models import MARKER_FILE, default_cache_dir, write_tiny_model
 
     found = {}
     for name in names:

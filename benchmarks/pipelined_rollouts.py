@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     import ray
 
-    from ecpo_train.apps.models import write_tiny_model
+    from ecpo_train.runtime.models import write_tiny_model
 
     out: dict[str, Any] = {"machine": platform.platform(), "cpus": os.cpu_count(), "iterations": args.iterations,
                            "runners": args.runners, "load_average_start": os.getloadavg(), "cases": {}}

@@ -59,7 +59,7 @@ RESUMED_KEYS = ("iteration", "success", "num_steps", "credit/advantage_std", "cr
 SMOKE_RUN = {"env_id": "ecpo/DivergentAnchor-v0", "env_kwargs": {"num_tasks": 2, "depth": 4, "rare_prob": [0.4, 0.7]},
              "val_tasks": None, "n_groups": 2, "group_size": 4, "history_length": 0, "credit": {"d_min": 1},
              "lr": 1e-3, "lr_warmup_steps": 0, "kl_coef": 0.0, "mini_batch_size": 8, "micro_batch_size": 4,
-             "update_epochs": 2, "mixed_precision": "none", "explore_epsilon": 0.0, "rollout_temperature": 1.0,
+             "num_epochs": 2, "mixed_precision": "none", "explore_epsilon": 0.0, "rollout_temperature": 1.0,
              "threads": 1, "seed": 5}
 CPU_RUNNER_CORES = 2  # part 5: cores (and torch threads) of one runner on the CPU
 CREDIT_TIMER = ("timers", "connectors", "step_table_credit")  # RLlib's own timer of the learner connector piece

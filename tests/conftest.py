@@ -18,7 +18,7 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     """A 2-layer Qwen2 (hidden 64) written once per session; skipped without the Qwen2.5 tokenizer."""
     if not (TOKENIZER_DIR / "tokenizer.json").exists():
         pytest.skip(f"Qwen2.5 tokenizer not found at {TOKENIZER_DIR}; set ECPO_TOKENIZER_DIR")
-    from ecpo_train.apps.models import write_tiny_model
+    from ecpo_train.runtime.models import write_tiny_model
 
     return write_tiny_model(tmp_path_factory.mktemp("tiny"), tokenizer_path=TOKENIZER_DIR, seed=0)
 

@@ -9,7 +9,14 @@ import numpy as np
 import pytest
 
 from ecpo_train.core.batch import TrajectoryBatch
-from ecpo_train.core.iteration import credit_step, draw_iteration, iteration_metrics
+from ecpo_train.core.iteration import (
+    credit_step,
+    draw_iteration,
+    iteration_metrics,
+    shuffle_generator,
+    shuffle_plan,
+    update_rows,
+)
 from ecpo_train.core.loss import UpdateSettings
 from ecpo_train.core.tasks import draw_tasks
 from ecpo_train.runtime.builders import update_settings
@@ -42,6 +49,29 @@ def test_credit_step_is_the_configs_estimator_on_the_table():
     advantages, diagnostics = credit_step(TrainConfig(policy="tabular", algorithm="grpo"), table)
     assert np.asarray(advantages).tolist() == pytest.approx([0.7071067, -0.7071067], abs=1e-6)
     assert isinstance(diagnostics, dict)
+
+
+def test_one_shards_shuffle_is_the_runs_own_stream_and_several_get_a_seed_each():
+    # one process or learner: the update draws exactly the permutations the run's generator itself would draw,
+    # and the generator continues past them (the native trainer's stream, wherever the update runs)
+    mine, reference = np.random.default_rng(3), np.random.default_rng(3)
+    generator = shuffle_generator(shuffle_plan(mine, rows=7, epochs=2, shards=1))
+    expected = [reference.permutation(7) for _ in range(2)]
+    assert [generator.permutation(7).tolist() for _ in range(2)] == [e.tolist() for e in expected]
+    assert mine.bit_generator.state == reference.bit_generator.state
+    # several shards: one seed from the run's generator, shard k shuffles with seed + k
+    plan = shuffle_plan(mine, rows=7, epochs=2, shards=3)
+    assert plan == {"seed": int(reference.integers(2**63 - 1))}
+    assert shuffle_generator(plan, 2).permutation(7).tolist() == \
+        np.random.default_rng(plan["seed"] + 2).permutation(7).tolist()
+
+
+def test_update_rows_leaves_out_equal_return_groups_only_when_the_run_does():
+    table = TrajectoryBatch.from_trajectories([  # group a: returns 1 and 0; group b: 1 and 1 (equal)
+        {"group_id": g, "traj_id": t, "anchor_keys": ["s"], "action_keys": [f"x{t}"], "rewards": [r]}
+        for g, t, r in (("a", 0, 1.0), ("a", 1, 0.0), ("b", 2, 1.0), ("b", 3, 1.0))])
+    assert update_rows(TrainConfig(policy="tabular"), [table]) == 4
+    assert update_rows(TrainConfig(policy="tabular", filter_equal_return_groups=True), [table]) == 2
 
 
 def test_iteration_metrics_names_and_order():

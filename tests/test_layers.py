@@ -24,15 +24,21 @@ def _modules():
 
 def _imports(path: Path, name: str):
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            yield from (alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:  # relative: resolve against this module's package (a package's __init__ is its own)
-                package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
-                base = package[: len(package) - node.level + 1]
-                yield ".".join(base + ([node.module] if node.module else []))
-            elif node.module:
-                yield node.module
+        yield from _targets(node, path, name)
+
+
+def _targets(node: ast.AST, path: Path, name: str) -> list[str]:
+    """The modules one import statement names (``from p import x``: ``p``)."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if isinstance(node, ast.ImportFrom):
+        if node.level:  # relative: resolve against this module's package (a package's __init__ is its own)
+            package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+            base = package[: len(package) - node.level + 1]
+            return [".".join(base + ([node.module] if node.module else []))]
+        if node.module:
+            return [node.module]
+    return []
 
 
 def _upward_imports():
@@ -67,3 +73,40 @@ def test_architecture_page_lists_every_trainer_module():
     missing = [str(path.relative_to(ROOT)) for name, path in _modules()
                if name.startswith("ecpo_train") and path.name != "__init__.py" and path.name not in page]
     assert missing == []
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """Every module of the two packages -> the modules of them it imports, nested imports included (``from p
+    import m`` imports the module ``p.m`` where there is one)."""
+    modules = dict(_modules())
+    graph = {}
+    for name, path in modules.items():
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            for base in _targets(node, path, name):
+                submodules = [f"{base}.{alias.name}" for alias in getattr(node, "names", [])
+                              if isinstance(node, ast.ImportFrom) and f"{base}.{alias.name}" in modules]
+                targets |= set(submodules) or {base}
+        graph[name] = {target for target in targets if target in modules and target != name}
+    return graph
+
+
+def test_no_two_modules_import_each_other():
+    # a pair that imports each other is one job in two files, or a rule split between them
+    graph = _module_graph()
+    pairs = sorted({tuple(sorted((a, b))) for a, targets in graph.items() for b in targets if a in graph.get(b, ())})
+    assert pairs == []
+
+
+def test_the_graph_sees_a_pair_through_a_package_import(tmp_path):
+    path = tmp_path / "step.py"
+    path.write_text("def f():\n    from ecpo_train.integrations.rllib.llm import pipeline\n")
+    (node,) = [n for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.ImportFrom)]
+    assert _targets(node, path, "ecpo_train.integrations.rllib.llm.step") == ["ecpo_train.integrations.rllib.llm"]
+
+
+def test_the_library_imports_nothing_of_the_checkouts_benchmarks():
+    # wheels ship ecpo_gym and ecpo_train only: `ecpo bench` runs `python -m benchmarks.NAME` instead
+    found = [f"{name} imports {target}" for name, path in _modules() for target in _imports(path, name)
+             if target == "benchmarks" or target.startswith("benchmarks.")]
+    assert found == []

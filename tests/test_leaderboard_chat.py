@@ -23,8 +23,8 @@ SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 # ------------------------------------------------------------------ chat agents against a real local server
 @pytest.fixture(scope="module")
 def tiny_server(tmp_path_factory):
-    from ecpo_train.apps.models import write_tiny_model
     from ecpo_train.evaluation.chat import TransformersChatModel
+    from ecpo_train.runtime.models import write_tiny_model
 
     if str(SCRIPTS) not in sys.path:
         sys.path.insert(0, str(SCRIPTS))

@@ -104,7 +104,7 @@ def test_placeholders_are_filled_and_empty_action_lists_refused(scorer):
 
 
 def _smollm2_dir() -> Path | None:
-    from ecpo_train.apps.models import default_cache_dir
+    from ecpo_train.runtime.models import default_cache_dir
 
     folder = default_cache_dir() / "smollm2-135m-instruct"
     return folder if (folder / "config.json").exists() else None

@@ -20,8 +20,8 @@ ENV_ID = "ecpo/DivergentAnchor-v0"
 def policy(tmp_path_factory):
     if not (TOKENIZER_DIR / "tokenizer.json").exists():
         pytest.skip(f"Qwen2.5 tokenizer not found at {TOKENIZER_DIR}; set ECPO_TOKENIZER_DIR")
-    from ecpo_train.apps.models import write_tiny_model
     from ecpo_train.policies.llm import TransformersPolicy
+    from ecpo_train.runtime.models import write_tiny_model
 
     folder = write_tiny_model(tmp_path_factory.mktemp("tiny"), tokenizer_path=TOKENIZER_DIR, seed=0)
     return TransformersPolicy(str(folder), env_name=ENV_ID, max_response_length=12, history_length=0,

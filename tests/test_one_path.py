@@ -98,9 +98,9 @@ def test_malformed_reply_rllib(tmp_path, monkeypatch):
     import pytest
 
     ray = pytest.importorskip("ray")
-    from ecpo_train.apps.models import write_tiny_model
     from ecpo_train.integrations.rllib import ECPOConfig
     from ecpo_train.policies.parsing import parse_action
+    from ecpo_train.runtime.models import write_tiny_model
 
     monkeypatch.delenv("ECPO_TOKENIZER_DIR", raising=False)  # the small trained tokenizer keeps this fast
     model_dir = write_tiny_model(tmp_path / "tiny", seed=0)

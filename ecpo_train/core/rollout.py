@@ -286,6 +286,16 @@ def collect_rollout(
                    metrics=metrics)
 
 
+def training_rollout(envs: GroupVectorEnv, policy: Actor, task_ids: Sequence[str], config: Any, seed: int,
+                     policy_version: int = 0) -> Rollout:
+    """Step A as a run plays it, wherever it runs (the native trainer, an RLlib env runner, a replay of one):
+    :func:`collect_rollout` with the run's env, sampling temperature, anchor key, history length and waves
+    (``config``: a ``runtime.config.TrainConfig``)."""
+    return collect_rollout(envs, policy, list(task_ids), env_name=config.env_id, temperature=config.rollout_temperature,
+                           seed=int(seed), anchor_key=config.anchor_key, history_length=config.history_length,
+                           policy_version=policy_version, waves=config.rollout_waves)
+
+
 def fault_metrics(episodes: Sequence[Episode], dropped_rows: int) -> dict[str, float]:
     """``env/worker_failures`` (distinct faults: a dead worker is one, however many copies it held),
     ``env/faulted_episodes`` and ``env/dropped_rows``; a rollout with a fault also prints one warning line."""

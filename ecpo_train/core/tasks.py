@@ -3,7 +3,7 @@ training engines (and the leaderboard) use."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -21,7 +21,7 @@ def task_lists(config: Any, all_tasks: Sequence[str], env: Any = None) -> tuple[
     from ecpo_gym.group_workers import unknown_tasks
 
     all_tasks = [str(t) for t in all_tasks]
-    lists = {"train_tasks": [str(t) for t in config.train_tasks] if config.train_tasks is not None else all_tasks,
+    lists = {"train_tasks": training_tasks(config, lambda: all_tasks),
              "val_tasks": [str(t) for t in config.val_tasks] if config.val_tasks is not None
              else all_tasks[: config.val_num_tasks]}
     known = set(all_tasks)
@@ -60,3 +60,9 @@ def draw_tasks(pool: Sequence[str], n_groups: int, rng: np.random.Generator, ite
         start = iteration * n_groups
         return [pool[(start + j) % len(pool)] for j in range(n_groups)]
     raise ValueError(f"task_draw={mode!r}; valid: {', '.join(TASK_DRAWS)}")
+
+
+def training_tasks(config: Any, env_tasks: Callable[[], Sequence[Any]]) -> list[str]:
+    """A run's training tasks: the config's ``train_tasks``, else every task of the environment (``env_tasks()``,
+    asked for only then). The one default rule; :func:`task_lists` checks the lists against the environment."""
+    return [str(t) for t in (config.train_tasks if config.train_tasks is not None else env_tasks())]

@@ -5,14 +5,13 @@
 step E on a step-row table (its token columns, old log-probs padded when the table was built);
 ``exact_success`` is the noise-free
 validation of the diagnostic corridors; ``sampling_state_restored`` keeps validation from disturbing the training
-RNG streams; ``warn_if_no_signal`` says why an iteration cannot move the policy.
+RNG streams.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,7 +19,6 @@ import numpy as np
 import torch
 
 from ecpo_train.core.loss import UpdateSettings
-from ecpo_train.core.rollout import Rollout
 from ecpo_train.core.tasks import task_lists
 from ecpo_train.policies.base import Policy, StepContext
 from ecpo_train.runtime.config import TrainConfig
@@ -250,20 +248,6 @@ def sampling_state_restored(policy: Any):
             torch.cuda.set_rng_state_all(cuda)
         if own_state is not None:
             own.set_state(own_state)
-
-
-def warn_if_no_signal(rollout: Rollout, advantages: np.ndarray, iteration: int) -> bool:
-    """Say loudly when an iteration's advantages are all zero (the update cannot move the policy), and why."""
-    if advantages.size == 0 or np.any(advantages != 0):
-        return False
-    invalid = rollout.metrics.get("invalid_action_rate", 0.0)
-    if invalid >= 1.0:
-        why = "every action was invalid (the model never produced a well-formed action: try policy_mode=score or `ecpo sft`)"
-    else:
-        why = f"every rollout of every group got the same return (invalid-action rate {invalid:.2f})"
-    print(f"warning: iteration {iteration}: every advantage is 0, so this update changes nothing: {why}",
-          file=sys.stderr)
-    return True
 
 
 def check_env_and_model(config: TrainConfig) -> None:

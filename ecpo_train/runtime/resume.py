@@ -19,6 +19,7 @@ lacks (written by another version) is compared with its default. The keys that m
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from ecpo_train.policies.atomic import current_folder
 from ecpo_train.runtime.checkpoint_io import checkpoint_config, load_checkpoint
 from ecpo_train.runtime.run_dir import (
     ENGINE_KEY,
+    MetricsLog,
     RunFolder,
     begin_run,
     check_metrics_file,
@@ -160,52 +162,86 @@ def resume_changes(saved: dict[str, Any], new: dict[str, Any]) -> dict[str, list
     return changes
 
 
+def start_run(run_dir: Path, config: dict[str, Any], *, engine: str, resume: bool, overwrite: bool,
+              checked_checkpoint: Callable[[StartPlan], Any], load: Callable[[StartPlan, Any], int],
+              metrics_log: Callable[[Any], MetricsLog], writes: bool = True,
+              agree: Callable[[ValueError | None], None] | None = None) -> tuple[StartPlan, Any]:
+    """The start sequence of both engines: lock -> plan -> checkpoint -> ``begin_run``; returns the plan and the
+    held lock (``run_lock.RunLock``; ``None`` where this process does not write).
+
+    ``writes``: this process takes the folder's lock, plans the start (:func:`plan_start`) and writes (under FSDP
+    process 0; the others plan a ``resume`` or a ``start`` as asked). ``checked_checkpoint(plan)``: on a resume the
+    engine's checkpoint, read and checked (it may set ``plan.changes``), else ``None``; a ``ValueError`` refuses the
+    start with the lock given back and no byte written. ``agree(refusal)``: every process's refusal together (FSDP).
+    ``load(plan, checkpoint)``: the engine loads it (or builds afresh) and says how many iterations are done;
+    ``metrics_log(lock)``: the log ``begin_run`` starts. The lock is given back if any of them fails."""
+    from ecpo_train.runtime.run_lock import acquire_run_lock
+
+    refusal: ValueError | None = None
+    plan, checkpoint, lock = StartPlan(run_dir, "start"), None, None
+    try:
+        if writes:  # first the lock: what is checked below cannot change under us
+            lock = acquire_run_lock(run_dir, engine)
+        # the other processes take the writer's reading of the folder (it may already be writing it)
+        plan = plan_start(run_dir, config, resume=resume, overwrite=overwrite, engine=engine) if writes else \
+            StartPlan(run_dir, "resume" if resume else "start")
+        checkpoint = checked_checkpoint(plan)
+    except ValueError as err:
+        refusal = err
+    if refusal is not None and lock is not None:
+        lock.release()
+    if agree is not None:
+        agree(refusal)
+    if refusal is not None:
+        raise refusal
+    try:
+        iteration = load(plan, checkpoint)
+        if writes:
+            begin_run(metrics_log(lock), plan.kind, iteration, plan.changes)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+    return plan, lock
+
+
 def open_run(trainer: Any, resume: bool = False, overwrite: bool = False) -> StartPlan:
     """Take the folder's lock, check everything a start needs, then prepare ``trainer``'s folder for
-    ``trainer.train()``.
+    ``trainer.train()`` (:func:`start_run`).
 
     ``trainer`` is built (env and model checked) but has written nothing. On ``--resume`` the checkpoint is read
     and checked against the config, and ``metrics.jsonl`` is checked, before the first byte is written. Under
     FSDP process 0 takes the lock, checks the folder and writes; every process reads the checkpoint, and all
     refuse together. The lock is the metrics log's until it closes (``Trainer.close``)."""
     from ecpo_train.runtime.config import config_dict
-    from ecpo_train.runtime.run_lock import acquire_run_lock
 
-    run_dir, config = trainer.run_dir, config_dict(trainer.config)
-    folder = RunFolder(run_dir)
-    refusal: ValueError | None = None
-    plan, state, lock = StartPlan(run_dir, "start"), None, None
-    try:
-        if trainer.is_main:  # first the lock: what is checked below cannot change under us
-            lock = acquire_run_lock(run_dir, "native")
-        # the other processes take process 0's reading of the folder (it may already be writing it)
-        plan = plan_start(run_dir, config, resume=resume, overwrite=overwrite) if trainer.is_main else \
-            StartPlan(run_dir, "resume" if resume else "start")
-        if plan.kind == "resume" and folder.checkpoint().exists():
-            state = _checked_checkpoint(folder.checkpoint(), trainer.config.iterations)
-            plan.changes = resume_changes(dict(state.get("config") or {}), config)
-            if trainer.is_main:
-                check_metrics_file(folder.metrics)
-    except ValueError as err:
-        refusal = err
-    if refusal is not None and lock is not None:
-        lock.release()
-    if trainer.dp is not None and trainer.dp.max(float(refusal is not None)):
-        raise refusal or ValueError("process 0 refused the start (its error is above)")
-    if refusal is not None:
-        raise refusal
-    if not trainer.is_main:
+    config, folder = config_dict(trainer.config), RunFolder(trainer.run_dir)
+
+    def checked(plan: StartPlan) -> dict[str, Any] | None:
+        if plan.kind != "resume" or not folder.checkpoint().exists():
+            return None
+        state = _checked_checkpoint(folder.checkpoint(), trainer.config.iterations)
+        plan.changes = resume_changes(dict(state.get("config") or {}), config)
+        if trainer.is_main:
+            check_metrics_file(folder.metrics)
+        return state
+
+    def agree(refusal: ValueError | None) -> None:
+        if trainer.dp is not None and trainer.dp.max(float(refusal is not None)):
+            raise refusal or ValueError("process 0 refused the start (its error is above)")
+
+    def load(_: StartPlan, state: dict[str, Any] | None) -> int:
         if state is not None:
             trainer.load_checkpoint(state=state)
-        return plan
-    trainer.metrics_log.lock = lock
-    try:
-        if state is not None:
-            trainer.load_checkpoint(state=state)
-        begin_run(trainer.metrics_log, plan.kind, trainer.iteration, plan.changes)
-    except BaseException:
-        trainer.metrics_log.close()
-        raise
+        return trainer.iteration
+
+    def metrics_log(lock: Any) -> MetricsLog:
+        trainer.metrics_log.lock = lock  # the log's until it closes
+        return trainer.metrics_log
+
+    plan, _ = start_run(trainer.run_dir, config, engine="native", resume=resume, overwrite=overwrite,
+                        checked_checkpoint=checked, load=load, metrics_log=metrics_log, writes=trainer.is_main,
+                        agree=agree)
     return plan
 
 

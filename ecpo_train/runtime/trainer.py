@@ -1,5 +1,6 @@
-"""The native single-process ECPO trainer: the paper's Algorithm 1, CleanRL-style, driving ``core.iteration``
-(the steps both engines share) with the environments, FSDP and checkpoints of this process.
+"""The native single-process ECPO trainer: the paper's Algorithm 1 as ``core.iteration.run_iteration`` runs it
+(the one order of the steps, both engines), with the sampler and learner of this process
+(``runtime/native_step.py``: the environments, FSDP), and the run's checkpoints.
 
 Each iteration reads top to bottom:
 
@@ -22,7 +23,6 @@ import contextlib
 import os
 import random
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -31,21 +31,13 @@ import numpy as np
 import torch
 
 from ecpo_gym.group import GroupVectorEnv
-from ecpo_train.core.credit import gae_targets
-from ecpo_train.core.iteration import credit_step, draw_iteration, finish_iteration, iteration_metrics
-from ecpo_train.core.rollout import Rollout, collect_rollout
+from ecpo_train.core.iteration import run_iteration
+from ecpo_train.core.rollout import Rollout
 from ecpo_train.core.tasks import task_lists, validation_seed
-from ecpo_train.policies.critic import critic_update, critic_values
-from ecpo_train.runtime.builders import (
-    build_critic,
-    build_policy,
-    update_on_table,
-    validation_metrics,
-    validation_outcome,
-    warn_if_no_signal,
-)
+from ecpo_train.runtime.builders import build_critic, build_policy, validation_metrics, validation_outcome
 from ecpo_train.runtime.checkpoint_io import checkpoint_size, load_checkpoint, save_checkpoint
 from ecpo_train.runtime.config import TrainConfig, config_dict
+from ecpo_train.runtime.native_step import EnvGroupSampler, TrainerLearner
 from ecpo_train.runtime.progress import Progress
 from ecpo_train.runtime.run import run_iterations
 from ecpo_train.runtime.run_dir import (
@@ -106,8 +98,7 @@ class Trainer:
         self.local_groups = config.n_groups // (self.dp.world_size if self.dp is not None else 1)
         self.envs = GroupVectorEnv(config.env_id, self.local_groups, config.group_size,
                                    num_workers=config.env_workers, env_kwargs=config.env_kwargs)
-        all_tasks = list(self.envs.task_ids)
-        self.train_tasks, self.val_tasks = task_lists(config, all_tasks)  # refused here, before anything is written
+        self.train_tasks, self.val_tasks = task_lists(config, list(self.envs.task_ids))  # refused here, before anything is written
         self.val_envs: GroupVectorEnv | None = None
         self.policy = build_policy(config, device=self.dp.device if self.dp is not None else None)
         self.reference = self.policy.frozen_copy() if config.kl_coef > 0 else None
@@ -134,73 +125,16 @@ class Trainer:
 
     # ------------------------------------------------------------------ Algorithm 1, one iteration
     def train_iteration(self) -> dict[str, float]:
-        cfg = self.config
-        started = time.perf_counter()
-        self.policy.eval()
-        task_ids, env_seed = draw_iteration(cfg, self.train_tasks, self.rng, self.iteration)
-
-        if self.dp is not None:  # this process's whole groups; each copy keeps the env seed of the full batch
-            task_ids = self.dp.local_share(task_ids)
-            env_seed += self.dp.rank * self.local_groups * cfg.group_size
-
-        # Step A: group rollout collection from pi_old (= the current policy before this update)
-        self._phase(f"iteration {self.iteration + 1}: rollout of {cfg.n_groups} x {cfg.group_size} episodes")
-        with self._gathered():
-            rollout = collect_rollout(self.envs, self.policy, task_ids, env_name=cfg.env_id,
-                                      temperature=cfg.rollout_temperature, seed=env_seed,
-                                      anchor_key=cfg.anchor_key, history_length=cfg.history_length,
-                                      waves=cfg.rollout_waves)
-        batch = rollout.batch
-
-        # Steps B-D: anchors, ECA, VarGate -> one advantage per step row (or PPO's GAE on the critic's values)
-        credit_started = time.perf_counter()
-        prompts, keys = batch.prompt_ids, batch.extras["state_key"]
-        values = critic_values(self.critic, prompts, keys, cfg.micro_batch_size) if self.critic is not None else None
-        step_advantages, credit_diag = credit_step(cfg, batch, values)
-        if self.critic is not None:  # PPO: then V is fitted to the lambda-returns of eq. gae
-            _, targets = gae_targets(batch.credit_rows(), values, cfg.credit, cfg.gae_lambda)
-            credit_diag |= critic_update(self.critic, self.critic_optimizer, prompts, keys, targets, generator=self.rng,
-                                         mini_batch_size=cfg.mini_batch_size, micro_batch_size=cfg.micro_batch_size,
-                                         max_grad_norm=cfg.max_grad_norm)
-        credit_seconds = time.perf_counter() - credit_started
-        self.last_rollout, self.last_advantages = rollout, np.asarray(step_advantages)
-        if self.dp is None:
-            warn_if_no_signal(rollout, np.asarray(step_advantages), self.iteration + 1)
-        elif not self.dp.max(float(np.any(np.asarray(step_advantages) != 0))) and self.is_main:
-            warn_if_no_signal(rollout, np.asarray(step_advantages), self.iteration + 1)  # no process has signal
-
-        # Step E: optimise eq. ecpo_objective; every token of an action gets its step's advantage. The policy
-        # stays in eval mode (dropout off) so the learner scores the very distribution the rollout sampled
-        # from: at theta = theta_old the ratio is exactly 1 and the KL to the (eval-mode) reference is 0.
-        update_started = time.perf_counter()
-        self._phase(f"iteration {self.iteration + 1}: update on {len(batch)} steps")
-        update_stats = self.update_policy(rollout, torch.as_tensor(np.asarray(step_advantages), dtype=torch.float32))
-        self.policy.sync_generation_weights()  # vLLM generation: the next rollout samples from the new weights
-        update_seconds = time.perf_counter() - update_started
-        self.iteration += 1
-
-        metrics = iteration_metrics(self.iteration, len(batch), rollout.metrics, credit_diag, update_stats,
-                                    {"generation": rollout.generation_seconds, "env": rollout.env_seconds,
-                                     "credit": credit_seconds, "update": update_seconds})
-        if self.dp is not None:  # equal shares of whole groups: the mean over processes is the batch mean,
-            counts = {k: v for k, v in metrics.items() if k == "num_steps" or k.startswith("credit/num_")}
-            world = self.dp.world_size  # ... and counts (steps, groups, anchors) add up
-            metrics = self.dp.mean_stats(metrics)
-            metrics |= {k: v * world for k, v in self.dp.mean_stats(counts).items()}
-        return finish_iteration(metrics, cfg, self.iteration, self._validate_in_iteration, started)
+        """One iteration (``core.iteration.run_iteration``) with this process's env group and update
+        (``runtime.native_step``)."""
+        return run_iteration(self.config, self.iteration, self.rng, self.train_tasks, EnvGroupSampler(self),
+                             TrainerLearner(self), self._validate_in_iteration, speaks=self.is_main)
 
     def _validate_in_iteration(self) -> dict[str, float]:
-        self._phase(f"iteration {self.iteration}: validation on {len(self.val_tasks)} tasks")
+        self.phase(f"iteration {self.iteration}: validation on {len(self.val_tasks)} tasks")
         return self.validate()
 
-    def update_policy(self, rollout: Rollout, step_advantages: torch.Tensor) -> dict[str, float]:
-        generator = self.rng
-        if self.dp is not None:  # the shuffle of this process's rows must not desynchronise the shared task draw
-            generator = np.random.default_rng(int(self.rng.integers(2**63 - 1)) + self.dp.rank)
-        return update_on_table(self.policy, self.config, rollout.batch, step_advantages, self.optimizer, generator,
-                               reference=self.reference, reducer=self.dp)
-
-    def _gathered(self) -> Any:
+    def gathered(self) -> Any:
         """Sampling under FSDP: the policy's full weights on every process (no collective per token)."""
         return self.dp.gathered(self.policy.model) if self.dp is not None else contextlib.nullcontext()
 
@@ -233,7 +167,7 @@ class Trainer:
                     self.val_envs = envs
             self.policy.eval()
             try:
-                with self._gathered():
+                with self.gathered():
                     episodes, exact = validation_outcome(self.policy, cfg, envs, tasks, seed)
             finally:
                 if not configured:
@@ -251,7 +185,7 @@ class Trainer:
         return validation_metrics(episodes, exact)
 
     # ------------------------------------------------------------------ the loop
-    def _phase(self, text: str) -> None:
+    def phase(self, text: str) -> None:
         if self.progress is not None:
             self.progress.phase(text)
 

@@ -19,7 +19,7 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-from ecpo_gym.alfworld.native.game import Game, GameLoadError
+from ecpo_gym.alfworld.native.game import Fact, Game, GameLoadError
 from ecpo_gym.alfworld.native.logic import State
 from ecpo_gym.alfworld.native.textgen import TextGenerator
 
@@ -27,21 +27,6 @@ NOTHING_HAPPENS = "Nothing happens."
 _GAMES: OrderedDict[tuple, Game] = OrderedDict()
 _GAMES_LOCK = threading.Lock()
 _GAMES_MAX = 64
-
-
-class Fact:
-    """A fact shaped like the reference engine's propositions: ``name`` and ``str()`` agree with them."""
-
-    __slots__ = ("_text", "args", "name")
-
-    def __init__(self, name: str, args: tuple, text: str) -> None:
-        self.name, self.args, self._text = name, args, text
-
-    def __str__(self) -> str:
-        return self._text
-
-    def __repr__(self) -> str:
-        return f"Fact({self._text})"
 
 
 class NativeState(dict):

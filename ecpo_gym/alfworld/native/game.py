@@ -26,6 +26,21 @@ def _grammar(text: str) -> Grammar:
     return parse_grammar(text)
 
 
+class Fact:
+    """A fact shaped like the reference engine's propositions: ``name`` and ``str()`` agree with them."""
+
+    __slots__ = ("_text", "args", "name")
+
+    def __init__(self, name: str, args: tuple, text: str) -> None:
+        self.name, self.args, self._text = name, args, text
+
+    def __str__(self) -> str:
+        return self._text
+
+    def __repr__(self) -> str:
+        return f"Fact({self._text})"
+
+
 class CompiledAction:
     """One action schema: parameters, precondition conjunctions (join plans), effects, texts."""
 
@@ -169,8 +184,6 @@ class Game:
         key = (pred, args)
         made = self._facts.get(key)
         if made is None:
-            from ecpo_gym.alfworld.native.engine import Fact
-
             text = "{}({})".format(pred, ", ".join(f"{a}: {self.type_of.get(a, 'object')}" for a in args))
             made = self._facts[key] = Fact(pred, args, text)
         return made

@@ -18,6 +18,7 @@ from ray.rllib.algorithms.ppo import PPOConfig
 
 from ecpo_train.core.credit import CreditConfig, available_estimators, check_group_size
 from ecpo_train.core.rollout import check_anchor_key
+from ecpo_train.integrations.rllib.base_algorithm import check_gpu_request
 from ecpo_train.runtime.config import TrainConfig
 
 SECONDS_PER_GROUP_STEP = 30.0  # the derived sampling timeout's budget for one step of one group (N copies at once)
@@ -126,6 +127,10 @@ class GroupCreditConfig(PPOConfig):
         return super().update_from_dict(config_dict)
 
     def validate(self) -> None:
+        try:  # GPUs that cannot be had would leave the actors waiting forever: refused before any starts
+            check_gpu_request(self)
+        except ValueError as error:
+            self._value_error(str(error))
         super().validate()
         if self.use_critic:
             self._value_error("ECPO is critic-free: set training(use_critic=False)")

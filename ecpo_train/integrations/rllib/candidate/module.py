@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import torch
 from ray.rllib.core.columns import Columns
-from ray.rllib.core.rl_module.torch import TorchRLModule
 
+from ecpo_train.integrations.rllib.base_module import GroupCreditModule
 from ecpo_train.integrations.rllib.candidate.env import layout_from_space, split_observation
 
 # Finite (not -inf) so masked entries give zero probability without NaN entropies or KLs.
 MASKED_LOGIT = -1e9
 
 
-class CandidateScorerModule(TorchRLModule):
+class CandidateScorerModule(GroupCreditModule):
     """Policy over ``Discrete(K)`` candidate indices; ``model_config``: ``hidden_dim`` (default 64)."""
 
     def setup(self) -> None:

@@ -1,8 +1,25 @@
-"""``ECPOConfig``: the LLM algorithm's config, and the one switch to the classic-RL example.
+"""``ECPOConfig`` and ``ECPO``: the LLM algorithm's config, the one switch to the classic-RL example, and the
+algorithm it builds, ECPO training an LLM agent as an RLlib ``Algorithm`` (new API stack): ``train()``,
+``save_to_path``/``from_checkpoint``, Tune, env-runner fault tolerance, a ``LearnerGroup``. One module, as RLlib
+keeps an algorithm with its config (each names the other).
 
 An LLM run, ``rl_module(model_config={"model": DIR, ...})``: env runners are ``LLMEnvRunner`` actors playing the
-native policy (``settings.py`` maps the config to the native ``TrainConfig``), learners are ``ECPOLLMLearner``.
-A config without a ``model`` is the classic-RL example's: ``validate()`` and ``build_algo()`` hand it, once, to
+native policy (``settings.py`` maps the config to the native ``TrainConfig``), learners are ``ECPOLLMLearner``::
+
+    from ecpo_train.rllib import ECPOConfig
+
+    algo = (ECPOConfig()
+            .environment("ecpo/ALFWorldGen-v0", env_config={"env_kwargs": {"max_steps": 12}})
+            .rl_module(model_config={"model": "~/.cache/ecpo/models/smollm2-135m-instruct", "policy_mode": "score",
+                                     "prompt_style": "compact", "history_length": 1})
+            .training(group_size=8, groups_per_batch=4, estimator="ecpo", credit={"kappa": 2.0}, lr=2e-5)
+            .env_runners(num_env_runners=2)
+            .learners(num_learners=1, num_gpus_per_learner=1)
+            .build_algo())
+    result = algo.train()  # result["ecpo"]: success, val/..., credit/..., update/..., time/..., sampling/...
+
+``ECPO.training_step`` is ``step.llm_training_step`` (the native trainer's iteration on RLlib's actors). A config
+without a ``model`` is the classic-RL example's: ``validate()`` and ``build_algo()`` hand it, once, to
 ``candidate.config.CandidateECPOConfig`` (``for_algorithm``), which builds ``CandidateECPO``.
 """
 
@@ -12,9 +29,19 @@ import weakref
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 from ray.rllib.algorithms.algorithm_config import NotProvided
+from ray.rllib.algorithms.ppo import PPO
+from ray.rllib.core import (
+    COMPONENT_ENV_RUNNER,
+    COMPONENT_ENV_TO_MODULE_CONNECTOR,
+    COMPONENT_MODULE_TO_ENV_CONNECTOR,
+)
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+from ray.rllib.utils import force_list
 
+from ecpo_train.core.tasks import task_lists
+from ecpo_train.integrations.rllib.base_algorithm import GroupCreditAlgorithm, check_fits_cluster
 from ecpo_train.integrations.rllib.base_config import GroupCreditConfig
 from ecpo_train.integrations.rllib.llm.settings import apply_train_config, has_model, train_config_of
 
@@ -59,8 +86,6 @@ class ECPOConfig(GroupCreditConfig):
     """
 
     def __init__(self, algo_class=None):
-        from ecpo_train.integrations.rllib.llm.algorithm import ECPO
-
         super().__init__(algo_class=algo_class or ECPO)
         self.lora: dict = {}  # LoRA settings (lora.check_lora_settings); {} = full fine-tuning
         self.run_settings: dict = {}  # native TrainConfig keys RLlib has no name for (settings.py)
@@ -137,11 +162,13 @@ class ECPOConfig(GroupCreditConfig):
         return apply_train_config(cls(), train)
 
     def get_default_rl_module_spec(self) -> RLModuleSpec:
-        from ecpo_train.integrations.rllib.llm.module import CausalLMRLModule
+        from ecpo_train.integrations.rllib.llm.module import LEARNER_DEVICE, CausalLMRLModule
         from ecpo_train.runtime.config import config_dict
 
+        learner_device = "cuda" if float(self.num_gpus_per_learner or 0) > 0 else "cpu"
         return RLModuleSpec(module_class=CausalLMRLModule,
-                            model_config={"train_config": config_dict(self.to_train_config())})
+                            model_config={"train_config": config_dict(self.to_train_config()),
+                                          LEARNER_DEVICE: learner_device})
 
     def get_default_learner_class(self):
         from ecpo_train.integrations.rllib.llm.learner import ECPOLLMLearner
@@ -153,9 +180,9 @@ class ECPOConfig(GroupCreditConfig):
         scoring on search-QA, learners without whole groups, the lost-group policy."""
         import gymnasium as gym
 
+        from ecpo_train.integrations.rllib.llm.groups import LOST_GROUP_POLICIES
         from ecpo_train.integrations.rllib.llm.pipeline import PIPELINE_LAGS
         from ecpo_train.integrations.rllib.llm.runner import LLMEnvRunner
-        from ecpo_train.integrations.rllib.llm.step import LOST_GROUP_POLICIES
 
         if self.text_env_id is None:
             self._value_error("an LLM config needs environment('ecpo/<id>'), one of ecpo_gym's text env ids")
@@ -243,3 +270,99 @@ def check_model_path(model: str) -> None:
         raise ValueError(f"rl_module(model_config={{'model': {model!r}}}): {path} {what}; give a folder with the "
                          "model's config.json, weights and tokenizer (`ecpo models pull ...`) or a hub id")
 
+
+class ECPO(GroupCreditAlgorithm):
+    """The native trainer's iteration on RLlib's runners and learner group (see the module docstring)."""
+
+    @classmethod
+    def get_default_config(cls) -> ECPOConfig:
+        return ECPOConfig()
+
+    def setup(self, config) -> None:
+        if config.for_algorithm() is not config:  # a config without a model: Tune hands it here unswitched
+            raise ValueError("ECPO trains an LLM (rl_module(model_config={'model': ...})); the classic-RL example "
+                             "is CandidateECPO (tune.Tuner(CandidateECPO, param_space=...))")
+        # outside Tune nothing reserves the actors' resources: Ray would wait for them forever
+        bundles = PPO.default_resource_request(config).bundles
+        check_fits_cluster([{}, *bundles[1:]], "this algorithm's runner and learner actors")
+        super().setup(config)
+        train = self.config.to_train_config()
+        self.ecpo_train_config = train
+        self.ecpo_rng = np.random.default_rng(train.seed)  # the native trainer's task/seed/shuffle stream
+        self.ecpo_iteration = 0
+        self.ecpo_dispatched = None  # max_policy_lag=1: the next iteration's groups (pipeline.Dispatched)
+        self.ecpo_validation_episodes: list[Any] = []  # the last validation's outcomes (run_dir.EpisodeOutcome)
+        self.ecpo_train_tasks, self.ecpo_val_tasks = task_lists(train, self._env_task_ids())  # checked: one line
+
+    def validate(self) -> dict[str, float]:
+        """Validation success (``val/success``, and ``val/exact_success`` where it exists) of the current
+        weights on the run's fixed validation tasks, played on an env runner (the LLM path). Each episode's
+        outcome is kept in ``ecpo_validation_episodes`` (the engine writes them to ``validation.jsonl``)."""
+        from ecpo_train.integrations.rllib.llm.groups import validate_on_runner
+        from ecpo_train.integrations.rllib.llm.pipeline import sync_runner_weights
+
+        if self.config.max_policy_lag and self.env_runner_group.num_remote_env_runners():
+            sync_runner_weights(self)  # pipelined, the runners hold the weights one update behind
+        metrics, self.ecpo_validation_episodes = validate_on_runner(self)
+        return metrics
+
+    def get_state(self, components=None, *, not_components=None, **kwargs):
+        """RLlib's state without the env runner component (the runners rebuild their policy from the config and
+        get the learner's weights) and with ECPO's own: the driver's generator, the iteration and every runner's
+        sampling RNG streams, so a restored run continues exactly. With ``max_policy_lag=1`` the next iteration's
+        groups are in flight: their tasks and env seed are kept (``pending``), not their rows, so a restored run
+        plays them again with the restored weights (the runners' streams are read after the calls in flight)."""
+        skip = [COMPONENT_ENV_RUNNER, COMPONENT_ENV_TO_MODULE_CONNECTOR, COMPONENT_MODULE_TO_ENV_CONNECTOR]
+        not_components = [*(force_list(not_components) if not_components else []), *skip]
+        state = super().get_state(components, not_components=not_components, **kwargs)
+        if components is None or "ecpo" in force_list(components):
+            pending = self.ecpo_dispatched
+            state["ecpo"] = {"rng": self.ecpo_rng.bit_generator.state, "iteration": self.ecpo_iteration,
+                             "runner_rng": self._runner_sampling_states(),
+                             "pending": None if pending is None else [pending.task_ids, pending.env_seed]}
+        return state
+
+    def set_state(self, state) -> None:
+        super().set_state(state)
+        ecpo = state.get("ecpo")
+        if ecpo:
+            self.ecpo_rng.bit_generator.state = ecpo["rng"]
+            self.ecpo_iteration = int(ecpo["iteration"])
+            from ecpo_train.integrations.rllib.llm.pipeline import Dispatched, drain_dispatched
+
+            if self.ecpo_dispatched is not None and self.ecpo_dispatched.in_flight:
+                drain_dispatched(self)  # calls of the state being replaced
+            pending = ecpo.get("pending")
+            self.ecpo_dispatched = None if pending is None else Dispatched(list(pending[0]), int(pending[1]))
+            saved = ecpo["runner_rng"]
+            group = self.env_runner_group
+            if group.num_remote_env_runners() == 0:
+                group.local_env_runner.set_sampling_state(saved[0])
+            else:
+                group.foreach_env_runner(lambda r: r.set_sampling_state(saved.get(r.worker_index)),
+                                         local_env_runner=False)
+
+    def _env_task_ids(self) -> list[str]:
+        group = self.env_runner_group
+        if group.num_remote_env_runners() == 0:
+            return group.local_env_runner.env_task_ids()
+        return group.foreach_env_runner(lambda r: r.env_task_ids(), local_env_runner=False)[0]
+
+    def _runner_sampling_states(self) -> dict[int, Any]:
+        group = self.env_runner_group
+        if group.num_remote_env_runners() == 0:
+            return {0: group.local_env_runner.sampling_state()}
+        pairs = group.foreach_env_runner(lambda r: (r.worker_index, r.sampling_state()), local_env_runner=False)
+        return dict(pairs)
+
+    def get_checkpointable_components(self):
+        components = super().get_checkpointable_components()
+        # the runners rebuild everything but the weights from the config
+        skip = (COMPONENT_ENV_RUNNER, COMPONENT_ENV_TO_MODULE_CONNECTOR, COMPONENT_MODULE_TO_ENV_CONNECTOR)
+        return [(name, part) for name, part in components if name not in skip]
+
+    def training_step(self) -> None:
+        from ecpo_train.integrations.rllib.llm.step import llm_training_step
+
+        metrics = llm_training_step(self)  # also logs RLlib's own result keys (results.py)
+        self.metrics.log_dict(metrics, key="ecpo", window=1)

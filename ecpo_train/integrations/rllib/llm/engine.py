@@ -32,10 +32,9 @@ def train_with_rllib(train: Any, *, resume: bool = False, overwrite: bool = Fals
     from ecpo_train.runtime.builders import check_env_and_model
     from ecpo_train.runtime.config import config_dict
     from ecpo_train.runtime.plotting import plot_run
-    from ecpo_train.runtime.resume import plan_start
+    from ecpo_train.runtime.resume import plan_start, start_run
     from ecpo_train.runtime.run import run_iterations
-    from ecpo_train.runtime.run_dir import MetricsLog, RunFolder, begin_run
-    from ecpo_train.runtime.run_lock import acquire_run_lock
+    from ecpo_train.runtime.run_dir import MetricsLog, RunFolder
 
     run_dir = Path(train.run_dir)
     # the folder first (it writes nothing; checked again under the lock), then the env kwargs and the model, which
@@ -53,20 +52,30 @@ def train_with_rllib(train: Any, *, resume: bool = False, overwrite: bool = Fals
     finally:
         note.setLevel(level)
     checkpoint = RunFolder(run_dir).checkpoint("rllib")
-    lock = acquire_run_lock(run_dir, "rllib")  # held until the run ends: the folder is checked under it
-    started_ray, algo = False, None
-    try:
-        plan = plan_start(run_dir, config_dict(train), resume=resume, overwrite=overwrite, engine="rllib")
+    started_ray, algo, log, lock = False, None, None, None
+
+    def checked(plan: Any) -> None:
         if plan.kind == "resume":  # a checkpoint cut mid-write is named before Ray starts (Ray's own reading
             _check_checkpoint_header(current_folder(checkpoint))  # of it comes after its startup lines)
+
+    def load(plan: Any, _: None) -> int:
+        nonlocal started_ray, algo
         started_ray = not ray.is_initialized()
         if started_ray:  # Ray will see at most this machine's CPUs: refuse an obvious excess before starting it
             check_runner_cpus(config, float(os.cpu_count() or 1))
             ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
         check_runner_cpus(config, float(ray.cluster_resources().get("CPU", 0.0)))
         algo = _restored(current_folder(checkpoint)) if plan.kind == "resume" else config.build_algo()
+        return algo.ecpo_iteration
+
+    def metrics_log(_: Any) -> MetricsLog:
+        nonlocal log
         log = MetricsLog(run_dir, tensorboard=train.tensorboard, config=config_dict(train), engine="rllib")
-        begin_run(log, plan.kind, algo.ecpo_iteration, plan.changes)
+        return log
+
+    try:  # held until the run ends: the folder is checked under the lock
+        _, lock = start_run(run_dir, config_dict(train), engine="rllib", resume=resume, overwrite=overwrite,
+                            checked_checkpoint=checked, load=load, metrics_log=metrics_log)
 
         def logged(metrics: dict[str, float]) -> None:
             log.append(metrics, int(metrics["iteration"]))
@@ -86,7 +95,8 @@ def train_with_rllib(train: Any, *, resume: bool = False, overwrite: bool = Fals
             algo.stop()
         if started_ray:  # leave Ray as we found it (an in-process caller may start its own session next)
             ray.shutdown()
-        lock.release()
+        if lock is not None:
+            lock.release()
     plot_run(run_dir)
     return history
 
@@ -144,7 +154,7 @@ def _check_checkpoint_header(checkpoint: Path) -> None:
 
 def _restored(checkpoint: Path) -> Any:
     """The algorithm saved in ``checkpoint``; a damaged checkpoint is one ``ValueError`` naming it."""
-    from ecpo_train.integrations.rllib.llm.algorithm import ECPO
+    from ecpo_train.integrations.rllib.llm.config import ECPO
 
     try:
         return ECPO.from_checkpoint(str(checkpoint.resolve()))

@@ -12,6 +12,7 @@ import torch
 from ray.rllib.core.learner.torch.torch_learner import TorchLearner
 from ray.rllib.evaluation.postprocessing import Postprocessing
 
+from ecpo_train.core.iteration import shuffle_generator
 from ecpo_train.integrations.rllib.llm.connector import StepTableCredit
 from ecpo_train.integrations.rllib.llm.module import (
     PROMPT_IDS,
@@ -37,9 +38,8 @@ class ECPOLLMLearner(TorchLearner):
     (``CausalLMRLModule``: ``policy.logprobs``, through DDP when there are several learners); the KL reference
     is the policy's ``frozen_copy`` (under LoRA: the adapter switched off), as on the native path.
 
-    Shuffling: ``shuffle={"state": ...}`` continues the driver's generator (one learner: the native trainer's
-    exact stream), ``shuffle={"seed": s}`` gives learner ``k`` the generator ``s + k`` (several learners, as the
-    native FSDP path does).
+    Shuffling: ``shuffle`` is the driver's ``core.iteration.shuffle_plan`` (one learner: the native trainer's
+    exact stream; several: learner ``k`` the generator ``seed + k``, as the native FSDP path does).
     """
 
     def build(self) -> None:
@@ -103,12 +103,8 @@ class ECPOLLMLearner(TorchLearner):
             from ecpo_train.runtime.distributed import ProcessGroupReducer
 
             reducer = ProcessGroupReducer(str(self._device))
-        generator = np.random.default_rng()
-        if shuffle and "state" in shuffle:
-            generator.bit_generator.state = shuffle["state"]
-        elif shuffle and "seed" in shuffle:
-            rank = torch.distributed.get_rank() if reducer is not None else 0
-            generator = np.random.default_rng(int(shuffle["seed"]) + rank)
+        rank = torch.distributed.get_rank() if reducer is not None else 0
+        generator = shuffle_generator(shuffle, rank) if shuffle else np.random.default_rng()
         stats = update_on_table(self.policy_module.policy, self.train_config, table, step_advantages,
                                 self.get_optimizer(self.module_id), generator, reference=self.reference,
                                 reducer=reducer, logprobs=logprobs)

@@ -11,7 +11,8 @@ import warnings
 import numpy as np
 import torch
 from gymnasium import spaces
-from ray.rllib.core.rl_module.torch import TorchRLModule
+
+from ecpo_train.integrations.rllib.base_module import GroupCreditModule
 
 # The LLM module's forward: rows in (the step-row table's token columns), per-token log-probs out.
 PROMPT_IDS = "prompt_ids"
@@ -20,6 +21,7 @@ WITH_ENTROPY = "with_entropy"
 RESPONSE_MASK = "response_mask"
 TOKEN_LOGP = "token_logp"
 TOKEN_ENTROPY = "token_entropy"
+LEARNER_DEVICE = "learner_device"  # model_config's key: "cuda" where num_gpus_per_learner asks for a GPU, else "cpu"
 # The module's state names a weight ``policy.model.<the Hugging Face name>`` (module -> policy -> model).
 MODEL_PREFIX = "policy.model."
 
@@ -32,10 +34,11 @@ def token_spaces(vocab_size: int, max_prompt_tokens: int, max_new_tokens: int) -
             spaces.Box(0, high, shape=(int(max_new_tokens),), dtype=np.int64))
 
 
-class CausalLMRLModule(TorchRLModule):
+class CausalLMRLModule(GroupCreditModule):
     """The native trainer's LLM policy as an RLModule (``self.policy``); forward = ``policy.logprobs``.
 
-    ``model_config["train_config"]`` (a ``TrainConfig`` as a dict; ``ECPOConfig`` puts it there) builds the
+    ``model_config["train_config"]`` (a ``TrainConfig`` as a dict; ``ECPOConfig`` puts it there, with the learner's
+    device, ``model_config["learner_device"]``, from ``num_gpus_per_learner``) builds the
     policy with ``runtime.builders.build_policy``, exactly as the native trainer does: the generating
     ``TransformersPolicy`` or the ``ScoringPolicy`` (``policy_mode``), its prompts, LoRA adapter and memory
     settings. The forward takes a batch of stored rows, ``{PROMPT_IDS: [...], RESPONSE_IDS: [...]}``, and returns
@@ -68,6 +71,8 @@ class CausalLMRLModule(TorchRLModule):
         if not self.inference_only:  # a learner scores stored rows and never generates: no vLLM engine for it
             train_config["generation_backend"] = "transformers"
             train_config["vllm_kwargs"] = {}
+            # built where RLlib places the learner (num_gpus_per_learner), not wherever device=auto finds a GPU
+            train_config["device"] = cfg.get(LEARNER_DEVICE, train_config.get("device", "auto"))
         self.train_config = make_config(train_config)
         tc = self.train_config
         engine_only = self.inference_only and tc.generation_backend == "vllm" and not tc.lora

@@ -1,10 +1,10 @@
 """``max_policy_lag=1``: the env runners play the next iteration's groups while the learner updates on this one's.
 
-One pipelined iteration (``step.llm_training_step`` calls :func:`take_and_dispatch`, then updates):
+One pipelined iteration (``sampler.RunnerPoolSampler`` calls :func:`take_and_dispatch`, then the learner updates):
 
     take      the groups dispatched in the previous iteration (the first iteration, and the first after a
               restore, play them here, synchronously); a runner lost meanwhile loses only its groups, played
-              again on the healthy runners (``step.sample_groups``' top-up rule)
+              again on the healthy runners (``groups.sample_groups``' top-up rule)
     check     a group whose rows' ``policy_version`` is older than the learner's version - ``max_policy_lag``
               is refused and played again after a weight sync (counted)
     sync      the learner's current weights to the runners: they are idle now
@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from ecpo_train.core.iteration import draw_iteration
-from ecpo_train.integrations.rllib.llm.step import healthy_runner_ids, sample_groups, share_groups
+from ecpo_train.core.iteration import Draw
+from ecpo_train.integrations.rllib.llm.groups import healthy_runner_ids, sample_groups, share_groups
 
 PIPELINE_LAGS = (0, 1)  # max_policy_lag's values: 0 lock-step, 1 pipelined
 SAMPLE_TAG = "ecpo_sample_groups"  # the actor manager's tag of a dispatched sample_groups call
@@ -58,7 +58,7 @@ def sync_runner_weights(algo: Any) -> None:
 
 def dispatch_groups(algo: Any, task_ids: list[str], env_seed: int) -> Dispatched:
     """Send every healthy runner its contiguous share of the groups of ``task_ids`` (copy seeds and global ids as
-    ``step.sample_groups`` gives them); returns at once."""
+    ``groups.sample_groups`` gives them); returns at once."""
     n = int(algo.config.group_size)
     jobs = {runner: (task_ids[start:start + size], env_seed + start * n, start)
             for runner, (start, size) in share_groups(len(task_ids), healthy_runner_ids(algo)).items()}
@@ -113,15 +113,16 @@ def without_groups(outs: list[dict[str, Any]], groups: list[int]) -> list[dict[s
     return kept
 
 
-def take_and_dispatch(algo: Any) -> tuple[list[dict[str, Any]], dict[str, float], dict[str, float]]:
-    """A pipelined iteration's sampling (see the module docstring): the runner answers of this iteration's groups,
-    the sampling report (``step.sample_groups``' plus the policy lag and the stale groups re-sampled), and the
-    seconds the driver waited for them and spent syncing."""
-    config, train, learner_version = algo.config, algo.ecpo_train_config, int(algo.ecpo_iteration)
+def take_and_dispatch(algo: Any, draw: Draw, iteration: int) -> tuple[list[dict[str, Any]], dict[str, float],
+                                                                      dict[str, float]]:
+    """Iteration ``iteration``'s sampling, pipelined (see the module docstring): the runner answers of its groups,
+    the sampling report (``groups.sample_groups``' plus the policy lag and the stale groups re-sampled), and the
+    seconds the driver waited for them and spent syncing. ``draw(k)``: iteration ``k``'s tasks and env seed."""
+    config, learner_version = algo.config, int(algo.ecpo_iteration)
     started = time.perf_counter()
     dispatched = algo.ecpo_dispatched
     if dispatched is None:  # the first iteration: its groups are drawn and played now
-        dispatched = Dispatched(*draw_iteration(train, algo.ecpo_train_tasks, algo.ecpo_rng, algo.ecpo_iteration))
+        dispatched = Dispatched(*draw(iteration))
     synced = not dispatched.in_flight  # played here: with the weights synced now
     if synced:
         sync_runner_weights(algo)
@@ -140,8 +141,7 @@ def take_and_dispatch(algo: Any) -> tuple[list[dict[str, Any]], dict[str, float]
     if not synced:  # the runners played the taken groups with the previous weights
         sync_runner_weights(algo)
     synced_at = time.perf_counter()
-    next_iteration = draw_iteration(train, algo.ecpo_train_tasks, algo.ecpo_rng, algo.ecpo_iteration + 1)
-    algo.ecpo_dispatched = dispatch_groups(algo, *next_iteration)
+    algo.ecpo_dispatched = dispatch_groups(algo, *draw(iteration + 1))
     lags = learner_version - _group_versions(outs)[1]
     report |= {"policy_lag_mean": float(lags.mean()), "policy_lag_max": float(lags.max()),
                "num_stale_groups_resampled": float(stale_total)}

@@ -57,7 +57,7 @@ GRAD_NORM_KEY = f"gradients_{DEFAULT_OPTIMIZER}_global_norm"  # the name RLlib's
 UPDATE_NAMES = {"pg_loss": POLICY_LOSS_KEY, "entropy": ENTROPY_KEY, "kl": LEARNER_RESULTS_KL_KEY,
                 "grad_norm": GRAD_NORM_KEY}
 
-# The LLM iteration's phases (``step.py``'s ``time/...``) -> RLlib's timer names.
+# The LLM iteration's phases (its ``time/...`` metrics) -> RLlib's timer names.
 TIMER_NAMES = {"sampling": ENV_RUNNER_SAMPLING_TIMER, "update": LEARNER_UPDATE_TIMER,
                "sync": SYNCH_WORKER_WEIGHTS_TIMER}
 

@@ -36,7 +36,8 @@ from ray.rllib.env import INPUT_ENV_SPACES
 from ray.rllib.env.env_runner import EnvRunner
 from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
 
-from ecpo_train.core.rollout import collect_rollout
+from ecpo_train.core.rollout import training_rollout
+from ecpo_train.core.tasks import training_tasks
 from ecpo_train.integrations.rllib.llm.module import CausalLMRLModule, token_spaces
 from ecpo_train.runtime.config import config_dict
 
@@ -62,7 +63,7 @@ class LLMEnvRunner(EnvRunner):
         self._envs: dict[int, Any] = {}
         self._val_envs: Any = None
         self._rng = np.random.default_rng(self.seed)
-        self.task_ids = [str(t) for t in (tc.train_tasks or self.env_task_ids())]
+        self.task_ids = training_tasks(tc, self.env_task_ids)
         self.module = CausalLMRLModule(
             observation_space=None, action_space=None, inference_only=True,
             model_config={"train_config": config_dict(tc)})
@@ -97,10 +98,7 @@ class LLMEnvRunner(EnvRunner):
         envs = self._env_for(len(task_ids))
         self.policy.eval()
         started = time.perf_counter()
-        rollout = collect_rollout(envs, self.policy, list(task_ids), env_name=tc.env_id,
-                                  temperature=tc.rollout_temperature, seed=int(env_seed), anchor_key=tc.anchor_key,
-                                  history_length=tc.history_length, policy_version=self._weights_seq_no,
-                                  waves=tc.rollout_waves)
+        rollout = training_rollout(envs, self.policy, task_ids, tc, env_seed, policy_version=self._weights_seq_no)
         episodes = [dataclasses.replace(e, group_id=e.group_id + group_offset,
                                         traj_id=e.traj_id + group_offset * tc.group_size, transcript=[])
                     for e in rollout.episodes]
@@ -205,9 +203,7 @@ def replay_runner_sampling(policy: Any, train_config: Any, task_ids: list[str], 
     try:
         for g, stream_seed in enumerate(stream_seeds):
             torch.manual_seed(int(stream_seed))
-            rollout = collect_rollout(envs, policy, task_ids[g:g + 1], env_name=tc.env_id,
-                                      temperature=tc.rollout_temperature, seed=env_seed + g * n,
-                                      anchor_key=tc.anchor_key, history_length=tc.history_length)
+            rollout = training_rollout(envs, policy, task_ids[g:g + 1], tc, env_seed + g * n)
             parts.append(rollout.batch.renumbered(g, g * n))
     finally:
         envs.close()
