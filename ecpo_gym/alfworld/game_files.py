@@ -21,8 +21,8 @@ from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 
 from ecpo_gym.alfworld.engine import TASK_TYPES
-from ecpo_gym.cache import cache_root
 from ecpo_gym.alfworld.native.game import GameLoadError
+from ecpo_gym.cache import cache_root
 
 DOWNLOAD_HINT = (
     "Get the games with `pip install alfworld && alfworld-download` (creates $ALFWORLD_DATA/json_2.1.1/"
