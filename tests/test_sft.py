@@ -120,7 +120,13 @@ def test_sft_command_writes_a_model_folder(tiny_model_dir, tmp_path):
                                       "max_response_length=16"])
     assert result.exit_code == 0, result.output
     assert (out / "config.json").is_file() and (out / "tokenizer.json").is_file()
-    assert json.loads((out / "sft.json").read_text())["episodes"] == 2
+    summary = json.loads((out / "sft.json").read_text())
+    assert summary["episodes"] == 2 and summary["checkpointing"] and summary["max_tokens"] == 4096
+    # not a terminal: the progress is plain lines, each stage's last one its total
+    steps = -(-summary["steps"] // 8)
+    for line in ("expert episodes: 2/2", f"loss before: {summary['steps']}/{summary['steps']}",
+                 f"optimizer steps: {steps}/{steps}", f"loss after: {summary['steps']}/{summary['steps']}"):
+        assert line in result.output, result.output
 
 
 # ---------------------------------------------------------------- policy_mode: score
