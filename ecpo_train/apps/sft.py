@@ -24,7 +24,7 @@ exploration mixture (``explore_epsilon``) is left out while imitating: it is a f
 on top of the LM at RL time, and through it the cross-entropy's gradient would shrink exactly in the states
 where the LM is most wrong.
 
-Memory. Training activations cost about 2.4 MB per token for SmolLM2-135M in float32 (30 layers), and a real
+Memory. Training activations cost 2-2.4 MB per token for SmolLM2-135M in float32 (30 layers), and a real
 ALFWorld step is one ~1,300-token forward (a ~600-token prompt and ~60 admissible actions packed after it):
 8 such rows in one forward held 18-19 GB. So a batch is cut into forwards of at most the run config's
 ``max_tokens_per_micro_batch`` tokens (``SFT_MAX_TOKENS`` where it sets none; counted as
