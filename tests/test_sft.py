@@ -117,7 +117,13 @@ def test_sft_command_writes_a_model_folder(tiny_model_dir, tmp_path):
                                       "max_response_length=16"])
     assert result.exit_code == 0, result.output
     assert (out / "config.json").is_file() and (out / "tokenizer.json").is_file()
-    assert json.loads((out / "sft.json").read_text())["episodes"] == 2
+    summary = json.loads((out / "sft.json").read_text())
+    assert summary["episodes"] == 2 and summary["checkpointing"] and summary["max_tokens"] == 4096
+    # not a terminal: the progress is plain lines, each stage's last one its total
+    steps = -(-summary["steps"] // 8)
+    for line in ("expert episodes: 2/2", f"loss before: {summary['steps']}/{summary['steps']}",
+                 f"optimizer steps: {steps}/{steps}", f"loss after: {summary['steps']}/{summary['steps']}"):
+        assert line in result.output, result.output
 
 
 # ---------------------------------------------------------------- policy_mode: score
@@ -200,3 +206,50 @@ def test_scoring_sft_makes_the_expert_choice_the_scoring_policys_choice(tiny_mod
     assert abs(summary["loss_after"] - loss_after) < 1e-4
     assert loss_after < 0.4 * loss_before, (loss_before, loss_after)
     assert top_before < 0.4 and top_after > 0.7, (top_before, top_after)  # chance: 1 in 3 doors
+
+
+# ---------------------------------------------------------------- memory: bounded forwards
+@pytest.mark.skipif(not os.environ.get("ECPO_DATA_DIR"), reason="needs ECPO_DATA_DIR (real ALFWorld games)")
+@pytest.mark.parametrize("mode", ["score", "generate"])
+def test_bounded_checkpointed_forwards_give_the_one_forward_loss_and_gradient(tiny_model_dir, mode):
+    """Real ALFWorld steps (valid_seen, ~60 admissible actions each): cut into forwards of a few hundred tokens
+    and run through checkpointed layers, a batch has the loss and gradient of one plain forward of it all."""
+    from ecpo_train.apps.sft import (
+        accumulate_gradient,
+        candidate_rows,
+        expert_demonstrations,
+        forward_chunks,
+        mean_reply_loss,
+        reply_cross_entropy,
+        reply_rows,
+        row_tokens,
+    )
+    from ecpo_train.policies.llm import TransformersPolicy
+    from ecpo_train.policies.scaling import enable_gradient_checkpointing
+
+    env_id = "ecpo/ALFWorld-v0"
+    demos = expert_demonstrations(env_id, episodes=1, seed=0, history_length=0)[:4]
+
+    def load():
+        kind = scoring_policy if mode == "score" else None
+        if kind is not None:
+            return kind(tiny_model_dir, env_id)
+        return TransformersPolicy(str(tiny_model_dir), env_name=env_id, max_response_length=32, history_length=0,
+                                  prompt_style="compact")
+
+    plain, bounded = load(), load()
+    rows, chosen = candidate_rows(plain, demos)[:2] if mode == "score" else reply_rows(plain, demos)
+    tokens = row_tokens(rows, chosen)
+    max_tokens = int(tokens.max()) + 1  # one row a forward
+    assert len(forward_chunks(range(len(rows)), tokens, max_tokens)) == len(rows) == 4
+    assert enable_gradient_checkpointing(bounded.model) > 0
+    plain.model.train()
+    bounded.model.train()
+
+    nll, count = reply_cross_entropy(plain, rows, chosen)
+    (nll / count).backward()
+    bounded_nll, bounded_count = accumulate_gradient(bounded, rows, chosen, range(len(rows)), max_tokens)
+    assert bounded_count == float(count) and bounded_nll == pytest.approx(float(nll.detach()), rel=1e-5)
+    for (name, p), q in zip(plain.model.named_parameters(), bounded.model.parameters()):
+        assert float((p.grad - q.grad).norm()) <= 1e-5 * float(p.grad.norm()), name  # float rounding only
+    assert mean_reply_loss(bounded, rows, chosen, max_tokens) == pytest.approx(float(nll.detach() / count), rel=1e-5)

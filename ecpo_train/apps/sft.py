@@ -9,7 +9,8 @@ nothing to work with. This module teaches the format first:
    ``TransformersPolicy.encode_prompts`` (the run config's ``prompt_style`` and ``history_length``) and the
    reply ``parsing.format_reply`` writes for the expert's action, closed by the end-of-turn token;
 3. ``fine_tune``: AdamW on the token-level cross-entropy of the reply tokens only (prompt tokens masked),
-   computed by the learner's own ``TransformersPolicy.logprobs``;
+   computed by the learner's own ``TransformersPolicy.logprobs``, each optimizer step's rows run as forwards
+   of at most ``max_tokens_per_micro_batch`` tokens whose gradients are summed (memory, below);
 4. ``run_sft``: the above from a ``TrainConfig``; the model and tokenizer are saved with
    ``save_pretrained`` into a folder that ``ecpo train ... model=DIR`` loads.
 
@@ -22,6 +23,17 @@ candidate set, through the same ``ScoringPolicy.logprobs`` the learner uses (one
 exploration mixture (``explore_epsilon``) is left out while imitating: it is a fixed uniform share added
 on top of the LM at RL time, and through it the cross-entropy's gradient would shrink exactly in the states
 where the LM is most wrong.
+
+Memory. Training activations cost 2-2.4 MB per token for SmolLM2-135M in float32 (30 layers), and a real
+ALFWorld step is one ~1,300-token forward (a ~600-token prompt and ~60 admissible actions packed after it):
+8 such rows in one forward held 18-19 GB. So a batch is cut into forwards of at most the run config's
+``max_tokens_per_micro_batch`` tokens (``SFT_MAX_TOKENS`` where it sets none; counted as
+``micro_batches.pack_micro_batches`` counts them, a longer row alone), each forward's summed
+loss is backpropagated at once, and the summed gradient is divided by the batch's token count before
+clipping: the same gradient as one forward of the whole batch, to float rounding. Decoder layers are also
+checkpointed (recomputed in backward, about a third more compute; ``checkpointing=False`` turns it off): a
+forward then keeps only each layer's input and one layer's activations at a time
+(``benchmarks/candidate_memory.py`` measures both).
 """
 
 from __future__ import annotations
@@ -30,7 +42,7 @@ import dataclasses
 import functools
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,11 +51,13 @@ import numpy as np
 import torch
 
 from ecpo_gym.canonical import INVALID_ACTION
+from ecpo_train.core.micro_batches import pack_micro_batches
 from ecpo_train.core.rollout import sent_action
 from ecpo_train.policies.base import PolicyOutput, StepContext
 from ecpo_train.policies.parsing import format_reply, parse_action
 from ecpo_train.policies.scoring import fill_placeholders, fills_slots, pack_candidates
 from ecpo_train.runtime.config import TrainConfig
+from ecpo_train.runtime.progress import Progress
 
 
 @dataclass
@@ -68,12 +82,13 @@ class _RecordingPlayer:
 
 
 def expert_demonstrations(env_id: str, *, episodes: int, task_ids: Sequence[str] | None = None,
-                          env_kwargs: dict | None = None, seed: int = 0,
-                          history_length: int | None = None) -> list[Demonstration]:
+                          env_kwargs: dict | None = None, seed: int = 0, history_length: int | None = None,
+                          on_episode: Callable[[int], None] | None = None) -> list[Demonstration]:
     """The steps of ``episodes`` expert episodes on ``env_id``; tasks in a seeded shuffled order, cycled.
 
     Episode ``k`` is reset with ``seed + k``. Steps where the expert had no action (past the end of its
-    plan) are left out. ``ValueError`` when the environment has no expert.
+    plan) are left out. ``ValueError`` when the environment has no expert. ``on_episode(steps)`` is called
+    after each episode with the steps it kept.
     """
     import gymnasium as gym
 
@@ -103,8 +118,11 @@ def expert_demonstrations(env_id: str, *, episodes: int, task_ids: Sequence[str]
             collect_rollout(envs, recorder, [tasks[k % len(tasks)]], env_name=env_id, temperature=0.0,
                             seed=seed + k, history_length=history_length,
                             on_reset=functools.partial(begin_episode, seed=seed + k))
-            demonstrations += [Demonstration(ctx, action) for ctx, action in recorder.steps
-                               if sent_action(action) != INVALID_ACTION]
+            kept = [Demonstration(ctx, action) for ctx, action in recorder.steps
+                    if sent_action(action) != INVALID_ACTION]
+            demonstrations += kept
+            if on_episode is not None:
+                on_episode(len(kept))
         return demonstrations
     finally:
         envs.close()
@@ -173,21 +191,54 @@ def reply_cross_entropy(policy: Any, prompts: Sequence[Sequence[int]],
     return -(token_logp * mask).sum(), mask.sum()
 
 
+SFT_MAX_TOKENS = 4096  # tokens of one forward where the config bounds none (module docstring, memory)
+
+
+def row_tokens(prompts: Sequence[Sequence[int]], replies: Sequence[Sequence[int]]) -> np.ndarray:
+    """Each row's forward length: prompt (for a scoring row: prompt and packed candidates) plus reply."""
+    return np.asarray([len(p) + len(r) for p, r in zip(prompts, replies)], dtype=np.int64)
+
+
+def forward_chunks(rows: Sequence[int], tokens: np.ndarray, max_tokens: int) -> list[np.ndarray]:
+    """``rows`` cut into forwards of at most ``max_tokens`` padded tokens (a longer row alone)."""
+    rows = np.asarray(rows, dtype=np.int64)
+    return pack_micro_batches(rows, tokens, max(len(rows), 1), max_tokens)
+
+
 @torch.no_grad()
 def mean_reply_loss(policy: Any, prompts: Sequence[Sequence[int]], replies: Sequence[Sequence[int]],
-                    batch_size: int = 16) -> float:
+                    max_tokens: int = SFT_MAX_TOKENS, progress: Progress | None = None) -> float:
     """Token-level cross-entropy of the replies (nats per reply token)."""
     total, count = 0.0, 0.0
-    for start in range(0, len(prompts), batch_size):
-        nll, tokens = reply_cross_entropy(policy, prompts[start : start + batch_size],
-                                          replies[start : start + batch_size])
+    for chunk in forward_chunks(range(len(prompts)), row_tokens(prompts, replies), max_tokens):
+        nll, tokens = reply_cross_entropy(policy, [prompts[i] for i in chunk], [replies[i] for i in chunk])
         total, count = total + float(nll), count + float(tokens)
+        if progress is not None:
+            for _ in chunk:
+                progress.advance()
     return total / max(count, 1.0)
+
+
+def accumulate_gradient(policy: Any, prompts: Sequence[Sequence[int]], replies: Sequence[Sequence[int]],
+                        rows: Sequence[int], max_tokens: int) -> tuple[float, float]:
+    """``(summed NLL, reply-token count)`` of ``rows``, leaving in ``.grad`` the gradient of their mean NLL
+    per reply token, computed in forwards of at most ``max_tokens`` tokens (module docstring, memory)."""
+    parameters = [p for p in policy.model.parameters() if p.requires_grad]
+    tokens = row_tokens(prompts, replies)
+    total, count = 0.0, 0.0
+    for chunk in forward_chunks(rows, tokens, max_tokens):
+        nll, n = reply_cross_entropy(policy, [prompts[i] for i in chunk], [replies[i] for i in chunk])
+        nll.backward()
+        total, count = total + float(nll.detach()), count + float(n)
+    for parameter in parameters:
+        if parameter.grad is not None:
+            parameter.grad.div_(max(count, 1.0))
+    return total, count
 
 
 def fine_tune(policy: Any, prompts: Sequence[Sequence[int]], replies: Sequence[Sequence[int]], *, epochs: int,
               lr: float, batch_size: int = 8, weight_decay: float = 0.0, max_grad_norm: float = 1.0,
-              seed: int = 0) -> list[float]:
+              seed: int = 0, max_tokens: int = SFT_MAX_TOKENS, progress: Progress | None = None) -> list[float]:
     """AdamW on the reply tokens' cross-entropy, rows shuffled each epoch; the mean loss of each epoch.
 
     Each batch's loss is its summed reply-token NLL over its reply-token count: every reply token of the
@@ -199,18 +250,18 @@ def fine_tune(policy: Any, prompts: Sequence[Sequence[int]], replies: Sequence[S
     epoch_losses = []
     policy.model.train()
     try:
-        for _ in range(epochs):
+        for epoch in range(epochs):
             total, count = 0.0, 0.0
             order = torch.randperm(len(prompts), generator=order_rng).tolist()
             for start in range(0, len(order), batch_size):
-                rows = order[start : start + batch_size]
-                nll, tokens = reply_cross_entropy(policy, [prompts[i] for i in rows], [replies[i] for i in rows])
-                loss = nll / tokens.clamp(min=1.0)
                 optimizer.zero_grad(set_to_none=True)
-                loss.backward()
+                nll, tokens = accumulate_gradient(policy, prompts, replies, order[start : start + batch_size],
+                                                  max_tokens)
                 torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm)
                 optimizer.step()
-                total, count = total + float(nll.detach()), count + float(tokens)
+                total, count = total + nll, count + tokens
+                if progress is not None:
+                    progress.advance(f"epoch {epoch + 1}/{epochs}, loss {total / max(count, 1.0):.3f}")
             epoch_losses.append(total / max(count, 1.0))
     finally:
         policy.model.eval()
@@ -246,41 +297,55 @@ def check_sft_settings(episodes: int, epochs: int, lr: float, batch_size: int) -
 
 
 def run_sft(config: TrainConfig, *, episodes: int, epochs: int, lr: float, out: str | Path,
-            batch_size: int = 8) -> dict[str, Any]:
+            batch_size: int = 8, checkpointing: bool = True) -> dict[str, Any]:
     """Expert SFT of ``config.model`` on ``config.env_id``; saves the model and tokenizer to ``out``.
 
     The prompts are those of ``config``'s RL run (``prompt_style``, ``history_length``, ``max_prompt_length``);
     the update is full fine-tuning (``lora`` is not applied), of the free-generation policy's reply tokens, or,
     with ``policy_mode: score``, of the scoring policy's choice among the admissible actions (module
-    docstring). Returns the summary also written to ``out/sft.json``.
+    docstring). Memory (module docstring): a forward holds at most ``config.max_tokens_per_micro_batch``
+    tokens (the RL update's own bound; ``SFT_MAX_TOKENS`` where the config sets none) and decoder layers are
+    checkpointed unless ``checkpointing=False``. ``config.progress`` shows the expert episodes, the loss passes
+    and the optimizer steps (plain lines every 30 s in a log). Returns the summary also written to
+    ``out/sft.json``.
     """
     check_sft_settings(episodes, epochs, lr, batch_size)
+    max_tokens = config.max_tokens_per_micro_batch or SFT_MAX_TOKENS
     if config.policy != "llm":
         raise ValueError(f"policy={config.policy}: ecpo sft fine-tunes a causal LM (policy=llm with model=...)")
     out = check_sft_out(out, config.model)
-    demonstrations = expert_demonstrations(config.env_id, episodes=episodes, task_ids=config.train_tasks,
-                                           env_kwargs=config.env_kwargs, seed=config.seed,
-                                           history_length=config.history_length)
-    if not demonstrations:
-        raise ValueError(f"the expert of {config.env_id} took no step in {episodes} episode(s)")
     from ecpo_train.runtime.builders import build_policy
 
     torch.manual_seed(config.seed)
     scoring = config.policy_mode == "score"
+    memory = {"lora": {}, "fsdp": False, "gradient_checkpointing": config.gradient_checkpointing or checkpointing}
     if scoring:
-        policy = build_policy(dataclasses.replace(config, lora={}, fsdp=False, explore_epsilon=0.0))
-        prompts, replies, left_out = candidate_rows(policy, demonstrations)
-        if not prompts:
-            raise ValueError(f"no expert action of {config.env_id} was among the admissible actions")
+        policy = build_policy(dataclasses.replace(config, explore_epsilon=0.0, **memory))
     else:
-        generation = dataclasses.replace(config, policy_mode="generate", generation_backend="transformers",
-                                         lora={}, fsdp=False)
-        policy = build_policy(generation)
-        prompts, replies = reply_rows(policy, demonstrations)
-        left_out = 0
-    loss_before = mean_reply_loss(policy, prompts, replies)
-    epoch_losses = fine_tune(policy, prompts, replies, epochs=epochs, lr=lr, batch_size=batch_size,
-                             weight_decay=config.weight_decay, max_grad_norm=config.max_grad_norm, seed=config.seed)
+        policy = build_policy(dataclasses.replace(config, policy_mode="generate", generation_backend="transformers",
+                                                  **memory))
+    with Progress(config.progress, episodes, 0, "expert episodes", lines_every=30.0) as progress:
+        demonstrations = expert_demonstrations(config.env_id, episodes=episodes, task_ids=config.train_tasks,
+                                               env_kwargs=config.env_kwargs, seed=config.seed,
+                                               history_length=config.history_length,
+                                               on_episode=lambda steps: progress.advance(f"{steps} steps"))
+        if not demonstrations:
+            raise ValueError(f"the expert of {config.env_id} took no step in {episodes} episode(s)")
+        if scoring:
+            prompts, replies, left_out = candidate_rows(policy, demonstrations)
+            if not prompts:
+                raise ValueError(f"no expert action of {config.env_id} was among the admissible actions")
+        else:
+            prompts, replies = reply_rows(policy, demonstrations)
+            left_out = 0
+        progress.stage("loss before", len(prompts))
+        loss_before = mean_reply_loss(policy, prompts, replies, max_tokens, progress)
+        progress.stage("optimizer steps", epochs * math.ceil(len(prompts) / batch_size))
+        epoch_losses = fine_tune(policy, prompts, replies, epochs=epochs, lr=lr, batch_size=batch_size,
+                                 weight_decay=config.weight_decay, max_grad_norm=config.max_grad_norm,
+                                 seed=config.seed, max_tokens=max_tokens, progress=progress)
+        progress.stage("loss after", len(prompts))
+        loss_after = mean_reply_loss(policy, prompts, replies, max_tokens, progress)
     summary = {
         "model": config.model, "env_id": config.env_id, "env_kwargs": config.env_kwargs,
         "prompt_style": config.prompt_style, "history_length": config.history_length,
@@ -288,9 +353,9 @@ def run_sft(config: TrainConfig, *, episodes: int, epochs: int, lr: float, out: 
                       else "reply-token cross-entropy, nats per token"),
         "episodes": episodes, "steps": len(prompts), "steps_not_admissible": left_out,
         "reply_tokens": sum(len(r) for r in replies),
-        "epochs": epochs, "lr": lr, "batch_size": batch_size,
-        "loss_before": loss_before, "epoch_losses": epoch_losses,
-        "loss_after": mean_reply_loss(policy, prompts, replies),
+        "epochs": epochs, "lr": lr, "batch_size": batch_size, "max_tokens": max_tokens,
+        "checkpointing": memory["gradient_checkpointing"],
+        "loss_before": loss_before, "epoch_losses": epoch_losses, "loss_after": loss_after,
     }
     from ecpo_train.policies.atomic import library_write_errors, replaced_folder
 

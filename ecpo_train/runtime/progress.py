@@ -1,8 +1,14 @@
 """``Progress``: the one rich progress line every long training loop shows (iterations done, then the latest
-phase or metrics)."""
+phase or metrics).
+
+Where the output is not a terminal (a log file, a pipe) rich draws nothing until the end; a loop that asks for
+it (``lines_every`` seconds > 0) then prints one plain line per stage at most that often instead, so a long
+run in a log still shows that it moves.
+"""
 
 from __future__ import annotations
 
+import sys
 import time
 import typing
 from typing import Any
@@ -11,14 +17,19 @@ from typing import Any
 class Progress:
     """One rich progress line: iterations done, then the latest phase (from the first step) or metrics."""
 
-    def __init__(self, enabled: bool, total: int, done: int, label: str) -> None:
+    def __init__(self, enabled: bool, total: int, done: int, label: str, lines_every: float = 0.0) -> None:
         self.enabled, self.total, self.done, self.label = enabled, total, done, label
+        self.lines_every = float(lines_every)
         self._progress: Any = None
         self._started = time.perf_counter()
         self._last_status = ""
+        self._plain = False  # not a terminal: periodic plain lines instead of the bar
+        self._last_line = -float("inf")
 
     def __enter__(self) -> typing.Self:
-        if self.enabled:
+        if self.enabled and self.lines_every > 0 and not sys.stdout.isatty():
+            self._plain = True
+        elif self.enabled:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
             self._progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -28,21 +39,43 @@ class Progress:
                                                  status="starting")
         return self
 
+    def stage(self, label: str, total: int) -> None:
+        """A new bar (the previous one stays on screen, complete): e.g. expert episodes, then optimizer steps."""
+        if self._plain and self.done < self.total:
+            self._line(force=True)
+        self.label, self.total, self.done, self._last_status = label, total, 0, ""
+        self._started, self._last_line = time.perf_counter(), -float("inf")
+        if self._progress is not None:
+            self._task = self._progress.add_task(label, total=total, completed=0, status="")
+
     def phase(self, text: str) -> None:
         """Within an iteration: what is running now (e.g. ``rollout step 3, 12 episodes live``)."""
         if self._progress is not None:
             status = f"{self._last_status} | {text}" if self._last_status else text
             self._progress.update(self._task, status=status)
 
+    def advance(self, status: str = "") -> None:
+        """One unit of the current bar done; ``status`` shown after the count."""
+        self.done += 1
+        self._last_status = status or self._last_status
+        if self._progress is not None:
+            self._progress.update(self._task, advance=1, status=self._last_status)
+        elif self._plain:
+            self._line(force=self.done >= self.total)
+
+    def _line(self, force: bool) -> None:
+        now = time.perf_counter()
+        if force or now - self._last_line >= self.lines_every:
+            self._last_line = now
+            status = f" | {self._last_status}" if self._last_status else ""
+            print(f"{self.label}: {self.done}/{self.total} ({now - self._started:.0f}s){status}", flush=True)
+
     def update(self, metrics: dict[str, float]) -> None:
-        if self._progress is None:
-            return
         status = f"success {metrics.get('success', 0):.2f}"
         if "val/success" in metrics:
             status += f" | val {metrics['val/success']:.2f}"
         status += f" | kl {metrics.get('update/kl', 0):.4f} | {metrics.get('time/iteration', 0):.1f}s/it"
-        self._last_status = status
-        self._progress.update(self._task, advance=1, status=status)
+        self.advance(status)
 
     def __exit__(self, *exc: object) -> None:
         if self._progress is not None:
