@@ -98,7 +98,7 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt")
 def warm_start(config: dict) -> dict[str, Any]:
     """The run's starting weights: ``model`` as its config names it and, where that folder is on this machine,
     the sha256 over its weight files (name and content, in name order); None where the folder is not here."""
-    from ecpo_train.apps.models import file_sha256
+    from ecpo_train.runtime.models import file_sha256
 
     model = str(config.get("model"))
     folder = Path(model).expanduser()

@@ -8,6 +8,7 @@ steps its reply loss on held-out corridors falls and its greedy replies parse. T
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from typer.testing import CliRunner
