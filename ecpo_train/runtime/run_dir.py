@@ -143,10 +143,14 @@ def saved_config(config: dict[str, Any], engine: str) -> dict[str, Any]:
     return config | {ENGINE_KEY: engine} if engine != "native" else config
 
 
-def append_history(run_dir: Path, event: str, iteration: int, changes: dict[str, list[Any]] | None = None) -> None:
-    """One line of ``history.jsonl``: what happened to the run, when, at which iteration, with which changes."""
+def append_history(run_dir: Path, event: str, iteration: int, changes: dict[str, list[Any]] | None = None,
+                   warm_start: dict[str, Any] | None = None) -> None:
+    """One line of ``history.jsonl``: what happened to the run, when, at which iteration, with which changes;
+    a start records its warm start (``model`` and its weights' sha256), which paired endpoints compare."""
     record = {"event": event, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "iteration": iteration,
               "changes": changes or {}, "argv": sys.argv[1:]}
+    if warm_start is not None:
+        record["warm_start"] = warm_start
     run_dir.mkdir(parents=True, exist_ok=True)
     append_line(RunFolder(run_dir).history, json.dumps(record, default=str))
 
@@ -170,14 +174,19 @@ def remove_run_files(run_dir: Path) -> None:
             path.unlink()
 
 
-def begin_run(log: MetricsLog, kind: str, iteration: int, changes: dict[str, list[Any]] | None = None) -> None:
+def begin_run(log: MetricsLog, kind: str, iteration: int, changes: dict[str, list[Any]] | None = None,
+              model: str | None = None) -> None:
     """The first writes of a run that passed every check, the same on both engines: ``overwrite`` deletes the
     old run's files, the metrics and validation logs keep the iterations through ``iteration`` (a resume's
-    checkpoint; none for a fresh start), ``config.yaml`` is written, and ``history.jsonl`` records ``kind``."""
+    checkpoint; none for a fresh start), ``config.yaml`` is written, and ``history.jsonl`` records ``kind`` (a
+    start or an overwrite with its warm start: ``model`` and the sha256 of its weights)."""
+    from ecpo_train.runtime.models import weights_sha256
+
     if kind == "overwrite":
         remove_run_files(log.folder.root)
     log.keep_through(iteration if kind == "resume" else -1)
-    append_history(log.folder.root, kind, iteration, changes)
+    warm = {"model": model, "weights_sha256": weights_sha256(model)} if model and kind != "resume" else None
+    append_history(log.folder.root, kind, iteration, changes, warm_start=warm)
 
 
 def read_metrics_file(path: Path) -> tuple[list[dict[str, Any]], bool]:
