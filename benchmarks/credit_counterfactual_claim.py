@@ -79,7 +79,7 @@ def cluster_sign_test(scores: Sequence[int], direction: int = -1) -> float:
     return _exact_p(tuple(sorted(int(s) for s in scores)), direction)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _exact_p(scores: tuple[int, ...], direction: int) -> float:
     sizes = [abs(int(s)) for s in scores if s]
     observed = direction * sum(int(s) for s in scores)
@@ -174,8 +174,8 @@ def claim_lines(report: Mapping[str, Any]) -> list[str]:
              ("The per-cell verdicts over 3 checkpoints below have 2 degrees of freedom (|t| > 4.30 needed, ~40 "
               "after Holm over 80): they are uninformative by design, not a failure to replicate. "
               f"{kept['kept']} of the {kept['of']} comparisons over checkpoints keep their sign at every checkpoint."),
-             "", "Power at Holm's first step (alpha 0.025), computed before the run from the committed per-checkpoint "
-             "means and SDs (optimistic: the claim was written after seeing them), and at half those means:", "",
+             "", ("Power at Holm's first step (alpha 0.025), computed before the run from the committed per-checkpoint "
+             "means and SDs (optimistic: the claim was written after seeing them), and at half those means:"), "",
              "| estimator | " + " | ".join(report["power"][reg["estimators"][0]]) + " |",
              "|---|" + "---|" * len(report["power"][reg["estimators"][0]])]
     for estimator, rows in report["power"].items():

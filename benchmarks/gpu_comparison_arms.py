@@ -25,7 +25,6 @@ import numpy as np
 
 from benchmarks.gpu_comparison_report import regime
 from benchmarks.gpu_learning import ROOT, iteration_figures, mean_figures, validate_on
-from benchmarks.gpu_window import closing_seconds
 
 GREEDY_LABEL = "validation_greedy"  # the greedy pass's label in the run folder's validation.jsonl
 POLL_SECONDS = 0.2

@@ -45,7 +45,7 @@ def score(report: dict[str, Any]) -> dict[str, Any]:
     outcomes = report.get("outcomes", {})
     arms = report.get("arms", [])
     trained = frozenset(report.get("train_tasks") or [])
-    for temperature, prefix in TEMPERATURES.items():
+    for prefix in TEMPERATURES.values():
         before = outcomes.get(f"{prefix}before")
         done = [a for a in arms if f"{prefix}after_{a}" in outcomes and a in report.get("results", {})]
         comparisons = report.setdefault(f"{prefix}comparisons", {})
@@ -151,8 +151,8 @@ def render(report: dict[str, Any]) -> str:
     lines += _household_lines(report)
     by_part = report.get("by_part", {})
     if by_part:
-        lines += ["", f"By part of the validation at T = 0.4 ({report.get('train_task_count')} trained tasks; "
-                      "the rest unseen):"]
+        lines += ["", (f"By part of the validation at T = 0.4 ({report.get('train_task_count')} trained tasks; "
+                      "the rest unseen):")]
         for name, parts in by_part.items():
             for part, test in parts.items():
                 lines.append(f"- {name}, {label(part)}: {_paired(test)}")
