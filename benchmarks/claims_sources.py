@@ -106,7 +106,23 @@ def seed_comparisons() -> list[dict[str, Any]]:
     pair = load("alfworld_cpu_pool_pair_seed0.json")["paired"]
     rllib = {c["claim"]: c for c in load("rllib_llm_learning.json")["comparisons"]}
     corridor_scope = {"env": "4-room LLM corridor (corridor_llm)", "model": SMOL, "device": CPU}
+    learned = [p for p in _llm_comparisons("llm_learning.json") if (p["kind"], p["a"]) == ("learned", "ecpo")]
+    alf_learned = [p for p in _llm_comparisons("llm_learning_alfworld_cpu_pairs.json")
+                   if (p["kind"], p["a"]) == ("learned", "ecpo")]
+    lag0 = [p for p in pipelined if p["comparison"] == "ecpo_lag1 - ecpo_lag0"]
     return [
+        claim("L5", "learning", "ECPO training of an LLM raises late success over the start (corridor)",
+              corridor_scope | {"mode": "native trainer, exact success"}, seeds, learned[0]["n"],
+              [part(p, f"N = {p['N']}", T_INTERVAL) for p in sorted(learned, key=lambda p: int(p["N"]))], +1,
+              "llm_learning.json", ("Does ECPO training of an LLM learn the corridor?", "SmolLM2, LLM corridor, CPU")),
+        claim("L6", "learning", "ECPO raises success on unseen small ALFWorld households (alfworld_cpu, 6 iterations)",
+              {"env": POOL, "model": SMOL, "mode": SCORE, "device": CPU}, seeds, alf_learned[0]["n"],
+              [part(p, f"N = {p['N']}", T_INTERVAL) for p in alf_learned], +1, "llm_learning_alfworld_cpu_pairs.json"),
+        claim("E6", "comparison", "Pipelined rollouts (lag 1) learn as well as lag 0 (ECPO)",
+              corridor_scope | {"mode": "RLlib, 2 runners, lag 1 vs lag 0"}, seeds, lag0[0]["n"],
+              [part(lag0[0], "final exact success", T_INTERVAL)]
+              + [part(p, "episodes pooled over seeds (conditional on these runs)", secondary=True) for p in lag0[1:]],
+              0, "pipelined_learning.json"),
         claim("E1", "comparison", "ECPO beats GiGPO w/std in late success (corridor, N = 4 and 8)",
               corridor_scope | {"mode": "native trainer, exact success"}, seeds, corridor[max(corridor)]["n"],
               [part(p, f"N = {n}", T_INTERVAL) for n, p in sorted(corridor.items())], +1, "llm_learning.json",
@@ -170,6 +186,8 @@ def speed() -> list[dict[str, Any]]:
     differential, memory = load("alfworld_differential.json"), load("memory.json")
     gpu = load("gpu_run.json")["parts"]
     paper, learning = gpu["paper_iteration"], gpu["learning"]
+    generation, webshop = load("generation_profile.json"), load("env_throughput_webshop.json")["sizes"]["1000"]
+    rllib_before, rllib_after = load("rllib_memory_before.json"), load("rllib_memory_after.json")
     rows = [
         ("S1", "Credit's cost: ECPO's time over GiGPO w/std's", {"env": f"{overhead['batch']['rows']:,}-row batch",
          "model": "-", "mode": "numpy, 1 thread", "device": CPU}, f"median of {overhead['reps']} repetitions",
@@ -194,6 +212,20 @@ def speed() -> list[dict[str, Any]]:
          {"env": "-", "model": "Qwen2.5-7B", "mode": "FSDP2 x 8, checkpointing", "device": "computed"},
          "one computation", 1, f"{_memory(memory, 'Qwen2.5-7B', 'FSDP2'):.1f} GB per GPU", "memory.json",
          ("What fits on a GPU?", "Qwen2.5-7B, FSDP2 x 8, computed")),
+        ("S6", "A decoding step of the transformers sampler on one GPU, bf16 weights against float32",
+         {"env": f"{generation['shape']['rows']} rows, {generation['shape']['prompt']}-token prompts",
+          "model": "Qwen2.5-1.5B architecture", "mode": "transformers generate", "device": H100},
+         f"{generation['shape']['tokens']} decoding steps", generation["shape"]["tokens"],
+         "; ".join(f"{name}: {v['ms_per_step']:.1f} ms a step" for name, v in generation["variants"].items()),
+         "generation_profile.json"),
+        ("S7", "RLlib README example: the driver's peak memory, before and after issue 36's change",
+         {"env": "LLM corridor", "model": SMOL, "mode": "RLlib, 2 env runners", "device": CPU}, "one run each", 2,
+         f"driver peak RSS {rllib_before['driver_peak_rss_mb']:,.0f} MB -> {rllib_after['driver_peak_rss_mb']:,.0f} MB",
+         "rllib_memory_after.json"),
+        ("S8", "A WebShop step at 1,000 products", {"env": "WebShop, 1,000 products", "model": "-", "mode": "env step",
+         "device": CPU}, "steps timed", webshop["step"]["count"],
+         f"median {webshop['step']['median_ms']:.2f} ms, p90 {webshop['step']['p90_ms']:.2f} ms",
+         "env_throughput_webshop.json"),
     ]
     return [claim(id_, "speed", text, scope, unit, n, [{"label": "", "estimate": None, "low": None, "high": None,
                                                         "method": figure, "mde": None, "significant": False,
