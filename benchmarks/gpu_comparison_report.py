@@ -81,25 +81,26 @@ def _regime_text(figures: dict[str, float]) -> str:
     return ", ".join(words[k].format(v) for k, v in figures.items())
 
 
-def _paired(test: dict[str, Any]) -> str:
-    text = f"{test['success_before']:.3f} -> {test['success_after']:.3f} on {test['episodes']} paired episodes"
+def _paired(test: dict[str, Any], head: str, unchanged: str, split_words: str) -> str:
+    """A paired test's line: ``head``, then the test (or why there is none), its counts in ``split_words``."""
     if "gained" not in test:
-        return f"{text}; paired test {test.get('test', 'not computed')}"
+        return f"{head}; paired test {test.get('test', 'not computed')}"
     if test["gained"] + test["lost"] == 0:
-        return f"{text}; no episode changed its outcome"
-    return (f"{text} ({test['gained']} gained, {test['lost']} lost): {test['diff']:+.3f} [{test['low']:+.3f}, "
-            f"{test['high']:+.3f}], p = {test['p']:.3g}, MDE {test['mde']:.3f}")
+        return f"{head}; {unchanged}"
+    return (f"{head} ({split_words.format(**test)}): {test['diff']:+.3f} [{test['low']:+.3f}, {test['high']:+.3f}], "
+            f"p = {test['p']:.3g}, MDE {test['mde']:.3f}")
+
+
+def _gain(test: dict[str, Any]) -> str:
+    head = f"{test['success_before']:.3f} -> {test['success_after']:.3f} on {test['episodes']} paired episodes"
+    return _paired(test, head, "no episode changed its outcome", "{gained} gained, {lost} lost")
 
 
 def _comparison(name: str, test: dict[str, Any]) -> str:
     first, other = name.split(" - ")
     head = f"{first} {test['success_after']:.3f}, {other} {test['success_before']:.3f} on {test['episodes']} episodes"
-    if "gained" not in test:
-        return f"{head} (paired test {test.get('test', 'not computed')})"
-    if test["gained"] + test["lost"] == 0:
-        return f"{head} (no episode differs between the two)"
-    return (f"{head}; {first} won {test['gained']} episodes {other} lost, {test['lost']} the other way: "
-            f"{test['diff']:+.3f} [{test['low']:+.3f}, {test['high']:+.3f}], p = {test['p']:.3g}, MDE {test['mde']:.3f}")
+    return _paired(test, head, "no episode differs between the two",
+                   f"{first} won {{gained}} episodes {other} lost, {{lost}} the other way")
 
 
 def _household_lines(report: dict[str, Any]) -> list[str]:
@@ -139,7 +140,7 @@ def render(report: dict[str, Any]) -> str:
             test = result.get(f"{prefix}gain")
             at = "T = 0.4" if temperature == "sampled" else "greedy, T = 0"
             if test:
-                lines.append(f"- {arm} ({result['iterations_done']} iterations), {at}: {_paired(test)}")
+                lines.append(f"- {arm} ({result['iterations_done']} iterations), {at}: {_gain(test)}")
             elif temperature == "sampled":
                 lines.append(f"- {arm}: {result['iterations_done']} iterations done, closing validation not reached")
         if result.get("regime"):
@@ -155,7 +156,7 @@ def render(report: dict[str, Any]) -> str:
                       "the rest unseen):")]
         for name, parts in by_part.items():
             for part, test in parts.items():
-                lines.append(f"- {name}, {label(part)}: {_paired(test)}")
+                lines.append(f"- {name}, {label(part)}: {_gain(test)}")
     if report.get("stopped"):
         lines += ["", f"Stopped early: {report['stopped']}"]
     return "\n".join(lines) + "\n"
