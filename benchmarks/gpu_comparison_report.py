@@ -87,8 +87,13 @@ def _paired(test: dict[str, Any], head: str, unchanged: str, split_words: str) -
         return f"{head}; paired test {test.get('test', 'not computed')}"
     if test["gained"] + test["lost"] == 0:
         return f"{head}; {unchanged}"
-    return (f"{head} ({split_words.format(**test)}): {test['diff']:+.3f} [{test['low']:+.3f}, {test['high']:+.3f}], "
-            f"p = {test['p']:.3g}, MDE {test['mde']:.3f}")
+    text = f"{head} ({split_words.format(**test)}): {test['diff']:+.3f} [{test['low']:+.3f}, {test['high']:+.3f}]"
+    if test.get("interval"):
+        text += f" ({test['interval']})"
+    if isinstance(test.get("clustered"), dict):  # each household is validated more than once: its cluster
+        c = test["clustered"]
+        text += f", by household ({c['clusters']}) [{c['low']:+.3f}, {c['high']:+.3f}]"
+    return f"{text}, p = {test['p']:.3g}, MDE {test['mde']:.3f}"
 
 
 def _gain(test: dict[str, Any]) -> str:
