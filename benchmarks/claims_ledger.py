@@ -118,7 +118,7 @@ def digest(rows: Sequence[Mapping[str, Any]]) -> list[str]:
         p = primary[0]
         short = figure(p | {"method": ""}).replace("; by task", ", by task") if p["estimate"] is not None else \
             p["method"] + (f" ({p['label']})" if p["label"] else "")
-        label = f"{p['label']} (1 of {len(primary)} in the ledger): " if len(primary) > 1 else ""
+        label = f"{p.get('short') or p['label']} (1 of {len(primary)} in the ledger): " if len(primary) > 1 else ""
         out.append(f"| {_cell(question)} | {verdict(row).split(' (')[0]}: {label}{_cell(short)} | {unit_short(row)}; {scope} | "
                    f"[{row['id']}](docs/claims.md) |")
     return out

@@ -33,13 +33,13 @@ def load(name: str) -> Any:
 
 
 def part(figures: Mapping[str, Any], label: str = "", method: str | None = None,
-         secondary: bool = False) -> dict[str, Any]:
+         secondary: bool = False, short: str | None = None) -> dict[str, Any]:
     """One estimate of a JSON as the ledger shows it: estimate, interval and its method, MDE, the clustered
     interval where the JSON has one, and whether the JSON's test calls it significant (Holm's decision where the
     JSON made one, else the interval excluding 0, with McNemar's p below 0.05 where it has one). A ``secondary``
-    part is shown beside the claim's verdict, not counted in it."""
+    part is shown beside the claim's verdict, not counted in it; ``short`` names it in the README's digest."""
     f = {key: figures.get(name) for key, name in FIELDS.items()}
-    out = {"label": label, "estimate": f["estimate"], "low": f["low"], "high": f["high"],
+    out = {"label": label, "short": short or label, "estimate": f["estimate"], "low": f["low"], "high": f["high"],
            "method": f["method"] or method or (BINARY_UNNAMED if "gained" in figures else ""), "mde": f["mde"],
            "secondary": secondary}
     if isinstance(f["clustered"], Mapping):
@@ -150,19 +150,20 @@ def seed_comparisons() -> list[dict[str, Any]]:
 
 def credit() -> list[dict[str, Any]]:
     study = load("credit_study.json")["summary"]
-    claims = {(c["id"], c["env"]): c for c in study["claims"]}
-    tabular = {"env": "diagnostic corridor (tabular)", "model": "tabular policy", "mode": "native trainer",
-               "device": CPU}
+    envs = {"diagnostic": ("diagnostic corridor (tabular)", "tabular policy", "native trainer"),
+            "webshop": ("WebShop (tabular, d_min = 7 on 8-step episodes: rho ~ 0)", "tabular policy", "native trainer")}
+    digests = {("C3", "diagnostic"): ("Tabular policy: does ECPO beat GiGPO w/std in final success?",
+                                      "diagnostic corridor, CPU"),
+               ("C6", "diagnostic"): ("Tabular policy: does ECPO lower the advantage range?", "diagnostic corridor, CPU"),
+               ("C1", "diagnostic"): ("Tabular policy: do divergent anchors grow more frequent?",
+                                      "diagnostic corridor, CPU")}
     rows = []
-    for (cid, env), text, digest in (
-            (("C3", "diagnostic"), "ECPO beats GiGPO w/std in final success at every N",
-             ("Tabular policy: does ECPO beat GiGPO w/std in final success?", "diagnostic corridor, CPU")),
-            (("C6", "diagnostic"), "ECPO lowers the advantage range against GiGPO w/std",
-             ("Tabular policy: does ECPO lower the advantage range?", "diagnostic corridor, CPU"))):
-        c = claims[(cid, env)]
-        rows.append(claim(f"K{len(rows) + 1}", "credit", f"{cid}: {text}", tabular, "training seeds (paired)",
-                          c["parts"][0]["n"], [part(p, f"N = {p['N']}", T_INTERVAL) for p in c["parts"]],
-                          c["parts"][0]["direction"], "credit_study.json", digest))
+    for c in study["claims"]:  # the credit study's claims C1-C7, each on each environment
+        env, model, mode = envs[c["env"]]
+        rows.append(claim(f"K{len(rows) + 1}", "credit", f"{c['id']}: {c['claim']}",
+                          {"env": env, "model": model, "mode": mode, "device": CPU}, "training seeds (paired)",
+                          c["parts"][0]["n"], [part(p, f"{p['label']}, N = {p['N']}", T_INTERVAL, short=f"N = {p['N']}") for p in c["parts"]],
+                          c["parts"][0]["direction"], "credit_study.json", digests.get((c["id"], c["env"]))))
     registered = load("credit_counterfactual_claim.json")
     reg = registered["registration"]
     explore = registered["exploratory"]
@@ -171,13 +172,13 @@ def credit() -> list[dict[str, Any]]:
               "method": f"{explore[e]['cells_below']}/{explore[e]['cells']} below 0, p {explore[e]['p']:.3g}",
               "mde": None, "significant": False, "secondary": True}
              for e in reg["estimators"]]
-    rows.append(claim("K3", "credit", "B1: one ECPO update raises log pi(rare|s) at lucky singletons less than "
+    rows.append(claim(f"K{len(rows) + 1}", "credit", "B1: one ECPO update raises log pi(rare|s) at lucky singletons less than "
                       "GiGPO w/std's (registered claim-level test)",
                       {"env": "corridors (tabular, SmolLM2)", "model": f"tabular, {SMOL}",
                        "mode": "one update from the same checkpoint", "device": CPU},
                       f"training runs (arm x checkpoint seed; {3 * len(reg['checkpoint_seeds'])} planned)", 0, parts,
                       -1, "credit_counterfactual_claim.json",
-                      ("Does an ECPO update push a lucky singleton less (App. C)?", "corridors, CPU")))
+                      ("Does an ECPO update push lucky singletons less (App. C)?", "corridors, CPU")))
     return rows
 
 

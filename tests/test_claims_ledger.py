@@ -42,7 +42,7 @@ def test_every_readme_row_has_its_scope_unit_and_interval_within_200_characters(
         assert len(line) <= claims_ledger.README_LINE_LIMIT, line
         assert re.search(r"\[[+-]\d\.\d{3}, [+-]\d\.\d{3}\]", answer) or answer.startswith(("measured", "registered"))
         assert ";" in unit_scope and re.search(r"CPU|H100|computed", unit_scope), line
-        assert re.fullmatch(r"\[[LECKS]\d\]\(docs/claims\.md\)", link)
+        assert re.fullmatch(r"\[[LECKS]\d+\]\(docs/claims\.md\)", link)
 
 
 def test_figures_are_the_jsons_own(rows):
@@ -57,6 +57,16 @@ def test_figures_are_the_jsons_own(rows):
     for row in rows:
         assert (claims_ledger.ROOT / row["source"]).is_file(), row["source"]
         assert all(row["scope"].get(k) for k in ("env", "model", "mode", "device")), row["id"]
+
+
+def test_the_ledgers_verdicts_are_the_credit_studys_own(rows):
+    study = json.loads((RESULTS / "credit_study.json").read_text())["summary"]["claims"]
+    same = {"holds": "shown", "contradicted": "contradicted", "not shown": "not shown", "mixed": "mixed"}
+    mine = [r for r in rows if r["source"].endswith("credit_study.json")]
+    assert len(mine) == len(study)
+    for row, theirs in zip(mine, study):
+        assert row["claim"].startswith(theirs["id"])
+        assert claims_ledger.verdict(row).split(" (")[0] == same.get(theirs["verdict"], theirs["verdict"])
 
 
 def _row(direction, *parts):
