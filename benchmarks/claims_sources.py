@@ -189,6 +189,7 @@ def speed() -> list[dict[str, Any]]:
     paper, learning = gpu["paper_iteration"], gpu["learning"]
     generation, webshop = load("generation_profile.json"), load("env_throughput_webshop.json")["sizes"]["1000"]
     rllib_before, rllib_after = load("rllib_memory_before.json"), load("rllib_memory_after.json")
+    pipelined = load("pipelined_rollouts.json")["cases"]["smollm2"]
     rows = [
         ("S1", "Credit's cost: ECPO's time over GiGPO w/std's", {"env": f"{overhead['batch']['rows']:,}-row batch",
          "model": "-", "mode": "numpy, 1 thread", "device": CPU}, f"median of {overhead['reps']} repetitions",
@@ -227,6 +228,12 @@ def speed() -> list[dict[str, Any]]:
          "device": CPU}, "steps timed", webshop["step"]["count"],
          f"median {webshop['step']['median_ms']:.2f} ms, p90 {webshop['step']['p90_ms']:.2f} ms",
          "env_throughput_webshop.json"),
+        ("S9", "Pipelined rollouts (lag 1) against lag 0: wall time per iteration, SmolLM2 on the LLM corridor",
+         {"env": "LLM corridor", "model": SMOL, "mode": "RLlib, 2 env runners, one local learner", "device": CPU},
+         "timed iterations (median)", len(pipelined["lags"]["1"]["seconds_per_iteration"]),
+         f"{pipelined['lags']['0']['median_seconds_per_iteration']:.1f} s -> "
+         f"{pipelined['lags']['1']['median_seconds_per_iteration']:.1f} s ({pipelined['measured_speedup']:.2f}x)",
+         "pipelined_rollouts.json", ("Do pipelined rollouts speed an iteration up?", "SmolLM2, LLM corridor, RLlib, CPU")),
     ]
     return [claim(id_, "speed", text, scope, unit, n, [{"label": "", "estimate": None, "low": None, "high": None,
                                                         "method": figure, "mde": None, "significant": False,
