@@ -4,11 +4,13 @@
 computed whatever machine wrote them), refuses reports of different protocols, leaves out the ones whose arms did
 not finish every iteration (named, not pairs), and gives the first arm minus the second after training:
 
+- across seeds, the seed as the unit: the mean of the per-seed differences with its t-interval and the MDE from
+  the seeds (only from five seeds on: ``paired_stats.mde``). This is the answer about the two training
+  procedures, and the one line a report states as its result;
 - per seed, on every validation episode and, where the preset has a training pool, on the trained and the unseen
-  tasks apart (McNemar exact);
-- across seeds, the seed as the unit: the mean of the per-seed differences with its t-interval (an MDE only from
-  five seeds on: ``paired_stats.mde``). This is the answer about the two training procedures;
-- the episodes pooled over seeds (McNemar exact on the summed discordant counts), which is conditional on these
+  tasks apart (Tango's interval, McNemar's p, by task where tasks repeat): one pair of runs each, covering the
+  validation's draws, not run-to-run variance;
+- the episodes pooled over seeds (Tango's interval on the summed table), a secondary line conditional on these
   trained pairs: it says which of these policies won more of the same episodes, not what another seed would do.
 
     python -m benchmarks.comparison_seeds RETURNED/pool_pair_seed*.json --out benchmarks/results/pool_pairs.json
@@ -22,7 +24,7 @@ from typing import Any
 
 from benchmarks import ArgumentParser, fail, write_report
 from benchmarks.gpu_comparison import score
-from benchmarks.paired_stats import detectable, fmt_part, mcnemar_exact, paired_diff
+from benchmarks.paired_stats import fmt_clustered, fmt_part, paired_binary, paired_diff
 from benchmarks.validation_parts import label
 
 PROTOCOL_KEYS = ("preset", "arms", "iterations", "train_tasks", "sft_preset", "sft_seed")
@@ -79,8 +81,9 @@ def summarise(reports: list[dict[str, Any]]) -> dict[str, Any]:
         summary["across_seeds"][part] = paired_diff([t["diff"] for t in tests]) | {"unit": "seeds"}
         gained, lost = sum(t["gained"] for t in tests), sum(t["lost"] for t in tests)
         episodes = sum(t["episodes"] for t in tests)
-        pooled = mcnemar_exact(gained, lost, episodes)
-        summary["pooled_episodes"][part] = pooled | {"mde": detectable(pooled)}
+        both = [t.get("both_won") for t in tests]
+        summary["pooled_episodes"][part] = paired_binary(gained, lost, episodes,
+                                                         both_won=None if None in both else sum(both))
     return summary
 
 
@@ -93,12 +96,17 @@ def render(summary: dict[str, Any]) -> str:
         lines.append(f"- left out: seed {item['seed']} ({item['path']}): {item['why']}")
     for part, rows in summary["per_seed"].items():
         across, pooled = summary["across_seeds"][part], summary["pooled_episodes"][part]
-        lines += ["", f"## {label(part)}", "", "| seed | episodes | won / lost | difference (exact, McNemar-consistent) |",
-                  "|---|---|---|---|"]
-        lines += [f"| {r['seed']} | {r['episodes']} | {r['gained']} / {r['lost']} | {fmt_part(r)} |" for r in rows]
-        lines += ["", f"- **Across seeds (the seed as the unit): {fmt_part(across)}**, p {across['p']:.3g}.",
-                  (f"- Episodes pooled over the seeds ({pooled['episodes']}; conditional on these trained pairs): "
-                   f"{pooled['gained']} won, {pooled['lost']} lost, {fmt_part(pooled)}, p {pooled['p']:.3g}.")]
+        seeds = f"{across['n']} seed pair{'s' if across['n'] != 1 else ''}"
+        result = (f"{fmt_part(across)}, p {across['p']:.3g}" if across["n"] >= 2 else
+                  f"{across['diff']:+.3f} (one pair of runs: no interval over seeds, nothing about run-to-run variance)")
+        lines += ["", f"## {label(part)}", "", f"- **Across seeds (the seed as the unit, {seeds}): {result}.**", "",
+                  "| seed | episodes | won / lost | difference (Tango 95 %; one pair, validation draws only) | by task |",
+                  "|---|---|---|---|---|"]
+        lines += [f"| {r['seed']} | {r['episodes']} | {r['gained']} / {r['lost']} | {fmt_part(r)} | "
+                  f"{fmt_clustered(r)} |" for r in rows]
+        lines += ["", (f"- Secondary, conditional on these trained pairs: the episodes pooled over the seeds "
+                       f"({pooled['episodes']}): {pooled['gained']} won, {pooled['lost']} lost, {fmt_part(pooled)}, "
+                       f"McNemar p {pooled['p']:.3g}.")]
     return "\n".join(lines) + "\n"
 
 

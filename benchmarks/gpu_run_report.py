@@ -34,8 +34,9 @@ def outcomes(validation_line: Mapping[str, Any]) -> list[list]:
 
 def paired_test(before: list[list], after: list[list]) -> dict[str, Any]:
     """Success before and after on the same episodes, and, where scipy is installed, the paired test of
-    ``benchmarks/paired_stats.paired_outcomes`` (the McNemar-consistent exact interval, p and the MDE). The GPU
-    machine may lack scipy: the run stores the outcomes, and re-rendering its JSON here fills the test in."""
+    ``benchmarks/paired_stats.paired_outcomes`` (Tango's interval, Newcombe's, McNemar's p, the MDE, and the
+    interval clustered by task, since every task is validated more than once). The GPU machine may lack scipy:
+    the run stores the outcomes, and re-rendering its JSON here fills the test in."""
     first = {(t, c): w for t, c, w in before}
     second = {(t, c): w for t, c, w in after}
     out = {"episodes": len(first), "success_before": sum(first.values()) / max(len(first), 1),
@@ -44,7 +45,8 @@ def paired_test(before: list[list], after: list[list]) -> dict[str, Any]:
         from benchmarks.paired_stats import paired_outcomes
     except ImportError:  # no scipy here
         return out | {"test": "not computed (no scipy): re-render with benchmarks/gpu_run_report.py"}
-    return out | paired_outcomes(first, second, label="the validations before and after training")
+    return out | paired_outcomes(first, second, label="the validations before and after training",
+                                 task_of=lambda key: key[0])
 
 
 # The CPU recipe that alfworld_gpu keeps was chosen on this preset's validation households, which are also among
@@ -94,10 +96,12 @@ def _paired_line(label: str, test: Mapping[str, Any] | None) -> str:
     line = f"- {label}: {test['success_before']:.3f} -> {test['success_after']:.3f} on {test['episodes']} paired episodes"
     if "gained" not in test:
         return f"{line}; paired test {test.get('test', 'not computed')}"
-    if not math.isfinite(test.get("low", float("nan"))):
+    if test["gained"] + test["lost"] == 0:
         return f"{line}; no episode changed its outcome"
+    from benchmarks.paired_stats import fmt_clustered  # the test is filled in, so scipy is here
+    by_task = f"; by task {fmt_clustered(test)}" if test.get("clustered") else ""
     return (f"{line} ({test['gained']} gained, {test['lost']} lost): change {test['diff']:+.3f} "
-            f"[{test['low']:+.3f}, {test['high']:+.3f}] (exact, McNemar-consistent), McNemar p = {test['p']:.3g}, "
+            f"[{test['low']:+.3f}, {test['high']:+.3f}] (Tango 95 %){by_task}, McNemar p = {test['p']:.3g}, "
             f"MDE {_num(test.get('mde'), 3)}")
 
 
@@ -163,7 +167,7 @@ def _learning_lines(part: Mapping[str, Any]) -> list[str]:
              (f"Preset `{part.get('preset')}` from an `ecpo sft` warm start on expert play of training tasks only "
               f"({steps} expert steps); {part.get('iterations_done', 0)} ECPO iterations of a planned "
               f"{part.get('iterations_planned', 'n/a')} (sized from the first iteration to end inside the time "
-              "limit)."), ""]
+              "limit). One run: the intervals cover the validation's draws, not run-to-run variance."), ""]
     excluded = len(part.get("validation_untuned", {}).get("excluded_tasks", []))
     for name, label in (("validation", "unseen validation tasks"),
                         ("validation_untuned", f"the same without the {excluded} tasks the CPU recipe was chosen on"),

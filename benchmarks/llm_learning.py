@@ -184,7 +184,8 @@ def main(argv: list[str] | None = None) -> int:
                     results.setdefault(env, {})[int(n)] = {m: with_seed_ids(runs, protocol.seeds, f"{path} {env} N={n} {m}")
                                                            for m, runs in by_method.items()}
         protocol = Protocol(protocol.preset, protocol.envs, sorted({n for by_n in results.values() for n in by_n}),
-                            protocol.methods, protocol.seeds, overrides)
+                            protocol.methods, sorted({r["seed"] for by_n in results.values() for ms in by_n.values()
+                                                      for rs in ms.values() for r in rs}), overrides)  # those stored
         how = (f"Re-reported by `python -m benchmarks.llm_learning --protocol {args.protocol} --from-json "
                f"{' '.join(args.from_json)}` from stored run summaries ({seconds / 60:.0f} min of training and validation "
                "summed over cells); no training was rerun.")

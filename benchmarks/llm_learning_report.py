@@ -4,8 +4,9 @@ of run summaries with their seed ids) to the comparisons, the markdown and the p
 Two families of comparisons, each Holm-corrected on its own: by seed (each method's late-stage success against
 its first validation, and the methods against one another, paired by seed id), and, where the runs kept their
 ``validation.jsonl``, by episode pooled over seeds (each validation episode pairs with itself before and after
-training and across the methods of one seed, since validation fixes every draw by (seed, copy, step)), tested by
-McNemar's exact interval and its power (``paired_stats.mcnemar_exact``, ``mcnemar_mde``).
+training and across the methods of one seed, since validation fixes every draw by (seed, copy, step)), with
+Tango's interval, McNemar's exact p, the interval clustered by task and the MDE (``paired_stats.paired_outcomes``):
+a secondary, conditional line beside the seed-level verdicts, which carry the run-to-run variance.
 
 A preset whose recipe was chosen by looking at one seed's own validation (``SELECTED_ON``) carries a winner's
 curse on that seed: the report says so beside every result, and gives each result again without that seed.
@@ -23,6 +24,7 @@ from scipy import stats
 from benchmarks.paired_stats import (
     MIN_UNITS_FOR_MDE,
     apply_holm,
+    fmt_clustered,
     fmt_part,
     keyed,
     paired_diff,
@@ -128,15 +130,20 @@ def episode_comparisons(results: dict) -> list[dict]:
                 if runs:
                     parts.append(where | {"kind": "learned", "a": method, "b": "before", "seeds": [r["seed"] for r in runs]}
                                  | paired_outcomes(pooled_episodes(runs, "before"), pooled_episodes(runs, "after"),
-                                                   label=f"{env_label} N={n} {method} before/after"))
+                                                   label=f"{env_label} N={n} {method} before/after", task_of=_task))
             a, b = with_episodes.get("ecpo", []), with_episodes.get("gigpo_std", [])
             shared = sorted({r["seed"] for r in a} & {r["seed"] for r in b})
             if shared:
                 a, b = ([r for r in runs if r["seed"] in shared] for runs in (a, b))
                 parts.append(where | {"kind": "vs", "a": "ecpo", "b": "gigpo_std", "seeds": shared}
                              | paired_outcomes(pooled_episodes(b, "after"), pooled_episodes(a, "after"),
-                                               label=f"{env_label} N={n} ecpo/gigpo_std"))
+                                               label=f"{env_label} N={n} ecpo/gigpo_std", task_of=_task))
     return apply_holm(parts, [1] * len(parts))
+
+
+def _task(key: tuple) -> Any:
+    """The task of a pooled episode ``(seed, task, copy)``: episodes of one task, in any seed, form one cluster."""
+    return key[1]
 
 
 def episode_lines(parts: list[dict], without: list[dict] = (), seed: Any = None) -> list[str]:
@@ -145,9 +152,10 @@ def episode_lines(parts: list[dict], without: list[dict] = (), seed: Any = None)
     lines = ["## Episode level, pooled over seeds", "",
              ("Each validation episode pairs with itself: the same (seed, task, copy) takes the same uniform draws "
               "before and after training, and under either method of a seed. Gained / lost are the discordant "
-              "episodes; p is McNemar's exact test on them, and the interval is the McNemar-consistent exact one "
-              "(Clopper-Pearson for gained / (gained + lost), mapped to the difference of success rates); the MDE "
-              "is Connor's for McNemar's test at the observed share of changing episodes. "
+              "episodes; p is McNemar's exact test on them; the interval is Tango's unconditional score interval, "
+              "and beside it the interval clustered by task (each task is validated in several copies and seeds: "
+              "Tango's on the table shrunk by the design effect); the MDE is Connor's (80 % power, unconditional) "
+              "at the observed share of changing episodes. "
               f"Holm-corrected over these {len(parts)} comparisons (a family of their own). This tests the runs "
               "that were trained, not the training procedure: the seed-level verdicts above carry the run-to-run "
               "variance."), ""]
@@ -157,9 +165,11 @@ def episode_lines(parts: list[dict], without: list[dict] = (), seed: Any = None)
             lines.append(f"- {part['env']} N={part['N']} {what} ({part['episodes']} episodes, seeds {part['seeds']}): "
                          "no episode changed its outcome")
             continue
+        by_task = f", by task {fmt_clustered(part)}" if part.get("clustered") else ""
+        scope = " (one run: covers validation draws, not run-to-run variance)" if len(part["seeds"]) == 1 else ""
         lines.append(f"- {part['env']} N={part['N']} {what} ({part['episodes']} episodes, seeds {part['seeds']}): "
-                     f"{part['gained']} gained, {part['lost']} lost, {fmt_part(part)}, McNemar p {part['p']:.3g} — "
-                     f"{_said(part)}{without_text(part, list(without), seed)}")
+                     f"{part['gained']} gained, {part['lost']} lost, {fmt_part(part)}{by_task}, McNemar p "
+                     f"{part['p']:.3g} — {_said(part)}{scope}{without_text(part, list(without), seed)}")
     return lines + [""]
 
 

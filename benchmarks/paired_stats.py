@@ -1,11 +1,14 @@
-"""Statistics shared by the benchmark reports: pairing by seed id, paired t-intervals, Holm, the MDE, McNemar's
-exact interval and power for paired binary outcomes, and the intervals of success rates (Wilson for one
-proportion; Newcombe and Wald for a difference of two).
+"""Statistics shared by the benchmark reports: pairing by seed id, paired t-intervals, Holm, the MDE, the
+intervals and power of paired binary outcomes (Tango's score interval, Newcombe's beside it, McNemar's exact p,
+and the task-clustered interval), and the intervals of success rates (Wilson for one proportion; Newcombe and
+Wald for a difference of two independent ones).
 
 Every method of a study trains on the same seeds (or, in the counterfactual benchmark, updates on the same
 batches), so method differences are paired: the interval of ``a - b`` is a one-sample t-interval over the
 per-seed differences, which removes the between-seed variance a Welch interval keeps. Pairing is by the seed
 id stored with each value, never by list position: a cell whose seeds do not match its partner's is refused.
+The seed is the unit of a comparison of training procedures; one training run is one unit, whatever number of
+episodes it validates.
 
 Several comparisons in one report are corrected together with Holm's step-down procedure (family-wise error
 0.05). Beside every "not significant" the report prints the minimum detectable effect (MDE): the true paired
@@ -16,14 +19,16 @@ too few degrees of freedom for that number to mean anything, and the report says
 
 Paired binary outcomes (one validation episode before and after training, or under two methods) are not
 t-tested: where few episodes change, the t-interval over the mostly-zero differences is too narrow. Their
-interval is McNemar's, built from the discordant counts alone (:func:`mcnemar_exact`), and their power is
-Connor's (:func:`mcnemar_pairs_needed`, :func:`mcnemar_mde`).
+interval is Tango's unconditional score interval (:func:`paired_binary`), their test McNemar's exact one, their
+power Connor's unconditional one (:func:`mcnemar_pairs_needed`, :func:`mcnemar_mde`); where validation repeats
+tasks, the interval clustered by task stands beside it (:func:`clustered`). These cover the validation's draws
+for the policies trained, not the variance from one training run to another.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -184,6 +189,16 @@ def fmt_part(part: Mapping[str, Any], digits: int = 3) -> str:
     return text
 
 
+def fmt_clustered(part: Mapping[str, Any], digits: int = 3) -> str:
+    """``[low, high] (16 tasks, design effect 1.48)``: the task-clustered interval beside the primary one (empty
+    where no task repeats, so nothing is clustered)."""
+    c = part.get("clustered")
+    if not c:
+        return ""
+    return (f"[{c['low']:+.{digits}f}, {c['high']:+.{digits}f}] ({c['clusters']} {c.get('unit', 'task')}s, "
+            f"design effect {c['design_effect']:.2f})")
+
+
 def claim_verdict(status: Sequence[str]) -> str:
     """A claim over its parts' verdicts: *holds* (every part holds), *contradicted* (some part contradicted and
     none holds), *mixed* (both), *partly holds* (some hold, none contradicted), and *not shown* when no part is
@@ -198,66 +213,167 @@ def claim_verdict(status: Sequence[str]) -> str:
 
 
 # ------------------------------------------------------------------------------------------ paired episodes
-def paired_outcomes(before: Mapping[Any, Any], after: Mapping[Any, Any], *, label: str = "") -> dict[str, Any]:
+def paired_outcomes(before: Mapping[Any, Any], after: Mapping[Any, Any], *, label: str = "",
+                    task_of: Callable[[Any], Any] | None = None) -> dict[str, Any]:
     """Two validations' binary outcomes paired episode by episode (``key -> won``; the keys must match).
 
     Validation fixes every choice's uniform draw by (seed, copy, step), so the same episode under two policies
-    differs only where the policies do. Returned: :func:`mcnemar_exact` of ``after - before`` (``gained`` /
-    ``lost`` discordant pairs, the exact interval and p) with ``n`` the number of episodes and the MDE at level
-    0.05 for the observed share of changing episodes (:func:`mcnemar_mde`)."""
+    differs only where the policies do. Returned: :func:`paired_binary` of ``after - before`` (Tango's interval,
+    Newcombe's beside it, McNemar's exact p, the MDE) and, where ``task_of(key)`` names each episode's task, a
+    task holds more than one episode and there are at least two tasks (one task gives no spread between tasks to
+    measure), the task-clustered interval beside it (``clustered``: :func:`clustered`)."""
     if set(before) != set(after):
         raise MisalignedCells(f"cannot pair {label or 'validations'}: {len(set(before) ^ set(after))} episodes "
                               "are in only one of them (pair only the same validation)")
     keys = sorted(before, key=str)
-    gained = sum(1 for k in keys if after[k] and not before[k])
-    lost = sum(1 for k in keys if before[k] and not after[k])
-    out = mcnemar_exact(gained, lost, len(keys))
-    return out | {"mde": detectable(out)}
+    diffs = [int(bool(after[k])) - int(bool(before[k])) for k in keys]
+    both_won = sum(1 for k in keys if after[k] and before[k])
+    out = paired_binary(diffs.count(1), diffs.count(-1), len(keys), both_won=both_won)
+    if task_of is not None:
+        tasks = [task_of(k) for k in keys]
+        if 2 <= len(set(tasks)) < len(tasks):
+            out["clustered"] = clustered(diffs, tasks)
+    return out
 
 
-def mcnemar_exact(gained: int, lost: int, n: int, level: float = 0.95) -> dict[str, Any]:
-    """McNemar-consistent exact interval and p of a difference of paired success rates, from its discordant counts.
+def paired_binary(gained: int, lost: int, n: int, *, both_won: int | None = None,
+                  level: float = 1 - ALPHA) -> dict[str, Any]:
+    """A difference of paired success rates from its 2x2 table: ``gained`` pairs went 0 -> 1, ``lost`` 1 -> 0, of
+    ``n``; the difference is ``(gained - lost) / n``.
 
-    ``gained`` pairs went 0 -> 1, ``lost`` 1 -> 0, of ``n`` pairs; the difference is ``(gained - lost) / n``.
-    Conditional on the ``D = gained + lost`` discordant pairs, ``gained ~ Binomial(D, q)`` and the difference is
-    ``D / n * (2 q - 1)``. The interval is the exact Clopper-Pearson interval of ``q`` (``Beta(alpha/2; b, c + 1)``
-    to ``Beta(1 - alpha/2; b + 1, c)``) mapped through that line, and p is the exact McNemar test (two-sided
-    binomial test of ``q = 1/2``), so the interval excludes 0 exactly when the test rejects at its level. Unlike
-    the paired t-interval over the n mostly-zero differences, it does not shrink with the unchanged pairs: WebShop
-    LoRA seed 0 (7 gained, 1 lost, n 96) gives +0.062 [-0.004, +0.083], p 0.070 (the t-interval said
-    [+0.005, +0.120]). Without a discordant pair there is no interval (``low``/``high`` NaN) and p is 1.
-    ``se``/``df`` are NaN: this interval has none."""
+    ``low``/``high``: Tango's (1998) score interval (:func:`tango`), unconditional: it lets the number of changed
+    pairs vary as well as their split, so it widens when many pairs change (the conditional Clopper-Pearson
+    interval of gained / changed, scaled by the observed share changed, held that share fixed and capped the upper
+    end: the pool's +0.348 read [+0.305, +0.366], Tango gives [+0.288, +0.410]). With ``both_won`` (the pairs won
+    on both sides, kept as ``both_won``) Newcombe's (1998) hybrid score interval, method 10, stands beside it
+    (``newcombe_low`` / ``newcombe_high``). ``p``: McNemar's exact test (two-sided binomial test of gained vs lost among the changed
+    pairs; 1 when none changed). ``mde``: :func:`mcnemar_mde` at level 0.05 for the observed share changing.
+    ``se``/``df`` are NaN: these intervals have none."""
     if not (0 <= gained and 0 <= lost and gained + lost <= n and n >= 1):
         raise ValueError(f"discordant counts {gained} gained, {lost} lost do not fit {n} pairs")
     d = gained + lost
+    low, high = tango(gained, lost, n, level)
     out = {"diff": (gained - lost) / n, "gained": int(gained), "lost": int(lost), "episodes": int(n), "n": int(n),
            "discordant_share": d / n, "se": float("nan"), "df": float("nan"), "sd": float("nan"),
-           "low": float("nan"), "high": float("nan"), "p": 1.0}
-    if d == 0:
-        return out
-    tail = (1 - level) / 2
-    q_low = float(stats.beta.ppf(tail, gained, lost + 1)) if gained > 0 else 0.0
-    q_high = float(stats.beta.ppf(1 - tail, gained + 1, lost)) if lost > 0 else 1.0
-    return out | {"low": d / n * (2 * q_low - 1), "high": d / n * (2 * q_high - 1),
-                  "p": float(stats.binomtest(gained, d, 0.5).pvalue)}
+           "low": low, "high": high, "interval": "Tango score",
+           "p": float(stats.binomtest(gained, d, 0.5).pvalue) if d else 1.0}
+    if both_won is not None:
+        out["both_won"] = int(both_won)
+        out["newcombe_low"], out["newcombe_high"] = newcombe_paired(both_won, gained, lost, n, level)
+    return out | {"mde": mcnemar_mde(n, d / n)}
+
+
+def _tango_z(delta: np.ndarray, b: np.ndarray, c: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """Tango's score statistic of ``(b - c) / n = delta``: the restricted MLE of the 0 -> 1 cell's probability
+    given delta (the root of ``2 n q^2 + w q - c delta (1 - delta) = 0``) in the variance of ``b - c``."""
+    w = -b - c + (2 * n - b + c) * delta
+    q = (-w + np.sqrt(np.maximum(w * w + 8 * n * c * delta * (1 - delta), 0.0))) / (4 * n)
+    var = n * (2 * q + delta * (1 - delta))
+    num = b - c - n * delta
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(var > 0, num / np.sqrt(np.where(var > 0, var, 1.0)),
+                        np.where(num == 0, 0.0, np.sign(num) * np.inf))
+
+
+def _tango_bounds(b: Any, c: Any, n: Any, z: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Both ends of Tango's interval by bisection (vectorised over arrays of tables): the statistic falls as delta
+    grows, so ``low`` solves Z = z on [-1, estimate] and ``high`` Z = -z on [estimate, 1] (an end at -1 or 1
+    where Z never reaches the bound). 60 halvings leave an error below 1e-17."""
+    b, c, n, z = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (b, c, n, z)))
+    estimate = (b - c) / n
+    ends = []
+    for lo, hi, target in ((np.full_like(b, -1.0), estimate, z), (estimate, np.full_like(b, 1.0), -z)):
+        lo, hi = lo.copy(), hi.copy()
+        for _ in range(60):
+            mid = (lo + hi) / 2
+            above = _tango_z(mid, b, c, n) > target
+            lo, hi = np.where(above, mid, lo), np.where(above, hi, mid)
+        ends.append((lo + hi) / 2)
+    return ends[0], ends[1]
+
+
+def tango(gained: Any, lost: Any, n: Any, level: float = 1 - ALPHA) -> tuple[Any, Any]:
+    """Tango's (1998) asymptotic score interval for a difference of paired proportions, ``(gained - lost) / n``:
+    every delta whose score statistic (:func:`_tango_z`) lies within the normal quantile. It stays inside
+    [-1, 1] and gives a proper interval with no changed pair (``±z^2 / (n + z^2)``). Checked against Tango's own
+    examples and R's ratesci / contingencytables (tests/test_paired_stats.py). Arrays in, arrays out."""
+    low, high = _tango_bounds(gained, lost, n, stats.norm.ppf(1 - (1 - level) / 2))
+    return (float(low), float(high)) if low.ndim == 0 else (low, high)
+
+
+def newcombe_paired(both_won: int, gained: int, lost: int, n: int, level: float = 1 - ALPHA) -> tuple[float, float]:
+    """Newcombe's (1998) hybrid score interval for a paired difference (method 10, "square and add"): the Wilson
+    intervals of the two marginal rates combined with a correction phi for their correlation (phi from the 2x2
+    table, shrunk to 0 for ``0 <= ad - bc <= n/2``). After = first classification: p1 = (both + gained) / n."""
+    z = float(stats.norm.ppf(1 - (1 - level) / 2))
+    both_lost = n - both_won - gained - lost
+    p1, p2 = (both_won + gained) / n, (both_won + lost) / n
+    (l1, u1), (l2, u2) = wilson(both_won + gained, n, z), wilson(both_won + lost, n, z)
+    margins = (both_won + gained) * (lost + both_lost) * (both_won + lost) * (gained + both_lost)
+    a = both_won * both_lost - gained * lost
+    phi = 0.0
+    if margins > 0:
+        phi = (a - n / 2) / math.sqrt(margins) if a > n / 2 else (a / math.sqrt(margins) if a < 0 else 0.0)
+    diff = p1 - p2
+    return (diff - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2)),
+            diff + math.sqrt((p2 - l2) ** 2 + (u1 - p1) ** 2 - 2 * phi * (p2 - l2) * (u1 - p1)))
+
+
+def design_effect(diffs: Sequence[float], tasks: Sequence[Any]) -> float:
+    """How much repeating tasks inflates the variance of the mean paired difference: the cluster-robust variance
+    over tasks, ``G/(G-1) sum_k (S_k - n_k dbar)^2 / n^2``, over the independent one, ``sum_i (d_i - dbar)^2 /
+    (n (n - 1))``. Exactly 1 with one episode per task; floored at 1 (episodes of one task that disagree more than
+    chance does not earn a narrower interval); 1 when no pair differs."""
+    d = np.asarray(diffs, dtype=float)
+    index = {t: i for i, t in enumerate(dict.fromkeys(tasks))}
+    labels = np.asarray([index[t] for t in tasks])
+    g, n = len(index), len(d)
+    resid = d - d.mean()
+    independent = float((resid**2).sum()) / (n * (n - 1)) if n > 1 else 0.0
+    if independent <= 0 or g < 2:
+        return 1.0
+    by_task = np.bincount(labels, weights=resid, minlength=g)
+    return max(1.0, g / (g - 1) * float((by_task**2).sum()) / n**2 / independent)
+
+
+def clustered(diffs: Sequence[int], tasks: Sequence[Any], level: float = 1 - ALPHA) -> dict[str, Any]:
+    """The task-clustered interval of a paired difference (``diffs`` in {-1, 0, 1}, one per episode, ``tasks``
+    the task of each): Tango's interval on the table divided by the :func:`design_effect` (Rao & Scott's
+    adjustment: n / deff effectively independent pairs), at the t quantile with G - 1 degrees of freedom for
+    G tasks, since the design effect rests on G task totals. Chosen over a cluster bootstrap: it needs no seed,
+    keeps the score interval's range and asymmetry, is Tango's own interval with one episode per task (deff 1,
+    t with n - 1 df), and a bootstrap over 4 or 16 tasks is too coarse to trust. ``mde``: :func:`mcnemar_mde` at
+    the effective n. The GPU run's +0.174 (800 episodes, 400 households) reads [+0.130, +0.218] here."""
+    gained, lost, n = list(diffs).count(1), list(diffs).count(-1), len(diffs)
+    g = len(set(tasks))
+    deff = design_effect(diffs, tasks)
+    z = float(stats.t.ppf(1 - (1 - level) / 2, max(g - 1, 1)))
+    low, high = _tango_bounds(gained / deff, lost / deff, n / deff, z)
+    return {"unit": "task", "clusters": g, "design_effect": deff, "low": float(low), "high": float(high),
+            "mde": mcnemar_mde(n / deff, (gained + lost) / n)}
 
 
 def mcnemar_pairs_needed(diff: float, discordant_share: float, alpha: float = ALPHA, power: float = POWER) -> float:
-    """Pairs needed for McNemar's test to detect a difference ``diff`` of paired success rates with ``power`` at
-    two-sided level ``alpha`` when a share ``discordant_share`` (psi) of pairs changes (Connor 1987):
-    ``n = (z_{1-alpha/2} sqrt(psi) + z_{power} sqrt(psi - diff^2))^2 / diff^2``. A 2-point gain when 12 % of
-    episodes change: about 2,350 pairs (the interval's half-width +-0.02 needs only ~1,100: that is not power).
-    ``|diff|`` cannot exceed psi (every discordant pair one way); outside ``0 < |diff| <= psi`` it is NaN."""
+    """Pairs needed to detect a difference ``diff`` of paired success rates with ``power`` at two-sided level
+    ``alpha`` when a share ``discordant_share`` (psi) of pairs changes (Connor 1987):
+    ``n = (z_{1-alpha/2} sqrt(psi) + z_{power} sqrt(psi - diff^2))^2 / diff^2``. The design is unconditional, as
+    Tango's interval is: the number of changed pairs is Binomial(n, psi), not fixed, and the test is the score
+    test that Tango's interval inverts at 0 (McNemar's z). A 2-point gain when 12 % of episodes change: about
+    2,350 pairs (the interval's half-width +-0.02 needs only ~1,100: that is not power). ``|diff|`` cannot
+    exceed psi (every discordant pair one way); outside ``0 < |diff| <= psi`` it is NaN."""
     if not (0 < abs(diff) <= discordant_share <= 1):
         return float("nan")
     z_a, z_b = stats.norm.ppf(1 - alpha / 2), stats.norm.ppf(power)
     return float((z_a * math.sqrt(discordant_share) + z_b * math.sqrt(discordant_share - diff**2)) ** 2 / diff**2)
 
 
-def mcnemar_mde(n: int, discordant_share: float, alpha: float = ALPHA, power: float = POWER) -> float:
-    """The smallest difference :func:`mcnemar_pairs_needed` says ``n`` pairs detect at this share of changing
-    pairs (the inverse of Connor's formula, solved numerically: the pairs needed fall as the difference grows).
-    NaN when nothing changes, or when even a difference of psi (every changing pair one way) needs more pairs."""
+def mcnemar_mde(n: float, discordant_share: float, alpha: float = ALPHA, power: float = POWER) -> float:
+    """The minimum detectable effect of ``n`` pairs: the smallest true difference of paired success rates that a
+    validation of ``n`` independent pairs, a share ``discordant_share`` of which changes, detects (its interval
+    excludes 0) with probability ``power`` at two-sided level ``alpha``, in the unconditional design of
+    :func:`mcnemar_pairs_needed` (inverted numerically: the pairs needed fall as the difference grows). It speaks
+    of validation draws for the policies trained, not of a second training run. NaN when nothing changes, or
+    when even a difference of psi (every changing pair one way) needs more pairs."""
     if not (n >= 1 and 0 < discordant_share <= 1):
         return float("nan")
     needed = lambda d: mcnemar_pairs_needed(d, discordant_share, alpha, power) - n

@@ -6,9 +6,10 @@ Each run validates before training and after its last iteration at the validatio
 random numbers (the same seed validates the same episodes: two runs of one seed pair episode by episode). Two
 comparisons, each paired by seed: ECPO lag 1 - ECPO lag 0, and ECPO lag 1 - GiGPO w/std lag 1, on
 
-- final exact success (the corridors' DP value of the policy: no sampling noise): the paired 95 % t-interval
-  over seeds and the MDE (``paired_stats.paired_diff``);
-- final validation episodes, paired episode by episode over all seeds: McNemar's exact interval and its MDE
+- final exact success (the corridors' DP value of the policy: no sampling noise), the seed as the unit: the
+  paired 95 % t-interval over seeds and the MDE from the seeds (``paired_stats.paired_diff``); the answer;
+- secondary, conditional on the runs trained: the final validation episodes pooled over all seeds and paired
+  episode by episode, Tango's interval, McNemar's p, the interval clustered by task and the MDE
   (``paired_stats.paired_outcomes``).
 
 Runs are appended to ``--runs`` (JSON lines) as they finish, so an interrupted study resumes where it stopped;
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import RAW_RESULTS, RESULTS, ArgumentParser
-from benchmarks.paired_stats import apply_holm, fmt_part, keyed, paired_diff, paired_outcomes, paired_values
+from benchmarks import paired_stats as ps
 
 ARMS = {"ecpo_lag0": ("ecpo", 0), "ecpo_lag1": ("ecpo", 1), "gigpo_std_lag1": ("gigpo_std", 1)}
 COMPARISONS = (("ecpo_lag1", "ecpo_lag0"), ("ecpo_lag1", "gigpo_std_lag1"))
@@ -73,16 +74,22 @@ def compare(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     exact, episodes = [], []
     for a, b in COMPARISONS:
         seeds = sorted(set(by_arm[a]) & set(by_arm[b]))
-        _, diffs = paired_values(keyed([by_arm[a][s]["exact_success_after"] for s in seeds], seeds),
-                                 keyed([by_arm[b][s]["exact_success_after"] for s in seeds], seeds),
+        _, diffs = ps.paired_values(ps.keyed([by_arm[a][s]["exact_success_after"] for s in seeds], seeds),
+                                 ps.keyed([by_arm[b][s]["exact_success_after"] for s in seeds], seeds),
                                  label=f"{a} - {b}")
-        exact.append({"comparison": f"{a} - {b}", "measure": "final exact success", "seeds": seeds}
-                     | paired_diff(list(diffs), m=len(COMPARISONS)))
+        exact.append({"comparison": f"{a} - {b}", "measure": "final exact success (the seed as the unit)",
+                      "seeds": seeds} | ps.paired_diff(list(diffs), m=len(COMPARISONS)))
         before = {(s, k): v for s in seeds for k, v in by_arm[b][s]["val_outcomes_after"].items()}
         after = {(s, k): v for s in seeds for k, v in by_arm[a][s]["val_outcomes_after"].items()}
-        episodes.append({"comparison": f"{a} - {b}", "measure": "final validation episodes (McNemar exact)",
-                         "seeds": seeds} | paired_outcomes(before, after, label=f"{a} - {b}"))
-    return apply_holm(exact) + apply_holm(episodes)
+        pooled = "secondary: final validation episodes pooled over seeds (conditional on these runs)"
+        episodes.append({"comparison": f"{a} - {b}", "seeds": seeds, "measure": pooled}
+                        | ps.paired_outcomes(before, after, label=f"{a} - {b}", task_of=_task))
+    return ps.apply_holm(exact) + ps.apply_holm(episodes)
+
+
+def _task(key: tuple) -> str:
+    """The task of a pooled validation episode ``(seed, "task#copy")``: its cluster."""
+    return key[1].rsplit("#", 1)[0]
 
 
 def report(runs: list[dict[str, Any]], parts: list[dict[str, Any]]) -> str:
@@ -94,18 +101,19 @@ def report(runs: list[dict[str, Any]], parts: list[dict[str, Any]]) -> str:
              + ", ".join(sorted({f"{r['exact_success_before']:.3f}" for r in runs})) + "): "
              + ", ".join(f"{arm} {sum(r['exact_success_after'] for r in mine) / len(mine):.3f}"
                          for arm in ARMS if (mine := [r for r in runs if r["arm"] == arm])) + ".", "",
-             "| comparison | measure | difference [95 %] | p |", "| --- | --- | --- | --- |"]
+             "| comparison | measure | difference [95 %] | by task | p |", "| --- | --- | --- | --- | --- |"]
     for part in parts:
-        lines.append(f"| {part['comparison']} | {part['measure']} | {fmt_part(part)} | {part['p']:.3f} |")
+        lines.append(f"| {part['comparison']} | {part['measure']} | {ps.fmt_part(part)} | {ps.fmt_clustered(part)} | "
+                     f"{part['p']:.3f} |")
     lines += ["", "How to read it:", "",
               "- Final exact success (the policy's DP value, one number per run) is the comparison of the training "
               "procedures: its unit is the seed, so the interval carries the run-to-run variation of training. "
               "A difference smaller than its MDE could go unseen.",
-              "- The episode rows pool every seed's final validation episodes and pair them episode by episode. "
-              "All episodes of one run share that run's trained weights, so the interval is conditional on these "
-              "runs: it says which of these trained policies won more of the same episodes, not how another set "
-              "of seeds would come out. Where it and the exact-success row disagree, the exact-success row is the "
-              "answer about the procedures."]
+              "- The episode rows (secondary) pool every seed's final validation episodes and pair them episode by "
+              "episode (Tango's interval; by task, the interval clustered by task). All episodes of one run share "
+              "that run's trained weights, so the interval is conditional on these runs: it says which of these "
+              "trained policies won more of the same episodes, not how another set of seeds would come out. Where "
+              "it and the exact-success row disagree, the exact-success row is the answer about the procedures."]
     lagged = [r for r in runs if r["policy_lag_max"] > ARMS[r["arm"]][1] or r["stale_groups_resampled"]]
     lines.append(f"- Staleness: every lag-1 batch had lag at most 1 ({len(lagged)} runs over the bound, "
                  f"{sum(r['stale_groups_resampled'] for r in runs):.0f} stale groups re-played).")
@@ -113,8 +121,9 @@ def report(runs: list[dict[str, Any]], parts: list[dict[str, Any]]) -> str:
     if faulty:
         lines.append("- Runner faults (the runs went on, lost groups re-played on the healthy runners): " + "; ".join(
             f"seed {r['seed']} {r['arm']}, {r['runner_failures']:.0f} failures, {r['seconds']:.0f} s" for r in faulty)
-            + ". Their draws differ from a fault-free run's from the first lost group on; they are kept, as "
-              "registered (a run is not repeated after its result is seen).")
+            + ". Their draws differ from a fault-free run's from the first lost group on; they are kept, since a "
+              "run is not repeated after its result is seen (this benchmark's rule; no registration of it was "
+              "committed before the runs).")
     return "\n".join(lines + [""])
 
 

@@ -4,63 +4,150 @@ A run whose preset fixes its endpoint before it starts (``alfworld_cpu_control``
 before training (iteration 0) and after its last iteration on the same episodes with the same random draws, so
 the two validations pair position by position. This script reads the run folder and reports, for the episodes of
 the tasks the run trained on (the positive control's and the pool's primary endpoint) and for the others (unseen
-tasks, secondary), McNemar's exact test with its consistent interval and the smallest effect the run could detect
-(``paired_stats``), beside what the run was doing: rollout success per iteration, the share of ECPO's anchors the
-gate opened, lucky singletons per batch, the share of rows that carried an advantage, optimizer steps.
+tasks, secondary), Tango's unconditional interval, McNemar's exact test, the interval clustered by task (each task
+is validated several times) and the smallest effect the run could detect (``paired_stats``), beside what the run
+was doing: rollout success per iteration, the share of ECPO's anchors the gate opened, lucky singletons per
+batch, the share of rows that carried an advantage, optimizer steps.
 
     python -m benchmarks.registered_endpoint RUN_DIR [RUN_DIR ...] --out benchmarks/results/NAME.json
     python -m benchmarks.registered_endpoint --regime METRICS.jsonl ...   # the regime table of any runs
     python -m benchmarks.registered_endpoint RUN_A --versus RUN_B          # two arms of one protocol
     python -m benchmarks.registered_endpoint RUN_B --before-from RUN_A     # B skipped its before-validation
 
-``--versus`` pairs two runs of one protocol (the same preset, seed and validation episodes, another estimator)
-by their last validations, position by position: RUN_A's success minus RUN_B's, on the trained tasks and on the
+``--versus`` pairs two runs of one protocol (the same seed, tasks, validation draws and temperature, and warm
+start, checked by its weights' hash where the weights are on this machine; another estimator) by their last
+validations, position by position: RUN_A's success minus RUN_B's, on the trained tasks and on the
 others, with the same statistics. For ``alfworld_cpu_pool`` (registered 2026-11-26, before the GiGPO w/std run
 started): RUN_A the ECPO run, RUN_B GiGPO w/std from the same warm start and seed; primary the pool's 256
 episodes after iteration 16, secondary the unseen 96; ECPO better (or worse) only where the interval excludes 0,
 otherwise "not shown" with the MDE.
 
-Learning is *shown* when the interval of after - before lies above 0 (two-sided level 0.05).
+Learning is *shown* when the interval of after - before lies above 0 and McNemar's exact test rejects (two-sided
+level 0.05). One run covers the validation's draws, not run-to-run variance: every figure here says so.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from benchmarks import ArgumentParser, fail
-from benchmarks.paired_stats import paired_outcomes
+from benchmarks.paired_stats import ALPHA, fmt_clustered, paired_outcomes
 from benchmarks.validation_parts import split
 
 
 def read_run(run_dir: Path) -> tuple[dict, list[dict], list[dict]]:
+    """A finished run folder's config, validations and metrics; a missing, damaged or torn file is one line."""
     from ecpo_train.runtime.run_dir import read_metrics_file, read_validation_file
 
     files = {name: run_dir / name for name in ("config.yaml", "validation.jsonl", "metrics.jsonl")}
     for path in files.values():
         if not path.is_file():
             fail(f"{path} does not exist: {run_dir} is not a finished `ecpo train` run folder")
-    config = yaml.safe_load(files["config.yaml"].read_text())
-    return config, read_validation_file(files["validation.jsonl"]), read_metrics_file(files["metrics.jsonl"])[0]
+    try:
+        config = yaml.safe_load(files["config.yaml"].read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as error:
+        fail(f"{files['config.yaml']} is not valid YAML ({' '.join(str(error).split())[:200]})")
+    if not isinstance(config, dict):
+        fail(f"{files['config.yaml']} is not a run's config (a mapping of settings; found {type(config).__name__})")
+    check_validation_file(files["validation.jsonl"])
+    try:
+        metrics = read_metrics_file(files["metrics.jsonl"])[0]
+    except ValueError as error:
+        fail(str(error))
+    return config, read_validation_file(files["validation.jsonl"]), metrics
+
+
+def check_validation_file(path: Path) -> None:
+    """Every line of a ``validation.jsonl`` must be whole: a JSON object whose ``won`` and ``copies`` hold one entry
+    per episode of ``task_ids``. A torn or short line is refused naming its iteration: dropping it would silently
+    make an earlier validation the "after"."""
+    for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError:
+            row = None
+        if not isinstance(row, dict):
+            found = re.search(r'"iteration":\s*(\d+)', line)
+            where = f"the validation of iteration {found.group(1)}" if found else "a validation"
+            fail(f"{path} line {number}: {where} is torn (not a whole JSON line); this endpoint reads whole records "
+                 "only")
+        tasks = row.get("task_ids")
+        if not isinstance(tasks, list) or any(not isinstance(row.get(k), list) or len(row[k]) != len(tasks)
+                                              for k in ("won", "copies")) or "iteration" not in row:
+            fail(f"{path} line {number}: the validation of iteration {row.get('iteration', '?')} is short (its won "
+                 "and copies lists do not hold one entry per episode of task_ids)")
+
+
+# What two runs must share for their validations to pair episode by episode: the seed and the task lists fix
+# each episode and its uniform draws, the temperature what the draws pick, and the warm start (checked by its
+# weights' hash, :func:`warm_start`) the policy both runs started from.
+PROTOCOL_KEYS = ("seed", "train_tasks", "val_tasks", "val_num_tasks", "val_episodes_per_task", "val_temperature",
+                 "env_id", "env_kwargs")
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt")
+
+
+def warm_start(config: dict) -> dict[str, Any]:
+    """The run's starting weights: ``model`` as its config names it and, where that folder is on this machine,
+    the sha256 over its weight files (name and content, in name order); None where the folder is not here."""
+    from ecpo_train.apps.models import file_sha256
+
+    model = str(config.get("model"))
+    folder = Path(model).expanduser()
+    files = sorted(f for f in folder.iterdir() if f.suffix in WEIGHT_SUFFIXES) if folder.is_dir() else []
+    if not files:
+        return {"model": model, "weights_sha256": None}
+    digest = hashlib.sha256()
+    for file in files:
+        digest.update(f"{file.name}:{file_sha256(file)}\n".encode())
+    return {"model": model, "weights_sha256": digest.hexdigest()}
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def protocol_difference(config_a: dict, config_b: dict) -> str | None:
+    """Why two runs are not arms of one protocol (their first differing setting, or their warm starts), or None.
+    Warm starts compare by their weights' hash where both folders are here, else by the path their configs name."""
+    for key in PROTOCOL_KEYS:
+        if config_a.get(key) != config_b.get(key):
+            return f"their {key} differ ({_shown(config_a.get(key))} and {_shown(config_b.get(key))})"
+    start_a, start_b = warm_start(config_a), warm_start(config_b)
+    if start_a["weights_sha256"] and start_b["weights_sha256"]:
+        if start_a["weights_sha256"] != start_b["weights_sha256"]:
+            return (f"their warm starts' weights differ (sha256 {start_a['weights_sha256'][:12]} and "
+                    f"{start_b['weights_sha256'][:12]})")
+    elif start_a["model"] != start_b["model"]:
+        return f"their warm starts differ ({start_a['model']} and {start_b['model']})"
+    return None
 
 
 def paired_split(before: dict, after: dict, trained: set[str]) -> dict[str, dict[str, Any]]:
-    """McNemar after - before over the validation's episodes of trained tasks and of the others, paired by
-    position (the validation plays the same list of episodes every time; a mismatch is refused)."""
+    """after - before over the validation's episodes of trained tasks and of the others, paired by position (the
+    validation plays the same list of episodes every time; a mismatch is refused): Tango's interval, McNemar's
+    p, and the interval clustered by task where a task is validated more than once. ``shown``: Tango's interval
+    lies above 0 and McNemar's exact test rejects (level 0.05), as the registration's McNemar-consistent
+    interval required both at once."""
     if before["task_ids"] != after["task_ids"] or before["copies"] != after["copies"]:
         fail(f"validations at iterations {before['iteration']} and {after['iteration']} played different episodes")
     parts: dict[str, dict[str, Any]] = {}
     for name, idx in split(before["task_ids"], trained).items():
         b = {i: int(before["won"][i]) for i in idx}
         a = {i: int(after["won"][i]) for i in idx}
-        test = paired_outcomes(b, a)
+        test = paired_outcomes(b, a, task_of=lambda i: before["task_ids"][i])
         parts[name] = test | {"before": sum(b.values()) / len(idx), "after": sum(a.values()) / len(idx),
                               "tasks": len({before["task_ids"][i] for i in idx}),
-                              "shown": bool(test["low"] > 0) if math.isfinite(test["low"]) else False}
+                              "shown": bool(test["low"] > 0 and test["p"] < ALPHA)}
     return parts
 
 
@@ -112,16 +199,16 @@ def regime_table(paths: list[Path]) -> str:
 
 def endpoint(run_dir: Path, before_from: Path | None = None) -> dict[str, Any]:
     """The run's validation before training (iteration 0) against its last one, by part. ``before_from``: take
-    the before-validation from that run instead -- another arm of the same protocol (the same training tasks and
-    seed) that validated the same episodes under the same starting weights, for a run that skipped its own
-    (``val_before_training=false``)."""
+    the before-validation from that run instead -- another arm of the same protocol (:func:`protocol_difference`:
+    the same seed, tasks, validation draws and temperature, and the same warm start) that validated the same
+    episodes under the same starting weights, for a run that skipped its own (``val_before_training=false``)."""
     config, validations, metrics = read_run(run_dir)
     source, before_validations = run_dir, validations
     if before_from is not None:
         source_config, before_validations, _ = read_run(before_from)
-        if _protocol(source_config) != _protocol(config):
-            fail(f"--before-from {before_from}: not the same protocol as {run_dir} (its training tasks or seed "
-                 "differ)")
+        differ = protocol_difference(source_config, config)
+        if differ:
+            fail(f"--before-from {before_from}: not the same protocol as {run_dir}: {differ}")
         source = before_from
     if not before_validations or before_validations[0]["iteration"] != 0:
         fail(f"{source}/validation.jsonl holds no validation before training (iteration 0)")
@@ -129,8 +216,12 @@ def endpoint(run_dir: Path, before_from: Path | None = None) -> dict[str, Any]:
         fail(f"{run_dir}/validation.jsonl holds no validation after training")
     before, after = before_validations[0], validations[-1]
     return {"run_dir": str(run_dir), "algorithm": config.get("algorithm"), "seed": config.get("seed"),
-            "before_from": str(source), "iteration_before": before["iteration"], "iteration_after": after["iteration"],
+            "before_from": str(source), "warm_start": warm_start(config), "units": ONE_RUN,
+            "iteration_before": before["iteration"], "iteration_after": after["iteration"],
             "paired": paired_split(before, after, set(train_tasks(config))), "training": training_regime(metrics)}
+
+
+ONE_RUN = "one run: covers validation draws, not run-to-run variance"
 
 
 def train_tasks(config: dict) -> list[str]:
@@ -138,24 +229,28 @@ def train_tasks(config: dict) -> list[str]:
     return [str(t) for t in (config.get("train_tasks") or [])]
 
 
-def _protocol(config: dict) -> tuple[list[str], Any]:
-    return train_tasks(config), config.get("seed")
-
-
 def versus(run_a: Path, run_b: Path) -> dict[str, Any]:
-    """RUN_A's last validation against RUN_B's on the same episodes (``paired_split`` with B as "before")."""
+    """RUN_A's last validation against RUN_B's on the same episodes (``paired_split`` with B as "before"): two
+    arms of one protocol (:func:`protocol_difference`), never a run against itself."""
+    if run_a.resolve() == run_b.resolve():
+        fail(f"--versus {run_b}: that is the run itself; compare two arms of one protocol")
     config_a, validations_a, _ = read_run(run_a)
     config_b, validations_b, _ = read_run(run_b)
+    differ = protocol_difference(config_a, config_b)
+    if differ:
+        fail(f"{run_a} and {run_b} are not two arms of one protocol: {differ}")
     if not validations_a or not validations_b:
         fail(f"{run_a if not validations_a else run_b}/validation.jsonl holds no validation")
     a, b = validations_a[-1], validations_b[-1]
-    trained_a = train_tasks(config_a)
-    if trained_a != train_tasks(config_b) or a["iteration"] != b["iteration"]:
-        fail(f"{run_a} and {run_b} are not two arms of one protocol (their training tasks or the iteration of "
-              f"their last validation, {a['iteration']} and {b['iteration']}, differ)")
+    if a["iteration"] != b["iteration"]:
+        fail(f"{run_a} and {run_b} are not two arms of one protocol (the iterations of their last validation, "
+             f"{a['iteration']} and {b['iteration']}, differ)")
     return {"run_a": str(run_a), "run_b": str(run_b), "algorithms": [config_a.get("algorithm"), config_b.get("algorithm")],
             "seeds": [config_a.get("seed"), config_b.get("seed")], "iteration": a["iteration"],
-            "paired": paired_split(b, a, set(trained_a))}
+            "warm_start": warm_start(config_a),
+            "units": "one pair of runs (one seed): covers validation draws, not run-to-run variance; a comparison "
+                     "of the methods takes the seed as its unit (benchmarks/comparison_seeds.py)",
+            "paired": paired_split(b, a, set(train_tasks(config_a)))}
 
 
 def line(name: str, part: dict[str, Any], first: str = "after", second: str = "before") -> str:
@@ -170,12 +265,14 @@ def line(name: str, part: dict[str, Any], first: str = "after", second: str = "b
     if part["gained"] + part["lost"] == 0:
         return head + ": no episode differs"
     mde = f"MDE {part['mde']:.3f}" if math.isfinite(part["mde"]) else "no MDE at this share of changing episodes"
+    worse = part["high"] < 0 and part["p"] < ALPHA
     if (first, second) == ("after", "before"):
-        verdict = "learning shown" if part["shown"] else ("worse" if part["high"] < 0 else "not significant")
+        verdict = "learning shown" if part["shown"] else ("worse" if worse else "not significant")
     else:
-        verdict = f"{first} better" if part["shown"] else (f"{first} worse" if part["high"] < 0 else "not shown")
-    return (head + f"; {first} - {second} {part['diff']:+.3f}, exact 95 % [{part['low']:+.3f}, {part['high']:+.3f}], "
-            f"McNemar p {part['p']:.3g} ({verdict}; {mde})")
+        verdict = f"{first} better" if part["shown"] else (f"{first} worse" if worse else "not shown")
+    by_task = f"; by task {fmt_clustered(part)}" if part.get("clustered") else ""
+    return (head + f"; {first} - {second} {part['diff']:+.3f}, Tango 95 % [{part['low']:+.3f}, {part['high']:+.3f}]"
+            f"{by_task}, McNemar p {part['p']:.3g} ({verdict}; {mde})")
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
@@ -202,6 +299,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
               f"seeds {result['seeds']} (\"before\" = {b}, \"after\" = {a}):")
         for name, part in result["paired"].items():
             print("  " + line(name, part, a, b))
+        print(f"  ({result['units']})")
         if args.out:
             args.out.write_text(json.dumps(result, indent=1) + "\n")
         return [result]
@@ -224,6 +322,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         print(f"  rollout success by iteration: {t['rollout_success']}")
         print(f"  gate open share: {t['gate_open_share']}; lucky singletons per batch: {t['lucky_singletons']}")
         print(f"  share of rows with an advantage: {t['rows_with_advantage_share']}")
+        print(f"  ({r['units']})")
     if args.out:
         args.out.write_text(json.dumps(results, indent=1) + "\n")
     return results

@@ -11,13 +11,13 @@ rows, optimizer steps and time split (``benchmarks/results/raw/small_households/
 ``--before-episodes`` / ``--after-episodes`` (the runs' ``validation.jsonl``; before = its first line, after =
 its last) add the paired comparison: validation fixes every choice's uniform draw by (seed, copy, step), so
 the same validation episode before and after training differs only where the policy does. Episodes pair by
-(task, copy); written: the gained and lost episodes, McNemar's exact p, the paired difference with its
-McNemar-consistent exact 95 % interval (``paired_stats.mcnemar_exact``), the share of episodes that changed, and
-the minimum detectable effect (80 % power, McNemar's test at that share: ``paired_stats.mcnemar_mde``).
+(task, copy); written: the gained and lost episodes, McNemar's exact p, the paired difference with Tango's
+unconditional score 95 % interval (``paired_stats.paired_binary``), the share of episodes that changed, and the
+minimum detectable effect (80 % power at that share: ``paired_stats.mcnemar_mde``).
 
     python -m benchmarks.small_households_summary --restat S1.json S2.json ...
 
-rewrites the paired block of stored summaries with the current statistics. McNemar's interval, p and MDE depend on
+rewrites the paired block of stored summaries with the current statistics. Tango's interval, p and MDE depend on
 the gained, lost and total episode counts alone, which each summary stores, so this equals a rerun from the
 validation files.
 """
@@ -31,9 +31,8 @@ from pathlib import Path
 from benchmarks import ArgumentParser
 from benchmarks.paired_stats import (
     MisalignedCells,
-    detectable,
-    mcnemar_exact,
     newcombe,
+    paired_binary,
     paired_outcomes,
     wald_diff,
     wilson,
@@ -100,13 +99,13 @@ def paired(before: dict, after: dict, before_path: str, after_path: str) -> dict
 
 
 def paired_block(test: dict) -> dict:
-    """The summary's paired fields from :func:`paired_stats.paired_outcomes` (or ``mcnemar_exact`` + MDE)."""
+    """The summary's paired fields from :func:`paired_stats.paired_outcomes` (or ``paired_binary``)."""
     out = {"episodes": test["episodes"], "gained": test["gained"], "lost": test["lost"], "mcnemar_p": test["p"],
            "paired_gain": test["diff"], "changed_share": round(test["discordant_share"], 4),
-           "paired_gain_exact95": [round(test["low"], 4), round(test["high"], 4)],
+           "paired_gain_tango95": [round(test["low"], 4), round(test["high"], 4)],
            "paired_mde80": round(test["mde"], 4) if math.isfinite(test["mde"]) else None}
     if test["gained"] + test["lost"] == 0:  # nothing changed: no interval, nothing about power
-        out |= {"paired_gain_exact95": None, "paired_mde80": None,
+        out |= {"paired_gain_tango95": None, "paired_mde80": None,
                 "note": "no episode changed its outcome: the policies agree on every validation episode"}
     return out
 
@@ -122,21 +121,20 @@ def restat(paths: list[str]) -> None:
         if old is None:
             print(f"{path}: no paired block, left as it is")
             continue
-        test = mcnemar_exact(old["gained"], old["lost"], old["episodes"])
-        block = paired_block(test | {"mde": detectable(test)})
+        block = paired_block(paired_binary(old["gained"], old["lost"], old["episodes"]))
         keep = {k: old[k] for k in ("iteration_before", "iteration_after") if k in old}
-        data["paired"] = keep | block
+        data["paired"] = keep | block  # (a key of the old conditional interval is dropped with the old block)
         Path(path).write_text(json.dumps(data, indent=1) + "\n")
         print(f"{path}: {_paired_line(data['paired'])}")
 
 
 def _paired_line(pair: dict) -> str:
-    if pair["paired_gain_exact95"] is None:
+    if pair["paired_gain_tango95"] is None:
         return f"paired over {pair['episodes']} episodes: {pair['note']}"
-    low, high = pair["paired_gain_exact95"]
+    low, high = pair["paired_gain_tango95"]
     mde = f"MDE {pair['paired_mde80']:.3f}" if pair["paired_mde80"] is not None else "no MDE at this share"
     return (f"paired over {pair['episodes']} episodes: {pair['gained']} gained, {pair['lost']} lost (McNemar p "
-            f"{pair['mcnemar_p']:.3g}); gain {pair['paired_gain']:+.3f}, exact 95 % [{low:+.3f}, {high:+.3f}], {mde}")
+            f"{pair['mcnemar_p']:.3g}); gain {pair['paired_gain']:+.3f}, Tango 95 % [{low:+.3f}, {high:+.3f}], {mde}")
 
 
 def main(argv: list[str] | None = None) -> dict:

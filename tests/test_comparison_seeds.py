@@ -54,3 +54,15 @@ def test_other_protocols_and_repeated_seeds_are_one_line(tmp_path, capsys, seed,
     assert stop.value.code == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and words in err
+
+
+def test_the_seed_is_the_unit_and_one_pair_says_it_cannot_speak_to_run_to_run_variance(tmp_path):
+    """The across-seed line comes first; one pair gets no interval over seeds; the pooled episodes are a secondary,
+    conditional line; per-seed rows carry Tango's interval and the by-task one (tasks repeat: 2 copies each)."""
+    one = comparison_seeds.main([str(_report(tmp_path, 1, [1, 1, 0, 0], [0, 0, 0, 0])), "--out", str(tmp_path / "o.json")])
+    text = (tmp_path / "o.md").read_text()
+    assert "**Across seeds (the seed as the unit, 1 seed pair): +0.500 (one pair of runs: no interval over seeds" in text
+    assert text.index("Across seeds") < text.index("| seed |") < text.index("Secondary, conditional on these trained")
+    pooled = one["pooled_episodes"]["all episodes"]
+    assert pooled["interval"] == "Tango score" and pooled["both_won"] == 0
+    assert "clustered" in one["per_seed"]["all episodes"][0]  # tasks a and u, two copies each

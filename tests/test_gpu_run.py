@@ -33,7 +33,7 @@ def test_bad_parts_are_one_line(capsys):
     assert capsys.readouterr().err.strip() == "error: --parts '1,7': give part numbers 1-4 separated by commas"
 
 
-def test_paired_test_pairs_by_task_and_copy_and_uses_the_exact_interval():
+def test_paired_test_pairs_by_task_and_copy_and_clusters_by_task():
     # 6 episodes; after training two are gained and one lost, listed in another order
     before = [["a", 0, 0], ["a", 1, 1], ["b", 0, 0], ["b", 1, 0], ["c", 0, 1], ["c", 1, 0]]
     after = [["c", 1, 0], ["c", 0, 0], ["b", 1, 1], ["b", 0, 1], ["a", 1, 1], ["a", 0, 0]]
@@ -41,8 +41,9 @@ def test_paired_test_pairs_by_task_and_copy_and_uses_the_exact_interval():
     assert (test["episodes"], test["gained"], test["lost"]) == (6, 2, 1)
     assert test["success_before"] == pytest.approx(2 / 6) and test["success_after"] == pytest.approx(3 / 6)
     assert test["diff"] == pytest.approx(1 / 6)
-    # McNemar: 2 of 3 discordant pairs gained, exact two-sided p = 1; the interval holds 0
+    # McNemar: 2 of 3 discordant pairs gained, exact two-sided p = 1; Tango's interval holds 0
     assert test["p"] == pytest.approx(1.0) and test["low"] < 0 < test["high"]
+    assert test["clustered"]["clusters"] == 3  # each task validated twice: the interval by task stands beside it
 
 
 def test_the_two_commands_files_merge_and_render(tmp_path):

@@ -83,11 +83,13 @@ def test_a_recipe_chosen_on_seed_0_is_stated_and_every_result_is_also_given_with
     protocol = SimpleNamespace(preset="alfworld_cpu", seeds=[0, 1, 2], overrides=[])
     text = report.report(results, "alfworld_cpu_pairs", protocol, 60.0)
     assert "**Recipe selection.** Preset `alfworld_cpu`: the recipe (lr 3e-6 with a 9-step warm-up)" in text
-    # by episode: 3 of 12 gained with seed 0 (exact interval 3/12 * (2 * 0.025^(1/3) - 1) = -0.104 to 3/12), none
-    # of 8 without it (no episode changed, so no interval)
-    assert ("ecpo, final − first (12 episodes, seeds [0, 1, 2]): 3 gained, 0 lost, +0.250 [-0.104, +0.250] "
-            "(no MDE (3 of 12 changed)), McNemar p 0.25 — not significant; without seed 0 (the recipe's selection "
-            "seed): 0 gained, 0 lost, +0.000 (n = 8: no interval) — not significant") in text
+    # by episode: 3 of 12 gained with seed 0 (Tango's interval; by task, over the 2 tasks at t with 1 df, it spans
+    # nearly everything), none of 8 without it (Tango's +-z^2 / (8 + z^2) = +-0.324)
+    low, high = paired_stats.tango(3, 0, 12)
+    assert (f"ecpo, final − first (12 episodes, seeds [0, 1, 2]): 3 gained, 0 lost, +0.250 [{low:+.3f}, {high:+.3f}] "
+            "(no MDE (3 of 12 changed)), by task [-0.914, +0.961] (2 tasks, design effect 1.00), McNemar p 0.25 — "
+            "not significant; without seed 0 (the recipe's selection seed): 0 gained, 0 lost, +0.000 [-0.324, +0.324] "
+            "— not significant") in text
     assert "- ecpo, late − before (3 seeds): " in text and "(no MDE (3 seeds))" in text
     assert "without seed 0 (the recipe's selection seed): +0.000" in text  # the seed-level late − before, seeds 1-2
     # another preset carries no selection note

@@ -10,7 +10,7 @@ def run(seed, arm, after, outcomes, failures=0.0):
     lag = 1.0 if arm.endswith("lag1") else 0.0
     return {"seed": seed, "arm": arm, "exact_success_before": 0.25, "exact_success_after": after,
             "val_success_after": sum(outcomes) / len(outcomes),
-            "val_outcomes_after": {f"t#{k}": bool(w) for k, w in enumerate(outcomes)}, "seconds": 100.0 + seed,
+            "val_outcomes_after": {f"t{k % 2}#{k // 2}": bool(w) for k, w in enumerate(outcomes)}, "seconds": 100.0 + seed,
             "policy_lag_max": lag, "stale_groups_resampled": 0.0, "runner_failures": failures}
 
 
@@ -20,10 +20,12 @@ def test_lag_one_against_lag_zero_pairs_by_seed_and_by_episode():
         runs += [run(seed, "ecpo_lag0", b, [0, 0, 1, 1]), run(seed, "ecpo_lag1", a, [1, 0, 1, 1]),
                  run(seed, "gigpo_std_lag1", c, [1, 0, 1, 1], failures=2.0 if seed == 2 else 0.0)]
     parts = compare(runs)
-    exact = next(p for p in parts if p["comparison"] == "ecpo_lag1 - ecpo_lag0" and p["measure"] == "final exact success")
+    exact = next(p for p in parts if p["comparison"] == "ecpo_lag1 - ecpo_lag0" and p["measure"].startswith("final exact success"))
     assert abs(exact["diff"] - (0.1 + 0.2 + 0.1) / 3) < 1e-12 and exact["seeds"] == [0, 1, 2]
-    episodes = next(p for p in parts if p["comparison"] == "ecpo_lag1 - ecpo_lag0" and "McNemar" in p["measure"])
-    assert (episodes["gained"], episodes["lost"], episodes["n"]) == (3, 0, 12)  # episode t#0 of every seed
+    episodes = next(p for p in parts if p["comparison"] == "ecpo_lag1 - ecpo_lag0" and "pooled" in p["measure"])
+    assert (episodes["gained"], episodes["lost"], episodes["n"]) == (3, 0, 12)  # episode t0#0 of every seed
+    assert episodes["clustered"]["clusters"] == 2  # tasks t0 and t1, each over copies and seeds: two clusters
+    assert "secondary" in episodes["measure"] and "conditional on these runs" in episodes["measure"]
     text = report(runs, parts)
     assert "ecpo_lag0 0.467, ecpo_lag1 0.600, gigpo_std_lag1 0.533" in text
     assert "seed 2 gigpo_std_lag1, 2 failures" in text and "0 runs over the bound" in text

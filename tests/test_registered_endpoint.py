@@ -1,6 +1,11 @@
-"""The one look at a pre-registered run: trained vs unseen episodes paired by position, McNemar's exact figures."""
+"""The one look at a pre-registered run: trained vs unseen episodes paired by position (Tango's interval, McNemar's
+p, by task), and the pairings it refuses: another warm start, seed, task list, draws or temperature, a run against
+itself, torn or short validation records, damaged configs."""
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -32,7 +37,8 @@ def test_trained_and_unseen_episodes_pair_by_position_even_with_repeated_tasks(t
     assert (trained["gained"], trained["lost"], trained["episodes"], trained["tasks"]) == (10, 1, 32, 2)
     assert trained["diff"] == pytest.approx(9 / 32)
     assert trained["p"] == pytest.approx(24 / 2048)  # exact two-sided binomial: 2 * (1 + 11) / 2^11
-    assert trained["shown"] and trained["low"] > 0
+    assert trained["shown"] and trained["low"] > 0 and trained["interval"] == "Tango score"
+    assert trained["clustered"]["clusters"] == 2  # 2 tasks of 16 episodes each; the unseen task's 8 likewise
     assert (unseen["gained"], unseen["lost"], unseen["episodes"], unseen["shown"]) == (1, 0, 8, False)
     assert (trained["before"], trained["after"]) == (0.5, 25 / 32)
     t = result["training"]
@@ -111,3 +117,83 @@ def test_before_from_reads_a_run_without_its_own_before_validation_against_its_p
             endpoint_module.main(argv)
         err = capsys.readouterr().err.strip()
         assert stop.value.code == 2 and len(err.splitlines()) == 1 and words in err, err
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _two_arms(tmp_path, **changes):
+    """Two arms of one protocol (the second skipped its before-validation), the second's config changed."""
+    tasks = ["a"] * 8 + ["u"] * 4
+    first = _run(tmp_path / "first", [0] * 12, [1] * 12, tasks, ["a"])
+    second = _run(tmp_path / "second", [0] * 12, [1] * 6 + [0] * 6, tasks, ["a"])
+    config = yaml.safe_load((second / "config.yaml").read_text()) | changes
+    (second / "config.yaml").write_text(yaml.safe_dump(config))
+    return first, second
+
+
+def _refused(capsys, argv) -> str:
+    with pytest.raises(SystemExit) as stop:
+        endpoint_module.main(argv)
+    err = capsys.readouterr().err.strip()
+    assert stop.value.code == 2 and len(err.splitlines()) == 1, err
+    return err
+
+
+@pytest.mark.parametrize("changes, words", [({"val_temperature": 1.0}, "their val_temperature differ (null and 1.0)"),
+                                            ({"seed": 3}, "their seed differ (0 and 3)"),
+                                            ({"val_episodes_per_task": 4}, "their val_episodes_per_task differ"),
+                                            ({"model": "/elsewhere/warm"}, "their warm starts differ")])
+def test_arms_of_another_temperature_seed_draws_or_warm_start_are_refused_both_ways(tmp_path, capsys, changes, words):
+    first, second = _two_arms(tmp_path, **changes)
+    assert words in _refused(capsys, [str(second), "--before-from", str(first)])
+    assert words.replace("(null and 1.0)", "") in _refused(capsys, [str(first), "--versus", str(second)])
+
+
+def test_warm_starts_compare_by_their_weights_hash_where_the_weights_are_here(tmp_path, capsys):
+    same_a, same_b, other = (tmp_path / name for name in ("warm_a", "warm_b", "warm_other"))
+    for folder, weights in ((same_a, b"weights"), (same_b, b"weights"), (other, b"other weights")):
+        folder.mkdir()
+        (folder / "model.safetensors").write_bytes(weights)
+    first, second = _two_arms(tmp_path / "same", model=str(same_b))
+    config = yaml.safe_load((first / "config.yaml").read_text()) | {"model": str(same_a)}
+    (first / "config.yaml").write_text(yaml.safe_dump(config))
+    result = endpoint_module.main([str(second), "--before-from", str(first)])[0]  # two paths, one set of weights
+    assert result["warm_start"] == {"model": str(same_b), "weights_sha256": endpoint_module.warm_start(
+        {"model": str(same_a)})["weights_sha256"]}
+    _, changed = _two_arms(tmp_path / "other", model=str(other))
+    assert "their warm starts' weights differ" in _refused(capsys, [str(changed), "--before-from", str(first)])
+
+
+def test_a_run_against_itself_is_refused(tmp_path, capsys):
+    first, _ = _two_arms(tmp_path)
+    assert "that is the run itself" in _refused(capsys, [str(first), "--versus", str(first / ".." / "first")])
+
+
+@pytest.mark.parametrize("damage, words", [
+    (lambda line: line[: len(line) // 2], "line 2: the validation of iteration 10 is torn"),
+    (lambda line: json.dumps(json.loads(line) | {"won": json.loads(line)["won"][:-1]}),
+     "line 2: the validation of iteration 10 is short")])
+def test_a_torn_or_short_validation_record_names_its_iteration(tmp_path, capsys, damage, words):
+    run = _run(tmp_path, [0, 1], [1, 1], ["a", "b"], ["a"])
+    lines = (run / "validation.jsonl").read_text().splitlines()
+    earlier = json.dumps(json.loads(lines[1]) | {"iteration": 5})  # dropping the last line would read this one
+    (run / "validation.jsonl").write_text("\n".join([lines[0], earlier, damage(lines[1])]) + "\n")
+    assert words.replace("line 2", "line 3") in _refused(capsys, [str(run)])
+
+
+@pytest.mark.parametrize("config, words", [("- a\n- b\n", "is not a run's config (a mapping of settings; found list)"),
+                                           ("seed: [0\n", "is not valid YAML")])
+def test_a_damaged_config_is_one_line(tmp_path, capsys, config, words):
+    run = _run(tmp_path, [0, 1], [1, 1], ["a", "b"], ["a"])
+    (run / "config.yaml").write_text(config)
+    assert words in _refused(capsys, [str(run)])
+
+
+def test_a_damaged_config_is_one_line_under_ecpo_bench_too(tmp_path):
+    run = _run(tmp_path, [0, 1], [1, 1], ["a", "b"], ["a"])
+    (run / "config.yaml").write_text("- a\n- b\n")
+    words = "is not a run's config (a mapping of settings; found list)"
+    done = subprocess.run([sys.executable, "-m", "ecpo_train.apps.cli", "bench", "registered_endpoint", str(run)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1 and words in done.stderr

@@ -62,18 +62,16 @@ def test_paired_comparison_counts_gained_and_lost_episodes(tmp_path):
     assert (out["gained"], out["lost"], out["episodes"], out["iteration_after"]) == (5, 1, 12, 3)
     assert out["mcnemar_p"] == pytest.approx(2 * 7 / 64)
     assert out["paired_gain"] == pytest.approx(4 / 12)
-    # McNemar's exact interval: Clopper-Pearson for 5 of 6 mapped by 6/12 * (2q - 1), its bounds solving
-    # P(X >= 5 | q) = 6 q^5 - 5 q^6 = 0.025 and P(X <= 5 | q) = 1 - q^6 = 0.025
-    q_low, q_high = 0.3587654, 0.975 ** (1 / 6)
-    assert out["paired_gain_exact95"] == pytest.approx([round(0.5 * (2 * q_low - 1), 4), round(0.5 * (2 * q_high - 1), 4)],
-                                                       abs=1e-4)
+    # Tango's unconditional score interval of the 5 gained, 1 lost of 12 (paired_stats.tango)
+    assert out["paired_gain_tango95"] == [round(x, 4) for x in paired_stats.tango(5, 1, 12)]
     # half the 12 episodes changed; even all 6 one way (d = 0.5) needs (1.96 sqrt(.5) + 0.84 sqrt(.25))^2 / .25 ~ 13
     # pairs for 80 % power, so 12 episodes have no MDE
     assert out["changed_share"] == 0.5 and out["paired_mde80"] is None
 
 
 def test_restat_rewrites_a_stored_summarys_paired_block_from_its_counts(tmp_path):
-    """WebShop LoRA seed 0 as stored with the old t-interval: 7 gained, 1 lost of 96 -> [-0.004, +0.083], p 0.07."""
+    """WebShop LoRA seed 0 as stored with the old t-interval: 7 gained, 1 lost of 96 -> Tango's [+0.006, +0.134],
+    p 0.07."""
     path = tmp_path / "s.json"
     path.write_text(json.dumps({"gain": 0.0625, "paired": {
         "episodes": 96, "iteration_before": 0, "iteration_after": 6, "gained": 7, "lost": 1, "mcnemar_p": 0.0703,
@@ -81,7 +79,7 @@ def test_restat_rewrites_a_stored_summarys_paired_block_from_its_counts(tmp_path
     small_households_summary.main(["--restat", str(path)])
     data = json.loads(path.read_text())
     assert data["gain"] == 0.0625 and "paired_gain_t95" not in data["paired"]
-    assert data["paired"]["paired_gain_exact95"] == [-0.0044, 0.0828]
+    assert data["paired"]["paired_gain_tango95"] == [round(x, 4) for x in paired_stats.tango(7, 1, 96)]
     assert data["paired"]["mcnemar_p"] == pytest.approx(18 / 256) and data["paired"]["iteration_after"] == 6
 
 
@@ -98,7 +96,7 @@ def test_pairing_different_validations_is_one_error(tmp_path):
 
 
 def test_identical_validations_report_no_interval(tmp_path):
-    """No episode changed: McNemar's interval has no discordant pair to rest on, so none is given (and no MDE)."""
+    """No episode changed: the summary gives no interval and no MDE, only the note."""
     metrics = tmp_path / "m.jsonl"
     metrics.write_text(json.dumps({"iteration": 0, "val/success": 0.25}) + "\n")
     before, after = tmp_path / "b.jsonl", tmp_path / "a.jsonl"
@@ -108,4 +106,4 @@ def test_identical_validations_report_no_interval(tmp_path):
                                   "--before-episodes", str(before), "--after-episodes", str(after),
                                   "--out", str(tmp_path / "s.json")])["paired"]
     assert (out["gained"], out["lost"], out["paired_gain"]) == (0, 0, 0.0)
-    assert out["paired_gain_exact95"] is None and out["paired_mde80"] is None and "no episode changed" in out["note"]
+    assert out["paired_gain_tango95"] is None and out["paired_mde80"] is None and "no episode changed" in out["note"]
