@@ -96,8 +96,8 @@ def ledger(rows: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-UNIT_SHORT = (("paired validation episodes of one training run", "1 run, {n} paired episodes"),
-              ("paired validation episodes of one seed pair", "1 seed pair, {n} paired episodes"),
+UNIT_SHORT = (("paired validation episodes; one run", "1 run, {n} episodes"),
+              ("paired validation episodes; one pair of runs", "1 seed pair, {n} episodes"),
               ("training seeds", "{n} seeds"), ("training runs", "{planned} runs planned"))
 
 
@@ -116,7 +116,7 @@ def digest(rows: Sequence[Mapping[str, Any]]) -> list[str]:
         question, scope = row["digest"]
         primary = [p for p in row["parts"] if not p.get("secondary")] or row["parts"][:1]
         p = primary[0]
-        short = figure(p | {"method": ""}).replace("; by task", ", by task") if p["estimate"] is not None else \
+        short = re.sub(r"; by (\w+) \(\d+\)", r", by \1", figure(p | {"method": ""})) if p["estimate"] is not None else \
             p["method"] + (f" ({p['label']})" if p["label"] else "")
         label = f"{p.get('short') or p['label']} (1 of {len(primary)} in the ledger): " if len(primary) > 1 else ""
         out.append(f"| {_cell(question)} | {verdict(row).split(' (')[0]}: {label}{_cell(short)} | {unit_short(row)}; {scope} | "

@@ -18,7 +18,7 @@ from benchmarks import RESULTS
 
 # the JSON fields of an estimate with its interval (paired_stats' names), and of the task-clustered one beside it
 FIELDS = {"estimate": "diff", "low": "low", "high": "high", "method": "interval", "mde": "mde", "p": "p",
-          "clustered": "clustered", "significant": "holm_significant"}
+          "clustered": "clustered", "significant": "holm_significant", "shown": "shown"}
 T_INTERVAL = "t-interval over seeds"
 BINARY_UNNAMED = "McNemar-consistent, conditional"  # a paired-binary interval from before the JSONs named theirs
 SMOL = "SmolLM2-135M-Instruct"
@@ -47,7 +47,8 @@ def part(figures: Mapping[str, Any], label: str = "", method: str | None = None,
         out["by_task"] = {"low": c["low"], "high": c["high"], "clusters": c.get("clusters"), "unit": c.get("unit")}
     excludes = f["low"] is not None and (f["low"] > 0 or f["high"] < 0)
     p_ok = f["p"] is None or (isinstance(f["p"], float) and f["p"] < 0.05)
-    out["significant"] = bool(f["significant"]) if f["significant"] is not None else bool(excludes and p_ok)
+    decided = f["significant"] if f["significant"] is not None else f["shown"]  # the benchmark's own decision
+    out["significant"] = bool(decided) if decided is not None else bool(excludes and p_ok)
     return out
 
 
@@ -57,12 +58,15 @@ def claim(id_: str, area: str, text: str, scope: dict[str, str], unit: str, n: i
             "direction": direction, "source": f"benchmarks/results/{source}", "digest": digest}
 
 
+ONE_RUN = "one run: covers validation draws, not run-to-run variance"  # where a JSON does not state its units
+
+
 def _endpoint(name: str) -> dict[str, Any]:
     return load(name)[0]["paired"]
 
 
 def endpoints() -> list[dict[str, Any]]:
-    one_run = "paired validation episodes of one training run (validation draws, not run-to-run variance)"
+    one_run = f"paired validation episodes; {load('alfworld_cpu_pool_endpoint.json')[0].get('units', ONE_RUN)}"
     control, pool = _endpoint("alfworld_cpu_control_endpoint.json"), _endpoint("alfworld_cpu_pool_endpoint.json")
     gigpo = _endpoint("alfworld_cpu_pool_gigpo_std_endpoint.json")
     gpu = load("gpu_run.json")["parts"]["learning"]
@@ -71,7 +75,7 @@ def endpoints() -> list[dict[str, Any]]:
         claim("L1", "learning", "Positive control: the update learns its own 4 training households (10 iterations)",
               scope_cpu | {"env": "4 ALFWorld households"}, one_run, control["trained"]["episodes"],
               [part(control["trained"], "trained tasks")], +1, "alfworld_cpu_control_endpoint.json",
-              ("Positive control: does the update learn its own training tasks?", "SmolLM2, 4 ALFWorld households, CPU")),
+              ("Positive control: does it learn its own training tasks?", "SmolLM2, 4 ALFWorld tasks, CPU")),
         claim("L2", "learning", "Pool protocol (registered): ECPO learns its 16 households in 16 iterations",
               scope_cpu | {"env": f"{POOL}; a pool of 16"}, one_run, pool["trained"]["episodes"],
               [part(pool["trained"], "the pool (primary)"), part(pool["unseen"], "unseen 48 households", secondary=True)], +1,
@@ -84,7 +88,7 @@ def endpoints() -> list[dict[str, Any]]:
               {"env": f"{POOL}, alfworld_gpu 16 x 8", "model": SMOL, "mode": SCORE, "device": H100}, one_run,
               gpu["validation"]["episodes"], [part(gpu["validation"], "unseen 400 households x 2"),
                                               part(gpu["training_tasks"], "training tasks", secondary=True)], +1, "gpu_run.json",
-              ("Does an LLM learn unseen ALFWorld households on a GPU?", "SmolLM2, alfworld_gpu, T = 0.4, one H100")),
+              ("Does an LLM learn unseen households on a GPU?", "SmolLM2, alfworld_gpu, T = 0.4, one H100")),
     ]
 
 
@@ -103,7 +107,9 @@ def seed_comparisons() -> list[dict[str, Any]]:
     pipelined = load("pipelined_learning.json")["comparisons"]
     lag = next(p for p in pipelined if p["comparison"] == "ecpo_lag1 - gigpo_std_lag1"
                and p["measure"].startswith("final exact success"))
-    pair = load("alfworld_cpu_pool_pair_seed0.json")["paired"]
+    pair_report = load("alfworld_cpu_pool_pair_seed0.json")
+    pair = pair_report["paired"]
+    pair_units = pair_report.get("units", "one pair of runs (one seed): no interval over seeds")
     rllib = {c["claim"]: c for c in load("rllib_llm_learning.json")["comparisons"]}
     corridor_scope = {"env": "4-room LLM corridor (corridor_llm)", "model": SMOL, "device": CPU}
     learned = [p for p in _llm_comparisons("llm_learning.json") if (p["kind"], p["a"]) == ("learned", "ecpo")]
@@ -136,7 +142,7 @@ def seed_comparisons() -> list[dict[str, Any]]:
               [part(p, f"N = {p['N']}", T_INTERVAL) for p in alf], +1, "llm_learning_alfworld_cpu_pairs.json"),
         claim("E4", "comparison", "ECPO beats GiGPO w/std on the pool: one seed pair (conditional on that pair)",
               {"env": f"{POOL}; a pool of 16", "model": SMOL, "mode": SCORE, "device": CPU},
-              "paired validation episodes of one seed pair (n = 1 seed: no interval over seeds)",
+              f"paired validation episodes; {pair_units}",
               pair["trained"]["episodes"], [part(pair["trained"], "the pool"), part(pair["unseen"], "unseen", secondary=True)], +1,
               "alfworld_cpu_pool_pair_seed0.json", ("ECPO vs GiGPO w/std on the ALFWorld pool?", "SmolLM2, ALFWorld pool, CPU")),
         claim("E5", "comparison", "RLlib (2 runners) learns like the native trainer: gain difference",
