@@ -36,7 +36,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks import RESULTS, ArgumentParser
+from benchmarks import RESULTS, ArgumentParser, write_report
+from benchmarks.credit_counterfactual_claim import claim_markdown, claim_report
 from benchmarks.credit_counterfactual_protocol import ARMS, ESTIMATORS
 from benchmarks.credit_counterfactual_report import render, summarize
 from ecpo_train.policies.atomic import write_text
@@ -187,7 +188,11 @@ def write_outputs(results: Sequence[dict[str, Any]], protocol: dict[str, Any], r
     out.mkdir(parents=True, exist_ok=True)
     payload = {"protocol": protocol, "runtime_s": runtime, "summary": summary, "arms": arms}
     write_text(stem.with_suffix(".json"), json.dumps(payload, separators=(",", ":")))
-    write_text(stem.with_suffix(".md"), render(summary, protocol, runtime))
+    claim = None
+    if not protocol.get("quick") and summary["verdict_unit"] == "checkpoints":  # the registered claim-level test
+        claim = claim_report(summary)
+        write_report(claim, out / "credit_counterfactual_claim.json", claim_markdown)
+    write_text(stem.with_suffix(".md"), render(summary, protocol, runtime, claim))
     print(f"wrote {stem.with_suffix('.md')} and {stem.with_suffix('.json')} ({runtime:.0f}s)")
     for claim in summary["claims"]:
         print(f"  {claim['id']}: {claim['claim']}: {claim['verdicts']}")

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.credit_counterfactual_claim import claim_lines
 from benchmarks.paired_stats import apply_holm, claim_verdict, fmt_part, keyed, paired_diff, paired_values
 
 BASELINE = "gigpo_std"
@@ -164,7 +165,11 @@ def over_checkpoints(cells: dict[str, Any], judged: Sequence[dict[str, Any]]) ->
     return apply_holm(out)
 
 
-def render(summary: dict[str, Any], protocol: dict[str, Any], runtime_s: float) -> str:
+def render(summary: dict[str, Any], protocol: dict[str, Any], runtime_s: float,
+           claim_test: dict[str, Any] | None = None) -> str:
+    """The report's markdown; ``claim_test`` (``credit_counterfactual_claim.claim_report``), where given, heads the
+    verdicts: the registered claim-level test, and the per-cell verdicts over checkpoints after it, as what they
+    are at 3 checkpoints."""
     quick = "QUICK SMOKE RUN (tiny budget, not evidence)" if protocol.get("quick") else "committed protocol"
     seeds = sorted({s for arm in protocol["arms"].values() for s in arm.get("checkpoint_seeds", [0])})
     base = {arm.get("batch_seed_base", 100_000) for arm in protocol["arms"].values()}
@@ -198,7 +203,10 @@ def render(summary: dict[str, Any], protocol: dict[str, Any], runtime_s: float) 
          f"w/std's own |Delta J| is below {DELTA_J_FLOOR:.0e} (0.05 points of success): there a 'significant' "
          "difference in Delta J is a few millionths."), ""]
     unit = summary.get("verdict_unit", "batches")
-    lines += ["## Verdicts", "",
+    if claim_test is not None:
+        lines += claim_lines(claim_test)
+    lines += ["## Per-cell verdicts (uninformative by design at 3 checkpoints: 2 degrees of freedom)"
+              if claim_test is not None and min(per_cell) == MIN_CHECKPOINTS else "## Verdicts", "",
               (f"Over checkpoints: each of the {min(per_cell)}+ checkpoints of a cell is one value (its mean paired "
                f"difference over batches), Holm-corrected across the {summary.get('m_over', 0)} comparisons over "
                "checkpoints." if unit == "checkpoints" else

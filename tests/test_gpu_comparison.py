@@ -1,6 +1,7 @@
-"""benchmarks/gpu_comparison.py: the iterations every arm can run, its one-line refusals, and a smoke run in which
-both arms start from the same warm start and seed (their first iterations play the same episodes) and are compared
-on the same validation episodes."""
+"""benchmarks/gpu_comparison.py: the iterations every arm can run, the seed pairs one GPU window holds at the first
+run's rates, its one-line refusals, and smoke runs in which both arms start from the same warm start and seed (their
+first iterations play the same episodes) and are compared on the same validation episodes, at T = 0.4 and greedily,
+one after the other or side by side in two processes (the same figures either way)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import json
 import pytest
 from conftest import TOKENIZER_DIR
 
-from benchmarks import gpu_comparison
+from benchmarks import gpu_comparison, gpu_window
+from benchmarks.gpu_comparison_arms import run_side_by_side
+from benchmarks.gpu_comparison_report import households, split_parts
 
 
 def test_iterations_that_fit_leaves_every_arm_its_iterations_and_closing_validation():
@@ -19,6 +22,29 @@ def test_iterations_that_fit_leaves_every_arm_its_iterations_and_closing_validat
     n = 16
     assert (n - 1) * 10 + 33 + 5 + n * 10 + 33 <= 400 < n * 10 + 33 + 5 + (n + 1) * 10 + 33
     assert gpu_comparison.iterations_that_fit(50.0, 10.0, 20.0, 5.0, 2) == 1  # at least the iteration already run
+    # side by side: one arm's other N - 1 iterations and its closing validation: (N - 1) x 10 + 33 <= 400
+    assert gpu_comparison.iterations_that_fit(400.0, 10.0, 20.0, 0.0, 1) == 37
+
+
+def test_window_plan_counts_seed_pairs_from_the_first_gpu_runs_rates():
+    # gpu_run.json part 4 (one H100): warm start 45.30 s for 96 episodes, validation 23.45 s for 800 episodes, an
+    # iteration 7.548 s for alfworld_gpu's 16 x 8 episodes, the part 406.37 s of a 612-s lease (setup 205.6 s)
+    rates = gpu_window.first_run_rates()
+    assert rates["setup"] == pytest.approx(612 - 406.365, abs=0.01)
+    sizes = {"iterations": 20, "episodes_per_iteration": 128, "validation_episodes": 800, "sft_episodes": 96}
+    shared = 45.301 + 5 + 2 * 23.455  # warm start, the before-validation's build, T = 0.4 and greedy
+    arm = 5 + 20 * 7.5477 + 1.15 * 2 * 23.455 + 10  # build, iterations, both closing validations
+    assert gpu_window.pair_seconds(rates, **sizes) == pytest.approx(shared + 2 * arm, abs=0.05)
+    assert gpu_window.pair_seconds(rates, contention=1.5, **sizes) == pytest.approx(shared + 1.5 * arm, abs=0.05)
+    plan = gpu_window.window_plan(rates, **sizes)  # (900 - 205.6) s left: 537 s a pair alone, 317-537 side by side
+    assert [plan[k]["pairs"] for k in ("sequential", "parallel_contention_1", "parallel_contention_2")] == [1, 2, 1]
+    assert "holds 1 seed pair(s) one arm after the other" in gpu_window.plan_text(plan)
+
+
+def test_plan_prints_the_window_for_a_presets_sizes(capsys):
+    assert gpu_comparison.main(["--plan", "--device", "cpu", "--preset", "alfworld_cpu_pool", "--iterations", "16",
+                                "--sft-episodes", "48"]) == 0
+    assert "one 15-minute window (NVIDIA H100 80GB HBM3 rates" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("arms, words", [(["ecpo"], "give two or more different estimators"),
@@ -49,9 +75,35 @@ def test_smoke_trains_both_arms_from_one_warm_start_and_pairs_them(tmp_path):
     # the regime is reported per arm: ECPO's gate share and lucky singletons; GiGPO has no gate
     assert all("credit/num_lucky_singletons" in r and "credit/gated_fraction" in r for r in ecpo["per_iteration"])
     assert not any("credit/gated_fraction" in r for r in gigpo["per_iteration"])
+    assert set(ecpo["regime"]) == {"gate_open_share", "lucky_singletons_per_batch", "divergent_anchor_share"}
+    assert "gate_open_share" not in gigpo["regime"]
+    # greedy (T = 0) beside T = 0.4, on the same episodes; the outcomes per household add up to the episodes'
+    assert [(t, c) for t, c, _ in report["outcomes"]["greedy_after_gigpo_std"]] == [(t, c) for t, c, _ in before]
+    assert report["comparisons"].keys() == report["greedy_comparisons"].keys() == {"ecpo - gigpo_std"}
+    for key, rows in report["outcomes"].items():
+        assert sum(h[key] for h in report["households"].values()) == sum(w for _, _, w in rows)
     text = out.with_suffix(".md").read_text()
     assert "regime, mean over iterations: the gate open at" in text
-    assert "**Registered endpoint, ecpo - gigpo_std** after training, on the same 4 episodes" in text
+    assert "**ecpo - gigpo_std after training (T = 0.4, primary)**: ecpo" in text
+    assert "**ecpo - gigpo_std after training (greedy, T = 0)**" in text
+    # side by side (two processes) the arms play and score exactly what they played one after the other
+    assert gpu_comparison.main(["--device", "cpu", "--smoke", "--parallel", "--out", str(tmp_path / "par.json")]) == 0
+    parallel = json.loads((tmp_path / "par.json").read_text())
+    assert parallel["parallel"] and parallel["outcomes"] == report["outcomes"]
+    for arm in report["arms"]:
+        for alone, beside in zip(report["results"][arm]["per_iteration"], parallel["results"][arm]["per_iteration"]):
+            assert {k: v for k, v in alone.items() if k in STEADY} == {k: v for k, v in beside.items() if k in STEADY}
+    assert (tmp_path / "par-ecpo.log").is_file() and (tmp_path / "par-gigpo_std.log").is_file()
+
+
+STEADY = ("num_steps", "success", "credit/gated_fraction", "credit/num_lucky_singletons", "update/rows_computed")
+
+
+def test_an_arm_process_that_fails_is_reported_in_one_line(tmp_path):
+    spec = {"arm": "ecpo", "preset": "no_such_preset", "overrides": [], "device": "cpu", "score_batch": 8,
+            "deadline": 1e12, "reserve": 0.0}
+    results, failed = run_side_by_side([spec], tmp_path, lambda walls, builds: 1, tmp_path / "out")
+    assert results == {} and failed.startswith("ecpo: its process exited 1 (") and "no_such_preset" in failed
 
 
 def test_a_bad_preset_seed_or_model_is_one_line(capsys, tmp_path):
@@ -67,11 +119,11 @@ def test_a_bad_preset_seed_or_model_is_one_line(capsys, tmp_path):
 def test_split_parts_pairs_trained_and_unseen_episodes_separately():
     first = [["a", 0, 0], ["a", 1, 1], ["u", 0, 1], ["u", 1, 1]]
     second = [["a", 0, 1], ["a", 1, 1], ["u", 0, 0], ["u", 1, 1]]
-    parts = gpu_comparison.split_parts(frozenset({"a"}), first, second)
+    parts = split_parts(frozenset({"a"}), first, second)
     assert parts["trained"]["episodes"] == parts["unseen"]["episodes"] == 2
     assert (parts["trained"]["success_before"], parts["trained"]["success_after"]) == (0.5, 1.0)
     assert (parts["unseen"]["success_before"], parts["unseen"]["success_after"]) == (1.0, 0.5)
-    assert list(gpu_comparison.split_parts(frozenset({"z"}), first, second)) == ["unseen"]
+    assert list(split_parts(frozenset({"z"}), first, second)) == ["unseen"]
 
 
 @pytest.mark.slow
@@ -103,12 +155,19 @@ def test_smoke_of_the_pool_protocol_pair_keeps_the_warm_starts_preset_and_splits
 def test_rescore_of_a_report_without_outcomes_is_one_line(tmp_path, capsys):
     (tmp_path / "early.json").write_text(json.dumps({"arms": ["ecpo", "gigpo_std"], "results": {}}))
     (tmp_path / "broken.json").write_text("{")
-    for name, words in (("early.json", "holds no outcomes"), ("broken.json", "Expecting"), ("none.json", "No such")):
+    for name, words in (("early.json", "holds no outcomes after training"), ("broken.json", "Expecting"), ("none.json", "No such")):
         with pytest.raises(SystemExit) as stop:
             gpu_comparison.main(["--rescore", str(tmp_path / name)])
         assert stop.value.code == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and err.startswith("error: --rescore") and words in err
+
+
+def test_households_count_each_validations_wins_per_task():
+    table = households({"before": [["a", 0, 1], ["a", 1, 0], ["b", 0, 0]],
+                        "after_ecpo": [["a", 0, 1], ["a", 1, 1], ["b", 0, 1]]})
+    assert table == {"a": {"episodes": 2, "before": 1, "after_ecpo": 2}, "b": {"episodes": 1, "before": 0,
+                                                                               "after_ecpo": 1}}
 
 
 def test_the_gpu_pairs_and_the_run_folder_endpoint_split_and_score_the_same_episodes_alike():
@@ -120,7 +179,7 @@ def test_the_gpu_pairs_and_the_run_folder_endpoint_split_and_score_the_same_epis
     copies = list(range(12))
     folder = paired_split({"iteration": 0, "task_ids": tasks, "copies": copies, "won": before_won},
                           {"iteration": 16, "task_ids": tasks, "copies": copies, "won": after_won}, {"a"})
-    gpu = gpu_comparison.split_parts(frozenset({"a"}), [[t, c, w] for t, c, w in zip(tasks, copies, before_won)],
+    gpu = split_parts(frozenset({"a"}), [[t, c, w] for t, c, w in zip(tasks, copies, before_won)],
                                      [[t, c, w] for t, c, w in zip(tasks, copies, after_won)])
     assert list(folder) == list(gpu) == ["trained", "unseen"]
     for part in folder:

@@ -13,8 +13,10 @@ import ast
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 CHECKOUT = Path(__file__).resolve().parents[2]  # the repository root of an editable install
 
@@ -52,5 +54,27 @@ def run_benchmark(name: str, argv: Sequence[str]) -> int:
     if name not in names:
         raise ValueError(f"unknown benchmark {name!r}; choose one of {', '.join(names)}")
     path = os.pathsep.join(p for p in (str(CHECKOUT), os.environ.get("PYTHONPATH", "")) if p)
-    return subprocess.run([sys.executable, "-P", "-m", f"benchmarks.{name}", *argv],
-                          env=os.environ | {"PYTHONPATH": path}, check=False).returncode
+    child = subprocess.Popen([sys.executable, "-P", "-m", f"benchmarks.{name}", *argv],
+                             env=os.environ | {"PYTHONPATH": path, "PYTHONUNBUFFERED": "1"},
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace")
+    # the child's lines go through this process's streams as they come (a caller that captures them, a test
+    # or a notebook, sees them; a long benchmark still prints its progress live)
+    pumps = [threading.Thread(target=_relay, args=(stream, name), daemon=True)
+             for stream, name in ((child.stdout, "stdout"), (child.stderr, "stderr"))]
+    for pump in pumps:
+        pump.start()
+    try:
+        code = child.wait()
+    except KeyboardInterrupt:
+        child.terminate()
+        code = child.wait()
+    for pump in pumps:
+        pump.join()
+    return code
+
+
+def _relay(stream: Any, name: str) -> None:
+    for line in stream:
+        target = getattr(sys, name)
+        target.write(line)
+        target.flush()

@@ -1,0 +1,164 @@
+"""The ledger of every claim the project makes about learning, credit and speed: ``docs/claims.md``, and the README's
+results table as its digest, both written from the result JSONs (``benchmarks/claims_sources.py`` reads them).
+
+Each claim has its scope (env, model, mode, device), unit and n, estimate with its interval, and a verdict by one
+rule (``verdict``): *shown* where its test is significant on the claimed side, *contradicted* where it is on the
+other, otherwise *not shown* with the MDE (what the run could have seen). A measurement (speed, memory) is
+*measured*, on the device named. A claim registered but not yet run says so.
+
+    python -m benchmarks.claims_ledger            # rewrite docs/claims.md and the README's results table
+    python -m benchmarks.claims_ledger --check    # exit 1 if either is stale (the suite runs this)
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks import ArgumentParser
+from benchmarks.claims_sources import all_claims
+
+ROOT = Path(__file__).resolve().parents[1]
+LEDGER = ROOT / "docs" / "claims.md"
+README = ROOT / "README.md"
+TABLE_HEAD = ("| question | answer: estimate [95 % interval] | unit, n; scope | ledger |", "| --- | --- | --- | --- |")
+README_LINE_LIMIT = 200
+
+
+def _num(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:+.3f}"
+
+
+def figure(p: Mapping[str, Any]) -> str:
+    """An estimate as the ledger prints it: ``+0.348 [+0.288, +0.410] (Tango score), by task [...]; MDE``."""
+    if p["estimate"] is None:
+        return p["method"]
+    text = f"{_num(p['estimate'])} [{_num(p['low'])}, {_num(p['high'])}]"
+    if p["method"]:
+        text += f" ({p['method']})"
+    if p.get("by_task"):
+        c = p["by_task"]
+        text += f"; by {c['unit'] or 'task'} ({c['clusters']}) [{_num(c['low'])}, {_num(c['high'])}]"
+    return text
+
+
+def verdict(row: Mapping[str, Any]) -> str:
+    """The claim's verdict from its primary parts (secondary ones are shown, not counted)."""
+    primary = [p for p in row["parts"] if not p.get("secondary")]
+    if row["area"] == "speed":
+        return f"measured ({row['scope']['device']})"
+    if not primary:
+        return "registered, not run yet"
+    signs = [p["estimate"] > 0 if row["direction"] >= 0 else p["estimate"] < 0 for p in primary if p["significant"]]
+    mdes = [p["mde"] for p in primary if p["mde"] is not None]
+    unshown = f"not shown ({'MDE ' + '-'.join(f'{m:.3f}' for m in sorted({min(mdes), max(mdes)})) if mdes else 'no MDE: too few units'})"
+    if row["direction"] == 0:
+        return "a difference shown" if signs else unshown.replace("not shown", "no difference shown")
+    if signs and all(signs) and len(signs) == len(primary):
+        return "shown"
+    if signs and not any(signs):
+        return "contradicted"
+    if signs:
+        return f"partly shown ({sum(signs)} of {len(primary)})" if all(signs) else "mixed"
+    return unshown
+
+
+def _cell(text: str) -> str:
+    """Text safe inside a markdown table cell (a bare | would end the cell)."""
+    return text.replace("|", "\\|")
+
+
+def scope_text(scope: Mapping[str, str]) -> str:
+    return "; ".join(v for v in (scope["env"], scope["model"], scope["mode"], scope["device"]) if v and v != "-")
+
+
+def ledger(rows: Sequence[Mapping[str, Any]]) -> str:
+    lines = ["# Claims ledger", "",
+             ("Every claim the project makes about learning, credit and speed, written from the result JSONs by "
+              "`python -m benchmarks.claims_ledger` (do not edit by hand; `--check` fails when this file is stale). "
+              "Verdicts: *shown* where the claim's test is significant on its side, *contradicted* on the other, "
+              "*not shown* with the MDE (the smallest effect the run could have detected with 80 % power) "
+              "otherwise; a measurement is *measured* on the device named. A learning claim from one training "
+              "run covers its validation draws, not run-to-run variance; a comparison of methods takes the seed "
+              "as its unit. Secondary lines are shown in italics and do not enter the verdict."), ""]
+    for area, title in (("learning", "Learning"), ("comparison", "Method comparisons"), ("credit", "Credit"),
+                        ("speed", "Speed and memory")):
+        lines += [f"## {title}", "", "| id | claim | scope | unit, n | estimate [95 % interval] | verdict | source |",
+                  "| --- | --- | --- | --- | --- | --- | --- |"]
+        for row in (r for r in rows if r["area"] == area):
+            shown = "<br>".join((f"*{p['label']}: {figure(p)}*" if p.get("secondary") else
+                                 f"{p['label']}: {figure(p)}" if p["label"] else figure(p)) for p in row["parts"])
+            lines.append(f"| {row['id']} | {_cell(row['claim'])} | {scope_text(row['scope'])} | {row['unit']}, n = "
+                         f"{row['n']} | {shown} | {verdict(row)} | [{Path(row['source']).name}](../{row['source']}) |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+UNIT_SHORT = (("paired validation episodes; one run", "1 run, {n} episodes"),
+              ("paired validation episodes; one pair of runs", "1 seed pair, {n} episodes"),
+              ("training seeds", "{n} seeds"), ("training runs", "{planned} runs planned"))
+
+
+def unit_short(row: Mapping[str, Any]) -> str:
+    template = next((t for prefix, t in UNIT_SHORT if row["unit"].startswith(prefix)), "{unit}")
+    planned = re.search(r"(\d+) planned", row["unit"])
+    return template.format(n=row["n"], unit=row["unit"], planned=planned.group(1) if planned else "?")
+
+
+def digest(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The README's results table: one short row per claim with a ``digest`` (question, scope)."""
+    out = list(TABLE_HEAD)
+    for row in rows:
+        if not row["digest"]:
+            continue
+        question, scope = row["digest"]
+        primary = [p for p in row["parts"] if not p.get("secondary")] or row["parts"][:1]
+        p = primary[0]
+        short = re.sub(r"; by (\w+) \(\d+\)", r", by \1", figure(p | {"method": ""})) if p["estimate"] is not None else \
+            p["method"] + (f" ({p['label']})" if p["label"] else "")
+        label = f"{p.get('short') or p['label']} (1 of {len(primary)} in the ledger): " if len(primary) > 1 else ""
+        out.append(f"| {_cell(question)} | {verdict(row).split(' (')[0]}: {label}{_cell(short)} | {unit_short(row)}; {scope} | "
+                   f"[{row['id']}](docs/claims.md) |")
+    return out
+
+
+def readme_with(text: str, table: list[str]) -> str:
+    """``text`` (the README) with the table under ``## Results`` replaced by ``table``."""
+    match = re.search(r"(## Results\n.*?\n)(\| question \|.*?\n)(?=\n)", text, flags=re.DOTALL)
+    if match is None:
+        raise ValueError("README.md has no results table under '## Results'")
+    return text[:match.start(2)] + "\n".join(table) + "\n" + text[match.end(2):]
+
+
+def stale(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Which of the generated files differ from what the JSONs give."""
+    out = []
+    if not LEDGER.is_file() or LEDGER.read_text() != ledger(rows):
+        out.append("docs/claims.md")
+    if README.read_text() != readme_with(README.read_text(), digest(rows)):
+        out.append("README.md (results table)")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = ArgumentParser(__spec__.name, description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if docs/claims.md or the README table is stale")
+    args = parser.parse_args(argv)
+    rows = all_claims()
+    if args.check:
+        behind = stale(rows)
+        if behind:
+            print(f"stale: {', '.join(behind)}; run python -m benchmarks.claims_ledger")
+            return 1
+        print(f"docs/claims.md and the README's results table agree with the JSONs ({len(rows)} claims)")
+        return 0
+    LEDGER.write_text(ledger(rows))
+    README.write_text(readme_with(README.read_text(), digest(rows)))
+    print(f"wrote docs/claims.md and the README's results table ({len(rows)} claims)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

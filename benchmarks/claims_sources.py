@@ -1,0 +1,265 @@
+"""Where each claim of ``docs/claims.md`` comes from: one function per result JSON that reads its figures.
+
+Every claim is a dict: ``id``, ``area`` (learning, comparison, credit, speed), ``claim`` (the question it answers),
+``scope`` (env, model, mode, device), ``unit`` and ``n``, ``parts`` (each an estimate with its interval, MDE and
+whether it is significant, from the JSON's own fields), ``direction`` (+1: the claim says higher; -1: lower; 0: a
+measurement), ``source`` and, for the README's digest, ``digest`` (a short question and scope). The interval's field names
+live in ``FIELDS`` only, so a benchmark that renames them changes one line here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from benchmarks import RESULTS
+
+# the JSON fields of an estimate with its interval (paired_stats' names), and of the task-clustered one beside it
+FIELDS = {"estimate": "diff", "low": "low", "high": "high", "method": "interval", "mde": "mde", "p": "p",
+          "clustered": "clustered", "significant": "holm_significant", "shown": "shown"}
+T_INTERVAL = "t-interval over seeds"
+BINARY_UNNAMED = "McNemar-consistent, conditional"  # a paired-binary interval from before the JSONs named theirs
+SMOL = "SmolLM2-135M-Instruct"
+CPU = "2-core CPU"
+H100 = "one NVIDIA H100"
+POOL = "ALFWorld generated Look/Pick households, 4-5 receptacles"
+SCORE = "native trainer, scoring the admissible actions, T = 0.4"
+
+
+def load(name: str) -> Any:
+    return json.loads((RESULTS / name).read_text())
+
+
+def part(figures: Mapping[str, Any], label: str = "", method: str | None = None,
+         secondary: bool = False, short: str | None = None) -> dict[str, Any]:
+    """One estimate of a JSON as the ledger shows it: estimate, interval and its method, MDE, the clustered
+    interval where the JSON has one, and whether the JSON's test calls it significant (Holm's decision where the
+    JSON made one, else the interval excluding 0, with McNemar's p below 0.05 where it has one). A ``secondary``
+    part is shown beside the claim's verdict, not counted in it; ``short`` names it in the README's digest."""
+    f = {key: figures.get(name) for key, name in FIELDS.items()}
+    out = {"label": label, "short": short or label, "estimate": f["estimate"], "low": f["low"], "high": f["high"],
+           "method": f["method"] or method or (BINARY_UNNAMED if "gained" in figures else ""), "mde": f["mde"],
+           "secondary": secondary}
+    if isinstance(f["clustered"], Mapping):
+        c = f["clustered"]
+        out["by_task"] = {"low": c["low"], "high": c["high"], "clusters": c.get("clusters"), "unit": c.get("unit")}
+    excludes = f["low"] is not None and (f["low"] > 0 or f["high"] < 0)
+    p_ok = f["p"] is None or (isinstance(f["p"], float) and f["p"] < 0.05)
+    decided = f["significant"] if f["significant"] is not None else f["shown"]  # the benchmark's own decision
+    out["significant"] = bool(decided) if decided is not None else bool(excludes and p_ok)
+    return out
+
+
+def claim(id_: str, area: str, text: str, scope: dict[str, str], unit: str, n: int, parts: list[dict],
+          direction: int, source: str, digest: tuple[str, str] | None = None) -> dict[str, Any]:
+    return {"id": id_, "area": area, "claim": text, "scope": scope, "unit": unit, "n": n, "parts": parts,
+            "direction": direction, "source": f"benchmarks/results/{source}", "digest": digest}
+
+
+ONE_RUN = "one run: covers validation draws, not run-to-run variance"  # where a JSON does not state its units
+
+
+def _endpoint(name: str) -> dict[str, Any]:
+    return load(name)[0]["paired"]
+
+
+def endpoints() -> list[dict[str, Any]]:
+    one_run = f"paired validation episodes; {load('alfworld_cpu_pool_endpoint.json')[0].get('units', ONE_RUN)}"
+    control, pool = _endpoint("alfworld_cpu_control_endpoint.json"), _endpoint("alfworld_cpu_pool_endpoint.json")
+    gigpo = _endpoint("alfworld_cpu_pool_gigpo_std_endpoint.json")
+    gpu = load("gpu_run.json")["parts"]["learning"]
+    scope_cpu = {"env": POOL, "model": SMOL, "mode": SCORE, "device": CPU}
+    return [
+        claim("L1", "learning", "Positive control: the update learns its own 4 training households (10 iterations)",
+              scope_cpu | {"env": "4 ALFWorld households"}, one_run, control["trained"]["episodes"],
+              [part(control["trained"], "trained tasks")], +1, "alfworld_cpu_control_endpoint.json",
+              ("Positive control: does it learn its own training tasks?", "SmolLM2, 4 ALFWorld tasks, CPU")),
+        claim("L2", "learning", "Pool protocol (registered): ECPO learns its 16 households in 16 iterations",
+              scope_cpu | {"env": f"{POOL}; a pool of 16"}, one_run, pool["trained"]["episodes"],
+              [part(pool["trained"], "the pool (primary)"), part(pool["unseen"], "unseen 48 households", secondary=True)], +1,
+              "alfworld_cpu_pool_endpoint.json", ("Does ECPO learn a registered pool of 16 households?", "SmolLM2, ALFWorld pool, CPU")),
+        claim("L3", "learning", "Pool protocol: GiGPO w/std learns the same pool", scope_cpu | {"env": f"{POOL}; "
+              "a pool of 16"}, one_run, gigpo["trained"]["episodes"],
+              [part(gigpo["trained"], "the pool"), part(gigpo["unseen"], "unseen 48 households", secondary=True)], +1,
+              "alfworld_cpu_pool_gigpo_std_endpoint.json"),
+        claim("L4", "learning", "An LLM learns unseen households on a GPU (alfworld_gpu, 24 ECPO iterations)",
+              {"env": f"{POOL}, alfworld_gpu 16 x 8", "model": SMOL, "mode": SCORE, "device": H100}, one_run,
+              gpu["validation"]["episodes"], [part(gpu["validation"], "unseen 400 households x 2"),
+                                              part(gpu["training_tasks"], "training tasks", secondary=True)], +1, "gpu_run.json",
+              ("Does an LLM learn unseen households on a GPU?", "SmolLM2, alfworld_gpu, T = 0.4, one H100")),
+    ]
+
+
+def _llm_comparisons(name: str) -> list[dict[str, Any]]:
+    from benchmarks.llm_learning_report import comparisons
+
+    return comparisons(load(name)["results"])
+
+
+def seed_comparisons() -> list[dict[str, Any]]:
+    seeds = "training seeds (paired by seed)"
+    corridor = {p["N"]: p for p in _llm_comparisons("llm_learning.json")
+                if (p["kind"], p["a"], p["b"]) == ("vs", "ecpo", "gigpo_std")}
+    alf = [p for p in _llm_comparisons("llm_learning_alfworld_cpu_pairs.json")
+           if (p["kind"], p["a"], p["b"]) == ("vs", "ecpo", "gigpo_std")]
+    pipelined = load("pipelined_learning.json")["comparisons"]
+    lag = next(p for p in pipelined if p["comparison"] == "ecpo_lag1 - gigpo_std_lag1"
+               and p["measure"].startswith("final exact success"))
+    pair_report = load("alfworld_cpu_pool_pair_seed0.json")
+    pair = pair_report["paired"]
+    pair_units = pair_report.get("units", "one pair of runs (one seed): no interval over seeds")
+    rllib = {c["claim"]: c for c in load("rllib_llm_learning.json")["comparisons"]}
+    corridor_scope = {"env": "4-room LLM corridor (corridor_llm)", "model": SMOL, "device": CPU}
+    learned = [p for p in _llm_comparisons("llm_learning.json") if (p["kind"], p["a"]) == ("learned", "ecpo")]
+    alf_learned = [p for p in _llm_comparisons("llm_learning_alfworld_cpu_pairs.json")
+                   if (p["kind"], p["a"]) == ("learned", "ecpo")]
+    lag0 = [p for p in pipelined if p["comparison"] == "ecpo_lag1 - ecpo_lag0"]
+    return [
+        claim("L5", "learning", "ECPO training of an LLM raises late success over the start (corridor)",
+              corridor_scope | {"mode": "native trainer, exact success"}, seeds, learned[0]["n"],
+              [part(p, f"N = {p['N']}", T_INTERVAL) for p in sorted(learned, key=lambda p: int(p["N"]))], +1,
+              "llm_learning.json", ("Does ECPO training of an LLM learn the corridor?", "SmolLM2, LLM corridor, CPU")),
+        claim("L6", "learning", "ECPO raises success on unseen small ALFWorld households (alfworld_cpu, 6 iterations)",
+              {"env": POOL, "model": SMOL, "mode": SCORE, "device": CPU}, seeds, alf_learned[0]["n"],
+              [part(p, f"N = {p['N']}", T_INTERVAL) for p in alf_learned], +1, "llm_learning_alfworld_cpu_pairs.json"),
+        claim("E6", "comparison", "Pipelined rollouts (lag 1) learn as well as lag 0 (ECPO)",
+              corridor_scope | {"mode": "RLlib, 2 runners, lag 1 vs lag 0"}, seeds, lag0[0]["n"],
+              [part(lag0[0], "final exact success", T_INTERVAL)]
+              + [part(p, "episodes pooled over seeds (conditional on these runs)", secondary=True) for p in lag0[1:]],
+              0, "pipelined_learning.json"),
+        claim("E1", "comparison", "ECPO beats GiGPO w/std in late success (corridor, N = 4 and 8)",
+              corridor_scope | {"mode": "native trainer, exact success"}, seeds, corridor[max(corridor)]["n"],
+              [part(p, f"N = {n}", T_INTERVAL) for n, p in sorted(corridor.items())], +1, "llm_learning.json",
+              ("Does ECPO beat GiGPO w/std when training an LLM?", "SmolLM2, LLM corridor, CPU")),
+        claim("E2", "comparison", "ECPO beats GiGPO w/std in final exact success, 10 seeds (pipelined RLlib, lag 1)",
+              corridor_scope | {"mode": "RLlib, 2 runners, pipelined (lag 1)"}, seeds, lag["n"],
+              [part(lag, "final exact success", T_INTERVAL)], +1, "pipelined_learning.json",
+              ("ECPO vs GiGPO w/std over 10 seeds?", "SmolLM2, LLM corridor, RLlib lag 1, CPU")),
+        claim("E3", "comparison", "ECPO beats GiGPO w/std on small ALFWorld households (alfworld_cpu)",
+              {"env": POOL, "model": SMOL, "mode": SCORE, "device": CPU}, seeds, alf[0]["n"],
+              [part(p, f"N = {p['N']}", T_INTERVAL) for p in alf], +1, "llm_learning_alfworld_cpu_pairs.json"),
+        claim("E4", "comparison", "ECPO beats GiGPO w/std on the pool: one seed pair (conditional on that pair)",
+              {"env": f"{POOL}; a pool of 16", "model": SMOL, "mode": SCORE, "device": CPU},
+              f"paired validation episodes; {pair_units}",
+              pair["trained"]["episodes"], [part(pair["trained"], "the pool"), part(pair["unseen"], "unseen", secondary=True)], +1,
+              "alfworld_cpu_pool_pair_seed0.json", ("ECPO vs GiGPO w/std on the ALFWorld pool?", "SmolLM2, ALFWorld pool, CPU")),
+        claim("E5", "comparison", "RLlib (2 runners) learns like the native trainer: gain difference",
+              corridor_scope | {"mode": "RLlib 2 runners vs native"}, seeds, rllib["rllib gain - native gain"]["n"],
+              [part(rllib["rllib exact-success gain"], "RLlib gain", T_INTERVAL, secondary=True),
+               part(rllib["native exact-success gain"], "native gain", T_INTERVAL, secondary=True),
+               part(rllib["rllib gain - native gain"], "RLlib - native", T_INTERVAL)], 0,
+              "rllib_llm_learning.json", ("Does RLlib (2 runners) train like the native trainer?", "SmolLM2, LLM corridor, CPU")),
+    ]
+
+
+def credit() -> list[dict[str, Any]]:
+    study = load("credit_study.json")["summary"]
+    envs = {"diagnostic": ("diagnostic corridor (tabular)", "tabular policy", "native trainer"),
+            "webshop": ("WebShop (tabular, d_min = 7 on 8-step episodes: rho ~ 0)", "tabular policy", "native trainer")}
+    digests = {("C3", "diagnostic"): ("Tabular policy: does ECPO beat GiGPO w/std in final success?",
+                                      "diagnostic corridor, CPU"),
+               ("C6", "diagnostic"): ("Tabular policy: does ECPO lower the advantage range?", "diagnostic corridor, CPU"),
+               ("C1", "diagnostic"): ("Tabular policy: do divergent anchors grow more frequent?",
+                                      "diagnostic corridor, CPU")}
+    rows = []
+    for c in study["claims"]:  # the credit study's claims C1-C7, each on each environment
+        env, model, mode = envs[c["env"]]
+        rows.append(claim(f"K{len(rows) + 1}", "credit", f"{c['id']}: {c['claim']}",
+                          {"env": env, "model": model, "mode": mode, "device": CPU}, "training seeds (paired)",
+                          c["parts"][0]["n"], [part(p, f"{p['label']}, N = {p['N']}", T_INTERVAL, short=f"N = {p['N']}") for p in c["parts"]],
+                          c["parts"][0]["direction"], "credit_study.json", digests.get((c["id"], c["env"]))))
+    registered = load("credit_counterfactual_claim.json")
+    reg = registered["registration"]
+    explore = registered["exploratory"]
+    seeds = f"{min(explore['seeds'])}-{max(explore['seeds'])}"
+    parts = [{"label": f"{e}, exploratory: seeds {seeds}", "estimate": None, "low": None, "high": None,
+              "method": f"{explore[e]['cells_below']}/{explore[e]['cells']} below 0, p {explore[e]['p']:.3g}",
+              "mde": None, "significant": False, "secondary": True}
+             for e in reg["estimators"]]
+    rows.append(claim(f"K{len(rows) + 1}", "credit", "B1: one ECPO update raises log pi(rare|s) at lucky singletons less than "
+                      "GiGPO w/std's (registered claim-level test)",
+                      {"env": "corridors (tabular, SmolLM2)", "model": f"tabular, {SMOL}",
+                       "mode": "one update from the same checkpoint", "device": CPU},
+                      f"training runs (arm x checkpoint seed; {3 * len(reg['checkpoint_seeds'])} planned)", 0, parts,
+                      -1, "credit_counterfactual_claim.json",
+                      ("Does an ECPO update push lucky singletons less (App. C)?", "corridors, CPU")))
+    return rows
+
+
+def speed() -> list[dict[str, Any]]:
+    overhead, engines = load("credit_overhead.json"), load("alfworld_engines.json")
+    differential, memory = load("alfworld_differential.json"), load("memory.json")
+    gpu = load("gpu_run.json")["parts"]
+    paper, learning = gpu["paper_iteration"], gpu["learning"]
+    generation, webshop = load("generation_profile.json"), load("env_throughput_webshop.json")["sizes"]["1000"]
+    rllib_before, rllib_after = load("rllib_memory_before.json"), load("rllib_memory_after.json")
+    pipelined = load("pipelined_rollouts.json")["cases"]["smollm2"]
+    rows = [
+        ("S1", "Credit's cost: ECPO's time over GiGPO w/std's", {"env": f"{overhead['batch']['rows']:,}-row batch",
+         "model": "-", "mode": "numpy, 1 thread", "device": CPU}, f"median of {overhead['reps']} repetitions",
+         overhead["reps"], f"{overhead['ratios']['ecpo_over_gigpo']:.2f}x ({overhead['median_ms']['ecpo']:.1f} ms)",
+         "credit_overhead.json", ("What does credit cost?", "5,452-row batch, numpy, CPU")),
+        ("S2", "The native ALFWorld engine: steps against TextWorld's, and identical play",
+         {"env": "ALFWorld (3,693 games)", "model": "-", "mode": "env step", "device": CPU},
+         f"{differential['games_checked']:,} games compared step by step", differential["games_checked"],
+         (f"{engines['ratios']['single_steps_per_s']:.0f}x TextWorld's steps/s; {differential['mismatch_count']} "
+         f"mismatches in {differential['steps_compared']:,} steps"), "alfworld_engines.json",
+         ("Is the native ALFWorld engine faithful and fast?", "ALFWorld, CPU")),
+        ("S3", "The paper-shaped iteration on one GPU", {"env": "ALFWorldGen 16 x 8, 512-token replies, 2 steps",
+         "model": paper["model"], "mode": "full FT, bf16", "device": H100}, "one iteration", 1,
+         (f"{paper['time/iteration']:.1f} s (generation {paper['time/generation']:.1f} s at "
+         f"{paper['generation_tokens_per_s']:,.0f} tok/s), peak {paper['peak_memory_gib']:.1f} GiB"),
+         "gpu_run.json", ("What does the paper-shaped iteration cost?", "Qwen2.5-1.5B shape, one H100")),
+        ("S4", "SmolLM2 learning iteration on one GPU (alfworld_gpu)", {"env": f"{POOL}, 16 x 8", "model": SMOL,
+         "mode": SCORE, "device": H100}, "iterations (mean)", learning["iterations_done"],
+         (f"{learning['rates']['time/iteration']:.1f} s an iteration, {learning['rates']['decisions_per_s']:.0f} "
+         "decisions/s"), "gpu_run.json"),
+        ("S5", "Memory of Qwen2.5-7B full fine-tuning under FSDP2 x 8 (computed, not measured)",
+         {"env": "-", "model": "Qwen2.5-7B", "mode": "FSDP2 x 8, checkpointing", "device": "computed"},
+         "one computation", 1, f"{_memory(memory, 'Qwen2.5-7B', 'FSDP2'):.1f} GB per GPU", "memory.json",
+         ("What fits on a GPU?", "Qwen2.5-7B, FSDP2 x 8, computed")),
+        ("S6", "A decoding step of the transformers sampler on one GPU, bf16 weights against float32",
+         {"env": f"{generation['shape']['rows']} rows, {generation['shape']['prompt']}-token prompts",
+          "model": "Qwen2.5-1.5B architecture", "mode": "transformers generate", "device": H100},
+         f"{generation['shape']['tokens']} decoding steps", generation["shape"]["tokens"],
+         "; ".join(f"{name}: {v['ms_per_step']:.1f} ms a step" for name, v in generation["variants"].items()),
+         "generation_profile.json"),
+        ("S7", "RLlib README example: the driver's peak memory, before and after issue 36's change",
+         {"env": "LLM corridor", "model": SMOL, "mode": "RLlib, 2 env runners", "device": CPU}, "one run each", 2,
+         f"driver peak RSS {rllib_before['driver_peak_rss_mb']:,.0f} MB -> {rllib_after['driver_peak_rss_mb']:,.0f} MB",
+         "rllib_memory_after.json"),
+        ("S8", "A WebShop step at 1,000 products", {"env": "WebShop, 1,000 products", "model": "-", "mode": "env step",
+         "device": CPU}, "steps timed", webshop["step"]["count"],
+         f"median {webshop['step']['median_ms']:.2f} ms, p90 {webshop['step']['p90_ms']:.2f} ms",
+         "env_throughput_webshop.json"),
+        ("S9", "Pipelined rollouts (lag 1) against lag 0: wall time per iteration, SmolLM2 on the LLM corridor",
+         {"env": "LLM corridor", "model": SMOL, "mode": "RLlib, 2 env runners, one local learner", "device": CPU},
+         "timed iterations (median)", len(pipelined["lags"]["1"]["seconds_per_iteration"]),
+         f"{pipelined['lags']['0']['median_seconds_per_iteration']:.1f} s -> "
+         f"{pipelined['lags']['1']['median_seconds_per_iteration']:.1f} s ({pipelined['measured_speedup']:.2f}x)",
+         "pipelined_rollouts.json", ("Do pipelined rollouts speed an iteration up?", "SmolLM2, LLM corridor, RLlib, CPU")),
+    ]
+    return [claim(id_, "speed", text, scope, unit, n, [{"label": "", "estimate": None, "low": None, "high": None,
+                                                        "method": figure, "mde": None, "significant": False,
+                                                        "secondary": False}],
+                  0, source, digest) for id_, text, scope, unit, n, figure, source, *rest in rows
+            for digest in (rest[0] if rest else None,)]
+
+
+def _memory(memory: Mapping[str, Any], model: str, setting: str) -> float:
+    return next(c["total_gb"] for c in memory["computed"] if c["model"] == model and c["setting"].startswith(setting))
+
+
+SOURCES: tuple[Callable[[], list[dict[str, Any]]], ...] = (endpoints, seed_comparisons, credit, speed)
+
+
+def all_claims() -> list[dict[str, Any]]:
+    rows = [row for source in SOURCES for row in source()]
+    for row in rows:
+        for p in row["parts"]:
+            for key in ("estimate", "low", "high", "mde"):
+                if isinstance(p.get(key), float) and not math.isfinite(p[key]):
+                    p[key] = None
+    return rows

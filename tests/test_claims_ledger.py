@@ -1,0 +1,86 @@
+"""benchmarks/claims_ledger.py: docs/claims.md and the README's results table are what the result JSONs give (a
+stale one fails here), every README row carries its scope, unit and interval in at most 200 characters, and the
+verdict rule reads as documented."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from benchmarks import RESULTS, claims_ledger
+from benchmarks.claims_sources import all_claims
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return all_claims()
+
+
+def test_the_ledger_and_the_readme_table_agree_with_the_result_jsons(capsys):
+    assert claims_ledger.main(["--check"]) == 0, capsys.readouterr().out
+
+
+def test_a_changed_figure_makes_the_check_fail(rows, tmp_path, monkeypatch):
+    ledger, readme = tmp_path / "claims.md", tmp_path / "README.md"
+    ledger.write_text(claims_ledger.LEDGER.read_text())
+    readme.write_text(claims_ledger.README.read_text().replace("+0.174 [", "+0.175 [", 1))
+    monkeypatch.setattr(claims_ledger, "LEDGER", ledger)
+    monkeypatch.setattr(claims_ledger, "README", readme)
+    assert claims_ledger.stale(rows) == ["README.md (results table)"]
+    ledger.write_text(ledger.read_text().replace("| L1 |", "| L0 |"))
+    assert len(claims_ledger.stale(rows)) == 2
+
+
+def test_every_readme_row_has_its_scope_unit_and_interval_within_200_characters():
+    text = claims_ledger.README.read_text()
+    table = re.search(r"\| question \|.*?\n(?=\n)", text, flags=re.DOTALL).group(0).splitlines()[2:]
+    assert len(table) >= 10
+    for line in table:
+        _question, answer, unit_scope, link = (c.strip() for c in line.strip("|").split(" | "))
+        assert len(line) <= claims_ledger.README_LINE_LIMIT, line
+        assert re.search(r"\[[+-]\d\.\d{3}, [+-]\d\.\d{3}\]", answer) or answer.startswith(("measured", "registered"))
+        assert ";" in unit_scope and re.search(r"CPU|H100|computed", unit_scope), line
+        assert re.fullmatch(r"\[[LECKS]\d+\]\(docs/claims\.md\)", link)
+
+
+def test_figures_are_the_jsons_own(rows):
+    by_id = {r["id"]: r for r in rows}
+    gpu = json.loads((RESULTS / "gpu_run.json").read_text())["parts"]["learning"]["validation"]
+    l4 = by_id["L4"]["parts"][0]
+    assert (l4["estimate"], l4["low"], l4["high"]) == (gpu["diff"], gpu["low"], gpu["high"])
+    assert by_id["L4"]["scope"]["device"] == "one NVIDIA H100" and by_id["L4"]["n"] == 800
+    lag = next(c for c in json.loads((RESULTS / "pipelined_learning.json").read_text())["comparisons"]
+           if c["comparison"] == "ecpo_lag1 - gigpo_std_lag1")
+    assert by_id["E2"]["parts"][0]["estimate"] == lag["diff"] and by_id["E2"]["n"] == 10
+    for row in rows:
+        assert (claims_ledger.ROOT / row["source"]).is_file(), row["source"]
+        assert all(row["scope"].get(k) for k in ("env", "model", "mode", "device")), row["id"]
+
+
+def test_the_ledgers_verdicts_are_the_credit_studys_own(rows):
+    study = json.loads((RESULTS / "credit_study.json").read_text())["summary"]["claims"]
+    same = {"holds": "shown", "contradicted": "contradicted", "not shown": "not shown", "mixed": "mixed"}
+    mine = [r for r in rows if r["source"].endswith("credit_study.json")]
+    assert len(mine) == len(study)
+    for row, theirs in zip(mine, study):
+        assert row["claim"].startswith(theirs["id"])
+        assert claims_ledger.verdict(row).split(" (")[0] == same.get(theirs["verdict"], theirs["verdict"])
+
+
+def _row(direction, *parts):
+    return {"area": "learning", "direction": direction, "scope": {"device": "CPU"},
+            "parts": [{"estimate": e, "low": lo, "high": hi, "mde": m, "significant": s, "secondary": False}
+                      for e, lo, hi, m, s in parts]}
+
+
+def test_the_verdict_rule():
+    assert claims_ledger.verdict(_row(+1, (0.3, 0.2, 0.4, 0.1, True))) == "shown"
+    assert claims_ledger.verdict(_row(-1, (0.3, 0.2, 0.4, 0.1, True))) == "contradicted"
+    assert claims_ledger.verdict(_row(+1, (0.02, -0.03, 0.07, 0.067, False))) == "not shown (MDE 0.067)"
+    assert claims_ledger.verdict(_row(+1, (0.1, -0.3, 0.5, None, False))) == "not shown (no MDE: too few units)"
+    assert claims_ledger.verdict(_row(+1, (0.3, 0.2, 0.4, 0.1, True), (0.0, -0.1, 0.1, 0.2, False))) == \
+        "partly shown (1 of 2)"
+    assert claims_ledger.verdict(_row(0, (-0.1, -0.2, 0.04, 0.23, False))) == "no difference shown (MDE 0.230)"
+    assert claims_ledger.verdict(_row(+1) | {"parts": []}) == "registered, not run yet"
