@@ -343,5 +343,5 @@ def test_a_huge_value_is_echoed_cut_in_the_one_error_line(tmp_path):
     assert result.exit_code == 2, result.output[:300]
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: ") and "algorithm" in lines[0], result.output[:300]
-    assert len(lines[0]) < 2100 and lines[0].endswith("more characters)")
+    assert len(lines[0]) < 2100 and "characters)" in lines[0]  # the value cut to its head and its length
     assert not (tmp_path / "r").exists()
