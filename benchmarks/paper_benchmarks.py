@@ -36,7 +36,7 @@ The benchmarks (``BENCHMARKS``):
 - ``searchqa``: HotpotQA dev500 with the corpus it ships, over bm25s, on the Search-R1 protocol
   (``ecpo/SearchQA-v0``): training on questions 100-499 of the manifest's order, validation on the first 100;
   the generated world (``SearchQAGen-v0``, the ``searchqa_gen`` manifest's 100 questions) as the second set.
-  Free generation (the answer is open text a scoring policy cannot choose among), 64-token replies; exact match.
+  Free generation (the answer is open text a scoring policy cannot choose among), 96-token replies; exact match.
   Where the model cannot make the format work, the report gives its invalid-action rate instead of a learning
   figure.
 
@@ -122,12 +122,12 @@ BENCHMARKS = {
         "Search-QA (HotpotQA dev500 and the generated world)", "searchqa",
         (*PAPER_SHAPE, "env_id=ecpo/SearchQA-v0", "env_kwargs={dataset: hotpotqa, split: dev500}",
          "dtype=float32", "max_prompt_length=2048",
-         "max_response_length=64", "mini_batch_size=64", "micro_batch_size=16", "lr=3.0e-6",
+         "max_response_length=96", "mini_batch_size=64", "micro_batch_size=16", "lr=3.0e-6",
          "lr_warmup_steps=9", "kl_coef=0.0", "rollout_temperature=0.4", "env_workers=0", "val_tasks=null"),
         {"hotpotqa": ValidationSet("searchqa", "hotpotqa", first=100),
          "searchqa_gen": ValidationSet("searchqa_gen", "single_hop"),
          "searchqa_gen_two_hop": ValidationSet("searchqa_gen", "two_hop")}, train_after=100,
-        smoke=("env_kwargs.max_steps=2", "max_response_length=8")),
+        smoke=("env_kwargs.max_steps=2",)),
 }
 SMOKE_SIZES = ("n_groups=2", "group_size=2", "mixed_precision=none", "micro_batch_size=4", "mini_batch_size=8",
                "threads=1")
@@ -178,6 +178,8 @@ def load_configs(args: argparse.Namespace, work: Path) -> tuple[Any, list[str]]:
     overrides = [*spec.overrides, *base]
     if args.smoke:
         overrides += [*SMOKE_SIZES, *spec.smoke]
+    elif not args.device.startswith("cuda"):
+        overrides.append("mixed_precision=none")  # bf16 autocast is the GPU's
     if args.train_data:
         overrides.append(f"env_kwargs.data_dir={args.train_data}")
     overrides += [f"seed={args.seed}", f"val_episodes_per_task={args.val_episodes}"]
@@ -379,10 +381,15 @@ def only_arm(args: argparse.Namespace) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- CPU baselines
+BASELINE_MANIFEST = "alfworld_valid_seen_by_type"  # valid_seen, one group per task type: --limit K = K per type
+UNTRAINED = "SmolLM2-135M-Instruct, untrained (scoring)"
+
+
 def leaderboard_baselines(args: argparse.Namespace) -> dict[str, Any]:
-    """The untrained model and the warm start (stage 1) through ``ecpo leaderboard`` on the first
-    ``--leaderboard-games`` games of each ALFWorld task type of ``valid_seen`` (the ``alfworld_valid_seen_by_type``
-    manifest, one seed, the validation temperature): each as a checkpoint of the benchmark's policy."""
+    """The untrained model, then the warm start (stage 1), through ``ecpo leaderboard`` on the first
+    ``--leaderboard-games`` games of each ALFWorld task type of ``valid_seen`` (one seed, the validation
+    temperature), each as a checkpoint of the benchmark's policy; ``OUT/baselines.json`` after each (with
+    ``--report-only``, only that file, from the episodes played so far)."""
     from ecpo_train.apps.sft import SFT_SUMMARY, run_sft
     from ecpo_train.evaluation.command import run_leaderboard
     from ecpo_train.evaluation.options import LeaderboardOptions
@@ -393,28 +400,53 @@ def leaderboard_baselines(args: argparse.Namespace) -> dict[str, Any]:
     out: Path = args.out
     config, _ = load_configs(args, out)
     spec = BENCHMARKS[args.env]
-    results: dict[str, Any] = {}
-    sft_path = out / "sft_model"
-    if not (sft_path / SFT_SUMMARY).is_file():
-        tasks = warm_start_tasks(spec, training_tasks(config, spec), args.sft_per_type)
-        started = time.time()
-        summary = run_sft(dataclasses.replace(config, train_tasks=tasks), episodes=len(tasks), epochs=args.sft_epochs,
-                          lr=args.sft_lr, out=sft_path, batch_size=args.sft_batch)
-        (out / "sft_seconds.json").write_text(json.dumps({"seconds": time.time() - started, "tasks": tasks}) + "\n")
-    for name, model in (("SmolLM2-135M-Instruct, untrained (scoring)", config.model),
-                        (f"SmolLM2-135M-Instruct, warm start on {6 * args.sft_per_type} train games (scoring)",
-                         str(sft_path))):
-        run_dir = out / ("untrained" if model == config.model else "warm_start")
-        if not (run_dir / "checkpoint.pt").is_file():
-            trainer = Trainer(dataclasses.replace(config, model=model, run_dir=str(run_dir), n_groups=1, group_size=2))
+    warm = f"SmolLM2-135M-Instruct, warm start on {6 * args.sft_per_type} train games (scoring)"
+    for name, folder in ((UNTRAINED, "untrained"), (warm, "warm_start")):
+        if args.report_only:
+            break
+        model = config.model
+        if folder == "warm_start":
+            model = str(out / "sft_model")
+            if not (out / "sft_model" / SFT_SUMMARY).is_file():
+                tasks = warm_start_tasks(spec, training_tasks(config, spec), args.sft_per_type)
+                started = time.time()
+                run_sft(dataclasses.replace(config, train_tasks=tasks), episodes=len(tasks), epochs=args.sft_epochs,
+                        lr=args.sft_lr, out=out / "sft_model", batch_size=args.sft_batch)
+                (out / "sft_model" / "seconds.json").write_text(json.dumps({"seconds": time.time() - started}))
+        if not (out / folder / "checkpoint.pt").is_file():
+            trainer = Trainer(dataclasses.replace(config, model=model, run_dir=str(out / folder), n_groups=1,
+                                                  group_size=2))
             trainer.save_checkpoint()
             trainer.close()
-        options = LeaderboardOptions(agent="checkpoint", checkpoint=str(run_dir), manifest=["alfworld_valid_seen_by_type"],
+        options = LeaderboardOptions(agent="checkpoint", checkpoint=str(out / folder), manifest=[BASELINE_MANIFEST],
                                      limit=args.leaderboard_games, seeds=1, out_dir=str(out / "leaderboard"),
                                      name=name, device=args.device, progress=False)
-        results[name] = run_leaderboard(options)
-        print(results[name]["markdown"])
-    return results
+        print(run_leaderboard(options)["markdown"])
+        write_baselines(out)
+    return write_baselines(out)
+
+
+def write_baselines(out: Path) -> dict[str, Any]:
+    """``OUT/baselines.json``: the leaderboard's table per agent, every episode's steps and seconds, the warm
+    start's summary, and the machine's load (``os.getloadavg`` now; ``OUT/load.log``'s ``uptime`` lines where the
+    operator sampled them during the run): the timings are only read beside it."""
+    from ecpo_train.evaluation.runner import collect_records, write_reports
+
+    folder = out / "leaderboard"
+    summary = {"tables": write_reports(folder)["markdown"], "agents": {}, "load_now": os.getloadavg(),
+               "cpu_count": os.cpu_count()}
+    for run_dir in sorted(p for p in folder.iterdir() if p.is_dir()):
+        records = collect_records(run_dir)
+        if records:
+            summary["agents"][records[0]["agent"]] = [
+                {k: r[k] for k in ("task_id", "task_type", "success", "steps", "seconds")} for r in records]
+    for name in ("sft_model/sft.json", "sft_model/seconds.json"):
+        if (out / name).is_file():
+            summary.setdefault("warm_start", {}).update(json.loads((out / name).read_text()))
+    if (out / "load.log").is_file():
+        summary["load_samples"] = (out / "load.log").read_text().splitlines()
+    (out / "baselines.json").write_text(json.dumps(summary, indent=1) + "\n")
+    return summary
 
 
 # ---------------------------------------------------------------------------------------------- main
@@ -441,6 +473,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--score-batch", type=int, default=64, help="on CUDA: items per scoring forward")
     parser.add_argument("--leaderboard-games", type=int, default=None,
                         help="instead of training: the CPU baselines on this many valid_seen games per task type")
+    parser.add_argument("--report-only", action="store_true",
+                        help="with --leaderboard-games: only rewrite OUT/baselines.json from the episodes played")
     parser.add_argument("--rescore", type=Path, default=None, metavar="JSON",
                         help="recompute the paired tests of a returned report.json (where scipy is) and write it "
                              "with its markdown to --out")
