@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import tempfile
 import time
 from pathlib import Path
@@ -47,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import RESULTS, ArgumentParser, fail, refuse_without_cuda, write_report
+from benchmarks import RESULTS, ArgumentParser, fail, refuse_without_cuda, rescore, write_report
 from benchmarks.gpu_learning import (
     DEFAULT_MODEL,
     ROOT,
@@ -299,15 +298,8 @@ def main(argv: list[str] | None = None) -> int:
                              "(to --out if given) with its markdown")
     args = parser.parse_args(argv)
     if args.rescore is not None:
-        try:
-            report = json.loads(args.rescore.read_text())
-            if "outcomes" not in report:
-                raise ValueError("it holds no outcomes (the run stopped before its first closing validation)")
-        except (OSError, ValueError) as error:
-            fail(f"--rescore {args.rescore}: {' '.join(str(error).split())}")
-        out = args.out or args.rescore
-        save(score(report), out)
-        print(f"wrote {out} and {out.with_suffix('.md')}")
+        rescore(args.rescore, args.out, "outcomes",
+                "it holds no outcomes (the run stopped before its first closing validation)", score, render)
         return 0
     if len(args.arms) < 2 or len(set(args.arms)) != len(args.arms):
         fail(f"--arms {' '.join(args.arms)}: give two or more different estimators, the first the one the others "

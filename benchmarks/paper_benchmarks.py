@@ -76,9 +76,15 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import ArgumentParser, fail, refuse_without_cuda, write_report
+from benchmarks import ArgumentParser, fail, refuse_without_cuda, rescore, write_report
 from benchmarks.gpu_comparison import CLOSING_MARGIN, iterations_that_fit
-from benchmarks.gpu_learning import DEFAULT_MODEL, iteration_figures, learning_overrides, mean_figures, write_smoke_model
+from benchmarks.gpu_learning import (
+    DEFAULT_MODEL,
+    iteration_figures,
+    learning_overrides,
+    mean_figures,
+    write_smoke_model,
+)
 from benchmarks.gpu_run import device_facts
 from benchmarks.paper_benchmarks_report import render, score
 
@@ -157,8 +163,8 @@ def warm_start_tasks(spec: Benchmark, train_ids: list[str], per_type: int) -> li
     order = [train_ids[i] for i in np.random.default_rng(0).permutation(len(train_ids))]
     if not spec.type_balanced:
         return order[: 6 * per_type]
-    from ecpo_gym.alfworld.game_files import subtask_of
     from benchmarks.paper_benchmarks_report import ALFWORLD_COLUMNS
+    from ecpo_gym.alfworld.game_files import subtask_of
 
     by_type = {t: [g for g in order if subtask_of(g) == t][:per_type] for t in ALFWORLD_COLUMNS[:-1]}
     return [games[k] for k in range(per_type) for games in by_type.values() if k < len(games)]
@@ -319,7 +325,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     config, overrides = load_configs(args, out)
-    write_smoke_model(args, out)
+    if not (out / "tiny" / "config.json").is_file():  # (under --smoke; a second command keeps the first one's)
+        write_smoke_model(args, out)
     spec = BENCHMARKS[args.env]
     sets = validation_tasks(spec, args.smoke)
     stages = Stages(out)
@@ -481,17 +488,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only-arm", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--deadline", type=float, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    args.argv = [a for a in argv]
+    args.argv = list(argv)
     if args.rescore is not None:
-        try:
-            report = json.loads(args.rescore.read_text())
-            if "episodes" not in report:
-                raise ValueError("it holds no validation episodes")
-        except (OSError, ValueError) as error:
-            fail(f"--rescore {args.rescore}: {' '.join(str(error).split())}")
-        out = args.out or args.rescore
-        write_report(score(report), out, render)
-        print(f"wrote {out} and {out.with_suffix('.md')}")
+        rescore(args.rescore, args.out, "episodes", "it holds no validation episodes", score, render)
         return 0
     if args.out is None:
         fail("--out DIR: the folder the program writes (and a second command continues)")
