@@ -24,6 +24,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ecpo_gym.cache import cache_root
+
 _UNSUPPORTED_JVM_OPTION = "jdk.incubator.vector"
 # Queries are cut to this many characters. A bag-of-words query has one clause per distinct term and every
 # term holds at least one character, so :class:`LuceneSearcher` raises Lucene's clause limit (1024 by default,
@@ -93,10 +95,7 @@ def lucene_available() -> tuple[bool, str]:
 
 def default_index_root(cache_dir: str | os.PathLike | None = None) -> Path:
     """Where Lucene indexes are cached: ``<cache_dir or $ECPO_CACHE_DIR or ~/.cache/ecpo>/lucene``."""
-    if cache_dir is None:
-        env = os.environ.get("ECPO_CACHE_DIR")
-        cache_dir = env if env else Path.home() / ".cache" / "ecpo"
-    return Path(cache_dir) / "lucene"
+    return cache_root(cache_dir) / "lucene"
 
 
 def index_is_built(index_dir: str | os.PathLike) -> bool:

@@ -109,7 +109,9 @@ def test_failed_reset_ends_the_previous_game(env):
 
 @needs_data
 def test_a_mistyped_split_lists_the_splits_that_exist():
-    with pytest.raises(FileNotFoundError, match="Splits that exist there: valid_seen"):
+    # a split shipped as its archive (json_2.1.1-train.tar.gz) exists too
+    archived = "train, " if (Path(DATA_DIR) / "alfworld" / "json_2.1.1-train.tar.gz").is_file() else ""
+    with pytest.raises(FileNotFoundError, match=f"Splits that exist there: {archived}valid_seen\\."):
         ALFWorldEnv(split="valid_unsen")
 
 
@@ -167,3 +169,55 @@ def test_data_dir_may_be_the_benchmark_data_folder(monkeypatch):
     monkeypatch.delenv("ALFWORLD_DATA", raising=False)
     env = ALFWorldEnv(data_dir=DATA_DIR, task_types=["Look"])
     assert env.split_dir == Path(DATA_DIR) / "alfworld" / "json_2.1.1" / "valid_seen" and len(env.task_ids) == 13
+
+
+TRAIN_COUNTS = {"Pick": 790, "Look": 308, "Clean": 650, "Heat": 459, "Cool": 533, "Pick2": 813}
+
+
+@needs_data
+def test_train_split_is_played_straight_from_its_archive(tmp_path, monkeypatch):
+    archive = Path(DATA_DIR) / "alfworld" / "json_2.1.1-train.tar.gz"
+    if not archive.is_file():
+        pytest.skip(f"{archive} is not there")
+    # a data folder holding only the release archive (no extracted train folder), and an empty cache
+    data = tmp_path / "data" / "alfworld"
+    data.mkdir(parents=True)
+    (data / archive.name).symlink_to(archive)
+    monkeypatch.delenv("ALFWORLD_DATA", raising=False)
+    monkeypatch.setenv("ECPO_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("ECPO_CACHE_DIR", str(tmp_path / "cache"))
+    env = gym.make("ecpo/ALFWorld-v0", split="train")
+    split_dir = env.unwrapped.split_dir
+    assert split_dir.is_relative_to(tmp_path / "cache" / "alfworld") and split_dir.name == "train"
+    assert Counter(TASK_TYPES[t.split("-")[0]] for t in env.unwrapped.task_ids) == TRAIN_COUNTS
+    result = play_expert(env, env.unwrapped.task_ids[0], seed=0)
+    assert result["won"] and result["all_valid"] and result["steps"] == result["plan_length"]
+    env.close()
+    # extracted once: a second environment reads the same folder, and nothing is left half-written beside it
+    again = ALFWorldEnv(split="train", task_types=["Heat"])
+    assert again.split_dir == split_dir and len(again.task_ids) == TRAIN_COUNTS["Heat"]
+    assert [p.name for p in (tmp_path / "cache" / "alfworld").iterdir()] == [split_dir.parents[1].name]
+
+
+@pytest.mark.parametrize("bad", ["../escaped", "/absolute", "json_2.1.1/train/link", "elsewhere/file"])
+def test_an_unsafe_archive_is_refused_and_nothing_is_extracted(tmp_path, monkeypatch, bad):
+    import io
+    import tarfile
+
+    root = tmp_path / "data"
+    root.mkdir()
+    with tarfile.open(root / "json_2.1.1-train.tar.gz", "w:gz") as handle:
+        game = tarfile.TarInfo("json_2.1.1/train/pick_and_place_simple-A-None-B-1/trial_1/game.tw-pddl")
+        game.size = 2
+        handle.addfile(game, io.BytesIO(b"{}"))
+        member = tarfile.TarInfo(bad)
+        if bad.endswith("link"):
+            member.type, member.linkname = tarfile.SYMTYPE, "/etc/passwd"
+            handle.addfile(member)
+        else:
+            member.size = 1
+            handle.addfile(member, io.BytesIO(b"x"))
+    monkeypatch.setenv("ECPO_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(ValueError, match=f"not a safe ALFWorld archive: member '{bad}'"):
+        ALFWorldEnv(data_dir=root, split="train")
+    assert not any((tmp_path / "cache" / "alfworld").iterdir()) and not (tmp_path / "escaped").exists()

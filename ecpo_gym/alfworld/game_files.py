@@ -1,25 +1,37 @@
 """Where the real ALFWorld games are on disk and how one is read: the split folder (found from ``data_dir``,
 ``$ALFWORLD_DATA`` or ``$ECPO_DATA_DIR/alfworld``), the games of chosen subtasks in it, and a game file loaded as
-one clear error when it is damaged."""
+one clear error when it is damaged.
+
+A split shipped only as its archive (``json_2.1.1-train.tar.gz`` beside ``json_2.1.1``) is extracted once, on
+first use, into ``$ECPO_CACHE_DIR/alfworld/`` (default ``~/.cache/ecpo``): into a temporary folder renamed into
+place when complete, so a concurrent or interrupted extraction never leaves a half-written split, and only
+after every member is checked to be a plain file or folder under ``json_2.1.1/`` (no absolute path, no ``..``,
+no link). The folder's name holds the archive's size and modification time: a replaced archive is extracted
+afresh."""
 
 from __future__ import annotations
 
 import glob
 import json
 import os
+import shutil
+import tarfile
+import tempfile
 from collections.abc import Iterable
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from ecpo_gym.alfworld.engine import TASK_TYPES
+from ecpo_gym.cache import cache_root
 from ecpo_gym.alfworld.native.game import GameLoadError
 
 DOWNLOAD_HINT = (
     "Get the games with `pip install alfworld && alfworld-download` (creates $ALFWORLD_DATA/json_2.1.1/"
-    "{train,valid_seen,valid_unseen}), or extract json_2.1.1-train.tar.gz, then pass data_dir=... or set "
-    "ALFWORLD_DATA. No download needed for ecpo/ALFWorldGen-v0."
+    "{train,valid_seen,valid_unseen}), or put json_2.1.1-train.tar.gz there (extracted on first use), then pass "
+    "data_dir=... or set ALFWORLD_DATA. No download needed for ecpo/ALFWorldGen-v0."
 )
 GAME_FILE = "game.tw-pddl"
 KNOWN_SPLITS = ("train", "valid_seen", "valid_unseen", "valid_train")
+RELEASE = "json_2.1.1"  # the folder every split lies in, and the archives' name prefix
 
 
 def subtask_of(name: str) -> str:
@@ -50,15 +62,67 @@ def resolve_split_dir(data_dir: str | os.PathLike | None, split: str) -> Path:
             roots.append(Path(os.environ["ECPO_DATA_DIR"]) / "alfworld")
     tried = []
     for root in roots:
-        for candidate in (root / "json_2.1.1" / split, root / split, root):
+        for candidate in (root / RELEASE / split, root / split, root):
             tried.append(str(candidate))
             if _has_games(candidate):
                 return candidate
+    for root in roots:  # no folder: the split's archive, extracted once into the cache (module docstring)
+        archive = root / split_archive_name(split)
+        if archive.is_file():
+            folder = extracted_archive(archive) / RELEASE / split
+            if not _has_games(folder):
+                raise FileNotFoundError(f"{archive} holds no {RELEASE}/{split}/*/*/{GAME_FILE}: not an ALFWorld "
+                                        f"{split!r} archive. {DOWNLOAD_HINT}")
+            return folder
+        tried.append(str(archive))
     where = ", ".join(tried) if tried else "nothing (data_dir, ALFWORLD_DATA and ECPO_DATA_DIR are all unset)"
-    found = sorted({folder.name for root in roots for parent in (root / "json_2.1.1", root)
-                    if parent.is_dir() for folder in parent.iterdir() if _has_games(folder)})
+    found = sorted({folder.name for root in roots for parent in (root / RELEASE, root)
+                    if parent.is_dir() for folder in parent.iterdir() if _has_games(folder)}
+                   | {name.removeprefix(f"{RELEASE}-").removesuffix(".tar.gz") for root in roots if root.is_dir()
+                      for name in os.listdir(root) if name.startswith(f"{RELEASE}-") and name.endswith(".tar.gz")})
     existing = f" Splits that exist there: {', '.join(found)}." if found else ""
     raise FileNotFoundError(f"ALFWorld split {split!r} not found: looked in {where}.{existing} {DOWNLOAD_HINT}")
+
+
+def split_archive_name(split: str) -> str:
+    """The file name ALFWorld's release gives a split's archive (``json_2.1.1-train.tar.gz``)."""
+    return f"{RELEASE}-{split}.tar.gz"
+
+
+def _check_members(archive: Path, members: list[tarfile.TarInfo]) -> None:
+    for member in members:
+        parts = PurePosixPath(member.name).parts
+        if (member.name.startswith("/") or ".." in parts or not parts or parts[0] != RELEASE
+                or not (member.isfile() or member.isdir())):
+            raise ValueError(f"{archive} is not a safe ALFWorld archive: member {member.name!r} is not a plain "
+                             f"file or folder under {RELEASE}/")
+
+
+def extracted_archive(archive: Path, cache_dir: str | os.PathLike | None = None) -> Path:
+    """The folder ``archive`` is extracted into (holding ``json_2.1.1/<split>``), extracting it on first use
+    (module docstring). ``ValueError`` for an archive with an unsafe member, nothing extracted."""
+    stat = archive.stat()
+    target = cache_root(cache_dir) / "alfworld" / (f"{archive.name.removesuffix('.tar.gz')}-{stat.st_size}-"
+                                                   f"{stat.st_mtime_ns}")
+    if target.is_dir():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".extracting-", dir=target.parent))
+    try:
+        with tarfile.open(archive, "r:*") as handle:
+            members = handle.getmembers()
+            _check_members(archive, members)
+            handle.extractall(staging, members=members, filter="data")
+        try:
+            os.rename(staging, target)
+        except OSError:  # another process renamed its own complete copy into place first
+            if not target.is_dir():
+                raise
+    except (tarfile.TarError, EOFError) as error:
+        raise ValueError(f"cannot extract {archive}: {type(error).__name__}: {error}") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
 
 
 def list_games(split_dir: Path, task_types: Iterable[str]) -> list[str]:

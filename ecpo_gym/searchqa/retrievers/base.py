@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ecpo_gym.cache import cache_root
 from ecpo_gym.searchqa.corpus import Document
 
 
@@ -35,7 +36,4 @@ class Retriever(abc.ABC):
 
 def default_cache_dir(cache_dir: str | os.PathLike | None = None) -> Path:
     """The index cache folder: ``cache_dir``, else ``$ECPO_CACHE_DIR``, else ``~/.cache/ecpo``."""
-    if cache_dir is not None:
-        return Path(cache_dir)
-    env = os.environ.get("ECPO_CACHE_DIR")
-    return Path(env) if env else Path.home() / ".cache" / "ecpo"
+    return cache_root(cache_dir)
