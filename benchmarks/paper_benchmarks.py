@@ -233,7 +233,7 @@ def validate(trainer: Any, sets: dict[str, tuple[str, dict, list[str]]]) -> tupl
         copies: dict[str, int] = {}
         for e in played:
             copies[e.task_id] = copies.get(e.task_id, -1) + 1
-            graded = e.final_info.get("score", e.final_info.get("em", float(e.won)))
+            graded = next((e.final_info[k] for k in ("score", "em") if e.final_info.get(k) is not None), e.won)
             episodes.append({"set": name, "task": e.task_id, "copy": copies[e.task_id], "type": e.task_type,
                              "won": int(e.won), "score": float(graded), "invalid": int(e.invalid_steps),
                              "steps": int(e.length)})
