@@ -131,7 +131,7 @@ BENCHMARKS = {
          "max_response_length=96", "mini_batch_size=64", "micro_batch_size=16", "lr=3.0e-6",
          "lr_warmup_steps=9", "kl_coef=0.0", "rollout_temperature=0.4", "env_workers=0", "val_tasks=null"),
         {"hotpotqa": ValidationSet("searchqa", "hotpotqa", first=100),
-         "searchqa_gen": ValidationSet("searchqa_gen", "single_hop"),
+         "searchqa_gen_single_hop": ValidationSet("searchqa_gen", "single_hop"),
          "searchqa_gen_two_hop": ValidationSet("searchqa_gen", "two_hop")}, train_after=100,
         smoke=("env_kwargs.max_steps=2",)),
 }
