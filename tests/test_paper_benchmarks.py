@@ -13,7 +13,7 @@ import pytest
 from benchmarks import paper_benchmarks as program
 from benchmarks import paper_benchmarks_report as report_module
 
-TOKENIZER_DIR = Path(os.environ.get("ECPO_TOKENIZER_DIR", "/work/shared/models/qwen2.5-tokenizer"))
+TOKENIZER_DIR = Path(os.environ.get("ECPO_TOKENIZER_DIR", "")).expanduser()
 
 
 def episode(task: str, copy: int, won: int, type_: str = "Pick", set_: str = "valid_seen", invalid: int = 0,
@@ -85,7 +85,7 @@ def test_bad_arguments_are_one_line(capsys, argv, words):
 
 
 def _needs_tokenizer() -> None:
-    if not (TOKENIZER_DIR / "tokenizer.json").exists():
+    if not os.environ.get("ECPO_TOKENIZER_DIR") or not (TOKENIZER_DIR / "tokenizer.json").exists():
         pytest.skip(f"no Qwen2.5 tokenizer at {TOKENIZER_DIR} (set ECPO_TOKENIZER_DIR)")
 
 
