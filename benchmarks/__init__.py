@@ -50,6 +50,22 @@ def fail(message: str) -> None:
     raise SystemExit(2)
 
 
+def rescore(path: Path, out: Path | None, needed: str | Callable[[dict], bool], why: str,
+            score: Callable[[Any], Any], render: Callable[[Any], str]) -> None:
+    """``--rescore``: a report a GPU command returned (where scipy was missing) scored again here from its stored
+    outcomes and written, with its markdown, to ``out`` (default: over itself); a file that cannot be read or holds
+    no ``needed`` key (or fails the ``needed`` test) is the one-line exit 2 (``why`` says what is missing)."""
+    try:
+        report = json.loads(path.read_text())
+        if not isinstance(report, dict) or not (needed(report) if callable(needed) else needed in report):
+            raise ValueError(why)
+    except (OSError, ValueError) as error:
+        fail(f"--rescore {path}: {' '.join(str(error).split())}")
+    out = out or path
+    write_report(score(report), out, render)
+    print(f"wrote {out} and {out.with_suffix('.md')}")
+
+
 def refuse_without_cuda(device: str, command: str) -> bool:
     """A GPU command asked for CUDA where torch sees none: print the one-line refusal and say so (exit 2 follows)."""
     import sys

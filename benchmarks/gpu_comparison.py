@@ -51,13 +51,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks import RESULTS, ArgumentParser, fail, refuse_without_cuda, write_report
+from benchmarks import RESULTS, ArgumentParser, fail, refuse_without_cuda, rescore, write_report
 from benchmarks.gpu_comparison_arms import build_trainer, run_arm, run_side_by_side, validate_both
 from benchmarks.gpu_comparison_report import render, score
 from benchmarks.gpu_learning import DEFAULT_MODEL, ROOT, learning_overrides, write_smoke_model
@@ -71,6 +70,10 @@ def iterations_that_fit(left: float, first_wall: float, validation: float, build
     by side: ``arms=1``, ``build=0``, with the slowest arm's first iteration)."""
     n = (left - arms * closing_seconds(validation) - (arms - 1) * build + first_wall) / (arms * first_wall)
     return max(1, int(n))
+
+
+def has_after_outcomes(report: dict[str, Any]) -> bool:
+    return any(key.startswith("after_") for key in report.get("outcomes", {}))
 
 
 def save(report: dict[str, Any], out: Path) -> None:
@@ -224,16 +227,9 @@ def main(argv: list[str] | None = None) -> int:
                              "(to --out if given) with its markdown")
     args = parser.parse_args(argv)
     if args.rescore is not None:
-        try:
-            report = json.loads(args.rescore.read_text())
-            if not any(key.startswith("after_") for key in report.get("outcomes", {})):
-                raise ValueError("it holds no outcomes after training (the run stopped before its first closing "
-                                 "validation)")
-        except (OSError, ValueError) as error:
-            fail(f"--rescore {args.rescore}: {' '.join(str(error).split())}")
-        out = args.out or args.rescore
-        save(score(report), out)
-        print(f"wrote {out} and {out.with_suffix('.md')}")
+        rescore(args.rescore, args.out, has_after_outcomes,
+                "it holds no outcomes after training (the run stopped before its first closing validation)",
+                score, render)
         return 0
     if len(args.arms) < 2 or len(set(args.arms)) != len(args.arms):
         fail(f"--arms {' '.join(args.arms)}: give two or more different estimators, the first the one the others "

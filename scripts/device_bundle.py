@@ -57,6 +57,7 @@ BUNDLED = (
     "gymnasium", "cloudpickle", "farama-notifications",  # the environments
     "alfworld",  # the generated households read alfworld's PDDL domain, grammar and goal tables
     "gguf",  # SmolLM2 ships as a GGUF file
+    "bm25s",  # search-QA's retriever (benchmarks/paper_benchmarks.py --env searchqa; runs without scipy)
     "pydantic", "pydantic-core", "annotated-types", "typing-inspection",  # config values (runtime/config.py)
     "pytest", "pluggy", "iniconfig", "pygments", "hypothesis", "sortedcontainers",  # part 1: the CUDA tests
 )

@@ -1,0 +1,521 @@
+"""The paper's benchmarks with SmolLM2-135M-Instruct on one GPU: real ALFWorld games, WebShop, search-QA.
+
+One program, three environments (``--env``), each run the same way in commands of at most ~9.5 minutes:
+
+1. warm start: ``ecpo sft`` (``run_sft``) on the expert play of training tasks chosen by a fixed rule
+   (``warm_start_tasks``): ALFWorld, K games of each of the six task types of the ``train`` split, each type's
+   games in a permutation of seed 0 (``--sft-per-type``, 16 on CUDA: 96 games); WebShop and search-QA, the
+   first K x 6 training tasks in a permutation of seed 0;
+2. validation before training on the benchmark's validation episodes, ``--val-episodes`` per task (2), every
+   choice's random draw fixed by (seed, copy, step) before the run (``builders.validation_outcome``), so before
+   and after pair episode by episode;
+3. for each arm (``--arms``, default ``ecpo gigpo_std``), a trainer from the warm start with that estimator and
+   the same seed, at the paper's shape (16 groups x 8; ALFWorld's 50 steps), in its own process beside the
+   others on the same device (the sampler is host-bound: ``benchmarks/results/generation_profile.json``). The
+   first arm sizes the iterations of every arm from its first iteration's time, so that every arm and its
+   closing validation end inside ``--total-time`` (``gpu_comparison.iterations_that_fit``);
+4. validation after, on the same episodes; the paper's table (ALFWorld: Pick, Clean, Cool, Look, Heat, Pick2,
+   All; WebShop: score / success; search-QA: exact match per set) before and after, each change with its
+   paired interval (``paper_benchmarks_report``).
+
+Every stage writes ``OUT/report.json`` (and ``report.md``); the arms save a checkpoint after every iteration.
+A command stopped by its ``--time-limit`` leaves what it finished, and the same command again continues from
+``OUT`` (the warm start, the validation before and the plan are kept; each arm resumes from its checkpoint; a
+resumed arm restarts AdamW's moments: the presets save no optimizer state).
+
+The benchmarks (``BENCHMARKS``):
+
+- ``alfworld``: real ALFWorld games, ``ecpo/ALFWorld-v0``: training on the ``train`` split (3,553 games, all six
+  task types, 50 steps), validation on ``valid_seen`` (the 140 games of the committed manifest
+  ``alfworld_valid_seen``). The ``alfworld_gpu`` recipe (scoring the admissible actions, compact prompt, its
+  update), with the paper's depth threshold for 50 steps (``d_min`` 7).
+- ``webshop``: the generated catalogue in WebShop's schema (``ecpo/WebShopGen-v0``; the real product files
+  cannot be had), training on its goals 100 onwards, validation on the held-out goals of the ``webshop_gen``
+  manifest (goal_0..goal_99); the ``webshop_cpu`` recipe (LoRA, compact-actions prompt with 6 past actions) at
+  the paper's shape and WebShop's 15 steps; score and success.
+- ``searchqa``: HotpotQA dev500 with the corpus it ships, over bm25s, on the Search-R1 protocol
+  (``ecpo/SearchQA-v0``): training on questions 100-499 of the manifest's order, validation on the first 100;
+  the generated world (``SearchQAGen-v0``, the ``searchqa_gen`` manifest's 100 questions) as the second set.
+  Free generation (the answer is open text a scoring policy cannot choose among), 96-token replies; exact match.
+  Where the model cannot make the format work, the report gives its invalid-action rate instead of a learning
+  figure.
+
+**Registered endpoints, fixed 2026-11-27 before any GPU run of this program.** Primary, for each benchmark: the
+first arm's (ECPO's) success on all validation episodes after training minus before (ALFWorld: ``valid_seen``
+All; WebShop: success on the 100 held-out goals x 2; search-QA: exact match on the 100 HotpotQA questions x 2 and
+the generated set's 100 x 2 together, All), paired episode by episode, with the interval of
+``paired_stats.paired_outcomes`` at 0.95: learning is *shown* only where the interval lies above 0, otherwise
+"not shown" with the MDE. Where both arms ran the same number of iterations: ECPO's success after minus GiGPO
+w/std's after, on the same episodes, read the same way (ECPO better only where the interval excludes 0). Search-QA:
+where the invalid-action rate exceeds 0.5 both before and after, no learning figure is read; the rate is the
+result. The per-column changes (task types, WebShop's score, the separate QA sets) are secondary. The report is
+read once, on the JSON the GPU run returns (``--rescore``).
+
+    python -m benchmarks.paper_benchmarks --env alfworld --out DIR [--time-limit 540] [--total-time 540]
+    python -m benchmarks.paper_benchmarks --env alfworld --out DIR     # again: continues what DIR holds
+    python -m benchmarks.paper_benchmarks --rescore DIR/report.json --out benchmarks/results/paper_alfworld.json
+    python -m benchmarks.paper_benchmarks --env alfworld --device cpu --leaderboard-games 4 --sft-per-type 1 \\
+        --out DIR        # the CPU baselines: the untrained model and a warm start through `ecpo leaderboard`
+    python -m benchmarks.paper_benchmarks --env alfworld --device cpu --smoke --out DIR   # tiny sizes (tests)
+
+docs/gpu.md ("The paper's benchmarks on one GPU") gives the order, the files each needs and their minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks import ArgumentParser, fail, refuse_without_cuda, rescore, write_report
+from benchmarks.gpu_comparison import CLOSING_MARGIN, iterations_that_fit
+from benchmarks.gpu_learning import (
+    DEFAULT_MODEL,
+    iteration_figures,
+    learning_overrides,
+    mean_figures,
+    write_smoke_model,
+)
+from benchmarks.gpu_run import device_facts
+from benchmarks.paper_benchmarks_report import render, score
+
+REPORT = "report.json"
+PLAN = "plan.json"  # the iterations every arm runs, fixed by the first arm's first iteration
+
+
+@dataclass(frozen=True)
+class ValidationSet:
+    """Validation episodes of one benchmark: a committed manifest's group, on its own environment."""
+
+    manifest: str
+    group: str
+    first: int | None = None  # only the manifest group's first N tasks
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    title: str
+    preset: str  # the recipe the program starts from
+    overrides: tuple[str, ...]  # what makes the preset this benchmark (the paper's shape, its environment)
+    validation: dict[str, ValidationSet]
+    train_after: int = 0  # train on the environment's tasks from this position on (the earlier ones are held out)
+    type_balanced: bool = False  # the warm start takes K tasks of each task type (ALFWorld), else 6 K tasks
+    smoke: tuple[str, ...] = field(default=())  # the environment's tiny sizes under --smoke
+
+
+PAPER_SHAPE = ("n_groups=16", "group_size=8", "val_before_training=false", "val_every=0", "checkpoint_every=0")
+BENCHMARKS = {
+    "alfworld": Benchmark(
+        "Real ALFWorld games", "alfworld_gpu",
+        (*PAPER_SHAPE, "env_id=ecpo/ALFWorld-v0", "env_kwargs={split: train}", "val_tasks=null", "credit={d_min: 7}"),
+        {"valid_seen": ValidationSet("alfworld_valid_seen", "valid_seen")}, type_balanced=True,
+        smoke=("env_kwargs.max_steps=3",)),
+    "webshop": Benchmark(
+        "WebShop (generated catalogue)", "webshop_cpu",
+        (*PAPER_SHAPE, "env_kwargs={}", "train_tasks=null", "val_tasks=null"),
+        {"webshop_gen": ValidationSet("webshop_gen", "gen")}, train_after=100,
+        smoke=("env_kwargs.max_steps=3",)),
+    "searchqa": Benchmark(
+        "Search-QA (HotpotQA dev500 and the generated world)", "searchqa",
+        (*PAPER_SHAPE, "env_id=ecpo/SearchQA-v0", "env_kwargs={dataset: hotpotqa, split: dev500}",
+         "dtype=float32", "max_prompt_length=2048",
+         "max_response_length=96", "mini_batch_size=64", "micro_batch_size=16", "lr=3.0e-6",
+         "lr_warmup_steps=9", "kl_coef=0.0", "rollout_temperature=0.4", "env_workers=0", "val_tasks=null"),
+        {"hotpotqa": ValidationSet("searchqa", "hotpotqa", first=100),
+         "searchqa_gen_single_hop": ValidationSet("searchqa_gen", "single_hop"),
+         "searchqa_gen_two_hop": ValidationSet("searchqa_gen", "two_hop")}, train_after=100,
+        smoke=("env_kwargs.max_steps=2",)),
+}
+SMOKE_SIZES = ("n_groups=2", "group_size=2", "mixed_precision=none", "micro_batch_size=4", "mini_batch_size=8",
+               "threads=1")
+
+
+# ---------------------------------------------------------------------------------------------- setup
+def validation_tasks(spec: Benchmark, smoke: bool) -> dict[str, tuple[str, dict, list[str]]]:
+    """``{set: (env_id, env_kwargs, task ids)}`` of the benchmark's validation (under --smoke: one task of each
+    ALFWorld task type, else two tasks per set)."""
+    from ecpo_gym.alfworld.game_files import subtask_of
+    from ecpo_train.evaluation.manifests import load_manifest
+
+    out = {}
+    for name, vset in spec.validation.items():
+        manifest = load_manifest(vset.manifest)
+        group = next(g for g in manifest.groups if g.name == vset.group)
+        tasks = list(group.task_ids or [])[: vset.first]
+        if smoke:
+            tasks = list({subtask_of(t): t for t in tasks}.values()) if manifest.benchmark == "alfworld" else tasks[:2]
+        out[name] = (manifest.env_id, manifest.group_env_kwargs(group), tasks)
+    return out
+
+
+def warm_start_tasks(spec: Benchmark, train_ids: list[str], per_type: int) -> list[str]:
+    """The warm start's training tasks (module docstring, stage 1): in a permutation of seed 0, ``per_type`` of
+    each ALFWorld task type (interleaved type by type), or ``6 * per_type`` tasks of the others."""
+    order = [train_ids[i] for i in np.random.default_rng(0).permutation(len(train_ids))]
+    if not spec.type_balanced:
+        return order[: 6 * per_type]
+    from benchmarks.paper_benchmarks_report import ALFWORLD_COLUMNS
+    from ecpo_gym.alfworld.game_files import subtask_of
+
+    by_type = {t: [g for g in order if subtask_of(g) == t][:per_type] for t in ALFWORLD_COLUMNS[:-1]}
+    return [games[k] for k in range(per_type) for games in by_type.values() if k < len(games)]
+
+
+def load_configs(args: argparse.Namespace, work: Path) -> tuple[Any, list[str]]:
+    """The arms' config (the benchmark's preset with its overrides, the model, the device, the smoke sizes) and
+    its override list; a bad value or a missing model is the one-line exit 2, before any model loads."""
+    from ecpo_train.runtime.config import load_config
+
+    spec = BENCHMARKS[args.env]
+    try:
+        _, base = learning_overrides(args, work)
+    except FileNotFoundError as error:
+        fail(f"--model: {error}")
+    base = [o for o in base if not o.startswith(("env_kwargs=", "val_tasks="))]  # the generated households' sizes
+    overrides = [*spec.overrides, *base]
+    if args.smoke:
+        overrides += [*SMOKE_SIZES, *spec.smoke]
+    elif not args.device.startswith("cuda"):
+        overrides.append("mixed_precision=none")  # bf16 autocast is the GPU's
+    if args.train_data:
+        overrides.append(f"env_kwargs.data_dir={args.train_data}")
+    overrides += [f"seed={args.seed}", f"val_episodes_per_task={args.val_episodes}"]
+    try:
+        return load_config(spec.preset, [*overrides, f"run_dir={work / 'arm'}"]), overrides
+    except (FileNotFoundError, ValueError) as error:
+        fail(f"--env {args.env}: {' '.join(str(error).split())}")
+
+
+def training_tasks(config: Any, spec: Benchmark) -> list[str]:
+    """The environment's task ids from ``spec.train_after`` on (``ValueError``/``OSError`` where its data is
+    missing: the one-line refusal)."""
+    import gymnasium as gym
+
+    import ecpo_gym  # noqa: F401  (registers the ids)
+
+    env = gym.make(config.env_id, disable_env_checker=True, **config.env_kwargs)
+    try:
+        return [str(t) for t in env.unwrapped.task_ids][spec.train_after:]
+    finally:
+        env.close()
+
+
+# ---------------------------------------------------------------------------------------------- stages
+def validate(trainer: Any, sets: dict[str, tuple[str, dict, list[str]]]) -> tuple[list[dict], float]:
+    """Every validation set once, through the trainer's own validation pass (``builders.validation_outcome``:
+    the validation temperature, the draws fixed by (seed, copy, step)), each set on its own environment; the
+    episodes (``paper_benchmarks_report`` module docstring) and the seconds taken. Each set is also recorded
+    in the arm's ``validation.jsonl`` under its name."""
+    from ecpo_gym.group import GroupVectorEnv
+    from ecpo_train.core.tasks import validation_seed
+    from ecpo_train.runtime.builders import validation_outcome
+
+    started = time.perf_counter()
+    cfg, episodes = trainer.config, []
+    for name, (env_id, env_kwargs, tasks) in sets.items():
+        env_kwargs = {**env_kwargs, **{k: v for k, v in cfg.env_kwargs.items() if k == "max_steps"}}
+        config = dataclasses.replace(cfg, env_id=env_id, env_kwargs=env_kwargs)
+        envs = GroupVectorEnv(env_id, len(tasks), cfg.val_episodes_per_task, env_kwargs=env_kwargs)
+        try:
+            played, _ = validation_outcome(trainer.policy, config, envs, tasks, validation_seed(cfg.seed))
+        finally:
+            envs.close()
+        trainer.metrics_log.append_validation(trainer.iteration, played, tasks=name)
+        copies: dict[str, int] = {}
+        for e in played:
+            copies[e.task_id] = copies.get(e.task_id, -1) + 1
+            graded = next((e.final_info[k] for k in ("score", "em") if e.final_info.get(k) is not None), e.won)
+            episodes.append({"set": name, "task": e.task_id, "copy": copies[e.task_id], "type": e.task_type,
+                             "won": int(e.won), "score": float(graded), "invalid": int(e.invalid_steps),
+                             "steps": int(e.length)})
+    return episodes, time.perf_counter() - started
+
+
+class Stages:
+    """The out folder: ``report.json`` (every stage's results) and the files beside it (the warm start's model,
+    the plan, each arm's run folder and ``arm_<name>.json``)."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        self.path = out / REPORT
+        self.report: dict[str, Any] = json.loads(self.path.read_text()) if self.path.is_file() else {}
+
+    def save(self) -> None:
+        for arm in self.report.get("arms", []):
+            path = self.out / f"arm_{arm}.json"
+            if path.is_file():
+                result = json.loads(path.read_text())
+                self.report.setdefault("arm_results", {})[arm] = result["result"]
+                if "after" in result:
+                    self.report.setdefault("episodes", {})[f"after_{arm}"] = result["after"]
+        write_report(score(self.report), self.path, render)
+
+    def plan(self) -> int | None:
+        path = self.out / PLAN
+        return json.loads(path.read_text())["iterations"] if path.is_file() else None
+
+
+def run_arm(args: argparse.Namespace, arm: str, config: Any, stages: Stages, sets: dict, deadline: float) -> None:
+    """One arm: a trainer from the warm start (resumed from its checkpoint where one exists), iterations up to
+    the plan (the first arm fixes the plan from its first iteration; the others wait for it), a checkpoint after
+    every iteration, and the closing validation once the plan is done; writes ``OUT/arm_<arm>.json``."""
+    from ecpo_train.runtime.trainer import Trainer
+
+    out = stages.out
+    result_path = out / f"arm_{arm}.json"
+    state = json.loads(result_path.read_text()) if result_path.is_file() else {"result": {"per_iteration": []}}
+    if "after" in state:
+        return
+    rows = state["result"]["per_iteration"]
+    report = stages.report
+    run_dir = out / f"run_{arm}"
+    trainer = Trainer(dataclasses.replace(config, model=str(out / "sft_model"), algorithm=arm, run_dir=str(run_dir),
+                                          train_tasks=report["train_tasks"]))
+    if args.device.startswith("cuda"):
+        trainer.policy.score_batch_size = args.score_batch
+    if trainer.folder.checkpoint().is_file():
+        trainer.load_checkpoint()
+    reserve = CLOSING_MARGIN * report["validation_seconds"] + 10.0
+
+    def write(stopped: str | None = None) -> None:
+        state["result"] = {"iterations_done": len(rows), "per_iteration": rows, "rates": mean_figures(rows)} | (
+            {"stopped": stopped} if stopped else {})
+        result_path.write_text(json.dumps(state, indent=1) + "\n")
+
+    try:
+        while True:
+            planned = stages.plan()
+            if planned is not None and len(rows) >= planned:
+                break
+            if planned is None and rows and arm != report["arms"][0]:
+                while stages.plan() is None and time.time() < deadline:  # the first arm fixes the plan
+                    time.sleep(1.0)
+                continue
+            if rows and time.time() + float(np.mean([r["wall"] for r in rows])) + reserve > deadline:
+                write(f"time limit after {len(rows)} iterations: run the command again to continue")
+                return
+            started = time.time()
+            rows.append(iteration_figures(trainer.train_iteration()) | {"wall": 0.0})
+            trainer.save_checkpoint()
+            rows[-1]["wall"] = time.time() - started
+            if planned is None and arm == report["arms"][0]:  # sized from this first iteration
+                left = args.total_time - report["seconds_spent"] - (time.time() - report["command_started"])
+                n = iterations_that_fit(left, rows[0]["wall"], report["validation_seconds"], 0.0, 1)
+                (out / PLAN).write_text(json.dumps({"iterations": min(args.max_iterations, n)}) + "\n")
+            write()
+        state["after"], _ = validate(trainer, sets)
+        write()
+    finally:
+        trainer.close()
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from ecpo_train.apps.sft import SFT_SUMMARY, run_sft
+    from ecpo_train.runtime.trainer import Trainer
+
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    config, overrides = load_configs(args, out)
+    if not (out / "tiny" / "config.json").is_file():  # (under --smoke; a second command keeps the first one's)
+        write_smoke_model(args, out)
+    spec = BENCHMARKS[args.env]
+    sets = validation_tasks(spec, args.smoke)
+    stages = Stages(out)
+    report = stages.report
+    started = time.time()
+    report.setdefault("seconds_spent", 0.0)
+    report |= {"benchmark": args.env, "title": spec.title, "smoke": args.smoke, "arms": args.arms,
+               "overrides": overrides, "seed": config.seed, "val_episodes_per_task": config.val_episodes_per_task,
+               "environment": device_facts(args.device), "command_started": started,
+               "time_limit": args.time_limit, "total_time": args.total_time}
+    deadline = started + args.time_limit
+    try:
+        if "train_tasks" not in report:
+            try:
+                train = training_tasks(config, spec)
+            except (OSError, ValueError) as error:
+                fail(f"--env {args.env}: the training tasks: {' '.join(str(error).split())}")
+            report["train_tasks"] = train
+            report["sft_tasks"] = warm_start_tasks(spec, train, args.sft_per_type)
+        if not (out / "sft_model" / SFT_SUMMARY).is_file():
+            sft_started = time.time()
+            sft_config = dataclasses.replace(config, train_tasks=report["sft_tasks"], run_dir=str(out / "sft_run"))
+            report["sft"] = run_sft(sft_config, episodes=len(report["sft_tasks"]), epochs=args.sft_epochs,
+                                    lr=args.sft_lr, out=out / "sft_model", batch_size=args.sft_batch) | {
+                "seconds": time.time() - sft_started}
+            stages.save()
+        if "before" not in report.get("episodes", {}):
+            trainer = Trainer(dataclasses.replace(config, model=str(out / "sft_model"), run_dir=str(out / "run_before")))
+            try:
+                if args.device.startswith("cuda"):
+                    trainer.policy.score_batch_size = args.score_batch
+                before, seconds = validate(trainer, sets)
+            finally:
+                trainer.close()
+            report.setdefault("episodes", {})["before"] = before
+            report["validation_seconds"] = seconds
+            stages.save()
+        stages.save()  # the arm processes read the stages so far
+        children = [subprocess.Popen([sys.executable, "-m", __spec__.name, *args.argv, "--only-arm", arm,
+                                      "--deadline", str(deadline)], env=os.environ.copy()) for arm in args.arms[1:]]
+        try:
+            run_arm(args, args.arms[0], config, stages, sets, deadline)
+        finally:
+            codes = [child.wait() for child in children]
+        if any(codes):
+            report["arm_errors"] = {a: c for a, c in zip(args.arms[1:], codes) if c}
+    finally:
+        report["seconds_spent"] += time.time() - started
+        report["iterations_planned"] = stages.plan()
+        stages.save()
+    return report
+
+
+def only_arm(args: argparse.Namespace) -> None:
+    """An arm process started by :func:`run` (``--only-arm``): the same config, the report's stages so far."""
+    config, _ = load_configs(args, args.out)
+    stages = Stages(args.out)
+    run_arm(args, args.only_arm, config, stages, validation_tasks(BENCHMARKS[args.env], args.smoke), args.deadline)
+
+
+# ---------------------------------------------------------------------------------------------- CPU baselines
+BASELINE_MANIFEST = "alfworld_valid_seen_by_type"  # valid_seen, one group per task type: --limit K = K per type
+UNTRAINED = "SmolLM2-135M-Instruct, untrained (scoring)"
+
+
+def leaderboard_baselines(args: argparse.Namespace) -> dict[str, Any]:
+    """The untrained model, then the warm start (stage 1), through ``ecpo leaderboard`` on the first
+    ``--leaderboard-games`` games of each ALFWorld task type of ``valid_seen`` (one seed, the validation
+    temperature), each as a checkpoint of the benchmark's policy; ``OUT/baselines.json`` after each (with
+    ``--report-only``, only that file, from the episodes played so far)."""
+    from ecpo_train.apps.sft import SFT_SUMMARY, run_sft
+    from ecpo_train.evaluation.command import run_leaderboard
+    from ecpo_train.evaluation.options import LeaderboardOptions
+    from ecpo_train.runtime.trainer import Trainer
+
+    if args.env != "alfworld":
+        fail("--leaderboard-games evaluates real ALFWorld games: give --env alfworld")
+    out: Path = args.out
+    config, _ = load_configs(args, out)
+    spec = BENCHMARKS[args.env]
+    warm = f"SmolLM2-135M-Instruct, warm start on {6 * args.sft_per_type} train games (scoring)"
+    for name, folder in ((UNTRAINED, "untrained"), (warm, "warm_start")):
+        if args.report_only:
+            break
+        model = config.model
+        if folder == "warm_start":
+            model = str(out / "sft_model")
+            if not (out / "sft_model" / SFT_SUMMARY).is_file():
+                tasks = warm_start_tasks(spec, training_tasks(config, spec), args.sft_per_type)
+                started = time.time()
+                run_sft(dataclasses.replace(config, train_tasks=tasks), episodes=len(tasks), epochs=args.sft_epochs,
+                        lr=args.sft_lr, out=out / "sft_model", batch_size=args.sft_batch)
+                (out / "sft_model" / "seconds.json").write_text(json.dumps({"seconds": time.time() - started}))
+        if not (out / folder / "checkpoint.pt").is_file():
+            trainer = Trainer(dataclasses.replace(config, model=model, run_dir=str(out / folder), n_groups=1,
+                                                  group_size=2))
+            trainer.save_checkpoint()
+            trainer.close()
+        options = LeaderboardOptions(agent="checkpoint", checkpoint=str(out / folder), manifest=[BASELINE_MANIFEST],
+                                     limit=args.leaderboard_games, seeds=1, out_dir=str(out / "leaderboard"),
+                                     name=name, device=args.device, progress=False)
+        print(run_leaderboard(options)["markdown"])
+        write_baselines(out)
+    return write_baselines(out)
+
+
+def write_baselines(out: Path) -> dict[str, Any]:
+    """``OUT/baselines.json``: the leaderboard's table per agent, every episode's steps and seconds, the warm
+    start's summary, and the machine's load (``os.getloadavg`` now; ``OUT/load.log``'s ``uptime`` lines where the
+    operator sampled them during the run): the timings are only read beside it."""
+    from ecpo_train.evaluation.runner import collect_records, write_reports
+
+    folder = out / "leaderboard"
+    summary = {"tables": write_reports(folder)["markdown"], "agents": {}, "load_now": os.getloadavg(),
+               "cpu_count": os.cpu_count()}
+    for run_dir in sorted(p for p in folder.iterdir() if p.is_dir()):
+        records = collect_records(run_dir)
+        if records:
+            summary["agents"][records[0]["agent"]] = [
+                {k: r[k] for k in ("task_id", "task_type", "success", "steps", "seconds")} for r in records]
+    for name in ("sft_model/sft.json", "sft_model/seconds.json"):
+        if (out / name).is_file():
+            summary.setdefault("warm_start", {}).update(json.loads((out / name).read_text()))
+    if (out / "load.log").is_file():
+        summary["load_samples"] = (out / "load.log").read_text().splitlines()
+    (out / "baselines.json").write_text(json.dumps(summary, indent=1) + "\n")
+    return summary
+
+
+# ---------------------------------------------------------------------------------------------- main
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = ArgumentParser(__spec__.name, description=__doc__.split("\n\n")[0])
+    parser.add_argument("--env", choices=sorted(BENCHMARKS), default="alfworld")
+    parser.add_argument("--out", type=Path, default=None, help="the out folder (a second command continues it)")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes on any device (for tests)")
+    parser.add_argument("--arms", nargs="+", default=["ecpo", "gigpo_std"], help="credit estimators, first = ECPO")
+    parser.add_argument("--time-limit", type=float, default=540.0, help="seconds for this command")
+    parser.add_argument("--total-time", type=float, default=None,
+                        help="seconds for the whole program over its commands (default: --time-limit)")
+    parser.add_argument("--max-iterations", type=int, default=200)
+    parser.add_argument("--model", default=str(DEFAULT_MODEL), help="SmolLM2 folder")
+    parser.add_argument("--train-data", default=None, help="data_dir of the training environment (default: its own)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--val-episodes", type=int, default=2, help="validation episodes per task")
+    parser.add_argument("--sft-per-type", type=int, default=None, help="warm-start tasks per type (16 CUDA, 2 CPU)")
+    parser.add_argument("--sft-epochs", type=int, default=2)
+    parser.add_argument("--sft-lr", type=float, default=1e-5)
+    parser.add_argument("--sft-batch", type=int, default=2, help="expert steps per optimizer step of the warm start")
+    parser.add_argument("--score-batch", type=int, default=64, help="on CUDA: items per scoring forward")
+    parser.add_argument("--leaderboard-games", type=int, default=None,
+                        help="instead of training: the CPU baselines on this many valid_seen games per task type")
+    parser.add_argument("--report-only", action="store_true",
+                        help="with --leaderboard-games: only rewrite OUT/baselines.json from the episodes played")
+    parser.add_argument("--rescore", type=Path, default=None, metavar="JSON",
+                        help="recompute the paired tests of a returned report.json (where scipy is) and write it "
+                             "with its markdown to --out")
+    parser.add_argument("--only-arm", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--deadline", type=float, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    args.argv = list(argv)
+    if args.rescore is not None:
+        rescore(args.rescore, args.out, "episodes", "it holds no validation episodes", score, render)
+        return 0
+    if args.out is None:
+        fail("--out DIR: the folder the program writes (and a second command continues)")
+    from ecpo_train.core.credit.registry import available_estimators
+
+    unknown = [a for a in args.arms if a not in available_estimators()]
+    if unknown or len(set(args.arms)) != len(args.arms):
+        fail(f"--arms {' '.join(args.arms)}: give different estimators among {', '.join(available_estimators())}")
+    if refuse_without_cuda(args.device, "paper_benchmarks"):
+        return 2
+    args.total_time = args.total_time or args.time_limit
+    if args.sft_per_type is None:
+        args.sft_per_type = 1 if args.smoke else (16 if args.device.startswith("cuda") else 2)
+    if args.smoke:
+        args.sft_epochs, args.max_iterations, args.val_episodes = 1, 2, 1
+    if args.only_arm is not None:
+        only_arm(args)
+        return 0
+    if args.leaderboard_games is not None:
+        leaderboard_baselines(args)
+        return 0
+    report = run(args)
+    print(f"wrote {args.out / REPORT} and {(args.out / REPORT).with_suffix('.md')}")
+    return 1 if report.get("arm_errors") else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

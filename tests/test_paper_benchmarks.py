@@ -1,0 +1,147 @@
+"""benchmarks/paper_benchmarks.py: the warm start's task rule, the paper's table paired episode by episode, the
+registered endpoint read from the stored episodes, one-line refusals, and a smoke run per environment in which
+two arms start from one warm start and a second command continues the out folder."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from benchmarks import paper_benchmarks as program
+from benchmarks import paper_benchmarks_report as report_module
+
+TOKENIZER_DIR = Path(os.environ.get("ECPO_TOKENIZER_DIR", "")).expanduser()
+
+
+def episode(task: str, copy: int, won: int, type_: str = "Pick", set_: str = "valid_seen", invalid: int = 0,
+            steps: int = 10, score: float | None = None) -> dict:
+    return {"set": set_, "task": task, "copy": copy, "type": type_, "won": won,
+            "score": float(won if score is None else score), "invalid": invalid, "steps": steps}
+
+
+def test_warm_start_takes_k_games_of_each_task_type_in_a_fixed_order():
+    ids = [f"{prefix}-X-{i}/trial_{i}/game.tw-pddl" for prefix in (
+        "pick_and_place_simple", "look_at_obj_in_light", "pick_clean_then_place_in_recep",
+        "pick_heat_then_place_in_recep", "pick_cool_then_place_in_recep", "pick_two_obj_and_place") for i in range(5)]
+    chosen = program.warm_start_tasks(program.BENCHMARKS["alfworld"], ids, 2)
+    assert chosen == program.warm_start_tasks(program.BENCHMARKS["alfworld"], ids, 2)  # fixed: seed 0
+    from ecpo_gym.alfworld.game_files import subtask_of
+
+    types = [subtask_of(g) for g in chosen]
+    assert types == ["Pick", "Clean", "Cool", "Look", "Heat", "Pick2"] * 2  # interleaved in the paper's order
+    assert len(set(chosen)) == 12
+    goals = [f"goal_{i}" for i in range(100, 200)]
+    assert len(program.warm_start_tasks(program.BENCHMARKS["webshop"], goals, 3)) == 18
+
+
+def test_the_table_pairs_before_and_after_episode_by_episode_per_task_type():
+    before = [episode("a", 0, 0), episode("a", 1, 1), episode("b", 0, 0, "Heat"), episode("c", 0, 1, "Look")]
+    after = [episode("a", 0, 1), episode("a", 1, 1), episode("b", 0, 1, "Heat"), episode("c", 0, 0, "Look")]
+    table = report_module.compare("alfworld", before, after)
+    assert list(table) == ["Pick", "Look", "Heat", "All"]  # the paper's order; absent types left out
+    assert (table["Pick"]["success_before"], table["Pick"]["success_after"]) == (0.5, 1.0)
+    assert (table["All"]["episodes"], table["All"]["gained"], table["All"]["lost"]) == (4, 2, 1)
+    assert table["All"]["diff"] == pytest.approx(0.25)
+    with pytest.raises(ValueError, match="different episodes"):
+        report_module.compare("alfworld", before, list(reversed(after)))
+
+
+def test_the_endpoint_is_read_from_the_stored_episodes_and_a_failed_format_reports_its_invalid_rate():
+    before = [episode(f"t{i}", 0, 0, invalid=8) for i in range(30)]
+    after = [episode(f"t{i}", 0, int(i < 20), invalid=8) for i in range(30)]
+    stored = {"benchmark": "searchqa", "arms": ["ecpo"], "episodes": {"before": before, "after_ecpo": after},
+              "arm_results": {"ecpo": {"iterations_done": 3}}}
+    point = report_module.score(stored)["endpoint"]
+    assert point["after_minus_before"].startswith("+0.667 [") and "learning shown" in point["after_minus_before"]
+    assert "invalid-action rate 0.80 before and 0.80 after" in point["format"]
+    stored["episodes"]["after_ecpo"] = before  # the same episodes lost again: the endpoint follows them
+    assert report_module.score(stored)["endpoint"]["after_minus_before"] == "+0.000: no episode differs"
+
+
+def test_arms_that_ran_different_iterations_are_not_compared():
+    before = [episode("a", 0, 0), episode("b", 0, 0)]
+    stored = {"benchmark": "alfworld", "arms": ["ecpo", "gigpo_std"],
+              "episodes": {"before": before, "after_ecpo": before, "after_gigpo_std": before},
+              "arm_results": {"ecpo": {"iterations_done": 3}, "gigpo_std": {"iterations_done": 2}}}
+    scored = report_module.score(stored)
+    assert "All" not in scored["comparisons"]["ecpo - gigpo_std"]
+    assert "ecpo - gigpo_std" not in scored["endpoint"]
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--device", "cpu", "--smoke"], "--out DIR"),
+    (["--device", "cpu", "--smoke", "--out", "x", "--arms", "ecpo", "ecpo"], "give different estimators"),
+    (["--device", "cpu", "--smoke", "--out", "x", "--arms", "ecpo", "nope"], "give different estimators"),
+    (["--env", "nope"], "invalid choice: 'nope'"),
+])
+def test_bad_arguments_are_one_line(capsys, argv, words):
+    with pytest.raises(SystemExit) as stop:
+        program.main(argv)
+    err = capsys.readouterr().err.strip()
+    assert stop.value.code == 2 and len(err.splitlines()) == 1 and words in err, err
+
+
+def _needs_tokenizer() -> None:
+    if not os.environ.get("ECPO_TOKENIZER_DIR") or not (TOKENIZER_DIR / "tokenizer.json").exists():
+        pytest.skip(f"no Qwen2.5 tokenizer at {TOKENIZER_DIR} (set ECPO_TOKENIZER_DIR)")
+
+
+def _needs_alfworld_train() -> None:
+    from ecpo_gym.alfworld.game_files import resolve_split_dir
+
+    try:
+        resolve_split_dir(None, "train")
+        resolve_split_dir(None, "valid_seen")
+    except FileNotFoundError as error:
+        pytest.skip(f"real ALFWorld games not found: {str(error)[:120]}")
+
+
+@pytest.mark.slow
+def test_alfworld_smoke_pairs_both_arms_and_a_second_command_continues(tmp_path):
+    _needs_tokenizer()
+    _needs_alfworld_train()
+    out = tmp_path / "alf"
+    # a limit no smoke reaches: the plan is then the smoke's cap of 2 iterations, whatever the machine's load
+    argv = ["--env", "alfworld", "--device", "cpu", "--smoke", "--time-limit", "7200", "--out", str(out)]
+    assert program.main(argv) == 0
+    report = json.loads((out / "report.json").read_text())
+    episodes = report["episodes"]
+    keys = [(e["set"], e["task"], e["copy"]) for e in episodes["before"]]
+    assert len(keys) == 6 and {e["type"] for e in episodes["before"]} == {"Pick", "Clean", "Cool", "Look", "Heat", "Pick2"}
+    for arm in ("ecpo", "gigpo_std"):  # the same episodes after training, in the same order
+        assert [(e["set"], e["task"], e["copy"]) for e in episodes[f"after_{arm}"]] == keys
+        assert report["arm_results"][arm]["iterations_done"] == report["iterations_planned"] == 2
+    # one warm start and one seed: the first iteration plays the same episodes in both arms
+    first = [report["arm_results"][a]["per_iteration"][0] for a in ("ecpo", "gigpo_std")]
+    assert first[0]["num_steps"] == first[1]["num_steps"] and first[0]["success"] == first[1]["success"]
+    # the table and the endpoint are the stored episodes' (rescoring the JSON gives the same)
+    assert report["tables"]["ecpo"]["All"]["episodes"] == 6
+    rescored = tmp_path / "rescored.json"
+    assert program.main(["--rescore", str(out / "report.json"), "--out", str(rescored)]) == 0
+    assert json.loads(rescored.read_text())["endpoint"] == report["endpoint"]
+    assert "| before training |" in (out / "report.md").read_text()
+    # a second command continues: nothing is redone
+    stamps = {p: p.stat().st_mtime_ns for p in (out / "sft_model" / "sft.json", out / "arm_ecpo.json")}
+    assert program.main(argv) == 0
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
+    assert json.loads((out / "report.json").read_text())["episodes"] == episodes
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("env", ["webshop", "searchqa"])
+def test_webshop_and_searchqa_smokes_report_their_table(tmp_path, env):
+    _needs_tokenizer()
+    if env == "searchqa" and not os.environ.get("ECPO_DATA_DIR"):
+        pytest.skip("ECPO_DATA_DIR is unset: HotpotQA dev500 is not available")
+    out = tmp_path / env
+    assert program.main(["--env", env, "--device", "cpu", "--smoke", "--arms", "ecpo", "--time-limit", "7200",
+                         "--out", str(out)]) == 0
+    report = json.loads((out / "report.json").read_text())
+    before, after = report["episodes"]["before"], report["episodes"]["after_ecpo"]
+    assert [(e["set"], e["task"], e["copy"]) for e in after] == [(e["set"], e["task"], e["copy"]) for e in before]
+    sets = set(report["tables"]["ecpo"]) - {"All"}
+    assert sets == set(program.BENCHMARKS[env].validation)
+    assert all(0.0 <= report["tables"]["ecpo"]["All"][k] <= 1.0 for k in ("invalid_before", "invalid_after"))
