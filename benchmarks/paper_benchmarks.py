@@ -77,7 +77,8 @@ from typing import Any
 import numpy as np
 
 from benchmarks import ArgumentParser, fail, refuse_without_cuda, rescore, write_report
-from benchmarks.gpu_comparison import CLOSING_MARGIN, iterations_that_fit
+from benchmarks.gpu_comparison import iterations_that_fit
+from benchmarks.gpu_window import closing_seconds
 from benchmarks.gpu_learning import (
     DEFAULT_MODEL,
     iteration_figures,
@@ -284,7 +285,7 @@ def run_arm(args: argparse.Namespace, arm: str, config: Any, stages: Stages, set
         trainer.policy.score_batch_size = args.score_batch
     if trainer.folder.checkpoint().is_file():
         trainer.load_checkpoint()
-    reserve = CLOSING_MARGIN * report["validation_seconds"] + 10.0
+    reserve = closing_seconds(report["validation_seconds"])
 
     def write(stopped: str | None = None) -> None:
         state["result"] = {"iterations_done": len(rows), "per_iteration": rows, "rates": mean_figures(rows)} | (

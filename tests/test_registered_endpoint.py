@@ -200,6 +200,7 @@ def test_a_damaged_config_is_one_line_under_ecpo_bench_too(tmp_path):
 
 
 def test_a_start_records_its_warm_starts_hash_which_pairs_runs_whose_weights_are_elsewhere(tmp_path, capsys):
+    from ecpo_train.runtime.resume import warm_start as resume_warm_start
     from ecpo_train.runtime.run_dir import MetricsLog, begin_run
 
     warm = tmp_path / "warm"
@@ -207,7 +208,7 @@ def test_a_start_records_its_warm_starts_hash_which_pairs_runs_whose_weights_are
     (warm / "model.safetensors").write_bytes(b"weights")
     run = tmp_path / "started"
     log = MetricsLog(run, tensorboard=False)
-    begin_run(log, "start", 0, model=str(warm))
+    begin_run(log, "start", 0, warm_start=resume_warm_start({"model": str(warm)}))
     log.close()
     (record,) = [json.loads(line) for line in (run / "history.jsonl").read_text().splitlines()]
     assert record["warm_start"] == {"model": str(warm), "weights_sha256": endpoint_module.warm_start(

@@ -197,12 +197,21 @@ def start_run(run_dir: Path, config: dict[str, Any], *, engine: str, resume: boo
     try:
         iteration = load(plan, checkpoint)
         if writes:
-            begin_run(metrics_log(lock), plan.kind, iteration, plan.changes, model=config.get("model") or None)
+            begin_run(metrics_log(lock), plan.kind, iteration, plan.changes, warm_start=warm_start(config))
     except BaseException:
         if lock is not None:
             lock.release()
         raise
     return plan, lock
+
+
+def warm_start(config: dict[str, Any]) -> dict[str, Any] | None:
+    """What a start records of the weights it starts from (``model`` and their sha256; paired endpoints compare
+    them), or None for a run without a model (a tabular policy)."""
+    from ecpo_train.runtime.models import weights_sha256
+
+    model = config.get("model")
+    return {"model": model, "weights_sha256": weights_sha256(model)} if model else None
 
 
 def open_run(trainer: Any, resume: bool = False, overwrite: bool = False) -> StartPlan:

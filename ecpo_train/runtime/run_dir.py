@@ -175,18 +175,15 @@ def remove_run_files(run_dir: Path) -> None:
 
 
 def begin_run(log: MetricsLog, kind: str, iteration: int, changes: dict[str, list[Any]] | None = None,
-              model: str | None = None) -> None:
+              warm_start: dict[str, Any] | None = None) -> None:
     """The first writes of a run that passed every check, the same on both engines: ``overwrite`` deletes the
     old run's files, the metrics and validation logs keep the iterations through ``iteration`` (a resume's
     checkpoint; none for a fresh start), ``config.yaml`` is written, and ``history.jsonl`` records ``kind`` (a
-    start or an overwrite with its warm start: ``model`` and the sha256 of its weights)."""
-    from ecpo_train.runtime.models import weights_sha256
-
+    start or an overwrite with its ``warm_start``: ``model`` and the sha256 of its weights)."""
     if kind == "overwrite":
         remove_run_files(log.folder.root)
     log.keep_through(iteration if kind == "resume" else -1)
-    warm = {"model": model, "weights_sha256": weights_sha256(model)} if model and kind != "resume" else None
-    append_history(log.folder.root, kind, iteration, changes, warm_start=warm)
+    append_history(log.folder.root, kind, iteration, changes, warm_start=warm_start if kind != "resume" else None)
 
 
 def read_metrics_file(path: Path) -> tuple[list[dict[str, Any]], bool]:
