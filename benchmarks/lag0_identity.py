@@ -29,8 +29,10 @@ RUN = """
 import json, sys
 import ray
 from ecpo_train.integrations.rllib import ECPOConfig
-from ecpo_train.runtime.config import make_config
+from ecpo_train.runtime.config import TrainConfig, make_config
 values = json.loads(sys.argv[1])
+if "num_epochs" not in TrainConfig.__dataclass_fields__:  # the baseline predates the key's rename
+    values["update_epochs"] = values.pop("num_epochs")
 ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
 algo = ECPOConfig.from_train_config(make_config(values)).env_runners(num_env_runners=1).build_algo()
 rows = []
