@@ -196,6 +196,12 @@ def speed() -> list[dict[str, Any]]:
     generation, webshop = load("generation_profile.json"), load("env_throughput_webshop.json")["sizes"]["1000"]
     rllib_before, rllib_after = load("rllib_memory_before.json"), load("rllib_memory_after.json")
     pipelined = load("pipelined_rollouts.json")["cases"]["smollm2"]
+    real = load("paper_alfworld_cpu.json")["agents"]
+    untrained = next(games for name, games in real.items() if "untrained" in name)
+    expert_games = real["expert"]
+    memory_k = load("candidate_memory.json")["figures"]
+    peaks = {stage: max(f[stage]["peak_gb"] for f in memory_k.values()) for stage in ("sft after", "update after")}
+    before_80 = {stage: memory_k["80"][stage]["peak_gb"] for stage in ("sft before", "update before")}
     rows = [
         ("S1", "Credit's cost: ECPO's time over GiGPO w/std's", {"env": f"{overhead['batch']['rows']:,}-row batch",
          "model": "-", "mode": "numpy, 1 thread", "device": CPU}, f"median of {overhead['reps']} repetitions",
@@ -240,6 +246,19 @@ def speed() -> list[dict[str, Any]]:
          f"{pipelined['lags']['0']['median_seconds_per_iteration']:.1f} s -> "
          f"{pipelined['lags']['1']['median_seconds_per_iteration']:.1f} s ({pipelined['measured_speedup']:.2f}x)",
          "pipelined_rollouts.json", ("Do pipelined rollouts speed an iteration up?", "SmolLM2, LLM corridor, RLlib, CPU")),
+        ("S10", "Real ALFWorld games: the untrained model's success and episode time (the CPU baseline)",
+         {"env": "ALFWorld valid_seen, 2 games per task type, 50 steps", "model": SMOL, "mode": SCORE,
+          "device": CPU}, "games (one episode each)", len(untrained),
+         (f"{sum(g['success'] for g in untrained)} of {len(untrained)} won, "
+          f"{min(g['seconds'] for g in untrained):.0f}-{max(g['seconds'] for g in untrained):,.0f} s/episode "
+          f"(by load); expert {sum(g['success'] for g in expert_games)} of {len(expert_games)}"),
+         "paper_alfworld_cpu.json", ("Untrained SmolLM2 on real ALFWorld?", "SmolLM2, valid_seen, CPU")),
+        ("S11", "Peak resident memory of `ecpo sft` and the scoring update on real ALFWorld steps, 5-80 candidates",
+         {"env": "ALFWorld valid_seen steps, 2 rows", "model": SMOL, "mode": SCORE + ", bounded forwards",
+          "device": CPU}, "candidate counts", len(memory_k),
+         (f"at most {peaks['sft after']:.2f} GB (sft) and {peaks['update after']:.2f} GB (update); before the "
+          f"bound {before_80['sft before']:.2f} and {before_80['update before']:.2f} GB at 80 candidates"),
+         "candidate_memory.json"),
     ]
     return [claim(id_, "speed", text, scope, unit, n, [{"label": "", "estimate": None, "low": None, "high": None,
                                                         "method": figure, "mde": None, "significant": False,
