@@ -39,6 +39,7 @@ import yaml
 from benchmarks import ArgumentParser, fail
 from benchmarks.paired_stats import ALPHA, fmt_clustered, paired_outcomes
 from benchmarks.validation_parts import split
+from ecpo_train.policies.atomic import write_text
 
 
 def read_run(run_dir: Path) -> tuple[dict, list[dict], list[dict]]:
@@ -313,7 +314,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
             print("  " + line(name, part, a, b))
         print(f"  ({result['units']})")
         if args.out:
-            args.out.write_text(json.dumps(result, indent=1) + "\n")
+            write_text(args.out, json.dumps(result, indent=1) + "\n")
         return [result]
     if args.regime:
         missing = [str(p) for p in args.regime if not p.is_file()]
@@ -336,7 +337,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         print(f"  share of rows with an advantage: {t['rows_with_advantage_share']}")
         print(f"  ({r['units']})")
     if args.out:
-        args.out.write_text(json.dumps(results, indent=1) + "\n")
+        write_text(args.out, json.dumps(results, indent=1) + "\n")
     return results
 
 
