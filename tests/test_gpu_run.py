@@ -181,7 +181,8 @@ def test_smoke_runs_every_part_with_the_device_packages_only(tmp_path):
     assert environment["device"] == "cpu" and environment["torch"] == torch.__version__
     # no CUDA here: the suite's CUDA test is collected and skipped, never failed
     assert environment["cuda_tests"]["exit_code"] == 0, environment["cuda_tests"]
-    assert "1 skipped" in environment["cuda_tests"]["summary"]
+    summary = environment["cuda_tests"]["summary"]  # one skipped test per CUDA check (gpu_run.CUDA_TESTS)
+    assert "2 skipped" in summary and "failed" not in summary and "error" not in summary, summary
     bundle = _device_bundle()
     assert not set(environment["distributions"]) - {"ecpo"} - set(bundle.BUNDLED) - bundle.device_distributions()
     assert parts["credit"]["max_abs_difference"] < 1e-9
