@@ -117,11 +117,14 @@ PROTOCOL_KEYS = ("seed", "train_tasks", "val_tasks", "val_num_tasks", "val_episo
 
 def warm_start(config: dict) -> dict[str, Any]:
     """The run's starting weights: ``model`` as its config names it and the sha256 over its weight files, as
-    the run recorded it when it started, else computed where that folder is on this machine, else None."""
-    from ecpo_train.runtime.models import weights_sha256
+    the run recorded it when it started, else computed where that folder is on this machine (the record a start
+    writes, ``resume.warm_start``), else None."""
+    from ecpo_train.runtime.resume import warm_start as start_record
 
-    model = str(config.get("model"))
-    return {"model": model, "weights_sha256": config.get(RECORDED_HASH) or weights_sha256(model)}
+    recorded = config.get(RECORDED_HASH)
+    computed = None if recorded else start_record(config)
+    return {"model": str(config.get("model")),
+            "weights_sha256": recorded or (computed or {}).get("weights_sha256")}
 
 
 def _shown(value: Any) -> str:
