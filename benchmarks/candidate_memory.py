@@ -51,7 +51,7 @@ def real_rows(policy: Any, config: Any, rows: int, candidates: int) -> tuple[lis
     """``rows`` packed scoring rows of distinct real steps with ``candidates`` candidates each; the expert's
     action is candidate 0. The first game's first steps (the same rows at every ``candidates``), each with its
 own admissible actions first, topped up from those of the first ``POOL_EPISODES`` games."""
-    from ecpo_train.apps.sft import expert_demonstrations
+    from ecpo_train.runtime.sft import expert_demonstrations
     from ecpo_train.policies.scoring import fill_placeholders, pack_candidates
 
     played = expert_demonstrations(config.env_id, episodes=POOL_EPISODES, env_kwargs=config.env_kwargs, seed=0,
@@ -75,7 +75,7 @@ def measure(case: str, rows: int, candidates: int, model: str) -> dict[str, Any]
     """One case in this process: build the policy, the rows, then the step's peak RSS."""
     import torch
 
-    from ecpo_train.apps.sft import SFT_MAX_TOKENS, fine_tune
+    from ecpo_train.runtime.sft import SFT_MAX_TOKENS, fine_tune
     from ecpo_train.core.loss import UpdateSettings, policy_update
     from ecpo_train.runtime.builders import build_policy
     from ecpo_train.runtime.config import load_config

@@ -128,7 +128,7 @@ def supervised_step(trainer: Any, env: Any, good: dict[str, str], env_name: str,
     concentrations that GRPO at a stable learning rate reaches too slowly. ``lr`` replaces the optimizer's
     learning rate for this step only (AdamW's first steps move every weight by about lr, so small steps are
     what lets a target be met closely). Returns the loss before the step."""
-    from ecpo_train.apps.sft import Demonstration, candidate_rows, reply_cross_entropy
+    from ecpo_train.runtime.sft import Demonstration, candidate_rows, reply_cross_entropy
     from ecpo_train.runtime.builders import state_contexts
 
     policy, states = trainer.policy, list(good)

@@ -119,7 +119,7 @@ def plan_for(args: argparse.Namespace, config: Any) -> dict[str, Any] | None:
 
 
 def run(args: argparse.Namespace, work: Path, out: Path, configs: tuple[Any, Any, list[str]]) -> dict[str, Any]:
-    from ecpo_train.apps.sft import run_sft
+    from ecpo_train.runtime.sft import run_sft
 
     started = time.monotonic()
     deadline = time.time() + args.time_limit

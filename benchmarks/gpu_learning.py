@@ -113,7 +113,7 @@ def part_learning(args: argparse.Namespace, work: Path, deadline: float, save: A
     """SFT warm start, validation, ECPO for the time left, validation (module docstring, part 4).
 
     ``save(part)`` is called after each stage with the part so far."""
-    from ecpo_train.apps.sft import run_sft
+    from ecpo_train.runtime.sft import run_sft
     from ecpo_train.runtime.config import load_config
     from ecpo_train.runtime.trainer import Trainer
 

@@ -320,7 +320,7 @@ def run_arm(args: argparse.Namespace, arm: str, config: Any, stages: Stages, set
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from ecpo_train.apps.sft import SFT_SUMMARY, run_sft
+    from ecpo_train.runtime.sft import SFT_SUMMARY, run_sft
     from ecpo_train.runtime.trainer import Trainer
 
     out: Path = args.out
@@ -398,7 +398,7 @@ def leaderboard_baselines(args: argparse.Namespace) -> dict[str, Any]:
     ``--leaderboard-games`` games of each ALFWorld task type of ``valid_seen`` (one seed, the validation
     temperature), each as a checkpoint of the benchmark's policy; ``OUT/baselines.json`` after each (with
     ``--report-only``, only that file, from the episodes played so far)."""
-    from ecpo_train.apps.sft import SFT_SUMMARY, run_sft
+    from ecpo_train.runtime.sft import SFT_SUMMARY, run_sft
     from ecpo_train.evaluation.command import run_leaderboard
     from ecpo_train.evaluation.options import LeaderboardOptions
     from ecpo_train.runtime.trainer import Trainer

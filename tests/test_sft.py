@@ -33,7 +33,7 @@ def corridor_policy(model_dir):
 
 
 def test_expert_steps_become_the_rows_a_sampled_step_holds(tiny_model_dir):
-    from ecpo_train.apps.sft import end_of_turn_token, expert_demonstrations, reply_rows
+    from ecpo_train.runtime.sft import end_of_turn_token, expert_demonstrations, reply_rows
 
     policy = corridor_policy(tiny_model_dir)
     demos = expert_demonstrations(CORRIDOR, episodes=3, task_ids=TRAIN_TASKS, env_kwargs=CORRIDOR_KWARGS, seed=0,
@@ -48,7 +48,7 @@ def test_expert_steps_become_the_rows_a_sampled_step_holds(tiny_model_dir):
 
 
 def test_alfworld_gen_expert_replies_parse_back_with_the_paper_prompt(tiny_model_dir):
-    from ecpo_train.apps.sft import expert_demonstrations, reply_rows
+    from ecpo_train.runtime.sft import expert_demonstrations, reply_rows
     from ecpo_train.policies.llm import TransformersPolicy
 
     env_id = "ecpo/ALFWorldGen-v0"
@@ -63,7 +63,7 @@ def test_alfworld_gen_expert_replies_parse_back_with_the_paper_prompt(tiny_model
 
 
 def test_sft_lowers_held_out_loss_and_teaches_the_reply_format(tiny_model_dir, tmp_path):
-    from ecpo_train.apps.sft import (
+    from ecpo_train.runtime.sft import (
         expert_demonstrations,
         mean_reply_loss,
         reply_rows,
@@ -139,7 +139,7 @@ def scoring_policy(model_dir, env_id=CORRIDOR, explore_epsilon=0.0):
 
 def expert_choice(policy, rows, chosen):
     """(mean -log pi(expert | s), fraction of steps where the expert's candidate scores highest)."""
-    from ecpo_train.apps.sft import mean_reply_loss
+    from ecpo_train.runtime.sft import mean_reply_loss
     from ecpo_train.policies.scoring import unpack_candidates
 
     scores, order = policy._unique_scores([unpack_candidates(r) for r in rows])
@@ -150,7 +150,7 @@ def expert_choice(policy, rows, chosen):
 def test_scoring_sft_rows_are_the_rows_the_scoring_policy_stores(tiny_model_dir):
     """With policy_mode=score SFT trains what the scoring policy scores: its own prompt (ending in <action>),
     every admissible candidate, the expert's candidate chosen, and the learner's log-prob of that choice."""
-    from ecpo_train.apps.sft import candidate_rows, expert_demonstrations
+    from ecpo_train.runtime.sft import candidate_rows, expert_demonstrations
     from ecpo_train.policies.scoring import unpack_candidates
 
     env_id = "ecpo/ALFWorldGen-v0"
@@ -172,7 +172,7 @@ def test_scoring_sft_rows_are_the_rows_the_scoring_policy_stores(tiny_model_dir)
 
 
 def test_expert_action_filling_a_free_slot_matches_the_slot_candidate():
-    from ecpo_train.apps.sft import _expert_index
+    from ecpo_train.runtime.sft import _expert_index
 
     admissible = ["click[back to search]", "search[<query>]"]
     assert _expert_index("search[red shoes, size 9]", admissible) == 1
@@ -184,7 +184,7 @@ def test_scoring_sft_makes_the_expert_choice_the_scoring_policys_choice(tiny_mod
     """The corridors' right door is not written in the observation (held-out corridors cannot be inferred), so
     the check is on the imitated steps: the candidate cross-entropy falls and the scoring policy's top choice
     becomes the expert's."""
-    from ecpo_train.apps.sft import candidate_rows, expert_demonstrations, run_sft
+    from ecpo_train.runtime.sft import candidate_rows, expert_demonstrations, run_sft
 
     demos = expert_demonstrations(CORRIDOR, episodes=12, task_ids=TRAIN_TASKS, env_kwargs=CORRIDOR_KWARGS, seed=0,
                                   history_length=0)  # the steps run_sft imitates (same tasks, order, seeds)
@@ -215,7 +215,7 @@ def test_scoring_sft_makes_the_expert_choice_the_scoring_policys_choice(tiny_mod
 def test_bounded_checkpointed_forwards_give_the_one_forward_loss_and_gradient(tiny_model_dir, mode):
     """Real ALFWorld steps (valid_seen, ~60 admissible actions each): cut into forwards of a few hundred tokens
     and run through checkpointed layers, a batch has the loss and gradient of one plain forward of it all."""
-    from ecpo_train.apps.sft import (
+    from ecpo_train.runtime.sft import (
         accumulate_gradient,
         candidate_rows,
         expert_demonstrations,

@@ -161,7 +161,7 @@ def sft(
     Extra key=value arguments override the preset (e.g. model=DIR env_kwargs.num_tasks=8); a forward holds at
     most max_tokens_per_micro_batch tokens (4096 where the preset sets none).
     """
-    from ecpo_train.apps.sft import check_sft_out, check_sft_settings, run_sft
+    from ecpo_train.runtime.sft import check_sft_out, check_sft_settings, run_sft
     from ecpo_train.runtime.config import load_config
 
     try:

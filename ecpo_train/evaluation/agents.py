@@ -204,34 +204,21 @@ class PromptingAgent(Agent):
 
 
 class ExpertAgent(Agent):
-    """Rule-based play with privileged access to the environment (an upper bound; see the module docstring)."""
+    """Rule-based play with privileged access to the environment (an upper bound; ``ecpo_gym.experts``)."""
 
     name = "expert"
 
     def __init__(self) -> None:
-        self.plan: list[str] = []
-        self.oracle: Any = None
+        self.expert: Any = None
 
     def begin_episode(self, env: Any, observation: str, info: dict[str, Any], seed: int) -> None:
-        base = env.unwrapped
-        self.plan, self.oracle = [], None
-        if hasattr(base, "expert_plan"):
-            from ecpo_gym.alfworld.expert import expert_plan
+        from ecpo_gym.experts import episode_expert
 
-            self.plan = expert_plan(base)
-        elif hasattr(base, "goal_of") and hasattr(base, "shop"):
-            from ecpo_gym.webshop.expert import expert_actions_for_task
-
-            self.plan = expert_actions_for_task(base, str(info["task_id"]))
-        else:
-            from ecpo_gym.searchqa.expert import GoldEvidenceOracle
-
-            self.oracle = GoldEvidenceOracle(base)  # raises TypeError naming the env when it has no expert
+        self.expert = None
+        self.expert = episode_expert(env, str(info.get("task_id", "")))  # TypeError naming the env: no expert
 
     def act(self, ctx: StepContext) -> str | None:
-        if self.oracle is not None:
-            return self.oracle.act()
-        return self.plan[ctx.step_count] if ctx.step_count < len(self.plan) else None
+        return self.expert(ctx.step_count) if self.expert is not None else None
 
 
 _WORD = re.compile(r"[A-Za-z0-9]+")

@@ -3,7 +3,8 @@
 A small model that cannot yet write the action format earns no reward in free generation, so RL has
 nothing to work with. This module teaches the format first:
 
-1. ``expert_demonstrations``: the leaderboard's ``ExpertAgent`` plays episodes through the one episode loop
+1. ``expert_demonstrations``: the environment's expert (``ecpo_gym.experts``, the one the leaderboard's
+   ``ExpertAgent`` plays) plays episodes through the one episode loop
    (``rollout.collect_rollout``), and every step's ``StepContext`` is kept with the action the expert sent;
 2. ``reply_rows``: each step becomes the token rows a sampled step of the RL run has: the prompt of
    ``TransformersPolicy.encode_prompts`` (the run config's ``prompt_style`` and ``history_length``) and the
@@ -68,17 +69,31 @@ class Demonstration:
     action: str
 
 
-class _RecordingPlayer:
-    """An ``AgentPolicy`` for ``collect_rollout`` that also keeps every step's context and the expert's action."""
+class _ExpertPlayer:
+    """The environment's expert (``ecpo_gym.experts``) as the batched ``act`` ``collect_rollout`` calls, on one
+    environment copy, keeping every step's context and the action it sent."""
 
-    def __init__(self, player: Any) -> None:
-        self.player = player
+    def __init__(self, env: Any, env_id: str) -> None:
+        self.env, self.env_id = env, env_id
+        self.expert: Callable[[int], str | None] | None = None
         self.steps: list[tuple[StepContext, Any]] = []
 
+    def begin_episode(self, starts: list[tuple[str, dict[str, Any]]], *, seed: int) -> None:
+        from ecpo_gym.experts import episode_expert
+
+        ((_, info),) = starts
+        try:
+            self.expert = episode_expert(self.env, str(info.get("task_id", "")))
+        except TypeError as err:  # no expert on this environment
+            raise ValueError(f"{self.env_id} has no expert to imitate ({err})") from None
+
     def act(self, contexts: Sequence[StepContext], temperature: float = 1.0) -> PolicyOutput:
-        output = self.player.act(contexts, temperature)
-        self.steps.extend(zip(contexts, output.actions))
-        return output
+        assert self.expert is not None, "begin_episode first"
+        actions = [self.expert(ctx.step_count) for ctx in contexts]
+        self.steps.extend(zip(contexts, actions))
+        return PolicyOutput(actions=actions, responses=["" for _ in contexts],
+                            prompt_ids=[[] for _ in contexts], response_ids=[[] for _ in contexts],
+                            logprobs=[[] for _ in contexts])
 
 
 def expert_demonstrations(env_id: str, *, episodes: int, task_ids: Sequence[str] | None = None,
@@ -95,7 +110,6 @@ def expert_demonstrations(env_id: str, *, episodes: int, task_ids: Sequence[str]
     import ecpo_gym  # noqa: F401  (registers the ids)
     from ecpo_gym.group import GroupVectorEnv
     from ecpo_train.core.rollout import collect_rollout
-    from ecpo_train.evaluation.agents import AgentPolicy, ExpertAgent
 
     env = gym.make(env_id, disable_env_checker=True, **(env_kwargs or {}))
     envs = GroupVectorEnv(lambda env=env: env, num_groups=1, group_size=1)  # owns and closes env
@@ -104,21 +118,13 @@ def expert_demonstrations(env_id: str, *, episodes: int, task_ids: Sequence[str]
         if not tasks:
             raise ValueError(f"{env_id} has no tasks to play")
         tasks = [tasks[i] for i in np.random.default_rng(seed).permutation(len(tasks))]
-        player = AgentPolicy(ExpertAgent(), env)
-
-        def begin_episode(starts: list[tuple[str, dict[str, Any]]], *, seed: int) -> None:
-            try:
-                player.begin_episode(starts, seed=seed)
-            except TypeError as err:  # ExpertAgent finds no expert on this environment
-                raise ValueError(f"{env_id} has no expert to imitate ({err})") from None
-
         demonstrations: list[Demonstration] = []
         for k in range(episodes):
-            recorder = _RecordingPlayer(player)
-            collect_rollout(envs, recorder, [tasks[k % len(tasks)]], env_name=env_id, temperature=0.0,
+            player = _ExpertPlayer(env, env_id)
+            collect_rollout(envs, player, [tasks[k % len(tasks)]], env_name=env_id, temperature=0.0,
                             seed=seed + k, history_length=history_length,
-                            on_reset=functools.partial(begin_episode, seed=seed + k))
-            kept = [Demonstration(ctx, action) for ctx, action in recorder.steps
+                            on_reset=functools.partial(player.begin_episode, seed=seed + k))
+            kept = [Demonstration(ctx, action) for ctx, action in player.steps
                     if sent_action(action) != INVALID_ACTION]
             demonstrations += kept
             if on_episode is not None:
