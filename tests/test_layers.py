@@ -110,3 +110,13 @@ def test_the_library_imports_nothing_of_the_checkouts_benchmarks():
     found = [f"{name} imports {target}" for name, path in _modules() for target in _imports(path, name)
              if target == "benchmarks" or target.startswith("benchmarks.")]
     assert found == []
+
+
+def test_benchmarks_use_the_library_not_its_command_line():
+    # what a benchmark needs from the library (the warm start, the model cache) lives below the `ecpo` command
+    found = []
+    for path in sorted((ROOT / "benchmarks").glob("*.py")):
+        name = f"benchmarks.{path.stem}"
+        found += [f"{name} imports {target}" for target in _imports(path, name)
+                  if target == "ecpo_train.apps" or target.startswith("ecpo_train.apps.")]
+    assert found == []
