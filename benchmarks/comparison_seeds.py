@@ -11,7 +11,10 @@ not finish every iteration (named, not pairs), and gives the first arm minus the
   tasks apart (Tango's interval, McNemar's p, by task where tasks repeat): one pair of runs each, covering the
   validation's draws, not run-to-run variance;
 - the episodes pooled over seeds (Tango's interval on the summed table), a secondary line conditional on these
-  trained pairs: it says which of these policies won more of the same episodes, not what another seed would do.
+  trained pairs: it says which of these policies won more of the same episodes, not what another seed would do;
+- across seeds again on the greedy (T = 0) validation of the same episodes, a secondary line: the registered,
+  primary endpoint is the validation at the preset's temperature (T = 0.4). Reports written before the greedy pass
+  hold no greedy outcomes; the line then says so (and names the seeds whose report lacks them).
 
     python -m benchmarks.comparison_seeds RETURNED/pool_pair_seed*.json --out benchmarks/results/pool_pairs.json
 """
@@ -23,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import ArgumentParser, fail, write_report
-from benchmarks.gpu_comparison import score
+from benchmarks.gpu_comparison_report import TEMPERATURES, score
 from benchmarks.paired_stats import fmt_clustered, fmt_part, paired_binary, paired_diff
 from benchmarks.validation_parts import label
 
@@ -52,9 +55,37 @@ def read_reports(paths: list[Path]) -> list[dict[str, Any]]:
     return reports
 
 
-def _parts(report: dict[str, Any], name: str) -> dict[str, dict[str, Any]]:
-    parts = {"all episodes": report["comparisons"][name]}
-    return parts | report.get("by_part", {}).get(name, {})
+def _parts(report: dict[str, Any], name: str, prefix: str = "") -> dict[str, dict[str, Any]]:
+    parts = {"all episodes": report[f"{prefix}comparisons"][name]}
+    return parts | report.get(f"{prefix}by_part", {}).get(name, {})
+
+
+def _tests(pairs: list[dict[str, Any]], name: str, prefix: str) -> dict[str, list[dict[str, Any]]]:
+    """Each part's paired test in every pair, at the temperature whose outcome keys start with ``prefix``."""
+    tests = {part: [_parts(r, name, prefix)[part] for r in pairs] for part in _parts(pairs[0], name, prefix)}
+    if any("gained" not in t for rows in tests.values() for t in rows):
+        fail(f"{pairs[0]['path']}: the paired tests are not computed (scipy missing here?)")
+    return tests
+
+
+def _across(tests: list[dict[str, Any]]) -> dict[str, Any]:
+    """The seed as the unit: the mean of the per-seed differences, its t-interval and MDE."""
+    return paired_diff([t["diff"] for t in tests]) | {"unit": "seeds"}
+
+
+def _greedy(pairs: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    """The secondary line: across seeds on the greedy (T = 0) validation, over the pairs whose report holds it."""
+    prefix = TEMPERATURES["greedy"]
+    held = [r for r in pairs if name in r.get(f"{prefix}comparisons", {})]
+    lacking = [r.get("seed") for r in pairs if name not in r.get(f"{prefix}comparisons", {})]
+    greedy: dict[str, Any] = {"endpoint": "secondary: the greedy validation (T = 0)",
+                              "seeds": [r.get("seed") for r in held], "without_greedy": lacking, "across_seeds": {}}
+    if not held:
+        return greedy | {"absent": "no report holds a greedy (T = 0) validation (written before the greedy pass)"}
+    tests = _tests(held, name, prefix)
+    greedy["across_seeds"] = {part: _across(rows) for part, rows in tests.items()}
+    greedy["per_seed_diff"] = {part: [t["diff"] for t in rows] for part, rows in tests.items()}
+    return greedy
 
 
 def summarise(reports: list[dict[str, Any]]) -> dict[str, Any]:
@@ -70,36 +101,53 @@ def summarise(reports: list[dict[str, Any]]) -> dict[str, Any]:
             pairs.append(report)
     summary: dict[str, Any] = {"comparison": name, "preset": reports[0].get("preset"),
                                "iterations": reports[0].get("iterations"), "seeds": [r.get("seed") for r in pairs],
-                               "left_out": left_out, "per_seed": {}, "across_seeds": {}, "pooled_episodes": {}}
+                               "left_out": left_out,
+                               "endpoint": "primary, registered: the validation at the preset's temperature (T = 0.4)",
+                               "per_seed": {}, "across_seeds": {}, "pooled_episodes": {}}
     if not pairs:
         return summary
-    for part in _parts(pairs[0], name):
-        tests = [_parts(r, name)[part] for r in pairs]
-        if any("gained" not in t for t in tests):
-            fail(f"{pairs[0]['path']}: the paired tests are not computed (scipy missing here?)")
+    for part, tests in _tests(pairs, name, TEMPERATURES["sampled"]).items():
         summary["per_seed"][part] = [{"seed": r.get("seed")} | t for r, t in zip(pairs, tests)]
-        summary["across_seeds"][part] = paired_diff([t["diff"] for t in tests]) | {"unit": "seeds"}
+        summary["across_seeds"][part] = _across(tests)
         gained, lost = sum(t["gained"] for t in tests), sum(t["lost"] for t in tests)
         episodes = sum(t["episodes"] for t in tests)
         both = [t.get("both_won") for t in tests]
         summary["pooled_episodes"][part] = paired_binary(gained, lost, episodes,
                                                          both_won=None if None in both else sum(both))
+    summary["greedy"] = _greedy(pairs, name)
     return summary
+
+
+def _across_text(across: dict[str, Any]) -> str:
+    seeds = f"{across['n']} seed pair{'s' if across['n'] != 1 else ''}"
+    result = (f"{fmt_part(across)}, p {across['p']:.3g}" if across["n"] >= 2 else
+              f"{across['diff']:+.3f} (one pair of runs: no interval over seeds, nothing about run-to-run variance)")
+    return f"the seed as the unit, {seeds}): {result}"
+
+
+def _greedy_text(greedy: dict[str, Any], part: str) -> str:
+    head = "- Secondary, the greedy (T = 0) validation of the same episodes"
+    if greedy.get("absent"):
+        return f"{head}: absent ({greedy['absent']})."
+    if part not in greedy["across_seeds"]:
+        return f"{head}: absent for this part."
+    lacking = (f"; seeds {greedy['without_greedy']} left out: their report holds no greedy validation"
+               if greedy["without_greedy"] else "")
+    return f"{head} (across seeds, {_across_text(greedy['across_seeds'][part])}{lacking}."
 
 
 def render(summary: dict[str, Any]) -> str:
     lines = [f"# {summary['comparison']} over seeds ({summary['preset']}, {summary['iterations']} iterations)", "",
              (f"Written by `benchmarks/comparison_seeds.py` from {len(summary['seeds'])} complete pair(s), seeds "
               f"{summary['seeds']}. The first arm's success minus the second's after training, on the same episodes."),
-             ""]
+             "", ("The primary, registered endpoint is the validation at the preset's temperature (T = 0.4), across "
+                  "seeds; the greedy (T = 0) validation of the same episodes is a secondary line beside it."), ""]
     for item in summary["left_out"]:
         lines.append(f"- left out: seed {item['seed']} ({item['path']}): {item['why']}")
     for part, rows in summary["per_seed"].items():
         across, pooled = summary["across_seeds"][part], summary["pooled_episodes"][part]
-        seeds = f"{across['n']} seed pair{'s' if across['n'] != 1 else ''}"
-        result = (f"{fmt_part(across)}, p {across['p']:.3g}" if across["n"] >= 2 else
-                  f"{across['diff']:+.3f} (one pair of runs: no interval over seeds, nothing about run-to-run variance)")
-        lines += ["", f"## {label(part)}", "", f"- **Across seeds (the seed as the unit, {seeds}): {result}.**", "",
+        lines += ["", f"## {label(part)}", "", f"- **Across seeds (T = 0.4, primary; {_across_text(across)}.**",
+                  _greedy_text(summary["greedy"], part), "",
                   "| seed | episodes | won / lost | difference (Tango 95 %; one pair, validation draws only) | by task |",
                   "|---|---|---|---|---|"]
         lines += [f"| {r['seed']} | {r['episodes']} | {r['gained']} / {r['lost']} | {fmt_part(r)} | "

@@ -12,7 +12,10 @@ pytest.importorskip("scipy")
 from benchmarks import comparison_seeds
 
 
-def _report(tmp_path, seed, ecpo_won, gigpo_won, iterations_done=16, preset="alfworld_cpu_pool", name=None):
+def _report(tmp_path, seed, ecpo_won, gigpo_won, iterations_done=16, preset="alfworld_cpu_pool", name=None,
+            greedy=None):
+    """A gpu_comparison report of four episodes (tasks a, a, u, u; a trained); ``greedy``: the two arms' greedy
+    (T = 0) outcomes, or None for a report written before the greedy pass."""
     tasks = ["a", "a", "u", "u"]
     keys = [[t, c] for t, c in zip(tasks, [0, 1, 0, 1])]
     report = {"preset": preset, "arms": ["ecpo", "gigpo_std"], "iterations": 16, "train_tasks": ["a"],
@@ -21,6 +24,9 @@ def _report(tmp_path, seed, ecpo_won, gigpo_won, iterations_done=16, preset="alf
               "outcomes": {"before": [k + [0] for k in keys],
                            "after_ecpo": [k + [w] for k, w in zip(keys, ecpo_won)],
                            "after_gigpo_std": [k + [w] for k, w in zip(keys, gigpo_won)]}}
+    if greedy is not None:
+        report["outcomes"] |= {"greedy_before": [k + [0] for k in keys]} | {
+            f"greedy_after_{arm}": [k + [w] for k, w in zip(keys, won)] for arm, won in zip(report["arms"], greedy)}
     path = tmp_path / (name or f"seed{seed}.json")
     path.write_text(json.dumps(report))
     return path
@@ -61,8 +67,52 @@ def test_the_seed_is_the_unit_and_one_pair_says_it_cannot_speak_to_run_to_run_va
     conditional line; per-seed rows carry Tango's interval and the by-task one (tasks repeat: 2 copies each)."""
     one = comparison_seeds.main([str(_report(tmp_path, 1, [1, 1, 0, 0], [0, 0, 0, 0])), "--out", str(tmp_path / "o.json")])
     text = (tmp_path / "o.md").read_text()
-    assert "**Across seeds (the seed as the unit, 1 seed pair): +0.500 (one pair of runs: no interval over seeds" in text
+    assert ("**Across seeds (T = 0.4, primary; the seed as the unit, 1 seed pair): +0.500 (one pair of runs: "
+            "no interval over seeds") in text
     assert text.index("Across seeds") < text.index("| seed |") < text.index("Secondary, conditional on these trained")
     pooled = one["pooled_episodes"]["all episodes"]
     assert pooled["interval"] == "Tango score" and pooled["both_won"] == 0
     assert "clustered" in one["per_seed"]["all episodes"][0]  # tasks a and u, two copies each
+
+
+def test_greedy_across_seeds_is_a_secondary_line_beside_the_primary_one(tmp_path):
+    """The greedy (T = 0) validation of the same episodes, the seed as the unit: per seed ECPO - GiGPO w/std on all
+    four episodes is +0.25, +0.50, 0.00, on the trained two +0.5, +1.0, 0.0; the T = 0.4 line stays the primary."""
+    paths = [_report(tmp_path, 1, [1, 1, 0, 0], [0, 1, 0, 0], greedy=([1, 1, 0, 0], [0, 1, 0, 0])),
+             _report(tmp_path, 2, [1, 0, 1, 0], [0, 0, 0, 0], greedy=([1, 1, 0, 0], [0, 0, 0, 0])),
+             _report(tmp_path, 3, [0, 0, 0, 0], [1, 0, 0, 0], greedy=([0, 0, 1, 1], [0, 0, 1, 1]))]
+    summary = comparison_seeds.main([str(p) for p in paths] + ["--out", str(tmp_path / "g.json")])
+    greedy = summary["greedy"]
+    assert greedy["seeds"] == [1, 2, 3] and greedy["without_greedy"] == [] and "absent" not in greedy
+    assert greedy["per_seed_diff"]["all episodes"] == pytest.approx([0.25, 0.5, 0.0])
+    everything = greedy["across_seeds"]["all episodes"]
+    assert everything["diff"] == pytest.approx(0.25) and everything["n"] == 3
+    assert everything["sd"] == pytest.approx(0.25)  # deviations -0.25, +0.25, 0
+    half = 4.302652729911275 * 0.25 / 3 ** 0.5  # t_{0.975, 2} * sd / sqrt(3)
+    assert (everything["low"], everything["high"]) == pytest.approx((0.25 - half, 0.25 + half))
+    assert greedy["across_seeds"]["trained"]["diff"] == pytest.approx(0.5)
+    assert greedy["across_seeds"]["unseen"]["diff"] == pytest.approx(0.0)
+    # the primary line is untouched by the greedy outcomes
+    assert summary["across_seeds"]["trained"]["diff"] == pytest.approx((0.5 + 0.5 - 0.5) / 3)
+    assert summary["endpoint"].startswith("primary, registered") and greedy["endpoint"].startswith("secondary")
+    text = (tmp_path / "g.md").read_text()
+    assert "The primary, registered endpoint is the validation at the preset's temperature (T = 0.4)" in text
+    section = text[text.index("## all episodes"):]
+    primary = section.index("**Across seeds (T = 0.4, primary;")
+    secondary = section.index("- Secondary, the greedy (T = 0) validation of the same episodes (across seeds, the "
+                              "seed as the unit, 3 seed pairs): +0.250 [")
+    assert primary < secondary < section.index("| seed |")
+
+
+def test_reports_from_before_the_greedy_pass_are_read_and_the_greedy_line_says_it_is_absent(tmp_path):
+    old = [_report(tmp_path, 1, [1, 1, 0, 0], [0, 1, 0, 0]), _report(tmp_path, 2, [1, 0, 1, 0], [0, 0, 0, 0])]
+    summary = comparison_seeds.main([str(p) for p in old] + ["--out", str(tmp_path / "old.json")])
+    assert summary["seeds"] == [1, 2] and summary["across_seeds"]["all episodes"]["diff"] == pytest.approx(0.375)
+    assert summary["greedy"]["across_seeds"] == {} and "before the greedy pass" in summary["greedy"]["absent"]
+    assert "- Secondary, the greedy (T = 0) validation of the same episodes: absent (" in (tmp_path / "old.md").read_text()
+    # one old report beside a new one: the greedy line covers the seed that holds it and names the other
+    mixed = [old[0], _report(tmp_path, 3, [1, 1, 0, 0], [0, 0, 0, 0], greedy=([1, 0, 0, 0], [0, 0, 0, 0]))]
+    summary = comparison_seeds.main([str(p) for p in mixed] + ["--out", str(tmp_path / "mixed.json")])
+    assert summary["greedy"]["seeds"] == [3] and summary["greedy"]["without_greedy"] == [1]
+    assert summary["greedy"]["across_seeds"]["all episodes"]["diff"] == pytest.approx(0.25)
+    assert "seeds [1] left out: their report holds no greedy validation" in (tmp_path / "mixed.md").read_text()
