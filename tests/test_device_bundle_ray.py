@@ -1,6 +1,6 @@
-"""scripts/device_bundle.py's Ray option (``build --with-ray``, the device's ``ray`` step): the Ray commands carry
-every Ray file once, each command under the transfer limit with at most 8 paths; a missing Ray section or a corrupt
-part is one line (exit 2); and (slow: downloads from the package registry once into the wheel cache, then reuses
+"""scripts/device_bundle_ray.py, device_bundle.py's Ray option (``build --with-ray``, the device's ``ray`` step): the
+Ray commands carry every Ray file once, each command under the transfer limit with at most 8 paths; a missing Ray
+section or a corrupt part is one line (exit 2), also from the script run as a program; and (slow: downloads from the package registry once into the wheel cache, then reuses
 it) the Ray wheels, cut into parts and joined back byte for byte, install offline into a clean Python 3.12 target
 where ``ray.rllib`` imports and a Ray session runs a task. ``import ecpo_train.rllib`` itself needs torch (no
 Python 3.12 torch here): tests/test_rllib_gpu.py runs the engine on this interpreter with only the device's
@@ -19,6 +19,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 import device_bundle
+import device_bundle_ray
 
 from tests.test_device_bundle import _python312
 
@@ -40,17 +41,17 @@ def _section(sizes: list[int], whole: int) -> dict:
 
 def test_the_ray_commands_carry_every_file_once_under_the_limit():
     section = _section([40 * MIB, 36 * MIB], 36 * MIB)
-    commands = device_bundle.plan_ray_commands(section, tree=21 * MIB)
+    commands = device_bundle_ray.plan_ray_commands(section, tree=21 * MIB)
     carried = [path for c in commands for path in c["carry"] if not path.endswith("manifest.json")]
     assert sorted(carried) == ["device_bundle/ray/parts/ray.whl.part00", "device_bundle/ray/parts/ray.whl.part01",
                                "device_bundle/ray/wheels"]
     assert all(c["carry"][0] == "device_bundle/manifest.json" for c in commands)  # each command can check its files
     assert all(c["mib"] * MIB <= device_bundle.TRANSFER_LIMIT and len(c["carry"]) <= 8 for c in commands)
     assert len(commands) == 3  # 40 + 36 + 36 MiB beside a 21 MiB tree: no two fit one command
-    small = device_bundle.plan_ray_commands(_section([10 * MIB] * 9, MIB), tree=MIB)
+    small = device_bundle_ray.plan_ray_commands(_section([10 * MIB] * 9, MIB), tree=MIB)
     assert [len(c["carry"]) for c in small] == [8, 4]  # the manifest and 7 files, then the other 3: 8 paths a command
     with pytest.raises(device_bundle.BundleError, match="smaller --part-mib"):
-        device_bundle.plan_ray_commands(section, tree=30 * MIB)
+        device_bundle_ray.plan_ray_commands(section, tree=30 * MIB)
 
 
 def test_without_a_ray_section_the_ray_step_is_one_line(tmp_path, capsys):
@@ -58,6 +59,16 @@ def test_without_a_ray_section_the_ray_step_is_one_line(tmp_path, capsys):
     assert device_bundle.main(["ray", "--bundle", str(tmp_path)]) == 2
     assert capsys.readouterr().err.strip() == (f"error: {tmp_path / 'manifest.json'} has no Ray wheels: build the "
                                                "bundle with `build --with-ray`")
+
+
+def test_the_script_run_from_the_checkout_reports_a_ray_error_in_one_line(tmp_path):
+    """``python scripts/device_bundle.py ray`` imports device_bundle_ray, which imports the script by its name: the
+    BundleError it raises is the one the script's main catches (one line, exit 2, no traceback)."""
+    (tmp_path / "manifest.json").write_text(json.dumps({"wheels": [], "tokenizer": {}, "model": {}}))
+    done = subprocess.run([sys.executable, "scripts/device_bundle.py", "ray", "--bundle", str(tmp_path)], cwd=ROOT,
+                          capture_output=True, text=True, check=False)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == f"error: {tmp_path / 'manifest.json'} has no Ray wheels: build the bundle with `build --with-ray`\n"
 
 
 def test_a_corrupt_ray_part_is_one_line_and_nothing_is_installed(tmp_path, capsys):
@@ -107,24 +118,24 @@ def test_the_ray_wheels_install_offline_into_a_clean_python312_target(tmp_path):
     bundle = tmp_path / "device_bundle"
     bundle.mkdir()
     (bundle / "manifest.json").write_text(json.dumps({"wheels": [], "tokenizer": {}, "model": {}, "commands": []}))
-    manifest = _downloaded(lambda: device_bundle.add_ray(bundle, part_mib=40))
+    manifest = _downloaded(lambda: device_bundle_ray.add_ray(bundle, part_mib=40))
     section = manifest["ray"]
     names = {e["path"].split("/")[-1].split("-")[0].lower().replace("_", "-")
              for e in section["wheels"] + [s["whole"] for s in section["split"]]}
-    assert names == set(device_bundle.RAY_BUNDLED)
+    assert names == set(device_bundle_ray.RAY_BUNDLED)
     assert [s["whole"]["path"].split("/")[-1].split("-")[0] for s in section["split"]] == ["ray"]  # 79 MB: in parts
     assert all(part["bytes"] <= 40 * MIB for s in section["split"] for part in s["parts"])
     # the device's own packages that ray.rllib needs stand in for all of them, in a folder of their own
-    provided = device_bundle.WHEEL_CACHE
+    provided = device_bundle_ray.WHEEL_CACHE
     _downloaded(lambda: device_bundle.download_wheels(
         [f"{name}=={device_bundle.installed_version(name)}" for name in DEVICE_STAND_INS], provided))
-    stand_ins = [device_bundle.cached_wheel(provided, name, device_bundle.installed_version(name))
+    stand_ins = [device_bundle_ray.cached_wheel(provided, name, device_bundle.installed_version(name))
                  for name in DEVICE_STAND_INS]
     device = device_bundle.install_wheels(stand_ins, tmp_path / "device", python)
-    site = device_bundle.install_ray(bundle, python, importable=(str(device),))  # imports ray.rllib there
+    site = device_bundle_ray.install_ray(bundle, python, importable=(str(device),))  # imports ray.rllib there
     split = section["split"][0]
     joined = bundle / split["whole"]["path"]  # the parts joined back byte for byte
-    assert joined.read_bytes() == (device_bundle.WHEEL_CACHE / joined.name).read_bytes()
+    assert joined.read_bytes() == (device_bundle_ray.WHEEL_CACHE / joined.name).read_bytes()
     env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PYTHONPATH": os.pathsep.join([str(site), str(device)])}
     done = subprocess.run([python, "-s", "-c", SESSION], cwd=tmp_path, capture_output=True, text=True, env=env,
                           timeout=300, check=False)

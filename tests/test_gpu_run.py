@@ -183,8 +183,7 @@ def test_smoke_runs_every_part_with_the_device_packages_only(tmp_path):
     assert environment["cuda_tests"]["exit_code"] == 0, environment["cuda_tests"]
     summary = environment["cuda_tests"]["summary"]  # one skipped test per CUDA check (gpu_run.CUDA_TESTS)
     assert "2 skipped" in summary and "failed" not in summary and "error" not in summary, summary
-    bundle = _device_bundle()
-    assert not set(environment["distributions"]) - {"ecpo"} - set(bundle.BUNDLED) - bundle.device_distributions()
+    assert not set(environment["distributions"]) - {"ecpo"} - device_allowed()
     assert parts["credit"]["max_abs_difference"] < 1e-9
     paper = parts["paper_iteration"]
     for key in ("time/generation", "time/env", "time/credit", "time/update", "generation_tokens_per_s",
@@ -208,17 +207,14 @@ def test_smoke_runs_every_part_with_the_device_packages_only(tmp_path):
 
 def device_allowed(ray: bool = False) -> set[str]:
     """The distributions ``device_site`` holds."""
-    bundle = _device_bundle()
-    if ray:
-        return bundle.device_distributions(bundle.RAY_DEVICE_ROOTS) | set(bundle.BUNDLED) | set(bundle.RAY_BUNDLED)
-    return bundle.device_distributions() | set(bundle.BUNDLED)
-
-
-def _device_bundle():
     sys.path.insert(0, str(ROOT / "scripts"))
-    import device_bundle
+    import device_bundle as bundle
+    import device_bundle_ray
 
-    return device_bundle
+    if ray:
+        return (bundle.device_distributions(device_bundle_ray.RAY_DEVICE_ROOTS) | set(bundle.BUNDLED)
+                | set(device_bundle_ray.RAY_BUNDLED))
+    return bundle.device_distributions() | set(bundle.BUNDLED)
 
 
 def test_the_gpu_preset_keeps_the_cpu_recipe_and_validates_on_800_unseen_episodes():
