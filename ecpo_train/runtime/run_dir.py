@@ -7,7 +7,7 @@
     metrics.jsonl      one JSON line per iteration                                      ``MetricsLog``
     validation.jsonl   one line per validation, every episode's outcome in order        ``MetricsLog``
     history.jsonl      one line per start, resume or overwrite                          ``append_history``
-    tensorboard/       TensorBoard scalars (``tensorboard: true``)                      ``MetricsLog``
+    tensorboard/       TensorBoard scalars (``tensorboard: true``)                      ``tensorboard_scalars``
     checkpoint.pt      the native engine's checkpoint                                    ``checkpoint_io``
     rllib_checkpoint/  the RLlib engine's checkpoint (``Algorithm.save_to_path``)
     adapter/, merged/  a LoRA run's adapter and merged model (``policies/lora.py``)
@@ -44,6 +44,7 @@ from typing import Any
 import yaml
 
 from ecpo_train.policies.atomic import current_folder, leftover_names, write_text
+from ecpo_train.runtime.tensorboard_scalars import TensorBoardScalars
 
 CONFIG_FILE = "config.yaml"
 METRICS_FILE = "metrics.jsonl"
@@ -278,26 +279,6 @@ class EpisodeOutcome(typing.NamedTuple):
     length: int
 
 
-def _quiet_tensorboard_thread() -> None:
-    """TensorBoard writes its events from a thread, which prints a traceback when the write fails (a full disk)
-    before the writer raises the same error in the run's thread; that one is reported (one line naming the folder),
-    the thread's traceback is not."""
-    import threading
-
-    from tensorboard.summary.writer.event_file_writer import _AsyncWriterThread
-
-    default = threading.excepthook
-    if getattr(default, "quiet_tensorboard", False):
-        return
-
-    def hook(args: Any) -> None:
-        if not (isinstance(args.thread, _AsyncWriterThread) and issubclass(args.exc_type, OSError)):
-            default(args)
-
-    hook.quiet_tensorboard = True  # type: ignore[attr-defined]
-    threading.excepthook = hook
-
-
 class MetricsLog:
     """``metrics.jsonl`` (one line per iteration), ``validation.jsonl`` and, optionally, TensorBoard scalars.
 
@@ -307,9 +288,8 @@ class MetricsLog:
     def __init__(self, run_dir: Path, tensorboard: bool, config: dict[str, Any] | None = None,
                  engine: str = "native") -> None:
         self.folder = RunFolder(run_dir)
-        self.tensorboard = tensorboard
         self.history: list[dict[str, float]] = []
-        self._writer: Any = None
+        self._scalars = TensorBoardScalars(self.folder.tensorboard) if tensorboard else None
         self._config = None if config is None else saved_config(config, engine)
         self._opened = False
         self._kept_through: int | None = None  # the files are as keep_through(this) left them (nothing written since)
@@ -374,39 +354,19 @@ class MetricsLog:
         self._kept_through = None
         self.history.append(metrics)
         append_line(self.folder.metrics, json.dumps(metrics))
-        if self.tensorboard:
-            with self._naming_tensorboard():
-                if self._writer is None:
-                    from torch.utils.tensorboard import SummaryWriter
-
-                    _quiet_tensorboard_thread()
-                    # purge events of this step and later: a resumed (or restarted) run replaces them
-                    self._writer = SummaryWriter(str(self.folder.tensorboard), purge_step=step)
-                for key, value in metrics.items():
-                    if key != "iteration":
-                        self._writer.add_scalar(key, value, step)
-
-    @contextlib.contextmanager
-    def _naming_tensorboard(self) -> typing.Iterator[None]:
-        """TensorBoard's writer fails (a full disk) without a file name: name its folder."""
-        try:
-            yield
-        except OSError as err:
-            raise OSError(err.errno, err.strerror or str(err), str(self.folder.tensorboard)) from None
+        if self._scalars is not None:
+            self._scalars.add(metrics, step)
 
     def flush(self) -> None:
-        if self._writer is not None:
-            with self._naming_tensorboard():
-                self._writer.flush()
+        if self._scalars is not None:
+            self._scalars.flush()
 
     def close(self) -> None:
         """Close TensorBoard's writer and release the folder's lock, the lock even when closing the writer fails
         (a full disk): a run never leaves ``run.lock`` behind."""
         try:
-            if self._writer is not None:
-                writer, self._writer = self._writer, None
-                with self._naming_tensorboard():
-                    writer.close()
+            if self._scalars is not None:
+                self._scalars.close()
         finally:
             if self.lock is not None:
                 self.lock.release()
