@@ -1,6 +1,7 @@
 """scripts/device_bundle_ray.py, device_bundle.py's Ray option (``build --with-ray``, the device's ``ray`` step): the
 Ray commands carry every Ray file once, each command under the transfer limit with at most 8 paths; a missing Ray
-section or a corrupt part is one line (exit 2), also from the script run as a program; and (slow: downloads from the package registry once into the wheel cache, then reuses
+section or a corrupt part is one line (exit 2), also from the script run as a program; both scripts load with
+the standard library only; and (slow: downloads from the package registry once into the wheel cache, then reuses
 it) the Ray wheels, cut into parts and joined back byte for byte, install offline into a clean Python 3.12 target
 where ``ray.rllib`` imports and a Ray session runs a task. ``import ecpo_train.rllib`` itself needs torch (no
 Python 3.12 torch here): tests/test_rllib_gpu.py runs the engine on this interpreter with only the device's
@@ -68,7 +69,19 @@ def test_the_script_run_from_the_checkout_reports_a_ray_error_in_one_line(tmp_pa
     done = subprocess.run([sys.executable, "scripts/device_bundle.py", "ray", "--bundle", str(tmp_path)], cwd=ROOT,
                           capture_output=True, text=True, check=False)
     assert (done.returncode, done.stdout) == (2, "")
-    assert done.stderr == f"error: {tmp_path / 'manifest.json'} has no Ray wheels: build the bundle with `build --with-ray`\n"
+    assert done.stderr == (f"error: {tmp_path / 'manifest.json'} has no Ray wheels: build the bundle with "
+                           "`build --with-ray`\n")
+
+
+def test_both_scripts_import_only_the_standard_library_and_each_other_at_load():
+    """They run on the device before anything is installed (build-time helpers import more, inside functions)."""
+    import ast
+
+    for name in ("device_bundle", "device_bundle_ray"):
+        tree = ast.parse((ROOT / "scripts" / f"{name}.py").read_text())
+        loaded = {alias.name.split(".")[0] for node in tree.body if isinstance(node, ast.Import) for alias in node.names}
+        loaded |= {node.module.split(".")[0] for node in tree.body if isinstance(node, ast.ImportFrom) and node.module}
+        assert loaded - set(sys.stdlib_module_names) - {"__future__", "device_bundle"} == set(), name
 
 
 def test_a_corrupt_ray_part_is_one_line_and_nothing_is_installed(tmp_path, capsys):
