@@ -2,16 +2,18 @@
 ``paper_benchmarks``): each arm in a process of its own so that several share one GPU side by side, or one after
 the other in this process.
 
-An arm is a program's function ``runner(spec, plan) -> result`` (``spec``: a JSON dict holding at least ``arm``,
-``deadline`` (``time.time()``) and ``reserve``, the seconds of its closing validation). It runs its first
+An arm is a program's module-level function ``runner(spec, plan) -> result`` (the arm process imports it by name;
+``spec``: a JSON dict holding at least ``arm``, ``deadline`` (``time.time()``) and ``reserve``, the seconds of its
+closing validation). It runs its first
 iteration, then calls ``plan(first_wall, build_seconds)`` for ``(N, seconds the arms after it still need)``: N
 is decided once for every arm, so the arms pair, by the program's ``decide(first_walls, builds)``.
+:func:`train_arm` runs an arm's iterations within its deadline (a resumed arm continues its rows).
 
 - Side by side (:func:`run_side_by_side`): each arm process (``python -m benchmarks.arms SPEC``) writes its first
   iteration's time to ``ARM.first`` and waits for ``ARM.plan``, which the launcher writes once every arm still
   running has reported (``decide`` sees them all: the slowest sizes N). An arm that fails stops the others, and
   the failure names the arm with its log's last line (a library's ``ValueError``/``OSError`` is one
-  ``error: ...`` line, exit 2). Each arm's output goes to ``LOGS-ARM.log`` (appended: a resumed program keeps
+  ``error: ...`` line, exit 2); arms still running 60 s past their deadline are stopped too. Each arm's output goes to ``LOGS-ARM.log`` (appended: a resumed program keeps
   the earlier commands' lines).
 - One after the other (:func:`run_one_after_another`): the first arm's plan decides N; each arm is told the
   seconds the later arms need (a build, N iterations, a closing validation each).
@@ -36,6 +38,7 @@ import numpy as np
 from benchmarks.gpu_learning import ROOT, iteration_figures
 
 POLL_SECONDS = 0.2
+HEADER = "\n== "  # opens each command's lines in an arm's log
 # a plan: (first iteration's wall seconds, the trainer's build seconds) -> (N, seconds the later arms still need)
 Plan = Callable[[float, float], tuple[int, float]]
 Runner = Callable[[dict[str, Any], Plan], dict[str, Any]]
@@ -89,10 +92,11 @@ def run_one_after_another(specs: list[dict[str, Any]], runner: Runner, decide: D
     N (``decide([first_wall], [build])``); arm k is told the seconds the arms after it need."""
     decided: list[int] = []
     for k, spec in enumerate(specs):
-        def plan(first_wall: float, build: float, later: int = len(specs) - k - 1) -> tuple[int, float]:
+        def plan(first_wall: float, build: float, later: int = len(specs) - k - 1,
+                 reserve: float = spec["reserve"]) -> tuple[int, float]:
             if not decided:
                 decided.append(decide([first_wall], [build]))
-            return decided[0], later * (decided[0] * first_wall + spec["reserve"] + build)
+            return decided[0], later * (decided[0] * first_wall + reserve + build)
 
         keep(spec["arm"], runner(spec, plan))
 
@@ -111,7 +115,7 @@ def run_side_by_side(specs: list[dict[str, Any]], runner: Runner, work: Path, de
             (work / f"{arm}.{suffix}").unlink(missing_ok=True)
         _write(work / f"{arm}.spec", spec | {"runner": _name_of(runner)})
         with open(f"{logs}-{arm}.log", "a") as log:
-            log.write(f"== {time.strftime('%Y-%m-%d %H:%M:%S')}: arm {arm}\n")
+            log.write(f"{HEADER}{time.strftime('%Y-%m-%d %H:%M:%S')}: arm {arm}\n")
             log.flush()
             procs[arm] = subprocess.Popen([sys.executable, "-m", __spec__.name, str(work / f"{arm}.spec")],
                                           cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
@@ -160,8 +164,9 @@ def _wait_for(path: Path, deadline: float) -> Any:
 
 
 def _last_line(logs: Path, arm: str) -> str:
-    lines = Path(f"{logs}-{arm}.log").read_text().strip().splitlines()
-    return lines[-1] if len(lines) > 1 else "no output"
+    """The last line this command's arm process wrote (after its header; earlier commands' lines come before)."""
+    lines = Path(f"{logs}-{arm}.log").read_text().split(HEADER)[-1].strip().splitlines()[1:]
+    return lines[-1] if lines else "no output"
 
 
 def main(argv: list[str] | None = None) -> int:
