@@ -150,9 +150,10 @@ def _name_of(runner: Runner) -> str:
 
 
 def _write(path: Path, value: Any) -> None:
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(json.dumps(value))
-    partial.replace(path)
+    """``value`` as JSON, the file replaced whole: the other side never reads half of it."""
+    from ecpo_train.policies.atomic import write_text
+
+    write_text(path, json.dumps(value))
 
 
 def _wait_for(path: Path, deadline: float) -> Any:

@@ -49,9 +49,12 @@ def validate(trainer: Any, sets: dict[str, tuple[str, dict, list[str]]]) -> tupl
 
 def run_arm(spec: dict[str, Any], plan: Plan) -> dict[str, Any]:
     """One arm, run by ``benchmarks.arms`` in a process of its own (``spec``: the arms' config, the out folder, the
-    validation ``sets``): a trainer from the warm start (resumed from its checkpoint where one exists), iterations up to the plan (decided once for every arm from their first
-    iterations) with a checkpoint and ``OUT/arm_<arm>.json`` after each, and the closing validation once the
-    plan is done; returns the arm's result."""
+    validation ``sets``): a trainer from the warm start (resumed from its checkpoint where one exists), iterations
+    up to the plan (decided once for every arm from their first iterations) with a checkpoint and
+    ``OUT/arm_<arm>.json`` (written whole) after each, and the closing validation once the plan is done; returns
+    the arm's result."""
+    from ecpo_train.policies.atomic import write_text
+
     out, arm = Path(spec["out"]), spec["arm"]
     path = out / f"arm_{arm}.json"
     state = json.loads(path.read_text()) if path.is_file() else {"result": {"per_iteration": []}}
@@ -65,7 +68,7 @@ def run_arm(spec: dict[str, Any], plan: Plan) -> dict[str, Any]:
     def write(stopped: str | None = None) -> None:
         state["result"] = {"iterations_done": len(rows), "per_iteration": rows, "rates": mean_figures(rows)} | (
             {"stopped": stopped} if stopped else {})
-        path.write_text(json.dumps(state, indent=1) + "\n")
+        write_text(path, json.dumps(state, indent=1) + "\n")  # what a second command continues from
 
     def save() -> None:
         trainer.save_checkpoint()
