@@ -12,8 +12,8 @@ question on that setting, in one command of at most 10 minutes:
    seed (the first iteration's rollouts are the same for every arm), N iterations, then both validations again.
    N is the same for every arm, sized from the first iteration so every arm and its closing validations fit the
    time limit (``--iterations`` fixes it instead). On CUDA the arms run side by side, each in a process of its own
-   on the one GPU (``--parallel``, the default there; ``benchmarks/gpu_comparison_arms.py``); elsewhere one after
-   the other;
+   on the one GPU (``--parallel``, the default there), elsewhere one after the other, both through
+   ``benchmarks/arms.py`` (the arms' launcher every comparison program shares);
 4. the report (``benchmarks/gpu_comparison_report.py``): each arm's success before and after, each later arm against
    the first on the same episodes after training, at both temperatures; each arm's regime (the share of anchors
    whose gate was open, lucky singletons per batch); the outcomes per household; and how many seed pairs one
@@ -57,7 +57,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import RESULTS, ArgumentParser, fail, refuse_without_cuda, rescore, write_report
-from benchmarks.gpu_comparison_arms import build_trainer, run_arm, run_side_by_side, validate_both
+from benchmarks.arms import build_trainer, run_one_after_another, run_side_by_side
+from benchmarks.gpu_comparison_arms import run_arm, validate_both
 from benchmarks.gpu_comparison_report import render, score
 from benchmarks.gpu_learning import DEFAULT_MODEL, ROOT, learning_overrides, write_smoke_model
 from benchmarks.gpu_run import device_facts
@@ -155,39 +156,30 @@ def run(args: argparse.Namespace, work: Path, out: Path, configs: tuple[Any, Any
     # side by side, each arm may be up to len(arms) times slower than alone: its closing validations too
     reserve = closing_seconds(seconds * (len(args.arms) if args.parallel else 1))
     specs = [spec | {"reserve": reserve} for spec in specs]
-    if args.parallel:
-        def decide(walls: list[float], builds: list[float]) -> int:
-            report["iterations"] = args.iterations or min(args.max_iterations, iterations_that_fit(
-                deadline - time.time(), max(walls), seconds * len(args.arms), 0.0, 1))
-            return report["iterations"]
 
-        results, failed = run_side_by_side(specs, work, decide, out.with_suffix(""))
-        for arm in args.arms:
-            if arm in results:
-                keep(report, arm, results[arm])
+    def decide(walls: list[float], builds: list[float]) -> int:
+        if args.parallel:  # the slowest arm's first iteration; the closing validations side by side
+            n = iterations_that_fit(deadline - time.time(), max(walls), seconds * len(args.arms), 0.0, 1)
+        else:  # the first arm's; the later arms each build, run N iterations and validate after it
+            n = iterations_that_fit(deadline - time.time(), walls[0], seconds, builds[0], len(args.arms))
+        report["iterations"] = args.iterations or min(args.max_iterations, n)
+        return report["iterations"]
+
+    def kept(arm: str, result: dict[str, Any]) -> None:
+        keep(report, arm, result)
+        save(report, out)
+
+    if args.parallel:
+        failed = run_side_by_side(specs, run_arm, work, decide, out.with_suffix(""), kept)
         if failed:
-            report["stopped"] = failed
+            report["stopped"] = str(failed)
     else:
-        for k, spec in enumerate(specs):
-            keep(report, spec["arm"], run_arm(spec, sequential_plan(args, report, k, deadline)))
-            save(report, out)
+        run_one_after_another(specs, run_arm, decide, kept)
     report["seconds"] = time.monotonic() - started
     if report["window_plan"]:
         report["window_plan"]["measured_pair_seconds"] = report["seconds"]
     save(score(report), out)
     return report
-
-
-def sequential_plan(args: argparse.Namespace, report: dict[str, Any], k: int, deadline: float) -> Any:
-    """Arm ``k``'s plan one arm after the other: N (sized by the first arm's first iteration unless
-    ``--iterations`` fixed it) and the seconds the later arms need (a build, N iterations, closing validations)."""
-    def plan(first_wall: float, build: float) -> tuple[int, float]:
-        if report["iterations"] is None:
-            report["iterations"] = min(args.max_iterations, iterations_that_fit(
-                deadline - time.time(), first_wall, report["validation_seconds"], build, len(args.arms)))
-        n = report["iterations"]
-        return n, (len(args.arms) - k - 1) * (n * first_wall + closing_seconds(report["validation_seconds"]) + build)
-    return plan
 
 
 def keep(report: dict[str, Any], arm: str, result: dict[str, Any]) -> None:

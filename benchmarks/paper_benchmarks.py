@@ -11,9 +11,10 @@ One program, three environments (``--env``), each run the same way in commands o
    and after pair episode by episode;
 3. for each arm (``--arms``, default ``ecpo gigpo_std``), a trainer from the warm start with that estimator and
    the same seed, at the paper's shape (16 groups x 8; ALFWorld's 50 steps), in its own process beside the
-   others on the same device (the sampler is host-bound: ``benchmarks/results/generation_profile.json``). The
-   first arm sizes the iterations of every arm from its first iteration's time, so that every arm and its
-   closing validation end inside ``--total-time`` (``gpu_comparison.iterations_that_fit``);
+   others on the same device (the sampler is host-bound: ``benchmarks/results/generation_profile.json``), through
+   the arms' launcher ``gpu_comparison`` shares (``benchmarks/arms.py``; each arm's output in ``OUT/arm-ARM.log``;
+   an arm that fails stops the others). The slowest arm's first iteration sizes the iterations of every arm, so
+   that every arm and its closing validation end inside ``--total-time`` (``gpu_comparison.iterations_that_fit``);
 4. validation after, on the same episodes; the paper's table (ALFWorld: Pick, Clean, Cool, Look, Heat, Pick2,
    All; WebShop: score / success; search-QA: exact match per set) before and after, each change with its
    paired interval (``paper_benchmarks_report``).
@@ -66,8 +67,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -77,20 +76,15 @@ from typing import Any
 import numpy as np
 
 from benchmarks import ArgumentParser, fail, refuse_without_cuda, rescore, write_report
+from benchmarks.arms import Failure, build_trainer, run_side_by_side
 from benchmarks.gpu_comparison import iterations_that_fit
-from benchmarks.gpu_window import closing_seconds
-from benchmarks.gpu_learning import (
-    DEFAULT_MODEL,
-    iteration_figures,
-    learning_overrides,
-    mean_figures,
-    write_smoke_model,
-)
+from benchmarks.gpu_learning import DEFAULT_MODEL, learning_overrides, write_smoke_model
 from benchmarks.gpu_run import device_facts
+from benchmarks.gpu_window import closing_seconds
+from benchmarks.paper_benchmarks_arms import REPORT, run_arm, validate
 from benchmarks.paper_benchmarks_report import render, score
 
-REPORT = "report.json"
-PLAN = "plan.json"  # the iterations every arm runs, fixed by the first arm's first iteration
+PLAN = "plan.json"  # the iterations every arm runs, fixed once by the slowest arm's first iteration
 
 
 @dataclass(frozen=True)
@@ -211,36 +205,6 @@ def training_tasks(config: Any, spec: Benchmark) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------- stages
-def validate(trainer: Any, sets: dict[str, tuple[str, dict, list[str]]]) -> tuple[list[dict], float]:
-    """Every validation set once, through the trainer's own validation pass (``builders.validation_outcome``:
-    the validation temperature, the draws fixed by (seed, copy, step)), each set on its own environment; the
-    episodes (``paper_benchmarks_report`` module docstring) and the seconds taken. Each set is also recorded
-    in the arm's ``validation.jsonl`` under its name."""
-    from ecpo_gym.group import GroupVectorEnv
-    from ecpo_train.core.tasks import validation_seed
-    from ecpo_train.runtime.builders import validation_outcome
-
-    started = time.perf_counter()
-    cfg, episodes = trainer.config, []
-    for name, (env_id, env_kwargs, tasks) in sets.items():
-        env_kwargs = {**env_kwargs, **{k: v for k, v in cfg.env_kwargs.items() if k == "max_steps"}}
-        config = dataclasses.replace(cfg, env_id=env_id, env_kwargs=env_kwargs)
-        envs = GroupVectorEnv(env_id, len(tasks), cfg.val_episodes_per_task, env_kwargs=env_kwargs)
-        try:
-            played, _ = validation_outcome(trainer.policy, config, envs, tasks, validation_seed(cfg.seed))
-        finally:
-            envs.close()
-        trainer.metrics_log.append_validation(trainer.iteration, played, tasks=name)
-        copies: dict[str, int] = {}
-        for e in played:
-            copies[e.task_id] = copies.get(e.task_id, -1) + 1
-            graded = next((e.final_info[k] for k in ("score", "em") if e.final_info.get(k) is not None), e.won)
-            episodes.append({"set": name, "task": e.task_id, "copy": copies[e.task_id], "type": e.task_type,
-                             "won": int(e.won), "score": float(graded), "invalid": int(e.invalid_steps),
-                             "steps": int(e.length)})
-    return episodes, time.perf_counter() - started
-
-
 class Stages:
     """The out folder: ``report.json`` (every stage's results) and the files beside it (the warm start's model,
     the plan, each arm's run folder and ``arm_<name>.json``)."""
@@ -248,7 +212,10 @@ class Stages:
     def __init__(self, out: Path) -> None:
         self.out = out
         self.path = out / REPORT
-        self.report: dict[str, Any] = json.loads(self.path.read_text()) if self.path.is_file() else {}
+        try:
+            self.report: dict[str, Any] = json.loads(self.path.read_text()) if self.path.is_file() else {}
+        except ValueError as error:  # (a folder another program wrote, or a file cut short)
+            raise ValueError(f"{self.path} cannot be read ({error}): give another --out") from None
 
     def save(self) -> None:
         for arm in self.report.get("arms", []):
@@ -265,80 +232,29 @@ class Stages:
         return json.loads(path.read_text())["iterations"] if path.is_file() else None
 
 
-def run_arm(args: argparse.Namespace, arm: str, config: Any, stages: Stages, sets: dict, deadline: float) -> None:
-    """One arm: a trainer from the warm start (resumed from its checkpoint where one exists), iterations up to
-    the plan (the first arm fixes the plan from its first iteration; the others wait for it), a checkpoint after
-    every iteration, and the closing validation once the plan is done; writes ``OUT/arm_<arm>.json``."""
-    from ecpo_train.runtime.trainer import Trainer
-
-    out = stages.out
-    result_path = out / f"arm_{arm}.json"
-    state = json.loads(result_path.read_text()) if result_path.is_file() else {"result": {"per_iteration": []}}
-    if "after" in state:
-        return
-    rows = state["result"]["per_iteration"]
-    report = stages.report
-    run_dir = out / f"run_{arm}"
-    trainer = Trainer(dataclasses.replace(config, model=str(out / "sft_model"), algorithm=arm, run_dir=str(run_dir),
-                                          train_tasks=report["train_tasks"]))
-    if args.device.startswith("cuda"):
-        trainer.policy.score_batch_size = args.score_batch
-    if trainer.folder.checkpoint().is_file():
-        trainer.load_checkpoint()
-    reserve = closing_seconds(report["validation_seconds"])
-
-    def write(stopped: str | None = None) -> None:
-        state["result"] = {"iterations_done": len(rows), "per_iteration": rows, "rates": mean_figures(rows)} | (
-            {"stopped": stopped} if stopped else {})
-        result_path.write_text(json.dumps(state, indent=1) + "\n")
-
-    try:
-        while True:
-            planned = stages.plan()
-            if planned is not None and len(rows) >= planned:
-                break
-            if planned is None and rows and arm != report["arms"][0]:
-                while stages.plan() is None and time.time() < deadline:  # the first arm fixes the plan
-                    time.sleep(1.0)
-                continue
-            if rows and time.time() + float(np.mean([r["wall"] for r in rows])) + reserve > deadline:
-                write(f"time limit after {len(rows)} iterations: run the command again to continue")
-                return
-            started = time.time()
-            rows.append(iteration_figures(trainer.train_iteration()) | {"wall": 0.0})
-            trainer.save_checkpoint()
-            rows[-1]["wall"] = time.time() - started
-            if planned is None and arm == report["arms"][0]:  # sized from this first iteration
-                left = args.total_time - report["seconds_spent"] - (time.time() - report["command_started"])
-                n = iterations_that_fit(left, rows[0]["wall"], report["validation_seconds"], 0.0, 1)
-                (out / PLAN).write_text(json.dumps({"iterations": min(args.max_iterations, n)}) + "\n")
-            write()
-        state["after"], _ = validate(trainer, sets)
-        write()
-    finally:
-        trainer.close()
-
-
-def run(args: argparse.Namespace) -> dict[str, Any]:
+def run(args: argparse.Namespace) -> Failure | None:
+    """Every stage not yet in ``OUT`` (module docstring), the arms side by side (``benchmarks.arms``); an arm's
+    failure, if one (the others were stopped)."""
     from ecpo_train.runtime.sft import SFT_SUMMARY, run_sft
-    from ecpo_train.runtime.trainer import Trainer
 
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
+    stages = Stages(out)
+    report = stages.report
     config, overrides = load_configs(args, out)
     if not (out / "tiny" / "config.json").is_file():  # (under --smoke; a second command keeps the first one's)
         write_smoke_model(args, out)
     spec = BENCHMARKS[args.env]
     sets = validation_tasks(spec, args.smoke)
-    stages = Stages(out)
-    report = stages.report
     started = time.time()
     report.setdefault("seconds_spent", 0.0)
     report |= {"benchmark": args.env, "title": spec.title, "smoke": args.smoke, "arms": args.arms,
                "overrides": overrides, "seed": config.seed, "val_episodes_per_task": config.val_episodes_per_task,
                "environment": device_facts(args.device), "command_started": started,
                "time_limit": args.time_limit, "total_time": args.total_time}
-    deadline = started + args.time_limit
+    base = {"preset": spec.preset, "overrides": [*overrides, f"run_dir={out / 'arm'}"], "device": args.device,
+            "score_batch": args.score_batch}
+    failed = None
     try:
         if "train_tasks" not in report:
             try:
@@ -355,111 +271,38 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "seconds": time.time() - sft_started}
             stages.save()
         if "before" not in report.get("episodes", {}):
-            trainer = Trainer(dataclasses.replace(config, model=str(out / "sft_model"), run_dir=str(out / "run_before")))
+            trainer, _ = build_trainer(base, model=str(out / "sft_model"), run_dir=str(out / "run_before"))
             try:
-                if args.device.startswith("cuda"):
-                    trainer.policy.score_batch_size = args.score_batch
                 before, seconds = validate(trainer, sets)
             finally:
                 trainer.close()
             report.setdefault("episodes", {})["before"] = before
             report["validation_seconds"] = seconds
-            stages.save()
         stages.save()  # the arm processes read the stages so far
-        children = [subprocess.Popen([sys.executable, "-m", __spec__.name, *args.argv, "--only-arm", arm,
-                                      "--deadline", str(deadline)], env=os.environ.copy()) for arm in args.arms[1:]]
-        try:
-            run_arm(args, args.arms[0], config, stages, sets, deadline)
-        finally:
-            codes = [child.wait() for child in children]
-        if any(codes):
-            report["arm_errors"] = {a: c for a, c in zip(args.arms[1:], codes) if c}
+
+        def decide(walls: list[float], builds: list[float]) -> int:
+            """N from the slowest arm's first iteration, once (``OUT/plan.json``; a second command keeps it)."""
+            if stages.plan() is None:
+                left = args.total_time - report["seconds_spent"] - (time.time() - started)
+                n = iterations_that_fit(left, max(walls), report["validation_seconds"], 0.0, 1)
+                (out / PLAN).write_text(json.dumps({"iterations": min(args.max_iterations, n)}) + "\n")
+            return stages.plan()
+
+        arms = [base | {"arm": arm, "out": str(out), "sets": sets,
+                        "deadline": started + args.time_limit, "reserve": closing_seconds(report["validation_seconds"])}
+                for arm in args.arms]
+        failed = run_side_by_side(arms, run_arm, out / "arms", decide, out / "arm", lambda arm, result: None)
+        if failed:
+            report["arm_errors"] = {failed.arm: str(failed)}
     finally:
         report["seconds_spent"] += time.time() - started
         report["iterations_planned"] = stages.plan()
         stages.save()
-    return report
-
-
-def only_arm(args: argparse.Namespace) -> None:
-    """An arm process started by :func:`run` (``--only-arm``): the same config, the report's stages so far."""
-    config, _ = load_configs(args, args.out)
-    stages = Stages(args.out)
-    run_arm(args, args.only_arm, config, stages, validation_tasks(BENCHMARKS[args.env], args.smoke), args.deadline)
-
-
-# ---------------------------------------------------------------------------------------------- CPU baselines
-BASELINE_MANIFEST = "alfworld_valid_seen_by_type"  # valid_seen, one group per task type: --limit K = K per type
-UNTRAINED = "SmolLM2-135M-Instruct, untrained (scoring)"
-
-
-def leaderboard_baselines(args: argparse.Namespace) -> dict[str, Any]:
-    """The untrained model, then the warm start (stage 1), through ``ecpo leaderboard`` on the first
-    ``--leaderboard-games`` games of each ALFWorld task type of ``valid_seen`` (one seed, the validation
-    temperature), each as a checkpoint of the benchmark's policy; ``OUT/baselines.json`` after each (with
-    ``--report-only``, only that file, from the episodes played so far)."""
-    from ecpo_train.runtime.sft import SFT_SUMMARY, run_sft
-    from ecpo_train.evaluation.command import run_leaderboard
-    from ecpo_train.evaluation.options import LeaderboardOptions
-    from ecpo_train.runtime.trainer import Trainer
-
-    if args.env != "alfworld":
-        fail("--leaderboard-games evaluates real ALFWorld games: give --env alfworld")
-    out: Path = args.out
-    config, _ = load_configs(args, out)
-    spec = BENCHMARKS[args.env]
-    warm = f"SmolLM2-135M-Instruct, warm start on {6 * args.sft_per_type} train games (scoring)"
-    for name, folder in ((UNTRAINED, "untrained"), (warm, "warm_start")):
-        if args.report_only:
-            break
-        model = config.model
-        if folder == "warm_start":
-            model = str(out / "sft_model")
-            if not (out / "sft_model" / SFT_SUMMARY).is_file():
-                tasks = warm_start_tasks(spec, training_tasks(config, spec), args.sft_per_type)
-                started = time.time()
-                run_sft(dataclasses.replace(config, train_tasks=tasks), episodes=len(tasks), epochs=args.sft_epochs,
-                        lr=args.sft_lr, out=out / "sft_model", batch_size=args.sft_batch)
-                (out / "sft_model" / "seconds.json").write_text(json.dumps({"seconds": time.time() - started}))
-        if not (out / folder / "checkpoint.pt").is_file():
-            trainer = Trainer(dataclasses.replace(config, model=model, run_dir=str(out / folder), n_groups=1,
-                                                  group_size=2))
-            trainer.save_checkpoint()
-            trainer.close()
-        options = LeaderboardOptions(agent="checkpoint", checkpoint=str(out / folder), manifest=[BASELINE_MANIFEST],
-                                     limit=args.leaderboard_games, seeds=1, out_dir=str(out / "leaderboard"),
-                                     name=name, device=args.device, progress=False)
-        print(run_leaderboard(options)["markdown"])
-        write_baselines(out)
-    return write_baselines(out)
-
-
-def write_baselines(out: Path) -> dict[str, Any]:
-    """``OUT/baselines.json``: the leaderboard's table per agent, every episode's steps and seconds, the warm
-    start's summary, and the machine's load (``os.getloadavg`` now; ``OUT/load.log``'s ``uptime`` lines where the
-    operator sampled them during the run): the timings are only read beside it."""
-    from ecpo_train.evaluation.runner import collect_records, write_reports
-
-    folder = out / "leaderboard"
-    summary = {"tables": write_reports(folder)["markdown"], "agents": {}, "load_now": os.getloadavg(),
-               "cpu_count": os.cpu_count()}
-    for run_dir in sorted(p for p in folder.iterdir() if p.is_dir()):
-        records = collect_records(run_dir)
-        if records:
-            summary["agents"][records[0]["agent"]] = [
-                {k: r[k] for k in ("task_id", "task_type", "success", "steps", "seconds")} for r in records]
-    for name in ("sft_model/sft.json", "sft_model/seconds.json"):
-        if (out / name).is_file():
-            summary.setdefault("warm_start", {}).update(json.loads((out / name).read_text()))
-    if (out / "load.log").is_file():
-        summary["load_samples"] = (out / "load.log").read_text().splitlines()
-    (out / "baselines.json").write_text(json.dumps(summary, indent=1) + "\n")
-    return summary
+    return failed
 
 
 # ---------------------------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
     parser = ArgumentParser(__spec__.name, description=__doc__.split("\n\n")[0])
     parser.add_argument("--env", choices=sorted(BENCHMARKS), default="alfworld")
     parser.add_argument("--out", type=Path, default=None, help="the out folder (a second command continues it)")
@@ -486,10 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rescore", type=Path, default=None, metavar="JSON",
                         help="recompute the paired tests of a returned report.json (where scipy is) and write it "
                              "with its markdown to --out")
-    parser.add_argument("--only-arm", default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--deadline", type=float, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    args.argv = list(argv)
     if args.rescore is not None:
         rescore(args.rescore, args.out, "episodes", "it holds no validation episodes", score, render)
         return 0
@@ -507,15 +347,20 @@ def main(argv: list[str] | None = None) -> int:
         args.sft_per_type = 1 if args.smoke else (16 if args.device.startswith("cuda") else 2)
     if args.smoke:
         args.sft_epochs, args.max_iterations, args.val_episodes = 1, 2, 1
-    if args.only_arm is not None:
-        only_arm(args)
-        return 0
-    if args.leaderboard_games is not None:
-        leaderboard_baselines(args)
-        return 0
-    report = run(args)
+    try:
+        if args.leaderboard_games is not None:
+            from benchmarks.paper_baselines import leaderboard_baselines
+
+            leaderboard_baselines(args)
+            return 0
+        failed = run(args)
+    except (ValueError, OSError) as error:  # the library's refusal: a damaged checkpoint, a model that won't load
+        fail(" ".join(str(error).split()))
     print(f"wrote {args.out / REPORT} and {(args.out / REPORT).with_suffix('.md')}")
-    return 1 if report.get("arm_errors") else 0
+    if failed:
+        print(f"error: arm {failed}", file=sys.stderr)
+        return 2 if failed.code == 2 else 1  # the arm's own one-line refusal, or a crash (its log says more)
+    return 0
 
 
 if __name__ == "__main__":

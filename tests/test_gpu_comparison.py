@@ -11,7 +11,8 @@ import pytest
 from conftest import TOKENIZER_DIR
 
 from benchmarks import gpu_comparison, gpu_window
-from benchmarks.gpu_comparison_arms import run_side_by_side
+from benchmarks.arms import run_side_by_side
+from benchmarks.gpu_comparison_arms import run_arm
 from benchmarks.gpu_comparison_report import households, split_parts
 
 
@@ -102,8 +103,10 @@ STEADY = ("num_steps", "success", "credit/gated_fraction", "credit/num_lucky_sin
 def test_an_arm_process_that_fails_is_reported_in_one_line(tmp_path):
     spec = {"arm": "ecpo", "preset": "no_such_preset", "overrides": [], "device": "cpu", "score_batch": 8,
             "deadline": 1e12, "reserve": 0.0}
-    results, failed = run_side_by_side([spec], tmp_path, lambda walls, builds: 1, tmp_path / "out")
-    assert results == {} and failed.startswith("ecpo: its process exited 1 (") and "no_such_preset" in failed
+    kept = {}
+    failed = run_side_by_side([spec], run_arm, tmp_path, lambda walls, builds: 1, tmp_path / "out", kept.__setitem__)
+    # the library's refusal is the arm's one `error:` line and exit 2, named in the launcher's one line
+    assert kept == {} and str(failed).startswith("ecpo: its process exited 2 (error: ") and "no_such_preset" in str(failed)
 
 
 def test_a_bad_preset_seed_or_model_is_one_line(capsys, tmp_path):

@@ -85,6 +85,22 @@ def test_bad_arguments_are_one_line(capsys, argv, words):
     assert stop.value.code == 2 and len(err.splitlines()) == 1 and words in err, err
 
 
+def test_a_refusal_of_the_library_is_one_line_not_a_traceback(capsys, tmp_path):
+    # an out folder whose report.json is cut short, and a model folder that does not load (WebShop needs no data):
+    # the ValueError/OSError the library raises is the command's one `error:` line and exit 2
+    (tmp_path / "cut").mkdir()
+    (tmp_path / "cut" / "report.json").write_text("{")
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    for argv, words in ((["--smoke", "--out", str(tmp_path / "cut")], "report.json cannot be read"),
+                        (["--env", "webshop", "--model", str(tmp_path / "model"), "--sft-per-type", "1",
+                          "--out", str(tmp_path / "out")], "tokenizer")):
+        with pytest.raises(SystemExit) as stop:
+            program.main(["--device", "cpu", *argv])
+        err = capsys.readouterr().err.strip()
+        assert stop.value.code == 2 and len(err.splitlines()) == 1 and err.startswith("error: ") and words in err, err
+
+
 def _needs_tokenizer() -> None:
     if not os.environ.get("ECPO_TOKENIZER_DIR") or not (TOKENIZER_DIR / "tokenizer.json").exists():
         pytest.skip(f"no Qwen2.5 tokenizer at {TOKENIZER_DIR} (set ECPO_TOKENIZER_DIR)")

@@ -1,0 +1,195 @@
+"""Arms run from one warm start, the one way every comparison program runs them (``gpu_comparison``,
+``paper_benchmarks``): each arm in a process of its own so that several share one GPU side by side, or one after
+the other in this process.
+
+An arm is a program's module-level function ``runner(spec, plan) -> result`` (the arm process imports it by name;
+``spec``: a JSON dict holding at least ``arm``, ``deadline`` (``time.time()``) and ``reserve``, the seconds of its
+closing validation). It runs its first
+iteration, then calls ``plan(first_wall, build_seconds)`` for ``(N, seconds the arms after it still need)``: N
+is decided once for every arm, so the arms pair, by the program's ``decide(first_walls, builds)``.
+:func:`train_arm` runs an arm's iterations within its deadline (a resumed arm continues its rows).
+
+- Side by side (:func:`run_side_by_side`): each arm process (``python -m benchmarks.arms SPEC``) writes its first
+  iteration's time to ``ARM.first`` and waits for ``ARM.plan``, which the launcher writes once every arm still
+  running has reported (``decide`` sees them all: the slowest sizes N). An arm that fails stops the others, and
+  the failure names the arm with its log's last line (a library's ``ValueError``/``OSError`` is one
+  ``error: ...`` line, exit 2); arms still running 60 s past their deadline are stopped too. Each arm's output goes to ``LOGS-ARM.log`` (appended: a resumed program keeps
+  the earlier commands' lines).
+- One after the other (:func:`run_one_after_another`): the first arm's plan decides N; each arm is told the
+  seconds the later arms need (a build, N iterations, a closing validation each).
+
+    python -m benchmarks.arms SPEC.json     # one arm process (the launcher starts it)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from benchmarks.gpu_learning import ROOT, iteration_figures
+
+POLL_SECONDS = 0.2
+HEADER = "\n== "  # opens each command's lines in an arm's log
+# a plan: (first iteration's wall seconds, the trainer's build seconds) -> (N, seconds the later arms still need)
+Plan = Callable[[float, float], tuple[int, float]]
+Runner = Callable[[dict[str, Any], Plan], dict[str, Any]]
+Decide = Callable[[list[float], list[float]], int]
+Keep = Callable[[str, dict[str, Any]], None]
+
+
+class Failure(NamedTuple):
+    """An arm that failed: its name, its process's exit status, its log's last line."""
+
+    arm: str
+    code: int
+    line: str
+
+    def __str__(self) -> str:
+        return f"{self.arm}: its process exited {self.code} ({self.line})"
+
+
+def build_trainer(spec: dict[str, Any], **fields: Any) -> tuple[Any, float]:
+    """The trainer a spec names (``preset`` and ``overrides``, then ``fields`` replaced on the config), with the
+    GPU's scoring batch (``score_batch``), and its build seconds."""
+    from ecpo_train.runtime.config import load_config
+    from ecpo_train.runtime.trainer import Trainer
+
+    started = time.monotonic()
+    trainer = Trainer(dataclasses.replace(load_config(spec["preset"], spec["overrides"]), **fields))
+    if spec["device"].startswith("cuda"):  # distinct (prompt, candidates) items per scoring forward
+        trainer.policy.score_batch_size = spec["score_batch"]
+    return trainer, time.monotonic() - started
+
+
+def train_arm(trainer: Any, rows: list[dict[str, float]], iterations: int, deadline: float, reserve: float,
+              after_each: Callable[[], None] | None = None) -> str | None:
+    """Iterations of ``trainer`` until ``rows`` (each iteration's figures with its wall time, appended in place; a
+    resumed arm's earlier ones too) holds ``iterations``, stopping early where the next one (at the mean wall so
+    far) and ``reserve`` would pass ``deadline`` (``time.time()``); ``after_each()`` after each iteration (a
+    checkpoint: its seconds count in the wall). Returns why it stopped early, if it did."""
+    while len(rows) < iterations:
+        if rows and time.time() + float(np.mean([r["wall"] for r in rows])) + reserve > deadline:
+            return f"time limit after {len(rows)} of {iterations} iterations"
+        started = time.monotonic()
+        rows.append(iteration_figures(trainer.train_iteration()) | {"wall": time.monotonic() - started})
+        if after_each is not None:
+            after_each()
+            rows[-1]["wall"] = time.monotonic() - started
+    return None
+
+
+def run_one_after_another(specs: list[dict[str, Any]], runner: Runner, decide: Decide, keep: Keep) -> None:
+    """Each spec's arm in this process, in order, ``keep(arm, result)`` after each; the first arm's plan decides
+    N (``decide([first_wall], [build])``); arm k is told the seconds the arms after it need."""
+    decided: list[int] = []
+    for k, spec in enumerate(specs):
+        def plan(first_wall: float, build: float, later: int = len(specs) - k - 1,
+                 reserve: float = spec["reserve"]) -> tuple[int, float]:
+            if not decided:
+                decided.append(decide([first_wall], [build]))
+            return decided[0], later * (decided[0] * first_wall + reserve + build)
+
+        keep(spec["arm"], runner(spec, plan))
+
+
+def run_side_by_side(specs: list[dict[str, Any]], runner: Runner, work: Path, decide: Decide, logs: Path,
+                     keep: Keep) -> Failure | None:
+    """Each spec's arm in a process of its own, all at once (their handshake files in ``work``); once every arm
+    still running has run its first iteration, ``decide(first_walls, builds)`` gives N and every arm is told it.
+    ``keep(arm, result)`` for each arm that finished; returns the first failure, if one (the others are then
+    stopped)."""
+    procs: dict[str, subprocess.Popen] = {}
+    work.mkdir(parents=True, exist_ok=True)
+    for spec in specs:
+        arm = spec["arm"]
+        for suffix in ("first", "plan", "result"):  # a folder a previous command used
+            (work / f"{arm}.{suffix}").unlink(missing_ok=True)
+        _write(work / f"{arm}.spec", spec | {"runner": _name_of(runner)})
+        with open(f"{logs}-{arm}.log", "a") as log:
+            log.write(f"{HEADER}{time.strftime('%Y-%m-%d %H:%M:%S')}: arm {arm}\n")
+            log.flush()
+            procs[arm] = subprocess.Popen([sys.executable, "-m", __spec__.name, str(work / f"{arm}.spec")],
+                                          cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    planned, failed, last_call = False, None, max(s["deadline"] for s in specs) + 60
+    while failed is None and not all(p.poll() == 0 for p in procs.values()):
+        failed = next((Failure(arm, p.returncode, _last_line(logs, arm))
+                       for arm, p in procs.items() if p.poll() not in (None, 0)), None)
+        if failed is None and time.time() > last_call:
+            failed = Failure("all", -1, "the arms ran past the time limit")
+        reported = [work / f"{arm}.first" for arm, p in procs.items() if p.poll() is None or
+                    (work / f"{arm}.first").exists()]  # an arm a resumed program had finished reports nothing
+        if failed is None and not planned and reported and all(f.exists() for f in reported):
+            walls, builds = zip(*(json.loads(f.read_text()) for f in reported))
+            n = decide(list(walls), list(builds))
+            for arm in procs:
+                _write(work / f"{arm}.plan", n)
+            planned = True
+        time.sleep(POLL_SECONDS)
+    for p in procs.values():
+        if p.poll() is None:
+            p.terminate()
+            p.wait()
+    for arm in procs:
+        if (work / f"{arm}.result").exists():
+            keep(arm, json.loads((work / f"{arm}.result").read_text()))
+    return failed
+
+
+def _name_of(runner: Runner) -> str:
+    """``module:function``, the module by the name it is imported under (a program run as ``__main__`` too)."""
+    return f"{sys.modules[runner.__module__].__spec__.name}:{runner.__qualname__}"
+
+
+def _write(path: Path, value: Any) -> None:
+    """``value`` as JSON, the file replaced whole: the other side never reads half of it."""
+    from ecpo_train.policies.atomic import write_text
+
+    write_text(path, json.dumps(value))
+
+
+def _wait_for(path: Path, deadline: float) -> Any:
+    while not path.exists():
+        if time.time() > deadline:
+            raise TimeoutError(f"no {path.name} by the deadline")
+        time.sleep(POLL_SECONDS)
+    return json.loads(path.read_text())
+
+
+def _last_line(logs: Path, arm: str) -> str:
+    """The last line this command's arm process wrote (after its header; earlier commands' lines come before)."""
+    lines = Path(f"{logs}-{arm}.log").read_text().split(HEADER)[-1].strip().splitlines()[1:]
+    return lines[-1] if lines else "no output"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """One arm process: its spec's runner, with its plan from the launcher; its result beside the spec."""
+    spec_path = Path((argv or sys.argv[1:])[0])
+    spec = json.loads(spec_path.read_text())
+    work, arm = spec_path.parent, spec["arm"]
+    module, name = spec["runner"].split(":")
+    runner = getattr(importlib.import_module(module), name)
+
+    def plan(first_wall: float, build: float) -> tuple[int, float]:
+        _write(work / f"{arm}.first", [first_wall, build])
+        return int(_wait_for(work / f"{arm}.plan", spec["deadline"])), 0.0
+
+    try:
+        result = runner(spec, plan)
+    except (ValueError, OSError) as error:  # the library's refusal (a damaged checkpoint, a preset not found)
+        print(f"error: {' '.join(str(error).split())}", flush=True)
+        return 2
+    _write(work / f"{arm}.result", result)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
