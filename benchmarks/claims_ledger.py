@@ -98,7 +98,8 @@ def ledger(rows: Sequence[Mapping[str, Any]]) -> str:
 
 UNIT_SHORT = (("paired validation episodes; one run", "1 run, {n} episodes"),
               ("paired validation episodes; one pair of runs", "1 seed pair, {n} episodes"),
-              ("training seeds", "{n} seeds"), ("training runs", "{planned} runs planned"))
+              ("training seeds", "{n} seeds"), ("training runs", "{planned} runs planned"),
+              ("games (one episode each)", "{n} games"))
 
 
 def unit_short(row: Mapping[str, Any]) -> str:

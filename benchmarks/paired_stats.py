@@ -382,6 +382,17 @@ def mcnemar_mde(n: float, discordant_share: float, alpha: float = ALPHA, power: 
     return float(optimize.brentq(needed, 1e-9, discordant_share, xtol=1e-10))
 
 
+def mde_from_none_won(n: int, alpha: float = ALPHA, power: float = POWER) -> tuple[int, float]:
+    """The MDE of ``n`` pairs whose first side won none: every changed pair is then a gain, ``gained ~
+    Binomial(n, d)``. Returned: the fewest gains that are shown (Tango's interval above 0 and McNemar's p below
+    ``alpha``) and the smallest rate ``d`` that reaches that many with probability ``power``."""
+    shown = lambda part: part["low"] > 0 and part["p"] < alpha
+    fewest = next((k for k in range(1, n + 1) if shown(paired_binary(k, 0, n, level=1 - alpha))), None)
+    if fewest is None:
+        return n + 1, float("nan")
+    return fewest, float(optimize.brentq(lambda d: stats.binom.sf(fewest - 1, n, d) - power, 1e-12, 1 - 1e-12))
+
+
 # ---------------------------------------------------------------------------------------------- success rates
 def wilson(successes: float, n: int, z: float = 1.96) -> tuple[float, float]:
     """Wilson score interval of the proportion ``successes / n`` (``(0, 1)`` without trials)."""

@@ -219,3 +219,15 @@ def test_the_clustered_interval_covers_where_tasks_differ_and_the_plain_one_does
         covered += by_task["low"] <= truth <= by_task["high"]
         covered_plain += low <= truth <= high
     assert covered / 300 >= 0.92 and covered_plain / 300 < 0.88
+
+
+def test_the_mde_where_the_first_side_won_nothing_is_the_rate_that_reaches_the_fewest_shown_gains():
+    # 24 games the untrained model lost: 5 gains of 24 are not shown (McNemar's exact p = 2 / 2**5 = 0.0625),
+    # 6 are (p = 0.031, Tango's interval above 0); the MDE is the win rate reaching 6 gains in 80 % of draws
+    fewest, rate = paired_stats.mde_from_none_won(24)
+    assert fewest == 6
+    assert paired_stats.paired_binary(5, 0, 24)["p"] == pytest.approx(0.0625)
+    assert paired_stats.paired_binary(6, 0, 24)["low"] > 0
+    assert stats.binom.sf(5, 24, rate) == pytest.approx(0.8, abs=1e-9)
+    draws = np.random.default_rng(0).binomial(24, rate, size=200_000)
+    assert np.mean(draws >= 6) == pytest.approx(0.8, abs=0.005)
