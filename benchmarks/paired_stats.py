@@ -1,7 +1,7 @@
 """Statistics shared by the benchmark reports: pairing by seed id, paired t-intervals, Holm, the MDE, the
 intervals and power of paired binary outcomes (Tango's score interval, Newcombe's beside it, McNemar's exact p,
-and the task-clustered interval), and the intervals of success rates (Wilson for one proportion; Newcombe and
-Wald for a difference of two independent ones).
+and the task-clustered interval). The intervals of one success rate or of two independent ones (Wilson, Newcombe,
+Wald) are ``benchmarks.rate_intervals``.
 
 Every method of a study trains on the same seeds (or, in the counterfactual benchmark, updates on the same
 batches), so method differences are paired: the interval of ``a - b`` is a one-sample t-interval over the
@@ -33,6 +33,8 @@ from typing import Any
 
 import numpy as np
 from scipy import optimize, stats
+
+from benchmarks.rate_intervals import wilson
 
 ALPHA = 0.05
 POWER = 0.8
@@ -391,28 +393,3 @@ def mde_from_none_won(n: int, alpha: float = ALPHA, power: float = POWER) -> tup
     if fewest is None:
         return n + 1, float("nan")
     return fewest, float(optimize.brentq(lambda d: stats.binom.sf(fewest - 1, n, d) - power, 1e-12, 1 - 1e-12))
-
-
-# ---------------------------------------------------------------------------------------------- success rates
-def wilson(successes: float, n: int, z: float = 1.96) -> tuple[float, float]:
-    """Wilson score interval of the proportion ``successes / n`` (``(0, 1)`` without trials)."""
-    if n == 0:
-        return (0.0, 1.0)
-    p = successes / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return (centre - half, centre + half)
-
-
-def newcombe(k1: int, n1: int, k2: int, n2: int) -> tuple[float, float]:
-    """95 % interval of p2 - p1 = k2/n2 - k1/n1 (Newcombe's hybrid score interval, from the two Wilson ones)."""
-    p1, p2 = k1 / n1, k2 / n2
-    (l1, u1), (l2, u2) = wilson(k1, n1), wilson(k2, n2)
-    diff = p2 - p1
-    return (diff - math.sqrt((p2 - l2) ** 2 + (u1 - p1) ** 2), diff + math.sqrt((u2 - p2) ** 2 + (p1 - l1) ** 2))
-
-
-def wald_diff(before: float, after: float, n: int, z: float = 1.96) -> tuple[float, float]:
-    """Wald interval of ``after - before`` for two independent proportions over ``n`` trials each."""
-    se = math.sqrt(before * (1 - before) / n + after * (1 - after) / n)
-    return (after - before - z * se, after - before + z * se)

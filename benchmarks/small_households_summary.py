@@ -29,14 +29,8 @@ import math
 from pathlib import Path
 
 from benchmarks import ArgumentParser
-from benchmarks.paired_stats import (
-    MisalignedCells,
-    newcombe,
-    paired_binary,
-    paired_outcomes,
-    wald_diff,
-    wilson,
-)
+from benchmarks.paired_stats import MisalignedCells, paired_binary, paired_outcomes
+from benchmarks.rate_intervals import newcombe, wald_diff, wilson
 from ecpo_train.policies.atomic import write_text
 
 ITERATION_KEYS = ("iteration", "success", "num_steps", "update/rows_computed", "update/rows_skipped",
