@@ -200,10 +200,10 @@ def real_alfworld_text(agents: Mapping[str, list[dict[str, Any]]]) -> str:
     seconds = sorted(g["seconds"] for g in untrained)  # the median untrained episode; the range by load in the JSON
     text = f"untrained {sum(g['success'] for g in untrained)}/{len(untrained)}"
     if warm is not None:
-        name, games = warm
+        games = warm[1]
         won = {g["task_id"]: g["success"] for g in games}
         part = paired_outcomes({g["task_id"]: g["success"] for g in untrained}, won, label="S10")
-        fewest, mde = mde_from_none_won(len(won))
+        _, mde = mde_from_none_won(len(won))
         detects = f"; detects {mde:.2f}" if not any(g["success"] for g in untrained) else ""
         text += (f", warm start {sum(won.values())}/{len(won)} ({part['diff']:+.2f} [{part['low']:+.2f}, "
                  f"{part['high']:+.2f}], p {part['p']:.2f}{detects})")
