@@ -203,8 +203,7 @@ def real_alfworld_text(agents: Mapping[str, list[dict[str, Any]]]) -> str:
         games = warm[1]
         won = {g["task_id"]: g["success"] for g in games}
         part = paired_outcomes({g["task_id"]: g["success"] for g in untrained}, won, label="S10")
-        _, mde = mde_from_none_won(len(won))
-        detects = f"; detects {mde:.2f}" if not any(g["success"] for g in untrained) else ""
+        detects = "" if any(g["success"] for g in untrained) else f"; detects {mde_from_none_won(len(won))[1]:.2f}"
         text += (f", warm start {sum(won.values())}/{len(won)} ({part['diff']:+.2f} [{part['low']:+.2f}, "
                  f"{part['high']:+.2f}], p {part['p']:.2f}{detects})")
     return (text + f", expert {sum(g['success'] for g in agents['expert'])}/{len(agents['expert'])}; "

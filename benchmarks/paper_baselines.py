@@ -68,7 +68,6 @@ def write_baselines(out: Path) -> dict[str, Any]:
     start's summary, and the machine's load (``os.getloadavg`` now; ``OUT/load.log``'s ``uptime`` lines where the
     operator sampled them during the run): the timings are only read beside it."""
     from ecpo_train.evaluation.runner import collect_records, write_reports
-    from ecpo_train.runtime.models import weights_sha256
 
     folder = out / "leaderboard"
     summary = {"tables": write_reports(folder)["markdown"], "agents": {}, "load_now": os.getloadavg(),
@@ -81,9 +80,8 @@ def write_baselines(out: Path) -> dict[str, Any]:
     for name in ("sft_model/sft.json", "sft_model/seconds.json"):
         if (out / name).is_file():
             summary.setdefault("warm_start", {}).update(json.loads((out / name).read_text()))
-    if "model" in summary.get("warm_start", {}):  # the base model by its folder's name and weights, not its path here
-        base = summary["warm_start"]["model"]
-        summary["warm_start"] |= {"model": Path(base).name, "model_weights_sha256": weights_sha256(base)}
+    if "model" in summary.get("warm_start", {}):  # by its folder's name (sft.json holds its weights' hash), not a path
+        summary["warm_start"]["model"] = Path(summary["warm_start"]["model"]).name
     if (out / "load.log").is_file():
         summary["load_samples"] = (out / "load.log").read_text().splitlines()
     (out / "baselines.json").write_text(json.dumps(summary, indent=1) + "\n")

@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from ecpo_train.apps.cli import app
 from ecpo_train.policies.parsing import parse_action
 from ecpo_train.runtime.config import make_config
+from ecpo_train.runtime.models import weights_sha256
 
 CORRIDOR = "ecpo/DivergentAnchor-v0"
 CORRIDOR_KWARGS = {"num_tasks": 6, "depth": 3}
@@ -86,6 +87,7 @@ def test_sft_lowers_held_out_loss_and_teaches_the_reply_format(tiny_model_dir, t
     summary = run_sft(config, episodes=12, epochs=10, lr=5e-3, out=out)
     assert summary["loss_after"] < summary["loss_before"]
     assert json.loads((out / "sft.json").read_text())["steps"] == summary["steps"] > 0
+    assert summary["model_weights_sha256"] == weights_sha256(tiny_model_dir)  # the base it started from, by hash
 
     after = corridor_policy(out)  # the saved folder loads as the RL run's policy
     loss_after = mean_reply_loss(after, *reply_rows(after, held_out))

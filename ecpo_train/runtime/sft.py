@@ -352,8 +352,10 @@ def run_sft(config: TrainConfig, *, episodes: int, epochs: int, lr: float, out: 
                                  seed=config.seed, max_tokens=max_tokens, progress=progress)
         progress.stage("loss after", len(prompts))
         loss_after = mean_reply_loss(policy, prompts, replies, max_tokens, progress)
-    summary = {
-        "model": config.model, "env_id": config.env_id, "env_kwargs": config.env_kwargs,
+    from ecpo_train.runtime.models import weights_sha256
+
+    summary = {  # the base model by its weights too: what a run from this output compares (resume.warm_start)
+        "model": config.model, "model_weights_sha256": weights_sha256(config.model), "env_id": config.env_id, "env_kwargs": config.env_kwargs,
         "prompt_style": config.prompt_style, "history_length": config.history_length,
         "objective": ("expert candidate cross-entropy, nats per step (policy_mode=score)" if scoring
                       else "reply-token cross-entropy, nats per token"),
