@@ -108,6 +108,12 @@ def build_policy(config: TrainConfig, device: str | None = None, *, transformers
         from ecpo_train.policies.tabular import TabularSoftmaxPolicy
 
         return TabularSoftmaxPolicy(seed=config.seed)
+    if config.policy == "text":
+        from ecpo_train.policies.text import TextPolicy
+
+        if config.model:
+            return TextPolicy.from_pretrained(config.model, seed=config.seed, env_name=config.env_id)
+        return TextPolicy(seed=config.seed, env_name=config.env_id)
     from ecpo_train.policies.llm import TransformersPolicy
     from ecpo_train.policies.scaling import apply_memory_settings
     from ecpo_train.policies.scoring import ScoringPolicy
@@ -262,7 +268,7 @@ def check_env_and_model(config: TrainConfig) -> None:
         task_lists(config, getattr(env.unwrapped, "task_ids", ()), env)
     finally:
         env.close()
-    if config.policy == "tabular":
+    if config.policy != "llm":
         return
     from transformers import AutoConfig, AutoTokenizer
 

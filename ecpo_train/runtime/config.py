@@ -36,7 +36,7 @@ from ecpo_train.runtime.config_values import coerce_value, field_types, read_yam
 from ecpo_train.runtime.limits import MAX_ENV_WORKERS, MAX_EPISODES, MAX_THREADS
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
-POLICIES = ("llm", "tabular")
+POLICIES = ("llm", "tabular", "text")
 POLICY_MODES = ("generate", "score")
 _UPDATE = UpdateSettings()  # the update's defaults, read by the step-E fields below
 # Keys a release renamed: the old name is refused with a pointer to the new one (one name per setting, both engines).
@@ -87,7 +87,9 @@ class TrainConfig:
     val_temperature: Annotated[float, Field(ge=0, description="0 = greedy")] = VALIDATION_TEMPERATURE
     history_length: Tally | None = None  # (observation, action) pairs in the prompt; None = the env's declared default
     # policy
-    policy: Literal[POLICIES] = "llm"  # "llm" (transformers) | "tabular"
+    # "llm" (transformers) | "tabular" | "text" (a small action scorer trained from scratch, policies/text.py;
+    # model= a folder `ecpo sft` wrote, or empty for random weights)
+    policy: Literal[POLICIES] = "llm"
     policy_mode: Literal[POLICY_MODES] = "generate"  # llm: "generate" free text (the paper) | "score" the admissible actions
     model: str = ""  # local path or hub id of a causal LM (policy=llm)
     dtype: Literal[DTYPES] = "float32"
@@ -182,10 +184,13 @@ class TrainConfig:
             from ecpo_gym import family_of
 
             if self.policy != "llm":
-                raise ValueError("policy_mode=score applies to policy=llm: the tabular policy has no text to score")
+                raise ValueError(f"policy_mode=score applies to policy=llm: policy={self.policy} picks among the "
+                                 "admissible actions already")
             if getattr(family_of(self.env_id), "family", None) == "searchqa":
                 raise ValueError(f"policy_mode=score picks among admissible actions, but {self.env_id} lists none "
                                  "(search-QA's actions are free text): use policy_mode=generate")
+        if self.policy == "text":
+            self.check_text_policy()
         if self.lora:
             from ecpo_train.policies.lora import check_lora_settings, require_peft
 
@@ -198,6 +203,25 @@ class TrainConfig:
 
             check_fsdp_request(self.fsdp, self.algorithm, self.policy)
         check_group_size(self.group_size, self.algorithm)
+
+    def check_text_policy(self) -> None:
+        """What ``policy=text`` cannot do, refused before the run: free-text actions (search-QA lists none), a learned
+        critic (ppo), a model that is not a text-policy folder."""
+        from ecpo_gym import family_of
+
+        if getattr(family_of(self.env_id), "family", None) == "searchqa":
+            raise ValueError(f"policy=text picks among admissible actions, but {self.env_id} lists none (search-QA's "
+                             "actions are free text): use policy=llm")
+        if estimator_spec(self.algorithm).needs_values:
+            raise ValueError(f"algorithm={self.algorithm} needs a learned critic, which policy=text does not have: "
+                             "use a critic-free estimator (ecpo, gigpo, grpo, ...)")
+        if self.model:
+            from ecpo_train.policies.text import CONFIG_FILE
+
+            if not (Path(self.model).expanduser() / CONFIG_FILE).is_file():
+                raise ValueError(f"policy=text model={self.model}: not a text-policy folder (no {CONFIG_FILE}); make "
+                                 "one with `ecpo sft policy=text ... --out DIR`, or leave model empty for random "
+                                 "weights")
 
     def validates_after(self, iteration: int) -> bool:
         """Whether the run validates after ``iteration``: every ``val_every`` iterations, after the last one, and

@@ -190,6 +190,37 @@ def candidate_rows(policy: Any, demonstrations: Sequence[Demonstration]
     return rows, chosen, left_out
 
 
+def text_rows(policy: Any, demonstrations: Sequence[Demonstration]) -> tuple[list[list[int]], list[list[int]], int]:
+    """``(rows, [[expert index]], steps left out)``: the rows a ``TextPolicy`` step stores (``TextPolicy.step_row``),
+    with the expert's command as the chosen one; steps whose expert action is not admissible are left out."""
+    rows, chosen, left_out = [], [], 0
+    for demo in demonstrations:
+        index = _expert_index(demo.action, demo.context.admissible_actions or [])
+        if index is None:
+            left_out += 1
+            continue
+        rows.append(policy.step_row(demo.context))
+        chosen.append([index])
+    return rows, chosen, left_out
+
+
+def text_policy_for(config: TrainConfig, demonstrations: Sequence[Demonstration]) -> Any:
+    """The untrained text policy an sft run starts from: ``config.model``'s folder when given, else random weights
+    (``config.seed``) over a vocabulary built from the demonstrations' goals, observations and commands."""
+    from ecpo_train.policies.text import TextPolicy
+    from ecpo_train.policies.text_vocabulary import Vocabulary
+
+    if config.model:
+        return TextPolicy.from_pretrained(config.model, seed=config.seed, env_name=config.env_id)
+
+    def texts():
+        for demo in demonstrations:
+            yield demo.context.task
+            yield demo.context.observation
+            yield from demo.context.admissible_actions
+    return TextPolicy(Vocabulary.build(texts()), seed=config.seed, env_name=config.env_id)
+
+
 def reply_cross_entropy(policy: Any, prompts: Sequence[Sequence[int]],
                         replies: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
     """``(summed negative log-likelihood, token count)`` of the reply tokens given their prompts."""
@@ -198,6 +229,7 @@ def reply_cross_entropy(policy: Any, prompts: Sequence[Sequence[int]],
 
 
 SFT_MAX_TOKENS = 4096  # tokens of one forward where the config bounds none (module docstring, memory)
+TEXT_MAX_TOKENS = 1 << 30  # the text policy: no bound (a batch of its rows holds a few MB)
 
 
 def row_tokens(prompts: Sequence[Sequence[int]], replies: Sequence[Sequence[int]]) -> np.ndarray:
@@ -316,16 +348,21 @@ def run_sft(config: TrainConfig, *, episodes: int, epochs: int, lr: float, out: 
     ``out/sft.json``.
     """
     check_sft_settings(episodes, epochs, lr, batch_size)
-    max_tokens = config.max_tokens_per_micro_batch or SFT_MAX_TOKENS
-    if config.policy != "llm":
-        raise ValueError(f"policy={config.policy}: ecpo sft fine-tunes a causal LM (policy=llm with model=...)")
+    text = config.policy == "text"
+    # the text policy's rows are a few hundred ids and its forward is cheap: a forward is a whole batch
+    max_tokens = config.max_tokens_per_micro_batch or (TEXT_MAX_TOKENS if text else SFT_MAX_TOKENS)
+    if config.policy not in ("llm", "text"):
+        raise ValueError(f"policy={config.policy}: ecpo sft trains a causal LM (policy=llm with model=...) or the "
+                         "small text policy (policy=text)")
     out = check_sft_out(out, config.model)
     from ecpo_train.runtime.builders import build_policy
 
     torch.manual_seed(config.seed)
     scoring = config.policy_mode == "score"
     memory = {"lora": {}, "fsdp": False, "gradient_checkpointing": config.gradient_checkpointing or checkpointing}
-    if scoring:
+    if text:
+        policy = None  # built from the demonstrations' vocabulary (text_policy_for)
+    elif scoring:
         policy = build_policy(dataclasses.replace(config, explore_epsilon=0.0, **memory))
     else:
         policy = build_policy(dataclasses.replace(config, policy_mode="generate", generation_backend="transformers",
@@ -337,7 +374,12 @@ def run_sft(config: TrainConfig, *, episodes: int, epochs: int, lr: float, out: 
                                                on_episode=lambda steps: progress.advance(f"{steps} steps"))
         if not demonstrations:
             raise ValueError(f"the expert of {config.env_id} took no step in {episodes} episode(s)")
-        if scoring:
+        if text:
+            policy = text_policy_for(config, demonstrations)
+            prompts, replies, left_out = text_rows(policy, demonstrations)
+            if not prompts:
+                raise ValueError(f"no expert action of {config.env_id} was among the admissible actions")
+        elif scoring:
             prompts, replies, left_out = candidate_rows(policy, demonstrations)
             if not prompts:
                 raise ValueError(f"no expert action of {config.env_id} was among the admissible actions")
@@ -355,9 +397,12 @@ def run_sft(config: TrainConfig, *, episodes: int, epochs: int, lr: float, out: 
     from ecpo_train.runtime.models import weights_sha256
 
     summary = {  # the base model by its weights too: what a run from this output compares (resume.warm_start)
-        "model": config.model, "model_weights_sha256": weights_sha256(config.model), "env_id": config.env_id, "env_kwargs": config.env_kwargs,
+        "model": config.model, "model_weights_sha256": weights_sha256(config.model) if config.model else None,
+        "env_id": config.env_id, "env_kwargs": config.env_kwargs,
         "prompt_style": config.prompt_style, "history_length": config.history_length,
-        "objective": ("expert candidate cross-entropy, nats per step (policy_mode=score)" if scoring
+        "policy": config.policy,
+        "objective": ("expert command cross-entropy, nats per step (policy=text)" if text
+                      else "expert candidate cross-entropy, nats per step (policy_mode=score)" if scoring
                       else "reply-token cross-entropy, nats per token"),
         "episodes": episodes, "steps": len(prompts), "steps_not_admissible": left_out,
         "reply_tokens": sum(len(r) for r in replies),
@@ -368,8 +413,11 @@ def run_sft(config: TrainConfig, *, episodes: int, epochs: int, lr: float, out: 
     from ecpo_train.policies.atomic import library_write_errors, replaced_folder
 
     with replaced_folder(out) as partial, library_write_errors(out):  # an earlier output stays until this one is whole
-        policy.model.save_pretrained(partial)
-        policy.tokenizer.save_pretrained(partial)
+        if text:
+            policy.save_pretrained(partial)
+        else:
+            policy.model.save_pretrained(partial)
+            policy.tokenizer.save_pretrained(partial)
         (partial / SFT_SUMMARY).write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     return summary
 
