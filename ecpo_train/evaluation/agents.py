@@ -142,8 +142,21 @@ class PolicyAgent(Agent):
         return self._response
 
 
+def text_policy_folder(path: str | Path) -> Path | None:
+    """``path`` when it is a text-policy folder (``ecpo sft policy=text`` output: the warm start itself) and holds
+    no training run's checkpoint, else None."""
+    from ecpo_train.policies.text import CONFIG_FILE
+    from ecpo_train.runtime.run_dir import checkpoint_file
+
+    folder = Path(path).expanduser()
+    if folder.is_dir() and (folder / CONFIG_FILE).is_file() and not checkpoint_file(folder).is_file():
+        return folder
+    return None
+
+
 def load_checkpoint_policy(path: str | Path, *, device: str = "cpu") -> tuple[Policy, dict[str, Any]]:
-    """The policy saved by ``Trainer.save_checkpoint`` (a ``checkpoint.pt`` or the run folder holding it).
+    """The policy saved by ``Trainer.save_checkpoint`` (a ``checkpoint.pt`` or the run folder holding it), or a
+    text-policy folder ``ecpo sft`` wrote (the warm start, evaluated as it is).
 
     Returns the policy and the run's config dict. An LLM run rebuilds its model from the config's ``model``
     path before loading the trained weights, so that path must exist here too.
@@ -153,6 +166,13 @@ def load_checkpoint_policy(path: str | Path, *, device: str = "cpu") -> tuple[Po
     from ecpo_train.runtime.config import make_config, upgraded
     from ecpo_train.runtime.run_dir import checkpoint_file
 
+    warm_start = text_policy_folder(path)
+    if warm_start is not None:
+        from ecpo_train.policies.text import TextPolicy
+
+        policy = TextPolicy.from_pretrained(warm_start)
+        policy.eval()
+        return policy, {"policy": "text", "model": str(path), "algorithm": "warm-start"}
     path = checkpoint_file(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {path} not found (a training run writes <run_dir>/checkpoint.pt)")

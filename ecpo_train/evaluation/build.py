@@ -63,7 +63,11 @@ def checkpoint_identity(checkpoint: str) -> dict[str, Any]:
 
     from ecpo_train.runtime.run_dir import checkpoint_file
 
-    path = checkpoint_file(Path(checkpoint).expanduser())
+    from ecpo_train.evaluation.agents import text_policy_folder
+    from ecpo_train.policies.text import WEIGHTS_FILE
+
+    folder = text_policy_folder(checkpoint)
+    path = folder / WEIGHTS_FILE if folder is not None else checkpoint_file(Path(checkpoint).expanduser())
     if not path.is_file():
         return {}
     stat = path.stat()

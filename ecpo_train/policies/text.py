@@ -97,17 +97,15 @@ class TextScorer(nn.Module):
         reads zeros."""
         same = bag[1:] == bag[:-1]
         pairs = self.first_bigram + (ids[:-1][same] * 1_000_003 + ids[1:][same]) % self.BIGRAM_BUCKETS
-        pooled_sum, pooled_max = [], []
-        counts = []
-        for tokens, owner in ((ids, bag), (pairs, bag[:-1][same])):
-            count = torch.bincount(owner, minlength=bags)
-            offsets = torch.cumsum(count, 0) - count
-            pooled_sum.append(nn.functional.embedding_bag(tokens, self.words.weight, offsets, mode="sum"))
-            pooled_max.append(nn.functional.embedding_bag(tokens, self.words.weight, offsets, mode="max"))
-            counts.append(count.unsqueeze(-1))
-        mean = (pooled_sum[0] + pooled_sum[1]) / (counts[0] + counts[1]).clamp(min=1)
-        most = torch.where(counts[1] > 0, torch.maximum(pooled_max[0], pooled_max[1]), pooled_max[0])
-        return torch.cat([mean, most], dim=-1)
+        owner = torch.cat([bag, bag[:-1][same]])
+        order = torch.argsort(owner, stable=True)
+        e = self.words(torch.cat([ids, pairs])[order])
+        lengths = torch.bincount(owner, minlength=bags)
+        total = torch.segment_reduce(e, "sum", lengths=lengths)
+        most = torch.segment_reduce(e, "max", lengths=lengths)
+        filled = (lengths > 0).unsqueeze(-1)
+        mean = total / lengths.clamp(min=1).unsqueeze(-1)
+        return torch.cat([mean, torch.where(filled, most, torch.zeros_like(most))], dim=-1)
 
     def segments(self, context: torch.Tensor, context_row: torch.Tensor) -> torch.Tensor:
         """Each context id's segment, 0 history, 1 goal, 2 observation: the last marker at or before it in its row
