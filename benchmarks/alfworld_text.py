@@ -1,0 +1,195 @@
+"""Real ALFWorld learned on one CPU: the small text policy (``policy: text``, not a language model) through the
+paper's pipeline, expert warm start then group RL, judged on all 140 ``valid_seen`` games.
+
+    python -m benchmarks.alfworld_text run --out runs/alfworld-text-study [--jobs 2]
+    python -m benchmarks.alfworld_text report --out runs/alfworld-text-study --json benchmarks/results/alfworld_text.json
+
+``run`` is resumable: a finished stage is skipped, a training run with a checkpoint continues (``--resume``), a
+leaderboard evaluation continues its episode log. Every stage is a command of the ``ecpo`` CLI (the program adds
+only the schedule): ``ecpo sft``, ``ecpo train``, ``ecpo leaderboard --agent checkpoint``.
+
+Registered protocol (fixed in git before the runs; the report reads it from here)
+---------------------------------------------------------------------------------
+- Warm start: ``ecpo sft --config alfworld_text --episodes 3553 --epochs 6 --lr 1e-3 --batch-size 64`` (seed 0):
+  the expert's play of every game of the train split, once each. One warm start, shared by every arm.
+- Arms: ``ecpo`` (the paper's credit values), ``gigpo_std`` and ``grpo``; training seeds 1, 2, 3, 4, 5 for every arm
+  (a seed starts every arm from the same random streams); preset ``alfworld_text`` (16 groups x 8 episodes,
+  50 steps, train split, Adam lr 3e-4 in mini-batches of 512 rows, one pass, no KL) for ``ITERATIONS`` = 20
+  iterations, ``threads=1``. The recipe was set before any RL run on real games and was not tuned on valid_seen.
+- Endpoint: success on each of the 140 ``valid_seen`` games (manifest ``alfworld_valid_seen_by_type``), one episode
+  per game at T = 0.4 with the leaderboard's episode seeds (``--seeds 1``: seed 0, ``episode_seed(0, game)``), for
+  the warm start and for each arm's final checkpoint. The same game under two policies starts from the same reset
+  and the same sampling stream.
+- Comparisons (the training seed is the unit):
+  1. each arm minus the warm start: per seed, paired by game (Tango's interval, McNemar's exact p); across seeds,
+     the mean of the 5 per-seed differences with its t interval (df 4) and MDE;
+  2. ECPO minus GiGPO w/std and ECPO minus GRPO: the per-seed differences of success, paired by seed, t interval;
+     Holm's correction over these two.
+  Each verdict is "shown" (the interval excludes 0) or "not shown at MDE x".
+- Per task type, success in the paper's table layout (Pick, Clean, Heat, Cool, Look, Pick2, All): no interval
+  (fewer than 5 task types' worth of games per cell would not support one per type at one seed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+PRESET = "alfworld_text"
+MANIFEST = "alfworld_valid_seen_by_type"
+ARMS = ("ecpo", "gigpo_std", "grpo")
+SEEDS = (1, 2, 3, 4, 5)
+ITERATIONS = 20
+WARM_START = ["--episodes", "3553", "--epochs", "6", "--lr", "1e-3", "--batch-size", "64"]
+TEMPERATURE = 0.4
+WARM = "warm-start"
+TYPES = ("Pick", "Clean", "Heat", "Cool", "Look", "Pick2")
+PUBLISHED_NOTE = ("BUTLER, the ALFWorld paper's text agent (arXiv 2010.03768, table 3, TextWorld column: trained by "
+                  "imitating the expert with DAgger in TextWorld, beam search at test time)")
+
+
+def ecpo(*args: str, log: Path) -> None:
+    """One ``ecpo`` CLI command, its output appended to ``log``; a failure is one error line naming the log."""
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    with open(log, "a", encoding="utf-8") as out:
+        out.write(f"\n$ ecpo {' '.join(args)}\n")
+        out.flush()
+        code = subprocess.call([sys.executable, "-m", "ecpo_train.apps.cli", *args], stdout=out, stderr=out, env=env)
+    if code:
+        tail = log.read_text(encoding="utf-8").strip().splitlines()[-1:]
+        raise RuntimeError(f"ecpo {args[0]} failed (exit {code}): {tail[0] if tail else ''} (log: {log})")
+
+
+def finished_iterations(run_dir: Path) -> int:
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        return 0
+    lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return max((int(line.get("iteration", 0)) for line in lines), default=0)
+
+
+def train_arm(out: Path, warm: Path, arm: str, seed: int, iterations: int) -> Path:
+    run_dir = out / "runs" / f"{arm}-s{seed}"
+    if finished_iterations(run_dir) < iterations:
+        resume = ["--resume"] if (run_dir / "checkpoint.pt").is_file() else []
+        ecpo("train", "--config", PRESET, *resume, f"model={warm}", f"algorithm={arm}", f"seed={seed}",
+             f"run_dir={run_dir}", f"iterations={iterations}", "threads=1", "progress=false",
+             log=out / "logs" / f"{arm}-s{seed}.log")
+    return run_dir
+
+
+def evaluate(out: Path, checkpoint: Path, name: str) -> None:
+    ecpo("leaderboard", "--agent", "checkpoint", "--checkpoint", str(checkpoint), "--manifest", MANIFEST,
+         "--seeds", "1", "--temperature", str(TEMPERATURE), "--out-dir", str(out / "valid_seen"), "--name", name,
+         log=out / "logs" / f"eval-{name}.log")
+
+
+def run(out: Path, jobs: int, iterations: int, arms: list[str], seeds: list[int]) -> None:
+    (out / "logs").mkdir(parents=True, exist_ok=True)
+    warm = out / "warm"
+    if not (warm / "sft.json").is_file():
+        ecpo("sft", "--config", PRESET, "--out", str(warm), *WARM_START, log=out / "logs" / "warm.log")
+
+    def arm_job(arm: str, seed: int) -> None:
+        started = time.time()
+        run_dir = train_arm(out, warm, arm, seed, iterations)
+        evaluate(out, run_dir, f"{arm}-s{seed}")
+        print(f"{arm} seed {seed}: done in {time.time() - started:.0f} s", flush=True)
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = [pool.submit(evaluate, out, warm, WARM)]
+        futures += [pool.submit(arm_job, arm, seed) for seed in seeds for arm in arms]
+        for future in futures:
+            future.result()
+
+
+# ---------------------------------------------------------------------------------------------- report
+def outcomes(out: Path, name: str) -> dict[str, dict[str, Any]]:
+    """``game -> record`` of one evaluated policy (its leaderboard episode log)."""
+    from ecpo_train.evaluation.runner import collect_records, safe_name
+
+    records = collect_records(out / "valid_seen" / safe_name(name), [MANIFEST])
+    return {r["task_id"]: r for r in records if int(r["seed"]) == 0}
+
+
+def by_type(records: dict[str, dict[str, Any]]) -> dict[str, float]:
+    row = {}
+    for kind in TYPES:
+        won = [bool(r["success"]) for r in records.values() if r["task_type"] == kind]
+        row[kind] = sum(won) / len(won) if won else float("nan")
+    row["All"] = sum(bool(r["success"]) for r in records.values()) / max(len(records), 1)
+    row["games"] = len(records)
+    return row
+
+
+def report(out: Path, arms: list[str], seeds: list[int]) -> dict[str, Any]:
+    from benchmarks.paired_stats import apply_holm, paired_diff, paired_outcomes
+
+    warm = outcomes(out, WARM)
+    result: dict[str, Any] = {"protocol": {"preset": PRESET, "manifest": MANIFEST, "arms": arms, "seeds": seeds,
+                                           "iterations": ITERATIONS, "temperature": TEMPERATURE,
+                                           "warm_start": " ".join(WARM_START)},
+                              "policy": "small text policy (policies/text.py), not a language model",
+                              "warm_start": {"by_type": by_type(warm)}, "arms": {}, "comparisons": {}}
+    success: dict[str, dict[int, float]] = {}
+    for arm in arms:
+        per_seed, gains = {}, []
+        for seed in seeds:
+            after = outcomes(out, f"{arm}-s{seed}")
+            if len(after) != len(warm) or not after:
+                continue
+            pair = paired_outcomes({g: warm[g]["success"] for g in warm}, {g: after[g]["success"] for g in after},
+                                   label=f"{arm} seed {seed}")
+            per_seed[seed] = {"by_type": by_type(after), "minus_warm_start": pair}
+            gains.append(pair["diff"])
+            success.setdefault(arm, {})[seed] = by_type(after)["All"]
+        result["arms"][arm] = {"seeds": per_seed, "minus_warm_start": paired_diff(gains)}
+    parts = []
+    for other in ("gigpo_std", "grpo"):
+        if "ecpo" in success and other in success:
+            common = sorted(set(success["ecpo"]) & set(success[other]))
+            part = paired_diff([success["ecpo"][s] - success[other][s] for s in common], m=2)
+            parts.append(part | {"label": f"ecpo - {other}", "seeds": common})
+    for part in apply_holm(parts) if parts else []:
+        result["comparisons"][part["label"]] = part
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("stage", choices=["run", "report"])
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--iterations", type=int, default=ITERATIONS)
+    parser.add_argument("--arms", nargs="+", default=list(ARMS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS))
+    parser.add_argument("--json", help="write the report here")
+    args = parser.parse_args(argv)
+    if args.jobs < 1 or args.iterations < 1:
+        print("error: --jobs and --iterations must be >= 1", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    try:
+        if args.stage == "run":
+            run(out, args.jobs, args.iterations, args.arms, args.seeds)
+            return 0
+        result = report(out, args.arms, args.seeds)
+    except (RuntimeError, ValueError, OSError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    text = json.dumps(result, indent=1, default=float)
+    if args.json:
+        Path(args.json).write_text(text + "\n", encoding="utf-8")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
