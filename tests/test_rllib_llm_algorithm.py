@@ -340,3 +340,60 @@ def test_two_learners_give_one_learners_update(tiny_model_dir, tmp_path, ray_ses
     assert two["update/pg_loss"] == pytest.approx(one["update/pg_loss"], rel=1e-5)
     assert two["update/grad_norm"] == pytest.approx(one["update/grad_norm"], rel=1e-5)
     assert max(float(np.abs(one_w[k] - two_w[k]).max()) for k in one_w) < 1e-4  # lr 1e-3: a step is ~1e-3
+
+
+def text_values(tmp_path, **changes):
+    """The corridors with the small text policy (a random-weight folder): the same run as native values."""
+    from ecpo_train.policies.text import TextPolicy
+
+    folder = tmp_path / "text-policy"
+    folder.mkdir(exist_ok=True)
+    TextPolicy(seed=3).save_pretrained(folder)
+    values = run_values(folder, tmp_path, policy="text", policy_mode="generate", lr=3e-3)
+    return values | changes
+
+
+@pytest.mark.slow
+def test_text_policy_first_iteration_equals_the_native_trainer(tmp_path, ray_session):
+    """The small text policy through RLlib (one runner actor, a local learner): the native trainer's rows,
+    advantages and update, as for the LLM."""
+    from ecpo_train.runtime.trainer import Trainer
+
+    values = text_values(tmp_path)
+    trainer = Trainer(make_config(values))
+    initial = {k: v.detach().clone() for k, v in trainer.policy.named_parameters()}
+    native = trainer.train_iteration()
+    native_adv = trainer.last_advantages
+    native_weights = {k: v.detach().clone() for k, v in trainer.policy.named_parameters()}
+    trainer.close()
+
+    algo = algo_for(values, num_env_runners=1)
+    try:
+        result = algo.train()["ecpo"]
+        learner = algo.learner_group._learner
+        weights = dict(learner.policy_module.policy.named_parameters())
+        same = compare_first_iterations(native, native_adv, native_weights, result, learner.last_advantages, weights,
+                                        initial)
+        assert same["equal"], same
+    finally:
+        algo.stop()
+
+
+@pytest.mark.slow
+def test_text_policy_trains_with_two_runners_and_two_learners(tmp_path):
+    """``ecpo train --engine rllib --env-runners 2 --learners 2 --actor-cpus 0.5`` with the text policy: two runner
+    actors sample, two learner actors (DDP over gloo) compute the credit and update; the native run folder."""
+    import subprocess
+
+    import yaml
+
+    values = text_values(tmp_path, iterations=2, n_groups=2)
+    preset = tmp_path / "text.yaml"
+    preset.write_text(yaml.safe_dump(values), encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "ecpo_train.apps.cli", "train", "--config", str(preset),
+                           "--engine", "rllib", "--env-runners", "2", "--learners", "2", "--actor-cpus", "0.5"],
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [json.loads(line) for line in (tmp_path / "native" / "metrics.jsonl").read_text().splitlines()]
+    assert [int(line["iteration"]) for line in lines] == [1, 2]
+    assert all(line["update/optimizer_steps"] >= 1 for line in lines if line["credit/advantage_std"] > 0)

@@ -7,6 +7,7 @@ so ``ecpo --help`` stays fast.
 from __future__ import annotations
 
 import json
+import math
 from typing import Annotated
 
 import typer
@@ -72,6 +73,8 @@ def train(
                                               "the RLlib ECPO algorithm (env runners as Ray actors)"),
     env_runners: int = typer.Option(2, help="--engine rllib: env-runner actors (0 = sample in the driver)"),
     learners: int = typer.Option(0, help="--engine rllib: learner actors (0 = learn in the driver)"),
+    actor_cpus: float = typer.Option(1.0, help="--engine rllib: CPUs Ray reserves for each runner and learner actor "
+                                               "(0.5: 2 runners and 2 learners on a 2-core machine)"),
 ) -> None:
     """Train with the native trainer; extra arguments are key=value config overrides (e.g. model=DIR lr=2e-6).
 
@@ -85,7 +88,7 @@ def train(
     if engine not in ("native", "rllib"):
         raise fail(ValueError(f"--engine {engine!r}; valid: native, rllib"))
     if engine == "rllib":
-        _train_with_rllib(config, list(ctx.args), resume, overwrite, nproc, env_runners, learners)
+        _train_with_rllib(config, list(ctx.args), resume, overwrite, nproc, env_runners, learners, actor_cpus)
         return
     if nproc:
         if nproc < 2:
@@ -121,13 +124,15 @@ def train(
 
 
 def _train_with_rllib(config: str, overrides: list[str], resume: bool, overwrite: bool, nproc: int,
-                      env_runners: int, learners: int) -> None:
+                      env_runners: int, learners: int, actor_cpus: float = 1.0) -> None:
     """``ecpo train --engine rllib``: the preset through ``ECPOConfig.from_train_config`` (one line, exit 2 on
     bad input, before any actor starts)."""
     if nproc:
         raise fail(ValueError("--nproc is the native trainer's FSDP; with --engine rllib use --learners K"))
     if env_runners < 0 or learners < 0:
         raise fail(ValueError("--env-runners and --learners must be >= 0"))
+    if not (math.isfinite(actor_cpus) and 0 < actor_cpus <= 64):
+        raise fail(ValueError(f"--actor-cpus {actor_cpus!r}: give a number of CPUs > 0 and <= 64"))
     from ecpo_train.runtime.config import load_config
 
     try:
@@ -136,7 +141,7 @@ def _train_with_rllib(config: str, overrides: list[str], resume: bool, overwrite
         from ecpo_train.integrations.rllib.llm.engine import train_with_rllib
 
         train_with_rllib(cfg, resume=resume, overwrite=overwrite, num_env_runners=env_runners,
-                         num_learners=learners, progress=cfg.progress)
+                         num_learners=learners, actor_cpus=actor_cpus, progress=cfg.progress)
     except _input_errors() as err:
         raise fail(err) from None
     typer.echo(f"run folder: {cfg.run_dir} (metrics.jsonl, rllib_checkpoint/, curves.png)")

@@ -204,8 +204,9 @@ class ECPOConfig(GroupCreditConfig):
                 import_vllm()
             except ImportError as error:
                 self._value_error(str(error))
-        try:
-            check_model_path(str(self._model_config.get("model", "")))
+        try:  # a text policy's folder is checked by the TrainConfig above (its text_policy.json)
+            if self._model_config.get("policy", "llm") == "llm":
+                check_model_path(str(self._model_config.get("model", "")))
         except ValueError as error:
             self._value_error(str(error))
         if self.lost_groups not in LOST_GROUP_POLICIES:

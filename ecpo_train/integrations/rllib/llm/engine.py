@@ -23,8 +23,9 @@ from typing import Any
 
 
 def train_with_rllib(train: Any, *, resume: bool = False, overwrite: bool = False, num_env_runners: int = 2,
-                     num_learners: int = 0, progress: bool = True) -> list[dict[str, float]]:
-    """Train ``train`` (a ``TrainConfig``) with the ``ECPO`` algorithm; returns the metrics of every iteration."""
+                     num_learners: int = 0, actor_cpus: float = 1.0, progress: bool = True) -> list[dict[str, float]]:
+    """Train ``train`` (a ``TrainConfig``) with the ``ECPO`` algorithm; returns the metrics of every iteration.
+    ``actor_cpus``: the CPUs Ray reserves for each runner and each learner actor (fractions share a core)."""
     import ray
 
     from ecpo_train.integrations.rllib.llm.config import ECPOConfig
@@ -46,8 +47,9 @@ def train_with_rllib(train: Any, *, resume: bool = False, overwrite: bool = Fals
     level = note.level
     note.setLevel(logging.ERROR)
     try:
-        config = (ECPOConfig.from_train_config(train).env_runners(num_env_runners=num_env_runners)
-                  .learners(num_learners=num_learners))
+        config = (ECPOConfig.from_train_config(train)
+                  .env_runners(num_env_runners=num_env_runners, num_cpus_per_env_runner=actor_cpus)
+                  .learners(num_learners=num_learners, num_cpus_per_learner=actor_cpus))
         config.validate()
     finally:
         note.setLevel(level)

@@ -92,7 +92,9 @@ class CausalLMRLModule(GroupCreditModule):
         LoRA only the adapter's tensors (the base weights never change)."""
         from ecpo_train.policies.lora import is_adapter_key
 
-        state = {name: transport_array(value) for name, value in self.state_dict().items()}
+        # only tensors travel: a policy's extra state (the text policy's vocabulary and sampling stream) is built with
+        # it from the same config on every learner and runner
+        state = {name: transport_array(value) for name, value in self.state_dict().items() if torch.is_tensor(value)}
         if self.has_lora:
             state = {name: value for name, value in state.items() if is_adapter_key(name)}
         return state
@@ -107,7 +109,8 @@ class CausalLMRLModule(GroupCreditModule):
             self.policy.weights_to_engine({name.removeprefix(MODEL_PREFIX): t for name, t in tensors.items()})
             return
         missing, unexpected = self.load_state_dict(tensors, strict=False)
-        needed = [name for name in missing if is_adapter_key(name) or not self.has_lora]
+        needed = [name for name in missing if (is_adapter_key(name) or not self.has_lora)
+                  and not name.endswith("_extra_state")]
         if unexpected or needed:
             raise ValueError(
                 f"weights do not fit this CausalLMRLModule (LoRA {'on' if self.has_lora else 'off'}): "

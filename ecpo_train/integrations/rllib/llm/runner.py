@@ -70,7 +70,7 @@ class LLMEnvRunner(EnvRunner):
         self.module.eval()
         self.policy = self.module.policy
         self._weights_seq_no = 0
-        if self.policy.backend is not None and self.policy.model is not None:
+        if getattr(self.policy, "backend", None) is not None and self.policy.model is not None:
             print(f"LLMEnvRunner {index}: keeps a transformers copy of the model beside its vLLM engine: the "
                   "learner sends the LoRA adapter only, and vLLM needs the merged weights (base + adapter), "
                   "computed here", file=sys.stderr, flush=True)
@@ -153,7 +153,8 @@ class LLMEnvRunner(EnvRunner):
 
     def get_spaces(self) -> dict[str, Any]:
         tc = self.train_config
-        spaces = token_spaces(len(self.policy.tokenizer), tc.max_prompt_length, tc.max_response_length)
+        tokens = self.policy.vocabulary.size if tc.policy == "text" else len(self.policy.tokenizer)
+        spaces = token_spaces(tokens, tc.max_prompt_length, tc.max_response_length)
         return {INPUT_ENV_SPACES: spaces, DEFAULT_MODULE_ID: spaces}
 
     def get_metrics(self) -> Any:

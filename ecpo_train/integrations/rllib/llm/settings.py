@@ -4,7 +4,8 @@ The RLlib spelling of an LLM run (``docs/rllib.md``):
 
 - ``environment("ecpo/...", env_config={"env_kwargs": {...}})``: the text env and its kwargs;
 - ``rl_module(model_config={"model": DIR, "policy_mode": "score" | "generate", ...})``: the policy, with the
-  native keys of :data:`MODEL_KEYS` (``model`` is what makes the config an LLM run);
+  native keys of :data:`MODEL_KEYS` (``model`` is what makes the config an LLM run; ``"policy": "text"`` with
+  ``model`` a text-policy folder trains the small text policy instead);
 - ``training(group_size=N, groups_per_batch=G, estimator=..., credit={...}, anchor_key=..., lr=...,
   use_kl_loss=..., kl_coeff=..., clip_param=..., entropy_coeff=..., minibatch_size=..., num_epochs=...,
   grad_clip=...)``: the group rollout, credit and update, in RLlib's names where RLlib has one;
@@ -25,7 +26,7 @@ from typing import Any
 from ecpo_train.runtime.config import TrainConfig, config_dict, make_config
 
 # Native TrainConfig keys that live in rl_module(model_config=...): what the policy is and how it prompts.
-MODEL_KEYS = ("model", "policy_mode", "dtype", "lora", "prompt_style", "history_length", "max_prompt_length",
+MODEL_KEYS = ("model", "policy", "policy_mode", "dtype", "lora", "prompt_style", "history_length", "max_prompt_length",
               "max_response_length", "gradient_checkpointing", "mixed_precision", "generation_backend",
               "vllm_kwargs", "device")
 # Native key -> the ECPOConfig attribute RLlib's own methods set (training(), debugging(seed=...)).
@@ -72,9 +73,12 @@ def train_config_of(config: Any) -> TrainConfig:
 
 def apply_train_config(config: Any, train: TrainConfig) -> Any:
     """Set an ``ECPOConfig`` to the run ``train`` describes (the inverse of :func:`train_config_of`)."""
-    if train.policy != "llm":
-        raise ValueError(f"the RLlib engine trains an LLM policy; this config has policy={train.policy!r} "
+    if train.policy not in ("llm", "text"):
+        raise ValueError(f"the RLlib engine trains an LLM or text policy; this config has policy={train.policy!r} "
                          "(the tabular policy trains natively)")
+    if not train.model:  # what makes an ECPOConfig an LLM run (has_model); a text run starts from its warm start
+        raise ValueError(f"the RLlib engine trains policy={train.policy} from a model folder: give model=DIR (for "
+                         "policy=text, the folder `ecpo sft` wrote)")
     if train.fsdp:
         raise ValueError("fsdp=true is the native trainer's sharding; through RLlib use learners(num_learners=K)")
     values = config_dict(train)
