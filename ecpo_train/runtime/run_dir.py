@@ -61,12 +61,13 @@ LOCK_FILE = "run.lock"
 ENGINE_KEY = "engine"  # what config.yaml records beside the config: ``engine: rllib`` (the native engine: none)
 
 ENGINE_CHECKPOINTS = {"native": CHECKPOINT_FILE, "rllib": RLLIB_CHECKPOINT_DIR}
-# a folder holds a run when it has one of these (a folder holding only a lock, or nothing, holds none)
-RUN_MARKERS = (CONFIG_FILE, METRICS_FILE, CHECKPOINT_FILE, RLLIB_CHECKPOINT_DIR)
 # what a run writes into its folder (``--overwrite`` deletes these; anything else in the folder stays)
 _WRITTEN = (CONFIG_FILE, METRICS_FILE, VALIDATION_FILE, CHECKPOINT_FILE, CURVES_FILE, HISTORY_FILE, TENSORBOARD_DIR,
             ADAPTER_DIR, MERGED_DIR, EVAL_DIR, RLLIB_CHECKPOINT_DIR)
 RUN_FILES = _WRITTEN + tuple(left for name in _WRITTEN for left in leftover_names(name))  # + interrupted writes
+# a folder holds a run when it has any of them (a folder holding only a lock, or nothing, holds none): a start
+# there is refused, so it never erases an earlier run's files (a validation.jsonl kept without its checkpoint)
+RUN_MARKERS = RUN_FILES
 
 
 def _named(name: str) -> Any:
@@ -105,7 +106,7 @@ def checkpoint_file(path: str | Path) -> Path:
 
 
 def holds_run(run_dir: Path) -> bool:
-    return any((run_dir / name).exists() for name in RUN_MARKERS)
+    return any((run_dir / name).exists() or (run_dir / name).is_symlink() for name in RUN_MARKERS)
 
 
 def folder_engine(run_dir: Path) -> str:
