@@ -429,3 +429,39 @@ def test_replaced_file_keeps_the_old_version_until_the_new_one_is_synced(tmp_pat
         atomic.write_text(path, "new")
     assert caught.value.filename == str(path)
     assert path.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["f.txt"]
+
+
+# ------------------------------------------------------------------------------ 58.5: no write through a link
+def test_a_hard_linked_run_lock_is_refused_and_its_target_untouched(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    victim = tmp_path / "precious.txt"
+    victim.write_text("keep me")
+    os.link(victim, run_dir / LOCK_FILE)
+    one_error_line(train(run_dir, "iterations=1"), "run.lock", "hard link")
+    from ecpo_train.runtime.run_lock import acquire_run_lock
+
+    with pytest.raises(ValueError, match="is a hard link to another file"):
+        acquire_run_lock(run_dir)
+    assert victim.read_text() == "keep me"
+
+
+@pytest.mark.parametrize("name, link", [("history.jsonl", "symlink"), ("validation.jsonl", "hard"),
+                                        ("metrics.jsonl", "symlink")])
+def test_a_run_log_that_is_a_link_is_never_written_through(tmp_path, name, link):
+    """Issue 58.5: a symlinked ``history.jsonl`` in a fresh folder appended to its target. No start, resume or
+    append writes through a link (symbolic or hard) out of the run folder."""
+    from ecpo_train.runtime.run_dir import append_line
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    victim = tmp_path / "precious.txt"
+    victim.write_text("keep me\n")
+    (run_dir / name).symlink_to(victim) if link == "symlink" else os.link(victim, run_dir / name)
+    for flags in ([], ["--resume"], ["--resume-or-start"]):
+        one_error_line(train(run_dir, "iterations=1", *flags), name, "link")
+    with pytest.raises(OSError, match="link"):
+        append_line(run_dir / name, "{}")
+    assert victim.read_text() == "keep me\n"
+    assert train(run_dir, "iterations=1", "--overwrite").exit_code == 0  # deletes the link itself
+    assert victim.read_text() == "keep me\n" and not (run_dir / name).is_symlink()

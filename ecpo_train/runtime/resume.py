@@ -30,12 +30,14 @@ from ecpo_train.policies.atomic import current_folder
 from ecpo_train.runtime.checkpoint_io import checkpoint_config, load_checkpoint
 from ecpo_train.runtime.run_dir import (
     ENGINE_KEY,
+    RUN_FILES,
     MetricsLog,
     RunFolder,
     begin_run,
     check_metrics_file,
     folder_engine,
     holds_run,
+    linked_run_files,
     read_saved_config,
 )
 
@@ -74,6 +76,10 @@ def plan_start(run_dir: Path, new_config: dict[str, Any], resume: bool | str = F
         raise ValueError("--resume continues the run in run_dir and --overwrite replaces it: choose one")
     if run_dir.exists() and not run_dir.is_dir():
         raise ValueError(f"run_dir={str(run_dir)!r} is a file, not a folder")
+    linked = linked_run_files(run_dir) if run_dir.is_dir() else []
+    if linked and not (overwrite and set(linked) <= set(RUN_FILES)):  # (--overwrite deletes the links themselves)
+        raise ValueError(f"run_dir={str(run_dir)!r}: {', '.join(linked)} is a link (a symlink, or a hard link to a "
+                         "file elsewhere), which a run would write through: delete it (or --overwrite)")
     if not holds_run(run_dir):  # (a folder holding only a lock, or nothing)
         if resume is True:  # a typo in a path must not silently start training afresh
             raise ValueError(f"--resume: run_dir={str(run_dir)!r} {_nothing_there(run_dir)}, so there is nothing to "

@@ -31,6 +31,7 @@ order (task, copy, won, length): two validations of the same tasks and seed pair
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -158,12 +159,38 @@ def append_history(run_dir: Path, event: str, iteration: int, changes: dict[str,
 
 
 def append_line(path: Path, line: str) -> None:
-    """Append one line to a log of the run; a failed write (a full disk) is an ``OSError`` naming the file."""
+    """Append one line to a log of the run; a failed write (a full disk) is an ``OSError`` naming the file, and so
+    is a log that is a link (symbolic, or a hard link to a file elsewhere): a run never writes through a link out
+    of its folder."""
     try:
-        with open(path, "a", encoding="utf-8") as fh:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except OSError as err:
+        why = "it is a symlink: a run never writes through a link; delete it" if err.errno == errno.ELOOP else \
+            err.strerror
+        raise OSError(err.errno, why, str(path)) from None
+    try:
+        if os.fstat(fd).st_nlink > 1:
+            raise OSError(errno.EMLINK, "it is a hard link to another file: a run never writes through a link; "
+                                        "delete it", str(path))
+        with open(fd, "a", encoding="utf-8", closefd=False) as fh:
             fh.write(line + "\n")
     except OSError as err:
         raise OSError(err.errno, err.strerror, str(path)) from None
+    finally:
+        os.close(fd)
+
+
+def linked_run_files(run_dir: Path) -> list[str]:
+    """The run's files in ``run_dir`` (``RUN_FILES`` and ``run.lock``) that are links: a symlink, or a file with
+    another name elsewhere (a hard link). A run writes none of them (a start refuses them, naming each)."""
+    linked = []
+    for name in (*RUN_FILES, LOCK_FILE):
+        path = run_dir / name
+        with contextlib.suppress(OSError):
+            info = path.lstat()
+            if path.is_symlink() or (not path.is_dir() and info.st_nlink > 1):
+                linked.append(name)
+    return linked
 
 
 def remove_run_files(run_dir: Path) -> None:

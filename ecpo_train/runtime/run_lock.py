@@ -73,6 +73,9 @@ def acquire_run_lock(run_dir: Path, engine: str = "native", label: str | None = 
         except OSError as err:
             why = "it is a symlink; delete it" if err.errno == errno.ELOOP else err.strerror
             raise ValueError(f"{named}: cannot create its lock file {path} ({why})") from None
+        if os.fstat(fd).st_nlink > 1:  # a hard link: truncating it would truncate the file it shares
+            os.close(fd)
+            raise ValueError(f"{named}: its lock file {path} is a hard link to another file; delete it")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
