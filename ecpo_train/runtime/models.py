@@ -326,6 +326,10 @@ def write_tiny_model(out_dir: str | Path, tokenizer_path: str | Path | None = No
     from ecpo_train.runtime.run_dir import check_writable_folder
 
     check_writable_folder(out, f"model folder {out}")
+    if out.is_dir() and any(out.iterdir()):  # (as `ecpo sft --out`: a model's weights are never replaced silently)
+        held = ", ".join(sorted(p.name for p in out.iterdir())[:3])
+        raise ValueError(f"model folder {out} holds files ({held}, ...): writing a tiny model there would replace "
+                         "or mix with them; give an empty or new folder")
     tokenizer_dir = resolve_tokenizer_dir(tokenizer_path)
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir) if tokenizer_dir else train_fallback_tokenizer()
     if not getattr(tokenizer, "chat_template", None):
