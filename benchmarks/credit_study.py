@@ -28,7 +28,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-
 from benchmarks import RESULTS, ArgumentParser
 from benchmarks.credit_study_plots import plot_study
 from benchmarks.credit_study_protocol import (

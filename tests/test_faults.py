@@ -465,3 +465,20 @@ def test_a_run_log_that_is_a_link_is_never_written_through(tmp_path, name, link)
     assert victim.read_text() == "keep me\n"
     assert train(run_dir, "iterations=1", "--overwrite").exit_code == 0  # deletes the link itself
     assert victim.read_text() == "keep me\n" and not (run_dir / name).is_symlink()
+
+
+def test_a_model_folder_whose_sft_swap_was_cut_between_its_renames_is_read_from_its_previous(tiny_model_dir,
+                                                                                              tmp_path):
+    """Issue 58 (low): after a kill between ``ecpo sft --out``'s two renames the model is whole in
+    ``OUT.previous`` and ``OUT`` is gone; ``ecpo train model=OUT`` reads it there (``models.model_folder``)."""
+    import shutil
+
+    from ecpo_train.runtime.models import model_folder, weights_sha256
+
+    shutil.copytree(tiny_model_dir, tmp_path / "sft_model.previous")
+    out = str(tmp_path / "sft_model")
+    assert model_folder(out) == str(tmp_path / "sft_model.previous")
+    assert weights_sha256(out) == weights_sha256(tiny_model_dir)
+    result = runner.invoke(app, ["train", "--config", "corridor_llm", f"model={out}", f"run_dir={tmp_path / 'run'}",
+                                 "iterations=1", "n_groups=2", "group_size=2", "val_every=0", "progress=false"])
+    assert result.exit_code == 0, result.output

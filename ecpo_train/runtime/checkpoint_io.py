@@ -115,7 +115,7 @@ def checkpoint_iteration(path: Path) -> int:
     iteration = (_mapped(path) or {}).get("iteration")
     if not isinstance(iteration, int) or isinstance(iteration, bool):
         load_checkpoint(path)  # names what is wrong
-        raise ValueError(f"checkpoint {path} holds no iteration count: it is not an ECPO trainer checkpoint")
+        raise ValueError(f"checkpoint {path} holds no iteration count: it is not an ECPO trainer checkpoint")  # noqa: TRY004
     return iteration
 
 

@@ -263,7 +263,9 @@ def check_model_path(model: str) -> None:
     is missing or holds no ``config.json``; a hub id (``org/name``) is left to the runners to download."""
     import os
 
-    path = os.path.expanduser(model)
+    from ecpo_train.runtime.models import model_folder
+
+    path = model_folder(model)
     looks_local = model.startswith(("/", "~", ".")) or os.path.exists(path)
     if looks_local and not os.path.isfile(os.path.join(path, "config.json")):
         what = "does not exist" if not os.path.exists(path) else "holds no config.json"
