@@ -120,7 +120,7 @@ def _kwargs(spec: dict[str, Any], where: str) -> dict[str, Any]:
     if kwargs is None:
         return {}
     if not isinstance(kwargs, dict):
-        raise ValueError(f"{where}: 'env_kwargs' must be an object of keyword -> value")
+        raise ValueError(f"{where}: 'env_kwargs' must be an object of keyword -> value")  # noqa: TRY004
     return dict(kwargs)
 
 
