@@ -71,19 +71,22 @@ def build_trainer(spec: dict[str, Any], **fields: Any) -> tuple[Any, float]:
 
 
 def train_arm(trainer: Any, rows: list[dict[str, float]], iterations: int, deadline: float, reserve: float,
-              after_each: Callable[[], None] | None = None) -> str | None:
+              after_each: Callable[[dict[str, float]], None] | None = None) -> str | None:
     """Iterations of ``trainer`` until ``rows`` (each iteration's figures with its wall time, appended in place; a
     resumed arm's earlier ones too) holds ``iterations``, stopping early where the next one (at the mean wall so
-    far) and ``reserve`` would pass ``deadline`` (``time.time()``); ``after_each()`` after each iteration (a
-    checkpoint: its seconds count in the wall). Returns why it stopped early, if it did."""
+    far) and ``reserve`` would pass ``deadline`` (``time.time()``); ``after_each(metrics)`` after each iteration
+    with its metrics and wall seconds (``time/arm_wall``: a log line, then a checkpoint, whose seconds count in
+    the row's wall). Returns why it stopped early, if it did."""
     while len(rows) < iterations:
         if rows and time.time() + float(np.mean([r["wall"] for r in rows])) + reserve > deadline:
             return f"time limit after {len(rows)} of {iterations} iterations"
         started = time.monotonic()
-        rows.append(iteration_figures(trainer.train_iteration()) | {"wall": time.monotonic() - started})
+        metrics = trainer.train_iteration()
+        row = iteration_figures(metrics) | {"wall": time.monotonic() - started}
         if after_each is not None:
-            after_each()
-            rows[-1]["wall"] = time.monotonic() - started
+            after_each(metrics | {"time/arm_wall": row["wall"]})
+            row["wall"] = time.monotonic() - started
+        rows.append(row)
     return None
 
 

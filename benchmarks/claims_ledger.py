@@ -13,6 +13,7 @@ other, otherwise *not shown* with the MDE (what the run could have seen). A meas
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -147,7 +148,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = ArgumentParser(__spec__.name, description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if docs/claims.md or the README table is stale")
     args = parser.parse_args(argv)
-    rows = all_claims()
+    try:
+        rows = all_claims()
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as error:  # a result JSON not as written
+        why = " ".join(str(error).split())[:200]
+        print(f"error: a result JSON the ledger reads is not as its benchmark wrote it ({type(error).__name__}: "
+              f"{why}); restore it, or rerun its benchmark", file=sys.stderr)
+        return 2  # (not 1: that is "stale")
     if args.check:
         behind = stale(rows)
         if behind:

@@ -29,7 +29,12 @@ SCORE = "native trainer, scoring the admissible actions, T = 0.4"
 
 
 def load(name: str) -> Any:
-    return json.loads((RESULTS / name).read_text())
+    """A result JSON; one that is cut, empty or not UTF-8 is a ``ValueError`` naming it."""
+    try:
+        return json.loads((RESULTS / name).read_text())
+    except (ValueError, UnicodeDecodeError) as error:
+        raise ValueError(f"{RESULTS / name} cannot be read ({type(error).__name__}): restore it, or rerun its "
+                         "benchmark") from None
 
 
 def part(figures: Mapping[str, Any], label: str = "", method: str | None = None,

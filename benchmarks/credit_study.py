@@ -28,8 +28,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from benchmarks import RESULTS, ArgumentParser
 from benchmarks.credit_study_plots import plot_study
 from benchmarks.credit_study_protocol import (
@@ -43,6 +41,7 @@ from benchmarks.credit_study_protocol import (
 from benchmarks.credit_study_report import render_report
 from benchmarks.credit_study_stats import summarize
 from ecpo_train.policies.atomic import write_text
+from ecpo_train.runtime.config_values import read_yaml
 
 RESULTS_DIR = RESULTS
 
@@ -149,7 +148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                 load_protocol(args.protocol)["methods"])
         protocol = payload["protocol"]
         if "notes" not in protocol:  # notes written after the run are prose only, never numbers of the run
-            protocol["notes"] = yaml.safe_load(args.protocol.read_text()).get("notes", [])
+            protocol["notes"] = read_yaml(args.protocol.read_text()).get("notes", [])
         write_outputs(payload["runs"], protocol, float(payload["runtime_s"]), args.out,
                       payload["summary"].get("skipped_envs", {}))
         return 0

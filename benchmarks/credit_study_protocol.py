@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
+
+from ecpo_train.runtime.config_values import read_yaml
 
 SEARCH_TEMPLATE = "search[<query>]"  # WebShop's open-ended admissible action
 PROTOCOL_PATH = Path(__file__).with_name("credit_study.yaml")
@@ -28,7 +29,7 @@ def load_protocol(path: Path = PROTOCOL_PATH, *, quick: bool = False) -> dict[st
     """Read the YAML protocol; ``quick`` overrides seeds / group sizes / iterations with its ``quick`` block."""
     if not path.exists():
         raise FileNotFoundError(f"credit-study protocol not found at {path}; it ships with the repository")
-    protocol = yaml.safe_load(path.read_text())
+    protocol = read_yaml(path.read_text())
     for key in ("methods", "group_sizes", "seeds", "credit", "optim", "envs"):
         if key not in protocol:
             raise ValueError(f"{path}: protocol is missing the key {key!r}")

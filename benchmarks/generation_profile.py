@@ -246,6 +246,9 @@ def main(argv: list[str] | None = None) -> int:
     chosen = [part.strip() for part in args.parts.split(",") if part.strip()]
     if not chosen or set(chosen) - set(PARTS):
         fail(f"--parts {args.parts!r}: choose from {', '.join(PARTS)}")
+    for name in ("rows", "prompt", "tokens", "profile_tokens", "paper_steps", "repeats", "top"):
+        if getattr(args, name) < 1:  # (refused here, not in a traceback after the first part's minute)
+            fail(f"--{name.replace('_', '-')} {getattr(args, name)}: give a count >= 1")
     if refuse_without_cuda(args.device, "generation_profile"):
         return 2
     if args.smoke:

@@ -59,9 +59,9 @@ def recipe_tasks() -> frozenset[str]:
     """The validation tasks the ``alfworld_cpu`` recipe was chosen on (empty where the preset is not at hand); read
     once per process (the report is re-rendered after every iteration)."""
     try:
-        import yaml
+        from ecpo_train.runtime.config_values import read_yaml
 
-        return frozenset(yaml.safe_load(RECIPE_PRESET.read_text()).get("val_tasks") or [])
+        return frozenset(read_yaml(RECIPE_PRESET.read_text()).get("val_tasks") or [])
     except (ImportError, OSError):
         return frozenset()
 

@@ -230,7 +230,7 @@ def with_seed_ids(runs: list[dict], seeds: list[int], where: str) -> list[dict]:
 
 def summaries_from_runs(folders: list[Path], methods: list[str]) -> tuple[dict, float]:
     """Summaries of every finished cell (its metrics reach the configured iterations) under ``folders``."""
-    import yaml
+    from ecpo_train.runtime.config_values import read_yaml
 
     results: dict = {}
     seconds = 0.0
@@ -240,7 +240,7 @@ def summaries_from_runs(folders: list[Path], methods: list[str]) -> tuple[dict, 
             if not (metrics.exists() and config.exists()):
                 continue
             history = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
-            if not history or int(history[-1]["iteration"]) < int(yaml.safe_load(config.read_text())["iterations"]):
+            if not history or int(history[-1]["iteration"]) < int(read_yaml(config.read_text())["iterations"]):
                 continue  # unfinished cell
             env_label, n, method = run.parts[-4], int(run.parts[-3][1:]), run.parts[-2]
             results.setdefault(env_label, {}).setdefault(n, {}).setdefault(method, []).append(

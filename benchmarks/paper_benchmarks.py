@@ -19,7 +19,10 @@ One program, three environments (``--env``), each run the same way in commands o
    All; WebShop: score / success; search-QA: exact match per set) before and after, each change with its
    paired interval (``paper_benchmarks_report``).
 
-Every stage writes ``OUT/report.json`` (and ``report.md``); the arms save a checkpoint after every iteration.
+Every stage writes ``OUT/report.json`` (and ``report.md``); the arms log and then checkpoint every iteration in
+their run folders (``OUT/run_<arm>``), and an arm's progress is its run folder's (``paper_benchmarks_arms``), so a
+kill at any instant neither loses nor repeats an iteration. One command owns ``OUT`` at a time (``OUT/run.lock``,
+the run folders' lock): a second one is refused in one line naming the first.
 A command stopped by its ``--time-limit`` leaves what it finished, and the same command again continues from
 ``OUT`` (the warm start, the validation before and the plan are kept; each arm resumes from its checkpoint; a
 resumed arm restarts AdamW's moments: the presets save no optimizer state).
@@ -81,7 +84,7 @@ from benchmarks.gpu_comparison import iterations_that_fit
 from benchmarks.gpu_learning import DEFAULT_MODEL, learning_overrides, write_smoke_model
 from benchmarks.gpu_run import device_facts
 from benchmarks.gpu_window import closing_seconds
-from benchmarks.paper_benchmarks_arms import REPORT, run_arm, validate
+from benchmarks.paper_benchmarks_arms import REPORT, arm_result, read_record, run_arm, validate
 from benchmarks.paper_benchmarks_report import render, score
 
 PLAN = "plan.json"  # the iterations every arm runs, fixed once by the slowest arm's first iteration
@@ -212,29 +215,36 @@ class Stages:
     def __init__(self, out: Path) -> None:
         self.out = out
         self.path = out / REPORT
-        try:
-            self.report: dict[str, Any] = json.loads(self.path.read_text()) if self.path.is_file() else {}
-        except ValueError as error:  # (a folder another program wrote, or a file cut short)
-            raise ValueError(f"{self.path} cannot be read ({error}): give another --out") from None
+        self.report: dict[str, Any] = read_record(self.path) or {}  # (one line naming it if cut or foreign)
 
     def save(self) -> None:
+        """``report.json`` with each arm's progress read from its run folder (``arm_result``), a closing validation
+        only where it was taken at that progress."""
         for arm in self.report.get("arms", []):
-            path = self.out / f"arm_{arm}.json"
-            if path.is_file():
-                result = json.loads(path.read_text())
-                self.report.setdefault("arm_results", {})[arm] = result["result"]
-                if "after" in result:
-                    self.report.setdefault("episodes", {})[f"after_{arm}"] = result["after"]
+            result = arm_result(self.out, arm)
+            after = result.pop("after", None)
+            self.report.setdefault("arm_results", {})[arm] = result
+            if after is not None:
+                self.report.setdefault("episodes", {})[f"after_{arm}"] = after
+            else:
+                self.report.get("episodes", {}).pop(f"after_{arm}", None)
         write_report(score(self.report), self.path, render)
 
     def plan(self) -> int | None:
-        path = self.out / PLAN
-        return json.loads(path.read_text())["iterations"] if path.is_file() else None
+        record = read_record(self.out / PLAN, ("iterations",))
+        if record is None:
+            return None
+        if not isinstance(record["iterations"], int) or isinstance(record["iterations"], bool) or \
+                record["iterations"] < 1:
+            raise ValueError(f"{self.out / PLAN}: iterations={record['iterations']!r} is not a count; delete it to "
+                             "plan again")
+        return record["iterations"]
 
 
 def run(args: argparse.Namespace) -> Failure | None:
     """Every stage not yet in ``OUT`` (module docstring), the arms side by side (``benchmarks.arms``); an arm's
     failure, if one (the others were stopped)."""
+    from ecpo_train.policies.atomic import write_text
     from ecpo_train.runtime.sft import SFT_SUMMARY, run_sft
 
     out: Path = args.out
@@ -285,12 +295,13 @@ def run(args: argparse.Namespace) -> Failure | None:
             if stages.plan() is None:
                 left = args.total_time - report["seconds_spent"] - (time.time() - started)
                 n = iterations_that_fit(left, max(walls), report["validation_seconds"], 0.0, 1)
-                (out / PLAN).write_text(json.dumps({"iterations": min(args.max_iterations, n)}) + "\n")
+                write_text(out / PLAN, json.dumps({"iterations": min(args.max_iterations, n)}) + "\n")
             return stages.plan()
 
         arms = [base | {"arm": arm, "out": str(out), "sets": sets,
                         "deadline": started + args.time_limit, "reserve": closing_seconds(report["validation_seconds"])}
                 for arm in args.arms]
+        report.pop("arm_errors", None)  # (an earlier command's: this one runs the arms again)
         failed = run_side_by_side(arms, run_arm, out / "arms", decide, out / "arm", lambda arm, result: None)
         if failed:
             report["arm_errors"] = {failed.arm: str(failed)}
@@ -347,7 +358,11 @@ def main(argv: list[str] | None = None) -> int:
         args.sft_per_type = 1 if args.smoke else (16 if args.device.startswith("cuda") else 2)
     if args.smoke:
         args.sft_epochs, args.max_iterations, args.val_episodes = 1, 2, 1
-    try:
+    from ecpo_train.runtime.run_lock import acquire_run_lock
+
+    lock = None
+    try:  # one command per --out at a time: a second one is refused naming the first (the run folder's lock)
+        lock = acquire_run_lock(args.out, engine="paper_benchmarks", label=f"--out {args.out}")
         if args.leaderboard_games is not None:
             from benchmarks.paper_baselines import leaderboard_baselines
 
@@ -356,6 +371,9 @@ def main(argv: list[str] | None = None) -> int:
         failed = run(args)
     except (ValueError, OSError) as error:  # the library's refusal: a damaged checkpoint, a model that won't load
         fail(" ".join(str(error).split()))
+    finally:
+        if lock is not None:
+            lock.release()
     print(f"wrote {args.out / REPORT} and {(args.out / REPORT).with_suffix('.md')}")
     if failed:
         print(f"error: arm {failed}", file=sys.stderr)

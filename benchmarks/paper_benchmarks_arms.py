@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.arms import Plan, build_trainer, train_arm
-from benchmarks.gpu_learning import mean_figures
+from benchmarks.gpu_learning import iteration_figures, mean_figures
 
 REPORT = "report.json"  # the program's stages so far (the arm reads its training tasks there)
 
@@ -47,44 +47,96 @@ def validate(trainer: Any, sets: dict[str, tuple[str, dict, list[str]]]) -> tupl
     return episodes, time.perf_counter() - started
 
 
+def read_record(path: Path, keys: tuple[str, ...] = ()) -> dict[str, Any] | None:
+    """The JSON object in ``path`` (``None`` where there is none) holding ``keys``; anything else (cut, empty, a
+    list, a key missing) is one ``ValueError`` naming the file."""
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path} cannot be read ({type(error).__name__}); delete it to redo its stage") from None
+    missing = [key for key in keys if not isinstance(record, dict) or key not in record]
+    if not isinstance(record, dict) or missing:
+        raise ValueError(f"{path} is not this program's record (no {', '.join(missing) or 'mapping'}); delete it to "
+                         "redo its stage")
+    return record
+
+
+def arm_progress(run_dir: Path) -> list[dict[str, float]]:
+    """An arm's iterations done, from its run folder alone: the figures of each iteration (``iteration_figures``
+    and its wall seconds) that ``metrics.jsonl`` logged up to the checkpoint's iteration. A line logged after the
+    checkpoint (a kill before the checkpoint was written) is not done: the resume trains it again."""
+    from ecpo_train.runtime.checkpoint_io import checkpoint_iteration
+    from ecpo_train.runtime.run_dir import RunFolder, read_metrics_file
+
+    folder = RunFolder(run_dir)
+    done = checkpoint_iteration(folder.checkpoint()) if folder.checkpoint().is_file() else 0
+    if not done or not folder.metrics.is_file():
+        return []
+    rows = [row for row in read_metrics_file(folder.metrics)[0] if 0 < row.get("iteration", 0) <= done]
+    if any(ARM_WALL not in row for row in rows):
+        raise ValueError(f"{folder.metrics} holds iterations without {ARM_WALL}: not an arm of this program; give "
+                         "another --out")
+    return [iteration_figures(row) | {"wall": float(row[ARM_WALL])} for row in rows]
+
+
+def arm_result(out: Path, arm: str) -> dict[str, Any]:
+    """What the report holds of an arm: its iterations from its run folder (:func:`arm_progress`), why it stopped
+    early and its closing validation where ``arm_<arm>.json`` recorded them at that same iteration."""
+    rows = arm_progress(out / f"run_{arm}")
+    record = read_record(out / f"arm_{arm}.json", ("iteration",)) or {"iteration": -1}
+    current = record["iteration"] == len(rows)
+    return ({"iterations_done": len(rows), "per_iteration": rows, "rates": mean_figures(rows)}
+            | ({"stopped": record["stopped"]} if current and record.get("stopped") else {})
+            | ({"after": record["after"]} if current and "after" in record else {}))
+
+
+ARM_WALL = "time/arm_wall"  # the metrics line's wall seconds of the iteration (its checkpoint's not included)
+
+
 def run_arm(spec: dict[str, Any], plan: Plan) -> dict[str, Any]:
     """One arm, run by ``benchmarks.arms`` in a process of its own (``spec``: the arms' config, the out folder, the
-    validation ``sets``): a trainer from the warm start (resumed from its checkpoint where one exists), iterations
-    up to the plan (decided once for every arm from their first iterations) with a checkpoint and
-    ``OUT/arm_<arm>.json`` (written whole) after each, and the closing validation once the plan is done; returns
-    the arm's result."""
+    validation ``sets``): a trainer from the warm start in ``OUT/run_<arm>``, started or resumed through the run
+    folder's own start (``resume.open_run``: its lock, its checkpoint, its metrics cut back to it), iterations up to
+    the plan (decided once for every arm from their first iterations) each logged, then checkpointed, and the
+    closing validation once the plan is done. The arm's progress is its run folder's (:func:`arm_progress`);
+    ``OUT/arm_<arm>.json`` (written whole) only records, at an iteration, why the arm stopped or its closing
+    validation. Returns the arm's result (:func:`arm_result`)."""
     from ecpo_train.policies.atomic import write_text
+    from ecpo_train.runtime.resume import RESUME_OR_START, open_run
+    from ecpo_train.runtime.run_dir import RunFolder, holds_run
 
     out, arm = Path(spec["out"]), spec["arm"]
-    path = out / f"arm_{arm}.json"
-    state = json.loads(path.read_text()) if path.is_file() else {"result": {"per_iteration": []}}
-    if "after" in state:
-        return state["result"]
-    rows = state["result"]["per_iteration"]
-    train_tasks = json.loads((out / REPORT).read_text())["train_tasks"]
-    trainer, _ = build_trainer(spec, model=str(out / "sft_model"), algorithm=arm, run_dir=str(out / f"run_{arm}"),
+    path, run_dir = out / f"arm_{arm}.json", out / f"run_{arm}"
+    if "after" in arm_result(out, arm):
+        return arm_result(out, arm)
+    train_tasks = read_record(out / REPORT, ("train_tasks",))["train_tasks"]
+    trainer, _ = build_trainer(spec, model=str(out / "sft_model"), algorithm=arm, run_dir=str(run_dir),
                                train_tasks=train_tasks)
 
-    def write(stopped: str | None = None) -> None:
-        state["result"] = {"iterations_done": len(rows), "per_iteration": rows, "rates": mean_figures(rows)} | (
-            {"stopped": stopped} if stopped else {})
-        write_text(path, json.dumps(state, indent=1) + "\n")  # what a second command continues from
+    def record(**fields: Any) -> dict[str, Any]:
+        write_text(path, json.dumps({"iteration": trainer.iteration} | fields, indent=1) + "\n")
+        return arm_result(out, arm)
 
-    def save() -> None:
+    def save(metrics: dict[str, float]) -> None:  # logged first, then the checkpoint: a kill between them loses
+        trainer.log(metrics)                       # the line (the resume cuts it back), never counts it twice
         trainer.save_checkpoint()
-        write()
 
     try:
-        if trainer.folder.checkpoint().is_file():
-            trainer.load_checkpoint()
+        # a folder holding the arm's first lines but no checkpoint (killed in its first iteration) starts over
+        fresh = holds_run(run_dir) and not RunFolder(run_dir).checkpoint().is_file()
+        open_run(trainer, resume=False if fresh else RESUME_OR_START, overwrite=fresh)
+        rows = arm_progress(run_dir)
+        if len(rows) != trainer.iteration:
+            raise ValueError(f"{run_dir} logs {len(rows)} iterations and its checkpoint holds {trainer.iteration}: "
+                             "not an arm of this program; give another --out")
         train_arm(trainer, rows, 1, spec["deadline"], spec["reserve"], save)
         planned, _ = plan(rows[0]["wall"], 0.0)
         stopped = train_arm(trainer, rows, planned, spec["deadline"], spec["reserve"], save)
         if stopped:
-            write(f"{stopped}: run the command again to continue")
-            return state["result"]
-        state["after"], _ = validate(trainer, spec["sets"])
-        write()
+            return record(stopped=f"{stopped}: run the command again to continue")
+        after, _ = validate(trainer, spec["sets"])
+        return record(after=after)
     finally:
         trainer.close()
-    return state["result"]

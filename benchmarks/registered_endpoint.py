@@ -40,6 +40,7 @@ from benchmarks import ArgumentParser, fail
 from benchmarks.paired_stats import ALPHA, fmt_clustered, paired_outcomes
 from benchmarks.validation_parts import split
 from ecpo_train.policies.atomic import write_text
+from ecpo_train.runtime.config_values import read_yaml
 
 
 def read_run(run_dir: Path) -> tuple[dict, list[dict], list[dict]]:
@@ -51,16 +52,16 @@ def read_run(run_dir: Path) -> tuple[dict, list[dict], list[dict]]:
         if not path.is_file():
             fail(f"{path} does not exist: {run_dir} is not a finished `ecpo train` run folder")
     try:
-        config = yaml.safe_load(files["config.yaml"].read_text(encoding="utf-8"))
+        config = read_yaml(files["config.yaml"].read_text(encoding="utf-8"))  # (aliases refused: no bomb)
     except (yaml.YAMLError, UnicodeDecodeError) as error:
         fail(f"{files['config.yaml']} is not valid YAML ({' '.join(str(error).split())[:200]})")
     if not isinstance(config, dict):
         fail(f"{files['config.yaml']} is not a run's config (a mapping of settings; found {type(config).__name__})")
     check_validation_file(files["validation.jsonl"])
     try:
-        metrics = read_metrics_file(files["metrics.jsonl"])[0]
+        metrics = numeric_metrics(files["metrics.jsonl"], read_metrics_file(files["metrics.jsonl"])[0])
     except ValueError as error:
-        fail(str(error))
+        fail(" ".join(str(error).split()))
     recorded = recorded_warm_start(run_dir / "history.jsonl")
     if recorded:  # the hash taken when the run started: it holds where the weights' folder is not on this machine
         config = config | {RECORDED_HASH: recorded}
@@ -104,15 +105,20 @@ def check_validation_file(path: Path) -> None:
         tasks = row.get("task_ids")
         if not isinstance(tasks, list) or any(not isinstance(row.get(k), list) or len(row[k]) != len(tasks)
                                               for k in ("won", "copies")) or "iteration" not in row:
-            fail(f"{path} line {number}: the validation of iteration {row.get('iteration', '?')} is short (its won "
-                 "and copies lists do not hold one entry per episode of task_ids)")
+            fail(f"{path} line {number}: the validation of iteration {_shown(row.get('iteration', '?'))} is short "
+                 "(its won and copies lists do not hold one entry per episode of task_ids)")
+        bad = next((won for won in row["won"] if won not in (0, 1) or not isinstance(won, (int, bool))), None)
+        if bad is not None or any(won is None for won in row["won"]):
+            fail(f"{path} line {number}: the validation of iteration {_shown(row['iteration'])} holds won "
+                 f"{_shown(bad)}: each episode's outcome is 0 or 1")
 
 
 # What two runs must share for their validations to pair episode by episode: the seed and the task lists fix
-# each episode and its uniform draws, the temperature what the draws pick, and the warm start (checked by its
+# each episode and its uniform draws, the temperatures what the draws pick (validation's) and what the run trained
+# on (the rollouts'), and the warm start (checked by its
 # weights' hash, :func:`warm_start`) the policy both runs started from.
 PROTOCOL_KEYS = ("seed", "train_tasks", "val_tasks", "val_num_tasks", "val_episodes_per_task", "val_temperature",
-                 "env_id", "env_kwargs")
+                 "rollout_temperature", "env_id", "env_kwargs")
 
 
 def warm_start(config: dict) -> dict[str, Any]:
@@ -167,6 +173,20 @@ def paired_split(before: dict, after: dict, trained: set[str]) -> dict[str, dict
     return parts
 
 
+REGIME_KEYS = ("iteration", "success", "credit/gated_fraction", "credit/num_lucky_singletons", "update/rows_computed",
+               "num_steps", "update/optimizer_steps", "time/iteration", "credit/divergent_anchor_fraction")
+
+
+def numeric_metrics(path: Path, metrics: list[dict]) -> list[dict]:
+    """``metrics`` if every figure the regime reads is a finite number, else one ``ValueError`` naming the file."""
+    for number, row in enumerate(metrics, 1):
+        for key in REGIME_KEYS:
+            value = row.get(key, 0)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(f"{path}: row {number} holds {key} {_shown(value)}, not a finite number")
+    return metrics
+
+
 def training_regime(metrics: list[dict]) -> dict[str, Any]:
     """What the iterations did: rollout success, the gate, lucky singletons, rows with an advantage."""
     its = [m for m in metrics if m.get("iteration", 0) >= 1 and "success" in m]
@@ -200,7 +220,10 @@ def regime_table(paths: list[Path]) -> str:
     lines = ["| run | iterations | gate open share | lucky singletons / batch | rows with an advantage | divergent anchors |",
              "|---|---|---|---|---|---|"]
     for path in paths:
-        metrics = read_metrics_file(path)[0]
+        try:
+            metrics = numeric_metrics(path, read_metrics_file(path)[0])
+        except ValueError as error:
+            fail(" ".join(str(error).split()))
         t = training_regime(metrics)
         divergent = [m["credit/divergent_anchor_fraction"] for m in metrics
                      if m.get("iteration", 0) >= 1 and "credit/divergent_anchor_fraction" in m]

@@ -323,10 +323,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpu-iterations", type=int, default=2, help="part 5: iterations (about 1 min each)")
     args = parser.parse_args(argv)
     try:
-        chosen = {PART_NAMES[int(k) - 1] for k in args.parts.split(",")}
-    except (ValueError, IndexError):
+        numbers = [int(k) for k in args.parts.split(",")]
+    except ValueError:
+        numbers = []
+    if not numbers or any(not 1 <= k <= len(PART_NAMES) for k in numbers):  # (0 and -4 would index from the end)
         print(f"error: --parts {args.parts!r}: give part numbers 1-{len(PART_NAMES)} separated by commas",
               file=sys.stderr)
+        return 2
+    chosen = {PART_NAMES[k - 1] for k in numbers}
+    counts = {"--iterations": args.iterations, "--runners": args.runners, "--cpu-runners": args.cpu_runners,
+              "--cpu-iterations": args.cpu_iterations}
+    bad = next((name for name, value in counts.items() if value < 1), None)
+    if bad or not 0 < args.runner_gpu_share <= 1:
+        print(f"error: {bad} {counts[bad]}: give a count >= 1" if bad else
+              f"error: --runner-gpu-share {args.runner_gpu_share}: give a share in (0, 1]", file=sys.stderr)
         return 2
     if refuse_without_cuda(args.device, "rllib_gpu"):
         return 2
@@ -341,11 +351,16 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     out = args.out or default_out(args.device, args.smoke, "rllib_gpu")
     report: dict[str, Any] = {"smoke": args.smoke, "parts": {}}
-    if out.is_file():
+    if out.is_file():  # the parts an earlier command measured are kept; a file that is not such a report is refused
         try:
-            report["parts"] = {k: v for k, v in json.loads(out.read_text()).get("parts", {}).items() if k not in chosen}
-        except json.JSONDecodeError:
-            pass
+            kept = json.loads(out.read_text())
+            if not isinstance(kept, dict) or not isinstance(kept.get("parts", {}), dict):
+                raise ValueError("not a report")  # noqa: TRY004 (one refusal below)
+        except (ValueError, UnicodeDecodeError):
+            print(f"error: --out {out} holds something other than this program's report: give another --out, or "
+                  "delete it", file=sys.stderr)
+            return 2
+        report["parts"] = {k: v for k, v in kept.get("parts", {}).items() if k not in chosen}
     facts = device_facts(args.device) | {"ray": ray.__version__, "cpus": os.cpu_count()}
 
     def save(name: str, part: dict[str, Any]) -> None:

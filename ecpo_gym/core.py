@@ -23,7 +23,7 @@ import gymnasium as gym
 from gymnasium import spaces
 
 from ecpo_gym.canonical import INVALID_ACTION, ActionCanonicalizer, normalize_text
-from ecpo_gym.kwargs import check_count
+from ecpo_gym.kwargs import check_count, check_real
 
 MAX_TEXT_LENGTH = 1 << 20
 # The paper's rewards (ALFWorld, WebShop, the diagnostic corridors): the one home of these defaults; search-QA
@@ -112,9 +112,10 @@ class TextAgentEnv(gym.Env[str, str], abc.ABC):
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode={render_mode!r}; supported: {self.metadata['render_modes']}")
         self.max_steps = check_count("max_steps", max_steps, 1)
-        self.reward_success = float(reward_success)
-        self.reward_failure = float(reward_failure)
-        self.reward_invalid = float(reward_invalid)
+        # every env's rewards are finite numbers (a NaN or inf reward would poison every advantage of its group)
+        self.reward_success = check_real("reward_success", reward_success)
+        self.reward_failure = check_real("reward_failure", reward_failure)
+        self.reward_invalid = check_real("reward_invalid", reward_invalid)
         self.render_mode = render_mode
         self.observation_space = AnyText(max_text_length)
         self.action_space = AnyText(max_text_length)

@@ -18,13 +18,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ecpo_gym.cache import cache_root
+from ecpo_gym.cache import cache_root, staging_folder
 
 _UNSUPPORTED_JVM_OPTION = "jdk.incubator.vector"
 # Queries are cut to this many characters. A bag-of-words query has one clause per distinct term and every
@@ -120,9 +118,7 @@ def build_lucene_index(write_documents: Callable[[Path], None], index_dir: str |
     """
     autoclass = anserini()
     index_dir = Path(index_dir)
-    index_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=index_dir.parent))
-    try:
+    with staging_folder(index_dir.parent) as staging:  # (a killed build's folder is removed by the next)
         (staging / "collection").mkdir()
         write_documents(staging / "collection" / "docs.jsonl")
         autoclass("io.anserini.index.IndexCollection").main([
@@ -136,8 +132,6 @@ def build_lucene_index(write_documents: Callable[[Path], None], index_dir: str |
         except OSError:
             if not index_is_built(index_dir):
                 raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     return index_dir
 
 

@@ -346,6 +346,12 @@ def unpack_wheel(wheel: Path, site: Path) -> None:
             if member.is_dir() or not parts:
                 continue
             members.append((member, parts))
+        files = {parts for _, parts in members}
+        folders = {parts[:k] for parts in files for k in range(1, len(parts))}
+        both = sorted(files & folders)
+        if both:  # (a file and a folder of one name: the second write would fail half-way)
+            raise BundleError(f"{wheel.name} holds {'/'.join(both[0])!r} both as a file and as a folder: not "
+                              "installed (rebuild the bundle)")
         root = site.resolve()
         for member, parts in members:
             target = site.joinpath(*parts)

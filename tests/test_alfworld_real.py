@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from collections import Counter
 from pathlib import Path
 
@@ -221,3 +222,106 @@ def test_an_unsafe_archive_is_refused_and_nothing_is_extracted(tmp_path, monkeyp
     with pytest.raises(ValueError, match=f"not a safe ALFWorld archive: member '{bad}'"):
         ALFWorldEnv(data_dir=root, split="train")
     assert not any((tmp_path / "cache" / "alfworld").iterdir()) and not (tmp_path / "escaped").exists()
+
+
+def write_split_archive(path: Path, split: str, games: int) -> Path:
+    """A release-shaped archive (``json_2.1.1/<split>/<task>/<trial>/game.tw-pddl``) of ``games`` tiny games."""
+    import io
+    import tarfile
+
+    with tarfile.open(path / f"json_2.1.1-{split}.tar.gz", "w:gz") as handle:
+        for k in range(games):
+            game = tarfile.TarInfo(f"json_2.1.1/{split}/pick_and_place_simple-A{k}-None-B-1/trial_1/game.tw-pddl")
+            body = b'{"game": %d}' % k + b" " * 4000  # (room for a cut inside the stream)
+            game.size = len(body)
+            handle.addfile(game, io.BytesIO(body))
+    return path / f"json_2.1.1-{split}.tar.gz"
+
+
+def cache_entries(cache: Path) -> list[str]:
+    folder = cache / "alfworld"
+    return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+
+
+@needs_data
+def test_a_train_archive_with_64_bytes_flipped_at_5_mb_is_refused_in_one_line_and_nothing_is_cached(
+        tmp_path, monkeypatch):
+    """Issue 58.2 as found: ``tarfile`` stopped at the damaged header and 567 of 3,553 games were cached as the
+    split. The archive is read to its end: one line naming the file, nothing cached, no staging folder left."""
+    archive = Path(DATA_DIR) / "alfworld" / "json_2.1.1-train.tar.gz"
+    if not archive.is_file():
+        pytest.skip(f"{archive} is not there")
+    data = tmp_path / "data"
+    data.mkdir()
+    damaged = bytearray(archive.read_bytes())
+    damaged[5 * 2**20: 5 * 2**20 + 64] = bytes(b ^ 0xFF for b in damaged[5 * 2**20: 5 * 2**20 + 64])
+    (data / archive.name).write_bytes(damaged)
+    monkeypatch.setenv("ECPO_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(ValueError) as refused:
+        ALFWorldEnv(data_dir=data, split="train")
+    message = str(refused.value)
+    assert "\n" not in message and str(data / archive.name) in message and "cut or damaged" in message
+    assert cache_entries(tmp_path / "cache") == []
+
+
+@pytest.mark.parametrize("damage", ["cut", "missing_games", "no_end_blocks"])
+def test_a_cut_or_short_archive_is_refused_naming_it_and_nothing_is_cached(tmp_path, monkeypatch, damage):
+    """Issue 58.2, the class: a gzip stream cut short (its CRC never reached), an archive whole but holding fewer
+    games than the release's split, a tar without its end blocks: each one line naming the archive."""
+    import gzip
+
+    root = tmp_path / "data"
+    root.mkdir()
+    archive = write_split_archive(root, "valid_seen", 139 if damage == "missing_games" else 140)
+    if damage == "cut":
+        archive.write_bytes(archive.read_bytes()[: archive.stat().st_size // 2])
+    if damage == "no_end_blocks":
+        tar = gzip.decompress(archive.read_bytes())
+        archive.write_bytes(gzip.compress(tar[: tar.rindex(b"}") + 4001 + 511 & ~511]))  # cut after the last member
+    monkeypatch.setenv("ECPO_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(ValueError) as refused:
+        ALFWorldEnv(data_dir=root, split="valid_seen")
+    message = str(refused.value)
+    assert "\n" not in message and str(archive) in message
+    assert ("holds 139 valid_seen games, the release's split has 140" in message) == (damage == "missing_games")
+    assert cache_entries(tmp_path / "cache") == []
+
+
+def test_a_whole_archive_is_extracted_once_and_a_short_cached_split_is_extracted_afresh(tmp_path, monkeypatch):
+    root = tmp_path / "data"
+    root.mkdir()
+    write_split_archive(root, "valid_seen", 140)
+    monkeypatch.setenv("ECPO_CACHE_DIR", str(tmp_path / "cache"))
+    split_dir = ALFWorldEnv(data_dir=root, split="valid_seen").split_dir
+    assert len(list(split_dir.glob("*/*/game.tw-pddl"))) == 140
+    shutil.rmtree(next(split_dir.iterdir()))  # a split an older version cut short and cached as whole
+    assert len(ALFWorldEnv(data_dir=root, split="valid_seen").task_ids) == 140
+
+
+def test_kill_9_during_extraction_leaves_no_staging_folder_for_good(tmp_path):
+    """Issue 58.2: an extraction killed with ``kill -9`` (no cleanup runs) leaves ``.extracting-*``; the next
+    extraction removes it, and a staging folder of a process still running is left alone."""
+    import subprocess
+    import sys
+
+    root = tmp_path / "data"
+    root.mkdir()
+    archive = write_split_archive(root, "valid_seen", 140)
+    cache = tmp_path / "cache"
+    script = ("import sys; sys.path.insert(0, sys.argv[3]); from fault_injection import _hook; "
+              "from pathlib import Path; from ecpo_gym.alfworld.game_files import extracted_archive; "
+              "sys.setprofile(_hook('game.tw-pddl', 'kill')); "
+              "extracted_archive(Path(sys.argv[1]), cache_dir=sys.argv[2], split='valid_seen')")
+    tests = Path(__file__).parent
+    done = subprocess.run([sys.executable, "-c", script, str(archive), str(cache), str(tests)], capture_output=True,
+                          text=True, env=os.environ | {"PYTHONPATH": str(tests.parent)}, check=False)
+    assert done.returncode == -9, done.stderr[-2000:]
+    left = cache_entries(cache)
+    assert len(left) == 1 and left[0].startswith(".extracting-")
+    from ecpo_gym.alfworld.game_files import extracted_archive
+    from ecpo_gym.cache import staging_folder
+
+    with staging_folder(cache / "alfworld", prefix=".extracting-") as running:  # this process: still running
+        target = extracted_archive(archive, cache_dir=cache, split="valid_seen")
+        assert cache_entries(cache) == sorted([target.name, running.name])
+    assert cache_entries(cache) == [target.name]

@@ -84,3 +84,22 @@ def test_the_verdict_rule():
         "partly shown (1 of 2)"
     assert claims_ledger.verdict(_row(0, (-0.1, -0.2, 0.04, 0.23, False))) == "no difference shown (MDE 0.230)"
     assert claims_ledger.verdict(_row(+1) | {"parts": []}) == "registered, not run yet"
+
+
+@pytest.mark.parametrize("text", ['{"cut', "", "[]", "{}"])
+def test_a_result_json_that_is_not_its_benchmarks_is_one_line_exit_2_not_stale(tmp_path, monkeypatch, capsys, text):
+    """Issue 58 (low): a truncated, empty, list-valued or key-less result JSON gave a traceback and exit 1, the
+    code of "stale"; it is one line, exit 2 (a cut or empty one named)."""
+    import shutil
+
+    from benchmarks import claims_sources
+
+    results = tmp_path / "results"
+    shutil.copytree(RESULTS, results)
+    (results / "gpu_run.json").write_text(text)
+    monkeypatch.setattr(claims_sources, "RESULTS", results)
+    assert claims_ledger.main(["--check"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("error: ") and "restore it, or rerun its benchmark" in err
+    if text in ('{"cut', ""):
+        assert str(results / "gpu_run.json") in err

@@ -95,6 +95,11 @@ def test_the_rllib_config_reads_its_group_defaults_from_the_native_config():
     ("val_episodes_per_task=100000000", "val_episodes_per_task"), ("threads=1000000", "threads"),
     ("env_workers=100000", "env_workers"), (f"env_workers={MAX_ENV_WORKERS + 1}", "env_workers"),
     (f"threads={MAX_THREADS + 1}", "threads"), (f"n_groups={MAX_EPISODES // 2}", "n_groups x group_size"),
+    # issue 58.9: accepted, then a RuntimeError traceback (lr) or a 409 GB allocation mid-run (a reply length)
+    ("lr=1e308", "lr=1e+308 is invalid"), ("critic_lr=1e308", "critic_lr"),
+    ("max_response_length=100000000", "max_response_length=100000000 is invalid"),
+    ("max_response_length=1000000000000000000000000000000", "max_response_length"),
+    ("max_prompt_length=100000000", "max_prompt_length"),
 ])
 def test_sizes_past_what_the_machine_holds_are_one_line_before_any_file(tmp_path, override, key):
     line = refused(["train", "--config", "quickstart", f"run_dir={tmp_path}/run", override])
@@ -170,3 +175,19 @@ def test_a_recorded_config_with_aliases_is_refused_on_resume(tmp_path):
     (run / "rllib_checkpoint").mkdir()  # an RLlib run: its config.yaml is what --resume reads
     line = refused(["train", "--config", "quickstart", f"run_dir={run}", "--resume", "--engine", "rllib"])
     assert "config.yaml is not valid YAML" in line
+
+
+def test_a_static_cache_past_the_devices_memory_is_computed_and_refused_before_it_is_allocated():
+    """Issue 58.9: where the limit is memory, the need is computed and said, before the allocator is asked."""
+    import torch
+
+    from ecpo_train.policies.decoding import StaticDecoder, device_memory_bytes
+
+    kv = [(torch.zeros(1, 2, 1, 64), torch.zeros(1, 2, 1, 64))] * 4  # 4 layers, 2 heads of 64 (a tiny model)
+    columns = 2**40  # a reply length no memory holds: 2 TiB of keys and values per row
+    with pytest.raises(ValueError) as refused_cache:
+        StaticDecoder(graphs=False).step_for(torch.nn.Linear(1, 1), kv, 4, columns)
+    need = 4 * 2 * 4 * 2 * columns * 64 * 4  # layers x (k, v) x rows x heads x columns x head size x 4 bytes
+    message = str(refused_cache.value)
+    assert f"needs {need / 2**30:,.1f} GiB" in message and f"has {device_memory_bytes(kv[0][0].device) / 2**30:,.1f}" \
+        in message and "\n" not in message

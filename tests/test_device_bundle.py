@@ -176,6 +176,14 @@ def test_unpacking_refuses_a_symlink_entry(tmp_path):
     assert not (tmp_path / "site").exists()
 
 
+def test_unpacking_refuses_a_name_that_is_both_a_file_and_a_folder(tmp_path):
+    """Issue 58 (low): a wheel holding ``pkg/a`` as a file and ``pkg/a/b`` gave a FileExistsError traceback."""
+    wheel = _wheel(tmp_path / "odd-1.0-py3-none-any.whl", {"pkg/a": b"x", "pkg/a/b.py": b"y = 1\n"})
+    with pytest.raises(device_bundle.BundleError, match="'pkg/a' both as a file and as a folder"):
+        device_bundle.unpack_wheel(wheel, tmp_path / "site")
+    assert not (tmp_path / "site").exists()
+
+
 def test_unpacking_a_plain_wheel_still_installs_its_files(tmp_path):
     wheel = _wheel(tmp_path / "ok-1.0-py3-none-any.whl", {"ok/__init__.py": b"x = 1\n",
                                                           "ok-1.0.data/purelib/extra.py": b"y = 2\n",

@@ -99,3 +99,21 @@ def test_real_data_envs_refuse_bad_kwargs_before_looking_for_their_data(env_id, 
     with pytest.raises(ValueError) as caught:
         gym.make(env_id, **data, **kwargs)
     assert message in str(caught.value)
+
+
+def _declared_ids() -> list[str]:
+    from gymnasium.envs.registration import registry
+
+    return sorted(env_id for env_id in registry if env_id.startswith("ecpo/"))
+
+
+@pytest.mark.parametrize("env_id", _declared_ids())
+@pytest.mark.parametrize("name, value", [("reward_success", float("nan")), ("reward_invalid", float("inf")),
+                                         ("reward_failure", float("-inf")), ("reward_success", "1")])
+def test_every_env_refuses_a_reward_that_is_not_a_finite_number_at_make(env_id, name, value):
+    """Issue 58.7: ALFWorld and ALFWorldGen accepted reward_success=nan and reward_invalid=inf; every env's
+    rewards are checked in the one base constructor, before any data is looked for."""
+    generated = "Gen-" in env_id or "DivergentAnchor" in env_id  # (the others read a data folder: none here)
+    with pytest.raises(ValueError) as caught:
+        gym.make(env_id, **{name: value}, **({} if generated else {"data_dir": "/nonexistent/ecpo-data"}))
+    assert f"{name}={value!r} is invalid: it must be a finite number" in str(caught.value)

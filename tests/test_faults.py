@@ -188,19 +188,72 @@ def test_a_planted_checkpoint_runs_no_code_on_any_verb(stopped_run, tmp_path, ve
     assert not marker.exists()
 
 
-def test_the_rllib_resume_check_reads_the_header_without_unpickling_it(tmp_path):
+def test_an_rllib_checkpoint_is_read_without_unpickling_anything(tmp_path):
+    """Issue 58.1: ECPO's RLlib checkpoint is msgpack and safetensors (``state_files``); a pickle planted in it
+    (RLlib's ``class_and_ctor_args.pkl``, a ``state.pkl``, or in place of the state) runs nothing, and a folder in
+    RLlib's own pickle format is refused without being read."""
     pytest.importorskip("ray")
-    from ecpo_train.integrations.rllib.llm.engine import _check_checkpoint_header
+    import numpy as np
+
+    from ecpo_train.integrations.rllib.llm.engine import check_rllib_checkpoint
+    from ecpo_train.integrations.rllib.state_files import read_state, write_state
 
     marker = tmp_path / "payload_ran"
     checkpoint = tmp_path / "rllib_checkpoint"
-    checkpoint.mkdir()
-    (checkpoint / "class_and_ctor_args.pkl").write_bytes(pickle.dumps(_Payload(marker)))
-    _check_checkpoint_header(checkpoint)  # a whole pickle: accepted (RLlib's restore unpickles: docs/training.md)
+    state = {"learner": {"weights": torch.arange(6, dtype=torch.bfloat16), 3: np.arange(4, dtype=np.int32)},
+             "ecpo": {"rng": {"state": 2**100 + 7, "inc": -(2**70)}, "iteration": np.int64(4), "pending": (["t"], 2),
+                      "done": [True, None, 0.5, "x", b"raw"]}}
+    write_state(checkpoint, state, {"train_config": {}})
+    for planted in ("class_and_ctor_args.pkl", "state.pkl", "learner_group/state.pkl"):
+        (checkpoint / planted).parent.mkdir(exist_ok=True)
+        (checkpoint / planted).write_bytes(pickle.dumps(_Payload(marker)))
+    check_rllib_checkpoint(checkpoint)
+    back = read_state(checkpoint)
+    assert torch.equal(back["learner"]["weights"], state["learner"]["weights"])
+    assert back["learner"]["weights"].dtype == torch.bfloat16 and back["learner"][3].tolist() == [0, 1, 2, 3]
+    assert back["ecpo"] == {"rng": {"state": 2**100 + 7, "inc": -(2**70)}, "iteration": 4, "pending": (["t"], 2),
+                            "done": [True, None, 0.5, "x", b"raw"]}
+    assert type(back["ecpo"]["iteration"]) is np.int64
+    (checkpoint / "state.msgpack").write_bytes(pickle.dumps(_Payload(marker)))
+    with pytest.raises(ValueError, match="is damaged and cannot be read"):
+        check_rllib_checkpoint(checkpoint)
+    (checkpoint / "state.msgpack").unlink()  # what RLlib's own save_to_path leaves: pickles only
+    with pytest.raises(ValueError, match="RLlib's pickle format, which runs code when read"):
+        check_rllib_checkpoint(checkpoint)
+    with pytest.raises(TypeError, match="holds a _Payload at state.ecpo.extra"):
+        write_state(tmp_path / "other", {"ecpo": {"extra": _Payload(marker)}}, {})
     assert not marker.exists()
-    (checkpoint / "class_and_ctor_args.pkl").write_bytes(pickle.dumps(_Payload(marker))[:-3])
-    with pytest.raises(ValueError, match="is damaged"):
-        _check_checkpoint_header(checkpoint)
+
+
+@pytest.mark.slow
+def test_an_rllib_resume_runs_no_pickle_planted_in_its_checkpoint(tiny_model_dir, tmp_path):
+    """Issue 58.1 as found: a payload written into ``rllib_checkpoint/class_and_ctor_args.pkl``; ``--resume``
+    continues the run without running it, and so does ``ECPO.from_checkpoint`` on that folder."""
+    pytest.importorskip("ray")
+    run_dir = tmp_path / "run"
+    argv = ["train", "--config", "corridor_llm", "--engine", "rllib", "--env-runners", "0", f"model={tiny_model_dir}",
+            f"run_dir={run_dir}", "val_every=0", "progress=false", "n_groups=2", "group_size=2"]
+    assert runner.invoke(app, [*argv, "iterations=1"]).exit_code == 0
+    marker = tmp_path / "payload_ran"
+    (run_dir / "rllib_checkpoint" / "class_and_ctor_args.pkl").write_bytes(pickle.dumps(_Payload(marker)))
+    resumed = runner.invoke(app, [*argv, "iterations=2", "--resume"])
+    assert resumed.exit_code == 0, resumed.output
+    assert not marker.exists()
+    assert [int(row["iteration"]) for row in read_metrics_file(run_dir / "metrics.jsonl")[0]] == [1, 2]
+    (run_dir / "rllib_checkpoint" / "class_and_ctor_args.pkl").write_bytes(pickle.dumps(_Payload(marker)))
+    import ray
+
+    from ecpo_train.integrations.rllib import ECPO
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        algo = ECPO.from_checkpoint(run_dir / "rllib_checkpoint")
+        try:
+            assert algo.ecpo_iteration == 2
+        finally:
+            algo.stop()
+    finally:
+        ray.shutdown()
     assert not marker.exists()
 
 
@@ -254,7 +307,7 @@ def _versions(folder: Path) -> set[int]:
 
 def test_a_crash_or_full_disk_during_the_rllib_save_keeps_the_previous_checkpoint(tmp_path):
     pytest.importorskip("ray")
-    from ecpo_train.integrations.rllib.llm.engine import _check_checkpoint_header, save_rllib_checkpoint
+    from ecpo_train.integrations.rllib.llm.engine import save_rllib_checkpoint
     from ecpo_train.policies.atomic import current_folder
 
     checkpoint = tmp_path / "rllib_checkpoint"
@@ -269,7 +322,6 @@ def test_a_crash_or_full_disk_during_the_rllib_save_keeps_the_previous_checkpoin
                           text=True, env=os.environ | {"PYTHONPATH": str(ROOT)}, check=False)
     assert done.returncode == -9, done.stderr[-2000:]
     assert _versions(checkpoint) == {1}
-    _check_checkpoint_header(current_folder(checkpoint))
     # a kill between the swap's two renames: the old folder is NAME.previous, which the resume reads
     os.replace(checkpoint, tmp_path / "rllib_checkpoint.previous")
     assert current_folder(checkpoint) == tmp_path / "rllib_checkpoint.previous"
@@ -281,7 +333,7 @@ def test_a_crash_or_full_disk_during_the_rllib_save_keeps_the_previous_checkpoin
 @pytest.mark.slow
 def test_kill_9_while_rllib_saves_its_learner_state_keeps_the_previous_checkpoint_and_resumes(tiny_model_dir,
                                                                                               tmp_path):
-    """Issue 52.1 as found: ``kill -9`` while RLlib writes a ``state.pkl`` of its checkpoint (the real algorithm's
+    """Issue 52.1 as found: ``kill -9`` while the engine writes the ``state.msgpack`` of its checkpoint (the real algorithm's
     ``save_to_path``): the previous ``rllib_checkpoint/`` is intact and ``--resume`` continues from it."""
     pytest.importorskip("ray")
     run_dir = tmp_path / "run"
@@ -290,7 +342,7 @@ def test_kill_9_while_rllib_saves_its_learner_state_keeps_the_previous_checkpoin
     assert runner.invoke(app, [*argv, "iterations=1"]).exit_code == 0
     before = {str(p.relative_to(run_dir)): p.read_bytes() for p in (run_dir / "rllib_checkpoint").rglob("*")
               if p.is_file()}
-    killed_inside_write("state.pkl", *argv, "iterations=2", "--resume")
+    killed_inside_write("state.msgpack", *argv, "iterations=2", "--resume")
     assert {str(p.relative_to(run_dir)): p.read_bytes() for p in (run_dir / "rllib_checkpoint").rglob("*")
             if p.is_file()} == before
     resumed = runner.invoke(app, [*argv, "iterations=2", "--resume"])
@@ -377,3 +429,56 @@ def test_replaced_file_keeps_the_old_version_until_the_new_one_is_synced(tmp_pat
         atomic.write_text(path, "new")
     assert caught.value.filename == str(path)
     assert path.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["f.txt"]
+
+
+# ------------------------------------------------------------------------------ 58.5: no write through a link
+def test_a_hard_linked_run_lock_is_refused_and_its_target_untouched(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    victim = tmp_path / "precious.txt"
+    victim.write_text("keep me")
+    os.link(victim, run_dir / LOCK_FILE)
+    one_error_line(train(run_dir, "iterations=1"), "run.lock", "hard link")
+    from ecpo_train.runtime.run_lock import acquire_run_lock
+
+    with pytest.raises(ValueError, match="is a hard link to another file"):
+        acquire_run_lock(run_dir)
+    assert victim.read_text() == "keep me"
+
+
+@pytest.mark.parametrize("name, link", [("history.jsonl", "symlink"), ("validation.jsonl", "hard"),
+                                        ("metrics.jsonl", "symlink")])
+def test_a_run_log_that_is_a_link_is_never_written_through(tmp_path, name, link):
+    """Issue 58.5: a symlinked ``history.jsonl`` in a fresh folder appended to its target. No start, resume or
+    append writes through a link (symbolic or hard) out of the run folder."""
+    from ecpo_train.runtime.run_dir import append_line
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    victim = tmp_path / "precious.txt"
+    victim.write_text("keep me\n")
+    (run_dir / name).symlink_to(victim) if link == "symlink" else os.link(victim, run_dir / name)
+    for flags in ([], ["--resume"], ["--resume-or-start"]):
+        one_error_line(train(run_dir, "iterations=1", *flags), name, "link")
+    with pytest.raises(OSError, match="link"):
+        append_line(run_dir / name, "{}")
+    assert victim.read_text() == "keep me\n"
+    assert train(run_dir, "iterations=1", "--overwrite").exit_code == 0  # deletes the link itself
+    assert victim.read_text() == "keep me\n" and not (run_dir / name).is_symlink()
+
+
+def test_a_model_folder_whose_sft_swap_was_cut_between_its_renames_is_read_from_its_previous(tiny_model_dir,
+                                                                                              tmp_path):
+    """Issue 58 (low): after a kill between ``ecpo sft --out``'s two renames the model is whole in
+    ``OUT.previous`` and ``OUT`` is gone; ``ecpo train model=OUT`` reads it there (``models.model_folder``)."""
+    import shutil
+
+    from ecpo_train.runtime.models import model_folder, weights_sha256
+
+    shutil.copytree(tiny_model_dir, tmp_path / "sft_model.previous")
+    out = str(tmp_path / "sft_model")
+    assert model_folder(out) == str(tmp_path / "sft_model.previous")
+    assert weights_sha256(out) == weights_sha256(tiny_model_dir)
+    result = runner.invoke(app, ["train", "--config", "corridor_llm", f"model={out}", f"run_dir={tmp_path / 'run'}",
+                                 "iterations=1", "n_groups=2", "group_size=2", "val_every=0", "progress=false"])
+    assert result.exit_code == 0, result.output

@@ -88,6 +88,32 @@ def test_bad_manifests_give_clear_errors(tmp_path):
         parse_overrides(["oops"])
 
 
+@pytest.mark.parametrize("change, words", [
+    ({"first": True}, "'first' must be a positive integer"),
+    ({"env_kwargs": [["max_steps", 5]]}, "'env_kwargs' must be an object"),
+    ({"top_env_kwargs": [["max_steps", 5]]}, "'env_kwargs' must be an object"),
+    ({"env_id": "os:ecpo/ALFWorldGen-v0"}, "names a module to import"),
+    ({"name": {"a": 1}}, "'name' must be a string"),
+])
+def test_a_manifest_is_data_checked_whole_in_one_line(tmp_path, change, words):
+    """Issue 58 (low): ``first: true`` and ``env_kwargs: [[...]]`` were accepted silently; a manifest never names
+    code to import."""
+    group = {"first": 2} | {k: v for k, v in change.items() if k in ("first", "env_kwargs")}
+    data = {"name": "x", "env_id": "ecpo/ALFWorldGen-v0", "groups": {"g": group}}
+    data |= {k: v for k, v in change.items() if k in ("env_id", "name")}
+    if "top_env_kwargs" in change:
+        data["env_kwargs"] = change["top_env_kwargs"]
+    with pytest.raises(ValueError, match=words):
+        parse_manifest(data)
+
+
+def test_a_manifest_nested_100k_deep_is_one_line(tmp_path):
+    path = tmp_path / "deep.json"
+    path.write_text('{"name": "x", "env_id": "e", "groups": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    with pytest.raises(ValueError, match="nested deeper than a manifest is"):
+        load_manifest(path)
+
+
 # ------------------------------------------------------------------ experts win, random loses (embedded envs)
 @pytest.mark.slow
 def test_expert_scores_100_and_random_near_0_on_embedded_envs(tmp_path):

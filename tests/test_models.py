@@ -184,3 +184,16 @@ def test_pull_smollm2_converts_gguf_exactly():
     ids = tokenizer(chat, return_tensors="pt").input_ids
     reply = tokenizer.decode(model.generate(ids, max_new_tokens=12, do_sample=False)[0, ids.shape[1]:])
     assert "Paris" in reply
+
+
+def test_models_tiny_onto_an_existing_model_folder_is_refused_and_keeps_it(tmp_path, monkeypatch):
+    """Issue 58.10: ``ecpo models tiny DIR`` onto a model folder replaced its weights and kept its sft.json; it is
+    refused in one line, like ``ecpo sft --out``, and the folder stays as it was."""
+    monkeypatch.delenv("ECPO_TOKENIZER_DIR", raising=False)
+    out = write_tiny_model(tmp_path / "model", seed=0)
+    (out / "sft.json").write_text("{}")
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    result = CliRunner().invoke(app, ["models", "tiny", str(out), "--seed", "1"])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1 and "holds files" in lines[0], result.output
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before

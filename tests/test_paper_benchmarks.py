@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +17,7 @@ from benchmarks import paper_benchmarks as program
 from benchmarks import paper_benchmarks_report as report_module
 
 TOKENIZER_DIR = Path(os.environ.get("ECPO_TOKENIZER_DIR", "")).expanduser()
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def episode(task: str, copy: int, won: int, type_: str = "Pick", set_: str = "valid_seen", invalid: int = 0,
@@ -162,3 +166,119 @@ def test_webshop_and_searchqa_smokes_report_their_table(tmp_path, env):
     sets = set(report["tables"]["ecpo"]) - {"All"}
     assert sets == set(program.BENCHMARKS[env].validation)
     assert all(0.0 <= report["tables"]["ecpo"]["All"][k] <= 1.0 for k in ("invalid_before", "invalid_after"))
+
+
+# ------------------------------------------------------------------------------ issue 58.3: one owner, progress from the run folder
+def _hold_lock(out: Path) -> subprocess.Popen:
+    """Another process holding ``out``'s lock, as a running command of this program does."""
+    script = ("import sys, time; from pathlib import Path; from ecpo_train.runtime.run_lock import acquire_run_lock; "
+              "acquire_run_lock(Path(sys.argv[1]), 'paper_benchmarks'); print('held', flush=True); time.sleep(120)")
+    holder = subprocess.Popen([sys.executable, "-c", script, str(out)], stdout=subprocess.PIPE, text=True,
+                              env=os.environ | {"PYTHONPATH": str(ROOT)})
+    assert holder.stdout.readline().strip() == "held"
+    return holder
+
+
+def test_a_second_command_on_one_out_is_refused_in_one_line_and_writes_nothing(capsys, tmp_path):
+    out = tmp_path / "out"
+    holder = _hold_lock(out)
+    try:
+        before = sorted(p.name for p in out.iterdir())
+        with pytest.raises(SystemExit) as stop:
+            program.main(["--device", "cpu", "--smoke", "--out", str(out)])
+        err = capsys.readouterr().err.strip()
+        assert stop.value.code == 2 and len(err.splitlines()) == 1, err
+        assert f"--out {out} is in use by pid {holder.pid}" in err and "paper_benchmarks" in err, err
+        assert sorted(p.name for p in out.iterdir()) == before
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def _metrics_row(iteration: int) -> dict:
+    return {"iteration": iteration, "num_steps": 8, "success": 0.5, "time/generation": 1.0, "time/env": 1.0,
+            "time/update": 1.0, "time/arm_wall": 3.5}
+
+
+def test_an_arms_progress_is_its_run_folders_up_to_its_checkpoint(tmp_path):
+    """A line logged after the checkpoint (a kill before the checkpoint was written) is not counted: the arm's
+    iterations are the checkpoint's, whatever a separate record says."""
+    import torch
+
+    from benchmarks.paper_benchmarks_arms import arm_progress, arm_result
+
+    run_dir = tmp_path / "run_ecpo"
+    run_dir.mkdir()
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(_metrics_row(k)) + "\n" for k in (1, 2, 3)))
+    torch.save({"iteration": 2, "policy": {}}, run_dir / "checkpoint.pt")
+    assert [row["wall"] for row in arm_progress(run_dir)] == [3.5, 3.5]
+    (tmp_path / "arm_ecpo.json").write_text(json.dumps({"iteration": 3, "after": []}))  # a record ahead of the run
+    result = arm_result(tmp_path, "ecpo")
+    assert result["iterations_done"] == 2 and "after" not in result
+    (tmp_path / "arm_ecpo.json").write_text(json.dumps({"iteration": 2, "after": []}))
+    assert arm_result(tmp_path, "ecpo")["after"] == []
+
+
+@pytest.mark.parametrize("text", ["[]", "{}", "{\"iter", "", "7"])
+@pytest.mark.parametrize("name", ["plan.json", "arm_ecpo.json", "report.json"])
+def test_a_program_record_that_is_not_one_is_one_line_naming_it(tmp_path, name, text):
+    """plan.json, an arm's record, report.json holding [], {}, a cut object: one ValueError naming the file."""
+    (tmp_path / name).write_text(text)
+    if name == "report.json" and text == "{}":
+        return  # (an empty report is a program that has not run a stage yet)
+    with pytest.raises(ValueError) as refused:
+        if name == "plan.json":
+            program.Stages(tmp_path).plan()
+        elif name == "arm_ecpo.json":
+            from benchmarks.paper_benchmarks_arms import arm_result
+
+            arm_result(tmp_path, "ecpo")
+        else:
+            program.Stages(tmp_path)
+    assert str(tmp_path / name) in str(refused.value) and "\n" not in str(refused.value)
+
+
+SITE_KILL = '''import os, sys
+if any(arg.endswith(os.environ.get("ECPO_KILL_ARM", "-") + ".spec") for arg in sys.argv):
+    sys.path.insert(0, os.environ["ECPO_FAULTS"])
+    from fault_injection import _hook
+    sys.setprofile(_hook(os.environ["ECPO_KILL_AT"], "kill"))
+'''
+
+
+@pytest.mark.slow
+def test_arms_killed_between_checkpoint_and_record_or_run_twice_end_on_the_planned_iterations(tmp_path):
+    """Issue 58.3, the fault-injection test of the arms' windows. (1) A second command on the same --out while the
+    first runs is refused in one line. (2) The ECPO arm is killed (SIGKILL) after its last checkpoint, inside the
+    write of its record ``arm_ecpo.json``; the same command again: both arms end on the plan's iterations (ECPO
+    trained no extra one), each iteration logged once, and the report compares them, without the first command's
+    arm error."""
+    _needs_tokenizer()
+    out = tmp_path / "ws"
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(SITE_KILL)
+    argv = ["--env", "webshop", "--device", "cpu", "--smoke", "--time-limit", "7200", "--out", str(out)]
+    env = os.environ | {"PYTHONPATH": os.pathsep.join([str(site), str(ROOT)]), "ECPO_KILL_ARM": "ecpo",
+                        "ECPO_KILL_AT": "arm_ecpo.json", "ECPO_FAULTS": str(ROOT / "tests")}
+    first = subprocess.Popen([sys.executable, "-m", "benchmarks.paper_benchmarks", *argv], env=env, cwd=ROOT,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    while not (out / "run.lock").exists() and first.poll() is None:
+        time.sleep(0.2)
+    second = subprocess.run([sys.executable, "-m", "benchmarks.paper_benchmarks", *argv], cwd=ROOT, text=True,
+                            capture_output=True, env=os.environ | {"PYTHONPATH": str(ROOT)}, check=False)
+    assert second.returncode == 2 and second.stderr.count("\n") == 1 and "is in use by pid" in second.stderr, \
+        second.stderr
+    _, err = first.communicate(timeout=1200)
+    assert first.returncode == 1 and "arm ecpo: its process exited -9" in err, err[-2000:]
+    assert not (out / "arm_ecpo.json").exists()
+    again = subprocess.run([sys.executable, "-m", "benchmarks.paper_benchmarks", *argv], cwd=ROOT, text=True,
+                           capture_output=True, env=os.environ | {"PYTHONPATH": str(ROOT)}, check=False)
+    assert again.returncode == 0, again.stderr[-2000:]
+    report = json.loads((out / "report.json").read_text())
+    assert report["iterations_planned"] == 2 and "arm_errors" not in report
+    for arm in ("ecpo", "gigpo_std"):
+        assert report["arm_results"][arm]["iterations_done"] == 2, arm
+        logged = [json.loads(line)["iteration"] for line in (out / f"run_{arm}" / "metrics.jsonl").read_text().splitlines()]
+        assert logged == [1, 2], (arm, logged)
+    assert "All" in report["comparisons"]["ecpo - gigpo_std"]

@@ -32,3 +32,19 @@ def test_panels_follow_what_the_runs_logged(tmp_path):
 def test_a_folder_without_metrics_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="metrics.jsonl"):
         read_metrics(tmp_path)
+
+
+@pytest.mark.parametrize("value, shown", [(float("inf"), "Infinity"), ({"a": 1}, '{"a": 1}'), ("high", '"high"'),
+                                          (True, "true")])
+def test_ecpo_plot_of_a_value_that_is_not_a_number_is_one_line_naming_it(tmp_path, value, shown):
+    """Issue 58 (low): inf gave "arange: cannot compute length", a dict a traceback, a string was plotted."""
+    from typer.testing import CliRunner
+
+    from ecpo_train.apps.cli import app
+
+    run = _write_run(tmp_path / "run", [{"iteration": 1, "success": 0.5}, {"iteration": 2, "success": value}])
+    result = CliRunner().invoke(app, ["plot", str(run)])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert f"iteration 2 logs success = {shown}, not a finite number" in lines[0]
+    assert not (run / "curves.png").exists()

@@ -142,6 +142,7 @@ def _refused(capsys, argv) -> str:
 
 @pytest.mark.parametrize("changes, words", [({"val_temperature": 1.0}, "their val_temperature differ (null and 1.0)"),
                                             ({"seed": 3}, "their seed differ (0 and 3)"),
+                                            ({"rollout_temperature": 0.7}, "their rollout_temperature differ"),
                                             ({"val_episodes_per_task": 4}, "their val_episodes_per_task differ"),
                                             ({"model": "/elsewhere/warm"}, "their warm starts differ")])
 def test_arms_of_another_temperature_seed_draws_or_warm_start_are_refused_both_ways(tmp_path, capsys, changes, words):
@@ -220,3 +221,43 @@ def test_a_start_records_its_warm_starts_hash_which_pairs_runs_whose_weights_are
         (arm / "history.jsonl").write_text(json.dumps({"event": "start", "iteration": 0,
                                                        "warm_start": {"weights_sha256": digest}}) + "\n")
     assert "their warm starts' weights differ" in _refused(capsys, [str(second), "--before-from", str(first)])
+
+
+def test_a_config_with_yaml_aliases_is_refused_in_one_line_not_expanded(tmp_path, capsys):
+    """Issue 58.6: a 734-byte config.yaml of nested aliases took 102 s and 5.3 GB here (``yaml.safe_load``); every
+    YAML the project reads goes through its one loader, which refuses aliases."""
+    run = _run(tmp_path, [0, 1], [1, 1], ["a", "b"], ["a"])
+    levels = ["a0: &a0 [x, x, x, x, x, x, x, x, x]"] + [f"a{k}: &a{k} [{', '.join([f'*a{k - 1}'] * 9)}]"
+                                                        for k in range(1, 5)]
+    (run / "config.yaml").write_text("\n".join(levels) + "\nseed: 0\n")
+    assert "aliases are not supported" in _refused(capsys, [str(run)])
+
+
+def test_no_module_reads_yaml_but_through_the_one_loader():
+    """Issue 58.6, the class: ``yaml.safe_load``/``yaml.load`` appear only in ``config_values.read_yaml``."""
+    import re
+
+    hits = [f"{path.relative_to(ROOT)}:{number}" for folder in ("ecpo_train", "ecpo_gym", "benchmarks", "scripts",
+                                                                "examples")
+            for path in sorted((ROOT / folder).rglob("*.py"))
+            for number, text in enumerate(path.read_text().splitlines(), 1)
+            if re.search(r"\byaml\.(safe_load|load|full_load|unsafe_load)\b", text)]
+    assert hits == ["ecpo_train/runtime/config_values.py:" + str(next(
+        number for number, text in enumerate((ROOT / "ecpo_train/runtime/config_values.py").read_text().splitlines(), 1)
+        if "yaml.load(" in text))]
+
+
+@pytest.mark.parametrize("won, words", [(["x", 1], 'holds won "x"'), ([None, 1], "holds won null"),
+                                        ([7, -3], "holds won 7")])
+def test_a_validation_outcome_that_is_not_0_or_1_is_one_line(tmp_path, capsys, won, words):
+    """Issue 58 (low): won ["x"] or [null] gave a traceback, won [7, -3] a success rate of 1.25."""
+    run = _run(tmp_path, [0, 1], won, ["a", "b"], ["a"])
+    err = _refused(capsys, [str(run)])
+    assert words in err and "each episode's outcome is 0 or 1" in err
+
+
+def test_a_regime_of_non_numeric_metrics_is_one_line(tmp_path, capsys):
+    run = _run(tmp_path, [0, 1], [1, 1], ["a", "b"], ["a"])
+    (run / "metrics.jsonl").write_text(json.dumps({"iteration": 1, "success": "high"}) + "\n")
+    assert "holds success \"high\", not a finite number" in _refused(capsys, ["--regime", str(run / "metrics.jsonl")])
+    assert "not a finite number" in _refused(capsys, [str(run)])

@@ -180,8 +180,46 @@ def test_resume_and_overwrite_together_and_a_file_as_run_dir_are_refused(tmp_pat
     assert (tmp_path / "file").read_text() == "x"
 
 
-def test_resume_of_an_empty_folder_starts_the_run():
-    assert plan_start(Path("/nonexistent/run"), {}, resume=True).kind == "start"
+@pytest.mark.parametrize("there", ["missing", "empty", "unrelated"])
+def test_resume_where_there_is_no_run_is_refused_and_creates_nothing(tmp_path, there):
+    """Issue 58.4: ``--resume`` of a missing folder, an empty one or one of unrelated files (a typo in a path) is
+    one line, exit 2, and the folder stays as it was; ``--resume-or-start`` is the spelling that starts there."""
+    run_dir = tmp_path / "run"
+    if there != "missing":
+        run_dir.mkdir()
+    if there == "unrelated":
+        (run_dir / "notes.txt").write_text("mine")
+    before = folder_hash(tmp_path)
+    refused(train(run_dir, "iterations=1", "--resume"), "nothing to resume", "--resume-or-start",
+            {"missing": "does not exist", "empty": "is empty", "unrelated": "holds no run"}[there])
+    assert folder_hash(tmp_path) == before and run_dir.exists() == (there != "missing")
+    with pytest.raises(ValueError, match="nothing to resume"):
+        plan_start(run_dir, {}, resume=True)
+    assert plan_start(run_dir, {}, resume="auto").kind == "start"
+
+
+def test_resume_or_start_starts_where_there_is_no_run_and_resumes_where_there_is(tmp_path):
+    run_dir = tmp_path / "run"
+    result = train(run_dir, "iterations=1", "--resume-or-start")
+    assert result.exit_code == 0, result.output
+    result = train(run_dir, "iterations=2", "--resume-or-start")
+    assert result.exit_code == 0, result.output
+    assert iterations(run_dir) == [1, 2]
+    history = [json.loads(line)["event"] for line in (run_dir / "history.jsonl").read_text().splitlines()]
+    assert history == ["start", "resume"]
+    refused(train(run_dir, "iterations=2", "--resume", "--resume-or-start"), "give one")
+
+
+@pytest.mark.parametrize("flag", [[], ["--resume"], ["--resume-or-start"]])
+def test_a_start_never_erases_an_earlier_runs_files(finished_run, flag):
+    """Issue 58.4: a folder holding an earlier run's validation.jsonl and history.jsonl but no checkpoint (nor
+    config.yaml, metrics.jsonl): no start of any spelling erases them."""
+    for name in ("checkpoint.pt", "config.yaml", "metrics.jsonl", "curves.png"):
+        (finished_run / name).unlink(missing_ok=True)
+    (finished_run / "validation.jsonl").write_text('{"iteration": 3, "won": [1]}\n')
+    before = folder_hash(finished_run)
+    refused(train(finished_run, "iterations=1", *flag), "--overwrite")
+    assert folder_hash(finished_run) == before
 
 
 def test_resume_changes_compares_nested_keys_and_allows_only_bookkeeping():

@@ -45,3 +45,44 @@ def test_factory_builds_backends_by_name():
     assert [hit.document.id for hit in hits] == ["1"]
     with pytest.raises(ValueError, match="unknown retriever 'faiss'"):
         retrievers.make_retriever("faiss", corpus)
+
+
+def test_the_http_retriever_timeout_bounds_the_whole_request_against_a_trickling_server():
+    """Issue 58.8: a server trickling its body (a byte every 0.2 s) kept one step 118.7 s with timeout=2, as a
+    socket's timeout bounds each wait only. The timeout bounds the whole request: one clear error after it."""
+    import socket
+    import threading
+    import time
+
+    from ecpo_gym.searchqa.retrievers.remote import RetrievalServerError, SearchR1HTTPRetriever
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    stop = threading.Event()
+
+    def trickle() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n")
+            while not stop.is_set():
+                try:
+                    conn.sendall(b" ")
+                except OSError:
+                    return
+                time.sleep(0.2)
+
+    server = threading.Thread(target=trickle, daemon=True)
+    server.start()
+    retriever = SearchR1HTTPRetriever(f"http://127.0.0.1:{listener.getsockname()[1]}/retrieve", timeout=1.0)
+    started = time.monotonic()
+    try:
+        with pytest.raises(RetrievalServerError, match="within timeout=1 s"):
+            retriever.batch_search(["who"], 3)
+        assert time.monotonic() - started < 3.0
+    finally:
+        stop.set()
+        listener.close()
+    with pytest.raises(ValueError, match="timeout=nan is invalid"):
+        SearchR1HTTPRetriever("http://127.0.0.1:1/retrieve", timeout=float("nan"))

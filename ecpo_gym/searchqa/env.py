@@ -86,9 +86,6 @@ class SearchQABaseEnv(TextAgentEnv):
         topk = check_int("topk", topk, 1, MAX_TOPK)
         max_steps = check_int("max_steps", max_steps, 1, MAX_STEPS)
         max_query_chars = check_int("max_query_chars", max_query_chars, 1)
-        for name, value in (("reward_success", reward_success), ("reward_failure", reward_failure),
-                            ("reward_invalid", reward_invalid)):
-            check_real(name, value)
         super().__init__(max_steps=max_steps, reward_success=reward_success, reward_failure=reward_failure,
                          reward_invalid=reward_invalid, render_mode=render_mode)
         self.examples = {example.task_id: example for example in examples}

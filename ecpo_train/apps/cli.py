@@ -63,7 +63,10 @@ def train(
     ctx: typer.Context,
     config: str = typer.Option(..., help="YAML preset path or name: alfworld | webshop | searchqa | quickstart"),
     resume: bool = typer.Option(False, help="continue the run in run_dir from its checkpoint.pt (keys that define "
-                                            "the run must not change; iterations and logging may)"),
+                                            "the run must not change; iterations and logging may); refused where "
+                                            "run_dir holds no run"),
+    resume_or_start: bool = typer.Option(False, "--resume-or-start",
+                                         help="--resume if run_dir holds a run, else start one there (job scripts)"),
     overwrite: bool = typer.Option(False, help="replace the run already in run_dir (its config, metrics, "
                                                "checkpoint, curves, eval/); without --resume or --overwrite a "
                                                "folder that holds a run is refused"),
@@ -82,11 +85,14 @@ def train(
     from pathlib import Path
 
     from ecpo_train.runtime.config import config_dict, load_config
-    from ecpo_train.runtime.resume import plan_start
+    from ecpo_train.runtime.resume import RESUME_OR_START, plan_start
     from ecpo_train.runtime.trainer import Trainer, run_training
 
     if engine not in ("native", "rllib"):
         raise fail(ValueError(f"--engine {engine!r}; valid: native, rllib"))
+    if resume and resume_or_start:
+        raise fail(ValueError("--resume and --resume-or-start: give one"))
+    resume = RESUME_OR_START if resume_or_start else resume
     if engine == "rllib":
         _train_with_rllib(config, list(ctx.args), resume, overwrite, nproc, env_runners, learners, actor_cpus)
         return
@@ -98,13 +104,17 @@ def train(
         import sys
 
         try:  # the config and the run folder are checked here, once, before K processes start
+            from ecpo_train.runtime.distributed import check_fsdp_run
+
             cfg = load_config(config, [arg for arg in ctx.args if not arg.startswith("fsdp=")])
+            check_fsdp_run(cfg.algorithm, cfg.policy)  # (a tabular preset: refused here, not in K tracebacks)
             cfg.resolved_device()
             plan_start(Path(cfg.run_dir), config_dict(cfg) | {"fsdp": True}, resume=resume, overwrite=overwrite)
         except _input_errors() as err:
             raise fail(err) from None
         command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
-                   "-m", "ecpo_train.apps.cli", "train", "--config", config, *(["--resume"] if resume else []),
+                   "-m", "ecpo_train.apps.cli", "train", "--config", config,
+                   *({True: ["--resume"], RESUME_OR_START: ["--resume-or-start"]}.get(resume, [])),
                    *(["--overwrite"] if overwrite else []),
                    *[arg for arg in ctx.args if not arg.startswith("fsdp=")], "fsdp=true"]
         raise typer.Exit(subprocess.call(command))
@@ -123,7 +133,7 @@ def train(
         typer.echo(f"run folder: {cfg.run_dir} (metrics.jsonl, tensorboard/, checkpoint.pt, curves.png)")
 
 
-def _train_with_rllib(config: str, overrides: list[str], resume: bool, overwrite: bool, nproc: int,
+def _train_with_rllib(config: str, overrides: list[str], resume: bool | str, overwrite: bool, nproc: int,
                       env_runners: int, learners: int, actor_cpus: float = 1.0) -> None:
     """``ecpo train --engine rllib``: the preset through ``ECPOConfig.from_train_config`` (one line, exit 2 on
     bad input, before any actor starts)."""

@@ -83,6 +83,12 @@ def parse_manifest(data: dict[str, Any], source: str = "<dict>") -> TaskManifest
     missing = [key for key in ("name", "env_id", "groups") if key not in data]
     if missing:
         raise ValueError(f"manifest {source}: missing key(s) {', '.join(missing)}")
+    for key in ("name", "env_id", "benchmark", "description"):
+        if key in data and not isinstance(data[key], str) and not (key == "benchmark" and data[key] is None):
+            raise ValueError(f"manifest {source}: {key!r} must be a string")
+    if ":" in data["env_id"]:  # gymnasium imports MODULE for "MODULE:id": a manifest is data and never imports code
+        raise ValueError(f"manifest {source}: env_id {data['env_id'][:80]!r} names a module to import; give a "
+                         "registered id (ecpo/...)")
     raw_groups = data["groups"]
     if not isinstance(raw_groups, dict) or not raw_groups:
         raise ValueError(f"manifest {source}: 'groups' must be a non-empty object of group name -> spec")
@@ -98,14 +104,24 @@ def parse_manifest(data: dict[str, Any], source: str = "<dict>") -> TaskManifest
                 raise ValueError(f"manifest {source}: group {name!r} 'task_ids' must be a list of strings")
             if len(set(task_ids)) != len(task_ids):
                 raise ValueError(f"manifest {source}: group {name!r} lists a task id twice")
-        if first is not None and (not isinstance(first, int) or first < 1):
+        if first is not None and (isinstance(first, bool) or not isinstance(first, int) or first < 1):
             raise ValueError(f"manifest {source}: group {name!r} 'first' must be a positive integer")
-        groups.append(TaskGroup(name=str(name), env_kwargs=dict(spec.get("env_kwargs") or {}),
+        groups.append(TaskGroup(name=str(name), env_kwargs=_kwargs(spec, f"manifest {source}: group {name!r}"),
                                 task_ids=list(task_ids) if task_ids is not None else None, first=first))
     env_id = str(data["env_id"])
     return TaskManifest(name=str(data["name"]), benchmark=str(data.get("benchmark") or benchmark_of(env_id)),
-                        env_id=env_id, env_kwargs=dict(data.get("env_kwargs") or {}), groups=groups,
+                        env_id=env_id, env_kwargs=_kwargs(data, f"manifest {source}"), groups=groups,
                         description=str(data.get("description", "")))
+
+
+def _kwargs(spec: dict[str, Any], where: str) -> dict[str, Any]:
+    """``spec``'s ``env_kwargs``: an object of keyword -> value (a list of pairs is not one), or nothing."""
+    kwargs = spec.get("env_kwargs")
+    if kwargs is None:
+        return {}
+    if not isinstance(kwargs, dict):
+        raise ValueError(f"{where}: 'env_kwargs' must be an object of keyword -> value")  # noqa: TRY004
+    return dict(kwargs)
 
 
 def available_manifests() -> list[str]:
@@ -125,6 +141,8 @@ def load_manifest(name_or_path: str | Path) -> TaskManifest:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
         raise ValueError(f"manifest {path} is not valid JSON: {err}") from None
+    except RecursionError:
+        raise ValueError(f"manifest {path} is nested deeper than a manifest is: not a manifest") from None
     return parse_manifest(data, str(path))
 
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
+import os
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable
@@ -203,6 +204,27 @@ class DecodeStep:
         return self.logits[: len(token)]
 
 
+def device_memory_bytes(device: torch.device) -> int:
+    """The memory of ``device``: a CUDA device's total, else the machine's physical memory."""
+    if device.type == "cuda":
+        return int(torch.cuda.get_device_properties(device).total_memory)
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return 16 << 30
+
+
+def check_cache_fits(need: int, device: torch.device, rows: int, columns: int) -> None:
+    """``ValueError`` (computed, before any allocation) when the static cache of ``rows`` x ``columns`` needs more
+    than ``device`` holds: a reply length of 1e8 tokens asked 409 GB of an allocator and failed mid-run."""
+    have = device_memory_bytes(device)
+    if need > have:
+        raise ValueError(f"decoding=static needs {need / 2**30:,.1f} GiB for its key/value cache ({rows} rows x "
+                         f"{columns} columns: the prompt width plus max_response_length) and the {device.type} device "
+                         f"has {have / 2**30:,.1f} GiB: lower max_response_length (or max_prompt_length), or use "
+                         "decoding=eager")
+
+
 class StaticDecoder:
     """The fixed-shape steps of one policy (``static``; ``graph`` captures each), by shape, over shared buffers."""
 
@@ -232,6 +254,8 @@ class StaticDecoder:
             return self.steps[key]
         sizes = [(rows * k.shape[1] * columns * k.shape[3], rows * v.shape[1] * columns * v.shape[3]) for k, v in kv]
         if not self.storage or any(n > s.numel() or m > t.numel() for (n, m), (s, t) in zip(sizes, self.storage)):
+            check_cache_fits(sum((n * k.element_size() + m * v.element_size()) for (n, m), (k, v) in zip(sizes, kv)),
+                             kv[0][0].device, rows, columns)
             self.steps.clear()  # every step views the storage: a larger one replaces them all
             self.storage = []
             # zeros, not empty: a masked column still enters q.k and p.v, and uninitialised memory may hold NaN

@@ -11,7 +11,6 @@ RNG streams.
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,6 +21,7 @@ from ecpo_train.core.loss import UpdateSettings
 from ecpo_train.core.tasks import task_lists
 from ecpo_train.policies.base import Policy, StepContext
 from ecpo_train.runtime.config import TrainConfig
+from ecpo_train.runtime.models import model_folder
 
 
 def update_settings(config: TrainConfig) -> UpdateSettings:
@@ -120,7 +120,7 @@ def build_policy(config: TrainConfig, device: str | None = None, *, transformers
 
     policy_class = ScoringPolicy if config.policy_mode == "score" else TransformersPolicy
     policy = policy_class(
-        os.path.expanduser(config.model), env_name=config.env_id, max_prompt_length=config.max_prompt_length,
+        model_folder(config.model), env_name=config.env_id, max_prompt_length=config.max_prompt_length,
         max_response_length=config.max_response_length, device=device or config.resolved_device(), dtype=config.dtype,
         history_length=config.history_length, generation_backend=config.generation_backend,
         vllm_kwargs=config.vllm_kwargs, seed=config.seed, prompt_style=config.prompt_style, lora=config.lora or None,
@@ -272,7 +272,7 @@ def check_env_and_model(config: TrainConfig) -> None:
         return
     from transformers import AutoConfig, AutoTokenizer
 
-    model = os.path.expanduser(config.model)
+    model = model_folder(config.model)
     try:
         AutoConfig.from_pretrained(model)
         AutoTokenizer.from_pretrained(model)

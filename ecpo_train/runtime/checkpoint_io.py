@@ -92,17 +92,31 @@ def _damaged(path: Path, err: BaseException) -> ValueError:
                       "start over, or restore it from a copy")
 
 
-def checkpoint_config(path: Path) -> dict[str, Any] | None:
-    """The config a checkpoint was saved with, read without loading its tensors (memory-mapped) and without running
-    code, or ``None`` when it cannot be read that way (:func:`load_checkpoint` then names what is wrong)."""
+def _mapped(path: Path) -> dict[str, Any] | None:
     import torch
 
     try:
         state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception:  # noqa: BLE001 -- a damaged, old-format or foreign file: the full read refuses it
         return None
-    config = state.get("config") if isinstance(state, dict) else None
+    return state if isinstance(state, dict) else None
+
+
+def checkpoint_config(path: Path) -> dict[str, Any] | None:
+    """The config a checkpoint was saved with, read without loading its tensors (memory-mapped) and without running
+    code, or ``None`` when it cannot be read that way (:func:`load_checkpoint` then names what is wrong)."""
+    config = (_mapped(path) or {}).get("config")
     return dict(config) if isinstance(config, dict) else None
+
+
+def checkpoint_iteration(path: Path) -> int:
+    """The iterations a checkpoint holds, read like :func:`checkpoint_config`; a file that cannot be read so is
+    :func:`load_checkpoint`'s one-line error."""
+    iteration = (_mapped(path) or {}).get("iteration")
+    if not isinstance(iteration, int) or isinstance(iteration, bool):
+        load_checkpoint(path)  # names what is wrong
+        raise ValueError(f"checkpoint {path} holds no iteration count: it is not an ECPO trainer checkpoint")  # noqa: TRY004
+    return iteration
 
 
 def checkpoint_size(path: Path) -> str:

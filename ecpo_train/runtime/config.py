@@ -33,7 +33,7 @@ from ecpo_train.policies.prompting import PROMPT_STYLES
 from ecpo_train.policies.vllm_backend import check_vllm_kwargs
 from ecpo_train.runtime import VALIDATION_TEMPERATURE
 from ecpo_train.runtime.config_values import coerce_value, field_types, read_yaml, shown
-from ecpo_train.runtime.limits import MAX_ENV_WORKERS, MAX_EPISODES, MAX_THREADS
+from ecpo_train.runtime.limits import MAX_ENV_WORKERS, MAX_EPISODES, MAX_LR, MAX_SEQUENCE_TOKENS, MAX_THREADS
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 POLICIES = ("llm", "tabular", "text")
@@ -49,6 +49,10 @@ Positive = Annotated[float, Field(gt=0)]
 NonNegative = Annotated[float, Field(ge=0)]
 Episodes = Annotated[int, Field(ge=1, le=MAX_EPISODES, description="episodes this machine's memory holds at once")]
 TaskList = Annotated[list, Field(min_length=1, description="omit it for the default")]
+Tokens = Annotated[int, Field(ge=1, le=MAX_SEQUENCE_TOKENS, description="longer than any model's context")]
+# AdamW moves every weight by about lr per step whatever the gradient: past MAX_LR each step is noise (and 1e308
+# overflows the update)
+LearningRate = Annotated[float, Field(gt=0, le=MAX_LR, description="AdamW moves each weight by about lr per step")]
 
 
 @dataclass
@@ -94,8 +98,8 @@ class TrainConfig:
     model: str = ""  # local path or hub id of a causal LM (policy=llm)
     dtype: Literal[DTYPES] = "float32"
     prompt_style: Literal[PROMPT_STYLES] = "paper"  # "paper" (prompts/<family>.txt) | "compact" | "compact-actions" (CPU runs)
-    max_prompt_length: Count = 2048
-    max_response_length: Count = 512
+    max_prompt_length: Tokens = 2048
+    max_response_length: Tokens = 512
     # "transformers" | "vllm" (GPU; weights synced after each update)
     generation_backend: Literal["transformers", "vllm"] = "transformers"
     vllm_kwargs: dict = field(default_factory=dict)  # extra vllm.LLM arguments, e.g. {gpu_memory_utilization: 0.5}
@@ -108,8 +112,8 @@ class TrainConfig:
     credit: CreditConfig = field(default_factory=CreditConfig)  # the paper's defaults live in CreditConfig
     gae_lambda: Annotated[float, Field(ge=0, le=1)] = 0.95  # an option of the ppo estimator (EstimatorSpec.options)
     # update (step E)
-    lr: Positive = 1e-6
-    critic_lr: Positive = 1e-5  # ppo only
+    lr: LearningRate = 1e-6
+    critic_lr: LearningRate = 1e-5  # ppo only
     # the policy's lr rises linearly over the optimizer's first steps: lr * min(1, (k + 1) / lr_warmup_steps) at
     # its step k (counted by the optimizer's own state, so a fresh optimizer warms up again); 0 = constant lr.
     # AdamW's first steps move every weight by about lr whatever the gradient's size (its moments are new)

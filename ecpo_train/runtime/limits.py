@@ -40,3 +40,7 @@ def memory_bytes() -> int:
 MAX_THREADS = max(MIN_CEILING, PER_CORE * usable_cores())
 MAX_ENV_WORKERS = max(1, min(MAX_THREADS, memory_bytes() // WORKER_BYTES))
 MAX_EPISODES = max(1, memory_bytes() // EPISODE_BYTES)
+# a prompt or a reply longer than any model's context (a million tokens): refused when the config is built, not
+# found mid-run as a cache of hundreds of GB
+MAX_SEQUENCE_TOKENS = 1 << 20
+MAX_LR = 10.0  # the largest learning rate (runtime/config.py says why)

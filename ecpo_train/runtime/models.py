@@ -86,10 +86,22 @@ def file_sha256(path: Path) -> str:
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt")
 
 
+def model_folder(model: str | Path) -> str:
+    """``model`` as the path to load it from: ``~`` expanded, and a local folder that an ``ecpo sft --out`` swap
+    killed between its two renames left as ``NAME.previous`` (``policies/atomic.py``) read there, whole. A hub id
+    is returned as it is."""
+    from ecpo_train.policies.atomic import current_folder
+
+    path = os.path.expanduser(str(model))
+    if path and not os.path.exists(path) and current_folder(path).is_dir():
+        return str(current_folder(path))
+    return path
+
+
 def weights_sha256(model: str | Path) -> str | None:
     """The sha256 over a local model folder's weight files (name and content, in name order): what two runs
     compare to know they started from the same weights. None where ``model`` is not a folder here (a hub id)."""
-    folder = Path(model).expanduser()
+    folder = Path(model_folder(model))
     files = sorted(f for f in folder.iterdir() if f.suffix in WEIGHT_SUFFIXES) if folder.is_dir() else []
     if not files:
         return None
@@ -326,6 +338,10 @@ def write_tiny_model(out_dir: str | Path, tokenizer_path: str | Path | None = No
     from ecpo_train.runtime.run_dir import check_writable_folder
 
     check_writable_folder(out, f"model folder {out}")
+    if out.is_dir() and any(out.iterdir()):  # (as `ecpo sft --out`: a model's weights are never replaced silently)
+        held = ", ".join(sorted(p.name for p in out.iterdir())[:3])
+        raise ValueError(f"model folder {out} holds files ({held}, ...): writing a tiny model there would replace "
+                         "or mix with them; give an empty or new folder")
     tokenizer_dir = resolve_tokenizer_dir(tokenizer_path)
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir) if tokenizer_dir else train_fallback_tokenizer()
     if not getattr(tokenizer, "chat_template", None):

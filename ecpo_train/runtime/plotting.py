@@ -6,6 +6,8 @@ Reads the run's ``metrics.jsonl`` (one JSON object per iteration, written by the
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -32,6 +34,11 @@ def _series(rows: list[dict[str, float]], key: str) -> tuple[list[float], list[f
     return xs, [r[key] for r in rows if key in r]
 
 
+def _plottable(value: object) -> bool:
+    """A number a curve can hold: finite, or NaN (a gap)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isinf(value)
+
+
 def logged_panels(data: Mapping[str, list[dict[str, float]]]) -> list[tuple[str, str | None, str]]:
     """The panels some run logged (no KL panel without a KL term, no rho panel for GRPO); success always."""
     logged = {key for rows in data.values() for row in rows for key in row}
@@ -50,6 +57,12 @@ def plot_comparison(runs: Mapping[str, str | Path], out: str | Path, title: str 
     if empty:
         raise ValueError(f"{empty[0]} has no iterations yet: nothing to plot")
     panels = logged_panels(data)
+    for label, rows in data.items():  # a curve is numbers: a string, a mapping or an inf is named, not drawn
+        for key in {k for panel in panels for k in (panel[0], panel[1], EXACT_VAL_KEY) if k}:
+            bad = next((row for row in rows if key in row and not _plottable(row[key])), None)
+            if bad is not None:
+                raise ValueError(f"{RunFolder(runs[label]).metrics}: iteration {bad['iteration']:g} logs {key} = "
+                                 f"{json.dumps(bad[key], default=str)[:60]}, not a finite number: nothing plotted")
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
     axes = axes[0]
     for ax, (key, val_key, label) in zip(axes, panels):

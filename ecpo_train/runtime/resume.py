@@ -1,13 +1,15 @@
 """Starting a run in its folder without losing what is there: fresh start, ``--resume`` or ``--overwrite``.
 
-A run folder holds a run when it has ``config.yaml``, ``metrics.jsonl``, ``checkpoint.pt`` or
-``rllib_checkpoint/`` (what a run folder holds, and every writer of it, is ``ecpo_train.runtime.run_dir``). Then
-a plain start is refused (one line naming ``--resume`` and ``--overwrite``), ``--resume`` continues the
-checkpoint, and ``--overwrite`` deletes the run's own files (``run_dir.RUN_FILES``; anything else in the folder
+A run folder holds a run when it has any file a run writes (``run_dir.RUN_FILES``: ``config.yaml``,
+``metrics.jsonl``, ``validation.jsonl``, ``history.jsonl``, a checkpoint, ...; what a run folder holds, and every
+writer of it, is ``ecpo_train.runtime.run_dir``). Then a plain start is refused (one line naming ``--resume`` and
+``--overwrite``), so a start never erases an earlier run's files; ``--resume`` continues the checkpoint, and ``--overwrite`` deletes the run's own files (``run_dir.RUN_FILES``; anything else in the folder
 stays) and starts over. ``--resume`` of a folder without a checkpoint is refused (naming ``--overwrite``) rather
 than cutting its history, and so is ``--resume`` of a folder the other engine wrote (``native``:
 ``checkpoint.pt``; ``rllib``: ``rllib_checkpoint/``, ``engine: rllib`` in ``config.yaml``): neither reads the
-other's state. Every check happens before the folder is touched: a refused start changes no byte. The run holds
+other's state. ``--resume`` where there is no run (a missing folder, an empty one, one of unrelated files: a
+typo in a path) is refused too; ``--resume-or-start`` (``resume="auto"``) is the spelling for "resume the run if
+there is one, else start". Every check happens before the folder is touched: a refused start changes no byte. The run holds
 the folder's lock (``ecpo_train.runtime.run_lock``) while it writes.
 
 A resume may not change what the run is: any key outside ``RESUMABLE_KEYS`` (algorithm, env, model, group
@@ -28,12 +30,14 @@ from ecpo_train.policies.atomic import current_folder
 from ecpo_train.runtime.checkpoint_io import checkpoint_config, load_checkpoint
 from ecpo_train.runtime.run_dir import (
     ENGINE_KEY,
+    RUN_FILES,
     MetricsLog,
     RunFolder,
     begin_run,
     check_metrics_file,
     folder_engine,
     holds_run,
+    linked_run_files,
     read_saved_config,
 )
 
@@ -41,6 +45,9 @@ from ecpo_train.runtime.run_dir import (
 # how the copies are spread over processes and waves: the rows are the same)
 RESUMABLE_KEYS = frozenset({"run_dir", "iterations", "checkpoint_every", "save_optimizer", "tensorboard",
                             "progress", "val_every", "val_after_first", "env_workers", "rollout_waves"})
+
+
+RESUME_OR_START = "auto"  # resume=: continue the run in run_dir if it holds one, else start (--resume-or-start)
 
 
 @dataclass
@@ -52,20 +59,31 @@ class StartPlan:
     changes: dict[str, list[Any]] = field(default_factory=dict)
 
 
-def plan_start(run_dir: Path, new_config: dict[str, Any], resume: bool = False, overwrite: bool = False,
+def plan_start(run_dir: Path, new_config: dict[str, Any], resume: bool | str = False, overwrite: bool = False,
                engine: str = "native") -> StartPlan:
     """The start ``resume``/``overwrite`` ask for in ``run_dir`` with ``engine``, or a ``ValueError`` (nothing is
     written).
 
-    On ``--resume`` the folder must hold ``engine``'s checkpoint. The native engine compares the new config with
+    ``resume=True`` (``--resume``) where the folder holds no run (missing, empty, unrelated files) is refused:
+    nothing to resume. ``resume="auto"`` (``--resume-or-start``) starts there instead, and elsewhere is
+    ``--resume``. On a resume the folder must hold ``engine``'s checkpoint. The native engine compares the new config with
     the checkpoint's own config (here, read without its tensors, and again in :func:`open_run`), which is
     authoritative (a ``config.yaml`` may have been edited, or damaged by an older version); the RLlib engine's
     checkpoint holds none, so its ``config.yaml`` is read."""
+    if resume not in (False, True, RESUME_OR_START):
+        raise ValueError(f"resume={resume!r}: give True, False or {RESUME_OR_START!r}")
     if resume and overwrite:
         raise ValueError("--resume continues the run in run_dir and --overwrite replaces it: choose one")
     if run_dir.exists() and not run_dir.is_dir():
         raise ValueError(f"run_dir={str(run_dir)!r} is a file, not a folder")
+    linked = linked_run_files(run_dir) if run_dir.is_dir() else []
+    if linked and not (overwrite and set(linked) <= set(RUN_FILES)):  # (--overwrite deletes the links themselves)
+        raise ValueError(f"run_dir={str(run_dir)!r}: {', '.join(linked)} is a link (a symlink, or a hard link to a "
+                         "file elsewhere), which a run would write through: delete it (or --overwrite)")
     if not holds_run(run_dir):  # (a folder holding only a lock, or nothing)
+        if resume is True:  # a typo in a path must not silently start training afresh
+            raise ValueError(f"--resume: run_dir={str(run_dir)!r} {_nothing_there(run_dir)}, so there is nothing to "
+                             "resume: check the path, or pass --resume-or-start to start a run where there is none")
         return StartPlan(run_dir, "start")
     if overwrite:
         return StartPlan(run_dir, "overwrite")
@@ -87,6 +105,13 @@ def plan_start(run_dir: Path, new_config: dict[str, Any], resume: bool = False, 
         return StartPlan(run_dir, "resume", resume_changes(saved, new_config) if saved is not None else {})
     saved = read_saved_config(folder.config)
     return StartPlan(run_dir, "resume", resume_changes(saved, new_config) if saved is not None else {})
+
+
+def _nothing_there(run_dir: Path) -> str:
+    if not run_dir.exists():
+        return "does not exist"
+    others = [p.name for p in run_dir.iterdir() if p.name != RunFolder(run_dir).lock.name]
+    return "is empty" if not others else f"holds no run (none of its files: {', '.join(sorted(others)[:3])}...)"
 
 
 # mappings whose keys the user writes (any key added or dropped changes the run) and those a dataclass fixes
@@ -162,7 +187,7 @@ def resume_changes(saved: dict[str, Any], new: dict[str, Any]) -> dict[str, list
     return changes
 
 
-def start_run(run_dir: Path, config: dict[str, Any], *, engine: str, resume: bool, overwrite: bool,
+def start_run(run_dir: Path, config: dict[str, Any], *, engine: str, resume: bool | str, overwrite: bool,
               checked_checkpoint: Callable[[StartPlan], Any], load: Callable[[StartPlan, Any], int],
               metrics_log: Callable[[Any], MetricsLog], writes: bool = True,
               agree: Callable[[ValueError | None], None] | None = None) -> tuple[StartPlan, Any]:
@@ -184,7 +209,8 @@ def start_run(run_dir: Path, config: dict[str, Any], *, engine: str, resume: boo
             lock = acquire_run_lock(run_dir, engine)
         # the other processes take the writer's reading of the folder (it may already be writing it)
         plan = plan_start(run_dir, config, resume=resume, overwrite=overwrite, engine=engine) if writes else \
-            StartPlan(run_dir, "resume" if resume else "start")
+            StartPlan(run_dir, "resume" if resume and current_folder(RunFolder(run_dir).checkpoint(engine)).exists()
+                      else "start")
         checkpoint = checked_checkpoint(plan)
     except ValueError as err:
         refusal = err
@@ -214,7 +240,7 @@ def warm_start(config: dict[str, Any]) -> dict[str, Any] | None:
     return {"model": model, "weights_sha256": weights_sha256(model)} if model else None
 
 
-def open_run(trainer: Any, resume: bool = False, overwrite: bool = False) -> StartPlan:
+def open_run(trainer: Any, resume: bool | str = False, overwrite: bool = False) -> StartPlan:
     """Take the folder's lock, check everything a start needs, then prepare ``trainer``'s folder for
     ``trainer.train()`` (:func:`start_run`).
 

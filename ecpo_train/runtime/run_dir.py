@@ -31,6 +31,7 @@ order (task, copy, won, length): two validations of the same tasks and seed pair
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -61,12 +62,13 @@ LOCK_FILE = "run.lock"
 ENGINE_KEY = "engine"  # what config.yaml records beside the config: ``engine: rllib`` (the native engine: none)
 
 ENGINE_CHECKPOINTS = {"native": CHECKPOINT_FILE, "rllib": RLLIB_CHECKPOINT_DIR}
-# a folder holds a run when it has one of these (a folder holding only a lock, or nothing, holds none)
-RUN_MARKERS = (CONFIG_FILE, METRICS_FILE, CHECKPOINT_FILE, RLLIB_CHECKPOINT_DIR)
 # what a run writes into its folder (``--overwrite`` deletes these; anything else in the folder stays)
 _WRITTEN = (CONFIG_FILE, METRICS_FILE, VALIDATION_FILE, CHECKPOINT_FILE, CURVES_FILE, HISTORY_FILE, TENSORBOARD_DIR,
             ADAPTER_DIR, MERGED_DIR, EVAL_DIR, RLLIB_CHECKPOINT_DIR)
 RUN_FILES = _WRITTEN + tuple(left for name in _WRITTEN for left in leftover_names(name))  # + interrupted writes
+# a folder holds a run when it has any of them (a folder holding only a lock, or nothing, holds none): a start
+# there is refused, so it never erases an earlier run's files (a validation.jsonl kept without its checkpoint)
+RUN_MARKERS = RUN_FILES
 
 
 def _named(name: str) -> Any:
@@ -105,7 +107,7 @@ def checkpoint_file(path: str | Path) -> Path:
 
 
 def holds_run(run_dir: Path) -> bool:
-    return any((run_dir / name).exists() for name in RUN_MARKERS)
+    return any((run_dir / name).exists() or (run_dir / name).is_symlink() for name in RUN_MARKERS)
 
 
 def folder_engine(run_dir: Path) -> str:
@@ -157,12 +159,38 @@ def append_history(run_dir: Path, event: str, iteration: int, changes: dict[str,
 
 
 def append_line(path: Path, line: str) -> None:
-    """Append one line to a log of the run; a failed write (a full disk) is an ``OSError`` naming the file."""
+    """Append one line to a log of the run; a failed write (a full disk) is an ``OSError`` naming the file, and so
+    is a log that is a link (symbolic, or a hard link to a file elsewhere): a run never writes through a link out
+    of its folder."""
     try:
-        with open(path, "a", encoding="utf-8") as fh:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except OSError as err:
+        why = "it is a symlink: a run never writes through a link; delete it" if err.errno == errno.ELOOP else \
+            err.strerror
+        raise OSError(err.errno, why, str(path)) from None
+    try:
+        if os.fstat(fd).st_nlink > 1:
+            raise OSError(errno.EMLINK, "it is a hard link to another file: a run never writes through a link; "
+                                        "delete it", str(path))
+        with open(fd, "a", encoding="utf-8", closefd=False) as fh:
             fh.write(line + "\n")
     except OSError as err:
         raise OSError(err.errno, err.strerror, str(path)) from None
+    finally:
+        os.close(fd)
+
+
+def linked_run_files(run_dir: Path) -> list[str]:
+    """The run's files in ``run_dir`` (``RUN_FILES`` and ``run.lock``) that are links: a symlink, or a file with
+    another name elsewhere (a hard link). A run writes none of them (a start refuses them, naming each)."""
+    linked = []
+    for name in (*RUN_FILES, LOCK_FILE):
+        path = run_dir / name
+        with contextlib.suppress(OSError):
+            info = path.lstat()
+            if path.is_symlink() or (not path.is_dir() and info.st_nlink > 1):
+                linked.append(name)
+    return linked
 
 
 def remove_run_files(run_dir: Path) -> None:

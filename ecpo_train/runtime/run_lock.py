@@ -55,31 +55,37 @@ def describe_holder(text: str) -> str:
         return "another process (its lock file names no holder)"
 
 
-def acquire_run_lock(run_dir: Path, engine: str = "native") -> RunLock:
-    """Take ``run_dir``'s lock (creating the folder if needed) or raise ``ValueError`` naming its holder."""
+def acquire_run_lock(run_dir: Path, engine: str = "native", label: str | None = None) -> RunLock:
+    """Take ``run_dir``'s lock (creating the folder if needed) or raise ``ValueError`` naming its holder.
+    ``engine``: who holds it (an engine, or a program owning an output folder); ``label``: how the messages
+    name the folder (default ``run_dir='...'``)."""
     run_dir = Path(run_dir)
+    named = label or f"run_dir={str(run_dir)!r}"
     created = not run_dir.exists()
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise ValueError(f"run_dir={str(run_dir)!r} cannot be made ({err.strerror})") from None
+        raise ValueError(f"{named} cannot be made ({err.strerror})") from None
     path = RunFolder(run_dir).lock
     while True:
         try:  # never through a symlink: a planted run.lock -> some file would have that file truncated
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         except OSError as err:
             why = "it is a symlink; delete it" if err.errno == errno.ELOOP else err.strerror
-            raise ValueError(f"run_dir={str(run_dir)!r}: cannot create its lock file {path} ({why})") from None
+            raise ValueError(f"{named}: cannot create its lock file {path} ({why})") from None
+        if os.fstat(fd).st_nlink > 1:  # a hard link: truncating it would truncate the file it shares
+            os.close(fd)
+            raise ValueError(f"{named}: its lock file {path} is a hard link to another file; delete it")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = describe_holder(os.read(fd, 4096).decode("utf-8", "replace"))
             os.close(fd)
-            raise ValueError(f"run_dir={str(run_dir)!r} is in use by {holder}: wait for that run to end or stop "
-                             "it; two runs in one folder would interleave their metrics") from None
+            raise ValueError(f"{named} is in use by {holder}: wait for that run to end or stop it; two runs in "
+                             "one folder would interleave what they write") from None
         except OSError as err:  # ENOLCK, EOPNOTSUPP: a filesystem without flock (some network mounts)
             RunLock(run_dir, fd, created).release()
-            raise ValueError(f"run_dir={str(run_dir)!r} is on a filesystem without file locks ({err.strerror}): "
+            raise ValueError(f"{named} is on a filesystem without file locks ({err.strerror}): "
                              "put run_dir on a local disk (copy the folder there to resume it)") from None
         try:  # the file may have been released (unlinked) between our open and our flock: lock the current one
             same = os.fstat(fd).st_ino == os.stat(path).st_ino
@@ -100,5 +106,5 @@ def acquire_run_lock(run_dir: Path, engine: str = "native") -> RunLock:
         os.pwrite(fd, (json.dumps(record) + "\n").encode(), 0)
     except OSError as err:  # a full disk
         lock.release()
-        raise ValueError(f"run_dir={str(run_dir)!r}: {path} could not be written ({err.strerror})") from None
+        raise ValueError(f"{named}: {path} could not be written ({err.strerror})") from None
     return lock

@@ -58,6 +58,7 @@ from ecpo_train.policies.base import PolicyOutput, StepContext
 from ecpo_train.policies.parsing import format_reply, parse_action
 from ecpo_train.policies.scoring import fill_placeholders, fills_slots, pack_candidates
 from ecpo_train.runtime.config import TrainConfig
+from ecpo_train.runtime.limits import MAX_LR
 from ecpo_train.runtime.progress import Progress
 
 
@@ -320,6 +321,7 @@ def well_formed_rate(policy: Any, contexts: Sequence[StepContext], batch_size: i
 
 # expert episodes are played and kept in memory before the first update: a bound that keeps that phase short
 MAX_SFT_EPISODES = 10_000
+MAX_SFT_EPOCHS = 1_000  # passes over the same expert steps: past this, memorised long before
 SFT_SUMMARY = "sft.json"  # what marks a folder as an sft output (which a later sft may replace)
 
 
@@ -330,8 +332,10 @@ def check_sft_settings(episodes: int, epochs: int, lr: float, batch_size: int) -
     if episodes > MAX_SFT_EPISODES:
         raise ValueError(f"--episodes {episodes} is invalid: at most {MAX_SFT_EPISODES} (the expert plays every "
                          "episode before the first update)")
-    if not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0):
-        raise ValueError(f"--lr {lr!r} is invalid: it must be a number > 0")
+    if epochs > MAX_SFT_EPOCHS:
+        raise ValueError(f"--epochs {epochs} is invalid: at most {MAX_SFT_EPOCHS} passes over the expert steps")
+    if not (isinstance(lr, (int, float)) and math.isfinite(lr) and 0 < lr <= MAX_LR):
+        raise ValueError(f"--lr {lr!r} is invalid: it must be a number in (0, {MAX_LR:g}]")
 
 
 def run_sft(config: TrainConfig, *, episodes: int, epochs: int, lr: float, out: str | Path,

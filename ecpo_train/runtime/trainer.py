@@ -20,7 +20,6 @@ The data flows one way: env -> ``collect_rollout`` -> ``TrajectoryBatch`` -> ``c
 from __future__ import annotations
 
 import contextlib
-import os
 import random
 import sys
 from collections.abc import Sequence
@@ -37,6 +36,7 @@ from ecpo_train.core.tasks import task_lists, validation_seed
 from ecpo_train.runtime.builders import build_critic, build_policy, validation_metrics, validation_outcome
 from ecpo_train.runtime.checkpoint_io import checkpoint_size, load_checkpoint, save_checkpoint
 from ecpo_train.runtime.config import TrainConfig, config_dict
+from ecpo_train.runtime.models import model_folder
 from ecpo_train.runtime.native_step import EnvGroupSampler, TrainerLearner
 from ecpo_train.runtime.progress import Progress
 from ecpo_train.runtime.run import run_iterations
@@ -259,7 +259,7 @@ class Trainer:
                 full_state = {f"base_model.model.{name}": param.full_tensor() if hasattr(param, "full_tensor")
                               else param for name, param in self.policy.model.named_parameters() if "lora_" in name}
             lora_folder = RunFolder(saved.parent)  # (beside the checkpoint, wherever it was saved)
-            save_lora_checkpoint(self.policy, os.path.expanduser(self.config.model), lora_folder.adapter,
+            save_lora_checkpoint(self.policy, model_folder(self.config.model), lora_folder.adapter,
                                  lora_folder.merged, dtype=self.config.dtype, full_state=full_state,
                                  write=self.is_main)
         if self.dp is not None:

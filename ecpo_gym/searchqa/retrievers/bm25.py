@@ -5,12 +5,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ecpo_gym.cache import staging_folder
 from ecpo_gym.searchqa.corpus import Corpus
 from ecpo_gym.searchqa.retrievers.base import Hit, Retriever, default_cache_dir
 
@@ -71,19 +70,16 @@ class BM25sRetriever(Retriever):
 
     def _save(self, index_dir: Path, params: dict[str, Any]) -> None:
         # Save into a fresh folder and rename it into place, so a concurrent reader never sees half an index.
-        index_dir.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=index_dir.parent))
-        try:
-            self._model.save(str(staging))
-            meta = dict(params, corpus=self.corpus.name, corpus_fingerprint=self.corpus.fingerprint,
-                        documents=len(self.corpus))
-            (staging / "ecpo_index.json").write_text(json.dumps(meta, indent=1))
-            os.replace(staging, index_dir)
-        except OSError:
-            if not (index_dir / "ecpo_index.json").is_file():
-                raise
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+        with staging_folder(index_dir.parent) as staging:  # (a killed build's folder is removed by the next)
+            try:
+                self._model.save(str(staging))
+                meta = dict(params, corpus=self.corpus.name, corpus_fingerprint=self.corpus.fingerprint,
+                            documents=len(self.corpus))
+                (staging / "ecpo_index.json").write_text(json.dumps(meta, indent=1))
+                os.replace(staging, index_dir)
+            except OSError:
+                if not (index_dir / "ecpo_index.json").is_file():
+                    raise
 
     def batch_search(self, queries: Sequence[str], topk: int) -> list[list[Hit]]:
         topk = min(int(topk), len(self.corpus))

@@ -8,10 +8,13 @@ content hash stands in (pyserini's BM25 backend sends ``title``/``text``/``conte
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import http.client
 import json
-import urllib.error
-import urllib.request
+import socket
+import threading
+import urllib.parse
 from collections.abc import Sequence
 from typing import Any
 
@@ -51,10 +54,13 @@ class SearchR1HTTPRetriever(Retriever):
     """Retriever backed by a Search-R1 retrieval server (e.g. ``http://127.0.0.1:8000/retrieve``)."""
 
     def __init__(self, url: str = "http://127.0.0.1:8000/retrieve", *, timeout: float = 30.0) -> None:
+        """``timeout``: seconds for a whole request (connecting, sending, the whole reply), not for each wait."""
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"retriever url must start with http:// or https://, got {url!r}")
+        from ecpo_gym.kwargs import check_real
+
         self.url = url
-        self.timeout = float(timeout)
+        self.timeout = check_real("timeout", timeout, 0.001, 86400.0)
 
     def batch_search(self, queries: Sequence[str], topk: int) -> list[list[Hit]]:
         hits: list[list[Hit]] = []
@@ -64,20 +70,17 @@ class SearchR1HTTPRetriever(Retriever):
         return hits
 
     def _request(self, queries: list[str], topk: int) -> list[list[Hit]]:
-        body = json.dumps({"queries": queries, "topk": int(topk), "return_scores": True})
-        request = urllib.request.Request(self.url, data=body.encode("utf-8"), method="POST",
-                                         headers={"Content-Type": "application/json"})
+        body = json.dumps({"queries": queries, "topk": int(topk), "return_scores": True}).encode("utf-8")
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                raw = response.read(MAX_REPLY_BYTES + 1)
+            status, raw = self._post(body)
+            if status >= 400:
+                raise RetrievalServerError(f"{self.url} answered HTTP {status}: "
+                                           f"{raw[:500].decode('utf-8', 'replace')}")
             if len(raw) > MAX_REPLY_BYTES:
                 raise RetrievalServerError(f"{self.url} answered more than {MAX_REPLY_BYTES // 2**20} MiB for "
                                            f"{len(queries)} queries: not a retrieval reply")
             payload = json.loads(raw.decode("utf-8"))
-        except urllib.error.HTTPError as exc:
-            detail = exc.read().decode("utf-8", "replace")[:500]
-            raise RetrievalServerError(f"{self.url} answered HTTP {exc.code}: {detail}") from exc
-        except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
+        except (OSError, http.client.HTTPException) as exc:  # (refused, reset, timed out, a garbled status line)
             raise RetrievalServerError(f"cannot reach the retrieval server at {self.url}: {exc}") from exc
         except (ValueError, RecursionError) as exc:  # (not UTF-8, not JSON, or JSON nested past the parser's depth)
             raise RetrievalServerError(f"{self.url} did not answer JSON ({type(exc).__name__})") from None
@@ -89,6 +92,43 @@ class SearchR1HTTPRetriever(Retriever):
         except (TypeError, ValueError, RecursionError) as exc:
             raise RetrievalServerError(f"{self.url}: a 'result' entry is not a list of documents "
                                        f"({type(exc).__name__})") from None
+
+    def _post(self, body: bytes) -> tuple[int, bytes]:
+        """``POST body`` and the reply's status and body (at most ``MAX_REPLY_BYTES + 1`` bytes), all within
+        ``timeout`` seconds: a socket's own timeout bounds each wait, so a server trickling its reply byte by byte
+        would never trip it; at the deadline the connection is shut down instead (a ``TimeoutError``)."""
+        parts = urllib.parse.urlsplit(self.url)
+        kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+        connection = kind(parts.hostname, parts.port, timeout=self.timeout)
+        late = threading.Event()
+
+        def cut() -> None:
+            late.set()
+            if connection.sock is not None:
+                with contextlib.suppress(OSError):
+                    connection.sock.shutdown(socket.SHUT_RDWR)
+
+        deadline = threading.Timer(self.timeout, cut)
+        deadline.daemon = True
+        deadline.start()
+        try:
+            connection.connect()
+            if late.is_set():
+                raise TimeoutError
+            path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+            connection.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+            response = connection.getresponse()
+            raw = response.read(MAX_REPLY_BYTES + 1)
+            if late.is_set():
+                raise TimeoutError
+            return response.status, raw
+        except (OSError, http.client.HTTPException):
+            if late.is_set():
+                raise TimeoutError(f"no whole reply within timeout={self.timeout:g} s") from None
+            raise
+        finally:
+            deadline.cancel()
+            connection.close()
 
     @staticmethod
     def _hit(item: Any) -> Hit:

@@ -264,12 +264,35 @@ def check_model_path(model: str) -> None:
     is missing or holds no ``config.json``; a hub id (``org/name``) is left to the runners to download."""
     import os
 
-    path = os.path.expanduser(model)
+    from ecpo_train.runtime.models import model_folder
+
+    path = model_folder(model)
     looks_local = model.startswith(("/", "~", ".")) or os.path.exists(path)
     if looks_local and not os.path.isfile(os.path.join(path, "config.json")):
         what = "does not exist" if not os.path.exists(path) else "holds no config.json"
         raise ValueError(f"rl_module(model_config={{'model': {model!r}}}): {path} {what}; give a folder with the "
                          "model's config.json, weights and tokenizer (`ecpo models pull ...`) or a hub id")
+
+
+# what an ECPO checkpoint records of the algorithm beside its TrainConfig: how its actors are laid out
+CHECKPOINT_LAYOUT = ("num_env_runners", "num_learners", "num_gpus_per_learner", "num_cpus_per_learner",
+                     "num_cpus_per_env_runner", "num_gpus_per_env_runner", "lost_groups", "max_policy_lag",
+                     "restart_failed_env_runners")
+
+
+def _ecpo_checkpoint(folder):
+    """``folder`` if it holds an ECPO checkpoint (``state_files``); RLlib's pickle format, or nothing, is one
+    ``ValueError`` naming it."""
+    from ecpo_train.integrations.rllib.state_files import STATE_FILE, holds_state
+
+    if holds_state(folder):
+        return folder
+    if any(folder.glob("*.pkl")):
+        raise ValueError(f"{folder} is a checkpoint in RLlib's pickle format, which runs code when read: ECPO reads "
+                         f"only its own format ({STATE_FILE}); rerun the training (or --overwrite), or restore it with "
+                         "ray.rllib's Algorithm.from_checkpoint only if you wrote it yourself")
+    raise ValueError(f"{folder} holds no ECPO checkpoint ({STATE_FILE}): restore it from a copy, or --overwrite to "
+                     "start the run over")
 
 
 class ECPO(GroupCreditAlgorithm):
@@ -294,6 +317,68 @@ class ECPO(GroupCreditAlgorithm):
         self.ecpo_dispatched = None  # max_policy_lag=1: the next iteration's groups (pipeline.Dispatched)
         self.ecpo_validation_episodes: list[Any] = []  # the last validation's outcomes (run_dir.EpisodeOutcome)
         self.ecpo_train_tasks, self.ecpo_val_tasks = task_lists(train, self._env_task_ids())  # checked: one line
+
+    # ------------------------------------------------------------------ checkpoints (state_files.py: no pickle)
+    def save_to_path(self, path=None, *, state=None, filesystem=None, use_msgpack=False, **kwargs):
+        """The algorithm's state into the local folder ``path`` (a new temporary one where ``None``) as
+        ``state_files.write_state`` writes it: nothing in it runs code when read, unlike RLlib's pickles.
+        Returns the folder."""
+        import tempfile
+        from pathlib import Path
+
+        from ecpo_train.integrations.rllib.base_algorithm import _absolute
+        from ecpo_train.integrations.rllib.state_files import write_state
+        from ecpo_train.runtime.config import config_dict
+
+        if filesystem is not None:
+            raise ValueError("an ECPO checkpoint is written to a local folder (no filesystem=)")
+        folder = Path(_absolute(path) if path is not None else tempfile.mkdtemp(prefix="ecpo_checkpoint_"))
+        layout = {key: getattr(self.config, key) for key in CHECKPOINT_LAYOUT}
+        write_state(folder, self.get_state() if state is None else state,
+                    {"train_config": config_dict(self.config.to_train_config()), "rllib": layout})
+        return str(folder)
+
+    def restore_from_path(self, path, *args, **kwargs) -> None:
+        """The state :meth:`save_to_path` wrote into ``path``, read without unpickling anything (a folder in
+        RLlib's pickle format is refused: it could run code)."""
+        from pathlib import Path
+
+        from ecpo_train.integrations.rllib.base_algorithm import _absolute
+        from ecpo_train.integrations.rllib.state_files import read_state
+
+        self.set_state(read_state(_ecpo_checkpoint(Path(_absolute(path)))))
+
+    @classmethod
+    def from_checkpoint(cls, path, filesystem=None, **kwargs) -> ECPO:
+        """The algorithm :meth:`save_to_path` saved in ``path``: built from the config recorded there (the run's
+        ``TrainConfig`` and its runner/learner layout, read as YAML data) and given its state. Nothing in the
+        folder is unpickled or imported, so a folder someone else could write runs no code of theirs; a folder
+        in RLlib's pickle format is refused (``Algorithm.from_checkpoint`` would run what it holds)."""
+        from pathlib import Path
+
+        from ecpo_train.integrations.rllib.base_algorithm import _absolute
+        from ecpo_train.integrations.rllib.state_files import read_config
+        from ecpo_train.runtime.config import make_config
+
+        if filesystem is not None:
+            raise ValueError("an ECPO checkpoint is read from a local folder (no filesystem=)")
+        folder = _ecpo_checkpoint(Path(_absolute(path)))
+        saved = read_config(folder)
+        try:
+            config = ECPOConfig.from_train_config(make_config(dict(saved["train_config"])))
+            for key, value in dict(saved.get("rllib") or {}).items():
+                if key not in CHECKPOINT_LAYOUT:
+                    raise ValueError(f"unknown layout key {key!r}")
+                setattr(config, key, value)
+        except (KeyError, TypeError, ValueError) as err:
+            raise ValueError(f"{folder}: its config cannot be read ({' '.join(str(err).split())[:200]})") from None
+        algo = config.build_algo()
+        try:
+            algo.restore_from_path(folder)
+        except BaseException:
+            algo.stop()
+            raise
+        return algo
 
     def validate(self) -> dict[str, float]:
         """Validation success (``val/success``, and ``val/exact_success`` where it exists) of the current

@@ -4,8 +4,9 @@ The run is the preset's (``ECPOConfig.from_train_config``); the run folder is th
 the same functions (``ecpo_train.runtime.run_dir``): ``config.yaml``, ``metrics.jsonl`` with the native metric
 names (one line per iteration, iteration 0 = the untrained policy when ``val_before_training``),
 ``validation.jsonl``, ``history.jsonl``, ``curves.png``; the algorithm's checkpoint (``Algorithm.save_to_path``)
-is ``rllib_checkpoint/``, and ``--resume`` continues from it
-(``Algorithm.from_checkpoint``) exactly where the uninterrupted run would be. The same refusals as the native
+is ``rllib_checkpoint/`` (``ECPO.save_to_path``: msgpack and safetensors, no pickle), and ``--resume`` builds the
+algorithm from the run's own config and gives it that state (``ECPO.restore_from_path``), exactly where the
+uninterrupted run would be: nothing in the run folder is unpickled, so a file planted there runs no code. The same refusals as the native
 path apply before anything is written (a folder holding a run, keys that define the run changed on resume, a
 native run's folder, a folder without ``rllib_checkpoint/``, a folder another run holds the lock of), and the
 driver checks the env kwargs and the model (``check_env_and_model``) and the CPUs the runner actors need before
@@ -58,7 +59,7 @@ def train_with_rllib(train: Any, *, resume: bool = False, overwrite: bool = Fals
 
     def checked(plan: Any) -> None:
         if plan.kind == "resume":  # a checkpoint cut mid-write is named before Ray starts (Ray's own reading
-            _check_checkpoint_header(current_folder(checkpoint))  # of it comes after its startup lines)
+            check_rllib_checkpoint(current_folder(checkpoint))  # of it comes after its startup lines)
 
     def load(plan: Any, _: None) -> int:
         nonlocal started_ray, algo
@@ -67,7 +68,7 @@ def train_with_rllib(train: Any, *, resume: bool = False, overwrite: bool = Fals
             check_runner_cpus(config, float(os.cpu_count() or 1))
             ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
         check_runner_cpus(config, float(ray.cluster_resources().get("CPU", 0.0)))
-        algo = _restored(current_folder(checkpoint)) if plan.kind == "resume" else config.build_algo()
+        algo = _restored(config, current_folder(checkpoint)) if plan.kind == "resume" else config.build_algo()
         return algo.ecpo_iteration
 
     def metrics_log(_: Any) -> MetricsLog:
@@ -136,33 +137,25 @@ def save_rllib_checkpoint(algo: Any, checkpoint: Path) -> None:
         raise write_failed(checkpoint, err, had_one) from None
 
 
-def _check_checkpoint_header(checkpoint: Path) -> None:
-    """``ValueError`` when the file RLlib reads first from a checkpoint (the algorithm class and its constructor
-    arguments, a pickle) is missing or cut; its opcodes are read without running them (RLlib itself unpickles the
-    checkpoint when it restores it: resume only runs you trust, docs/training.md)."""
-    import pickletools
+def check_rllib_checkpoint(checkpoint: Path) -> None:
+    """``ValueError`` when ``checkpoint`` is not an ECPO checkpoint whose state can be read
+    (``state_files.read_state``: nothing in it is unpickled, so a planted file runs no code), before Ray starts."""
+    from ecpo_train.integrations.rllib.llm.config import _ecpo_checkpoint
+    from ecpo_train.integrations.rllib.state_files import read_state
 
-    from ray.rllib.utils.checkpoints import Checkpointable
+    read_state(_ecpo_checkpoint(checkpoint))
 
-    header = checkpoint / Checkpointable.CLASS_AND_CTOR_ARGS_FILE_NAME
+
+def _restored(config: Any, checkpoint: Path) -> Any:
+    """The algorithm built from this run's config (checked against the run's ``config.yaml`` by ``plan_start``)
+    with the state saved in ``checkpoint``; a damaged checkpoint is one ``ValueError`` naming it."""
+    algo = config.build_algo()
     try:
-        with open(header, "rb") as handle:
-            for _ in pickletools.genops(handle):
-                pass
-    except Exception as err:  # noqa: BLE001 -- missing, cut or foreign: each its own exception type
-        raise ValueError(f"{checkpoint} is damaged and cannot be read ({header.name}: {type(err).__name__}); "
-                         "restore it from a copy, or --overwrite to start the run over") from None
-
-
-def _restored(checkpoint: Path) -> Any:
-    """The algorithm saved in ``checkpoint``; a damaged checkpoint is one ``ValueError`` naming it."""
-    from ecpo_train.integrations.rllib.llm.config import ECPO
-
-    try:
-        return ECPO.from_checkpoint(str(checkpoint.resolve()))
-    except Exception as err:  # noqa: BLE001 -- pickle, pyarrow and msgpack raise their own types for a bad file
-        raise ValueError(f"{checkpoint} is damaged and cannot be read ({type(err).__name__}); restore it from a "
-                         "copy, or --overwrite to start the run over") from None
+        algo.restore_from_path(checkpoint)
+    except BaseException:
+        algo.stop()
+        raise
+    return algo
 
 
 def _is_number(value: Any) -> bool:
