@@ -8,7 +8,8 @@ games takes with it, environment steps included.
    at 1 and 2 torch threads. Target (issue: real ALFWorld on one CPU): at least 5,000 decisions/s on 2 cores.
 2. Iteration time: ``--iterations`` iterations of the preset ``alfworld_text`` (16 x 8 episodes, 50-step limit,
    rollout, credit, update), from ``--model`` (a warm start) or random weights; ``time/iteration`` of each and its
-   split (generation, env, update). Target: 30 s or less per iteration on 2 idle cores.
+   split (generation, env, update). Target: 30 s or less per iteration on 2 idle cores. ``--engines native
+   rllib`` times both engines one after the other in this run (RLlib: 2 env-runner actors and 2 learner actors).
 
 The machine's load average is recorded beside the figures: on a shared machine they are upper bounds.
 """
@@ -67,14 +68,23 @@ def decisions_per_second(policy: Any, contexts: list[Any], batch: int, threads: 
     return best
 
 
-def iteration_times(model: str | None, iterations: int) -> list[dict[str, float]]:
+def iteration_times(model: str | None, iterations: int, engine: str = "native") -> list[dict[str, float]]:
+    """``iterations`` iterations of the preset on ``engine``: ``native`` (this process) or ``rllib`` (2 env-runner
+    actors and 2 learner actors, DDP over gloo, half a CPU each)."""
     from ecpo_train.runtime.config import load_config
-    from ecpo_train.runtime.trainer import Trainer, run_training
 
     with tempfile.TemporaryDirectory() as folder:
         overrides = [f"run_dir={folder}/run", f"iterations={iterations}", "val_every=0", "progress=false",
                      "tensorboard=false", "checkpoint_every=0"] + ([f"model={model}"] if model else [])
-        history = run_training(Trainer(load_config("alfworld_text", overrides)))
+        config = load_config("alfworld_text", overrides)
+        if engine == "rllib":
+            from ecpo_train.integrations.rllib.llm.engine import train_with_rllib
+
+            history = train_with_rllib(config, num_env_runners=2, num_learners=2, actor_cpus=0.5, progress=False)
+        else:
+            from ecpo_train.runtime.trainer import Trainer, run_training
+
+            history = run_training(Trainer(config))
     keys = ("time/iteration", "time/generation", "time/env", "time/update", "success", "num_steps")
     return [{key: float(h[key]) for key in keys if key in h} for h in history]
 
@@ -84,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", help="a text-policy folder (ecpo sft output); default: random weights")
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--iterations", type=int, default=3)
+    parser.add_argument("--engines", nargs="+", default=["native"], choices=["native", "rllib"],
+                        help="time the iteration on these engines, one after the other in this run")
     parser.add_argument("--json", help="write the figures here")
     args = parser.parse_args(argv)
     if args.batch < 1 or args.iterations < 1:
@@ -100,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()[0]
     contexts = recorded_contexts(policy)
     rates = {f"threads_{t}": decisions_per_second(policy, contexts, args.batch, t) for t in (1, 2)}
-    steps = iteration_times(args.model, args.iterations)
+    steps = {engine: iteration_times(args.model, args.iterations, engine) for engine in args.engines}
     result = {
         "machine": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version(),
         "model": Path(args.model).name if args.model else "random weights",
@@ -108,9 +120,10 @@ def main(argv: list[str] | None = None) -> int:
         "decisions": {"contexts": len(contexts), "batch": args.batch, "per_second": rates,
                       "mean_commands": statistics.mean(len(c.admissible_actions) for c in contexts),
                       "target_per_second": 5000},
-        "iteration": {"groups_x_copies": "16 x 8", "max_steps": 50, "iterations": steps,
-                      "median_seconds": statistics.median(s["time/iteration"] for s in steps),
-                      "target_seconds": 30},
+        "iteration": {"groups_x_copies": "16 x 8", "max_steps": 50, "target_seconds": 30,
+                      "engines": {engine: {"iterations": rows,
+                                           "median_seconds": statistics.median(r["time/iteration"] for r in rows)}
+                                  for engine, rows in steps.items()}},
     }
     text = json.dumps(result, indent=1)
     if args.json:
