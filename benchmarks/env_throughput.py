@@ -135,7 +135,6 @@ def webshop_section(args: argparse.Namespace) -> dict:
                                       "sizes": results}
     size = min(args.sizes)
     payload[f"lucene_{size}"] = webshop_lucene_row(size, args.episodes)
-    write_results("webshop", payload)
     return payload
 
 
@@ -269,14 +268,12 @@ def searchqa_section(args: argparse.Namespace) -> dict:
                "load_average_1m": os.getloadavg()[0],  # the machine is shared: p95 tails track its load
                "retrievers": {k: v for k, v in results.items() if not k.startswith("env_")},
                "env": {k: v for k, v in results.items() if k.startswith("env_")}}
-    write_results("searchqa", payload)
     return payload
 
 
 # ---------------------------------------------------------------------------------------------- ALFWorld
 def alfworld_section(args: argparse.Namespace) -> dict:
     """Raw textworld versus ecpo's ALFWorld env, and group-env steps/s (``env_throughput_alfworld.py``)."""
-    # imported here, not at the top: it imports this module's write_results
     from benchmarks import env_throughput_alfworld
 
     return env_throughput_alfworld.alfworld_section(args)
@@ -312,7 +309,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--groups", type=int, default=2, help="alfworld: group-env groups")
     parser.add_argument("--group-size", type=int, default=4, help="alfworld: group-env copies per group")
     args = parser.parse_args(argv)
-    SECTIONS[args.env](args)
+    write_results(args.env, SECTIONS[args.env](args))
 
 
 if __name__ == "__main__":

@@ -12,14 +12,12 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
+import device_bundle
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-import device_bundle
 
 MIB = 1 << 20
 
@@ -137,8 +135,9 @@ def test_the_wheels_install_offline_into_a_clean_python312_target(tmp_path):
     device_bundle.install_wheels(sorted(provided.glob("*.whl")), tmp_path / "device", python)
     env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path),
            "PYTHONPATH": os.pathsep.join([str(site), str(tmp_path / "device")])}
-    done = subprocess.run([python, "-I", "-S", "-c", "import sys; sys.path[:0] = " + repr([str(site), str(tmp_path / 'device')])
-                           + "\n" + PLAY], cwd=tmp_path, capture_output=True, text=True, env=env, check=False)
+    # -S -s: no site-packages of this interpreter, only the two folders on PYTHONPATH
+    done = subprocess.run([python, "-S", "-s", "-c", PLAY], cwd=tmp_path, capture_output=True, text=True, env=env,
+                          check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["True", "3", "True"]
     assert (site / "share" / "ecpo" / "prompts" / "alfworld.txt").is_file()

@@ -146,7 +146,7 @@ def test_a_file_that_is_not_json_is_one_line(tmp_path, capsys):
 def device_site(folder: Path, ray: bool = False) -> Path:
     """A site folder holding only what the GPU machine will have: links to the installed files of torch,
     transformers, peft and what they require, and of the bundle's distributions (scripts/device_bundle.py); with
-    ``ray``, also numpy, pandas, pyarrow and what they require, and the Ray wheels (``build --with-ray``)."""
+    ``ray``, also numpy, pandas, pyarrow and what they require, and the Ray wheels (``device_bundle_ray.py build``)."""
     import re
     from importlib.metadata import distributions
 
@@ -207,7 +207,6 @@ def test_smoke_runs_every_part_with_the_device_packages_only(tmp_path):
 
 def device_allowed(ray: bool = False) -> set[str]:
     """The distributions ``device_site`` holds."""
-    sys.path.insert(0, str(ROOT / "scripts"))
     import device_bundle as bundle
     import device_bundle_ray
 
