@@ -5,6 +5,7 @@ version survives and the next run resumes from it; a planted checkpoint runs no 
 from __future__ import annotations
 
 import errno
+import functools
 import json
 import os
 import pickle
@@ -14,6 +15,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import QUICK
+from conftest import train as quick_train
 from fault_injection import failing_write
 from test_run_ownership import one_error_line
 from typer.testing import CliRunner
@@ -23,11 +26,8 @@ from ecpo_train.runtime.run_dir import LOCK_FILE, read_metrics_file, read_valida
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
-FAST = ["n_groups=2", "group_size=2", "val_every=1", "progress=false", "tensorboard=false", "checkpoint_every=2"]
-
-
-def train(run_dir: Path, *extra: str):
-    return runner.invoke(app, ["train", "--config", "quickstart", f"run_dir={run_dir}", *FAST, *extra])
+FAST = [*QUICK, "val_every=1", "checkpoint_every=2"]  # a validation and a checkpoint to lose
+train = functools.partial(quick_train, sizes=FAST)
 
 
 def trained(run_dir: Path, *extra: str) -> Path:
