@@ -92,6 +92,14 @@ def run_values(model: Path | str, tmp_path: Path, **changes: Any) -> dict[str, A
     return values | changes
 
 
+def small_values(model: Path | str, tmp_path: Path, **changes: Any) -> dict[str, Any]:
+    """``run_values`` with a KL term and one epoch, in ``tmp_path/run``, for the preset's iteration count: the run
+    the RLlib user and module tests build."""
+    values = run_values(model, tmp_path, run_dir=str(tmp_path / "run"), kl_coef=0.01, num_epochs=1)
+    del values["iterations"]
+    return values | changes
+
+
 def make_policy(model_dir: Path | str, **kwargs: Any) -> Any:
     """A ``TransformersPolicy`` over the model at ``model_dir`` on the corridors (64 prompt, 6 reply tokens)."""
     from ecpo_train.policies.llm import TransformersPolicy

@@ -1,6 +1,8 @@
 """Imports point down the layers (docs/ARCHITECTURE.md), read from the source's import graph, nested imports included."""
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -177,3 +179,10 @@ def test_benchmarks_use_the_library_not_its_command_line():
         found += [f"{name} imports {target}" for target in _imports(path, name)
                   if target == "ecpo_train.apps" or target.startswith("ecpo_train.apps.")]
     assert found == []
+
+
+def test_importing_ecpo_train_does_not_import_ray():
+    # ecpo_train.integrations.rllib imports ray; the package root and the credit core must not
+    code = "import sys, ecpo_train, ecpo_train.credit; print('ray' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"

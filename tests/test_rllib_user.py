@@ -16,7 +16,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from llm_values import small_values
+from conftest import small_values
 
 from ecpo_train.integrations.rllib import ECPO, ECPOConfig
 from ecpo_train.runtime.config import TrainConfig, load_config, make_config

@@ -1,5 +1,4 @@
-"""``ECPOConfig`` and ``ECPO``: the LLM algorithm's config, the one switch to the classic-RL example, and the
-algorithm it builds, ECPO training an LLM agent as an RLlib ``Algorithm`` (new API stack): ``train()``,
+"""``ECPOConfig`` and ``ECPO``: the LLM algorithm's config and the algorithm it builds, ECPO training an LLM agent as an RLlib ``Algorithm`` (new API stack): ``train()``,
 ``save_to_path``/``from_checkpoint``, Tune, env-runner fault tolerance, a ``LearnerGroup``. One module, as RLlib
 keeps an algorithm with its config (each names the other).
 
@@ -19,8 +18,8 @@ native policy (``settings.py`` maps the config to the native ``TrainConfig``), l
     result = algo.train()  # result["ecpo"]: success, val/..., credit/..., update/..., time/..., sampling/...
 
 ``ECPO.training_step`` is ``step.llm_training_step`` (the native trainer's iteration on RLlib's actors). A config
-without a ``model`` is the classic-RL example's: ``validate()`` and ``build_algo()`` hand it, once, to
-``candidate.config.CandidateECPOConfig`` (``for_algorithm``), which builds ``CandidateECPO``.
+without a ``model`` is refused in one line (the classic-RL example, a small scorer over hashed features, lives
+outside the library: ``examples/rllib_candidate``).
 """
 
 from __future__ import annotations
@@ -64,6 +63,8 @@ LLM_PATH_REFUSED = {
 VALIDATION_INSTEAD = ("the LLM path validates on an env runner: training(run_settings={'val_every': k, "
                       "'val_num_tasks': ..., 'val_episodes_per_task': ...}) puts val/success in result['ecpo'], "
                       "and algo.validate() runs it on demand")
+NO_MODEL = ("ECPO trains an LLM: name it with rl_module(model_config={'model': DIR or hub id}) (`ecpo models pull` "
+            "fetches one); a classic-RL scorer without a model is the example in examples/rllib_candidate")
 # frozen ECPOConfig -> its TrainConfig, translated once (to_train_config); held no longer than the config
 _TRAIN_CONFIGS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -79,10 +80,6 @@ class ECPOConfig(GroupCreditConfig):
     while the learner updates (``pipeline.py``; 0, the default, is lock-step);
     ``lora`` (``{r, alpha, dropout, target_modules}``, or ``model_config["lora"]``) gives learner and runners the
     same adapter, only it trains and weight sync carries only it; the KL reference is the adapter switched off.
-
-    Without a ``model`` the config is the classic-RL example's (``candidate.config.CandidateECPOConfig``:
-    ``environment("ecpo/...")`` wraps the text env in ``CandidateActionEnv``): ``for_algorithm`` makes that
-    choice, the one place it is made.
     """
 
     def __init__(self, algo_class=None):
@@ -121,27 +118,6 @@ class ECPOConfig(GroupCreditConfig):
         if isinstance(env, str):
             self.text_env_id = env  # the LLM path plays any registered text env id (an ecpo_gym one, or yours)
         return self
-
-    # ------------------------------------------------------------------ the switch
-    def for_algorithm(self) -> GroupCreditConfig:
-        """The config of the algorithm this one builds: itself with ``rl_module(model_config={"model": ...})``
-        (the LLM algorithm, ``ECPO``), else a ``CandidateECPOConfig`` with the same settings (the classic-RL
-        example, ``CandidateECPO``). The only place the choice is made."""
-        if has_model(self):
-            return self
-        from ecpo_train.integrations.rllib.candidate.config import CandidateECPOConfig
-
-        if self.lora:
-            self._value_error("lora adapts the LLM path's causal LM (rl_module(model_config={'model': ...})); "
-                              "the candidate scorer has none")
-        return CandidateECPOConfig.from_settings_of(self)
-
-    def build_algo(self, *args: Any, **kwargs: Any):
-        """RLlib's ``build_algo``: ``ECPO`` with a model, the classic-RL example's ``CandidateECPO`` without."""
-        target = self.for_algorithm()
-        if target is not self:
-            return target.build_algo(*args, **kwargs)
-        return super().build_algo(*args, **kwargs)
 
     def to_train_config(self):
         """The native ``TrainConfig`` of this LLM config (the algorithm, its runners and learners build from it).
@@ -242,11 +218,9 @@ class ECPOConfig(GroupCreditConfig):
             self._value_error(f"evaluation(...) ({', '.join(changed)}) is not run by the LLM path; {VALIDATION_INSTEAD}")
 
     def validate(self) -> None:
-        """One ``ValueError`` for a bad run; a config without a model is checked as the candidate example's."""
-        target = self.for_algorithm()
-        if target is not self:
-            target.validate()
-            return
+        """One ``ValueError`` for a bad run: a model named, the LLM run's settings, the group and credit ones."""
+        if not has_model(self):
+            self._value_error(NO_MODEL)
         self._validate_llm()
         super().validate()
         if self.lora:
@@ -279,9 +253,8 @@ class ECPO(GroupCreditAlgorithm):
         return ECPOConfig()
 
     def setup(self, config) -> None:
-        if config.for_algorithm() is not config:  # a config without a model: Tune hands it here unswitched
-            raise ValueError("ECPO trains an LLM (rl_module(model_config={'model': ...})); the classic-RL example "
-                             "is CandidateECPO (tune.Tuner(CandidateECPO, param_space=...))")
+        if not has_model(config):  # Tune hands its param_space here without validate()
+            raise ValueError(NO_MODEL)
         # outside Tune nothing reserves the actors' resources: Ray would wait for them forever
         bundles = PPO.default_resource_request(config).bundles
         check_fits_cluster([{}, *bundles[1:]], "this algorithm's runner and learner actors")
