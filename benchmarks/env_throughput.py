@@ -1,7 +1,6 @@
 """Environment throughput: reset and step latency per environment, one section per ``--env``.
 
     python -m benchmarks.env_throughput --env webshop [--sizes 1000 100000]
-    python -m benchmarks.env_throughput --env alfworld_engines   # native vs TextWorld, steps/s and RSS per env
 
 Each section prints its figures and writes ``benchmarks/results/env_throughput_<env>.json``. Sections are
 plain functions registered in ``SECTIONS``; each environment's owner adds its own.
@@ -279,18 +278,8 @@ def alfworld_section(args: argparse.Namespace) -> dict:
     return env_throughput_alfworld.alfworld_section(args)
 
 
-def alfworld_engines_section(args: argparse.Namespace) -> dict:
-    """The native ALFWorld engine next to TextWorld's in one run: steps/s and RSS per env, single process and a
-    ``GroupVectorEnv`` of 128 copies (``alfworld_engines.py``, which writes ``alfworld_engines.json``)."""
-    from benchmarks import alfworld_engines
-
-    code = alfworld_engines.main(["--games", str(min(args.games, 10)), "--steps", "30"])
-    return json.loads((RESULTS_DIR / "alfworld_engines.json").read_text()) | {"exit_code": code}
-
-
 SECTIONS: dict[str, Callable[[argparse.Namespace], dict]] = {
     "alfworld": alfworld_section,
-    "alfworld_engines": alfworld_engines_section,
     "webshop": webshop_section,
     "searchqa": searchqa_section,
 }
