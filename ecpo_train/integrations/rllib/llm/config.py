@@ -43,6 +43,7 @@ from ecpo_train.core.tasks import task_lists
 from ecpo_train.integrations.rllib.base_algorithm import GroupCreditAlgorithm, check_fits_cluster
 from ecpo_train.integrations.rllib.base_config import GroupCreditConfig
 from ecpo_train.integrations.rllib.llm.settings import apply_train_config, has_model, train_config_of
+from ecpo_train.runtime.models import check_model_folder
 
 # RLlib options the LLM path does not run, and what to use instead (validate() refuses a changed one).
 CRITIC_FREE = "ECPO is critic-free: its baseline is the group (training(estimator=..., credit={...}))"
@@ -180,10 +181,11 @@ class ECPOConfig(GroupCreditConfig):
                 import_vllm()
             except ImportError as error:
                 self._value_error(str(error))
+        model = str(self._model_config.get("model", ""))
         try:
-            check_model_path(str(self._model_config.get("model", "")))
+            check_model_folder(model)
         except ValueError as error:
-            self._value_error(str(error))
+            self._value_error(f"rl_module(model_config={{'model': {model!r}}}): {error}")
         if self.lost_groups not in LOST_GROUP_POLICIES:
             self._value_error(f"lost_groups={self.lost_groups!r}; valid: {', '.join(LOST_GROUP_POLICIES)}")
         if isinstance(self.max_policy_lag, bool) or self.max_policy_lag not in PIPELINE_LAGS:
@@ -230,19 +232,6 @@ class ECPOConfig(GroupCreditConfig):
                 check_lora_settings(self.lora)
             except ValueError as error:
                 self._value_error(str(error))
-
-
-def check_model_path(model: str) -> None:
-    """``ValueError`` when ``model`` names a local folder (``/...``, ``~...``, ``./...``, or one that exists) that
-    is missing or holds no ``config.json``; a hub id (``org/name``) is left to the runners to download."""
-    import os
-
-    path = os.path.expanduser(model)
-    looks_local = model.startswith(("/", "~", ".")) or os.path.exists(path)
-    if looks_local and not os.path.isfile(os.path.join(path, "config.json")):
-        what = "does not exist" if not os.path.exists(path) else "holds no config.json"
-        raise ValueError(f"rl_module(model_config={{'model': {model!r}}}): {path} {what}; give a folder with the "
-                         "model's config.json, weights and tokenizer (`ecpo models pull ...`) or a hub id")
 
 
 class ECPO(GroupCreditAlgorithm):
