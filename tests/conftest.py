@@ -4,8 +4,11 @@ here: a quick ``ecpo train``, the small corridor run of the engine-equality test
 
 from __future__ import annotations
 
+import glob
 import os
+import shutil
 import socket
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -112,3 +115,42 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+# ---------------------------------------------------------------------------------------------- the GPU machine
+def python312() -> str | None:
+    """A Python 3.12 interpreter here (the GPU machine's version), or None."""
+    for candidate in [shutil.which("python3.12"), *sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.12*/bin/python3.12")))]:
+        if candidate and subprocess.run([candidate, "-c", "pass"], capture_output=True, check=False).returncode == 0:
+            return candidate
+    return None
+
+
+def device_site(folder: Path, ray: bool = False) -> Path:
+    """A site folder holding only what the GPU machine will have: links to the installed files of torch,
+    transformers, peft and what they require, and of the bundle's distributions (scripts/device_bundle.py); with
+    ``ray``, also numpy, pandas, pyarrow and what they require, and the Ray wheels (``device_bundle_ray.py build``)."""
+    import re
+    from importlib.metadata import distributions
+
+    allowed = device_allowed(ray)
+    folder.mkdir()
+    for dist in distributions():
+        if re.sub(r"[-_.]+", "-", dist.metadata["Name"]).lower() not in allowed:
+            continue
+        for top in {Path(f).parts[0] for f in dist.files or []}:
+            source = Path(dist.locate_file(top))
+            if top != ".." and source.exists() and not (folder / top).exists():
+                (folder / top).symlink_to(source)
+    return folder
+
+
+def device_allowed(ray: bool = False) -> set[str]:
+    """The distributions ``device_site`` holds."""
+    import device_bundle as bundle
+    import device_bundle_ray
+
+    if ray:
+        return (bundle.device_distributions(device_bundle_ray.RAY_DEVICE_ROOTS) | set(bundle.BUNDLED)
+                | set(device_bundle_ray.RAY_BUNDLED))
+    return bundle.device_distributions() | set(bundle.BUNDLED)

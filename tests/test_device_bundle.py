@@ -6,16 +6,15 @@ tests/test_gpu_run.py runs the whole GPU run on this interpreter with only the d
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import device_bundle
 import pytest
+from conftest import python312
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -98,13 +97,6 @@ def test_the_carry_plan_fills_the_first_command_and_stays_under_the_limit():
         device_bundle.plan_commands(manifest, tree=30 * MIB)
 
 
-def _python312() -> str | None:
-    for candidate in [shutil.which("python3.12"), *sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.12*/bin/python3.12")))]:
-        if candidate and subprocess.run([candidate, "-c", "pass"], capture_output=True, check=False).returncode == 0:
-            return candidate
-    return None
-
-
 PLAY = """
 import gymnasium as gym
 import ecpo_gym, ecpo_train
@@ -120,7 +112,7 @@ print(info["is_action_valid"], pydantic.TypeAdapter(int).validate_python(3), pre
 
 @pytest.mark.slow
 def test_the_wheels_install_offline_into_a_clean_python312_target(tmp_path):
-    python = _python312()
+    python = python312()
     if python is None:
         pytest.skip("no python3.12 on this machine")
     wheels = device_bundle.build_wheels(tmp_path / "wheels")

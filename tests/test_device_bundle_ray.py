@@ -18,8 +18,7 @@ from pathlib import Path
 import device_bundle
 import device_bundle_ray
 import pytest
-
-from tests.test_device_bundle import _python312
+from conftest import python312
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -125,7 +124,7 @@ ray.shutdown()
 
 @pytest.mark.slow
 def test_the_ray_wheels_install_offline_into_a_clean_python312_target(tmp_path):
-    python = _python312()
+    python = python312()
     if python is None:
         pytest.skip("no python3.12 on this machine")
     bundle = tmp_path / "device_bundle"

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import TOKENIZER_DIR, device_allowed, device_site
 
 from benchmarks import rllib_gpu
 from benchmarks.rllib_gpu_report import PHASES
-from tests.test_gpu_run import TOKENIZER_DIR, device_allowed, device_site
 
 ROOT = Path(__file__).resolve().parents[1]
 
