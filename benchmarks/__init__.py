@@ -50,6 +50,17 @@ def fail(message: str) -> None:
     raise SystemExit(2)
 
 
+def require_model(model: str) -> None:
+    """``--model`` names a usable model (the library's one check, ``check_model_folder``), else one line and exit 2
+    saying how to get one."""
+    from ecpo_train.runtime.models import check_model_folder
+
+    try:
+        check_model_folder(model)
+    except ValueError as error:
+        fail(f"--model: {error}")
+
+
 def rescore(path: Path, out: Path | None, needed: str | Callable[[dict], bool], why: str,
             score: Callable[[Any], Any], render: Callable[[Any], str]) -> None:
     """``--rescore``: a report a GPU command returned (where scipy was missing) scored again here from its stored

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import RESULTS, ArgumentParser, fail
+from benchmarks import RESULTS, ArgumentParser, fail, require_model
 from benchmarks.memory import GB, PeakSampler
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -176,8 +176,7 @@ def main(argv: list[str] | None = None) -> None:
     cases = [c.strip() for c in args.cases.split(",")]
     if any(c not in CASES for c in cases) or args.rows < 1 or min(ks) < 1:
         fail(f"--cases are among {', '.join(CASES)}; --rows and --candidates are >= 1")
-    if not Path(os.path.expanduser(args.model)).is_dir():
-        fail(f"no model folder {args.model} (ecpo models pull smollm2-135m-instruct)")
+    require_model(args.model)
     report: dict[str, Any] = {"model": args.model, "rows": args.rows, "preset": "alfworld_cpu",
                               "overrides": OVERRIDES, "limit_gb": args.limit_gb,
                               "machine": f"{platform.machine()}, {os.cpu_count()} cores, 1 torch thread",

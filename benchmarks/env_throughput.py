@@ -1,7 +1,6 @@
 """Environment throughput: reset and step latency per environment, one section per ``--env``.
 
     python -m benchmarks.env_throughput --env webshop [--sizes 1000 100000]
-    python -m benchmarks.env_throughput --env alfworld_engines   # native vs TextWorld, steps/s and RSS per env
 
 Each section prints its figures and writes ``benchmarks/results/env_throughput_<env>.json``. Sections are
 plain functions registered in ``SECTIONS``; each environment's owner adds its own.
@@ -135,7 +134,6 @@ def webshop_section(args: argparse.Namespace) -> dict:
                                       "sizes": results}
     size = min(args.sizes)
     payload[f"lucene_{size}"] = webshop_lucene_row(size, args.episodes)
-    write_results("webshop", payload)
     return payload
 
 
@@ -269,31 +267,19 @@ def searchqa_section(args: argparse.Namespace) -> dict:
                "load_average_1m": os.getloadavg()[0],  # the machine is shared: p95 tails track its load
                "retrievers": {k: v for k, v in results.items() if not k.startswith("env_")},
                "env": {k: v for k, v in results.items() if k.startswith("env_")}}
-    write_results("searchqa", payload)
     return payload
 
 
 # ---------------------------------------------------------------------------------------------- ALFWorld
 def alfworld_section(args: argparse.Namespace) -> dict:
     """Raw textworld versus ecpo's ALFWorld env, and group-env steps/s (``env_throughput_alfworld.py``)."""
-    # imported here, not at the top: it imports this module's write_results
     from benchmarks import env_throughput_alfworld
 
     return env_throughput_alfworld.alfworld_section(args)
 
 
-def alfworld_engines_section(args: argparse.Namespace) -> dict:
-    """The native ALFWorld engine next to TextWorld's in one run: steps/s and RSS per env, single process and a
-    ``GroupVectorEnv`` of 128 copies (``alfworld_engines.py``, which writes ``alfworld_engines.json``)."""
-    from benchmarks import alfworld_engines
-
-    code = alfworld_engines.main(["--games", str(min(args.games, 10)), "--steps", "30"])
-    return json.loads((RESULTS_DIR / "alfworld_engines.json").read_text()) | {"exit_code": code}
-
-
 SECTIONS: dict[str, Callable[[argparse.Namespace], dict]] = {
     "alfworld": alfworld_section,
-    "alfworld_engines": alfworld_engines_section,
     "webshop": webshop_section,
     "searchqa": searchqa_section,
 }
@@ -312,7 +298,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--groups", type=int, default=2, help="alfworld: group-env groups")
     parser.add_argument("--group-size", type=int, default=4, help="alfworld: group-env copies per group")
     args = parser.parse_args(argv)
-    SECTIONS[args.env](args)
+    write_results(args.env, SECTIONS[args.env](args))
 
 
 if __name__ == "__main__":

@@ -13,8 +13,6 @@ import time
 import typing
 from collections.abc import Callable
 
-from benchmarks.env_throughput import write_results
-
 
 def _alfworld_latency(seconds: list[float]) -> dict[str, float]:
     """Median / p95 / mean in milliseconds."""
@@ -180,5 +178,4 @@ def alfworld_section(args: argparse.Namespace) -> dict[str, typing.Any]:
               f"{stats['steps_per_s']:.1f} env steps/s (reset {stats['reset_seconds']:.1f} s)", flush=True)
     payload = {"env_id": env_id, "games": task_ids, "load_average_1m": os.getloadavg()[0], "latency": table,
                "wrapper_step_overhead": overhead, "step_speedup_vs_stock_textworld": speedup, "group_env": group}
-    write_results("alfworld", payload)
     return payload

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks import RESULTS, ArgumentParser
+from benchmarks import RESULTS, ArgumentParser, require_model
 from ecpo_train.policies.atomic import write_text
 
 VARIANTS = ("generate", "generate+ckpt", "generate+ckpt+lora", "score", "score-alfworld", "score-alfworld+lora")
@@ -275,9 +275,7 @@ def main(argv: list[str] | None = None) -> int:
         from ecpo_train.runtime.models import default_cache_dir
 
         model = str(default_cache_dir() / "smollm2-135m-instruct")
-        if not (Path(model) / "config.json").exists():
-            print(f"error: {model} not found: run `ecpo models pull smollm2-135m-instruct` first", file=sys.stderr)
-            return 2
+        require_model(model)
     unknown = set(args.variants.split(",")) - set(VARIANTS)
     if unknown:
         print(f"error: unknown variants {sorted(unknown)}; valid: {', '.join(VARIANTS)}", file=sys.stderr)

@@ -15,28 +15,22 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks import fail
-from benchmarks.paper_benchmarks import BENCHMARKS, load_configs, training_tasks, warm_start_tasks
-
 BASELINE_MANIFEST = "alfworld_valid_seen_by_type"  # valid_seen, one group per task type: --limit K = K per type
 UNTRAINED = "SmolLM2-135M-Instruct, untrained (scoring)"
 
 
-def leaderboard_baselines(args: argparse.Namespace) -> dict[str, Any]:
-    """The untrained model, then the warm start (stage 1), through ``ecpo leaderboard`` on the first
-    ``--leaderboard-games`` games of each ALFWorld task type of ``valid_seen`` (one seed, the validation
-    temperature), each as a checkpoint of the benchmark's policy; ``OUT/baselines.json`` after each (with
-    ``--report-only``, only that file, from the episodes played so far)."""
+def leaderboard_baselines(args: argparse.Namespace, config: Any, sft_tasks: list[str]) -> dict[str, Any]:
+    """The untrained model, then the warm start (stage 1, fine-tuned on ``sft_tasks``), through ``ecpo
+    leaderboard`` on the first ``--leaderboard-games`` games of each ALFWorld task type of ``valid_seen`` (one
+    seed, the validation temperature), each as a checkpoint of the benchmark's policy (``config``, the
+    benchmark's run); ``OUT/baselines.json`` after each (with ``--report-only``, only that file, from the
+    episodes played so far)."""
     from ecpo_train.evaluation.command import run_leaderboard
     from ecpo_train.evaluation.options import LeaderboardOptions
     from ecpo_train.runtime.sft import SFT_SUMMARY, run_sft
     from ecpo_train.runtime.trainer import Trainer
 
-    if args.env != "alfworld":
-        fail("--leaderboard-games evaluates real ALFWorld games: give --env alfworld")
     out: Path = args.out
-    config, _ = load_configs(args, out)
-    spec = BENCHMARKS[args.env]
     warm = f"SmolLM2-135M-Instruct, warm start on {6 * args.sft_per_type} train games (scoring)"
     for name, folder in ((UNTRAINED, "untrained"), (warm, "warm_start")):
         if args.report_only:
@@ -45,10 +39,9 @@ def leaderboard_baselines(args: argparse.Namespace) -> dict[str, Any]:
         if folder == "warm_start":
             model = str(out / "sft_model")
             if not (out / "sft_model" / SFT_SUMMARY).is_file():
-                tasks = warm_start_tasks(spec, training_tasks(config, spec), args.sft_per_type)
                 started = time.time()
-                run_sft(dataclasses.replace(config, train_tasks=tasks), episodes=len(tasks), epochs=args.sft_epochs,
-                        lr=args.sft_lr, out=out / "sft_model", batch_size=args.sft_batch)
+                run_sft(dataclasses.replace(config, train_tasks=sft_tasks), episodes=len(sft_tasks),
+                        epochs=args.sft_epochs, lr=args.sft_lr, out=out / "sft_model", batch_size=args.sft_batch)
                 (out / "sft_model" / "seconds.json").write_text(json.dumps({"seconds": time.time() - started}))
         if not (out / folder / "checkpoint.pt").is_file():
             trainer = Trainer(dataclasses.replace(config, model=model, run_dir=str(out / folder), n_groups=1,

@@ -366,7 +366,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.leaderboard_games is not None:
             from benchmarks.paper_baselines import leaderboard_baselines
 
-            leaderboard_baselines(args)
+            if args.env != "alfworld":
+                fail("--leaderboard-games evaluates real ALFWorld games: give --env alfworld")
+            config, _ = load_configs(args, args.out)
+            spec = BENCHMARKS[args.env]
+            sft_tasks = [] if args.report_only else warm_start_tasks(spec, training_tasks(config, spec),
+                                                                     args.sft_per_type)
+            leaderboard_baselines(args, config, sft_tasks)
             return 0
         failed = run(args)
     except (ValueError, OSError) as error:  # the library's refusal: a damaged checkpoint, a model that won't load

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks import RAW_RESULTS, RESULTS, ArgumentParser
+from benchmarks import RAW_RESULTS, RESULTS, ArgumentParser, require_model
 from benchmarks import paired_stats as ps
 from ecpo_train.policies.atomic import write_text
 
@@ -141,8 +141,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     runs_path = Path(args.runs)
     done = [json.loads(line) for line in runs_path.read_text().splitlines()] if runs_path.exists() else []
     if not args.report:
-        if not (Path(args.model) / "config.json").exists():
-            parser.error(f"no model at {args.model}: run `ecpo models pull smollm2-135m-instruct` or pass --model")
+        require_model(args.model)
         import ray
 
         runs_path.parent.mkdir(parents=True, exist_ok=True)

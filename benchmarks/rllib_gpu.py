@@ -7,12 +7,11 @@ the runners on the same GPU by fractional shares (``num_gpus_per_env_runner``), 
 and its markdown as soon as it is done (a command stopped early still returns what it did), the device named:
 
 1. ``environment``: the device, torch / CUDA / transformers / Ray versions;
-2. ``first_iteration``: one runner on the same GPU (a ``--runner-gpu-share`` of it): the
-   first iteration's rows, advantages, update statistics and weights against the native trainer's
-   (``compare_first_iterations``: equal, as on the CPU), then more iterations of both engines: the time split
-   sampling / credit / update / sync side by side, and the peak GPU memory of every process; then
-   ``save_to_path`` from the CUDA learner, ``from_checkpoint``, one more iteration against the uninterrupted run's
-   (``compare_resumed``);
+2. ``first_iteration``: one runner on the same GPU (a ``--runner-gpu-share`` of it), iterations of both engines:
+   the time split sampling / credit / update / sync side by side, and the peak GPU memory of every process; then
+   ``save_to_path`` from the CUDA learner, ``from_checkpoint`` and one more iteration, timed. Whether the two
+   engines' first iterations are equal, and a restored run's next iteration the uninterrupted one's, is not
+   measured here but tested, on the CPU and on a GPU where there is one: ``tests/test_rllib_llm_algorithm.py``;
 3. ``gpu_runners``: ``--runners`` runners sharing the GPU by fractional shares, ``max_policy_lag`` 0;
 4. ``lag``: the same with ``max_policy_lag=1``: its iteration time against part 3's (the CPU measured 1.25x);
 5. ``cpu_runners``: ``--cpu-runners`` runners on CPU cores (the learner still on the GPU).
@@ -47,15 +46,7 @@ from benchmarks.gpu_run import default_out, device_facts, loaded_distributions
 from benchmarks.rllib_gpu_report import render
 
 PART_NAMES = ("environment", "first_iteration", "gpu_runners", "lag", "cpu_runners")
-# what the first iteration of the two engines must share (compare_first_iterations; tests/test_rllib_llm_algorithm.py)
-EXACT_KEYS = ("success", "num_steps", "credit/advantage_std", "credit/divergent_anchor_fraction")
-CLOSE_KEYS = ("update/pg_loss", "update/grad_norm", "update/ratio_mean", "update/ratio_max_dev")
-CLOSE_REL = 1e-5
-WEIGHT_GAP = 0.1  # of the update's own size: AdamW divides by each component's scale, float32 rounding shows there
-RESUMED_KEYS = ("iteration", "success", "num_steps", "credit/advantage_std", "credit/advantage_max",
-                "update/pg_loss", "update/grad_norm")
-# --smoke: the CPU equality test's run (tests/test_rllib_llm_algorithm.py), small corridors whose groups differ in
-# return from the first iteration, so the comparison has advantages and an update to compare
+# --smoke: small corridors whose groups differ in return from the first iteration (an update to time)
 SMOKE_RUN = {"env_id": "ecpo/DivergentAnchor-v0", "env_kwargs": {"num_tasks": 2, "depth": 4, "rare_prob": [0.4, 0.7]},
              "val_tasks": None, "n_groups": 2, "group_size": 4, "history_length": 0, "credit": {"d_min": 1},
              "lr": 1e-3, "lr_warmup_steps": 0, "kl_coef": 0.0, "mini_batch_size": 8, "micro_batch_size": 4,
@@ -63,40 +54,6 @@ SMOKE_RUN = {"env_id": "ecpo/DivergentAnchor-v0", "env_kwargs": {"num_tasks": 2,
              "threads": 1, "seed": 5}
 CPU_RUNNER_CORES = 2  # part 5: cores (and torch threads) of one runner on the CPU
 CREDIT_TIMER = ("timers", "connectors", "step_table_credit")  # RLlib's own timer of the learner connector piece
-
-
-# ---------------------------------------------------------------------------------------------- comparisons
-def compare_first_iterations(native: dict[str, float], native_advantages: Any, native_step: dict[str, Any],
-                             rllib: dict[str, float], rllib_advantages: Any, rllib_weights: dict[str, Any],
-                             initial: dict[str, Any]) -> dict[str, Any]:
-    """The first iteration of the two engines side by side: the advantages (equal exactly: the same rows, the same
-    credit), ``EXACT_KEYS`` equal, ``CLOSE_KEYS`` within ``CLOSE_REL``, and the updated weights within
-    ``WEIGHT_GAP`` of the native update's largest step. ``native_step`` and ``rllib_weights``: the weights after
-    the update, ``initial`` before it (name -> tensor, on any device)."""
-    native_advantages, rllib_advantages = np.asarray(native_advantages), np.asarray(rllib_advantages)
-    same_rows = native_advantages.shape == rllib_advantages.shape
-    advantages_equal = bool(same_rows and np.array_equal(native_advantages, rllib_advantages))
-    exact = {key: (native[key], rllib[key]) for key in EXACT_KEYS if key in native}
-    close = {key: (native[key], rllib[key]) for key in CLOSE_KEYS if key in native}
-    relative = {key: abs(a - b) / max(abs(a), 1e-12) for key, (a, b) in close.items()}
-    step = max(float((native_step[k].float() - initial[k].float()).abs().max()) for k in initial)
-    gap = max(float((rllib_weights[k].detach().float().cpu() - native_step[k].float().cpu()).abs().max())
-              for k in initial)
-    checks = {"advantages": advantages_equal, "nonzero_advantages": bool(np.any(native_advantages != 0)),
-              "exact_keys": all(a == b for a, b in exact.values()),
-              "close_keys": all(r <= CLOSE_REL for r in relative.values()),
-              "weights": step > 0 and gap <= WEIGHT_GAP * step}
-    return {"equal": all(checks.values()), "checks": checks, "rows": int(native_advantages.size),
-            "max_advantage_difference": float(np.abs(native_advantages - rllib_advantages).max()) if same_rows else None,
-            "exact": {k: list(v) for k, v in exact.items()}, "relative_difference": relative,
-            "weight_step": step, "weight_gap": gap}
-
-
-def compare_resumed(uninterrupted: dict[str, float], resumed: dict[str, float]) -> dict[str, Any]:
-    """The iteration after ``from_checkpoint`` against the uninterrupted run's (``RESUMED_KEYS``, 1e-6 relative)."""
-    gaps = {key: abs(resumed[key] - uninterrupted[key]) / max(abs(uninterrupted[key]), 1e-9) for key in RESUMED_KEYS}
-    return {"equal": all(g <= 1e-6 for g in gaps.values()), "relative_difference": gaps,
-            "uninterrupted": {k: uninterrupted[k] for k in RESUMED_KEYS}, "resumed": {k: resumed[k] for k in RESUMED_KEYS}}
 
 
 def time_split(metrics: dict[str, float], rllib_credit: float | None = None) -> dict[str, float]:
@@ -205,19 +162,16 @@ def build_rllib(values: dict[str, Any], runners: int, runner_share: float, lag: 
 
 
 def native_iterations(values: dict[str, Any], iterations: int) -> dict[str, Any]:
-    """The native trainer's first iteration (metrics, advantages, weights before and after) and ``iterations``
-    iterations' time splits, with the driver's peak GPU memory."""
+    """The native trainer's first iteration's metrics and ``iterations`` iterations' time splits, with the
+    driver's peak GPU memory."""
     from ecpo_train.runtime.config import make_config
     from ecpo_train.runtime.trainer import Trainer
 
     reset_peak()
     trainer = Trainer(make_config(values))
     try:
-        initial = {k: v.detach().cpu().clone() for k, v in trainer.policy.named_parameters()}
         first = trainer.train_iteration()
-        out = {"first": first, "advantages": np.asarray(trainer.last_advantages), "initial": initial,
-               "step": {k: v.detach().cpu().clone() for k, v in trainer.policy.named_parameters()},
-               "splits": [time_split(first)]}
+        out = {"first": first, "splits": [time_split(first)]}
         for _ in range(iterations - 1):
             out["splits"].append(time_split(trainer.train_iteration()))
     finally:
@@ -227,7 +181,7 @@ def native_iterations(values: dict[str, Any], iterations: int) -> dict[str, Any]
 
 
 def rllib_iterations(algo: Any, iterations: int, checkpoint: Path | None = None) -> dict[str, Any]:
-    """``iterations`` iterations of a built algorithm: the first's metrics and advantages, every time split, the
+    """``iterations`` iterations of a built algorithm: the first's metrics, every time split, the
     peak GPU memory of the driver (the learner) and of each runner; with ``checkpoint``, ``save_to_path`` after the
     first iteration (the next iteration's metrics are then kept as ``after_checkpoint``)."""
     learner = algo.learner_group._learner  # the local learner: credit and weights are read where they live
@@ -238,12 +192,11 @@ def rllib_iterations(algo: Any, iterations: int, checkpoint: Path | None = None)
         out["splits"].append(time_split(metrics, learner_credit_seconds(learner)))
         out["policy_lag_max"] = max(out.get("policy_lag_max", 0.0), metrics.get("sampling/policy_lag_max", 0.0))
         if k == 0:
-            out["first"], out["advantages"] = metrics, np.asarray(learner.last_advantages)
-            out["weights"] = {n: p.detach().cpu().clone() for n, p in learner.policy_module.policy.named_parameters()}
+            out["first"] = metrics
             if checkpoint is not None:
+                started = time.perf_counter()
                 algo.save_to_path(str(checkpoint))
-        elif k == 1 and checkpoint is not None:
-            out["after_checkpoint"] = metrics
+                out["save_seconds"] = time.perf_counter() - started
     out["memory"] = {"driver (learner)": process_memory(), "runners": runners_memory(algo),
                      "nvidia_smi": gpu_processes()}
     return out
@@ -263,7 +216,7 @@ def shares_of(args: argparse.Namespace, runners_on_gpu: int) -> dict[str, float]
 
 
 def part_first_iteration(args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    """Part 2 (module docstring): equality, time split, checkpoint round trip, memory; one runner on the GPU."""
+    """Part 2 (module docstring): time split, checkpoint round trip, memory; one runner on the GPU."""
     from ecpo_train.rllib import ECPO
 
     values = run_values(args, work, "first_iteration")
@@ -275,15 +228,16 @@ def part_first_iteration(args: argparse.Namespace, work: Path) -> dict[str, Any]
         rllib = rllib_iterations(algo, max(args.iterations, 2), checkpoint=checkpoint)
     finally:
         algo.stop()
-    equality = compare_first_iterations(native["first"], native["advantages"], native["step"], rllib["first"],
-                                        rllib["advantages"], rllib["weights"], native["initial"])
+    started = time.perf_counter()
     restored = ECPO.from_checkpoint(str(checkpoint))
     try:
+        restore_seconds = time.perf_counter() - started
         resumed = {k: float(v) for k, v in restored.train()["ecpo"].items() if isinstance(v, (int, float))}
     finally:
         restored.stop()
-    return {"runners": 1, "gpu_shares": shares_of(args, 1), "equality": equality,
-            "checkpoint": compare_resumed(rllib["after_checkpoint"], resumed),
+    return {"runners": 1, "gpu_shares": shares_of(args, 1),
+            "checkpoint": {"save_seconds": rllib["save_seconds"], "restore_seconds": restore_seconds,
+                           "resumed_iteration": resumed["iteration"]},
             "time_split": side_by_side(native["splits"], rllib["splits"]),
             "memory": {"native driver": native["memory"]} | rllib["memory"],
             "rows_per_iteration": native["first"]["num_steps"]}

@@ -27,12 +27,11 @@ import math
 import os
 import platform
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from benchmarks import RESULTS, ArgumentParser
+from benchmarks import RESULTS, ArgumentParser, require_model
 from benchmarks.paired_stats import apply_holm, keyed, mde_text, paired_diff, paired_values
 from benchmarks.rate_intervals import wald_diff, wilson
 from ecpo_train.policies.atomic import write_text
@@ -106,10 +105,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     from ecpo_train.runtime.trainer import Trainer
 
     model = args.model or str(default_cache_dir() / "smollm2-135m-instruct")
-    if not (Path(model) / "config.json").exists():
-        print(f"error: no model at {model}: run `ecpo models pull smollm2-135m-instruct` or pass --model",
-              file=sys.stderr)
-        raise SystemExit(2)
+    require_model(model)
     out: dict[str, object] = {"model": model, "preset": "corridor_llm", "seeds": args.seeds,
                               "iterations": args.iterations, "env_runners": args.env_runners,
                               "machine": platform.platform(), "cpus": os.cpu_count(),

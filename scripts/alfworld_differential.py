@@ -28,7 +28,6 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 GARBAGE = ["", "   ", "help", "xyzzy", "go to", "take", "open the pod bay doors", "look around please",
            "inventory inventory", "go to nowhere 99", "Look", "LOOK", "examine", "use", "move to"]

@@ -7,9 +7,8 @@ package index, and each command may carry at most 64 MiB (docs/gpu.md). Three st
     python scripts/device_bundle.py install [--bundle device_bundle]                 # device: offline
     python scripts/device_bundle.py model   [--bundle device_bundle]                 # device: offline
 
-``build --with-ray`` adds the RLlib engine's wheels under ``ray/``, in checksummed parts, and ``python
-scripts/device_bundle.py ray`` (device, after ``install``) installs them: both live in ``device_bundle_ray.py``
-beside this script, imported only by those two steps.
+``scripts/device_bundle_ray.py build`` then adds the RLlib engine's wheels under ``ray/``, in checksummed parts,
+and its ``install`` (device, after this one's ``install``) installs them.
 
 ``build`` writes into ``--out`` (git-ignored):
 
@@ -392,14 +391,11 @@ def main(argv: list[str] | None = None) -> int:
     build_args.add_argument("--out", type=Path, default=DEFAULT_BUNDLE)
     build_args.add_argument("--part-mib", type=float, default=20.0,
                             help="largest part, MiB (small parts pack the commands tightly)")
-    build_args.add_argument("--with-ray", action="store_true",
-                            help="also Ray (ray[rllib]) and what the RLlib engine imports, in parts (add_ray)")
     build_args.add_argument("--tokenizer", type=Path,
                             default=Path(os.environ.get("ECPO_TOKENIZER_DIR", "")),
                             help="the Qwen2.5 tokenizer folder (default $ECPO_TOKENIZER_DIR)")
     for name, help_text in (("install", "check and install the wheels, unpack the tokenizer (offline)"),
-                            ("model", "check and join the model's parts, convert it (offline)"),
-                            ("ray", "check and join the Ray wheels' parts, install them (offline; after install)")):
+                            ("model", "check and join the model's parts, convert it (offline)")):
         step = steps.add_parser(name, help=help_text)
         step.add_argument("--bundle", type=Path, default=DEFAULT_BUNDLE)
     args = parser.parse_args(argv)
@@ -411,22 +407,11 @@ def main(argv: list[str] | None = None) -> int:
                   f"({sum(e['bytes'] for e in manifest['wheels']) / (1 << 20):.1f} MiB), tokenizer "
                   f"({manifest['tokenizer']['bytes'] / (1 << 20):.1f} MiB), model in {len(sizes)} parts "
                   f"({', '.join(f'{s / (1 << 20):.1f}' for s in sizes)} MiB)")
-            if args.with_ray:
-                import device_bundle_ray
-
-                manifest = device_bundle_ray.add_ray(args.out, args.part_mib)
-                ray_bytes = sum(e["bytes"] for e in device_bundle_ray.ray_files(manifest["ray"]))
-                print(f"{args.out / device_bundle_ray.RAY_FOLDER}: {len(device_bundle_ray.RAY_BUNDLED)} Ray wheels "
-                      f"({ray_bytes / (1 << 20):.1f} MiB)")
-            for k, command in enumerate(manifest["commands"] + manifest.get("ray", {}).get("commands", []), 1):
+            for k, command in enumerate(manifest["commands"], 1):
                 print(f"command {k} carries {command['mib']} MiB with the tree: {json.dumps(command['carry'])}")
         elif args.step == "install":
             site = install(args.bundle)
             print(f"installed into {site}; tokenizer in {args.bundle / 'tokenizer'}")
-        elif args.step == "ray":
-            import device_bundle_ray
-
-            print(f"installed Ray into {device_bundle_ray.install_ray(args.bundle)}")
         else:
             print(f"model folder: {convert_model(args.bundle)}")
     except BundleError as err:
@@ -436,6 +421,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    # device_bundle_ray imports this file by its name: one module, so main catches the BundleError it raises
-    sys.modules.setdefault("device_bundle", sys.modules[__name__])
     raise SystemExit(main())

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import glob
 import json
-import os
 import random
 from pathlib import Path
 
@@ -20,9 +19,6 @@ from ecpo_gym.alfworld.expert import play_expert
 from ecpo_gym.alfworld.generator import generate_game, render_plan
 from ecpo_gym.alfworld.native import GameLoadError, NativeEngine
 
-DATA_DIR = os.environ.get("ECPO_DATA_DIR")
-needs_data = pytest.mark.skipif(not DATA_DIR, reason="set ECPO_DATA_DIR to the benchmark data folder "
-                                "(holding alfworld/json_2.1.1/valid_seen) to run the real-ALFWorld tests")
 SMALL = {"num_receptacles": (6, 10), "max_objects_per_receptacle": 2}
 INVALID = ["", "   ", "help", "xyzzy", "go to nowhere 7", "take sofa 1 from apple 1", "LOOK", "go  to"]
 
@@ -154,16 +150,14 @@ def test_split_is_read_from_the_folder(tmp_path):
         ALFWorldEnv(data_dir=tmp_path / "valid_unseen", split="train")
 
 
-def _real_games() -> list[str]:
-    return sorted(glob.glob(str(Path(DATA_DIR or ".") / "alfworld" / "json_2.1.1" / "valid_seen" / "*" / "*"
-                                / "game.tw-pddl")))
+def _real_games(data_dir: Path) -> list[str]:
+    return sorted(glob.glob(str(data_dir / "alfworld" / "json_2.1.1" / "valid_seen" / "*" / "*" / "game.tw-pddl")))
 
 
 @pytest.mark.slow
 @pytest.mark.data
-@needs_data
-def test_engines_identical_on_a_sample_of_real_games():
-    games = _real_games()
+def test_engines_identical_on_a_sample_of_real_games(data_dir):
+    games = _real_games(data_dir)
     assert len(games) == 140
     for path in random.Random(0).sample(games, 12):
         with open(path) as handle:
@@ -183,7 +177,6 @@ def test_engines_identical_on_a_sample_of_real_games():
 
 @pytest.mark.slow
 @pytest.mark.data
-@needs_data
 def test_walkthrough_wins_every_valid_seen_game_on_the_native_engine():
     env = ALFWorldEnv(engine="native")
     try:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import shutil
 from collections import Counter
-from pathlib import Path
 
 import gymnasium as gym
 import pytest
@@ -16,9 +15,6 @@ from ecpo_gym.alfworld.engine import TASK_TYPES
 from ecpo_gym.alfworld.env import ALFWorldEnv, resolve_split_dir
 from ecpo_gym.alfworld.expert import play_expert, play_expert_parallel
 
-DATA_DIR = os.environ.get("ECPO_DATA_DIR")
-needs_data = pytest.mark.skipif(not DATA_DIR, reason="set ECPO_DATA_DIR to the benchmark data folder "
-                                "(holding alfworld/json_2.1.1/valid_seen) to run the real-ALFWorld tests")
 # split counts of valid_seen (docs/environments.md)
 VALID_SEEN_COUNTS = {"Pick": 35, "Look": 13, "Clean": 27, "Heat": 16, "Cool": 25, "Pick2": 24}
 
@@ -35,28 +31,26 @@ def test_missing_data_is_one_clear_error(tmp_path, monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def env():
-    if not DATA_DIR:
-        pytest.skip("ECPO_DATA_DIR is not set")
+def env(data_dir):
     env = ALFWorldEnv()
     yield env
     env.close()
 
 
-@needs_data
-def test_task_ids_types_and_filters(env):
-    assert len(env.task_ids) == 140 and env.split_dir == Path(DATA_DIR) / "alfworld" / "json_2.1.1" / "valid_seen"
+@pytest.mark.data
+def test_task_ids_types_and_filters(env, data_dir):
+    assert len(env.task_ids) == 140 and env.split_dir == data_dir / "alfworld" / "json_2.1.1" / "valid_seen"
     assert all(t.endswith("/game.tw-pddl") and (env.split_dir / t).is_file() for t in env.task_ids)
     assert Counter(TASK_TYPES[t.split("-")[0]] for t in env.task_ids) == VALID_SEEN_COUNTS
     heat = ALFWorldEnv(task_types=["Heat"])
     assert len(heat.task_ids) == 16 and all(t.startswith("pick_heat_then_place_in_recep-") for t in heat.task_ids)
     # the data folder, json_2.1.1 and the split folder itself are all accepted
-    root = Path(DATA_DIR) / "alfworld"
+    root = data_dir / "alfworld"
     for path in (root, root / "json_2.1.1", root / "json_2.1.1" / "valid_seen"):
         assert resolve_split_dir(path, "valid_seen") == env.split_dir
 
 
-@needs_data
+@pytest.mark.data
 def test_make_by_id_and_check_env():
     env = gym.make("ecpo/ALFWorld-v0", task_types=["Look"])
     obs, info = env.reset(seed=0)
@@ -65,7 +59,7 @@ def test_make_by_id_and_check_env():
     env.close()
 
 
-@needs_data
+@pytest.mark.data
 def test_seeded_reset_gives_same_task_and_state_keys(env):
     runs = []
     for _ in range(2):
@@ -78,7 +72,7 @@ def test_seeded_reset_gives_same_task_and_state_keys(env):
     other.close()
 
 
-@needs_data
+@pytest.mark.data
 def test_goal_task_type_and_info_on_a_known_game(env):
     task_id = next(t for t in env.task_ids if t.startswith("pick_heat_then_place_in_recep-Apple"))
     obs, info = env.reset(options={"task_id": task_id.rsplit("/", 1)[0]})  # folder form accepted
@@ -91,7 +85,7 @@ def test_goal_task_type_and_info_on_a_known_game(env):
         env.reset(options={"task_id": "pick_heat_then_place_in_recep-Nothing/trial_0"})
 
 
-@needs_data
+@pytest.mark.data
 def test_failed_reset_ends_the_previous_game(env):
     from ecpo_gym import UnknownTaskError
 
@@ -108,15 +102,15 @@ def test_failed_reset_ends_the_previous_game(env):
     assert env.reset(options={"task_id": env.task_ids[1]})[1]["task_id"] == env.task_ids[1]
 
 
-@needs_data
-def test_a_mistyped_split_lists_the_splits_that_exist():
+@pytest.mark.data
+def test_a_mistyped_split_lists_the_splits_that_exist(data_dir):
     # a split shipped as its archive (json_2.1.1-train.tar.gz) exists too
-    archived = "train, " if (Path(DATA_DIR) / "alfworld" / "json_2.1.1-train.tar.gz").is_file() else ""
+    archived = "train, " if (data_dir / "alfworld" / "json_2.1.1-train.tar.gz").is_file() else ""
     with pytest.raises(FileNotFoundError, match=f"Splits that exist there: {archived}valid_seen\\."):
         ALFWorldEnv(split="valid_unsen")
 
 
-@needs_data
+@pytest.mark.data
 def test_episode_ends_at_first_won_and_step_limit(env):
     task_id = env.task_ids[0]
     env.reset(options={"task_id": task_id})
@@ -134,7 +128,7 @@ def test_episode_ends_at_first_won_and_step_limit(env):
     short.close()
 
 
-@needs_data
+@pytest.mark.data
 @pytest.mark.slow
 def test_all_140_walkthroughs_win():
     ids = list(ALFWorldEnv().task_ids)
@@ -145,10 +139,10 @@ def test_all_140_walkthroughs_win():
         assert r["task_type"] == TASK_TYPES[r["task_id"].split("-")[0]] and not r["won_at_reset"]
 
 
-@needs_data
-def test_extracted_train_folder_and_alfworld_data_variable(tmp_path, monkeypatch):
+@pytest.mark.data
+def test_extracted_train_folder_and_alfworld_data_variable(tmp_path, monkeypatch, data_dir):
     # the layout alfworld-download and the train tarball produce: <root>/json_2.1.1/train/<task>/<trial>/game
-    source = Path(DATA_DIR) / "alfworld" / "json_2.1.1" / "valid_seen"
+    source = data_dir / "alfworld" / "json_2.1.1" / "valid_seen"
     games = sorted(source.glob("*/*/game.tw-pddl"))[:2]
     for game in games:
         target = tmp_path / "json_2.1.1" / "train" / game.relative_to(source)
@@ -165,19 +159,19 @@ def test_extracted_train_folder_and_alfworld_data_variable(tmp_path, monkeypatch
         ALFWorldEnv(split="valid_unseen")
 
 
-@needs_data
-def test_data_dir_may_be_the_benchmark_data_folder(monkeypatch):
+@pytest.mark.data
+def test_data_dir_may_be_the_benchmark_data_folder(monkeypatch, data_dir):
     monkeypatch.delenv("ALFWORLD_DATA", raising=False)
-    env = ALFWorldEnv(data_dir=DATA_DIR, task_types=["Look"])
-    assert env.split_dir == Path(DATA_DIR) / "alfworld" / "json_2.1.1" / "valid_seen" and len(env.task_ids) == 13
+    env = ALFWorldEnv(data_dir=data_dir, task_types=["Look"])
+    assert env.split_dir == data_dir / "alfworld" / "json_2.1.1" / "valid_seen" and len(env.task_ids) == 13
 
 
 TRAIN_COUNTS = {"Pick": 790, "Look": 308, "Clean": 650, "Heat": 459, "Cool": 533, "Pick2": 813}
 
 
-@needs_data
-def test_train_split_is_played_straight_from_its_archive(tmp_path, monkeypatch):
-    archive = Path(DATA_DIR) / "alfworld" / "json_2.1.1-train.tar.gz"
+@pytest.mark.data
+def test_train_split_is_played_straight_from_its_archive(tmp_path, monkeypatch, data_dir):
+    archive = data_dir / "alfworld" / "json_2.1.1-train.tar.gz"
     if not archive.is_file():
         pytest.skip(f"{archive} is not there")
     # a data folder holding only the release archive (no extracted train folder), and an empty cache

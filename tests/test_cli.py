@@ -32,7 +32,7 @@ def test_bench_rejects_unknown_names_in_one_line_listing_the_benchmarks():
         lines = result.output.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith(f"error: unknown benchmark {name!r}; choose one of ")
         listed = lines[0].split("choose one of ")[1].split(", ")
-        assert {"credit_overhead", "credit_study", "env_throughput", "leaderboard", "gpu_run"} <= set(listed)
+        assert {"credit_overhead", "credit_study", "env_throughput", "gpu_run"} <= set(listed)
         assert "paired_stats" not in listed and "__init__" not in listed
 
 

@@ -6,20 +6,17 @@ tests/test_gpu_run.py runs the whole GPU run on this interpreter with only the d
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import json
 import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
+import device_bundle
 import pytest
+from conftest import python312
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-import device_bundle
 
 MIB = 1 << 20
 
@@ -100,13 +97,6 @@ def test_the_carry_plan_fills_the_first_command_and_stays_under_the_limit():
         device_bundle.plan_commands(manifest, tree=30 * MIB)
 
 
-def _python312() -> str | None:
-    for candidate in [shutil.which("python3.12"), *sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.12*/bin/python3.12")))]:
-        if candidate and subprocess.run([candidate, "-c", "pass"], capture_output=True, check=False).returncode == 0:
-            return candidate
-    return None
-
-
 PLAY = """
 import gymnasium as gym
 import ecpo_gym, ecpo_train
@@ -122,7 +112,7 @@ print(info["is_action_valid"], pydantic.TypeAdapter(int).validate_python(3), pre
 
 @pytest.mark.slow
 def test_the_wheels_install_offline_into_a_clean_python312_target(tmp_path):
-    python = _python312()
+    python = python312()
     if python is None:
         pytest.skip("no python3.12 on this machine")
     wheels = device_bundle.build_wheels(tmp_path / "wheels")
@@ -137,8 +127,9 @@ def test_the_wheels_install_offline_into_a_clean_python312_target(tmp_path):
     device_bundle.install_wheels(sorted(provided.glob("*.whl")), tmp_path / "device", python)
     env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path),
            "PYTHONPATH": os.pathsep.join([str(site), str(tmp_path / "device")])}
-    done = subprocess.run([python, "-I", "-S", "-c", "import sys; sys.path[:0] = " + repr([str(site), str(tmp_path / 'device')])
-                           + "\n" + PLAY], cwd=tmp_path, capture_output=True, text=True, env=env, check=False)
+    # -S -s: no site-packages of this interpreter, only the two folders on PYTHONPATH
+    done = subprocess.run([python, "-S", "-s", "-c", PLAY], cwd=tmp_path, capture_output=True, text=True, env=env,
+                          check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["True", "3", "True"]
     assert (site / "share" / "ecpo" / "prompts" / "alfworld.txt").is_file()

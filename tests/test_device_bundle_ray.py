@@ -1,4 +1,4 @@
-"""scripts/device_bundle_ray.py, device_bundle.py's Ray option (``build --with-ray``, the device's ``ray`` step): the
+"""scripts/device_bundle_ray.py, the bundle's Ray part (its ``build`` here, its ``install`` on the device): the
 Ray commands carry every Ray file once, each command under the transfer limit with at most 8 paths; a missing Ray
 section or a corrupt part is one line (exit 2), also from the script run as a program; both scripts load with
 the standard library only; and (slow: downloads from the package registry once into the wheel cache, then reuses
@@ -15,14 +15,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
 import device_bundle
 import device_bundle_ray
+import pytest
+from conftest import python312
 
-from tests.test_device_bundle import _python312
+ROOT = Path(__file__).resolve().parents[1]
 
 MIB = 1 << 20
 # what `import ray.rllib` and a Ray session need from the device (RAY_DEVICE_ROOTS and their requirements) and from
@@ -55,22 +53,23 @@ def test_the_ray_commands_carry_every_file_once_under_the_limit():
         device_bundle_ray.plan_ray_commands(section, tree=30 * MIB)
 
 
-def test_without_a_ray_section_the_ray_step_is_one_line(tmp_path, capsys):
+NO_RAY = "has no Ray wheels: add them with `python scripts/device_bundle_ray.py build`"
+
+
+def test_without_a_ray_section_the_install_step_is_one_line(tmp_path, capsys):
     (tmp_path / "manifest.json").write_text(json.dumps({"wheels": [], "tokenizer": {}, "model": {}}))
-    assert device_bundle.main(["ray", "--bundle", str(tmp_path)]) == 2
-    assert capsys.readouterr().err.strip() == (f"error: {tmp_path / 'manifest.json'} has no Ray wheels: build the "
-                                               "bundle with `build --with-ray`")
+    assert device_bundle_ray.main(["install", "--bundle", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip() == f"error: {tmp_path / 'manifest.json'} {NO_RAY}"
 
 
 def test_the_script_run_from_the_checkout_reports_a_ray_error_in_one_line(tmp_path):
-    """``python scripts/device_bundle.py ray`` imports device_bundle_ray, which imports the script by its name: the
-    BundleError it raises is the one the script's main catches (one line, exit 2, no traceback)."""
+    """``python scripts/device_bundle_ray.py install`` imports device_bundle by its name: the BundleError that
+    module raises is the one this script's main catches (one line, exit 2, no traceback)."""
     (tmp_path / "manifest.json").write_text(json.dumps({"wheels": [], "tokenizer": {}, "model": {}}))
-    done = subprocess.run([sys.executable, "scripts/device_bundle.py", "ray", "--bundle", str(tmp_path)], cwd=ROOT,
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run([sys.executable, "scripts/device_bundle_ray.py", "install", "--bundle", str(tmp_path)],
+                          cwd=ROOT, capture_output=True, text=True, check=False)
     assert (done.returncode, done.stdout) == (2, "")
-    assert done.stderr == (f"error: {tmp_path / 'manifest.json'} has no Ray wheels: build the bundle with "
-                           "`build --with-ray`\n")
+    assert done.stderr == f"error: {tmp_path / 'manifest.json'} {NO_RAY}\n"
 
 
 def test_both_scripts_import_only_the_standard_library_and_each_other_at_load():
@@ -94,7 +93,7 @@ def test_a_corrupt_ray_part_is_one_line_and_nothing_is_installed(tmp_path, capsy
                                         "parts": [device_bundle.file_entry(p, tmp_path) for p in parts]}]}
     (tmp_path / "manifest.json").write_text(json.dumps({"wheels": [], "tokenizer": {}, "model": {}, "ray": section}))
     parts[2].write_bytes(b"x" + parts[2].read_bytes()[1:])
-    assert device_bundle.main(["ray", "--bundle", str(tmp_path)]) == 2
+    assert device_bundle_ray.main(["install", "--bundle", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"error: {parts[2]} is corrupt") and len(err.splitlines()) == 1
     assert not (tmp_path / "ray" / "site").exists() and not (tmp_path / "ray" / "joined").exists()
@@ -125,7 +124,7 @@ ray.shutdown()
 
 @pytest.mark.slow
 def test_the_ray_wheels_install_offline_into_a_clean_python312_target(tmp_path):
-    python = _python312()
+    python = python312()
     if python is None:
         pytest.skip("no python3.12 on this machine")
     bundle = tmp_path / "device_bundle"

@@ -5,6 +5,7 @@ version survives and the next run resumes from it; a planted checkpoint runs no 
 from __future__ import annotations
 
 import errno
+import functools
 import json
 import os
 import pickle
@@ -14,6 +15,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import QUICK
+from conftest import train as quick_train
 from fault_injection import failing_write
 from test_run_ownership import one_error_line
 from typer.testing import CliRunner
@@ -23,11 +26,8 @@ from ecpo_train.runtime.run_dir import LOCK_FILE, read_metrics_file, read_valida
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
-FAST = ["n_groups=2", "group_size=2", "val_every=1", "progress=false", "tensorboard=false", "checkpoint_every=2"]
-
-
-def train(run_dir: Path, *extra: str):
-    return runner.invoke(app, ["train", "--config", "quickstart", f"run_dir={run_dir}", *FAST, *extra])
+FAST = [*QUICK, "val_every=1", "checkpoint_every=2"]  # a validation and a checkpoint to lose
+train = functools.partial(quick_train, sizes=FAST)
 
 
 def trained(run_dir: Path, *extra: str) -> Path:
@@ -39,7 +39,8 @@ def trained(run_dir: Path, *extra: str) -> Path:
 def killed_inside_write(name: str, *argv: str) -> subprocess.CompletedProcess:
     """``ecpo ARGV`` in a fresh process, killed (SIGKILL) inside its first write of a file named ``name*``."""
     done = subprocess.run([sys.executable, str(ROOT / "tests" / "fault_injection.py"), "kill", name, "--", *argv],
-                          capture_output=True, text=True, env=os.environ | {"PYTHONPATH": str(ROOT)}, check=False)
+                          capture_output=True, text=True, env=os.environ | {"PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])},
+                          check=False)
     assert done.returncode == -9, (done.returncode, done.stderr[-2000:])
     return done
 
@@ -315,11 +316,12 @@ def test_a_crash_or_full_disk_during_the_rllib_save_keeps_the_previous_checkpoin
     with pytest.raises(ValueError, match="could not be written .*No space left on device.*previous checkpoint is kept"):
         save_rllib_checkpoint(_Algorithm(2, die_at="learner_group/learner/state.pkl", fault="disk"), checkpoint)
     assert _versions(checkpoint) == {1}
-    script = ("import sys; sys.path.insert(0, sys.argv[2]); from test_faults import _Algorithm; "
+    script = ("import sys; from test_faults import _Algorithm; "
               "from ecpo_train.integrations.rllib.llm.engine import save_rllib_checkpoint; from pathlib import Path; "
               "save_rllib_checkpoint(_Algorithm(3, die_at='learner_group/learner/state.pkl'), Path(sys.argv[1]))")
-    done = subprocess.run([sys.executable, "-c", script, str(checkpoint), str(ROOT / "tests")], capture_output=True,
-                          text=True, env=os.environ | {"PYTHONPATH": str(ROOT)}, check=False)
+    paths = os.pathsep.join([str(ROOT), str(ROOT / "tests")])  # the test modules import their helpers by name
+    done = subprocess.run([sys.executable, "-c", script, str(checkpoint)], capture_output=True, text=True,
+                          env=os.environ | {"PYTHONPATH": paths}, check=False)
     assert done.returncode == -9, done.stderr[-2000:]
     assert _versions(checkpoint) == {1}
     # a kill between the swap's two renames: the old folder is NAME.previous, which the resume reads

@@ -9,11 +9,11 @@ weights are then the gradient itself (Adam's first step would magnify float nois
 """
 
 import os
-import socket
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import free_port
 
 ENV_ID = "ecpo/DivergentAnchor-v0"
 
@@ -51,12 +51,6 @@ def _one_iteration(config) -> dict:
         trainer.close()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _worker(rank: int, world: int, port: int, model_dir: str, out_dir: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
                       LOCAL_RANK=str(rank))
@@ -71,7 +65,7 @@ def test_fsdp_trainer_iteration_on_two_processes_matches_one_process(tiny_model_
 
     sharded_dir, single_dir = tmp_path / "fsdp", tmp_path / "single"
     sharded_dir.mkdir()
-    mp.spawn(_worker, args=(2, _free_port(), str(tiny_model_dir), str(sharded_dir)), nprocs=2, join=True)
+    mp.spawn(_worker, args=(2, free_port(), str(tiny_model_dir), str(sharded_dir)), nprocs=2, join=True)
     sharded = torch.load(sharded_dir / "fsdp.pt", weights_only=False)
     single = _one_iteration(_config(str(tiny_model_dir), str(single_dir / "run"), fsdp=False))
 

@@ -14,7 +14,6 @@ The embedded ids always run; ``ecpo/ALFWorld-v0``, ``ecpo/WebShop-v0`` and ``ecp
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 
 import gymnasium as gym
@@ -25,7 +24,6 @@ from hypothesis import strategies as st
 import ecpo_gym
 from ecpo_gym.canonical import INVALID_ACTION
 
-DATA_DIR = os.environ.get("ECPO_DATA_DIR")
 STEP_KEYS = {"task_id", "task", "task_type", "state_key", "observation_key", "admissible_actions", "step",
              "action_key", "is_action_valid", "won"}
 
@@ -39,8 +37,7 @@ EMBEDDED = {
 }
 
 
-def real_data_kwargs(env_id: str, cache: Path) -> dict:
-    root = Path(DATA_DIR or "")
+def real_data_kwargs(env_id: str, root: Path, cache: Path) -> dict:
     return {
         "ecpo/ALFWorld-v0": {"task_types": ["Look"]},
         "ecpo/WebShop-v0": {"products_file": root / "webshop" / "sample" / "items_shuffle_sample.json",
@@ -197,10 +194,10 @@ def test_embedded_env_survives_adversarial_turns(env_id):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not DATA_DIR, reason="set ECPO_DATA_DIR to fuzz the real-data environments")
+@pytest.mark.data
 @pytest.mark.parametrize("env_id", REAL_DATA)
-def test_real_data_env_survives_adversarial_turns(env_id, cache_dir):
-    env = gym.make(env_id, **real_data_kwargs(env_id, cache_dir)).unwrapped
+def test_real_data_env_survives_adversarial_turns(env_id, data_dir, cache_dir):
+    env = gym.make(env_id, **real_data_kwargs(env_id, data_dir, cache_dir)).unwrapped
     fuzz(env_id, env)
     env.close()
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TOKENIZER_DIR
+from conftest import TOKENIZER_DIR, device_allowed, device_site
 
 from benchmarks import gpu_run, gpu_run_report
 
@@ -143,25 +143,6 @@ def test_a_file_that_is_not_json_is_one_line(tmp_path, capsys):
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
 
 
-def device_site(folder: Path, ray: bool = False) -> Path:
-    """A site folder holding only what the GPU machine will have: links to the installed files of torch,
-    transformers, peft and what they require, and of the bundle's distributions (scripts/device_bundle.py); with
-    ``ray``, also numpy, pandas, pyarrow and what they require, and the Ray wheels (``build --with-ray``)."""
-    import re
-    from importlib.metadata import distributions
-
-    allowed = device_allowed(ray)
-    folder.mkdir()
-    for dist in distributions():
-        if re.sub(r"[-_.]+", "-", dist.metadata["Name"]).lower() not in allowed:
-            continue
-        for top in {Path(f).parts[0] for f in dist.files or []}:
-            source = Path(dist.locate_file(top))
-            if top != ".." and source.exists() and not (folder / top).exists():
-                (folder / top).symlink_to(source)
-    return folder
-
-
 @pytest.mark.slow
 def test_smoke_runs_every_part_with_the_device_packages_only(tmp_path):
     if not (TOKENIZER_DIR / "tokenizer.json").exists():
@@ -203,18 +184,6 @@ def test_smoke_runs_every_part_with_the_device_packages_only(tmp_path):
     for key in ("decisions_per_s", "update_tokens_per_s", "rows_per_iteration", "time/generation", "time/update"):
         assert key in learning["rates"], key
     assert out.with_suffix(".md").read_text().startswith("# The GPU run (cpu)")
-
-
-def device_allowed(ray: bool = False) -> set[str]:
-    """The distributions ``device_site`` holds."""
-    sys.path.insert(0, str(ROOT / "scripts"))
-    import device_bundle as bundle
-    import device_bundle_ray
-
-    if ray:
-        return (bundle.device_distributions(device_bundle_ray.RAY_DEVICE_ROOTS) | set(bundle.BUNDLED)
-                | set(device_bundle_ray.RAY_BUNDLED))
-    return bundle.device_distributions() | set(bundle.BUNDLED)
 
 
 def test_the_gpu_preset_keeps_the_cpu_recipe_and_validates_on_800_unseen_episodes():

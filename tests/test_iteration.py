@@ -114,3 +114,13 @@ def test_frozen_rllib_config_is_translated_once(tiny_model_dir, tmp_path):
     once = config.to_train_config()
     assert config.to_train_config() is once
     assert dataclasses.replace(once, lr=native.lr) == native
+
+
+def test_every_copy_of_every_group_has_its_own_env_seed_whoever_plays_its_share():
+    from ecpo_train.core.iteration import first_copy_seed
+
+    n, groups, env_seed = 4, 6, 1000
+    seeds = [first_copy_seed(env_seed, g, n) + copy for g in range(groups) for copy in range(n)]
+    assert seeds == list(range(env_seed, env_seed + groups * n))
+    # a share of whole groups from group 3 on (an FSDP process, an env runner) counts from the same seed
+    assert first_copy_seed(env_seed, 3, n) == seeds[3 * n]

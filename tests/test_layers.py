@@ -1,6 +1,8 @@
 """Imports point down the layers (docs/ARCHITECTURE.md), read from the source's import graph, nested imports included."""
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -75,27 +77,84 @@ def test_architecture_page_lists_every_trainer_module():
     assert missing == []
 
 
-def _module_graph() -> dict[str, set[str]]:
-    """Every module of the two packages -> the modules of them it imports, nested imports included (``from p
-    import m`` imports the module ``p.m`` where there is one)."""
-    modules = dict(_modules())
+# every folder of the checkout that holds Python besides tests/; scripts/ and examples/ are not packages: their
+# files import each other by bare name, as they do when run
+CHECKED = ("benchmarks", "ecpo_gym", "ecpo_train", "examples", "scripts")
+
+
+def _module_graph(tops: tuple[str, ...] = CHECKED, root: Path = ROOT) -> dict[str, set[str]]:
+    """Every module under ``tops`` -> the modules among them it imports, nested imports included (``from p
+    import m`` imports the module ``p.m`` where there is one; a module's own packages, which Python imports
+    first anyway, are not counted)."""
+    modules = {}
+    for top in tops:
+        for path in sorted((root / top).rglob("*.py")):
+            modules[".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")] = path
+    by_bare_name = {name.rpartition(".")[2]: name for name, path in modules.items()
+                    if not (root / name.split(".")[0] / "__init__.py").exists()}
     graph = {}
     for name, path in modules.items():
         targets = set()
         for node in ast.walk(ast.parse(path.read_text())):
             for base in _targets(node, path, name):
+                base = base if base in modules else by_bare_name.get(base, base)
                 submodules = [f"{base}.{alias.name}" for alias in getattr(node, "names", [])
                               if isinstance(node, ast.ImportFrom) and f"{base}.{alias.name}" in modules]
                 targets |= set(submodules) or {base}
-        graph[name] = {target for target in targets if target in modules and target != name}
+        for target in targets:
+            while target and target not in modules:
+                target = target.rpartition(".")[0]
+            if target and target != name and not name.startswith(target + "."):
+                graph.setdefault(name, set()).add(target)
+        graph.setdefault(name, set())
     return graph
 
 
-def test_no_two_modules_import_each_other():
-    # a pair that imports each other is one job in two files, or a rule split between them
-    graph = _module_graph()
-    pairs = sorted({tuple(sorted((a, b))) for a, targets in graph.items() for b in targets if a in graph.get(b, ())})
-    assert pairs == []
+def _import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of two or more modules (Tarjan): each holds a cycle of imports."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = stack[stack.index(v):]
+            del stack[stack.index(v):]
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return cycles
+
+
+def test_no_import_cycle_of_any_length():
+    # modules that import each other, through any number of others, are one job in several files, or a rule
+    # split between them: split by job, never by size
+    assert _import_cycles(_module_graph()) == []
+
+
+def test_the_cycle_check_sees_a_cycle_of_three_and_scripts_by_bare_name(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "a.py").write_text("from pkg import b\n")
+    (tmp_path / "pkg" / "b.py").write_text("def f():\n    import pkg.c\n")
+    (tmp_path / "pkg" / "c.py").write_text("from . import a\nimport pkg\n")
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "one.py").write_text("import two\n")
+    (tmp_path / "scripts" / "two.py").write_text("from one import x\n")
+    graph = _module_graph(("pkg", "scripts"), tmp_path)
+    assert _import_cycles(graph) == [["pkg.a", "pkg.b", "pkg.c"], ["scripts.one", "scripts.two"]]
 
 
 def test_the_graph_sees_a_pair_through_a_package_import(tmp_path):
@@ -120,3 +179,10 @@ def test_benchmarks_use_the_library_not_its_command_line():
         found += [f"{name} imports {target}" for target in _imports(path, name)
                   if target == "ecpo_train.apps" or target.startswith("ecpo_train.apps.")]
     assert found == []
+
+
+def test_importing_ecpo_train_does_not_import_ray():
+    # ecpo_train.integrations.rllib imports ray; the package root and the credit core must not
+    code = "import sys, ecpo_train, ecpo_train.credit; print('ray' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"

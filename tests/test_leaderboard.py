@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 
 import pytest
@@ -142,8 +141,6 @@ def test_expert_scores_100_and_random_near_0_on_embedded_envs(tmp_path):
 
 @pytest.mark.data
 def test_expert_wins_real_valid_seen_games(tmp_path):
-    if not os.environ.get("ECPO_DATA_DIR"):
-        pytest.skip("ECPO_DATA_DIR is unset: real ALFWorld valid_seen games are not available")
     manifest = load_manifest("alfworld_valid_seen")
     ids = manifest.groups[0].task_ids
     pick = {}
@@ -156,10 +153,8 @@ def test_expert_wins_real_valid_seen_games(tmp_path):
 
 
 @pytest.mark.data
-def test_data_dir_reaches_the_real_env_as_its_declared_argument(tmp_path):
-    if not os.environ.get("ECPO_DATA_DIR"):
-        pytest.skip("ECPO_DATA_DIR is unset: real ALFWorld valid_seen games are not available")
-    options = LeaderboardOptions(agent="expert", manifest=["alfworld_valid_seen"], data_dir=os.environ["ECPO_DATA_DIR"],
+def test_data_dir_reaches_the_real_env_as_its_declared_argument(tmp_path, data_dir):
+    options = LeaderboardOptions(agent="expert", manifest=["alfworld_valid_seen"], data_dir=str(data_dir),
                                  seeds=1, limit=1, out_dir=str(tmp_path), progress=False)
     result = run_leaderboard(options)
     assert result["summary"]["alfworld_valid_seen"]["table"]["All"]["mean"] == 100.0

@@ -5,9 +5,7 @@ tasks, reflecting only before another trial."""
 from __future__ import annotations
 
 import json
-import sys
 import urllib.request
-from pathlib import Path
 
 import pytest
 
@@ -17,18 +15,15 @@ from ecpo_train.evaluation.manifests import TaskGroup, TaskManifest, load_manife
 from ecpo_train.evaluation.runner import EvalSettings, evaluate
 
 FAST = EvalSettings(seeds=[0], progress=False)
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
 
 # ------------------------------------------------------------------ chat agents against a real local server
 @pytest.fixture(scope="module")
 def tiny_server(tmp_path_factory):
+    from chat_server import ChatCompletionServer  # the demo server lives in the checkout's scripts/
+
     from ecpo_train.evaluation.chat import TransformersChatModel
     from ecpo_train.runtime.models import write_tiny_model
-
-    if str(SCRIPTS) not in sys.path:
-        sys.path.insert(0, str(SCRIPTS))
-    from chat_server import ChatCompletionServer  # the demo server lives in the checkout's scripts/
 
     folder = write_tiny_model(tmp_path_factory.mktemp("tiny") / "model", seed=0)
     server = ChatCompletionServer(TransformersChatModel(str(folder), max_new_tokens=24), model_name="tiny")

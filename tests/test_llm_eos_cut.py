@@ -7,14 +7,25 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from benchmarks import eos_cut
 from ecpo_train.policies.llm import TransformersPolicy, cut_at_first_eos
 
 EOS = torch.tensor([5, 7])
 
 
-# the element-wise loop ``sample`` ran before, kept verbatim in the benchmark that times the two: the reference
-loop_reference = eos_cut.element_loop
+def loop_reference(all_tokens: torch.Tensor, all_logps: torch.Tensor, eos_ids: torch.Tensor):
+    """The cut as ``sample`` did it before it was vectorised (one Python read per token), kept verbatim: the
+    reference (timed against the vectorised cut at commit ef1fb73, ``benchmarks/results/eos_cut.json``)."""
+    responses, logprobs = [], []
+    eos = set(eos_ids.tolist())
+    for row in range(all_tokens.shape[0]):
+        length = all_tokens.shape[1]
+        for t in range(all_tokens.shape[1]):
+            if int(all_tokens[row, t]) in eos:
+                length = t + 1
+                break
+        responses.append(all_tokens[row, :length].tolist())
+        logprobs.append(all_logps[row, :length].tolist())
+    return responses, logprobs
 
 
 @settings(max_examples=200, deadline=None)

@@ -9,10 +9,10 @@ import copy
 
 import pytest
 import torch
+from conftest import make_policy
 
 pytest.importorskip("peft")
 
-ENV_ID = "ecpo/DivergentAnchor-v0"
 LORA = {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj", "up_proj", "down_proj"]}
 
 
@@ -26,12 +26,6 @@ class RecordingBackend:
         from ecpo_train.policies.vllm_backend import named_tensors
 
         self.received.append({name: tensor.clone() for name, tensor in named_tensors(model_or_state_dict)})
-
-
-def make_policy(model_dir, **kwargs):
-    from ecpo_train.policies.llm import TransformersPolicy
-
-    return TransformersPolicy(str(model_dir), env_name=ENV_ID, max_prompt_length=64, max_response_length=6, **kwargs)
 
 
 def trained_lora_policy(model_dir):

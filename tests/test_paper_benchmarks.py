@@ -153,10 +153,10 @@ def test_alfworld_smoke_pairs_both_arms_and_a_second_command_continues(tmp_path)
 
 @pytest.mark.slow
 @pytest.mark.parametrize("env", ["webshop", "searchqa"])
-def test_webshop_and_searchqa_smokes_report_their_table(tmp_path, env):
+def test_webshop_and_searchqa_smokes_report_their_table(tmp_path, env, request):
     _needs_tokenizer()
-    if env == "searchqa" and not os.environ.get("ECPO_DATA_DIR"):
-        pytest.skip("ECPO_DATA_DIR is unset: HotpotQA dev500 is not available")
+    if env == "searchqa":
+        request.getfixturevalue("data_dir")  # HotpotQA dev500: skipped without the data folder
     out = tmp_path / env
     assert program.main(["--env", env, "--device", "cpu", "--smoke", "--arms", "ecpo", "--time-limit", "7200",
                          "--out", str(out)]) == 0

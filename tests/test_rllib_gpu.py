@@ -1,8 +1,8 @@
 """benchmarks/rllib_gpu.py: refuses without CUDA in one line; ``--device cpu --smoke`` runs every part with only the
 packages the GPU machine will have (torch, transformers, peft, numpy, pandas, pyarrow and their requirements, the
-native bundle's wheels and scripts/device_bundle.py's Ray wheels), and what it reports holds: the RLlib engine's
-first iteration with one runner equals the native trainer's, restore-then-iterate equals the uninterrupted run,
-each engine's time split adds up to its iteration, and lag 1 keeps its rows within one update."""
+native bundle's wheels and scripts/device_bundle_ray.py's Ray wheels), and what it reports holds: a checkpoint
+round trip continues at the next iteration, each engine's time split adds up to its iteration, and lag 1 keeps its
+rows within one update (the engines' equality is tests/test_rllib_llm_algorithm.py's)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import TOKENIZER_DIR, device_allowed, device_site
 
 from benchmarks import rllib_gpu
 from benchmarks.rllib_gpu_report import PHASES
-from tests.test_gpu_run import TOKENIZER_DIR, device_allowed, device_site
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -69,10 +69,7 @@ def test_smoke_runs_every_part_with_the_device_and_ray_bundle_packages_only(tiny
     vendored = {d.name.split("-")[0].lower() for d in (ray_folder / "thirdparty_files").glob("*.dist-info")}
     assert not set(environment["distributions"]) - {"ecpo"} - device_allowed(ray=True) - vendored  # colorama, psutil
     first = parts["first_iteration"]
-    assert first["equality"]["equal"], first["equality"]  # every check: advantages, statistics, weights
-    assert first["equality"]["checks"]["nonzero_advantages"] and first["equality"]["rows"] > 0
-    assert first["checkpoint"]["equal"], first["checkpoint"]
-    assert first["checkpoint"]["resumed"]["iteration"] == 2
+    assert first["checkpoint"]["resumed_iteration"] == 2 and first["rows_per_iteration"] > 0
     for engine in ("native", "rllib"):
         split = first["time_split"][engine]
         assert all(split[phase] >= 0 for phase in PHASES), split

@@ -15,37 +15,70 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from benchmarks.rllib_gpu import compare_first_iterations, compare_resumed
+import torch
+from conftest import run_values
+
 from ecpo_train.integrations.rllib import ECPO, ECPOConfig
 from ecpo_train.runtime.config import make_config
 
-CORRIDOR = {"num_tasks": 2, "depth": 4, "rare_prob": [0.4, 0.7]}
+# the engines' equality (one runner, a local learner, the same seed), on the CPU and on a GPU where there is one
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA"))]
+EXACT_KEYS = ("success", "num_steps", "credit/advantage_std", "credit/divergent_anchor_fraction")
+CLOSE_KEYS = ("update/pg_loss", "update/grad_norm", "update/ratio_mean", "update/ratio_max_dev")
+CLOSE_REL = 1e-5
+WEIGHT_GAP = 0.1  # of the update's own size: AdamW divides by each component's scale, float32 rounding shows there
+RESUMED_KEYS = ("iteration", "success", "num_steps", "credit/advantage_std", "credit/advantage_max",
+                "update/pg_loss", "update/grad_norm")
 
 
-def run_values(model, tmp_path, **changes):
-    """A small scoring run on the corridors, as native TrainConfig values."""
-    values = {"run_dir": str(tmp_path / "native"), "policy": "llm", "policy_mode": "score", "model": str(model), "device": "cpu",
-                  "env_id": "ecpo/DivergentAnchor-v0", "env_kwargs": dict(CORRIDOR), "n_groups": 2, "group_size": 4,
-                  "history_length": 0, "prompt_style": "compact", "val_every": 0, "credit": {"d_min": 1}, "lr": 1e-3, "kl_coef": 0.0,
-                  "mini_batch_size": 8, "micro_batch_size": 4, "num_epochs": 2, "seed": 5, "checkpoint_every": 0,
-                  "tensorboard": False, "progress": False, "iterations": 3}
-    return values | changes
+def compare_first_iterations(native, native_advantages, native_step, rllib, rllib_advantages, rllib_weights,
+                             initial) -> dict:
+    """The first iteration of the two engines side by side: the advantages (equal exactly: the same rows, the same
+    credit), ``EXACT_KEYS`` equal, ``CLOSE_KEYS`` within ``CLOSE_REL``, and the updated weights within
+    ``WEIGHT_GAP`` of the native update's largest step. ``native_step`` and ``rllib_weights``: the weights after
+    the update, ``initial`` before it (name -> tensor, on any device)."""
+    native_advantages, rllib_advantages = np.asarray(native_advantages), np.asarray(rllib_advantages)
+    same_rows = native_advantages.shape == rllib_advantages.shape
+    exact = {key: (native[key], rllib[key]) for key in EXACT_KEYS if key in native}
+    relative = {key: abs(native[key] - rllib[key]) / max(abs(native[key]), 1e-12) for key in CLOSE_KEYS
+                if key in native}
+    step = max(float((native_step[k].float().cpu() - initial[k].float().cpu()).abs().max()) for k in initial)
+    gap = max(float((rllib_weights[k].detach().float().cpu() - native_step[k].float().cpu()).abs().max())
+              for k in initial)
+    checks = {"advantages": bool(same_rows and np.array_equal(native_advantages, rllib_advantages)),
+              "nonzero_advantages": bool(np.any(native_advantages != 0)),
+              "exact_keys": all(a == b for a, b in exact.values()),
+              "close_keys": all(r <= CLOSE_REL for r in relative.values()),
+              "weights": step > 0 and gap <= WEIGHT_GAP * step}
+    return {"equal": all(checks.values()), "checks": checks, "exact": exact, "relative_difference": relative,
+            "weight_step": step, "weight_gap": gap}
+
+
+def compare_resumed(uninterrupted, resumed) -> dict:
+    """The iteration after ``from_checkpoint`` against the uninterrupted run's (``RESUMED_KEYS``, 1e-6 relative)."""
+    gaps = {key: abs(resumed[key] - uninterrupted[key]) / max(abs(uninterrupted[key]), 1e-9) for key in RESUMED_KEYS}
+    return {"equal": all(g <= 1e-6 for g in gaps.values()), "relative_difference": gaps}
 
 
 def algo_for(values, **runners):
-    return ECPOConfig.from_train_config(make_config(values)).env_runners(**runners).build_algo()
+    """The run ``values`` through RLlib: on CUDA the learner and the runners share the one GPU, half each."""
+    config = ECPOConfig.from_train_config(make_config(values))
+    if values.get("device", "cpu").startswith("cuda"):
+        config.learners(num_learners=0, num_gpus_per_learner=0.5).env_runners(num_gpus_per_env_runner=0.5)
+    return config.env_runners(**runners).build_algo()
 
 
 @pytest.mark.slow
-def test_first_iteration_equals_the_native_trainer(tiny_model_dir, tmp_path, ray_session):
-    """One env-runner actor and a local learner, same seed: the same rows, advantages and loss as the native
-    trainer's first iteration. Advantages are equal exactly (same rows, same credit); the update's statistics
-    agree to 1e-5 relative and the updated weights to a tenth of the update's size: AdamW divides every
+@pytest.mark.parametrize("device", DEVICES)
+def test_first_iteration_equals_the_native_trainer(tiny_model_dir, tmp_path, ray_session, device):
+    """One env-runner actor and a local learner, same seed and device: the same rows, advantages and loss as the
+    native trainer's first iteration. Advantages are equal exactly (same rows, same credit); the update's
+    statistics agree to 1e-5 relative and the updated weights to a tenth of the update's size: AdamW divides every
     gradient component by its own scale, so float32 rounding on near-zero components moves weights by a
     small fraction of a step."""
     from ecpo_train.runtime.trainer import Trainer
 
-    values = run_values(tiny_model_dir, tmp_path)
+    values = run_values(tiny_model_dir, tmp_path, device=device)
     trainer = Trainer(make_config(values))
     initial = {k: v.detach().clone() for k, v in trainer.policy.named_parameters()}
     native = trainer.train_iteration()
@@ -58,7 +91,6 @@ def test_first_iteration_equals_the_native_trainer(tiny_model_dir, tmp_path, ray
         result = algo.train()["ecpo"]
         learner = algo.learner_group._learner
         weights = dict(learner.policy_module.policy.named_parameters())
-        # the comparison the GPU program makes on the device (benchmarks/rllib_gpu.py)
         same = compare_first_iterations(native, native_adv, native_weights, result, learner.last_advantages, weights,
                                         initial)
         assert same["equal"], same
@@ -105,9 +137,10 @@ def test_two_runners_are_the_native_update_on_their_own_sampling_streams(tiny_mo
 
 
 @pytest.mark.slow
-def test_checkpoint_restore_continues_exactly(tiny_model_dir, tmp_path, ray_session):
+@pytest.mark.parametrize("device", DEVICES)
+def test_checkpoint_restore_continues_exactly(tiny_model_dir, tmp_path, ray_session, device):
     """save_to_path -> Algorithm.from_checkpoint: the next iteration's metrics equal the uninterrupted run's."""
-    algo = algo_for(run_values(tiny_model_dir, tmp_path), num_env_runners=1)
+    algo = algo_for(run_values(tiny_model_dir, tmp_path, device=device), num_env_runners=1)
     try:
         algo.train()
         algo.save_to_path(str(tmp_path / "ckpt"))

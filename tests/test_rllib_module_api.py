@@ -12,15 +12,14 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from llm_values import small_values as run_values
+from conftest import small_values as run_values
 from ray.rllib.core.rl_module.rl_module import RLModuleConfig, RLModuleSpec
 from ray.rllib.core.rl_module.torch import TorchRLModule
 from ray.util.debug import reset_log_once
 
-from ecpo_train.integrations.rllib import CandidateECPOConfig, ECPOConfig
+from ecpo_train.integrations.rllib import ECPOConfig
 from ecpo_train.integrations.rllib.base_algorithm import check_gpu_request
 from ecpo_train.integrations.rllib.base_module import DEPRECATION_LOGGER, OLD_FORM_FILTER, OLD_FORM_NOTICE
-from ecpo_train.integrations.rllib.candidate.module import CandidateScorerModule
 from ecpo_train.runtime.config import make_config
 
 
@@ -61,8 +60,8 @@ def test_validate_refuses_a_gpu_this_machine_does_not_have_before_any_actor(tiny
     with pytest.raises(ValueError) as raised:
         llm.validate()
     assert str(raised.value).count("\n") == 0 and "num_gpus_per_learner=1" in str(raised.value)
-    runners = (CandidateECPOConfig().environment("ecpo/DivergentAnchor-v0").training(group_size=4, groups_per_batch=2)
-               .env_runners(num_env_runners=2, num_gpus_per_env_runner=0.5))
+    runners = ECPOConfig.from_train_config(make_config(run_values(tiny_model_dir, tmp_path))).env_runners(
+        num_env_runners=2, num_gpus_per_env_runner=0.5)
     with pytest.raises(ValueError, match="num_gpus_per_env_runner=0.5 x 2 env runner"):
         runners.validate()
     assert not ray.is_initialized()
@@ -104,15 +103,13 @@ def test_modules_are_built_the_rllib_2_60_way_without_the_old_form_notice(tiny_m
     # the notice comes from RLlib's RLModule.__init__ itself, for a module built the new way too
     assert notices_while(plain.build, rllib_alone=True)
     assert notices_while(plain.build) == []
-    assert notices_while(RLModuleSpec(module_class=CandidateScorerModule, observation_space=box,
-                                      action_space=choices).build) == []
     spec = ECPOConfig.from_train_config(make_config(run_values(tiny_model_dir, tmp_path))).get_default_rl_module_spec()
     spec.observation_space, spec.action_space = box, choices
     built: list = []
     assert notices_while(lambda: built.append(spec.build())) == []
     assert not built[0].inference_only and built[0].model_config["train_config"]["model"] == str(tiny_model_dir)
     with pytest.raises(TypeError):  # the old form is not a path these modules keep
-        CandidateScorerModule(RLModuleConfig(observation_space=box, action_space=choices))
+        spec.module_class(RLModuleConfig(observation_space=box, action_space=choices))
 
 
 @pytest.mark.slow

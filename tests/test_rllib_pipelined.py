@@ -14,20 +14,11 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
+from conftest import run_values
+
 from ecpo_train.integrations.rllib import ECPO, ECPOConfig
 from ecpo_train.integrations.rllib.llm.pipeline import stale_groups
 from ecpo_train.runtime.config import make_config
-
-CORRIDOR = {"num_tasks": 2, "depth": 4, "rare_prob": [0.4, 0.7]}
-
-
-def run_values(model, tmp_path, **changes):
-    values = {"run_dir": str(tmp_path / "native"), "policy": "llm", "policy_mode": "score", "model": str(model),
-              "device": "cpu", "env_id": "ecpo/DivergentAnchor-v0", "env_kwargs": dict(CORRIDOR), "n_groups": 2,
-              "group_size": 4, "history_length": 0, "prompt_style": "compact", "val_every": 0, "credit": {"d_min": 1},
-              "lr": 1e-3, "kl_coef": 0.0, "mini_batch_size": 8, "micro_batch_size": 4, "num_epochs": 2, "seed": 5,
-              "checkpoint_every": 0, "tensorboard": False, "progress": False, "iterations": 3}
-    return values | changes
 
 
 def pipelined(values, runners=1):

@@ -14,7 +14,7 @@ import torch
 
 pytest.importorskip("ray")
 
-from llm_values import small_values
+from conftest import small_values
 
 from ecpo_train.integrations.rllib import ECPOConfig, LLMEnvRunner
 from ecpo_train.integrations.rllib.llm.module import CausalLMRLModule

@@ -16,7 +16,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from llm_values import small_values
+from conftest import small_values
 
 from ecpo_train.integrations.rllib import ECPO, ECPOConfig
 from ecpo_train.runtime.config import TrainConfig, load_config, make_config
@@ -83,7 +83,7 @@ def test_a_missing_model_is_one_line_before_ray(tmp_path):
         config.validate()
     assert str(error.value) == (f"rl_module(model_config={{'model': '{tmp_path / 'no-model'}'}}): "
                                 f"{tmp_path / 'no-model'} does not exist; give a folder with the model's config.json, "
-                                "weights and tokenizer (`ecpo models pull ...`) or a hub id")
+                                "weights and tokenizer (`ecpo models pull smollm2-135m-instruct`) or a hub id")
     assert not ray.is_initialized()
 
 

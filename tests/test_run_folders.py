@@ -8,19 +8,14 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import QUICK, train
 from typer.testing import CliRunner
 
-from ecpo_train.apps.cli import app
 from ecpo_train.runtime.config import load_config
 from ecpo_train.runtime.resume import RESUMABLE_KEYS, plan_start, resume_changes
 from ecpo_train.runtime.trainer import Trainer
 
 runner = CliRunner()
-FAST = ["n_groups=2", "group_size=2", "val_every=0", "progress=false", "tensorboard=false"]
-
-
-def train(run_dir: Path, *extra: str):
-    return runner.invoke(app, ["train", "--config", "quickstart", f"run_dir={run_dir}", *FAST, *extra])
 
 
 def folder_hash(folder: Path) -> str:
@@ -75,7 +70,7 @@ def test_a_failed_start_leaves_the_existing_run_unchanged(finished_run, bad):
 def test_a_refused_start_in_a_new_folder_creates_nothing(tmp_path):
     refused(train(tmp_path / "new" / "run", "env_id=ecpo/Nope-v0"), "Nope")
     assert not (tmp_path / "new").exists()
-    Trainer(load_config("quickstart", [f"run_dir={tmp_path / 'api'}", *FAST])).close()  # building writes nothing
+    Trainer(load_config("quickstart", [f"run_dir={tmp_path / 'api'}", *QUICK])).close()  # building writes nothing
     assert not (tmp_path / "api").exists()
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import QUICK, train
 from typer.testing import CliRunner
 
 from ecpo_train.apps.cli import app
@@ -23,11 +24,6 @@ from ecpo_train.runtime.run_dir import LOCK_FILE
 from ecpo_train.runtime.run_lock import acquire_run_lock
 
 runner = CliRunner()
-FAST = ["n_groups=2", "group_size=2", "val_every=0", "progress=false", "tensorboard=false"]
-
-
-def train(run_dir: Path, *extra: str):
-    return runner.invoke(app, ["train", "--config", "quickstart", f"run_dir={run_dir}", *FAST, *extra])
 
 
 def folder_bytes(folder: Path) -> dict[str, bytes | None]:
@@ -90,7 +86,7 @@ def test_a_start_or_resume_while_another_process_holds_the_folder_is_refused_nam
 
 def test_two_concurrent_resumes_one_is_refused_and_no_iteration_is_logged_twice(finished_run):
     command = [sys.executable, "-m", "ecpo_train.apps.cli", "train", "--config", "quickstart",
-               f"run_dir={finished_run}", *FAST, "iterations=1000000", "checkpoint_every=0", "--resume"]
+               f"run_dir={finished_run}", *QUICK, "iterations=1000000", "checkpoint_every=0", "--resume"]
     first = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 180

@@ -11,20 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import ENV_ID, make_policy
 
 from ecpo_train.core.loss import UpdateSettings, policy_update
 from ecpo_train.core.micro_batches import pack_micro_batches
 
-ENV_ID = "ecpo/DivergentAnchor-v0"
-
-
 # ---------------------------------------------------------------------------------------------- fixtures
-
-
-def make_policy(model_dir, **kwargs):
-    from ecpo_train.policies.llm import TransformersPolicy
-
-    return TransformersPolicy(str(model_dir), env_name=ENV_ID, max_prompt_length=64, max_response_length=6, **kwargs)
 
 
 def fixed_batch(policy, n_groups=4, group_size=2, seed=0):

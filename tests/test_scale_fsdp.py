@@ -3,21 +3,15 @@ deadlock, and one sharded update (full weights or LoRA, uneven token budgets per
 process's loss, gradient norm and weights."""
 
 import os
-import socket
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from test_scale import LORA, fixed_batch, make_policy, run_update
+from conftest import free_port, make_policy
+from test_scale import LORA, fixed_batch, run_update
 
 from ecpo_train.core.loss import UpdateSettings
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _fsdp_worker(rank: int, world: int, port: int, model_dir: str, out_dir: str, lora: dict | None) -> None:
@@ -57,7 +51,7 @@ def _fsdp_worker(rank: int, world: int, port: int, model_dir: str, out_dir: str,
 def test_fsdp2_two_processes_match_one_process(tiny_model_dir, tmp_path, lora):
     import torch.multiprocessing as mp
 
-    mp.spawn(_fsdp_worker, args=(2, _free_port(), str(tiny_model_dir), str(tmp_path), lora), nprocs=2, join=True)
+    mp.spawn(_fsdp_worker, args=(2, free_port(), str(tiny_model_dir), str(tmp_path), lora), nprocs=2, join=True)
     sharded = torch.load(tmp_path / "fsdp.pt", weights_only=False)
 
     torch.manual_seed(0)

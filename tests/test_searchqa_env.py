@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import gymnasium as gym
@@ -27,11 +26,9 @@ def gen_env():
     env.close()
 
 
-def data_dir() -> Path:
-    root = os.environ.get("ECPO_DATA_DIR")
-    if not root:
-        pytest.skip("ECPO_DATA_DIR is not set (needs the benchmark data folder with searchqa/)")
-    return Path(root) / "searchqa"
+@pytest.fixture(scope="module")
+def searchqa_dir(data_dir) -> Path:
+    return data_dir / "searchqa"
 
 
 # ---------------------------------------------------------------------- generated world
@@ -182,18 +179,17 @@ def test_missing_data_gives_one_clear_error(tmp_path):
         SearchQAEnv("triviaqa", "test", data_dir=tmp_path)
 
 
-def test_registered_datasets_load_with_their_schemas():
-    folder = data_dir()
-    nq = load_dataset("nq", "test", data_dir=folder)
+def test_registered_datasets_load_with_their_schemas(searchqa_dir):
+    nq = load_dataset("nq", "test", data_dir=searchqa_dir)
     assert len(nq) == 3610 and nq.task_ids[0] == "nq/test/test_0"
     assert nq.examples[0].golden_answers == ("Wilhelm Conrad Röntgen",) and nq.examples[0].data_source == "nq"
     assert "<search>" in nq.examples[0].prompt  # the Search-R1 prompt ships in the parquet
-    nq_verl = load_dataset("nq_verl", "test", data_dir=folder)
+    nq_verl = load_dataset("nq_verl", "test", data_dir=searchqa_dir)
     assert len(nq_verl) == 3610
     assert nq_verl.examples[0].golden_answers == ("14 December 1972 UTC", "December 1972")  # never split on ", "
-    hotpot = load_dataset("hotpotqa", "dev", data_dir=folder)
+    hotpot = load_dataset("hotpotqa", "dev", data_dir=searchqa_dir)
     assert len(hotpot) == 7405 and hotpot.examples[0].golden_answers == ("yes",)
-    dev500 = load_dataset("hotpotqa", "dev500", data_dir=folder)
+    dev500 = load_dataset("hotpotqa", "dev500", data_dir=searchqa_dir)
     assert len(dev500) == 500 and len(dev500.corpus) == 4858
     assert all(len(e.supporting_doc_ids) == 2 for e in dev500.examples)
     first = dev500.examples[0]
@@ -204,9 +200,8 @@ def test_registered_datasets_load_with_their_schemas():
     assert by_question[first.question] == first.golden_answers
 
 
-def test_searchqa_env_on_hotpotqa_with_oracle(tmp_path):
-    folder = data_dir()
-    env = gym.make("ecpo/SearchQA-v0", data_dir=folder, cache_dir=tmp_path)
+def test_searchqa_env_on_hotpotqa_with_oracle(tmp_path, searchqa_dir):
+    env = gym.make("ecpo/SearchQA-v0", data_dir=searchqa_dir, cache_dir=tmp_path)
     base = env.unwrapped
     assert len(base.task_ids) == 500
     wins, found, oracle = 0, 0, GoldEvidenceOracle(env)
@@ -219,12 +214,11 @@ def test_searchqa_env_on_hotpotqa_with_oracle(tmp_path):
     assert found >= 36  # question + title searches surface both gold paragraphs for almost every question
     env.close()
     # the second environment reuses the cached index
-    again = SearchQAEnv(data_dir=folder, cache_dir=tmp_path)
+    again = SearchQAEnv(data_dir=searchqa_dir, cache_dir=tmp_path)
     assert again.retriever.loaded_from_cache and again.owns_retriever
     again.close()
 
 
-def test_dataset_without_corpus_asks_for_one():
-    folder = data_dir()
+def test_dataset_without_corpus_asks_for_one(searchqa_dir):
     with pytest.raises(DataNotFoundError, match="wiki-18"):
-        SearchQAEnv("nq", "test", data_dir=folder)
+        SearchQAEnv("nq", "test", data_dir=searchqa_dir)

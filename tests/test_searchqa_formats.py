@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 
 import gymnasium as gym
 import pytest
@@ -164,12 +163,9 @@ def test_how_to_obtain_hint_reads_cleanly():
     assert "/path_to=" not in HOW_TO_OBTAIN and "data_dir=<" in HOW_TO_OBTAIN
 
 
-@pytest.mark.skipif(not os.environ.get("ECPO_DATA_DIR"), reason="needs ECPO_DATA_DIR")
-def test_data_dir_may_be_the_benchmark_data_folder():
-    from pathlib import Path
-
+def test_data_dir_may_be_the_benchmark_data_folder(data_dir):
     from ecpo_gym.searchqa.datasets import load_dataset
 
-    root = Path(os.environ["ECPO_DATA_DIR"])
+    root = data_dir
     assert load_dataset("nq", "test", data_dir=root).task_ids == load_dataset("nq", "test",
                                                                               data_dir=root / "searchqa").task_ids

@@ -6,7 +6,6 @@ import json
 import os
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 import pytest
 
@@ -116,16 +115,13 @@ def test_http_client_reports_an_unreachable_server(server):
         SearchR1HTTPRetriever(server.url.replace("/retrieve", "/nope")).search("x", 3)
 
 
-def test_searchqa_env_over_the_http_retriever(server):
+def test_searchqa_env_over_the_http_retriever(server, data_dir):
     """A full episode where retrieval goes over HTTP (how a dense E5 server would be plugged in)."""
-    root = os.environ.get("ECPO_DATA_DIR")
-    if not root:
-        pytest.skip("ECPO_DATA_DIR is not set (needs searchqa/hotpotqa_dev500_ircot.jsonl)")
-    data = load_dataset("hotpotqa", "dev500", data_dir=Path(root) / "searchqa")
+    data = load_dataset("hotpotqa", "dev500", data_dir=data_dir / "searchqa")
     srv = RetrievalServer(BM25sRetriever(data.corpus, cache=False), "127.0.0.1", 0)
     srv.serve_in_thread()
     try:
-        env = SearchQAEnv(data_dir=Path(root) / "searchqa", retriever="http", retriever_url=srv.url)
+        env = SearchQAEnv(data_dir=data_dir / "searchqa", retriever="http", retriever_url=srv.url)
         env.corpus = data.corpus  # lets the oracle look up supporting titles
         total, info = run_oracle_episode(env, env.task_ids[0])
         assert total == 1.0 and set(env.current_example.supporting_doc_ids) <= set(info["retrieved_doc_ids"])
@@ -143,10 +139,7 @@ def _recall_at_3(retriever, examples) -> float:
     return total / len(examples)
 
 
-def test_bm25s_and_lucene_reach_the_same_recall_on_hotpotqa(tmp_path):
-    root = os.environ.get("ECPO_DATA_DIR")
-    if not root:
-        pytest.skip("ECPO_DATA_DIR is not set (needs searchqa/hotpotqa_dev500_ircot.jsonl)")
+def test_bm25s_and_lucene_reach_the_same_recall_on_hotpotqa(tmp_path, data_dir):
     from ecpo_gym.lucene import lucene_available
 
     ok, why = lucene_available()
@@ -154,7 +147,7 @@ def test_bm25s_and_lucene_reach_the_same_recall_on_hotpotqa(tmp_path):
         pytest.skip(f"Lucene retriever unavailable: {why}")
     from ecpo_gym.searchqa.retrievers.lucene import LuceneRetriever
 
-    data = load_dataset("hotpotqa", "dev500", data_dir=Path(root) / "searchqa")
+    data = load_dataset("hotpotqa", "dev500", data_dir=data_dir / "searchqa")
     bm25s_recall = _recall_at_3(BM25sRetriever(data.corpus, cache_dir=tmp_path), data.examples)
     lucene = LuceneRetriever(data.corpus, cache_dir=tmp_path)
     try:
@@ -163,7 +156,7 @@ def test_bm25s_and_lucene_reach_the_same_recall_on_hotpotqa(tmp_path):
         top = lucene.search("Shirley Temple Chief of Protocol", 3)
         assert top[0].document.title == "Shirley Temple" and top[0].document.contents.startswith('"Shirley Temple"\n')
         assert lucene.search("   ", 3) == []
-        shared = SearchQAEnv(data_dir=Path(root) / "searchqa", retriever=lucene)
+        shared = SearchQAEnv(data_dir=data_dir / "searchqa", retriever=lucene)
         assert not shared.owns_retriever
         shared.close()  # a retriever passed in belongs to the caller: it stays usable
         assert lucene.search("Shirley Temple", 1)[0].document.title == "Shirley Temple"

@@ -8,7 +8,6 @@ steps its reply loss on held-out corridors falls and its greedy replies parse. T
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 from typer.testing import CliRunner
@@ -49,8 +48,8 @@ def test_expert_steps_become_the_rows_a_sampled_step_holds(tiny_model_dir):
 
 
 def test_alfworld_gen_expert_replies_parse_back_with_the_paper_prompt(tiny_model_dir):
-    from ecpo_train.runtime.sft import expert_demonstrations, reply_rows
     from ecpo_train.policies.llm import TransformersPolicy
+    from ecpo_train.runtime.sft import expert_demonstrations, reply_rows
 
     env_id = "ecpo/ALFWorldGen-v0"
     policy = TransformersPolicy(str(tiny_model_dir), env_name=env_id, max_response_length=32, history_length=2)
@@ -141,8 +140,8 @@ def scoring_policy(model_dir, env_id=CORRIDOR, explore_epsilon=0.0):
 
 def expert_choice(policy, rows, chosen):
     """(mean -log pi(expert | s), fraction of steps where the expert's candidate scores highest)."""
-    from ecpo_train.runtime.sft import mean_reply_loss
     from ecpo_train.policies.scoring import unpack_candidates
+    from ecpo_train.runtime.sft import mean_reply_loss
 
     scores, order = policy._unique_scores([unpack_candidates(r) for r in rows])
     top = sum(int(scores[slot].argmax()) == c[0] for slot, c in zip(order, chosen)) / len(rows)
@@ -152,8 +151,8 @@ def expert_choice(policy, rows, chosen):
 def test_scoring_sft_rows_are_the_rows_the_scoring_policy_stores(tiny_model_dir):
     """With policy_mode=score SFT trains what the scoring policy scores: its own prompt (ending in <action>),
     every admissible candidate, the expert's candidate chosen, and the learner's log-prob of that choice."""
-    from ecpo_train.runtime.sft import candidate_rows, expert_demonstrations
     from ecpo_train.policies.scoring import unpack_candidates
+    from ecpo_train.runtime.sft import candidate_rows, expert_demonstrations
 
     env_id = "ecpo/ALFWorldGen-v0"
     policy = scoring_policy(tiny_model_dir, env_id)
@@ -212,11 +211,13 @@ def test_scoring_sft_makes_the_expert_choice_the_scoring_policys_choice(tiny_mod
 
 
 # ---------------------------------------------------------------- memory: bounded forwards
-@pytest.mark.skipif(not os.environ.get("ECPO_DATA_DIR"), reason="needs ECPO_DATA_DIR (real ALFWorld games)")
+@pytest.mark.data
 @pytest.mark.parametrize("mode", ["score", "generate"])
 def test_bounded_checkpointed_forwards_give_the_one_forward_loss_and_gradient(tiny_model_dir, mode):
     """Real ALFWorld steps (valid_seen, ~60 admissible actions each): cut into forwards of a few hundred tokens
     and run through checkpointed layers, a batch has the loss and gradient of one plain forward of it all."""
+    from ecpo_train.policies.llm import TransformersPolicy
+    from ecpo_train.policies.scaling import enable_gradient_checkpointing
     from ecpo_train.runtime.sft import (
         accumulate_gradient,
         candidate_rows,
@@ -227,8 +228,6 @@ def test_bounded_checkpointed_forwards_give_the_one_forward_loss_and_gradient(ti
         reply_rows,
         row_tokens,
     )
-    from ecpo_train.policies.llm import TransformersPolicy
-    from ecpo_train.policies.scaling import enable_gradient_checkpointing
 
     env_id = "ecpo/ALFWorld-v0"
     demos = expert_demonstrations(env_id, episodes=1, seed=0, history_length=0)[:4]

@@ -1,8 +1,6 @@
 """WebShop's real product sample: loading rules, page rendering and the real-data environment."""
 
 import json
-import os
-from pathlib import Path
 
 import pytest
 
@@ -10,17 +8,6 @@ from ecpo_gym.webshop.goals import build_goals
 from ecpo_gym.webshop.pages import ITEM, RESULTS, SUB, PageState, Shop
 from ecpo_gym.webshop.products import load_products
 from ecpo_gym.webshop.search import BM25Retriever
-
-
-@pytest.fixture(scope="module")
-def webshop_dir() -> Path:
-    root = os.environ.get("ECPO_DATA_DIR")
-    if not root:
-        pytest.skip("ECPO_DATA_DIR is unset (point it at the shared data folder)")
-    path = Path(root) / "webshop"
-    if not (path / "sample" / "items_shuffle_sample.json").is_file():
-        pytest.skip(f"no WebShop sample under {path}")
-    return path
 
 
 @pytest.fixture(scope="module")

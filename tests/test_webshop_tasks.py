@@ -2,9 +2,7 @@
 
 import copy
 import json
-import os
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
@@ -51,16 +49,6 @@ def test_weighted_reset_is_deterministic_under_the_seed(gen_env):
 
 
 # ---------------------------------------------------------------------------------------------- fixed tasks
-@pytest.fixture(scope="module")
-def webshop_dir() -> Path:
-    root = os.environ.get("ECPO_DATA_DIR")
-    if not root:
-        pytest.skip("ECPO_DATA_DIR is unset (point it at the shared data folder)")
-    path = Path(root) / "webshop"
-    if not (path / "expel_webshop.fixed100.json").is_file():
-        pytest.skip(f"no expel_webshop.fixed100.json under {path}")
-    return path
-
 
 def test_fixed_tasks_file_parses(webshop_dir):
     tasks = load_fixed_tasks(webshop_dir / "expel_webshop.fixed100.json")

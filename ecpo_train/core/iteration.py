@@ -107,6 +107,27 @@ def draw_iteration(config: Any, pool: Sequence[str], rng: np.random.Generator, i
     return task_ids, int(rng.integers(ENV_SEED_BOUND))
 
 
+def first_copy_seed(env_seed: int, first_group: int, group_size: int) -> int:
+    """The env seed the copies of group ``first_group`` count from: copy ``n`` of group ``g`` of an iteration is
+    reset with ``env_seed + g * group_size + n`` whichever process or runner plays it, so a share of whole groups
+    starting at group ``first_group`` keeps the full batch's seeds (the one layout of every engine)."""
+    return int(env_seed) + int(first_group) * int(group_size)
+
+
+def seed_streams(seed: int) -> np.random.Generator:
+    """Seed this process's global streams (``random``, numpy's, torch's) with ``seed`` and return the run's own
+    generator (tasks, env seeds, row shuffles): the native trainer and each RLlib runner start the same way, so one
+    runner samples exactly what the native trainer samples for the same seed."""
+    import random
+
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    return np.random.default_rng(seed)
+
+
 def credit_step(config: Any, batch: TrajectoryBatch, values: Any = None, device: Any = None) -> tuple[Any, dict]:
     """Steps B-D: the estimator's (``config.algorithm``) advantage of every row of ``batch``, and its diagnostics.
 

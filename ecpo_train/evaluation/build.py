@@ -1,4 +1,4 @@
-"""Build an agent from ``LeaderboardOptions`` (``ecpo leaderboard``, ``ecpo eval``, ``benchmarks/leaderboard.py``)."""
+"""Build an agent from ``LeaderboardOptions`` (``ecpo leaderboard``, ``ecpo eval``)."""
 
 from __future__ import annotations
 

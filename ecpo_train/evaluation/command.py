@@ -1,4 +1,4 @@
-"""The body of ``ecpo leaderboard`` / ``ecpo eval`` / ``benchmarks/leaderboard.py``: options in, evaluation and
+"""The body of ``ecpo leaderboard`` / ``ecpo eval``: options in, evaluation and
 tables out."""
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def run_leaderboard(options: LeaderboardOptions) -> dict[str, Any]:
 def leaderboard_command(options: LeaderboardOptions) -> None:
     """Evaluate an agent on fixed task lists and print the paper's tables (mean ± std over seeds).
 
-    The body of ``ecpo leaderboard`` and ``benchmarks/leaderboard.py``: bad input is one line and exit 2."""
+    The body of ``ecpo leaderboard``: bad input is one line and exit 2."""
     import gymnasium as gym
     import typer
 

@@ -1,5 +1,4 @@
-"""The leaderboard's options: one dataclass, read by ``ecpo leaderboard``, ``ecpo eval`` and
-``benchmarks/leaderboard.py`` (which runs the ``ecpo leaderboard`` command itself).
+"""The leaderboard's options: one dataclass, read by ``ecpo leaderboard`` and ``ecpo eval``.
 
 Each field is one command-line option: its name gives the flag (``env_kwarg`` -> ``--env-kwarg``), its default
 the option's default and its ``help`` metadata the help text. ``typer_command`` turns a function of

@@ -275,6 +275,19 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tok
 _TRAINED_TOKENIZER_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
 
+def check_model_folder(model: str | Path) -> None:
+    """The one "model missing?" check: ``ValueError`` when ``model`` names a local folder (``/...``, ``~...``,
+    ``./...``, or one that exists) that is missing or holds no ``config.json``, in one line naming the folder and
+    how to get a model; a hub id (``org/name``) passes (it is downloaded where it loads)."""
+    model = str(model)
+    path = os.path.expanduser(model)
+    looks_local = model.startswith(("/", "~", ".")) or os.path.exists(path)
+    if looks_local and not os.path.isfile(os.path.join(path, "config.json")):
+        what = "does not exist" if not os.path.exists(path) else "holds no config.json"
+        raise ValueError(f"{path} {what}; give a folder with the model's config.json, weights and tokenizer "
+                         f"(`ecpo models pull {DEMO_MODEL}`) or a hub id")
+
+
 def resolve_tokenizer_dir(tokenizer_path: str | Path | None) -> Path | None:
     """The tokenizer folder to use: the argument, else ``$ECPO_TOKENIZER_DIR``, else ``None``."""
     candidate = tokenizer_path if tokenizer_path is not None else os.environ.get(TOKENIZER_ENV_VAR)

@@ -23,6 +23,7 @@ from ecpo_train.core.iteration import (
     Learned,
     Sampled,
     credit_step,
+    first_copy_seed,
     shuffle_generator,
     shuffle_plan,
     update_rows,
@@ -44,7 +45,7 @@ class EnvGroupSampler:
         task_ids, env_seed = draw(iteration)
         if dp is not None:  # this process's whole groups; each copy keeps the env seed of the full batch
             task_ids = dp.local_share(task_ids)
-            env_seed += dp.rank * trainer.local_groups * cfg.group_size
+            env_seed = first_copy_seed(env_seed, dp.rank * trainer.local_groups, cfg.group_size)
         trainer.phase(f"iteration {iteration + 1}: rollout of {cfg.n_groups} x {cfg.group_size} episodes")
         with trainer.gathered():  # pi_old: the current policy before this update
             rollout = training_rollout(trainer.envs, trainer.policy, task_ids, cfg, env_seed)

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from ecpo_gym.group import GroupVectorEnv
-from ecpo_train.core.iteration import run_iteration
+from ecpo_train.core.iteration import run_iteration, seed_streams
 from ecpo_train.core.rollout import Rollout
 from ecpo_train.core.tasks import task_lists, validation_seed
 from ecpo_train.runtime.builders import build_critic, build_policy, validation_metrics, validation_outcome
@@ -90,10 +90,7 @@ class Trainer:
         # building writes nothing (a refused start leaves the folder as it was): config.yaml is written with the
         # first metrics (MetricsLog), once ecpo_train.runtime.resume.open_run has checked the start
         check_writable_folder(self.run_dir, f"run_dir={str(self.run_dir)!r}")
-        random.seed(config.seed)
-        np.random.seed(config.seed)
-        torch.manual_seed(config.seed)
-        self.rng = np.random.default_rng(config.seed)
+        self.rng = seed_streams(config.seed)
         # the environment first: its errors (unknown id, bad env_kwargs, missing data) surface before a model loads
         self.local_groups = config.n_groups // (self.dp.world_size if self.dp is not None else 1)
         self.envs = GroupVectorEnv(config.env_id, self.local_groups, config.group_size,

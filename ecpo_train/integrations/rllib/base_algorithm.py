@@ -1,8 +1,8 @@
-"""What both RLlib algorithms share: PPO's ``Algorithm`` with checkpoint paths taken from the working directory and
+"""What an RLlib algorithm of group credit needs: PPO's ``Algorithm`` with checkpoint paths taken from the working directory and
 a resource request refused, in one line, when it can never fit the running Ray cluster.
 
-The LLM algorithm (``llm/config.py``, ``ECPO``) and the classic-RL example (``candidate/config.py``,
-``CandidateECPO``) subclass ``GroupCreditAlgorithm``.
+The LLM algorithm (``llm/config.py``, ``ECPO``) subclasses ``GroupCreditAlgorithm``, as the classic-RL example
+outside the library does (``examples/rllib_candidate``).
 """
 
 from __future__ import annotations

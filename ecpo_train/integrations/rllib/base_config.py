@@ -1,9 +1,9 @@
-"""What both RLlib algorithms' configs share: PPO's config plus ECPO's group rollout and credit settings.
+"""What an RLlib config of group credit holds: PPO's config plus ECPO's group rollout and credit settings.
 
 ``GroupCreditConfig`` holds ``group_size`` (N), ``groups_per_batch``, ``estimator`` (a credit registry name),
 ``credit`` (a ``CreditConfig``) and ``anchor_key``, with the checks both algorithms need (critic-free, complete
-episodes, whole groups). The LLM algorithm's config (``llm/config.py``, ``ECPOConfig``) and the classic-RL
-example's (``candidate/config.py``, ``CandidateECPOConfig``) subclass it.
+episodes, whole groups). The LLM algorithm's config (``llm/config.py``, ``ECPOConfig``) subclasses it, as the
+classic-RL example outside the library does (``examples/rllib_candidate``).
 """
 
 from __future__ import annotations

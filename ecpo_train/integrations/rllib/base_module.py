@@ -1,4 +1,4 @@
-"""What both RLlib modules share: built only the way RLlib 2.60 asks (keyword arguments ``observation_space``,
+"""What an RLlib module of this project is: built only the way RLlib 2.60 asks (keyword arguments ``observation_space``,
 ``action_space``, ``inference_only``, ``learner_only``, ``model_config``), so the next RLlib release, which drops the
 ``RLModule(config=RLModuleConfig)`` form, builds them unchanged.
 

@@ -1,5 +1,4 @@
-"""``ECPOConfig`` and ``ECPO``: the LLM algorithm's config, the one switch to the classic-RL example, and the
-algorithm it builds, ECPO training an LLM agent as an RLlib ``Algorithm`` (new API stack): ``train()``,
+"""``ECPOConfig`` and ``ECPO``: the LLM algorithm's config and the algorithm it builds, ECPO training an LLM agent as an RLlib ``Algorithm`` (new API stack): ``train()``,
 ``save_to_path``/``from_checkpoint``, Tune, env-runner fault tolerance, a ``LearnerGroup``. One module, as RLlib
 keeps an algorithm with its config (each names the other).
 
@@ -19,8 +18,8 @@ native policy (``settings.py`` maps the config to the native ``TrainConfig``), l
     result = algo.train()  # result["ecpo"]: success, val/..., credit/..., update/..., time/..., sampling/...
 
 ``ECPO.training_step`` is ``step.llm_training_step`` (the native trainer's iteration on RLlib's actors). A config
-without a ``model`` is the classic-RL example's: ``validate()`` and ``build_algo()`` hand it, once, to
-``candidate.config.CandidateECPOConfig`` (``for_algorithm``), which builds ``CandidateECPO``.
+without a ``model`` is refused in one line (the classic-RL example, a small scorer over hashed features, lives
+outside the library: ``examples/rllib_candidate``).
 """
 
 from __future__ import annotations
@@ -44,6 +43,7 @@ from ecpo_train.core.tasks import task_lists
 from ecpo_train.integrations.rllib.base_algorithm import GroupCreditAlgorithm, check_fits_cluster
 from ecpo_train.integrations.rllib.base_config import GroupCreditConfig
 from ecpo_train.integrations.rllib.llm.settings import apply_train_config, has_model, train_config_of
+from ecpo_train.runtime.models import check_model_folder
 
 # RLlib options the LLM path does not run, and what to use instead (validate() refuses a changed one).
 CRITIC_FREE = "ECPO is critic-free: its baseline is the group (training(estimator=..., credit={...}))"
@@ -64,6 +64,8 @@ LLM_PATH_REFUSED = {
 VALIDATION_INSTEAD = ("the LLM path validates on an env runner: training(run_settings={'val_every': k, "
                       "'val_num_tasks': ..., 'val_episodes_per_task': ...}) puts val/success in result['ecpo'], "
                       "and algo.validate() runs it on demand")
+NO_MODEL = ("ECPO trains an LLM: name it with rl_module(model_config={'model': DIR or hub id}) (`ecpo models pull` "
+            "fetches one); a classic-RL scorer without a model is the example in examples/rllib_candidate")
 # frozen ECPOConfig -> its TrainConfig, translated once (to_train_config); held no longer than the config
 _TRAIN_CONFIGS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -79,10 +81,6 @@ class ECPOConfig(GroupCreditConfig):
     while the learner updates (``pipeline.py``; 0, the default, is lock-step);
     ``lora`` (``{r, alpha, dropout, target_modules}``, or ``model_config["lora"]``) gives learner and runners the
     same adapter, only it trains and weight sync carries only it; the KL reference is the adapter switched off.
-
-    Without a ``model`` the config is the classic-RL example's (``candidate.config.CandidateECPOConfig``:
-    ``environment("ecpo/...")`` wraps the text env in ``CandidateActionEnv``): ``for_algorithm`` makes that
-    choice, the one place it is made.
     """
 
     def __init__(self, algo_class=None):
@@ -121,27 +119,6 @@ class ECPOConfig(GroupCreditConfig):
         if isinstance(env, str):
             self.text_env_id = env  # the LLM path plays any registered text env id (an ecpo_gym one, or yours)
         return self
-
-    # ------------------------------------------------------------------ the switch
-    def for_algorithm(self) -> GroupCreditConfig:
-        """The config of the algorithm this one builds: itself with ``rl_module(model_config={"model": ...})``
-        (the LLM algorithm, ``ECPO``), else a ``CandidateECPOConfig`` with the same settings (the classic-RL
-        example, ``CandidateECPO``). The only place the choice is made."""
-        if has_model(self):
-            return self
-        from ecpo_train.integrations.rllib.candidate.config import CandidateECPOConfig
-
-        if self.lora:
-            self._value_error("lora adapts the LLM path's causal LM (rl_module(model_config={'model': ...})); "
-                              "the candidate scorer has none")
-        return CandidateECPOConfig.from_settings_of(self)
-
-    def build_algo(self, *args: Any, **kwargs: Any):
-        """RLlib's ``build_algo``: ``ECPO`` with a model, the classic-RL example's ``CandidateECPO`` without."""
-        target = self.for_algorithm()
-        if target is not self:
-            return target.build_algo(*args, **kwargs)
-        return super().build_algo(*args, **kwargs)
 
     def to_train_config(self):
         """The native ``TrainConfig`` of this LLM config (the algorithm, its runners and learners build from it).
@@ -204,11 +181,12 @@ class ECPOConfig(GroupCreditConfig):
                 import_vllm()
             except ImportError as error:
                 self._value_error(str(error))
+        model = str(self._model_config.get("model", ""))
         try:  # a text policy's folder is checked by the TrainConfig above (its text_policy.json)
             if self._model_config.get("policy", "llm") == "llm":
-                check_model_path(str(self._model_config.get("model", "")))
+                check_model_folder(model)
         except ValueError as error:
-            self._value_error(str(error))
+            self._value_error(f"rl_module(model_config={{'model': {model!r}}}): {error}")
         if self.lost_groups not in LOST_GROUP_POLICIES:
             self._value_error(f"lost_groups={self.lost_groups!r}; valid: {', '.join(LOST_GROUP_POLICIES)}")
         if isinstance(self.max_policy_lag, bool) or self.max_policy_lag not in PIPELINE_LAGS:
@@ -243,11 +221,9 @@ class ECPOConfig(GroupCreditConfig):
             self._value_error(f"evaluation(...) ({', '.join(changed)}) is not run by the LLM path; {VALIDATION_INSTEAD}")
 
     def validate(self) -> None:
-        """One ``ValueError`` for a bad run; a config without a model is checked as the candidate example's."""
-        target = self.for_algorithm()
-        if target is not self:
-            target.validate()
-            return
+        """One ``ValueError`` for a bad run: a model named, the LLM run's settings, the group and credit ones."""
+        if not has_model(self):
+            self._value_error(NO_MODEL)
         self._validate_llm()
         super().validate()
         if self.lora:
@@ -257,21 +233,6 @@ class ECPOConfig(GroupCreditConfig):
                 check_lora_settings(self.lora)
             except ValueError as error:
                 self._value_error(str(error))
-
-
-def check_model_path(model: str) -> None:
-    """``ValueError`` when ``model`` names a local folder (``/...``, ``~...``, ``./...``, or one that exists) that
-    is missing or holds no ``config.json``; a hub id (``org/name``) is left to the runners to download."""
-    import os
-
-    from ecpo_train.runtime.models import model_folder
-
-    path = model_folder(model)
-    looks_local = model.startswith(("/", "~", ".")) or os.path.exists(path)
-    if looks_local and not os.path.isfile(os.path.join(path, "config.json")):
-        what = "does not exist" if not os.path.exists(path) else "holds no config.json"
-        raise ValueError(f"rl_module(model_config={{'model': {model!r}}}): {path} {what}; give a folder with the "
-                         "model's config.json, weights and tokenizer (`ecpo models pull ...`) or a hub id")
 
 
 # what an ECPO checkpoint records of the algorithm beside its TrainConfig: how its actors are laid out
@@ -303,9 +264,8 @@ class ECPO(GroupCreditAlgorithm):
         return ECPOConfig()
 
     def setup(self, config) -> None:
-        if config.for_algorithm() is not config:  # a config without a model: Tune hands it here unswitched
-            raise ValueError("ECPO trains an LLM (rl_module(model_config={'model': ...})); the classic-RL example "
-                             "is CandidateECPO (tune.Tuner(CandidateECPO, param_space=...))")
+        if not has_model(config):  # Tune hands its param_space here without validate()
+            raise ValueError(NO_MODEL)
         # outside Tune nothing reserves the actors' resources: Ray would wait for them forever
         bundles = PPO.default_resource_request(config).bundles
         check_fits_cluster([{}, *bundles[1:]], "this algorithm's runner and learner actors")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from ecpo_train.core.iteration import first_copy_seed
 from ecpo_train.core.tasks import validation_seed
 
 LOST_GROUP_POLICIES = ("top_up", "refuse")
@@ -56,8 +57,8 @@ def sample_groups(algo: Any, task_ids: list[str], env_seed: int, played: list[di
                                "env-runner failures")
         if group.num_remote_env_runners() == 0:
             first = pending[0]
-            outs = [group.local_env_runner.sample_groups(task_ids[first:first + len(pending)], env_seed + first * n,
-                                                         first)]
+            outs = [group.local_env_runner.sample_groups(task_ids[first:first + len(pending)],
+                                                         first_copy_seed(env_seed, first, n), first)]
             expected = 1
         else:
             healthy = healthy_runner_ids(algo)
@@ -67,7 +68,8 @@ def sample_groups(algo: Any, task_ids: list[str], env_seed: int, played: list[di
             for first, count in _contiguous_runs(pending):  # contiguous runs keep a runner's seeds and ids contiguous
                 for runner_id, (offset, size) in share_groups(count, healthy).items():
                     start = first + offset
-                    jobs.setdefault(runner_id, []).append((task_ids[start:start + size], env_seed + start * n, start))
+                    jobs.setdefault(runner_id, []).append((task_ids[start:start + size], first_copy_seed(env_seed, start, n),
+                                                            start))
             expected = sum(len(j) for j in jobs.values())
             outs = _sample_on_runners(group, jobs, config.group_sample_timeout_s)
             silent = [runner_id for runner_id in jobs if not any(o["runner"] == runner_id for o in outs)]

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ecpo_train.core.iteration import Draw
+from ecpo_train.core.iteration import Draw, first_copy_seed
 from ecpo_train.integrations.rllib.llm.groups import healthy_runner_ids, sample_groups, share_groups
 
 PIPELINE_LAGS = (0, 1)  # max_policy_lag's values: 0 lock-step, 1 pipelined
@@ -60,7 +60,7 @@ def dispatch_groups(algo: Any, task_ids: list[str], env_seed: int) -> Dispatched
     """Send every healthy runner its contiguous share of the groups of ``task_ids`` (copy seeds and global ids as
     ``groups.sample_groups`` gives them); returns at once."""
     n = int(algo.config.group_size)
-    jobs = {runner: (task_ids[start:start + size], env_seed + start * n, start)
+    jobs = {runner: (task_ids[start:start + size], first_copy_seed(env_seed, start, n), start)
             for runner, (start, size) in share_groups(len(task_ids), healthy_runner_ids(algo)).items()}
     algo.env_runner_group.foreach_env_runner_async(lambda r: r.sample_groups(*jobs[r.worker_index]), tag=SAMPLE_TAG,
                                                    remote_worker_ids=list(jobs))

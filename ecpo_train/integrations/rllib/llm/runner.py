@@ -23,12 +23,10 @@ tensors only).
 from __future__ import annotations
 
 import dataclasses
-import random
 import sys
 import time
 from typing import Any
 
-import numpy as np
 import ray
 import torch
 from ray.rllib.core import COMPONENT_RL_MODULE, DEFAULT_MODULE_ID
@@ -36,6 +34,7 @@ from ray.rllib.env import INPUT_ENV_SPACES
 from ray.rllib.env.env_runner import EnvRunner
 from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
 
+from ecpo_train.core.iteration import ENV_SEED_BOUND, first_copy_seed, seed_streams
 from ecpo_train.core.rollout import training_rollout
 from ecpo_train.core.tasks import training_tasks
 from ecpo_train.integrations.rllib.llm.module import CausalLMRLModule, token_spaces
@@ -57,12 +56,9 @@ class LLMEnvRunner(EnvRunner):
         self.seed = tc.seed + RUNNER_SEED_STRIDE * (index - 1)
         # The native trainer's order: seed every stream, then the environment, then the policy, so one runner
         # samples exactly what the native trainer samples for the same seed.
-        random.seed(self.seed)
-        np.random.seed(self.seed)
-        torch.manual_seed(self.seed)
+        self._rng = seed_streams(self.seed)
         self._envs: dict[int, Any] = {}
         self._val_envs: Any = None
-        self._rng = np.random.default_rng(self.seed)
         self.task_ids = training_tasks(tc, self.env_task_ids)
         self.module = CausalLMRLModule(
             observation_space=None, action_space=None, inference_only=True,
@@ -112,7 +108,7 @@ class LLMEnvRunner(EnvRunner):
         assigns tasks with :meth:`sample_groups` instead, so that runners never repeat one another)."""
         groups = int(getattr(self.config, "groups_per_env_runner", 1))
         tasks = [self.task_ids[int(k)] for k in self._rng.integers(len(self.task_ids), size=groups)]
-        return self.sample_groups(tasks, int(self._rng.integers(2**31 - 1)))
+        return self.sample_groups(tasks, int(self._rng.integers(ENV_SEED_BOUND)))
 
     @torch.no_grad()
     def validate(self, task_ids: list[str], seed: int) -> tuple[dict[str, float], list[Any]]:
@@ -204,7 +200,7 @@ def replay_runner_sampling(policy: Any, train_config: Any, task_ids: list[str], 
     try:
         for g, stream_seed in enumerate(stream_seeds):
             torch.manual_seed(int(stream_seed))
-            rollout = training_rollout(envs, policy, task_ids[g:g + 1], tc, env_seed + g * n)
+            rollout = training_rollout(envs, policy, task_ids[g:g + 1], tc, first_copy_seed(env_seed, g, n))
             parts.append(rollout.batch.renumbered(g, g * n))
     finally:
         envs.close()

@@ -10,7 +10,7 @@ import torch
 from ray.rllib.core.columns import Columns
 
 from ecpo_train.integrations.rllib.base_module import GroupCreditModule
-from ecpo_train.integrations.rllib.candidate.env import layout_from_space, split_observation
+from examples.rllib_candidate.env import layout_from_space, split_observation
 
 # Finite (not -inf) so masked entries give zero probability without NaN entropies or KLs.
 MASKED_LOGIT = -1e9

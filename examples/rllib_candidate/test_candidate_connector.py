@@ -1,4 +1,6 @@
-"""The RLlib learner connector and ECPOConfig's credit settings, on hand-built episodes (ray imported, not started)."""
+"""The example's learner connector (ECPOAdvantages, batch_from_episodes), on hand-built episodes (ray imported, not
+started): the advantages are credit.compute_advantages' on the same rows, at either anchor, with every credit
+field as configured; partial groups and ungrouped episodes are refused."""
 
 import dataclasses
 
@@ -11,8 +13,9 @@ from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 from ray.rllib.evaluation.postprocessing import Postprocessing
 
 from ecpo_train.core import credit
-from ecpo_train.integrations.rllib import ECPOAdvantages, ECPOConfig, batch_from_episodes
-from ecpo_train.integrations.rllib.candidate.learner import ecpo_connector
+from examples.rllib_candidate.config import CandidateECPOConfig
+from examples.rllib_candidate.connector import ECPOAdvantages, batch_from_episodes
+from examples.rllib_candidate.learner import ecpo_connector
 
 
 def make_episode(states, observations, actions, rewards, group_key="g0"):
@@ -69,7 +72,7 @@ def test_connector_honours_anchor_key():
         np.testing.assert_array_equal(got[anchor_key], np.asarray(expected, dtype=np.float32))
     assert not np.allclose(got["state_key"], got["observation_key"])
     # ECPOConfig carries the choice to the learner's piece
-    piece = ecpo_connector(ECPOConfig().training(group_size=4, anchor_key="observation_key", credit=config))
+    piece = ecpo_connector(CandidateECPOConfig().training(group_size=4, anchor_key="observation_key", credit=config))
     np.testing.assert_array_equal(run(piece)[0], got["observation_key"])
 
 
@@ -88,9 +91,9 @@ def test_every_credit_field_reaches_compute_advantages(monkeypatch):
 
     monkeypatch.setattr(credit, "compute_advantages", spy)
     as_dict = {f.name: getattr(chosen, f.name) for f in dataclasses.fields(chosen)}
-    for config in (ECPOConfig().training(estimator="gigpo", group_size=4, credit=chosen),
-                   ECPOConfig().training(estimator="gigpo", group_size=4, credit=as_dict),
-                   ECPOConfig().training(estimator="gigpo", group_size=4, credit={**as_dict, "gamma": 0.5}, gamma=0.9)):
+    for config in (CandidateECPOConfig().training(estimator="gigpo", group_size=4, credit=chosen),
+                   CandidateECPOConfig().training(estimator="gigpo", group_size=4, credit=as_dict),
+                   CandidateECPOConfig().training(estimator="gigpo", group_size=4, credit={**as_dict, "gamma": 0.5}, gamma=0.9)):
         calls.clear()
         advantages, value_targets = run(ecpo_connector(config))
         (name, kwargs), = calls
@@ -100,29 +103,6 @@ def test_every_credit_field_reaches_compute_advantages(monkeypatch):
         np.testing.assert_array_equal(advantages, np.asarray(expected, dtype=np.float32))
         # the value targets are the returns-to-go at the credit's gamma
         np.testing.assert_allclose(value_targets, [0.9, 1.0, 0.0, 0.0, 0.0, 0.0, 0.9, 1.0], rtol=1e-6)
-
-
-def test_ecpo_config_credit_forms():
-    assert ECPOConfig().credit == credit.CreditConfig()  # the defaults live in credit.py only
-    config = ECPOConfig().training(credit={"kappa": 3.0}).training(credit={"eps": 1e-5})
-    assert config.credit == credit.CreditConfig(kappa=3.0, eps=1e-5)  # a dict changes the fields it names
-    config.training(credit=credit.CreditConfig(tau=4.0))  # a CreditConfig replaces the whole configuration
-    assert config.credit == credit.CreditConfig(tau=4.0)
-    config.training(gamma=0.8)  # RLlib's discount is the credit's
-    assert config.gamma == config.credit.gamma == 0.8
-    restored = ECPOConfig.from_dict(config.serialize())
-    assert restored.credit == config.credit and restored.gamma == 0.8
-    assert config.copy().credit == config.credit
-    with pytest.raises(ValueError, match="unknown credit hyperparameter"):
-        ECPOConfig().training(credit={"kapa": 3.0})
-    with pytest.raises(TypeError, match=r"training\(credit="):  # the old flat spelling points to the new one
-        ECPOConfig().training(kappa=3.0)
-    with pytest.raises(TypeError, match="CreditConfig"):
-        ECPOConfig().training(credit=3.0)
-    with pytest.raises(ValueError, match="anchor_key"):
-        ECPOConfig().training(anchor_key="task").validate()
-    with pytest.raises(ValueError, match="estimator"):
-        ECPOConfig().training(estimator="gae").validate()
 
 
 def test_connector_refuses_partial_groups_and_ungrouped_episodes():
@@ -135,24 +115,11 @@ def test_connector_refuses_partial_groups_and_ungrouped_episodes():
         batch_from_episodes([ungrouped])
 
 
-def test_a_bad_anchor_key_is_the_same_one_line_error_on_every_config_and_piece():
-    """The anchor-key rule lives in one function (core.rollout.check_anchor_key): the native config, the LLM
-    ECPOConfig, the candidate example's config and its connector piece refuse the same value in the same words."""
-    from ecpo_train.integrations.rllib import CandidateECPOConfig
-    from ecpo_train.runtime.config import make_config
-
+def test_the_example_refuses_a_bad_anchor_key_in_the_library_s_words():
     expected = "anchor_key='task'; valid: state_key, observation_key"
-    messages = []
-    for refuse in (
-        lambda: make_config({"anchor_key": "task"}),
-        lambda: (ECPOConfig().environment("ecpo/DivergentAnchor-v0")
-                 .rl_module(model_config={"model": "org/some-model"}).training(anchor_key="task").validate()),
-        lambda: ECPOConfig().environment("ecpo/DivergentAnchor-v0").training(anchor_key="task").validate(),
-        lambda: CandidateECPOConfig().training(anchor_key="task").validate(),
-        lambda: ECPOAdvantages(anchor_key="task"),
-        lambda: batch_from_episodes(EPISODES, anchor_key="task"),
-    ):
+    for refuse in (lambda: CandidateECPOConfig().training(anchor_key="task").validate(),
+                   lambda: ECPOAdvantages(anchor_key="task"),
+                   lambda: batch_from_episodes(EPISODES, anchor_key="task")):
         with pytest.raises(ValueError) as error:
             refuse()
-        messages.append(str(error.value))
-    assert messages == [expected] * len(messages)
+        assert str(error.value) == expected

@@ -1,7 +1,5 @@
-"""ECPO inside RLlib (local Ray, CPU): training, group integrity, exact credit, learning, checkpoints, LLM path.
-
-One Ray session serves the whole module.
-"""
+"""The classic-RL example in RLlib (local Ray, CPU): training, group integrity, exact credit, learning,
+checkpoints. One Ray session serves the whole module."""
 
 import dataclasses
 
@@ -15,26 +13,24 @@ from ray.rllib.core.columns import Columns
 from ray.rllib.evaluation.postprocessing import Postprocessing
 
 from ecpo_train import credit
-from ecpo_train.integrations.rllib import (
-    CandidateActionEnv,
-    CandidateECPO,
-    CandidateECPOConfig,
-    ECPOConfig,
-    split_groups,
-)
+from examples.rllib_candidate.config import CandidateECPO, CandidateECPOConfig, split_groups
+from examples.rllib_candidate.env import CandidateActionEnv
 
 N = 4
 SMALL_ENV = {"env_kwargs": {"depth": 4, "num_tasks": 2}, "max_candidates": 4, "feature_dim": 16, "seed": 0}
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _ray(ray_session):
-    """Every test here runs in the module's Ray session (conftest.ray_session)."""
+def _ray():
+    """Every test here runs in the module's local Ray session (2 CPUs, quiet)."""
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield
+    ray.shutdown()
 
 
 def small_config(**training):
     params = {"group_size": N, "groups_per_batch": 2, "credit": {"d_min": 1}, "num_epochs": 2, **training}
-    return (ECPOConfig()
+    return (CandidateECPOConfig()
             .environment("ecpo/DivergentAnchor-v0", env_config=dict(SMALL_ENV))
             .training(**params)
             .debugging(seed=0))
@@ -54,16 +50,11 @@ def weights_differ(a, b):
     return any(not np.array_equal(a[k], b[k]) for k in a)
 
 
-def test_config_without_a_model_is_the_candidate_example_wrapping_text_env_ids_with_group_size_in_sync():
-    config = (ECPOConfig().environment("ecpo/DivergentAnchor-v0").training(group_size=6, credit={"kappa": 3.0})
+def test_the_config_wraps_text_env_ids_with_group_size_in_sync():
+    config = (CandidateECPOConfig().environment("ecpo/DivergentAnchor-v0").training(group_size=6, credit={"kappa": 3.0})
               .environment(env_config={"max_candidates": 5}))
-    candidate = config.for_algorithm()  # the one switch: no model -> the classic-RL example's config and algorithm
-    assert isinstance(candidate, CandidateECPOConfig) and candidate.algo_class is CandidateECPO
-    assert candidate.env is CandidateActionEnv
-    assert candidate.env_config == {"env_id": "ecpo/DivergentAnchor-v0", "group_size": 6, "max_candidates": 5}
-    direct = (CandidateECPOConfig().environment("ecpo/DivergentAnchor-v0").training(group_size=6)
-              .environment(env_config={"max_candidates": 5}))
-    assert direct.env_config == candidate.env_config
+    assert config.algo_class is CandidateECPO and config.env is CandidateActionEnv
+    assert config.env_config == {"env_id": "ecpo/DivergentAnchor-v0", "group_size": 6, "max_candidates": 5}
     assert config.credit == credit.CreditConfig(kappa=3.0)
     assert config.use_critic is False and config.batch_mode == "complete_episodes"
     with pytest.raises(ValueError, match="num_learners"):
@@ -164,7 +155,7 @@ def test_train_batch_advantages_equal_credit_on_the_same_episodes(estimator):
 @pytest.mark.slow
 def test_ecpo_success_rises_on_divergent_anchor_corridors():
     """Depth-5 corridors (random policy ~0.33 success, best ~0.86). Seeds fixed; margin 0.15."""
-    config = (ECPOConfig()
+    config = (CandidateECPOConfig()
               .environment("ecpo/DivergentAnchor-v0",
                            env_config={"env_kwargs": {"depth": 5, "num_tasks": 2}, "max_candidates": 4,
                                        "feature_dim": 32, "seed": 0})

@@ -4,8 +4,7 @@ PPO's loop) and the algorithm it builds (one module, as RLlib keeps an algorithm
 ``environment("ecpo/...")`` wraps the text env in ``CandidateActionEnv`` (``env_config``: ``env_kwargs``,
 ``max_candidates``, ``feature_dim``, ``task_ids``, ``seed``), ``CandidateScorerModule`` is the policy and
 ``ECPOTorchLearner`` (PPO's clipped loss, advantages from ``credit.compute_advantages``) the learner;
-``groups_per_batch`` groups are split evenly over the env runners. ``ECPOConfig()`` without a model becomes
-one of these when it is validated or built (``ECPOConfig.for_algorithm``).
+``groups_per_batch`` groups are split evenly over the env runners.
 
 ``CandidateECPO`` trains ``CandidateScorerModule`` with PPO's loop: no critic and no GAE (``ECPOTorchLearner``
 computes advantages with ``credit.compute_advantages``); complete episodes only; every env runner samples whole
@@ -34,11 +33,8 @@ from ray.rllib.utils.metrics import (
 
 from ecpo_train.integrations.rllib.base_algorithm import GroupCreditAlgorithm
 from ecpo_train.integrations.rllib.base_config import GroupCreditConfig
-from ecpo_train.integrations.rllib.candidate.connector import group_sizes
-from ecpo_train.integrations.rllib.candidate.env import CandidateActionEnv
-
-# ECPOConfig's settings that only an LLM run has (ECPOConfig.for_algorithm refuses a set lora by name)
-LLM_ONLY_SETTINGS = ("lora", "run_settings", "lost_groups")
+from examples.rllib_candidate.connector import group_sizes
+from examples.rllib_candidate.env import CandidateActionEnv
 
 
 class CandidateECPOConfig(GroupCreditConfig):
@@ -47,15 +43,6 @@ class CandidateECPOConfig(GroupCreditConfig):
 
     def __init__(self, algo_class=None):
         super().__init__(algo_class=algo_class or CandidateECPO)
-
-    @classmethod
-    def from_settings_of(cls, config: GroupCreditConfig) -> CandidateECPOConfig:
-        """A candidate config with ``config``'s settings, copied through RLlib's dict form (as Tune copies one)."""
-        settings = {key: value for key, value in config.to_dict().items() if key not in LLM_ONLY_SETTINGS}
-        settings.pop("class", None)
-        out = cls().update_from_dict(settings)
-        out.environment(config.text_env_id if config.text_env_id is not None else NotProvided)
-        return out
 
     def training(self, **kwargs: Any) -> CandidateECPOConfig:
         super().training(**kwargs)
@@ -81,12 +68,12 @@ class CandidateECPOConfig(GroupCreditConfig):
             self.env_config = env_config
 
     def get_default_rl_module_spec(self) -> RLModuleSpec:
-        from ecpo_train.integrations.rllib.candidate.module import CandidateScorerModule
+        from examples.rllib_candidate.module import CandidateScorerModule
 
         return RLModuleSpec(module_class=CandidateScorerModule)
 
     def get_default_learner_class(self):
-        from ecpo_train.integrations.rllib.candidate.learner import ECPOTorchLearner
+        from examples.rllib_candidate.learner import ECPOTorchLearner
 
         return ECPOTorchLearner
 

@@ -1,4 +1,4 @@
-"""CandidateActionEnv: the adapter that makes ecpo_gym text envs usable by RLlib (no Ray needed)."""
+"""The example's CandidateActionEnv: the adapter that makes ecpo_gym text envs usable by RLlib (no Ray needed)."""
 
 import subprocess
 import sys
@@ -6,7 +6,7 @@ import sys
 import numpy as np
 import pytest
 
-from ecpo_train.integrations.rllib.candidate.env import (
+from examples.rllib_candidate.env import (
     CandidateActionEnv,
     hashed_text_features,
     split_observation,
@@ -49,7 +49,7 @@ def test_action_index_maps_to_admissible_action_and_bad_indices_are_invalid_acti
 
 def test_hashed_features_are_deterministic_across_processes_and_bounded():
     here = hashed_text_features("Open the RED door!", 32)
-    code = ("from ecpo_train.integrations.rllib.candidate.env import hashed_text_features as h;"
+    code = ("from examples.rllib_candidate.env import hashed_text_features as h;"
             "print(list(h('Open the RED door!', 32)))")
     there = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert np.allclose(here, eval(there))
@@ -59,10 +59,3 @@ def test_hashed_features_are_deterministic_across_processes_and_bounded():
 def test_missing_env_id_is_a_clear_error():
     with pytest.raises(ValueError, match="env_id"):
         CandidateActionEnv({"group_size": 2})
-
-
-def test_importing_ecpo_train_does_not_import_ray():
-    # ecpo_train.integrations.rllib imports ray; the package root and the credit core must not
-    code = "import sys, ecpo_train, ecpo_train.credit; print('ray' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "False"

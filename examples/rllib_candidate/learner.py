@@ -6,7 +6,7 @@ from __future__ import annotations
 from ray.rllib.algorithms.ppo.torch.ppo_torch_learner import PPOTorchLearner
 from ray.rllib.connectors.learner import AddOneTsToEpisodesAndTruncate, GeneralAdvantageEstimation
 
-from ecpo_train.integrations.rllib.candidate.connector import ECPOAdvantages
+from examples.rllib_candidate.connector import ECPOAdvantages
 
 
 def ecpo_connector(config) -> ECPOAdvantages:
