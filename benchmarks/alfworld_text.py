@@ -50,9 +50,15 @@ ITERATIONS = 20
 WARM_START = ["--episodes", "3553", "--epochs", "6", "--lr", "1e-3", "--batch-size", "64"]
 TEMPERATURE = 0.4
 WARM = "warm-start"
-TYPES = ("Pick", "Clean", "Heat", "Cool", "Look", "Pick2")
-PUBLISHED_NOTE = ("BUTLER, the ALFWorld paper's text agent (arXiv 2010.03768, table 3, TextWorld column: trained by "
-                  "imitating the expert with DAgger in TextWorld, beam search at test time)")
+TYPES = ("Pick", "Clean", "Cool", "Look", "Heat", "Pick2")  # the paper's column order
+# The ALFWorld paper's text agent in TextWorld, seen split (arXiv 2010.03768, ICLR 2021 version, table 4 "Generalization
+# within TextWorld environments", column sn): per-type columns are agents trained on that type alone, "All" one agent
+# trained on every type (ours is the latter). BUTLER: DAgger, beam search (width 10) to recover from failed actions at
+# test time; BUTLER_g: greedy. Best-training-score seed of 8; at most 50 steps; commands generated token by token.
+PUBLISHED = {"BUTLER (DAgger, beam search)": {"Pick": 61, "Clean": 44, "Cool": 60, "Look": 39, "Heat": 81, "Pick2": 29,
+                                              "All": 40},
+             "BUTLER_g (DAgger, greedy)": {"Pick": 43, "Clean": 30, "Cool": 50, "Look": 31, "Heat": 69, "Pick2": 38,
+                                           "All": 19}}
 
 
 def ecpo(*args: str, log: Path) -> None:
@@ -129,6 +135,34 @@ def by_type(records: dict[str, dict[str, Any]]) -> dict[str, float]:
     return row
 
 
+def verdict_text(part: dict[str, Any]) -> str:
+    """"shown" where the 95 % interval excludes 0 (its sign named), else "not shown at MDE x"."""
+    low, high = part.get("low", float("nan")), part.get("high", float("nan"))
+    if low > 0:
+        return "shown: a gain"
+    if high < 0:
+        return "shown: a loss"
+    return f"not shown at MDE {part.get('mde', float('nan')):.3f}"
+
+
+def table(result: dict[str, Any]) -> str:
+    """The paper's table layout: success % per task type on valid_seen (arms: the mean over their seeds)."""
+    lines = ["| policy | " + " | ".join(TYPES) + " | All | games |", "|---|" + ":-:|" * (len(TYPES) + 2)]
+    rows = [("warm start (text policy, not an LM)", result["warm_start"]["by_type"], "1 run")]
+    for arm, part in result["arms"].items():
+        seeds = [entry["by_type"] for entry in part["seeds"].values()]
+        if seeds:
+            mean = {k: sum(s[k] for s in seeds) / len(seeds) for k in (*TYPES, "All")}
+            rows.append((f"{arm} (text policy, mean of {len(seeds)} seeds)", mean | {"games": seeds[0]["games"]},
+                         f"{len(seeds)} seeds"))
+    for row_name, row, _ in rows:
+        lines.append(f"| {row_name} | " + " | ".join(f"{100 * row[k]:.1f}" for k in (*TYPES, "All"))
+                     + f" | {row['games']} |")
+    for name, row in PUBLISHED.items():
+        lines.append(f"| {name}, published | " + " | ".join(str(row[k]) for k in (*TYPES, "All")) + " | 140 |")
+    return "\n".join(lines)
+
+
 def report(out: Path, arms: list[str], seeds: list[int]) -> dict[str, Any]:
     from benchmarks.paired_stats import apply_holm, paired_diff, paired_outcomes
 
@@ -147,10 +181,11 @@ def report(out: Path, arms: list[str], seeds: list[int]) -> dict[str, Any]:
                 continue
             pair = paired_outcomes({g: warm[g]["success"] for g in warm}, {g: after[g]["success"] for g in after},
                                    label=f"{arm} seed {seed}")
-            per_seed[seed] = {"by_type": by_type(after), "minus_warm_start": pair}
+            per_seed[seed] = {"by_type": by_type(after), "minus_warm_start": pair | {"verdict": verdict_text(pair)}}
             gains.append(pair["diff"])
             success.setdefault(arm, {})[seed] = by_type(after)["All"]
-        result["arms"][arm] = {"seeds": per_seed, "minus_warm_start": paired_diff(gains)}
+        across = paired_diff(gains)
+        result["arms"][arm] = {"seeds": per_seed, "minus_warm_start": across | {"verdict": verdict_text(across)}}
     parts = []
     for other in ("gigpo_std", "grpo"):
         if "ecpo" in success and other in success:
@@ -158,7 +193,9 @@ def report(out: Path, arms: list[str], seeds: list[int]) -> dict[str, Any]:
             part = paired_diff([success["ecpo"][s] - success[other][s] for s in common], m=2)
             parts.append(part | {"label": f"ecpo - {other}", "seeds": common})
     for part in apply_holm(parts) if parts else []:
-        result["comparisons"][part["label"]] = part
+        result["comparisons"][part["label"]] = part | {"verdict_text": verdict_text(part)}
+    result["published"] = PUBLISHED
+    result["table"] = table(result)
     return result
 
 
