@@ -25,6 +25,7 @@ LEDGER = ROOT / "docs" / "claims.md"
 README = ROOT / "README.md"
 TABLE_HEAD = ("| question | answer: estimate [95 % interval] | unit, n; scope | ledger |", "| --- | --- | --- | --- |")
 README_LINE_LIMIT = 200
+MIN_CLUSTERS = 5  # a clustered interval over fewer tasks rests on too few cluster totals to show
 
 
 def _num(x: float | None) -> str:
@@ -38,7 +39,7 @@ def figure(p: Mapping[str, Any]) -> str:
     text = f"{_num(p['estimate'])} [{_num(p['low'])}, {_num(p['high'])}]"
     if p["method"]:
         text += f" ({p['method']})"
-    if p.get("by_task"):
+    if p.get("by_task") and (p["by_task"]["clusters"] or 0) >= MIN_CLUSTERS:
         c = p["by_task"]
         text += f"; by {c['unit'] or 'task'} ({c['clusters']}) [{_num(c['low'])}, {_num(c['high'])}]"
     return text
@@ -47,13 +48,16 @@ def figure(p: Mapping[str, Any]) -> str:
 def verdict(row: Mapping[str, Any]) -> str:
     """The claim's verdict from its primary parts (secondary ones are shown, not counted)."""
     primary = [p for p in row["parts"] if not p.get("secondary")]
+    if row.get("status"):
+        return row["status"]
     if row["area"] == "speed":
         return f"measured ({row['scope']['device']})"
     if not primary:
         return "registered, not run yet"
     signs = [p["estimate"] > 0 if row["direction"] >= 0 else p["estimate"] < 0 for p in primary if p["significant"]]
     mdes = [p["mde"] for p in primary if p["mde"] is not None]
-    unshown = f"not shown ({'MDE ' + '-'.join(f'{m:.3f}' for m in sorted({min(mdes), max(mdes)})) if mdes else 'no MDE: too few units'})"
+    no_mde = row.get("no_mde", "no MDE: too few units")
+    unshown = f"not shown ({'MDE ' + '-'.join(f'{m:.3f}' for m in sorted({min(mdes), max(mdes)})) if mdes else no_mde})"
     if row["direction"] == 0:
         return "a difference shown" if signs else unshown.replace("not shown", "no difference shown")
     if signs and all(signs) and len(signs) == len(primary):
@@ -79,8 +83,9 @@ def ledger(rows: Sequence[Mapping[str, Any]]) -> str:
              ("Every claim the project makes about learning, credit and speed, written from the result JSONs by "
               "`python -m benchmarks.claims_ledger` (do not edit by hand; `--check` fails when this file is stale). "
               "Verdicts: *shown* where the claim's test is significant on its side, *contradicted* on the other, "
-              "*not shown* with the MDE (the smallest effect the run could have detected with 80 % power) "
-              "otherwise; a measurement is *measured* on the device named. A learning claim from one training "
+              "*not shown* with the MDE (the smallest effect the run could have detected with 80 % power, by the exact "
+              "power of its test at its Holm level) otherwise; a measurement is *measured* on the device named, or "
+              "*withdrawn* where its own data do not support it. A clustered interval is shown from 5 tasks on. A learning claim from one training "
               "run covers its validation draws, not run-to-run variance; a comparison of methods takes the seed "
               "as its unit. Secondary lines are shown in italics and do not enter the verdict."), ""]
     for area, title in (("learning", "Learning"), ("comparison", "Method comparisons"), ("credit", "Credit"),
@@ -115,10 +120,13 @@ def digest(rows: Sequence[Mapping[str, Any]]) -> list[str]:
         if not row["digest"]:
             continue
         question, scope = row["digest"]
-        primary = [p for p in row["parts"] if not p.get("secondary")] or row["parts"][:1]
+        primary = [p for p in row["parts"] if not p.get("secondary")]
+        if not primary:  # registered, not run: an exploratory line stays in the ledger, out of the digest
+            out.append(f"| {_cell(question)} | {verdict(row)} | {unit_short(row)}; {scope} | [{row['id']}](docs/claims.md) |")
+            continue
         p = primary[0]
         short = re.sub(r"; by (\w+) \(\d+\)", r", by \1", figure(p | {"method": ""})) if p["estimate"] is not None else \
-            p["method"] + (f" ({p['label']})" if p["label"] else "")
+            p.get("digest", p["method"]) + (f" ({p['label']})" if p["label"] else "")
         label = f"{p.get('short') or p['label']} (1 of {len(primary)} in the ledger): " if len(primary) > 1 else ""
         out.append(f"| {_cell(question)} | {verdict(row).split(' (')[0]}: {label}{_cell(short)} | {unit_short(row)}; {scope} | "
                    f"[{row['id']}](docs/claims.md) |")

@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--seeds", type=int, nargs="+", default=list(range(10)))
     parser.add_argument("--out", default=str(RESULTS / "first_update_streams.json"))
     args = parser.parse_args(argv)
-    from benchmarks.paired_stats import apply_holm, mde_text, paired_diff
+    from benchmarks.stats import apply_holm, mde_text, paired_diff
     from ecpo_train.runtime.models import default_cache_dir
 
     model = args.model or str(default_cache_dir() / "smollm2-135m-instruct")
