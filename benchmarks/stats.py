@@ -93,6 +93,16 @@ def mde(se: float, df: float, alpha: float = ALPHA, power: float = POWER) -> flo
     return float(optimize.brentq(lambda d: t_power(d, se, df, alpha) - power, 0.5 * approx, 2 * approx, xtol=1e-12))
 
 
+def seeds_for_mde(sd: float, target: float, alpha: float = ALPHA, power: float = POWER, fewest: int = 2) -> int:
+    """The fewest units (seeds) whose paired t-test, with paired-difference SD ``sd``, has an exact-power MDE
+    (:func:`mde`) at two-sided level ``alpha`` of at most ``target``; at least ``fewest`` and
+    ``MIN_UNITS_FOR_MDE``."""
+    n = max(fewest, MIN_UNITS_FOR_MDE)
+    while mde(sd / math.sqrt(n), n - 1, alpha, power) > target:
+        n += 1
+    return n
+
+
 def _t_result(mean: float, se: float, df: float, n: int, sd: float, m: int) -> dict[str, float]:
     half = float(stats.t.ppf(0.975, df)) * se
     if se > 0:
