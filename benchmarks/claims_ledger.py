@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import ArgumentParser
-from benchmarks.claims_sources import all_claims
+from benchmarks.claims_sources import all_claims, estimator_table
 
 ROOT = Path(__file__).resolve().parents[1]
 LEDGER = ROOT / "docs" / "claims.md"
@@ -78,7 +78,18 @@ def scope_text(scope: Mapping[str, str]) -> str:
     return "; ".join(v for v in (scope["env"], scope["model"], scope["mode"], scope["device"]) if v and v != "-")
 
 
-def ledger(rows: Sequence[Mapping[str, Any]]) -> str:
+ESTIMATORS_HEAD = "### Step-credit estimators under one protocol"
+
+
+def estimator_lines(table: Mapping[str, Any]) -> list[str]:
+    """Issue 57's table: one row per estimator, one column per testbed, each cell the arm minus GiGPO w/std
+    (95 % interval, paired by seed) and its verdict (Holm over the testbed's 8 comparisons), or why it is empty."""
+    out = ["| estimator | " + " | ".join(table["testbeds"]) + " |", "| --- |" + " --- |" * len(table["testbeds"])]
+    out += [f"| {arm} | " + " | ".join(_cell(c) for c in cells) + " |" for arm, cells in table["rows"]]
+    return out
+
+
+def ledger(rows: Sequence[Mapping[str, Any]], table: Mapping[str, Any] | None = None) -> str:
     lines = ["# Claims ledger", "",
              ("Every claim the project makes about learning, credit and speed, written from the result JSONs by "
               "`python -m benchmarks.claims_ledger` (do not edit by hand; `--check` fails when this file is stale). "
@@ -98,6 +109,13 @@ def ledger(rows: Sequence[Mapping[str, Any]]) -> str:
             lines.append(f"| {row['id']} | {_cell(row['claim'])} | {scope_text(row['scope'])} | {row['unit']}, n = "
                          f"{row['n']} | {shown} | {verdict(row)} | [{Path(row['source']).name}](../{row['source']}) |")
         lines.append("")
+    if table is not None:
+        seeds = f"{table['seeds']} seeds an arm" if table["seeds"] else "the seed count from its pilot"
+        lines += ["## Step-credit estimators under one protocol (issue 57)", "",
+                  ("Registered in `benchmarks/estimator_comparison.yaml` before its runs (" + seeds + ", N = 8, final "
+                   "exact success); each cell is the arm minus GiGPO w/std, paired by seed, with Holm over the "
+                   f"testbed's comparisons and the exact-power MDE beside a null. Source: [{table['source']}]"
+                   f"(../benchmarks/results/{table['source']})."), "", *estimator_lines(table), ""]
     return "\n".join(lines)
 
 
@@ -133,20 +151,30 @@ def digest(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     return out
 
 
-def readme_with(text: str, table: list[str]) -> str:
-    """``text`` (the README) with the table under ``## Results`` replaced by ``table``."""
+def readme_with(text: str, table: list[str], estimators: list[str] | None = None) -> str:
+    """``text`` (the README) with the table under ``## Results`` replaced by ``table``, and the estimators' table
+    under its heading (added after the results table where absent) by ``estimators``."""
     match = re.search(r"(## Results\n.*?\n)(\| question \|.*?\n)(?=\n)", text, flags=re.DOTALL)
     if match is None:
         raise ValueError("README.md has no results table under '## Results'")
-    return text[:match.start(2)] + "\n".join(table) + "\n" + text[match.end(2):]
+    text = text[:match.start(2)] + "\n".join(table) + "\n" + text[match.end(2):]
+    if estimators is None:
+        return text
+    block = f"{ESTIMATORS_HEAD}\n\n" + "\n".join(estimators) + "\n"
+    found = re.search(re.escape(ESTIMATORS_HEAD) + r"\n\n(\|.*?\n)(?=\n|$)", text, flags=re.DOTALL)
+    if found:
+        return text[:found.start()] + block + text[found.end():]
+    end = match.start(2) + len("\n".join(table)) + 1
+    return text[:end] + "\n" + block + text[end:]
 
 
-def stale(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+def stale(rows: Sequence[Mapping[str, Any]], table: Mapping[str, Any] | None = None) -> list[str]:
     """Which of the generated files differ from what the JSONs give."""
     out = []
-    if not LEDGER.is_file() or LEDGER.read_text() != ledger(rows):
+    table = table if table is not None else estimator_table()
+    if not LEDGER.is_file() or LEDGER.read_text() != ledger(rows, table):
         out.append("docs/claims.md")
-    if README.read_text() != readme_with(README.read_text(), digest(rows)):
+    if README.read_text() != readme_with(README.read_text(), digest(rows), estimator_lines(table)):
         out.append("README.md (results table)")
     return out
 
@@ -163,8 +191,9 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         print(f"docs/claims.md and the README's results table agree with the JSONs ({len(rows)} claims)")
         return 0
-    LEDGER.write_text(ledger(rows))
-    README.write_text(readme_with(README.read_text(), digest(rows)))
+    table = estimator_table()
+    LEDGER.write_text(ledger(rows, table))
+    README.write_text(readme_with(README.read_text(), digest(rows), estimator_lines(table)))
     print(f"wrote docs/claims.md and the README's results table ({len(rows)} claims)")
     return 0
 

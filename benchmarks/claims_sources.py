@@ -398,6 +398,32 @@ def pipelined_text(case: Mapping[str, Any]) -> str:
             f"{r['p']:.2f}; not re-measured (needs >= 20 interleaved iterations a lag)")
 
 
+def estimator_table() -> dict[str, Any]:
+    """Issue 57's comparison as the ledger shows it: one row per estimator, one column per testbed of the
+    registered protocol (``benchmarks/estimator_comparison.yaml``), each cell the arm minus GiGPO w/std with its
+    interval and verdict from ``estimator_comparison.json``, or why the cell has none."""
+    from benchmarks.estimator_comparison import RESULT_JSON, load_protocol
+
+    protocol = load_protocol()
+    table = json.loads(RESULT_JSON.read_text())["table"] if RESULT_JSON.is_file() else {}
+    testbeds = [t["name"] for t in protocol["testbeds"]]
+    status = {t["name"]: t.get("status", "registered, not run yet") for t in protocol["testbeds"]}
+    rows = []
+    for arm in protocol["arms"]:
+        cells = []
+        for testbed in testbeds:
+            part = table.get(arm, {}).get(testbed)
+            if part is None:
+                cells.append(status[testbed])
+            elif part.get("reference"):
+                cells.append(f"reference (mean {part['mean']:.3f})")
+            else:
+                beside = f" (MDE {part['mde']:.3f})" if not part["holm_significant"] and part.get("mde") else ""
+                cells.append(f"{part['diff']:+.3f} [{part['low']:+.3f}, {part['high']:+.3f}]: {part['verdict']}{beside}")
+        rows.append((arm, cells))
+    return {"testbeds": testbeds, "rows": rows, "seeds": protocol.get("seeds"), "source": RESULT_JSON.name}
+
+
 def _memory(memory: Mapping[str, Any], model: str, setting: str) -> float:
     return next(c["total_gb"] for c in memory["computed"] if c["model"] == model and c["setting"].startswith(setting))
 

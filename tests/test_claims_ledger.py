@@ -109,3 +109,18 @@ def test_the_statistics_reviews_corrections(rows):
     lag = next(c for c in json.loads((RESULTS / "pipelined_learning.json").read_text())["comparisons"]
                if c["comparison"] == "ecpo_lag1 - gigpo_std_lag1")
     assert t_power(e2["mde"], lag["se"], lag["df"], 0.05 / lag["m"]) == pytest.approx(0.80, abs=1e-9)
+
+
+def test_the_estimator_table_has_a_row_per_estimator_and_a_column_per_testbed():
+    """Issue 57's table, in the ledger and the README: every registered arm a row, every testbed a column; a cell
+    without results says why (registered, not run yet / whose it is)."""
+    from benchmarks.claims_sources import estimator_table
+    from benchmarks.estimator_comparison import load_protocol
+
+    table, protocol = estimator_table(), load_protocol()
+    assert [arm for arm, _ in table["rows"]] == protocol["arms"]
+    assert table["testbeds"] == [t["name"] for t in protocol["testbeds"]]
+    assert all(len(cells) == len(table["testbeds"]) for _, cells in table["rows"])
+    lines = claims_ledger.estimator_lines(table)
+    readme = claims_ledger.README.read_text()
+    assert claims_ledger.ESTIMATORS_HEAD in readme and all(line in readme for line in lines)
