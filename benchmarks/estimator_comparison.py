@@ -9,6 +9,7 @@ testbed's comparisons, with the exact-power MDE beside every null (``benchmarks.
     python -m benchmarks.estimator_comparison --from-json benchmarks/results/estimator_comparison.json
 
 Outputs: ``benchmarks/results/estimator_comparison_pilot.json`` (the pilot's runs and the seed count it gives),
+``raw/estimator_comparison/runs.jsonl`` (each confirmatory run as it finishes; a rerun resumes from it),
 ``estimator_comparison.json`` and ``.md`` (one row per estimator, one column per testbed: interval and verdict).
 """
 
@@ -29,6 +30,7 @@ from ecpo_train.policies.atomic import write_text
 
 PROTOCOL = Path(__file__).with_name("estimator_comparison.yaml")
 PILOT_JSON, RESULT_JSON = RESULTS / "estimator_comparison_pilot.json", RESULTS / "estimator_comparison.json"
+RAW_RUNS = RESULTS / "raw" / "estimator_comparison" / "runs.jsonl"  # one finished run a line, kept as it finishes
 
 
 def load_protocol(path: Path = PROTOCOL) -> dict[str, Any]:
@@ -144,8 +146,12 @@ def main(argv: list[str] | None = None) -> int:
         if not protocol.get("seeds"):
             print("error: the protocol has no seed count yet: run --pilot and commit the count first")
             return 2
-        runs = run_study(study_protocol(protocol, protocol["seeds"], protocol["seed_offset"]), workers=args.workers)
-        runtime = time.perf_counter() - started
+        done = [json.loads(line) for line in RAW_RUNS.read_text().splitlines()] if RAW_RUNS.is_file() else []
+        RAW_RUNS.parent.mkdir(parents=True, exist_ok=True)
+        with RAW_RUNS.open("a") as raw:  # every finished run at once: an interrupted study resumes from it
+            runs = run_study(study_protocol(protocol, protocol["seeds"], protocol["seed_offset"]), workers=args.workers,
+                             done=done, on_run=lambda run: (raw.write(json.dumps(run) + "\n"), raw.flush()))
+        runtime = time.perf_counter() - started + sum(float(r.get("seconds", 0.0)) for r in done) / 2
     table = compare(runs, protocol)
     write_text(RESULT_JSON, json.dumps({"protocol": protocol, "table": table, "runs": runs, "runtime_s": runtime},
                                        separators=(",", ":"), allow_nan=True))
