@@ -50,6 +50,15 @@ def study_protocol(protocol: dict[str, Any], seeds: int, offset: int) -> dict[st
             "eval_temperature": protocol["eval_temperature"], "workers": protocol["workers"], "quick": False}
 
 
+KEPT = ("env_name", "method", "group_size", "seed", "final_success", "seconds", "iterations")
+
+
+def slim(run: dict[str, Any]) -> dict[str, Any]:
+    """What a run keeps on disk: its cell, endpoint and time, and its validation curve (the rest of the credit
+    study's curves would make 846 runs some 10 MB)."""
+    return {key: run[key] for key in KEPT if key in run} | {"eval_success": run["curves"]["eval_success"]}
+
+
 def _cells(runs: list[dict[str, Any]], endpoint: str) -> dict[tuple[str, str], dict[Any, float]]:
     cells: dict[tuple[str, str], dict[Any, float]] = {}
     for run in runs:
@@ -150,9 +159,10 @@ def main(argv: list[str] | None = None) -> int:
         RAW_RUNS.parent.mkdir(parents=True, exist_ok=True)
         with RAW_RUNS.open("a") as raw:  # every finished run at once: an interrupted study resumes from it
             runs = run_study(study_protocol(protocol, protocol["seeds"], protocol["seed_offset"]), workers=args.workers,
-                             done=done, on_run=lambda run: (raw.write(json.dumps(run) + "\n"), raw.flush()))
+                             done=done, on_run=lambda run: (raw.write(json.dumps(slim(run)) + "\n"), raw.flush()))
         runtime = time.perf_counter() - started + sum(float(r.get("seconds", 0.0)) for r in done) / 2
     table = compare(runs, protocol)
+    runs = [{key: run[key] for key in KEPT if key in run} for run in runs]  # the curves stay in RAW_RUNS
     write_text(RESULT_JSON, json.dumps({"protocol": protocol, "table": table, "runs": runs, "runtime_s": runtime},
                                        separators=(",", ":"), allow_nan=True))
     write_text(RESULT_JSON.with_suffix(".md"), render(table, protocol, int(protocol["seeds"]), runtime))
