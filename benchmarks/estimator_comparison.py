@@ -123,7 +123,7 @@ def render(table: dict[str, Any], protocol: dict[str, Any], seeds: int, runtime:
             part = table.get(arm, {}).get(testbed)
             status = next((t.get("status") for t in protocol["testbeds"] if t["name"] == testbed), None)
             if part is None:
-                row.append(f"not run: {status}" if status else "not run")
+                row.append(status if status and status.startswith("not run") else f"not run: {status}" if status else "not run")
             elif part.get("reference"):
                 row.append(f"reference (mean {part['mean']:.3f})")
             else:
