@@ -2,7 +2,7 @@
 
 A runnable benchmark is a module with ``main(argv=None)``; run it from the repository root as
 ``python -m benchmarks.NAME [args]`` or as ``ecpo bench NAME [args]``. The other modules are what they share
-(``paired_stats``, a study's protocol, statistics and report). Results go to ``benchmarks/results/``: committed data
+(``stats``, a study's protocol, statistics and report). Results go to ``benchmarks/results/``: committed data
 (``*.json``) and reports (``*.md``, figures) there, raw run folders under ``results/raw/<name>/``.
 
 The package is a repository tool: wheels ship ``ecpo_gym`` and ``ecpo_train`` only.

@@ -164,7 +164,7 @@ def table(result: dict[str, Any]) -> str:
 
 
 def report(out: Path, arms: list[str], seeds: list[int]) -> dict[str, Any]:
-    from benchmarks.paired_stats import apply_holm, paired_diff, paired_outcomes
+    from benchmarks.stats import apply_holm, paired_diff, paired_outcomes
 
     warm = outcomes(out, WARM)
     result: dict[str, Any] = {"protocol": {"preset": PRESET, "manifest": MANIFEST, "arms": arms, "seeds": seeds,

@@ -19,13 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import ArgumentParser
-from benchmarks.claims_sources import all_claims
+from benchmarks.claims_sources import all_claims, estimator_table
 
 ROOT = Path(__file__).resolve().parents[1]
 LEDGER = ROOT / "docs" / "claims.md"
 README = ROOT / "README.md"
 TABLE_HEAD = ("| question | answer: estimate [95 % interval] | unit, n; scope | ledger |", "| --- | --- | --- | --- |")
 README_LINE_LIMIT = 200
+MIN_CLUSTERS = 5  # a clustered interval over fewer tasks rests on too few cluster totals to show
 
 
 def _num(x: float | None) -> str:
@@ -39,7 +40,7 @@ def figure(p: Mapping[str, Any]) -> str:
     text = f"{_num(p['estimate'])} [{_num(p['low'])}, {_num(p['high'])}]"
     if p["method"]:
         text += f" ({p['method']})"
-    if p.get("by_task"):
+    if p.get("by_task") and (p["by_task"]["clusters"] or 0) >= MIN_CLUSTERS:
         c = p["by_task"]
         text += f"; by {c['unit'] or 'task'} ({c['clusters']}) [{_num(c['low'])}, {_num(c['high'])}]"
     return text
@@ -48,13 +49,16 @@ def figure(p: Mapping[str, Any]) -> str:
 def verdict(row: Mapping[str, Any]) -> str:
     """The claim's verdict from its primary parts (secondary ones are shown, not counted)."""
     primary = [p for p in row["parts"] if not p.get("secondary")]
+    if row.get("status"):
+        return row["status"]
     if row["area"] == "speed":
         return f"measured ({row['scope']['device']})"
     if not primary:
         return "registered, not run yet"
     signs = [p["estimate"] > 0 if row["direction"] >= 0 else p["estimate"] < 0 for p in primary if p["significant"]]
     mdes = [p["mde"] for p in primary if p["mde"] is not None]
-    unshown = f"not shown ({'MDE ' + '-'.join(f'{m:.3f}' for m in sorted({min(mdes), max(mdes)})) if mdes else 'no MDE: too few units'})"
+    no_mde = row.get("no_mde", "no MDE: too few units")
+    unshown = f"not shown ({'MDE ' + '-'.join(f'{m:.3f}' for m in sorted({min(mdes), max(mdes)})) if mdes else no_mde})"
     if row["direction"] == 0:
         return "a difference shown" if signs else unshown.replace("not shown", "no difference shown")
     if signs and all(signs) and len(signs) == len(primary):
@@ -75,13 +79,25 @@ def scope_text(scope: Mapping[str, str]) -> str:
     return "; ".join(v for v in (scope["env"], scope["model"], scope["mode"], scope["device"]) if v and v != "-")
 
 
-def ledger(rows: Sequence[Mapping[str, Any]]) -> str:
+ESTIMATORS_HEAD = "### Step-credit estimators under one protocol"
+
+
+def estimator_lines(table: Mapping[str, Any]) -> list[str]:
+    """Issue 57's table: one row per estimator, one column per testbed, each cell the arm minus GiGPO w/std
+    (95 % interval, paired by seed) and its verdict (Holm over the testbed's 8 comparisons), or why it is empty."""
+    out = ["| estimator | " + " | ".join(table["testbeds"]) + " |", "| --- |" + " --- |" * len(table["testbeds"])]
+    out += [f"| {arm} | " + " | ".join(_cell(c) for c in cells) + " |" for arm, cells in table["rows"]]
+    return out
+
+
+def ledger(rows: Sequence[Mapping[str, Any]], table: Mapping[str, Any] | None = None) -> str:
     lines = ["# Claims ledger", "",
              ("Every claim the project makes about learning, credit and speed, written from the result JSONs by "
               "`python -m benchmarks.claims_ledger` (do not edit by hand; `--check` fails when this file is stale). "
               "Verdicts: *shown* where the claim's test is significant on its side, *contradicted* on the other, "
-              "*not shown* with the MDE (the smallest effect the run could have detected with 80 % power) "
-              "otherwise; a measurement is *measured* on the device named. A learning claim from one training "
+              "*not shown* with the MDE (the smallest effect the run could have detected with 80 % power, by the exact "
+              "power of its test at its Holm level) otherwise; a measurement is *measured* on the device named, or "
+              "*withdrawn* where its own data do not support it. A clustered interval is shown from 5 tasks on. A learning claim from one training "
               "run covers its validation draws, not run-to-run variance; a comparison of methods takes the seed "
               "as its unit. Secondary lines are shown in italics and do not enter the verdict."), ""]
     for area, title in (("learning", "Learning"), ("comparison", "Method comparisons"), ("credit", "Credit"),
@@ -94,6 +110,13 @@ def ledger(rows: Sequence[Mapping[str, Any]]) -> str:
             lines.append(f"| {row['id']} | {_cell(row['claim'])} | {scope_text(row['scope'])} | {row['unit']}, n = "
                          f"{row['n']} | {shown} | {verdict(row)} | [{Path(row['source']).name}](../{row['source']}) |")
         lines.append("")
+    if table is not None:
+        seeds = f"{table['seeds']} seeds an arm" if table["seeds"] else "the seed count from its pilot"
+        lines += ["## Step-credit estimators under one protocol (issue 57)", "",
+                  ("Registered in `benchmarks/estimator_comparison.yaml` before its runs (" + seeds + ", N = 8, final "
+                   "exact success); each cell is the arm minus GiGPO w/std, paired by seed, with Holm over the "
+                   f"testbed's comparisons and the exact-power MDE beside a null. Source: [{table['source']}]"
+                   f"(../benchmarks/results/{table['source']})."), "", *estimator_lines(table), ""]
     return "\n".join(lines)
 
 
@@ -116,30 +139,43 @@ def digest(rows: Sequence[Mapping[str, Any]]) -> list[str]:
         if not row["digest"]:
             continue
         question, scope = row["digest"]
-        primary = [p for p in row["parts"] if not p.get("secondary")] or row["parts"][:1]
+        primary = [p for p in row["parts"] if not p.get("secondary")]
+        if not primary:  # registered, not run: an exploratory line stays in the ledger, out of the digest
+            out.append(f"| {_cell(question)} | {verdict(row)} | {unit_short(row)}; {scope} | [{row['id']}](docs/claims.md) |")
+            continue
         p = primary[0]
         short = re.sub(r"; by (\w+) \(\d+\)", r", by \1", figure(p | {"method": ""})) if p["estimate"] is not None else \
-            p["method"] + (f" ({p['label']})" if p["label"] else "")
+            p.get("digest", p["method"]) + (f" ({p['label']})" if p["label"] else "")
         label = f"{p.get('short') or p['label']} (1 of {len(primary)} in the ledger): " if len(primary) > 1 else ""
         out.append(f"| {_cell(question)} | {verdict(row).split(' (')[0]}: {label}{_cell(short)} | {unit_short(row)}; {scope} | "
                    f"[{row['id']}](docs/claims.md) |")
     return out
 
 
-def readme_with(text: str, table: list[str]) -> str:
-    """``text`` (the README) with the table under ``## Results`` replaced by ``table``."""
+def readme_with(text: str, table: list[str], estimators: list[str] | None = None) -> str:
+    """``text`` (the README) with the table under ``## Results`` replaced by ``table``, and the estimators' table
+    under its heading (added after the results table where absent) by ``estimators``."""
     match = re.search(r"(## Results\n.*?\n)(\| question \|.*?\n)(?=\n)", text, flags=re.DOTALL)
     if match is None:
         raise ValueError("README.md has no results table under '## Results'")
-    return text[:match.start(2)] + "\n".join(table) + "\n" + text[match.end(2):]
+    text = text[:match.start(2)] + "\n".join(table) + "\n" + text[match.end(2):]
+    if estimators is None:
+        return text
+    block = f"{ESTIMATORS_HEAD}\n\n" + "\n".join(estimators) + "\n"
+    found = re.search(re.escape(ESTIMATORS_HEAD) + r"\n\n(\|.*?\n)(?=\n|$)", text, flags=re.DOTALL)
+    if found:
+        return text[:found.start()] + block + text[found.end():]
+    end = match.start(2) + len("\n".join(table)) + 1
+    return text[:end] + "\n" + block + text[end:]
 
 
-def stale(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+def stale(rows: Sequence[Mapping[str, Any]], table: Mapping[str, Any] | None = None) -> list[str]:
     """Which of the generated files differ from what the JSONs give."""
     out = []
-    if not LEDGER.is_file() or LEDGER.read_text() != ledger(rows):
+    table = table if table is not None else estimator_table()
+    if not LEDGER.is_file() or LEDGER.read_text() != ledger(rows, table):
         out.append("docs/claims.md")
-    if README.read_text() != readme_with(README.read_text(), digest(rows)):
+    if README.read_text() != readme_with(README.read_text(), digest(rows), estimator_lines(table)):
         out.append("README.md (results table)")
     return out
 
@@ -162,8 +198,9 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         print(f"docs/claims.md and the README's results table agree with the JSONs ({len(rows)} claims)")
         return 0
-    LEDGER.write_text(ledger(rows))
-    README.write_text(readme_with(README.read_text(), digest(rows)))
+    table = estimator_table()
+    LEDGER.write_text(ledger(rows, table))
+    README.write_text(readme_with(README.read_text(), digest(rows), estimator_lines(table)))
     print(f"wrote docs/claims.md and the README's results table ({len(rows)} claims)")
     return 0
 

@@ -3,8 +3,12 @@
 Every claim is a dict: ``id``, ``area`` (learning, comparison, credit, speed), ``claim`` (the question it answers),
 ``scope`` (env, model, mode, device), ``unit`` and ``n``, ``parts`` (each an estimate with its interval, MDE and
 whether it is significant, from the JSON's own fields), ``direction`` (+1: the claim says higher; -1: lower; 0: a
-measurement), ``source`` and, for the README's digest, ``digest`` (a short question and scope). The interval's field names
-live in ``FIELDS`` only, so a benchmark that renames them changes one line here.
+difference either way, or a measurement), ``source``, for the README's digest ``digest`` (a short question and
+scope), and where the verdict is not the rule's own, ``status`` (a withdrawn measurement) or ``no_mde`` (why the
+design has no MDE). The interval's field names live in ``FIELDS`` only, so a benchmark that renames them changes
+one line here. A t-based MDE is recomputed here from the JSON's standard error, degrees of freedom and Holm count
+(``benchmarks.stats.detectable``: exact power), not read from the JSON, whose older runs stored the
+normal-approximation MDE.
 """
 
 from __future__ import annotations
@@ -15,8 +19,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from benchmarks import RESULTS
+from benchmarks.stats import ALPHA, detectable, paired_diff, paired_values, ratio_of_means
 
-# the JSON fields of an estimate with its interval (paired_stats' names), and of the task-clustered one beside it
+# the JSON fields of an estimate with its interval (benchmarks.stats' names), and of the task-clustered one beside it
 FIELDS = {"estimate": "diff", "low": "low", "high": "high", "method": "interval", "mde": "mde", "p": "p",
           "clustered": "clustered", "significant": "holm_significant", "shown": "shown"}
 T_INTERVAL = "t-interval over seeds"
@@ -44,9 +49,13 @@ def part(figures: Mapping[str, Any], label: str = "", method: str | None = None,
     JSON made one, else the interval excluding 0, with McNemar's p below 0.05 where it has one). A ``secondary``
     part is shown beside the claim's verdict, not counted in it; ``short`` names it in the README's digest."""
     f = {key: figures.get(name) for key, name in FIELDS.items()}
+    identical = figures.get("se") == 0 and figures.get("diff") == 0 and "gained" not in figures
     out = {"label": label, "short": short or label, "estimate": f["estimate"], "low": f["low"], "high": f["high"],
-           "method": f["method"] or method or (BINARY_UNNAMED if "gained" in figures else ""), "mde": f["mde"],
-           "secondary": secondary}
+           "method": f["method"] or method or (BINARY_UNNAMED if "gained" in figures else ""),
+           "mde": _mde(figures, f["mde"]), "secondary": secondary}
+    if identical:  # an interval [0, 0] and an MDE of 0 would read as a measurement; they are one arm twice
+        out |= {"estimate": None, "method": "the two arms are identical on every seed: nothing is compared",
+                "mde": None}
     if isinstance(f["clustered"], Mapping):
         c = f["clustered"]
         out["by_task"] = {"low": c["low"], "high": c["high"], "clusters": c.get("clusters"), "unit": c.get("unit")}
@@ -57,10 +66,19 @@ def part(figures: Mapping[str, Any], label: str = "", method: str | None = None,
     return out
 
 
+def _mde(figures: Mapping[str, Any], stored: float | None) -> float | None:
+    """The MDE at the JSON's own Holm level by exact power where the JSON gives a t-test's ``se`` and ``df`` or a
+    paired table; the JSON's stored MDE otherwise."""
+    has_t = all(isinstance(figures.get(k), (int, float)) and math.isfinite(figures[k]) for k in ("se", "df"))
+    if "gained" in figures or has_t:
+        return detectable(figures, ALPHA / max(1, int(figures.get("m") or 1)))
+    return stored
+
+
 def claim(id_: str, area: str, text: str, scope: dict[str, str], unit: str, n: int, parts: list[dict],
-          direction: int, source: str, digest: tuple[str, str] | None = None) -> dict[str, Any]:
+          direction: int, source: str, digest: tuple[str, str] | None = None, **extra: Any) -> dict[str, Any]:
     return {"id": id_, "area": area, "claim": text, "scope": scope, "unit": unit, "n": n, "parts": parts,
-            "direction": direction, "source": f"benchmarks/results/{source}", "digest": digest}
+            "direction": direction, "source": f"benchmarks/results/{source}", "digest": digest} | extra
 
 
 ONE_RUN = "one run: covers validation draws, not run-to-run variance"  # where a JSON does not state its units
@@ -121,48 +139,121 @@ def seed_comparisons() -> list[dict[str, Any]]:
     alf_learned = [p for p in _llm_comparisons("llm_learning_alfworld_cpu_pairs.json")
                    if (p["kind"], p["a"]) == ("learned", "ecpo")]
     lag0 = [p for p in pipelined if p["comparison"] == "ecpo_lag1 - ecpo_lag0"]
+    alf_without = _without_selection_seed("llm_learning_alfworld_cpu_pairs.json")
+    grpo = [p for p in _llm_comparisons("llm_learning.json") if (p["kind"], p["a"], p["b"]) == ("vs", "grpo", "gigpo_std")]
     return [
         claim("L5", "learning", "ECPO training of an LLM raises late success over the start (corridor)",
               corridor_scope | {"mode": "native trainer, exact success"}, seeds, learned[0]["n"],
               [part(p, f"N = {p['N']}", T_INTERVAL) for p in sorted(learned, key=lambda p: int(p["N"]))], +1,
               "llm_learning.json", ("Does ECPO training of an LLM learn the corridor?", "SmolLM2, LLM corridor, CPU")),
-        claim("L6", "learning", "ECPO raises success on unseen small ALFWorld households (alfworld_cpu, 6 iterations)",
+        claim("L6", "learning", "ECPO raises success on unseen small ALFWorld households (alfworld_cpu, 6 iterations; "
+              f"the recipe was chosen on seed {SELECTION_SEED})",
               {"env": POOL, "model": SMOL, "mode": SCORE, "device": CPU}, seeds, alf_learned[0]["n"],
-              [part(p, f"N = {p['N']}", T_INTERVAL) for p in alf_learned], +1, "llm_learning_alfworld_cpu_pairs.json"),
-        claim("E6", "comparison", "Pipelined rollouts (lag 1) learn as well as lag 0 (ECPO)",
+              [part(p, f"N = {p['N']}", T_INTERVAL) for p in alf_learned]
+              + [part(p, f"N = {p['N']}, without seed {SELECTION_SEED} (the selection seed)", T_INTERVAL, secondary=True)
+                 for p in alf_without if (p["kind"], p["a"]) == ("learned", "ecpo")], +1,
+              "llm_learning_alfworld_cpu_pairs.json"),
+        claim("E6", "comparison", "Pipelined rollouts (lag 1) against lag 0 (ECPO): a difference in final exact success? "
+              "(no equivalence margin was registered, so a null reads 'no difference shown', not 'as well as')",
               corridor_scope | {"mode": "RLlib, 2 runners, lag 1 vs lag 0"}, seeds, lag0[0]["n"],
-              [part(lag0[0], "final exact success", T_INTERVAL)]
-              + [part(p, "episodes pooled over seeds (conditional on these runs)", secondary=True) for p in lag0[1:]],
+              [part(lag0[0], "final exact success", T_INTERVAL),
+               part(_seed_clustered_validation("ecpo_lag1", "ecpo_lag0"), "final validation episodes, clustered by "
+                    "seed (the seed's success rate as the unit)", T_INTERVAL, secondary=True)],
               0, "pipelined_learning.json"),
         claim("E1", "comparison", "ECPO beats GiGPO w/std in late success (corridor, N = 4 and 8)",
               corridor_scope | {"mode": "native trainer, exact success"}, seeds, corridor[max(corridor)]["n"],
               [part(p, f"N = {n}", T_INTERVAL) for n, p in sorted(corridor.items())], +1, "llm_learning.json",
               ("Does ECPO beat GiGPO w/std when training an LLM?", "SmolLM2, LLM corridor, CPU")),
+        claim("E7", "comparison", "GRPO against GiGPO w/std in late success (corridor): a difference either way? "
+              "(in the LLM study's Holm family; 3 seeds)",
+              corridor_scope | {"mode": "native trainer, exact success"}, seeds, grpo[0]["n"],
+              [part(p, f"N = {p['N']}", T_INTERVAL) for p in sorted(grpo, key=lambda p: int(p["N"]))], 0,
+              "llm_learning.json", ("Does GRPO differ from GiGPO w/std when training an LLM?", "SmolLM2, LLM corridor, CPU")),
         claim("E2", "comparison", "ECPO beats GiGPO w/std in final exact success, 10 seeds (pipelined RLlib, lag 1)",
               corridor_scope | {"mode": "RLlib, 2 runners, pipelined (lag 1)"}, seeds, lag["n"],
               [part(lag, "final exact success", T_INTERVAL)], +1, "pipelined_learning.json",
               ("ECPO vs GiGPO w/std over 10 seeds?", "SmolLM2, LLM corridor, RLlib lag 1, CPU")),
-        claim("E3", "comparison", "ECPO beats GiGPO w/std on small ALFWorld households (alfworld_cpu)",
+        claim("E3", "comparison", "ECPO beats GiGPO w/std on small ALFWorld households (alfworld_cpu; the recipe was "
+              f"chosen on seed {SELECTION_SEED})",
               {"env": POOL, "model": SMOL, "mode": SCORE, "device": CPU}, seeds, alf[0]["n"],
-              [part(p, f"N = {p['N']}", T_INTERVAL) for p in alf], +1, "llm_learning_alfworld_cpu_pairs.json"),
+              [part(p, f"N = {p['N']}", T_INTERVAL) for p in alf]
+              + [part(p, f"N = {p['N']}, without seed {SELECTION_SEED} (the selection seed)", T_INTERVAL, secondary=True)
+                 for p in alf_without if (p["kind"], p["a"], p["b"]) == ("vs", "ecpo", "gigpo_std")], +1,
+              "llm_learning_alfworld_cpu_pairs.json"),
         claim("E4", "comparison", "ECPO beats GiGPO w/std on the pool: one seed pair (conditional on that pair)",
               {"env": f"{POOL}; a pool of 16", "model": SMOL, "mode": SCORE, "device": CPU},
               f"paired validation episodes; {pair_units}",
-              pair["trained"]["episodes"], [part(pair["trained"], "the pool"), part(pair["unseen"], "unseen", secondary=True)], +1,
-              "alfworld_cpu_pool_pair_seed0.json", ("ECPO vs GiGPO w/std on the ALFWorld pool?", "SmolLM2, ALFWorld pool, CPU")),
-        claim("E5", "comparison", "RLlib (2 runners) learns like the native trainer: gain difference",
+              pair["trained"]["episodes"], [part(pair["trained"], "the pool") | {"mde": None},
+                                            part(pair["unseen"], "unseen", secondary=True) | {"mde": None}], +1,
+              "alfworld_cpu_pool_pair_seed0.json", ("ECPO vs GiGPO w/std on the ALFWorld pool?", "SmolLM2, ALFWorld pool, CPU"),
+              no_mde="no MDE: one seed pair, and the seed is the unit of a comparison of methods"),
+        claim("E5", "comparison", "RLlib (2 runners) against the native trainer: a difference in exact-success gain? "
+              "(no equivalence margin was registered, so a null reads 'no difference shown', not 'learns like')",
               corridor_scope | {"mode": "RLlib 2 runners vs native"}, seeds, rllib["rllib gain - native gain"]["n"],
               [part(rllib["rllib exact-success gain"], "RLlib gain", T_INTERVAL, secondary=True),
                part(rllib["native exact-success gain"], "native gain", T_INTERVAL, secondary=True),
                part(rllib["rllib gain - native gain"], "RLlib - native", T_INTERVAL)], 0,
-              "rllib_llm_learning.json", ("Does RLlib (2 runners) train like the native trainer?", "SmolLM2, LLM corridor, CPU")),
+              "rllib_llm_learning.json", ("RLlib (2 runners) against native: a difference in gain?", "SmolLM2, LLM corridor, CPU")),
     ]
 
 
+SELECTION_SEED = 0  # alfworld_cpu's recipe was chosen on this seed's own validation (llm_learning_report.SELECTED_ON)
+
+
+def _without_selection_seed(name: str) -> list[dict[str, Any]]:
+    from benchmarks.llm_learning_report import comparisons, without_seed
+
+    return comparisons(without_seed(load(name)["results"], SELECTION_SEED))
+
+
+def _seed_clustered_validation(a: str, b: str) -> dict[str, Any]:
+    """``a - b`` on the final validation, clustered by seed: every seed validates the same number of episodes, so
+    the cluster-robust interval of the pooled difference is the t-interval over the seeds' success rates."""
+    runs = load("pipelined_learning.json")["runs"]
+    by_arm = {arm: {r["seed"]: r["val_success_after"] for r in runs if r["arm"] == arm} for arm in (a, b)}
+    _, diffs = paired_values(by_arm[a], by_arm[b], label=f"{a} - {b}")
+    return paired_diff(list(diffs))
+
+
+def _grpo_parts(runs: list[dict[str, Any]], env: str, a: str, b: str, label: str) -> list[dict[str, Any]]:
+    cells = {}
+    for r in runs:
+        if r["env_name"] == env and r["method"] in (a, b):
+            cells.setdefault((r["method"], r["group_size"]), {})[r["seed"]] = r["final_success"]
+    return [{"label": label, "N": n, **paired_diff(list(paired_values(cells[(a, n)], cells[(b, n)])[1]))}
+            for n in sorted({n for _, n in cells})]
+
+
+def grpo_rows(payload: Mapping[str, Any], envs: Mapping[str, tuple[str, str, str]], first: int) -> list[dict[str, Any]]:
+    """The credit study's GRPO rows, which its registered claims left out: GRPO against GiGPO w/std (a difference
+    either way) and ECPO against GRPO (ECPO claims higher), final success paired by seed, Holm-corrected as one
+    family of their own (added after the study: not part of its registered family)."""
+    from benchmarks.stats import apply_holm
+
+    runs, rows = payload["runs"], []
+    questions = (("grpo", "gigpo_std", "final success, GRPO - GiGPO w/std", 0,
+                  "GRPO against GiGPO w/std: a difference in final success? (added after the study)"),
+                 ("ecpo", "grpo", "final success, ECPO - GRPO", +1, "ECPO beats GRPO in final success (added after the study)"))
+    family = {(env, q): _grpo_parts(runs, env, q[0], q[1], q[2]) for env in envs for q in questions}
+    apply_holm([p for parts in family.values() for p in parts], [q[3] or 1 for (_, q), parts in family.items() for _ in parts])
+    digests: dict = {}
+    for (env, (a, b, label, direction, text)), parts in family.items():
+        env_text, model, mode = envs[env]
+        rows.append(claim(f"K{first + len(rows)}", "credit", text, {"env": env_text, "model": model, "mode": mode,
+                                                                    "device": CPU},
+                          "training seeds (paired by seed)", parts[0]["n"],
+                          [part(p, f"N = {p['N']}", T_INTERVAL) for p in parts], direction, "credit_study.json",
+                          digests.get((a, env))))
+    return rows
+
+
 def credit() -> list[dict[str, Any]]:
-    study = load("credit_study.json")["summary"]
+    payload = load("credit_study.json")
+    study = payload["summary"]
+    same = study["same_as_grpo"]["webshop"]
     envs = {"diagnostic": ("diagnostic corridor (tabular)", "tabular policy", "native trainer"),
-            "webshop": ("WebShop (tabular, d_min = 7 on 8-step episodes: rho ~ 0)", "tabular policy", "native trainer")}
+            "webshop": ((f"WebShop (tabular, d_min = 7 on 8-step episodes: rho ~ 0; ECPO = GRPO in {same['equal']}/"
+                         f"{same['total']} cells)"), "tabular policy", "native trainer")}
     digests = {("C3", "diagnostic"): ("Tabular policy: does ECPO beat GiGPO w/std in final success?",
                                       "diagnostic corridor, CPU"),
                ("C6", "diagnostic"): ("Tabular policy: does ECPO lower the advantage range?", "diagnostic corridor, CPU"),
@@ -171,10 +262,14 @@ def credit() -> list[dict[str, Any]]:
     rows = []
     for c in study["claims"]:  # the credit study's claims C1-C7, each on each environment
         env, model, mode = envs[c["env"]]
+        welch = all(str(p["a"]).startswith("N=") for p in c["parts"])  # C7: runs at two N share no training
+        unit, method = (("training runs (independent: N against N, Welch)", "Welch t-interval") if welch else
+                        ("training seeds (paired by seed)", T_INTERVAL))
         rows.append(claim(f"K{len(rows) + 1}", "credit", f"{c['id']}: {c['claim']}",
-                          {"env": env, "model": model, "mode": mode, "device": CPU}, "training seeds (paired)",
-                          c["parts"][0]["n"], [part(p, f"{p['label']}, N = {p['N']}", T_INTERVAL, short=f"N = {p['N']}") for p in c["parts"]],
+                          {"env": env, "model": model, "mode": mode, "device": CPU}, unit,
+                          c["parts"][0]["n"], [part(p, f"{p['label']}, N = {p['N']}", method, short=f"N = {p['N']}") for p in c["parts"]],
                           c["parts"][0]["direction"], "credit_study.json", digests.get((c["id"], c["env"]))))
+    rows += grpo_rows(payload, envs, len(rows) + 1)
     registered = load("credit_counterfactual_claim.json")
     reg = registered["registration"]
     explore = registered["exploratory"]
@@ -196,9 +291,9 @@ def credit() -> list[dict[str, Any]]:
 def real_alfworld_text(agents: Mapping[str, list[dict[str, Any]]]) -> str:
     """S10's figures: each agent's wins, the warm start minus the untrained model on the same games (paired by
     game: one seed, the same episode draws; Tango's interval, McNemar's p; where the untrained model won
-    none, the gain the design detects with 80 % power: ``paired_stats.mde_from_none_won``), the median seconds
+    none, the gain the design detects with 80 % power: ``stats.mde_from_none_won``), the median seconds
     an untrained episode took (its range and the load beside them in the JSON)."""
-    from benchmarks.paired_stats import mde_from_none_won, paired_outcomes
+    from benchmarks.stats import mde_from_none_won, paired_outcomes
 
     untrained = next(games for name, games in agents.items() if "untrained" in name)
     warm = next(((name, games) for name, games in agents.items() if "warm start" in name), None)
@@ -228,6 +323,9 @@ def speed() -> list[dict[str, Any]]:
     memory_k = load("candidate_memory.json")["figures"]
     peaks = {stage: max(f[stage]["peak_gb"] for f in memory_k.values()) for stage in ("sft after", "update after")}
     before_80 = {stage: memory_k["80"][stage]["peak_gb"] for stage in ("sft before", "update before")}
+    lags = [pipelined["lags"][k]["seconds_per_iteration"] for k in ("0", "1")]
+    short = {"S9": f"{ratio_of_means(*lags)['ratio']:.2f}x [{ratio_of_means(*lags)['low']:.2f}, "
+                   f"{ratio_of_means(*lags)['high']:.2f}] (ratio of means)"}
     rows = [
         ("S1", "Credit's cost: ECPO's time over GiGPO w/std's", {"env": f"{overhead['batch']['rows']:,}-row batch",
          "model": "-", "mode": "numpy, 1 thread", "device": CPU}, f"median of {overhead['reps']} repetitions",
@@ -264,13 +362,12 @@ def speed() -> list[dict[str, Any]]:
          "rllib_memory_after.json"),
         ("S8", "A WebShop step at 1,000 products", {"env": "WebShop, 1,000 products", "model": "-", "mode": "env step",
          "device": CPU}, "steps timed", webshop["step"]["count"],
-         f"median {webshop['step']['median_ms']:.2f} ms, p90 {webshop['step']['p90_ms']:.2f} ms",
+         (f"mean {webshop['step']['mean_ms']:.2f} ms, median {webshop['step']['median_ms']:.2f} ms, p90 "
+          f"{webshop['step']['p90_ms']:.2f} ms"),
          "env_throughput_webshop.json"),
         ("S9", "Pipelined rollouts (lag 1) against lag 0: wall time per iteration, SmolLM2 on the LLM corridor",
          {"env": "LLM corridor", "model": SMOL, "mode": "RLlib, 2 env runners, one local learner", "device": CPU},
-         "timed iterations (median)", len(pipelined["lags"]["1"]["seconds_per_iteration"]),
-         f"{pipelined['lags']['0']['median_seconds_per_iteration']:.1f} s -> "
-         f"{pipelined['lags']['1']['median_seconds_per_iteration']:.1f} s ({pipelined['measured_speedup']:.2f}x)",
+         "timed iterations per lag", len(pipelined["lags"]["1"]["seconds_per_iteration"]), pipelined_text(pipelined),
          "pipelined_rollouts.json", ("Do pipelined rollouts speed an iteration up?", "SmolLM2, LLM corridor, RLlib, CPU")),
         ("S10", "Real ALFWorld games on the CPU: the untrained model, a CPU-sized warm start, episode time",
          {"env": f"ALFWorld valid_seen, {len(untrained) // 6} games per task type, 50 steps", "model": SMOL,
@@ -286,9 +383,58 @@ def speed() -> list[dict[str, Any]]:
     ]
     return [claim(id_, "speed", text, scope, unit, n, [{"label": "", "estimate": None, "low": None, "high": None,
                                                         "method": figure, "mde": None, "significant": False,
-                                                        "secondary": False}],
-                  0, source, digest) for id_, text, scope, unit, n, figure, source, *rest in rows
-            for digest in (rest[0] if rest else None,)]
+                                                        "secondary": False,
+                                                        "digest": short.get(id_, figure)}],
+                  0, source, digest, **({"status": "withdrawn"} if id_ in WITHDRAWN else {}))
+            for id_, text, scope, unit, n, figure, source, *rest in rows for digest in (rest[0] if rest else None,)]
+
+
+WITHDRAWN = {"S9"}  # a measurement its own data do not support
+
+
+def pipelined_text(case: Mapping[str, Any]) -> str:
+    """S9, withdrawn: the 1.25x was a ratio of medians of 4 iterations a lag; the ratio of means with Fieller's
+    interval and the Mann-Whitney p from the same iterations say what those data support. A re-measurement
+    needs at least 20 interleaved iterations a lag (about 25 minutes of a 2-core machine); it was not run."""
+    lag0, lag1 = (case["lags"][k]["seconds_per_iteration"] for k in ("0", "1"))
+    r = ratio_of_means(lag0, lag1)
+    return (f"withdrawn: the 1.25x was a ratio of medians of {len(lag0)} iterations a lag; their ratio of means "
+            f"(lag 0 over lag 1) is {r['ratio']:.2f} [{r['low']:.2f}, {r['high']:.2f}] (Fieller), Mann-Whitney p "
+            f"{r['p']:.2f}; not re-measured (needs >= 20 interleaved iterations a lag)")
+
+
+def estimator_table() -> dict[str, Any]:
+    """Issue 57's comparison as the ledger shows it: one row per estimator, one column per testbed of the
+    registered protocol (``benchmarks/estimator_comparison.yaml``), each cell the arm minus GiGPO w/std with its
+    interval and verdict from ``estimator_comparison.json``, or why the cell has none."""
+    from benchmarks.estimator_comparison import RAW_RUNS, RESULT_JSON, load_protocol
+
+    protocol = load_protocol()
+    table = json.loads(RESULT_JSON.read_text())["table"] if RESULT_JSON.is_file() else {}
+    testbeds = [t["name"] for t in protocol["testbeds"]]
+    status = {t["name"]: t.get("status", "registered, not run yet") for t in protocol["testbeds"]}
+    if not table and RAW_RUNS.is_file():  # runs under way or stopped: how far, and no verdict before the last seed
+        done: dict[str, int] = {}
+        for line in RAW_RUNS.read_text().splitlines():
+            run = json.loads(line)
+            done[run["env_name"]] = done.get(run["env_name"], 0) + 1
+        total = int(protocol["seeds"]) * len(protocol["arms"])
+        status |= {name: f"incomplete: {count} of {total} runs, no verdict before the registered seed count"
+                   for name, count in done.items()}
+    rows = []
+    for arm in protocol["arms"]:
+        cells = []
+        for testbed in testbeds:
+            part = table.get(arm, {}).get(testbed)
+            if part is None:
+                cells.append(status[testbed])
+            elif part.get("reference"):
+                cells.append(f"reference (mean {part['mean']:.3f})")
+            else:
+                beside = f" (MDE {part['mde']:.3f})" if not part["holm_significant"] and part.get("mde") else ""
+                cells.append(f"{part['diff']:+.3f} [{part['low']:+.3f}, {part['high']:+.3f}]: {part['verdict']}{beside}")
+        rows.append((arm, cells))
+    return {"testbeds": testbeds, "rows": rows, "seeds": protocol.get("seeds"), "source": RESULT_JSON.name}
 
 
 def _memory(memory: Mapping[str, Any], model: str, setting: str) -> float:

@@ -5,7 +5,7 @@ computed whatever machine wrote them), refuses reports of different protocols, l
 not finish every iteration (named, not pairs), and gives the first arm minus the second after training:
 
 - across seeds, the seed as the unit: the mean of the per-seed differences with its t-interval and the MDE from
-  the seeds (only from five seeds on: ``paired_stats.mde``). This is the answer about the two training
+  the seeds (only from five seeds on: ``stats.mde``). This is the answer about the two training
   procedures, and the one line a report states as its result;
 - per seed, on every validation episode and, where the preset has a training pool, on the trained and the unseen
   tasks apart (Tango's interval, McNemar's p, by task where tasks repeat): one pair of runs each, covering the
@@ -27,7 +27,7 @@ from typing import Any
 
 from benchmarks import ArgumentParser, fail, write_report
 from benchmarks.gpu_comparison_report import TEMPERATURES, score
-from benchmarks.paired_stats import fmt_clustered, fmt_part, paired_binary, paired_diff
+from benchmarks.stats import fmt_clustered, fmt_part, paired_binary, paired_diff
 from benchmarks.validation_parts import label
 
 PROTOCOL_KEYS = ("preset", "arms", "iterations", "train_tasks", "sft_preset", "sft_seed")

@@ -7,7 +7,7 @@ shuffle seed, each estimator applies one update, and the change in exact success
 lucky-singleton anchors is compared per batch. One job per file:
 
 * ``credit_counterfactual_protocol.py``: the arms, the concentration checkpoints, one batch's measurements;
-* ``credit_counterfactual_report.py``: paired comparisons vs gigpo_std (``paired_stats``), verdicts, markdown;
+* ``credit_counterfactual_report.py``: paired comparisons vs gigpo_std (``stats``), verdicts, markdown;
 * this file: the command line, the process pool over arms, the outputs.
 
     python -m benchmarks.credit_counterfactual            # the committed protocol (~60 min niced, 2 cores)

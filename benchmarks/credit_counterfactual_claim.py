@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks import RESULTS, ArgumentParser, write_report
-from benchmarks.paired_stats import holm
+from benchmarks.stats import holm
 
 REGISTRATION: dict[str, Any] = {
     "registered": "2026-11-27, before any run of checkpoint seeds 3 and on",

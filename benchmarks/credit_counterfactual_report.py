@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.credit_counterfactual_claim import claim_lines
-from benchmarks.paired_stats import apply_holm, claim_verdict, fmt_part, keyed, paired_diff, paired_values
+from benchmarks.stats import apply_holm, claim_verdict, fmt_part, keyed, paired_diff, paired_values
 
 BASELINE = "gigpo_std"
 METRICS = ("delta_j", "lucky", "lucky_sv", "rare_sv", "term_lucky")

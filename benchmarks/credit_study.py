@@ -24,7 +24,7 @@ import multiprocessing as mp
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,9 +51,14 @@ def _worker_init() -> None:
 
 
 def run_study(protocol: dict[str, Any], env_names: Sequence[str] | None = None, workers: int | None = None,
-              progress: bool = True) -> list[dict[str, Any]]:
-    """Train every cell of the protocol over a process pool; results in spec order of completion."""
-    specs = run_specs(protocol, env_names)
+              progress: bool = True, done: Sequence[dict[str, Any]] = (),
+              on_run: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+    """Train every cell of the protocol over a process pool; results in spec order of completion. Cells already
+    in ``done`` (finished runs, e.g. read back after an interruption) are not trained again and are returned with
+    the rest; ``on_run`` sees each new run as it finishes (to keep it on disk at once)."""
+    cell = lambda r: (r["env_name"], r["method"], r["group_size"], r["seed"])
+    finished = {cell(r) for r in done}
+    specs = [spec for spec in run_specs(protocol, env_names) if cell(spec) not in finished]
     workers = int(workers or protocol.get("workers", 2))
     runs = []
     started = time.perf_counter()
@@ -66,6 +71,8 @@ def run_study(protocol: dict[str, Any], env_names: Sequence[str] | None = None, 
     try:
         for k, run in enumerate(iterator, 1):
             runs.append(run)
+            if on_run is not None:
+                on_run(run)
             if progress:
                 print(f"[{k}/{len(specs)}] {run['env_name']} {run['method']} N={run['group_size']} "
                       f"seed={run['seed']}: final success {run['final_success']:.3f} "
@@ -74,6 +81,7 @@ def run_study(protocol: dict[str, Any], env_names: Sequence[str] | None = None, 
         if pool is not None:
             pool.close()
             pool.join()
+    runs = [*done, *runs]
     runs.sort(key=lambda r: (r["env_name"], r["method"], r["group_size"], r["seed"]))
     return runs
 

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.credit_study_report import METHOD_LABELS
-from benchmarks.credit_study_stats import t975
+from benchmarks.stats import t975
 
 
 def plot_study(runs: Sequence[dict[str, Any]], summary: dict[str, Any], prefix: Path) -> list[str]:

@@ -53,7 +53,8 @@ def run_specs(protocol: dict[str, Any], env_names: Sequence[str] | None = None) 
             continue
         for n in protocol["group_sizes"]:
             for method in protocol["methods"]:
-                for seed in range(int(protocol["seeds"])):
+                offset = int(protocol.get("seed_offset", 0))  # a pilot's seeds lie apart from the study's
+                for seed in range(offset, offset + int(protocol["seeds"])):
                     specs.append({
                         "env_name": env["name"], "env_id": env["id"], "env_kwargs": env.get("kwargs") or {},
                         "iterations": int(env["iterations"]), "groups_per_batch": int(env["groups_per_batch"]),

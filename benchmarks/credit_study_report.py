@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.credit_study_stats import ANCHOR_READING, PAPER_READING
-from benchmarks.paired_stats import fmt_part
+from benchmarks.stats import fmt_part
 
 METHOD_LABELS = {
     "grpo": "GRPO",

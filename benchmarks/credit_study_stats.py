@@ -1,8 +1,8 @@
 """Credit study, the statistics: per-run scalars, mean and 95% intervals over seeds, and a verdict per paper claim.
 
-Cell intervals are Student-t intervals over seeds (quantiles from ``scipy.stats``). Methods of one (env, N) train
+Cell intervals are Student-t intervals over seeds (``benchmarks.stats.mean_ci``). Methods of one (env, N) train
 on the same seed ids, so a method difference is a *paired* interval over the per-seed differences, paired by the
-seed id stored with each run (``paired_stats``; misaligned cells are refused); differences across N are Welch.
+seed id stored with each run (``benchmarks.stats``; misaligned cells are refused); differences across N are Welch.
 All comparisons of a summary form one Holm family: a comparison *holds* when Holm rejects 0 on the claimed side,
 is *contradicted* when Holm rejects it on the other side, and is otherwise *not significant* (right sign) or *not
 supported* (wrong sign), with the minimum detectable effect stored beside it.
@@ -11,64 +11,25 @@ supported* (wrong sign), with the minimum detectable effect stored beside it.
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
-from benchmarks.paired_stats import (
+from benchmarks.stats import (
     MisalignedCells,
     apply_holm,
     claim_verdict,
+    mean_ci,
     paired_diff,
     paired_values,
+    pearson,
     welch_diff,
 )
 
 # The two readings of ECPO's eq. eca_adv (issue 17): sigma_act as written, and the anchor's occurrence-level std
 # (the scale App. C's bound is stated on). Compared head to head by summarize()'s "readings" entry.
 PAPER_READING, ANCHOR_READING = "ecpo", "ecpo_anchor_scale"
-
-
-def t975(df: int) -> float:
-    """Two-sided 95% Student-t quantile with ``df`` degrees of freedom (NaN below 1)."""
-    return float(stats.t.ppf(0.975, df)) if df >= 1 else float("nan")
-
-
-def mean_ci(values: Sequence[float]) -> dict[str, float]:
-    """Mean and 95% t-interval half-width over seeds (NaNs dropped)."""
-    x = np.asarray([v for v in values if v is not None and not math.isnan(v)], dtype=float)
-    if len(x) == 0:
-        return {"mean": float("nan"), "ci": float("nan"), "n": 0}
-    half = t975(len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)) if len(x) > 1 else float("nan")
-    return {"mean": float(x.mean()), "ci": float(half), "n": len(x)}
-
-
-def diff_ci(a: Sequence[float], b: Sequence[float]) -> dict[str, float]:
-    """mean(a) - mean(b) with a Welch 95% interval (conservative df = min(n_a, n_b) - 1)."""
-    x = np.asarray([v for v in a if not math.isnan(v)], dtype=float)
-    y = np.asarray([v for v in b if not math.isnan(v)], dtype=float)
-    if len(x) < 2 or len(y) < 2:
-        return {"diff": float("nan"), "low": float("nan"), "high": float("nan")}
-    d = float(x.mean() - y.mean())
-    half = t975(min(len(x), len(y)) - 1) * math.sqrt(x.var(ddof=1) / len(x) + y.var(ddof=1) / len(y))
-    return {"diff": d, "low": d - half, "high": d + half}
-
-
-def verdict(d: dict[str, float], direction: int) -> str:
-    """'holds' when the 95% interval of the difference lies on the claimed side of 0, 'contradicted' when it
-    lies on the other side, else 'not significant' (right sign) / 'not supported' (wrong sign)."""
-    low, high, diff = d["low"] * direction, d["high"] * direction, d["diff"] * direction
-    if math.isnan(diff):
-        return "no data"
-    lo, hi = min(low, high), max(low, high)
-    if lo > 0:
-        return "holds"
-    if hi < 0:
-        return "contradicted"
-    return "not significant" if diff > 0 else "not supported"
 
 
 def _segment(curve: Sequence[float], fraction: float, late: bool) -> np.ndarray:
@@ -250,13 +211,3 @@ def reading_verdict(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
                PAPER_READING if for_paper else "cannot tell")
     return {"parts": list(parts), "favours": favours, "for_anchor_scale": for_anchor, "for_ecpo": for_paper,
             "total": sum(p["verdict"] != "no data" for p in parts)}
-
-
-def pearson(x: Sequence[float], y: Sequence[float]) -> float:
-    """Pearson correlation over the pairs where both are finite (NaN when undefined)."""
-    a, b = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    keep = np.isfinite(a) & np.isfinite(b)
-    a, b = a[keep], b[keep]
-    if len(a) < 3 or a.std() == 0 or b.std() == 0:
-        return float("nan")
-    return float(np.corrcoef(a, b)[0, 1])

@@ -8,8 +8,9 @@ question on that setting, in one command of at most 10 minutes:
 2. the validation before training on the preset's validation episodes (``alfworld_gpu``: 400 unseen tasks x 2,
    every choice's random draw fixed by (seed, copy, step)) at the preset's temperature (T = 0.4) and again greedily
    (T = 0) on the same episodes: validation does not depend on the credit estimator, so one serves every arm;
-3. each arm (``--arms``, default ``ecpo gigpo_std``): a trainer from the warm start with that estimator and the same
-   seed (the first iteration's rollouts are the same for every arm), N iterations, then both validations again.
+3. each arm (``--arms``, default ``ecpo gigpo_std``; ``--registered``: issue 57's nine, GiGPO w/std first): a
+   trainer from the warm start with that estimator and the same seed (the first iteration's rollouts are the
+   same for every arm), N iterations, then both validations again.
    N is the same for every arm, sized from the first iteration so every arm and its closing validations fit the
    time limit (``--iterations`` fixes it instead). On CUDA the arms run side by side, each in a process of its own
    on the one GPU (``--parallel``, the default there), elsewhere one after the other, both through
@@ -63,6 +64,15 @@ from benchmarks.gpu_comparison_report import render, score
 from benchmarks.gpu_learning import DEFAULT_MODEL, ROOT, learning_overrides, write_smoke_model
 from benchmarks.gpu_run import device_facts
 from benchmarks.gpu_window import GPU_RUN, closing_seconds, first_run_rates, plan_text, window_plan
+
+
+def registered_arms() -> list[str]:
+    """Issue 57's arms (PGPO, HGPO, GraphGPO, PACE beside GRPO, GiGPO w/std and ECPO's), the reference first: the
+    arm every other one is compared with here, as in the registered protocol."""
+    from benchmarks.estimator_comparison import load_protocol
+
+    protocol = load_protocol()
+    return [protocol["reference"]] + [arm for arm in protocol["arms"] if arm != protocol["reference"]]
 
 
 def iterations_that_fit(left: float, first_wall: float, validation: float, build: float, arms: int) -> int:
@@ -197,6 +207,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes on any device (for tests)")
     parser.add_argument("--arms", nargs="+", default=["ecpo", "gigpo_std"], help="credit estimators, first = ECPO")
+    parser.add_argument("--registered", action="store_true",
+                        help="the arms of issue 57's registered comparison (benchmarks/estimator_comparison.yaml), its "
+                             "reference GiGPO w/std first; replaces --arms")
     parser.add_argument("--time-limit", type=float, default=450.0, help="seconds for the whole command")
     parser.add_argument("--iterations", type=int, default=None, help="iterations per arm (default: what fits)")
     parser.add_argument("--max-iterations", type=int, default=200)
@@ -223,6 +236,8 @@ def main(argv: list[str] | None = None) -> int:
                 "it holds no outcomes after training (the run stopped before its first closing validation)",
                 score, render)
         return 0
+    if args.registered:
+        args.arms = registered_arms()
     if len(args.arms) < 2 or len(set(args.arms)) != len(args.arms):
         fail(f"--arms {' '.join(args.arms)}: give two or more different estimators, the first the one the others "
              "are compared with")

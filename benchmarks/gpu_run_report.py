@@ -34,7 +34,7 @@ def outcomes(validation_line: Mapping[str, Any]) -> list[list]:
 
 def paired_test(before: list[list], after: list[list]) -> dict[str, Any]:
     """Success before and after on the same episodes, and, where scipy is installed, the paired test of
-    ``benchmarks/paired_stats.paired_outcomes`` (Tango's interval, Newcombe's, McNemar's p, the MDE, and the
+    ``benchmarks/stats.paired_outcomes`` (Tango's interval, Newcombe's, McNemar's p, the MDE, and the
     interval clustered by task, since every task is validated more than once). The GPU machine may lack scipy:
     the run stores the outcomes, and re-rendering its JSON here fills the test in."""
     first = {(t, c): w for t, c, w in before}
@@ -42,7 +42,7 @@ def paired_test(before: list[list], after: list[list]) -> dict[str, Any]:
     out = {"episodes": len(first), "success_before": sum(first.values()) / max(len(first), 1),
            "success_after": sum(second.values()) / max(len(second), 1)}
     try:
-        from benchmarks.paired_stats import paired_outcomes
+        from benchmarks.stats import paired_outcomes
     except ImportError:  # no scipy here
         return out | {"test": "not computed (no scipy): re-render with benchmarks/gpu_run_report.py"}
     return out | paired_outcomes(first, second, label="the validations before and after training",
@@ -98,7 +98,7 @@ def _paired_line(label: str, test: Mapping[str, Any] | None) -> str:
         return f"{line}; paired test {test.get('test', 'not computed')}"
     if test["gained"] + test["lost"] == 0:
         return f"{line}; no episode changed its outcome"
-    from benchmarks.paired_stats import fmt_clustered  # the test is filled in, so scipy is here
+    from benchmarks.stats import fmt_clustered  # the test is filled in, so scipy is here
     by_task = f"; by task {fmt_clustered(test)}" if test.get("clustered") else ""
     return (f"{line} ({test['gained']} gained, {test['lost']} lost): change {test['diff']:+.3f} "
             f"[{test['low']:+.3f}, {test['high']:+.3f}] (Tango 95 %){by_task}, McNemar p = {test['p']:.3g}, "

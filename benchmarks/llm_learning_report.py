@@ -5,7 +5,7 @@ Two families of comparisons, each Holm-corrected on its own: by seed (each metho
 its first validation, and the methods against one another, paired by seed id), and, where the runs kept their
 ``validation.jsonl``, by episode pooled over seeds (each validation episode pairs with itself before and after
 training and across the methods of one seed, since validation fixes every draw by (seed, copy, step)), with
-Tango's interval, McNemar's exact p, the interval clustered by task and the MDE (``paired_stats.paired_outcomes``):
+Tango's interval, McNemar's exact p, the interval clustered by task and the MDE (``stats.paired_outcomes``):
 a secondary, conditional line beside the seed-level verdicts, which carry the run-to-run variance.
 
 A preset whose recipe was chosen by looking at one seed's own validation (``SELECTED_ON``) carries a winner's
@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from benchmarks.paired_stats import (
+from benchmarks.stats import (
     MIN_UNITS_FOR_MDE,
     apply_holm,
     fmt_clustered,
@@ -178,7 +178,7 @@ def _said(part: dict) -> str:
         return "one seed: no verdict"
     if part["holm_significant"]:
         return "higher (Holm-significant)" if part["diff"] > 0 else "lower (Holm-significant)"
-    return "not significant"  # (the MDE stands beside the interval: paired_stats.fmt_part)
+    return "not significant"  # (the MDE stands beside the interval: stats.fmt_part)
 
 
 def success_said(results: dict) -> str:

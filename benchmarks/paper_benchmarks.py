@@ -48,7 +48,7 @@ The benchmarks (``BENCHMARKS``):
 first arm's (ECPO's) success on all validation episodes after training minus before (ALFWorld: ``valid_seen``
 All; WebShop: success on the 100 held-out goals x 2; search-QA: exact match on the 100 HotpotQA questions x 2 and
 the generated set's 100 x 2 together, All), paired episode by episode, with the interval of
-``paired_stats.paired_outcomes`` at 0.95: learning is *shown* only where the interval lies above 0, otherwise
+``stats.paired_outcomes`` at 0.95: learning is *shown* only where the interval lies above 0, otherwise
 "not shown" with the MDE. Where both arms ran the same number of iterations: ECPO's success after minus GiGPO
 w/std's after, on the same episodes, read the same way (ECPO better only where the interval excludes 0). Search-QA:
 where the invalid-action rate exceeds 0.5 both before and after, no learning figure is read; the rate is the

@@ -3,7 +3,7 @@ by episode, and the registered endpoint, from the episodes the program stored.
 
 No torch and no scipy needed: the GPU machine renders it after every stage (the paired tests then read "not
 computed"), and here ``python -m benchmarks.paper_benchmarks --rescore OUT`` renders it again with the tests
-(``gpu_run_report.paired_test``, i.e. ``paired_stats.paired_outcomes``).
+(``gpu_run_report.paired_test``, i.e. ``stats.paired_outcomes``).
 
 An episode is stored as ``{"set", "task", "copy", "type", "won", "score", "invalid", "steps"}``: the validation set
 it belongs to, its task id and copy (the pair key: before and after play the same ``(set, task, copy)`` with the
@@ -62,7 +62,7 @@ def invalid_rate(episodes: Sequence[Mapping[str, Any]]) -> float:
 def compare(benchmark: str, before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, Any]]
             ) -> dict[str, dict[str, Any]]:
     """Per column: success before and after with the paired test (``paired_test``: the interval of
-    ``paired_stats.paired_outcomes`` where scipy is), the mean score on both sides and the invalid-action rate."""
+    ``stats.paired_outcomes`` where scipy is), the mean score on both sides and the invalid-action rate."""
     first, second = pair_lists(before, after)
     out = {}
     for column, idx in columns(benchmark, before).items():

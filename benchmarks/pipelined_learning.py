@@ -7,10 +7,10 @@ random numbers (the same seed validates the same episodes: two runs of one seed 
 comparisons, each paired by seed: ECPO lag 1 - ECPO lag 0, and ECPO lag 1 - GiGPO w/std lag 1, on
 
 - final exact success (the corridors' DP value of the policy: no sampling noise), the seed as the unit: the
-  paired 95 % t-interval over seeds and the MDE from the seeds (``paired_stats.paired_diff``); the answer;
+  paired 95 % t-interval over seeds and the MDE from the seeds (``stats.paired_diff``); the answer;
 - secondary, conditional on the runs trained: the final validation episodes pooled over all seeds and paired
   episode by episode, Tango's interval, McNemar's p, the interval clustered by task and the MDE
-  (``paired_stats.paired_outcomes``).
+  (``stats.paired_outcomes``).
 
 Runs are appended to ``--runs`` (JSON lines) as they finish, so an interrupted study resumes where it stopped;
 ``--report`` only reads them and writes ``benchmarks/results/pipelined_learning.json`` and ``.md``.
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import RAW_RESULTS, RESULTS, ArgumentParser, require_model
-from benchmarks import paired_stats as ps
+from benchmarks import stats as ps
 from ecpo_train.policies.atomic import write_text
 
 ARMS = {"ecpo_lag0": ("ecpo", 0), "ecpo_lag1": ("ecpo", 1), "gigpo_std_lag1": ("gigpo_std", 1)}

@@ -5,7 +5,7 @@ before training (iteration 0) and after its last iteration on the same episodes 
 the two validations pair position by position. This script reads the run folder and reports, for the episodes of
 the tasks the run trained on (the positive control's and the pool's primary endpoint) and for the others (unseen
 tasks, secondary), Tango's unconditional interval, McNemar's exact test, the interval clustered by task (each task
-is validated several times) and the smallest effect the run could detect (``paired_stats``), beside what the run
+is validated several times) and the smallest effect the run could detect (``stats``), beside what the run
 was doing: rollout success per iteration, the share of ECPO's anchors the gate opened, lucky singletons per
 batch, the share of rows that carried an advantage, optimizer steps.
 
@@ -37,7 +37,7 @@ from typing import Any
 import yaml
 
 from benchmarks import ArgumentParser, fail
-from benchmarks.paired_stats import ALPHA, fmt_clustered, paired_outcomes
+from benchmarks.stats import ALPHA, fmt_clustered, paired_outcomes
 from benchmarks.validation_parts import split
 from ecpo_train.policies.atomic import write_text
 from ecpo_train.runtime.config_values import read_yaml

@@ -32,8 +32,7 @@ import time
 from pathlib import Path
 
 from benchmarks import RESULTS, ArgumentParser, require_model
-from benchmarks.paired_stats import apply_holm, keyed, mde_text, paired_diff, paired_values
-from benchmarks.rate_intervals import wald_diff, wilson
+from benchmarks.stats import apply_holm, keyed, mde_text, paired_diff, paired_values, wald_diff, wilson
 from ecpo_train.policies.atomic import write_text
 
 SPLIT = ("time/generation", "time/env", "time/update")

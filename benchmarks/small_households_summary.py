@@ -12,8 +12,8 @@ rows, optimizer steps and time split (``benchmarks/results/raw/small_households/
 its last) add the paired comparison: validation fixes every choice's uniform draw by (seed, copy, step), so
 the same validation episode before and after training differs only where the policy does. Episodes pair by
 (task, copy); written: the gained and lost episodes, McNemar's exact p, the paired difference with Tango's
-unconditional score 95 % interval (``paired_stats.paired_binary``), the share of episodes that changed, and the
-minimum detectable effect (80 % power at that share: ``paired_stats.mcnemar_mde``).
+unconditional score 95 % interval (``stats.paired_binary``), the share of episodes that changed, and the
+minimum detectable effect (80 % power at that share: ``stats.mcnemar_mde``).
 
     python -m benchmarks.small_households_summary --restat S1.json S2.json ...
 
@@ -29,8 +29,7 @@ import math
 from pathlib import Path
 
 from benchmarks import ArgumentParser
-from benchmarks.paired_stats import MisalignedCells, paired_binary, paired_outcomes
-from benchmarks.rate_intervals import newcombe, wald_diff, wilson
+from benchmarks.stats import MisalignedCells, newcombe, paired_binary, paired_outcomes, wald_diff, wilson
 from ecpo_train.policies.atomic import write_text
 
 ITERATION_KEYS = ("iteration", "success", "num_steps", "update/rows_computed", "update/rows_skipped",
@@ -94,7 +93,7 @@ def paired(before: dict, after: dict, before_path: str, after_path: str) -> dict
 
 
 def paired_block(test: dict) -> dict:
-    """The summary's paired fields from :func:`paired_stats.paired_outcomes` (or ``paired_binary``)."""
+    """The summary's paired fields from :func:`stats.paired_outcomes` (or ``paired_binary``)."""
     out = {"episodes": test["episodes"], "gained": test["gained"], "lost": test["lost"], "mcnemar_p": test["p"],
            "paired_gain": test["diff"], "changed_share": round(test["discordant_share"], 4),
            "paired_gain_tango95": [round(test["low"], 4), round(test["high"], 4)],

@@ -26,14 +26,14 @@ def test_bench_runs_a_benchmark_script_with_its_arguments(tmp_path):
 
 
 def test_bench_rejects_unknown_names_in_one_line_listing_the_benchmarks():
-    for name in ("nope", "paired_stats"):  # paired_stats is a module of the package, but a library (no main)
+    for name in ("nope", "stats"):  # stats is a module of the package, but a library (no main)
         result = runner.invoke(app, ["bench", name])
         assert result.exit_code == 2, result.output
         lines = result.output.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith(f"error: unknown benchmark {name!r}; choose one of ")
         listed = lines[0].split("choose one of ")[1].split(", ")
         assert {"credit_overhead", "credit_study", "env_throughput", "gpu_run"} <= set(listed)
-        assert "paired_stats" not in listed and "__init__" not in listed
+        assert "stats" not in listed and "__init__" not in listed
 
 
 def test_bench_outside_a_checkout_is_one_clear_line(tmp_path, monkeypatch):

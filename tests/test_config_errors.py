@@ -86,10 +86,14 @@ def test_every_credit_field_round_trips_from_yaml_and_cli(tmp_path):
     preset = tmp_path / "p.yaml"
     preset.write_text("policy: tabular\nenv_id: ecpo/DivergentAnchor-v0\nalgorithm: gigpo_std\n"
                       "credit: {gamma: 0.9, omega: 0.5, kappa: 3.0, tau: 1.5, d_min: 2, rho_min: 0.25, eps: 0.001, "
-                      "compat: verl-agent}\n")
+                      "compat: verl-agent, pgpo_alpha: 1.0, pgpo_beta: 0.5, pgpo_gamma: 0.9, hgpo_history: 3, "
+                      "hgpo_alpha: 2.0, hgpo_std: false, hgpo_base_group: true, graph_gamma: 0.2, "
+                      "graph_success_return: 5.0, pace_cosine: 0.9}\n")
     from_yaml = load_config(str(preset)).credit_hyperparameters()
     assert from_yaml == {"gamma": 0.9, "omega": 0.5, "kappa": 3.0, "tau": 1.5, "d_min": 2, "rho_min": 0.25,
-                         "eps": 0.001, "compat": "verl-agent"}
+                         "eps": 0.001, "compat": "verl-agent", "pgpo_alpha": 1.0, "pgpo_beta": 0.5, "pgpo_gamma": 0.9,
+                         "hgpo_history": 3, "hgpo_alpha": 2.0, "hgpo_std": False, "hgpo_base_group": True,
+                         "graph_gamma": 0.2, "graph_success_return": 5.0, "pace_cosine": 0.9}
     overrides = [f"credit.{k}={v}" for k, v in from_yaml.items()]
     from_cli = load_config("quickstart", ["algorithm=gigpo_std", *overrides]).credit_hyperparameters()
     assert from_cli == from_yaml

@@ -202,6 +202,17 @@ def test_fig1_advantages_of_every_estimator_by_hand():
     }
     expected = {name: (grpo_win + a_win, grpo_loss + a_loss, grpo_win + b) for name, (a_win, a_loss, b) in step.items()}
     expected["rloo"] = (10 - 60 / 7, 0 - 10.0, 10 - 60 / 7)  # R_i - mean of the other seven
+    # PACE: Q^(s, a) - V^(s), A's 60/7 and B's 10 against the anchor's 8.75, on GRPO's term
+    expected["pace"] = (grpo_win + 60 / 7 - 8.75, grpo_loss + 60 / 7 - 8.75, grpo_win + 1.25)
+    # PGPO, no episode term: at the last step delta = r_T - Phi = (1.25, -8.75), z-scored like GiGPO_w/std's term,
+    # weighted by (1 - 7/8)^2 and added to it
+    expected["pgpo"] = tuple(v * (1 + 1 / 64) / sigma for v in (1.25, -8.75, 1.25))
+    # HGPO, no episode term: only level 1 (the anchor) has a group; population std sqrt(10.9375); weight 2/(2 + eps)
+    expected["hgpo"] = tuple(v / (math.sqrt(10.9375) + EPS) * 2 / (2 + EPS) for v in (1.25, -8.75, 1.25))
+    # GraphGPO: from the anchor, seven transitions reach success (d 0: 10) and one a dead end (d = 7 + 1: 1e-7)
+    leaving = np.array([10.0] * 7 + [10 * 0.1**8])
+    z = (leaving - leaving.mean()) / (leaving.std(ddof=1) + EPS)
+    expected["graphgpo"] = (grpo_win + z[0], grpo_loss + z[7], grpo_win + z[0])
     assert set(expected) == set(available_estimators(needs_values=False))  # every critic-free estimator
     win, loss, b = anchor_rows[0], anchor_rows[6], anchor_rows[7]  # trajectory 6 is A's failure
     for name, values in expected.items():

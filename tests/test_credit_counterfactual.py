@@ -14,7 +14,9 @@ from benchmarks import (
     credit_counterfactual,
     credit_counterfactual_protocol,
     credit_counterfactual_report,
-    paired_stats,
+)
+from benchmarks import (
+    stats as bench_stats,
 )
 
 ANCHOR, DEPTH = "anchor", 7
@@ -106,7 +108,7 @@ def test_fig1_batch_drives_each_estimator_to_the_expected_sign_of_delta_log_pi_r
 
 
 def test_pairing_by_seed_id_refuses_misaligned_cells_and_ignores_list_order():
-    ps = paired_stats
+    ps = bench_stats
     a = ps.keyed([1.0, 2.0, 4.0], seeds=[0, 1, 2])
     b = ps.keyed([0.5, 1.0, 1.0], seeds=[2, 0, 1])  # the same seeds stored in another order
     seeds, diffs = ps.paired_values(a, b)
@@ -121,13 +123,14 @@ def test_pairing_by_seed_id_refuses_misaligned_cells_and_ignores_list_order():
 
 
 def test_paired_interval_holm_and_mde_match_textbook_values():
-    ps = paired_stats
+    ps = bench_stats
     part = ps.paired_diff([1.0, 2.0, 3.0, 4.0, 5.0])
     assert part["diff"] == 3.0 and part["n"] == 5
     assert part["high"] - 3.0 == pytest.approx(2.776445105 * math.sqrt(2.5) / math.sqrt(5), rel=1e-8)
     assert part["p"] == pytest.approx(0.013235599, rel=1e-6)
-    # MDE at 80% power, alpha 0.05, df 4: (t_.975 + t_.8) * se
-    assert part["mde"] == pytest.approx((2.776445105 + 0.940964840) * math.sqrt(0.5), rel=1e-6)
+    # MDE at 80% exact power, alpha 0.05, df 4: above the normal-approximation (t_.975 + t_.8) * se
+    assert ps.t_power(part["mde"], math.sqrt(0.5), 4) == pytest.approx(0.80, abs=1e-9)
+    assert part["mde"] > (2.776445105 + 0.940964840) * math.sqrt(0.5)
     assert ps.holm([0.01, 0.04, 0.03, 0.5]) == [True, False, False, False]
     assert ps.holm([0.001, 0.012, 0.02]) == [True, True, True]
     parts = [{"diff": 1.0, "p": 0.001, "se": 0.2, "df": 9, "n": 10, "low": 0.5, "high": 1.5},
@@ -141,7 +144,7 @@ def test_paired_interval_holm_and_mde_match_textbook_values():
 
 def test_counterfactual_summary_pairs_estimators_by_batch_seed():
     report = credit_counterfactual_report
-    ps = paired_stats
+    ps = bench_stats
 
     def batch(seed, ecpo_lucky):
         values = {"delta_j": 0.01, "lucky": 0.2, "lucky_sv": 0.2, "rare_sv": 0.0, "term_lucky": 0.3}

@@ -188,3 +188,13 @@ def test_the_gpu_pairs_and_the_run_folder_endpoint_split_and_score_the_same_epis
     for part in folder:
         for key in ("gained", "lost", "low", "high", "p"):
             assert folder[part][key] == pytest.approx(gpu[part][key]), (part, key)
+
+
+def test_the_registered_comparisons_arms_reference_first():
+    """``--registered``: issue 57's nine arms for the next GPU window, GiGPO w/std first (the one compared with)."""
+    from benchmarks.gpu_comparison import registered_arms
+    from ecpo_train.core.credit import available_estimators
+
+    arms = registered_arms()
+    assert arms[0] == "gigpo_std" and len(arms) == len(set(arms)) == 9
+    assert {"pgpo", "hgpo", "graphgpo", "pace", "ecpo", "grpo"} <= set(arms) <= set(available_estimators())

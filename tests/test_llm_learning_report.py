@@ -9,7 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from benchmarks import llm_learning, llm_learning_report, paired_stats
+from benchmarks import llm_learning, llm_learning_report
+from benchmarks import stats as bench_stats
 
 
 def _run(folder: Path, iterations: int, before: list[int], after: list[int]) -> None:
@@ -26,7 +27,7 @@ def _run(folder: Path, iterations: int, before: list[int], after: list[int]) -> 
 
 
 def test_paired_outcomes_counts_discordant_episodes_and_mcnemar():
-    ps = paired_stats
+    ps = bench_stats
     out = ps.paired_outcomes({1: 1, 2: 1, 3: 0, 4: 0, 5: 0, 6: 0}, {1: 1, 2: 0, 3: 1, 4: 1, 5: 1, 6: 0})
     assert (out["gained"], out["lost"], out["episodes"]) == (3, 1, 6)
     assert out["diff"] == pytest.approx(2 / 6)
@@ -85,7 +86,7 @@ def test_a_recipe_chosen_on_seed_0_is_stated_and_every_result_is_also_given_with
     assert "**Recipe selection.** Preset `alfworld_cpu`: the recipe (lr 3e-6 with a 9-step warm-up)" in text
     # by episode: 3 of 12 gained with seed 0 (Tango's interval; by task, over the 2 tasks at t with 1 df, it spans
     # nearly everything), none of 8 without it (Tango's +-z^2 / (8 + z^2) = +-0.324)
-    low, high = paired_stats.tango(3, 0, 12)
+    low, high = bench_stats.tango(3, 0, 12)
     assert (f"ecpo, final − first (12 episodes, seeds [0, 1, 2]): 3 gained, 0 lost, +0.250 [{low:+.3f}, {high:+.3f}] "
             "(no MDE (3 of 12 changed)), by task [-0.914, +0.961] (2 tasks, design effect 1.00), McNemar p 0.25 — "
             "not significant; without seed 0 (the recipe's selection seed): 0 gained, 0 lost, +0.000 [-0.324, +0.324] "

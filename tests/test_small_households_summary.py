@@ -6,12 +6,13 @@ import json
 
 import pytest
 
-from benchmarks import paired_stats, rate_intervals, small_households_summary
+from benchmarks import small_households_summary
+from benchmarks import stats as bench_stats
 
 
 def test_newcombe_interval_matches_the_published_example():
     """Newcombe (1998), method 10: 56/70 - 48/80 = 0.200, 95 % interval 0.0524 to 0.3339."""
-    low, high = rate_intervals.newcombe(48, 80, 56, 70)
+    low, high = bench_stats.newcombe(48, 80, 56, 70)
     assert (round(low, 4), round(high, 4)) == (0.0524, 0.3339)
 
 
@@ -62,8 +63,8 @@ def test_paired_comparison_counts_gained_and_lost_episodes(tmp_path):
     assert (out["gained"], out["lost"], out["episodes"], out["iteration_after"]) == (5, 1, 12, 3)
     assert out["mcnemar_p"] == pytest.approx(2 * 7 / 64)
     assert out["paired_gain"] == pytest.approx(4 / 12)
-    # Tango's unconditional score interval of the 5 gained, 1 lost of 12 (paired_stats.tango)
-    assert out["paired_gain_tango95"] == [round(x, 4) for x in paired_stats.tango(5, 1, 12)]
+    # Tango's unconditional score interval of the 5 gained, 1 lost of 12 (bench_stats.tango)
+    assert out["paired_gain_tango95"] == [round(x, 4) for x in bench_stats.tango(5, 1, 12)]
     # half the 12 episodes changed; even all 6 one way (d = 0.5) needs (1.96 sqrt(.5) + 0.84 sqrt(.25))^2 / .25 ~ 13
     # pairs for 80 % power, so 12 episodes have no MDE
     assert out["changed_share"] == 0.5 and out["paired_mde80"] is None
@@ -79,7 +80,7 @@ def test_restat_rewrites_a_stored_summarys_paired_block_from_its_counts(tmp_path
     small_households_summary.main(["--restat", str(path)])
     data = json.loads(path.read_text())
     assert data["gain"] == 0.0625 and "paired_gain_t95" not in data["paired"]
-    assert data["paired"]["paired_gain_tango95"] == [round(x, 4) for x in paired_stats.tango(7, 1, 96)]
+    assert data["paired"]["paired_gain_tango95"] == [round(x, 4) for x in bench_stats.tango(7, 1, 96)]
     assert data["paired"]["mcnemar_p"] == pytest.approx(18 / 256) and data["paired"]["iteration_after"] == 6
 
 

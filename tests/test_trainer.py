@@ -320,3 +320,16 @@ def test_lr_warmup_rises_linearly_over_the_optimizers_first_steps(tmp_path):
     trainer.close()
     assert len(used) >= 4
     assert used[:4] == pytest.approx([0.1, 0.2, 0.3, 0.3]) and set(used[3:]) == {0.3}
+
+
+@pytest.mark.parametrize("algorithm", ["pgpo", "hgpo", "graphgpo", "pace"])
+def test_the_other_papers_estimators_train_natively(tmp_path, algorithm):
+    """Issue 57's estimators run in the native trainer by name, their hyperparameters from ``credit``, their
+    diagnostics in the metrics."""
+    trainer = Trainer(quick(tmp_path, f"algorithm={algorithm}", "iterations=3", "credit.pgpo_alpha=1.0"))
+    history = trainer.train()
+    trainer.close()
+    assert len(history) == 3 and all(np.isfinite(m["credit/advantage_std"]) for m in history)
+    own = {"pgpo": "credit/pgpo_mean_weight", "hgpo": "credit/hgpo_no_group_fraction",
+           "graphgpo": "credit/graph_success_group_fraction", "pace": "credit/pace_states"}[algorithm]
+    assert own in history[-1]

@@ -152,6 +152,19 @@ def test_every_token_is_compute_advantages_on_the_same_rows(estimator, mode, cre
     assert torch.all(advantages[tensors["response_mask"] == 0] == 0)
 
 
+@pytest.mark.parametrize(("estimator", "options"), [("pgpo", {"pgpo_alpha": 1.0}), ("hgpo", {"hgpo_history": 1}),
+                                                     ("graphgpo", {"graph_gamma": 0.2}), ("pace", {})])
+def test_the_other_papers_estimators_are_credit_on_the_same_rows(estimator, options):
+    rows = rollout_rows()
+    tensors = verl_agent_tensors(rows)
+    advantages, _ = run(tensors, rows, step_advantage_w=0.7, estimator=estimator, **options)
+    assert_tokens(advantages, credit_on_rows(estimator, rows, omega=0.7, **options), tensors["response_mask"])
+    if estimator == "pace":  # hidden states, one per batch row, reach PACE's clustering
+        hidden = np.eye(len(rows["reward"]))
+        clustered, _ = run(tensors, rows, step_advantage_w=0.7, estimator="pace", hidden_states=hidden)
+        assert_tokens(clustered, credit_on_rows("pace", rows, omega=0.7, hidden_states=hidden), tensors["response_mask"])
+
+
 def test_defaults_are_the_papers():
     rows = rollout_rows()
     tensors = verl_agent_tensors(rows)

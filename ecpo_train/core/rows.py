@@ -79,6 +79,7 @@ class CreditRows:
     action: np.ndarray
     action_anchor: np.ndarray
     n_actions: int
+    action_key: np.ndarray | None = None  # the action key's own code per row, across anchors (PACE's clusters)
 
     @property
     def n_rows(self) -> int:
@@ -220,4 +221,5 @@ def prepare_rows(
         action=action,
         action_anchor=action_anchor,
         n_actions=n_actions,
+        action_key=action_local,
     )

@@ -76,6 +76,8 @@ def compute_ecpo_outcome_advantage(
     d_min: int = CreditConfig.d_min,
     rho_min: float = CreditConfig.rho_min,
     diagnostics: dict[str, float] | None = None,
+    hidden_states: Any = None,
+    **credit_options: Any,
 ) -> tuple[Any, Any]:
     """ECPO (or GiGPO, GRPO, ...) advantages with verl-agent's GiGPO calling convention.
 
@@ -90,7 +92,11 @@ def compute_ecpo_outcome_advantage(
     ``non_tensor_batch["action_key"]``.
 
     ``estimator``: ``"ecpo"`` (default) or any other estimator registered in ``credit.py``
-    (``ecpo_eca_only``, ``ecpo_vargate_only``, ``grpo``, ``rloo``, ...); ``"gigpo"``/``"gigpo_std"`` are
+    (``ecpo_eca_only``, ``ecpo_vargate_only``, ``grpo``, ``rloo``, ``pgpo``, ``hgpo``, ``graphgpo``, ``pace``,
+    ...); their own hyperparameters (``pgpo_alpha``, ``hgpo_history``, ``graph_gamma``, ... of
+    :class:`~ecpo_train.core.credit.CreditConfig`) go in ``credit_options``, and ``hidden_states`` (one vector
+    per row, e.g. the actor's last hidden state of the prompt) to an estimator that reads them (``pace``);
+    ``"gigpo"``/``"gigpo_std"`` are
     verl-agent's own GiGPO: ``mode="mean_norm"`` selects ``credit.py``'s
     ``gigpo`` and ``"mean_std_norm"`` its ``gigpo_std``, both with ``compat="verl-agent"``, which give
     verl-agent's numbers (``"gigpo_std"`` requires ``mode="mean_std_norm"``). ``mode`` must be one of the
@@ -165,6 +171,8 @@ def compute_ecpo_outcome_advantage(
         rewards=rewards,
         gamma=gamma, omega=step_advantage_w, kappa=kappa, tau=tau, d_min=d_min, rho_min=rho_min, eps=epsilon,
         compat="verl-agent" if credit_name in GIGPO_MODES.values() else "native",
+        hidden_states=None if hidden_states is None else _host(hidden_states)[kept],
+        **credit_options,
     )
     if diagnostics is not None:
         diagnostics.update(diag)

@@ -117,7 +117,7 @@ def _credit_rows(episodes):
     return cols
 
 
-@pytest.mark.parametrize("estimator", ["ecpo", "gigpo"])
+@pytest.mark.parametrize("estimator", ["ecpo", "gigpo", "pgpo", "hgpo", "graphgpo", "pace"])
 def test_train_batch_advantages_equal_credit_on_the_same_episodes(estimator):
     algo = small_config(estimator=estimator, groups_per_batch=3).build_algo()
     try:

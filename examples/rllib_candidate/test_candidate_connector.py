@@ -79,7 +79,9 @@ def test_connector_honours_anchor_key():
 def test_every_credit_field_reaches_compute_advantages(monkeypatch):
     # every field away from its default (verl-agent compat applies to GiGPO)
     chosen = credit.CreditConfig(gamma=0.9, omega=0.5, kappa=3.0, tau=1.5, d_min=1, rho_min=0.25, eps=1e-4,
-                                 compat="verl-agent")
+                                 compat="verl-agent", pgpo_alpha=1.0, pgpo_beta=0.5, pgpo_gamma=0.9, hgpo_history=3,
+                                 hgpo_alpha=2.0, hgpo_std=False, hgpo_base_group=True, graph_gamma=0.2,
+                                 graph_success_return=5.0, pace_cosine=0.9)
     defaults = credit.CreditConfig()
     assert all(getattr(chosen, f.name) != getattr(defaults, f.name) for f in dataclasses.fields(credit.CreditConfig))
     calls = []

@@ -223,3 +223,168 @@ def gae_advantage(rewards: Any, values: Any, traj: Any, position: Any, n_trajs: 
         delta = r[:, t] + gamma * v[:, t + 1] - v[:, t]
         adv[:, t] = delta + gamma * lam * adv[:, t + 1]
     return adv.reshape(-1)[flat]
+
+
+# --------------------------------------------------------------------------------------------------------
+# Other papers' step credit (docs/paper_notes.md: each source and our reading of its loose points). The
+# structural ones (history groups, the state graph) work on host numpy arrays of integer codes.
+# --------------------------------------------------------------------------------------------------------
+def trajectory_success(last_reward: Any) -> Any:
+    """A trajectory succeeded when its last step's reward is positive (the success reward, 10 in ALFWorld and
+    WebShop, comes on the last step; a failure's is 0 and an invalid action's -0.1): PGPO's ``p_succ`` and
+    GraphGPO's success node read it."""
+    return last_reward > 0
+
+
+def anchor_potential(future_returns: Any, anchor: Any, n_anchors: int) -> Any:
+    """PGPO eq. 6: the anchor's potential ``Phi(s) = mean of G over the anchor group's occurrences``, per anchor."""
+    ops = ops_of(future_returns)
+    return moments(future_returns, anchor, n_anchors, ops).mean
+
+
+def potential_difference(potential_here: Any, potential_next: Any, last_reward: Any, is_last: Any,
+                         gamma: float) -> Any:
+    """PGPO's TD-style transition score ``delta_t = gamma Phi(s_{t+1}) - Phi(s_t)``, per row; at a trajectory's
+    last step the final reward stands in for ``Phi(s_{t+1})`` (``delta_T = gamma r_T - Phi(s_T)``)."""
+    ops = ops_of(potential_here)
+    return gamma * ops.where(is_last, last_reward, potential_next) - potential_here
+
+
+def pgpo_weight(success_rate: Any, alpha: float, beta: float) -> Any:
+    """PGPO's task weight ``w(x) = beta (1 - p_succ)^alpha`` on the potential term: large where the group
+    rarely succeeds."""
+    return beta * (1.0 - success_rate) ** alpha
+
+
+def pgpo_advantage(step_adv: Any, weight: Any, potential_adv: Any) -> Any:
+    """PGPO's final advantage ``A^S + w(x) A^phi`` (no episode term): GiGPO_w/std's anchor term plus the
+    z-scored potential difference, weighted by the task's ``w(x)``."""
+    return step_adv + weight * potential_adv
+
+
+def history_groups(anchor: np.ndarray, traj: np.ndarray, position: np.ndarray, n_trajs: int, horizon: int,
+                   k: int) -> np.ndarray:
+    """HGPO's hierarchy level k: the code of the rows that share their last k anchors (the current one and the
+    k - 1 before it, in the same group, since anchor codes are per group), -1 for a row with fewer than k
+    steps behind it. Level 1 is GiGPO's anchor group."""
+    dense = np.full((n_trajs, horizon), -1, dtype=np.int64)
+    dense[traj, position] = anchor
+    window = np.stack([dense[traj, position - j] if j else anchor for j in range(k)], axis=1)
+    has_history = position >= k - 1
+    codes = np.full(len(anchor), -1, dtype=np.int64)
+    if has_history.any():
+        codes[has_history] = np.unique(window[has_history], axis=0, return_inverse=True)[1].reshape(-1)
+    return codes
+
+
+def hgpo_level_advantage(future_returns: np.ndarray, codes: np.ndarray, eps: float, normalize_std: bool
+                         ) -> tuple[np.ndarray, np.ndarray]:
+    """HGPO's advantage within each group of one level: ``G - mean`` over the group, divided by its population
+    std + eps with ``normalize_std`` (its ``mean_std_norm``). Returned: the value per row and whether the row
+    is in a group of at least 2 (a singleton group or a row without the history gives no item)."""
+    member = codes >= 0
+    n = int(codes.max()) + 1 if member.any() else 0
+    size = np.bincount(codes[member], minlength=n)
+    mean = np.bincount(codes[member], weights=future_returns[member], minlength=n) / np.maximum(size, 1)
+    centered = np.zeros_like(future_returns)
+    centered[member] = future_returns[member] - mean[codes[member]]
+    if normalize_std:
+        var = np.bincount(codes[member], weights=centered[member] ** 2, minlength=n) / np.maximum(size, 1)
+        centered[member] /= np.sqrt(var)[codes[member]] + eps
+    in_group = member.copy()
+    in_group[member] = size[codes[member]] >= 2
+    return np.where(in_group, centered, 0.0), in_group
+
+
+def hgpo_aggregate(level_adv: np.ndarray, level_in: np.ndarray, levels: np.ndarray, alpha: float, eps: float
+                   ) -> np.ndarray:
+    """HGPO's adaptive aggregation: per row, the weighted mean of its levels' advantages with weights
+    ``(k + 1)^alpha / (sum + eps)``, over the levels where the row's advantage is nonzero (a level whose
+    advantage is exactly 0 carries no weight; none nonzero gives 0). ``level_adv``/``level_in`` are
+    (levels, rows), ``levels`` the k of each."""
+    active = level_in & (level_adv != 0)
+    weight = np.where(active, (levels[:, None] + 1.0) ** alpha, 0.0)
+    return (weight * level_adv).sum(axis=0) / (weight.sum(axis=0) + eps)
+
+
+def transition_targets(anchor: np.ndarray, traj: np.ndarray, position: np.ndarray, traj_length: np.ndarray,
+                       traj_group: np.ndarray, success: np.ndarray, n_anchors: int, n_groups: int, horizon: int
+                       ) -> np.ndarray:
+    """GraphGPO's edges: the node each row's transition reaches. Nodes are the anchors (codes ``0..n_anchors-1``,
+    one set per group), one success node per group (``n_anchors + group``) and one dead end per trajectory
+    (``n_anchors + n_groups + traj``): a step reaches the next step's anchor, a successful trajectory's last
+    step its group's success node, a failed one's last step its own dead end (the state it ended in is not a
+    row, so it links to nothing)."""
+    n_trajs = len(traj_length)
+    dense = np.zeros((n_trajs, horizon + 1), dtype=np.int64)
+    dense[traj, position] = anchor
+    is_last = position == traj_length[traj] - 1
+    end = np.where(success[traj], n_anchors + traj_group[traj], n_anchors + n_groups + traj)
+    return np.where(is_last, end, dense[traj, np.minimum(position + 1, horizon)])
+
+
+def distance_to_success(source: np.ndarray, target: np.ndarray, node_group: np.ndarray, goals: np.ndarray
+                        ) -> np.ndarray:
+    """GraphGPO's distance of every node to its group's success node (``goals``): the shortest path over the
+    observed transitions ``source -> target`` (unit costs), searched backwards from the success nodes. A node
+    with no path gets its group's largest finite distance + 1 (``node_group`` names each node's group)."""
+    dist = np.full(len(node_group), -1, dtype=np.int64)
+    predecessors: dict[int, list[int]] = {}
+    for s, t in zip(source.tolist(), target.tolist()):
+        predecessors.setdefault(t, []).append(s)
+    frontier, depth = [int(g) for g in goals], 0
+    dist[goals] = 0
+    while frontier:
+        depth += 1
+        reached = []
+        for node in frontier:
+            for pred in predecessors.get(node, ()):
+                if dist[pred] < 0:
+                    dist[pred] = depth
+                    reached.append(pred)
+        frontier = reached
+    farthest = np.full(int(node_group.max()) + 1, 0, dtype=np.int64)
+    np.maximum.at(farthest, node_group, dist)
+    return np.where(dist >= 0, dist, farthest[node_group] + 1)
+
+
+def graph_step_return(distance: Any, gamma: float, success_return: float) -> Any:
+    """GraphGPO's return of a transition: ``success_return * gamma^d`` with d the distance to success of the
+    state it reaches (10 * 0.1^d by default: 10 for the step that succeeds, 1 one step short)."""
+    return success_return * gamma**distance
+
+
+def graphgpo_advantage(episode_adv: Any, graph_adv: Any) -> Any:
+    """GraphGPO's final advantage: the episode (GRPO) term plus the graph term, the step returns z-scored among
+    the transitions that leave the same state of the group's graph."""
+    return episode_adv + graph_adv
+
+
+def action_value_gap(future_returns: Any, action: Any, n_actions: int, action_anchor: Any, anchor: Any,
+                     n_anchors: int) -> Any:
+    """PACE's ``Q^(s, a) - V^(s)`` per row: the mean return of the row's action at its anchor (or cluster) minus
+    the anchor's mean return over all its occurrences (BiPACE, arXiv 2606.25556)."""
+    ops = ops_of(future_returns)
+    q = moments(future_returns, action, n_actions, ops).mean
+    v = moments(future_returns, anchor, n_anchors, ops).mean
+    return q[action] - v[anchor]
+
+
+def cosine_clusters(hidden: np.ndarray, group: np.ndarray, threshold: float) -> np.ndarray:
+    """BiPACE's hidden-state clustering (its state-side option to identity keys): within each group, rows in
+    order join the first cluster whose first member's hidden state has cosine similarity >= ``threshold`` with
+    theirs, else open a new one. Returned: one cluster label per row, unique across groups."""
+    unit = hidden / np.maximum(np.linalg.norm(hidden, axis=1, keepdims=True), 1e-12)
+    labels = np.empty(len(hidden), dtype=np.int64)
+    leaders: dict[int, list[int]] = {}
+    next_label = 0
+    for row in range(len(hidden)):
+        group_leaders = leaders.setdefault(int(group[row]), [])
+        match = next((lead for lead in group_leaders if float(unit[lead] @ unit[row]) >= threshold), None)
+        if match is None:
+            group_leaders.append(row)
+            labels[row] = next_label
+            next_label += 1
+        else:
+            labels[row] = labels[match]
+    return labels

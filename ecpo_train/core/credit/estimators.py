@@ -11,7 +11,11 @@ import numpy as np
 from ecpo_train.core.batch import TrajectoryBatch
 from ecpo_train.core.credit.config import CreditConfig
 from ecpo_train.core.credit.equations import (
+    action_value_gap,
+    anchor_potential,
     between_action_variance,
+    cosine_clusters,
+    distance_to_success,
     eca_action_std,
     eca_advantage,
     eca_shrinkage,
@@ -20,12 +24,22 @@ from ecpo_train.core.credit.equations import (
     gae_advantage,
     gigpo_advantage,
     gigpo_anchor_advantage,
+    graph_step_return,
+    graphgpo_advantage,
     grpo_advantage,
+    hgpo_aggregate,
+    hgpo_level_advantage,
+    history_groups,
     moments,
+    pgpo_advantage,
+    pgpo_weight,
+    potential_difference,
     reliability_weight,
     rloo_advantage,
     strict_valid,
     trajectory_return,
+    trajectory_success,
+    transition_targets,
     unbiased_std,
     vargate_reliability,
     verl_agent_episode_advantage,
@@ -265,6 +279,121 @@ def ecpo_vargate_only_estimator(rows: CreditRows, config: CreditConfig) -> tuple
     return _finish(rows, ret, adv, _gate_diagnostics(rows, evidence))
 
 
+# --------------------------------------------------------------------------------------------------------
+# Other papers' step credit: PGPO, HGPO, GraphGPO, PACE (docs/paper_notes.md, "Other step-credit estimators")
+# --------------------------------------------------------------------------------------------------------
+def _last_rows(rows: CreditRows) -> tuple[np.ndarray, np.ndarray]:
+    """``(whether each row is its trajectory's last step, each trajectory's length)``, host arrays."""
+    length = np.zeros(rows.n_trajs, dtype=np.int64)
+    np.maximum.at(length, rows.traj, rows.position + 1)
+    return rows.position == length[rows.traj] - 1, length
+
+
+def _success(rows: CreditRows) -> np.ndarray:
+    """Success per trajectory (eq. trajectory_success on its last step's reward), host bool array."""
+    is_last, _ = _last_rows(rows)
+    last_reward = np.zeros(rows.n_trajs)
+    last_reward[rows.traj[is_last]] = np.asarray(rows.ops.host(rows.reward), dtype=np.float64)[is_last]
+    return trajectory_success(last_reward)
+
+
+@register_estimator("pgpo")
+def pgpo_estimator(rows: CreditRows, config: CreditConfig) -> tuple[Any, dict[str, float]]:
+    """PGPO (arXiv 2609.02236): ``A^S + w(x) A^phi`` with no episode term. ``A^S`` is GiGPO_w/std's anchor term;
+    ``A^phi`` the TD-style ``delta_t = gamma_phi Phi(s_{t+1}) - Phi(s_t)`` of the anchor potentials ``Phi``
+    (eq. 6, the anchor's mean return; the final reward after the last step), z-scored within the row's anchor
+    group; ``w(x) = beta (1 - p_succ)^alpha`` from the group's success rate. Diagnostic: the mean ``w(x)``."""
+    ret = _returns(rows, config)
+    ops, dev = rows.ops, rows.dev
+    phi = anchor_potential(ret.future, dev["anchor"], rows.n_anchors)
+    is_last, _ = _last_rows(rows)
+    dense = ops.zeros(rows.n_trajs * (rows.horizon + 1))
+    flat_next = ops.index(rows.traj * (rows.horizon + 1) + rows.position + 1)
+    dense[ops.index(rows.traj * (rows.horizon + 1) + rows.position)] = phi[dev["anchor"]]
+    delta = potential_difference(phi[dev["anchor"]], dense[flat_next], rows.reward, ops.mask(is_last), config.pgpo_gamma)
+    potential_adv = gigpo_anchor_advantage(delta, dev["anchor"], rows.n_anchors, config.eps, True)
+    step_adv = gigpo_anchor_advantage(ret.future, dev["anchor"], rows.n_anchors, config.eps, True)
+    success_rate = np.bincount(rows.traj_group, weights=_success(rows), minlength=rows.n_groups) / np.maximum(
+        np.bincount(rows.traj_group, minlength=rows.n_groups), 1)
+    weight = pgpo_weight(success_rate, config.pgpo_alpha, config.pgpo_beta)
+    adv = pgpo_advantage(step_adv, ops.asarray(weight)[dev["row_group"]], potential_adv)
+    return _finish(rows, ret, adv, {"pgpo_mean_weight": float(weight.mean())})
+
+
+@register_estimator("hgpo")
+def hgpo_estimator(rows: CreditRows, config: CreditConfig) -> tuple[Any, dict[str, float]]:
+    """HGPO (arXiv 2602.22817): for k = 1..K+1 the rows that share their last k anchors form a group of level k
+    (eq. history_groups; k = 1 is GiGPO's anchor group); each level z-scores G within its groups (population
+    std, or only centres it with ``hgpo_std=False``); a row's advantage is the ``(k + 1)^alpha``-weighted mean
+    of its nonzero levels (eq. hgpo_aggregate). No episode term unless ``hgpo_base_group``: then the episode
+    advantage over the group's step rows (verl-agent's, eq. verl_agent_episode_advantage) joins as level k = 0. Diagnostic: the share of rows with no level to compare in."""
+    ret = _returns(rows, config)
+    g = np.asarray(rows.ops.host(ret.future), dtype=np.float64)
+    levels = np.arange(1, config.hgpo_history + 2)
+    per_level = [hgpo_level_advantage(g, history_groups(rows.anchor, rows.traj, rows.position, rows.n_trajs,
+                                                        rows.horizon, int(k)), config.eps, config.hgpo_std)
+                 for k in levels]
+    level_adv, level_in = np.stack([a for a, _ in per_level]), np.stack([m for _, m in per_level])
+    if config.hgpo_base_group:  # the recipe's episode term: every step row counts its trajectory's R_i
+        episode = verl_agent_episode_advantage(np.asarray(rows.ops.host(ret.trajectory), dtype=np.float64), rows.traj,
+                                               rows.traj_group[rows.traj], rows.n_groups, config.eps, config.hgpo_std)
+        level_adv, level_in = np.vstack([episode, level_adv]), np.vstack([np.ones(rows.n_rows, bool), level_in])
+        levels = np.concatenate([[0], levels])
+    adv = hgpo_aggregate(level_adv, level_in, levels, config.hgpo_alpha, config.eps)
+    alone = float((~level_in.any(axis=0)).mean())
+    return _finish(rows, ret, rows.ops.asarray(adv), {"hgpo_no_group_fraction": alone})
+
+
+@register_estimator("graphgpo")
+def graphgpo_estimator(rows: CreditRows, config: CreditConfig) -> tuple[Any, dict[str, float]]:
+    """GraphGPO (arXiv 2605.26684): per group, the state graph of its rollouts (eq. transition_targets), each
+    state's distance to success by reverse shortest path (eq. distance_to_success), each transition's return
+    ``10 gamma^d`` (gamma 0.1) of the state it reaches, z-scored among the transitions leaving the same state,
+    added to the GRPO episode term. A group with no success gets no graph term. Diagnostic: the share of groups
+    whose graph reaches a success."""
+    ret = _returns(rows, config)
+    success = _success(rows)
+    _, length = _last_rows(rows)
+    n_nodes = rows.n_anchors + rows.n_groups + rows.n_trajs
+    node_group = np.concatenate([rows.anchor_group, np.arange(rows.n_groups), rows.traj_group])
+    target = transition_targets(rows.anchor, rows.traj, rows.position, length, rows.traj_group, success,
+                                rows.n_anchors, rows.n_groups, rows.horizon)
+    group_succeeded = np.bincount(rows.traj_group, weights=success, minlength=rows.n_groups) > 0
+    distance = distance_to_success(rows.anchor, target, node_group, rows.n_anchors + np.flatnonzero(group_succeeded))
+    assert len(distance) == n_nodes
+    step_return = graph_step_return(distance[target].astype(np.float64), config.graph_gamma, config.graph_success_return)
+    graph_adv = gigpo_anchor_advantage(step_return, rows.anchor, rows.n_anchors, config.eps, True)
+    graph_adv = np.where(group_succeeded[rows.traj_group[rows.traj]], graph_adv, 0.0)
+    adv = graphgpo_advantage(_grpo_rows(rows, ret, config), rows.ops.asarray(graph_adv))
+    return _finish(rows, ret, adv, {"graph_success_group_fraction": float(group_succeeded.mean())})
+
+
+@register_estimator("pace", hidden_states="optional")
+def pace_estimator(rows: CreditRows, config: CreditConfig, hidden_states: Any = None) -> tuple[Any, dict[str, float]]:
+    """PACE, BiPACE's action-counterfactual term (arXiv 2606.25556): ``A^GRPO_i + omega (Q^(s, a) - V^(s))``,
+    ``Q^`` the mean return of the row's canonical action at its anchor and ``V^`` the anchor's mean return
+    (eq. action_value_gap). Anchors are identity keys; with ``hidden_states`` (one vector per row) the rows of a
+    group are clustered by cosine similarity >= ``pace_cosine`` instead (eq. cosine_clusters, BiGPO's state
+    side). Diagnostic: the number of states (anchors or clusters) compared in."""
+    ret = _returns(rows, config)
+    anchor, action, action_anchor = rows.anchor, rows.action, rows.action_anchor
+    n_anchors, n_actions = rows.n_anchors, rows.n_actions
+    if hidden_states is not None:
+        hidden = np.asarray(host_values(hidden_states, "hidden_states"), dtype=np.float64)
+        if hidden.ndim != 2 or hidden.shape[0] != rows.n_rows or not np.isfinite(hidden).all():
+            raise ValueError(f"hidden_states has shape {hidden.shape}, expected ({rows.n_rows}, d) finite: one vector "
+                             "per step row")
+        anchor = cosine_clusters(hidden, rows.traj_group[rows.traj], config.pace_cosine)
+        n_anchors = int(anchor.max()) + 1
+        pairs, action = np.unique(np.stack([anchor, rows.action_key], axis=1), axis=0, return_inverse=True)
+        action, action_anchor, n_actions = action.reshape(-1), pairs[:, 0], len(pairs)
+    ops = rows.ops
+    gap = action_value_gap(ret.future, ops.index(action), n_actions, ops.index(action_anchor), ops.index(anchor),
+                           n_anchors)
+    adv = gigpo_advantage(_grpo_rows(rows, ret, config), gap, config.omega)
+    return _finish(rows, ret, adv, {"pace_states": float(n_anchors)})
+
+
 def _gae_rows(rows: CreditRows, values: Any, config: CreditConfig, gae_lambda: float) -> tuple[np.ndarray, np.ndarray]:
     """eq. gae on the host (values come from a critic on any device): ``(advantages, values)`` per row, float64."""
     if not 0.0 <= float(gae_lambda) <= 1.0:
@@ -312,14 +441,16 @@ def compute_advantages(
     *,
     rows: CreditRows | None = None,
     values: Any = None,
+    hidden_states: Any = None,
     credit: CreditConfig | None = None,
     **hyperparameters: Any,
 ) -> tuple[Any, dict[str, float]]:
     """Per-row advantages of estimator ``name`` and its diagnostics, from plain arrays (one entry per step row).
 
     ``name``: one of ``grpo, rloo, gigpo, gigpo_std, ecpo, ecpo_eca_only, ecpo_anchor_scale,
-    ecpo_anchor_scale_eca_only, ecpo_vargate_only``, or ``ppo`` (GAE on a learned critic: pass ``values=``, one
-    ``V(s)`` per row, and optionally ``gae_lambda``). Ids and keys
+    ecpo_anchor_scale_eca_only, ecpo_vargate_only, pgpo, hgpo, graphgpo, pace``, or ``ppo`` (GAE on a learned
+    critic: pass ``values=``, one ``V(s)`` per row, and optionally ``gae_lambda``). ``hidden_states=`` (one vector
+    per row) goes to an estimator that reads them (``pace``'s clustering); the others refuse it. Ids and keys
     are sequences (or arrays/tensors) of str or int; a trajectory is identified by ``(group_id, traj_id)``
     and its ``steps`` must be exactly ``1..T``; rows may come in any order. ``anchor_keys`` are the anchor
     keys (an anchor is ``(group_id, anchor_key)``; see the module docstring on the name). ``rewards`` are
@@ -327,7 +458,8 @@ def compute_advantages(
     Instead of the six columns, ``rows`` may pass a ``TrajectoryBatch`` (or the ``CreditRows`` of
     :func:`prepare_rows`): rows validated and coded once, when the table was built.
     Hyperparameters (defaults = paper): gamma, omega, kappa, tau, d_min, rho_min, eps, compat
-    ("native" | "verl-agent"), one by one or as ``credit=`` a ``CreditConfig`` (the object the configs carry).
+    ("native" | "verl-agent") and the other estimators' (``pgpo_*``, ``hgpo_*``, ``graph_*``, ``pace_cosine``),
+    one by one or as ``credit=`` a ``CreditConfig`` (the object the configs carry).
     Bad input raises ``ValueError``: a hyperparameter of the wrong type or out of its range (named, with the
     range), and finite rewards so large that float64 arithmetic on them overflows (rejected rather than
     returned as inf/NaN: finite input gives finite advantages or this error).
@@ -344,6 +476,8 @@ def compute_advantages(
         raise ValueError(f"estimator {name!r} needs values=: one critic value V(s) per step row")
     if not spec.needs_values and values is not None:
         raise ValueError(f"estimator {name!r} is critic-free: it takes no values=")
+    if spec.hidden_states == "none" and hidden_states is not None:
+        raise ValueError(f"estimator {name!r} reads no hidden states: it takes no hidden_states=")
     columns = {"group_ids": group_ids, "traj_ids": traj_ids, "steps": steps, "anchor_keys": anchor_keys,
                "action_keys": action_keys, "rewards": rewards}
     given = [column for column, column_values in columns.items() if column_values is not None]
@@ -362,4 +496,6 @@ def compute_advantages(
     with np.errstate(over="ignore", invalid="ignore"):  # an overflow raises a ValueError in _finish instead
         if spec.needs_values:
             return spec.fn(rows, config, values, **options)
+        if spec.hidden_states != "none":
+            return spec.fn(rows, config, hidden_states=hidden_states)
         return spec.fn(rows, config)

@@ -14,6 +14,11 @@ class EstimatorSpec:
     """A registered estimator and what it asks of the caller beyond the step rows.
 
     ``needs_values``: it takes one critic value ``V(s)`` per row (``compute_advantages(..., values=)``);
+    ``hidden_states``: whether it reads one hidden-state vector per row (``compute_advantages(...,
+    hidden_states=)``): ``"none"``, or ``"optional"`` (used where the policy exposes them, identity keys
+    otherwise);
+    ``keeps_state``: whether it keeps state across updates (in the run folder); no registered estimator does
+    yet (TIGPO would: ``docs/paper_notes.md``);
     ``group_relative``: its baseline comes from the other rollouts of a group, so it needs >= 2 per task;
     ``options``: keyword arguments it takes beyond ``CreditConfig`` (the trainer passes its config's values
     of these names), each with its default.
@@ -23,20 +28,30 @@ class EstimatorSpec:
     needs_values: bool = False
     group_relative: bool = True
     options: tuple[tuple[str, float], ...] = ()
+    hidden_states: str = "none"
+    keeps_state: bool = False
 
 
 _ESTIMATORS: dict[str, EstimatorSpec] = {}
 
 
+HIDDEN_STATE_USES = ("none", "optional")
+
+
 def register_estimator(name: str, *, needs_values: bool = False, group_relative: bool = True,
-                       options: dict[str, float] | None = None) -> Callable[[Estimator], Estimator]:
+                       options: dict[str, float] | None = None, hidden_states: str = "none",
+                       keeps_state: bool = False) -> Callable[[Estimator], Estimator]:
     """Decorator: register ``fn(rows, config) -> (advantage per row, diagnostics)`` under ``name``; with
-    ``needs_values=True`` the function is ``fn(rows, config, values, **options)``."""
+    ``needs_values=True`` the function is ``fn(rows, config, values, **options)``, with ``hidden_states=
+    "optional"`` ``fn(rows, config, hidden_states=None)``."""
+    if hidden_states not in HIDDEN_STATE_USES:
+        raise ValueError(f"hidden_states={hidden_states!r}; valid: {', '.join(HIDDEN_STATE_USES)}")
 
     def decorate(fn: Estimator) -> Estimator:
         if name in _ESTIMATORS:
             raise ValueError(f"estimator {name!r} is already registered")
-        _ESTIMATORS[name] = EstimatorSpec(fn, needs_values, group_relative, tuple((options or {}).items()))
+        _ESTIMATORS[name] = EstimatorSpec(fn, needs_values, group_relative, tuple((options or {}).items()),
+                                          hidden_states, keeps_state)
         return fn
 
     return decorate

@@ -1,7 +1,7 @@
-"""Statistics shared by the benchmark reports: pairing by seed id, paired t-intervals, Holm, the MDE, the
-intervals and power of paired binary outcomes (Tango's score interval, Newcombe's beside it, McNemar's exact p,
-and the task-clustered interval). The intervals of one success rate or of two independent ones (Wilson, Newcombe,
-Wald) are ``benchmarks.rate_intervals``.
+"""The statistics of the benchmark reports, in one module: pairing by seed id, paired and Welch t-intervals,
+Holm, the MDE by exact power, the intervals and power of paired binary outcomes (Tango's score interval,
+Newcombe's beside it, McNemar's exact p, the task-clustered interval), the intervals of one success rate or of two
+independent ones (Wilson, Newcombe, Wald), cell means over seeds, and the ratio of two means.
 
 Every method of a study trains on the same seeds (or, in the counterfactual benchmark, updates on the same
 batches), so method differences are paired: the interval of ``a - b`` is a one-sample t-interval over the
@@ -11,11 +11,12 @@ The seed is the unit of a comparison of training procedures; one training run is
 episodes it validates.
 
 Several comparisons in one report are corrected together with Holm's step-down procedure (family-wise error
-0.05). Beside every "not significant" the report prints the minimum detectable effect (MDE): the true paired
-difference the comparison would detect with 80 % power at the (Bonferroni, i.e. Holm's first-step) level,
-``(t_{1 - alpha/2m} + t_{0.8}) * se`` (paired: se = sd / sqrt(n), df = n - 1) -- the effect size below which a
-null result says nothing. With fewer than ``MIN_UNITS_FOR_MDE`` units (seeds, checkpoints) the sample SD rests on
-too few degrees of freedom for that number to mean anything, and the report says "no MDE (n seeds)" instead.
+0.05). Beside every "not significant" the report prints the minimum detectable effect (MDE): the true
+difference the comparison would detect with 80 % power at the (Bonferroni, i.e. Holm's first-step) level, from
+the exact power of the t-test (the noncentral t distribution, :func:`t_power`), not the normal-approximation
+formula ``(t_{1 - alpha/2m} + t_{0.8}) * se``, which gives 0.75-0.79 power at the levels these reports use. With
+fewer than ``MIN_UNITS_FOR_MDE`` units (seeds, checkpoints) the sample SD rests on too few degrees of freedom for
+that number to mean anything, and the report says "no MDE (n seeds)" instead.
 
 Paired binary outcomes (one validation episode before and after training, or under two methods) are not
 t-tested: where few episodes change, the t-interval over the mostly-zero differences is too narrow. Their
@@ -33,8 +34,6 @@ from typing import Any
 
 import numpy as np
 from scipy import optimize, stats
-
-from benchmarks.rate_intervals import wilson
 
 ALPHA = 0.05
 POWER = 0.8
@@ -73,13 +72,35 @@ def keyed(values: Sequence[float], seeds: Sequence[Any]) -> dict[Any, float]:
     return dict(zip(seeds, values))
 
 
+def t_power(effect: float, se: float, df: float, alpha: float = ALPHA) -> float:
+    """The exact power of the two-sided t-test at level ``alpha`` against a true difference ``effect`` whose
+    estimate has standard error ``se`` on ``df`` degrees of freedom: the noncentral t's mass beyond
+    ``+-t_{1-alpha/2}`` (noncentrality ``effect / se``)."""
+    crit, shift = float(stats.t.ppf(1 - alpha / 2, df)), effect / se
+    lower = float(stats.nct.cdf(-crit, df, shift))
+    return float(stats.nct.sf(crit, df, shift)) + (lower if math.isfinite(lower) else 0.0)
+
+
 def mde(se: float, df: float, alpha: float = ALPHA, power: float = POWER) -> float:
     """Minimum detectable difference for a t-test with standard error ``se`` and ``df`` degrees of freedom:
-    two-sided level ``alpha``, power ``power``. NaN below ``MIN_UNITS_FOR_MDE - 1`` degrees of freedom: with 3-4
-    seeds the t quantiles and the SD are too unstable for the number to say what a null result rules out."""
-    if not (df >= MIN_UNITS_FOR_MDE - 1 and math.isfinite(se)):
+    the difference whose exact power (:func:`t_power`) at two-sided level ``alpha`` is ``power``. NaN below
+    ``MIN_UNITS_FOR_MDE - 1`` degrees of freedom: with 3-4 seeds the t quantiles and the SD are too unstable for
+    the number to say what a null result rules out; NaN too where ``se`` is 0 (two identical arms: nothing to
+    detect against)."""
+    if not (df >= MIN_UNITS_FOR_MDE - 1 and math.isfinite(se) and se > 0):
         return float("nan")
-    return float((stats.t.ppf(1 - alpha / 2, df) + stats.t.ppf(power, df)) * se)
+    approx = float((stats.t.ppf(1 - alpha / 2, df) + stats.t.ppf(power, df)) * se)  # within a few % of the root
+    return float(optimize.brentq(lambda d: t_power(d, se, df, alpha) - power, 0.5 * approx, 2 * approx, xtol=1e-12))
+
+
+def seeds_for_mde(sd: float, target: float, alpha: float = ALPHA, power: float = POWER, fewest: int = 2) -> int:
+    """The fewest units (seeds) whose paired t-test, with paired-difference SD ``sd``, has an exact-power MDE
+    (:func:`mde`) at two-sided level ``alpha`` of at most ``target``; at least ``fewest`` and
+    ``MIN_UNITS_FOR_MDE``."""
+    n = max(fewest, MIN_UNITS_FOR_MDE)
+    while mde(sd / math.sqrt(n), n - 1, alpha, power) > target:
+        n += 1
+    return n
 
 
 def _t_result(mean: float, se: float, df: float, n: int, sd: float, m: int) -> dict[str, float]:
@@ -298,7 +319,7 @@ def tango(gained: Any, lost: Any, n: Any, level: float = 1 - ALPHA) -> tuple[Any
     """Tango's (1998) asymptotic score interval for a difference of paired proportions, ``(gained - lost) / n``:
     every delta whose score statistic (:func:`_tango_z`) lies within the normal quantile. It stays inside
     [-1, 1] and gives a proper interval with no changed pair (``±z^2 / (n + z^2)``). Checked against Tango's own
-    examples and R's ratesci / contingencytables (tests/test_paired_stats.py). Arrays in, arrays out."""
+    examples and R's ratesci / contingencytables (tests/test_stats.py). Arrays in, arrays out."""
     low, high = _tango_bounds(gained, lost, n, stats.norm.ppf(1 - (1 - level) / 2))
     return (float(low), float(high)) if low.ndim == 0 else (low, high)
 
@@ -393,3 +414,73 @@ def mde_from_none_won(n: int, alpha: float = ALPHA, power: float = POWER) -> tup
     if fewest is None:
         return n + 1, float("nan")
     return fewest, float(optimize.brentq(lambda d: stats.binom.sf(fewest - 1, n, d) - power, 1e-12, 1 - 1e-12))
+
+
+# ------------------------------------------------------------------------------- cells and independent rates
+def t975(df: int) -> float:
+    """Two-sided 95% Student-t quantile with ``df`` degrees of freedom (NaN below 1)."""
+    return float(stats.t.ppf(0.975, df)) if df >= 1 else float("nan")
+
+
+def mean_ci(values: Sequence[float]) -> dict[str, float]:
+    """Mean and 95% t-interval half-width over seeds (NaNs dropped)."""
+    x = np.asarray([v for v in values if v is not None and not math.isnan(v)], dtype=float)
+    if len(x) == 0:
+        return {"mean": float("nan"), "ci": float("nan"), "n": 0}
+    half = t975(len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)) if len(x) > 1 else float("nan")
+    return {"mean": float(x.mean()), "ci": float(half), "n": len(x)}
+
+
+def pearson(x: Sequence[float], y: Sequence[float]) -> float:
+    """Pearson correlation over the pairs where both are finite (NaN when undefined)."""
+    a, b = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    keep = np.isfinite(a) & np.isfinite(b)
+    a, b = a[keep], b[keep]
+    if len(a) < 3 or a.std() == 0 or b.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(a, b)[0, 1])
+
+
+def ratio_of_means(a: Sequence[float], b: Sequence[float], level: float = 1 - ALPHA) -> dict[str, float]:
+    """``mean(a) / mean(b)`` of two independent samples (timings of two settings) with Fieller's interval
+    (unequal variances, Welch-Satterthwaite df on the two variances of the means), and the Mann-Whitney p
+    beside it. The interval is unbounded (NaN ends) when ``mean(b)`` is not clearly above 0."""
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    mx, my = float(x.mean()), float(y.mean())
+    vx, vy = x.var(ddof=1) / len(x), y.var(ddof=1) / len(y)
+    df = (vx + vy) ** 2 / (vx**2 / (len(x) - 1) + vy**2 / (len(y) - 1)) if vx + vy > 0 else float(len(x) + len(y) - 2)
+    t = float(stats.t.ppf(1 - (1 - level) / 2, df))
+    g = t * t * vy / (my * my)
+    out = {"ratio": mx / my, "low": float("nan"), "high": float("nan"), "n_a": len(x), "n_b": len(y), "df": df,
+           "p": float(stats.mannwhitneyu(x, y, alternative="two-sided").pvalue)}
+    if g < 1:
+        centre = mx / my
+        half = t / my * math.sqrt(vx + centre * centre * vy - g * vx)
+        out["low"], out["high"] = (centre - half) / (1 - g), (centre + half) / (1 - g)
+    return out
+
+
+def wilson(successes: float, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson score interval of the proportion ``successes / n`` (``(0, 1)`` without trials)."""
+    if n == 0:
+        return (0.0, 1.0)
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return (centre - half, centre + half)
+
+
+def newcombe(k1: int, n1: int, k2: int, n2: int) -> tuple[float, float]:
+    """95 % interval of p2 - p1 = k2/n2 - k1/n1 of two independent rates (Newcombe's hybrid score interval, from
+    the two Wilson ones). Paired outcomes take :func:`paired_binary` instead."""
+    p1, p2 = k1 / n1, k2 / n2
+    (l1, u1), (l2, u2) = wilson(k1, n1), wilson(k2, n2)
+    diff = p2 - p1
+    return (diff - math.sqrt((p2 - l2) ** 2 + (u1 - p1) ** 2), diff + math.sqrt((u2 - p2) ** 2 + (p1 - l1) ** 2))
+
+
+def wald_diff(before: float, after: float, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wald interval of ``after - before`` for two independent proportions over ``n`` trials each (older reports
+    quote it beside Newcombe's)."""
+    se = math.sqrt(before * (1 - before) / n + after * (1 - after) / n)
+    return (after - before - z * se, after - before + z * se)
