@@ -199,6 +199,39 @@ def report(out: Path, arms: list[str], seeds: list[int]) -> dict[str, Any]:
     return result
 
 
+def engines_side_by_side(out: Path, arm: str = "ecpo", seed: int = 1, png: Path | None = None) -> dict[str, Any]:
+    """The same arm and seed trained natively (``runs/ARM-sSEED``) and through the RLlib algorithm with 2 env-runner
+    and 2 learner actors (``rllib/ARM-sSEED``, ``ecpo train --engine rllib --env-runners 2 --learners 2
+    --actor-cpus 0.5``): each iteration's training success and seconds, and both curves in ``png``. The two runs'
+    seconds were taken at different times on a shared machine; ``text_policy_speed --engines native rllib`` times
+    both engines one after the other in one run."""
+    curves = {}
+    for engine, folder in (("native", out / "runs" / f"{arm}-s{seed}"), ("rllib", out / "rllib" / f"{arm}-s{seed}")):
+        path = folder / "metrics.jsonl"
+        if not path.is_file():
+            continue
+        lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        curves[engine] = {"iteration": [int(x["iteration"]) for x in lines],
+                          "success": [float(x["success"]) for x in lines],
+                          "seconds": [float(x["time/iteration"]) for x in lines]}
+    if png is not None and curves:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        figure, axis = plt.subplots(figsize=(6, 3.5))
+        for engine, curve in curves.items():
+            axis.plot(curve["iteration"], curve["success"], label=engine, marker=".")
+        axis.set(xlabel="iteration", ylabel="training success (16 x 8 episodes)",
+                 title=f"{arm}, seed {seed}: native vs RLlib (text policy, real ALFWorld)")
+        axis.legend()
+        figure.tight_layout()
+        figure.savefig(png, dpi=120)
+        plt.close(figure)
+    return curves
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("stage", choices=["run", "report"])
@@ -208,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--arms", nargs="+", default=list(ARMS))
     parser.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS))
     parser.add_argument("--json", help="write the report here")
+    parser.add_argument("--engines-png", help="also compare the native and RLlib runs of ECPO seed 1; their curves here")
     args = parser.parse_args(argv)
     if args.jobs < 1 or args.iterations < 1:
         print("error: --jobs and --iterations must be >= 1", file=sys.stderr)
@@ -218,6 +252,8 @@ def main(argv: list[str] | None = None) -> int:
             run(out, args.jobs, args.iterations, args.arms, args.seeds)
             return 0
         result = report(out, args.arms, args.seeds)
+        if args.engines_png:
+            result["engines"] = engines_side_by_side(out, png=Path(args.engines_png))
     except (RuntimeError, ValueError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -441,7 +441,53 @@ def _memory(memory: Mapping[str, Any], model: str, setting: str) -> float:
     return next(c["total_gb"] for c in memory["computed"] if c["model"] == model and c["setting"].startswith(setting))
 
 
-SOURCES: tuple[Callable[[], list[dict[str, Any]]], ...] = (endpoints, seed_comparisons, credit, speed)
+TEXT = "small text policy (policies/text.py), not a language model"
+
+
+def text_policy_alfworld() -> list[dict[str, Any]]:
+    """The real-ALFWorld study of the small text policy (``benchmarks/alfworld_text.py``, registered before its runs):
+    each arm minus the shared warm start on all 140 valid_seen games (the seed as the unit: the mean of the per-seed
+    paired differences), ECPO against GiGPO w/std and GRPO (paired by seed, Holm over the two), and the policy's
+    decision rate and iteration time."""
+    study, speed_ = load("alfworld_text.json"), load("text_policy_speed.json")
+    warm = study["warm_start"]["by_type"]
+    scope = {"env": f"ALFWorld valid_seen, all {warm['games']} games, 50 steps, T = 0.4", "model": TEXT,
+             "mode": f"warm start (expert, 3,553 train games, {100 * warm['All']:.1f} % of valid_seen) then "
+                     f"{study['protocol']['iterations']} iterations of group RL", "device": CPU}
+    names = {"ecpo": "ECPO", "gigpo_std": "GiGPO w/std", "grpo": "GRPO"}
+    rows = []
+    for k, (arm, label) in enumerate(names.items()):
+        figures = study["arms"][arm]["minus_warm_start"]
+        rows.append(claim(f"L{7 + k}", "learning", f"Real ALFWorld on one CPU: {label} from the warm start wins more "
+                          "valid_seen games than the warm start", scope, "training seeds (each: 140 games paired "
+                          "with the warm start's)", figures["n"], [part(figures, f"{label} - warm start")], +1,
+                          "alfworld_text.json", (f"Does {label} from a warm start win real ALFWorld games?",
+                                                 "small text policy (not an LM), valid_seen, CPU")))
+    for k, other in enumerate(("gigpo_std", "grpo")):
+        figures = study["comparisons"].get(f"ecpo - {other}", {"diff": float("nan")})
+        rows.append(claim(f"E{8 + k}", "comparison", f"Real ALFWorld, text policy: ECPO against {names[other]} in "
+                          "valid_seen success", scope, "training seeds (paired by seed; Holm over 2)",
+                          int(figures.get("n") or 0), [part(figures, f"ECPO - {names[other]}")], +1,
+                          "alfworld_text.json", (f"ECPO vs {names[other]} on real ALFWorld (text policy)?",
+                                                 "small text policy (not an LM), valid_seen, CPU")))
+    rate = speed_["decisions"]["per_second"]
+    iteration = speed_["iteration"]["engines"]
+    timing = ", ".join(f"{engine} {figures['median_seconds']:.1f} s" for engine, figures in iteration.items())
+    figure = (f"{rate['threads_2']:,.0f} decisions/s (2 threads), {rate['threads_1']:,.0f} (1 thread); a 16 x 8 "
+              f"iteration on real games: {timing} (median; load {speed_['load_average_1m']['before']:.1f})")
+    rows.append(claim("S12", "speed", "The small text policy's decision rate and its group-RL iteration on real ALFWorld",
+                      {"env": "ALFWorld train split, 16 x 8 episodes, 50 steps", "model": TEXT, "mode": "batched act; "
+                       "native and RLlib (2 runners, 2 learners) iterations", "device": CPU}, "timed passes",
+                      len(next(iter(iteration.values()))["iterations"]),
+                      [{"label": "", "estimate": None, "low": None, "high": None, "method": figure, "mde": None,
+                        "significant": False, "secondary": False,
+                        "digest": f"{rate['threads_2']:,.0f} decisions/s; iteration {timing}"}], 0,
+                      "text_policy_speed.json", ("How fast is the small text policy?", "not an LM; ALFWorld, CPU")))
+    return rows
+
+
+SOURCES: tuple[Callable[[], list[dict[str, Any]]], ...] = (endpoints, seed_comparisons, credit, speed,
+                                                         text_policy_alfworld)
 
 
 def all_claims() -> list[dict[str, Any]]:

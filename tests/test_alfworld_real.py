@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections import Counter
+from pathlib import Path
 
 import gymnasium as gym
 import pytest
@@ -237,12 +238,12 @@ def cache_entries(cache: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
 
 
-@needs_data
+@pytest.mark.data
 def test_a_train_archive_with_64_bytes_flipped_at_5_mb_is_refused_in_one_line_and_nothing_is_cached(
-        tmp_path, monkeypatch):
+        tmp_path, monkeypatch, data_dir):
     """Issue 58.2 as found: ``tarfile`` stopped at the damaged header and 567 of 3,553 games were cached as the
     split. The archive is read to its end: one line naming the file, nothing cached, no staging folder left."""
-    archive = Path(DATA_DIR) / "alfworld" / "json_2.1.1-train.tar.gz"
+    archive = Path(data_dir) / "alfworld" / "json_2.1.1-train.tar.gz"
     if not archive.is_file():
         pytest.skip(f"{archive} is not there")
     data = tmp_path / "data"

@@ -5,7 +5,6 @@ real ALFWorld games."""
 from __future__ import annotations
 
 import json
-import os
 import zlib
 from collections import Counter
 
@@ -138,7 +137,7 @@ def test_the_config_refuses_what_the_text_policy_cannot_do(tmp_path):
         make_config({"policy": "text", "model": str(tmp_path)})
 
 
-@pytest.mark.skipif(not os.environ.get("ECPO_DATA_DIR"), reason="needs ECPO_DATA_DIR (real ALFWorld games)")
+@pytest.mark.data
 def test_warm_start_two_iterations_and_a_leaderboard_row_on_real_alfworld(tmp_path):
     """The pipeline of the real-ALFWorld preset, small: expert warm start on a few training games (the expert's
     commands are what the warm start learns to pick), 2 iterations of group RL from it, then a leaderboard row of
