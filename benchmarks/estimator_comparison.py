@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 from benchmarks import RESULTS, ArgumentParser
 from benchmarks.credit_study import run_study
 from benchmarks.stats import apply_holm, fmt_part, mde, paired_diff, paired_values, seeds_for_mde
 from ecpo_train.policies.atomic import write_text
+from ecpo_train.runtime.config_values import read_yaml
 
 PROTOCOL = Path(__file__).with_name("estimator_comparison.yaml")
 PILOT_JSON, RESULT_JSON = RESULTS / "estimator_comparison_pilot.json", RESULTS / "estimator_comparison.json"
@@ -34,7 +34,7 @@ RAW_RUNS = RESULTS / "raw" / "estimator_comparison" / "runs.jsonl"  # one finish
 
 
 def load_protocol(path: Path = PROTOCOL) -> dict[str, Any]:
-    return yaml.safe_load(path.read_text())
+    return read_yaml(path.read_text())
 
 
 def runnable(protocol: dict[str, Any]) -> list[dict[str, Any]]:

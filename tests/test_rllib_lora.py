@@ -57,7 +57,7 @@ def test_config_lora_is_validated_and_filled_in():
         ECPOConfig().training(lora={"rank": 8})
     with pytest.raises(ValueError, match="positive integer"):
         ECPOConfig().training(lora={"r": 0})
-    with pytest.raises(ValueError, match="candidate scorer"):
+    with pytest.raises(ValueError, match="ECPO trains an LLM"):
         ECPOConfig().environment(ENV_ID).training(lora={"r": 4}).validate()
 
 
