@@ -72,6 +72,17 @@ def test_logprobs_equal_the_distribution_act_samples_from():
         assert abs(counts[action] / 4000 - p) <= 5 * np.sqrt(p * (1 - p) / 4000) + 1e-3
 
 
+def test_sampling_and_learning_forwards_give_the_same_scores():
+    """``act`` scores without autograd (embedding_bag), the learner with it (segment_reduce): the same floats."""
+    policy = trained_a_little()
+    ctxs = [context(), context(history=[("You are in a room.", "go to countertop 2")] * 3)]
+    items = [(policy.context_ids(c), policy.command_ids(c)) for c in ctxs]
+    with torch.no_grad():
+        sampled = policy._scores(items)
+    learned = policy._scores(items)
+    assert all(torch.equal(a, b.detach()) for a, b in zip(sampled, learned))
+
+
 def test_draws_pick_by_inverse_cdf_and_greedy_takes_the_best():
     policy = trained_a_little()
     probs = policy.action_distributions([context()], 1.0)[0]

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import copy
 import json
+from itertools import chain
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -99,10 +100,16 @@ class TextScorer(nn.Module):
         pairs = self.first_bigram + (ids[:-1][same] * 1_000_003 + ids[1:][same]) % self.BIGRAM_BUCKETS
         owner = torch.cat([bag, bag[:-1][same]])
         order = torch.argsort(owner, stable=True)
-        e = self.words(torch.cat([ids, pairs])[order])
+        tokens = torch.cat([ids, pairs])[order]
         lengths = torch.bincount(owner, minlength=bags)
-        total = torch.segment_reduce(e, "sum", lengths=lengths)
-        most = torch.segment_reduce(e, "max", lengths=lengths)
+        if torch.is_grad_enabled():  # the learner: segment_reduce's backward is the fastest on a CPU
+            e = self.words(tokens)
+            total = torch.segment_reduce(e, "sum", lengths=lengths)
+            most = torch.segment_reduce(e, "max", lengths=lengths)
+        else:  # sampling: embedding_bag's forward is faster, and gives the same floats (tests/test_text_policy.py)
+            offsets = torch.cumsum(lengths, 0) - lengths
+            total = nn.functional.embedding_bag(tokens, self.words.weight, offsets, mode="sum")
+            most = nn.functional.embedding_bag(tokens, self.words.weight, offsets, mode="max")
         filled = (lengths > 0).unsqueeze(-1)
         mean = total / lengths.clamp(min=1).unsqueeze(-1)
         return torch.cat([mean, torch.where(filled, most, torch.zeros_like(most))], dim=-1)
@@ -157,7 +164,7 @@ class TextPolicy(Policy):
             self.model = TextScorer(self.vocabulary, self.arch)
         self.generator = torch.Generator().manual_seed(int(seed))
         self._marks = {name: self.vocabulary.special(name)
-                       for name in ("<history>", "<goal>", "<observation>", "<act>")}
+                       for name in ("<history>", "<goal>", "<observation>", "<act>", "<taken0>")}
 
     # ------------------------------------------------------------------ encoding a step
     def context_ids(self, ctx: StepContext) -> list[int]:
@@ -182,9 +189,8 @@ class TextPolicy(Policy):
         sent: dict[str, int] = {}
         for _, action in ctx.history:
             sent[action] = sent.get(action, 0) + 1
-        first = self.vocabulary.special("<taken0>")
-        return [[first + min(sent.get(command, 0), 3), *self.vocabulary.encode(command)]
-                for command in ctx.admissible_actions]
+        first, encode = self._marks["<taken0>"], self.vocabulary.encode
+        return [[first + min(sent.get(command, 0), 3), *encode(command)] for command in ctx.admissible_actions]
 
     def step_row(self, ctx: StepContext) -> list[int]:
         """The stored prompt row of a step (``scoring.pack_candidates`` layout)."""
@@ -195,23 +201,17 @@ class TextPolicy(Policy):
         """Each item's command scores (items: ``(context ids, [command ids, ...])``), one batched forward."""
         if not items:
             return []
-        context: list[int] = []
-        context_row: list[int] = []
-        commands: list[int] = []
-        command_index: list[int] = []
-        owner: list[int] = []
-        for row, (ids, listed) in enumerate(items):
-            context.extend(ids)
-            context_row.extend([row] * len(ids))
-            for ids_of_command in listed:
-                command_index.extend([len(owner)] * len(ids_of_command))
-                commands.extend(ids_of_command)
-                owner.append(row)
+        contexts = [ids for ids, _ in items]
+        listed = [command for _, commands in items for command in commands]
+        per_item = [len(commands) for _, commands in items]
         long = torch.long
-        scores = self.model(torch.tensor(context, dtype=long), torch.tensor(context_row, dtype=long),
-                             torch.tensor(commands, dtype=long), torch.tensor(command_index, dtype=long),
-                             torch.tensor(owner, dtype=long))
-        return list(torch.split(scores, [len(listed) for _, listed in items]))
+        context = torch.tensor(list(chain.from_iterable(contexts)), dtype=long)
+        context_row = torch.repeat_interleave(torch.arange(len(items)), torch.tensor([len(c) for c in contexts]))
+        commands = torch.tensor(list(chain.from_iterable(listed)), dtype=long)
+        command_index = torch.repeat_interleave(torch.arange(len(listed)), torch.tensor([len(c) for c in listed]))
+        owner = torch.repeat_interleave(torch.arange(len(items)), torch.tensor(per_item))
+        scores = self.model(context, context_row, commands, command_index, owner)
+        return list(torch.split(scores, per_item))
 
     @staticmethod
     def _unpack(row: Sequence[int]) -> tuple[list[int], list[list[int]]]:
