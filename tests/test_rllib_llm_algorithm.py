@@ -76,9 +76,15 @@ def test_first_iteration_equals_the_native_trainer(tiny_model_dir, tmp_path, ray
     statistics agree to 1e-5 relative and the updated weights to a tenth of the update's size: AdamW divides every
     gradient component by its own scale, so float32 rounding on near-zero components moves weights by a
     small fraction of a step."""
+    same = first_iterations_side_by_side(run_values(tiny_model_dir, tmp_path, device=device))
+    assert same["equal"], same
+
+
+def first_iterations_side_by_side(values) -> dict:
+    """The native trainer's first iteration and the RLlib algorithm's (one runner actor, a local learner) on the
+    same run values: ``compare_first_iterations`` of the two."""
     from ecpo_train.runtime.trainer import Trainer
 
-    values = run_values(tiny_model_dir, tmp_path, device=device)
     trainer = Trainer(make_config(values))
     initial = {k: v.detach().clone() for k, v in trainer.policy.named_parameters()}
     native = trainer.train_iteration()
@@ -91,9 +97,8 @@ def test_first_iteration_equals_the_native_trainer(tiny_model_dir, tmp_path, ray
         result = algo.train()["ecpo"]
         learner = algo.learner_group._learner
         weights = dict(learner.policy_module.policy.named_parameters())
-        same = compare_first_iterations(native, native_adv, native_weights, result, learner.last_advantages, weights,
+        return compare_first_iterations(native, native_adv, native_weights, result, learner.last_advantages, weights,
                                         initial)
-        assert same["equal"], same
     finally:
         algo.stop()
 
@@ -390,26 +395,8 @@ def text_values(tmp_path, **changes):
 def test_text_policy_first_iteration_equals_the_native_trainer(tmp_path, ray_session):
     """The small text policy through RLlib (one runner actor, a local learner): the native trainer's rows,
     advantages and update, as for the LLM."""
-    from ecpo_train.runtime.trainer import Trainer
-
-    values = text_values(tmp_path)
-    trainer = Trainer(make_config(values))
-    initial = {k: v.detach().clone() for k, v in trainer.policy.named_parameters()}
-    native = trainer.train_iteration()
-    native_adv = trainer.last_advantages
-    native_weights = {k: v.detach().clone() for k, v in trainer.policy.named_parameters()}
-    trainer.close()
-
-    algo = algo_for(values, num_env_runners=1)
-    try:
-        result = algo.train()["ecpo"]
-        learner = algo.learner_group._learner
-        weights = dict(learner.policy_module.policy.named_parameters())
-        same = compare_first_iterations(native, native_adv, native_weights, result, learner.last_advantages, weights,
-                                        initial)
-        assert same["equal"], same
-    finally:
-        algo.stop()
+    same = first_iterations_side_by_side(text_values(tmp_path))
+    assert same["equal"], same
 
 
 @pytest.mark.slow
