@@ -8,6 +8,7 @@ The Ray tests use the tiny random Qwen2 (conftest ``tiny_model_dir``) and the mo
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import sys
 from pathlib import Path
@@ -232,11 +233,20 @@ SMALL = {"corridor_llm", "alfworld_cpu", "webshop_cpu"}  # CPU presets: these ru
 def test_every_preset_builds_with_two_runners(preset, tiny_model_dir, tmp_path, ray_session):
     """Each preset with the tiny model on CPU (the GPU ones' vLLM and bf16 replaced), two env-runner actors;
     the small ones play one iteration of 2 groups of 2."""
-    overrides = [f"model={tiny_model_dir}", "device=cpu", "dtype=float32", "generation_backend=transformers",
+    model = tiny_model_dir
+    if preset == "alfworld_text":  # the small text policy (real ALFWorld games): a folder of random weights
+        if not os.environ.get("ECPO_DATA_DIR"):
+            pytest.skip("alfworld_text plays real ALFWorld games: set ECPO_DATA_DIR")
+        from ecpo_train.policies.text import TextPolicy
+
+        model = tmp_path / "text-policy"
+        model.mkdir()
+        TextPolicy(seed=0).save_pretrained(model)
+    overrides = [f"model={model}", "device=cpu", "dtype=float32", "generation_backend=transformers",
                  "env_workers=0", f"run_dir={tmp_path / 'run'}", "val_every=0", "n_groups=2", "group_size=2"]
     train = load_config(preset, overrides)
-    if train.policy != "llm":
-        with pytest.raises(ValueError, match="the RLlib engine trains an LLM policy"):
+    if train.policy == "tabular":
+        with pytest.raises(ValueError, match="the RLlib engine trains an LLM or text policy"):
             ECPOConfig.from_train_config(train)
         return
     algo = ECPOConfig.from_train_config(train).env_runners(num_env_runners=2).build_algo()
