@@ -136,7 +136,8 @@ def test_the_ray_wheels_install_offline_into_a_clean_python312_target(tmp_path):
     names = {e["path"].split("/")[-1].split("-")[0].lower().replace("_", "-")
              for e in section["wheels"] + [s["whole"] for s in section["split"]]}
     assert names == set(device_bundle_ray.RAY_BUNDLED)
-    assert [s["whole"]["path"].split("/")[-1].split("-")[0] for s in section["split"]] == ["ray"]  # 79 MB: in parts
+    # ray's 79 MB wheel is cut into parts (at 32 MiB scipy's too)
+    assert "ray" in [s["whole"]["path"].split("/")[-1].split("-")[0] for s in section["split"]]
     assert all(part["bytes"] <= 32 * MIB for s in section["split"] for part in s["parts"])
     # the device's own packages that ray.rllib needs stand in for all of them, in a folder of their own
     provided = device_bundle_ray.WHEEL_CACHE
