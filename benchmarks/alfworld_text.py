@@ -42,6 +42,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from ecpo_train.evaluation.tables import ALFWORLD_COLUMNS
+
 PRESET = "alfworld_text"
 MANIFEST = "alfworld_valid_seen_by_type"
 ARMS = ("ecpo", "gigpo_std", "grpo")
@@ -50,7 +52,7 @@ ITERATIONS = 20
 WARM_START = ["--episodes", "3553", "--epochs", "6", "--lr", "1e-3", "--batch-size", "64"]
 TEMPERATURE = 0.4
 WARM = "warm-start"
-TYPES = ("Pick", "Clean", "Cool", "Look", "Heat", "Pick2")  # the paper's column order
+TYPES = ALFWORLD_COLUMNS[:-1]  # every task type in the paper's column order, without "All"
 # The ALFWorld paper's text agent in TextWorld, seen split (arXiv 2010.03768, ICLR 2021 version, table 4 "Generalization
 # within TextWorld environments", column sn): per-type columns are agents trained on that type alone, "All" one agent
 # trained on every type (ours is the latter). BUTLER: DAgger, beam search (width 10) to recover from failed actions at
@@ -74,11 +76,11 @@ def ecpo(*args: str, log: Path) -> None:
 
 
 def finished_iterations(run_dir: Path) -> int:
-    path = run_dir / "metrics.jsonl"
-    if not path.is_file():
+    from ecpo_train.runtime.run_dir import RunFolder, read_metrics
+
+    if not RunFolder(run_dir).metrics.is_file():
         return 0
-    lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    return max((int(line.get("iteration", 0)) for line in lines), default=0)
+    return max((int(line["iteration"]) for line in read_metrics(run_dir)), default=0)
 
 
 def train_arm(out: Path, warm: Path, arm: str, seed: int, iterations: int) -> Path:
@@ -205,12 +207,13 @@ def engines_side_by_side(out: Path, arm: str = "ecpo", seed: int = 1, png: Path 
     --actor-cpus 0.5``): each iteration's training success and seconds, and both curves in ``png``. The two runs'
     seconds were taken at different times on a shared machine; ``text_policy_speed --engines native rllib`` times
     both engines one after the other in one run."""
+    from ecpo_train.runtime.run_dir import RunFolder, read_metrics
+
     curves = {}
     for engine, folder in (("native", out / "runs" / f"{arm}-s{seed}"), ("rllib", out / "rllib" / f"{arm}-s{seed}")):
-        path = folder / "metrics.jsonl"
-        if not path.is_file():
+        if not RunFolder(folder).metrics.is_file():
             continue
-        lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        lines = read_metrics(folder)
         curves[engine] = {"iteration": [int(x["iteration"]) for x in lines],
                           "success": [float(x["success"]) for x in lines],
                           "seconds": [float(x["time/iteration"]) for x in lines]}

@@ -313,6 +313,11 @@ class TransformersPolicy(Policy):
             raise ValueError("weights_to_engine needs a generation backend (generation_backend='vllm')")
         self.backend.sync_weights(state)
 
+    @property
+    def vocab_size(self) -> int:
+        """Token ids this policy's rows hold (RLlib's spaces)."""
+        return len(self.tokenizer)
+
     def frozen_copy(self) -> Policy:
         """A frozen copy of the model for pi_ref; it samples with transformers (it only scores log-probs).
 

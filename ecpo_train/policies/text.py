@@ -139,10 +139,10 @@ class TextScorer(nn.Module):
         # the share of each command's words found in its context's goal, and in its observation
         width = torch.bincount(word_of, minlength=count).clamp(min=1)
         overlap = []
+        probe = owner[word_of] * self.first_bigram + words  # (context row, word) as one id: ids < first_bigram
         for index in (1, 2):
             inside = segment == index
             keys = torch.unique(context_row[inside] * self.first_bigram + context[inside])
-            probe = owner[word_of] * self.first_bigram + words
             found = torch.isin(probe, keys).to(c.dtype)
             overlap.append((c.new_zeros(count).index_add_(0, word_of, found) / width).unsqueeze(-1))
         return self.score(torch.cat([c, a, c * a, *overlap], dim=-1)).squeeze(-1)
@@ -150,8 +150,6 @@ class TextScorer(nn.Module):
 
 class TextPolicy(Policy):
     """The small text policy over admissible commands (module docstring)."""
-
-    policy_mode = "text"
 
     def __init__(self, vocabulary: Vocabulary | None = None, arch: TextArchitecture | None = None, *,
                  seed: int = 0, env_name: str = "") -> None:
@@ -165,6 +163,11 @@ class TextPolicy(Policy):
         self.generator = torch.Generator().manual_seed(int(seed))
         self._marks = {name: self.vocabulary.special(name)
                        for name in ("<history>", "<goal>", "<observation>", "<act>", "<taken0>")}
+
+    @property
+    def vocab_size(self) -> int:
+        """Token ids this policy's rows hold (RLlib's spaces)."""
+        return self.vocabulary.size
 
     # ------------------------------------------------------------------ encoding a step
     def context_ids(self, ctx: StepContext) -> list[int]:
@@ -212,11 +215,6 @@ class TextPolicy(Policy):
         owner = torch.repeat_interleave(torch.arange(len(items)), torch.tensor(per_item))
         scores = self.model(context, context_row, commands, command_index, owner)
         return list(torch.split(scores, per_item))
-
-    @staticmethod
-    def _unpack(row: Sequence[int]) -> tuple[list[int], list[list[int]]]:
-        context, commands = unpack_candidates([int(t) for t in row])
-        return list(context), [list(c) for c in commands]
 
     # ------------------------------------------------------------------ Policy API
     @torch.no_grad()
@@ -268,7 +266,7 @@ class TextPolicy(Policy):
         with_entropy: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         rows = [i for i, r in enumerate(response_ids) if r]
-        items = [self._unpack(prompt_ids[i]) for i in rows]
+        items = [unpack_candidates(prompt_ids[i]) for i in rows]
         scores = self._scores(items)
         t = temperature if temperature > 0 else 1.0
         token_logp = torch.zeros(len(response_ids), 1)

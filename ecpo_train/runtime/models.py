@@ -100,7 +100,10 @@ def model_folder(model: str | Path) -> str:
 
 def weights_sha256(model: str | Path) -> str | None:
     """The sha256 over a local model folder's weight files (name and content, in name order): what two runs
-    compare to know they started from the same weights. None where ``model`` is not a folder here (a hub id)."""
+    compare to know they started from the same weights. None where ``model`` is not a folder here (a hub id) or is
+    empty (random weights: not the current folder)."""
+    if not str(model).strip():
+        return None
     folder = Path(model_folder(model))
     files = sorted(f for f in folder.iterdir() if f.suffix in WEIGHT_SUFFIXES) if folder.is_dir() else []
     if not files:

@@ -401,7 +401,7 @@ def run_sft(config: TrainConfig, *, episodes: int, epochs: int, lr: float, out: 
     from ecpo_train.runtime.models import weights_sha256
 
     summary = {  # the base model by its weights too: what a run from this output compares (resume.warm_start)
-        "model": config.model, "model_weights_sha256": weights_sha256(config.model) if config.model else None,
+        "model": config.model, "model_weights_sha256": weights_sha256(config.model),
         "env_id": config.env_id, "env_kwargs": config.env_kwargs,
         "prompt_style": config.prompt_style, "history_length": config.history_length,
         "policy": config.policy,

@@ -149,8 +149,7 @@ class LLMEnvRunner(EnvRunner):
 
     def get_spaces(self) -> dict[str, Any]:
         tc = self.train_config
-        tokens = self.policy.vocabulary.size if tc.policy == "text" else len(self.policy.tokenizer)
-        spaces = token_spaces(tokens, tc.max_prompt_length, tc.max_response_length)
+        spaces = token_spaces(self.policy.vocab_size, tc.max_prompt_length, tc.max_response_length)
         return {INPUT_ENV_SPACES: spaces, DEFAULT_MODULE_ID: spaces}
 
     def get_metrics(self) -> Any:
