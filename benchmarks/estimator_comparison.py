@@ -16,6 +16,7 @@ Outputs: ``benchmarks/results/estimator_comparison_pilot.json`` (the pilot's run
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from ecpo_train.runtime.config_values import read_yaml
 
 PROTOCOL = Path(__file__).with_name("estimator_comparison.yaml")
 PILOT_JSON, RESULT_JSON = RESULTS / "estimator_comparison_pilot.json", RESULTS / "estimator_comparison.json"
+ALFWORLD_PILOT_JSON = RESULTS / "estimator_comparison_alfworld_pilot.json"  # the real-ALFWorld column's seed count
 RAW_RUNS = RESULTS / "raw" / "estimator_comparison" / "runs.jsonl"  # one finished run a line, kept as it finishes
 
 
@@ -38,8 +40,16 @@ def load_protocol(path: Path = PROTOCOL) -> dict[str, Any]:
 
 
 def runnable(protocol: dict[str, Any]) -> list[dict[str, Any]]:
-    """The testbeds this program runs (a testbed with a ``status`` is someone else's, or not run on the CPU)."""
-    return [t for t in protocol["testbeds"] if "status" not in t]
+    """The testbeds the credit study's runner trains (a testbed with a ``status`` is not run on the CPU; one with a
+    ``program`` is run by that program: :func:`run_program_testbed`)."""
+    return [t for t in protocol["testbeds"] if "status" not in t and "program" not in t]
+
+
+def testbed(protocol: dict[str, Any], name: str) -> dict[str, Any]:
+    found = [t for t in protocol["testbeds"] if t["name"] == name]
+    if not found:
+        raise ValueError(f"the protocol has no testbed {name!r}: {[t['name'] for t in protocol['testbeds']]}")
+    return found[0]
 
 
 def study_protocol(protocol: dict[str, Any], seeds: int, offset: int) -> dict[str, Any]:
@@ -72,15 +82,73 @@ def pilot_seed_count(runs: list[dict[str, Any]], protocol: dict[str, Any]) -> di
     cells = _cells(runs, protocol["endpoint"])
     reference, arms = protocol["reference"], [a for a in protocol["arms"] if a != protocol["reference"]]
     sds = {}
-    for testbed in runnable(protocol):
+    for bed in runnable(protocol):
         for arm in arms:
-            _, diffs = paired_values(cells[(testbed["name"], arm)], cells[(testbed["name"], reference)])
-            sds[f"{testbed['name']}|{arm}"] = float(np.std(diffs, ddof=1))
+            _, diffs = paired_values(cells[(bed["name"], arm)], cells[(bed["name"], reference)])
+            sds[f"{bed['name']}|{arm}"] = float(np.std(diffs, ddof=1))
+    return seed_count_rule(sds, protocol)
+
+
+def seed_count_rule(sds: dict[str, float], protocol: dict[str, Any]) -> dict[str, Any]:
+    """The registered rule on the pilot's SDs of (arm - reference): the fewest seeds whose exact-power MDE at level
+    alpha / m (m = the testbed's comparisons) is at most the target for the largest SD; at least 10."""
     largest = max(sds.values())
-    alpha = protocol["alpha"] / len(arms)
+    alpha = protocol["alpha"] / (len(protocol["arms"]) - 1)
     seeds = max(10, seeds_for_mde(largest, protocol["mde_target"], alpha, protocol["power"]))
     return {"sd": sds, "largest_sd": largest, "alpha_per_comparison": alpha, "seeds": seeds,
             "mde_at_seeds": mde(largest / np.sqrt(seeds), seeds - 1, alpha, protocol["power"])}
+
+
+def alfworld_pilot_seed_count(protocol: dict[str, Any], root: Path = RESULTS.parent.parent) -> dict[str, Any]:
+    """The real-ALFWorld column's seed count from its pilot (the registered ``alfworld_text`` study's per-seed
+    valid_seen success): the SD of (arm - reference) for each arm the pilot ran, then :func:`seed_count_rule`."""
+    bed = testbed(protocol, "alfworld_text")
+    pilot = json.loads((root / bed["pilot"]["results"]).read_text())
+    success = {arm: {int(s): float(v["by_type"]["All"]) for s, v in part["seeds"].items()}
+               for arm, part in pilot["arms"].items()}
+    reference = protocol["reference"]
+    sds = {}
+    for arm in success:
+        if arm != reference:
+            _, diffs = paired_values(success[arm], success[reference], label=f"pilot {arm}")
+            sds[f"alfworld_text|{arm}"] = float(np.std(diffs, ddof=1))
+    return seed_count_rule(sds, protocol) | {"pilot_arms": sorted(success), "pilot_seeds": sorted(success[reference])}
+
+
+def program_seeds(bed: dict[str, Any]) -> list[int]:
+    if not bed.get("seeds"):
+        raise ValueError(f"testbed {bed['name']} has no seed count yet: run --pilot-seeds and commit the count first")
+    return [int(bed["seed_offset"]) + 1 + i for i in range(int(bed["seeds"]))]
+
+
+def run_program_testbed(protocol: dict[str, Any], name: str, out: Path, jobs: int) -> None:
+    """Train and evaluate every (arm, seed) of a program testbed, seed-major, resuming what ``out`` holds."""
+    from benchmarks import alfworld_text
+
+    bed = testbed(protocol, name)
+    if bed.get("program") != "benchmarks.alfworld_text":
+        raise ValueError(f"testbed {name!r} is not run by a program")
+    alfworld_text.run(out, jobs, int(bed["iterations"]), list(protocol["arms"]), program_seeds(bed))
+
+
+def program_runs(protocol: dict[str, Any], name: str, out: Path) -> list[dict[str, Any]]:
+    """The runs of a program testbed in the credit study's shape (``env_name, method, seed, final_success``): each
+    (arm, seed) whose evaluation covers every game the warm start's does."""
+    from benchmarks import alfworld_text
+
+    bed = testbed(protocol, name)
+    games = len(alfworld_text.outcomes(out, alfworld_text.WARM))
+    runs = []
+    for seed in program_seeds(bed):
+        for arm in protocol["arms"]:
+            try:
+                after = alfworld_text.outcomes(out, f"{arm}-s{seed}")
+            except (OSError, ValueError):
+                continue
+            if games and len(after) == games:
+                runs.append({"env_name": name, "method": arm, "group_size": int(protocol["group_size"]),
+                             "seed": seed, "final_success": alfworld_text.by_type(after)["All"]})
+    return runs
 
 
 def compare(runs: list[dict[str, Any]], protocol: dict[str, Any]) -> dict[str, Any]:
@@ -90,38 +158,40 @@ def compare(runs: list[dict[str, Any]], protocol: dict[str, Any]) -> dict[str, A
     cells = _cells(runs, protocol["endpoint"])
     reference = protocol["reference"]
     table: dict[str, dict[str, Any]] = {}
-    for testbed in {r["env_name"] for r in runs}:
+    for bed_name in {r["env_name"] for r in runs}:
         parts = []
         for arm in protocol["arms"]:
             if arm == reference:
                 continue
-            seeds, diffs = paired_values(cells[(testbed, arm)], cells[(testbed, reference)], label=f"{testbed} {arm}")
+            seeds, diffs = paired_values(cells[(bed_name, arm)], cells[(bed_name, reference)], label=f"{bed_name} {arm}")
             parts.append({"arm": arm, "seeds": seeds, **paired_diff(list(diffs))})
         apply_holm(parts, [1] * len(parts))
         for part in parts:
             significant = part["holm_significant"]
             part["verdict"] = ("better" if part["diff"] > 0 else "worse") if significant else "no difference shown"
-            table.setdefault(part["arm"], {})[testbed] = part
-        means = {arm: float(np.mean(list(cells[(testbed, arm)].values()))) for arm in protocol["arms"]}
-        table.setdefault(reference, {})[testbed] = {"arm": reference, "reference": True, "mean": means[reference]}
+            table.setdefault(part["arm"], {})[bed_name] = part
+        means = {arm: float(np.mean(list(cells[(bed_name, arm)].values()))) for arm in protocol["arms"]}
+        table.setdefault(reference, {})[bed_name] = {"arm": reference, "reference": True, "mean": means[reference]}
         for arm in protocol["arms"]:
-            table[arm][testbed]["mean"] = means[arm]
+            table[arm][bed_name]["mean"] = means[arm]
     return table
 
 
-def render(table: dict[str, Any], protocol: dict[str, Any], seeds: int, runtime: float) -> str:
-    testbeds = [t["name"] for t in protocol["testbeds"]]
+def render(table: dict[str, Any], protocol: dict[str, Any], runs: list[dict[str, Any]], runtime: float) -> str:
+    bed_names = [t["name"] for t in protocol["testbeds"]]
+    seeds = "; ".join(f"{name}: {len({r['seed'] for r in runs if r['env_name'] == name})} seeds per arm"
+                      for name in bed_names if any(r["env_name"] == name for r in runs))
     lines = ["# Step-credit estimators under one protocol (issue 57)", "",
-             (f"Protocol: `benchmarks/estimator_comparison.yaml` (committed before the runs). {seeds} seeds per arm, "
+             (f"Protocol: `benchmarks/estimator_comparison.yaml` (committed before the runs). {seeds}; "
               f"N = {protocol['group_size']}, endpoint {protocol['endpoint']}; each cell is the arm minus GiGPO w/std, "
               "paired by seed (95 % t-interval), Holm over the testbed's 8 comparisons, the exact-power MDE beside a "
-              f"null. {runtime / 60:.0f} min on 2 CPU cores. `python -m benchmarks.estimator_comparison`."), "",
-             "| estimator | " + " | ".join(testbeds) + " |", "| --- |" + " --- |" * len(testbeds)]
+              f"null. {runtime / 60:.0f} min on 2 CPU cores (the corridor). `python -m benchmarks.estimator_comparison`."), "",
+             "| estimator | " + " | ".join(bed_names) + " |", "| --- |" + " --- |" * len(bed_names)]
     for arm in protocol["arms"]:
         row = []
-        for testbed in testbeds:
-            part = table.get(arm, {}).get(testbed)
-            status = next((t.get("status") for t in protocol["testbeds"] if t["name"] == testbed), None)
+        for bed_name in bed_names:
+            part = table.get(arm, {}).get(bed_name)
+            status = next((t.get("status") for t in protocol["testbeds"] if t["name"] == bed_name), None)
             if part is None:
                 row.append(status if status and status.startswith("not run") else f"not run: {status}" if status else "not run")
             elif part.get("reference"):
@@ -134,12 +204,37 @@ def render(table: dict[str, Any], protocol: dict[str, Any], seeds: int, runtime:
 
 def main(argv: list[str] | None = None) -> int:
     parser = ArgumentParser(__spec__.name, description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pilot", action="store_true", help="run the pilot and print the seed count it gives")
+    parser.add_argument("--pilot", action="store_true", help="run the corridor's pilot and print the seed count it gives")
+    parser.add_argument("--pilot-seeds", choices=["alfworld_text"], default=None,
+                        help="print (and write) the seed count a program testbed's pilot gives")
+    parser.add_argument("--run-testbed", choices=["alfworld_text"], default=None,
+                        help="train and evaluate a program testbed's runs in --out (resumable)")
+    parser.add_argument("--out", type=Path, default=None, help="the program testbed's study folder")
+    parser.add_argument("--jobs", type=int, default=1, help="runs at a time for --run-testbed")
+    parser.add_argument("--alfworld-out", type=Path, default=None,
+                        help="with the report: add the alfworld_text column from this study folder")
     parser.add_argument("--from-json", type=Path, default=None, help="re-analyse a finished study's JSON")
     parser.add_argument("--workers", type=int, default=None)
     args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error("--jobs must be >= 1")
     protocol = load_protocol()
     started = time.perf_counter()
+    try:
+        if args.pilot_seeds:
+            count = alfworld_pilot_seed_count(protocol)
+            write_text(ALFWORLD_PILOT_JSON, json.dumps(count, indent=1) + "\n")
+            print(f"{args.pilot_seeds} pilot: largest SD {count['largest_sd']:.3f} -> {count['seeds']} seeds "
+                  f"(MDE {count['mde_at_seeds']:.3f}); wrote {ALFWORLD_PILOT_JSON}")
+            return 0
+        if args.run_testbed:
+            if args.out is None:
+                parser.error("--run-testbed needs --out")
+            run_program_testbed(protocol, args.run_testbed, args.out, args.jobs)
+            return 0
+    except (RuntimeError, ValueError, OSError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     if args.pilot:
         runs = run_study(study_protocol(protocol, protocol["pilot"]["seeds"], protocol["pilot"]["seed_offset"]),
                          workers=args.workers)
@@ -150,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.from_json is not None:
         payload = json.loads(args.from_json.read_text())
-        runs, runtime = payload["runs"], payload["runtime_s"]
+        runs, runtime = [r for r in payload["runs"] if r["env_name"] != "alfworld_text"], payload["runtime_s"]
     else:
         if not protocol.get("seeds"):
             print("error: the protocol has no seed count yet: run --pilot and commit the count first")
@@ -161,11 +256,13 @@ def main(argv: list[str] | None = None) -> int:
             runs = run_study(study_protocol(protocol, protocol["seeds"], protocol["seed_offset"]), workers=args.workers,
                              done=done, on_run=lambda run: (raw.write(json.dumps(slim(run)) + "\n"), raw.flush()))
         runtime = time.perf_counter() - started + sum(float(r.get("seconds", 0.0)) for r in done) / 2
+    if args.alfworld_out is not None:
+        runs += program_runs(protocol, "alfworld_text", args.alfworld_out)
     table = compare(runs, protocol)
     runs = [{key: run[key] for key in KEPT if key in run} for run in runs]  # the curves stay in RAW_RUNS
     write_text(RESULT_JSON, json.dumps({"protocol": protocol, "table": table, "runs": runs, "runtime_s": runtime},
                                        separators=(",", ":"), allow_nan=True))
-    write_text(RESULT_JSON.with_suffix(".md"), render(table, protocol, int(protocol["seeds"]), runtime))
+    write_text(RESULT_JSON.with_suffix(".md"), render(table, protocol, runs, runtime))
     print(f"wrote {RESULT_JSON} and {RESULT_JSON.with_suffix('.md')}")
     return 0
 
