@@ -57,37 +57,49 @@ class Failure(NamedTuple):
         return f"{self.arm}: its process exited {self.code} ({self.line})"
 
 
-def build_trainer(spec: dict[str, Any], **fields: Any) -> tuple[Any, float]:
-    """The trainer a spec names (``preset`` and ``overrides``, then ``fields`` replaced on the config), with the
-    GPU's scoring batch (``score_batch``), and its build seconds."""
+def open_arm(spec: dict[str, Any], *, resume: bool | str = False, overwrite: bool = False,
+             **fields: Any) -> tuple[Any, float]:
+    """The run a spec names (``preset`` and ``overrides``, then ``fields`` replaced on the config), started
+    through the run shell (``runtime.run.open_run``: its folder's lock, ``resume`` / ``overwrite``), with the GPU's
+    scoring batch (``score_batch``), and its build seconds."""
     from ecpo_train.runtime.config import load_config
+    from ecpo_train.runtime.run import open_run
     from ecpo_train.runtime.trainer import Trainer
 
     started = time.monotonic()
-    trainer = Trainer(dataclasses.replace(load_config(spec["preset"], spec["overrides"]), **fields))
+    run = open_run(Trainer, dataclasses.replace(load_config(spec["preset"], spec["overrides"]), **fields),
+                   resume=resume, overwrite=overwrite)
     if spec["device"].startswith("cuda"):  # distinct (prompt, candidates) items per scoring forward
-        trainer.policy.score_batch_size = spec["score_batch"]
-    return trainer, time.monotonic() - started
+        run.engine.policy.score_batch_size = spec["score_batch"]
+    return run, time.monotonic() - started
 
 
-def train_arm(trainer: Any, rows: list[dict[str, float]], iterations: int, deadline: float, reserve: float,
-              after_each: Callable[[dict[str, float]], None] | None = None) -> str | None:
-    """Iterations of ``trainer`` until ``rows`` (each iteration's figures with its wall time, appended in place; a
-    resumed arm's earlier ones too) holds ``iterations``, stopping early where the next one (at the mean wall so
-    far) and ``reserve`` would pass ``deadline`` (``time.time()``); ``after_each(metrics)`` after each iteration
-    with its metrics and wall seconds (``time/arm_wall``: a log line, then a checkpoint, whose seconds count in
-    the row's wall). Returns why it stopped early, if it did."""
-    while len(rows) < iterations:
+def arm_row(metrics: dict[str, float]) -> dict[str, float]:
+    """An iteration's figures and its wall seconds (the run's ``time/iteration``: the same whether the row was
+    measured now or read back from a resumed arm's ``metrics.jsonl``)."""
+    return iteration_figures(metrics) | {"wall": float(metrics["time/iteration"])}
+
+
+def train_arm(run: Any, rows: list[dict[str, float]], iterations: int, deadline: float, reserve: float) -> str | None:
+    """Iterations of a started run (``run.train``, the run shell's loop: each logged, checkpointed on the run's
+    cadence) until ``rows`` (each iteration's :func:`arm_row`, appended in place; a resumed arm's earlier ones
+    too) holds ``iterations``, stopping early where the next one (at the mean wall so far) and ``reserve`` would
+    pass ``deadline`` (``time.time()``). Returns why it stopped early, if it did."""
+    why: list[str] = []
+
+    def too_late() -> bool:
         if rows and time.time() + float(np.mean([r["wall"] for r in rows])) + reserve > deadline:
-            return f"time limit after {len(rows)} of {iterations} iterations"
-        started = time.monotonic()
-        metrics = trainer.train_iteration()
-        row = iteration_figures(metrics) | {"wall": time.monotonic() - started}
-        if after_each is not None:
-            after_each(metrics | {"time/arm_wall": row["wall"]})
-            row["wall"] = time.monotonic() - started
-        rows.append(row)
-    return None
+            why.append(f"time limit after {len(rows)} of {iterations} iterations")
+            return True
+        return False
+
+    def stop(metrics: dict[str, float]) -> bool:
+        rows.append(arm_row(metrics))
+        return len(rows) >= iterations or too_late()
+
+    if len(rows) < iterations and not too_late():
+        run.train(iterations - len(rows), stop=stop)
+    return why[0] if why else None
 
 
 def run_one_after_another(specs: list[dict[str, Any]], runner: Runner, decide: Decide, keep: Keep) -> None:

@@ -1,7 +1,7 @@
 """Counterfactual credit updates, the protocol: concentration checkpoints, then one update per estimator per batch.
 
 An arm is one policy on one corridor. :func:`make_checkpoints` trains it with GRPO (the native ``Trainer``) and saves
-a ``Trainer.save_checkpoint`` (weights, AdamW state, RNGs) the first time the policy's mean pi(good door | room) at
+a ``Trainer.save`` (weights, AdamW state, RNGs) the first time the policy's mean pi(good door | room) at
 T = 1 reaches each target concentration. :func:`measure_batch` then, for one checkpoint and one batch seed, loads
 the checkpoint, samples one rollout batch (``collect_rollout``), and for every estimator reloads the checkpoint,
 computes that estimator's advantages on the *same* batch (``compute_advantages``) and applies one update
@@ -128,8 +128,8 @@ def supervised_step(trainer: Any, env: Any, good: dict[str, str], env_name: str,
     concentrations that GRPO at a stable learning rate reaches too slowly. ``lr`` replaces the optimizer's
     learning rate for this step only (AdamW's first steps move every weight by about lr, so small steps are
     what lets a target be met closely). Returns the loss before the step."""
-    from ecpo_train.runtime.sft import Demonstration, candidate_rows, reply_cross_entropy
     from ecpo_train.runtime.builders import state_contexts
+    from ecpo_train.runtime.sft import Demonstration, candidate_rows, reply_cross_entropy
 
     policy, states = trainer.policy, list(good)
     demos = [Demonstration(ctx, good[s]) for ctx, s in zip(state_contexts(env, env_name, states), states)]
@@ -166,7 +166,7 @@ def make_checkpoints(arm: dict[str, Any], folder: Path, seed: int = 0, log: Any 
     saved, targets, steps = [], list(arm["targets"]), 0
 
     def save(level: float) -> None:
-        path = trainer.save_checkpoint(folder / f"pi{targets[0]:.2f}.pt")
+        path = trainer.save(folder / f"pi{targets[0]:.2f}.pt")
         saved.append({"target": targets[0], "concentration": level, "iteration": trainer.iteration,
                       "supervised_steps": steps, "exact_success": exact_j(trainer), "path": str(path)})
         log(f"  checkpoint pi(good) >= {targets[0]}: {level:.3f} at GRPO iteration {trainer.iteration}"
@@ -260,7 +260,7 @@ def one_update_each(trainer: Any, checkpoint: str, rollout: Any, advantages: dic
     for name, adv in advantages.items():
         key = np.asarray(adv, dtype=np.float64).tobytes()
         if key not in done:
-            trainer.load_checkpoint(checkpoint)
+            trainer.load(Path(checkpoint))
             with contextlib.redirect_stderr(io.StringIO()):
                 update_on_table(trainer.policy, trainer.config, rollout.batch,
                                 torch.as_tensor(np.asarray(adv), dtype=torch.float32), trainer.optimizer,
@@ -278,7 +278,7 @@ def measure_batch(trainer: Any, checkpoint: str, batch_seed: int, env: Any, good
     from ecpo_train.core.rollout import collect_rollout
 
     cfg = trainer.config
-    trainer.load_checkpoint(checkpoint)
+    trainer.load(Path(checkpoint))
     rng = np.random.default_rng(batch_seed)
     torch.manual_seed(batch_seed)
     if isinstance(getattr(trainer.policy, "generator", None), torch.Generator):

@@ -193,7 +193,7 @@ def cell_config(spec: dict[str, Any], run_dir: str, task_pool: Sequence[str]):
 
 def train_run(spec: dict[str, Any]) -> dict[str, Any]:
     """Train one fresh tabular policy for one protocol cell with the native trainer; per-iteration curves
-    (measured through ``Trainer.train``'s ``on_iteration`` hook) and summary numbers."""
+    (measured through the run shell's ``observe`` hook) and summary numbers."""
     import contextlib
     import io
     import tempfile
@@ -204,6 +204,7 @@ def train_run(spec: dict[str, Any]) -> dict[str, Any]:
     from ecpo_gym.group import GroupVectorEnv
     from ecpo_gym.group_workers import make_env
     from ecpo_train.core.rollout import collect_rollout
+    from ecpo_train.runtime.run import open_run
     from ecpo_train.runtime.trainer import Trainer
 
     torch.set_num_threads(1)
@@ -221,9 +222,10 @@ def train_run(spec: dict[str, Any]) -> dict[str, Any]:
                                    env_kwargs=spec["env_kwargs"])
     curves: dict[str, list[float]] = {k: [] for k in CURVE_KEYS}
     with tempfile.TemporaryDirectory(prefix="credit_study_cell_") as run_dir:
-        trainer = Trainer(cell_config(spec, run_dir, task_pool))
+        run = open_run(Trainer, cell_config(spec, run_dir, task_pool))
+        trainer = run.engine
         policy = trainer.policy
-        trainer.policy = actor = InstructionQueryPolicy(policy)  # acts (and learns) as the tabular policy
+        trainer.sampler.policy = actor = InstructionQueryPolicy(policy)  # acts as the tabular policy
 
         def evaluate(iteration: int, repeats: int = 1) -> tuple[float, float]:
             """Evaluation success and the std of evaluation episode returns: exact by DP on diagnostic MDPs,
@@ -239,30 +241,27 @@ def train_run(spec: dict[str, Any]) -> dict[str, Any]:
                                             temperature=spec["eval_temperature"], seed=eval_seed).episodes
             return (float(np.mean([e.won for e in episodes])), float(np.std([e.total_reward for e in episodes])))
 
-        def measure(metrics: dict[str, float]) -> None:
-            """After each trainer iteration: its rollout's success, return and credit diagnostics, the
-            misranked-anchor fraction of its advantages, and the updated policy's evaluation."""
-            curves["train_success"].append(metrics["success"])
-            curves["train_return"].append(metrics["reward_mean"])
-            credit = {k.removeprefix("credit/"): v for k, v in metrics.items() if k.startswith("credit/")}
-            for name, value in diagnostic_values(credit).items():
+        def measure(sampled: Any, learned: Any) -> None:
+            """Each iteration, once updated (the run shell's observe hook): its rollout's success, return and
+            credit diagnostics, the misranked-anchor fraction of its advantages, and the updated policy's
+            evaluation."""
+            curves["train_success"].append(float(sampled.metrics["success"]))
+            curves["train_return"].append(float(sampled.metrics["reward_mean"]))
+            for name, value in diagnostic_values({k: float(v) for k, v in learned.credit.items()}).items():
                 curves[name].append(value)
             curves["misranked_fraction"].append(
-                misranked_anchor_fraction(trainer.last_rollout.batch.credit_arrays(), trainer.last_advantages, best)
+                misranked_anchor_fraction(sampled.played.batch.credit_arrays(), learned.advantages, best)
                 if exact else float("nan"))
-            success, return_std = evaluate(trainer.iteration - 1)
+            success, return_std = evaluate(trainer.iteration)  # (the iterations done before this one)
             curves["eval_success"].append(success)
             curves["eval_return_std"].append(return_std)
             curves["best_action_prob"].append(best_action_probability(policy, actions_of, best) if exact
                                               else float("nan"))
 
-        try:
-            # the trainer warns on every all-zero-advantage iteration; on a sparse corridor that is most early
-            # iterations of many cells, and the study records it anyway (adv_std = 0)
-            with contextlib.redirect_stderr(io.StringIO()):
-                trainer.train(on_iteration=measure)
-        finally:
-            trainer.close()
+        # the trainer warns on every all-zero-advantage iteration; on a sparse corridor that is most early
+        # iterations of many cells, and the study records it anyway (adv_std = 0)
+        with run, contextlib.redirect_stderr(io.StringIO()):
+            run.train(observe=measure)
     # the final policy, evaluated once more with a larger sample where evaluation is sampled
     final_success = curves["eval_success"][-1] if exact else evaluate(
         spec["iterations"], repeats=max(1, spec["final_eval_episodes"] // spec["eval_episodes"]))[0]

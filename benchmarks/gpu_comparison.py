@@ -58,7 +58,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import RESULTS, ArgumentParser, fail, refuse_without_cuda, rescore, write_report
-from benchmarks.arms import build_trainer, run_one_after_another, run_side_by_side
+from benchmarks.arms import open_arm, run_one_after_another, run_side_by_side
 from benchmarks.gpu_comparison_arms import run_arm, validate_both
 from benchmarks.gpu_comparison_report import render, score
 from benchmarks.gpu_learning import DEFAULT_MODEL, ROOT, learning_overrides, write_smoke_model
@@ -153,11 +153,10 @@ def run(args: argparse.Namespace, work: Path, out: Path, configs: tuple[Any, Any
               "deadline": deadline, "overrides": [*overrides, *seed, f"model={work / 'sft_model'}",
                                                   f"algorithm={arm}", f"run_dir={work / f'arm{k}'}"]}
              for k, arm in enumerate(args.arms)]
-    trainer, _ = build_trainer(specs[0] | {"overrides": [*specs[0]["overrides"], f"run_dir={work / 'before'}"]})
-    try:
-        before, seconds = validate_both(trainer)
-    finally:
-        trainer.close()
+    run, _ = open_arm(specs[0] | {"overrides": [*specs[0]["overrides"], f"run_dir={work / 'before'}"]},
+                      overwrite=True)
+    with run:
+        before, seconds = validate_both(run)
     report["outcomes"] = {"before": before["sampled"], "greedy_before": before["greedy"]}
     report |= {"validation_seconds": seconds, "validation_episodes": len(before["sampled"]),
                "iterations": args.iterations}

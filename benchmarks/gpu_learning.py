@@ -57,16 +57,16 @@ def mean_figures(rows: list[dict[str, float]]) -> dict[str, float]:
 
 
 # ---------------------------------------------------------------------------------------------- part 4
-def validate_on(trainer: Any, tasks: list[str] | None = None, label: str | None = None) -> tuple[dict, float]:
-    """Validate ``trainer``'s policy (``Trainer.validate``: the configured validation tasks, or ``tasks`` recorded
-    under ``label``) and return ``([[task, copy, won], ...], seconds)``."""
+def validate_on(run: Any, tasks: list[str] | None = None, label: str | None = None) -> tuple[dict, float]:
+    """Validate a started run's policy (``runtime.run.Run.validate``: the configured validation tasks, or
+    ``tasks`` recorded under ``label``) and return ``([[task, copy, won], ...], seconds)``."""
     from ecpo_train.runtime.run_dir import VALIDATION_TASKS, read_validation_file
 
     label = label or VALIDATION_TASKS
     started = time.perf_counter()
-    trainer.validate(tasks, label)
+    run.validate(tasks, label)
     seconds = time.perf_counter() - started
-    return outcomes(read_validation_file(trainer.run_dir / "validation.jsonl", tasks=label)[-1]), seconds
+    return outcomes(read_validation_file(run.run_dir / "validation.jsonl", tasks=label)[-1]), seconds
 
 
 def cpu_reference() -> dict[str, Any] | None:
@@ -113,8 +113,9 @@ def part_learning(args: argparse.Namespace, work: Path, deadline: float, save: A
     """SFT warm start, validation, ECPO for the time left, validation (module docstring, part 4).
 
     ``save(part)`` is called after each stage with the part so far."""
-    from ecpo_train.runtime.sft import run_sft
     from ecpo_train.runtime.config import load_config
+    from ecpo_train.runtime.run import open_run
+    from ecpo_train.runtime.sft import run_sft
     from ecpo_train.runtime.trainer import Trainer
 
     base, overrides = learning_overrides(args, work)
@@ -128,15 +129,16 @@ def part_learning(args: argparse.Namespace, work: Path, deadline: float, save: A
     part["sft"]["seconds"] = time.perf_counter() - started
     save(part)
 
-    trainer = Trainer(dataclasses.replace(config, model=str(sft_dir)))
+    run = open_run(Trainer, dataclasses.replace(config, model=str(sft_dir)), overwrite=True)
+    trainer = run.engine
     if args.device.startswith("cuda"):  # distinct (prompt, candidates) items per scoring forward (8 by default)
         trainer.policy.score_batch_size = args.score_batch
     train_tasks = trainer.train_tasks[: args.train_val_tasks]
     part |= {"attention": trainer.policy.model.config._attn_implementation,
              "score_batch_size": trainer.policy.score_batch_size}
-    try:
-        before_val, val_seconds = validate_on(trainer)
-        before_train, train_seconds = validate_on(trainer, train_tasks, "training_tasks")
+    with run:
+        before_val, val_seconds = validate_on(run)
+        before_train, train_seconds = validate_on(run, train_tasks, "training_tasks")
         part["outcomes"] = {"validation": {"before": before_val}, "training_tasks": {"before": before_train}}
         part |= {"validation_seconds": val_seconds, "training_task_validation_seconds": train_seconds,
                  "validation_tasks": len(trainer.val_tasks), "training_tasks_validated": len(train_tasks)}
@@ -146,27 +148,28 @@ def part_learning(args: argparse.Namespace, work: Path, deadline: float, save: A
         if time.monotonic() + reserve > deadline:  # not even the closing validation fits: keep what was measured
             part["stopped"] = "the time limit left no room for an iteration and the closing validation"
             return part | {"iterations_planned": 0, "iterations_done": 0, "seconds": time.perf_counter() - started}
-        walls: list[float] = []  # an iteration's wall time here: the trainer's time/iteration and the save
-        while True:
-            iteration_started = time.monotonic()
-            metrics = trainer.train_iteration()
+        walls: list[float] = []  # an iteration's wall time here: the run's iteration, its log line and the save
+        last = [time.monotonic()]
+
+        def stop(metrics: dict[str, float]) -> bool:  # the run shell asks after each iteration
             rows.append(iteration_figures(metrics))
-            part |= {"iterations_done": len(rows), "per_iteration": rows, "rates": mean_figures(rows)}
+            part.update({"iterations_done": len(rows), "per_iteration": rows, "rates": mean_figures(rows)})
             save(part)
-            walls.append(time.monotonic() - iteration_started)
+            walls.append(time.monotonic() - last[0])
+            last[0] = time.monotonic()
             if len(rows) == 1:
                 left = deadline - time.monotonic() - reserve
                 part["iterations_planned"] = 1 + max(0, int(left // walls[0]))
-            mean_seconds = float(np.mean(walls))
             if len(rows) >= min(part["iterations_planned"], args.max_iterations):
-                break
-            if time.monotonic() + mean_seconds + reserve > deadline:
+                return True
+            if time.monotonic() + float(np.mean(walls)) + reserve > deadline:
                 part["stopped"] = f"time limit after {len(rows)} iterations"
-                break
-        after_val, _ = validate_on(trainer)
-        after_train, _ = validate_on(trainer, train_tasks, "training_tasks")
-    finally:
-        trainer.close()
+                return True
+            return False
+
+        run.train(args.max_iterations, stop=stop)
+        after_val, _ = validate_on(run)
+        after_train, _ = validate_on(run, train_tasks, "training_tasks")
     part["outcomes"]["validation"]["after"] = after_val
     part["outcomes"]["training_tasks"]["after"] = after_train
     return part | {"cpu_reference": cpu_reference(), "seconds": time.perf_counter() - started}

@@ -150,16 +150,13 @@ print("RESULT " + json.dumps(out))
 DEMO_CHILD = r"""
 import json, sys, tempfile
 from ecpo_train.runtime.config import load_config
+from ecpo_train.runtime.run import train
 from ecpo_train.runtime.trainer import Trainer
 args = json.loads(sys.argv[1])
 with tempfile.TemporaryDirectory() as run_dir:
     config = load_config("corridor_llm", [f"model={args['model']}", f"run_dir={run_dir}", f"threads={args['threads']}",
                                           f"iterations={args['iterations']}", "val_every=0", "progress=false"])
-    trainer = Trainer(config)
-    try:
-        history = trainer.train()
-    finally:
-        trainer.close()
+    history = train(Trainer, config)
 print("RESULT " + json.dumps([m["time/iteration"] for m in history if "time/iteration" in m]))
 """
 BUSY = "import torch\na = torch.randn(768, 768)\nwhile True:\n    a = torch.tanh(a @ a)"

@@ -80,14 +80,11 @@ def run_cell(preset: str, overrides: list[str], run_dir: Path, threads: int = 0)
 
     if threads:
         torch.set_num_threads(threads)
+    from ecpo_train.runtime.run import train
     from ecpo_train.runtime.trainer import Trainer
 
     config = load_config(preset, overrides + [f"run_dir={run_dir}", "progress=false", "tensorboard=false"])
-    trainer = Trainer(config)
-    try:
-        return trainer.train()
-    finally:
-        trainer.close()
+    return train(Trainer, config, overwrite=True)  # (the measurement's own folder: a rerun replaces it)
 
 
 def success_series(history: list[dict]) -> list[tuple[int, float]]:

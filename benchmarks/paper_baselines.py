@@ -27,6 +27,7 @@ def leaderboard_baselines(args: argparse.Namespace, config: Any, sft_tasks: list
     episodes played so far)."""
     from ecpo_train.evaluation.command import run_leaderboard
     from ecpo_train.evaluation.options import LeaderboardOptions
+    from ecpo_train.runtime.run import open_run
     from ecpo_train.runtime.sft import SFT_SUMMARY, run_sft
     from ecpo_train.runtime.trainer import Trainer
 
@@ -44,10 +45,9 @@ def leaderboard_baselines(args: argparse.Namespace, config: Any, sft_tasks: list
                         epochs=args.sft_epochs, lr=args.sft_lr, out=out / "sft_model", batch_size=args.sft_batch)
                 (out / "sft_model" / "seconds.json").write_text(json.dumps({"seconds": time.time() - started}))
         if not (out / folder / "checkpoint.pt").is_file():
-            trainer = Trainer(dataclasses.replace(config, model=model, run_dir=str(out / folder), n_groups=1,
-                                                  group_size=2))
-            trainer.save_checkpoint()
-            trainer.close()
+            with open_run(Trainer, dataclasses.replace(config, model=model, run_dir=str(out / folder), n_groups=1,
+                                                       group_size=2), overwrite=True) as run:
+                run.save()  # the untrained policy's checkpoint (the run shell writes config.yaml with it)
         options = LeaderboardOptions(agent="checkpoint", checkpoint=str(out / folder), manifest=[BASELINE_MANIFEST],
                                      limit=args.leaderboard_games, seeds=1, out_dir=str(out / "leaderboard"),
                                      name=name, device=args.device, progress=False)

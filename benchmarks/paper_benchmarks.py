@@ -79,7 +79,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks import ArgumentParser, fail, refuse_without_cuda, rescore, write_report
-from benchmarks.arms import Failure, build_trainer, run_side_by_side
+from benchmarks.arms import Failure, open_arm, run_side_by_side
 from benchmarks.gpu_comparison import iterations_that_fit
 from benchmarks.gpu_learning import DEFAULT_MODEL, learning_overrides, write_smoke_model
 from benchmarks.gpu_run import device_facts
@@ -281,11 +281,9 @@ def run(args: argparse.Namespace) -> Failure | None:
                 "seconds": time.time() - sft_started}
             stages.save()
         if "before" not in report.get("episodes", {}):
-            trainer, _ = build_trainer(base, model=str(out / "sft_model"), run_dir=str(out / "run_before"))
-            try:
-                before, seconds = validate(trainer, sets)
-            finally:
-                trainer.close()
+            run, _ = open_arm(base, overwrite=True, model=str(out / "sft_model"), run_dir=str(out / "run_before"))
+            with run:
+                before, seconds = validate(run, sets)
             report.setdefault("episodes", {})["before"] = before
             report["validation_seconds"] = seconds
         stages.save()  # the arm processes read the stages so far

@@ -11,23 +11,23 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.arms import Plan, build_trainer, train_arm
-from benchmarks.gpu_learning import iteration_figures, mean_figures
+from benchmarks.arms import Plan, arm_row, open_arm, train_arm
+from benchmarks.gpu_learning import mean_figures
 
 REPORT = "report.json"  # the program's stages so far (the arm reads its training tasks there)
 
 
-def validate(trainer: Any, sets: dict[str, tuple[str, dict, list[str]]]) -> tuple[list[dict], float]:
-    """Every validation set once, through the trainer's own validation pass (``builders.validation_outcome``:
-    the validation temperature, the draws fixed by (seed, copy, step)), each set on its own environment; the
+def validate(run: Any, sets: dict[str, tuple[str, dict, list[str]]]) -> tuple[list[dict], float]:
+    """Every validation set once, through the native validation pass (``builders.validation_outcome``: the
+    validation temperature, the draws fixed by (seed, copy, step)), each set on its own environment; the
     episodes (``paper_benchmarks_report`` module docstring) and the seconds taken. Each set is also recorded
-    in the arm's ``validation.jsonl`` under its name."""
+    in the run's ``validation.jsonl`` under its name (the run shell's log)."""
     from ecpo_gym.group import GroupVectorEnv
     from ecpo_train.core.tasks import validation_seed
     from ecpo_train.runtime.builders import validation_outcome
 
     started = time.perf_counter()
-    cfg, episodes = trainer.config, []
+    trainer, cfg, episodes = run.engine, run.config, []
     for name, (env_id, env_kwargs, tasks) in sets.items():
         env_kwargs = {**env_kwargs, **{k: v for k, v in cfg.env_kwargs.items() if k == "max_steps"}}
         config = dataclasses.replace(cfg, env_id=env_id, env_kwargs=env_kwargs)
@@ -36,7 +36,7 @@ def validate(trainer: Any, sets: dict[str, tuple[str, dict, list[str]]]) -> tupl
             played, _ = validation_outcome(trainer.policy, config, envs, tasks, validation_seed(cfg.seed))
         finally:
             envs.close()
-        trainer.metrics_log.append_validation(trainer.iteration, played, tasks=name)
+        run.log.append_validation(trainer.iteration, played, tasks=name)
         copies: dict[str, int] = {}
         for e in played:
             copies[e.task_id] = copies.get(e.task_id, -1) + 1
@@ -64,9 +64,9 @@ def read_record(path: Path, keys: tuple[str, ...] = ()) -> dict[str, Any] | None
 
 
 def arm_progress(run_dir: Path) -> list[dict[str, float]]:
-    """An arm's iterations done, from its run folder alone: the figures of each iteration (``iteration_figures``
-    and its wall seconds) that ``metrics.jsonl`` logged up to the checkpoint's iteration. A line logged after the
-    checkpoint (a kill before the checkpoint was written) is not done: the resume trains it again."""
+    """An arm's iterations done, from its run folder alone: each iteration's :func:`benchmarks.arms.arm_row` that
+    ``metrics.jsonl`` logged up to the checkpoint's iteration. A line logged after the checkpoint (a kill before
+    the checkpoint was written) is not done: the resume trains it again."""
     from ecpo_train.runtime.checkpoint_io import checkpoint_iteration
     from ecpo_train.runtime.run_dir import RunFolder, read_metrics_file
 
@@ -75,10 +75,10 @@ def arm_progress(run_dir: Path) -> list[dict[str, float]]:
     if not done or not folder.metrics.is_file():
         return []
     rows = [row for row in read_metrics_file(folder.metrics)[0] if 0 < row.get("iteration", 0) <= done]
-    if any(ARM_WALL not in row for row in rows):
-        raise ValueError(f"{folder.metrics} holds iterations without {ARM_WALL}: not an arm of this program; give "
-                         "another --out")
-    return [iteration_figures(row) | {"wall": float(row[ARM_WALL])} for row in rows]
+    if any("time/iteration" not in row for row in rows):
+        raise ValueError(f"{folder.metrics} holds iterations without time/iteration: not an arm of this program; "
+                         "give another --out")
+    return [arm_row(row) for row in rows]
 
 
 def arm_result(out: Path, arm: str) -> dict[str, Any]:
@@ -92,19 +92,16 @@ def arm_result(out: Path, arm: str) -> dict[str, Any]:
             | ({"after": record["after"]} if current and "after" in record else {}))
 
 
-ARM_WALL = "time/arm_wall"  # the metrics line's wall seconds of the iteration (its checkpoint's not included)
-
-
 def run_arm(spec: dict[str, Any], plan: Plan) -> dict[str, Any]:
     """One arm, run by ``benchmarks.arms`` in a process of its own (``spec``: the arms' config, the out folder, the
-    validation ``sets``): a trainer from the warm start in ``OUT/run_<arm>``, started or resumed through the run
-    folder's own start (``resume.open_run``: its lock, its checkpoint, its metrics cut back to it), iterations up to
-    the plan (decided once for every arm from their first iterations) each logged, then checkpointed, and the
-    closing validation once the plan is done. The arm's progress is its run folder's (:func:`arm_progress`);
-    ``OUT/arm_<arm>.json`` (written whole) only records, at an iteration, why the arm stopped or its closing
-    validation. Returns the arm's result (:func:`arm_result`)."""
+    validation ``sets``): a run from the warm start in ``OUT/run_<arm>``, started or resumed by the run shell
+    (``runtime.run.open_run``: its lock, its checkpoint, its metrics cut back to it), iterations up to the plan
+    (decided once for every arm from their first iterations), each logged and checkpointed (``checkpoint_every``
+    1), and the closing validation once the plan is done. The arm's progress is its run folder's
+    (:func:`arm_progress`); ``OUT/arm_<arm>.json`` (written whole) only records, at an iteration, why the arm
+    stopped or its closing validation. Returns the arm's result (:func:`arm_result`)."""
     from ecpo_train.policies.atomic import write_text
-    from ecpo_train.runtime.resume import RESUME_OR_START, open_run
+    from ecpo_train.runtime.resume import RESUME_OR_START
     from ecpo_train.runtime.run_dir import RunFolder, holds_run
 
     out, arm = Path(spec["out"]), spec["arm"]
@@ -112,31 +109,25 @@ def run_arm(spec: dict[str, Any], plan: Plan) -> dict[str, Any]:
     if "after" in arm_result(out, arm):
         return arm_result(out, arm)
     train_tasks = read_record(out / REPORT, ("train_tasks",))["train_tasks"]
-    trainer, _ = build_trainer(spec, model=str(out / "sft_model"), algorithm=arm, run_dir=str(run_dir),
-                               train_tasks=train_tasks)
+    # a folder holding the arm's first lines but no checkpoint (killed in its first iteration) starts over
+    fresh = holds_run(run_dir) and not RunFolder(run_dir).checkpoint().is_file()
+    run, _ = open_arm(spec, resume=False if fresh else RESUME_OR_START, overwrite=fresh,
+                      model=str(out / "sft_model"), algorithm=arm, run_dir=str(run_dir), train_tasks=train_tasks,
+                      checkpoint_every=1)
 
     def record(**fields: Any) -> dict[str, Any]:
-        write_text(path, json.dumps({"iteration": trainer.iteration} | fields, indent=1) + "\n")
+        write_text(path, json.dumps({"iteration": run.engine.iteration} | fields, indent=1) + "\n")
         return arm_result(out, arm)
 
-    def save(metrics: dict[str, float]) -> None:  # logged first, then the checkpoint: a kill between them loses
-        trainer.log(metrics)                       # the line (the resume cuts it back), never counts it twice
-        trainer.save_checkpoint()
-
-    try:
-        # a folder holding the arm's first lines but no checkpoint (killed in its first iteration) starts over
-        fresh = holds_run(run_dir) and not RunFolder(run_dir).checkpoint().is_file()
-        open_run(trainer, resume=False if fresh else RESUME_OR_START, overwrite=fresh)
+    with run:
         rows = arm_progress(run_dir)
-        if len(rows) != trainer.iteration:
-            raise ValueError(f"{run_dir} logs {len(rows)} iterations and its checkpoint holds {trainer.iteration}: "
+        if len(rows) != run.engine.iteration:
+            raise ValueError(f"{run_dir} logs {len(rows)} iterations and its checkpoint holds {run.engine.iteration}: "
                              "not an arm of this program; give another --out")
-        train_arm(trainer, rows, 1, spec["deadline"], spec["reserve"], save)
+        train_arm(run, rows, 1, spec["deadline"], spec["reserve"])
         planned, _ = plan(rows[0]["wall"], 0.0)
-        stopped = train_arm(trainer, rows, planned, spec["deadline"], spec["reserve"], save)
+        stopped = train_arm(run, rows, planned, spec["deadline"], spec["reserve"])
         if stopped:
             return record(stopped=f"{stopped}: run the command again to continue")
-        after, _ = validate(trainer, spec["sets"])
+        after, _ = validate(run, spec["sets"])
         return record(after=after)
-    finally:
-        trainer.close()

@@ -165,17 +165,19 @@ def native_iterations(values: dict[str, Any], iterations: int) -> dict[str, Any]
     """The native trainer's first iteration's metrics and ``iterations`` iterations' time splits, with the
     driver's peak GPU memory."""
     from ecpo_train.runtime.config import make_config
+    from ecpo_train.runtime.run import open_run
     from ecpo_train.runtime.trainer import Trainer
 
     reset_peak()
-    trainer = Trainer(make_config(values))
-    try:
-        first = trainer.train_iteration()
-        out = {"first": first, "splits": [time_split(first)]}
-        for _ in range(iterations - 1):
-            out["splits"].append(time_split(trainer.train_iteration()))
-    finally:
-        trainer.close()
+    out: dict[str, Any] = {"splits": []}
+
+    def kept(metrics: dict[str, float]) -> bool:  # the run shell's stop hook, after each iteration
+        out.setdefault("first", metrics)
+        out["splits"].append(time_split(metrics))
+        return False
+
+    with open_run(Trainer, make_config(values), overwrite=True) as run:
+        run.train(iterations, stop=kept)
     out["memory"] = process_memory()
     return out
 

@@ -98,9 +98,10 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
                              "runs are pooled with this run's before the statistics")
     args = parser.parse_args(argv)
 
-    from ecpo_train.integrations.rllib.llm.engine import train_with_rllib
+    from ecpo_train.integrations.rllib.llm.engine import RLlibEngine
     from ecpo_train.runtime.config import load_config
     from ecpo_train.runtime.models import default_cache_dir
+    from ecpo_train.runtime.run import train
     from ecpo_train.runtime.trainer import Trainer
 
     model = args.model or str(default_cache_dir() / "smollm2-135m-instruct")
@@ -119,14 +120,10 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
                 config = load_config("corridor_llm", [*overrides, f"run_dir={folder}/{engine}"])
                 episodes = config.val_num_tasks * config.val_episodes_per_task
                 started = time.perf_counter()
-                if engine == "rllib":
-                    history = train_with_rllib(config, num_env_runners=args.env_runners, progress=True)
+                if engine == "rllib":  # both through the run shell: the same loop, records and cadence
+                    history = train(RLlibEngine, config, num_env_runners=args.env_runners)
                 else:
-                    trainer = Trainer(config)
-                    try:
-                        history = trainer.train()
-                    finally:
-                        trainer.close()
+                    history = train(Trainer, config)
                 runs[engine].append({"seed": seed} | summarize(history, episodes, time.perf_counter() - started))
     if args.merge:
         earlier = json.loads(Path(args.merge).read_text())

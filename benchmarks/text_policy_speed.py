@@ -77,14 +77,16 @@ def iteration_times(model: str | None, iterations: int, engine: str = "native") 
         overrides = [f"run_dir={folder}/run", f"iterations={iterations}", "val_every=0", "progress=false",
                      "tensorboard=false", "checkpoint_every=0"] + ([f"model={model}"] if model else [])
         config = load_config("alfworld_text", overrides)
+        from ecpo_train.runtime.run import train
+
         if engine == "rllib":
-            from ecpo_train.integrations.rllib.llm.engine import train_with_rllib
+            from ecpo_train.integrations.rllib.llm.engine import RLlibEngine
 
-            history = train_with_rllib(config, num_env_runners=2, num_learners=2, actor_cpus=0.5, progress=False)
+            history = train(RLlibEngine, config, num_env_runners=2, num_learners=2, actor_cpus=0.5)
         else:
-            from ecpo_train.runtime.trainer import Trainer, run_training
+            from ecpo_train.runtime.trainer import Trainer
 
-            history = run_training(Trainer(config))
+            history = train(Trainer, config)
     keys = ("time/iteration", "time/generation", "time/env", "time/update", "success", "num_steps")
     return [{key: float(h[key]) for key in keys if key in h} for h in history]
 

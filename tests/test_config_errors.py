@@ -102,6 +102,7 @@ def test_every_credit_field_round_trips_from_yaml_and_cli(tmp_path):
 
 def test_credit_config_reaches_compute_advantages_in_the_trainer(tmp_path, monkeypatch):
     import ecpo_train.core.iteration as iteration_module  # the one credit step both engines call
+    from ecpo_train.runtime.run import train
     from ecpo_train.runtime.trainer import Trainer
 
     seen = {}
@@ -115,11 +116,7 @@ def test_credit_config_reaches_compute_advantages_in_the_trainer(tmp_path, monke
     config = load_config("quickstart", [f"run_dir={tmp_path}", "iterations=1", "val_every=0", "progress=false",
                                         "tensorboard=false", "algorithm=gigpo_std", "credit.compat=verl-agent",
                                         "credit.eps=0.001", "credit.kappa=3", "n_groups=2"])
-    trainer = Trainer(config)
-    try:
-        trainer.train()
-    finally:
-        trainer.close()
+    train(Trainer, config)
     credit = seen["credit"]  # the trainer hands over its CreditConfig itself
     assert seen["estimator"] == "gigpo_std" and credit.compat == "verl-agent" and credit.eps == 0.001
     assert credit.kappa == 3.0 and credit.d_min == 3  # the preset's d_min
@@ -131,6 +128,7 @@ def test_loss_agg_reaches_the_update_in_the_trainer(tmp_path, monkeypatch):
     import numpy as np
 
     import ecpo_train.core.loss as loss_module
+    from ecpo_train.runtime.run import train
     from ecpo_train.runtime.trainer import Trainer
 
     real_update, real_weights = loss_module.policy_update, loss_module.trajectory_mean_weights
@@ -149,11 +147,7 @@ def test_loss_agg_reaches_the_update_in_the_trainer(tmp_path, monkeypatch):
     for agg in ("token-mean", "trajectory-mean"):
         config = load_config("quickstart", [f"run_dir={tmp_path}/{agg}", "iterations=1", "val_every=0",
                                             "progress=false", "tensorboard=false", f"loss_agg={agg}"])
-        trainer = Trainer(config)
-        try:
-            trainer.train()
-        finally:
-            trainer.close()
+        train(Trainer, config)
     plain, weighted = seen["advantages"]  # the same seed: the same rollout and credit
     assert "weights" in seen and len(set(np.round(seen["weights"], 9))) > 1  # episodes of different lengths
     assert torch.allclose(weighted, plain * torch.as_tensor(seen["weights"], dtype=plain.dtype))

@@ -67,7 +67,7 @@ def _tabular_trainer(tmp_path, optimizer: str):
                           "progress": False, "checkpoint_every": 0, "credit": {"d_min": DEPTH}})
     trainer = Trainer(config)
     if optimizer == "sgd":  # the step is proportional to the gradient, so each step term's size shows
-        trainer.optimizer = torch.optim.SGD([trainer.policy.logits], lr=0.1)
+        trainer.optimizer = trainer.learner.optimizer = torch.optim.SGD([trainer.policy.logits], lr=0.1)
     return trainer
 
 
@@ -84,7 +84,7 @@ def test_fig1_batch_drives_each_estimator_to_the_expected_sign_of_delta_log_pi_r
     trainer = _tabular_trainer(tmp_path, optimizer)
     try:
         rollout, wins = _fig1_rollout(trainer.policy)
-        checkpoint = str(trainer.save_checkpoint(tmp_path / "theta.pt"))
+        checkpoint = str(trainer.save(tmp_path / "theta.pt"))
         rows = rollout.batch.credit_rows()
         advantages = {name: np.asarray(compute_advantages(name, rows=rows, d_min=DEPTH)[0])
                       for name in ("grpo", "gigpo_std", "ecpo", "ecpo_anchor_scale")}

@@ -146,6 +146,7 @@ def test_a_cell_is_a_native_trainer_run(tmp_path):
     cell's config (the study's exact evaluation between iterations does not touch the training run)."""
     import ecpo_gym  # noqa: F401
     from ecpo_gym.group_workers import make_env
+    from ecpo_train.runtime.run import train
     from ecpo_train.runtime.trainer import Trainer
 
     cs = credit_study_protocol
@@ -153,15 +154,11 @@ def test_a_cell_is_a_native_trainer_run(tmp_path):
     spec = next(s for s in cs.run_specs(protocol, ["diagnostic"]) if s["method"] == "ecpo" and s["group_size"] == 4)
     run = cs.train_run(spec)
     tasks = make_env(spec["env_id"], spec["env_kwargs"]).unwrapped.task_ids
-    trainer = Trainer(cs.cell_config(spec, str(tmp_path), tasks))
-    config = trainer.config
+    config = cs.cell_config(spec, str(tmp_path), tasks)
     assert (config.policy, config.algorithm, config.n_groups, config.group_size, config.iterations, config.lr) == (
         "tabular", "ecpo", spec["groups_per_batch"], 4, spec["iterations"], protocol["optim"]["learning_rate"])
     assert config.credit.kappa == protocol["credit"]["kappa"] and config.val_every == 0
-    try:
-        history = trainer.train()
-    finally:
-        trainer.close()
+    history = train(Trainer, config)
     assert run["curves"]["train_success"] == [m["success"] for m in history]
     assert run["curves"]["train_return"] == [m["reward_mean"] for m in history]
     np.testing.assert_array_equal(run["curves"]["adv_std"], [m["credit/advantage_std"] for m in history])

@@ -37,8 +37,9 @@ def test_a_worker_killed_mid_rollout_is_a_counted_fault_not_invalid_actions(tmp_
 
     trainer.policy.act = act_then_kill_a_worker
     try:
-        metrics = trainer.train_iteration()
-        rollout = trainer.last_rollout
+        seen = []  # each iteration's (sampled, learned)
+        metrics = trainer.train_iteration(observe=lambda sampled, learned: seen.append((sampled, learned)))
+        rollout = seen[-1][0].played
         faulted = [e for e in rollout.episodes if e.fault]
         assert calls[0] == 4 and len(calls) >= 2
         assert {e.traj_id for e in faulted} == {0, 1} and all(f"pid {victim}" in e.fault for e in faulted)
@@ -53,13 +54,13 @@ def test_a_worker_killed_mid_rollout_is_a_counted_fault_not_invalid_actions(tmp_
         assert metrics["invalid_action_rate"] == 0.0
         assert metrics["num_steps"] == float(len(rollout.batch)) == float(sum(e.length for e in rollout.episodes
                                                                                  if not e.fault))
-        assert len(trainer.last_advantages) == len(rollout.batch)
+        assert len(seen[-1][1].advantages) == len(rollout.batch)
         warnings = [line for line in capsys.readouterr().err.splitlines() if "environment fault" in line]
         assert len(warnings) == 1 and "2 of 4 episodes lost" in warnings[0] and "2 step rows" in warnings[0]
         # the worker was restarted: the next iteration plays all four copies
         trainer.policy.act = act
-        metrics = trainer.train_iteration()
+        metrics = trainer.train_iteration(observe=lambda sampled, learned: seen.append((sampled, learned)))
         assert metrics["env/worker_failures"] == 0.0 and metrics["env/dropped_rows"] == 0.0
-        assert set(trainer.last_rollout.batch.traj_id.tolist()) == {0, 1, 2, 3}
+        assert set(seen[-1][0].played.batch.traj_id.tolist()) == {0, 1, 2, 3}
     finally:
         trainer.close()

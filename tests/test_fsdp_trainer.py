@@ -37,18 +37,18 @@ def _config(model_dir: str, run_dir: str, fsdp: bool):
 
 
 def _one_iteration(config) -> dict:
+    from ecpo_train.runtime.run import open_run
     from ecpo_train.runtime.trainer import Trainer
 
     torch.set_num_threads(1)
-    trainer = Trainer(config)
-    try:
-        trainer.optimizer = torch.optim.SGD([p for p in trainer.policy.parameters() if p.requires_grad], lr=1.0)
+    with open_run(Trainer, config) as run:  # under FSDP every process builds, process 0 writes
+        trainer = run.engine
+        trainer.optimizer = trainer.learner.optimizer = torch.optim.SGD(
+            [p for p in trainer.policy.parameters() if p.requires_grad], lr=1.0)
         metrics = trainer.train_iteration()
-        validation = trainer.validate()
-        trainer.save_checkpoint()
-        return {"metrics": metrics, "validation": validation, "main": trainer.is_main}
-    finally:
-        trainer.close()
+        validation = run.validate()
+        run.save()
+        return {"metrics": metrics, "validation": validation, "main": trainer.writes}
 
 
 def _worker(rank: int, world: int, port: int, model_dir: str, out_dir: str) -> None:

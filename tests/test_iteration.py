@@ -4,6 +4,7 @@ step E's defaults: the numbers and names a run's metrics and its config rely on.
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
@@ -15,13 +16,13 @@ from ecpo_train.core.iteration import (
     iteration_metrics,
     shuffle_generator,
     shuffle_plan,
-    update_rows,
+    update_keep,
+    update_plan,
 )
 from ecpo_train.core.loss import UpdateSettings
 from ecpo_train.core.tasks import draw_tasks
 from ecpo_train.runtime.builders import update_settings
 from ecpo_train.runtime.config import TrainConfig
-from ecpo_train.runtime.run import run_iterations
 
 
 def test_update_defaults_have_one_home():
@@ -66,12 +67,23 @@ def test_one_shards_shuffle_is_the_runs_own_stream_and_several_get_a_seed_each()
         np.random.default_rng(plan["seed"] + 2).permutation(7).tolist()
 
 
-def test_update_rows_leaves_out_equal_return_groups_only_when_the_run_does():
+def test_the_update_plan_leaves_out_equal_return_groups_only_when_the_run_does():
+    """One plan per iteration: the kept rows travel with the table (and with each group of it, to whichever
+    learner updates on it), and the shuffle is drawn for the kept rows only."""
     table = TrajectoryBatch.from_trajectories([  # group a: returns 1 and 0; group b: 1 and 1 (equal)
         {"group_id": g, "traj_id": t, "anchor_keys": ["s"], "action_keys": [f"x{t}"], "rewards": [r]}
         for g, t, r in (("a", 0, 1.0), ("a", 1, 0.0), ("b", 2, 1.0), ("b", 3, 1.0))])
-    assert update_rows(TrainConfig(policy="tabular"), [table]) == 4
-    assert update_rows(TrainConfig(policy="tabular", filter_equal_return_groups=True), [table]) == 2
+    mine, reference = np.random.default_rng(5), np.random.default_rng(5)
+    plan = update_plan(TrainConfig(policy="tabular"), mine, [table], shards=1)
+    assert update_keep(plan.tables[0]) is None and plan.tables[0] is table  # every row
+    filtered = TrainConfig(policy="tabular", filter_equal_return_groups=True, num_epochs=2)
+    plan = update_plan(filtered, mine, [table], shards=1)
+    assert update_keep(plan.tables[0]).tolist() == [True, True, False, False]
+    assert [update_keep(g).tolist() for g in plan.tables[0].by_group()] == [[True, True], [False, False]]
+    reference.permutation(4)  # (the first plan's one epoch over 4 rows)
+    generator = shuffle_generator(plan.shuffle)
+    assert [generator.permutation(2).tolist() for _ in range(2)] == [reference.permutation(2).tolist()
+                                                                      for _ in range(2)]
 
 
 def test_iteration_metrics_names_and_order():
@@ -83,19 +95,30 @@ def test_iteration_metrics_names_and_order():
     assert list(metrics)[:2] == ["iteration", "num_steps"] and list(metrics)[-1] == "time/update"
 
 
-def test_run_loop_validates_first_logs_every_iteration_and_checkpoints_on_cadence():
-    config = TrainConfig(policy="tabular", iterations=5, val_every=2, val_before_training=True, checkpoint_every=2)
-    state = {"done": 0}
+def test_the_run_shell_validates_first_logs_every_iteration_and_checkpoints_on_cadence(tmp_path):
+    """The native engine through the run shell: the untrained validation as iteration 0, every iteration logged,
+    validations where the rule says (after 1, 2, 4 and the last), a checkpoint every 2 iterations and at the end,
+    and ``stop(metrics)`` ends the run early with its checkpoint."""
+    from ecpo_train.runtime.config import load_config
+    from ecpo_train.runtime.run import open_run
+    from ecpo_train.runtime.trainer import Trainer
+
+    config = load_config("quickstart", [f"run_dir={tmp_path / 'run'}", "iterations=5", "val_every=2",
+                                        "val_before_training=true", "checkpoint_every=2", "progress=false",
+                                        "tensorboard=false", "n_groups=2", "val_episodes_per_task=2"])
     events: list[str] = []
-
-    def iterate():
-        state["done"] += 1
-        return {"iteration": float(state["done"])}
-
-    run_iterations(config, position=lambda: state["done"], target=config.iterations, iterate=iterate,
-                   validate=lambda: {"val/success": 1.0}, log=lambda m: events.append(f"log {int(m['iteration'])}"),
-                   checkpoint=lambda: events.append(f"ckpt {state['done']}"))
-    assert events == ["log 0", "log 1", "log 2", "ckpt 2", "log 3", "log 4", "ckpt 4", "log 5", "ckpt 5"]
+    with open_run(Trainer, config) as run:
+        save, append = run.engine.save, run.log.append
+        run.engine.save = lambda path: events.append(f"ckpt {run.engine.iteration}") or save(path)
+        run.log.append = lambda m, step: events.append(f"log {int(m['iteration'])}" + (" val" if "val/success" in m
+                                                                                         else "")) or append(m, step)
+        run.train(stop=lambda metrics: metrics["iteration"] == 4)
+        assert events == ["log 0 val", "log 1 val", "log 2 val", "ckpt 2", "log 3", "log 4 val", "ckpt 4", "ckpt 4"]
+        events.clear()
+        run.train()
+    assert events == ["log 5 val", "ckpt 5"]
+    lines = [json.loads(line) for line in (tmp_path / "run" / "validation.jsonl").read_text().splitlines()]
+    assert [line["iteration"] for line in lines] == [0, 1, 2, 4, 5]  # every validation's episodes, once
 
 
 def test_frozen_rllib_config_is_translated_once(tiny_model_dir, tmp_path):

@@ -118,6 +118,7 @@ def test_an_llm_learns_on_a_corridor(tmp_path, tiny_model_dir):
     random model (with a larger learning rate): either way success must rise and advantages be non-zero.
     """
     from ecpo_train.runtime.config import load_config
+    from ecpo_train.runtime.run import train
     from ecpo_train.runtime.trainer import Trainer
 
     real = _smollm2_dir()
@@ -127,11 +128,7 @@ def test_an_llm_learns_on_a_corridor(tmp_path, tiny_model_dir):
         "env_kwargs={num_tasks: 1, depth: 2, rare_prob: [0.0, 0.2]}", "n_groups=2", "val_num_tasks=1",
         "val_episodes_per_task=4", "num_epochs=2",
     ])
-    trainer = Trainer(config)
-    try:
-        history = trainer.train()
-    finally:
-        trainer.close()
+    history = train(Trainer, config)
     validated = [m for m in history if "val/exact_success" in m]
     assert [int(m["iteration"]) for m in validated] == [0, 1, 5]
     before, after = validated[0]["val/exact_success"], validated[-1]["val/exact_success"]

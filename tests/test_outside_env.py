@@ -95,9 +95,10 @@ def test_the_declared_env_is_a_gymnasium_env_with_its_family(counter_env):
 
 
 def test_the_native_engine_trains_it_one_iteration(counter_env, tiny_model_dir, tmp_path):
-    from ecpo_train.runtime.trainer import train
+    from ecpo_train.runtime.run import train
+    from ecpo_train.runtime.trainer import Trainer
 
-    history = train(make_config(values(tiny_model_dir, tmp_path / "native")))
+    history = train(Trainer, make_config(values(tiny_model_dir, tmp_path / "native")))
     assert len(history) == 1 and history[0]["credit/num_groups"] == 2 and history[0]["num_steps"] >= 4
     assert history[0]["invalid_action_rate"] == 0.0  # every reply the scoring policy writes is an admissible action
 

@@ -197,7 +197,7 @@ def test_a_second_command_on_one_out_is_refused_in_one_line_and_writes_nothing(c
 
 def _metrics_row(iteration: int) -> dict:
     return {"iteration": iteration, "num_steps": 8, "success": 0.5, "time/generation": 1.0, "time/env": 1.0,
-            "time/update": 1.0, "time/arm_wall": 3.5}
+            "time/update": 1.0, "time/iteration": 3.5}
 
 
 def test_an_arms_progress_is_its_run_folders_up_to_its_checkpoint(tmp_path):

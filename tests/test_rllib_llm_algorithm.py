@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from typing import Any
 
 import numpy as np
 import pytest
@@ -87,8 +88,9 @@ def first_iterations_side_by_side(values) -> dict:
 
     trainer = Trainer(make_config(values))
     initial = {k: v.detach().clone() for k, v in trainer.policy.named_parameters()}
-    native = trainer.train_iteration()
-    native_adv = trainer.last_advantages
+    seen = []
+    native = trainer.train_iteration(observe=lambda sampled, learned: seen.append(learned.advantages))
+    native_adv = seen[0]
     native_weights = {k: v.detach().clone() for k, v in trainer.policy.named_parameters()}
     trainer.close()
 
@@ -111,9 +113,8 @@ def test_two_runners_are_the_native_update_on_their_own_sampling_streams(tiny_mo
     the native credit and update) gives the same rows, the same advantages and the same update: several runners
     change which random draws a run makes, not what the algorithm does with them."""
     from ecpo_train.core.credit import compute_advantages
-    from ecpo_train.core.iteration import Sampled
-    from ecpo_train.integrations.rllib.llm.runner import RUNNER_SEED_STRIDE, replay_runner_sampling
-    from ecpo_train.runtime.native_step import TrainerLearner
+    from ecpo_train.core.iteration import Sampled, update_plan
+    from ecpo_train.integrations.rllib.llm.runner import RUNNER_SEED_STRIDE
     from ecpo_train.runtime.trainer import Trainer
 
     values = run_values(tiny_model_dir, tmp_path)
@@ -124,7 +125,8 @@ def test_two_runners_are_the_native_update_on_their_own_sampling_streams(tiny_mo
     runner_seeds = [cfg.seed + RUNNER_SEED_STRIDE * g for g in range(cfg.n_groups)]  # runner g+1 plays group g
     batch = replay_runner_sampling(trainer.policy, cfg, task_ids, env_seed, runner_seeds)
     advantages, _ = compute_advantages(cfg.algorithm, rows=batch, credit=cfg.credit, **cfg.estimator_options())
-    stats = TrainerLearner(trainer).learn(Sampled([batch], {}, {}), trainer.rng).update  # the native steps B-E
+    plan = update_plan(cfg, trainer.rng, [batch], shards=1)
+    stats = trainer.learner.learn(Sampled([batch], {}, {}), plan, trainer.rng).update  # the native steps B-E
     trainer.close()
 
     algo = algo_for(values, num_env_runners=2)
@@ -279,6 +281,7 @@ def test_ecpo_train_engine_rllib_writes_the_native_run_folder(tiny_model_dir, tm
 
     from ecpo_train.apps.cli import app
     from ecpo_train.runtime.config import load_config
+    from ecpo_train.runtime.run import open_run
     from ecpo_train.runtime.run_dir import read_validation_file
     from ecpo_train.runtime.trainer import Trainer
 
@@ -297,12 +300,9 @@ def test_ecpo_train_engine_rllib_writes_the_native_run_folder(tiny_model_dir, tm
     validations = read_validation_file(run_dir / "validation.jsonl")
     assert [v["iteration"] for v in validations] == [0, 1, 2]
     # the same weights and validation draws as the native trainer's: its validation gives the same episodes
-    native = Trainer(load_config("corridor_llm", [a for a in args[7:] if not a.startswith("run_dir=")]
-                                 + [f"run_dir={tmp_path / 'native'}"]))
-    try:
+    with open_run(Trainer, load_config("corridor_llm", [a for a in args[7:] if not a.startswith("run_dir=")]
+                                       + [f"run_dir={tmp_path / 'native'}"])) as native:
         native.validate()
-    finally:
-        native.close()
     first = read_validation_file(tmp_path / "native" / "validation.jsonl")[0]
     assert {k: first[k] for k in ("task_ids", "copies", "won", "lengths")} == \
         {k: validations[0][k] for k in ("task_ids", "copies", "won", "lengths")}
@@ -417,3 +417,27 @@ def test_text_policy_trains_with_two_runners_and_two_learners(tmp_path):
     lines = [json.loads(line) for line in (tmp_path / "native" / "metrics.jsonl").read_text().splitlines()]
     assert [int(line["iteration"]) for line in lines] == [1, 2]
     assert all(line["update/optimizer_steps"] >= 1 for line in lines if line["credit/advantage_std"] > 0)
+
+
+def replay_runner_sampling(policy: Any, train_config: Any, task_ids: list[str], env_seed: int,
+                           stream_seeds: list[int]) -> Any:
+    """What the runners sample, replayed in one process (the test's independent account of it): group ``g`` is played alone (a one-group env, as a
+    runner given one group plays it), its actions drawn from a torch stream seeded ``stream_seeds[g]`` (runner
+    k's is ``seed + RUNNER_SEED_STRIDE * (k - 1)``), copy ``i`` reset with ``env_seed + g * N + i``; the rows
+    get the run's global ids and come back joined, as the learner receives them."""
+    from ecpo_gym.group import GroupVectorEnv
+    from ecpo_train.core.batch import TrajectoryBatch
+    from ecpo_train.core.iteration import first_copy_seed
+    from ecpo_train.core.rollout import training_rollout
+
+    tc, n = train_config, int(train_config.group_size)
+    envs = GroupVectorEnv(tc.env_id, 1, n, env_kwargs=tc.env_kwargs)
+    parts = []
+    try:
+        for g, stream_seed in enumerate(stream_seeds):
+            torch.manual_seed(int(stream_seed))
+            rollout = training_rollout(envs, policy, task_ids[g:g + 1], tc, first_copy_seed(env_seed, g, n))
+            parts.append(rollout.batch.renumbered(g, g * n))
+    finally:
+        envs.close()
+    return TrajectoryBatch.concat(parts)

@@ -315,6 +315,7 @@ def test_trainer_with_lora_checkpointing_and_token_budget_saves_a_playable_merge
     from ecpo_train.evaluation.agents import load_checkpoint_policy
     from ecpo_train.policies.base import StepContext
     from ecpo_train.runtime.config import make_config
+    from ecpo_train.runtime.run import open_run
     from ecpo_train.runtime.run_dir import ADAPTER_DIR, MERGED_DIR
     from ecpo_train.runtime.trainer import Trainer
 
@@ -325,14 +326,12 @@ def test_trainer_with_lora_checkpointing_and_token_budget_saves_a_playable_merge
         "tensorboard": False, "progress": False, "lora": LORA, "gradient_checkpointing": True,
         "max_tokens_per_micro_batch": 600, "micro_batch_size": 1,
     })
-    trainer = Trainer(config)
-    try:
+    with open_run(Trainer, config) as run:
+        trainer = run.engine
         assert sum(p.numel() for p in trainer.reference.parameters()) == 0
         metrics = trainer.train_iteration()
         assert np.isfinite(metrics["update/pg_loss"]) and abs(metrics["update/kl"]) < 1e-6
-        trainer.save_checkpoint()
-    finally:
-        trainer.close()
+        run.save()
     run = tmp_path / "run"
     assert (run / ADAPTER_DIR / "adapter_config.json").exists()
     merged = make_policy(run / MERGED_DIR)

@@ -46,8 +46,8 @@ def test_the_trainer_plays_the_cycled_tasks_in_order(tmp_path):
     try:
         played = []
         for _ in range(3):
-            trainer.train_iteration()
-            played.append(sorted({e.task_id for e in trainer.last_rollout.episodes}))
+            trainer.train_iteration(observe=lambda sampled, _: played.append(sorted({e.task_id for e in
+                                                                                  sampled.played.episodes})))
     finally:
         trainer.close()
     pool = trainer.train_tasks

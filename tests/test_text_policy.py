@@ -157,8 +157,9 @@ def test_warm_start_two_iterations_and_a_leaderboard_row_on_real_alfworld(tmp_pa
     from ecpo_train.evaluation.manifests import load_manifest
     from ecpo_train.evaluation.runner import EvalSettings, collect_records, evaluate
     from ecpo_train.runtime.config import load_config
+    from ecpo_train.runtime.run import train
     from ecpo_train.runtime.sft import run_sft
-    from ecpo_train.runtime.trainer import Trainer, run_training
+    from ecpo_train.runtime.trainer import Trainer
 
     games = ["look_at_obj_in_light-AlarmClock-None-DeskLamp-301/trial_T20190907_174127_043461/game.tw-pddl",
              "pick_and_place_simple-AlarmClock-None-Desk-307/trial_T20190907_072303_146844/game.tw-pddl"]
@@ -173,7 +174,7 @@ def test_warm_start_two_iterations_and_a_leaderboard_row_on_real_alfworld(tmp_pa
 
     import dataclasses
 
-    history = run_training(Trainer(dataclasses.replace(config, model=str(tmp_path / "warm"))))
+    history = train(Trainer, dataclasses.replace(config, model=str(tmp_path / "warm")))
     assert [h["iteration"] for h in history] == [1, 2]
     # a half-trained warm start wins some episodes of a group and loses others, so the run updates; one update over
     # the whole iteration: its ratio is the learner's recomputed probability over the sampling one, 1

@@ -9,6 +9,7 @@ import torch
 from ecpo_gym.families import declared_max_steps
 from ecpo_train.credit import CreditConfig, gae_targets, prepare_rows
 from ecpo_train.runtime.config import load_config
+from ecpo_train.runtime.run import open_run, train
 from ecpo_train.runtime.trainer import Trainer
 
 FAST = ["progress=false", "tensorboard=false", "val_every=0", "checkpoint_every=0"]
@@ -45,17 +46,13 @@ def test_presets_carry_the_paper_values():
 
 
 def test_checkpoint_resume_gives_the_same_next_iteration(tmp_path):
-    a = Trainer(quick(tmp_path / "a", "iterations=3"))
-    a.train(2)
-    a.save_checkpoint()
-    expected = a.train_iteration()
-    a.close()
+    with open_run(Trainer, quick(tmp_path / "a", "iterations=3")) as a:
+        a.train(2)  # ends with its checkpoint
+        expected = a.engine.train_iteration()
 
-    b = Trainer(quick(tmp_path / "a", "iterations=3"))
-    b.load_checkpoint()
-    assert b.iteration == 2
-    got = b.train_iteration()
-    b.close()
+    with open_run(Trainer, quick(tmp_path / "a", "iterations=3"), resume=True) as b:
+        assert b.engine.iteration == 2
+        got = b.engine.train_iteration()
     timeless = lambda m: {k: v for k, v in m.items() if not k.startswith("time/")}
     assert timeless(got) == timeless(expected)
 
@@ -64,18 +61,12 @@ def test_resume_after_a_crash_replays_the_uninterrupted_run(tmp_path):
     """Checkpoint at iteration 2, one more iteration logged, then a crash: the resumed run drops the orphan
     log line and its metrics (validation included) equal an uninterrupted run's, each iteration logged once."""
     settings = ["iterations=4", "val_every=2", "val_episodes_per_task=2"]
-    whole = Trainer(quick(tmp_path / "whole", *settings))
-    whole.train()
-    whole.close()
+    train(Trainer, quick(tmp_path / "whole", *settings))
 
-    crashed = Trainer(quick(tmp_path / "crashed", *settings))
-    crashed.train(2)  # ends with a checkpoint at iteration 2
-    crashed.log(crashed.train_iteration())  # iteration 3 is logged but never checkpointed
-    crashed.close()
-    resumed = Trainer(quick(tmp_path / "crashed", *settings))
-    resumed.load_checkpoint()
-    history = resumed.train()
-    resumed.close()
+    with open_run(Trainer, quick(tmp_path / "crashed", *settings)) as crashed:
+        crashed.train(2)  # ends with a checkpoint at iteration 2
+        crashed.log.append(crashed.engine.train_iteration(), step=3)  # iteration 3 logged, never checkpointed
+    history = train(Trainer, quick(tmp_path / "crashed", *settings), resume=True)
 
     def logged(run):
         rows = [json.loads(line) for line in (tmp_path / run / "metrics.jsonl").read_text().splitlines()]
@@ -114,15 +105,19 @@ def test_validation_is_reproducible_and_its_episodes_pair_up(tmp_path):
     """Validation fixes each choice's draw by (seed, copy, step): the same weights validate to the same episodes
     however far training moved the random streams, and ``validation.jsonl`` records them in order, copies
     numbered within their task, so two checkpoints' validations pair episode by episode."""
-    trainer = Trainer(quick(tmp_path, "iterations=1", "val_every=1", "val_episodes_per_task=3",
-                            "val_before_training=true"))
-    first = trainer.validate()
+    from ecpo_train.core.tasks import validation_seed
+
+    run = open_run(Trainer, quick(tmp_path, "iterations=1", "val_every=1", "val_episodes_per_task=3",
+                                  "val_before_training=true"))
+    trainer, seed = run.engine, validation_seed(run.config.seed)
+    first = trainer.validate(trainer.val_tasks, seed)
     torch.manual_seed(123)
     trainer.rng.random(17)  # the training streams move on
     torch.rand(5)
-    assert trainer.validate() == first
-    trainer.train()
-    trainer.close()
+    assert trainer.validate(trainer.val_tasks, seed) == first
+    with run:
+        run.train()
+    first = first[0]
     lines = [json.loads(line) for line in (tmp_path / "validation.jsonl").read_text().splitlines()]
     assert [line["iteration"] for line in lines] == [0, 1]  # a fresh run's log starts with its own validations
     tasks = trainer.val_tasks
@@ -130,7 +125,7 @@ def test_validation_is_reproducible_and_its_episodes_pair_up(tmp_path):
         assert line["task_ids"] == [t for t in tasks for _ in range(3)]
         assert line["copies"] == [0, 1, 2] * len(tasks)
     assert np.mean(lines[0]["won"]) == pytest.approx(first["val/success"])  # before training: the same episodes
-    assert np.mean(lines[1]["won"]) == pytest.approx(trainer.history[-1]["val/success"])
+    assert np.mean(lines[1]["won"]) == pytest.approx(run.history[-1]["val/success"])
 
 
 def test_validating_another_task_set_keeps_the_validation_log_paired(tmp_path):
@@ -139,15 +134,19 @@ def test_validating_another_task_set_keeps_the_validation_log_paired(tmp_path):
     first (before training) to last, and a resume keeps every set's lines through its checkpoint."""
     from ecpo_train.runtime.run_dir import read_validation_file
 
-    trainer = Trainer(quick(tmp_path, "iterations=1", "val_every=1", "val_episodes_per_task=2", "val_num_tasks=2",
-                            "val_before_training=true"))
-    trainer.train()  # validations at iterations 0 and 1
+    run = open_run(Trainer, quick(tmp_path, "iterations=1", "val_every=1", "val_episodes_per_task=2",
+                                  "val_num_tasks=2", "val_before_training=true"))
+    trainer = run.engine
+    run.train()  # validations at iterations 0 and 1
     configured = list(trainer.val_tasks)
-    after, kept_envs = trainer.validate(), trainer.val_envs
-    assert trainer.validate(configured, "again") == after  # the same seed, temperature and draws
-    on_training = trainer.validate(trainer.train_tasks, "training_tasks")
-    assert trainer.val_tasks == configured and trainer.val_envs is kept_envs  # the configured set is untouched
-    assert trainer.validate() == after
+    after = run.validate()
+    assert run.validate(configured, "again") == after  # the same seed, temperature and draws
+    on_training = run.validate(trainer.train_tasks, "training_tasks")
+    assert trainer.val_tasks == configured  # the configured set is untouched
+    assert run.validate() == after
+    kept_envs = trainer.val_envs
+    run.validate(list(reversed(configured)), "reversed")
+    assert trainer.val_envs is kept_envs  # as many tasks: the validation envs are reused
     path = tmp_path / "validation.jsonl"
     assert [line["iteration"] for line in read_validation_file(path)] == [0, 1, 1, 1]  # the configured set only
     assert all("tasks" not in line for line in read_validation_file(path))
@@ -156,22 +155,20 @@ def test_validating_another_task_set_keeps_the_validation_log_paired(tmp_path):
     assert line["task_ids"] == [t for t in trainer.train_tasks for _ in range(2)]
     assert np.mean(line["won"]) == pytest.approx(on_training["val/success"])
     assert [again["won"] for again in read_validation_file(path, tasks="again")] == [read_validation_file(path)[-1]["won"]]
-    trainer.metrics_log.keep_through(1)  # what a resume from iteration 1 keeps: every set's lines through it
+    run.log.keep_through(1)  # what a resume from iteration 1 keeps: every set's lines through it
     assert [(line["iteration"], line.get("tasks")) for line in read_validation_file(path, tasks=None)] == [
-        (0, None), (1, None), (1, None), (1, "again"), (1, "training_tasks"), (1, None)]
+        (0, None), (1, None), (1, None), (1, "again"), (1, "training_tasks"), (1, None), (1, "reversed")]
     for bad in ({"tasks": configured}, {"label": "training_tasks"}, {"tasks": configured, "label": "validation"}):
         with pytest.raises(ValueError, match="label"):
-            trainer.validate(**bad)
-    trainer.close()
+            run.validate(**bad)
+    run.close()
 
 
-def test_a_fresh_run_in_a_used_run_directory_starts_a_fresh_log(tmp_path):
-    first = Trainer(quick(tmp_path, "iterations=2"))
-    first.train()
-    first.close()
-    again = Trainer(quick(tmp_path, "iterations=1"))
-    again.train()
-    again.close()
+def test_a_run_over_a_used_run_directory_starts_a_fresh_log(tmp_path):
+    train(Trainer, quick(tmp_path, "iterations=2"))
+    with pytest.raises(ValueError, match="--overwrite"):  # a plain start never erases a run
+        open_run(Trainer, quick(tmp_path, "iterations=1"))
+    train(Trainer, quick(tmp_path, "iterations=1"), overwrite=True)
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["iteration"] for line in lines] == [1]
     assert not (tmp_path / "validation.jsonl").exists()  # val_every=0: no validation, no episode log
@@ -182,10 +179,8 @@ def test_quickstart_training_raises_exact_validation_success(tmp_path, algorithm
     """The quick-start preset, fixed seed 0, 30 iterations: the exact (DP) validation success at T=0.4 climbs
     from the uniform policy's ~0.03 after iteration 1 to >= 0.5 (the best policy reaches 0.78), the same
     hyperparameters for both methods; train-rollout success rises by >= 0.3 (first 5 vs last 5 iterations)."""
-    trainer = Trainer(quick(tmp_path, f"algorithm={algorithm}", "iterations=30", "seed=0", "val_every=30",
-                            "val_episodes_per_task=4"))
-    history = trainer.train()
-    trainer.close()
+    history = train(Trainer, quick(tmp_path, f"algorithm={algorithm}", "iterations=30", "seed=0", "val_every=30",
+                                   "val_episodes_per_task=4"))
     validated = [m for m in history if "val/exact_success" in m]
     assert [int(m["iteration"]) for m in validated] == [1, 30]
     first, last = validated[0]["val/exact_success"], validated[-1]["val/exact_success"]
@@ -250,9 +245,9 @@ def test_tabular_critic_fits_value_targets():
 
 
 def test_ppo_with_tabular_critic_trains(tmp_path):
-    trainer = Trainer(quick(tmp_path, "algorithm=ppo", "iterations=4", "critic_lr=0.5"))
-    history = trainer.train()
-    trainer.close()
+    with open_run(Trainer, quick(tmp_path, "algorithm=ppo", "iterations=4", "critic_lr=0.5")) as run:
+        history = run.train()
+    trainer = run.engine
     assert all(np.isfinite(m["credit/value_loss"]) and np.isfinite(m["update/pg_loss"]) for m in history)
     assert len(trainer.critic.index) > 0 and history[-1]["credit/value_mean"] != 0.0
 
@@ -263,12 +258,9 @@ def test_an_iteration_factorises_the_keys_once(tmp_path, monkeypatch):
     calls = []
     real = credit.factorize_keys
     monkeypatch.setattr(credit, "factorize_keys", lambda keys, name="keys": calls.append(name) or real(keys, name))
-    trainer = Trainer(quick(tmp_path, "iterations=1", "n_groups=2"))
-    try:
+    with open_run(Trainer, quick(tmp_path, "iterations=1", "n_groups=2")) as run:
         calls.clear()
-        trainer.train()
-    finally:
-        trainer.close()
+        run.engine.train_iteration()
     # one TrajectoryBatch built by the rollout, coded once; the credit step reuses its codes
     assert sorted(calls) == ["action_keys", "anchor_keys", "group_ids", "traj_ids"]
 
@@ -278,9 +270,7 @@ def test_validation_does_not_change_the_training_run(tmp_path):
     training metrics do not depend on how often it validates. (States first seen in validation get their
     tabular slots earlier, which only reorders the float sum of the gradient norm: hence approx.)"""
     def training_metrics(folder, val_every):
-        trainer = Trainer(quick(folder, "iterations=4", "n_groups=4", "group_size=4", f"val_every={val_every}"))
-        history = trainer.train()
-        trainer.close()
+        history = train(Trainer, quick(folder, "iterations=4", "n_groups=4", "group_size=4", f"val_every={val_every}"))
         return [{k: v for k, v in m.items() if not k.startswith(("time/", "val/"))} for m in history]
 
     never, every = training_metrics(tmp_path / "never", 0), training_metrics(tmp_path / "every", 1)
@@ -293,9 +283,7 @@ def test_validation_schedule_and_skipping_the_first_iteration(tmp_path):
     that only needs before and after pays for one validation less)."""
     def validated(*extra):
         cfg = quick(tmp_path / "_".join(extra or ("default",)), "iterations=4", "val_every=3", *extra)
-        trainer = Trainer(cfg)
-        history = trainer.train()
-        trainer.close()
+        history = train(Trainer, cfg)
         assert [i for i in range(1, 5) if cfg.validates_after(i)] == [m["iteration"] for m in history
                                                                       if "val/success" in m]
         return [m["iteration"] for m in history if "val/success" in m]
@@ -308,7 +296,8 @@ def test_validation_schedule_and_skipping_the_first_iteration(tmp_path):
 def test_lr_warmup_rises_linearly_over_the_optimizers_first_steps(tmp_path):
     """lr_warmup_steps=3: the optimizer's steps run at lr/3, 2lr/3, lr, lr, ... (AdamW's first steps, whose
     moments are new, would otherwise move every weight by about lr)."""
-    trainer = Trainer(quick(tmp_path, "iterations=3", "lr=0.3", "lr_warmup_steps=3", "mini_batch_size=16"))
+    run = open_run(Trainer, quick(tmp_path, "iterations=3", "lr=0.3", "lr_warmup_steps=3", "mini_batch_size=16"))
+    trainer = run.engine
     used, step = [], trainer.optimizer.step
 
     def recording_step(*args, **kwargs):
@@ -316,8 +305,8 @@ def test_lr_warmup_rises_linearly_over_the_optimizers_first_steps(tmp_path):
         return step(*args, **kwargs)
 
     trainer.optimizer.step = recording_step
-    trainer.train()
-    trainer.close()
+    with run:
+        run.train()
     assert len(used) >= 4
     assert used[:4] == pytest.approx([0.1, 0.2, 0.3, 0.3]) and set(used[3:]) == {0.3}
 
@@ -326,9 +315,7 @@ def test_lr_warmup_rises_linearly_over_the_optimizers_first_steps(tmp_path):
 def test_the_other_papers_estimators_train_natively(tmp_path, algorithm):
     """Issue 57's estimators run in the native trainer by name, their hyperparameters from ``credit``, their
     diagnostics in the metrics."""
-    trainer = Trainer(quick(tmp_path, f"algorithm={algorithm}", "iterations=3", "credit.pgpo_alpha=1.0"))
-    history = trainer.train()
-    trainer.close()
+    history = train(Trainer, quick(tmp_path, f"algorithm={algorithm}", "iterations=3", "credit.pgpo_alpha=1.0"))
     assert len(history) == 3 and all(np.isfinite(m["credit/advantage_std"]) for m in history)
     own = {"pgpo": "credit/pgpo_mean_weight", "hgpo": "credit/hgpo_no_group_fraction",
            "graphgpo": "credit/graph_success_group_fraction", "pace": "credit/pace_states"}[algorithm]

@@ -174,6 +174,7 @@ def test_llm_ppo_iteration_checkpoint_plays_on_the_leaderboard(tiny_model_dir, t
     from ecpo_train.evaluation.manifests import TaskGroup, TaskManifest
     from ecpo_train.evaluation.runner import EvalSettings, evaluate
     from ecpo_train.runtime.config import load_config
+    from ecpo_train.runtime.run import open_run
     from ecpo_train.runtime.trainer import Trainer
 
     env_kwargs = {"depth": 2, "num_tasks": 2, "max_steps": 2}
@@ -183,10 +184,11 @@ def test_llm_ppo_iteration_checkpoint_plays_on_the_leaderboard(tiny_model_dir, t
         "critic_lr=1e-3", "mini_batch_size=64", "micro_batch_size=4", "kl_coef=0.01", "val_every=0",
         "progress=false", "tensorboard=false", f"env_kwargs={json.dumps(env_kwargs)}",
     ])
-    trainer = Trainer(cfg)
+    run = open_run(Trainer, cfg)
+    trainer = run.engine
     initial = {k: v.detach().clone() for k, v in trainer.policy.model.state_dict().items()}
-    (metrics,) = trainer.train()
-    trainer.close()
+    with run:
+        (metrics,) = run.train()
     assert np.isfinite(metrics["credit/value_loss"]) and np.isfinite(metrics["update/pg_loss"])
     trained = trainer.policy.model.state_dict()
     assert (tmp_path / "run" / "checkpoint.pt").exists()

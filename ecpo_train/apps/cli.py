@@ -86,7 +86,6 @@ def train(
 
     from ecpo_train.runtime.config import config_dict, load_config
     from ecpo_train.runtime.resume import RESUME_OR_START, plan_start
-    from ecpo_train.runtime.trainer import Trainer, run_training
 
     if engine not in ("native", "rllib"):
         raise fail(ValueError(f"--engine {engine!r}; valid: native, rllib"))
@@ -118,19 +117,28 @@ def train(
                    *(["--overwrite"] if overwrite else []),
                    *[arg for arg in ctx.args if not arg.startswith("fsdp=")], "fsdp=true"]
         raise typer.Exit(subprocess.call(command))
-    try:
+    from ecpo_train.runtime.run import open_run
+    from ecpo_train.runtime.trainer import Trainer
+
+    try:  # the folder, then the environment and the policy: every error surfaces before the first write
         cfg = load_config(config, list(ctx.args))
         cfg.resolved_device()
-        plan_start(Path(cfg.run_dir), config_dict(cfg), resume=resume, overwrite=overwrite)  # before a model loads
-        trainer = Trainer(cfg)  # builds the environment and the policy: their errors surface here, before any work
+        run = open_run(Trainer, cfg, resume=resume, overwrite=overwrite)
     except _input_errors() as err:
         raise fail(err) from None
-    try:
-        run_training(trainer, resume=resume, overwrite=overwrite)
-    except (ValueError, OSError) as err:  # a damaged checkpoint or a changed key on --resume: nothing was written
-        raise fail(err) from None
-    if trainer.is_main:
+    _train_run(run)
+    if run.engine.writes:
         typer.echo(f"run folder: {cfg.run_dir} (metrics.jsonl, tensorboard/, checkpoint.pt, curves.png)")
+
+
+def _train_run(run) -> None:
+    """Train a started run to its end and close it; a write that fails (a full disk) is one line, exit 2 (what
+    was written stays: the last checkpoint resumes)."""
+    try:
+        with run:
+            run.train()
+    except (ValueError, OSError) as err:
+        raise fail(err) from None
 
 
 def _train_with_rllib(config: str, overrides: list[str], resume: bool | str, overwrite: bool, nproc: int,
@@ -144,16 +152,18 @@ def _train_with_rllib(config: str, overrides: list[str], resume: bool | str, ove
     if not (math.isfinite(actor_cpus) and 0 < actor_cpus <= 64):
         raise fail(ValueError(f"--actor-cpus {actor_cpus!r}: give a number of CPUs > 0 and <= 64"))
     from ecpo_train.runtime.config import load_config
+    from ecpo_train.runtime.run import open_run
 
     try:
         cfg = load_config(config, overrides)
         cfg.resolved_device()
-        from ecpo_train.integrations.rllib.llm.engine import train_with_rllib
+        from ecpo_train.integrations.rllib.llm.engine import RLlibEngine
 
-        train_with_rllib(cfg, resume=resume, overwrite=overwrite, num_env_runners=env_runners,
-                         num_learners=learners, actor_cpus=actor_cpus, progress=cfg.progress)
+        run = open_run(RLlibEngine, cfg, resume=resume, overwrite=overwrite, num_env_runners=env_runners,
+                       num_learners=learners, actor_cpus=actor_cpus)
     except _input_errors() as err:
         raise fail(err) from None
+    _train_run(run)
     typer.echo(f"run folder: {cfg.run_dir} (metrics.jsonl, rllib_checkpoint/, curves.png)")
 
 
@@ -176,8 +186,8 @@ def sft(
     Extra key=value arguments override the preset (e.g. model=DIR env_kwargs.num_tasks=8); a forward holds at
     most max_tokens_per_micro_batch tokens (4096 where the preset sets none).
     """
-    from ecpo_train.runtime.sft import check_sft_out, check_sft_settings, run_sft
     from ecpo_train.runtime.config import load_config
+    from ecpo_train.runtime.sft import check_sft_out, check_sft_settings, run_sft
 
     try:
         check_sft_settings(episodes, epochs, lr, batch_size)

@@ -18,6 +18,7 @@ Only numpy and rich are needed; the run takes well under a second.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 from rich.console import Console
@@ -119,6 +120,7 @@ def training_section(console: Console, run_root: str = "runs/demo", iterations: 
 
     from ecpo_train.runtime.config import load_config
     from ecpo_train.runtime.plotting import plot_comparison
+    from ecpo_train.runtime.run import train
     from ecpo_train.runtime.trainer import Trainer
 
     histories, seconds = {}, {}
@@ -136,12 +138,7 @@ def training_section(console: Console, run_root: str = "runs/demo", iterations: 
                 f"{optimal_success(config):.2f}):"
             )
         started = time.perf_counter()
-        trainer = Trainer(config)
-        try:
-            trainer.folder.metrics.unlink(missing_ok=True)
-            histories[label] = trainer.train()
-        finally:
-            trainer.close()
+        histories[label] = train(Trainer, config, overwrite=True)  # the demo replaces its own earlier run
         seconds[label] = time.perf_counter() - started
     console.print(progress_table(histories))
     console.print(summary_table(histories, seconds))
@@ -209,7 +206,7 @@ def llm_section(console: Console, run_root: str = "runs/demo-llm", overrides: li
 
     from ecpo_train.runtime.config import load_config
     from ecpo_train.runtime.models import DEMO_MODEL, pull_model
-    from ecpo_train.runtime.plotting import plot_run
+    from ecpo_train.runtime.run import open_run
     from ecpo_train.runtime.trainer import Trainer
 
     started = time.perf_counter()
@@ -228,13 +225,10 @@ def llm_section(console: Console, run_root: str = "runs/demo-llm", overrides: li
         f"Uniform random doors succeed {optimal_success(config, uniform=True):.3f}, the best policy "
         f"{optimal_success(config):.3f}."
     )
-    trainer = Trainer(config)
-    try:
-        history = trainer.train()
-    finally:
-        trainer.close()
-    plot = plot_run(config.run_dir)
-    episodes = config.val_episodes_per_task * len(trainer.val_tasks)
+    with open_run(Trainer, config, overwrite=True) as run:  # the demo replaces its own earlier run
+        history = run.train()
+    plot = Path(config.run_dir) / "curves.png"  # (the run shell plots a run that trained)
+    episodes = config.val_episodes_per_task * len(run.engine.val_tasks)
     console.print(llm_summary_table(history, episodes))
     validated = [m for m in history if "val/success" in m]
     if len(validated) >= 2:

@@ -4,13 +4,18 @@ engine hands it only a *sampler* and a *learner*.
     draw      ``draw_iteration``: which tasks the iteration's groups play, and the env seed (one order, one stream)
     sample    ``sampler.sample``: step A, ``core.rollout.collect_rollout`` wherever the engine plays (the native
               trainer's env group and its FSDP share; the RLlib runner pool, topped up and pipelined)
-    credit    ``learner.learn``: steps B-D, ``credit_step`` (the estimator's advantage of every step row) where
-    update    the learner's tensors are, then step E, ``runtime.builders.update_on_table``, with the row shuffle
-              ``shuffle_plan`` / ``shuffle_generator`` give (the native update; RLlib's ``learner_group.update``)
+    plan      ``update_plan``: step E's row shuffle and the rows it updates on (the equal-return filter), drawn
+              once here from the run's generator, whatever the number of learners
+    credit    ``learner.learn(sampled, plan)``: steps B-D, ``credit_step`` (the estimator's advantage of every
+    update    step row) where the learner's tensors are, then step E, ``runtime.builders.update_on_table``, on the
+              plan's rows in the plan's order (the native update; RLlib's ``learner_group.update``)
     sync      ``sampler.sync``: the sampler's policy gets the new weights (vLLM engine, env runners)
     metrics   ``iteration_metrics``: the one metrics dict of an iteration, under the native names (an
               all-zero advantage vector is said once, ``warn_if_no_signal``)
+    observe   ``observe(sampled, learned)``: a caller that measures the iteration itself (the credit study)
     finish    ``finish_iteration``: validation when the run's rule says so, and the iteration's time
+
+The engine that calls ``run_iteration`` counts the iterations (``iteration`` is how many are done before it).
 
 ``config`` is any object with the run's fields (a ``runtime.config.TrainConfig``): ``n_groups``, ``task_draw``,
 ``algorithm``, ``credit``, ``estimator_options()``, ``validates_after(iteration)``, ``num_epochs``,
@@ -34,6 +39,8 @@ from ecpo_train.core.tasks import draw_tasks
 ENV_SEED_BOUND = 2**31 - 1  # an iteration's env seed is drawn below this, after its tasks, from the run's generator
 SHUFFLE_SEED_BOUND = 2**63 - 1  # several update shards: one seed drawn below this, shard k shuffles with seed + k
 
+UPDATE_KEEP = "update_keep"  # the extra column of a table whose run filters rows: True where step E updates on the row
+
 Draw = Callable[[int], tuple[list[str], int]]  # iteration (from 0) -> (its groups' tasks, its env seed)
 
 
@@ -56,15 +63,27 @@ class Sampled:
 
 
 @dataclass
+class UpdatePlan:
+    """Step E's plan for one iteration, drawn once by :func:`run_iteration` (:func:`update_plan`): ``shuffle``, the
+    row shuffle (:func:`shuffle_plan`; each shard's generator is :func:`shuffle_generator`), and ``tables``, the
+    sampled tables, each with the :data:`UPDATE_KEEP` column where the run leaves rows out (it travels with the
+    rows to whichever learner updates on them)."""
+
+    shuffle: dict[str, Any]
+    tables: list[TrajectoryBatch]
+
+
+@dataclass
 class Learned:
     """What a learner did with one iteration's rows: the credit diagnostics, the update statistics, the phases'
-    seconds, and how many step advantages were nonzero over every learner (0: the update could not move the
-    policy)."""
+    seconds, how many step advantages were nonzero over every learner (0: the update could not move the
+    policy), and the step advantages where the learner is in this process (``None`` on remote learners)."""
 
     credit: dict[str, Any]
     update: dict[str, Any]
     seconds: dict[str, float]
     nonzero_advantages: int
+    advantages: Any = None
 
 
 class Sampler(Protocol):
@@ -79,24 +98,35 @@ class Sampler(Protocol):
 
 
 class Learner(Protocol):
-    def learn(self, sampled: Sampled, rng: np.random.Generator) -> Learned:
-        """Steps B-E on ``sampled``: credit, then the update, its rows shuffled as ``shuffle_plan(rng, ...)`` says."""
+    shards: int  # how many learners update a share of the rows each (FSDP processes, RLlib learners)
+
+    def learn(self, sampled: Sampled, plan: UpdatePlan, rng: np.random.Generator) -> Learned:
+        """Steps B-E on ``plan.tables`` (``sampled``'s): credit, then the update on the plan's rows, shuffled as
+        ``plan.shuffle`` says. ``rng``: the run's generator, for a learner that draws more (PPO's critic fit)."""
+
+
+Observe = Callable[[Sampled, Learned], None]
 
 
 def run_iteration(config: Any, iteration: int, rng: np.random.Generator, pool: Sequence[str], sampler: Sampler,
-                  learner: Learner, validate: Callable[[], dict], *, speaks: bool = True) -> dict[str, float]:
-    """Iteration ``iteration + 1`` of Algorithm 1 (``iteration`` done so far): draw, sample, credit and update, sync,
-    metrics, finish (the module docstring). ``rng`` is the run's generator (tasks, env seeds, row shuffles), ``pool``
-    the training tasks; ``speaks``: this process says the no-signal warning (one process of several does)."""
+                  learner: Learner, validate: Callable[[], dict], *, speaks: bool = True,
+                  observe: Observe | None = None) -> dict[str, float]:
+    """Iteration ``iteration + 1`` of Algorithm 1 (``iteration`` done so far): draw, sample, plan, credit and update,
+    sync, metrics, observe, finish (the module docstring). ``rng`` is the run's generator (tasks, env seeds, row
+    shuffles), ``pool`` the training tasks; ``speaks``: this process says the no-signal warning (one process of
+    several does)."""
     started = time.perf_counter()
     sampled = sampler.sample(lambda k: draw_iteration(config, pool, rng, k), iteration)
-    learned = learner.learn(sampled, rng)
+    plan = update_plan(config, rng, sampled.tables, learner.shards)
+    learned = learner.learn(sampled, plan, rng)
     sync_seconds = sampler.sync()
     if speaks and sampled.num_rows and not learned.nonzero_advantages:
         warn_if_no_signal(sampled.metrics, iteration + 1)
     metrics = iteration_metrics(iteration + 1, sampled.num_rows, sampled.metrics, learned.credit, learned.update,
                                 sampled.seconds | learned.seconds | sync_seconds,
                                 extra={f"sampling/{k}": v for k, v in sampled.report.items()})
+    if observe is not None:
+        observe(sampled, learned)
     return finish_iteration(sampler.combined(metrics), config, iteration + 1, validate, started)
 
 
@@ -144,15 +174,25 @@ def credit_step(config: Any, batch: TrajectoryBatch, values: Any = None, device:
     return compute_advantages(config.algorithm, rows=batch, values=values, **options)
 
 
-def update_rows(config: Any, tables: Sequence[TrajectoryBatch]) -> int:
-    """How many rows step E shuffles: all of them, or those of groups with unequal returns when the run leaves the
-    others out (``filter_equal_return_groups``; ``core.loss.equal_return_rows``)."""
-    rows = sum(len(table) for table in tables)
-    if not getattr(config, "filter_equal_return_groups", False):
-        return rows
-    from ecpo_train.core.loss import equal_return_rows
+def update_plan(config: Any, rng: np.random.Generator, tables: Sequence[TrajectoryBatch], shards: int) -> UpdatePlan:
+    """Step E's plan (:class:`UpdatePlan`), the one place its rules are applied: which rows it updates on (all, or
+    where the run leaves them out -- ``filter_equal_return_groups`` -- those of groups with unequal returns,
+    ``core.loss.equal_return_rows``), and their shuffle over ``config.num_epochs`` epochs and ``shards`` learners,
+    drawn from ``rng`` (:func:`shuffle_plan`)."""
+    tables = list(tables)
+    if getattr(config, "filter_equal_return_groups", False):
+        from ecpo_train.core.loss import equal_return_rows
 
-    return rows - sum(int(np.count_nonzero(equal_return_rows(t.group_id, t.traj_id, t.reward))) for t in tables)
+        tables = [t.with_columns(**{UPDATE_KEEP: ~equal_return_rows(t.group_id, t.traj_id, t.reward)})
+                  for t in tables]
+    rows = sum(int(np.count_nonzero(update_keep(t))) if UPDATE_KEEP in t.extras else len(t) for t in tables)
+    return UpdatePlan(shuffle_plan(rng, rows, int(config.num_epochs), shards), tables)
+
+
+def update_keep(table: TrajectoryBatch) -> np.ndarray | None:
+    """The rows of ``table`` step E updates on (:func:`update_plan`'s column), or ``None``: every row."""
+    keep = table.extras.get(UPDATE_KEEP)
+    return None if keep is None else np.asarray(keep, dtype=bool)
 
 
 def shuffle_plan(rng: np.random.Generator, rows: int, epochs: int, shards: int) -> dict[str, Any]:

@@ -155,7 +155,7 @@ def text_policy_folder(path: str | Path) -> Path | None:
 
 
 def load_checkpoint_policy(path: str | Path, *, device: str = "cpu") -> tuple[Policy, dict[str, Any]]:
-    """The policy saved by ``Trainer.save_checkpoint`` (a ``checkpoint.pt`` or the run folder holding it), or a
+    """The policy saved by ``Trainer.save`` (a ``checkpoint.pt`` or the run folder holding it), or a
     text-policy folder ``ecpo sft`` wrote (the warm start, evaluated as it is).
 
     Returns the policy and the run's config dict. An LLM run rebuilds its model from the config's ``model``

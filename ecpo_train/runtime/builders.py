@@ -40,9 +40,11 @@ def update_on_table(policy: Policy, config: TrainConfig, table: Any, step_advant
     The one place the update is wired, for the native trainer and the RLlib learner alike: the current policy's
     log-probs of the stored rows (``logprobs(prompts, responses, with_entropy)``; default ``policy.logprobs``,
     the RLlib learner passes its module's forward), the frozen reference's, the rows' lengths, the scoring
-    policy's shared contexts, the equal-return group filter, the loss aggregation and the thread count.
+    policy's shared contexts, the rows the iteration's plan keeps (``core.iteration.update_plan``), the loss
+    aggregation and the thread count.
     """
-    from ecpo_train.core.loss import equal_return_rows, policy_update, trajectory_mean_weights
+    from ecpo_train.core.iteration import update_keep
+    from ecpo_train.core.loss import policy_update, trajectory_mean_weights
     from ecpo_train.runtime.threads import apply_threads
 
     if not table.has_tokens():
@@ -68,8 +70,7 @@ def update_on_table(policy: Policy, config: TrainConfig, table: Any, step_advant
     apply_threads(config.threads)  # from the cores free now (ecpo_train/runtime/threads.py)
     # the scoring policy computes each distinct (prompt, candidates) row once per micro-batch
     row_keys = [tuple(p) for p in prompts] if getattr(policy, "policy_mode", "") == "score" else None
-    keep = ~equal_return_rows(table.group_id, table.traj_id, table.reward) \
-        if config.filter_equal_return_groups else None
+    keep = update_keep(table)
     if config.loss_agg == "trajectory-mean":
         weights = torch.as_tensor(trajectory_mean_weights(table.traj_id), dtype=step_advantages.dtype)
         step_advantages = step_advantages * weights.to(step_advantages.device)
@@ -206,6 +207,20 @@ def exact_success(policy: Policy, env_id: str, env_kwargs: dict, task_ids: Seque
         return mdp_success(env, list(task_ids), probabilities)
     finally:
         env.close()
+
+
+def validation_envs(config: TrainConfig, tasks: int, cached: Any = None) -> Any:
+    """The envs a validation of ``tasks`` tasks plays on (``val_episodes_per_task`` copies each), the one place
+    both engines build them: ``cached`` (the previous validation's) where it holds that many groups, else new ones
+    (``cached`` is closed)."""
+    if cached is not None and cached.num_groups == tasks:
+        return cached
+    from ecpo_gym.group import GroupVectorEnv
+
+    if cached is not None:
+        cached.close()
+    return GroupVectorEnv(config.env_id, tasks, config.val_episodes_per_task, num_workers=config.env_workers,
+                          env_kwargs=config.env_kwargs)
 
 
 def validation_outcome(policy: Policy, config: TrainConfig, envs: Any, task_ids: Sequence[str],

@@ -39,7 +39,7 @@ def plain_state(value: Any) -> Any:
 
 def save_checkpoint(state: dict[str, Any], path: Path) -> Path:
     """Write ``state`` to ``path`` whole; the run folder is created if a checkpoint comes before the first metrics
-    line (``Trainer.save_checkpoint`` called directly). A failed write is one ``ValueError`` naming the file."""
+    line (``Trainer.save`` called directly). A failed write is one ``ValueError`` naming the file."""
     import torch
 
     path.parent.mkdir(parents=True, exist_ok=True)

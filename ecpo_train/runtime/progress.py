@@ -80,3 +80,7 @@ class Progress:
     def __exit__(self, *exc: object) -> None:
         if self._progress is not None:
             self._progress.__exit__(*exc)
+
+
+def no_phase(text: str) -> None:
+    """An engine's phase line where no progress line shows it (the default of ``on_phase``)."""

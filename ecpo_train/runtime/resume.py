@@ -9,8 +9,9 @@ than cutting its history, and so is ``--resume`` of a folder the other engine wr
 ``checkpoint.pt``; ``rllib``: ``rllib_checkpoint/``, ``engine: rllib`` in ``config.yaml``): neither reads the
 other's state. ``--resume`` where there is no run (a missing folder, an empty one, one of unrelated files: a
 typo in a path) is refused too; ``--resume-or-start`` (``resume="auto"``) is the spelling for "resume the run if
-there is one, else start". Every check happens before the folder is touched: a refused start changes no byte. The run holds
-the folder's lock (``ecpo_train.runtime.run_lock``) while it writes.
+there is one, else start". Every check happens before the folder is touched: a refused start changes no byte. The run
+shell (``runtime/run.py``) plans the start under the folder's lock (``ecpo_train.runtime.run_lock``), held while the
+run writes.
 
 A resume may not change what the run is: any key outside ``RESUMABLE_KEYS`` (algorithm, env, model, group
 size, credit hyperparameters, ...) that differs from the checkpoint's config is refused, naming the key; inside
@@ -21,20 +22,16 @@ lacks (written by another version) is compared with its default. The keys that m
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ecpo_train.policies.atomic import current_folder
-from ecpo_train.runtime.checkpoint_io import checkpoint_config, load_checkpoint
+from ecpo_train.runtime.checkpoint_io import checkpoint_config
 from ecpo_train.runtime.run_dir import (
     ENGINE_KEY,
     RUN_FILES,
-    MetricsLog,
     RunFolder,
-    begin_run,
-    check_metrics_file,
     folder_engine,
     holds_run,
     linked_run_files,
@@ -60,16 +57,17 @@ class StartPlan:
 
 
 def plan_start(run_dir: Path, new_config: dict[str, Any], resume: bool | str = False, overwrite: bool = False,
-               engine: str = "native") -> StartPlan:
+               engine: str = "native", made: bool = False) -> StartPlan:
     """The start ``resume``/``overwrite`` ask for in ``run_dir`` with ``engine``, or a ``ValueError`` (nothing is
     written).
 
     ``resume=True`` (``--resume``) where the folder holds no run (missing, empty, unrelated files) is refused:
     nothing to resume. ``resume="auto"`` (``--resume-or-start``) starts there instead, and elsewhere is
     ``--resume``. On a resume the folder must hold ``engine``'s checkpoint. The native engine compares the new config with
-    the checkpoint's own config (here, read without its tensors, and again in :func:`open_run`), which is
+    the checkpoint's own config (here, read without its tensors), which is
     authoritative (a ``config.yaml`` may have been edited, or damaged by an older version); the RLlib engine's
-    checkpoint holds none, so its ``config.yaml`` is read."""
+    checkpoint holds none, so its ``config.yaml`` is read. ``made``: the folder did not exist before the run shell
+    took its lock (which made it)."""
     if resume not in (False, True, RESUME_OR_START):
         raise ValueError(f"resume={resume!r}: give True, False or {RESUME_OR_START!r}")
     if resume and overwrite:
@@ -82,7 +80,7 @@ def plan_start(run_dir: Path, new_config: dict[str, Any], resume: bool | str = F
                          "file elsewhere), which a run would write through: delete it (or --overwrite)")
     if not holds_run(run_dir):  # (a folder holding only a lock, or nothing)
         if resume is True:  # a typo in a path must not silently start training afresh
-            raise ValueError(f"--resume: run_dir={str(run_dir)!r} {_nothing_there(run_dir)}, so there is nothing to "
+            raise ValueError(f"--resume: run_dir={str(run_dir)!r} {_nothing_there(run_dir, made)}, so there is nothing to "
                              "resume: check the path, or pass --resume-or-start to start a run where there is none")
         return StartPlan(run_dir, "start")
     if overwrite:
@@ -107,8 +105,8 @@ def plan_start(run_dir: Path, new_config: dict[str, Any], resume: bool | str = F
     return StartPlan(run_dir, "resume", resume_changes(saved, new_config) if saved is not None else {})
 
 
-def _nothing_there(run_dir: Path) -> str:
-    if not run_dir.exists():
+def _nothing_there(run_dir: Path, made: bool = False) -> str:
+    if made or not run_dir.exists():
         return "does not exist"
     others = [p.name for p in run_dir.iterdir() if p.name != RunFolder(run_dir).lock.name]
     return "is empty" if not others else f"holds no run (none of its files: {', '.join(sorted(others)[:3])}...)"
@@ -187,50 +185,6 @@ def resume_changes(saved: dict[str, Any], new: dict[str, Any]) -> dict[str, list
     return changes
 
 
-def start_run(run_dir: Path, config: dict[str, Any], *, engine: str, resume: bool | str, overwrite: bool,
-              checked_checkpoint: Callable[[StartPlan], Any], load: Callable[[StartPlan, Any], int],
-              metrics_log: Callable[[Any], MetricsLog], writes: bool = True,
-              agree: Callable[[ValueError | None], None] | None = None) -> tuple[StartPlan, Any]:
-    """The start sequence of both engines: lock -> plan -> checkpoint -> ``begin_run``; returns the plan and the
-    held lock (``run_lock.RunLock``; ``None`` where this process does not write).
-
-    ``writes``: this process takes the folder's lock, plans the start (:func:`plan_start`) and writes (under FSDP
-    process 0; the others plan a ``resume`` or a ``start`` as asked). ``checked_checkpoint(plan)``: on a resume the
-    engine's checkpoint, read and checked (it may set ``plan.changes``), else ``None``; a ``ValueError`` refuses the
-    start with the lock given back and no byte written. ``agree(refusal)``: every process's refusal together (FSDP).
-    ``load(plan, checkpoint)``: the engine loads it (or builds afresh) and says how many iterations are done;
-    ``metrics_log(lock)``: the log ``begin_run`` starts. The lock is given back if any of them fails."""
-    from ecpo_train.runtime.run_lock import acquire_run_lock
-
-    refusal: ValueError | None = None
-    plan, checkpoint, lock = StartPlan(run_dir, "start"), None, None
-    try:
-        if writes:  # first the lock: what is checked below cannot change under us
-            lock = acquire_run_lock(run_dir, engine)
-        # the other processes take the writer's reading of the folder (it may already be writing it)
-        plan = plan_start(run_dir, config, resume=resume, overwrite=overwrite, engine=engine) if writes else \
-            StartPlan(run_dir, "resume" if resume and current_folder(RunFolder(run_dir).checkpoint(engine)).exists()
-                      else "start")
-        checkpoint = checked_checkpoint(plan)
-    except ValueError as err:
-        refusal = err
-    if refusal is not None and lock is not None:
-        lock.release()
-    if agree is not None:
-        agree(refusal)
-    if refusal is not None:
-        raise refusal
-    try:
-        iteration = load(plan, checkpoint)
-        if writes:
-            begin_run(metrics_log(lock), plan.kind, iteration, plan.changes, warm_start=warm_start(config))
-    except BaseException:
-        if lock is not None:
-            lock.release()
-        raise
-    return plan, lock
-
-
 def warm_start(config: dict[str, Any]) -> dict[str, Any] | None:
     """What a start records of the weights it starts from (``model`` and their sha256; paired endpoints compare
     them), or None for a run without a model (a tabular policy)."""
@@ -238,54 +192,3 @@ def warm_start(config: dict[str, Any]) -> dict[str, Any] | None:
 
     model = config.get("model")
     return {"model": model, "weights_sha256": weights_sha256(model)} if model else None
-
-
-def open_run(trainer: Any, resume: bool | str = False, overwrite: bool = False) -> StartPlan:
-    """Take the folder's lock, check everything a start needs, then prepare ``trainer``'s folder for
-    ``trainer.train()`` (:func:`start_run`).
-
-    ``trainer`` is built (env and model checked) but has written nothing. On ``--resume`` the checkpoint is read
-    and checked against the config, and ``metrics.jsonl`` is checked, before the first byte is written. Under
-    FSDP process 0 takes the lock, checks the folder and writes; every process reads the checkpoint, and all
-    refuse together. The lock is the metrics log's until it closes (``Trainer.close``)."""
-    from ecpo_train.runtime.config import config_dict
-
-    config, folder = config_dict(trainer.config), RunFolder(trainer.run_dir)
-
-    def checked(plan: StartPlan) -> dict[str, Any] | None:
-        if plan.kind != "resume" or not folder.checkpoint().exists():
-            return None
-        state = _checked_checkpoint(folder.checkpoint(), trainer.config.iterations)
-        plan.changes = resume_changes(dict(state.get("config") or {}), config)
-        if trainer.is_main:
-            check_metrics_file(folder.metrics)
-        return state
-
-    def agree(refusal: ValueError | None) -> None:
-        if trainer.dp is not None and trainer.dp.max(float(refusal is not None)):
-            raise refusal or ValueError("process 0 refused the start (its error is above)")
-
-    def load(_: StartPlan, state: dict[str, Any] | None) -> int:
-        if state is not None:
-            trainer.load_checkpoint(state=state)
-        return trainer.iteration
-
-    def metrics_log(lock: Any) -> MetricsLog:
-        trainer.metrics_log.lock = lock  # the log's until it closes
-        return trainer.metrics_log
-
-    plan, _ = start_run(trainer.run_dir, config, engine="native", resume=resume, overwrite=overwrite,
-                        checked_checkpoint=checked, load=load, metrics_log=metrics_log, writes=trainer.is_main,
-                        agree=agree)
-    return plan
-
-
-def _checked_checkpoint(path: Path, iterations: int) -> dict[str, Any]:
-    """The run's checkpoint, read once; a damaged file, or one the config cannot continue, is a ``ValueError``."""
-    state = load_checkpoint(path)
-    if not isinstance(state, dict) or "iteration" not in state or "policy" not in state:
-        raise ValueError(f"{path} is not an ECPO trainer checkpoint")
-    if iterations < int(state["iteration"]):
-        raise ValueError(f"iterations={iterations} is below the checkpoint's iteration {int(state['iteration'])}: "
-                         f"set iterations >= {int(state['iteration'])} to continue")
-    return state

@@ -26,8 +26,13 @@ from ecpo_train.runtime.run_dir import RunFolder
 class RunLock:
     """A held ``run.lock``; :meth:`release` (idempotent) gives it up."""
 
-    def __init__(self, run_dir: Path, fd: int, created_folder: bool) -> None:
-        self.run_dir, self._fd, self._created_folder = run_dir, fd, created_folder
+    def __init__(self, run_dir: Path, fd: int, created: list[Path]) -> None:
+        self.run_dir, self._fd, self._created = run_dir, fd, created  # the folders taking the lock made, deepest first
+
+    @property
+    def made_folder(self) -> bool:
+        """Taking the lock made ``run_dir`` (it did not exist)."""
+        return self.run_dir in self._created
 
     @property
     def held(self) -> bool:
@@ -40,9 +45,11 @@ class RunLock:
             RunFolder(self.run_dir).lock.unlink()  # unlinked while still locked: no one can take a doomed file
         os.close(self._fd)  # (closing the descriptor drops the flock)
         self._fd = -1
-        if self._created_folder:
-            with contextlib.suppress(OSError):
-                self.run_dir.rmdir()  # only if empty: the run wrote nothing
+        for folder in self._created:  # each only if empty: the run wrote nothing there
+            try:
+                folder.rmdir()
+            except OSError:
+                break
 
 
 def describe_holder(text: str) -> str:
@@ -61,7 +68,7 @@ def acquire_run_lock(run_dir: Path, engine: str = "native", label: str | None = 
     name the folder (default ``run_dir='...'``)."""
     run_dir = Path(run_dir)
     named = label or f"run_dir={str(run_dir)!r}"
-    created = not run_dir.exists()
+    created = [folder for folder in (run_dir, *run_dir.parents) if not folder.exists()]
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as err:

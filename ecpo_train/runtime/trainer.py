@@ -1,6 +1,7 @@
-"""The native single-process ECPO trainer: the paper's Algorithm 1 as ``core.iteration.run_iteration`` runs it
-(the one order of the steps, both engines), with the sampler and learner of this process
-(``runtime/native_step.py``: the environments, FSDP), and the run's checkpoints.
+"""The native engine: the paper's Algorithm 1 as ``core.iteration.run_iteration`` runs it (the one order of the
+steps, both engines), with the sampler and learner of this process (``runtime/native_step.py``: the environments,
+FSDP), its validation and its checkpoints. The run around it -- the folder, the loop, the records, the progress --
+is the run shell's (``runtime/run.py``): ``run.train(Trainer, config)`` or ``ecpo train``.
 
 Each iteration reads top to bottom:
 
@@ -19,10 +20,8 @@ The data flows one way: env -> ``collect_rollout`` -> ``TrajectoryBatch`` -> ``c
 
 from __future__ import annotations
 
-import contextlib
 import random
-import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,50 +29,37 @@ import numpy as np
 import torch
 
 from ecpo_gym.group import GroupVectorEnv
-from ecpo_train.core.iteration import run_iteration, seed_streams
-from ecpo_train.core.rollout import Rollout
+from ecpo_train.core.iteration import Observe, run_iteration, seed_streams
 from ecpo_train.core.tasks import task_lists, validation_seed
-from ecpo_train.runtime.builders import build_critic, build_policy, validation_metrics, validation_outcome
-from ecpo_train.runtime.checkpoint_io import checkpoint_size, load_checkpoint, save_checkpoint
+from ecpo_train.runtime.builders import (
+    build_critic,
+    build_policy,
+    validation_envs,
+    validation_metrics,
+    validation_outcome,
+)
+from ecpo_train.runtime.checkpoint_io import load_checkpoint, save_checkpoint
 from ecpo_train.runtime.config import TrainConfig, config_dict
 from ecpo_train.runtime.models import model_folder
-from ecpo_train.runtime.native_step import EnvGroupSampler, TrainerLearner
-from ecpo_train.runtime.progress import Progress
-from ecpo_train.runtime.run import run_iterations
-from ecpo_train.runtime.run_dir import (
-    VALIDATION_TASKS,
-    MetricsLog,
-    RunFolder,
-    check_writable_folder,
-)
-
-
-class _HistoryOnly(MetricsLog):
-    """The metrics of an FSDP process other than the main one: kept in memory, never written."""
-
-    def keep_through(self, iteration: int) -> None:
-        self.history = [m for m in self.history if m.get("iteration", 0) <= iteration]
-
-    def append(self, metrics: dict[str, float], step: int) -> None:
-        self.history.append(metrics)
-
-    def append_validation(self, iteration: int, episodes: Any, tasks: str = VALIDATION_TASKS) -> None:
-        pass
+from ecpo_train.runtime.native_step import EnvGroupSampler, PolicyLearner
+from ecpo_train.runtime.progress import no_phase
+from ecpo_train.runtime.run_dir import RunFolder
 
 
 class Trainer:
-    """Owns the policy, reference, optimizer(s), environments, RNGs and the run directory.
+    """The native engine (``runtime.run.Engine``): owns the policy, reference, optimizer(s), environments and RNGs.
 
     Under ``fsdp=true`` (K processes started by ``torchrun``; ``ecpo_train/runtime/distributed.py``) every process
     draws the same task groups (same seed, same ``self.rng``), plays its contiguous share of whole groups,
     computes credit on them, and the update's gradient is the one-process gradient (``reducer=``); metrics
-    are averaged over processes and only process 0 writes the run folder.
+    are averaged over processes and only process 0 writes the run folder (``writes``).
     """
+
+    name = "native"
 
     def __init__(self, config: TrainConfig) -> None:
         self.config = config
         self.run_dir = Path(config.run_dir)
-        self.folder = RunFolder(self.run_dir)
         self.dp: Any = None  # ecpo_train.runtime.distributed.DataParallel under fsdp=true
         if config.fsdp:
             from ecpo_train.runtime.distributed import DataParallel, check_fsdp_request
@@ -86,14 +72,12 @@ class Trainer:
             if config.n_groups % self.dp.world_size:
                 raise ValueError(f"n_groups={config.n_groups} must be a multiple of the {self.dp.world_size} "
                                  "processes (each plays whole groups)")
-        self.is_main = self.dp is None or self.dp.is_main
-        # building writes nothing (a refused start leaves the folder as it was): config.yaml is written with the
-        # first metrics (MetricsLog), once ecpo_train.runtime.resume.open_run has checked the start
-        check_writable_folder(self.run_dir, f"run_dir={str(self.run_dir)!r}")
+        self.writes = self.dp is None or self.dp.is_main
+        # building writes nothing (a refused start leaves the folder as it was): the run shell writes
         self.rng = seed_streams(config.seed)
         # the environment first: its errors (unknown id, bad env_kwargs, missing data) surface before a model loads
-        self.local_groups = config.n_groups // (self.dp.world_size if self.dp is not None else 1)
-        self.envs = GroupVectorEnv(config.env_id, self.local_groups, config.group_size,
+        local_groups = config.n_groups // (self.dp.world_size if self.dp is not None else 1)
+        self.envs = GroupVectorEnv(config.env_id, local_groups, config.group_size,
                                    num_workers=config.env_workers, env_kwargs=config.env_kwargs)
         self.train_tasks, self.val_tasks = task_lists(config, list(self.envs.task_ids))  # refused here, before anything is written
         self.val_envs: GroupVectorEnv | None = None
@@ -108,67 +92,46 @@ class Trainer:
                                            weight_decay=config.weight_decay)
         self.critic, self.critic_optimizer = build_critic(config, self.policy)  # (None, None): a critic-free estimator
         self.iteration = 0
-        self.metrics_log = (MetricsLog(self.run_dir, tensorboard=config.tensorboard, config=config_dict(config))
-                            if self.is_main else _HistoryOnly(self.run_dir, tensorboard=config.tensorboard))
-        self.progress: Progress | None = None
-        # the last iteration's rollout and its step advantages, for callers that measure the credit itself
-        # (benchmarks/credit_study_protocol.py: how often a truly worse action out-scored the best one)
-        self.last_rollout: Rollout | None = None
-        self.last_advantages: np.ndarray | None = None
+        self.validation_episodes: list[Any] = []
+        self.on_phase: Callable[[str], None] = no_phase
+        self.sampler = EnvGroupSampler(config, self.envs, self.policy, self.dp, phase=self._phase)
+        self.learner = PolicyLearner(config, self.policy, self.optimizer, reference=self.reference,
+                                     critic=self.critic, critic_optimizer=self.critic_optimizer, dp=self.dp,
+                                     phase=self._phase)
 
-    @property
-    def history(self) -> list[dict[str, float]]:
-        return self.metrics_log.history
+    def _phase(self, text: str) -> None:
+        self.on_phase(text)
 
     # ------------------------------------------------------------------ Algorithm 1, one iteration
-    def train_iteration(self) -> dict[str, float]:
+    def train_iteration(self, observe: Observe | None = None) -> dict[str, float]:
         """One iteration (``core.iteration.run_iteration``) with this process's env group and update
-        (``runtime.native_step``)."""
-        return run_iteration(self.config, self.iteration, self.rng, self.train_tasks, EnvGroupSampler(self),
-                             TrainerLearner(self), self._validate_in_iteration, speaks=self.is_main)
+        (``runtime.native_step``); it validates on the run's tasks where the run's rule says so."""
+        metrics = run_iteration(self.config, self.iteration, self.rng, self.train_tasks, self.sampler, self.learner,
+                                self._validate_in_iteration, speaks=self.writes, observe=observe)
+        self.iteration += 1  # the updates so far
+        return metrics
 
     def _validate_in_iteration(self) -> dict[str, float]:
-        self.phase(f"iteration {self.iteration}: validation on {len(self.val_tasks)} tasks")
-        return self.validate()
-
-    def gathered(self) -> Any:
-        """Sampling under FSDP: the policy's full weights on every process (no collective per token)."""
-        return self.dp.gathered(self.policy.model) if self.dp is not None else contextlib.nullcontext()
+        self.on_phase(f"iteration {self.iteration + 1}: validation on {len(self.val_tasks)} tasks")
+        metrics, _ = self.validate(self.val_tasks, validation_seed(self.config.seed))
+        return metrics
 
     @torch.no_grad()
-    def validate(self, tasks: Sequence[str] | None = None, label: str = VALIDATION_TASKS) -> dict[str, float]:
-        """Success on the fixed validation tasks at the validation temperature (``val_episodes_per_task`` each).
-        Every call records its episodes' outcomes in the run folder's ``validation.jsonl`` at the current
-        iteration (a validation is a measurement worth keeping, whoever asks for it).
-
-        ``tasks``: another task set (e.g. the training tasks), validated the same way (seed, temperature, copies)
-        and recorded under ``label``, so that the configured set's lines still pair by iteration
-        (``run_dir.read_validation_file(path, tasks=label)`` reads the others)."""
-        cfg = self.config
-        if (tasks is None) != (label == VALIDATION_TASKS):
-            raise ValueError(f"validate: give another task set a label of its own (not {VALIDATION_TASKS!r}), "
-                             "and the configured one (tasks=None) none")
-        configured = tasks is None
-        tasks, seed = self.val_tasks if configured else [str(t) for t in tasks], validation_seed(cfg.seed)
+    def validate(self, tasks: Sequence[str], seed: int) -> tuple[dict[str, float], list[Any]]:
+        """Success on ``tasks`` at the validation temperature (``val_episodes_per_task`` each), the copies reset
+        from ``seed`` on: its metrics and its episodes (kept in ``validation_episodes``). The run shell records
+        them (``runtime.run.Run.validate``)."""
+        cfg, tasks = self.config, [str(t) for t in tasks]
         if self.dp is not None:  # a contiguous slice per process; each copy keeps its one-process env seed
             start = len(tasks) * self.dp.rank // self.dp.world_size
             tasks = tasks[start : len(tasks) * (self.dp.rank + 1) // self.dp.world_size]
             seed += start * cfg.val_episodes_per_task
         episodes, exact = [], None
         if tasks:
-            envs = self.val_envs if configured else None
-            if envs is None:  # the configured set's envs are kept for the next validation, another set's closed
-                envs = GroupVectorEnv(cfg.env_id, len(tasks), cfg.val_episodes_per_task,
-                                      num_workers=cfg.env_workers, env_kwargs=cfg.env_kwargs)
-                if configured:
-                    self.val_envs = envs
+            self.val_envs = validation_envs(cfg, len(tasks), self.val_envs)
             self.policy.eval()
-            try:
-                with self.gathered():
-                    episodes, exact = validation_outcome(self.policy, cfg, envs, tasks, seed)
-            finally:
-                if not configured:
-                    envs.close()
+            with self.sampler.gathered():
+                episodes, exact = validation_outcome(self.policy, cfg, self.val_envs, tasks, seed)
         if self.dp is not None:  # every process's episodes; exact success weighted by its number of tasks
             import torch.distributed as dist
 
@@ -178,39 +141,8 @@ class Trainer:
             shares = [(value, n) for _, value, n in parts if n]
             exact = None if not shares or any(value is None for value, _ in shares) else \
                 sum(value * n for value, n in shares) / sum(n for _, n in shares)
-        self.metrics_log.append_validation(self.iteration, episodes, tasks=label)
-        return validation_metrics(episodes, exact)
-
-    # ------------------------------------------------------------------ the loop
-    def phase(self, text: str) -> None:
-        if self.progress is not None:
-            self.progress.phase(text)
-
-    def train(self, iterations: int | None = None, on_iteration: Any = None) -> list[dict[str, float]]:
-        """Run until ``config.iterations`` (or ``iterations`` more); log, checkpoint, plot at the end."""
-        cfg = self.config
-        target = cfg.iterations if iterations is None else self.iteration + iterations
-        if self.iteration == 0:
-            self.metrics_log.keep_through(-1)  # a fresh run in a used run directory starts a fresh log
-        with Progress(enabled=cfg.progress and self.is_main, total=target, done=self.iteration, label=cfg.algorithm) as progress:
-            self.progress = progress
-
-            def shown(metrics: dict[str, float]) -> None:
-                progress.update(metrics)
-                if on_iteration is not None:
-                    on_iteration(metrics)
-
-            try:
-                run_iterations(cfg, position=lambda: self.iteration, target=target, iterate=self.train_iteration,
-                               validate=self.validate, log=self.log, checkpoint=self.save_checkpoint,
-                               on_iteration=shown)
-            finally:
-                self.progress = None
-        self.metrics_log.flush()
-        return self.history
-
-    def log(self, metrics: dict[str, float]) -> None:
-        self.metrics_log.append(metrics, step=self.iteration)
+        self.validation_episodes = list(episodes)
+        return validation_metrics(episodes, exact), self.validation_episodes
 
     # ------------------------------------------------------------------ checkpoint / exact resume
     def checkpoint_state(self) -> dict[str, Any]:
@@ -241,31 +173,36 @@ class Trainer:
             "config": config_dict(cfg),
         }
 
-    def save_checkpoint(self, path: str | Path | None = None) -> Path:
+    def save(self, checkpoint: Path) -> Path:
+        """The state (:meth:`checkpoint_state`) into ``checkpoint`` (returned); under LoRA the adapter and the
+        merged model beside it (``adapter/``, ``merged/``: vLLM and evaluation read them)."""
+        checkpoint = Path(checkpoint)
         state = self.checkpoint_state()  # under FSDP a collective: every process gathers, process 0 writes
-        saved = Path(path) if path is not None else self.folder.checkpoint()
-        if self.is_main:
-            if path is None:  # the run folder's first write may be its checkpoint: config.yaml comes with it
-                self.metrics_log.open_folder()
-            saved = save_checkpoint(state, saved)
-        if getattr(self.policy, "lora_model", None) is not None:  # + run_dir/adapter and run_dir/merged (vLLM, eval)
+        if self.writes:
+            save_checkpoint(state, checkpoint)
+        if getattr(self.policy, "lora_model", None) is not None:
             from ecpo_train.policies.lora import save_lora_checkpoint
 
             full_state = None
             if self.dp is not None:  # the adapter's weights unsharded (peft's key names)
                 full_state = {f"base_model.model.{name}": param.full_tensor() if hasattr(param, "full_tensor")
                               else param for name, param in self.policy.model.named_parameters() if "lora_" in name}
-            lora_folder = RunFolder(saved.parent)  # (beside the checkpoint, wherever it was saved)
+            lora_folder = RunFolder(checkpoint.parent)  # (beside the checkpoint, wherever it was saved)
             save_lora_checkpoint(self.policy, model_folder(self.config.model), lora_folder.adapter,
                                  lora_folder.merged, dtype=self.config.dtype, full_state=full_state,
-                                 write=self.is_main)
+                                 write=self.writes)
         if self.dp is not None:
             self.dp.barrier()
-        return saved
+        return checkpoint
 
-    def load_checkpoint(self, path: str | Path | None = None, state: dict[str, Any] | None = None) -> None:
-        if state is None:  # (``state``: a checkpoint already read, e.g. to check it before resuming)
-            state = load_checkpoint(Path(path) if path is not None else self.folder.checkpoint())
+    def load(self, checkpoint: Path | None) -> None:
+        """Continue the run saved in ``checkpoint`` (read and checked once: a damaged file is a ``ValueError``);
+        ``None``: start afresh (nothing to do)."""
+        if checkpoint is not None:
+            self.load_state(_checked_checkpoint(Path(checkpoint)))
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """A checkpoint's state (:meth:`checkpoint_state`) into the policy, optimizers, critic and RNG streams."""
         if self.dp is not None:  # full states (read by every process) into the shards
             if state.get("optimizer") is not None:
                 self.dp.load_checkpoint_states(self.policy, self.optimizer, state["policy"], state["optimizer"])
@@ -291,38 +228,23 @@ class Trainer:
         random.setstate(state["python_rng"])
         np.random.set_state(state["numpy_global_rng"])
         self.iteration = int(state["iteration"])
-        self.metrics_log.keep_through(self.iteration)
+
+    def agree(self, refusal: ValueError | None) -> None:
+        """Under FSDP every process refuses the start if any does (process 0's refusal names the reason)."""
+        if self.dp is not None and self.dp.max(float(refusal is not None)):
+            raise refusal or ValueError("process 0 refused the start (its error is above)")
 
     def close(self) -> None:
         self.envs.close()
         if self.val_envs is not None:
             self.val_envs.close()
-        self.metrics_log.close()
         if self.dp is not None:
             self.dp.close()
 
 
-def run_training(trainer: Trainer, resume: bool = False, overwrite: bool = False) -> list[dict[str, float]]:
-    """Start the run (a folder holding a run needs ``resume`` -- continue its checkpoint -- or ``overwrite``),
-    train, close, and plot the curves. Every check passes before the folder is touched (``resume.open_run``)."""
-    from ecpo_train.runtime.resume import open_run
-
-    try:
-        open_run(trainer, resume=resume, overwrite=overwrite)
-        history = trainer.train()
-    finally:
-        trainer.close()
-    if not trainer.is_main:  # under FSDP process 0 plots and reports
-        return history
-    from ecpo_train.runtime.plotting import plot_run
-
-    plot_run(trainer.run_dir)
-    checkpoint = trainer.folder.checkpoint()
-    if checkpoint.exists() and trainer.config.progress:
-        print(f"checkpoint: {checkpoint} ({checkpoint_size(checkpoint)})", file=sys.stderr)
-    return history
-
-
-def train(config: TrainConfig, resume: bool = False, overwrite: bool = False) -> list[dict[str, float]]:
-    """Build a trainer for ``config`` and run it (:func:`run_training`)."""
-    return run_training(Trainer(config), resume=resume, overwrite=overwrite)
+def _checked_checkpoint(path: Path) -> dict[str, Any]:
+    """The run's checkpoint, read once; a damaged file, or one another program wrote, is a ``ValueError``."""
+    state = load_checkpoint(path)
+    if not isinstance(state, dict) or "iteration" not in state or "policy" not in state:
+        raise ValueError(f"{path} is not an ECPO trainer checkpoint")
+    return state

@@ -276,6 +276,7 @@ class ECPO(GroupCreditAlgorithm):
         self.ecpo_iteration = 0
         self.ecpo_dispatched = None  # max_policy_lag=1: the next iteration's groups (pipeline.Dispatched)
         self.ecpo_validation_episodes: list[Any] = []  # the last validation's outcomes (run_dir.EpisodeOutcome)
+        self.ecpo_observe = None  # core.iteration.run_iteration's observe(sampled, learned) hook (the run shell's)
         self.ecpo_train_tasks, self.ecpo_val_tasks = task_lists(train, self._env_task_ids())  # checked: one line
 
     # ------------------------------------------------------------------ checkpoints (state_files.py: no pickle)
@@ -340,16 +341,17 @@ class ECPO(GroupCreditAlgorithm):
             raise
         return algo
 
-    def validate(self) -> dict[str, float]:
+    def validate(self, tasks: list[str] | None = None, seed: int | None = None) -> dict[str, float]:
         """Validation success (``val/success``, and ``val/exact_success`` where it exists) of the current
-        weights on the run's fixed validation tasks, played on an env runner (the LLM path). Each episode's
-        outcome is kept in ``ecpo_validation_episodes`` (the engine writes them to ``validation.jsonl``)."""
+        weights on the run's fixed validation tasks (or ``tasks``, from env seed ``seed``), played on an env
+        runner (the LLM path). Each episode's outcome is kept in ``ecpo_validation_episodes`` (the run shell
+        writes them to ``validation.jsonl``)."""
         from ecpo_train.integrations.rllib.llm.groups import validate_on_runner
         from ecpo_train.integrations.rllib.llm.pipeline import sync_runner_weights
 
         if self.config.max_policy_lag and self.env_runner_group.num_remote_env_runners():
             sync_runner_weights(self)  # pipelined, the runners hold the weights one update behind
-        metrics, self.ecpo_validation_episodes = validate_on_runner(self)
+        metrics, self.ecpo_validation_episodes = validate_on_runner(self, tasks, seed)
         return metrics
 
     def get_state(self, components=None, *, not_components=None, **kwargs):

@@ -1,16 +1,15 @@
-"""``ecpo train --config P --engine rllib``: a native preset run through the RLlib algorithm.
+"""``ecpo train --config P --engine rllib``: a native preset run through the RLlib algorithm, as the run shell's
+engine (``RLlibEngine``; ``runtime/run.py`` drives it as it drives the native trainer).
 
-The run is the preset's (``ECPOConfig.from_train_config``); the run folder is the native one, written through
-the same functions (``ecpo_train.runtime.run_dir``): ``config.yaml``, ``metrics.jsonl`` with the native metric
-names (one line per iteration, iteration 0 = the untrained policy when ``val_before_training``),
-``validation.jsonl``, ``history.jsonl``, ``curves.png``; the algorithm's checkpoint (``Algorithm.save_to_path``)
-is ``rllib_checkpoint/`` (``ECPO.save_to_path``: msgpack and safetensors, no pickle), and ``--resume`` builds the
-algorithm from the run's own config and gives it that state (``ECPO.restore_from_path``), exactly where the
-uninterrupted run would be: nothing in the run folder is unpickled, so a file planted there runs no code. The same refusals as the native
-path apply before anything is written (a folder holding a run, keys that define the run changed on resume, a
-native run's folder, a folder without ``rllib_checkpoint/``, a folder another run holds the lock of), and the
-driver checks the env kwargs and the model (``check_env_and_model``) and the CPUs the runner actors need before
-any actor starts.
+The run is the preset's (``ECPOConfig.from_train_config``); the run folder is the native one, written by the run
+shell: ``config.yaml`` (``engine: rllib``), ``metrics.jsonl`` with the native metric names, ``validation.jsonl``,
+``history.jsonl``, ``curves.png``; the algorithm's checkpoint (``Algorithm.save_to_path``) is ``rllib_checkpoint/``
+(``ECPO.save_to_path``: msgpack and safetensors, no pickle), and ``--resume`` builds the algorithm from the run's
+own config and gives it that state (``ECPO.restore_from_path``), exactly where the uninterrupted run would be:
+nothing in the run folder is unpickled, so a file planted there runs no code. The same refusals as the native
+path apply before anything is written or any actor starts (the shell's: a folder holding a run, keys that define
+the run changed on resume, a native run's folder, a folder without ``rllib_checkpoint/``, a folder another run
+holds the lock of; the engine's: the env kwargs, the model, the CPUs the actors need).
 """
 
 from __future__ import annotations
@@ -18,90 +17,98 @@ from __future__ import annotations
 import logging
 import math
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
 
-def train_with_rllib(train: Any, *, resume: bool = False, overwrite: bool = False, num_env_runners: int = 2,
-                     num_learners: int = 0, actor_cpus: float = 1.0, progress: bool = True) -> list[dict[str, float]]:
-    """Train ``train`` (a ``TrainConfig``) with the ``ECPO`` algorithm; returns the metrics of every iteration.
-    ``actor_cpus``: the CPUs Ray reserves for each runner and each learner actor (fractions share a core)."""
-    import ray
+class RLlibEngine:
+    """The RLlib engine (``runtime.run.Engine``): the run's ``TrainConfig`` through the ``ECPO`` algorithm.
 
-    from ecpo_train.integrations.rllib.llm.config import ECPOConfig
-    from ecpo_train.policies.atomic import current_folder
-    from ecpo_train.runtime.builders import check_env_and_model
-    from ecpo_train.runtime.config import config_dict
-    from ecpo_train.runtime.plotting import plot_run
-    from ecpo_train.runtime.resume import plan_start, start_run
-    from ecpo_train.runtime.run import run_iterations
-    from ecpo_train.runtime.run_dir import MetricsLog, RunFolder
+    Building it checks what the runner actors would otherwise fail on remotely (the env kwargs and the model,
+    ``check_env_and_model``) and every config error, and starts nothing; :meth:`load` starts Ray (where it is not
+    running: at most this machine's CPUs, checked against the actors' first) and builds the algorithm, or restores
+    it from the run's checkpoint. ``actor_cpus``: the CPUs Ray reserves for each runner and each learner actor
+    (fractions share a core)."""
 
-    run_dir = Path(train.run_dir)
-    # the folder first (it writes nothing; checked again under the lock), then the env kwargs and the model, which
-    # runner actors would otherwise fail on remotely, then every config error: all before an actor starts
-    plan_start(run_dir, config_dict(train), resume=resume, overwrite=overwrite, engine="rllib")
-    check_env_and_model(train)
-    # (RLlib's one-time note that the algorithm runs on its new API stack, ECPO's only stack, is not news: quiet)
-    note = logging.getLogger("ray.rllib.algorithms.algorithm_config")
-    level = note.level
-    note.setLevel(logging.ERROR)
-    try:
-        config = (ECPOConfig.from_train_config(train)
-                  .env_runners(num_env_runners=num_env_runners, num_cpus_per_env_runner=actor_cpus)
-                  .learners(num_learners=num_learners, num_cpus_per_learner=actor_cpus))
-        config.validate()
-    finally:
-        note.setLevel(level)
-    checkpoint = RunFolder(run_dir).checkpoint("rllib")
-    started_ray, algo, log, lock = False, None, None, None
+    name = "rllib"
+    writes = True
 
-    def checked(plan: Any) -> None:
-        if plan.kind == "resume":  # a checkpoint cut mid-write is named before Ray starts (Ray's own reading
-            check_rllib_checkpoint(current_folder(checkpoint))  # of it comes after its startup lines)
+    def __init__(self, train: Any, *, num_env_runners: int = 2, num_learners: int = 0, actor_cpus: float = 1.0) -> None:
+        from ecpo_train.integrations.rllib.llm.config import ECPOConfig
+        from ecpo_train.runtime.builders import check_env_and_model
+        from ecpo_train.runtime.progress import no_phase
 
-    def load(plan: Any, _: None) -> int:
-        nonlocal started_ray, algo
-        started_ray = not ray.is_initialized()
-        if started_ray:  # Ray will see at most this machine's CPUs: refuse an obvious excess before starting it
-            check_runner_cpus(config, float(os.cpu_count() or 1))
+        self.config = train
+        check_env_and_model(train)
+        # (RLlib's one-time note that the algorithm runs on its new API stack, ECPO's only stack, is not news: quiet)
+        note = logging.getLogger("ray.rllib.algorithms.algorithm_config")
+        level = note.level
+        note.setLevel(logging.ERROR)
+        try:
+            self.rllib_config = (ECPOConfig.from_train_config(train)
+                                 .env_runners(num_env_runners=num_env_runners, num_cpus_per_env_runner=actor_cpus)
+                                 .learners(num_learners=num_learners, num_cpus_per_learner=actor_cpus))
+            self.rllib_config.validate()
+        finally:
+            note.setLevel(level)
+        self.algo: Any = None
+        self._started_ray = False
+        self.on_phase = no_phase
+
+    @property
+    def iteration(self) -> int:
+        return int(self.algo.ecpo_iteration) if self.algo is not None else 0
+
+    @property
+    def val_tasks(self) -> list[str]:
+        return list(self.algo.ecpo_val_tasks)
+
+    @property
+    def validation_episodes(self) -> list[Any]:
+        return list(self.algo.ecpo_validation_episodes)
+
+    def load(self, checkpoint: Path | None) -> None:
+        import ray
+
+        if checkpoint is not None:  # a checkpoint cut mid-write is named before Ray starts (Ray's own reading of
+            check_rllib_checkpoint(checkpoint)  # it comes after its startup lines)
+        self._started_ray = not ray.is_initialized()
+        if self._started_ray:  # Ray will see at most this machine's CPUs: refuse an obvious excess before starting it
+            check_runner_cpus(self.rllib_config, float(os.cpu_count() or 1))
             ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
-        check_runner_cpus(config, float(ray.cluster_resources().get("CPU", 0.0)))
-        algo = _restored(config, current_folder(checkpoint)) if plan.kind == "resume" else config.build_algo()
-        return algo.ecpo_iteration
+        check_runner_cpus(self.rllib_config, float(ray.cluster_resources().get("CPU", 0.0)))
+        self.algo = _restored(self.rllib_config, checkpoint) if checkpoint is not None else self.rllib_config.build_algo()
 
-    def metrics_log(_: Any) -> MetricsLog:
-        nonlocal log
-        log = MetricsLog(run_dir, tensorboard=train.tensorboard, config=config_dict(train), engine="rllib")
-        return log
+    def agree(self, refusal: ValueError | None) -> None:
+        pass  # one driver
 
-    try:  # held until the run ends: the folder is checked under the lock
-        _, lock = start_run(run_dir, config_dict(train), engine="rllib", resume=resume, overwrite=overwrite,
-                            checked_checkpoint=checked, load=load, metrics_log=metrics_log)
+    def train_iteration(self, observe: Any = None) -> dict[str, float]:
+        """One ``Algorithm.train()`` (``ECPO.training_step``: the native iteration); the native metrics."""
+        self.algo.ecpo_observe = observe
+        try:
+            result = self.algo.train()
+        finally:
+            self.algo.ecpo_observe = None
+        return {key: float(value) for key, value in result["ecpo"].items() if _is_number(value)}
 
-        def logged(metrics: dict[str, float]) -> None:
-            log.append(metrics, int(metrics["iteration"]))
-            if "val/success" in metrics:  # a validation (iteration 0 included): its episodes, as the native trainer keeps
-                log.append_validation(int(metrics["iteration"]), algo.ecpo_validation_episodes)
+    def validate(self, tasks: Any, seed: int) -> tuple[dict[str, float], list[Any]]:
+        metrics = self.algo.validate(list(tasks), seed)
+        return metrics, self.validation_episodes
 
-        run_iterations(
-            train, position=lambda: algo.ecpo_iteration, target=train.iterations,
-            iterate=lambda: {key: float(value) for key, value in algo.train()["ecpo"].items() if _is_number(value)},
-            validate=algo.validate, log=logged, checkpoint=lambda: save_rllib_checkpoint(algo, checkpoint),
-            on_iteration=(lambda metrics: print(_progress_line(metrics, train.iterations), file=sys.stderr))
-            if progress else None)
-        log.close()
-        history = log.history
-    finally:
-        if algo is not None:
-            algo.stop()
-        if started_ray:  # leave Ray as we found it (an in-process caller may start its own session next)
-            ray.shutdown()
-        if lock is not None:
-            lock.release()
-    plot_run(run_dir)
-    return history
+    def save(self, checkpoint: Path) -> None:
+        save_rllib_checkpoint(self.algo, checkpoint)
+
+    def close(self) -> None:
+        import ray
+
+        try:
+            if self.algo is not None:
+                self.algo.stop()
+        finally:
+            self.algo = None
+            if self._started_ray:  # leave Ray as we found it (an in-process caller may start its own session next)
+                ray.shutdown()
+                self._started_ray = False
 
 
 def check_runner_cpus(config: Any, cpus: float) -> None:
@@ -163,13 +170,3 @@ def _is_number(value: Any) -> bool:
         return math.isfinite(float(value))
     except (TypeError, ValueError):
         return False
-
-
-def _progress_line(metrics: dict[str, float], total: int) -> str:
-    shown = [f"iteration {int(metrics['iteration'])}/{total}", f"success {metrics.get('success', 0.0):.3f}"]
-    if "val/exact_success" in metrics:
-        shown.append(f"val exact {metrics['val/exact_success']:.3f}")
-    elif "val/success" in metrics:
-        shown.append(f"val {metrics['val/success']:.3f}")
-    shown.append(f"{metrics.get('time/iteration', 0.0):.1f} s")
-    return "rllib: " + ", ".join(shown)

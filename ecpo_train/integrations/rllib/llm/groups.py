@@ -136,12 +136,14 @@ def _contiguous_runs(groups: list[int]) -> list[tuple[int, int]]:
     return runs
 
 
-def validate_on_runner(algo: Any, wait_seconds: float = 180.0) -> tuple[dict[str, float], list[Any]]:
+def validate_on_runner(algo: Any, tasks: list[str] | None = None, seed: int | None = None,
+                       wait_seconds: float = 180.0) -> tuple[dict[str, float], list[Any]]:
     """The native validation on a healthy env runner, at the validation temperature: its metrics (``val/...``)
-    and its episodes' outcomes. A runner lost during the call is replaced by the next healthy one (or a
-    restarted one, within ``wait_seconds``)."""
+    and its episodes' outcomes. ``tasks`` and ``seed``: the run's validation tasks and seed unless given. A runner
+    lost during the call is replaced by the next healthy one (or a restarted one, within ``wait_seconds``)."""
     train, group = algo.ecpo_train_config, algo.env_runner_group
-    tasks, seed = list(algo.ecpo_val_tasks), validation_seed(train.seed)
+    tasks = list(algo.ecpo_val_tasks) if tasks is None else list(tasks)
+    seed = validation_seed(train.seed) if seed is None else int(seed)
     if group.num_remote_env_runners() == 0:
         return group.local_env_runner.validate(tasks, seed)
     deadline = time.monotonic() + wait_seconds

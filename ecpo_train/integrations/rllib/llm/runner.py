@@ -34,7 +34,7 @@ from ray.rllib.env import INPUT_ENV_SPACES
 from ray.rllib.env.env_runner import EnvRunner
 from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
 
-from ecpo_train.core.iteration import ENV_SEED_BOUND, first_copy_seed, seed_streams
+from ecpo_train.core.iteration import ENV_SEED_BOUND, seed_streams
 from ecpo_train.core.rollout import training_rollout
 from ecpo_train.core.tasks import training_tasks
 from ecpo_train.integrations.rllib.llm.module import CausalLMRLModule, token_spaces
@@ -115,14 +115,11 @@ class LLMEnvRunner(EnvRunner):
         """The native trainer's validation (``runtime.builders.validation_outcome``) on this runner's weights:
         the episodes' metrics and the exact success (``val/...``), and each episode's outcome in validation
         order (``run_dir.EpisodeOutcome``, for the run folder's ``validation.jsonl``)."""
-        from ecpo_gym.group import GroupVectorEnv
-        from ecpo_train.runtime.builders import validation_metrics, validation_outcome
+        from ecpo_train.runtime.builders import validation_envs, validation_metrics, validation_outcome
         from ecpo_train.runtime.run_dir import EpisodeOutcome
 
         tc = self.train_config
-        if self._val_envs is None:
-            self._val_envs = GroupVectorEnv(tc.env_id, len(task_ids), tc.val_episodes_per_task,
-                                            num_workers=tc.env_workers, env_kwargs=tc.env_kwargs)
+        self._val_envs = validation_envs(tc, len(task_ids), self._val_envs)
         self.policy.eval()
         episodes, exact = validation_outcome(self.policy, tc, self._val_envs, list(task_ids), seed)
         return (validation_metrics(episodes, exact),
@@ -182,28 +179,6 @@ class LLMEnvRunner(EnvRunner):
             if envs is not None:
                 envs.close()
         self._envs, self._val_envs = {}, None
-
-
-def replay_runner_sampling(policy: Any, train_config: Any, task_ids: list[str], env_seed: int,
-                           stream_seeds: list[int]) -> Any:
-    """What the runners sample, replayed in one process: group ``g`` is played alone (a one-group env, as a
-    runner given one group plays it), its actions drawn from a torch stream seeded ``stream_seeds[g]`` (runner
-    k's is ``seed + RUNNER_SEED_STRIDE * (k - 1)``), copy ``i`` reset with ``env_seed + g * N + i``; the rows
-    get the run's global ids and come back joined, as the learner receives them."""
-    from ecpo_gym.group import GroupVectorEnv
-    from ecpo_train.core.batch import TrajectoryBatch
-
-    tc, n = train_config, int(train_config.group_size)
-    envs = GroupVectorEnv(tc.env_id, 1, n, env_kwargs=tc.env_kwargs)
-    parts = []
-    try:
-        for g, stream_seed in enumerate(stream_seeds):
-            torch.manual_seed(int(stream_seed))
-            rollout = training_rollout(envs, policy, task_ids[g:g + 1], tc, first_copy_seed(env_seed, g, n))
-            parts.append(rollout.batch.renumbered(g, g * n))
-    finally:
-        envs.close()
-    return TrajectoryBatch.concat(parts)
 
 
 def _resolved(value: Any) -> Any:

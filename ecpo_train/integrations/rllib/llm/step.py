@@ -18,34 +18,31 @@ from typing import Any
 import numpy as np
 import ray
 
-from ecpo_train.core.iteration import Learned, Sampled, run_iteration, shuffle_plan, update_rows
+from ecpo_train.core.iteration import Learned, Sampled, UpdatePlan, run_iteration
 from ecpo_train.integrations.rllib.llm.learner import NONZERO_ADVANTAGES
 from ecpo_train.integrations.rllib.llm.results import log_iteration
 from ecpo_train.integrations.rllib.llm.sampler import RunnerPoolSampler
-from ecpo_train.runtime.builders import update_settings
 
 
 class LearnerGroupLearner:
-    """Steps B-E of one iteration on ``algo``'s ``LearnerGroup`` (``ECPO``); it counts the algorithm's iterations
-    (the learner's updates: the version of its weights). ``results``: the learners' results, once updated."""
+    """Steps B-E of one iteration on ``algo``'s ``LearnerGroup`` (``ECPO``), on the rows and in the order of the
+    iteration's ``UpdatePlan``. ``results``: the learners' results, once updated."""
 
     def __init__(self, algo: Any) -> None:
         self.algo = algo
+        self.shards = max(1, int(algo.config.num_learners))
         self.results: list[Any] = []
 
-    def learn(self, sampled: Sampled, rng: np.random.Generator) -> Learned:
-        algo, config, train = self.algo, self.algo.config, self.algo.ecpo_train_config
+    def learn(self, sampled: Sampled, plan: UpdatePlan, rng: np.random.Generator) -> Learned:
+        algo, config, shuffle = self.algo, self.algo.config, plan.shuffle
         started = time.perf_counter()
-        shuffle = shuffle_plan(rng, update_rows(train, sampled.tables), update_settings(train).num_epochs,
-                               int(config.num_learners))
-        per_group = [g for table in sampled.tables for g in table.by_group()]  # a group never straddles learners
+        per_group = [g for table in plan.tables for g in table.by_group()]  # a group never straddles learners
         if algo.learner_group.is_local:
             self.results = algo.learner_group.update(episodes=per_group, shuffle=shuffle)
         else:
             if len(per_group) < int(config.num_learners):
                 raise ValueError(f"{len(per_group)} groups cannot feed {config.num_learners} learners")
             self.results = algo.learner_group.update(episodes_refs=[ray.put(g) for g in per_group], shuffle=shuffle)
-        algo.ecpo_iteration += 1
         credit, update = learner_metrics(self.results)
         return Learned(credit, update, {"update": time.perf_counter() - started},
                        int(sum(_learner_value(result, NONZERO_ADVANTAGES) for result in self.results)))
@@ -55,7 +52,8 @@ def llm_training_step(algo: Any) -> dict[str, float]:
     """One native-trainer iteration through RLlib (see the module docstring); returns the native metrics."""
     sampler, learner = RunnerPoolSampler(algo), LearnerGroupLearner(algo)
     metrics = run_iteration(algo.ecpo_train_config, algo.ecpo_iteration, algo.ecpo_rng, algo.ecpo_train_tasks,
-                            sampler, learner, algo.validate)
+                            sampler, learner, algo.validate, observe=algo.ecpo_observe)
+    algo.ecpo_iteration += 1  # the learner's updates: the version of its weights
     sampled = sampler.sampled
     seconds = {phase: metrics[f"time/{phase}"] for phase in ("sampling", "sampling_wait", "update", "sync")
                if f"time/{phase}" in metrics}
