@@ -112,7 +112,7 @@ def run_arm(spec: dict[str, Any], plan: Plan) -> dict[str, Any]:
     if "after" in arm_result(out, arm):
         return arm_result(out, arm)
     train_tasks = read_record(out / REPORT, ("train_tasks",))["train_tasks"]
-    trainer, _ = build_trainer(spec, model=str(out / "sft_model"), algorithm=arm, run_dir=str(run_dir),
+    trainer, _ = build_trainer(spec, model=str(out / "sft_model"), estimator=arm, run_dir=str(run_dir),
                                train_tasks=train_tasks)
 
     def record(**fields: Any) -> dict[str, Any]:

@@ -46,7 +46,7 @@ def test_credit_step_is_the_configs_estimator_on_the_table():
         {"group_id": "g", "traj_id": 0, "anchor_keys": ["s"], "action_keys": ["left"], "rewards": [1.0]},
         {"group_id": "g", "traj_id": 1, "anchor_keys": ["s"], "action_keys": ["right"], "rewards": [0.0]},
     ])
-    advantages, diagnostics = credit_step(TrainConfig(policy="tabular", algorithm="grpo"), table)
+    advantages, diagnostics = credit_step(TrainConfig(policy="tabular", estimator="grpo"), table)
     assert np.asarray(advantages).tolist() == pytest.approx([0.7071067, -0.7071067], abs=1e-6)
     assert isinstance(diagnostics, dict)
 

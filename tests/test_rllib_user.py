@@ -41,7 +41,7 @@ def test_a_bare_llm_config_trains_with_the_native_defaults(tiny_model_dir):
              .rl_module(model_config={"model": str(tiny_model_dir)})).to_train_config()
     native = make_config({"model": str(tiny_model_dir), "env_id": "ecpo/DivergentAnchor-v0"})
     for key in ("lr", "num_epochs", "mini_batch_size", "micro_batch_size", "max_grad_norm", "kl_coef",
-                "clip_eps", "entropy_coef", "n_groups", "group_size", "algorithm", "credit", "seed"):
+                "clip_eps", "entropy_coef", "n_groups", "group_size", "estimator", "credit", "seed"):
         assert getattr(rllib, key) == getattr(native, key), key
     assert (rllib.lr, rllib.num_epochs, rllib.max_grad_norm) == (TrainConfig.lr, 1, 1.0)
 

@@ -137,11 +137,11 @@ def build_policy(config: TrainConfig, device: str | None = None, *, transformers
 
 
 def build_critic(config: TrainConfig, policy: Policy) -> tuple[torch.nn.Module | None, torch.optim.Optimizer | None]:
-    """The learned critic and its AdamW when the algorithm's estimator needs values (PPO), else ``(None, None)``."""
+    """The learned critic and its AdamW when the run's estimator needs values (PPO), else ``(None, None)``."""
     from ecpo_train.core.credit import estimator_spec
     from ecpo_train.policies.critic import LLMValueCritic, TabularCritic
 
-    if not estimator_spec(config.algorithm).needs_values:
+    if not estimator_spec(config.estimator).needs_values:
         return None, None
     if config.policy == "tabular":
         critic: torch.nn.Module = TabularCritic()

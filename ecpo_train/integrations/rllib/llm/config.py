@@ -318,14 +318,15 @@ class ECPO(GroupCreditAlgorithm):
 
         from ecpo_train.integrations.rllib.base_algorithm import _absolute
         from ecpo_train.integrations.rllib.state_files import read_config
-        from ecpo_train.runtime.config import make_config
+        from ecpo_train.runtime.config import make_config, upgraded
 
         if filesystem is not None:
             raise ValueError("an ECPO checkpoint is read from a local folder (no filesystem=)")
         folder = _ecpo_checkpoint(Path(_absolute(path)))
         saved = read_config(folder)
         try:
-            config = ECPOConfig.from_train_config(make_config(dict(saved["train_config"])))
+            # (a checkpoint written before a key was renamed is read under its new name)
+            config = ECPOConfig.from_train_config(make_config(upgraded(dict(saved["train_config"]))))
             for key, value in dict(saved.get("rllib") or {}).items():
                 if key not in CHECKPOINT_LAYOUT:
                     raise ValueError(f"unknown layout key {key!r}")

@@ -30,7 +30,7 @@ MODEL_KEYS = ("model", "policy", "policy_mode", "dtype", "lora", "prompt_style",
               "max_response_length", "gradient_checkpointing", "mixed_precision", "generation_backend",
               "vllm_kwargs", "device")
 # Native key -> the ECPOConfig attribute RLlib's own methods set (training(), debugging(seed=...)).
-RLLIB_NAMES = {"group_size": "group_size", "n_groups": "groups_per_batch", "algorithm": "estimator",
+RLLIB_NAMES = {"group_size": "group_size", "n_groups": "groups_per_batch", "estimator": "estimator",
                "anchor_key": "anchor_key", "lr": "lr", "clip_eps": "clip_param", "entropy_coef": "entropy_coeff",
                "num_epochs": "num_epochs", "seed": "seed"}
 # Native keys spelled neither way: they ride in training(run_settings=...).
@@ -85,7 +85,7 @@ def apply_train_config(config: Any, train: TrainConfig) -> Any:
     config.environment(train.env_id, env_config={"env_kwargs": dict(train.env_kwargs)})
     config.rl_module(model_config={name: values[name] for name in MODEL_KEYS})
     config.training(
-        group_size=train.group_size, groups_per_batch=train.n_groups, estimator=train.algorithm,
+        group_size=train.group_size, groups_per_batch=train.n_groups, estimator=train.estimator,
         credit=dataclasses.asdict(train.credit), anchor_key=train.anchor_key, lr=train.lr, clip_param=train.clip_eps,
         entropy_coeff=train.entropy_coef, num_epochs=train.num_epochs, use_kl_loss=train.kl_coef > 0,
         kl_coeff=train.kl_coef, minibatch_size=None if train.mini_batch_size >= WHOLE_BATCH else train.mini_batch_size,
