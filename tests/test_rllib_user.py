@@ -119,16 +119,15 @@ def test_a_runner_given_train_tasks_is_healthy_before_it_builds_an_env(tiny_mode
 
 # ------------------------------------------------------------------ a learner never starts vLLM
 def test_a_learner_built_from_a_vllm_config_starts_no_engine(tiny_model_dir, tmp_path, monkeypatch):
-    from ecpo_train.integrations.rllib.llm.module import CausalLMRLModule
-    from ecpo_train.runtime.config import config_dict
+    from ecpo_train.integrations.rllib.llm.module import TRAIN_CONFIG, CausalLMRLModule
 
     monkeypatch.setitem(sys.modules, "vllm", None)  # any import of vllm raises ImportError
     train = make_config(small_values(tiny_model_dir, tmp_path, policy_mode="generate", generation_backend="vllm",
                                      max_response_length=8))
     module = CausalLMRLModule(observation_space=None, action_space=None, inference_only=False,
-                              model_config={"train_config": config_dict(train)})
-    assert module.train_config.generation_backend == "transformers"
-    assert type(module.policy).__name__ == "TransformersPolicy"
+                              model_config={TRAIN_CONFIG: train})
+    assert module.train_config is train  # the run's config; only the learner's policy is built without vLLM
+    assert type(module.policy).__name__ == "TransformersPolicy" and module.policy.generation_backend == "transformers"
 
 
 # ------------------------------------------------------------------ Ray
