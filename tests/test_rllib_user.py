@@ -178,6 +178,31 @@ def test_all_zero_advantages_are_said_on_the_rllib_engine(tiny_model_dir, tmp_pa
 
 
 @pytest.mark.slow
+def test_the_runs_train_config_is_built_once_and_every_actor_reads_it(tiny_model_dir, tmp_path, ray_session,
+                                                                      monkeypatch):
+    """The TrainConfig the CLI built is the run's to the credit step: building the algorithm and training an
+    iteration build no other (no actor translates or rebuilds it), and the algorithm, its runner and the runner's
+    module, the learner and its credit connector hold it (a copy where RLlib copies the config)."""
+    train = make_config(small_values(tiny_model_dir, tmp_path, estimator="gigpo_std"))
+    built: list = []
+    post_init = TrainConfig.__post_init__
+    monkeypatch.setattr(TrainConfig, "__post_init__", lambda self: (built.append(self), post_init(self))[-1])
+    algo = ECPOConfig.from_train_config(train).env_runners(num_env_runners=0).build_algo()
+    try:
+        result = algo.train()
+        runner, learner = algo.env_runner_group.local_env_runner, algo.learner_group._learner
+        held = {"algorithm": algo.ecpo_train_config, "runner": runner.train_config,
+                "runner module": runner.module.train_config, "learner": learner.train_config,
+                "credit connector": learner._learner_connector.connectors[0].train_config}
+    finally:
+        algo.stop()
+    assert built == []
+    held["algorithm's config"] = algo.config.to_train_config()
+    assert {name: config == train for name, config in held.items()} == dict.fromkeys(held, True)
+    assert result["ecpo"]["credit/num_groups"] == train.n_groups  # the estimator's diagnostics, as named before
+
+
+@pytest.mark.slow
 def test_the_readme_example_runs_as_written(tiny_model_dir, tmp_path, ray_session, monkeypatch):
     """The README's RLlib example, with the tiny model in place of SmolLM2, run in a fresh folder: its last line
     saves to the relative path ``ckpt``, and ``ECPO.from_checkpoint("ckpt")`` reads it back."""
