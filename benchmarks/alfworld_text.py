@@ -87,7 +87,7 @@ def train_arm(out: Path, warm: Path, arm: str, seed: int, iterations: int) -> Pa
     run_dir = out / "runs" / f"{arm}-s{seed}"
     if finished_iterations(run_dir) < iterations:
         resume = ["--resume"] if (run_dir / "checkpoint.pt").is_file() else []
-        ecpo("train", "--config", PRESET, *resume, f"model={warm}", f"algorithm={arm}", f"seed={seed}",
+        ecpo("train", "--config", PRESET, *resume, f"model={warm}", f"estimator={arm}", f"seed={seed}",
              f"run_dir={run_dir}", f"iterations={iterations}", "threads=1", "progress=false",
              log=out / "logs" / f"{arm}-s{seed}.log")
     return run_dir

@@ -70,7 +70,7 @@ def arm_config(arm: dict[str, Any], run_dir: str, seed: int) -> Any:
     """The native ``TrainConfig`` of an arm (GRPO; the estimator is chosen per update, not here)."""
     from ecpo_train.runtime.config import load_config, make_config
 
-    values = {"run_dir": run_dir, "seed": seed, "algorithm": "grpo", "env_id": arm["env_id"],
+    values = {"run_dir": run_dir, "seed": seed, "estimator": "grpo", "env_id": arm["env_id"],
               "env_kwargs": dict(arm["env_kwargs"]), "val_every": 0, "checkpoint_every": 0, "tensorboard": False,
               "progress": False, "val_temperature": 0.4, "rollout_temperature": 1.0, **arm["config"]}
     if arm["policy"] == "tabular":

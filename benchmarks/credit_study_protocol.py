@@ -183,7 +183,7 @@ def cell_config(spec: dict[str, Any], run_dir: str, task_pool: Sequence[str]):
         env_id=spec["env_id"], env_kwargs=dict(spec["env_kwargs"]), train_tasks=list(task_pool),
         val_every=0, n_groups=spec["groups_per_batch"], group_size=n,
         rollout_temperature=spec["rollout_temperature"], val_temperature=spec["eval_temperature"],
-        policy="tabular", algorithm=spec["method"], credit=dict(spec["credit"]),
+        policy="tabular", estimator=spec["method"], credit=dict(spec["credit"]),
         lr=float(optim["learning_rate"]), weight_decay=0.0, kl_coef=float(optim["kl_coef"]),
         clip_eps=float(optim["clip_eps"]), num_epochs=int(optim["epochs"]),
         mini_batch_size=int(optim["mini_batch_size"]), micro_batch_size=int(optim["micro_batch_size"]),

@@ -151,7 +151,7 @@ def run(args: argparse.Namespace, work: Path, out: Path, configs: tuple[Any, Any
     seed = [f"seed={args.seed}"] if args.seed is not None else []
     specs = [{"arm": arm, "preset": args.preset, "device": args.device, "score_batch": args.score_batch,
               "deadline": deadline, "overrides": [*overrides, *seed, f"model={work / 'sft_model'}",
-                                                  f"algorithm={arm}", f"run_dir={work / f'arm{k}'}"]}
+                                                  f"estimator={arm}", f"run_dir={work / f'arm{k}'}"]}
              for k, arm in enumerate(args.arms)]
     run, _ = open_arm(specs[0] | {"overrides": [*specs[0]["overrides"], f"run_dir={work / 'before'}"]},
                       overwrite=True)

@@ -1,7 +1,7 @@
 """The paper's central comparison with an LLM policy: ECPO vs GiGPO w/std (and GRPO) training a real small LM.
 
 Every cell (environment x group size N x method x seed) is one native training run (``ecpo_train.runtime.trainer``)
-from the same preset and the same hyperparameters; only ``algorithm`` (and the seed) change. Reported per
+from the same preset and the same hyperparameters; only ``estimator`` (and the seed) change. Reported per
 method: success before training and at the end with 95 % t-intervals over seeds, late-stage success (mean of
 the last third of the validations), late-stage reward sigma within a rollout batch, the divergent-anchor
 fraction and mean rho over training, and the advantage std / range. Success is the *exact* success of the
@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         loaded = json.loads(partial.read_text())
         results = {env: {int(n): runs for n, runs in by_n.items()} for env, by_n in loaded["results"].items()}
         return write_outputs(stem, args.protocol, protocol, overrides, results, loaded["seconds"], partial=True)
-    cells = [(env_label, n, method, seed, [*env_overrides, *overrides, f"group_size={n}", f"algorithm={method}",
+    cells = [(env_label, n, method, seed, [*env_overrides, *overrides, f"group_size={n}", f"estimator={method}",
                                            f"seed={seed}"])
              for env_label, env_overrides in protocol.envs.items() for n in protocol.group_sizes
              for seed in protocol.seeds for method in protocol.methods]  # seed-major: every seed compares all methods

@@ -112,7 +112,7 @@ def run_arm(spec: dict[str, Any], plan: Plan) -> dict[str, Any]:
     # a folder holding the arm's first lines but no checkpoint (killed in its first iteration) starts over
     fresh = holds_run(run_dir) and not RunFolder(run_dir).checkpoint().is_file()
     run, _ = open_arm(spec, resume=False if fresh else RESUME_OR_START, overwrite=fresh,
-                      model=str(out / "sft_model"), algorithm=arm, run_dir=str(run_dir), train_tasks=train_tasks,
+                      model=str(out / "sft_model"), estimator=arm, run_dir=str(run_dir), train_tasks=train_tasks,
                       checkpoint_every=1)
 
     def record(**fields: Any) -> dict[str, Any]:

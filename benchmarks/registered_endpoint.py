@@ -40,6 +40,7 @@ from benchmarks import ArgumentParser, fail
 from benchmarks.stats import ALPHA, fmt_clustered, paired_outcomes
 from benchmarks.validation_parts import split
 from ecpo_train.policies.atomic import write_text
+from ecpo_train.runtime.config import upgraded
 from ecpo_train.runtime.config_values import read_yaml
 
 
@@ -62,6 +63,7 @@ def read_run(run_dir: Path) -> tuple[dict, list[dict], list[dict]]:
         metrics = numeric_metrics(files["metrics.jsonl"], read_metrics_file(files["metrics.jsonl"])[0])
     except ValueError as error:
         fail(" ".join(str(error).split()))
+    config = upgraded(config)  # a run recorded before a key was renamed (algorithm -> estimator) reads the same
     recorded = recorded_warm_start(run_dir / "history.jsonl")
     if recorded:  # the hash taken when the run started: it holds where the weights' folder is not on this machine
         config = config | {RECORDED_HASH: recorded}
@@ -254,7 +256,7 @@ def endpoint(run_dir: Path, before_from: Path | None = None) -> dict[str, Any]:
     if not validations or validations[-1]["iteration"] == 0:
         fail(f"{run_dir}/validation.jsonl holds no validation after training")
     before, after = before_validations[0], validations[-1]
-    return {"run_dir": str(run_dir), "algorithm": config.get("algorithm"), "seed": config.get("seed"),
+    return {"run_dir": str(run_dir), "estimator": config.get("estimator"), "seed": config.get("seed"),
             "before_from": str(source), "warm_start": warm_start(config), "units": ONE_RUN,
             "iteration_before": before["iteration"], "iteration_after": after["iteration"],
             "paired": paired_split(before, after, set(train_tasks(config))), "training": training_regime(metrics)}
@@ -284,7 +286,7 @@ def versus(run_a: Path, run_b: Path) -> dict[str, Any]:
     if a["iteration"] != b["iteration"]:
         fail(f"{run_a} and {run_b} are not two arms of one protocol (the iterations of their last validation, "
              f"{a['iteration']} and {b['iteration']}, differ)")
-    return {"run_a": str(run_a), "run_b": str(run_b), "algorithms": [config_a.get("algorithm"), config_b.get("algorithm")],
+    return {"run_a": str(run_a), "run_b": str(run_b), "estimators": [config_a.get("estimator"), config_b.get("estimator")],
             "seeds": [config_a.get("seed"), config_b.get("seed")], "iteration": a["iteration"],
             "warm_start": warm_start(config_a),
             "units": "one pair of runs (one seed): covers validation draws, not run-to-run variance; a comparison "
@@ -333,7 +335,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
             fail("--before-from reads a run's own before -> after; --versus compares two runs' last validations: "
                  "give one of them")
         result = versus(args.run_dirs[0], args.versus)
-        a, b = result["algorithms"]
+        a, b = result["estimators"]
         print(f"{result['run_a']} ({a}) - {result['run_b']} ({b}), after iteration {result['iteration']}, "
               f"seeds {result['seeds']} (\"before\" = {b}, \"after\" = {a}):")
         for name, part in result["paired"].items():
@@ -354,7 +356,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     for r in results:
         t = r["training"]
         source = "" if r["before_from"] == r["run_dir"] else f", before-validation from {r['before_from']}"
-        print(f"{r['run_dir']} ({r['algorithm']}, seed {r['seed']}{source}, iterations {r['iteration_before']} -> "
+        print(f"{r['run_dir']} ({r['estimator']}, seed {r['seed']}{source}, iterations {r['iteration_before']} -> "
               f"{r['iteration_after']}, {t['optimizer_steps']} optimizer steps, {t['train_seconds']:.0f} s of training)")
         for name, part in r["paired"].items():
             print("  " + line(name, part))

@@ -138,7 +138,7 @@ CASES = [
     ("train-resume-and-overwrite", "train --config quickstart run_dir={run} --resume --overwrite", "error"),
     ("train-resume-damaged", "train --config quickstart run_dir={random_ckpt} n_groups=2 group_size=2 --resume",
      "error"),
-    ("train-resume-changed-key", ("train --config quickstart run_dir={run} n_groups=2 group_size=2 algorithm=grpo "
+    ("train-resume-changed-key", ("train --config quickstart run_dir={run} n_groups=2 group_size=2 estimator=grpo "
                                  "--resume"), "error"),
     ("train-device-cuda", "train --config quickstart run_dir={root}/t device=cuda", "error" if NO_CUDA else None),
     ("train-device-unknown", "train --config quickstart run_dir={root}/t device=tpu", "error"),
@@ -339,9 +339,9 @@ def test_the_console_script_reports_click_usage_errors_in_one_line(paths, capsys
 def test_a_huge_value_is_echoed_cut_in_the_one_error_line(tmp_path):
     """Issue 52.10: a 10 MB config value is named, not echoed whole."""
     huge = "x" * 10_000_000
-    result = runner.invoke(app, ["train", "--config", "quickstart", f"run_dir={tmp_path / 'r'}", f"algorithm={huge}"])
+    result = runner.invoke(app, ["train", "--config", "quickstart", f"run_dir={tmp_path / 'r'}", f"estimator={huge}"])
     assert result.exit_code == 2, result.output[:300]
     lines = [line for line in result.output.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "algorithm" in lines[0], result.output[:300]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "estimator" in lines[0], result.output[:300]
     assert len(lines[0]) < 2100 and "characters)" in lines[0]  # the value cut to its head and its length
     assert not (tmp_path / "r").exists()

@@ -87,7 +87,7 @@ def test_the_rllib_config_reads_its_group_defaults_from_the_native_config():
 
     rllib, native = GroupCreditConfig(), TrainConfig(policy="tabular")
     assert (rllib.group_size, rllib.groups_per_batch, rllib.estimator, rllib.anchor_key, rllib.num_epochs) == (
-        native.group_size, native.n_groups, native.algorithm, native.anchor_key, native.num_epochs)
+        native.group_size, native.n_groups, native.estimator, native.anchor_key, native.num_epochs)
 
 
 @pytest.mark.parametrize(("override", "key"), [

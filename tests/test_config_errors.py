@@ -84,7 +84,7 @@ def test_every_credit_field_round_trips_from_yaml_and_cli(tmp_path):
     from ecpo_train.credit import CreditConfig
 
     preset = tmp_path / "p.yaml"
-    preset.write_text("policy: tabular\nenv_id: ecpo/DivergentAnchor-v0\nalgorithm: gigpo_std\n"
+    preset.write_text("policy: tabular\nenv_id: ecpo/DivergentAnchor-v0\nestimator: gigpo_std\n"
                       "credit: {gamma: 0.9, omega: 0.5, kappa: 3.0, tau: 1.5, d_min: 2, rho_min: 0.25, eps: 0.001, "
                       "compat: verl-agent, pgpo_alpha: 1.0, pgpo_beta: 0.5, pgpo_gamma: 0.9, hgpo_history: 3, "
                       "hgpo_alpha: 2.0, hgpo_std: false, hgpo_base_group: true, graph_gamma: 0.2, "
@@ -95,7 +95,7 @@ def test_every_credit_field_round_trips_from_yaml_and_cli(tmp_path):
                          "hgpo_history": 3, "hgpo_alpha": 2.0, "hgpo_std": False, "hgpo_base_group": True,
                          "graph_gamma": 0.2, "graph_success_return": 5.0, "pace_cosine": 0.9}
     overrides = [f"credit.{k}={v}" for k, v in from_yaml.items()]
-    from_cli = load_config("quickstart", ["algorithm=gigpo_std", *overrides]).credit_hyperparameters()
+    from_cli = load_config("quickstart", ["estimator=gigpo_std", *overrides]).credit_hyperparameters()
     assert from_cli == from_yaml
     assert set(from_cli) == {f.name for f in dataclasses.fields(CreditConfig)}
 
@@ -114,7 +114,7 @@ def test_credit_config_reaches_compute_advantages_in_the_trainer(tmp_path, monke
 
     monkeypatch.setattr(iteration_module, "compute_advantages", spy)
     config = load_config("quickstart", [f"run_dir={tmp_path}", "iterations=1", "val_every=0", "progress=false",
-                                        "tensorboard=false", "algorithm=gigpo_std", "credit.compat=verl-agent",
+                                        "tensorboard=false", "estimator=gigpo_std", "credit.compat=verl-agent",
                                         "credit.eps=0.001", "credit.kappa=3", "n_groups=2"])
     train(Trainer, config)
     credit = seen["credit"]  # the trainer hands over its CreditConfig itself

@@ -269,12 +269,12 @@ def test_anchor_scale_eca_is_gigpo_mean_term_times_n_over_n_plus_kappa(m, a_wins
     assert (ecpo_eca - grpo)[anchor_rows][b][0] > eca_term[b][0]
 
 
-def test_every_estimator_is_a_trainer_algorithm():
+def test_every_estimator_is_a_trainer_choice():
     from ecpo_train.runtime.config import TrainConfig, apply_overrides
 
     for name in available_estimators():
-        values = apply_overrides({"policy": "tabular"}, [f"algorithm={name}"])
-        assert TrainConfig(**values).algorithm == name
+        values = apply_overrides({"policy": "tabular"}, [f"estimator={name}"])
+        assert TrainConfig(**values).estimator == name
 
 
 def test_rho_is_zero_for_non_comparable_anchor():

@@ -61,7 +61,7 @@ def _tabular_trainer(tmp_path, optimizer: str):
 
     config = make_config({"run_dir": str(tmp_path / "run"), "policy": "tabular", "device": "cpu",
                           "env_id": "ecpo/DivergentAnchor-v0", "env_kwargs": {"num_tasks": 1, "depth": 3},
-                          "algorithm": "grpo", "n_groups": 1, "group_size": 8, "val_every": 0, "lr": 0.1,
+                          "estimator": "grpo", "n_groups": 1, "group_size": 8, "val_every": 0, "lr": 0.1,
                           "kl_coef": 0.0, "weight_decay": 0.0, "mini_batch_size": 100000,
                           "micro_batch_size": 100000, "max_grad_norm": 1000.0, "tensorboard": False,
                           "progress": False, "checkpoint_every": 0, "credit": {"d_min": DEPTH}})

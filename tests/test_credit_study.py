@@ -155,7 +155,7 @@ def test_a_cell_is_a_native_trainer_run(tmp_path):
     run = cs.train_run(spec)
     tasks = make_env(spec["env_id"], spec["env_kwargs"]).unwrapped.task_ids
     config = cs.cell_config(spec, str(tmp_path), tasks)
-    assert (config.policy, config.algorithm, config.n_groups, config.group_size, config.iterations, config.lr) == (
+    assert (config.policy, config.estimator, config.n_groups, config.group_size, config.iterations, config.lr) == (
         "tabular", "ecpo", spec["groups_per_batch"], 4, spec["iterations"], protocol["optim"]["learning_rate"])
     assert config.credit.kappa == protocol["credit"]["kappa"] and config.val_every == 0
     history = train(Trainer, config)

@@ -191,7 +191,7 @@ def test_the_gpu_preset_keeps_the_cpu_recipe_and_validates_on_800_unseen_episode
 
     gpu, cpu = load_config("alfworld_gpu"), load_config("alfworld_cpu")
     recipe = ("policy_mode", "prompt_style", "history_length", "explore_epsilon", "rollout_temperature", "lr",
-              "lr_warmup_steps", "kl_coef", "mini_batch_size", "credit", "env_kwargs", "algorithm")
+              "lr_warmup_steps", "kl_coef", "mini_batch_size", "credit", "env_kwargs", "estimator")
     assert {k: getattr(gpu, k) for k in recipe} == {k: getattr(cpu, k) for k in recipe}
     assert (gpu.n_groups, gpu.group_size, gpu.val_episodes_per_task) == (16, 8, 2)
     assert len(set(gpu.val_tasks)) == len(gpu.val_tasks) == 400

@@ -47,7 +47,7 @@ def test_credit_step_is_the_configs_estimator_on_the_table():
         {"group_id": "g", "traj_id": 0, "anchor_keys": ["s"], "action_keys": ["left"], "rewards": [1.0]},
         {"group_id": "g", "traj_id": 1, "anchor_keys": ["s"], "action_keys": ["right"], "rewards": [0.0]},
     ])
-    advantages, diagnostics = credit_step(TrainConfig(policy="tabular", algorithm="grpo"), table)
+    advantages, diagnostics = credit_step(TrainConfig(policy="tabular", estimator="grpo"), table)
     assert np.asarray(advantages).tolist() == pytest.approx([0.7071067, -0.7071067], abs=1e-6)
     assert isinstance(diagnostics, dict)
 
@@ -121,8 +121,13 @@ def test_the_run_shell_validates_first_logs_every_iteration_and_checkpoints_on_c
     assert [line["iteration"] for line in lines] == [0, 1, 2, 4, 5]  # every validation's episodes, once
 
 
-def test_frozen_rllib_config_is_translated_once(tiny_model_dir, tmp_path):
+def test_the_rllib_config_holds_the_runs_train_config_built_once(tiny_model_dir, tmp_path):
+    """``from_train_config(train)`` holds ``train`` itself; a builder call that changes the run makes a new one
+    (``train`` untouched); ``validate()`` keeps it and the frozen config hands out that object, which travels to
+    the actors with the config (pickled: an equal copy)."""
     pytest.importorskip("ray")
+    import pickle
+
     from ecpo_train.integrations.rllib import ECPOConfig
     from ecpo_train.runtime.config import make_config
 
@@ -130,13 +135,21 @@ def test_frozen_rllib_config_is_translated_once(tiny_model_dir, tmp_path):
                           "model": str(tiny_model_dir), "device": "cpu", "env_id": "ecpo/DivergentAnchor-v0",
                           "n_groups": 2, "group_size": 4, "tensorboard": False, "progress": False})
     config = ECPOConfig.from_train_config(native)
-    assert config.to_train_config() is not config.to_train_config()  # unfrozen: later builder calls count
+    assert config.to_train_config() is native
+    config.env_runners(num_env_runners=0).validate()  # actor layout: not what the run is
+    assert config.to_train_config() is native
     config.training(lr=0.5)
-    assert config.to_train_config().lr == 0.5
+    changed = config.to_train_config()
+    assert changed.lr == 0.5 and native.lr != 0.5 and config.to_train_config() is changed
+    config.run_settings["val_every"] = 3  # changed in place: seen too
+    assert config.to_train_config().val_every == 3
+    config.validate()
     config.freeze()
     once = config.to_train_config()
     assert config.to_train_config() is once
-    assert dataclasses.replace(once, lr=native.lr) == native
+    assert dataclasses.replace(once, lr=native.lr, val_every=native.val_every) == native
+    shipped = pickle.loads(pickle.dumps(config))  # what RLlib hands a runner or learner actor
+    assert shipped.to_train_config() == once
 
 
 def test_every_copy_of_every_group_has_its_own_env_seed_whoever_plays_its_share():

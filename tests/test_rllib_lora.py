@@ -62,15 +62,14 @@ def test_config_lora_is_validated_and_filled_in():
 
 
 def test_adapter_and_full_weights_never_load_into_each_other(tiny_model_dir, tmp_path):
-    from ecpo_train.integrations.rllib.llm.module import CausalLMRLModule
-    from ecpo_train.runtime.config import config_dict
+    from ecpo_train.integrations.rllib.llm.module import TRAIN_CONFIG, CausalLMRLModule
 
     def module(config):
         return CausalLMRLModule(
             observation_space=None,
             action_space=None,
             inference_only=True,
-            model_config={"train_config": config_dict(config.to_train_config())},
+            model_config={TRAIN_CONFIG: config.to_train_config()},
         )
 
     adapted, plain = (

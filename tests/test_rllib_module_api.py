@@ -103,11 +103,12 @@ def test_modules_are_built_the_rllib_2_60_way_without_the_old_form_notice(tiny_m
     # the notice comes from RLlib's RLModule.__init__ itself, for a module built the new way too
     assert notices_while(plain.build, rllib_alone=True)
     assert notices_while(plain.build) == []
-    spec = ECPOConfig.from_train_config(make_config(run_values(tiny_model_dir, tmp_path))).get_default_rl_module_spec()
+    train = make_config(run_values(tiny_model_dir, tmp_path))
+    spec = ECPOConfig.from_train_config(train).get_default_rl_module_spec()
     spec.observation_space, spec.action_space = box, choices
     built: list = []
     assert notices_while(lambda: built.append(spec.build())) == []
-    assert not built[0].inference_only and built[0].model_config["train_config"]["model"] == str(tiny_model_dir)
+    assert not built[0].inference_only and built[0].train_config == train  # the run's TrainConfig, not rebuilt
     with pytest.raises(TypeError):  # the old form is not a path these modules keep
         spec.module_class(RLModuleConfig(observation_space=box, action_space=choices))
 

@@ -17,8 +17,8 @@ pytest.importorskip("ray")
 from conftest import small_values
 
 from ecpo_train.integrations.rllib import ECPOConfig, LLMEnvRunner
-from ecpo_train.integrations.rllib.llm.module import CausalLMRLModule
-from ecpo_train.runtime.config import config_dict, make_config
+from ecpo_train.integrations.rllib.llm.module import TRAIN_CONFIG, CausalLMRLModule
+from ecpo_train.runtime.config import make_config
 
 
 def alive(kind: type) -> list:
@@ -36,7 +36,7 @@ def model_parameter_count(model_dir) -> int:
 
 def learner_module(train) -> CausalLMRLModule:
     return CausalLMRLModule(observation_space=None, action_space=None, inference_only=False,
-                            model_config={"train_config": config_dict(train)})
+                            model_config={TRAIN_CONFIG: train})
 
 
 def test_a_runner_holds_one_frozen_copy_of_the_weights_and_no_optimizer_or_reference(tiny_model_dir, tmp_path):
@@ -81,7 +81,7 @@ def test_bfloat16_weights_sync_in_bfloat16(tiny_model_dir, tmp_path):
     state = learner.get_state()
     assert {value.dtype for value in state.values()} == {torch.bfloat16}
     runner_module = CausalLMRLModule(observation_space=None, action_space=None, inference_only=True,
-                                     model_config={"train_config": config_dict(train)})
+                                     model_config={TRAIN_CONFIG: train})
     runner_module.set_state(state)
     for (name, mine), theirs in zip(runner_module.named_parameters(), learner.parameters()):
         assert mine.dtype == torch.bfloat16 and torch.equal(mine, theirs), name
@@ -121,7 +121,7 @@ def test_a_vllm_runner_keeps_no_transformers_copy(tiny_model_dir, tmp_path, reco
                                      max_response_length=8))
     models_before = {id(m) for m in alive(PreTrainedModel)}
     runner_module = CausalLMRLModule(observation_space=None, action_space=None, inference_only=True,
-                                     model_config={"train_config": config_dict(train)})
+                                     model_config={TRAIN_CONFIG: train})
     assert [m for m in alive(PreTrainedModel) if id(m) not in models_before] == []
     assert runner_module.policy.model is None and list(runner_module.parameters()) == []
     (engine,) = recording_engine.started

@@ -41,7 +41,7 @@ def test_a_bare_llm_config_trains_with_the_native_defaults(tiny_model_dir):
              .rl_module(model_config={"model": str(tiny_model_dir)})).to_train_config()
     native = make_config({"model": str(tiny_model_dir), "env_id": "ecpo/DivergentAnchor-v0"})
     for key in ("lr", "num_epochs", "mini_batch_size", "micro_batch_size", "max_grad_norm", "kl_coef",
-                "clip_eps", "entropy_coef", "n_groups", "group_size", "algorithm", "credit", "seed"):
+                "clip_eps", "entropy_coef", "n_groups", "group_size", "estimator", "credit", "seed"):
         assert getattr(rllib, key) == getattr(native, key), key
     assert (rllib.lr, rllib.num_epochs, rllib.max_grad_norm) == (TrainConfig.lr, 1, 1.0)
 
@@ -119,16 +119,15 @@ def test_a_runner_given_train_tasks_is_healthy_before_it_builds_an_env(tiny_mode
 
 # ------------------------------------------------------------------ a learner never starts vLLM
 def test_a_learner_built_from_a_vllm_config_starts_no_engine(tiny_model_dir, tmp_path, monkeypatch):
-    from ecpo_train.integrations.rllib.llm.module import CausalLMRLModule
-    from ecpo_train.runtime.config import config_dict
+    from ecpo_train.integrations.rllib.llm.module import TRAIN_CONFIG, CausalLMRLModule
 
     monkeypatch.setitem(sys.modules, "vllm", None)  # any import of vllm raises ImportError
     train = make_config(small_values(tiny_model_dir, tmp_path, policy_mode="generate", generation_backend="vllm",
                                      max_response_length=8))
     module = CausalLMRLModule(observation_space=None, action_space=None, inference_only=False,
-                              model_config={"train_config": config_dict(train)})
-    assert module.train_config.generation_backend == "transformers"
-    assert type(module.policy).__name__ == "TransformersPolicy"
+                              model_config={TRAIN_CONFIG: train})
+    assert module.train_config is train  # the run's config; only the learner's policy is built without vLLM
+    assert type(module.policy).__name__ == "TransformersPolicy" and module.policy.generation_backend == "transformers"
 
 
 # ------------------------------------------------------------------ Ray
@@ -176,6 +175,31 @@ def test_all_zero_advantages_are_said_on_the_rllib_engine(tiny_model_dir, tmp_pa
     assert result["ecpo"]["credit/num_nonzero_advantages"] == 0
     assert ("warning: iteration 1: every advantage is 0, so this update changes nothing: every action was invalid"
             in capfd.readouterr().err)
+
+
+@pytest.mark.slow
+def test_the_runs_train_config_is_built_once_and_every_actor_reads_it(tiny_model_dir, tmp_path, ray_session,
+                                                                      monkeypatch):
+    """The TrainConfig the CLI built is the run's to the credit step: building the algorithm and training an
+    iteration build no other (no actor translates or rebuilds it), and the algorithm, its runner and the runner's
+    module, the learner and its credit connector hold it (a copy where RLlib copies the config)."""
+    train = make_config(small_values(tiny_model_dir, tmp_path, estimator="gigpo_std"))
+    built: list = []
+    post_init = TrainConfig.__post_init__
+    monkeypatch.setattr(TrainConfig, "__post_init__", lambda self: (built.append(self), post_init(self))[-1])
+    algo = ECPOConfig.from_train_config(train).env_runners(num_env_runners=0).build_algo()
+    try:
+        result = algo.train()
+        runner, learner = algo.env_runner_group.local_env_runner, algo.learner_group._learner
+        held = {"algorithm": algo.ecpo_train_config, "runner": runner.train_config,
+                "runner module": runner.module.train_config, "learner": learner.train_config,
+                "credit connector": learner._learner_connector.connectors[0].train_config}
+    finally:
+        algo.stop()
+    assert built == []
+    held["algorithm's config"] = algo.config.to_train_config()
+    assert {name: config == train for name, config in held.items()} == dict.fromkeys(held, True)
+    assert result["ecpo"]["credit/num_groups"] == train.n_groups  # the estimator's diagnostics, as named before
 
 
 @pytest.mark.slow

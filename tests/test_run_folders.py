@@ -81,7 +81,7 @@ def test_resume_with_a_damaged_checkpoint_changes_nothing(finished_run):
     assert folder_hash(finished_run) == before
 
 
-@pytest.mark.parametrize("change,key", [("algorithm=grpo", "algorithm"), ("group_size=3", "group_size"),
+@pytest.mark.parametrize("change,key", [("estimator=grpo", "estimator"), ("group_size=3", "group_size"),
                                         ("credit.kappa=3.0", "credit.kappa"), ("env_kwargs.depth=6", "env_kwargs.depth"),
                                         ("lr=0.2", "lr"), ("seed=1", "seed")])
 def test_resume_refuses_a_change_to_what_the_run_is_naming_the_key(finished_run, change, key):
@@ -91,11 +91,34 @@ def test_resume_refuses_a_change_to_what_the_run_is_naming_the_key(finished_run,
 
 
 def test_the_checkpoint_config_is_authoritative_even_when_config_yaml_was_edited(finished_run):
-    text = (finished_run / "config.yaml").read_text().replace("algorithm: ecpo", "algorithm: grpo")
+    text = (finished_run / "config.yaml").read_text().replace("estimator: ecpo", "estimator: grpo")
     (finished_run / "config.yaml").write_text(text)
     before = folder_hash(finished_run)
-    refused(train(finished_run, "iterations=5", "algorithm=grpo", "--resume"), "cannot change algorithm")
+    refused(train(finished_run, "iterations=5", "estimator=grpo", "--resume"), "cannot change estimator")
     assert folder_hash(finished_run) == before
+
+
+def test_a_run_recorded_as_algorithm_resumes_under_estimator(finished_run):
+    """A run folder an earlier version wrote (its checkpoint and config.yaml say ``algorithm: ecpo``) resumes
+    under today's name; changing it is still a change, named by the new name; writing ``algorithm=`` is refused
+    with the pointer."""
+    import torch
+
+    checkpoint = finished_run / "checkpoint.pt"
+    state = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    state["config"] = {("algorithm" if key == "estimator" else key): value for key, value in state["config"].items()}
+    torch.save(state, checkpoint)
+    text = (finished_run / "config.yaml").read_text()
+    assert "estimator: ecpo" in text
+    (finished_run / "config.yaml").write_text(text.replace("estimator: ecpo", "algorithm: ecpo"))
+    before = folder_hash(finished_run)
+    refused(train(finished_run, "iterations=5", "estimator=grpo", "--resume"), "cannot change estimator")
+    refused(train(finished_run, "iterations=5", "algorithm=ecpo", "--resume"), "'algorithm' is now 'estimator'")
+    assert folder_hash(finished_run) == before
+    result = train(finished_run, "iterations=5", "--resume")
+    assert result.exit_code == 0, result.output
+    assert iterations(finished_run) == [1, 2, 3, 4, 5]
+    assert "estimator: ecpo" in (finished_run / "config.yaml").read_text()
 
 
 def test_resume_trusts_the_checkpoint_over_a_config_yaml_damaged_by_an_older_version(finished_run):
@@ -223,7 +246,7 @@ def test_resume_changes_compares_nested_keys_and_allows_only_bookkeeping():
     assert resume_changes(saved, new) == {"iterations": [3, 9], "run_dir": ["a", "b"]}
     with pytest.raises(ValueError, match="cannot change env_kwargs.rare_prob"):
         resume_changes(saved, new | {"env_kwargs": {"rare_prob": [0.3, 0.7]}})
-    assert {"iterations", "tensorboard", "progress"} <= RESUMABLE_KEYS and "algorithm" not in RESUMABLE_KEYS
+    assert {"iterations", "tensorboard", "progress"} <= RESUMABLE_KEYS and "estimator" not in RESUMABLE_KEYS
     # how copies are spread over processes and waves does not change the rows: a resume may change it
     assert resume_changes({"rollout_waves": 1, "env_workers": 0}, {"rollout_waves": 2, "env_workers": 2}) == {
         "env_workers": [0, 2], "rollout_waves": [1, 2]}

@@ -143,7 +143,7 @@ def test_the_config_refuses_what_the_text_policy_cannot_do(tmp_path):
     with pytest.raises(ValueError, match="search-QA"):
         make_config({"policy": "text", "env_id": "ecpo/SearchQAGen-v0"})
     with pytest.raises(ValueError, match="critic"):
-        make_config({"policy": "text", "algorithm": "ppo"})
+        make_config({"policy": "text", "estimator": "ppo"})
     with pytest.raises(ValueError, match="not a text-policy folder"):
         make_config({"policy": "text", "model": str(tmp_path)})
 

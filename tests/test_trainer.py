@@ -20,7 +20,7 @@ def quick(tmp_path, *extra):
 
 
 def test_overrides_are_type_checked_and_unknown_keys_rejected(tmp_path):
-    cfg = quick(tmp_path, "lr=0.25", "env_kwargs.depth=5", "algorithm=gigpo_std")
+    cfg = quick(tmp_path, "lr=0.25", "env_kwargs.depth=5", "estimator=gigpo_std")
     assert cfg.lr == 0.25 and cfg.env_kwargs["depth"] == 5 and cfg.env_kwargs["num_tasks"] == 4
     assert quick(tmp_path, "lr=1e-3").lr == 1e-3  # a number (YAML 1.2), though YAML 1.1 reads 1e-3 as a string
     with pytest.raises(ValueError, match="'lr' expects float"):
@@ -29,8 +29,8 @@ def test_overrides_are_type_checked_and_unknown_keys_rejected(tmp_path):
         quick(tmp_path, "learning_rate=1")
     with pytest.raises(ValueError, match="'n_groups' expects int"):
         quick(tmp_path, "n_groups=two")
-    with pytest.raises(ValueError, match="algorithm="):
-        quick(tmp_path, "algorithm=nope")
+    with pytest.raises(ValueError, match="estimator="):
+        quick(tmp_path, "estimator=nope")
     with pytest.raises(ValueError, match="anchor_key"):
         quick(tmp_path, "anchor_key=room")
 
@@ -174,12 +174,12 @@ def test_a_run_over_a_used_run_directory_starts_a_fresh_log(tmp_path):
     assert not (tmp_path / "validation.jsonl").exists()  # val_every=0: no validation, no episode log
 
 
-@pytest.mark.parametrize("algorithm", ["ecpo", "gigpo_std"])
-def test_quickstart_training_raises_exact_validation_success(tmp_path, algorithm):
+@pytest.mark.parametrize("estimator", ["ecpo", "gigpo_std"])
+def test_quickstart_training_raises_exact_validation_success(tmp_path, estimator):
     """The quick-start preset, fixed seed 0, 30 iterations: the exact (DP) validation success at T=0.4 climbs
     from the uniform policy's ~0.03 after iteration 1 to >= 0.5 (the best policy reaches 0.78), the same
     hyperparameters for both methods; train-rollout success rises by >= 0.3 (first 5 vs last 5 iterations)."""
-    history = train(Trainer, quick(tmp_path, f"algorithm={algorithm}", "iterations=30", "seed=0", "val_every=30",
+    history = train(Trainer, quick(tmp_path, f"estimator={estimator}", "iterations=30", "seed=0", "val_every=30",
                                    "val_episodes_per_task=4"))
     validated = [m for m in history if "val/exact_success" in m]
     assert [int(m["iteration"]) for m in validated] == [1, 30]
@@ -189,7 +189,7 @@ def test_quickstart_training_raises_exact_validation_success(tmp_path, algorithm
     assert np.mean(success[-5:]) >= np.mean(success[:5]) + 0.3, success
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
     assert len(lines) == 30 and "val/exact_success" in json.loads(lines[-1])
-    if algorithm == "ecpo":
+    if estimator == "ecpo":
         assert "credit/mean_rho" in json.loads(lines[-1])
 
 
@@ -245,7 +245,7 @@ def test_tabular_critic_fits_value_targets():
 
 
 def test_ppo_with_tabular_critic_trains(tmp_path):
-    with open_run(Trainer, quick(tmp_path, "algorithm=ppo", "iterations=4", "critic_lr=0.5")) as run:
+    with open_run(Trainer, quick(tmp_path, "estimator=ppo", "iterations=4", "critic_lr=0.5")) as run:
         history = run.train()
     trainer = run.engine
     assert all(np.isfinite(m["credit/value_loss"]) and np.isfinite(m["update/pg_loss"]) for m in history)
@@ -311,12 +311,12 @@ def test_lr_warmup_rises_linearly_over_the_optimizers_first_steps(tmp_path):
     assert used[:4] == pytest.approx([0.1, 0.2, 0.3, 0.3]) and set(used[3:]) == {0.3}
 
 
-@pytest.mark.parametrize("algorithm", ["pgpo", "hgpo", "graphgpo", "pace"])
-def test_the_other_papers_estimators_train_natively(tmp_path, algorithm):
+@pytest.mark.parametrize("estimator", ["pgpo", "hgpo", "graphgpo", "pace"])
+def test_the_other_papers_estimators_train_natively(tmp_path, estimator):
     """Issue 57's estimators run in the native trainer by name, their hyperparameters from ``credit``, their
     diagnostics in the metrics."""
-    history = train(Trainer, quick(tmp_path, f"algorithm={algorithm}", "iterations=3", "credit.pgpo_alpha=1.0"))
+    history = train(Trainer, quick(tmp_path, f"estimator={estimator}", "iterations=3", "credit.pgpo_alpha=1.0"))
     assert len(history) == 3 and all(np.isfinite(m["credit/advantage_std"]) for m in history)
     own = {"pgpo": "credit/pgpo_mean_weight", "hgpo": "credit/hgpo_no_group_fraction",
-           "graphgpo": "credit/graph_success_group_fraction", "pace": "credit/pace_states"}[algorithm]
+           "graphgpo": "credit/graph_success_group_fraction", "pace": "credit/pace_states"}[estimator]
     assert own in history[-1]

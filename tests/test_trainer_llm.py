@@ -179,7 +179,7 @@ def test_llm_ppo_iteration_checkpoint_plays_on_the_leaderboard(tiny_model_dir, t
 
     env_kwargs = {"depth": 2, "num_tasks": 2, "max_steps": 2}
     cfg = load_config("quickstart", [
-        "policy=llm", f"model={tiny_model_dir}", "algorithm=ppo", f"run_dir={tmp_path / 'run'}", "iterations=1",
+        "policy=llm", f"model={tiny_model_dir}", "estimator=ppo", f"run_dir={tmp_path / 'run'}", "iterations=1",
         "n_groups=2", "group_size=2", "max_prompt_length=512", "max_response_length=6", "lr=1e-3",
         "critic_lr=1e-3", "mini_batch_size=64", "micro_batch_size=4", "kl_coef=0.01", "val_every=0",
         "progress=false", "tensorboard=false", f"env_kwargs={json.dumps(env_kwargs)}",

@@ -106,7 +106,7 @@ def train(
             from ecpo_train.runtime.distributed import check_fsdp_run
 
             cfg = load_config(config, [arg for arg in ctx.args if not arg.startswith("fsdp=")])
-            check_fsdp_run(cfg.algorithm, cfg.policy)  # (a tabular preset: refused here, not in K tracebacks)
+            check_fsdp_run(cfg.estimator, cfg.policy)  # (a tabular preset: refused here, not in K tracebacks)
             cfg.resolved_device()
             plan_start(Path(cfg.run_dir), config_dict(cfg) | {"fsdp": True}, resume=resume, overwrite=overwrite)
         except _input_errors() as err:

@@ -124,8 +124,8 @@ def training_section(console: Console, run_root: str = "runs/demo", iterations: 
     from ecpo_train.runtime.trainer import Trainer
 
     histories, seconds = {}, {}
-    for label, algorithm in TRAINED_METHODS.items():
-        overrides = [f"algorithm={algorithm}", f"run_dir={run_root}/{algorithm}", "tensorboard=false"]
+    for label, estimator in TRAINED_METHODS.items():
+        overrides = [f"estimator={estimator}", f"run_dir={run_root}/{estimator}", "tensorboard=false"]
         if iterations is not None:
             overrides.append(f"iterations={iterations}")
         config = load_config("quickstart", overrides)

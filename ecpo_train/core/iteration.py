@@ -18,7 +18,7 @@ engine hands it only a *sampler* and a *learner*.
 The engine that calls ``run_iteration`` counts the iterations (``iteration`` is how many are done before it).
 
 ``config`` is any object with the run's fields (a ``runtime.config.TrainConfig``): ``n_groups``, ``task_draw``,
-``algorithm``, ``credit``, ``estimator_options()``, ``validates_after(iteration)``, ``num_epochs``,
+``estimator``, ``credit``, ``estimator_options()``, ``validates_after(iteration)``, ``num_epochs``,
 ``filter_equal_return_groups``.
 """
 
@@ -159,7 +159,7 @@ def seed_streams(seed: int) -> np.random.Generator:
 
 
 def credit_step(config: Any, batch: TrajectoryBatch, values: Any = None, device: Any = None) -> tuple[Any, dict]:
-    """Steps B-D: the estimator's (``config.algorithm``) advantage of every row of ``batch``, and its diagnostics.
+    """Steps B-D: the estimator's (``config.estimator``) advantage of every row of ``batch``, and its diagnostics.
 
     ``values``: the critic's, for an estimator that takes them (PPO). ``device``: a CUDA torch device computes on
     it (the rewards moved there) and returns the advantages as a numpy array, like the CPU path.
@@ -169,9 +169,9 @@ def credit_step(config: Any, batch: TrajectoryBatch, values: Any = None, device:
         import torch
 
         arrays = batch.credit_arrays() | {"rewards": torch.as_tensor(batch.reward, device=device)}
-        advantages, diagnostics = compute_advantages(config.algorithm, **arrays, values=values, **options)
+        advantages, diagnostics = compute_advantages(config.estimator, **arrays, values=values, **options)
         return advantages.cpu().numpy(), diagnostics
-    return compute_advantages(config.algorithm, rows=batch, values=values, **options)
+    return compute_advantages(config.estimator, rows=batch, values=values, **options)
 
 
 def update_plan(config: Any, rng: np.random.Generator, tables: Sequence[TrajectoryBatch], shards: int) -> UpdatePlan:

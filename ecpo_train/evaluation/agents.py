@@ -172,7 +172,7 @@ def load_checkpoint_policy(path: str | Path, *, device: str = "cpu") -> tuple[Po
 
         policy = TextPolicy.from_pretrained(warm_start)
         policy.eval()
-        return policy, {"policy": "text", "model": str(path), "algorithm": "warm-start"}
+        return policy, {"policy": "text", "model": str(path), "estimator": "warm-start"}
     path = checkpoint_file(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {path} not found (a training run writes <run_dir>/checkpoint.pt)")
@@ -188,7 +188,7 @@ def load_checkpoint_policy(path: str | Path, *, device: str = "cpu") -> tuple[Po
     policy = build_policy(config)
     policy.load_state_dict(state["policy"])
     policy.eval()
-    return policy, dict(state["config"])
+    return policy, upgraded(state["config"])
 
 
 class PromptingAgent(Agent):

@@ -41,7 +41,7 @@ def build_agent_from(options: LeaderboardOptions) -> Agent:
         if not options.checkpoint:
             raise ValueError("--checkpoint <run folder or checkpoint.pt> is required with --agent checkpoint")
         policy, config = load_checkpoint_policy(options.checkpoint, device=options.device)
-        label = f"checkpoint:{config.get('algorithm', '')}:{options.checkpoint}"
+        label = f"checkpoint:{config.get('estimator', '')}:{options.checkpoint}"
         agent = PolicyAgent(policy, temperature=temperature, name=label, weights=checkpoint_identity(options.checkpoint))
     else:
         chat = build_chat_model(options)

@@ -102,9 +102,12 @@ def before_optimizer_step(policy: Policy, optimizer: torch.optim.Optimizer, conf
 
 
 # ---------------------------------------------------------------------------------------------- building blocks
-def build_policy(config: TrainConfig, device: str | None = None, *, transformers_weights: bool = True) -> Policy:
+def build_policy(config: TrainConfig, device: str | None = None, *, transformers_weights: bool = True,
+                 generation_backend: str | None = None) -> Policy:
     """The run's policy. ``transformers_weights=False``: a vLLM sampler whose engine holds the only copy of the
-    weights (``TransformersPolicy``; an RLlib vLLM env runner without LoRA)."""
+    weights (``TransformersPolicy``; an RLlib vLLM env runner without LoRA). ``device`` and ``generation_backend``
+    (``None``: the config's) place a policy that is not the run's sampler: an RLlib learner's, which never
+    generates."""
     if config.policy == "tabular":
         from ecpo_train.policies.tabular import TabularSoftmaxPolicy
 
@@ -123,7 +126,7 @@ def build_policy(config: TrainConfig, device: str | None = None, *, transformers
     policy = policy_class(
         model_folder(config.model), env_name=config.env_id, max_prompt_length=config.max_prompt_length,
         max_response_length=config.max_response_length, device=device or config.resolved_device(), dtype=config.dtype,
-        history_length=config.history_length, generation_backend=config.generation_backend,
+        history_length=config.history_length, generation_backend=generation_backend or config.generation_backend,
         vllm_kwargs=config.vllm_kwargs, seed=config.seed, prompt_style=config.prompt_style, lora=config.lora or None,
         transformers_weights=transformers_weights, decoding="eager" if config.fsdp else config.decoding,
     )
@@ -138,11 +141,11 @@ def build_policy(config: TrainConfig, device: str | None = None, *, transformers
 
 
 def build_critic(config: TrainConfig, policy: Policy) -> tuple[torch.nn.Module | None, torch.optim.Optimizer | None]:
-    """The learned critic and its AdamW when the algorithm's estimator needs values (PPO), else ``(None, None)``."""
+    """The learned critic and its AdamW when the run's estimator needs values (PPO), else ``(None, None)``."""
     from ecpo_train.core.credit import estimator_spec
     from ecpo_train.policies.critic import LLMValueCritic, TabularCritic
 
-    if not estimator_spec(config.algorithm).needs_values:
+    if not estimator_spec(config.estimator).needs_values:
         return None, None
     if config.policy == "tabular":
         critic: torch.nn.Module = TabularCritic()

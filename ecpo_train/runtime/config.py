@@ -40,7 +40,7 @@ POLICIES = ("llm", "tabular", "text")
 POLICY_MODES = ("generate", "score")
 _UPDATE = UpdateSettings()  # the update's defaults, read by the step-E fields below
 # Keys a release renamed: the old name is refused with a pointer to the new one (one name per setting, both engines).
-RENAMED = {"update_epochs": "num_epochs", "epochs": "num_epochs"}
+RENAMED = {"update_epochs": "num_epochs", "epochs": "num_epochs", "algorithm": "estimator"}
 
 # Field types: a range or a choice lives on the field (its description is the note the error adds).
 Count = Annotated[int, Field(ge=1)]
@@ -107,7 +107,7 @@ class TrainConfig:
     # "eager" | "static" (a KV cache sized once per call, any device) | "graph" (static + CUDA graphs, CUDA only)
     decoding: Literal[DECODINGS] = "auto"
     # credit (steps B-D)
-    algorithm: str = "ecpo"  # a credit estimator name (an open registry): ecpo, gigpo, grpo, ..., or ppo (critic + GAE)
+    estimator: str = "ecpo"  # a credit estimator name (an open registry): ecpo, gigpo, grpo, ..., or ppo (critic + GAE)
     anchor_key: Literal[ANCHOR_KEYS] = "state_key"  # "state_key" | "observation_key" (the paper's text anchor)
     credit: CreditConfig = field(default_factory=CreditConfig)  # the paper's defaults live in CreditConfig
     gae_lambda: Annotated[float, Field(ge=0, le=1)] = 0.95  # an option of the ppo estimator (EstimatorSpec.options)
@@ -171,9 +171,9 @@ class TrainConfig:
             if value > MAX_EPISODES:
                 raise ValueError(f"{size} = {value} episodes at once is more than this machine's memory holds "
                                  f"({MAX_EPISODES}, about 1 MiB each): lower them")
-        algorithms = available_estimators()
-        if self.algorithm not in algorithms:
-            raise ValueError(f"algorithm={shown(self.algorithm)}; valid: {', '.join(algorithms)}")
+        estimators = available_estimators()
+        if self.estimator not in estimators:
+            raise ValueError(f"estimator={shown(self.estimator)}; valid: {', '.join(estimators)}")
         check_vllm_kwargs(self.vllm_kwargs)  # checked whichever backend is chosen: a typo is not left for later
         if self.policy == "llm" and not self.model:
             from ecpo_train.policies import DEMO_MODEL
@@ -205,8 +205,8 @@ class TrainConfig:
         if self.fsdp:
             from ecpo_train.runtime.distributed import check_fsdp_request
 
-            check_fsdp_request(self.fsdp, self.algorithm, self.policy)
-        check_group_size(self.group_size, self.algorithm)
+            check_fsdp_request(self.fsdp, self.estimator, self.policy)
+        check_group_size(self.group_size, self.estimator)
 
     def check_text_policy(self) -> None:
         """What ``policy=text`` cannot do, refused before the run: free-text actions (search-QA lists none), a learned
@@ -216,8 +216,8 @@ class TrainConfig:
         if getattr(family_of(self.env_id), "family", None) == "searchqa":
             raise ValueError(f"policy=text picks among admissible actions, but {self.env_id} lists none (search-QA's "
                              "actions are free text): use policy=llm")
-        if estimator_spec(self.algorithm).needs_values:
-            raise ValueError(f"algorithm={self.algorithm} needs a learned critic, which policy=text does not have: "
+        if estimator_spec(self.estimator).needs_values:
+            raise ValueError(f"estimator={self.estimator} needs a learned critic, which policy=text does not have: "
                              "use a critic-free estimator (ecpo, gigpo, grpo, ...)")
         if self.model:
             from ecpo_train.policies.text import CONFIG_FILE
@@ -238,10 +238,10 @@ class TrainConfig:
     def estimator_options(self) -> dict[str, Any]:
         """The estimator's own keyword arguments beyond ``CreditConfig`` (``gae_lambda`` for ppo), read from the
         fields of the same name."""
-        return {name: getattr(self, name) for name, _ in estimator_spec(self.algorithm).options}
+        return {name: getattr(self, name) for name, _ in estimator_spec(self.estimator).options}
 
     def credit_hyperparameters(self) -> dict[str, Any]:
-        """The keyword arguments ``compute_advantages`` takes for this algorithm, one by one: every
+        """The keyword arguments ``compute_advantages`` takes for this estimator, one by one: every
         ``CreditConfig`` field plus :meth:`estimator_options`."""
         return dataclasses.asdict(self.credit) | self.estimator_options()
 

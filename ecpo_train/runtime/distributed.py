@@ -46,21 +46,21 @@ def launched_world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
-def check_fsdp_request(fsdp: bool, algorithm: str = "ecpo", policy: str = "llm") -> None:
+def check_fsdp_request(fsdp: bool, estimator: str = "ecpo", policy: str = "llm") -> None:
     """One clear error for an FSDP request this process cannot serve."""
     if fsdp and launched_world_size() < 2:
         raise ValueError(f"fsdp=true needs at least 2 processes, this one runs alone: {LAUNCH_HINT}")
     if fsdp:
-        check_fsdp_run(algorithm, policy)
+        check_fsdp_run(estimator, policy)
 
 
-def check_fsdp_run(algorithm: str, policy: str) -> None:
+def check_fsdp_run(estimator: str, policy: str) -> None:
     """One clear error for a run FSDP cannot shard, before any process starts (``ecpo train --nproc K``)."""
     if policy != "llm":
         raise ValueError("fsdp=true shards a transformers model: set policy=llm")
-    if algorithm in available_estimators(needs_values=True):
-        raise ValueError(f"fsdp=true does not shard a critic yet ({algorithm} needs one): use a critic-free "
-                         "algorithm or one process")
+    if estimator in available_estimators(needs_values=True):
+        raise ValueError(f"fsdp=true does not shard a critic yet ({estimator} needs one): use a critic-free "
+                         "estimator or one process")
 
 
 class ProcessGroupReducer:

@@ -13,7 +13,7 @@ there is one, else start". Every check happens before the folder is touched: a r
 shell (``runtime/run.py``) plans the start under the folder's lock (``ecpo_train.runtime.run_lock``), held while the
 run writes.
 
-A resume may not change what the run is: any key outside ``RESUMABLE_KEYS`` (algorithm, env, model, group
+A resume may not change what the run is: any key outside ``RESUMABLE_KEYS`` (estimator, env, model, group
 size, credit hyperparameters, ...) that differs from the checkpoint's config is refused, naming the key; inside
 ``env_kwargs``, ``lora`` and ``vllm_kwargs`` a key added or dropped is a change too, and a field one config
 lacks (written by another version) is compared with its default. The keys that may change are recorded in

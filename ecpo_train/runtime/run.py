@@ -166,7 +166,7 @@ class Run:
         cfg, engine = self.config, self.engine
         target = cfg.iterations if iterations is None else engine.iteration + int(iterations)
         with Progress(enabled=cfg.progress and engine.writes, total=target, done=engine.iteration,
-                      label=cfg.algorithm) as progress:
+                      label=cfg.estimator) as progress:
             engine.on_phase = progress.phase
             try:
                 if engine.iteration == 0 and cfg.val_every and cfg.val_before_training and not self.history:

@@ -6,7 +6,7 @@ is the run shell's (``runtime/run.py``): ``run.train(Trainer, config)`` or ``ecp
 Each iteration reads top to bottom:
 
     A  rollout   ``collect_rollout``: G groups x N copies of one task each, sampled from pi_old
-    B-D credit   ``compute_advantages(algorithm, ...)``: anchors (B), ECA (C), VarGate (D) -- all inside
+    B-D credit   ``compute_advantages(estimator, ...)``: anchors (B), ECA (C), VarGate (D) -- all inside
                  ``ecpo_train/core/credit/``; the ``ppo`` estimator takes a critic's values (GAE), and the
                  critic is then fitted to its targets
     E  update    ``policy_update``: eq. ecpo_objective (clipped ratio, k3 KL to pi_ref), AdamW
@@ -64,7 +64,7 @@ class Trainer:
         if config.fsdp:
             from ecpo_train.runtime.distributed import DataParallel, check_fsdp_request
 
-            check_fsdp_request(config.fsdp, config.algorithm, config.policy)
+            check_fsdp_request(config.fsdp, config.estimator, config.policy)
             if config.generation_backend == "vllm":
                 raise ValueError("fsdp=true samples with the gathered transformers weights: use "
                                  "generation_backend=transformers")

@@ -27,7 +27,7 @@ UNDECLARED_STEP_LIMIT = 50  # an env whose step limit is not declared (ecpo_gym.
 
 
 def native_update_defaults() -> dict[str, Any]:
-    """``TrainConfig``'s field defaults (group_size, n_groups, algorithm, anchor_key, lr, num_epochs,
+    """``TrainConfig``'s field defaults (group_size, n_groups, estimator, anchor_key, lr, num_epochs,
     mini_batch_size, max_grad_norm, kl_coef, clip_eps, ...): both configs start from them, so a bare LLM config
     trains as the native trainer does."""
     return {f.name: f.default for f in dataclasses.fields(TrainConfig) if f.default is not dataclasses.MISSING}
@@ -51,7 +51,7 @@ class GroupCreditConfig(PPOConfig):
         native = native_update_defaults()
         self.group_size = native["group_size"]
         self.groups_per_batch = native["n_groups"]
-        self.estimator = native["algorithm"]
+        self.estimator = native["estimator"]
         self.credit = CreditConfig()
         self.anchor_key = native["anchor_key"]
         self.text_env_id = None  # the text env id given to environment("ecpo/...")

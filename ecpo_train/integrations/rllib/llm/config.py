@@ -24,7 +24,7 @@ outside the library: ``examples/rllib_candidate``).
 
 from __future__ import annotations
 
-import weakref
+import copy
 from collections.abc import Mapping
 from typing import Any
 
@@ -42,7 +42,8 @@ from ray.rllib.utils import force_list
 from ecpo_train.core.tasks import task_lists
 from ecpo_train.integrations.rllib.base_algorithm import GroupCreditAlgorithm, check_fits_cluster
 from ecpo_train.integrations.rllib.base_config import GroupCreditConfig
-from ecpo_train.integrations.rllib.llm.settings import apply_train_config, has_model, train_config_of
+from ecpo_train.integrations.rllib.llm.settings import apply_train_config, has_model, native_values
+from ecpo_train.runtime.config import TrainConfig, make_config, upgraded
 from ecpo_train.runtime.models import check_model_folder
 
 # RLlib options the LLM path does not run, and what to use instead (validate() refuses a changed one).
@@ -66,8 +67,6 @@ VALIDATION_INSTEAD = ("the LLM path validates on an env runner: training(run_set
                       "and algo.validate() runs it on demand")
 NO_MODEL = ("ECPO trains an LLM: name it with rl_module(model_config={'model': DIR or hub id}) (`ecpo models pull` "
             "fetches one); a classic-RL scorer without a model is the example in examples/rllib_candidate")
-# frozen ECPOConfig -> its TrainConfig, translated once (to_train_config); held no longer than the config
-_TRAIN_CONFIGS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 class ECPOConfig(GroupCreditConfig):
@@ -89,6 +88,9 @@ class ECPOConfig(GroupCreditConfig):
         self.run_settings: dict = {}  # native TrainConfig keys RLlib has no name for (settings.py)
         self.lost_groups = "top_up"  # groups of a lost env runner are re-sampled ("top_up") or refused
         self.max_policy_lag = 0  # 0: lock-step; 1: the runners play the next groups during the update (pipeline.py)
+        # the run's TrainConfig (to_train_config) and the native values it stands for (settings.native_values)
+        self._train_config: TrainConfig | None = None
+        self._train_values: dict[str, Any] | None = None
 
     def training(
         self,
@@ -120,32 +122,39 @@ class ECPOConfig(GroupCreditConfig):
             self.text_env_id = env  # the LLM path plays any registered text env id (an ecpo_gym one, or yours)
         return self
 
-    def to_train_config(self):
-        """The native ``TrainConfig`` of this LLM config (the algorithm, its runners and learners build from it).
+    def to_train_config(self) -> TrainConfig:
+        """The run's native ``TrainConfig``, built once and held by this config: the object
+        :meth:`from_train_config` was given, or the one translated from the RLlib settings (``settings.py``) when
+        first asked for (``validate()`` asks). The algorithm, its runner and learner actors and the module read this
+        object (it travels with the config, and in the module's ``model_config``); none translates again.
 
-        A frozen config (``build_algo`` freezes the algorithm's) is translated once and the same object returned
-        on every later call in this process; an unfrozen one is translated afresh, so later builder calls count.
+        A builder call that changes what the run is (``training(lr=...)``) makes the next call translate afresh;
+        a frozen config (``build_algo`` freezes the algorithm's) returns the object it holds.
         """
-        if not self._is_frozen:
-            return train_config_of(self)
-        train = _TRAIN_CONFIGS.get(self)
-        if train is None:
-            train = _TRAIN_CONFIGS[self] = train_config_of(self)
-        return train
+        if self._is_frozen and self._train_config is not None:
+            return self._train_config
+        values = native_values(self)
+        if self._train_config is None or values != self._train_values:
+            train = make_config(values)
+            if self._is_frozen:  # frozen before anything asked: nothing can be held
+                return train
+            self._train_config, self._train_values = train, copy.deepcopy(values)
+        return self._train_config
 
     @classmethod
-    def from_train_config(cls, train) -> ECPOConfig:
-        """The native run ``train`` (a ``TrainConfig``, e.g. ``load_config("corridor_llm")``) through RLlib."""
-        return apply_train_config(cls(), train)
+    def from_train_config(cls, train: TrainConfig) -> ECPOConfig:
+        """The native run ``train`` (a ``TrainConfig``, e.g. ``load_config("corridor_llm")``) through RLlib; the
+        config holds ``train`` itself as its ``to_train_config()``."""
+        config = apply_train_config(cls(), train)
+        config._train_config, config._train_values = train, copy.deepcopy(native_values(config))
+        return config
 
     def get_default_rl_module_spec(self) -> RLModuleSpec:
-        from ecpo_train.integrations.rllib.llm.module import LEARNER_DEVICE, CausalLMRLModule
-        from ecpo_train.runtime.config import config_dict
+        from ecpo_train.integrations.rllib.llm.module import LEARNER_DEVICE, TRAIN_CONFIG, CausalLMRLModule
 
         learner_device = "cuda" if float(self.num_gpus_per_learner or 0) > 0 else "cpu"
         return RLModuleSpec(module_class=CausalLMRLModule,
-                            model_config={"train_config": config_dict(self.to_train_config()),
-                                          LEARNER_DEVICE: learner_device})
+                            model_config={TRAIN_CONFIG: self.to_train_config(), LEARNER_DEVICE: learner_device})
 
     def get_default_learner_class(self):
         from ecpo_train.integrations.rllib.llm.learner import ECPOLLMLearner
@@ -319,14 +328,14 @@ class ECPO(GroupCreditAlgorithm):
 
         from ecpo_train.integrations.rllib.base_algorithm import _absolute
         from ecpo_train.integrations.rllib.state_files import read_config
-        from ecpo_train.runtime.config import make_config
 
         if filesystem is not None:
             raise ValueError("an ECPO checkpoint is read from a local folder (no filesystem=)")
         folder = _ecpo_checkpoint(Path(_absolute(path)))
         saved = read_config(folder)
         try:
-            config = ECPOConfig.from_train_config(make_config(dict(saved["train_config"])))
+            # (a checkpoint written before a key was renamed is read under its new name)
+            config = ECPOConfig.from_train_config(make_config(upgraded(dict(saved["train_config"]))))
             for key, value in dict(saved.get("rllib") or {}).items():
                 if key not in CHECKPOINT_LAYOUT:
                     raise ValueError(f"unknown layout key {key!r}")

@@ -11,6 +11,10 @@ from ray.rllib.evaluation.postprocessing import Postprocessing
 from ecpo_train.core.batch import TrajectoryBatch
 from ecpo_train.core.iteration import credit_step
 
+# The learner results' key of the credit diagnostics, each under its own name (core.iteration.iteration_metrics
+# names them credit/<name> in the iteration's metrics, for both engines)
+CREDIT_RESULTS = "credit"
+
 
 class StepTableCredit(ConnectorV2):
     """Learner connector of the LLM path: the sampled step-row tables -> ``credit.compute_advantages``.
@@ -20,8 +24,8 @@ class StepTableCredit(ConnectorV2):
     and the run's estimator gives the advantages through the native credit step (``core.iteration.credit_step``,
     on the table's coded rows; on a CUDA learner with the rewards on its device). ``train_config`` is the run's
     ``TrainConfig`` (estimator, credit settings, group size). The batch it returns holds the table and its
-    advantages for the learner's update; the credit diagnostics are logged as ``credit/<name>`` (counts summed
-    over learners, the rest averaged).
+    advantages for the learner's update; the credit diagnostics are logged under :data:`CREDIT_RESULTS` by their
+    own names (counts summed over learners, the rest averaged).
     """
 
     def __init__(self, input_observation_space=None, input_action_space=None, *, train_config: Any,
@@ -47,7 +51,8 @@ class StepTableCredit(ConnectorV2):
             for name, value in diagnostics.items():
                 if np.isscalar(value) and np.isfinite(float(value)):
                     reduce = "sum" if str(name).startswith("num_") else "mean"
-                    metrics.log_value((self.module_id, f"credit/{name}"), float(value), reduce=reduce, window=1)
+                    metrics.log_value((self.module_id, CREDIT_RESULTS, str(name)), float(value), reduce=reduce,
+                                      window=1)
         return batch
 
 

@@ -13,7 +13,7 @@ from ray.rllib.core.learner.torch.torch_learner import TorchLearner
 from ray.rllib.evaluation.postprocessing import Postprocessing
 
 from ecpo_train.core.iteration import shuffle_generator
-from ecpo_train.integrations.rllib.llm.connector import StepTableCredit
+from ecpo_train.integrations.rllib.llm.connector import CREDIT_RESULTS, StepTableCredit
 from ecpo_train.integrations.rllib.llm.module import (
     PROMPT_IDS,
     RESPONSE_IDS,
@@ -24,7 +24,8 @@ from ecpo_train.integrations.rllib.llm.module import (
 )
 from ecpo_train.integrations.rllib.llm.results import log_learner_update
 
-NONZERO_ADVANTAGES = "credit/num_nonzero_advantages"  # summed over learners: 0 = this update cannot move the policy
+NONZERO_ADVANTAGES = "num_nonzero_advantages"  # a credit result; summed over learners: 0 = the update changes nothing
+UPDATE_RESULTS = "update"  # the learner results' key of step E's statistics, each under its own name
 
 
 class ECPOLLMLearner(TorchLearner):
@@ -109,10 +110,10 @@ class ECPOLLMLearner(TorchLearner):
                                 self.get_optimizer(self.module_id), generator, reference=self.reference,
                                 reducer=reducer, logprobs=logprobs)
         self._weights_seq_no += 1
-        self.metrics.log_dict({f"update/{k}": float(v) for k, v in stats.items()}, key=self.module_id, window=1)
+        self.metrics.log_dict({k: float(v) for k, v in stats.items()}, key=(self.module_id, UPDATE_RESULTS), window=1)
         self.metrics.log_value((self.module_id, "num_steps"), float(len(table)), reduce="sum", window=1)
-        self.metrics.log_value((self.module_id, NONZERO_ADVANTAGES), int(np.count_nonzero(self.last_advantages)),
-                               reduce="sum", window=1)
+        self.metrics.log_value((self.module_id, CREDIT_RESULTS, NONZERO_ADVANTAGES),
+                               int(np.count_nonzero(self.last_advantages)), reduce="sum", window=1)
         log_learner_update(self.metrics, self.module_id, stats, len(table), self.train_config.kl_coef)
         self.after_gradient_based_update(timesteps=timesteps or {})
         return self.metrics.reduce()

@@ -21,6 +21,7 @@ WITH_ENTROPY = "with_entropy"
 RESPONSE_MASK = "response_mask"
 TOKEN_LOGP = "token_logp"
 TOKEN_ENTROPY = "token_entropy"
+TRAIN_CONFIG = "train_config"  # model_config's key: the run's TrainConfig, the object ECPOConfig holds
 LEARNER_DEVICE = "learner_device"  # model_config's key: "cuda" where num_gpus_per_learner asks for a GPU, else "cpu"
 # The module's state names a weight ``policy.model.<the Hugging Face name>`` (module -> policy -> model).
 MODEL_PREFIX = "policy.model."
@@ -37,8 +38,9 @@ def token_spaces(vocab_size: int, max_prompt_tokens: int, max_new_tokens: int) -
 class CausalLMRLModule(GroupCreditModule):
     """The native trainer's LLM policy as an RLModule (``self.policy``); forward = ``policy.logprobs``.
 
-    ``model_config["train_config"]`` (a ``TrainConfig`` as a dict; ``ECPOConfig`` puts it there, with the learner's
-    device, ``model_config["learner_device"]``, from ``num_gpus_per_learner``) builds the
+    ``model_config["train_config"]`` (the run's ``TrainConfig``, the object ``ECPOConfig.to_train_config`` holds:
+    RLlib hands a module only its ``model_config``, so the config puts it there, with the learner's device,
+    ``model_config["learner_device"]``, from ``num_gpus_per_learner``) builds the
     policy with ``runtime.builders.build_policy``, exactly as the native trainer does: the generating
     ``TransformersPolicy`` or the ``ScoringPolicy`` (``policy_mode``), its prompts, LoRA adapter and memory
     settings. The forward takes a batch of stored rows, ``{PROMPT_IDS: [...], RESPONSE_IDS: [...]}``, and returns
@@ -61,25 +63,21 @@ class CausalLMRLModule(GroupCreditModule):
 
     def setup(self) -> None:
         from ecpo_train.runtime.builders import build_policy
-        from ecpo_train.runtime.config import make_config
+        from ecpo_train.runtime.config import TrainConfig
 
-        cfg = dict(self.model_config or {})
-        if "train_config" not in cfg:
-            raise ValueError("CausalLMRLModule needs model_config['train_config'] (ECPOConfig.rl_module(model_config="
-                             "{'model': ...}) sets it)")
-        train_config = dict(cfg["train_config"])
-        if not self.inference_only:  # a learner scores stored rows and never generates: no vLLM engine for it
-            train_config["generation_backend"] = "transformers"
-            train_config["vllm_kwargs"] = {}
-            # built where RLlib places the learner (num_gpus_per_learner), not wherever device=auto finds a GPU
-            train_config["device"] = cfg.get(LEARNER_DEVICE, train_config.get("device", "auto"))
-        self.train_config = make_config(train_config)
-        tc = self.train_config
-        engine_only = self.inference_only and tc.generation_backend == "vllm" and not tc.lora
-        # its device: the TrainConfig's, resolved (auto -> cuda|cpu)
-        self.policy = build_policy(tc, transformers_weights=not engine_only)
-        if self.inference_only:  # a runner samples and scores, never trains
+        cfg = self.model_config or {}
+        tc = cfg.get(TRAIN_CONFIG)
+        if not isinstance(tc, TrainConfig):
+            raise ValueError("CausalLMRLModule needs model_config['train_config'], the run's TrainConfig "
+                             "(ECPOConfig.get_default_rl_module_spec puts it there)")
+        self.train_config = tc
+        if self.inference_only:  # a runner samples and scores, never trains; its device: the TrainConfig's
+            engine_only = tc.generation_backend == "vllm" and not tc.lora
+            self.policy = build_policy(tc, transformers_weights=not engine_only)
             self.policy.requires_grad_(False)
+        else:  # a learner scores stored rows and never generates (no vLLM engine for it), on the device RLlib
+            # placed it on (num_gpus_per_learner), not wherever device=auto finds a GPU
+            self.policy = build_policy(tc, cfg.get(LEARNER_DEVICE), generation_backend="transformers")
         self.policy.eval()  # no dropout: the learner scores the very distribution the runner sampled from
         self.temperature = float(self.train_config.rollout_temperature)
 

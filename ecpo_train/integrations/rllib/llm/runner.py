@@ -37,8 +37,7 @@ from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
 from ecpo_train.core.iteration import ENV_SEED_BOUND, seed_streams
 from ecpo_train.core.rollout import training_rollout
 from ecpo_train.core.tasks import training_tasks
-from ecpo_train.integrations.rllib.llm.module import CausalLMRLModule, token_spaces
-from ecpo_train.runtime.config import config_dict
+from ecpo_train.integrations.rllib.llm.module import TRAIN_CONFIG, CausalLMRLModule, token_spaces
 
 # Runner k > 1 samples from seed + RUNNER_SEED_STRIDE * (k - 1): runner 1 (or the driver's) has the run's seed,
 # so one runner reproduces the native trainer; others draw independent streams.
@@ -50,7 +49,8 @@ class LLMEnvRunner(EnvRunner):
 
     def __init__(self, *, config: Any, **kwargs: Any) -> None:
         super().__init__(config=config, **kwargs)
-        self.train_config = self.config.to_train_config()  # (RLlib hands each runner the algorithm's frozen config)
+        # the TrainConfig the algorithm's config holds (RLlib hands each runner that config, frozen)
+        self.train_config = self.config.to_train_config()
         tc = self.train_config
         index = max(1, int(self.worker_index or 0))
         self.seed = tc.seed + RUNNER_SEED_STRIDE * (index - 1)
@@ -62,7 +62,7 @@ class LLMEnvRunner(EnvRunner):
         self.task_ids = training_tasks(tc, self.env_task_ids)
         self.module = CausalLMRLModule(
             observation_space=None, action_space=None, inference_only=True,
-            model_config={"train_config": config_dict(tc)})
+            model_config={TRAIN_CONFIG: tc})
         self.module.eval()
         self.policy = self.module.policy
         self._weights_seq_no = 0

@@ -12,10 +12,11 @@ The RLlib spelling of an LLM run (``docs/rllib.md``):
 - ``training(run_settings={...})``: native keys RLlib has no name for (validation, micro-batching, the
   rollout temperature, ``run_dir``), by their ``TrainConfig`` names.
 
-:func:`train_config_of` turns an ECPOConfig into the ``TrainConfig`` the env runners and the learner build
+:func:`native_values` reads an ECPOConfig as the ``TrainConfig`` values the env runners and the learner build
 their policy from (``runtime.builders.build_policy``: the native trainer's policy classes, scoring included),
 and :func:`apply_train_config` is the inverse, so ``ECPOConfig.from_train_config(load_config("corridor_llm"))``
-is the native preset run through RLlib.
+is the native preset run through RLlib. The ``ECPOConfig`` builds and holds the one ``TrainConfig`` it stands
+for (``ECPOConfig.to_train_config``): the actors read that object, none translates again.
 """
 
 from __future__ import annotations
@@ -23,14 +24,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ecpo_train.runtime.config import TrainConfig, config_dict, make_config
+from ecpo_train.runtime.config import TrainConfig, config_dict
 
 # Native TrainConfig keys that live in rl_module(model_config=...): what the policy is and how it prompts.
 MODEL_KEYS = ("model", "policy", "policy_mode", "dtype", "lora", "prompt_style", "history_length", "max_prompt_length",
               "max_response_length", "gradient_checkpointing", "mixed_precision", "generation_backend",
               "vllm_kwargs", "device")
 # Native key -> the ECPOConfig attribute RLlib's own methods set (training(), debugging(seed=...)).
-RLLIB_NAMES = {"group_size": "group_size", "n_groups": "groups_per_batch", "algorithm": "estimator",
+RLLIB_NAMES = {"group_size": "group_size", "n_groups": "groups_per_batch", "estimator": "estimator",
                "anchor_key": "anchor_key", "lr": "lr", "clip_eps": "clip_param", "entropy_coef": "entropy_coeff",
                "num_epochs": "num_epochs", "seed": "seed"}
 # Native keys spelled neither way: they ride in training(run_settings=...).
@@ -48,8 +49,9 @@ def has_model(config: Any) -> bool:
     return isinstance(model_config, dict) and bool(model_config.get("model"))
 
 
-def train_config_of(config: Any) -> TrainConfig:
-    """The ``TrainConfig`` an LLM ``ECPOConfig`` stands for (range-checked like a native preset)."""
+def native_values(config: Any) -> dict[str, Any]:
+    """The run an LLM ``ECPOConfig`` stands for as ``TrainConfig`` keys and values, not yet checked
+    (``ECPOConfig.to_train_config`` builds the ``TrainConfig`` from them)."""
     model_config = dict(config._model_config)
     unknown = sorted(set(model_config) - set(MODEL_KEYS))
     if unknown:
@@ -68,11 +70,11 @@ def train_config_of(config: Any) -> TrainConfig:
     values["kl_coef"] = float(config.kl_coeff) if config.use_kl_loss else 0.0
     values["mini_batch_size"] = int(config.minibatch_size) if config.minibatch_size else WHOLE_BATCH
     values["max_grad_norm"] = float(config.grad_clip) if config.grad_clip else NO_CLIP
-    return make_config(values)
+    return values
 
 
 def apply_train_config(config: Any, train: TrainConfig) -> Any:
-    """Set an ``ECPOConfig`` to the run ``train`` describes (the inverse of :func:`train_config_of`)."""
+    """Set an ``ECPOConfig`` to the run ``train`` describes (the inverse of :func:`native_values`)."""
     if train.policy not in ("llm", "text"):
         raise ValueError(f"the RLlib engine trains an LLM or text policy; this config has policy={train.policy!r} "
                          "(the tabular policy trains natively)")
@@ -85,7 +87,7 @@ def apply_train_config(config: Any, train: TrainConfig) -> Any:
     config.environment(train.env_id, env_config={"env_kwargs": dict(train.env_kwargs)})
     config.rl_module(model_config={name: values[name] for name in MODEL_KEYS})
     config.training(
-        group_size=train.group_size, groups_per_batch=train.n_groups, estimator=train.algorithm,
+        group_size=train.group_size, groups_per_batch=train.n_groups, estimator=train.estimator,
         credit=dataclasses.asdict(train.credit), anchor_key=train.anchor_key, lr=train.lr, clip_param=train.clip_eps,
         entropy_coeff=train.entropy_coef, num_epochs=train.num_epochs, use_kl_loss=train.kl_coef > 0,
         kl_coeff=train.kl_coef, minibatch_size=None if train.mini_batch_size >= WHOLE_BATCH else train.mini_batch_size,

@@ -19,7 +19,8 @@ import numpy as np
 import ray
 
 from ecpo_train.core.iteration import Learned, Sampled, UpdatePlan, run_iteration
-from ecpo_train.integrations.rllib.llm.learner import NONZERO_ADVANTAGES
+from ecpo_train.integrations.rllib.llm.connector import CREDIT_RESULTS
+from ecpo_train.integrations.rllib.llm.learner import NONZERO_ADVANTAGES, UPDATE_RESULTS
 from ecpo_train.integrations.rllib.llm.results import log_iteration
 from ecpo_train.integrations.rllib.llm.sampler import RunnerPoolSampler
 
@@ -64,18 +65,17 @@ def llm_training_step(algo: Any) -> dict[str, float]:
 def _learner_value(result: Any, key: str) -> float:
     from ray.rllib.core import DEFAULT_MODULE_ID
 
-    value = result.get(DEFAULT_MODULE_ID, {}).get(key, 0.0)
+    value = result.get(DEFAULT_MODULE_ID, {}).get(CREDIT_RESULTS, {}).get(key, 0.0)
     return float(value.peek() if hasattr(value, "peek") else value)
 
 
 def learner_metrics(results: list[Any]) -> tuple[dict[str, float], dict[str, float]]:
-    """The learners' credit diagnostics and update statistics (logged as ``credit/...``, ``update/...``) as two
-    dicts of floats under their own names."""
+    """The learners' credit diagnostics and update statistics (their results' ``credit`` and ``update`` keys) as two
+    dicts of floats under their own names (``iteration_metrics`` names them ``credit/...``, ``update/...``)."""
     from ray.rllib.core import DEFAULT_MODULE_ID
-    parts: dict[str, dict[str, float]] = {"credit/": {}, "update/": {}}
     module = results[0].get(DEFAULT_MODULE_ID, {}) if results else {}
-    for key, value in module.items():
-        for prefix, part in parts.items():
-            if key.startswith(prefix):  # a Stats object, or its value
-                part[key[len(prefix):]] = float(value.peek() if hasattr(value, "peek") else value)
-    return parts["credit/"], parts["update/"]
+
+    def floats(part: str) -> dict[str, float]:  # each a Stats object, or its value
+        return {name: float(v.peek() if hasattr(v, "peek") else v) for name, v in module.get(part, {}).items()}
+
+    return floats(CREDIT_RESULTS), floats(UPDATE_RESULTS)
