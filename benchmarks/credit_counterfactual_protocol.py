@@ -156,10 +156,12 @@ def make_checkpoints(arm: dict[str, Any], folder: Path, seed: int = 0, log: Any 
     (:func:`supervised_step` at ``arm["reach_lr"]`` until the target, then AdamW's moments are cleared and
     ``arm["settle"]`` GRPO iterations rebuild them, so that the measured update continues GRPO's optimiser and
     not the supervised steps' momentum; the saved concentration is the one measured after them)."""
+    from ecpo_train.runtime.run import open_run
     from ecpo_train.runtime.trainer import Trainer
 
     folder.mkdir(parents=True, exist_ok=True)
-    trainer = Trainer(arm_config(arm, str(folder / "train"), seed))
+    run = open_run(Trainer, arm_config(arm, str(folder / "train"), seed), overwrite=True)  # (this search's own folder)
+    trainer = run.engine
     env = _probe_env(arm)
     good = good_doors(env)
     supervised = arm.get("reach", "grpo") == "supervised"
@@ -173,27 +175,26 @@ def make_checkpoints(arm: dict[str, Any], folder: Path, seed: int = 0, log: Any 
             + (f", after {steps} supervised steps" if supervised else ""))
         targets.pop(0)
 
-    try:
-        with contextlib.redirect_stderr(io.StringIO()):
-            while targets and max(steps, trainer.iteration) < arm["max_iterations"]:
-                if not supervised:
-                    trainer.train_iteration()
-                    level = concentration(trainer.policy, env, good, arm["env_id"])
-                    if trainer.iteration % 10 == 0:
-                        log(f"  GRPO iteration {trainer.iteration}: mean pi(good) = {level:.3f}")
-                    while targets and level >= targets[0]:
-                        save(level)
-                    continue
-                supervised_step(trainer, env, good, arm["env_id"], arm.get("reach_lr"))
-                steps += 1
-                level = concentration(trainer.policy, env, good, arm["env_id"])
-                if level >= targets[0]:  # settle, then save whatever concentration the settling left
-                    trainer.optimizer.state.clear()  # no supervised momentum may carry into the GRPO steps
-                    for _ in range(int(arm.get("settle", 0))):
-                        trainer.train_iteration()
-                    save(concentration(trainer.policy, env, good, arm["env_id"]))
-    finally:
-        trainer.close()
+    def reached(_: dict[str, float]) -> bool:  # the run shell's stop hook: after each GRPO iteration
+        level = concentration(trainer.policy, env, good, arm["env_id"])
+        if trainer.iteration % 10 == 0:
+            log(f"  GRPO iteration {trainer.iteration}: mean pi(good) = {level:.3f}")
+        while targets and level >= targets[0]:
+            save(level)
+        return not targets
+
+    with run, contextlib.redirect_stderr(io.StringIO()):
+        if not supervised:
+            run.train(arm["max_iterations"], stop=reached)
+        while supervised and targets and steps < arm["max_iterations"]:
+            supervised_step(trainer, env, good, arm["env_id"], arm.get("reach_lr"))
+            steps += 1
+            level = concentration(trainer.policy, env, good, arm["env_id"])
+            if level >= targets[0]:  # settle, then save whatever concentration the settling left
+                trainer.optimizer.state.clear()  # no supervised momentum may carry into the GRPO steps
+                if int(arm.get("settle", 0)):
+                    run.train(int(arm["settle"]))
+                save(concentration(trainer.policy, env, good, arm["env_id"]))
     for target in targets:
         log(f"  target pi(good) = {target} not reached in {arm['max_iterations']} iterations")
     return saved
