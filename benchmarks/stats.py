@@ -21,7 +21,8 @@ that number to mean anything, and the report says "no MDE (n seeds)" instead.
 Paired binary outcomes (one validation episode before and after training, or under two methods) are not
 t-tested: where few episodes change, the t-interval over the mostly-zero differences is too narrow. Their
 interval is Tango's unconditional score interval (:func:`paired_binary`), their test McNemar's exact one, their
-power Connor's unconditional one (:func:`mcnemar_pairs_needed`, :func:`mcnemar_mde`); where validation repeats
+power the exact one of the unconditional design (:func:`mcnemar_power`, :func:`mcnemar_mde`; Connor's formula,
+:func:`mcnemar_pairs_needed`, plans a sample size); where validation repeats
 tasks, the interval clustered by task stands beside it (:func:`clustered`). These cover the validation's draws
 for the policies trained, not the variance from one training run to another.
 """
@@ -390,19 +391,39 @@ def mcnemar_pairs_needed(diff: float, discordant_share: float, alpha: float = AL
     return float((z_a * math.sqrt(discordant_share) + z_b * math.sqrt(discordant_share - diff**2)) ** 2 / diff**2)
 
 
+def mcnemar_power(diff: float, n: float, discordant_share: float, alpha: float = ALPHA) -> float:
+    """The exact power of ``n`` independent pairs (rounded to a whole number), a share ``discordant_share`` (psi)
+    of which changes, to detect a true difference ``diff`` of paired success rates at two-sided level ``alpha``:
+    the probability that Tango's interval excludes 0. It excludes 0 exactly when McNemar's score statistic does,
+    ``|gained - lost| > z sqrt(gained + lost)`` (Tango's statistic at delta 0), so the power is a sum over the
+    unconditional design: changed pairs ``k ~ Binomial(n, psi)``, gains among them ``~ Binomial(k, (psi + diff) /
+    (2 psi))``. NaN outside ``0 < |diff| <= psi <= 1``."""
+    n = int(round(n))
+    if not (n >= 1 and 0 < abs(diff) <= discordant_share <= 1):
+        return float("nan")
+    z = float(stats.norm.ppf(1 - alpha / 2))
+    k = np.arange(n + 1)
+    weight = stats.binom.pmf(k, n, discordant_share)
+    gain = (discordant_share + abs(diff)) / (2 * discordant_share)
+    above = np.floor((k + z * np.sqrt(k)) / 2)  # more gains than this (or fewer than ``below``) is a detection
+    below = np.ceil((k - z * np.sqrt(k)) / 2) - 1
+    detected = stats.binom.sf(above, k, gain) + np.where(below >= 0, stats.binom.cdf(below, k, gain), 0.0)
+    return float(np.sum(weight * detected))
+
+
 def mcnemar_mde(n: float, discordant_share: float, alpha: float = ALPHA, power: float = POWER) -> float:
     """The minimum detectable effect of ``n`` pairs: the smallest true difference of paired success rates that a
     validation of ``n`` independent pairs, a share ``discordant_share`` of which changes, detects (its interval
-    excludes 0) with probability ``power`` at two-sided level ``alpha``, in the unconditional design of
-    :func:`mcnemar_pairs_needed` (inverted numerically: the pairs needed fall as the difference grows). It speaks
-    of validation draws for the policies trained, not of a second training run. NaN when nothing changes, or
-    when even a difference of psi (every changing pair one way) needs more pairs."""
+    excludes 0) with probability ``power`` at two-sided level ``alpha``, by the exact power of the unconditional
+    design (:func:`mcnemar_power`; Connor's normal approximation, :func:`mcnemar_pairs_needed`, under-powers it by
+    a few points). It speaks of validation draws for the policies trained, not of a second training run. NaN when
+    nothing changes, or when even a difference of psi (every changing pair one way) is detected less often."""
     if not (n >= 1 and 0 < discordant_share <= 1):
         return float("nan")
-    needed = lambda d: mcnemar_pairs_needed(d, discordant_share, alpha, power) - n
-    if needed(discordant_share) > 0:
+    short = lambda d: mcnemar_power(d, n, discordant_share, alpha) - power
+    if short(discordant_share) < 0:
         return float("nan")
-    return float(optimize.brentq(needed, 1e-9, discordant_share, xtol=1e-10))
+    return float(optimize.brentq(short, 1e-9, discordant_share, xtol=1e-10))
 
 
 def mde_from_none_won(n: int, alpha: float = ALPHA, power: float = POWER) -> tuple[int, float]:

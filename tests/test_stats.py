@@ -161,15 +161,32 @@ def test_pairs_needed_for_two_points_when_twelve_percent_change(ps):
     by_hand = (1.959964 * math.sqrt(0.12) + 0.841621 * math.sqrt(0.1196)) ** 2 / 0.0004
     assert ps.mcnemar_pairs_needed(0.02, 0.12) == pytest.approx(by_hand, rel=1e-5)
     assert round(ps.mcnemar_pairs_needed(0.02, 0.12)) == 2352
-    # the MDE is its inverse: 2352.3 pairs at psi 0.12 detect 2 points
-    assert ps.mcnemar_mde(by_hand, 0.12) == pytest.approx(0.02, rel=1e-4)
+    # the exact MDE of that many pairs (ps.mcnemar_power): the formula plans them within a fraction of a point
+    assert ps.mcnemar_mde(by_hand, 0.12) == pytest.approx(0.02, rel=0.01)
     # impossible differences (more than every changing pair one way) need no finite number of pairs
     assert math.isnan(ps.mcnemar_pairs_needed(0.2, 0.12))
     assert math.isnan(ps.mcnemar_mde(96, 0.0))
-    # 7 of 96 changed: even all 7 one way (d = psi = 0.073) needs (1.96 sqrt(.073) + 0.84 sqrt(.0677))^2 / .0053
-    # ~ 105 pairs > 96, so no difference has 80 % power here
-    few = ps.paired_binary(4, 3, 96)
-    assert math.isnan(ps.detectable(few)) and ps.mde_text(few | {"mde": float("nan")}) == "no MDE (7 of 96 changed)"
+    # 3 of 96 changed: even all changing pairs one way (d = psi = 1/32) is detected only where 4 or more change
+    # (|b - c| > 1.96 sqrt(b + c) needs b + c >= 4), P(Binomial(96, 1/32) >= 4) = 0.35: no MDE
+    few = ps.paired_binary(2, 1, 96)
+    assert ps.mcnemar_power(1 / 32, 96, 1 / 32) == pytest.approx(stats.binom.sf(3, 96, 1 / 32), rel=1e-12)
+    assert math.isnan(ps.detectable(few)) and ps.mde_text(few | {"mde": float("nan")}) == "no MDE (3 of 96 changed)"
+
+
+def test_the_exact_mcnemar_power_is_the_sum_over_every_table(ps):
+    """``mcnemar_power`` by brute force: every (gained, lost) table of n = 40 pairs under the multinomial, a
+    detection where Tango's interval excludes 0; and the MDE is where that exact power is 80 %."""
+    n, psi, diff = 40, 0.3, 0.15
+    probs = [(psi + diff) / 2, (psi - diff) / 2, 1 - psi]
+    total = 0.0
+    for b in range(n + 1):
+        for c in range(n + 1 - b):
+            low, high = ps.tango(b, c, n)
+            if low > 0 or high < 0:
+                total += stats.multinomial.pmf([b, c, n - b - c], n, probs)
+    assert ps.mcnemar_power(diff, n, psi) == pytest.approx(total, rel=1e-9)
+    mde = ps.mcnemar_mde(n, psi)
+    assert ps.mcnemar_power(mde, n, psi) == pytest.approx(0.80, abs=1e-8)
 
 
 def test_paired_outcomes_use_tango_newcombe_and_mcnemar_mde(ps):
