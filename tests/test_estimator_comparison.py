@@ -7,6 +7,7 @@ import json
 import math
 
 import numpy as np
+import pytest
 
 from benchmarks import estimator_comparison as ec
 from benchmarks.stats import mde, seeds_for_mde
@@ -34,3 +35,33 @@ def test_verdicts_are_holms_on_the_paired_difference():
     assert table["better"]["corridor"]["verdict"] == "better" and table["better"]["corridor"]["m"] == 2
     assert table["same"]["corridor"]["verdict"] == "no difference shown"
     assert table["gigpo_std"]["corridor"]["reference"]
+
+
+def test_the_real_alfworld_columns_seed_count_is_its_pilots_by_the_same_rule():
+    """The alfworld_text column's pilot is the registered alfworld_text study: the SD of each arm it ran minus
+    GiGPO w/std over its 5 seeds, then the corridor's rule (the floor of 10 where fewer seeds would do)."""
+    protocol = ec.load_protocol()
+    count = ec.alfworld_pilot_seed_count(protocol)
+    study = json.loads((ec.RESULTS / "alfworld_text.json").read_text())
+    success = {arm: [part["seeds"][str(s)]["by_type"]["All"] for s in range(1, 6)] for arm, part in study["arms"].items()}
+    by_hand = np.std(np.subtract(success["ecpo"], success["gigpo_std"]), ddof=1)
+    assert count["sd"]["alfworld_text|ecpo"] == pytest.approx(by_hand)
+    assert count["seeds"] == ec.testbed(protocol, "alfworld_text")["seeds"] == 10
+    assert ec.program_seeds(ec.testbed(protocol, "alfworld_text")) == list(range(101, 111))
+    assert json.loads(ec.ALFWORLD_PILOT_JSON.read_text())["seeds"] == count["seeds"]
+
+
+def test_a_program_testbeds_runs_are_read_from_its_leaderboard_logs():
+    """``program_runs`` reads each (arm, seed) from its valid_seen episode log (here the pilot study's raw logs,
+    seeds 1-5): the share of the warm start's games won, the cells ``compare`` pairs by seed."""
+    protocol = ec.load_protocol() | {"arms": ["grpo", "gigpo_std", "ecpo"]}
+    bed = ec.testbed(protocol, "alfworld_text") | {"seeds": 5, "seed_offset": 0}
+    protocol["testbeds"] = [bed]
+    runs = ec.program_runs(protocol, "alfworld_text", ec.RESULTS / "raw" / "alfworld_text")
+    study = json.loads((ec.RESULTS / "alfworld_text.json").read_text())
+    assert {(r["method"], r["seed"]): r["final_success"] for r in runs} == {
+        (arm, int(s)): part["by_type"]["All"] for arm, entry in study["arms"].items()
+        for s, part in entry["seeds"].items()}
+    table = ec.compare(runs, protocol)
+    assert table["ecpo"]["alfworld_text"]["diff"] == pytest.approx(
+        study["comparisons"]["ecpo - gigpo_std"]["diff"])
