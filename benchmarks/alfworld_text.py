@@ -86,7 +86,9 @@ def finished_iterations(run_dir: Path) -> int:
 def train_arm(out: Path, warm: Path, arm: str, seed: int, iterations: int) -> Path:
     run_dir = out / "runs" / f"{arm}-s{seed}"
     if finished_iterations(run_dir) < iterations:
-        resume = ["--resume"] if (run_dir / "checkpoint.pt").is_file() else []
+        # a checkpoint: continue it; a run stopped before its first checkpoint: start it over (the same seed plays
+        # the same iterations again); nothing there: start
+        resume = ["--resume"] if (run_dir / "checkpoint.pt").is_file() else ["--overwrite"] if run_dir.is_dir() else []
         ecpo("train", "--config", PRESET, *resume, f"model={warm}", f"estimator={arm}", f"seed={seed}",
              f"run_dir={run_dir}", f"iterations={iterations}", "threads=1", "progress=false",
              log=out / "logs" / f"{arm}-s{seed}.log")
