@@ -233,10 +233,17 @@ class Run:
                 self.log.close()
         if self.log is None or not self._trained:
             return
-        from ecpo_train.runtime.checkpoint_io import checkpoint_size
-        from ecpo_train.runtime.plotting import plot_run
+        import importlib.util
 
-        plot_run(self.run_dir)
+        from ecpo_train.runtime.checkpoint_io import checkpoint_size
+
+        if importlib.util.find_spec("matplotlib") is None:  # (a GPU machine may carry only what training needs)
+            print(f"note: matplotlib is not installed, so no curves.png: `ecpo plot {self.run_dir}` draws them "
+                  "where it is", file=sys.stderr)
+        else:
+            from ecpo_train.runtime.plotting import plot_run
+
+            plot_run(self.run_dir)
         if self.checkpoint.exists() and self.config.progress:
             print(f"checkpoint: {self.checkpoint} ({checkpoint_size(self.checkpoint)})", file=sys.stderr)
 
