@@ -65,9 +65,11 @@ def test_paired_comparison_counts_gained_and_lost_episodes(tmp_path):
     assert out["paired_gain"] == pytest.approx(4 / 12)
     # Tango's unconditional score interval of the 5 gained, 1 lost of 12 (bench_stats.tango)
     assert out["paired_gain_tango95"] == [round(x, 4) for x in bench_stats.tango(5, 1, 12)]
-    # half the 12 episodes changed; even all 6 one way (d = 0.5) needs (1.96 sqrt(.5) + 0.84 sqrt(.25))^2 / .25 ~ 13
-    # pairs for 80 % power, so 12 episodes have no MDE
-    assert out["changed_share"] == 0.5 and out["paired_mde80"] is None
+    # half the 12 episodes changed: the exact power of the unconditional design (bench_stats.mcnemar_power) reaches
+    # 80 % at a difference of 0.468 (Connor's normal formula would ask ~13 pairs even for 0.5 and give none)
+    assert out["changed_share"] == 0.5
+    assert out["paired_mde80"] == pytest.approx(0.4684, abs=1e-4)
+    assert bench_stats.mcnemar_power(out["paired_mde80"], 12, 0.5) == pytest.approx(0.80, abs=1e-3)
 
 
 def test_restat_rewrites_a_stored_summarys_paired_block_from_its_counts(tmp_path):
