@@ -74,6 +74,13 @@ def test_a_refused_start_in_a_new_folder_creates_nothing(tmp_path):
     assert not (tmp_path / "api").exists()
 
 
+def test_resume_to_fewer_iterations_than_the_checkpoint_holds_is_refused_and_changes_nothing(finished_run):
+    """The run shell checks the loaded engine's iteration against ``iterations`` before the first write."""
+    before = folder_hash(finished_run)
+    refused(train(finished_run, "iterations=2", "--resume"), "iterations=2", "checkpoint's iteration 3")
+    assert folder_hash(finished_run) == before
+
+
 def test_resume_with_a_damaged_checkpoint_changes_nothing(finished_run):
     (finished_run / "checkpoint.pt").write_bytes(b"\x80\x04not a checkpoint")
     before = folder_hash(finished_run)
