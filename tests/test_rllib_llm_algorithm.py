@@ -113,7 +113,7 @@ def test_two_runners_are_the_native_update_on_their_own_sampling_streams(tiny_mo
     the native credit and update) gives the same rows, the same advantages and the same update: several runners
     change which random draws a run makes, not what the algorithm does with them."""
     from ecpo_train.core.credit import compute_advantages
-    from ecpo_train.core.iteration import Sampled, update_plan
+    from ecpo_train.core.iteration import update_plan
     from ecpo_train.integrations.rllib.llm.runner import RUNNER_SEED_STRIDE
     from ecpo_train.runtime.trainer import Trainer
 
@@ -126,7 +126,7 @@ def test_two_runners_are_the_native_update_on_their_own_sampling_streams(tiny_mo
     batch = replay_runner_sampling(trainer.policy, cfg, task_ids, env_seed, runner_seeds)
     advantages, _ = compute_advantages(cfg.estimator, rows=batch, credit=cfg.credit, **cfg.estimator_options())
     plan = update_plan(cfg, trainer.rng, [batch], shards=1)
-    stats = trainer.learner.learn(Sampled([batch], {}, {}), plan, trainer.rng).update  # the native steps B-E
+    stats = trainer.learner.learn(plan, trainer.rng).update  # the native steps B-E
     trainer.close()
 
     algo = algo_for(values, num_env_runners=2)

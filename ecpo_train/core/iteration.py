@@ -6,7 +6,7 @@ engine hands it only a *sampler* and a *learner*.
               trainer's env group and its FSDP share; the RLlib runner pool, topped up and pipelined)
     plan      ``update_plan``: step E's row shuffle and the rows it updates on (the equal-return filter), drawn
               once here from the run's generator, whatever the number of learners
-    credit    ``learner.learn(sampled, plan)``: steps B-D, ``credit_step`` (the estimator's advantage of every
+    credit    ``learner.learn(plan, rng)``: steps B-D, ``credit_step`` (the estimator's advantage of every
     update    step row) where the learner's tensors are, then step E, ``runtime.builders.update_on_table``, on the
               plan's rows in the plan's order (the native update; RLlib's ``learner_group.update``)
     sync      ``sampler.sync``: the sampler's policy gets the new weights (vLLM engine, env runners)
@@ -100,8 +100,8 @@ class Sampler(Protocol):
 class Learner(Protocol):
     shards: int  # how many learners update a share of the rows each (FSDP processes, RLlib learners)
 
-    def learn(self, sampled: Sampled, plan: UpdatePlan, rng: np.random.Generator) -> Learned:
-        """Steps B-E on ``plan.tables`` (``sampled``'s): credit, then the update on the plan's rows, shuffled as
+    def learn(self, plan: UpdatePlan, rng: np.random.Generator) -> Learned:
+        """Steps B-E on ``plan.tables`` (the sampled rows): credit, then the update on the plan's rows, shuffled as
         ``plan.shuffle`` says. ``rng``: the run's generator, for a learner that draws more (PPO's critic fit)."""
 
 
@@ -118,7 +118,7 @@ def run_iteration(config: Any, iteration: int, rng: np.random.Generator, pool: S
     started = time.perf_counter()
     sampled = sampler.sample(lambda k: draw_iteration(config, pool, rng, k), iteration)
     plan = update_plan(config, rng, sampled.tables, learner.shards)
-    learned = learner.learn(sampled, plan, rng)
+    learned = learner.learn(plan, rng)
     sync_seconds = sampler.sync()
     if speaks and sampled.num_rows and not learned.nonzero_advantages:
         warn_if_no_signal(sampled.metrics, iteration + 1)

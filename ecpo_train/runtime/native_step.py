@@ -86,7 +86,7 @@ class PolicyLearner:
         self.critic, self.critic_optimizer, self.dp, self.phase = critic, critic_optimizer, dp, phase
         self.shards = dp.world_size if dp is not None else 1
 
-    def learn(self, sampled: Sampled, plan: UpdatePlan, rng: np.random.Generator) -> Learned:
+    def learn(self, plan: UpdatePlan, rng: np.random.Generator) -> Learned:
         cfg, dp, critic = self.config, self.dp, self.critic
         (batch,) = plan.tables
         # Steps B-D: anchors, ECA, VarGate -> one advantage per step row (or PPO's GAE on the critic's values)

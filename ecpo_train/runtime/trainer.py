@@ -14,8 +14,8 @@ Each iteration reads top to bottom:
 
 The data flows one way: env -> ``collect_rollout`` -> ``TrajectoryBatch`` -> ``credit.compute_advantages`` ->
 ``loss.policy_update`` -> policy. Hyperparameters: ``ecpo_train.runtime.config.TrainConfig`` (presets in
-``ecpo_train/runtime/configs/*.yaml``). The run folder (``config.yaml``, ``metrics.jsonl``, ``checkpoint.pt``,
-...) is written through ``ecpo_train.runtime.run_dir``, as the RLlib engine's is.
+``ecpo_train/runtime/configs/*.yaml``). The run folder (``config.yaml``, ``metrics.jsonl``, ...) is the run
+shell's to write; this engine writes only its checkpoint (``save``).
 """
 
 from __future__ import annotations
@@ -59,7 +59,6 @@ class Trainer:
 
     def __init__(self, config: TrainConfig) -> None:
         self.config = config
-        self.run_dir = Path(config.run_dir)
         self.dp: Any = None  # ecpo_train.runtime.distributed.DataParallel under fsdp=true
         if config.fsdp:
             from ecpo_train.runtime.distributed import DataParallel, check_fsdp_request

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import ray
 
-from ecpo_train.core.iteration import Learned, Sampled, UpdatePlan, run_iteration
+from ecpo_train.core.iteration import Learned, UpdatePlan, run_iteration
 from ecpo_train.integrations.rllib.llm.connector import CREDIT_RESULTS
 from ecpo_train.integrations.rllib.llm.learner import NONZERO_ADVANTAGES, UPDATE_RESULTS
 from ecpo_train.integrations.rllib.llm.results import log_iteration
@@ -34,7 +34,7 @@ class LearnerGroupLearner:
         self.shards = max(1, int(algo.config.num_learners))
         self.results: list[Any] = []
 
-    def learn(self, sampled: Sampled, plan: UpdatePlan, rng: np.random.Generator) -> Learned:
+    def learn(self, plan: UpdatePlan, rng: np.random.Generator) -> Learned:
         algo, config, shuffle = self.algo, self.algo.config, plan.shuffle
         started = time.perf_counter()
         per_group = [g for table in plan.tables for g in table.by_group()]  # a group never straddles learners
