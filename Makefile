@@ -28,8 +28,11 @@ venv-dev: $(VENV)/.installed-dev
 demo: venv
 	$(VENV)/bin/ecpo demo
 
+# The suite runs on TEST_WORKERS processes (pytest-xdist; work stealing keeps both busy to the end), each torch
+# on one thread so that the workers do not oversubscribe the cores: about 20 minutes on 2 cores, slow tests included.
+TEST_WORKERS ?= 2
 test: venv-dev
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -111,10 +111,12 @@ def ledger(rows: Sequence[Mapping[str, Any]], table: Mapping[str, Any] | None = 
                          f"{row['n']} | {shown} | {verdict(row)} | [{Path(row['source']).name}](../{row['source']}) |")
         lines.append("")
     if table is not None:
-        seeds = f"{table['seeds']} seeds an arm" if table["seeds"] else "the seed count from its pilot"
+        seeds = ", ".join(f"{count} seeds an arm on {name}" if count else f"{name}: the seed count from its pilot"
+                          for name, count in table["seeds"].items())
         lines += ["## Step-credit estimators under one protocol (issue 57)", "",
-                  ("Registered in `benchmarks/estimator_comparison.yaml` before its runs (" + seeds + ", N = 8, final "
-                   "exact success); each cell is the arm minus GiGPO w/std, paired by seed, with Holm over the "
+                  ("Registered in `benchmarks/estimator_comparison.yaml` before its runs (" + seeds + ", N = 8; the "
+                   "endpoint: the final policy's exact success on the corridor, its share of the 140 valid_seen games "
+                   "won on alfworld_text); each cell is the arm minus GiGPO w/std, paired by seed, with Holm over the "
                    f"testbed's comparisons and the exact-power MDE beside a null. Source: [{table['source']}]"
                    f"(../benchmarks/results/{table['source']})."), "", *estimator_lines(table), ""]
     return "\n".join(lines)

@@ -434,7 +434,8 @@ def estimator_table() -> dict[str, Any]:
                 beside = f" (MDE {part['mde']:.3f})" if not part["holm_significant"] and part.get("mde") else ""
                 cells.append(f"{part['diff']:+.3f} [{part['low']:+.3f}, {part['high']:+.3f}]: {part['verdict']}{beside}")
         rows.append((arm, cells))
-    return {"testbeds": testbeds, "rows": rows, "seeds": protocol.get("seeds"), "source": RESULT_JSON.name}
+    seeds = {t["name"]: t.get("seeds", protocol.get("seeds")) for t in protocol["testbeds"] if "status" not in t}
+    return {"testbeds": testbeds, "rows": rows, "seeds": seeds, "source": RESULT_JSON.name}
 
 
 def _memory(memory: Mapping[str, Any], model: str, setting: str) -> float:

@@ -29,6 +29,12 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.skip(NO_DATA)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests marked ``slow`` first, in their order: on several workers (``make test``) the long ones start early
+    and the short ones fill the end, so that no worker waits alone on a long test at the close."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     """The benchmark data folder; the test is skipped where ``$ECPO_DATA_DIR`` is unset."""

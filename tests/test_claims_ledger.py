@@ -140,6 +140,9 @@ def test_the_estimator_table_has_a_row_per_estimator_and_a_column_per_testbed():
     assert [arm for arm, _ in table["rows"]] == protocol["arms"]
     assert table["testbeds"] == [t["name"] for t in protocol["testbeds"]]
     assert all(len(cells) == len(table["testbeds"]) for _, cells in table["rows"])
+    # each run testbed with its own seed count (the corridor's 94 from its pilot, real ALFWorld's 10)
+    text = claims_ledger.ledger([], table)
+    assert f"{protocol['seeds']} seeds an arm on corridor" in text and "10 seeds an arm on alfworld_text" in text
     lines = claims_ledger.estimator_lines(table)
     readme = claims_ledger.README.read_text()
     assert claims_ledger.ESTIMATORS_HEAD in readme and all(line in readme for line in lines)
