@@ -303,13 +303,13 @@ def test_kill_9_during_extraction_leaves_no_staging_folder_for_good(tmp_path):
     root.mkdir()
     archive = write_split_archive(root, "valid_seen", 140)
     cache = tmp_path / "cache"
-    script = ("import sys; sys.path.insert(0, sys.argv[3]); from fault_injection import _hook; "
+    script = ("import sys; from fault_injection import _hook; "
               "from pathlib import Path; from ecpo_gym.alfworld.game_files import extracted_archive; "
               "sys.setprofile(_hook('game.tw-pddl', 'kill')); "
               "extracted_archive(Path(sys.argv[1]), cache_dir=sys.argv[2], split='valid_seen')")
     tests = Path(__file__).parent
-    done = subprocess.run([sys.executable, "-c", script, str(archive), str(cache), str(tests)], capture_output=True,
-                          text=True, env=os.environ | {"PYTHONPATH": str(tests.parent)}, check=False)
+    done = subprocess.run([sys.executable, "-c", script, str(archive), str(cache)], capture_output=True, text=True,
+                          env=os.environ | {"PYTHONPATH": os.pathsep.join([str(tests.parent), str(tests)])}, check=False)
     assert done.returncode == -9, done.stderr[-2000:]
     left = cache_entries(cache)
     assert len(left) == 1 and left[0].startswith(".extracting-")

@@ -34,6 +34,20 @@ def test_no_tracked_file_names_a_path_of_the_development_machine():
     assert found == [], "\n".join(found[:20])
 
 
+# an edit of the import path: programs import by package (`python -m`), tests through pytest's `pythonpath` and a
+# child process's PYTHONPATH (written in pieces: this file is tracked too)
+PATH_EDIT = re.compile(r"sys\.path\.(" + r"insert|append|extend)\(|sys\.path\s*(" + r"\+)?=[^=]")
+
+
+def test_no_python_file_edits_sys_path():
+    found = [f"{path.relative_to(ROOT)}:{number}: {line.strip()[:100]}"
+             for path in tracked_files() if path.suffix == ".py"
+             for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if PATH_EDIT.search(line)]
+    assert found == [], "\n".join(found)
+    assert PATH_EDIT.search("sys.path." + "insert(0, here)") and PATH_EDIT.search("sys.path " + "+= [x]")
+    assert not PATH_EDIT.search("if sys.path == saved:")
+
+
 def test_the_check_sees_such_a_path():
     assert MACHINE_PATH.search(b'run_dir: "/' + b'root/ecpo_runs/pool"')
     assert MACHINE_PATH.search(b"model=/" + b"work/main/device_bundle/models/x")
