@@ -225,7 +225,6 @@ def test_quick_run_writes_table_plots_and_a_report_that_matches_the_json(tmp_pat
     pngs = sorted(p.name for p in tmp_path.glob("credit_study_quick_*.png"))
     assert pngs == ["credit_study_quick_diagnostic_curves.png", "credit_study_quick_diagnostic_divergent.png",
                     "credit_study_quick_diagnostic_per_n.png"]
-    assert all((tmp_path / p).stat().st_size < 200_000 for p in pngs)
     for png in pngs:
         assert re.search(re.escape(f"({png})"), report)
     # the exact reference successes and the convergence confound are the JSON's numbers

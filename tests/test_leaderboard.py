@@ -38,13 +38,11 @@ def _manifest(name: str, limit: int) -> TaskManifest:
 
 
 # ------------------------------------------------------------------ manifests
-def test_committed_manifests_are_fixed_small_and_valid():
+def test_committed_manifests_are_fixed_and_valid():
     names = available_manifests()
     for expected in ("alfworld_gen", "alfworld_valid_seen", "webshop_gen", "webshop_test", "searchqa_gen", "searchqa"):
         assert expected in names
     for name in names:
-        path = Path(load_manifest.__globals__["MANIFEST_DIR"]) / f"{name}.json"
-        assert path.stat().st_size < 64_000, f"{name} manifest is not small"
         load_manifest(name)
     valid_seen = load_manifest("alfworld_valid_seen").groups[0].task_ids
     assert len(valid_seen) == 140 and valid_seen == sorted(valid_seen)
