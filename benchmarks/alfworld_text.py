@@ -28,6 +28,13 @@ Registered protocol (fixed in git before the runs; the report reads it from here
   Each verdict is "shown" (the interval excludes 0) or "not shown at MDE x".
 - Per task type, success in the paper's table layout (Pick, Clean, Heat, Cool, Look, Pick2, All): no interval
   (fewer than 5 task types' worth of games per cell would not support one per type at one seed).
+
+The same schedule on generated households (``--testbed households``; issue 57's ``households`` column): preset
+``households_text`` (the recipe above on 3,600 generated training households), warm start ``HOUSEHOLDS.warm_start``,
+endpoint the 120 held-out households of manifest ``alfworld_gen`` (seeds 100000+), evaluated into ``alfworld_gen/``
+instead of ``valid_seen/``. Its protocol is ``benchmarks/estimator_comparison.yaml``'s, not the one above.
+
+    python -m benchmarks.alfworld_text run --testbed households --out runs/households-text-study --arms ecpo --seeds 1
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +71,35 @@ PUBLISHED = {"BUTLER (DAgger, beam search)": {"Pick": 61, "Clean": 44, "Cool": 6
                                            "All": 19}}
 
 
+@dataclass(frozen=True)
+class Testbed:
+    """What the schedule plays: the ``ecpo train`` preset, the warm start's ``ecpo sft`` arguments, the leaderboard
+    manifest of the endpoint and the study folder's subfolder its episode logs go to; the published rows of the
+    report's table (``PUBLISHED`` for real ALFWorld's valid_seen, none for generated households)."""
+
+    name: str  # the testbed's name in benchmarks/estimator_comparison.yaml
+    preset: str
+    manifest: str
+    warm_start: tuple[str, ...]
+    folder: str
+    published: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+ALFWORLD = Testbed("alfworld_text", PRESET, MANIFEST, tuple(WARM_START), "valid_seen", PUBLISHED)
+# Generated households: the alfworld_text recipe with its env changed (ecpo_train/runtime/configs/households_text.yaml).
+# The warm start is alfworld_text's with the episodes set to the training households: each of the 3,600 played once
+# by the generator's expert (as alfworld_text plays each of its 3,553 train games once), the same epochs, lr and batch.
+HOUSEHOLDS = Testbed("households", "households_text", "alfworld_gen",
+                     ("--episodes", "3600", "--epochs", "6", "--lr", "1e-3", "--batch-size", "64"), "alfworld_gen")
+TESTBEDS = {bed.name: bed for bed in (ALFWORLD, HOUSEHOLDS)}
+
+
+def testbed_named(name: str) -> Testbed:
+    if name not in TESTBEDS:
+        raise ValueError(f"benchmarks.alfworld_text has no testbed {name!r}: it runs {sorted(TESTBEDS)}")
+    return TESTBEDS[name]
+
+
 def ecpo(*args: str, log: Path) -> None:
     """One ``ecpo`` CLI command, its output appended to ``log``; a failure is one error line naming the log."""
     env = dict(os.environ, OMP_NUM_THREADS="1")
@@ -83,49 +120,61 @@ def finished_iterations(run_dir: Path) -> int:
     return max((int(line["iteration"]) for line in read_metrics(run_dir)), default=0)
 
 
-def train_arm(out: Path, warm: Path, arm: str, seed: int, iterations: int) -> Path:
+# The schedule's three commands (``ecpo`` arguments), apart from running them so a test can read them.
+def warm_start_command(warm: Path, bed: Testbed = ALFWORLD) -> list[str]:
+    return ["sft", "--config", bed.preset, "--out", str(warm), *bed.warm_start]
+
+
+def train_command(run_dir: Path, warm: Path, arm: str, seed: int, iterations: int,
+                  bed: Testbed = ALFWORLD) -> list[str]:
+    # a checkpoint: continue it; a run stopped before its first checkpoint: start it over (the same seed plays
+    # the same iterations again); nothing there: start
+    resume = ["--resume"] if (run_dir / "checkpoint.pt").is_file() else ["--overwrite"] if run_dir.is_dir() else []
+    return ["train", "--config", bed.preset, *resume, f"model={warm}", f"estimator={arm}", f"seed={seed}",
+            f"run_dir={run_dir}", f"iterations={iterations}", "threads=1", "progress=false"]
+
+
+def evaluate_command(out: Path, checkpoint: Path, name: str, bed: Testbed = ALFWORLD) -> list[str]:
+    return ["leaderboard", "--agent", "checkpoint", "--checkpoint", str(checkpoint), "--manifest", bed.manifest,
+            "--seeds", "1", "--temperature", str(TEMPERATURE), "--out-dir", str(out / bed.folder), "--name", name]
+
+
+def train_arm(out: Path, warm: Path, arm: str, seed: int, iterations: int, bed: Testbed = ALFWORLD) -> Path:
     run_dir = out / "runs" / f"{arm}-s{seed}"
     if finished_iterations(run_dir) < iterations:
-        # a checkpoint: continue it; a run stopped before its first checkpoint: start it over (the same seed plays
-        # the same iterations again); nothing there: start
-        resume = ["--resume"] if (run_dir / "checkpoint.pt").is_file() else ["--overwrite"] if run_dir.is_dir() else []
-        ecpo("train", "--config", PRESET, *resume, f"model={warm}", f"estimator={arm}", f"seed={seed}",
-             f"run_dir={run_dir}", f"iterations={iterations}", "threads=1", "progress=false",
-             log=out / "logs" / f"{arm}-s{seed}.log")
+        ecpo(*train_command(run_dir, warm, arm, seed, iterations, bed), log=out / "logs" / f"{arm}-s{seed}.log")
     return run_dir
 
 
-def evaluate(out: Path, checkpoint: Path, name: str) -> None:
-    ecpo("leaderboard", "--agent", "checkpoint", "--checkpoint", str(checkpoint), "--manifest", MANIFEST,
-         "--seeds", "1", "--temperature", str(TEMPERATURE), "--out-dir", str(out / "valid_seen"), "--name", name,
-         log=out / "logs" / f"eval-{name}.log")
+def evaluate(out: Path, checkpoint: Path, name: str, bed: Testbed = ALFWORLD) -> None:
+    ecpo(*evaluate_command(out, checkpoint, name, bed), log=out / "logs" / f"eval-{name}.log")
 
 
-def run(out: Path, jobs: int, iterations: int, arms: list[str], seeds: list[int]) -> None:
+def run(out: Path, jobs: int, iterations: int, arms: list[str], seeds: list[int], bed: Testbed = ALFWORLD) -> None:
     (out / "logs").mkdir(parents=True, exist_ok=True)
     warm = out / "warm"
     if not (warm / "sft.json").is_file():
-        ecpo("sft", "--config", PRESET, "--out", str(warm), *WARM_START, log=out / "logs" / "warm.log")
+        ecpo(*warm_start_command(warm, bed), log=out / "logs" / "warm.log")
 
     def arm_job(arm: str, seed: int) -> None:
         started = time.time()
-        run_dir = train_arm(out, warm, arm, seed, iterations)
-        evaluate(out, run_dir, f"{arm}-s{seed}")
+        run_dir = train_arm(out, warm, arm, seed, iterations, bed)
+        evaluate(out, run_dir, f"{arm}-s{seed}", bed)
         print(f"{arm} seed {seed}: done in {time.time() - started:.0f} s", flush=True)
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(evaluate, out, warm, WARM)]
+        futures = [pool.submit(evaluate, out, warm, WARM, bed)]
         futures += [pool.submit(arm_job, arm, seed) for seed in seeds for arm in arms]
         for future in futures:
             future.result()
 
 
 # ---------------------------------------------------------------------------------------------- report
-def outcomes(out: Path, name: str) -> dict[str, dict[str, Any]]:
+def outcomes(out: Path, name: str, bed: Testbed = ALFWORLD) -> dict[str, dict[str, Any]]:
     """``game -> record`` of one evaluated policy (its leaderboard episode log)."""
     from ecpo_train.evaluation.runner import collect_records, safe_name
 
-    records = collect_records(out / "valid_seen" / safe_name(name), [MANIFEST])
+    records = collect_records(out / bed.folder / safe_name(name), [bed.manifest])
     return {r["task_id"]: r for r in records if int(r["seed"]) == 0}
 
 
@@ -149,8 +198,9 @@ def verdict_text(part: dict[str, Any]) -> str:
     return f"not shown at MDE {part.get('mde', float('nan')):.3f}"
 
 
-def table(result: dict[str, Any]) -> str:
-    """The paper's table layout: success % per task type on valid_seen (arms: the mean over their seeds)."""
+def table(result: dict[str, Any], published: dict[str, dict[str, int]] = PUBLISHED) -> str:
+    """The paper's table layout: success % per task type on the endpoint's games (arms: the mean over their seeds),
+    then the ``published`` rows."""
     lines = ["| policy | " + " | ".join(TYPES) + " | All | games |", "|---|" + ":-:|" * (len(TYPES) + 2)]
     rows = [("warm start (text policy, not an LM)", result["warm_start"]["by_type"], "1 run")]
     for arm, part in result["arms"].items():
@@ -162,25 +212,25 @@ def table(result: dict[str, Any]) -> str:
     for row_name, row, _ in rows:
         lines.append(f"| {row_name} | " + " | ".join(f"{100 * row[k]:.1f}" for k in (*TYPES, "All"))
                      + f" | {row['games']} |")
-    for name, row in PUBLISHED.items():
+    for name, row in published.items():
         lines.append(f"| {name}, published | " + " | ".join(str(row[k]) for k in (*TYPES, "All")) + " | 140 |")
     return "\n".join(lines)
 
 
-def report(out: Path, arms: list[str], seeds: list[int]) -> dict[str, Any]:
+def report(out: Path, arms: list[str], seeds: list[int], bed: Testbed = ALFWORLD) -> dict[str, Any]:
     from benchmarks.stats import apply_holm, paired_diff, paired_outcomes
 
-    warm = outcomes(out, WARM)
-    result: dict[str, Any] = {"protocol": {"preset": PRESET, "manifest": MANIFEST, "arms": arms, "seeds": seeds,
-                                           "iterations": ITERATIONS, "temperature": TEMPERATURE,
-                                           "warm_start": " ".join(WARM_START)},
+    warm = outcomes(out, WARM, bed)
+    result: dict[str, Any] = {"protocol": {"preset": bed.preset, "manifest": bed.manifest, "arms": arms,
+                                           "seeds": seeds, "iterations": ITERATIONS, "temperature": TEMPERATURE,
+                                           "warm_start": " ".join(bed.warm_start)},
                               "policy": "small text policy (policies/text.py), not a language model",
                               "warm_start": {"by_type": by_type(warm)}, "arms": {}, "comparisons": {}}
     success: dict[str, dict[int, float]] = {}
     for arm in arms:
         per_seed, gains = {}, []
         for seed in seeds:
-            after = outcomes(out, f"{arm}-s{seed}")
+            after = outcomes(out, f"{arm}-s{seed}", bed)
             if len(after) != len(warm) or not after:
                 continue
             pair = paired_outcomes({g: warm[g]["success"] for g in warm}, {g: after[g]["success"] for g in after},
@@ -198,8 +248,8 @@ def report(out: Path, arms: list[str], seeds: list[int]) -> dict[str, Any]:
             parts.append(part | {"label": f"ecpo - {other}", "seeds": common})
     for part in apply_holm(parts) if parts else []:
         result["comparisons"][part["label"]] = part | {"verdict_text": verdict_text(part)}
-    result["published"] = PUBLISHED
-    result["table"] = table(result)
+    result["published"] = bed.published
+    result["table"] = table(result, bed.published)
     return result
 
 
@@ -240,6 +290,8 @@ def engines_side_by_side(out: Path, arm: str = "ecpo", seed: int = 1, png: Path 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("stage", choices=["run", "report"])
+    parser.add_argument("--testbed", choices=sorted(TESTBEDS), default=ALFWORLD.name,
+                        help="real ALFWorld's valid_seen (the registered study) or generated households")
     parser.add_argument("--out", required=True)
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--iterations", type=int, default=ITERATIONS)
@@ -251,12 +303,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.jobs < 1 or args.iterations < 1:
         print("error: --jobs and --iterations must be >= 1", file=sys.stderr)
         return 2
-    out = Path(args.out)
+    out, bed = Path(args.out), TESTBEDS[args.testbed]
     try:
         if args.stage == "run":
-            run(out, args.jobs, args.iterations, args.arms, args.seeds)
+            run(out, args.jobs, args.iterations, args.arms, args.seeds, bed)
             return 0
-        result = report(out, args.arms, args.seeds)
+        result = report(out, args.arms, args.seeds, bed)
         if args.engines_png:
             result["engines"] = engines_side_by_side(out, png=Path(args.engines_png))
     except (RuntimeError, ValueError, OSError) as err:

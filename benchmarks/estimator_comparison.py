@@ -19,7 +19,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -28,6 +28,9 @@ from benchmarks.credit_study import run_study
 from benchmarks.stats import apply_holm, fmt_part, mde, paired_diff, paired_values, seeds_for_mde
 from ecpo_train.policies.atomic import write_text
 from ecpo_train.runtime.config_values import read_yaml
+
+if TYPE_CHECKING:
+    from benchmarks.alfworld_text import Testbed
 
 PROTOCOL = Path(__file__).with_name("estimator_comparison.yaml")
 PILOT_JSON, RESULT_JSON = RESULTS / "estimator_comparison_pilot.json", RESULTS / "estimator_comparison.json"
@@ -99,19 +102,32 @@ def seed_count_rule(sds: dict[str, float], protocol: dict[str, Any]) -> dict[str
             "mde_at_seeds": mde(largest / np.sqrt(seeds), seeds - 1, alpha, protocol["power"])}
 
 
-def alfworld_pilot_seed_count(protocol: dict[str, Any], root: Path = RESULTS.parent.parent) -> dict[str, Any]:
-    """The real-ALFWorld column's seed count from its pilot (the registered ``alfworld_text`` study's per-seed
-    valid_seen success): the SD of (arm - reference) for each arm the pilot ran, then :func:`seed_count_rule`."""
-    bed = testbed(protocol, "alfworld_text")
+def program_testbeds(protocol: dict[str, Any]) -> list[str]:
+    """The testbeds a program runs (``--run-testbed``, ``--pilot-seeds``, ``--program-out``)."""
+    return [t["name"] for t in protocol["testbeds"] if "program" in t]
+
+
+def pilot_json(name: str) -> Path:
+    """Where a program testbed's pilot seed count is written (the real-ALFWorld column's kept its first name)."""
+    return ALFWORLD_PILOT_JSON if name == "alfworld_text" else RESULTS / f"estimator_comparison_{name}_pilot.json"
+
+
+def program_pilot_seed_count(protocol: dict[str, Any], name: str, root: Path = RESULTS.parent.parent) -> dict[str, Any]:
+    """A program testbed's seed count from its pilot (a ``benchmarks.alfworld_text report`` JSON: each arm's
+    per-seed success on the endpoint's games; for the real-ALFWorld column, the registered ``alfworld_text``
+    study): the SD of (arm - reference) for each arm the pilot ran, then :func:`seed_count_rule`."""
+    bed = testbed(protocol, name)
+    if "pilot" not in bed:
+        raise ValueError(f"testbed {name} names no pilot results (its `pilot: {{results: ...}}`)")
     pilot = json.loads((root / bed["pilot"]["results"]).read_text())
     success = {arm: {int(s): float(v["by_type"]["All"]) for s, v in part["seeds"].items()}
                for arm, part in pilot["arms"].items()}
     reference = protocol["reference"]
     sds = {}
-    for arm in success:
+    for arm, values in success.items():
         if arm != reference:
-            _, diffs = paired_values(success[arm], success[reference], label=f"pilot {arm}")
-            sds[f"alfworld_text|{arm}"] = float(np.std(diffs, ddof=1))
+            _, diffs = paired_values(values, success[reference], label=f"pilot {arm}")
+            sds[f"{name}|{arm}"] = float(np.std(diffs, ddof=1))
     return seed_count_rule(sds, protocol) | {"pilot_arms": sorted(success), "pilot_seeds": sorted(success[reference])}
 
 
@@ -121,14 +137,23 @@ def program_seeds(bed: dict[str, Any]) -> list[int]:
     return [int(bed["seed_offset"]) + 1 + i for i in range(int(bed["seeds"]))]
 
 
-def run_program_testbed(protocol: dict[str, Any], name: str, out: Path, jobs: int) -> None:
-    """Train and evaluate every (arm, seed) of a program testbed, seed-major, resuming what ``out`` holds."""
+def program_testbed(protocol: dict[str, Any], name: str) -> tuple[dict[str, Any], Testbed]:
+    """A program testbed's protocol entry and the program's ``Testbed`` of the same name (its preset, manifest,
+    warm start and results folder)."""
     from benchmarks import alfworld_text
 
     bed = testbed(protocol, name)
     if bed.get("program") != "benchmarks.alfworld_text":
         raise ValueError(f"testbed {name!r} is not run by a program")
-    alfworld_text.run(out, jobs, int(bed["iterations"]), list(protocol["arms"]), program_seeds(bed))
+    return bed, alfworld_text.testbed_named(name)
+
+
+def run_program_testbed(protocol: dict[str, Any], name: str, out: Path, jobs: int) -> None:
+    """Train and evaluate every (arm, seed) of a program testbed, seed-major, resuming what ``out`` holds."""
+    from benchmarks import alfworld_text
+
+    bed, played = program_testbed(protocol, name)
+    alfworld_text.run(out, jobs, int(bed["iterations"]), list(protocol["arms"]), program_seeds(bed), played)
 
 
 def program_runs(protocol: dict[str, Any], name: str, out: Path) -> list[dict[str, Any]]:
@@ -136,13 +161,13 @@ def program_runs(protocol: dict[str, Any], name: str, out: Path) -> list[dict[st
     (arm, seed) whose evaluation covers every game the warm start's does."""
     from benchmarks import alfworld_text
 
-    bed = testbed(protocol, name)
-    games = len(alfworld_text.outcomes(out, alfworld_text.WARM))
+    bed, played = program_testbed(protocol, name)
+    games = len(alfworld_text.outcomes(out, alfworld_text.WARM, played))
     runs = []
     for seed in program_seeds(bed):
         for arm in protocol["arms"]:
             try:
-                after = alfworld_text.outcomes(out, f"{arm}-s{seed}")
+                after = alfworld_text.outcomes(out, f"{arm}-s{seed}", played)
             except (OSError, ValueError):
                 continue
             if games and len(after) == games:
@@ -202,30 +227,55 @@ def render(table: dict[str, Any], protocol: dict[str, Any], runs: list[dict[str,
     return "\n".join(lines) + "\n"
 
 
+def program_out(value: str) -> tuple[str, Path]:
+    """``--program-out TESTBED=DIR``, split (the testbed is checked against the protocol's in ``main``)."""
+    name, sep, folder = value.partition("=")
+    if not sep or not name or not folder:
+        raise ValueError(f"--program-out {value!r}: give TESTBED=DIR, e.g. households=runs/households-study")
+    return name, Path(folder)
+
+
 def main(argv: list[str] | None = None) -> int:
+    protocol = load_protocol()
+    programs = program_testbeds(protocol)
     parser = ArgumentParser(__spec__.name, description=__doc__.split("\n\n")[0])
     parser.add_argument("--pilot", action="store_true", help="run the corridor's pilot and print the seed count it gives")
-    parser.add_argument("--pilot-seeds", choices=["alfworld_text"], default=None,
+    parser.add_argument("--pilot-seeds", choices=programs, default=None,
                         help="print (and write) the seed count a program testbed's pilot gives")
-    parser.add_argument("--run-testbed", choices=["alfworld_text"], default=None,
+    parser.add_argument("--run-testbed", choices=programs, default=None,
                         help="train and evaluate a program testbed's runs in --out (resumable)")
     parser.add_argument("--out", type=Path, default=None, help="the program testbed's study folder")
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time for --run-testbed")
     parser.add_argument("--alfworld-out", type=Path, default=None,
                         help="with the report: add the alfworld_text column from this study folder")
+    parser.add_argument("--program-out", action="append", default=[], metavar="TESTBED=DIR",
+                        help=f"with the report: add a program testbed's column ({', '.join(programs)}) from its study "
+                             "folder; repeatable (--alfworld-out DIR is --program-out alfworld_text=DIR); with "
+                             "--from-json, a program testbed's column comes from its folder only")
     parser.add_argument("--from-json", type=Path, default=None, help="re-analyse a finished study's JSON")
     parser.add_argument("--workers", type=int, default=None)
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error("--jobs must be >= 1")
-    protocol = load_protocol()
+    outs = {"alfworld_text": args.alfworld_out} if args.alfworld_out is not None else {}
+    for value in args.program_out:
+        try:
+            name, folder = program_out(value)
+        except ValueError as err:
+            parser.error(str(err))
+        if name not in programs:
+            parser.error(f"--program-out {value!r}: {name!r} is not a program testbed of the protocol ({programs})")
+        if name in outs:
+            parser.error(f"--program-out: testbed {name} is given twice")
+        outs[name] = folder
     started = time.perf_counter()
     try:
         if args.pilot_seeds:
-            count = alfworld_pilot_seed_count(protocol)
-            write_text(ALFWORLD_PILOT_JSON, json.dumps(count, indent=1) + "\n")
+            count = program_pilot_seed_count(protocol, args.pilot_seeds)
+            written = pilot_json(args.pilot_seeds)
+            write_text(written, json.dumps(count, indent=1) + "\n")
             print(f"{args.pilot_seeds} pilot: largest SD {count['largest_sd']:.3f} -> {count['seeds']} seeds "
-                  f"(MDE {count['mde_at_seeds']:.3f}); wrote {ALFWORLD_PILOT_JSON}")
+                  f"(MDE {count['mde_at_seeds']:.3f}); wrote {written}")
             return 0
         if args.run_testbed:
             if args.out is None:
@@ -245,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.from_json is not None:
         payload = json.loads(args.from_json.read_text())
-        runs, runtime = [r for r in payload["runs"] if r["env_name"] != "alfworld_text"], payload["runtime_s"]
+        runs, runtime = [r for r in payload["runs"] if r["env_name"] not in programs], payload["runtime_s"]
     else:
         if not protocol.get("seeds"):
             print("error: the protocol has no seed count yet: run --pilot and commit the count first")
@@ -256,8 +306,12 @@ def main(argv: list[str] | None = None) -> int:
             runs = run_study(study_protocol(protocol, protocol["seeds"], protocol["seed_offset"]), workers=args.workers,
                              done=done, on_run=lambda run: (raw.write(json.dumps(slim(run)) + "\n"), raw.flush()))
         runtime = time.perf_counter() - started + sum(float(r.get("seconds", 0.0)) for r in done) / 2
-    if args.alfworld_out is not None:
-        runs += program_runs(protocol, "alfworld_text", args.alfworld_out)
+    try:
+        for name, folder in outs.items():
+            runs += program_runs(protocol, name, folder)
+    except (RuntimeError, ValueError, OSError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     table = compare(runs, protocol)
     runs = [{key: run[key] for key in KEPT if key in run} for run in runs]  # the curves stay in RAW_RUNS
     write_text(RESULT_JSON, json.dumps({"protocol": protocol, "table": table, "runs": runs, "runtime_s": runtime},

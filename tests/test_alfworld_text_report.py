@@ -54,3 +54,63 @@ def test_an_arm_not_evaluated_on_every_game_is_left_out(tmp_path):
          "success": True}) + "\n", encoding="utf-8")
     result = study.report(tmp_path, ["ecpo"], [1])
     assert result["arms"]["ecpo"]["seeds"] == {}
+
+
+# ---------------------------------------------------------------------------------------------- the two testbeds
+def test_the_alfworld_text_commands_are_the_registered_studys(tmp_path):
+    """The real-ALFWorld testbed's three commands, written out as the registered study's program ran them."""
+    warm, run_dir = tmp_path / "warm", tmp_path / "runs" / "ecpo-s1"
+    assert study.warm_start_command(warm) == ["sft", "--config", "alfworld_text", "--out", str(warm), "--episodes",
+                                              "3553", "--epochs", "6", "--lr", "1e-3", "--batch-size", "64"]
+    train = ["train", "--config", "alfworld_text", f"model={warm}", "estimator=ecpo", "seed=1", f"run_dir={run_dir}",
+             "iterations=20", "threads=1", "progress=false"]
+    assert study.train_command(run_dir, warm, "ecpo", 1, 20) == train
+    run_dir.mkdir(parents=True)  # stopped before its first checkpoint: started over
+    assert study.train_command(run_dir, warm, "ecpo", 1, 20) == train[:3] + ["--overwrite"] + train[3:]
+    (run_dir / "checkpoint.pt").write_bytes(b"")  # a checkpoint: continued
+    assert study.train_command(run_dir, warm, "ecpo", 1, 20) == train[:3] + ["--resume"] + train[3:]
+    assert study.evaluate_command(tmp_path, run_dir, "ecpo-s1") == [
+        "leaderboard", "--agent", "checkpoint", "--checkpoint", str(run_dir), "--manifest", "alfworld_valid_seen_by_type",
+        "--seeds", "1", "--temperature", "0.4", "--out-dir", str(tmp_path / "valid_seen"), "--name", "ecpo-s1"]
+    assert study.TESTBEDS["alfworld_text"] is study.ALFWORLD
+
+
+def test_the_households_testbed_reaches_every_command(tmp_path):
+    bed, warm, run_dir = study.HOUSEHOLDS, tmp_path / "warm", tmp_path / "runs" / "grpo-s3"
+    assert study.warm_start_command(warm, bed)[:5] == ["sft", "--config", "households_text", "--out", str(warm)]
+    assert study.train_command(run_dir, warm, "grpo", 3, 20, bed)[:3] == ["train", "--config", "households_text"]
+    evaluate = study.evaluate_command(tmp_path, run_dir, "grpo-s3", bed)
+    assert evaluate[evaluate.index("--manifest") + 1] == "alfworld_gen"
+    assert evaluate[evaluate.index("--out-dir") + 1] == str(tmp_path / "alfworld_gen")
+    with pytest.raises(ValueError, match="has no testbed 'kitchen'"):
+        study.testbed_named("kitchen")
+
+
+def test_the_households_training_validation_and_endpoint_games_are_disjoint():
+    """The preset trains on generated households 0-3599, validates on 200000+, and the endpoint (manifest
+    alfworld_gen) plays seeds 100000+: no household is in two of them; the warm start plays each training one."""
+    from ecpo_gym.alfworld.env import ALFWorldGenEnv
+    from ecpo_train.evaluation.manifests import load_manifest
+    from ecpo_train.runtime.config import load_config
+
+    config = load_config("households_text")
+    assert config.env_id == "ecpo/ALFWorldGen-v0" and config.policy == "text"
+    train = ALFWorldGenEnv(**config.env_kwargs).task_ids
+    endpoint = [t for group in load_manifest("alfworld_gen").groups for t in group.task_ids]
+    seed = lambda task: int(task.rsplit("/", 1)[1])  # the generator's household
+    sets = [{seed(t) for t in train}, {seed(t) for t in config.val_tasks}, {seed(t) for t in endpoint}]
+    assert len(endpoint) == 120 and all(not a & b for i, a in enumerate(sets) for b in sets[i + 1:])
+    warm = study.HOUSEHOLDS.warm_start
+    assert int(warm[warm.index("--episodes") + 1]) == len(train) == 3600
+
+
+def test_a_households_report_has_no_published_rows(tmp_path):
+    folder = tmp_path / "alfworld_gen" / study.WARM
+    folder.mkdir(parents=True)
+    folder.joinpath("alfworld_gen.jsonl").write_text("".join(
+        json.dumps({"manifest": "alfworld_gen", "group": "gen", "task_id": f"gen/{kind}/100000", "seed": 0,
+                    "task_type": kind, "success": kind == "Pick"}) + "\n" for kind in study.TYPES), encoding="utf-8")
+    result = study.report(tmp_path, ["ecpo"], [1], study.HOUSEHOLDS)
+    assert result["protocol"]["preset"] == "households_text" and result["protocol"]["manifest"] == "alfworld_gen"
+    assert result["warm_start"]["by_type"]["All"] == pytest.approx(1 / 6) and result["published"] == {}
+    assert "published" not in result["table"]

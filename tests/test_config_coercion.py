@@ -102,8 +102,9 @@ PRESETS = sorted(path.stem for path in CONFIG_DIR.glob("*.yaml"))
 
 
 def _load(name: str) -> TrainConfig:
-    # an LLM preset names its model; the text policy's (alfworld_text) starts from random weights without one
-    return load_config(name, [] if name in ("quickstart", "alfworld_text") else ["model=some/model"])
+    # an LLM preset names its model; the text policy's (alfworld_text, households_text) starts from random weights
+    # without one
+    return load_config(name, [] if name in ("quickstart", "alfworld_text", "households_text") else ["model=some/model"])
 
 
 @pytest.mark.parametrize("name", PRESETS)
@@ -131,7 +132,7 @@ def _field_defaults(cls) -> dict:
             for f in dataclasses.fields(cls)}
 
 
-@pytest.mark.parametrize("name", ["alfworld", "corridor_llm", "quickstart", "searchqa", "webshop"])
+@pytest.mark.parametrize("name", ["alfworld", "corridor_llm", "households_text", "quickstart", "searchqa", "webshop"])
 def test_presets_state_only_what_differs_from_the_defaults(name):
     stated = yaml.safe_load((CONFIG_DIR / f"{name}.yaml").read_text()) or {}
     defaults, credit_defaults = _field_defaults(TrainConfig), _field_defaults(CreditConfig)

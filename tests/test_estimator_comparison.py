@@ -41,7 +41,7 @@ def test_the_real_alfworld_columns_seed_count_is_its_pilots_by_the_same_rule():
     """The alfworld_text column's pilot is the registered alfworld_text study: the SD of each arm it ran minus
     GiGPO w/std over its 5 seeds, then the corridor's rule (the floor of 10 where fewer seeds would do)."""
     protocol = ec.load_protocol()
-    count = ec.alfworld_pilot_seed_count(protocol)
+    count = ec.program_pilot_seed_count(protocol, "alfworld_text")
     study = json.loads((ec.RESULTS / "alfworld_text.json").read_text())
     success = {arm: [part["seeds"][str(s)]["by_type"]["All"] for s in range(1, 6)] for arm, part in study["arms"].items()}
     by_hand = np.std(np.subtract(success["ecpo"], success["gigpo_std"]), ddof=1)
@@ -65,3 +65,53 @@ def test_a_program_testbeds_runs_are_read_from_its_leaderboard_logs():
     table = ec.compare(runs, protocol)
     assert table["ecpo"]["alfworld_text"]["diff"] == pytest.approx(
         study["comparisons"]["ecpo - gigpo_std"]["diff"])
+
+
+# The households testbed as the lead is proposed to register it (a program testbed like alfworld_text).
+HOUSEHOLDS = {"name": "households", "program": "benchmarks.alfworld_text", "iterations": 20, "seeds": 2,
+              "seed_offset": 100}
+
+
+def _households_protocol() -> dict:
+    protocol = ec.load_protocol() | {"arms": ["grpo", "gigpo_std", "ecpo"]}
+    protocol["testbeds"] = [t for t in protocol["testbeds"] if t["name"] != "households"] + [HOUSEHOLDS]
+    return protocol
+
+
+def _episode_log(out, name, won, games=12):
+    """One evaluated policy's leaderboard episode log, as ``benchmarks.alfworld_text`` writes it for the households
+    testbed: ``alfworld_gen/<name>/alfworld_gen.jsonl``, one record per held-out household."""
+    folder = out / "alfworld_gen" / name
+    folder.mkdir(parents=True)
+    kinds = ["Pick", "Clean", "Cool", "Look", "Heat", "Pick2"]
+    folder.joinpath("alfworld_gen.jsonl").write_text("".join(
+        json.dumps({"manifest": "alfworld_gen", "group": "gen", "task_id": f"gen/{kinds[k % 6]}/{100000 + k // 6}",
+                    "seed": 0, "task_type": kinds[k % 6], "success": k < won}) + "\n" for k in range(games)),
+        encoding="utf-8")
+
+
+def test_a_households_study_folder_gives_its_runs(tmp_path):
+    """``program_runs`` reads the households testbed's episode logs (``alfworld_gen/``, not ``valid_seen/``): each
+    (arm, seed) that played every household the warm start did; one that played fewer is left out."""
+    protocol = _households_protocol()
+    assert ec.program_testbeds(protocol) == ["alfworld_text", "households"]
+    _episode_log(tmp_path, "warm-start", 3)
+    won = {("grpo", 101): 4, ("gigpo_std", 101): 5, ("ecpo", 101): 6, ("grpo", 102): 3, ("gigpo_std", 102): 6}
+    for (arm, seed), count in won.items():
+        _episode_log(tmp_path, f"{arm}-s{seed}", count)
+    _episode_log(tmp_path, "ecpo-s102", 12, games=6)  # stopped half-way: not a run
+    runs = ec.program_runs(protocol, "households", tmp_path)
+    assert {(r["method"], r["seed"]): r["final_success"] for r in runs} == {key: n / 12 for key, n in won.items()}
+    assert {r["env_name"] for r in runs} == {"households"}
+    with pytest.raises(ValueError, match="'corridor' is not run by a program"):
+        ec.program_runs(protocol, "corridor", tmp_path)
+
+
+def test_program_testbed_options_refuse_bad_input_in_one_line(tmp_path, capsys):
+    for argv, message in ((["--program-out", "households"], "give TESTBED=DIR"),
+                          (["--program-out", f"kitchen={tmp_path}"], "'kitchen' is not a program testbed"),
+                          (["--run-testbed", "kitchen", "--out", str(tmp_path)], "invalid choice: 'kitchen'")):
+        with pytest.raises(SystemExit) as exit_:
+            ec.main(argv)
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and message in err and len(err.strip().splitlines()) == 1, err

@@ -258,8 +258,8 @@ def test_every_preset_builds_and_the_cpu_ones_train_with_two_runners(preset, tin
     """Each preset builds with the tiny model on CPU (the GPU ones' vLLM and bf16 replaced), its envs and module
     in the driver's runner; the CPU ones build two env-runner actors and play one iteration of 2 groups of 2."""
     model = tiny_model_dir
-    if preset == "alfworld_text":  # the small text policy (real ALFWorld games): a folder of random weights
-        if not os.environ.get("ECPO_DATA_DIR"):
+    if preset in ("alfworld_text", "households_text"):  # the small text policy: a folder of random weights
+        if preset == "alfworld_text" and not os.environ.get("ECPO_DATA_DIR"):
             pytest.skip("alfworld_text plays real ALFWorld games: set ECPO_DATA_DIR")
         from ecpo_train.policies.text import TextPolicy
 
