@@ -119,7 +119,12 @@ def program_pilot_seed_count(protocol: dict[str, Any], name: str, root: Path = R
     bed = testbed(protocol, name)
     if "pilot" not in bed:
         raise ValueError(f"testbed {name} names no pilot results (its `pilot: {{results: ...}}`)")
-    pilot = json.loads((root / bed["pilot"]["results"]).read_text())
+    results = root / bed["pilot"]["results"]
+    if not results.is_file():
+        raise ValueError(f"no pilot results at {bed['pilot']['results']}: run `python -m benchmarks.alfworld_text run "
+                         f"--testbed {name} --out DIR` and its `report --testbed {name} --out DIR --json "
+                         f"{bed['pilot']['results']}` first")
+    pilot = json.loads(results.read_text())
     success = {arm: {int(s): float(v["by_type"]["All"]) for s, v in part["seeds"].items()}
                for arm, part in pilot["arms"].items()}
     reference = protocol["reference"]

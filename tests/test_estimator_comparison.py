@@ -115,3 +115,9 @@ def test_program_testbed_options_refuse_bad_input_in_one_line(tmp_path, capsys):
             ec.main(argv)
         err = capsys.readouterr().err
         assert exit_.value.code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_pilot_without_its_results_names_the_commands_that_make_them(tmp_path, capsys):
+    protocol = ec.load_protocol()
+    with pytest.raises(ValueError, match="run `python -m benchmarks.alfworld_text run --testbed households"):
+        ec.program_pilot_seed_count(protocol, "households", root=tmp_path)
