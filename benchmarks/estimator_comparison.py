@@ -223,7 +223,8 @@ def render(table: dict[str, Any], protocol: dict[str, Any], runs: list[dict[str,
             part = table.get(arm, {}).get(bed_name)
             status = next((t.get("status") for t in protocol["testbeds"] if t["name"] == bed_name), None)
             if part is None:
-                row.append(status if status and status.startswith("not run") else f"not run: {status}" if status else "not run")
+                row.append(status if status and status.startswith("not run") else f"not run: {status}" if status
+                           else "registered, not run yet")
             elif part.get("reference"):
                 row.append(f"reference (mean {part['mean']:.3f})")
             else:
