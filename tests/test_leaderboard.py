@@ -332,3 +332,23 @@ def test_qa_columns_follow_the_papers_dataset_order():
     run = aggregate(records)["a"]["searchqa"]
     assert run["columns"] == ["nq", "hotpotqa", "Avg."]
     assert run["table"]["Avg."]["mean"] == 50.0
+
+
+def test_agents_evaluated_into_one_folder_at_once_all_reach_its_leaderboard(tmp_path):
+    """Two evaluations into one results folder at the same time (a study's parallel jobs) each rewrite the folder's
+    leaderboard from every agent's log: neither fails, and the last table holds both agents."""
+    import subprocess
+    import sys
+
+    manifests = [_manifest("webshop_gen", 2)]
+    for name in ("a", "b"):
+        agent = RandomAgent()
+        agent.name = name
+        evaluate(agent, manifests, tmp_path, EvalSettings(seeds=[0], progress=False))
+    script = ("import sys; from ecpo_train.evaluation.runner import write_reports\n"
+              "for _ in range(150): write_reports(sys.argv[1], sys.argv[2])")
+    writers = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path), name], stderr=subprocess.PIPE, text=True)
+               for name in ("a", "b")]
+    errors = [writer.communicate(timeout=300)[1] for writer in writers]
+    assert [writer.returncode for writer in writers] == [0, 0], errors
+    assert set(json.loads((tmp_path / "leaderboard.json").read_text())) == {"a", "b"}

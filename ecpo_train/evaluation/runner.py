@@ -20,6 +20,8 @@ Reflexion trial is one more such episode on the same task after the agent has re
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import json
 import time
@@ -224,10 +226,21 @@ def write_reports(out_dir: str | Path, agent_name: str | None = None,
         run = json.loads((run_dir / "run.json").read_text(encoding="utf-8")) if (run_dir / "run.json").is_file() else {}
         result = {"run": run, "summary": aggregate(records).get(agent_name, {}), "episodes": records}
         write_text(run_dir / "results.json", json.dumps(result, indent=1, sort_keys=True) + "\n")
-    everything = [r for d in sorted(p for p in out_dir.iterdir() if p.is_dir()) for r in collect_records(d)]
-    summary = aggregate(everything)
-    write_text(out_dir / "leaderboard.json", json.dumps(summary, indent=1, sort_keys=True) + "\n")
-    markdown = markdown_tables(summary)
-    write_text(out_dir / "leaderboard.md", markdown)
+    with _one_summary_writer(out_dir):
+        everything = [r for d in sorted(p for p in out_dir.iterdir() if p.is_dir()) for r in collect_records(d)]
+        summary = aggregate(everything)
+        write_text(out_dir / "leaderboard.json", json.dumps(summary, indent=1, sort_keys=True) + "\n")
+        markdown = markdown_tables(summary)
+        write_text(out_dir / "leaderboard.md", markdown)
     result["markdown"] = markdown
     return result
+
+
+@contextlib.contextmanager
+def _one_summary_writer(out_dir: Path):
+    """The folder's summary is rewritten by one process at a time: agents evaluated into one folder at once (a
+    study's parallel jobs) each rebuild it from every log, in turn, so the last holds every agent (the lock is the
+    kernel's: a killed writer releases it)."""
+    with open(out_dir / ".leaderboard.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
