@@ -34,7 +34,6 @@ if TYPE_CHECKING:
 
 PROTOCOL = Path(__file__).with_name("estimator_comparison.yaml")
 PILOT_JSON, RESULT_JSON = RESULTS / "estimator_comparison_pilot.json", RESULTS / "estimator_comparison.json"
-ALFWORLD_PILOT_JSON = RESULTS / "estimator_comparison_alfworld_pilot.json"  # the real-ALFWorld column's seed count
 RAW_RUNS = RESULTS / "raw" / "estimator_comparison" / "runs.jsonl"  # one finished run a line, kept as it finishes
 
 
@@ -108,8 +107,8 @@ def program_testbeds(protocol: dict[str, Any]) -> list[str]:
 
 
 def pilot_json(name: str) -> Path:
-    """Where a program testbed's pilot seed count is written (the real-ALFWorld column's kept its first name)."""
-    return ALFWORLD_PILOT_JSON if name == "alfworld_text" else RESULTS / f"estimator_comparison_{name}_pilot.json"
+    """Where a program testbed's pilot seed count is written."""
+    return RESULTS / f"estimator_comparison_{name}_pilot.json"
 
 
 def program_pilot_seed_count(protocol: dict[str, Any], name: str, root: Path = RESULTS.parent.parent) -> dict[str, Any]:

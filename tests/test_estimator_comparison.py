@@ -48,7 +48,7 @@ def test_the_real_alfworld_columns_seed_count_is_its_pilots_by_the_same_rule():
     assert count["sd"]["alfworld_text|ecpo"] == pytest.approx(by_hand)
     assert count["seeds"] == ec.testbed(protocol, "alfworld_text")["seeds"] == 10
     assert ec.program_seeds(ec.testbed(protocol, "alfworld_text")) == list(range(101, 111))
-    assert json.loads(ec.ALFWORLD_PILOT_JSON.read_text())["seeds"] == count["seeds"]
+    assert json.loads(ec.pilot_json("alfworld_text").read_text())["seeds"] == count["seeds"]
 
 
 def test_a_program_testbeds_runs_are_read_from_its_leaderboard_logs():
@@ -67,14 +67,10 @@ def test_a_program_testbeds_runs_are_read_from_its_leaderboard_logs():
         study["comparisons"]["ecpo - gigpo_std"]["diff"])
 
 
-# The households testbed as the lead is proposed to register it (a program testbed like alfworld_text).
-HOUSEHOLDS = {"name": "households", "program": "benchmarks.alfworld_text", "iterations": 20, "seeds": 2,
-              "seed_offset": 100}
-
-
 def _households_protocol() -> dict:
+    """The registered protocol with three arms and the households entry given 2 seeds (its pilot has not run)."""
     protocol = ec.load_protocol() | {"arms": ["grpo", "gigpo_std", "ecpo"]}
-    protocol["testbeds"] = [t for t in protocol["testbeds"] if t["name"] != "households"] + [HOUSEHOLDS]
+    protocol["testbeds"] = [t | {"seeds": 2} if t["name"] == "households" else t for t in protocol["testbeds"]]
     return protocol
 
 
@@ -117,7 +113,7 @@ def test_program_testbed_options_refuse_bad_input_in_one_line(tmp_path, capsys):
         assert exit_.value.code == 2 and message in err and len(err.strip().splitlines()) == 1, err
 
 
-def test_a_pilot_without_its_results_names_the_commands_that_make_them(tmp_path, capsys):
+def test_a_pilot_without_its_results_names_the_commands_that_make_them(tmp_path):
     protocol = ec.load_protocol()
     with pytest.raises(ValueError, match="run `python -m benchmarks.alfworld_text run --testbed households"):
         ec.program_pilot_seed_count(protocol, "households", root=tmp_path)
