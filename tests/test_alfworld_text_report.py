@@ -56,6 +56,21 @@ def test_an_arm_not_evaluated_on_every_game_is_left_out(tmp_path):
     assert result["arms"]["ecpo"]["seeds"] == {}
 
 
+def test_an_interval_past_0_that_misses_holms_level_is_not_called_shown(tmp_path):
+    """ECPO's two comparisons are one Holm family: ECPO - GRPO, 0, 1, 1, 1, 2 games of 24 over 5 seeds, has an
+    unadjusted 95 % interval above 0 but p 0.034 > 0.05 / 2, so its verdict says it is not shown, with its p."""
+    write(tmp_path, study.WARM, [1] * 6 + [0] * 18)
+    for seed, gain in zip(range(1, 6), (0, 1, 1, 1, 2)):
+        write(tmp_path, f"ecpo-s{seed}", [1] * (6 + gain) + [0] * (18 - gain))
+        write(tmp_path, f"gigpo_std-s{seed}", [1] * (6 + gain) + [0] * (18 - gain))
+        write(tmp_path, f"grpo-s{seed}", [1] * 6 + [0] * 18)
+    parts = study.report(tmp_path, ["ecpo", "gigpo_std", "grpo"], [1, 2, 3, 4, 5])["comparisons"]
+    grpo = parts["ecpo - grpo"]
+    assert grpo["low"] > 0 and 0.025 < grpo["p"] < 0.05 and not grpo["holm_significant"]
+    assert grpo["verdict_text"].startswith("not shown: p 0.034 misses Holm's level (MDE")
+    assert parts["ecpo - gigpo_std"]["verdict_text"].startswith("not shown at MDE")
+
+
 # ---------------------------------------------------------------------------------------------- the two testbeds
 def test_the_alfworld_text_commands_are_the_registered_studys(tmp_path):
     """The real-ALFWorld testbed's three commands, written out as the registered study's program ran them."""

@@ -51,6 +51,22 @@ def test_the_real_alfworld_columns_seed_count_is_its_pilots_by_the_same_rule():
     assert json.loads(ec.pilot_json("alfworld_text").read_text())["seeds"] == count["seeds"]
 
 
+def test_the_households_columns_seed_count_is_its_pilots_by_the_same_rule():
+    """The households pilot (ecpo, gigpo_std, grpo on seeds 1-5, benchmarks/results/households_text.json) sizes the
+    households column: its committed seed count is the rule's for the pilot's largest SD, and its seeds are 101+."""
+    protocol = ec.load_protocol()
+    count = ec.program_pilot_seed_count(protocol, "households")
+    study = json.loads((ec.RESULTS / "households_text.json").read_text())
+    success = {arm: [part["seeds"][str(s)]["by_type"]["All"] for s in range(1, 6)] for arm, part in study["arms"].items()}
+    sds = [np.std(np.subtract(success[arm], success["gigpo_std"]), ddof=1) for arm in ("ecpo", "grpo")]
+    assert count["largest_sd"] == pytest.approx(max(sds))
+    alpha = protocol["alpha"] / (len(protocol["arms"]) - 1)
+    assert count["seeds"] == seeds_for_mde(max(sds), protocol["mde_target"], alpha) == 21
+    assert ec.testbed(protocol, "households")["seeds"] == count["seeds"]
+    assert ec.program_seeds(ec.testbed(protocol, "households")) == list(range(101, 122))
+    assert json.loads(ec.pilot_json("households").read_text())["seeds"] == count["seeds"]
+
+
 def test_a_program_testbeds_runs_are_read_from_its_leaderboard_logs():
     """``program_runs`` reads each (arm, seed) from its valid_seen episode log (here the pilot study's raw logs,
     seeds 1-5): the share of the warm start's games won, the cells ``compare`` pairs by seed."""
