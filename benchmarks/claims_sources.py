@@ -451,7 +451,8 @@ def text_policy_alfworld() -> list[dict[str, Any]]:
     """The real-ALFWorld study of the small text policy (``benchmarks/alfworld_text.py``, registered before its runs):
     each arm minus the shared warm start on all 140 valid_seen games (the seed as the unit: the mean of the per-seed
     paired differences), ECPO against GiGPO w/std and GRPO (paired by seed, Holm over the two), and the policy's
-    decision rate and iteration time."""
+    decision rate and iteration time; and the same schedule's pilot on generated households
+    (``--testbed households``, ``households_text.json``): each arm minus its warm start on 120 held-out households."""
     study, speed_ = load("alfworld_text.json"), load("text_policy_speed.json")
     warm = study["warm_start"]["by_type"]
     scope = {"env": f"ALFWorld valid_seen, all {warm['games']} games, 50 steps, T = 0.4", "model": TEXT,
@@ -473,6 +474,20 @@ def text_policy_alfworld() -> list[dict[str, Any]]:
                           int(figures.get("n") or 0), [part(figures, f"ECPO - {names[other]}")], +1,
                           "alfworld_text.json", (f"ECPO vs {names[other]} on real ALFWorld (text policy)?",
                                                  "small text policy (not an LM), valid_seen, CPU")))
+    households = load("households_text.json")
+    warm = households["warm_start"]["by_type"]
+    scope = {"env": f"generated households (ALFWorldGen), {warm['games']} held-out households (seeds 100000+), 50 "
+                    "steps, T = 0.4", "model": TEXT,
+             "mode": f"warm start (expert, 3,600 training households, {100 * warm['All']:.1f} % of the held-out ones) "
+                     f"then {households['protocol']['iterations']} iterations of group RL", "device": CPU}
+    for k, (arm, label) in enumerate(names.items()):
+        figures = households["arms"][arm]["minus_warm_start"]
+        rows.append(claim(f"L{10 + k}", "learning", f"Generated households on one CPU: {label} from the warm start "
+                          "wins more held-out households than the warm start (issue 57's households pilot)", scope,
+                          f"training seeds (each: {warm['games']} households paired with the warm start's)",
+                          figures["n"], [part(figures, f"{label} - warm start")], +1, "households_text.json",
+                          (f"Does {label} from a warm start win more generated households?",
+                           "small text policy (not an LM), held-out households, CPU")))
     rate = speed_["decisions"]["per_second"]
     iteration = speed_["iteration"]["engines"]
     timing = ", ".join(f"{engine} {figures['median_seconds']:.1f} s" for engine, figures in iteration.items())
