@@ -12,9 +12,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ecpo_train.credit import (
+    TaskHistory,
     available_estimators,
     compute_advantages,
     eca_shrinkage,
+    estimator_spec,
 )
 
 ESTIMATORS = ["grpo", "rloo", "gigpo", "gigpo_std", "ecpo", "ecpo_eca_only", "ecpo_anchor_scale",
@@ -213,10 +215,13 @@ def test_fig1_advantages_of_every_estimator_by_hand():
     leaving = np.array([10.0] * 7 + [10 * 0.1**8])
     z = (leaving - leaving.mean()) / (leaving.std(ddof=1) + EPS)
     expected["graphgpo"] = (grpo_win + z[0], grpo_loss + z[7], grpo_win + z[0])
+    # TIGPO on a task with no history yet: GraphGPO's graph on this update's transitions, GRPO's episode term
+    expected["tigpo"] = expected["graphgpo"]
     assert set(expected) == set(available_estimators(needs_values=False))  # every critic-free estimator
     win, loss, b = anchor_rows[0], anchor_rows[6], anchor_rows[7]  # trajectory 6 is A's failure
     for name, values in expected.items():
-        adv, _ = compute_advantages(name, **cols)
+        first_update = {"history": [TaskHistory()] * len(cols["rewards"])} if estimator_spec(name).keeps_state else {}
+        adv, _ = compute_advantages(name, **cols, **first_update)
         np.testing.assert_allclose(adv[[win, loss, b]], values, rtol=1e-12, atol=1e-15, err_msg=name)
     # the rounded step terms (successful A / B) quoted in issue 17 and docs/paper_notes.md
     quoted = {"gigpo_std": (0.354, 0.354), "ecpo": (-0.224, 0.671), "ecpo_eca_only": (-0.447, 1.342),

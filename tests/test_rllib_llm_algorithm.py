@@ -392,10 +392,12 @@ def text_values(tmp_path, **changes):
 
 
 @pytest.mark.slow
-def test_text_policy_first_iteration_equals_the_native_trainer(tmp_path, ray_session):
+@pytest.mark.parametrize("estimator", ["ecpo", "pgpo", "hgpo", "graphgpo", "pace"])
+def test_text_policy_first_iteration_equals_the_native_trainer(tmp_path, ray_session, estimator):
     """The small text policy through RLlib (one runner actor, a local learner): the native trainer's rows,
-    advantages and update, as for the LLM."""
-    same = first_iterations_side_by_side(text_values(tmp_path))
+    advantages and update, as for the LLM; for ECPO and for each other paper's step credit (issue 57; TIGPO, which
+    keeps state, over three iterations in tests/test_tigpo.py)."""
+    same = first_iterations_side_by_side(text_values(tmp_path, estimator=estimator))
     assert same["equal"], same
 
 

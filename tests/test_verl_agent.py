@@ -165,6 +165,24 @@ def test_the_other_papers_estimators_are_credit_on_the_same_rows(estimator, opti
         assert_tokens(clustered, credit_on_rows("pace", rows, omega=0.7, hidden_states=hidden), tensors["response_mask"])
 
 
+def test_tigpo_reads_each_rows_task_history():
+    """One ``TaskHistory`` per batch row reaches TIGPO (its rows kept as the credit's step rows): the same numbers
+    as ``compute_advantages`` on the same rows, and the history changes them (g0's lost trajectory ends in a state
+    an earlier update saw win from; g1 is a revisit scored against earlier scores)."""
+    from ecpo_train.credit import TaskHistory
+
+    rows = rollout_rows()
+    tensors = verl_agent_tensors(rows)
+    by_group = {"g0": TaskHistory(frozenset({("lost2", "<success>")})), "g1": TaskHistory(reference=(0.0, 10.0)),
+                "g2": TaskHistory()}
+    history = np.array([by_group[g] for g in rows["index"]], dtype=object)
+    advantages, _ = run(tensors, rows, estimator="tigpo", history=history)
+    expected = credit_on_rows("tigpo", rows, history=list(history))
+    assert_tokens(advantages, expected, tensors["response_mask"])
+    fresh = credit_on_rows("tigpo", rows, history=[TaskHistory()] * len(history))
+    assert not np.allclose(expected, fresh)
+
+
 def test_defaults_are_the_papers():
     rows = rollout_rows()
     tensors = verl_agent_tensors(rows)

@@ -1,7 +1,8 @@
 """One iteration of the paper's Algorithm 1, written once: ``run_iteration`` calls the steps in order, and each
 engine hands it only a *sampler* and a *learner*.
 
-    draw      ``draw_iteration``: which tasks the iteration's groups play, and the env seed (one order, one stream)
+    draw      ``draw_iteration``: which tasks the iteration's groups play, and the env seed (one order, one stream);
+              for an estimator that keeps state (``tigpo``) its ``core.task_memory`` schedules revisits
     sample    ``sampler.sample``: step A, ``core.rollout.collect_rollout`` wherever the engine plays (the native
               trainer's env group and its FSDP share; the RLlib runner pool, topped up and pipelined)
     plan      ``update_plan``: step E's row shuffle and the rows it updates on (the equal-return filter), drawn
@@ -34,6 +35,8 @@ import numpy as np
 
 from ecpo_train.core.batch import TrajectoryBatch
 from ecpo_train.core.credit import compute_advantages
+from ecpo_train.core.credit.history import HISTORY_COLUMN
+from ecpo_train.core.task_memory import TaskGraphMemory
 from ecpo_train.core.tasks import draw_tasks
 
 ENV_SEED_BOUND = 2**31 - 1  # an iteration's env seed is drawn below this, after its tasks, from the run's generator
@@ -110,30 +113,40 @@ Observe = Callable[[Sampled, Learned], None]
 
 def run_iteration(config: Any, iteration: int, rng: np.random.Generator, pool: Sequence[str], sampler: Sampler,
                   learner: Learner, validate: Callable[[], dict], *, speaks: bool = True,
-                  observe: Observe | None = None) -> dict[str, float]:
+                  observe: Observe | None = None, memory: TaskGraphMemory | None = None) -> dict[str, float]:
     """Iteration ``iteration + 1`` of Algorithm 1 (``iteration`` done so far): draw, sample, plan, credit and update,
     sync, metrics, observe, finish (the module docstring). ``rng`` is the run's generator (tasks, env seeds, row
     shuffles), ``pool`` the training tasks; ``speaks``: this process says the no-signal warning (one process of
-    several does)."""
+    several does). ``memory``: the run's state across updates for an estimator that keeps one (``tigpo``,
+    ``core.task_memory``): it schedules the draw, gives each sampled row its task's history for credit and takes
+    the iteration's transitions after the update (``task_memory/<size>`` in the metrics)."""
     started = time.perf_counter()
-    sampled = sampler.sample(lambda k: draw_iteration(config, pool, rng, k), iteration)
-    plan = update_plan(config, rng, sampled.tables, learner.shards)
+    sampled = sampler.sample(lambda k: draw_iteration(config, pool, rng, k, memory), iteration)
+    tables = sampled.tables if memory is None else [memory.annotate(t, iteration) for t in sampled.tables]
+    plan = update_plan(config, rng, tables, learner.shards)
     learned = learner.learn(plan, rng)
+    remembered = {} if memory is None else memory.absorb(sampled.tables, iteration)
     sync_seconds = sampler.sync()
     if speaks and sampled.num_rows and not learned.nonzero_advantages:
         warn_if_no_signal(sampled.metrics, iteration + 1)
     metrics = iteration_metrics(iteration + 1, sampled.num_rows, sampled.metrics, learned.credit, learned.update,
                                 sampled.seconds | learned.seconds | sync_seconds,
-                                extra={f"sampling/{k}": v for k, v in sampled.report.items()})
+                                extra={f"sampling/{k}": v for k, v in sampled.report.items()}
+                                | {f"task_memory/{k}": v for k, v in remembered.items()})
     if observe is not None:
         observe(sampled, learned)
     return finish_iteration(sampler.combined(metrics), config, iteration + 1, validate, started)
 
 
-def draw_iteration(config: Any, pool: Sequence[str], rng: np.random.Generator, iteration: int) -> tuple[list[str], int]:
+def draw_iteration(config: Any, pool: Sequence[str], rng: np.random.Generator, iteration: int,
+                   memory: TaskGraphMemory | None = None) -> tuple[list[str], int]:
     """The task of each of the ``config.n_groups`` groups of iteration ``iteration`` (from 0) and the env seed
-    their copies count from; both from ``rng``, tasks first (``tasks.draw_tasks``)."""
-    task_ids = draw_tasks(pool, config.n_groups, rng, iteration, config.task_draw)
+    their copies count from; both from ``rng``, tasks first (``tasks.draw_tasks``). With ``memory`` (an estimator
+    that keeps state) its schedule picks the revisits and the run's draw only the explorations."""
+    def explore(n: int) -> list[str]:
+        return draw_tasks(pool, n, rng, iteration, config.task_draw)
+
+    task_ids = explore(config.n_groups) if memory is None else memory.draw(iteration, config.n_groups, explore)
     return task_ids, int(rng.integers(ENV_SEED_BOUND))
 
 
@@ -165,6 +178,8 @@ def credit_step(config: Any, batch: TrajectoryBatch, values: Any = None, device:
     it (the rewards moved there) and returns the advantages as a numpy array, like the CPU path.
     """
     options = {"credit": config.credit, **config.estimator_options()}
+    if HISTORY_COLUMN in batch.extras:  # the rows' task histories (an estimator that keeps state, run_iteration's)
+        options["history"] = batch.extras[HISTORY_COLUMN]
     if device is not None and getattr(device, "type", "cpu") == "cuda":
         import torch
 

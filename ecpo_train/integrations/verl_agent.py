@@ -77,6 +77,7 @@ def compute_ecpo_outcome_advantage(
     rho_min: float = CreditConfig.rho_min,
     diagnostics: dict[str, float] | None = None,
     hidden_states: Any = None,
+    history: Any = None,
     **credit_options: Any,
 ) -> tuple[Any, Any]:
     """ECPO (or GiGPO, GRPO, ...) advantages with verl-agent's GiGPO calling convention.
@@ -95,7 +96,11 @@ def compute_ecpo_outcome_advantage(
     (``ecpo_eca_only``, ``ecpo_vargate_only``, ``grpo``, ``rloo``, ``pgpo``, ``hgpo``, ``graphgpo``, ``pace``,
     ...); their own hyperparameters (``pgpo_alpha``, ``hgpo_history``, ``graph_gamma``, ... of
     :class:`~ecpo_train.core.credit.CreditConfig`) go in ``credit_options``, and ``hidden_states`` (one vector
-    per row, e.g. the actor's last hidden state of the prompt) to an estimator that reads them (``pace``);
+    per row, e.g. the actor's last hidden state of the prompt) to an estimator that reads them (``pace``), and
+    ``history`` (one :class:`~ecpo_train.core.credit.history.TaskHistory` per row: its task's graph from earlier
+    updates and, for a revisit, its exploration group's scores) to one that keeps state across updates
+    (``tigpo``; keep a ``ecpo_train.core.task_memory.TaskGraphMemory`` beside the trainer: its ``history(task)``
+    gives a row's entry and ``absorb_columns`` takes the batch after the update);
     ``"gigpo"``/``"gigpo_std"`` are
     verl-agent's own GiGPO: ``mode="mean_norm"`` selects ``credit.py``'s
     ``gigpo`` and ``"mean_std_norm"`` its ``gigpo_std``, both with ``compat="verl-agent"``, which give
@@ -172,6 +177,7 @@ def compute_ecpo_outcome_advantage(
         gamma=gamma, omega=step_advantage_w, kappa=kappa, tau=tau, d_min=d_min, rho_min=rho_min, eps=epsilon,
         compat="verl-agent" if credit_name in GIGPO_MODES.values() else "native",
         hidden_states=None if hidden_states is None else _host(hidden_states)[kept],
+        history=None if history is None else list(_host_column(history, "history", n)[kept]),
         **credit_options,
     )
     if diagnostics is not None:

@@ -111,6 +111,10 @@ class TrainConfig:
     anchor_key: Literal[ANCHOR_KEYS] = "state_key"  # "state_key" | "observation_key" (the paper's text anchor)
     credit: CreditConfig = field(default_factory=CreditConfig)  # the paper's defaults live in CreditConfig
     gae_lambda: Annotated[float, Field(ge=0, le=1)] = 0.95  # an option of the ppo estimator (EstimatorSpec.options)
+    # the exploration-revisit schedule of an estimator that keeps state (tigpo; core/task_memory.py): the share of an
+    # iteration's groups that revisit earlier tasks, and the updates between an exploration group and its revisit
+    revisit_fraction: Annotated[float, Field(ge=0, lt=1)] = 0.5
+    revisit_delay: Annotated[int, Field(ge=1)] = 10
     # update (step E)
     lr: LearningRate = 1e-6
     critic_lr: LearningRate = 1e-5  # ppo only
@@ -207,6 +211,11 @@ class TrainConfig:
 
             check_fsdp_request(self.fsdp, self.estimator, self.policy)
         check_group_size(self.group_size, self.estimator)
+        moved = [f.name for f in dataclasses.fields(self) if f.name in ("revisit_fraction", "revisit_delay")
+                 and getattr(self, f.name) != f.default]
+        if moved and not estimator_spec(self.estimator).keeps_state:
+            raise ValueError(f"{', '.join(moved)} set the revisit schedule of an estimator that keeps state (tigpo); "
+                             f"estimator={self.estimator} keeps none")
 
     def check_text_policy(self) -> None:
         """What ``policy=text`` cannot do, refused before the run: free-text actions (search-QA lists none), a learned

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ecpo_train.core.credit import available_estimators
+from ecpo_train.core.credit import available_estimators, estimator_spec
 
 LAUNCH_HINT = ("launch K processes: `torchrun --nproc-per-node K -m ecpo_train.apps.cli train ...` "
                "or `ecpo train --nproc K ...`")
@@ -61,6 +61,9 @@ def check_fsdp_run(estimator: str, policy: str) -> None:
     if estimator in available_estimators(needs_values=True):
         raise ValueError(f"fsdp=true does not shard a critic yet ({estimator} needs one): use a critic-free "
                          "estimator or one process")
+    if estimator_spec(estimator).keeps_state:
+        raise ValueError(f"fsdp=true plays a share of the groups in each process, but {estimator} keeps every "
+                         "task's graph in one: use one process (or the RLlib engine, whose driver keeps it)")
 
 
 class ProcessGroupReducer:

@@ -30,6 +30,7 @@ import torch
 
 from ecpo_gym.group import GroupVectorEnv
 from ecpo_train.core.iteration import Observe, run_iteration, seed_streams
+from ecpo_train.core.task_memory import TaskGraphMemory, task_memory_for
 from ecpo_train.core.tasks import task_lists, validation_seed
 from ecpo_train.runtime.builders import (
     build_critic,
@@ -91,6 +92,7 @@ class Trainer:
                                            weight_decay=config.weight_decay)
         self.critic, self.critic_optimizer = build_critic(config, self.policy)  # (None, None): a critic-free estimator
         self.iteration = 0
+        self.memory = task_memory_for(config)  # tigpo's task graphs and revisit schedule (None: no state kept)
         self.validation_episodes: list[Any] = []
         self.on_phase: Callable[[str], None] = no_phase
         self.sampler = EnvGroupSampler(config, self.envs, self.policy, self.dp, phase=self._phase)
@@ -106,7 +108,7 @@ class Trainer:
         """One iteration (``core.iteration.run_iteration``) with this process's env group and update
         (``runtime.native_step``); it validates on the run's tasks where the run's rule says so."""
         metrics = run_iteration(self.config, self.iteration, self.rng, self.train_tasks, self.sampler, self.learner,
-                                self._validate_in_iteration, speaks=self.writes, observe=observe)
+                                self._validate_in_iteration, speaks=self.writes, observe=observe, memory=self.memory)
         self.iteration += 1  # the updates so far
         return metrics
 
@@ -169,6 +171,7 @@ class Trainer:
             "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None,
             "python_rng": random.getstate(),
             "numpy_global_rng": np.random.get_state(),
+            "task_memory": self.memory.state_dict() if self.memory is not None else None,
             "config": config_dict(cfg),
         }
 
@@ -227,6 +230,11 @@ class Trainer:
         random.setstate(state["python_rng"])
         np.random.set_state(state["numpy_global_rng"])
         self.iteration = int(state["iteration"])
+        if self.memory is not None:
+            if state.get("task_memory") is None:
+                raise ValueError(f"the checkpoint keeps no task memory, which estimator={self.config.estimator} "
+                                 "continues from: it was saved by a run of another estimator")
+            self.memory = TaskGraphMemory.from_state(state["task_memory"])
 
     def agree(self, refusal: ValueError | None) -> None:
         """Under FSDP every process refuses the start if any does (process 0's refusal names the reason)."""

@@ -32,8 +32,9 @@ All arithmetic is float64. Numpy in gives numpy float64 out; torch in (``rewards
 float64 tensor on the rewards' device.
 
 Layout: :mod:`.config` (the hyperparameters), :mod:`.equations` (one function per paper equation),
-:mod:`.registry` (estimator names and what each asks for) and :mod:`.estimators` (one function per
-estimator, :func:`compute_advantages`). The rows they read are the step-row table's, validated and coded once in ``ecpo_train.core.rows`` (numpy/torch operations in
+:mod:`.registry` (estimator names and what each asks for), :mod:`.estimators` (one function per
+estimator, :func:`compute_advantages`) and :mod:`.history` (the frozen view of earlier updates an estimator that
+keeps state reads: TIGPO's ``TaskHistory``). The rows they read are the step-row table's, validated and coded once in ``ecpo_train.core.rows`` (numpy/torch operations in
 ``ecpo_train.core.backend``).
 """
 
@@ -60,6 +61,7 @@ from ecpo_train.core.credit.equations import (
     within_action_variance,
 )
 from ecpo_train.core.credit.estimators import compute_advantages, gae_targets
+from ecpo_train.core.credit.history import TaskHistory
 from ecpo_train.core.credit.registry import (
     EstimatorSpec,
     available_estimators,
@@ -76,6 +78,7 @@ __all__ = [
     "CreditConfig",
     "CreditRows",
     "EstimatorSpec",
+    "TaskHistory",
     "available_estimators",
     "between_action_variance",
     "check_group_size",

@@ -388,3 +388,21 @@ def cosine_clusters(hidden: np.ndarray, group: np.ndarray, threshold: float) -> 
         else:
             labels[row] = labels[match]
     return labels
+
+
+def cross_temporal_advantage(scores: np.ndarray, reference: np.ndarray, eps: float) -> np.ndarray:
+    """TIGPO's cross-temporal episode advantage of a revisit group (arXiv 2609.03383): its episode scores ``Z_R``
+    normalised against ``[Z_E; Z_R]``, the scores of the same task's earlier exploration group (frozen) joined to
+    its own, ``(z - mean) / (std + eps)`` over the joined set (unbiased std, as :func:`grpo_advantage`; a joined
+    set of equal scores gives 0)."""
+    pool = np.concatenate([np.asarray(reference, dtype=np.float64), np.asarray(scores, dtype=np.float64)])
+    if len(pool) < 2 or np.all(pool == pool[0]):
+        return np.zeros(len(scores))
+    return (np.asarray(scores, dtype=np.float64) - pool.mean()) / (pool.std(ddof=1) + eps)
+
+
+def tigpo_advantage(episode_adv: Any, graph_adv: Any, step_weight: float = 1.0, episode_weight: float = 1.0) -> Any:
+    """TIGPO's final advantage: ``lambda_step A^TG + lambda_ep A^ep``, the temporal-graph step term plus the
+    episode term (the cross-temporal one for a revisit group, GRPO's for an exploration group); the paper's
+    ``lambda_step = lambda_ep = 1``."""
+    return step_weight * graph_adv + episode_weight * episode_adv

@@ -15,6 +15,7 @@ from ecpo_train.core.credit.equations import (
     anchor_potential,
     between_action_variance,
     cosine_clusters,
+    cross_temporal_advantage,
     distance_to_success,
     eca_action_std,
     eca_advantage,
@@ -37,6 +38,7 @@ from ecpo_train.core.credit.equations import (
     reliability_weight,
     rloo_advantage,
     strict_valid,
+    tigpo_advantage,
     trajectory_return,
     trajectory_success,
     transition_targets,
@@ -45,6 +47,7 @@ from ecpo_train.core.credit.equations import (
     verl_agent_episode_advantage,
     within_action_variance,
 )
+from ecpo_train.core.credit.history import SUCCESS, TaskHistory, group_histories
 from ecpo_train.core.credit.registry import estimator_spec, register_estimator
 from ecpo_train.core.rows import CreditRows, host_values, prepare_rows
 
@@ -344,28 +347,99 @@ def hgpo_estimator(rows: CreditRows, config: CreditConfig) -> tuple[Any, dict[st
     return _finish(rows, ret, rows.ops.asarray(adv), {"hgpo_no_group_fraction": alone})
 
 
+def _graph_term(rows: CreditRows, config: CreditConfig, success: np.ndarray, earlier: tuple[np.ndarray, ...] = (),
+                won_before: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """GraphGPO's graph term per row (host array) and whether each group's graph reaches a success: the group's
+    state graph (eq. transition_targets) joined to ``earlier`` edges (sources, targets, and the groups of the nodes
+    only they hold, numbered after the dead ends; TIGPO's persistent graphs), each state's distance to success by
+    reverse shortest path (eq. distance_to_success), each transition's return ``10 gamma^d`` of the state it
+    reaches, z-scored among the transitions leaving the same state. A group whose graph reaches no success (it won
+    neither now nor, ``won_before``, earlier) gets no graph term."""
+    _, length = _last_rows(rows)
+    target = transition_targets(rows.anchor, rows.traj, rows.position, length, rows.traj_group, success,
+                                rows.n_anchors, rows.n_groups, rows.horizon)
+    old_source, old_target, old_group = earlier or (np.zeros(0, np.int64),) * 3
+    node_group = np.concatenate([rows.anchor_group, np.arange(rows.n_groups), rows.traj_group, old_group])
+    reaches = np.bincount(rows.traj_group, weights=success, minlength=rows.n_groups) > 0
+    if won_before is not None:
+        reaches = reaches | won_before
+    distance = distance_to_success(np.concatenate([rows.anchor, old_source]), np.concatenate([target, old_target]),
+                                   node_group, rows.n_anchors + np.flatnonzero(reaches))
+    step_return = graph_step_return(distance[target].astype(np.float64), config.graph_gamma, config.graph_success_return)
+    graph_adv = gigpo_anchor_advantage(step_return, rows.anchor, rows.n_anchors, config.eps, True)
+    return np.where(reaches[rows.traj_group[rows.traj]], graph_adv, 0.0), reaches
+
+
 @register_estimator("graphgpo")
 def graphgpo_estimator(rows: CreditRows, config: CreditConfig) -> tuple[Any, dict[str, float]]:
-    """GraphGPO (arXiv 2605.26684): per group, the state graph of its rollouts (eq. transition_targets), each
-    state's distance to success by reverse shortest path (eq. distance_to_success), each transition's return
-    ``10 gamma^d`` (gamma 0.1) of the state it reaches, z-scored among the transitions leaving the same state,
+    """GraphGPO (arXiv 2605.26684): per group, the graph term of its rollouts' state graph (:func:`_graph_term`:
+    each transition's return ``10 gamma^d``, gamma 0.1, z-scored among the transitions leaving the same state)
     added to the GRPO episode term. A group with no success gets no graph term. Diagnostic: the share of groups
     whose graph reaches a success."""
     ret = _returns(rows, config)
-    success = _success(rows)
-    _, length = _last_rows(rows)
-    n_nodes = rows.n_anchors + rows.n_groups + rows.n_trajs
-    node_group = np.concatenate([rows.anchor_group, np.arange(rows.n_groups), rows.traj_group])
-    target = transition_targets(rows.anchor, rows.traj, rows.position, length, rows.traj_group, success,
-                                rows.n_anchors, rows.n_groups, rows.horizon)
-    group_succeeded = np.bincount(rows.traj_group, weights=success, minlength=rows.n_groups) > 0
-    distance = distance_to_success(rows.anchor, target, node_group, rows.n_anchors + np.flatnonzero(group_succeeded))
-    assert len(distance) == n_nodes
-    step_return = graph_step_return(distance[target].astype(np.float64), config.graph_gamma, config.graph_success_return)
-    graph_adv = gigpo_anchor_advantage(step_return, rows.anchor, rows.n_anchors, config.eps, True)
-    graph_adv = np.where(group_succeeded[rows.traj_group[rows.traj]], graph_adv, 0.0)
+    graph_adv, reaches = _graph_term(rows, config, _success(rows))
     adv = graphgpo_advantage(_grpo_rows(rows, ret, config), rows.ops.asarray(graph_adv))
-    return _finish(rows, ret, adv, {"graph_success_group_fraction": float(group_succeeded.mean())})
+    return _finish(rows, ret, adv, {"graph_success_group_fraction": float(reaches.mean())})
+
+
+def _history_edges(rows: CreditRows, anchor_keys: np.ndarray, histories: list[TaskHistory], first_node: int
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The persistent graphs' edges in the union graph's node codes: a state key one of the group's rows is at is
+    that anchor's node, the success key the group's success node (``n_anchors + group``), any other key a node of
+    its own (from ``first_node`` on). Returned: the edges' sources and targets, and each new node's group."""
+    node: dict[tuple[int, str], int] = {}
+    for row in range(rows.n_rows):
+        node.setdefault((int(rows.traj_group[rows.traj[row]]), str(anchor_keys[row])), int(rows.anchor[row]))
+    extra_group: list[int] = []
+
+    def code(group: int, key: str) -> int:
+        if key == SUCCESS:
+            return rows.n_anchors + group
+        if (group, key) not in node:
+            node[(group, key)] = first_node + len(extra_group)
+            extra_group.append(group)
+        return node[(group, key)]
+
+    source, target = [], []
+    for group, history in enumerate(histories):
+        for here, there in sorted(history.edges):
+            source.append(code(group, here))
+            target.append(code(group, there))
+    return (np.asarray(source, dtype=np.int64), np.asarray(target, dtype=np.int64),
+            np.asarray(extra_group, dtype=np.int64))
+
+
+@register_estimator("tigpo", keeps_state=True)
+def tigpo_estimator(rows: CreditRows, config: CreditConfig, history: Sequence[TaskHistory], anchor_keys: Any
+                    ) -> tuple[Any, dict[str, float]]:
+    """TIGPO (arXiv 2609.03383), its credit: GraphGPO's graph term on the temporal graph ``H_x + G_x``, the task's
+    persistent transitions from earlier updates (``history``, one :class:`TaskHistory` per row) joined to this
+    group's own, so a state's distance to success counts paths found by earlier policies; each transition's
+    return ``10 gamma^d`` z-scored among this update's transitions leaving the same state; plus the episode term:
+    for a revisit group (its history has a ``reference``) the cross-temporal advantage against the frozen scores of
+    the task's earlier exploration group, else GRPO's (eq. tigpo_advantage, both weights 1). A group whose temporal
+    graph reaches no success gets no graph term. Only this update's rows get advantages: the history shapes their
+    credit, never the loss. Diagnostics: the share of groups that reach success only through their history, the
+    share of revisit groups and the persistent edges read."""
+    ret = _returns(rows, config)
+    success = _success(rows)
+    histories = group_histories(history, rows.traj_group[rows.traj], rows.n_groups)
+    first_node = rows.n_anchors + rows.n_groups + rows.n_trajs
+    earlier = _history_edges(rows, np.asarray(anchor_keys, dtype=object), histories, first_node)
+    won_now = np.bincount(rows.traj_group, weights=success, minlength=rows.n_groups) > 0
+    won_before = np.array([any(there == SUCCESS for _, there in h.edges) for h in histories], dtype=bool)
+    graph_adv, _ = _graph_term(rows, config, success, earlier, won_before)
+    scores = np.asarray(rows.ops.host(ret.trajectory), dtype=np.float64)
+    episode = grpo_advantage(scores, rows.traj_group, rows.n_groups, config.eps)
+    revisit = np.array([h.reference is not None for h in histories], dtype=bool)
+    for group in np.flatnonzero(revisit):
+        members = np.flatnonzero(rows.traj_group == group)
+        episode[members] = cross_temporal_advantage(scores[members], np.asarray(histories[group].reference), config.eps)
+    adv = tigpo_advantage(episode[rows.traj], graph_adv)
+    return _finish(rows, ret, rows.ops.asarray(adv), {
+        "tigpo_success_from_history_fraction": float((won_before & ~won_now).mean()),
+        "tigpo_revisit_group_fraction": float(revisit.mean()),
+        "tigpo_history_edges": float(len(earlier[0]))})
 
 
 @register_estimator("pace", hidden_states="optional")
@@ -442,15 +516,19 @@ def compute_advantages(
     rows: CreditRows | None = None,
     values: Any = None,
     hidden_states: Any = None,
+    history: Sequence[TaskHistory] | None = None,
     credit: CreditConfig | None = None,
     **hyperparameters: Any,
 ) -> tuple[Any, dict[str, float]]:
     """Per-row advantages of estimator ``name`` and its diagnostics, from plain arrays (one entry per step row).
 
     ``name``: one of ``grpo, rloo, gigpo, gigpo_std, ecpo, ecpo_eca_only, ecpo_anchor_scale,
-    ecpo_anchor_scale_eca_only, ecpo_vargate_only, pgpo, hgpo, graphgpo, pace``, or ``ppo`` (GAE on a learned
+    ecpo_anchor_scale_eca_only, ecpo_vargate_only, pgpo, hgpo, graphgpo, pace, tigpo``, or ``ppo`` (GAE on a learned
     critic: pass ``values=``, one ``V(s)`` per row, and optionally ``gae_lambda``). ``hidden_states=`` (one vector
-    per row) goes to an estimator that reads them (``pace``'s clustering); the others refuse it. Ids and keys
+    per row) goes to an estimator that reads them (``pace``'s clustering); the others refuse it. ``history=`` (one
+    :class:`~ecpo_train.core.credit.history.TaskHistory` per row: the row's task as earlier updates left it) goes
+    to an estimator that keeps state across updates (``tigpo``), which needs it and the rows' state keys (the
+    columns, or ``rows=`` a ``TrajectoryBatch``); the others refuse it. Ids and keys
     are sequences (or arrays/tensors) of str or int; a trajectory is identified by ``(group_id, traj_id)``
     and its ``steps`` must be exactly ``1..T``; rows may come in any order. ``anchor_keys`` are the anchor
     keys (an anchor is ``(group_id, anchor_key)``; see the module docstring on the name). ``rewards`` are
@@ -478,9 +556,17 @@ def compute_advantages(
         raise ValueError(f"estimator {name!r} is critic-free: it takes no values=")
     if spec.hidden_states == "none" and hidden_states is not None:
         raise ValueError(f"estimator {name!r} reads no hidden states: it takes no hidden_states=")
+    if spec.keeps_state and history is None:
+        raise ValueError(f"estimator {name!r} keeps state across updates: it needs history=, one TaskHistory per step "
+                         "row (a TaskGraphMemory gives them; TaskHistory() is a task with no history yet)")
+    if not spec.keeps_state and history is not None:
+        raise ValueError(f"estimator {name!r} keeps no state across updates: it takes no history=")
     columns = {"group_ids": group_ids, "traj_ids": traj_ids, "steps": steps, "anchor_keys": anchor_keys,
                "action_keys": action_keys, "rewards": rewards}
     given = [column for column, column_values in columns.items() if column_values is not None]
+    keys = anchor_keys if rows is None else getattr(rows, "anchor_key", None)  # a TrajectoryBatch's state keys
+    if spec.keeps_state and keys is None and rows is not None:
+        raise ValueError(f"estimator {name!r} reads the rows' state keys: pass rows= a TrajectoryBatch, or the columns")
     if rows is not None:
         if given:
             raise ValueError(f"pass either rows= or the step columns, not both (got rows and {', '.join(given)})")
@@ -498,4 +584,7 @@ def compute_advantages(
             return spec.fn(rows, config, values, **options)
         if spec.hidden_states != "none":
             return spec.fn(rows, config, hidden_states=hidden_states)
+        if spec.keeps_state:
+            state_keys = np.asarray(host_values(keys, "anchor_keys"), dtype=object)
+            return spec.fn(rows, config, history=history, anchor_keys=state_keys)
         return spec.fn(rows, config)

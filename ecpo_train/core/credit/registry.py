@@ -17,8 +17,9 @@ class EstimatorSpec:
     ``hidden_states``: whether it reads one hidden-state vector per row (``compute_advantages(...,
     hidden_states=)``): ``"none"``, or ``"optional"`` (used where the policy exposes them, identity keys
     otherwise);
-    ``keeps_state``: whether it keeps state across updates (in the run folder); no registered estimator does
-    yet (TIGPO would: ``docs/paper_notes.md``);
+    ``keeps_state``: whether it keeps state across updates (TIGPO's task graphs, in the run folder's checkpoint):
+    the function is ``fn(rows, config, history=, anchor_keys=)``, ``history`` one ``TaskHistory`` per row (the
+    run's ``core.task_memory.TaskGraphMemory`` gives them) and ``anchor_keys`` the rows' state keys;
     ``group_relative``: its baseline comes from the other rollouts of a group, so it needs >= 2 per task;
     ``options``: keyword arguments it takes beyond ``CreditConfig`` (the trainer passes its config's values
     of these names), each with its default.
@@ -43,7 +44,8 @@ def register_estimator(name: str, *, needs_values: bool = False, group_relative:
                        keeps_state: bool = False) -> Callable[[Estimator], Estimator]:
     """Decorator: register ``fn(rows, config) -> (advantage per row, diagnostics)`` under ``name``; with
     ``needs_values=True`` the function is ``fn(rows, config, values, **options)``, with ``hidden_states=
-    "optional"`` ``fn(rows, config, hidden_states=None)``."""
+    "optional"`` ``fn(rows, config, hidden_states=None)``, with ``keeps_state=True`` ``fn(rows, config, history,
+    anchor_keys)``."""
     if hidden_states not in HIDDEN_STATE_USES:
         raise ValueError(f"hidden_states={hidden_states!r}; valid: {', '.join(HIDDEN_STATE_USES)}")
 

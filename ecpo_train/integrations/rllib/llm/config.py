@@ -39,6 +39,7 @@ from ray.rllib.core import (
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.utils import force_list
 
+from ecpo_train.core.task_memory import TaskGraphMemory, task_memory_for
 from ecpo_train.core.tasks import task_lists
 from ecpo_train.integrations.rllib.base_algorithm import GroupCreditAlgorithm, check_fits_cluster
 from ecpo_train.integrations.rllib.base_config import GroupCreditConfig
@@ -283,6 +284,7 @@ class ECPO(GroupCreditAlgorithm):
         self.ecpo_train_config = train
         self.ecpo_rng = np.random.default_rng(train.seed)  # the native trainer's task/seed/shuffle stream
         self.ecpo_iteration = 0
+        self.ecpo_memory = task_memory_for(train)  # tigpo's task graphs and revisit schedule, kept on the driver
         self.ecpo_dispatched = None  # max_policy_lag=1: the next iteration's groups (pipeline.Dispatched)
         self.ecpo_validation_episodes: list[Any] = []  # the last validation's outcomes (run_dir.EpisodeOutcome)
         self.ecpo_observe = None  # core.iteration.run_iteration's observe(sampled, learned) hook (the run shell's)
@@ -376,7 +378,8 @@ class ECPO(GroupCreditAlgorithm):
             pending = self.ecpo_dispatched
             state["ecpo"] = {"rng": self.ecpo_rng.bit_generator.state, "iteration": self.ecpo_iteration,
                              "runner_rng": self._runner_sampling_states(),
-                             "pending": None if pending is None else [pending.task_ids, pending.env_seed]}
+                             "pending": None if pending is None else [pending.task_ids, pending.env_seed],
+                             "task_memory": None if self.ecpo_memory is None else self.ecpo_memory.state_dict()}
         return state
 
     def set_state(self, state) -> None:
@@ -385,6 +388,11 @@ class ECPO(GroupCreditAlgorithm):
         if ecpo:
             self.ecpo_rng.bit_generator.state = ecpo["rng"]
             self.ecpo_iteration = int(ecpo["iteration"])
+            if self.ecpo_memory is not None:
+                if ecpo.get("task_memory") is None:
+                    raise ValueError("the checkpoint keeps no task memory, which estimator="
+                                     f"{self.ecpo_train_config.estimator} continues from")
+                self.ecpo_memory = TaskGraphMemory.from_state(ecpo["task_memory"])
             from ecpo_train.integrations.rllib.llm.pipeline import Dispatched, drain_dispatched
 
             if self.ecpo_dispatched is not None and self.ecpo_dispatched.in_flight:

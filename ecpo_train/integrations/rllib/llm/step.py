@@ -53,7 +53,7 @@ def llm_training_step(algo: Any) -> dict[str, float]:
     """One native-trainer iteration through RLlib (see the module docstring); returns the native metrics."""
     sampler, learner = RunnerPoolSampler(algo), LearnerGroupLearner(algo)
     metrics = run_iteration(algo.ecpo_train_config, algo.ecpo_iteration, algo.ecpo_rng, algo.ecpo_train_tasks,
-                            sampler, learner, algo.validate, observe=algo.ecpo_observe)
+                            sampler, learner, algo.validate, observe=algo.ecpo_observe, memory=algo.ecpo_memory)
     algo.ecpo_iteration += 1  # the learner's updates: the version of its weights
     sampled = sampler.sampled
     seconds = {phase: metrics[f"time/{phase}"] for phase in ("sampling", "sampling_wait", "update", "sync")
