@@ -419,6 +419,8 @@ def test_text_policy_trains_with_two_runners_and_two_learners(tmp_path):
     lines = [json.loads(line) for line in (tmp_path / "native" / "metrics.jsonl").read_text().splitlines()]
     assert [int(line["iteration"]) for line in lines] == [1, 2]
     assert all(line["update/optimizer_steps"] >= 1 for line in lines if line["credit/advantage_std"] > 0)
+    # each learner credits one group: the diagnostics count both (counts summed over learners, as natively)
+    assert all(line["credit/num_groups"] == 2 and line["credit/num_trajectories"] == 8 for line in lines)
 
 
 def replay_runner_sampling(policy: Any, train_config: Any, task_ids: list[str], env_seed: int,

@@ -12,6 +12,7 @@ then RLlib's own result keys (``results.log_iteration``) beside the native metri
 
 from __future__ import annotations
 
+import statistics
 import time
 from typing import Any
 
@@ -71,11 +72,17 @@ def _learner_value(result: Any, key: str) -> float:
 
 def learner_metrics(results: list[Any]) -> tuple[dict[str, float], dict[str, float]]:
     """The learners' credit diagnostics and update statistics (their results' ``credit`` and ``update`` keys) as two
-    dicts of floats under their own names (``iteration_metrics`` names them ``credit/...``, ``update/...``)."""
+    dicts of floats under their own names (``iteration_metrics`` names them ``credit/...``, ``update/...``). Each
+    learner computes credit on its own groups, so the diagnostics are combined over the learners' results as the
+    native trainer combines its processes': counts (``num_...``) summed, the rest averaged. The update statistics
+    are already reduced over the learners' process group, so every learner's are the same: the first's are read."""
     from ray.rllib.core import DEFAULT_MODULE_ID
-    module = results[0].get(DEFAULT_MODULE_ID, {}) if results else {}
+    modules = [result.get(DEFAULT_MODULE_ID, {}) for result in results]
 
-    def floats(part: str) -> dict[str, float]:  # each a Stats object, or its value
+    def floats(module: Any, part: str) -> dict[str, float]:  # each a Stats object, or its value
         return {name: float(v.peek() if hasattr(v, "peek") else v) for name, v in module.get(part, {}).items()}
 
-    return floats(CREDIT_RESULTS), floats(UPDATE_RESULTS)
+    credit = [floats(module, CREDIT_RESULTS) for module in modules]
+    combined = {name: (sum if name.startswith("num_") else statistics.fmean)([c[name] for c in credit if name in c])
+                for name in dict.fromkeys(name for c in credit for name in c)}
+    return combined, floats(modules[0], UPDATE_RESULTS) if modules else {}
