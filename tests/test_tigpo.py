@@ -100,6 +100,10 @@ def test_the_registry_and_the_entry_point_refuse_what_tigpo_cannot_use():
         compute_advantages("tigpo", **GROUP, rewards=WON, history=[TaskHistory()] * 3)
     with pytest.raises(ValueError, match="different histories"):
         compute_advantages("tigpo", **GROUP, rewards=WON, history=[TaskHistory()] * 3 + [TaskHistory(reference=(1.0,))])
+    for bad, says in (({"edges": [("a", "b", "c")]}, "pairs"), ({"reference": ("ten",)}, "numbers"),
+                      ({"reference": ()}, "at least one"), ({"reference": (float("nan"),)}, "finite")):
+        with pytest.raises(ValueError, match=says):
+            TaskHistory(**bad)
     from ecpo_train.core.rows import prepare_rows
 
     coded = prepare_rows(GROUP["group_ids"], GROUP["traj_ids"], GROUP["steps"], GROUP["anchor_keys"],

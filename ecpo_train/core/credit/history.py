@@ -5,6 +5,7 @@ this frozen view, so an estimator stays a function of its inputs."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,12 +30,19 @@ class TaskHistory:
     reference: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.edges, frozenset):
-            object.__setattr__(self, "edges", frozenset((str(a), str(b)) for a, b in self.edges))
+        try:
+            edges = frozenset((str(here), str(there)) for here, there in self.edges)
+        except (TypeError, ValueError):
+            raise ValueError("a TaskHistory's edges are (state key, next state key) pairs") from None
+        object.__setattr__(self, "edges", edges)
         if self.reference is not None:
-            reference = tuple(float(z) for z in self.reference)
-            if not reference:
-                raise ValueError("a TaskHistory's reference holds the earlier exploration group's scores: none given")
+            try:
+                reference = tuple(float(z) for z in self.reference)
+            except (TypeError, ValueError):
+                raise ValueError("a TaskHistory's reference holds the exploration group's scores, numbers") from None
+            if not reference or not all(math.isfinite(z) for z in reference):
+                raise ValueError("a TaskHistory's reference holds the earlier exploration group's scores: finite "
+                                 "numbers, at least one")
             object.__setattr__(self, "reference", reference)
 
 
