@@ -109,6 +109,19 @@ def small_values(model: Path | str, tmp_path: Path, **changes: Any) -> dict[str,
     return values | changes
 
 
+def next_iteration_twice(algo: Any, checkpoint: Path) -> tuple[dict[str, Any], Any]:
+    """Save ``algo`` to ``checkpoint``, train its next iteration and stop it; restore the checkpoint. Returned: that
+    uninterrupted iteration's ``ecpo`` result and the restored algorithm (the caller trains and stops it)."""
+    from ecpo_train.integrations.rllib import ECPO
+
+    try:
+        algo.save_to_path(str(checkpoint))
+        uninterrupted = algo.train()["ecpo"]
+    finally:
+        algo.stop()
+    return uninterrupted, ECPO.from_checkpoint(str(checkpoint))
+
+
 def make_policy(model_dir: Path | str, **kwargs: Any) -> Any:
     """A ``TransformersPolicy`` over the model at ``model_dir`` on the corridors (64 prompt, 6 reply tokens)."""
     from ecpo_train.policies.llm import TransformersPolicy

@@ -260,9 +260,9 @@ def test_a_pipelined_rllib_run_keeps_the_drawn_ahead_plan_across_a_checkpoint(tm
     """``max_policy_lag=1``: the driver draws iteration k+1 (through the memory's schedule) before iteration k is
     learned. A checkpoint taken then keeps that plan with the memory, so the restored run credits the groups in
     flight as revisits or explorations exactly as the uninterrupted run does."""
-    from conftest import run_values
+    from conftest import next_iteration_twice, run_values
 
-    from ecpo_train.integrations.rllib import ECPO, ECPOConfig
+    from ecpo_train.integrations.rllib import ECPOConfig
     from ecpo_train.policies.text import TextPolicy
     from ecpo_train.runtime.config import make_config
 
@@ -273,14 +273,9 @@ def test_a_pipelined_rllib_run_keeps_the_drawn_ahead_plan_across_a_checkpoint(tm
         "estimator": "tigpo", "revisit_delay": 1, "n_groups": 2}
     config = ECPOConfig.from_train_config(make_config(values)).env_runners(num_env_runners=1)
     algo = config.training(max_policy_lag=1).build_algo()
-    try:
-        algo.train()
-        assert sorted(algo.ecpo_memory.plans) == [1]  # iteration 2's groups drawn and in flight
-        algo.save_to_path(str(tmp_path / "ckpt"))
-        uninterrupted = algo.train()["ecpo"]
-    finally:
-        algo.stop()
-    restored = ECPO.from_checkpoint(str(tmp_path / "ckpt"))
+    algo.train()
+    assert sorted(algo.ecpo_memory.plans) == [1]  # iteration 2's groups drawn and in flight
+    uninterrupted, restored = next_iteration_twice(algo, tmp_path / "ckpt")
     try:
         assert sorted(restored.ecpo_memory.plans) == [1]
         resumed = restored.train()["ecpo"]
