@@ -145,7 +145,7 @@ def test_annotate_and_absorb_carry_the_graph_and_the_scores_across_updates():
     memory = TaskGraphMemory(revisit_fraction=0.5, revisit_delay=1)
     assert memory.draw(0, 2, lambda n: ["kitchen", "garden"][:n]) == ["kitchen", "garden"]
     first = table([[(["s0", "s1"], True), (["s0", "s2"], False)], [(["g0"], False), (["g0"], False)]])
-    annotated = memory.annotate(first, 0)
+    annotated = memory.annotate([first], 0)[0]
     assert all(h == TaskHistory() for h in annotated.extras[HISTORY_COLUMN])  # nothing known yet
     memory.absorb([first], 0)
     assert memory.graphs["kitchen"] == {("s0", "s1"), ("s1", SUCCESS), ("s0", "s2")}
@@ -153,12 +153,12 @@ def test_annotate_and_absorb_carry_the_graph_and_the_scores_across_updates():
     assert memory.scores == {(0, 0): [10.0, 0.0], (0, 1): [0.0, 0.0]}
     assert memory.draw(1, 2, lambda n: ["hall"][:n]) == ["hall", "kitchen"]  # kitchen explored 1 update ago
     second = table([[(["h0"], False), (["h0"], True)], [(["s0", "s2"], False), (["s0", "s2"], False)]])
-    histories = memory.annotate(second, 1).extras[HISTORY_COLUMN]
+    histories = memory.annotate([second], 1)[0].extras[HISTORY_COLUMN]
     kitchen = histories[-1]
     assert kitchen.edges == frozenset(memory.graphs["kitchen"]) and kitchen.reference == (10.0, 0.0)
     assert histories[0] == TaskHistory()  # hall: new
     # the revisit's credit: s0 -> s2 never won now, but s0 -> s1 -> success is in the kitchen's graph
-    revisited = memory.annotate(second, 1)
+    revisited = memory.annotate([second], 1)[0]
     _, diagnostics = compute_advantages("tigpo", rows=revisited, history=revisited.extras[HISTORY_COLUMN])
     assert diagnostics["tigpo_success_from_history_fraction"] == 0.5
     memory.absorb([second], 1)

@@ -122,7 +122,7 @@ def run_iteration(config: Any, iteration: int, rng: np.random.Generator, pool: S
     the iteration's transitions after the update (``task_memory/<size>`` in the metrics)."""
     started = time.perf_counter()
     sampled = sampler.sample(lambda k: draw_iteration(config, pool, rng, k, memory), iteration)
-    tables = sampled.tables if memory is None else [memory.annotate(t, iteration) for t in sampled.tables]
+    tables = sampled.tables if memory is None else memory.annotate(sampled.tables, iteration)
     plan = update_plan(config, rng, tables, learner.shards)
     learned = learner.learn(plan, rng)
     remembered = {} if memory is None else memory.absorb(sampled.tables, iteration)

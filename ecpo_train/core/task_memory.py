@@ -92,11 +92,12 @@ class TaskGraphMemory:
         """Each group's :class:`TaskHistory` for iteration ``iteration`` (in group order)."""
         return [self.history(task, ref) for task, _, ref in self.planned(iteration)]
 
-    def annotate(self, table: TrajectoryBatch, iteration: int) -> TrajectoryBatch:
-        """``table`` with :data:`HISTORY_COLUMN`: each row its group's history (group ids are the groups' places
-        in the iteration's draw, as every engine numbers them)."""
+    def annotate(self, tables: Sequence[TrajectoryBatch], iteration: int) -> list[TrajectoryBatch]:
+        """The iteration's sampled ``tables``, each with :data:`HISTORY_COLUMN`: each row its group's history (group
+        ids are the groups' places in the iteration's draw, as every engine numbers them), built once per group."""
         histories = self.group_histories(iteration)
-        return table.with_columns(**{HISTORY_COLUMN: [histories[int(g)] for g in table.group_id]})
+        return [table.with_columns(**{HISTORY_COLUMN: [histories[int(g)] for g in table.group_id]})
+                for table in tables]
 
     # ------------------------------------------------------------------ after the update
     def absorb(self, tables: Iterable[TrajectoryBatch], iteration: int) -> dict[str, float]:

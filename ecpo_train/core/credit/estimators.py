@@ -347,6 +347,11 @@ def hgpo_estimator(rows: CreditRows, config: CreditConfig) -> tuple[Any, dict[st
     return _finish(rows, ret, rows.ops.asarray(adv), {"hgpo_no_group_fraction": alone})
 
 
+def _groups_won(rows: CreditRows, success: np.ndarray) -> np.ndarray:
+    """Whether each group has a successful trajectory (``success``: per trajectory)."""
+    return np.bincount(rows.traj_group, weights=success, minlength=rows.n_groups) > 0
+
+
 def _graph_term(rows: CreditRows, config: CreditConfig, success: np.ndarray, earlier: tuple[np.ndarray, ...] = (),
                 won_before: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """GraphGPO's graph term per row (host array) and whether each group's graph reaches a success: the group's
@@ -360,7 +365,7 @@ def _graph_term(rows: CreditRows, config: CreditConfig, success: np.ndarray, ear
                                 rows.n_anchors, rows.n_groups, rows.horizon)
     old_source, old_target, old_group = earlier or (np.zeros(0, np.int64),) * 3
     node_group = np.concatenate([rows.anchor_group, np.arange(rows.n_groups), rows.traj_group, old_group])
-    reaches = np.bincount(rows.traj_group, weights=success, minlength=rows.n_groups) > 0
+    reaches = _groups_won(rows, success)
     if won_before is not None:
         reaches = reaches | won_before
     distance = distance_to_success(np.concatenate([rows.anchor, old_source]), np.concatenate([target, old_target]),
@@ -426,7 +431,7 @@ def tigpo_estimator(rows: CreditRows, config: CreditConfig, history: Sequence[Ta
     histories = group_histories(history, rows.traj_group[rows.traj], rows.n_groups)
     first_node = rows.n_anchors + rows.n_groups + rows.n_trajs
     earlier = _history_edges(rows, np.asarray(anchor_keys, dtype=object), histories, first_node)
-    won_now = np.bincount(rows.traj_group, weights=success, minlength=rows.n_groups) > 0
+    won_now = _groups_won(rows, success)
     won_before = np.array([any(there == SUCCESS for _, there in h.edges) for h in histories], dtype=bool)
     graph_adv, _ = _graph_term(rows, config, success, earlier, won_before)
     scores = np.asarray(rows.ops.host(ret.trajectory), dtype=np.float64)
