@@ -192,12 +192,13 @@ def verdict_text(part: dict[str, Any]) -> str:
     """"shown" where the 95 % interval excludes 0 (its sign named), else "not shown at MDE x". A part of a Holm
     family (it has ``holm_significant``) is shown only where Holm's procedure rejects; where its unadjusted interval
     excludes 0 but Holm keeps the null, the verdict says so, with its p."""
+    from benchmarks.stats import holm_miss_text
+
     low, high = part.get("low", float("nan")), part.get("high", float("nan"))
-    held = "holm_significant" in part and not part["holm_significant"]
-    if (low > 0 or high < 0) and not held:
-        return "shown: a gain" if low > 0 else "shown: a loss"
+    if missed := holm_miss_text(part):
+        return f"not shown: {missed} (MDE {part['mde']:.3f})"
     if low > 0 or high < 0:
-        return f"not shown: p {part.get('p', float('nan')):.3f} misses Holm's level (MDE {part['mde']:.3f})"
+        return "shown: a gain" if low > 0 else "shown: a loss"
     return f"not shown at MDE {part.get('mde', float('nan')):.3f}"
 
 

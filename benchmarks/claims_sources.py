@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from benchmarks import RESULTS
-from benchmarks.stats import ALPHA, detectable, paired_diff, paired_values, ratio_of_means
+from benchmarks.stats import ALPHA, detectable, holm_miss_text, paired_diff, paired_values, ratio_of_means
 
 # the JSON fields of an estimate with its interval (benchmarks.stats' names), and of the task-clustered one beside it
 FIELDS = {"estimate": "diff", "low": "low", "high": "high", "method": "interval", "mde": "mde", "p": "p",
@@ -432,8 +432,8 @@ def estimator_table() -> dict[str, Any]:
                 cells.append(f"reference (mean {part['mean']:.3f})")
             else:
                 beside = f" (MDE {part['mde']:.3f})" if not part["holm_significant"] and part.get("mde") else ""
-                if not part["holm_significant"] and (part["low"] > 0 or part["high"] < 0):  # the interval is unadjusted
-                    beside = f" (p {part['p']:.3f} misses Holm's level; MDE {part['mde']:.3f})"
+                if missed := holm_miss_text(part):  # the interval is unadjusted
+                    beside = f" ({missed}; MDE {part['mde']:.3f})"
                 cells.append(f"{part['diff']:+.3f} [{part['low']:+.3f}, {part['high']:+.3f}]: {part['verdict']}{beside}")
         rows.append((arm, cells))
     seeds = {t["name"]: t.get("seeds", protocol.get("seeds")) for t in protocol["testbeds"] if "status" not in t}

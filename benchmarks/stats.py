@@ -186,6 +186,14 @@ def detectable(part: Mapping[str, Any], alpha: float = ALPHA) -> float:
     return mde(part.get("se", float("nan")), part.get("df", float("nan")), alpha)
 
 
+def holm_miss_text(part: Mapping[str, Any]) -> str:
+    """``p 0.041 misses Holm's level`` where a part of a Holm family has an unadjusted 95 % interval that excludes 0
+    while Holm's procedure keeps the null (so it is not shown); empty otherwise."""
+    if part.get("holm_significant", True) or not (part.get("low", 0) > 0 or part.get("high", 0) < 0):
+        return ""
+    return f"p {part.get('p', float('nan')):.3f} misses Holm's level"
+
+
 def mde_text(part: Mapping[str, Any], digits: int = 3) -> str:
     """``MDE 0.117``, or ``no MDE (3 seeds)`` where too few units allow none (``part["unit"]``, default seeds), or
     ``no MDE (7 of 96 changed)`` where so few paired outcomes changed that even a difference as large as their
