@@ -407,12 +407,12 @@ def estimator_table() -> dict[str, Any]:
     """Issue 57's comparison as the ledger shows it: one row per estimator, one column per testbed of the
     registered protocol (``benchmarks/estimator_comparison.yaml``), each cell the arm minus GiGPO w/std with its
     interval and verdict from ``estimator_comparison.json``, or why the cell has none."""
-    from benchmarks.estimator_comparison import RAW_RUNS, RESULT_JSON, load_protocol
+    from benchmarks.estimator_comparison import NOT_RUN, RAW_RUNS, RESULT_JSON, load_protocol
 
     protocol = load_protocol()
     table = json.loads(RESULT_JSON.read_text())["table"] if RESULT_JSON.is_file() else {}
     testbeds = [t["name"] for t in protocol["testbeds"]]
-    status = {t["name"]: t.get("status", "registered, not run yet") for t in protocol["testbeds"]}
+    status = {t["name"]: t.get("status", NOT_RUN) for t in protocol["testbeds"]}
     if not table and RAW_RUNS.is_file():  # runs under way or stopped: how far, and no verdict before the last seed
         done: dict[str, int] = {}
         for line in RAW_RUNS.read_text().splitlines():

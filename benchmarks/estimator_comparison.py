@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 PROTOCOL = Path(__file__).with_name("estimator_comparison.yaml")
 PILOT_JSON, RESULT_JSON = RESULTS / "estimator_comparison_pilot.json", RESULTS / "estimator_comparison.json"
 RAW_RUNS = RESULTS / "raw" / "estimator_comparison" / "runs.jsonl"  # one finished run a line, kept as it finishes
+NOT_RUN = "registered, not run yet"  # a testbed's cell before its column is read (and where it names no status)
 
 
 def load_protocol(path: Path = PROTOCOL) -> dict[str, Any]:
@@ -223,7 +224,7 @@ def render(table: dict[str, Any], protocol: dict[str, Any], runs: list[dict[str,
             status = next((t.get("status") for t in protocol["testbeds"] if t["name"] == bed_name), None)
             if part is None:
                 row.append(status if status and status.startswith("not run") else f"not run: {status}" if status
-                           else "registered, not run yet")
+                           else NOT_RUN)
             elif part.get("reference"):
                 row.append(f"reference (mean {part['mean']:.3f})")
             else:
