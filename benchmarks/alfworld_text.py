@@ -150,20 +150,136 @@ def evaluate(out: Path, checkpoint: Path, name: str, bed: Testbed = ALFWORLD) ->
     ecpo(*evaluate_command(out, checkpoint, name, bed), log=out / "logs" / f"eval-{name}.log")
 
 
-def run(out: Path, jobs: int, iterations: int, arms: list[str], seeds: list[int], bed: Testbed = ALFWORLD) -> None:
+# ---------------------------------------------------------------------------------------------- kept results
+# A study longer than a session keeps what it has finished in a folder committed to git (``--keep``): the warm start's
+# model and, for every policy whose evaluation covers every game of the endpoint, its episode log and run.json, with
+# the training run's metrics and config as its curve. A later session's ``run --keep`` puts them back into ``--out``
+# first, and the schedule skips every job whose evaluation is complete (the one rule for "finished"), so work left in
+# a folder that did not outlive its machine is not done again. Checkpoints are not kept: a job not finished is
+# played again from its seed (the same seed plays the same iterations).
+WARM_FILES = ("sft.json", "text_policy.json", "text_policy.safetensors")
+EVAL_FILES = ("run.json", "machine.json")  # beside the manifest's episode log
+RUN_FILES = ("metrics.jsonl", "config.yaml")
+
+
+def manifest_games(bed: Testbed) -> int:
+    from ecpo_train.evaluation.manifests import load_manifest
+
+    return sum(len(group.task_ids or ()) for group in load_manifest(bed.manifest).groups)
+
+
+def evaluation_complete(out: Path, name: str, bed: Testbed = ALFWORLD) -> bool:
+    """Whether ``name``'s episode log under ``out`` has a record for every game of the endpoint's manifest."""
+    from ecpo_train.evaluation.runner import safe_name
+
+    if not (out / bed.folder / safe_name(name) / f"{safe_name(bed.manifest)}.jsonl").is_file():
+        return False
+    return len(outcomes(out, name, bed)) == manifest_games(bed)
+
+
+def _copy(source: Path, target: Path, names: tuple[str, ...]) -> bool:
+    import shutil
+
+    present = [n for n in names if (source / n).is_file()]
+    if not present:
+        return False
+    target.mkdir(parents=True, exist_ok=True)
+    for name in present:
+        shutil.copy2(source / name, target / name)
+    return True
+
+
+def machine() -> dict[str, str]:
+    """The CPU a kept job ran on: float results differ between CPUs (this study's warm start, made again on another
+    machine from the same command and seed, won 29 of 120 households where the pilot's had won 45), so a job's record
+    names it."""
+    import platform
+
+    import torch
+
+    name = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                 if line.startswith("model name")), "") if Path("/proc/cpuinfo").is_file() else ""
+    return {"cpu": name or platform.processor() or platform.machine(), "cores": str(os.cpu_count()),
+            "torch": torch.__version__, "torch_cpu_capability": torch.backends.cpu.get_cpu_capability()}
+
+
+def keep_finished(out: Path, keep: Path, bed: Testbed = ALFWORLD) -> list[str]:
+    """Copy into ``keep`` the warm start's model (once) and every policy evaluated on every game that ``keep`` does not
+    hold complete yet; returns the policies copied."""
+    from ecpo_train.evaluation.runner import safe_name
+
+    if (out / "warm" / "sft.json").is_file() and not (keep / "warm" / "sft.json").is_file():
+        _copy(out / "warm", keep / "warm", WARM_FILES)
+    log = f"{safe_name(bed.manifest)}.jsonl"
+    copied = []
+    folder = out / bed.folder
+    for policy in sorted(p for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []:
+        if not evaluation_complete(out, policy.name, bed) or evaluation_complete(keep, policy.name, bed):
+            continue
+        _copy(policy, keep / bed.folder / policy.name, (*EVAL_FILES, log))
+        _copy(out / "runs" / policy.name, keep / "runs" / policy.name, RUN_FILES)
+        (keep / bed.folder / policy.name / "machine.json").write_text(json.dumps(machine(), indent=1) + "\n",
+                                                                    encoding="utf-8")
+        copied.append(policy.name)
+    return copied
+
+
+def restore_kept(keep: Path, out: Path, bed: Testbed = ALFWORLD) -> list[str]:
+    """Put ``keep``'s warm start and complete evaluations back into ``out`` where ``out`` lacks them; returns the
+    policies restored."""
+    from ecpo_train.evaluation.runner import safe_name
+
+    if not keep.is_dir():
+        return []
+    if (keep / "warm" / "sft.json").is_file() and not (out / "warm" / "sft.json").is_file():
+        _copy(keep / "warm", out / "warm", WARM_FILES)
+    log = f"{safe_name(bed.manifest)}.jsonl"
+    restored = []
+    folder = keep / bed.folder
+    for policy in sorted(p for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []:
+        if evaluation_complete(keep, policy.name, bed) and not evaluation_complete(out, policy.name, bed):
+            _copy(policy, out / bed.folder / policy.name, (*EVAL_FILES, log))
+            restored.append(policy.name)
+    return restored
+
+
+def run(out: Path, jobs: int, iterations: int, arms: list[str], seeds: list[int], bed: Testbed = ALFWORLD,
+        keep: Path | None = None) -> None:
+    """Every stage not finished yet; with ``keep``, what it holds is restored first and every finished job is kept."""
+    import threading
+
     (out / "logs").mkdir(parents=True, exist_ok=True)
+    if keep is not None:
+        restored = restore_kept(keep, out, bed)
+        if restored:
+            print(f"restored from {keep}: {len(restored)} finished evaluations", flush=True)
     warm = out / "warm"
     if not (warm / "sft.json").is_file():
         ecpo(*warm_start_command(warm, bed), log=out / "logs" / "warm.log")
+    keeping = threading.Lock()
+
+    def kept() -> None:
+        if keep is not None:
+            with keeping:
+                keep_finished(out, keep, bed)
+
+    def warm_job() -> None:
+        if not evaluation_complete(out, WARM, bed):
+            evaluate(out, warm, WARM, bed)
+            kept()
 
     def arm_job(arm: str, seed: int) -> None:
         started = time.time()
+        if evaluation_complete(out, f"{arm}-s{seed}", bed):
+            print(f"{arm} seed {seed}: finished before", flush=True)
+            return
         run_dir = train_arm(out, warm, arm, seed, iterations, bed)
         evaluate(out, run_dir, f"{arm}-s{seed}", bed)
+        kept()
         print(f"{arm} seed {seed}: done in {time.time() - started:.0f} s", flush=True)
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(evaluate, out, warm, WARM, bed)]
+        futures = [pool.submit(warm_job)]
         futures += [pool.submit(arm_job, arm, seed) for seed in seeds for arm in arms]
         for future in futures:
             future.result()
@@ -293,7 +409,8 @@ def engines_side_by_side(out: Path, arm: str = "ecpo", seed: int = 1, png: Path 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("stage", choices=["run", "report"])
+    parser.add_argument("stage", choices=["run", "report", "keep"],
+                        help="keep: copy the finished evaluations of --out into --keep now")
     parser.add_argument("--testbed", choices=sorted(TESTBEDS), default=ALFWORLD.name,
                         help="real ALFWorld's valid_seen (the registered study) or generated households")
     parser.add_argument("--out", required=True)
@@ -302,15 +419,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--arms", nargs="+", default=list(ARMS))
     parser.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS))
     parser.add_argument("--json", help="write the report here")
+    parser.add_argument("--keep", help="a folder (committed to git) that holds the finished jobs across sessions: "
+                                       "run restores them from it first and copies each job into it as it finishes")
     parser.add_argument("--engines-png", help="also compare the native and RLlib runs of ECPO seed 1; their curves here")
     args = parser.parse_args(argv)
     if args.jobs < 1 or args.iterations < 1:
         print("error: --jobs and --iterations must be >= 1", file=sys.stderr)
         return 2
+    if args.keep and args.stage == "report":
+        print("error: --keep goes with run or keep (the report reads --out)", file=sys.stderr)
+        return 2
     out, bed = Path(args.out), TESTBEDS[args.testbed]
     try:
+        keep = Path(args.keep) if args.keep else None
+        if args.stage == "keep":
+            if keep is None:
+                raise ValueError("keep needs --keep DIR")
+            print(f"kept in {keep}: {len(keep_finished(out, keep, bed))} newly finished evaluations")
+            return 0
         if args.stage == "run":
-            run(out, args.jobs, args.iterations, args.arms, args.seeds, bed)
+            run(out, args.jobs, args.iterations, args.arms, args.seeds, bed, keep)
             return 0
         result = report(out, args.arms, args.seeds, bed)
         if args.engines_png:

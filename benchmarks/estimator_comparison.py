@@ -153,12 +153,13 @@ def program_testbed(protocol: dict[str, Any], name: str) -> tuple[dict[str, Any]
     return bed, alfworld_text.testbed_named(name)
 
 
-def run_program_testbed(protocol: dict[str, Any], name: str, out: Path, jobs: int) -> None:
-    """Train and evaluate every (arm, seed) of a program testbed, seed-major, resuming what ``out`` holds."""
+def run_program_testbed(protocol: dict[str, Any], name: str, out: Path, jobs: int, keep: Path | None = None) -> None:
+    """Train and evaluate every (arm, seed) of a program testbed, seed-major, resuming what ``out`` holds (and, with
+    ``keep``, what that committed folder holds: ``alfworld_text.run``)."""
     from benchmarks import alfworld_text
 
     bed, played = program_testbed(protocol, name)
-    alfworld_text.run(out, jobs, int(bed["iterations"]), list(protocol["arms"]), program_seeds(bed), played)
+    alfworld_text.run(out, jobs, int(bed["iterations"]), list(protocol["arms"]), program_seeds(bed), played, keep)
 
 
 def program_runs(protocol: dict[str, Any], name: str, out: Path) -> list[dict[str, Any]]:
@@ -252,6 +253,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="train and evaluate a program testbed's runs in --out (resumable)")
     parser.add_argument("--out", type=Path, default=None, help="the program testbed's study folder")
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time for --run-testbed")
+    parser.add_argument("--keep", type=Path, default=None,
+                        help="with --run-testbed: a folder committed to git that keeps each finished job (its "
+                             "evaluation's episode log, its curve, the warm start) and restores them into --out first, "
+                             "so a study longer than a session resumes on a fresh machine")
     parser.add_argument("--alfworld-out", type=Path, default=None,
                         help="with the report: add the alfworld_text column from this study folder")
     parser.add_argument("--program-out", action="append", default=[], metavar="TESTBED=DIR",
@@ -263,6 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error("--jobs must be >= 1")
+    if args.keep is not None and not args.run_testbed:
+        parser.error("--keep goes with --run-testbed")
     outs = {"alfworld_text": args.alfworld_out} if args.alfworld_out is not None else {}
     for value in args.program_out:
         try:
@@ -286,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.run_testbed:
             if args.out is None:
                 parser.error("--run-testbed needs --out")
-            run_program_testbed(protocol, args.run_testbed, args.out, args.jobs)
+            run_program_testbed(protocol, args.run_testbed, args.out, args.jobs, args.keep)
             return 0
     except (RuntimeError, ValueError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)

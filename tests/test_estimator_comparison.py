@@ -122,7 +122,8 @@ def test_a_households_study_folder_gives_its_runs(tmp_path):
 def test_program_testbed_options_refuse_bad_input_in_one_line(tmp_path, capsys):
     for argv, message in ((["--program-out", "households"], "give TESTBED=DIR"),
                           (["--program-out", f"kitchen={tmp_path}"], "'kitchen' is not a program testbed"),
-                          (["--run-testbed", "kitchen", "--out", str(tmp_path)], "invalid choice: 'kitchen'")):
+                          (["--run-testbed", "kitchen", "--out", str(tmp_path)], "invalid choice: 'kitchen'"),
+                          (["--keep", str(tmp_path)], "--keep goes with --run-testbed")):
         with pytest.raises(SystemExit) as exit_:
             ec.main(argv)
         err = capsys.readouterr().err
