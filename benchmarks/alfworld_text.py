@@ -203,44 +203,38 @@ def machine() -> dict[str, str]:
             "torch": torch.__version__, "torch_cpu_capability": torch.backends.cpu.get_cpu_capability()}
 
 
-def keep_finished(out: Path, keep: Path, bed: Testbed = ALFWORLD) -> list[str]:
-    """Copy into ``keep`` the warm start's model (once) and every policy evaluated on every game that ``keep`` does not
-    hold complete yet; returns the policies copied."""
+def _move_finished(source: Path, target: Path, bed: Testbed, runs_too: bool) -> list[str]:
+    """Copy from ``source`` to ``target`` the warm start's model where ``target`` has none, and each policy evaluated
+    on every game in ``source`` but not in ``target`` (its episode log and run.json; with ``runs_too``, its curve);
+    returns the policies copied."""
     from ecpo_train.evaluation.runner import safe_name
 
-    if (out / "warm" / "sft.json").is_file() and not (keep / "warm" / "sft.json").is_file():
-        _copy(out / "warm", keep / "warm", WARM_FILES)
-    log = f"{safe_name(bed.manifest)}.jsonl"
-    copied = []
-    folder = out / bed.folder
-    for policy in sorted(p for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []:
-        if not evaluation_complete(out, policy.name, bed) or evaluation_complete(keep, policy.name, bed):
-            continue
-        _copy(policy, keep / bed.folder / policy.name, (*EVAL_FILES, log))
-        _copy(out / "runs" / policy.name, keep / "runs" / policy.name, RUN_FILES)
-        (keep / bed.folder / policy.name / "machine.json").write_text(json.dumps(machine(), indent=1) + "\n",
-                                                                    encoding="utf-8")
-        copied.append(policy.name)
+    if (source / "warm" / "sft.json").is_file() and not (target / "warm" / "sft.json").is_file():
+        _copy(source / "warm", target / "warm", WARM_FILES)
+    folder, copied = source / bed.folder, []
+    for name in sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []:
+        if evaluation_complete(source, name, bed) and not evaluation_complete(target, name, bed):
+            _copy(folder / name, target / bed.folder / name, (*EVAL_FILES, f"{safe_name(bed.manifest)}.jsonl"))
+            if runs_too:
+                _copy(source / "runs" / name, target / "runs" / name, RUN_FILES)
+            copied.append(name)
+    return copied
+
+
+def keep_finished(out: Path, keep: Path, bed: Testbed = ALFWORLD) -> list[str]:
+    """Copy into ``keep`` the warm start's model (once) and every policy evaluated on every game that ``keep`` does not
+    hold complete yet, with its curve and the machine it ran on; returns the policies copied."""
+    copied = _move_finished(out, keep, bed, runs_too=True)
+    for name in copied:
+        (keep / bed.folder / name / "machine.json").write_text(json.dumps(machine(), indent=1) + "\n",
+                                                             encoding="utf-8")
     return copied
 
 
 def restore_kept(keep: Path, out: Path, bed: Testbed = ALFWORLD) -> list[str]:
     """Put ``keep``'s warm start and complete evaluations back into ``out`` where ``out`` lacks them; returns the
     policies restored."""
-    from ecpo_train.evaluation.runner import safe_name
-
-    if not keep.is_dir():
-        return []
-    if (keep / "warm" / "sft.json").is_file() and not (out / "warm" / "sft.json").is_file():
-        _copy(keep / "warm", out / "warm", WARM_FILES)
-    log = f"{safe_name(bed.manifest)}.jsonl"
-    restored = []
-    folder = keep / bed.folder
-    for policy in sorted(p for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []:
-        if evaluation_complete(keep, policy.name, bed) and not evaluation_complete(out, policy.name, bed):
-            _copy(policy, out / bed.folder / policy.name, (*EVAL_FILES, log))
-            restored.append(policy.name)
-    return restored
+    return _move_finished(keep, out, bed, runs_too=False)
 
 
 def run(out: Path, jobs: int, iterations: int, arms: list[str], seeds: list[int], bed: Testbed = ALFWORLD,
