@@ -90,15 +90,33 @@ def test_the_registry_declares_what_each_estimator_needs():
         compute_advantages("pace", **BATCH, hidden_states=np.ones(7))
 
 
-@pytest.mark.parametrize(("name", "file"), [("hgpo", "hgpo_reference.json"), ("graphgpo", "graphgpo_reference.json")])
+@pytest.mark.parametrize(("name", "file"), [("hgpo", "hgpo_reference.json"), ("graphgpo", "graphgpo_reference.json"),
+                                          ("graphgpo", "graphgpo_recipe_reference.json")])
 def test_the_reference_codes_numbers(name, file):
-    """Random batches and the public reference code's advantages (float32 for HGPO's torch code): equal to 1e-6."""
-    cases = json.loads((VECTORS / file).read_text())["cases"]
-    for case in cases:
+    """Random batches and the reference code's advantages (float32 for HGPO's torch code; GraphGPO's: a third-party
+    reproduction, and the authors' recipe, whose episode term is ``compat="verl-agent"``'s): equal to 1e-6."""
+    vectors = json.loads((VECTORS / file).read_text())
+    for case in vectors["cases"]:
         options = {key: value for key, value in case.items() if key.startswith("hgpo_") or key == "gamma"}
         ours, _ = compute_advantages(name, case["group_ids"], case["traj_ids"], case["steps"], case["anchor_keys"],
-                                     ["a"] * len(case["steps"]), case["rewards"], **options)
+                                     ["a"] * len(case["steps"]), case["rewards"], **options,
+                                     **vectors.get("options", {}))
         assert ours == pytest.approx(np.array(case["advantages"]), abs=1e-6)
+
+
+def test_graphgpo_under_verl_agent_compat_takes_gigpos_episode_term_over_step_rows():
+    """One group: t0 goes s0 -> success (R = 10), t1 s0 -> s1 -> failed (R = 0). The graph term: from s0, 10 * 0.1^0
+    and 10 * 0.1^2 (s1 cannot reach the success: the largest finite distance, 1, plus 1), z-scored: +-1/sqrt(2); s1
+    is left once: 0. The episode term: GRPO's over the two trajectories, +-1/sqrt(2); the recipe's (verl-agent's
+    GiGPO) over the three step rows, returns 10, 0, 0: mean 10/3, unbiased std 10/sqrt(3)."""
+    batch = (["g"] * 3, ["t0", "t1", "t1"], [1, 1, 2], ["s0", "s0", "s1"], ["a", "b", "c"], [10.0, 0.0, 0.0])
+    graph = np.array([1, -1, 0]) / np.sqrt(2)
+    native, _ = compute_advantages("graphgpo", *batch)
+    assert native == pytest.approx(graph + np.array([1, -1, -1]) / np.sqrt(2), abs=1e-6)  # eps 1e-6 in each std
+    recipe, _ = compute_advantages("graphgpo", *batch, compat="verl-agent")
+    assert recipe == pytest.approx(graph + (np.array([10, 0, 0]) - 10 / 3) / (10 / np.sqrt(3)), abs=1e-6)
+    with pytest.raises(ValueError, match="compat='verl-agent' applies only to"):
+        compute_advantages("hgpo", *batch, compat="verl-agent")
 
 
 def test_their_hyperparameters_are_declared_on_the_credit_config():

@@ -153,12 +153,16 @@ def test_every_token_is_compute_advantages_on_the_same_rows(estimator, mode, cre
 
 
 @pytest.mark.parametrize(("estimator", "options"), [("pgpo", {"pgpo_alpha": 1.0}), ("hgpo", {"hgpo_history": 1}),
-                                                     ("graphgpo", {"graph_gamma": 0.2}), ("pace", {})])
+                                                     ("graphgpo", {"graph_gamma": 0.2}), ("pace", {}),
+                                                     ("graphgpo", {"compat": "verl-agent"})])
 def test_the_other_papers_estimators_are_credit_on_the_same_rows(estimator, options):
     rows = rollout_rows()
     tensors = verl_agent_tensors(rows)
     advantages, _ = run(tensors, rows, step_advantage_w=0.7, estimator=estimator, **options)
     assert_tokens(advantages, credit_on_rows(estimator, rows, omega=0.7, **options), tensors["response_mask"])
+    if options.get("compat") == "verl-agent":  # the GraphGPO recipe's episode term: not the native one
+        native, _ = run(tensors, rows, step_advantage_w=0.7, estimator=estimator)
+        assert not torch.allclose(native, advantages)
     if estimator == "pace":  # hidden states, one per batch row, reach PACE's clustering
         hidden = np.eye(len(rows["reward"]))
         clustered, _ = run(tensors, rows, step_advantage_w=0.7, estimator="pace", hidden_states=hidden)

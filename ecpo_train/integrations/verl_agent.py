@@ -166,6 +166,10 @@ def compute_ecpo_outcome_advantage(
     rewards = _per_step_rewards(returns_to_go[kept], traj[kept], step[kept], columns, kept, gamma)
     _check_scores(scores[kept], rewards, traj[kept], n_trajs, columns, kept, gamma)
 
+    options = dict(credit_options)
+    # verl-agent's GiGPO modes are its own numbers; any other estimator takes ``compat`` from ``credit_options``
+    # (``compat="verl-agent"`` gives the GraphGPO recipe's episode term)
+    compat = options.pop("compat", "verl-agent" if credit_name in GIGPO_MODES.values() else "native")
     advantage, diag = compute_advantages(
         credit_name,
         group_ids=columns["index"][kept],
@@ -175,10 +179,10 @@ def compute_ecpo_outcome_advantage(
         action_keys=columns["action_keys"][kept],
         rewards=rewards,
         gamma=gamma, omega=step_advantage_w, kappa=kappa, tau=tau, d_min=d_min, rho_min=rho_min, eps=epsilon,
-        compat="verl-agent" if credit_name in GIGPO_MODES.values() else "native",
+        compat=compat,
         hidden_states=None if hidden_states is None else _host(hidden_states)[kept],
         history=None if history is None else list(_host_column(history, "history", n)[kept]),
-        **credit_options,
+        **options,
     )
     if diagnostics is not None:
         diagnostics.update(diag)

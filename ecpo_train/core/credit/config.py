@@ -27,8 +27,8 @@ class CreditConfig:
     """Credit hyperparameters; defaults are each paper's (ECPO App. A.1, ALFWorld and WebShop alike; PGPO, HGPO,
     GraphGPO and PACE as ``docs/paper_notes.md`` reads them).
 
-    ``compat="verl-agent"`` (GiGPO estimators only) reproduces verl-agent's GiGPO episode term; see
-    :func:`verl_agent_episode_advantage` for exactly what changes.
+    ``compat="verl-agent"`` (GiGPO estimators and GraphGPO only) reproduces verl-agent's GiGPO episode term, which
+    its GraphGPO recipe uses too; see :func:`verl_agent_episode_advantage` for exactly what changes.
 
     ``pgpo_*``: PGPO's weight ``beta (1 - p_succ)^alpha`` on its potential term and the potential's discount;
     ``hgpo_*``: HGPO's history depth K (groups share the last k = 1..K+1 anchors), the exponent of its weights

@@ -51,7 +51,7 @@ from ecpo_train.core.credit.history import SUCCESS, TaskHistory, group_histories
 from ecpo_train.core.credit.registry import estimator_spec, register_estimator
 from ecpo_train.core.rows import CreditRows, host_values, prepare_rows
 
-_COMPAT_AWARE = {"gigpo", "gigpo_std"}
+_COMPAT_AWARE = {"gigpo", "gigpo_std", "graphgpo"}
 
 
 @dataclass(frozen=True, eq=False)
@@ -201,14 +201,20 @@ def rloo_estimator(rows: CreditRows, config: CreditConfig) -> tuple[Any, dict[st
     return _finish(rows, ret, adv)
 
 
-def _gigpo(rows: CreditRows, config: CreditConfig, normalize_std: bool) -> tuple[Any, dict[str, float]]:
-    ret = _returns(rows, config)
+def _episode_rows(rows: CreditRows, ret: Any, config: CreditConfig, normalize_std: bool) -> Any:
+    """Each row's episode term: GRPO's (once per trajectory), or under ``compat="verl-agent"`` verl-agent's GiGPO
+    episode normalisation (statistics over the group's step rows, :func:`verl_agent_episode_advantage`), which its
+    GiGPO and its GraphGPO recipe both use."""
     if config.compat == "verl-agent":
-        trajectory_adv = verl_agent_episode_advantage(
+        return verl_agent_episode_advantage(
             ret.trajectory, rows.dev["traj"], rows.dev["row_group"], rows.n_groups, config.eps, normalize_std
         )
-    else:
-        trajectory_adv = _grpo_rows(rows, ret, config)
+    return _grpo_rows(rows, ret, config)
+
+
+def _gigpo(rows: CreditRows, config: CreditConfig, normalize_std: bool) -> tuple[Any, dict[str, float]]:
+    ret = _returns(rows, config)
+    trajectory_adv = _episode_rows(rows, ret, config, normalize_std)
     anchor_adv = gigpo_anchor_advantage(ret.future, rows.dev["anchor"], rows.n_anchors, config.eps, normalize_std)
     return _finish(rows, ret, gigpo_advantage(trajectory_adv, anchor_adv, config.omega))
 
@@ -380,10 +386,13 @@ def graphgpo_estimator(rows: CreditRows, config: CreditConfig) -> tuple[Any, dic
     """GraphGPO (arXiv 2605.26684): per group, the graph term of its rollouts' state graph (:func:`_graph_term`:
     each transition's return ``10 gamma^d``, gamma 0.1, z-scored among the transitions leaving the same state)
     added to the GRPO episode term. A group with no success gets no graph term. Diagnostic: the share of groups
-    whose graph reaches a success."""
+    whose graph reaches a success.
+
+    ``compat="verl-agent"`` gives the authors' recipe's numbers (verl-agent ``recipe/GraphGPO``, ``mode=
+    "mean_std_norm"``): its episode term is GiGPO's there, over step rows (:func:`_episode_rows`)."""
     ret = _returns(rows, config)
     graph_adv, reaches = _graph_term(rows, config, _success(rows))
-    adv = graphgpo_advantage(_grpo_rows(rows, ret, config), rows.ops.asarray(graph_adv))
+    adv = graphgpo_advantage(_episode_rows(rows, ret, config, normalize_std=True), rows.ops.asarray(graph_adv))
     return _finish(rows, ret, adv, {"graph_success_group_fraction": float(reaches.mean())})
 
 
