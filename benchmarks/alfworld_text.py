@@ -152,13 +152,15 @@ def evaluate(out: Path, checkpoint: Path, name: str, bed: Testbed = ALFWORLD) ->
 
 # ---------------------------------------------------------------------------------------------- kept results
 # A study longer than a session keeps what it has finished in a folder committed to git (``--keep``): the warm start's
-# model and, for every policy whose evaluation covers every game of the endpoint, its episode log and run.json, with
-# the training run's metrics and config as its curve. A later session's ``run --keep`` puts them back into ``--out``
+# model and, for every policy whose evaluation covers every game of the endpoint, its episode log, with the training
+# run's metrics and config as its curve and the CPU it ran on. A later session's ``run --keep`` puts them back into ``--out``
 # first, and the schedule skips every job whose evaluation is complete (the one rule for "finished"), so work left in
 # a folder that did not outlive its machine is not done again. Checkpoints are not kept: a job not finished is
 # played again from its seed (the same seed plays the same iterations).
 WARM_FILES = ("sft.json", "text_policy.json", "text_policy.safetensors")
-EVAL_FILES = ("run.json", "machine.json")  # beside the manifest's episode log
+# beside the manifest's episode log; not the leaderboard's run.json, which names the checkpoint by its absolute path
+# (a kept job is never evaluated again, so nothing reads it)
+EVAL_FILES = ("machine.json",)
 RUN_FILES = ("metrics.jsonl", "config.yaml")
 
 
@@ -205,7 +207,7 @@ def machine() -> dict[str, str]:
 
 def _move_finished(source: Path, target: Path, bed: Testbed, runs_too: bool) -> list[str]:
     """Copy from ``source`` to ``target`` the warm start's model where ``target`` has none, and each policy evaluated
-    on every game in ``source`` but not in ``target`` (its episode log and run.json; with ``runs_too``, its curve);
+    on every game in ``source`` but not in ``target`` (its episode log; with ``runs_too``, its curve);
     returns the policies copied."""
     from ecpo_train.evaluation.runner import safe_name
 

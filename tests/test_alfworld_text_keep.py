@@ -44,6 +44,7 @@ def test_only_evaluations_of_every_game_are_kept_with_the_warm_start(tmp_path):
     assert sorted(study.keep_finished(out, keep, BED)) == ["ecpo-s101", study.WARM]
     assert study.evaluation_complete(keep, "ecpo-s101", BED)
     assert not (keep / BED.folder / "grpo-s101").exists()  # unfinished: played again from its seed
+    assert not (keep / BED.folder / "ecpo-s101" / "run.json").exists()  # it names the checkpoint by absolute path
     assert json.loads((keep / BED.folder / "ecpo-s101" / "machine.json").read_text())["torch"]  # where it ran
     assert sorted(p.name for p in (keep / "runs" / "ecpo-s101").iterdir()) == sorted(study.RUN_FILES)  # no checkpoint
     assert sorted(p.name for p in (keep / "warm").iterdir()) == sorted(study.WARM_FILES)
