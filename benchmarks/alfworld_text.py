@@ -150,99 +150,13 @@ def evaluate(out: Path, checkpoint: Path, name: str, bed: Testbed = ALFWORLD) ->
     ecpo(*evaluate_command(out, checkpoint, name, bed), log=out / "logs" / f"eval-{name}.log")
 
 
-# ---------------------------------------------------------------------------------------------- kept results
-# A study longer than a session keeps what it has finished in a folder committed to git (``--keep``): the warm start's
-# model and, for every policy whose evaluation covers every game of the endpoint, its episode log, with the training
-# run's metrics and config as its curve and the CPU it ran on. A later session's ``run --keep`` puts them back into ``--out``
-# first, and the schedule skips every job whose evaluation is complete (the one rule for "finished"), so work left in
-# a folder that did not outlive its machine is not done again. Checkpoints are not kept: a job not finished is
-# played again from its seed (the same seed plays the same iterations).
-WARM_FILES = ("sft.json", "text_policy.json", "text_policy.safetensors")
-# beside the manifest's episode log; not the leaderboard's run.json, which names the checkpoint by its absolute path
-# (a kept job is never evaluated again, so nothing reads it)
-EVAL_FILES = ("machine.json",)
-RUN_FILES = ("metrics.jsonl", "config.yaml")
-
-
-def manifest_games(bed: Testbed) -> int:
-    from ecpo_train.evaluation.manifests import load_manifest
-
-    return sum(len(group.task_ids or ()) for group in load_manifest(bed.manifest).groups)
-
-
-def evaluation_complete(out: Path, name: str, bed: Testbed = ALFWORLD) -> bool:
-    """Whether ``name``'s episode log under ``out`` has a record for every game of the endpoint's manifest."""
-    from ecpo_train.evaluation.runner import safe_name
-
-    if not (out / bed.folder / safe_name(name) / f"{safe_name(bed.manifest)}.jsonl").is_file():
-        return False
-    return len(outcomes(out, name, bed)) == manifest_games(bed)
-
-
-def _copy(source: Path, target: Path, names: tuple[str, ...]) -> bool:
-    import shutil
-
-    present = [n for n in names if (source / n).is_file()]
-    if not present:
-        return False
-    target.mkdir(parents=True, exist_ok=True)
-    for name in present:
-        shutil.copy2(source / name, target / name)
-    return True
-
-
-def machine() -> dict[str, str]:
-    """The CPU a kept job ran on: float results differ between CPUs (this study's warm start, made again on another
-    machine from the same command and seed, won 29 of 120 households where the pilot's had won 45), so a job's record
-    names it."""
-    import platform
-
-    import torch
-
-    name = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                 if line.startswith("model name")), "") if Path("/proc/cpuinfo").is_file() else ""
-    return {"cpu": name or platform.processor() or platform.machine(), "cores": str(os.cpu_count()),
-            "torch": torch.__version__, "torch_cpu_capability": torch.backends.cpu.get_cpu_capability()}
-
-
-def _move_finished(source: Path, target: Path, bed: Testbed, runs_too: bool) -> list[str]:
-    """Copy from ``source`` to ``target`` the warm start's model where ``target`` has none, and each policy evaluated
-    on every game in ``source`` but not in ``target`` (its episode log; with ``runs_too``, its curve);
-    returns the policies copied."""
-    from ecpo_train.evaluation.runner import safe_name
-
-    if (source / "warm" / "sft.json").is_file() and not (target / "warm" / "sft.json").is_file():
-        _copy(source / "warm", target / "warm", WARM_FILES)
-    folder, copied = source / bed.folder, []
-    for name in sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []:
-        if evaluation_complete(source, name, bed) and not evaluation_complete(target, name, bed):
-            _copy(folder / name, target / bed.folder / name, (*EVAL_FILES, f"{safe_name(bed.manifest)}.jsonl"))
-            if runs_too:
-                _copy(source / "runs" / name, target / "runs" / name, RUN_FILES)
-            copied.append(name)
-    return copied
-
-
-def keep_finished(out: Path, keep: Path, bed: Testbed = ALFWORLD) -> list[str]:
-    """Copy into ``keep`` the warm start's model (once) and every policy evaluated on every game that ``keep`` does not
-    hold complete yet, with its curve and the machine it ran on; returns the policies copied."""
-    copied = _move_finished(out, keep, bed, runs_too=True)
-    for name in copied:
-        (keep / bed.folder / name / "machine.json").write_text(json.dumps(machine(), indent=1) + "\n",
-                                                             encoding="utf-8")
-    return copied
-
-
-def restore_kept(keep: Path, out: Path, bed: Testbed = ALFWORLD) -> list[str]:
-    """Put ``keep``'s warm start and complete evaluations back into ``out`` where ``out`` lacks them; returns the
-    policies restored."""
-    return _move_finished(keep, out, bed, runs_too=False)
-
-
 def run(out: Path, jobs: int, iterations: int, arms: list[str], seeds: list[int], bed: Testbed = ALFWORLD,
         keep: Path | None = None) -> None:
-    """Every stage not finished yet; with ``keep``, what it holds is restored first and every finished job is kept."""
+    """Every stage not finished yet; with ``keep`` (``benchmarks.study_keep``), what it holds is restored first and
+    every finished job is kept."""
     import threading
+
+    from benchmarks.study_keep import evaluation_complete, keep_finished, restore_kept
 
     (out / "logs").mkdir(parents=True, exist_ok=True)
     if keep is not None:
@@ -405,8 +319,9 @@ def engines_side_by_side(out: Path, arm: str = "ecpo", seed: int = 1, png: Path 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("stage", choices=["run", "report", "keep"],
-                        help="keep: copy the finished evaluations of --out into --keep now")
+    parser.add_argument("stage", choices=["run", "report", "keep", "restore"],
+                        help="keep: copy the finished evaluations of --out into --keep now; restore: put --keep's "
+                             "back into --out (then report reads them)")
     parser.add_argument("--testbed", choices=sorted(TESTBEDS), default=ALFWORLD.name,
                         help="real ALFWorld's valid_seen (the registered study) or generated households")
     parser.add_argument("--out", required=True)
@@ -423,15 +338,20 @@ def main(argv: list[str] | None = None) -> int:
         print("error: --jobs and --iterations must be >= 1", file=sys.stderr)
         return 2
     if args.keep and args.stage == "report":
-        print("error: --keep goes with run or keep (the report reads --out)", file=sys.stderr)
+        print("error: --keep goes with run, keep or restore (the report reads --out)", file=sys.stderr)
         return 2
     out, bed = Path(args.out), TESTBEDS[args.testbed]
     try:
         keep = Path(args.keep) if args.keep else None
-        if args.stage == "keep":
+        if args.stage in ("keep", "restore"):
+            from benchmarks.study_keep import keep_finished, restore_kept
+
             if keep is None:
-                raise ValueError("keep needs --keep DIR")
-            print(f"kept in {keep}: {len(keep_finished(out, keep, bed))} newly finished evaluations")
+                raise ValueError(f"{args.stage} needs --keep DIR")
+            if args.stage == "keep":
+                print(f"kept in {keep}: {len(keep_finished(out, keep, bed))} newly finished evaluations")
+            else:
+                print(f"restored into {out}: {len(restore_kept(keep, out, bed))} finished evaluations")
             return 0
         if args.stage == "run":
             run(out, args.jobs, args.iterations, args.arms, args.seeds, bed, keep)
