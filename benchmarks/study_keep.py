@@ -17,12 +17,13 @@ Layout of a kept folder, for a testbed ``bed`` (its ``folder`` and ``manifest``)
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 WARM_FILES = ("sft.json", "text_policy.json", "text_policy.safetensors")
 RUN_FILES = ("metrics.jsonl", "config.yaml")  # kept gzipped
@@ -35,9 +36,14 @@ class Played(Protocol):
 
 
 def manifest_games(bed: Played) -> int:
+    return _games_in(bed.manifest)
+
+
+@functools.cache
+def _games_in(manifest: str) -> int:
     from ecpo_train.evaluation.manifests import load_manifest
 
-    return sum(len(group.task_ids or ()) for group in load_manifest(bed.manifest).groups)
+    return sum(len(group.task_ids or ()) for group in load_manifest(manifest).groups)
 
 
 def _log(root: Path, name: str, bed: Played, kept: bool) -> Path:
@@ -47,27 +53,17 @@ def _log(root: Path, name: str, bed: Played, kept: bool) -> Path:
     return path.with_name(path.name + ".gz") if kept else path
 
 
-def _games(path: Path) -> int:
-    """The games with a complete record (seed 0) in an episode log, plain or gzipped; a torn last line is not one."""
-    if not path.is_file():
-        return 0
-    opener: Any = gzip.open if path.suffix == ".gz" else open
-    games = set()
-    with opener(path, "rt", encoding="utf-8") as lines:
-        for line in lines:
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict) and int(record.get("seed", -1)) == 0:
-                games.add((record.get("group"), record.get("task_id")))
-    return len(games)
-
-
 def evaluation_complete(root: Path, name: str, bed: Played, kept: bool = False) -> bool:
-    """Whether ``name``'s episode log under ``root`` (a run folder, or with ``kept`` a kept folder) has a record for
-    every game of the endpoint's manifest."""
-    return _games(_log(root, name, bed, kept)) == manifest_games(bed)
+    """Whether ``name``'s episode log under the run folder ``root`` has a complete record (seed 0) for every game of
+    the endpoint's manifest; with ``kept``, whether the kept folder ``root`` holds it (a kept log is written whole,
+    from a complete one, and last: its presence is the mark)."""
+    from ecpo_train.evaluation.results import load_records
+
+    log = _log(root, name, bed, kept)
+    if kept:
+        return log.is_file()
+    games = {(r["group"], r["task_id"]) for r in load_records(log, repair=False) if int(r["seed"]) == 0}
+    return len(games) == manifest_games(bed)
 
 
 def machine() -> dict[str, str]:
@@ -120,7 +116,7 @@ def keep_finished(out: Path, keep: Path, bed: Played) -> list[str]:
     _warm(out, keep)
     copied = []
     for name in _policies(out, bed):
-        if evaluation_complete(out, name, bed) and not evaluation_complete(keep, name, bed, kept=True):
+        if not evaluation_complete(keep, name, bed, kept=True) and evaluation_complete(out, name, bed):
             for plain in (out / "runs" / name / f for f in RUN_FILES):
                 if plain.is_file():
                     _gzip(plain, keep / "runs" / name / f"{plain.name}.gz")
