@@ -317,6 +317,13 @@ def engines_side_by_side(out: Path, arm: str = "ecpo", seed: int = 1, png: Path 
     return curves
 
 
+# The options each stage reads (besides --out and --testbed): any other given is an error, not silently ignored.
+OPTIONS = ("jobs", "iterations", "arms", "seeds", "json", "keep", "engines_png")
+STAGE_OPTIONS = {"run": ("jobs", "iterations", "arms", "seeds", "keep"),
+                 "report": ("arms", "seeds", "json", "engines_png"),
+                 "keep": ("keep",), "restore": ("keep",)}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("stage", choices=["run", "report", "keep", "restore"],
@@ -325,20 +332,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--testbed", choices=sorted(TESTBEDS), default=ALFWORLD.name,
                         help="real ALFWorld's valid_seen (the registered study) or generated households")
     parser.add_argument("--out", required=True)
-    parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--iterations", type=int, default=ITERATIONS)
-    parser.add_argument("--arms", nargs="+", default=list(ARMS))
-    parser.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS))
+    parser.add_argument("--jobs", type=int, help="run: parallel jobs (default 2)")
+    parser.add_argument("--iterations", type=int, help=f"run: training iterations (default {ITERATIONS})")
+    parser.add_argument("--arms", nargs="+", help=f"run, report (default {' '.join(ARMS)})")
+    parser.add_argument("--seeds", nargs="+", type=int, help=f"run, report (default {' '.join(map(str, SEEDS))})")
     parser.add_argument("--json", help="write the report here")
     parser.add_argument("--keep", help="a folder (committed to git) that holds the finished jobs across sessions: "
                                        "run restores them from it first and copies each job into it as it finishes")
     parser.add_argument("--engines-png", help="also compare the native and RLlib runs of ECPO seed 1; their curves here")
     args = parser.parse_args(argv)
+    unused = [option for option in OPTIONS if getattr(args, option) is not None and option not in STAGE_OPTIONS[args.stage]]
+    if unused:
+        names = ", ".join("--" + option.replace("_", "-") for option in unused)
+        print(f"error: {args.stage} does not take {names} (it takes "
+              f"{', '.join('--' + o.replace('_', '-') for o in STAGE_OPTIONS[args.stage]) or 'only --out and --testbed'})",
+              file=sys.stderr)
+        return 2
+    for option, default in (("jobs", 2), ("iterations", ITERATIONS), ("arms", list(ARMS)), ("seeds", list(SEEDS))):
+        if getattr(args, option) is None:
+            setattr(args, option, default)
     if args.jobs < 1 or args.iterations < 1:
         print("error: --jobs and --iterations must be >= 1", file=sys.stderr)
-        return 2
-    if args.keep and args.stage == "report":
-        print("error: --keep goes with run, keep or restore (the report reads --out)", file=sys.stderr)
         return 2
     out, bed = Path(args.out), TESTBEDS[args.testbed]
     try:

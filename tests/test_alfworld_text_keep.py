@@ -83,9 +83,17 @@ def test_a_torn_last_line_is_not_a_finished_game(tmp_path):
     assert not keeping.evaluation_complete(tmp_path, "ecpo-s101", BED)
 
 
-def test_keep_goes_with_run_keep_or_restore(tmp_path, capsys):
+def test_a_stage_refuses_the_options_it_does_not_read(tmp_path, capsys):
     assert study.main(["report", "--testbed", "households", "--out", str(tmp_path), "--keep", str(tmp_path)]) == 2
-    assert "--keep goes with run, keep or restore" in capsys.readouterr().err
+    assert "report does not take --keep" in capsys.readouterr().err
+    for stage in ("keep", "restore"):
+        given = [stage, "--testbed", "households", "--out", str(tmp_path), "--keep", str(tmp_path), "--seeds", "101",
+                 "--jobs", "2"]
+        assert study.main(given) == 2
+        assert f"{stage} does not take --jobs, --seeds" in capsys.readouterr().err
+    assert study.main(["run", "--out", str(tmp_path), "--json", str(tmp_path / "r.json")]) == 2
+    assert "run does not take --json" in capsys.readouterr().err
+    assert not (tmp_path / "r.json").exists() and not (tmp_path / "warm").exists()  # refused before any work
     for stage in ("keep", "restore"):
         assert study.main([stage, "--testbed", "households", "--out", str(tmp_path)]) == 2
         assert f"{stage} needs --keep DIR" in capsys.readouterr().err
