@@ -63,7 +63,7 @@ def study_protocol(protocol: dict[str, Any], seeds: int, offset: int) -> dict[st
             "eval_temperature": protocol["eval_temperature"], "workers": protocol["workers"], "quick": False}
 
 
-KEPT = ("env_name", "method", "group_size", "seed", "final_success", "seconds", "iterations")
+KEPT = ("env_name", "method", "group_size", "seed", "final_success", "seconds", "iterations", "cpu")
 
 
 def slim(run: dict[str, Any]) -> dict[str, Any]:
@@ -166,6 +166,7 @@ def program_runs(protocol: dict[str, Any], name: str, out: Path) -> list[dict[st
     """The runs of a program testbed in the credit study's shape (``env_name, method, seed, final_success``): each
     (arm, seed) whose evaluation covers every game the warm start's does."""
     from benchmarks import alfworld_text
+    from benchmarks.study_keep import machine_of
 
     bed, played = program_testbed(protocol, name)
     games = len(alfworld_text.outcomes(out, alfworld_text.WARM, played))
@@ -178,7 +179,8 @@ def program_runs(protocol: dict[str, Any], name: str, out: Path) -> list[dict[st
                 continue
             if games and len(after) == games:
                 runs.append({"env_name": name, "method": arm, "group_size": int(protocol["group_size"]),
-                             "seed": seed, "final_success": alfworld_text.by_type(after)["All"]})
+                             "seed": seed, "final_success": alfworld_text.by_type(after)["All"]}
+                            | ({"cpu": cpu} if (cpu := machine_of(out, f"{arm}-s{seed}", played)) else {}))
     return runs
 
 
@@ -208,6 +210,33 @@ def compare(runs: list[dict[str, Any]], protocol: dict[str, Any]) -> dict[str, A
     return table
 
 
+def _seed_span(seeds: list[int]) -> str:
+    if len(seeds) == 1:
+        return f"seed {seeds[0]}"
+    run = seeds == list(range(seeds[0], seeds[-1] + 1))
+    return f"seeds {seeds[0]}-{seeds[-1]}" if run else "seeds " + ", ".join(map(str, seeds))
+
+
+def machines_line(runs: list[dict[str, Any]], bed_name: str) -> str | None:
+    """Which CPUs a testbed's runs were played on (where recorded): the seed is the pairing unit, so each seed's arms
+    on one machine is what the paired comparison needs; a seed whose arms span machines is named."""
+    cpus: dict[int, set[str]] = {}
+    for run in runs:
+        if run["env_name"] == bed_name and run.get("cpu"):
+            cpus.setdefault(int(run["seed"]), set()).add(run["cpu"])
+    if not cpus:
+        return None
+    mixed = sorted(seed for seed, names in cpus.items() if len(names) > 1)
+    by_cpu: dict[str, list[int]] = {}
+    for seed in sorted(cpus):
+        if seed not in mixed:
+            by_cpu.setdefault(next(iter(cpus[seed])), []).append(seed)
+    text = "; ".join(f"{cpu} ({_seed_span(seeds)})" for cpu, seeds in by_cpu.items())
+    tail = (f"; the arms of seeds {', '.join(map(str, mixed))} span machines" if mixed
+            else "; every seed's arms on one machine")
+    return f"{bed_name} was played on {text}{tail}."
+
+
 def render(table: dict[str, Any], protocol: dict[str, Any], runs: list[dict[str, Any]], runtime: float) -> str:
     bed_names = [t["name"] for t in protocol["testbeds"]]
     seeds = "; ".join(f"{name}: {len({r['seed'] for r in runs if r['env_name'] == name})} seeds per arm"
@@ -218,6 +247,8 @@ def render(table: dict[str, Any], protocol: dict[str, Any], runs: list[dict[str,
               "paired by seed (95 % t-interval), Holm over the testbed's 8 comparisons, the exact-power MDE beside a "
               f"null. {runtime / 60:.0f} min on 2 CPU cores (the corridor). `python -m benchmarks.estimator_comparison`."), "",
              "| estimator | " + " | ".join(bed_names) + " |", "| --- |" + " --- |" * len(bed_names)]
+    machines = [line for name in bed_names if (line := machines_line(runs, name))]
+    lines[3:3] = ["", " ".join(machines)] if machines else []
     for arm in protocol["arms"]:
         row = []
         for bed_name in bed_names:

@@ -110,6 +110,15 @@ def _policies(root: Path, bed: Played) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
 
 
+def machine_of(root: Path, name: str, bed: Played) -> str | None:
+    """The CPU that played ``name``'s job, as kept beside its episode log (``None`` for a job not kept, or kept
+    before machines were recorded)."""
+    from ecpo_train.evaluation.runner import safe_name
+
+    path = root / bed.folder / safe_name(name) / MACHINE
+    return str(json.loads(path.read_text(encoding="utf-8"))["cpu"]) if path.is_file() else None
+
+
 def keep_finished(out: Path, keep: Path, bed: Played) -> list[str]:
     """Copy into ``keep`` the warm start's model (once) and every policy evaluated on every game in ``out`` that
     ``keep`` does not hold complete yet, with its curve and the machine it ran on; returns the policies copied."""

@@ -119,6 +119,26 @@ def test_a_households_study_folder_gives_its_runs(tmp_path):
         ec.program_runs(protocol, "corridor", tmp_path)
 
 
+def test_a_kept_jobs_machine_is_carried_to_the_report(tmp_path):
+    """A kept job's ``machine.json`` (``study_keep``) names the CPU of its run; the report says which seeds ran on
+    which CPU and names a seed whose arms (the pairing unit's members) span machines."""
+    protocol = _households_protocol()
+    _episode_log(tmp_path, "warm-start", 3)
+    cpus = {("grpo", 101): "Xeon", ("gigpo_std", 101): "Xeon", ("ecpo", 101): "Xeon",
+            ("grpo", 102): "EPYC", ("gigpo_std", 102): "EPYC", ("ecpo", 102): "Xeon"}
+    for (arm, seed), cpu in cpus.items():
+        _episode_log(tmp_path, f"{arm}-s{seed}", 4)
+        (tmp_path / "alfworld_gen" / f"{arm}-s{seed}" / "machine.json").write_text(json.dumps({"cpu": cpu}))
+    runs = ec.program_runs(protocol, "households", tmp_path)
+    assert {(r["method"], r["seed"]): r["cpu"] for r in runs} == cpus
+    assert ec.machines_line(runs, "households") == (
+        "households was played on Xeon (seed 101); the arms of seeds 102 span machines.")
+    whole = [r | {"cpu": "EPYC"} for r in runs if r["seed"] == 102] + [r for r in runs if r["seed"] == 101]
+    assert ec.machines_line(whole, "households") == (
+        "households was played on Xeon (seed 101); EPYC (seed 102); every seed's arms on one machine.")
+    assert ec.machines_line(runs, "corridor") is None
+
+
 def test_program_testbed_options_refuse_bad_input_in_one_line(tmp_path, capsys):
     for argv, message in ((["--program-out", "households"], "give TESTBED=DIR"),
                           (["--program-out", f"kitchen={tmp_path}"], "'kitchen' is not a program testbed"),
