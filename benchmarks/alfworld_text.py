@@ -318,10 +318,15 @@ def engines_side_by_side(out: Path, arm: str = "ecpo", seed: int = 1, png: Path 
 
 
 # The options each stage reads (besides --out and --testbed): any other given is an error, not silently ignored.
-OPTIONS = ("jobs", "iterations", "arms", "seeds", "json", "keep", "engines_png")
 STAGE_OPTIONS = {"run": ("jobs", "iterations", "arms", "seeds", "keep"),
                  "report": ("arms", "seeds", "json", "engines_png"),
                  "keep": ("keep",), "restore": ("keep",)}
+OPTIONS = tuple(dict.fromkeys(option for options in STAGE_OPTIONS.values() for option in options))
+DEFAULTS = {"jobs": 2, "iterations": ITERATIONS, "arms": list(ARMS), "seeds": list(SEEDS)}  # filled in once allowed
+
+
+def _flags(options) -> str:
+    return ", ".join("--" + option.replace("_", "-") for option in options)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -332,10 +337,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--testbed", choices=sorted(TESTBEDS), default=ALFWORLD.name,
                         help="real ALFWorld's valid_seen (the registered study) or generated households")
     parser.add_argument("--out", required=True)
-    parser.add_argument("--jobs", type=int, help="run: parallel jobs (default 2)")
-    parser.add_argument("--iterations", type=int, help=f"run: training iterations (default {ITERATIONS})")
-    parser.add_argument("--arms", nargs="+", help=f"run, report (default {' '.join(ARMS)})")
-    parser.add_argument("--seeds", nargs="+", type=int, help=f"run, report (default {' '.join(map(str, SEEDS))})")
+    parser.add_argument("--jobs", type=int, help=f"run: parallel jobs (default {DEFAULTS['jobs']})")
+    parser.add_argument("--iterations", type=int, help=f"run: training iterations (default {DEFAULTS['iterations']})")
+    parser.add_argument("--arms", nargs="+", help=f"run, report (default {' '.join(DEFAULTS['arms'])})")
+    parser.add_argument("--seeds", nargs="+", type=int,
+                        help=f"run, report (default {' '.join(map(str, DEFAULTS['seeds']))})")
     parser.add_argument("--json", help="write the report here")
     parser.add_argument("--keep", help="a folder (committed to git) that holds the finished jobs across sessions: "
                                        "run restores them from it first and copies each job into it as it finishes")
@@ -343,12 +349,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     unused = [option for option in OPTIONS if getattr(args, option) is not None and option not in STAGE_OPTIONS[args.stage]]
     if unused:
-        names = ", ".join("--" + option.replace("_", "-") for option in unused)
-        print(f"error: {args.stage} does not take {names} (it takes "
-              f"{', '.join('--' + o.replace('_', '-') for o in STAGE_OPTIONS[args.stage]) or 'only --out and --testbed'})",
+        print(f"error: {args.stage} does not take {_flags(unused)} (it takes {_flags(STAGE_OPTIONS[args.stage])})",
               file=sys.stderr)
         return 2
-    for option, default in (("jobs", 2), ("iterations", ITERATIONS), ("arms", list(ARMS)), ("seeds", list(SEEDS))):
+    for option, default in DEFAULTS.items():
         if getattr(args, option) is None:
             setattr(args, option, default)
     if args.jobs < 1 or args.iterations < 1:

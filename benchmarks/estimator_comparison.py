@@ -179,8 +179,8 @@ def program_runs(protocol: dict[str, Any], name: str, out: Path) -> list[dict[st
                 continue
             if games and len(after) == games:
                 runs.append({"env_name": name, "method": arm, "group_size": int(protocol["group_size"]),
-                             "seed": seed, "final_success": alfworld_text.by_type(after)["All"]}
-                            | ({"cpu": cpu} if (cpu := machine_of(out, f"{arm}-s{seed}", played)) else {}))
+                             "seed": seed, "final_success": alfworld_text.by_type(after)["All"],
+                             "cpu": machine_of(out, f"{arm}-s{seed}", played)})
     return runs
 
 
@@ -226,11 +226,12 @@ def machines_line(runs: list[dict[str, Any]], bed_name: str) -> str | None:
             cpus.setdefault(int(run["seed"]), set()).add(run["cpu"])
     if not cpus:
         return None
-    mixed = sorted(seed for seed, names in cpus.items() if len(names) > 1)
-    by_cpu: dict[str, list[int]] = {}
-    for seed in sorted(cpus):
-        if seed not in mixed:
-            by_cpu.setdefault(next(iter(cpus[seed])), []).append(seed)
+    mixed, by_cpu = [], {}
+    for seed, names in sorted(cpus.items()):
+        if len(names) > 1:
+            mixed.append(seed)
+        else:
+            by_cpu.setdefault(next(iter(names)), []).append(seed)
     text = "; ".join(f"{cpu} ({_seed_span(seeds)})" for cpu, seeds in by_cpu.items())
     tail = (f"; the arms of seeds {', '.join(map(str, mixed))} span machines" if mixed
             else "; every seed's arms on one machine")
@@ -245,10 +246,10 @@ def render(table: dict[str, Any], protocol: dict[str, Any], runs: list[dict[str,
              (f"Protocol: `benchmarks/estimator_comparison.yaml` (committed before the runs). {seeds}; "
               f"N = {protocol['group_size']}, endpoint {protocol['endpoint']}; each cell is the arm minus GiGPO w/std, "
               "paired by seed (95 % t-interval), Holm over the testbed's 8 comparisons, the exact-power MDE beside a "
-              f"null. {runtime / 60:.0f} min on 2 CPU cores (the corridor). `python -m benchmarks.estimator_comparison`."), "",
-             "| estimator | " + " | ".join(bed_names) + " |", "| --- |" + " --- |" * len(bed_names)]
+              f"null. {runtime / 60:.0f} min on 2 CPU cores (the corridor). `python -m benchmarks.estimator_comparison`."), ""]
     machines = [line for name in bed_names if (line := machines_line(runs, name))]
-    lines[3:3] = ["", " ".join(machines)] if machines else []
+    lines += [" ".join(machines), ""] if machines else []
+    lines += ["| estimator | " + " | ".join(bed_names) + " |", "| --- |" + " --- |" * len(bed_names)]
     for arm in protocol["arms"]:
         row = []
         for bed_name in bed_names:

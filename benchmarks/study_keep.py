@@ -46,10 +46,17 @@ def _games_in(manifest: str) -> int:
     return sum(len(group.task_ids or ()) for group in load_manifest(manifest).groups)
 
 
+def _job(root: Path, name: str, bed: Played) -> Path:
+    """The folder of ``name``'s evaluation under ``root``: its episode log and, where kept, its machine."""
+    from ecpo_train.evaluation.runner import safe_name
+
+    return root / bed.folder / safe_name(name)
+
+
 def _log(root: Path, name: str, bed: Played, kept: bool) -> Path:
     from ecpo_train.evaluation.runner import safe_name
 
-    path = root / bed.folder / safe_name(name) / f"{safe_name(bed.manifest)}.jsonl"
+    path = _job(root, name, bed) / f"{safe_name(bed.manifest)}.jsonl"
     return path.with_name(path.name + ".gz") if kept else path
 
 
@@ -113,9 +120,7 @@ def _policies(root: Path, bed: Played) -> list[str]:
 def machine_of(root: Path, name: str, bed: Played) -> str | None:
     """The CPU that played ``name``'s job, as kept beside its episode log (``None`` for a job not kept, or kept
     before machines were recorded)."""
-    from ecpo_train.evaluation.runner import safe_name
-
-    path = root / bed.folder / safe_name(name) / MACHINE
+    path = _job(root, name, bed) / MACHINE
     return str(json.loads(path.read_text(encoding="utf-8"))["cpu"]) if path.is_file() else None
 
 
@@ -129,8 +134,8 @@ def keep_finished(out: Path, keep: Path, bed: Played) -> list[str]:
             for plain in (out / "runs" / name / f for f in RUN_FILES):
                 if plain.is_file():
                     _gzip(plain, keep / "runs" / name / f"{plain.name}.gz")
-            (keep / bed.folder / name).mkdir(parents=True, exist_ok=True)
-            (keep / bed.folder / name / MACHINE).write_text(json.dumps(machine(), indent=1) + "\n", encoding="utf-8")
+            _job(keep, name, bed).mkdir(parents=True, exist_ok=True)
+            (_job(keep, name, bed) / MACHINE).write_text(json.dumps(machine(), indent=1) + "\n", encoding="utf-8")
             _gzip(_log(out, name, bed, kept=False), _log(keep, name, bed, kept=True))  # last: it marks the job kept
             copied.append(name)
     return copied
@@ -144,7 +149,7 @@ def restore_kept(keep: Path, out: Path, bed: Played) -> list[str]:
     for name in _policies(keep, bed):
         if evaluation_complete(keep, name, bed, kept=True) and not evaluation_complete(out, name, bed):
             _gunzip(_log(keep, name, bed, kept=True), _log(out, name, bed, kept=False))
-            if (keep / bed.folder / name / MACHINE).is_file():
-                shutil.copy2(keep / bed.folder / name / MACHINE, out / bed.folder / name / MACHINE)
+            if (_job(keep, name, bed) / MACHINE).is_file():
+                shutil.copy2(_job(keep, name, bed) / MACHINE, _job(out, name, bed) / MACHINE)
             restored.append(name)
     return restored
