@@ -113,7 +113,7 @@ def test_the_statistics_reviews_corrections(rows):
     from benchmarks.stats import t_power
 
     by_id = {r["id"]: r for r in rows}
-    k7 = [p for p in by_id["K7"]["parts"] if p["label"].startswith("final success, ECPO - VarGate-only, N = 4")][0]
+    k7 = next(p for p in by_id["K7"]["parts"] if p["label"].startswith("final success, ECPO - VarGate-only, N = 4"))
     assert k7["estimate"] is None and k7["mde"] is None and "identical" in k7["method"]
     assert "MDE 0.000" not in claims_ledger.ledger(rows)
     assert all("Welch" in by_id[k]["unit"] for k in ("K12", "K13")) and "paired" not in by_id["K12"]["unit"]
@@ -146,6 +146,14 @@ def test_the_estimator_table_has_a_row_per_estimator_and_a_column_per_testbed():
     # a cell whose unadjusted interval excludes 0 while Holm keeps it says so (real ALFWorld's GRPO and ECPO)
     alfworld = dict(zip(table["testbeds"], dict(table["rows"])["ecpo"], strict=True))["alfworld_text"]
     assert "no difference shown (p 0.038 misses Holm's level" in alfworld
+    # households, read after its 189 runs: ECPO's loss to GiGPO w/std passes Holm; HGPO's unadjusted one does not
+    households = dict(zip(table["testbeds"], dict(table["rows"])["ecpo"], strict=True))["households"]
+    assert households.startswith("-0.046 [-0.076, -0.017]: worse")
+    assert "p 0.024 misses Holm's level" in dict(zip(table["testbeds"], dict(table["rows"])["hgpo"], strict=True))[
+        "households"]
+    # the CPUs its seeds ran on, from the runs themselves, beside the table
+    assert "households was played on Intel(R) Xeon(R) Processor (seeds 101-110); AMD EPYC (seeds 111-121); every " \
+           "seed's arms on one machine." in text
     lines = claims_ledger.estimator_lines(table)
     readme = claims_ledger.README.read_text()
     assert claims_ledger.ESTIMATORS_HEAD in readme and all(line in readme for line in lines)
