@@ -118,7 +118,7 @@ def ledger(rows: Sequence[Mapping[str, Any]], table: Mapping[str, Any] | None = 
                    "endpoint: the final policy's exact success on the corridor, its share of the 140 valid_seen games "
                    "won on alfworld_text, of the 120 held-out generated households on households); each cell is the arm minus GiGPO w/std, paired by seed, with Holm over the "
                    f"testbed's comparisons and the exact-power MDE beside a null. Source: [{table['source']}]"
-                   f"(../benchmarks/results/{table['source']})." + "".join(" " + m for m in table.get("machines", []))),
+                   f"(../benchmarks/results/{table['source']}). {table['machines']}").rstrip(),
                   "", *estimator_lines(table), ""]
     return "\n".join(lines)
 

@@ -407,7 +407,7 @@ def estimator_table() -> dict[str, Any]:
     """Issue 57's comparison as the ledger shows it: one row per estimator, one column per testbed of the
     registered protocol (``benchmarks/estimator_comparison.yaml``), each cell the arm minus GiGPO w/std with its
     interval and verdict from ``estimator_comparison.json``, or why the cell has none."""
-    from benchmarks.estimator_comparison import NOT_RUN, RAW_RUNS, RESULT_JSON, load_protocol, machines_line
+    from benchmarks.estimator_comparison import NOT_RUN, RAW_RUNS, RESULT_JSON, load_protocol, machines_text
 
     protocol = load_protocol()
     result = json.loads(RESULT_JSON.read_text()) if RESULT_JSON.is_file() else {}
@@ -438,8 +438,8 @@ def estimator_table() -> dict[str, Any]:
                 cells.append(f"{part['diff']:+.3f} [{part['low']:+.3f}, {part['high']:+.3f}]: {part['verdict']}{beside}")
         rows.append((arm, cells))
     seeds = {t["name"]: t.get("seeds", protocol.get("seeds")) for t in protocol["testbeds"] if "status" not in t}
-    machines = [line for name in testbeds if (line := machines_line(result.get("runs", []), name))]
-    return {"testbeds": testbeds, "rows": rows, "seeds": seeds, "machines": machines, "source": RESULT_JSON.name}
+    return {"testbeds": testbeds, "rows": rows, "seeds": seeds, "machines": machines_text(result.get("runs", []), testbeds),
+            "source": RESULT_JSON.name}
 
 
 def _memory(memory: Mapping[str, Any], model: str, setting: str) -> float:

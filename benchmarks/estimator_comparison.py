@@ -238,6 +238,11 @@ def machines_line(runs: list[dict[str, Any]], bed_name: str) -> str | None:
     return f"{bed_name} was played on {text}{tail}."
 
 
+def machines_text(runs: list[dict[str, Any]], bed_names: list[str]) -> str:
+    """Every testbed's machines line (``machines_line``) in testbed order, one paragraph; empty where none recorded."""
+    return " ".join(line for name in bed_names if (line := machines_line(runs, name)))
+
+
 def render(table: dict[str, Any], protocol: dict[str, Any], runs: list[dict[str, Any]], runtime: float) -> str:
     bed_names = [t["name"] for t in protocol["testbeds"]]
     seeds = "; ".join(f"{name}: {len({r['seed'] for r in runs if r['env_name'] == name})} seeds per arm"
@@ -247,8 +252,8 @@ def render(table: dict[str, Any], protocol: dict[str, Any], runs: list[dict[str,
               f"N = {protocol['group_size']}, endpoint {protocol['endpoint']}; each cell is the arm minus GiGPO w/std, "
               "paired by seed (95 % t-interval), Holm over the testbed's 8 comparisons, the exact-power MDE beside a "
               f"null. {runtime / 60:.0f} min on 2 CPU cores (the corridor). `python -m benchmarks.estimator_comparison`."), ""]
-    machines = [line for name in bed_names if (line := machines_line(runs, name))]
-    lines += [" ".join(machines), ""] if machines else []
+    machines = machines_text(runs, bed_names)
+    lines += [machines, ""] if machines else []
     lines += ["| estimator | " + " | ".join(bed_names) + " |", "| --- |" + " --- |" * len(bed_names)]
     for arm in protocol["arms"]:
         row = []

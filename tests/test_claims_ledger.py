@@ -143,14 +143,14 @@ def test_the_estimator_table_has_a_row_per_estimator_and_a_column_per_testbed():
     # each run testbed with its own seed count (the corridor's 94 from its pilot, real ALFWorld's 10)
     text = claims_ledger.ledger([], table)
     assert f"{protocol['seeds']} seeds an arm on corridor" in text and "10 seeds an arm on alfworld_text" in text
+    def cell(arm: str, testbed: str) -> str:
+        return dict(zip(table["testbeds"], dict(table["rows"])[arm], strict=True))[testbed]
+
     # a cell whose unadjusted interval excludes 0 while Holm keeps it says so (real ALFWorld's GRPO and ECPO)
-    alfworld = dict(zip(table["testbeds"], dict(table["rows"])["ecpo"], strict=True))["alfworld_text"]
-    assert "no difference shown (p 0.038 misses Holm's level" in alfworld
+    assert "no difference shown (p 0.038 misses Holm's level" in cell("ecpo", "alfworld_text")
     # households, read after its 189 runs: ECPO's loss to GiGPO w/std passes Holm; HGPO's unadjusted one does not
-    households = dict(zip(table["testbeds"], dict(table["rows"])["ecpo"], strict=True))["households"]
-    assert households.startswith("-0.046 [-0.076, -0.017]: worse")
-    assert "p 0.024 misses Holm's level" in dict(zip(table["testbeds"], dict(table["rows"])["hgpo"], strict=True))[
-        "households"]
+    assert cell("ecpo", "households").startswith("-0.046 [-0.076, -0.017]: worse")
+    assert "p 0.024 misses Holm's level" in cell("hgpo", "households")
     # the CPUs its seeds ran on, from the runs themselves, beside the table
     assert "households was played on Intel(R) Xeon(R) Processor (seeds 101-110); AMD EPYC (seeds 111-121); every " \
            "seed's arms on one machine." in text
