@@ -36,13 +36,16 @@ class EnvFamily:
     (``*.txt``, ``ecpo_train/policies/prompting.py`` describes its two sections); ``benchmark``: the leaderboard
     benchmark it is reported under (default: the family's name); ``manifest``: its committed evaluation manifest
     (None if it has none); ``data_kwarg``: the constructor argument naming its data folder (``"data_dir"``; None
-    when it needs no data)."""
+    when it needs no data); ``open_commands``: ``"module:function"`` of the family's open command set (the commands
+    a policy that picks among candidates may send beyond the admissible ones, invalid ones included:
+    ``function(admissible, history, observation) -> list[str]``, admissible first; None: the family has none)."""
 
     family: str
     prompt: str = "default"
     benchmark: str | None = None
     manifest: str | None = None
     data_kwarg: str | None = None
+    open_commands: str | None = None
 
     def __post_init__(self) -> None:
         if self.benchmark is None:
@@ -91,6 +94,7 @@ def _load(entry: str) -> Any:
 
 
 _SEARCHQA_PARSER = "ecpo_gym.searchqa.protocol:reply_action"
+_ALFWORLD_OPEN = "ecpo_gym.alfworld.commands:open_commands"
 
 
 def _diagnostic() -> EnvFamily:
@@ -145,9 +149,9 @@ ENV_FAMILIES: Mapping[str, EnvFamily] = _View(lambda d: d.family)
 for _declared in (
     # ALFWorld: 50 steps (the paper's App. A)
     EnvDeclaration("ecpo/ALFWorld-v0", "ecpo_gym.alfworld.env:ALFWorldEnv",
-             EnvFamily("alfworld", "alfworld", "alfworld", "alfworld_valid_seen", "data_dir"), 50),
+             EnvFamily("alfworld", "alfworld", "alfworld", "alfworld_valid_seen", "data_dir", _ALFWORLD_OPEN), 50),
     EnvDeclaration("ecpo/ALFWorldGen-v0", "ecpo_gym.alfworld.env:ALFWorldGenEnv",
-             EnvFamily("alfworld", "alfworld", "alfworld", "alfworld_gen"), 50),
+             EnvFamily("alfworld", "alfworld", "alfworld", "alfworld_gen", open_commands=_ALFWORLD_OPEN), 50),
     # WebShop: 15 steps (App. A)
     EnvDeclaration("ecpo/WebShop-v0", "ecpo_gym.webshop.env:WebShopEnv",
              EnvFamily("webshop", "webshop", "webshop", "webshop_test", "data_dir"), 15),
@@ -191,6 +195,15 @@ def family_of(env: Any) -> EnvFamily | None:
     """The :class:`EnvFamily` of an ECPO environment (see :func:`declaration_of`); ``None`` for any other."""
     declared = declaration_of(env)
     return None if declared is None else declared.family
+
+
+def open_command_rule(family: str) -> Callable[..., list[str]] | None:
+    """The open command set of the environment family named ``family`` (``EnvFamily.open_commands``, imported on
+    first use), or ``None`` when no declared id of that family has one."""
+    for declared in _DECLARED.values():
+        if declared.family.family == family and declared.family.open_commands:
+            return _load(declared.family.open_commands)
+    return None
 
 
 def declared_max_steps(env_id: str) -> int:

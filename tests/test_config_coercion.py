@@ -10,7 +10,7 @@ import yaml
 
 from ecpo_gym.families import declaration_of
 from ecpo_train.credit import CreditConfig
-from ecpo_train.runtime.config import CONFIG_DIR, TrainConfig, load_config
+from ecpo_train.runtime.config import CONFIG_DIR, TrainConfig, load_config, preset_values
 
 
 def _credit_keys(kind: type) -> list[str]:
@@ -102,9 +102,10 @@ PRESETS = sorted(path.stem for path in CONFIG_DIR.glob("*.yaml"))
 
 
 def _load(name: str) -> TrainConfig:
-    # an LLM preset names its model; the text policy's (alfworld_text, households_text) starts from random weights
-    # without one
-    return load_config(name, [] if name in ("quickstart", "alfworld_text", "households_text") else ["model=some/model"])
+    # an LLM preset names its model; the text policy's (alfworld_text, households_text, ...) starts from random
+    # weights without one
+    text = preset_values(name).get("policy") == "text"
+    return load_config(name, [] if name == "quickstart" or text else ["model=some/model"])
 
 
 @pytest.mark.parametrize("name", PRESETS)

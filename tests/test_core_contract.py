@@ -231,7 +231,7 @@ def test_every_registered_id_declares_its_family():
         assert family_of(gym.spec(env_id)) == family and "ecpo_family" not in gym.spec(env_id).kwargs
         assert family_of(f"ecpo_gym:{env_id}") == family
     assert family_of("ecpo/ALFWorld-v0") == EnvFamily("alfworld", "alfworld", "alfworld", "alfworld_valid_seen",
-                                                      "data_dir")
+                                                      "data_dir", "ecpo_gym.alfworld.commands:open_commands")
     assert family_of("ecpo/DivergentAnchorWide-v0").family == "diagnostic"
     assert family_of("ecpo/DivergentAnchor-v0").prompt == "default"
     assert [i for i in ENV_ENTRY_POINTS if family_of(i).needs_data] == [

@@ -20,7 +20,7 @@ ray = pytest.importorskip("ray")
 from conftest import small_values
 
 from ecpo_train.integrations.rllib import ECPO, ECPOConfig
-from ecpo_train.runtime.config import TrainConfig, load_config, make_config
+from ecpo_train.runtime.config import TrainConfig, load_config, make_config, preset_values
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "ecpo_train" / "runtime" / "configs"
@@ -258,9 +258,10 @@ def test_every_preset_builds_and_the_cpu_ones_train_with_two_runners(preset, tin
     """Each preset builds with the tiny model on CPU (the GPU ones' vLLM and bf16 replaced), its envs and module
     in the driver's runner; the CPU ones build two env-runner actors and play one iteration of 2 groups of 2."""
     model = tiny_model_dir
-    if preset in ("alfworld_text", "households_text"):  # the small text policy: a folder of random weights
-        if preset == "alfworld_text" and not os.environ.get("ECPO_DATA_DIR"):
-            pytest.skip("alfworld_text plays real ALFWorld games: set ECPO_DATA_DIR")
+    values = preset_values(preset)
+    if values.get("policy") == "text":  # the small text policy: a folder of random weights
+        if values.get("env_id") == "ecpo/ALFWorld-v0" and not os.environ.get("ECPO_DATA_DIR"):
+            pytest.skip(f"{preset} plays real ALFWorld games: set ECPO_DATA_DIR")
         from ecpo_train.policies.text import TextPolicy
 
         model = tmp_path / "text-policy"

@@ -52,3 +52,30 @@ def test_the_trainer_plays_the_cycled_tasks_in_order(tmp_path):
         trainer.close()
     pool = trainer.train_tasks
     assert played == [sorted(pool[(2 * k + j) % len(pool)] for j in range(2)) for k in range(3)]
+
+
+def test_a_stratified_validation_set_takes_evenly_spaced_tasks_of_every_type():
+    from ecpo_train.core.tasks import stratified_tasks
+
+    tasks = [f"a-{i:02d}" for i in range(10)] + [f"b-{i}" for i in range(3)] + ["c-0"]
+    got = stratified_tasks(tasks, lambda t: t.split("-")[0], 4)
+    # a: indices floor((j + 1/2) * 10 / 4) = 1, 3, 6, 8; b: fewer than 4, all; c: its one; types interleaved
+    assert got == ["a-01", "b-0", "c-0", "a-03", "b-1", "a-06", "b-2", "a-08"]
+    assert stratified_tasks(list(reversed(tasks)), lambda t: t.split("-")[0], 4) == got  # the order given is irrelevant
+
+
+def test_the_alfworld_text_presets_validate_on_eight_train_games_of_every_task_type():
+    import os
+
+    import gymnasium as gym
+
+    from ecpo_train.core.tasks import stratified_tasks
+    from ecpo_train.runtime.config import load_config
+
+    if not os.environ.get("ECPO_DATA_DIR"):
+        pytest.skip("reads ALFWorld's train split: set ECPO_DATA_DIR")
+    train = gym.make("ecpo/ALFWorld-v0", split="train").unwrapped.task_ids
+    for preset in ("alfworld_text", "alfworld_text_paper"):
+        listed = load_config(preset).val_tasks
+        assert listed == stratified_tasks(train, lambda t: t.split("-")[0], 8)
+        assert sorted({t.split("-")[0] for t in listed}) == sorted({t.split("-")[0] for t in train})  # all 6 types

@@ -66,3 +66,17 @@ def training_tasks(config: Any, env_tasks: Callable[[], Sequence[Any]]) -> list[
     """A run's training tasks: the config's ``train_tasks``, else every task of the environment (``env_tasks()``,
     asked for only then). The one default rule; :func:`task_lists` checks the lists against the environment."""
     return [str(t) for t in (config.train_tasks if config.train_tasks is not None else env_tasks())]
+
+
+def stratified_tasks(task_ids: Sequence[str], type_of: Callable[[str], str], per_type: int) -> list[str]:
+    """A fixed validation set that covers every task type: ``per_type`` tasks of each type (``type_of(task)``),
+    evenly spaced through that type's sorted ids (the ``j``-th of ``n`` at index ``floor((j + 1/2) n / per_type)``),
+    the types interleaved in sorted order (type 1's first, type 2's first, ...). A type with fewer tasks gives all
+    of them. Deterministic: the same ids give the same list (the presets commit theirs)."""
+    by_type: dict[str, list[str]] = {}
+    for task in sorted(map(str, task_ids)):
+        by_type.setdefault(type_of(task), []).append(task)
+    picked = {kind: [tasks[int((j + 0.5) * len(tasks) / per_type)] for j in range(min(per_type, len(tasks)))]
+              if len(tasks) > per_type else tasks for kind, tasks in sorted(by_type.items())}
+    return [tasks[j] for j in range(max(map(len, picked.values()), default=0))
+            for tasks in picked.values() if j < len(tasks)]

@@ -31,6 +31,12 @@ has one (``base.inverse_cdf_index``), else the policy's own generator; ``T <= 0`
 A folder made by ``save_pretrained`` (``ecpo sft`` writes one) holds ``text_policy.safetensors`` and
 ``text_policy.json`` (architecture and vocabulary); ``ecpo train policy=text model=DIR`` starts from it, and
 ``model`` empty starts from random weights (seeded) and a vocabulary of hash buckets only.
+
+The candidates (``command_set``): ``"admissible"`` (the default) scores the step's admissible commands;
+``"open"`` scores the environment family's open command set (``ecpo_gym.families.open_command_rule``: for ALFWorld,
+the admissible commands plus the command templates filled with what the episode named so far,
+``ecpo_gym/alfworld/commands.py``), so the policy can send an invalid command as an LLM that writes its action does.
+The folder records the set the policy was saved with (``text_policy.json``'s ``command_set``).
 """
 
 from __future__ import annotations
@@ -52,6 +58,24 @@ from ecpo_train.policies.text_vocabulary import Vocabulary
 
 WEIGHTS_FILE = "text_policy.safetensors"
 CONFIG_FILE = "text_policy.json"
+COMMAND_SETS = ("admissible", "open")  # what a step's candidates are (module docstring)
+
+
+def candidate_rule(command_set: str, env_name: str) -> Any:
+    """``None`` for the admissible commands, else the open command set of ``env_name`` (an env id or a family name;
+    ``ValueError`` if its family declares none)."""
+    if command_set not in COMMAND_SETS:
+        raise ValueError(f"command_set={str(command_set)[:40]!r}: one of {', '.join(COMMAND_SETS)}")
+    if command_set == "admissible":
+        return None
+    from ecpo_gym.families import family_of, open_command_rule
+
+    family = getattr(family_of(env_name), "family", None) or env_name
+    rule = open_command_rule(family)
+    if rule is None:
+        raise ValueError(f"command_set=open: the environment family {family!r} declares no open command set "
+                         "(ALFWorld's does: ecpo/ALFWorld-v0, ecpo/ALFWorldGen-v0)")
+    return rule
 
 
 @dataclass(frozen=True)
@@ -152,11 +176,15 @@ class TextPolicy(Policy):
     """The small text policy over admissible commands (module docstring)."""
 
     def __init__(self, vocabulary: Vocabulary | None = None, arch: TextArchitecture | None = None, *,
-                 seed: int = 0, env_name: str = "") -> None:
+                 seed: int = 0, env_name: str = "", command_set: str = "admissible") -> None:
         super().__init__()
         self.vocabulary = vocabulary if vocabulary is not None else Vocabulary()
         self.arch = arch if arch is not None else TextArchitecture()
         self.env_name = env_name
+        if command_set not in COMMAND_SETS:
+            raise ValueError(f"command_set={str(command_set)[:40]!r}: one of {', '.join(COMMAND_SETS)}")
+        self.command_set = command_set
+        self._rules: dict[str, Any] = {}  # env family -> its open command set (looked up on first use)
         with torch.random.fork_rng(devices=[]):  # the seed alone decides the initial weights
             torch.manual_seed(int(seed))
             self.model = TextScorer(self.vocabulary, self.arch)
@@ -187,13 +215,22 @@ class TextPolicy(Policy):
         ids += encode(ctx.observation)[:cut]
         return ids
 
+    def candidates(self, ctx: StepContext) -> list[str]:
+        """The commands this step chooses among: the admissible ones, or the open command set (``command_set``)."""
+        if self.command_set == "admissible" or not ctx.admissible_actions:
+            return list(ctx.admissible_actions)
+        family = ctx.env_name or self.env_name
+        if family not in self._rules:
+            self._rules[family] = candidate_rule(self.command_set, family)
+        return self._rules[family](ctx.admissible_actions, ctx.history, ctx.observation)
+
     def command_ids(self, ctx: StepContext) -> list[list[int]]:
-        """Each admissible command's ids: its repeat feature (sent 0, 1, 2, 3+ times in the history), its words."""
+        """Each candidate command's ids: its repeat feature (sent 0, 1, 2, 3+ times in the history), its words."""
         sent: dict[str, int] = {}
         for _, action in ctx.history:
             sent[action] = sent.get(action, 0) + 1
         first, encode = self._marks["<taken0>"], self.vocabulary.encode
-        return [[first + min(sent.get(command, 0), 3), *encode(command)] for command in ctx.admissible_actions]
+        return [[first + min(sent.get(command, 0), 3), *encode(command)] for command in self.candidates(ctx)]
 
     def step_row(self, ctx: StepContext) -> list[int]:
         """The stored prompt row of a step (``scoring.pack_candidates`` layout)."""
@@ -221,6 +258,7 @@ class TextPolicy(Policy):
     def act(self, contexts: Sequence[StepContext], temperature: float = 1.0) -> PolicyOutput:
         out = PolicyOutput(actions=[], responses=[])
         live = [i for i, ctx in enumerate(contexts) if ctx.admissible_actions]
+        listed = {i: self.candidates(contexts[i]) for i in live}
         items = {i: (self.context_ids(contexts[i]), self.command_ids(contexts[i])) for i in live}
         scores = dict(zip(live, self._scores([items[i] for i in live])))
         for i, ctx in enumerate(contexts):
@@ -239,8 +277,8 @@ class TextPolicy(Policy):
                 k = inverse_cdf_index(logp.exp(), ctx.draw)
             else:
                 k = int(torch.multinomial(logp.exp(), 1, generator=self.generator))
-            out.actions.append(ctx.admissible_actions[k])
-            out.responses.append(ctx.admissible_actions[k])
+            out.actions.append(listed[i][k])
+            out.responses.append(listed[i][k])
             out.prompt_ids.append(pack_candidates(*items[i]))
             out.response_ids.append([k])
             out.logprobs.append([float(logp[k])])
@@ -254,7 +292,7 @@ class TextPolicy(Policy):
         for ctx, score in zip(contexts, scores):
             probs = torch.softmax(score / temperature, dim=-1) if temperature > 0 else \
                 torch.nn.functional.one_hot(score.argmax(), len(score)).float()
-            out.append(dict(zip(ctx.admissible_actions, probs.tolist())))
+            out.append(dict(zip(self.candidates(ctx), probs.tolist())))
         return out
 
     def logprobs(
@@ -307,12 +345,15 @@ class TextPolicy(Policy):
         folder = Path(folder)
         weights = {name: tensor.detach().contiguous() for name, tensor in self.model.state_dict().items()}
         save_file(weights, str(folder / WEIGHTS_FILE))
-        config = {"architecture": asdict(self.arch), "vocabulary": self.vocabulary.to_dict()}
+        config = {"architecture": asdict(self.arch), "vocabulary": self.vocabulary.to_dict(),
+                  "command_set": self.command_set}
         (folder / CONFIG_FILE).write_text(json.dumps(config) + "\n", encoding="utf-8")
 
     @classmethod
-    def from_pretrained(cls, folder: str | Path, *, seed: int = 0, env_name: str = "") -> TextPolicy:
-        """The policy ``save_pretrained`` wrote into ``folder``; one ``ValueError`` naming it otherwise."""
+    def from_pretrained(cls, folder: str | Path, *, seed: int = 0, env_name: str = "",
+                        command_set: str | None = None) -> TextPolicy:
+        """The policy ``save_pretrained`` wrote into ``folder``; one ``ValueError`` naming it otherwise.
+        ``command_set``: the candidates it chooses among (``None``: the set the folder was saved with)."""
         from safetensors.torch import load_file
 
         folder = Path(folder).expanduser()
@@ -322,8 +363,9 @@ class TextPolicy(Policy):
                              "from random weights")
         try:
             config = json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))
+            chosen = command_set if command_set is not None else config.get("command_set", "admissible")
             policy = cls(Vocabulary.from_dict(config["vocabulary"]), TextArchitecture(**config["architecture"]),
-                         seed=seed, env_name=env_name)
+                         seed=seed, env_name=env_name, command_set=chosen)
             policy.model.load_state_dict(load_file(str(folder / WEIGHTS_FILE)))
         except (OSError, ValueError, KeyError, TypeError, RuntimeError) as err:
             raise ValueError(f"{folder}: damaged text-policy folder ({' '.join(str(err).split())[:160]})") from None

@@ -116,8 +116,9 @@ def build_policy(config: TrainConfig, device: str | None = None, *, transformers
         from ecpo_train.policies.text import TextPolicy
 
         if config.model:
-            return TextPolicy.from_pretrained(config.model, seed=config.seed, env_name=config.env_id)
-        return TextPolicy(seed=config.seed, env_name=config.env_id)
+            return TextPolicy.from_pretrained(config.model, seed=config.seed, env_name=config.env_id,
+                                              command_set=config.command_set)
+        return TextPolicy(seed=config.seed, env_name=config.env_id, command_set=config.command_set)
     from ecpo_train.policies.llm import TransformersPolicy
     from ecpo_train.policies.scaling import apply_memory_settings
     from ecpo_train.policies.scoring import ScoringPolicy

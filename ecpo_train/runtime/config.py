@@ -150,6 +150,9 @@ class TrainConfig:
                                   "(8 at least)")] | Literal["auto"] = 0
     # policy_mode=score: pi = (1 - eps) softmax + eps uniform (policies/scoring.py)
     explore_epsilon: Annotated[float, Field(ge=0, lt=1)] = 0.0
+    # policy=text: the candidates of a step, "admissible" or "open" (the env family's open command set: the
+    # admissible commands plus its command templates filled with what the episode named, invalid ones included)
+    command_set: Literal["admissible", "open"] = "admissible"
     filter_equal_return_groups: bool = False  # DAPO-style: leave groups with all-equal returns out of the update
     loss_agg: Literal["token-mean", "trajectory-mean"] = "token-mean"  # trajectory-mean: every episode weighs the same
     # bookkeeping
@@ -199,6 +202,9 @@ class TrainConfig:
                                  "(search-QA's actions are free text): use policy_mode=generate")
         if self.policy == "text":
             self.check_text_policy()
+        elif self.command_set != "admissible":
+            raise ValueError(f"command_set={self.command_set} is the text policy's (policy=text); policy={self.policy} "
+                             "does not read it")
         if self.lora:
             from ecpo_train.policies.lora import check_lora_settings, require_peft
 
@@ -228,6 +234,9 @@ class TrainConfig:
         if estimator_spec(self.estimator).needs_values:
             raise ValueError(f"estimator={self.estimator} needs a learned critic, which policy=text does not have: "
                              "use a critic-free estimator (ecpo, gigpo, grpo, ...)")
+        from ecpo_train.policies.text import candidate_rule
+
+        candidate_rule(self.command_set, self.env_id)  # an open set the env family does not declare: one line
         if self.model:
             from ecpo_train.policies.text import CONFIG_FILE
 
@@ -333,25 +342,40 @@ def make_config(values: dict[str, Any]) -> TrainConfig:
     return TrainConfig(**values)
 
 
+EXTENDS = "extends"  # a preset's key naming the preset it starts from (its own keys replace that one's)
+
+
 def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> TrainConfig:
     """Read a YAML preset (a path, or a preset name in ``ecpo_train/runtime/configs/``) and apply overrides."""
-    values: dict[str, Any] = {}
-    if path is not None:
-        file = Path(path)
-        if not file.exists() and (CONFIG_DIR / f"{path}.yaml").exists():
-            file = CONFIG_DIR / f"{path}.yaml"
-        if not file.exists():
-            presets = ", ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.yaml")))
-            raise FileNotFoundError(f"config {path} not found (presets in {CONFIG_DIR}: {presets})")
-        try:
-            values = read_yaml(file.read_text()) or {}
-        except yaml.YAMLError as err:
-            where = getattr(err, "problem_mark", None)
-            line = f" at line {where.line + 1}" if where is not None else ""
-            raise ValueError(f"config {file} is not valid YAML{line}: {getattr(err, 'problem', err)}") from None
-        if not isinstance(values, dict):
-            raise ValueError(f"config {file} must be a YAML mapping of key: value")
+    values = preset_values(path) if path is not None else {}
     return make_config(apply_overrides(values, overrides))
+
+
+def preset_values(path: str | Path, chain: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A preset's keys: its file's, over those of the preset it ``extends`` (a preset name, read the same way;
+    a key of the file replaces the base's whole value)."""
+    file = Path(path)
+    if not file.exists() and (CONFIG_DIR / f"{path}.yaml").exists():
+        file = CONFIG_DIR / f"{path}.yaml"
+    if not file.exists():
+        presets = ", ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.yaml")))
+        raise FileNotFoundError(f"config {str(path)[:200]} not found (presets in {CONFIG_DIR}: {presets})")
+    try:
+        values = read_yaml(file.read_text()) or {}
+    except yaml.YAMLError as err:
+        where = getattr(err, "problem_mark", None)
+        line = f" at line {where.line + 1}" if where is not None else ""
+        raise ValueError(f"config {file} is not valid YAML{line}: {getattr(err, 'problem', err)}") from None
+    if not isinstance(values, dict):
+        raise ValueError(f"config {file} must be a YAML mapping of key: value")
+    base = values.pop(EXTENDS, None)
+    if base is None:
+        return values
+    if not isinstance(base, str) or not (CONFIG_DIR / f"{base}.yaml").is_file():
+        raise ValueError(f"config {file}: {EXTENDS}: {str(base)[:80]!r} is not a preset name")
+    if base in chain:
+        raise ValueError(f"config {file}: {EXTENDS} loops through {' -> '.join((*chain, base))}")
+    return preset_values(base, (*chain, base)) | values
 
 
 def config_dict(config: TrainConfig) -> dict[str, Any]:

@@ -193,10 +193,11 @@ def candidate_rows(policy: Any, demonstrations: Sequence[Demonstration]
 
 def text_rows(policy: Any, demonstrations: Sequence[Demonstration]) -> tuple[list[list[int]], list[list[int]], int]:
     """``(rows, [[expert index]], steps left out)``: the rows a ``TextPolicy`` step stores (``TextPolicy.step_row``),
-    with the expert's command as the chosen one; steps whose expert action is not admissible are left out."""
+    with the expert's command as the chosen one among the policy's candidates (``TextPolicy.candidates``: the
+    admissible commands, or the open command set); steps whose expert action is not among them are left out."""
     rows, chosen, left_out = [], [], 0
     for demo in demonstrations:
-        index = _expert_index(demo.action, demo.context.admissible_actions or [])
+        index = _expert_index(demo.action, policy.candidates(demo.context))
         if index is None:
             left_out += 1
             continue
@@ -212,14 +213,16 @@ def text_policy_for(config: TrainConfig, demonstrations: Sequence[Demonstration]
     from ecpo_train.policies.text_vocabulary import Vocabulary
 
     if config.model:
-        return TextPolicy.from_pretrained(config.model, seed=config.seed, env_name=config.env_id)
+        return TextPolicy.from_pretrained(config.model, seed=config.seed, env_name=config.env_id,
+                                          command_set=config.command_set)
 
     def texts():
         for demo in demonstrations:
             yield demo.context.task
             yield demo.context.observation
             yield from demo.context.admissible_actions
-    return TextPolicy(Vocabulary.build(texts()), seed=config.seed, env_name=config.env_id)
+    return TextPolicy(Vocabulary.build(texts()), seed=config.seed, env_name=config.env_id,
+                      command_set=config.command_set)
 
 
 def reply_cross_entropy(policy: Any, prompts: Sequence[Sequence[int]],
