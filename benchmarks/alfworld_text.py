@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -72,10 +73,27 @@ PUBLISHED = {"BUTLER (DAgger, beam search)": {"Pick": 61, "Clean": 44, "Cool": 6
 
 
 @dataclass(frozen=True)
+class WarmStart:
+    """One warm start of a testbed: the label its jobs' names start with (``""``: the jobs are ``ARM-sSEED``), its
+    folder in the study folder, the name its own evaluation is logged under, and its ``ecpo sft`` overrides (its
+    seed: independently trained warm starts differ in it)."""
+
+    label: str
+    folder: str
+    name: str
+    overrides: tuple[str, ...] = ()
+
+
+ONE_WARM_START = (WarmStart("", "warm", "warm-start"),)
+
+
+@dataclass(frozen=True)
 class Testbed:
     """What the schedule plays: the ``ecpo train`` preset, the warm start's ``ecpo sft`` arguments, the leaderboard
     manifest of the endpoint and the study folder's subfolder its episode logs go to; the published rows of the
-    report's table (``PUBLISHED`` for real ALFWorld's valid_seen, none for generated households)."""
+    report's table (``PUBLISHED`` for real ALFWorld's valid_seen, none for generated households); its warm starts
+    (one, in ``warm/``, unless it says otherwise); the overrides every ``ecpo sft`` and ``ecpo train`` of it takes
+    (``command_set=open``); how many of each arm's first seeds keep their final policy (``kept_policies``)."""
 
     name: str  # the testbed's name in benchmarks/estimator_comparison.yaml
     preset: str
@@ -83,6 +101,28 @@ class Testbed:
     warm_start: tuple[str, ...]
     folder: str
     published: dict[str, dict[str, int]] = field(default_factory=dict)
+    warm_starts: tuple[WarmStart, ...] = ONE_WARM_START
+    overrides: tuple[str, ...] = ()
+    kept_policies: int = 0
+    iterations: int = ITERATIONS  # the schedule's default
+
+    @property
+    def warm_folders(self) -> tuple[str, ...]:
+        return tuple(warm.folder for warm in self.warm_starts)
+
+
+def job_name(warm: WarmStart, arm: str, seed: int) -> str:
+    """A trained policy's name: its run folder under ``runs/`` and its evaluation's name."""
+    return f"{warm.label}-{arm}-s{seed}" if warm.label else f"{arm}-s{seed}"
+
+
+# An arm is an estimator name, or one of these: an estimator with other credit settings (ECPO with StrictValid's
+# depth threshold d_min at 1 instead of the paper's 7: issue 71's arm where the depth gate is off).
+ARM_SETTINGS = {"ecpo_d1": ("estimator=ecpo", "credit.d_min=1")}
+
+
+def arm_settings(arm: str) -> tuple[str, ...]:
+    return ARM_SETTINGS.get(arm, (f"estimator={arm}",))
 
 
 ALFWORLD = Testbed("alfworld_text", PRESET, MANIFEST, tuple(WARM_START), "valid_seen", PUBLISHED)
@@ -91,7 +131,15 @@ ALFWORLD = Testbed("alfworld_text", PRESET, MANIFEST, tuple(WARM_START), "valid_
 # by the generator's expert (as alfworld_text plays each of its 3,553 train games once), the same epochs, lr and batch.
 HOUSEHOLDS = Testbed("households", "households_text", "alfworld_gen",
                      ("--episodes", "3600", "--epochs", "6", "--lr", "1e-3", "--batch-size", "64"), "alfworld_gen")
-TESTBEDS = {bed.name: bed for bed in (ALFWORLD, HOUSEHOLDS)}
+# Issue 71's regime study (benchmarks/regime_study.yaml): the paper's length (preset alfworld_text_paper, 150
+# iterations), two independently trained warm starts (sft seeds 0 and 1), with the open command set (the study) or
+# the admissible commands (the regime curves); the final policies of each arm's first two seeds are kept.
+REGIME_WARM_STARTS = (WarmStart("a", "warm-a", "warm-a", ("seed=0",)), WarmStart("b", "warm-b", "warm-b", ("seed=1",)))
+REGIME_OPEN = Testbed("regime_open", "alfworld_text_paper", MANIFEST, tuple(WARM_START), "valid_seen", PUBLISHED,
+                      REGIME_WARM_STARTS, ("command_set=open",), kept_policies=2, iterations=150)
+REGIME_ADMISSIBLE = Testbed("regime_admissible", "alfworld_text_paper", MANIFEST, tuple(WARM_START), "valid_seen",
+                            PUBLISHED, REGIME_WARM_STARTS, (), kept_policies=2, iterations=150)
+TESTBEDS = {bed.name: bed for bed in (ALFWORLD, HOUSEHOLDS, REGIME_OPEN, REGIME_ADMISSIBLE)}
 
 
 def testbed_named(name: str) -> Testbed:
@@ -121,8 +169,8 @@ def finished_iterations(run_dir: Path) -> int:
 
 
 # The schedule's three commands (``ecpo`` arguments), apart from running them so a test can read them.
-def warm_start_command(warm: Path, bed: Testbed = ALFWORLD) -> list[str]:
-    return ["sft", "--config", bed.preset, "--out", str(warm), *bed.warm_start]
+def warm_start_command(warm: Path, bed: Testbed = ALFWORLD, start: WarmStart = ONE_WARM_START[0]) -> list[str]:
+    return ["sft", "--config", bed.preset, "--out", str(warm), *bed.warm_start, *bed.overrides, *start.overrides]
 
 
 def train_command(run_dir: Path, warm: Path, arm: str, seed: int, iterations: int,
@@ -130,8 +178,8 @@ def train_command(run_dir: Path, warm: Path, arm: str, seed: int, iterations: in
     # a checkpoint: continue it; a run stopped before its first checkpoint: start it over (the same seed plays
     # the same iterations again); nothing there: start
     resume = ["--resume"] if (run_dir / "checkpoint.pt").is_file() else ["--overwrite"] if run_dir.is_dir() else []
-    return ["train", "--config", bed.preset, *resume, f"model={warm}", f"estimator={arm}", f"seed={seed}",
-            f"run_dir={run_dir}", f"iterations={iterations}", "threads=1", "progress=false"]
+    return ["train", "--config", bed.preset, *resume, f"model={warm}", *arm_settings(arm), f"seed={seed}",
+            f"run_dir={run_dir}", f"iterations={iterations}", "threads=1", "progress=false", *bed.overrides]
 
 
 def evaluate_command(out: Path, checkpoint: Path, name: str, bed: Testbed = ALFWORLD) -> list[str]:
@@ -139,11 +187,30 @@ def evaluate_command(out: Path, checkpoint: Path, name: str, bed: Testbed = ALFW
             "--seeds", "1", "--temperature", str(TEMPERATURE), "--out-dir", str(out / bed.folder), "--name", name]
 
 
-def train_arm(out: Path, warm: Path, arm: str, seed: int, iterations: int, bed: Testbed = ALFWORLD) -> Path:
-    run_dir = out / "runs" / f"{arm}-s{seed}"
+def train_arm(out: Path, warm: Path, arm: str, seed: int, iterations: int, bed: Testbed = ALFWORLD,
+              name: str | None = None) -> Path:
+    name = name or f"{arm}-s{seed}"
+    run_dir = out / "runs" / name
     if finished_iterations(run_dir) < iterations:
-        ecpo(*train_command(run_dir, warm, arm, seed, iterations, bed), log=out / "logs" / f"{arm}-s{seed}.log")
+        ecpo(*train_command(run_dir, warm, arm, seed, iterations, bed), log=out / "logs" / f"{name}.log")
     return run_dir
+
+
+def keep_policy(run_dir: Path) -> Path:
+    """The run's final policy as a text-policy folder in half precision (``run_dir/policy``: a few MB, kept in git so
+    anyone can evaluate it on any split without retraining; ``ecpo leaderboard --agent checkpoint --checkpoint``
+    reads it). Rounded to float16, its choices can differ from the run's float32 weights in rare near-ties."""
+    from ecpo_train.evaluation.agents import load_checkpoint_policy
+
+    folder = run_dir / "policy"
+    if not (folder / "text_policy.json").is_file():
+        policy, _ = load_checkpoint_policy(run_dir)
+        partial = run_dir / "policy.partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir()
+        policy.save_pretrained(partial, half=True)
+        partial.rename(folder)
+    return folder
 
 
 def evaluate(out: Path, checkpoint: Path, name: str, bed: Testbed = ALFWORLD) -> None:
@@ -151,9 +218,9 @@ def evaluate(out: Path, checkpoint: Path, name: str, bed: Testbed = ALFWORLD) ->
 
 
 def run(out: Path, jobs: int, iterations: int, arms: list[str], seeds: list[int], bed: Testbed = ALFWORLD,
-        keep: Path | None = None) -> None:
+        keep: Path | None = None, warm_labels: list[str] | None = None) -> None:
     """Every stage not finished yet; with ``keep`` (``benchmarks.study_keep``), what it holds is restored first and
-    every finished job is kept."""
+    every finished job is kept. ``warm_labels``: only the warm starts with these labels (default: all the bed's)."""
     import threading
 
     from benchmarks.study_keep import evaluation_complete, keep_finished, restore_kept
@@ -163,9 +230,11 @@ def run(out: Path, jobs: int, iterations: int, arms: list[str], seeds: list[int]
         restored = restore_kept(keep, out, bed)
         if restored:
             print(f"restored from {keep}: {len(restored)} finished evaluations", flush=True)
-    warm = out / "warm"
-    if not (warm / "sft.json").is_file():
-        ecpo(*warm_start_command(warm, bed), log=out / "logs" / "warm.log")
+    starts = [w for w in bed.warm_starts if warm_labels is None or w.label in warm_labels]
+    for start in starts:
+        warm = out / start.folder
+        if not (warm / "sft.json").is_file():
+            ecpo(*warm_start_command(warm, bed, start), log=out / "logs" / f"{start.folder}.log")
     keeping = threading.Lock()
 
     def kept() -> None:
@@ -173,24 +242,27 @@ def run(out: Path, jobs: int, iterations: int, arms: list[str], seeds: list[int]
             with keeping:
                 keep_finished(out, keep, bed)
 
-    def warm_job() -> None:
-        if not evaluation_complete(out, WARM, bed):
-            evaluate(out, warm, WARM, bed)
+    def warm_job(start: WarmStart) -> None:
+        if not evaluation_complete(out, start.name, bed):
+            evaluate(out, out / start.folder, start.name, bed)
             kept()
 
-    def arm_job(arm: str, seed: int) -> None:
-        started = time.time()
-        if evaluation_complete(out, f"{arm}-s{seed}", bed):
-            print(f"{arm} seed {seed}: finished before", flush=True)
+    def arm_job(start: WarmStart, arm: str, seed: int) -> None:
+        started, name = time.time(), job_name(start, arm, seed)
+        if evaluation_complete(out, name, bed):
+            print(f"{name}: finished before", flush=True)
             return
-        run_dir = train_arm(out, warm, arm, seed, iterations, bed)
-        evaluate(out, run_dir, f"{arm}-s{seed}", bed)
+        run_dir = train_arm(out, out / start.folder, arm, seed, iterations, bed, name)
+        if seed in seeds[:bed.kept_policies]:
+            keep_policy(run_dir)
+        evaluate(out, run_dir, name, bed)
         kept()
-        print(f"{arm} seed {seed}: done in {time.time() - started:.0f} s", flush=True)
+        print(f"{name}: done in {time.time() - started:.0f} s", flush=True)
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(warm_job)]
-        futures += [pool.submit(arm_job, arm, seed) for seed in seeds for arm in arms]
+        futures = [pool.submit(warm_job, start) for start in starts]
+        # seed-major: every arm of a seed (on each warm start) before the next seed
+        futures += [pool.submit(arm_job, start, arm, seed) for seed in seeds for start in starts for arm in arms]
         for future in futures:
             future.result()
 
@@ -318,11 +390,11 @@ def engines_side_by_side(out: Path, arm: str = "ecpo", seed: int = 1, png: Path 
 
 
 # The options each stage reads (besides --out and --testbed): any other given is an error, not silently ignored.
-STAGE_OPTIONS = {"run": ("jobs", "iterations", "arms", "seeds", "keep"),
+STAGE_OPTIONS = {"run": ("jobs", "iterations", "arms", "seeds", "keep", "warm_starts"),
                  "report": ("arms", "seeds", "json", "engines_png"),
                  "keep": ("keep",), "restore": ("keep",)}
 OPTIONS = tuple(dict.fromkeys(option for options in STAGE_OPTIONS.values() for option in options))
-DEFAULTS = {"jobs": 2, "iterations": ITERATIONS, "arms": list(ARMS), "seeds": list(SEEDS)}  # filled in once allowed
+DEFAULTS = {"jobs": 2, "arms": list(ARMS), "seeds": list(SEEDS)}  # filled in once allowed; --iterations: the bed's
 
 
 def _flags(options) -> str:
@@ -338,7 +410,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="real ALFWorld's valid_seen (the registered study) or generated households")
     parser.add_argument("--out", required=True)
     parser.add_argument("--jobs", type=int, help=f"run: parallel jobs (default {DEFAULTS['jobs']})")
-    parser.add_argument("--iterations", type=int, help=f"run: training iterations (default {DEFAULTS['iterations']})")
+    parser.add_argument("--iterations", type=int, help="run: training iterations (default: the testbed's, "
+                                                       f"{ITERATIONS} for alfworld_text and households)")
+    parser.add_argument("--warm-starts", nargs="+", help="run: only the warm starts with these labels (a, b)")
     parser.add_argument("--arms", nargs="+", help=f"run, report (default {' '.join(DEFAULTS['arms'])})")
     parser.add_argument("--seeds", nargs="+", type=int,
                         help=f"run, report (default {' '.join(map(str, DEFAULTS['seeds']))})")
@@ -355,6 +429,19 @@ def main(argv: list[str] | None = None) -> int:
     for option, default in DEFAULTS.items():
         if getattr(args, option) is None:
             setattr(args, option, default)
+    if args.iterations is None:
+        args.iterations = TESTBEDS[args.testbed].iterations
+    from ecpo_train.core.credit.registry import available_estimators
+
+    unknown = [arm for arm in args.arms if arm not in ARM_SETTINGS and arm not in available_estimators()]
+    if unknown:
+        print(f"error: --arms: no arm {str(unknown[0])[:40]!r} (an estimator, or one of {sorted(ARM_SETTINGS)})",
+              file=sys.stderr)
+        return 2
+    labels = {w.label for w in TESTBEDS[args.testbed].warm_starts}
+    if args.warm_starts is not None and not set(args.warm_starts) <= labels:
+        print(f"error: --warm-starts: testbed {args.testbed} has the warm starts {sorted(labels)}", file=sys.stderr)
+        return 2
     if args.jobs < 1 or args.iterations < 1:
         print("error: --jobs and --iterations must be >= 1", file=sys.stderr)
         return 2
@@ -372,7 +459,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"restored into {out}: {len(restore_kept(keep, out, bed))} finished evaluations")
             return 0
         if args.stage == "run":
-            run(out, args.jobs, args.iterations, args.arms, args.seeds, bed, keep)
+            run(out, args.jobs, args.iterations, args.arms, args.seeds, bed, keep, args.warm_starts)
             return 0
         result = report(out, args.arms, args.seeds, bed)
         if args.engines_png:

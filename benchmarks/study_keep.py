@@ -13,6 +13,9 @@ Layout of a kept folder, for a testbed ``bed`` (its ``folder`` and ``manifest``)
     warm/sft.json, text_policy.json, text_policy.safetensors
     <bed.folder>/<policy>/<manifest>.jsonl.gz, machine.json
     runs/<policy>/metrics.jsonl.gz, config.yaml.gz
+    runs/<policy>/policy/text_policy.json, text_policy.safetensors   (where the schedule kept the final policy)
+
+A testbed with several warm starts (``bed.warm_folders``) keeps each of their folders instead of ``warm/``.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from pathlib import Path
 from typing import Protocol
 
 WARM_FILES = ("sft.json", "text_policy.json", "text_policy.safetensors")
+POLICY, POLICY_FILES = "policy", ("text_policy.json", "text_policy.safetensors")  # a job's kept final policy
 RUN_FILES = ("metrics.jsonl", "config.yaml")  # kept gzipped
 MACHINE = "machine.json"
 
@@ -104,12 +108,17 @@ def _gunzip(source: Path, target: Path) -> None:
     partial.replace(target)
 
 
-def _warm(source: Path, target: Path) -> None:
-    if (source / "warm" / "sft.json").is_file() and not (target / "warm" / "sft.json").is_file():
-        (target / "warm").mkdir(parents=True, exist_ok=True)
-        for name in WARM_FILES:
-            if (source / "warm" / name).is_file():
-                shutil.copy2(source / "warm" / name, target / "warm" / name)
+def _warm_folders(bed: Played) -> tuple[str, ...]:
+    return tuple(getattr(bed, "warm_folders", ("warm",)))
+
+
+def _warm(source: Path, target: Path, folders: tuple[str, ...] = ("warm",)) -> None:
+    for warm in folders:
+        if (source / warm / "sft.json").is_file() and not (target / warm / "sft.json").is_file():
+            (target / warm).mkdir(parents=True, exist_ok=True)
+            for name in WARM_FILES:
+                if (source / warm / name).is_file():
+                    shutil.copy2(source / warm / name, target / warm / name)
 
 
 def _policies(root: Path, bed: Played) -> list[str]:
@@ -127,13 +136,17 @@ def machine_of(root: Path, name: str, bed: Played) -> str | None:
 def keep_finished(out: Path, keep: Path, bed: Played) -> list[str]:
     """Copy into ``keep`` the warm start's model (once) and every policy evaluated on every game in ``out`` that
     ``keep`` does not hold complete yet, with its curve and the machine it ran on; returns the policies copied."""
-    _warm(out, keep)
+    _warm(out, keep, _warm_folders(bed))
     copied = []
     for name in _policies(out, bed):
         if not evaluation_complete(keep, name, bed, kept=True) and evaluation_complete(out, name, bed):
             for plain in (out / "runs" / name / f for f in RUN_FILES):
                 if plain.is_file():
                     _gzip(plain, keep / "runs" / name / f"{plain.name}.gz")
+            policy = out / "runs" / name / POLICY
+            for file in POLICY_FILES if (policy / POLICY_FILES[0]).is_file() else ():
+                (keep / "runs" / name / POLICY).mkdir(parents=True, exist_ok=True)
+                shutil.copy2(policy / file, keep / "runs" / name / POLICY / file)
             _job(keep, name, bed).mkdir(parents=True, exist_ok=True)
             (_job(keep, name, bed) / MACHINE).write_text(json.dumps(machine(), indent=1) + "\n", encoding="utf-8")
             _gzip(_log(out, name, bed, kept=False), _log(keep, name, bed, kept=True))  # last: it marks the job kept
@@ -144,7 +157,7 @@ def keep_finished(out: Path, keep: Path, bed: Played) -> list[str]:
 def restore_kept(keep: Path, out: Path, bed: Played) -> list[str]:
     """Put ``keep``'s warm start and complete evaluations back into ``out`` where ``out`` lacks them (each episode log
     as the leaderboard writes it); returns the policies restored."""
-    _warm(keep, out)
+    _warm(keep, out, _warm_folders(bed))
     restored = []
     for name in _policies(keep, bed):
         if evaluation_complete(keep, name, bed, kept=True) and not evaluation_complete(out, name, bed):

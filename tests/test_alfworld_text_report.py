@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from benchmarks import alfworld_text as study
 
@@ -129,3 +130,68 @@ def test_a_households_report_has_no_published_rows(tmp_path):
     assert result["protocol"]["preset"] == "households_text" and result["protocol"]["manifest"] == "alfworld_gen"
     assert result["warm_start"]["by_type"]["All"] == pytest.approx(1 / 6) and result["published"] == {}
     assert "published" not in result["table"]
+
+
+def test_the_regime_testbeds_train_the_open_set_arms_at_the_papers_length(tmp_path):
+    """Issue 71's testbeds: two warm starts told apart by their sft seed, the open command set on every sft and train
+    command of the study testbed, ECPO with d_min 1 as its own arm, 150 iterations, and each command's settings
+    reach the run's config."""
+    from benchmarks.alfworld_text import REGIME_ADMISSIBLE, REGIME_OPEN, job_name, train_command, warm_start_command
+    from ecpo_train.runtime.config import load_config
+
+    a, b = REGIME_OPEN.warm_starts
+    sft = warm_start_command(tmp_path / b.folder, REGIME_OPEN, b)
+    assert sft[:5] == ["sft", "--config", "alfworld_text_paper", "--out", str(tmp_path / "warm-b")]
+    assert sft[-2:] == ["command_set=open", "seed=1"] and "--episodes" in sft
+    assert job_name(a, "ecpo_d1", 101) == "a-ecpo_d1-s101" and REGIME_OPEN.iterations == 150
+    command = train_command(tmp_path / "runs" / "a-ecpo_d1-s101", tmp_path / "warm-a", "ecpo_d1", 101, 150, REGIME_OPEN)
+    overrides = [arg for arg in command[3:] if "=" in arg and not arg.startswith("model=")]
+    config = load_config("alfworld_text_paper", overrides)
+    assert (config.estimator, config.credit.d_min, config.command_set, config.iterations, config.seed) == \
+        ("ecpo", 1, "open", 150, 101)
+    assert config.credit.kappa == 2.0 and config.credit.tau == 2.0  # the paper's other values unchanged
+    admissible = train_command(tmp_path / "r", tmp_path / "warm-a", "gigpo_std", 1, 150, REGIME_ADMISSIBLE)
+    assert load_config("alfworld_text_paper", [x for x in admissible[3:] if "=" in x and not x.startswith("model=")
+                                               ]).command_set == "admissible"
+
+
+def test_the_regime_comparisons_pair_by_warm_start_and_seed():
+    """Each family arm minus GiGPO w/std over the (warm start, seed) units it shares with it, Holm over the three;
+    each warm start's mean beside it."""
+    from benchmarks.regime_study import compare
+
+    units = [("a", s) for s in (1, 2, 3)] + [("b", s) for s in (1, 2, 3)]
+    reference = dict(zip(units, [0.5, 0.6, 0.4, 0.5, 0.5, 0.5]))
+    values = {"gigpo_std": reference,
+              "ecpo": {u: reference[u] + d for u, d in zip(units, [0.10, 0.12, 0.08, 0.11, 0.09, 0.10])},
+              "ecpo_d1": {u: reference[u] + d for u, d in zip(units, [0.1, -0.1, 0.0, 0.05, -0.05, 0.0])},
+              "grpo": {u: reference[u] for u in units[:2]}}  # two units only
+    got = compare(values)
+    assert got["ecpo - gigpo_std"]["units"] == 6 and abs(got["ecpo - gigpo_std"]["diff"] - 0.1) < 1e-12
+    assert got["ecpo - gigpo_std"]["by_warm_start"] == pytest.approx({"a": 0.1, "b": 0.1})
+    assert got["ecpo - gigpo_std"]["verdict"] == "shown: a gain"
+    assert got["ecpo_d1 - gigpo_std"]["verdict"].startswith("not shown")
+    assert got["grpo - gigpo_std"]["units"] == 2
+
+
+def test_a_half_precision_policy_folder_loads_the_rounded_weights(tmp_path):
+    from ecpo_train.policies.text import TextPolicy
+
+    policy = TextPolicy(seed=4)
+    (tmp_path / "full").mkdir()
+    (tmp_path / "half").mkdir()
+    policy.save_pretrained(tmp_path / "full")
+    policy.save_pretrained(tmp_path / "half", half=True)
+    size = lambda name: (tmp_path / name / "text_policy.safetensors").stat().st_size  # noqa: E731
+    assert size("half") < 0.6 * size("full")
+    loaded = TextPolicy.from_pretrained(tmp_path / "half")
+    for name, tensor in policy.model.state_dict().items():
+        assert torch.equal(loaded.model.state_dict()[name], tensor.half().float()), name
+
+
+def test_a_bad_arm_or_warm_start_is_refused_before_any_work(tmp_path, capsys):
+    assert study.main(["run", "--out", str(tmp_path / "s"), "--arms", "ecpo", "bogus"]) == 2
+    assert study.main(["run", "--testbed", "regime_open", "--out", str(tmp_path / "s"), "--warm-starts", "c"]) == 2
+    errors = capsys.readouterr().err.strip().splitlines()
+    assert len(errors) == 2 and "bogus" in errors[0] and "['a', 'b']" in errors[1]
+    assert not (tmp_path / "s").exists()  # no warm start begun, nothing written

@@ -338,12 +338,15 @@ class TextPolicy(Policy):
                              "policy built for it (model=... must name the folder the run started from)")
         self.generator.set_state(state["generator"])
 
-    def save_pretrained(self, folder: str | Path) -> None:
-        """Write ``text_policy.safetensors`` and ``text_policy.json`` into ``folder`` (module docstring)."""
+    def save_pretrained(self, folder: str | Path, *, half: bool = False) -> None:
+        """Write ``text_policy.safetensors`` and ``text_policy.json`` into ``folder`` (module docstring); ``half``:
+        the weights in float16 (half the bytes; loading casts them back to float32)."""
         from safetensors.torch import save_file
 
         folder = Path(folder)
         weights = {name: tensor.detach().contiguous() for name, tensor in self.model.state_dict().items()}
+        if half:
+            weights = {name: tensor.half() if tensor.is_floating_point() else tensor for name, tensor in weights.items()}
         save_file(weights, str(folder / WEIGHTS_FILE))
         config = {"architecture": asdict(self.arch), "vocabulary": self.vocabulary.to_dict(),
                   "command_set": self.command_set}

@@ -1,0 +1,253 @@
+"""Issue 71's study: ECPO where its credit engages (the paper's 150 iterations, deep anchors, invalid commands), with
+every run's credit diagnostics kept. The protocol is ``benchmarks/regime_study.yaml`` (registered before its runs);
+the runs are ``benchmarks.alfworld_text``'s schedule on the testbeds ``regime_open`` and ``regime_admissible``.
+
+    python -m benchmarks.regime_study probe --testbed regime_open --out runs/regime-probe       # 3 iterations per arm
+    python -m benchmarks.alfworld_text run --testbed regime_open --out runs/regime --warm-starts a \\
+        --arms grpo gigpo_std ecpo ecpo_d1 --seeds 1 2 3 --keep benchmarks/results/raw/regime_open   # the pilot
+    python -m benchmarks.regime_study pilot-seeds --out runs/regime          # the seed count, by the registered rule
+    python -m benchmarks.regime_study report --out runs/regime --json benchmarks/results/regime_study.json
+    python -m benchmarks.regime_study figure --out runs/regime --png benchmarks/results/regime_diagnostics.png
+
+``probe`` trains each arm a few iterations from each warm start and prints the credit diagnostics (StrictValid share,
+the share of rows whose advantage differs from GRPO's, the invalid-action rate): the regime before any study run. It
+plays no ``valid_seen`` game. ``report`` reads the endpoint (read once, after the last run) and the validation curves;
+``figure`` draws each arm's training success and diagnostics over the iterations beside the paper's noise proxy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+PROTOCOL = Path(__file__).with_name("regime_study.yaml")
+PROBE_ITERATIONS = 3
+
+
+def protocol() -> dict[str, Any]:
+    return yaml.safe_load(PROTOCOL.read_text(encoding="utf-8"))
+
+
+def _bed(name: str) -> Any:
+    from benchmarks.alfworld_text import testbed_named
+
+    bed = testbed_named(name)
+    if not name.startswith("regime_"):
+        raise ValueError(f"regime_study reads the regime testbeds, not {name!r}")
+    return bed
+
+
+def metrics_of(run_dir: Path) -> list[dict[str, float]]:
+    from ecpo_train.runtime.run_dir import RunFolder, read_metrics
+
+    return read_metrics(run_dir) if RunFolder(run_dir).metrics.is_file() else []
+
+
+def diagnostics_summary(lines: list[dict[str, float]]) -> dict[str, float]:
+    """The mean of the training success, invalid-action rate and every ``credit/*`` diagnostic over ``lines``."""
+    keys = ["success", "invalid_action_rate"] + sorted({k for line in lines for k in line if k.startswith("credit/")})
+    return {key: sum(float(line[key]) for line in lines if key in line) / max(1, sum(key in line for line in lines))
+            for key in keys if any(key in line for line in lines)}
+
+
+# ---------------------------------------------------------------------------------------------- probe
+def probe(out: Path, bed_name: str, iterations: int = PROBE_ITERATIONS) -> dict[str, Any]:
+    """Each registered arm trained ``iterations`` iterations from each warm start (seed 0, not a study seed), and the
+    mean of its diagnostics over them. Warm starts are made first where missing (the study's own commands)."""
+    from benchmarks.alfworld_text import ecpo, train_command, warm_start_command
+
+    bed, arms = _bed(bed_name), protocol()["arms"]
+    (out / "logs").mkdir(parents=True, exist_ok=True)
+    result: dict[str, Any] = {"testbed": bed_name, "iterations": iterations, "arms": {}}
+    for start in bed.warm_starts:
+        warm = out / start.folder
+        if not (warm / "sft.json").is_file():
+            ecpo(*warm_start_command(warm, bed, start), log=out / "logs" / f"{start.folder}.log")
+        for arm in arms:
+            run_dir = out / "runs" / f"{start.label}-{arm}-probe"
+            if len(metrics_of(run_dir)) < iterations:
+                command = train_command(run_dir, warm, arm, 0, iterations, bed) + ["val_every=0"]
+                ecpo(*command, log=out / "logs" / f"{start.label}-{arm}-probe.log")
+            result["arms"].setdefault(arm, {})[start.label] = diagnostics_summary(metrics_of(run_dir))
+    return result
+
+
+# ---------------------------------------------------------------------------------------------- seeds
+def pilot_seeds(out: Path) -> dict[str, Any]:
+    """The registered seed rule on the pilot's endpoint (``regime_study.yaml``'s ``pilot``)."""
+    import numpy as np
+
+    from benchmarks.stats import seeds_for_mde
+
+    spec = protocol()
+    bed = _bed(spec["testbeds"]["study"])
+    success = endpoint_success(out, bed, spec["pilot"]["seeds"], spec["pilot"]["warm_starts"])
+    family, sds = spec["family"], {}
+    for arm in family:
+        units = sorted(set(success.get(arm, {})) & set(success.get(spec["reference"], {})))
+        diffs = [success[arm][u] - success[spec["reference"]][u] for u in units]
+        sds[arm] = float(np.std(diffs, ddof=1)) if len(diffs) > 1 else float("nan")
+    largest = max(sds.values())
+    units = seeds_for_mde(largest, spec["mde_target"], alpha=spec["alpha"] / len(family), power=spec["power"])
+    return {"sd": sds, "largest_sd": largest, "units": units, "seeds": max(5, math.ceil(units / 2))}
+
+
+# ---------------------------------------------------------------------------------------------- report
+def endpoint_success(out: Path, bed: Any, seeds: list[int], labels: list[str] | None = None
+                     ) -> dict[str, dict[tuple[str, int], float]]:
+    """``arm -> (warm start, seed) -> share of the endpoint's games won``, for every run evaluated on all of them."""
+    from benchmarks.alfworld_text import job_name, outcomes
+    from benchmarks.study_keep import manifest_games
+
+    games = manifest_games(bed)
+    success: dict[str, dict[tuple[str, int], float]] = {}
+    for start in bed.warm_starts:
+        if labels is not None and start.label not in labels:
+            continue
+        for arm in protocol()["arms"]:
+            for seed in seeds:
+                records = outcomes(out, job_name(start, arm, seed), bed)
+                if len(records) == games:
+                    success.setdefault(arm, {})[(start.label, seed)] = sum(bool(r["success"]) for r in records.values()) / games
+    return success
+
+
+def validation_auc(out: Path, bed: Any, seeds: list[int]) -> dict[str, dict[tuple[str, int], float]]:
+    """``arm -> (warm start, seed) -> mean val/success over the run's validation points`` (runs that finished)."""
+    from benchmarks.alfworld_text import job_name
+
+    iterations, auc = protocol()["iterations"], {}
+    for start in bed.warm_starts:
+        for arm in protocol()["arms"]:
+            for seed in seeds:
+                lines = metrics_of(out / "runs" / job_name(start, arm, seed))
+                points = [float(line["val/success"]) for line in lines if "val/success" in line]
+                if lines and int(lines[-1]["iteration"]) == iterations and points:
+                    auc.setdefault(arm, {})[(start.label, seed)] = sum(points) / len(points)
+    return auc
+
+
+def compare(values: dict[str, dict[tuple[str, int], float]]) -> dict[str, Any]:
+    """The registered comparisons: each family arm minus the reference, paired by (warm start, seed), Holm over the
+    family; each warm start's mean beside it."""
+    from benchmarks.alfworld_text import verdict_text
+    from benchmarks.stats import apply_holm, paired_diff
+
+    spec = protocol()
+    reference, parts = values.get(spec["reference"], {}), []
+    for arm in spec["family"]:
+        units = sorted(set(values.get(arm, {})) & set(reference))
+        diffs = [values[arm][u] - reference[u] for u in units]
+        part = paired_diff(diffs, m=len(spec["family"])) if len(diffs) > 1 else {}
+        by_warm = {label: sum(d for (w, _), d in zip(units, diffs) if w == label)
+                   / max(1, sum(w == label for w, _ in units)) for label in sorted({w for w, _ in units})}
+        parts.append(part | {"label": f"{arm} - {spec['reference']}", "units": len(units), "by_warm_start": by_warm})
+    held = [p for p in parts if "diff" in p]
+    judged = {p["label"]: p for p in apply_holm(held)} if held else {}
+    return {p["label"]: judged.get(p["label"], p) | ({"verdict": verdict_text(judged[p["label"]])}
+                                                      if p["label"] in judged else {}) for p in parts}
+
+
+def study_seeds(spec: dict[str, Any]) -> list[int]:
+    if spec["seeds"] is None:
+        raise ValueError("regime_study.yaml has no seed count yet: run pilot-seeds and commit its `seeds` first")
+    return [spec["seed_offset"] + k for k in range(1, int(spec["seeds"]) + 1)]
+
+
+def report(out: Path) -> dict[str, Any]:
+    """The registered report of the study testbed (read once, after the last run)."""
+    from benchmarks.alfworld_text import job_name
+
+    spec = protocol()
+    bed, seeds = _bed(spec["testbeds"]["study"]), study_seeds(spec)
+    endpoint, auc = endpoint_success(out, bed, seeds), validation_auc(out, bed, seeds)
+    diagnostics = {arm: diagnostics_summary([line for start in bed.warm_starts for seed in seeds
+                                             for line in metrics_of(out / "runs" / job_name(start, arm, seed))])
+                   for arm in spec["arms"]}
+    return {"protocol": str(PROTOCOL.name), "policy": "small text policy (policies/text.py), not a language model",
+            "testbed": bed.name, "seeds": seeds,
+            "endpoint": {"success": {arm: sum(v.values()) / len(v) for arm, v in endpoint.items() if v},
+                         "comparisons": compare(endpoint)},
+            "validation_auc": {"mean": {arm: sum(v.values()) / len(v) for arm, v in auc.items() if v},
+                               "comparisons": compare(auc)},
+            "diagnostics": diagnostics}
+
+
+# ---------------------------------------------------------------------------------------------- figure
+FIGURE_KEYS = ("success", "invalid_action_rate", "credit/strict_valid_fraction", "credit/gated_fraction")
+
+
+def figure(out: Path, bed_name: str, png: Path, seeds: list[int], keys: tuple[str, ...] = FIGURE_KEYS) -> Path:
+    """Each arm's mean over its runs of ``keys`` per iteration, one panel a key; the paper's noise proxy (GiGPO's
+    validation success at steps 0-150) on the success panel."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from benchmarks.alfworld_text import job_name
+
+    spec, bed = protocol(), _bed(bed_name)
+    figure_, axes = plt.subplots(1, len(keys), figsize=(4 * len(keys), 3.4))
+    for axis, key in zip(axes, keys):
+        for arm in spec["arms"]:
+            curves = [metrics_of(out / "runs" / job_name(start, arm, seed)) for start in bed.warm_starts for seed in seeds]
+            by_iteration: dict[int, list[float]] = {}
+            for lines in curves:
+                for line in lines:
+                    if key in line:
+                        by_iteration.setdefault(int(line["iteration"]), []).append(float(line[key]))
+            if by_iteration:
+                steps = sorted(by_iteration)
+                axis.plot(steps, [sum(by_iteration[s]) / len(by_iteration[s]) for s in steps], label=arm, lw=1)
+        if key == "success":
+            proxy = spec["paper_noise_proxy"]
+            axis.plot(list(map(int, proxy)), list(proxy.values()), "k--o", ms=3, label="paper: GiGPO val SR_t")
+        axis.set(title=key, xlabel="iteration")
+    axes[0].legend(fontsize=7)
+    figure_.suptitle(f"{bed_name}: small text policy (not an LM), real ALFWorld", fontsize=9)
+    figure_.tight_layout()
+    figure_.savefig(png, dpi=110)
+    plt.close(figure_)
+    return png
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("stage", choices=["probe", "pilot-seeds", "report", "figure"])
+    parser.add_argument("--out", required=True, help="the study folder (alfworld_text run's --out)")
+    parser.add_argument("--testbed", default="regime_open", help="probe, figure: regime_open or regime_admissible")
+    parser.add_argument("--json", help="write the result here as well")
+    parser.add_argument("--png", help="figure: the image to write")
+    parser.add_argument("--seeds", nargs="+", type=int, help="figure: the runs' seeds (default: the study's)")
+    args = parser.parse_args(argv)
+    try:
+        out = Path(args.out)
+        if args.stage == "probe":
+            result = probe(out, args.testbed)
+        elif args.stage == "pilot-seeds":
+            result = pilot_seeds(out)
+        elif args.stage == "report":
+            result = report(out)
+        else:
+            if not args.png:
+                raise ValueError("figure needs --png")
+            result = {"png": str(figure(out, args.testbed, Path(args.png), args.seeds or study_seeds(protocol())))}
+    except (RuntimeError, ValueError, OSError) as err:
+        print(f"error: {' '.join(str(err).split())[:300]}", file=sys.stderr)
+        return 2
+    text = json.dumps(result, indent=1, default=str)
+    if args.json:
+        Path(args.json).write_text(text + "\n", encoding="utf-8")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
