@@ -28,6 +28,7 @@ import yaml
 
 PROTOCOL = Path(__file__).with_name("regime_study.yaml")
 PROBE_ITERATIONS = 3
+VALIDATION_KEYS = ("val/success", "val/invalid_action_rate")
 
 
 def protocol() -> dict[str, Any]:
@@ -72,9 +73,16 @@ def probe(out: Path, bed_name: str, iterations: int = PROBE_ITERATIONS) -> dict[
         for arm in arms:
             run_dir = out / "runs" / f"{start.label}-{arm}-probe"
             if len(metrics_of(run_dir)) < iterations:
-                command = train_command(run_dir, warm, arm, 0, iterations, bed) + ["val_every=0"]
+                # the warm start validated before training (iteration 0) and the run after its last iteration, on
+                # the preset's 48 train games: their success and invalid-action rate
+                command = train_command(run_dir, warm, arm, 0, iterations, bed) + [
+                    "val_before_training=true", "val_after_first=false", "val_every=1000"]
                 ecpo(*command, log=out / "logs" / f"{start.label}-{arm}-probe.log")
-            result["arms"].setdefault(arm, {})[start.label] = diagnostics_summary(metrics_of(run_dir))
+            lines = metrics_of(run_dir)
+            validated = {int(line["iteration"]): {k: v for k, v in line.items() if k in VALIDATION_KEYS}
+                         for line in lines if "val/success" in line}
+            result["arms"].setdefault(arm, {})[start.label] = diagnostics_summary(
+                [line for line in lines if int(line["iteration"]) > 0]) | {"validation": validated}
     return result
 
 
