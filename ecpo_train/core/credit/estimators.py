@@ -79,6 +79,8 @@ class _AnchorEvidence:
     rho_vg: Any  # per anchor
     rho: Any  # per anchor, after StrictValid and the floor
     strict: Any  # per anchor
+    between: Any  # B_s per anchor (eq. between_var)
+    within: Any  # W_s per anchor (eq. within_var)
 
 
 def _anchor_evidence(rows: CreditRows, ret: _Returns, config: CreditConfig, anchor_scale: bool = False) -> _AnchorEvidence:
@@ -114,7 +116,14 @@ def _anchor_evidence(rows: CreditRows, ret: _Returns, config: CreditConfig, anch
         config.d_min, config.eps,
     )
     rho = reliability_weight(rho_vg, strict, config.rho_min)
-    return _AnchorEvidence(action_adv=action_adv, rho_vg=rho_vg, rho=rho, strict=strict)
+    return _AnchorEvidence(action_adv=action_adv, rho_vg=rho_vg, rho=rho, strict=strict, between=between, within=within)
+
+
+def ecpo_gate(rows: CreditRows, config: CreditConfig) -> _AnchorEvidence:
+    """ECPO's evidence on ``rows`` whatever estimator a run trains with: per anchor its ``rho`` (eq. ecpo_adv's
+    weight, 0 unless StrictValid), StrictValid and ``B_s``, ``W_s`` (the same for every ECPO variant: the scale
+    reading changes only ``A_act``). ``credit.diagnostics`` reports ECPO's gate from it for every run."""
+    return _anchor_evidence(rows, _returns(rows, config), config)
 
 
 def _structure_diagnostics(rows: CreditRows) -> dict[str, float]:
