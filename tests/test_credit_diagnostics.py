@@ -92,8 +92,9 @@ def test_ecpos_gate_and_its_failures_are_counted_on_any_runs_batch():
     _, ecpo = _diagnostics("ecpo", batch)
     assert ecpo["ecpo_mean_rho"] == pytest.approx((rho_s8 + rho_s7) / 5)
     # for an ECPO run the gate seen from outside is its own
-    assert (ecpo["ecpo_mean_rho"], ecpo["ecpo_gated_fraction"], ecpo["ecpo_strict_valid_fraction"]) == \
-        (ecpo["mean_rho"], ecpo["gated_fraction"], ecpo["strict_valid_fraction"])
+    for name in ("mean_rho", "mean_rho_strict_valid", "gated_fraction", "strict_valid_fraction"):
+        assert ecpo[f"ecpo_{name}"] == ecpo[name], name
+    assert ecpo["ecpo_mean_rho_strict_valid"] == pytest.approx((rho_s8 + rho_s7) / 2)
     # d_min is the run's: with d_min 3 the shallow anchor passes too
     shallow_ok = credit_diagnostics("grpo", rows, CreditConfig(gamma=1.0, d_min=3), np.zeros(len(batch)))
     assert shallow_ok["num_anchors_below_d_min"] == 0 and shallow_ok["ecpo_strict_valid_fraction"] == pytest.approx(3 / 5)

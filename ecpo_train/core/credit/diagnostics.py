@@ -4,11 +4,11 @@
 
 * **ECPO's gate on the batch**, whatever the run's estimator (``ecpo_gate``, with the run's ``d_min``, ``eps``,
   ``tau``, ``rho_min``, ``gamma``): over the anchors (states visited >= 2 times in their group) the share
-  passing StrictValid (App. A), ECPO's mean ``rho`` and the share it gates to 0; and how many anchors fail each
+  passing StrictValid (App. A), ECPO's mean ``rho`` (also over StrictValid anchors) and the share it gates to 0
+  (``ecpo_<name>`` of an ECPO run's own gate diagnostics); and how many anchors fail each
   condition: first visit before ``d_min``, one canonical action (``|U_s| < 2``), no return variation
   (``B_s + W_s <= eps``). States visited once fail ``n_s >= 2`` and are counted apart. An anchor failing two
-  conditions is counted under both. For an ECPO run the share and means equal its own ``strict_valid_fraction``,
-  ``mean_rho`` and ``gated_fraction``.
+  conditions is counted under both. For an ECPO run the shares and means equal its own.
 * **Step credit**: a row's advantage minus GRPO's on the same batch. For the estimators whose trajectory term is
   GRPO's exactly (:data:`GRPO_TRAJECTORY_TERM`) that difference is ``omega`` times their step term (ECPO's
   ``rho A_act``, GiGPO's anchor term; ``tests/test_credit_diagnostics.py`` checks it for ``ecpo`` and
@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from ecpo_train.core.credit.config import CreditConfig
-from ecpo_train.core.credit.estimators import compute_advantages, ecpo_gate
+from ecpo_train.core.credit.estimators import compute_advantages, ecpo_gate, gate_diagnostics
 from ecpo_train.core.rows import CreditRows
 
 # Estimators whose advantage is GRPO's trajectory advantage plus a step term, under compat="native"
@@ -58,7 +58,7 @@ def credit_diagnostics(estimator: str, rows: CreditRows, config: CreditConfig, a
     adv = np.asarray(advantages, dtype=np.float64).reshape(-1)
     reference = {name: np.asarray(rows.ops.host(compute_advantages(name, rows=rows, credit=native)[0]),
                                   dtype=np.float64) for name in BASELINES}
-    diagnostics = gate_diagnostics(rows, native)
+    diagnostics = ecpo_gate_diagnostics(rows, native)
     if estimator in GRPO_TRAJECTORY_TERM and config.compat == "native":
         diagnostics |= step_credit(rows, adv, reference["grpo"], config.d_min)
     for name, ref in reference.items():
@@ -66,20 +66,13 @@ def credit_diagnostics(estimator: str, rows: CreditRows, config: CreditConfig, a
     return diagnostics
 
 
-def gate_diagnostics(rows: CreditRows, config: CreditConfig) -> dict[str, float]:
-    """ECPO's gate on ``rows`` (the module docstring): shares over anchors and the counts failing each
-    condition of StrictValid."""
+def ecpo_gate_diagnostics(rows: CreditRows, config: CreditConfig) -> dict[str, float]:
+    """ECPO's gate on ``rows`` (the module docstring): its own gate diagnostics under ``ecpo_<name>`` and the
+    anchors failing each condition of StrictValid."""
     gate = ecpo_gate(rows, config)
-    host = rows.ops.host
     is_anchor = rows.anchor_sizes >= 2
-    n_anchors = int(is_anchor.sum())
-    rho, strict = host(gate.rho)[is_anchor], host(gate.strict)[is_anchor]
-    variation = (host(gate.between) + host(gate.within))[is_anchor]
-    share = (lambda mask: float(mask.mean())) if n_anchors else (lambda mask: 0.0)
-    return {
-        "ecpo_strict_valid_fraction": share(strict),
-        "ecpo_mean_rho": float(rho.mean()) if n_anchors else 0.0,
-        "ecpo_gated_fraction": share(rho == 0.0),
+    variation = rows.ops.host(gate.between + gate.within)[is_anchor]
+    return {f"ecpo_{name}": value for name, value in gate_diagnostics(rows, gate).items()} | {
         "num_anchors_below_d_min": float(np.count_nonzero(rows.anchor_depth[is_anchor] < config.d_min)),
         "num_anchors_one_action": float(np.count_nonzero(rows.anchor_action_counts[is_anchor] < 2)),
         "num_anchors_equal_returns": float(np.count_nonzero(~(variation > config.eps))),

@@ -161,7 +161,9 @@ def _advantage_diagnostics(rows: CreditRows, adv: Any) -> dict[str, float]:
     }
 
 
-def _gate_diagnostics(rows: CreditRows, evidence: _AnchorEvidence) -> dict[str, float]:
+def gate_diagnostics(rows: CreditRows, evidence: _AnchorEvidence) -> dict[str, float]:
+    """ECPO's gate over the anchors (states visited >= 2 times in their group): mean rho, over StrictValid anchors
+    too, and the shares gated to 0 and passing StrictValid."""
     is_anchor = rows.anchor_sizes >= 2
     if not is_anchor.any():
         return {"mean_rho": 0.0, "mean_rho_strict_valid": 0.0, "gated_fraction": 0.0, "strict_valid_fraction": 0.0}
@@ -250,7 +252,7 @@ def _ecpo(rows: CreditRows, config: CreditConfig, gated: bool, anchor_scale: boo
     evidence = _anchor_evidence(rows, ret, config, anchor_scale=anchor_scale)
     rho_rows = evidence.rho[rows.dev["anchor"]] if gated else 1.0
     adv = ecpo_advantage(_grpo_rows(rows, ret, config), rho_rows, evidence.action_adv, config.omega)
-    return _finish(rows, ret, adv, _gate_diagnostics(rows, evidence) if gated else None)
+    return _finish(rows, ret, adv, gate_diagnostics(rows, evidence) if gated else None)
 
 
 @register_estimator("ecpo")
@@ -294,7 +296,7 @@ def ecpo_vargate_only_estimator(rows: CreditRows, config: CreditConfig) -> tuple
     evidence = _anchor_evidence(rows, ret, config)
     anchor_adv = gigpo_anchor_advantage(ret.future, rows.dev["anchor"], rows.n_anchors, config.eps, True)
     adv = ecpo_advantage(_grpo_rows(rows, ret, config), evidence.rho[rows.dev["anchor"]], anchor_adv, config.omega)
-    return _finish(rows, ret, adv, _gate_diagnostics(rows, evidence))
+    return _finish(rows, ret, adv, gate_diagnostics(rows, evidence))
 
 
 # --------------------------------------------------------------------------------------------------------
