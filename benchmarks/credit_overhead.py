@@ -5,7 +5,10 @@ long textual observations as anchor keys (~35-40% of rows on a shared anchor), r
 -0.1 per invalid action. Each timing starts from raw per-step Python strings (fresh string objects every
 repetition, so no cached hashes) and ends with the advantage array. Methods are interleaved per repetition
 on one thread. A plain Python dict-of-lists GiGPO (the style of verl-agent's implementation) is timed on
-the same batch for comparison, and the two key-factorisation strategies are timed on their own.
+the same batch for comparison, and the two key-factorisation strategies are timed on their own. The credit
+diagnostics every run logs beside its estimator (``core.credit.diagnostics``: ECPO's gate, the step credit, the
+distance to GiGPO w/std's and GRPO's advantages) are timed as a run pays them: on the rows a table coded once,
+given ECPO's advantages.
 
     python -m benchmarks.credit_overhead [--reps 30] [--seed 0] [--out benchmarks/results/credit_overhead.json]
 """
@@ -30,7 +33,8 @@ import torch
 
 from benchmarks import RESULTS, ArgumentParser
 from ecpo_gym.canonical import INVALID_ACTION
-from ecpo_train.core.credit import compute_advantages, factorize_keys
+from ecpo_train.core.credit import CreditConfig, compute_advantages, factorize_keys, prepare_rows
+from ecpo_train.core.credit.diagnostics import credit_diagnostics
 from ecpo_train.policies.atomic import write_text
 
 RECEPTACLES = ["cabinet", "countertop", "drawer", "fridge", "garbagecan", "shelf", "sinkbasin", "stoveburner",
@@ -148,6 +152,7 @@ def main(argv: list[str] | None = None) -> None:
     reference = np.array(loop_gigpo(cols))
     vectorised, _ = compute_advantages("gigpo_std", **cols)
     max_diff = float(np.abs(reference - vectorised).max())
+    rows, ecpo_adv = prepare_rows(*cols.values()), compute_advantages("ecpo", **cols)[0]
 
     methods = {
         "grpo": lambda c: compute_advantages("grpo", **c),
@@ -157,6 +162,7 @@ def main(argv: list[str] | None = None) -> None:
         "loop_gigpo_std": loop_gigpo,
         "factorize_dict": lambda c: factorize_keys(c["anchor_keys"]),
         "factorize_np_unique": lambda c: _factorize_np_unique(c["anchor_keys"]),
+        "credit_diagnostics": lambda c: credit_diagnostics("ecpo", rows, CreditConfig(), ecpo_adv),
     }
     times: dict[str, list[float]] = {name: [] for name in methods}
     for rep in range(args.reps + 2):  # two warm-up repetitions
@@ -179,6 +185,7 @@ def main(argv: list[str] | None = None) -> None:
             "gigpo_over_grpo": median["gigpo_std"] / median["grpo"],
             "loop_gigpo_over_vectorised_gigpo": median["loop_gigpo_std"] / median["gigpo_std"],
             "np_unique_over_dict_factorize": median["factorize_np_unique"] / median["factorize_dict"],
+            "diagnostics_over_ecpo": median["credit_diagnostics"] / median["ecpo"],
         },
         "targets": {"ecpo_over_gigpo_max": 1.3, "ecpo_ms_max": 25.0,
                     "met": median["ecpo"] / median["gigpo_std"] <= 1.3 and median["ecpo"] <= 25.0},

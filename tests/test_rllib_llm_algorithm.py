@@ -24,7 +24,8 @@ from ecpo_train.runtime.config import make_config
 
 # the engines' equality (one runner, a local learner, the same seed), on the CPU and on a GPU where there is one
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA"))]
-EXACT_KEYS = ("success", "num_steps", "credit/advantage_std", "credit/divergent_anchor_fraction")
+EXACT_KEYS = ("success", "num_steps", "invalid_action_rate", "credit/advantage_std", "credit/divergent_anchor_fraction",
+              "credit/ecpo_strict_valid_fraction", "credit/num_anchors_below_d_min", "credit/corr_grpo")
 CLOSE_KEYS = ("update/pg_loss", "update/grad_norm", "update/ratio_mean", "update/ratio_max_dev")
 CLOSE_REL = 1e-5
 WEIGHT_GAP = 0.1  # of the update's own size: AdamW divides by each component's scale, float32 rounding shows there
@@ -294,7 +295,9 @@ def test_ecpo_train_engine_rllib_writes_the_native_run_folder(tiny_model_dir, tm
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [int(m["iteration"]) for m in lines] == [0, 1, 2]
     for key in ("success", "val/exact_success", "credit/divergent_anchor_fraction", "credit/mean_rho",
-                "credit/advantage_std", "time/generation", "time/update", "update/pg_loss"):
+                "credit/advantage_std", "time/generation", "time/update", "update/pg_loss", "invalid_action_rate",
+                "credit/ecpo_strict_valid_fraction", "credit/num_single_visit_states", "credit/step_credit_fraction",
+                "credit/corr_gigpo_std", "credit/rel_dist_grpo"):
         assert key in lines[1], key
     assert (run_dir / "rllib_checkpoint").is_dir() and (run_dir / "curves.png").exists()
     validations = read_validation_file(run_dir / "validation.jsonl")

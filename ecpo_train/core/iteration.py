@@ -35,6 +35,7 @@ import numpy as np
 
 from ecpo_train.core.batch import TrajectoryBatch
 from ecpo_train.core.credit import compute_advantages
+from ecpo_train.core.credit.diagnostics import credit_diagnostics
 from ecpo_train.core.credit.history import HISTORY_COLUMN
 from ecpo_train.core.task_memory import TaskGraphMemory
 from ecpo_train.core.tasks import draw_tasks
@@ -172,7 +173,9 @@ def seed_streams(seed: int) -> np.random.Generator:
 
 
 def credit_step(config: Any, batch: TrajectoryBatch, values: Any = None, device: Any = None) -> tuple[Any, dict]:
-    """Steps B-D: the estimator's (``config.estimator``) advantage of every row of ``batch``, and its diagnostics.
+    """Steps B-D: the estimator's (``config.estimator``) advantage of every row of ``batch``, and its diagnostics
+    with, beside them, where credit engages on this batch (``core.credit.diagnostics``: ECPO's gate, the step
+    credit, the distance to GiGPO w/std's and GRPO's advantages), for every run on either engine.
 
     ``values``: the critic's, for an estimator that takes them (PPO). ``device``: a CUDA torch device computes on
     it (the rewards moved there) and returns the advantages as a numpy array, like the CPU path.
@@ -185,8 +188,11 @@ def credit_step(config: Any, batch: TrajectoryBatch, values: Any = None, device:
 
         arrays = batch.credit_arrays() | {"rewards": torch.as_tensor(batch.reward, device=device)}
         advantages, diagnostics = compute_advantages(config.estimator, **arrays, values=values, **options)
-        return advantages.cpu().numpy(), diagnostics
-    return compute_advantages(config.estimator, rows=batch, values=values, **options)
+        advantages = advantages.cpu().numpy()
+    else:
+        advantages, diagnostics = compute_advantages(config.estimator, rows=batch, values=values, **options)
+    extra = credit_diagnostics(config.estimator, batch.credit_rows(), config.credit, advantages)
+    return advantages, diagnostics | extra
 
 
 def update_plan(config: Any, rng: np.random.Generator, tables: Sequence[TrajectoryBatch], shards: int) -> UpdatePlan:

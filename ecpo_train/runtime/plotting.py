@@ -21,7 +21,15 @@ PANELS = (
     ("update/kl", None, "KL to reference (k3)"),
     ("credit/divergent_anchor_fraction", None, "divergent-anchor fraction"),
     ("credit/mean_rho", None, "VarGate mean rho"),
+    ("invalid_action_rate", None, "invalid-action rate"),
+    ("credit/num_lucky_singletons", None, "lucky singletons per batch"),
+    ("credit/ecpo_strict_valid_fraction", None, "StrictValid share of anchors"),
+    ("credit/step_credit_fraction", None, "rows with step credit"),
+    ("credit/step_credit_below_d_min", None, "step credit below d_min (share)"),
+    ("credit/corr_gigpo_std", None, "corr. to GiGPO w/std advantages"),
+    ("credit/corr_grpo", None, "corr. to GRPO advantages"),
 )
+PANEL_COLUMNS = 4  # panels per row of the figure
 
 EXACT_VAL_KEY = "val/exact_success"  # the exact validation success of envs with a known MDP (trainer.exact_success)
 
@@ -63,8 +71,12 @@ def plot_comparison(runs: Mapping[str, str | Path], out: str | Path, title: str 
             if bad is not None:
                 raise ValueError(f"{RunFolder(runs[label]).metrics}: iteration {bad['iteration']:g} logs {key} = "
                                  f"{json.dumps(bad[key], default=str)[:60]}, not a finite number: nothing plotted")
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
-    axes = axes[0]
+    columns = min(len(panels), PANEL_COLUMNS)
+    grid_rows = -(-len(panels) // columns)
+    fig, axes = plt.subplots(grid_rows, columns, figsize=(4.2 * columns, 3.4 * grid_rows), squeeze=False)
+    axes = axes.reshape(-1)
+    for unused in axes[len(panels):]:
+        unused.axis("off")
     for ax, (key, val_key, label) in zip(axes, panels):
         for index, (name, rows) in enumerate(data.items()):
             color = f"C{index}"

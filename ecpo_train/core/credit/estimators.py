@@ -79,6 +79,8 @@ class _AnchorEvidence:
     rho_vg: Any  # per anchor
     rho: Any  # per anchor, after StrictValid and the floor
     strict: Any  # per anchor
+    between: Any  # B_s per anchor (eq. between_var)
+    within: Any  # W_s per anchor (eq. within_var)
 
 
 def _anchor_evidence(rows: CreditRows, ret: _Returns, config: CreditConfig, anchor_scale: bool = False) -> _AnchorEvidence:
@@ -114,7 +116,14 @@ def _anchor_evidence(rows: CreditRows, ret: _Returns, config: CreditConfig, anch
         config.d_min, config.eps,
     )
     rho = reliability_weight(rho_vg, strict, config.rho_min)
-    return _AnchorEvidence(action_adv=action_adv, rho_vg=rho_vg, rho=rho, strict=strict)
+    return _AnchorEvidence(action_adv=action_adv, rho_vg=rho_vg, rho=rho, strict=strict, between=between, within=within)
+
+
+def ecpo_gate(rows: CreditRows, config: CreditConfig) -> _AnchorEvidence:
+    """ECPO's evidence on ``rows`` whatever estimator a run trains with: per anchor its ``rho`` (eq. ecpo_adv's
+    weight, 0 unless StrictValid), StrictValid and ``B_s``, ``W_s`` (the same for every ECPO variant: the scale
+    reading changes only ``A_act``). ``credit.diagnostics`` reports ECPO's gate from it for every run."""
+    return _anchor_evidence(rows, _returns(rows, config), config)
 
 
 def _structure_diagnostics(rows: CreditRows) -> dict[str, float]:
@@ -152,7 +161,9 @@ def _advantage_diagnostics(rows: CreditRows, adv: Any) -> dict[str, float]:
     }
 
 
-def _gate_diagnostics(rows: CreditRows, evidence: _AnchorEvidence) -> dict[str, float]:
+def gate_diagnostics(rows: CreditRows, evidence: _AnchorEvidence) -> dict[str, float]:
+    """ECPO's gate over the anchors (states visited >= 2 times in their group): mean rho, over StrictValid anchors
+    too, and the shares gated to 0 and passing StrictValid."""
     is_anchor = rows.anchor_sizes >= 2
     if not is_anchor.any():
         return {"mean_rho": 0.0, "mean_rho_strict_valid": 0.0, "gated_fraction": 0.0, "strict_valid_fraction": 0.0}
@@ -241,7 +252,7 @@ def _ecpo(rows: CreditRows, config: CreditConfig, gated: bool, anchor_scale: boo
     evidence = _anchor_evidence(rows, ret, config, anchor_scale=anchor_scale)
     rho_rows = evidence.rho[rows.dev["anchor"]] if gated else 1.0
     adv = ecpo_advantage(_grpo_rows(rows, ret, config), rho_rows, evidence.action_adv, config.omega)
-    return _finish(rows, ret, adv, _gate_diagnostics(rows, evidence) if gated else None)
+    return _finish(rows, ret, adv, gate_diagnostics(rows, evidence) if gated else None)
 
 
 @register_estimator("ecpo")
@@ -285,7 +296,7 @@ def ecpo_vargate_only_estimator(rows: CreditRows, config: CreditConfig) -> tuple
     evidence = _anchor_evidence(rows, ret, config)
     anchor_adv = gigpo_anchor_advantage(ret.future, rows.dev["anchor"], rows.n_anchors, config.eps, True)
     adv = ecpo_advantage(_grpo_rows(rows, ret, config), evidence.rho[rows.dev["anchor"]], anchor_adv, config.omega)
-    return _finish(rows, ret, adv, _gate_diagnostics(rows, evidence))
+    return _finish(rows, ret, adv, gate_diagnostics(rows, evidence))
 
 
 # --------------------------------------------------------------------------------------------------------
