@@ -188,7 +188,10 @@ def report(out: Path) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------- figure
-FIGURE_KEYS = ("success", "invalid_action_rate", "credit/strict_valid_fraction", "credit/gated_fraction")
+# training success (the paper's noise proxy), invalid commands, ECPO's gate on the batch whatever the arm, the share of
+# rows with step credit, the share of step credit at anchors first visited below d_min, the distance to GRPO's advantages
+FIGURE_KEYS = ("success", "invalid_action_rate", "credit/ecpo_strict_valid_fraction", "credit/step_credit_fraction",
+               "credit/step_credit_below_d_min", "credit/rel_dist_grpo")
 
 
 def figure(out: Path, bed_name: str, png: Path, seeds: list[int], keys: tuple[str, ...] = FIGURE_KEYS) -> Path:
