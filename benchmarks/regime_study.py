@@ -58,7 +58,8 @@ def diagnostics_summary(lines: list[dict[str, float]]) -> dict[str, float]:
 
 
 # ---------------------------------------------------------------------------------------------- probe
-def probe(out: Path, bed_name: str, iterations: int = PROBE_ITERATIONS) -> dict[str, Any]:
+def probe(out: Path, bed_name: str, iterations: int = PROBE_ITERATIONS, labels: list[str] | None = None
+          ) -> dict[str, Any]:
     """Each registered arm trained ``iterations`` iterations from each warm start (seed 0, not a study seed), and the
     mean of its diagnostics over them. Warm starts are made first where missing (the study's own commands)."""
     from benchmarks.alfworld_text import ecpo, train_command, warm_start_command
@@ -67,6 +68,8 @@ def probe(out: Path, bed_name: str, iterations: int = PROBE_ITERATIONS) -> dict[
     (out / "logs").mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {"testbed": bed_name, "iterations": iterations, "arms": {}}
     for start in bed.warm_starts:
+        if labels is not None and start.label not in labels:
+            continue
         warm = out / start.folder
         if not (warm / "sft.json").is_file():
             ecpo(*warm_start_command(warm, bed, start), log=out / "logs" / f"{start.folder}.log")
@@ -237,11 +240,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="write the result here as well")
     parser.add_argument("--png", help="figure: the image to write")
     parser.add_argument("--seeds", nargs="+", type=int, help="figure: the runs' seeds (default: the study's)")
+    parser.add_argument("--warm-starts", nargs="+", help="probe: only these warm starts (a, b; default both)")
     args = parser.parse_args(argv)
     try:
         out = Path(args.out)
         if args.stage == "probe":
-            result = probe(out, args.testbed)
+            result = probe(out, args.testbed, labels=args.warm_starts)
         elif args.stage == "pilot-seeds":
             result = pilot_seeds(out)
         elif args.stage == "report":
