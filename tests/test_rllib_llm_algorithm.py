@@ -405,6 +405,16 @@ def test_text_policy_first_iteration_equals_the_native_trainer(tmp_path, ray_ses
 
 
 @pytest.mark.slow
+def test_text_policy_with_the_open_command_set_equals_the_native_trainer(tmp_path, ray_session):
+    """The open command set (invalid commands possible) through RLlib: the native trainer's rows, advantages and
+    update on generated ALFWorld households (issue 71)."""
+    values = text_values(tmp_path, env_id="ecpo/ALFWorldGen-v0", env_kwargs={"num_tasks": 6, "max_steps": 8},
+                         command_set="open", history_length=8)
+    same = first_iterations_side_by_side(values)
+    assert same["equal"], same
+
+
+@pytest.mark.slow
 def test_text_policy_trains_with_two_runners_and_two_learners(tmp_path):
     """``ecpo train --engine rllib --env-runners 2 --learners 2 --actor-cpus 0.5`` with the text policy: two runner
     actors sample, two learner actors (DDP over gloo) compute the credit and update; the native run folder."""
