@@ -121,12 +121,8 @@ def ledger(rows: Sequence[Mapping[str, Any]], table: Mapping[str, Any] | None = 
                    "endpoint: the final policy's exact success on the corridor, its share of the 140 valid_seen games "
                    "won on alfworld_text, of the 120 held-out generated households on households); each cell is the arm minus GiGPO w/std, paired by seed, with Holm over the "
                    "testbed's comparisons, the Holm-adjusted p beside an interval that excludes 0 and the exact-power "
-                   "MDE beside a null. A verdict of alfworld_text or households holds for the one warm start its arms "
-                   "shared and those games: on households the pilot's warm start (45 of 120 won; "
-                   "`households_text.json`) and the study's (29 of 120), made by one command on two CPUs, ordered ECPO "
-                   "and GRPO the other way round (descriptively: the pilot was not a comparison), so another warm start "
-                   f"may order the arms otherwise. Source: [{table['source']}]"
-                   f"(../benchmarks/results/{table['source']}). {table['machines']}").rstrip(),
+                   f"MDE beside a null. {table.get('warm_starts', '')} Source: [{table['source']}]"
+                   f"(../benchmarks/results/{table['source']}). {table['machines']}").replace("  ", " ").rstrip(),
                   "", *estimator_lines(table), ""]
     return "\n".join(lines)
 

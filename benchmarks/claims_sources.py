@@ -462,7 +462,26 @@ def estimator_table() -> dict[str, Any]:
     seeds = {t["name"]: t.get("seeds", protocol.get("seeds")) for t in protocol["testbeds"] if "status" not in t}
     headers = [f"{name} ({ESTIMATOR_SCOPE[name]})" if name in ESTIMATOR_SCOPE else name for name in testbeds]
     return {"testbeds": testbeds, "headers": headers, "rows": rows, "seeds": seeds,
-            "machines": machines_text(result.get("runs", []), testbeds), "source": RESULT_JSON.name}
+            "machines": machines_text(result.get("runs", []), testbeds), "source": RESULT_JSON.name,
+            "warm_starts": warm_start_text(table)}
+
+
+def warm_start_text(table: Mapping[str, Any]) -> str:
+    """Why a households verdict holds for one warm start: the households pilot's warm start (``households_text.json``)
+    and the study's, made by one command on two CPUs, order ECPO and GRPO the other way round (the pilot's paired
+    ECPO - GRPO against the difference of the study's arm means: descriptive, the pilot was not a comparison).
+    Empty before the households column is read."""
+    study = {arm: cells.get("households", {}).get("mean") for arm, cells in table.items() if arm in ("ecpo", "grpo")}
+    if None in study.values() or len(study) < 2:
+        return ""
+    pilot = load("households_text.json")
+    warm, diff = pilot["warm_start"]["by_type"], pilot["comparisons"]["ecpo - grpo"]["diff"]
+    return (f"A verdict of alfworld_text or households holds for the one warm start its arms shared and those games: "
+            f"on households the pilot's warm start ({round(warm['All'] * warm['games'])} of {warm['games']} won; "
+            f"`households_text.json`) and the study's, made by one command on two CPUs, order ECPO and GRPO the "
+            f"other way round (ECPO - GRPO {diff:+.3f} in the pilot, {study['ecpo'] - study['grpo']:+.3f} between "
+            "the study's arm means; descriptive: the pilot was not a comparison), so another warm start may order "
+            "the arms otherwise.")
 
 
 # What a verdict of a testbed of the estimator comparison covers where the protocol fixes more than the env: every

@@ -156,6 +156,8 @@ def test_the_estimator_table_has_a_row_per_estimator_and_a_column_per_testbed():
     assert "misses Holm's level, Holm-adjusted p 0.301; MDE 0.055" in cell("ecpo", "alfworld_text")
     # the households verdicts are scoped to its one warm start and its 120 households
     assert "households (one warm start, the 120 held-out households)" in claims_ledger.estimator_lines(table)[0]
+    assert "the pilot's warm start (45 of 120 won; `households_text.json`) and the study's, made by one command on two " \
+           "CPUs, order ECPO and GRPO the other way round (ECPO - GRPO +0.118 in the pilot, -0.023 between" in text
     # the CPUs its seeds ran on, from the runs themselves, beside the table
     assert "households was played on Intel(R) Xeon(R) Processor (seeds 101-110); AMD EPYC (seeds 111-121); every " \
            "seed's arms on one machine." in text
