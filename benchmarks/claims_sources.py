@@ -19,8 +19,16 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from benchmarks import RESULTS
-from benchmarks.stats import (ALPHA, detectable, holm_adjusted, holm_miss_text, holm_p_text, paired_diff,
-                              paired_values, ratio_of_means)
+from benchmarks.stats import (
+    ALPHA,
+    detectable,
+    holm_adjusted,
+    holm_miss_text,
+    holm_p_text,
+    paired_diff,
+    paired_values,
+    ratio_of_means,
+)
 
 # the JSON fields of an estimate with its interval (benchmarks.stats' names), and of the task-clustered one beside it
 FIELDS = {"estimate": "diff", "low": "low", "high": "high", "method": "interval", "mde": "mde", "p": "p",
