@@ -100,7 +100,9 @@ def ledger(rows: Sequence[Mapping[str, Any]], table: Mapping[str, Any] | None = 
               "Verdicts: *shown* where the claim's test is significant on its side, *contradicted* on the other, "
               "*not shown* with the MDE (the smallest effect the run could have detected with 80 % power, by the exact "
               "power of its test at its Holm level) otherwise; a measurement is *measured* on the device named, or "
-              "*withdrawn* where its own data do not support it. A clustered interval is shown from 5 tasks on. A learning claim from one training "
+              "*withdrawn* where its own data do not support it. Intervals are unadjusted 95 % ones; where one excludes 0 "
+              "in a Holm family, the verdict is Holm's and the Holm-adjusted p it rests on stands beside it. "
+              "A clustered interval is shown from 5 tasks on. A learning claim from one training "
               "run covers its validation draws, not run-to-run variance; a comparison of methods takes the seed "
               "as its unit. Secondary lines are shown in italics and do not enter the verdict."), ""]
     for area, title in (("learning", "Learning"), ("comparison", "Method comparisons"), ("credit", "Credit"),
