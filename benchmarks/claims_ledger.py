@@ -20,6 +20,7 @@ from typing import Any
 
 from benchmarks import ArgumentParser
 from benchmarks.claims_sources import all_claims, estimator_table
+from benchmarks.stats import holm_p_text
 
 ROOT = Path(__file__).resolve().parents[1]
 LEDGER = ROOT / "docs" / "claims.md"
@@ -34,12 +35,13 @@ def _num(x: float | None) -> str:
 
 
 def figure(p: Mapping[str, Any]) -> str:
-    """An estimate as the ledger prints it: ``+0.348 [+0.288, +0.410] (Tango score), by task [...]; MDE``."""
+    """An estimate as the ledger prints it: ``+0.348 [+0.288, +0.410] (Tango score), by task [...]; MDE``, and
+    beside an unadjusted interval that excludes 0 in a Holm family, the Holm-adjusted p its verdict rests on."""
     if p["estimate"] is None:
         return p["method"]
     text = f"{_num(p['estimate'])} [{_num(p['low'])}, {_num(p['high'])}]"
-    if p["method"]:
-        text += f" ({p['method']})"
+    if beside := "; ".join(b for b in (p["method"], holm_p_text(p)) if b):
+        text += f" ({beside})"
     if p.get("by_task") and (p["by_task"]["clusters"] or 0) >= MIN_CLUSTERS:
         c = p["by_task"]
         text += f"; by {c['unit'] or 'task'} ({c['clusters']}) [{_num(c['low'])}, {_num(c['high'])}]"
@@ -85,7 +87,8 @@ ESTIMATORS_HEAD = "### Step-credit estimators under one protocol"
 def estimator_lines(table: Mapping[str, Any]) -> list[str]:
     """Issue 57's table: one row per estimator, one column per testbed, each cell the arm minus GiGPO w/std
     (95 % interval, paired by seed) and its verdict (Holm over the testbed's 8 comparisons), or why it is empty."""
-    out = ["| estimator | " + " | ".join(table["testbeds"]) + " |", "| --- |" + " --- |" * len(table["testbeds"])]
+    out = ["| estimator | " + " | ".join(table.get("headers", table["testbeds"])) + " |",
+           "| --- |" + " --- |" * len(table["testbeds"])]
     out += [f"| {arm} | " + " | ".join(_cell(c) for c in cells) + " |" for arm, cells in table["rows"]]
     return out
 
@@ -97,7 +100,9 @@ def ledger(rows: Sequence[Mapping[str, Any]], table: Mapping[str, Any] | None = 
               "Verdicts: *shown* where the claim's test is significant on its side, *contradicted* on the other, "
               "*not shown* with the MDE (the smallest effect the run could have detected with 80 % power, by the exact "
               "power of its test at its Holm level) otherwise; a measurement is *measured* on the device named, or "
-              "*withdrawn* where its own data do not support it. A clustered interval is shown from 5 tasks on. A learning claim from one training "
+              "*withdrawn* where its own data do not support it. Intervals are unadjusted 95 % ones; where one excludes 0 "
+              "in a Holm family, the verdict is Holm's and the Holm-adjusted p it rests on stands beside it. "
+              "A clustered interval is shown from 5 tasks on. A learning claim from one training "
               "run covers its validation draws, not run-to-run variance; a comparison of methods takes the seed "
               "as its unit. Secondary lines are shown in italics and do not enter the verdict."), ""]
     for area, title in (("learning", "Learning"), ("comparison", "Method comparisons"), ("credit", "Credit"),
@@ -117,8 +122,9 @@ def ledger(rows: Sequence[Mapping[str, Any]], table: Mapping[str, Any] | None = 
                   ("Registered in `benchmarks/estimator_comparison.yaml` before its runs (" + seeds + ", N = 8; the "
                    "endpoint: the final policy's exact success on the corridor, its share of the 140 valid_seen games "
                    "won on alfworld_text, of the 120 held-out generated households on households); each cell is the arm minus GiGPO w/std, paired by seed, with Holm over the "
-                   f"testbed's comparisons and the exact-power MDE beside a null. Source: [{table['source']}]"
-                   f"(../benchmarks/results/{table['source']}). {table['machines']}").rstrip(),
+                   "testbed's comparisons, the Holm-adjusted p beside an interval that excludes 0 and the exact-power "
+                   f"MDE beside a null. {table.get('warm_starts', '')} Source: [{table['source']}]"
+                   f"(../benchmarks/results/{table['source']}). {table['machines']}").replace("  ", " ").rstrip(),
                   "", *estimator_lines(table), ""]
     return "\n".join(lines)
 
@@ -133,6 +139,13 @@ def unit_short(row: Mapping[str, Any]) -> str:
     template = next((t for prefix, t in UNIT_SHORT if row["unit"].startswith(prefix)), "{unit}")
     planned = re.search(r"(\d+) planned", row["unit"])
     return template.format(n=row["n"], unit=row["unit"], planned=planned.group(1) if planned else "?")
+
+
+def digest_verdict(row: Mapping[str, Any]) -> str:
+    """The verdict as the README's digest gives it: with its MDE beside a null (``not shown (MDE 0.101)``), without
+    the longer notes (why there is no MDE, the device of a measurement), which the ledger's row keeps."""
+    text = verdict(row)
+    return text if " (MDE " in text else text.split(" (")[0]
 
 
 def digest(rows: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -150,7 +163,8 @@ def digest(rows: Sequence[Mapping[str, Any]]) -> list[str]:
         short = re.sub(r"; by (\w+) \(\d+\)", r", by \1", figure(p | {"method": ""})) if p["estimate"] is not None else \
             p.get("digest", p["method"]) + (f" ({p['label']})" if p["label"] else "")
         label = f"{p.get('short') or p['label']} (1 of {len(primary)} in the ledger): " if len(primary) > 1 else ""
-        out.append(f"| {_cell(question)} | {verdict(row).split(' (')[0]}: {label}{_cell(short)} | {unit_short(row)}; {scope} | "
+        short = short.replace("Holm-adjusted p", "Holm p")
+        out.append(f"| {_cell(question)} | {digest_verdict(row)}: {label}{_cell(short)} | {unit_short(row)}; {scope} | "
                    f"[{row['id']}](docs/claims.md) |")
     return out
 

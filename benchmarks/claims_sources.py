@@ -19,11 +19,20 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from benchmarks import RESULTS
-from benchmarks.stats import ALPHA, detectable, holm_miss_text, paired_diff, paired_values, ratio_of_means
+from benchmarks.stats import (
+    ALPHA,
+    detectable,
+    holm_adjusted,
+    holm_miss_text,
+    holm_p_text,
+    paired_diff,
+    paired_values,
+    ratio_of_means,
+)
 
 # the JSON fields of an estimate with its interval (benchmarks.stats' names), and of the task-clustered one beside it
 FIELDS = {"estimate": "diff", "low": "low", "high": "high", "method": "interval", "mde": "mde", "p": "p",
-          "clustered": "clustered", "significant": "holm_significant", "shown": "shown"}
+          "clustered": "clustered", "significant": "holm_significant", "shown": "shown", "p_holm": "p_holm"}
 T_INTERVAL = "t-interval over seeds"
 BINARY_UNNAMED = "McNemar-consistent, conditional"  # a paired-binary interval from before the JSONs named theirs
 SMOL = "SmolLM2-135M-Instruct"
@@ -52,7 +61,7 @@ def part(figures: Mapping[str, Any], label: str = "", method: str | None = None,
     identical = figures.get("se") == 0 and figures.get("diff") == 0 and "gained" not in figures
     out = {"label": label, "short": short or label, "estimate": f["estimate"], "low": f["low"], "high": f["high"],
            "method": f["method"] or method or (BINARY_UNNAMED if "gained" in figures else ""),
-           "mde": _mde(figures, f["mde"]), "secondary": secondary}
+           "mde": _mde(figures, f["mde"]), "secondary": secondary, "p_holm": f["p_holm"]}
     if identical:  # an interval [0, 0] and an MDE of 0 would read as a measurement; they are one arm twice
         out |= {"estimate": None, "method": "the two arms are identical on every seed: nothing is compared",
                 "mde": None}
@@ -64,6 +73,20 @@ def part(figures: Mapping[str, Any], label: str = "", method: str | None = None,
     decided = f["significant"] if f["significant"] is not None else f["shown"]  # the benchmark's own decision
     out["significant"] = bool(decided) if decided is not None else bool(excludes and p_ok)
     return out
+
+
+def holm_family(family: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A JSON's Holm family (every comparison its benchmark corrected together), each part given its Holm-adjusted p
+    (``p_holm``) where the JSON did not store one: the figure a Holm verdict beside an unadjusted interval rests on.
+    A family whose size is not the ``m`` its parts state is not the JSON's family (``ValueError``)."""
+    p_values = [p.get("p", float("nan")) for p in family]
+    m = sum(math.isfinite(x) for x in p_values)
+    stated = {p.get("m") for p in family} - {None}
+    if stated and stated != {m}:
+        raise ValueError(f"a Holm family of {m} comparisons whose parts state m = {sorted(stated)}")
+    for p, adjusted in zip(family, holm_adjusted(p_values)):
+        p.setdefault("p_holm", adjusted)
+    return family
 
 
 def _mde(figures: Mapping[str, Any], stored: float | None) -> float | None:
@@ -128,12 +151,14 @@ def seed_comparisons() -> list[dict[str, Any]]:
     alf = [p for p in _llm_comparisons("llm_learning_alfworld_cpu_pairs.json")
            if (p["kind"], p["a"], p["b"]) == ("vs", "ecpo", "gigpo_std")]
     pipelined = load("pipelined_learning.json")["comparisons"]
+    for measure in dict.fromkeys(c["measure"] for c in pipelined):  # a Holm family per measure (m = 2 each)
+        holm_family([c for c in pipelined if c["measure"] == measure])
     lag = next(p for p in pipelined if p["comparison"] == "ecpo_lag1 - gigpo_std_lag1"
                and p["measure"].startswith("final exact success"))
     pair_report = load("alfworld_cpu_pool_pair_seed0.json")
     pair = pair_report["paired"]
     pair_units = pair_report.get("units", "one pair of runs (one seed): no interval over seeds")
-    rllib = {c["claim"]: c for c in load("rllib_llm_learning.json")["comparisons"]}
+    rllib = {c["claim"]: c for c in holm_family(load("rllib_llm_learning.json")["comparisons"])}
     corridor_scope = {"env": "4-room LLM corridor (corridor_llm)", "model": SMOL, "device": CPU}
     learned = [p for p in _llm_comparisons("llm_learning.json") if (p["kind"], p["a"]) == ("learned", "ecpo")]
     alf_learned = [p for p in _llm_comparisons("llm_learning_alfworld_cpu_pairs.json")
@@ -250,14 +275,15 @@ def grpo_rows(payload: Mapping[str, Any], envs: Mapping[str, tuple[str, str, str
 def credit() -> list[dict[str, Any]]:
     payload = load("credit_study.json")
     study = payload["summary"]
+    holm_family([p for c in study["claims"] for p in c["parts"]] + (study.get("readings") or {}).get("parts", []))
     same = study["same_as_grpo"]["webshop"]
     envs = {"diagnostic": ("diagnostic corridor (tabular)", "tabular policy", "native trainer"),
             "webshop": ((f"WebShop (tabular, d_min = 7 on 8-step episodes: rho ~ 0; ECPO = GRPO in {same['equal']}/"
                          f"{same['total']} cells)"), "tabular policy", "native trainer")}
-    digests = {("C3", "diagnostic"): ("Tabular policy: does ECPO beat GiGPO w/std in final success?",
+    digests = {("C3", "diagnostic"): ("Tabular: ECPO vs GiGPO w/std in final success?",
                                       "diagnostic corridor, CPU"),
-               ("C6", "diagnostic"): ("Tabular policy: does ECPO lower the advantage range?", "diagnostic corridor, CPU"),
-               ("C1", "diagnostic"): ("Tabular policy: do divergent anchors grow more frequent?",
+               ("C6", "diagnostic"): ("Tabular: does ECPO lower the advantage range?", "diagnostic corridor, CPU"),
+               ("C1", "diagnostic"): ("Tabular: do divergent anchors grow more frequent?",
                                       "diagnostic corridor, CPU")}
     rows = []
     for c in study["claims"]:  # the credit study's claims C1-C7, each on each environment
@@ -412,6 +438,8 @@ def estimator_table() -> dict[str, Any]:
     protocol = load_protocol()
     result = json.loads(RESULT_JSON.read_text()) if RESULT_JSON.is_file() else {}
     table = result.get("table", {})
+    for testbed in {bed for cells in table.values() for bed in cells}:  # each testbed's 8 comparisons: one family
+        holm_family([cells[testbed] for cells in table.values() if testbed in cells and not cells[testbed].get("reference")])
     testbeds = [t["name"] for t in protocol["testbeds"]]
     status = {t["name"]: t.get("status", NOT_RUN) for t in protocol["testbeds"]}
     if not table and RAW_RUNS.is_file():  # runs under way or stopped: how far, and no verdict before the last seed
@@ -432,14 +460,42 @@ def estimator_table() -> dict[str, Any]:
             elif part.get("reference"):
                 cells.append(f"reference (mean {part['mean']:.3f})")
             else:
-                beside = f" (MDE {part['mde']:.3f})" if not part["holm_significant"] and part.get("mde") else ""
-                if missed := holm_miss_text(part):  # the interval is unadjusted
-                    beside = f" ({missed}; MDE {part['mde']:.3f})"
-                cells.append(f"{part['diff']:+.3f} [{part['low']:+.3f}, {part['high']:+.3f}]: {part['verdict']}{beside}")
+                # the interval is unadjusted: beside one that excludes 0, the Holm-adjusted p the verdict rests on
+                beside = [holm_miss_text(part) or holm_p_text(part)]
+                beside += [f"MDE {part['mde']:.3f}"] if not part["holm_significant"] and part.get("mde") else []
+                beside = "; ".join(b for b in beside if b)
+                cells.append(f"{part['diff']:+.3f} [{part['low']:+.3f}, {part['high']:+.3f}]: {part['verdict']}"
+                             + (f" ({beside})" if beside else ""))
         rows.append((arm, cells))
     seeds = {t["name"]: t.get("seeds", protocol.get("seeds")) for t in protocol["testbeds"] if "status" not in t}
-    return {"testbeds": testbeds, "rows": rows, "seeds": seeds, "machines": machines_text(result.get("runs", []), testbeds),
-            "source": RESULT_JSON.name}
+    headers = [f"{name} ({ESTIMATOR_SCOPE[name]})" if name in ESTIMATOR_SCOPE else name for name in testbeds]
+    return {"testbeds": testbeds, "headers": headers, "rows": rows, "seeds": seeds,
+            "machines": machines_text(result.get("runs", []), testbeds), "source": RESULT_JSON.name,
+            "warm_starts": warm_start_text(table)}
+
+
+def warm_start_text(table: Mapping[str, Any]) -> str:
+    """Why a households verdict holds for one warm start: the households pilot's warm start (``households_text.json``)
+    and the study's, made by one command on two CPUs, order ECPO and GRPO the other way round (the pilot's paired
+    ECPO - GRPO against the difference of the study's arm means: descriptive, the pilot was not a comparison).
+    Empty before the households column is read."""
+    study = {arm: cells.get("households", {}).get("mean") for arm, cells in table.items() if arm in ("ecpo", "grpo")}
+    if None in study.values() or len(study) < 2:
+        return ""
+    pilot = load("households_text.json")
+    warm, diff = pilot["warm_start"]["by_type"], pilot["comparisons"]["ecpo - grpo"]["diff"]
+    return (f"A verdict of alfworld_text or households holds for the one warm start its arms shared and those games: "
+            f"on households the pilot's warm start ({round(warm['All'] * warm['games'])} of {warm['games']} won; "
+            f"`households_text.json`) and the study's, made by one command on two CPUs, order ECPO and GRPO the "
+            f"other way round (ECPO - GRPO {diff:+.3f} in the pilot, {study['ecpo'] - study['grpo']:+.3f} between "
+            "the study's arm means; descriptive: the pilot was not a comparison), so another warm start may order "
+            "the arms otherwise.")
+
+
+# What a verdict of a testbed of the estimator comparison covers where the protocol fixes more than the env: every
+# arm of the text-policy columns starts from one shared warm start and is judged on one fixed set of games
+ESTIMATOR_SCOPE = {"alfworld_text": "one warm start, the 140 valid_seen games",
+                   "households": "one warm start, the 120 held-out households"}
 
 
 def _memory(memory: Mapping[str, Any], model: str, setting: str) -> float:
@@ -469,6 +525,7 @@ def text_policy_alfworld() -> list[dict[str, Any]]:
                           "with the warm start's)", figures["n"], [part(figures, f"{label} - warm start")], +1,
                           "alfworld_text.json", (f"Does {label} from a warm start win real ALFWorld games?",
                                                  "small text policy (not an LM), valid_seen, CPU")))
+    holm_family(list(study["comparisons"].values()))  # Holm over the two
     for k, other in enumerate(("gigpo_std", "grpo")):
         figures = study["comparisons"].get(f"ecpo - {other}", {"diff": float("nan")})
         rows.append(claim(f"E{8 + k}", "comparison", f"Real ALFWorld, text policy: ECPO against {names[other]} in "
@@ -488,7 +545,7 @@ def text_policy_alfworld() -> list[dict[str, Any]]:
                           "wins more held-out households than the warm start (issue 57's households pilot)", scope,
                           f"training seeds (each: {warm['games']} households paired with the warm start's)",
                           figures["n"], [part(figures, f"{label} - warm start")], +1, "households_text.json",
-                          (f"Does {label} from a warm start win more generated households?",
+                          (f"Does {label} from a warm start win generated households?",
                            "small text policy (not an LM), held-out households, CPU")))
     rate = speed_["decisions"]["per_second"]
     iteration = speed_["iteration"]["engines"]

@@ -152,6 +152,19 @@ def holm(p_values: Sequence[float], alpha: float = ALPHA) -> list[bool]:
     return rejected
 
 
+def holm_adjusted(p_values: Sequence[float]) -> list[float]:
+    """Holm's adjusted p-values (the step-down ones: the k-th smallest p times ``m - k + 1``, made monotone and
+    capped at 1): ``holm`` rejects exactly the comparisons whose adjusted p is at most alpha. NaN stays NaN and does
+    not count in ``m``."""
+    order = sorted((p, i) for i, p in enumerate(p_values) if math.isfinite(p))
+    m, running = len(order), 0.0
+    adjusted = [float("nan")] * len(p_values)
+    for rank, (p, i) in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p))
+        adjusted[i] = running
+    return adjusted
+
+
 def verdict(part: Mapping[str, float], direction: int, significant: bool) -> str:
     """'holds' / 'contradicted' when Holm rejects 0 on the claimed / the other side, else 'not significant'
     (right sign) or 'not supported' (wrong sign); 'no data' without a difference."""
@@ -164,14 +177,16 @@ def verdict(part: Mapping[str, float], direction: int, significant: bool) -> str
 
 
 def apply_holm(parts: list[dict[str, Any]], directions: Sequence[int] | None = None) -> list[dict[str, Any]]:
-    """Holm-correct a report's comparisons in place: each part gets ``holm_significant``, its ``verdict`` and
-    the MDE at Holm's first-step level (``mde``, :func:`detectable`), with ``m`` the number of comparisons
-    corrected together."""
+    """Holm-correct a report's comparisons in place: each part gets ``holm_significant``, its Holm-adjusted p
+    (``p_holm``, :func:`holm_adjusted`), its ``verdict`` and the MDE at Holm's first-step level (``mde``,
+    :func:`detectable`), with ``m`` the number of comparisons corrected together."""
     m = sum(math.isfinite(p.get("p", float("nan"))) for p in parts)
     rejected = holm([p.get("p", float("nan")) for p in parts])
+    adjusted = holm_adjusted([p.get("p", float("nan")) for p in parts])
     for k, (part, flag) in enumerate(zip(parts, rejected)):
         direction = directions[k] if directions is not None else int(part.get("direction", 1))
         part["holm_significant"] = bool(flag)
+        part["p_holm"] = adjusted[k]
         part["m"] = m
         part["mde"] = detectable(part, ALPHA / max(1, m))
         part["verdict"] = verdict(part, direction, flag)
@@ -186,12 +201,30 @@ def detectable(part: Mapping[str, Any], alpha: float = ALPHA) -> float:
     return mde(part.get("se", float("nan")), part.get("df", float("nan")), alpha)
 
 
-def holm_miss_text(part: Mapping[str, Any]) -> str:
-    """``p 0.041 misses Holm's level`` where a part of a Holm family has an unadjusted 95 % interval that excludes 0
-    while Holm's procedure keeps the null (so it is not shown); empty otherwise."""
-    if part.get("holm_significant", True) or not (part.get("low", 0) > 0 or part.get("high", 0) < 0):
+def _excludes_zero(part: Mapping[str, Any]) -> bool:
+    low, high = part.get("low"), part.get("high")
+    return low is not None and high is not None and (low > 0 or high < 0)
+
+
+def holm_p_text(part: Mapping[str, Any]) -> str:
+    """``Holm-adjusted p 0.030`` beside an unadjusted 95 % interval that excludes 0 in a Holm family (``p_holm``
+    known): there the verdict is Holm's, not the interval's, and this is the figure it rests on (``p 0.070`` in a
+    family of one, where the two are the same). Empty where the interval holds 0 or the part has no adjusted p."""
+    p_holm = part.get("p_holm")
+    if p_holm is None or not math.isfinite(p_holm) or not _excludes_zero(part):
         return ""
-    return f"p {part.get('p', float('nan')):.3f} misses Holm's level"
+    name = "p" if part.get("m") == 1 else "Holm-adjusted p"
+    return f"{name} < 0.001" if p_holm < 0.001 else f"{name} {p_holm:.3f}"
+
+
+def holm_miss_text(part: Mapping[str, Any]) -> str:
+    """``p 0.041 misses Holm's level, Holm-adjusted p 0.287`` where a part of a Holm family has an unadjusted 95 %
+    interval that excludes 0 while Holm's procedure keeps the null (so it is not shown); the adjusted p where the
+    part carries it (``p_holm``); empty otherwise."""
+    if part.get("holm_significant", True) or not _excludes_zero(part):
+        return ""
+    adjusted = holm_p_text(part)
+    return f"p {part.get('p', float('nan')):.3f} misses Holm's level" + (f", {adjusted}" if adjusted else "")
 
 
 def mde_text(part: Mapping[str, Any], digits: int = 3) -> str:
@@ -209,14 +242,15 @@ def mde_text(part: Mapping[str, Any], digits: int = 3) -> str:
 
 
 def fmt_part(part: Mapping[str, Any], digits: int = 3) -> str:
-    """``+d [low, high]`` and, when not significant, the MDE (or why there is none) beside it."""
+    """``+d [low, high]`` and, when not significant, the MDE (or why there is none) beside it; beside an interval
+    that excludes 0 in a Holm family, Holm's adjusted p (:func:`holm_p_text`), on which its verdict rests."""
     if not math.isfinite(part.get("diff", float("nan"))):
         return "n/a"
     if not math.isfinite(part.get("low", float("nan"))):
         return f"{part['diff']:+.{digits}f} (n = {part.get('n', 0)}: no interval)"
     text = f"{part['diff']:+.{digits}f} [{part['low']:+.{digits}f}, {part['high']:+.{digits}f}]"
-    beside = mde_text(part, digits)
-    if not part.get("holm_significant") and beside:
+    beside = [holm_p_text(part)] + ([mde_text(part, digits)] if not part.get("holm_significant") else [])
+    if beside := "; ".join(b for b in beside if b):
         text += f" ({beside})"
     return text
 

@@ -68,7 +68,7 @@ def test_an_interval_past_0_that_misses_holms_level_is_not_called_shown(tmp_path
     parts = study.report(tmp_path, ["ecpo", "gigpo_std", "grpo"], [1, 2, 3, 4, 5])["comparisons"]
     grpo = parts["ecpo - grpo"]
     assert grpo["low"] > 0 and 0.025 < grpo["p"] < 0.05 and not grpo["holm_significant"]
-    assert grpo["verdict_text"].startswith("not shown: p 0.034 misses Holm's level (MDE")
+    assert grpo["verdict_text"].startswith("not shown: p 0.034 misses Holm's level, Holm-adjusted p 0.068 (MDE")
     assert parts["ecpo - gigpo_std"]["verdict_text"].startswith("not shown at MDE")
 
 

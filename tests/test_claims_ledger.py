@@ -151,9 +151,31 @@ def test_the_estimator_table_has_a_row_per_estimator_and_a_column_per_testbed():
     # households, read after its 189 runs: ECPO's loss to GiGPO w/std passes Holm; HGPO's unadjusted one does not
     assert cell("ecpo", "households").startswith("-0.046 [-0.076, -0.017]: worse")
     assert "p 0.024 misses Holm's level" in cell("hgpo", "households")
+    # issue 71: the Holm-adjusted p beside every unadjusted interval whose verdict is Holm's
+    assert cell("ecpo", "households") == "-0.046 [-0.076, -0.017]: worse (Holm-adjusted p 0.030)"
+    assert "misses Holm's level, Holm-adjusted p 0.301; MDE 0.055" in cell("ecpo", "alfworld_text")
+    # the households verdicts are scoped to its one warm start and its 120 households
+    assert "households (one warm start, the 120 held-out households)" in claims_ledger.estimator_lines(table)[0]
+    assert "the pilot's warm start (45 of 120 won; `households_text.json`) and the study's, made by one command on two " \
+           "CPUs, order ECPO and GRPO the other way round (ECPO - GRPO +0.118 in the pilot, -0.023 between" in text
     # the CPUs its seeds ran on, from the runs themselves, beside the table
     assert "households was played on Intel(R) Xeon(R) Processor (seeds 101-110); AMD EPYC (seeds 111-121); every " \
            "seed's arms on one machine." in text
     lines = claims_ledger.estimator_lines(table)
     readme = claims_ledger.README.read_text()
     assert claims_ledger.ESTIMATORS_HEAD in readme and all(line in readme for line in lines)
+
+
+def test_a_holm_verdict_carries_its_adjusted_p_and_a_digest_null_its_mde(rows):
+    """Issue 71: beside an unadjusted interval that excludes 0 in a Holm family, the ledger shows the Holm-adjusted p
+    its verdict rests on (a credit-study part past 0 that Holm keeps null, RLlib's gain that passes it); the README's
+    digest keeps the MDE of a null (E8, E9), not only the ledger's row."""
+    by_id = {r["id"]: r for r in rows}
+    k11 = claims_ledger.figure(next(p for p in by_id["K11"]["parts"] if p["label"].endswith("N = 10")))
+    assert k11.startswith("-1.401 [-2.203, -0.599] (t-interval over seeds; Holm-adjusted p ") and \
+        claims_ledger.verdict(by_id["K11"]).startswith("not shown")
+    assert "(t-interval over seeds; Holm-adjusted p 0.027)" in claims_ledger.figure(by_id["E5"]["parts"][0])
+    assert "Holm" not in claims_ledger.figure(by_id["E8"]["parts"][0])  # its interval holds 0
+    digest = {line.rsplit("[", 1)[1][:3].rstrip("]"): line for line in claims_ledger.digest(rows)[2:]}
+    assert "| not shown (MDE 0.101): +0.030 [-0.031, +0.091] |" in digest["E8"]
+    assert "| not shown (MDE 0.077): +0.030 [-0.017, +0.077] |" in digest["E9"]

@@ -197,7 +197,8 @@ def test_paired_outcomes_use_tango_newcombe_and_mcnemar_mde(ps):
     assert out == pytest.approx(table, nan_ok=True)
     assert out["mde"] == pytest.approx(ps.mcnemar_mde(96, 8 / 96))
     ps.apply_holm([out])
-    assert ps.fmt_part(out) == f"+0.062 [{out['low']:+.3f}, {out['high']:+.3f}] (MDE {out['mde']:.3f})"
+    # Tango's interval excludes 0 while McNemar's p (0.070) does not pass: the p the verdict rests on stands beside it
+    assert ps.fmt_part(out) == f"+0.062 [{out['low']:+.3f}, {out['high']:+.3f}] (p 0.070; MDE {out['mde']:.3f})"
 
 
 def test_a_t_mde_needs_five_seeds(ps):
@@ -277,3 +278,30 @@ def test_ratio_of_means_by_fieller():
     half = t / 6 * math.sqrt(4 / 3 + 4 * (1 / 3) - g * 4 / 3)
     assert out["ratio"] == 2.0 and (out["low"], out["high"]) == pytest.approx(((2 - half) / (1 - g), (2 + half) / (1 - g)))
     assert out["high"] - 2 > 2 - out["low"]
+
+
+def test_holms_adjusted_p_is_the_step_down_one_and_decides_as_holm_does(ps):
+    # sorted 0.01, 0.03, 0.04 of m = 3: 3 x 0.01, max(that, 2 x 0.03), max(that, 1 x 0.04); NaN stays out of m
+    assert ps.holm_adjusted([0.04, 0.01, float("nan"), 0.03]) == pytest.approx([0.06, 0.03, float("nan"), 0.06],
+                                                                               nan_ok=True)
+    assert ps.holm_adjusted([0.9, 0.6]) == [1.0, 1.0]
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        p = list(rng.uniform(0, 0.08, size=int(rng.integers(1, 9))))
+        assert [a <= 0.05 for a in ps.holm_adjusted(p)] == ps.holm(p)
+
+
+def test_a_holm_verdict_beside_an_unadjusted_interval_carries_its_adjusted_p(ps):
+    """Issue 71: where an unadjusted 95 % interval excludes 0 in a Holm family, the verdict is Holm's, so the
+    adjusted p it rests on stands beside it; where the interval holds 0 nothing is added."""
+    strong = ps.paired_diff([0.10, 0.12, 0.09, 0.11, 0.13, 0.10])
+    weak = ps.paired_diff([0.02, 0.05, 0.00, 0.04, 0.03, 0.00])  # past 0 on its own, not at Holm's 0.05 / 2
+    null = ps.paired_diff([0.02, -0.05, 0.01, 0.04, -0.03, 0.00])
+    ps.apply_holm([strong, null])
+    assert strong["holm_significant"] and strong["p_holm"] == pytest.approx(2 * strong["p"]) and strong["p_holm"] < 1e-3
+    assert ps.fmt_part(strong) == f"+0.108 [{strong['low']:+.3f}, {strong['high']:+.3f}] (Holm-adjusted p < 0.001)"
+    assert "Holm" not in ps.fmt_part(null) and ps.holm_miss_text(null) == ""
+    ps.apply_holm([weak, null])
+    assert 0.025 < weak["p"] < 0.05 and weak["low"] > 0 and not weak["holm_significant"]
+    assert ps.holm_miss_text(weak) == f"p {weak['p']:.3f} misses Holm's level, Holm-adjusted p {weak['p_holm']:.3f}"
+    assert ps.fmt_part(weak).endswith(f"] (Holm-adjusted p {weak['p_holm']:.3f}; MDE {weak['mde']:.3f})")
