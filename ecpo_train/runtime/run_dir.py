@@ -111,6 +111,15 @@ def holds_run(run_dir: Path) -> bool:
                for name in RUN_MARKERS)
 
 
+OWN_MARKERS = (HISTORY_FILE, METRICS_FILE, CHECKPOINT_FILE, RLLIB_CHECKPOINT_DIR)  # names only a run writes
+
+
+def written_by_run(run_dir: Path) -> bool:
+    """Whether a run wrote ``run_dir``: it holds one of ``OWN_MARKERS`` (``config.yaml`` or ``eval/`` alone may be
+    the user's own files, which ``--overwrite`` must not delete)."""
+    return any((run_dir / name).exists() or leftovers(run_dir / name) for name in OWN_MARKERS)
+
+
 def is_run_file(entry: str) -> bool:
     """Whether ``entry`` (a name in a run folder) is one a run writes, or what an interrupted write of one left."""
     return entry in RUN_FILES or any(is_leftover(name, entry) for name in RUN_FILES)
@@ -184,10 +193,11 @@ def linked_run_files(run_dir: Path) -> list[str]:
     return linked
 
 
-def remove_run_files(run_dir: Path) -> None:
-    """Delete the files a run wrote (``RUN_FILES``, and what their interrupted writes left) from ``run_dir``; other
-    files stay."""
-    for path in [run_dir / name for name in RUN_FILES] + [left for name in RUN_FILES for left in leftovers(run_dir / name)]:
+def remove_run_files(run_dir: Path, keep: tuple[str, ...] = ()) -> None:
+    """Delete the files a run wrote (``RUN_FILES``, and what their interrupted writes left) from ``run_dir``, but
+    ``keep``; other files stay."""
+    names = [name for name in RUN_FILES if name not in keep]
+    for path in [run_dir / name for name in names] + [left for name in names for left in leftovers(run_dir / name)]:
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path)
         elif path.exists() or path.is_symlink():
@@ -197,11 +207,13 @@ def remove_run_files(run_dir: Path) -> None:
 def begin_run(log: MetricsLog, kind: str, iteration: int, changes: dict[str, list[Any]] | None = None,
               warm_start: dict[str, Any] | None = None) -> None:
     """The first writes of a run that passed every check, the same on both engines: ``overwrite`` deletes the
-    old run's files, the metrics and validation logs keep the iterations through ``iteration`` (a resume's
+    old run's files (``restart`` all but its history), the metrics and validation logs keep the iterations through ``iteration`` (a resume's
     checkpoint; none for a fresh start), ``config.yaml`` is written, and ``history.jsonl`` records ``kind`` (a
     start or an overwrite with its ``warm_start``: ``model`` and the sha256 of its weights)."""
     if kind == "overwrite":
         remove_run_files(log.folder.root)
+    elif kind == "restart":  # stopped before its first checkpoint: its files go, its history records the restart
+        remove_run_files(log.folder.root, keep=(HISTORY_FILE,))
     log.keep_through(iteration if kind == "resume" else -1)
     append_history(log.folder.root, kind, iteration, changes, warm_start=warm_start if kind != "resume" else None)
 
