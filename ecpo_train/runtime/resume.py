@@ -121,18 +121,20 @@ def plan_start(run_dir: Path, new_config: dict[str, Any], resume: bool | str = F
 
 
 def stopped_before_first_checkpoint(folder: RunFolder, saved: dict[str, Any]) -> bool:
-    """Whether the run in ``folder`` (its ``config.yaml``: ``saved``) stopped before its first checkpoint was due:
-    every iteration its logs hold comes before it (a run whose checkpoint went missing later is not restarted: its
-    logs are all that is left of it)."""
+    """Whether the run in ``folder`` (its ``config.yaml``: ``saved``) stopped before its first checkpoint was
+    written: no iteration its logs hold comes after the one that checkpoint follows (a run whose checkpoint went
+    missing later is not restarted: its logs are all that is left of it)."""
     from ecpo_train.runtime.run_dir import read_metrics_file, read_validation_file
 
-    every = saved.get("checkpoint_every") or saved.get("iterations")  # (0: only at the end of the run)
-    if not isinstance(every, int) or isinstance(every, bool) or every < 1:
+    every = [value for value in (saved.get("checkpoint_every"), saved.get("iterations"))  # (0: only at the end)
+             if isinstance(value, int) and not isinstance(value, bool) and value >= 1]
+    if not every:
         return False
+    every = min(every)
     logged = [row.get("iteration", 0) for row in (read_metrics_file(folder.metrics)[0] if folder.metrics.exists()
                                                   else [])]
     logged += [row["iteration"] for row in read_validation_file(folder.validation, tasks=None)]
-    return all(isinstance(i, (int, float)) and i < every for i in logged)
+    return all(isinstance(i, (int, float)) and i <= every for i in logged)
 
 
 def _nothing_there(run_dir: Path, made: bool = False) -> str:
