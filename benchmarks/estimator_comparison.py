@@ -304,11 +304,11 @@ def finished_runs(path: Path, protocol: dict[str, Any], programs: list[str]) -> 
     runtime = payload.get("runtime_s") if isinstance(payload, dict) else None
     runs = payload.get("runs") if isinstance(payload, dict) else None
     if not isinstance(runtime, (int, float)) or isinstance(runtime, bool) or not isinstance(runs, list):
-        raise ValueError(f"{label} is not a study's JSON (an object with 'runs' and 'runtime_s')")
+        raise ValueError(f"{label} is not a study's JSON (an object with 'runs' and 'runtime_s')")  # noqa: TRY004
     for number, run in enumerate(runs):
         if not (isinstance(run, dict) and isinstance(run.get("env_name"), str) and isinstance(run.get("method"), str)
                 and isinstance(run.get("seed"), int) and isinstance(run.get(protocol["endpoint"]), (int, float))):
-            raise ValueError(f"{label}: run {number} is not a run (env_name, method, seed, {protocol['endpoint']})")
+            raise ValueError(f"{label}: run {number} is not a run (env_name, method, seed, {protocol['endpoint']})")  # noqa: TRY004
     kept = [r for r in runs if r["env_name"] not in programs]
     have = {(r["env_name"], r["method"], r["seed"]) for r in kept}
     offset = int(protocol.get("seed_offset") or 0)

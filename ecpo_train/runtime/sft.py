@@ -429,7 +429,6 @@ def _run_sft(config: TrainConfig, *, episodes: int, epochs: int, lr: float, out:
         "loss_before": loss_before, "epoch_losses": epoch_losses, "loss_after": loss_after,
     }
     from ecpo_train.policies.atomic import library_write_errors, replaced_folder
-
     from ecpo_train.runtime.run_dir import LOCK_FILE
 
     # an earlier output stays until this one is whole; the lock file is carried over (still held)
@@ -477,8 +476,9 @@ def check_sft_out(out: str | Path, model: str) -> Path:
     except (OSError, ValueError, UnicodeDecodeError, AttributeError):
         listed = None
     if not isinstance(listed, list):
-        raise ValueError(f"--out {out}: its {SFT_SUMMARY} lists no files sft wrote (an older version, or not sft's): "
-                         "it is not replaced; give a new folder, or delete this one first")
+        raise ValueError(  # noqa: TRY004
+            f"--out {out}: its {SFT_SUMMARY} lists no files sft wrote (an older version, or not sft's): it is not "
+            "replaced; give a new folder, or delete this one first")
     others = [name for name in entries if name not in listed]
     if others:
         raise ValueError(f"--out {out} holds {', '.join(others[:3])}{'...' if len(others) > 3 else ''}, which the "
