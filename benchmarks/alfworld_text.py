@@ -323,6 +323,9 @@ def report(out: Path, arms: list[str], seeds: list[int], bed: Testbed = ALFWORLD
     from benchmarks.stats import apply_holm, paired_diff, paired_outcomes
 
     warm = outcomes(out, WARM, bed)
+    if not warm:  # (a typo in --out: an empty report would replace the committed one)
+        raise ValueError(f"--out {str(out)[:200]} holds no evaluation of the warm start ({bed.folder}/{WARM}): is it "
+                         "the study's folder? (a kept study: `restore --keep DIR --out OUT` first)")
     result: dict[str, Any] = {"protocol": {"preset": bed.preset, "manifest": bed.manifest, "arms": arms,
                                            "seeds": seeds, "iterations": ITERATIONS, "temperature": TEMPERATURE,
                                            "warm_start": " ".join(bed.warm_start)},
@@ -447,12 +450,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out, bed = Path(args.out), TESTBEDS[args.testbed]
     try:
+        check_study_input(args)
         keep = Path(args.keep) if args.keep else None
         if args.stage in ("keep", "restore"):
             from benchmarks.study_keep import keep_finished, restore_kept
 
-            if keep is None:
-                raise ValueError(f"{args.stage} needs --keep DIR")
             if args.stage == "keep":
                 print(f"kept in {keep}: {len(keep_finished(out, keep, bed))} newly finished evaluations")
             else:
@@ -464,14 +466,40 @@ def main(argv: list[str] | None = None) -> int:
         result = report(out, args.arms, args.seeds, bed)
         if args.engines_png:
             result["engines"] = engines_side_by_side(out, png=Path(args.engines_png))
+        text = json.dumps(result, indent=1, default=float)
+        if args.json:
+            from ecpo_train.policies.atomic import write_text
+
+            write_text(Path(args.json), text + "\n")
     except (RuntimeError, ValueError, OSError) as err:
-        print(f"error: {err}", file=sys.stderr)
+        from ecpo_train.evaluation.options import error_line
+
+        print(f"error: {error_line(err)}", file=sys.stderr)
         return 2
-    text = json.dumps(result, indent=1, default=float)
-    if args.json:
-        Path(args.json).write_text(text + "\n", encoding="utf-8")
     print(text)
     return 0
+
+
+def check_study_input(args: argparse.Namespace) -> None:
+    """The whole input of a stage, checked before any work (a bad arm is refused before the warm start's hours, a
+    report's ``--json`` before it is computed): a ``ValueError`` naming the option."""
+    from ecpo_train.core.credit.registry import available_estimators
+
+    known = available_estimators()
+    for arm in args.arms:
+        if arm not in known:
+            raise ValueError(f"--arms {arm[:80]!r} is not an estimator: give some of {', '.join(known)}")
+    if len(set(args.arms)) != len(args.arms) or len(set(args.seeds)) != len(args.seeds):
+        raise ValueError("--arms and --seeds: give each once")
+    if any(not 0 <= seed < 2**31 for seed in args.seeds):
+        raise ValueError(f"--seeds: each seed must be in [0, 2**31) (got {min(args.seeds)}..{max(args.seeds)})")
+    if args.stage == "report":
+        if args.json and Path(args.json).is_dir():
+            raise ValueError(f"--json {args.json[:200]} is a folder: give the report's file")
+        if args.json and not Path(args.json).absolute().parent.is_dir():
+            raise ValueError(f"--json {args.json[:200]}: its folder does not exist")
+    if args.stage in ("keep", "restore") and args.keep is None:
+        raise ValueError(f"{args.stage} needs --keep DIR")
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ import numpy as np
 from benchmarks import RESULTS, ArgumentParser
 from benchmarks.credit_study import run_study
 from benchmarks.stats import apply_holm, fmt_part, mde, paired_diff, paired_values, seeds_for_mde
+from ecpo_train.evaluation.options import error_line
 from ecpo_train.policies.atomic import write_text
 from ecpo_train.runtime.config_values import read_yaml
 
@@ -191,7 +192,7 @@ def compare(runs: list[dict[str, Any]], protocol: dict[str, Any]) -> dict[str, A
     cells = _cells(runs, protocol["endpoint"])
     reference = protocol["reference"]
     table: dict[str, dict[str, Any]] = {}
-    for bed_name in {r["env_name"] for r in runs}:
+    for bed_name in dict.fromkeys(r["env_name"] for r in runs):  # (in the runs' order: the same JSON every time)
         parts = []
         for arm in protocol["arms"]:
             if arm == reference:
@@ -271,6 +272,56 @@ def render(table: dict[str, Any], protocol: dict[str, Any], runs: list[dict[str,
     return "\n".join(lines) + "\n"
 
 
+def program_column(protocol: dict[str, Any], name: str, folder: Path) -> list[dict[str, Any]]:
+    """The runs of a program testbed's column from its study folder (``--program-out``), or a ``ValueError`` when
+    the folder is missing or any (arm, seed) of the protocol lacks an evaluation of every game: a column is read
+    once, whole, never as "not run" or with a seed silently left out."""
+    label = f"--program-out {name}={str(folder)[:200]}"
+    if not folder.is_dir():
+        raise ValueError(f"{label}: no such folder (restore the kept jobs into it first: python -m "
+                         f"benchmarks.alfworld_text restore --testbed {name} --keep DIR --out {str(folder)[:200]})")
+    runs = program_runs(protocol, name, folder)
+    wanted = [(arm, seed) for seed in program_seeds(testbed(protocol, name)) for arm in protocol["arms"]]
+    missing = [job for job in wanted if job not in {(r["method"], r["seed"]) for r in runs}]
+    if missing:
+        raise ValueError(f"{label}: {len(missing)} of the {len(wanted)} runs have no evaluation of every game "
+                         f"(first: {missing[0][0]}-s{missing[0][1]}): the column is read when all are finished")
+    return runs
+
+
+def finished_runs(path: Path, protocol: dict[str, Any], programs: list[str]) -> tuple[list[dict[str, Any]], float]:
+    """``--from-json``'s runs of the testbeds this program trains, and its runtime, or a ``ValueError`` when the
+    file is missing, is not a study's JSON, or lacks a run of the protocol (a (testbed, arm, seed) cell)."""
+    label = f"--from-json {str(path)[:200]}"
+    try:
+        payload = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ValueError(f"{label}: no such file") from None
+    except IsADirectoryError:
+        raise ValueError(f"{label} is a folder: give the study's JSON") from None
+    except (ValueError, UnicodeDecodeError) as err:
+        raise ValueError(f"{label} is not JSON ({type(err).__name__}): give the study's JSON") from None
+    runtime = payload.get("runtime_s") if isinstance(payload, dict) else None
+    runs = payload.get("runs") if isinstance(payload, dict) else None
+    if not isinstance(runtime, (int, float)) or isinstance(runtime, bool) or not isinstance(runs, list):
+        raise ValueError(f"{label} is not a study's JSON (an object with 'runs' and 'runtime_s')")  # noqa: TRY004
+    for number, run in enumerate(runs):
+        if not (isinstance(run, dict) and isinstance(run.get("env_name"), str) and isinstance(run.get("method"), str)
+                and isinstance(run.get("seed"), int) and isinstance(run.get(protocol["endpoint"]), (int, float))):
+            raise ValueError(f"{label}: run {number} is not a run (env_name, method, seed, {protocol['endpoint']})")  # noqa: TRY004
+    kept = [r for r in runs if r["env_name"] not in programs]
+    have = {(r["env_name"], r["method"], r["seed"]) for r in kept}
+    offset = int(protocol.get("seed_offset") or 0)
+    seeds = range(offset, offset + int(protocol.get("seeds") or 0))
+    for bed in runnable(protocol):
+        for seed in seeds:
+            for arm in protocol["arms"]:
+                if (bed["name"], arm, seed) not in have:
+                    raise ValueError(f"{label} lacks the run of {arm} seed {seed} on {bed['name']}: it is not the "
+                                     "finished study's JSON")
+    return kept, float(runtime)
+
+
 def program_out(value: str) -> tuple[str, Path]:
     """``--program-out TESTBED=DIR``, split (the testbed is checked against the protocol's in ``main``)."""
     name, sep, folder = value.partition("=")
@@ -319,6 +370,14 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--program-out: testbed {name} is given twice")
         outs[name] = folder
     started = time.perf_counter()
+    try:  # every input checked before any work: the columns' folders and the JSON re-analysed
+        columns = [] if args.pilot or args.pilot_seeds or args.run_testbed else \
+            [run for name, folder in outs.items() for run in program_column(protocol, name, folder)]
+        if args.from_json is not None:
+            runs, runtime = finished_runs(args.from_json, protocol, programs)
+    except (RuntimeError, ValueError, OSError) as err:
+        print(f"error: {error_line(err)}", file=sys.stderr)
+        return 2
     try:
         if args.pilot_seeds:
             count = program_pilot_seed_count(protocol, args.pilot_seeds)
@@ -333,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
             run_program_testbed(protocol, args.run_testbed, args.out, args.jobs, args.keep)
             return 0
     except (RuntimeError, ValueError, OSError) as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {error_line(err)}", file=sys.stderr)
         return 2
     if args.pilot:
         runs = run_study(study_protocol(protocol, protocol["pilot"]["seeds"], protocol["pilot"]["seed_offset"]),
@@ -343,10 +402,7 @@ def main(argv: list[str] | None = None) -> int:
                                            "runtime_s": time.perf_counter() - started}, separators=(",", ":")))
         print(f"pilot: largest SD {count['largest_sd']:.3f} -> {count['seeds']} seeds (MDE {count['mde_at_seeds']:.3f})")
         return 0
-    if args.from_json is not None:
-        payload = json.loads(args.from_json.read_text())
-        runs, runtime = [r for r in payload["runs"] if r["env_name"] not in programs], payload["runtime_s"]
-    else:
+    if args.from_json is None:
         if not protocol.get("seeds"):
             print("error: the protocol has no seed count yet: run --pilot and commit the count first")
             return 2
@@ -356,12 +412,7 @@ def main(argv: list[str] | None = None) -> int:
             runs = run_study(study_protocol(protocol, protocol["seeds"], protocol["seed_offset"]), workers=args.workers,
                              done=done, on_run=lambda run: (raw.write(json.dumps(slim(run)) + "\n"), raw.flush()))
         runtime = time.perf_counter() - started + sum(float(r.get("seconds", 0.0)) for r in done) / 2
-    try:
-        for name, folder in outs.items():
-            runs += program_runs(protocol, name, folder)
-    except (RuntimeError, ValueError, OSError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    runs += columns
     table = compare(runs, protocol)
     runs = [{key: run[key] for key in KEPT if key in run} for run in runs]  # the curves stay in RAW_RUNS
     write_text(RESULT_JSON, json.dumps({"protocol": protocol, "table": table, "runs": runs, "runtime_s": runtime},

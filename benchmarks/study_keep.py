@@ -10,28 +10,42 @@ finished is played again from its seed.
 
 Layout of a kept folder, for a testbed ``bed`` (its ``folder`` and ``manifest``)::
 
+    SHA256SUMS                  the sha256 of every other kept file (``sha256sum -c`` reads it)
     warm/sft.json, text_policy.json, text_policy.safetensors
     <bed.folder>/<policy>/<manifest>.jsonl.gz, machine.json
     runs/<policy>/metrics.jsonl.gz, config.yaml.gz
     runs/<policy>/policy/text_policy.json, text_policy.safetensors   (where the schedule kept the final policy)
 
 A testbed with several warm starts (``bed.warm_folders``) keeps each of their folders instead of ``warm/``.
+
+Kept results are checked before they are used: ``keep`` records each file's sha256 in ``SHA256SUMS`` as it writes it,
+and ``restore`` (and ``keep``, before adding to the folder) refuses a kept folder whose files differ from it (an edited
+or damaged log, a file keep did not write, one listed but gone), in one line naming the file. A kept ``.gz`` is
+unpacked to at most ``MAX_UNPACKED`` bytes, and a restored log must hold every game of the manifest. Nothing is read
+or written through a link on either side (``policies/atomic.refuse_links``): a symlink placed in ``--out`` or in the
+kept folder is refused, so neither a file of the machine is copied into the committed folder nor one outside
+``--out`` overwritten.
 """
 
 from __future__ import annotations
 
 import functools
 import gzip
+import hashlib
 import json
 import os
-import shutil
+import zlib
 from pathlib import Path
 from typing import Protocol
+
+from ecpo_train.policies.atomic import no_follow, refuse_links, replaced_file
 
 WARM_FILES = ("sft.json", "text_policy.json", "text_policy.safetensors")
 POLICY, POLICY_FILES = "policy", ("text_policy.json", "text_policy.safetensors")  # a job's kept final policy
 RUN_FILES = ("metrics.jsonl", "config.yaml")  # kept gzipped
 MACHINE = "machine.json"
+SUMS = "SHA256SUMS"
+MAX_UNPACKED = 64 << 20  # bytes a kept .gz may unpack to (an episode log of 140 games is some 100 KB)
 
 
 class Played(Protocol):
@@ -92,33 +106,152 @@ def machine() -> dict[str, str]:
             "torch": torch.__version__, "torch_cpu_capability": torch.backends.cpu.get_cpu_capability()}
 
 
-def _gzip(source: Path, target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(target.name + ".partial")
-    with open(source, "rb") as plain, open(partial, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as out:
-        shutil.copyfileobj(plain, out)  # mtime 0: the same log gives the same bytes
-    partial.replace(target)
+def _read(source: Path, root: Path) -> bytes:
+    """``source``'s bytes, never through a link below ``root``."""
+    refuse_links(source, below=root)
+    with open(source, "rb", opener=no_follow) as handle:
+        return handle.read()
 
 
-def _gunzip(source: Path, target: Path) -> None:
+def _write(target: Path, data: bytes, root: Path) -> None:
+    """``target`` (under ``root``) replaced whole by ``data``; a link there, or a linked folder below ``root``, is
+    refused, never written through."""
+    refuse_links(target, below=root)
     target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(target.name + ".partial")
-    with gzip.open(source, "rb") as packed, open(partial, "wb") as out:
-        shutil.copyfileobj(packed, out)
-    partial.replace(target)
+    refuse_links(target, below=root)
+    with replaced_file(target, below=root) as partial, open(partial, "xb", opener=no_follow) as out:
+        out.write(data)
+
+
+def _gzip(source: Path, target: Path, out: Path, keep: Path) -> str:
+    """``source`` (under ``out``) gzipped into ``target`` (under ``keep``); returns the kept file's sha256."""
+    data = gzip.compress(_read(source, out), mtime=0)  # mtime 0: the same log gives the same bytes
+    _write(target, data, keep)
+    return hashlib.sha256(data).hexdigest()
+
+
+def _gunzip(source: Path, keep: Path) -> bytes:
+    """A kept ``.gz`` unpacked, at most ``MAX_UNPACKED`` bytes; a damaged one is a ``ValueError``."""
+    packed = _read(source, keep)
+    try:
+        unpacker = zlib.decompressobj(wbits=31)
+        data = unpacker.decompress(packed, MAX_UNPACKED + 1)
+        if len(data) > MAX_UNPACKED or unpacker.unconsumed_tail:
+            raise ValueError(f"{source} unpacks to more than {MAX_UNPACKED >> 20} MB, more than any kept log: "
+                             "it is not what keep wrote")
+        if not unpacker.eof:
+            raise EOFError("it ends before its gzip stream does")
+    except (zlib.error, EOFError) as err:
+        raise ValueError(f"{source} is damaged ({str(err)[:80]}): check it out of git again") from None
+    return data
+
+
+def _games(data: bytes, bed: Played) -> int:
+    """How many games of ``bed``'s manifest an episode log's bytes hold a seed-0 record of."""
+    from ecpo_train.evaluation.results import record_key
+
+    games = set()
+    for line in data.splitlines():
+        try:
+            record = json.loads(line)
+            manifest, group, task, seed = record_key(record)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            continue
+        if seed == 0 and manifest == bed.manifest:
+            games.add((group, task))
+    return len(games)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb", opener=no_follow) as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def read_sums(keep: Path) -> dict[str, str]:
+    """``keep``'s ``SHA256SUMS``: relative path -> sha256 (none where the file is not there)."""
+    path = keep / SUMS
+    if not (path.exists() or path.is_symlink()):
+        return {}
+    sums = {}
+    for number, line in enumerate(_read(path, keep).decode("utf-8", "replace").splitlines(), 1):
+        digest, sep, name = line.partition("  ")
+        if not sep or len(digest) != 64 or not name or name.startswith("/") or ".." in Path(name).parts:
+            raise ValueError(f"{path} line {number} is not '<sha256>  <path>': check it out of git again")
+        sums[name] = digest
+    return sums
+
+
+def _write_sums(keep: Path, sums: dict[str, str]) -> None:
+    _write(keep / SUMS, "".join(f"{digest}  {name}\n" for name, digest in sorted(sums.items())).encode(), keep)
+
+
+def check_kept(keep: Path, dropped_ok: bool = False) -> dict[str, str]:
+    """``keep``'s checksums, after checking that every file in it is listed in ``SHA256SUMS`` with the sha256 it
+    has, and every listed file is there: a ``ValueError`` naming the first that is not (no link is followed).
+    ``dropped_ok``: a listed file that is gone is left out of the checksums returned (keep writes it again)."""
+    if not keep.is_dir():
+        return {}
+    refuse_links(keep / SUMS, below=keep)
+    sums = read_sums(keep)
+    found = []
+    for folder, folders, files in os.walk(keep):
+        for name in sorted(folders + files):
+            path = Path(folder) / name
+            if path.is_symlink():
+                raise ValueError(f"{path} is a symlink: a kept folder holds none (keep never writes one); delete it")
+        found += [(Path(folder) / name).relative_to(keep).as_posix() for name in files]
+    for name in sorted(found):
+        if name != SUMS and name not in sums:
+            raise ValueError(f"{keep / name} is not listed in {keep / SUMS}: keep did not write it; delete it, "
+                             "or check the folder out of git again")
+    for name, digest in sorted(sums.copy().items()):
+        path = keep / name
+        if not path.is_file() and dropped_ok and not path.is_symlink():
+            del sums[name]
+            continue
+        if not path.is_file():
+            raise ValueError(f"{path} is listed in {keep / SUMS} but missing: check the folder out of git again")
+        refuse_links(path, below=keep)
+        if _sha256(path) != digest:
+            raise ValueError(f"{path} does not match its sha256 in {keep / SUMS}: the kept file was changed; "
+                             "check it out of git again")
+    return sums
+
+
+def seal(keep: Path) -> dict[str, str]:
+    """Write ``SHA256SUMS`` for what ``keep`` holds now (a folder kept before checksums were: check its reports
+    regenerate first); returns the checksums."""
+    sums = {}
+    for path in sorted(keep.rglob("*")):
+        if path.is_symlink():
+            raise ValueError(f"{path} is a symlink: a kept folder holds none; delete it")
+        if path.is_file() and path.name != SUMS:
+            sums[path.relative_to(keep).as_posix()] = _sha256(path)
+    _write_sums(keep, sums)
+    return sums
 
 
 def _warm_folders(bed: Played) -> tuple[str, ...]:
     return tuple(getattr(bed, "warm_folders", ("warm",)))
 
 
-def _warm(source: Path, target: Path, folders: tuple[str, ...] = ("warm",)) -> None:
+def _warm(source: Path, target: Path, source_root: Path, target_root: Path, folders: tuple[str, ...] = ("warm",)
+          ) -> list[tuple[str, bytes]]:
+    """The warm starts' files copied from ``source/<folder>`` into ``target/<folder>`` where ``target`` has none
+    (``folders``: the testbed's warm-start folders); returns what was copied (each file's name under ``target`` and
+    its bytes)."""
+    copied = []
     for warm in folders:
         if (source / warm / "sft.json").is_file() and not (target / warm / "sft.json").is_file():
-            (target / warm).mkdir(parents=True, exist_ok=True)
             for name in WARM_FILES:
-                if (source / warm / name).is_file():
-                    shutil.copy2(source / warm / name, target / warm / name)
+                if (source / warm / name).is_file() or (source / warm / name).is_symlink():
+                    data = _read(source / warm / name, source_root)
+                    _write(target / warm / name, data, target_root)
+                    copied.append((f"{warm}/{name}", data))
+    return copied
 
 
 def _policies(root: Path, bed: Played) -> list[str]:
@@ -128,41 +261,68 @@ def _policies(root: Path, bed: Played) -> list[str]:
 
 def machine_of(root: Path, name: str, bed: Played) -> str | None:
     """The CPU that played ``name``'s job, as kept beside its episode log (``None`` for a job not kept, or kept
-    before machines were recorded)."""
+    before machines were recorded); a ``machine.json`` that names no CPU is a ``ValueError`` naming it."""
     path = _job(root, name, bed) / MACHINE
-    return str(json.loads(path.read_text(encoding="utf-8"))["cpu"]) if path.is_file() else None
+    if not path.is_file():
+        return None
+    try:
+        cpu = json.loads(path.read_text(encoding="utf-8")).get("cpu")
+    except (ValueError, UnicodeDecodeError, AttributeError):
+        cpu = None
+    if not isinstance(cpu, str) or not cpu:
+        raise ValueError(f"{path} is not a machine record (a JSON object whose 'cpu' is a CPU's name): restore it")
+    return cpu
 
 
 def keep_finished(out: Path, keep: Path, bed: Played) -> list[str]:
     """Copy into ``keep`` the warm start's model (once) and every policy evaluated on every game in ``out`` that
-    ``keep`` does not hold complete yet, with its curve and the machine it ran on; returns the policies copied."""
-    _warm(out, keep, _warm_folders(bed))
+    ``keep`` does not hold complete yet, with its curve and the machine it ran on, each file's sha256 added to
+    ``SHA256SUMS``; returns the policies copied. ``keep`` is checked first (``check_kept``)."""
+    sums = check_kept(keep, dropped_ok=True)
+    for name, data in _warm(out, keep, out, keep, _warm_folders(bed)):
+        sums[name] = hashlib.sha256(data).hexdigest()
+    _write_sums(keep, sums)
     copied = []
     for name in _policies(out, bed):
         if not evaluation_complete(keep, name, bed, kept=True) and evaluation_complete(out, name, bed):
             for plain in (out / "runs" / name / f for f in RUN_FILES):
-                if plain.is_file():
-                    _gzip(plain, keep / "runs" / name / f"{plain.name}.gz")
+                if plain.is_file() or plain.is_symlink():
+                    target = keep / "runs" / name / f"{plain.name}.gz"
+                    sums[target.relative_to(keep).as_posix()] = _gzip(plain, target, out, keep)
             policy = out / "runs" / name / POLICY
             for file in POLICY_FILES if (policy / POLICY_FILES[0]).is_file() else ():
-                (keep / "runs" / name / POLICY).mkdir(parents=True, exist_ok=True)
-                shutil.copy2(policy / file, keep / "runs" / name / POLICY / file)
-            _job(keep, name, bed).mkdir(parents=True, exist_ok=True)
-            (_job(keep, name, bed) / MACHINE).write_text(json.dumps(machine(), indent=1) + "\n", encoding="utf-8")
-            _gzip(_log(out, name, bed, kept=False), _log(keep, name, bed, kept=True))  # last: it marks the job kept
+                data = _read(policy / file, out)
+                _write(keep / "runs" / name / POLICY / file, data, keep)
+                sums[f"runs/{name}/{POLICY}/{file}"] = hashlib.sha256(data).hexdigest()
+            record = (json.dumps(machine(), indent=1) + "\n").encode()
+            _write(_job(keep, name, bed) / MACHINE, record, keep)
+            sums[(_job(keep, name, bed) / MACHINE).relative_to(keep).as_posix()] = hashlib.sha256(record).hexdigest()
+            log = _log(keep, name, bed, kept=True)
+            digest = _gzip(_log(out, name, bed, kept=False), log, out, keep)  # last: it marks the job kept
+            sums[log.relative_to(keep).as_posix()] = digest
+            _write_sums(keep, sums)
             copied.append(name)
     return copied
 
 
 def restore_kept(keep: Path, out: Path, bed: Played) -> list[str]:
     """Put ``keep``'s warm start and complete evaluations back into ``out`` where ``out`` lacks them (each episode log
-    as the leaderboard writes it); returns the policies restored."""
-    _warm(keep, out, _warm_folders(bed))
+    as the leaderboard writes it); returns the policies restored. ``keep`` is checked first (``check_kept``: an
+    edited, damaged or unlisted file is a ``ValueError``), and each restored log must cover every game."""
+    check_kept(keep)
+    for name in _policies(keep, bed):  # every kept machine record read before anything is written
+        machine_of(keep, name, bed)
+    _warm(keep, out, keep, out, _warm_folders(bed))
     restored = []
     for name in _policies(keep, bed):
         if evaluation_complete(keep, name, bed, kept=True) and not evaluation_complete(out, name, bed):
-            _gunzip(_log(keep, name, bed, kept=True), _log(out, name, bed, kept=False))
+            kept = _log(keep, name, bed, kept=True)
+            data = _gunzip(kept, keep)
+            if _games(data, bed) != manifest_games(bed):  # (checked before anything of out is replaced)
+                raise ValueError(f"{kept} holds records of {_games(data, bed)} of the {manifest_games(bed)} games of "
+                                 f"{bed.manifest}: it is not a finished job's log")
+            _write(_log(out, name, bed, kept=False), data, out)
             if (_job(keep, name, bed) / MACHINE).is_file():
-                shutil.copy2(_job(keep, name, bed) / MACHINE, _job(out, name, bed) / MACHINE)
+                _write(_job(out, name, bed) / MACHINE, _read(_job(keep, name, bed) / MACHINE, keep), out)
             restored.append(name)
     return restored

@@ -115,7 +115,7 @@ def test_kill_9_inside_a_checkpoint_write_keeps_the_previous_checkpoint(stopped_
     assert (stopped_run / "checkpoint.pt").read_bytes() == before
     assert train(stopped_run, "iterations=4", "--resume").exit_code == 0
     assert logged(stopped_run) == uninterrupted
-    assert not (stopped_run / "checkpoint.pt.partial").exists()
+    assert not list(stopped_run.glob("checkpoint.pt.partial*"))
 
 
 def test_a_first_checkpoint_that_fails_does_not_claim_a_previous_one(tmp_path, monkeypatch):
@@ -302,6 +302,9 @@ class _Algorithm:
                 handle.write(pickle.dumps({"version": self.version, "file": name}))
 
 
+TOKEN = "-0123456789abcdef"  # the form of the token a writer gives its temporary names (policies/atomic.py)
+
+
 def _versions(folder: Path) -> set[int]:
     return {pickle.loads(p.read_bytes())["version"] for p in folder.rglob("*.pkl")}
 
@@ -324,9 +327,9 @@ def test_a_crash_or_full_disk_during_the_rllib_save_keeps_the_previous_checkpoin
                           env=os.environ | {"PYTHONPATH": paths}, check=False)
     assert done.returncode == -9, done.stderr[-2000:]
     assert _versions(checkpoint) == {1}
-    # a kill between the swap's two renames: the old folder is NAME.previous, which the resume reads
-    os.replace(checkpoint, tmp_path / "rllib_checkpoint.previous")
-    assert current_folder(checkpoint) == tmp_path / "rllib_checkpoint.previous"
+    # a kill between the swap's two renames: the old folder is NAME.previous-<token>, which the resume reads
+    os.replace(checkpoint, tmp_path / f"rllib_checkpoint.previous{TOKEN}")
+    assert current_folder(checkpoint) == tmp_path / f"rllib_checkpoint.previous{TOKEN}"
     save_rllib_checkpoint(_Algorithm(4), checkpoint)
     assert _versions(checkpoint) == {4} and current_folder(checkpoint) == checkpoint
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rllib_checkpoint"]
@@ -359,7 +362,7 @@ def test_an_rllib_run_whose_swap_was_cut_between_its_renames_resumes_from_the_pr
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / "config.yaml").write_text("engine: rllib\n")
-    (run_dir / "rllib_checkpoint.previous").mkdir()
+    (run_dir / f"rllib_checkpoint.previous{TOKEN}").mkdir()
     assert plan_start(run_dir, {}, resume=True, engine="rllib").kind == "resume"
 
 
@@ -472,14 +475,14 @@ def test_a_run_log_that_is_a_link_is_never_written_through(tmp_path, name, link)
 def test_a_model_folder_whose_sft_swap_was_cut_between_its_renames_is_read_from_its_previous(tiny_model_dir,
                                                                                               tmp_path):
     """Issue 58 (low): after a kill between ``ecpo sft --out``'s two renames the model is whole in
-    ``OUT.previous`` and ``OUT`` is gone; ``ecpo train model=OUT`` reads it there (``models.model_folder``)."""
+    ``OUT.previous-<token>`` and ``OUT`` is gone; ``ecpo train model=OUT`` reads it there (``models.model_folder``)."""
     import shutil
 
     from ecpo_train.runtime.models import model_folder, weights_sha256
 
-    shutil.copytree(tiny_model_dir, tmp_path / "sft_model.previous")
+    shutil.copytree(tiny_model_dir, tmp_path / f"sft_model.previous{TOKEN}")
     out = str(tmp_path / "sft_model")
-    assert model_folder(out) == str(tmp_path / "sft_model.previous")
+    assert model_folder(out) == str(tmp_path / f"sft_model.previous{TOKEN}")
     assert weights_sha256(out) == weights_sha256(tiny_model_dir)
     result = runner.invoke(app, ["train", "--config", "corridor_llm", f"model={out}", f"run_dir={tmp_path / 'run'}",
                                  "iterations=1", "n_groups=2", "group_size=2", "val_every=0", "progress=false"])

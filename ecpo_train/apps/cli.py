@@ -275,6 +275,10 @@ def evaluate_run(
         if not isinstance(config.get("env_id"), str) or not isinstance(config.get("env_kwargs") or {}, dict):
             raise ValueError(f"{run_folder.config} names no env_id (with env_kwargs a mapping)")  # noqa: TRY004
         env_kwargs = [f"{key}={json.dumps(value)}" for key, value in (config.get("env_kwargs") or {}).items()]
+        if not options.out_dir:  # the run's own eval/: never a link out of the run folder
+            from ecpo_train.policies.atomic import refuse_links
+
+            refuse_links(run_folder.eval)
         options = dataclasses.replace(options, agent="checkpoint", checkpoint=run_dir,
                                       env=None if options.manifest else config["env_id"],
                                       env_kwarg=None if options.manifest else env_kwargs,

@@ -2,7 +2,8 @@
 
 An interrupted evaluation loses at most the episode in flight: ``load_records`` reads every complete line,
 drops a torn last line (and truncates it away so the next append starts on a fresh line; a last record that
-is whole but lost its newline is kept and the newline added) and skips lines that are not JSON objects.
+is whole but lost its newline is kept and the newline added) and skips lines that are not JSON objects. A log that
+is a link (a symlink, or a hard link to a file elsewhere) is never appended to or cut (``atomic.refuse_links``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import os
 import warnings
 from pathlib import Path
 from typing import Any
+
+from ecpo_train.policies.atomic import append_bytes, open_no_follow, refuse_links
 
 RECORD_KEY = ("manifest", "group", "task_id", "seed")
 
@@ -25,6 +28,8 @@ def load_records(path: str | Path, *, repair: bool = True) -> list[dict[str, Any
     path = Path(path)
     if not path.is_file():
         return []
+    if repair:
+        refuse_links(path)
     data = path.read_bytes()
     end = data.rfind(b"\n") + 1
     if end < len(data) and _is_record(data[end:]):
@@ -32,15 +37,14 @@ def load_records(path: str | Path, *, repair: bool = True) -> list[dict[str, Any
         data += b"\n"
         end = len(data)
         if repair:
-            with open(path, "ab") as handle:
-                handle.write(b"\n")
-                handle.flush()
-                os.fsync(handle.fileno())
+            append_bytes(path, b"\n", sync=True)
     if repair and end < len(data):
-        with open(path, "r+b") as handle:
-            handle.truncate(end)
-            handle.flush()
-            os.fsync(handle.fileno())
+        fd = open_no_follow(path, os.O_WRONLY)
+        try:
+            os.ftruncate(fd, end)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
     records: dict[tuple, dict[str, Any]] = {}
     skipped = 0
     for line in data[:end].splitlines():
@@ -67,9 +71,6 @@ def _is_record(line: bytes) -> bool:
 
 
 def append_record(path: str | Path, record: dict[str, Any]) -> None:
-    """Append one record as a JSON line and fsync it."""
+    """Append one record as a JSON line and fsync it (never through a link)."""
     line = json.dumps(record, sort_keys=True, ensure_ascii=False) + "\n"
-    with open(path, "a", encoding="utf-8") as handle:
-        handle.write(line)
-        handle.flush()
-        os.fsync(handle.fileno())
+    append_bytes(path, line.encode("utf-8"), sync=True)

@@ -8,7 +8,10 @@ Layout under ``out_dir``::
     leaderboard.json / .md       the tables of every agent under ``out_dir``
 
 ``run.json``, ``results.json`` and the tables are replaced whole (``ecpo_train.policies.atomic``): a crash or a
-full disk mid-write leaves the previous file, never an empty one.
+full disk mid-write leaves the previous file, never an empty one. Nothing is written through a link: an agent folder,
+an episode log or the summary's lock that is a link (a symlink, or a hard link to a file elsewhere) is refused in one
+line. One process at a time evaluates an agent into a folder (``<agent>/run.lock``, ``runtime.run_lock``): a second
+is refused, naming the first, so two never append the same episodes twice.
 
 Starting again with the same ``out_dir`` and agent skips the (group, task, seed) pairs already logged.
 Each episode's randomness comes from ``episode_seed(seed, task_id, trial)`` (environment reset and agent
@@ -24,6 +27,7 @@ import contextlib
 import fcntl
 import functools
 import json
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -36,7 +40,7 @@ from ecpo_train.evaluation.agents import Agent, AgentPolicy, Trial, episode_seed
 from ecpo_train.evaluation.manifests import TaskManifest, resolve_task_ids
 from ecpo_train.evaluation.results import append_record, load_records, record_key
 from ecpo_train.evaluation.tables import aggregate, markdown_tables
-from ecpo_train.policies.atomic import write_text
+from ecpo_train.policies.atomic import open_no_follow, refuse_links, write_text
 
 
 @dataclass
@@ -129,7 +133,7 @@ def check_run_config(run_dir: Path, config: dict[str, Any]) -> None:
     """Write ``run.json`` (the agent, the seeds and each manifest's provenance), or check that an existing one
     describes the same agent and the same manifests (more seeds and more manifests add to it); a difference is
     one ``ValueError`` naming it, and nothing is written."""
-    path = run_dir / "run.json"
+    path = refuse_links(run_dir / "run.json")
     config = _as_json(config)
     if path.is_file():
         try:
@@ -161,18 +165,30 @@ def check_run_config(run_dir: Path, config: dict[str, Any]) -> None:
 def evaluate(agent: Agent, manifests: Sequence[TaskManifest], out_dir: str | Path,
              settings: EvalSettings | None = None) -> dict[str, Any]:
     """Evaluate ``agent`` on every task of ``manifests`` for each seed; returns the agent's results dict."""
+    from ecpo_train.runtime.run_lock import acquire_run_lock
+
+    settings = settings or EvalSettings()
+    out_dir = Path(out_dir)
+    run_dir = refuse_links(out_dir / safe_name(agent.name), below=out_dir)
+    lock = acquire_run_lock(run_dir, "leaderboard", label=f"the evaluation folder {run_dir}")
+    try:
+        _evaluate(agent, manifests, run_dir, settings)
+    finally:
+        lock.release()
+    return write_reports(out_dir, agent.name, [m.name for m in manifests])
+
+
+def _evaluate(agent: Agent, manifests: Sequence[TaskManifest], run_dir: Path, settings: EvalSettings) -> None:
+    """:func:`evaluate`'s episodes, under the agent folder's lock."""
     import gymnasium as gym
 
     import ecpo_gym  # noqa: F401  (registers the ids)
 
-    settings = settings or EvalSettings()
-    out_dir = Path(out_dir)
-    run_dir = out_dir / safe_name(agent.name)
     check_run_config(run_dir, {"agent": agent.describe(), "seeds": list(settings.seeds),
                                "manifests": {m.name: manifest_provenance(m, settings.env_overrides)
                                              for m in manifests}})
     for manifest in manifests:
-        log = run_dir / f"{safe_name(manifest.name)}.jsonl"
+        log = refuse_links(run_dir / f"{safe_name(manifest.name)}.jsonl")
         done = {record_key(r) for r in load_records(log)}
         for group in manifest.groups:
             env_kwargs = manifest.group_env_kwargs(group, settings.env_overrides)
@@ -200,7 +216,6 @@ def evaluate(agent: Agent, manifests: Sequence[TaskManifest], out_dir: str | Pat
                         bar.update(bool(outcome["success"]), f"seed {seed}")
             finally:
                 envs.close()
-    return write_reports(out_dir, agent.name, [m.name for m in manifests])
 
 
 def collect_records(run_dir: Path, manifest_names: Sequence[str] | None = None) -> list[dict[str, Any]]:
@@ -225,7 +240,7 @@ def write_reports(out_dir: str | Path, agent_name: str | None = None,
         records = collect_records(run_dir, manifest_names)
         run = json.loads((run_dir / "run.json").read_text(encoding="utf-8")) if (run_dir / "run.json").is_file() else {}
         result = {"run": run, "summary": aggregate(records).get(agent_name, {}), "episodes": records}
-        write_text(run_dir / "results.json", json.dumps(result, indent=1, sort_keys=True) + "\n")
+        write_text(run_dir / "results.json", json.dumps(result, indent=1, sort_keys=True) + "\n", below=out_dir)
     with _one_summary_writer(out_dir):
         everything = [r for d in sorted(p for p in out_dir.iterdir() if p.is_dir()) for r in collect_records(d)]
         summary = aggregate(everything)
@@ -241,6 +256,9 @@ def _one_summary_writer(out_dir: Path):
     """The folder's summary is rewritten by one process at a time: agents evaluated into one folder at once (a
     study's parallel jobs) each rebuild it from every log, in turn, so the last holds every agent (the lock is the
     kernel's: a killed writer releases it)."""
-    with open(out_dir / ".leaderboard.lock", "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+    fd = open_no_follow(out_dir / ".leaderboard.lock", os.O_RDWR | os.O_CREAT)  # (never created through a link)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
         yield
+    finally:
+        os.close(fd)

@@ -88,7 +88,7 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt")
 
 def model_folder(model: str | Path) -> str:
     """``model`` as the path to load it from: ``~`` expanded, and a local folder that an ``ecpo sft --out`` swap
-    killed between its two renames left as ``NAME.previous`` (``policies/atomic.py``) read there, whole. A hub id
+    killed between its two renames left as ``NAME.previous-<token>`` (``policies/atomic.py``) read there, whole. A hub id
     is returned as it is."""
     from ecpo_train.policies.atomic import current_folder
 

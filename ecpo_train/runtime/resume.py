@@ -9,7 +9,11 @@ than cutting its history, and so is ``--resume`` of a folder the other engine wr
 ``checkpoint.pt``; ``rllib``: ``rllib_checkpoint/``, ``engine: rllib`` in ``config.yaml``): neither reads the
 other's state. ``--resume`` where there is no run (a missing folder, an empty one, one of unrelated files: a
 typo in a path) is refused too; ``--resume-or-start`` (``resume="auto"``) is the spelling for "resume the run if
-there is one, else start". Every check happens before the folder is touched: a refused start changes no byte. The run
+there is one, else start"; where the run stopped before its first checkpoint, it starts the run again there (kind
+``restart``: its metrics are dropped, ``history.jsonl`` keeps the killed start, the config must be the run's as on
+``--resume``). ``--overwrite`` and ``--resume-or-start`` touch only a folder a run wrote (one of ``OWN_MARKERS``:
+``history.jsonl``, ``metrics.jsonl``, a checkpoint), never a folder whose ``config.yaml`` or ``eval/`` is the user's;
+``run_dir=''`` (the current folder, by accident) is refused. Every check happens before the folder is touched: a refused start changes no byte. The run
 shell (``runtime/run.py``) plans the start under the folder's lock (``ecpo_train.runtime.run_lock``), held while the
 run writes.
 
@@ -30,12 +34,14 @@ from ecpo_train.policies.atomic import current_folder
 from ecpo_train.runtime.checkpoint_io import checkpoint_config
 from ecpo_train.runtime.run_dir import (
     ENGINE_KEY,
+    OWN_MARKERS,
     RUN_FILES,
     RunFolder,
     folder_engine,
     holds_run,
     linked_run_files,
     read_saved_config,
+    written_by_run,
 )
 
 # bookkeeping: changing these on --resume continues the same run (where it lives, how long, what is logged,
@@ -49,7 +55,8 @@ RESUME_OR_START = "auto"  # resume=: continue the run in run_dir if it holds one
 
 @dataclass
 class StartPlan:
-    """What starting a run in ``run_dir`` does: ``start`` (no run there), ``resume`` or ``overwrite``."""
+    """What starting a run in ``run_dir`` does: ``start`` (no run there), ``resume``, ``overwrite`` or ``restart``
+(``--resume-or-start`` of a run stopped before its first checkpoint)."""
 
     run_dir: Path
     kind: str
@@ -83,6 +90,10 @@ def plan_start(run_dir: Path, new_config: dict[str, Any], resume: bool | str = F
             raise ValueError(f"--resume: run_dir={str(run_dir)!r} {_nothing_there(run_dir, made)}, so there is nothing to "
                              "resume: check the path, or pass --resume-or-start to start a run where there is none")
         return StartPlan(run_dir, "start")
+    if (overwrite or resume == RESUME_OR_START) and not written_by_run(run_dir):
+        found = ", ".join(sorted(name for name in RUN_FILES if (run_dir / name).exists())[:4])
+        raise ValueError(f"run_dir={str(run_dir)!r} holds {found}, but no run wrote them (no {', '.join(OWN_MARKERS)}): "
+                         "they are not deleted or continued; choose another run_dir=")
     if overwrite:
         return StartPlan(run_dir, "overwrite")
     if not resume:
@@ -94,6 +105,10 @@ def plan_start(run_dir: Path, new_config: dict[str, Any], resume: bool | str = F
                          f"cannot continue: resume it with --engine {written_by}, or --overwrite to replace it")
     folder = RunFolder(run_dir)
     checkpoint = current_folder(folder.checkpoint(engine))  # (RLlib's: the whole one, if a swap was cut)
+    if not checkpoint.exists() and resume == RESUME_OR_START:
+        saved = read_saved_config(folder.config)
+        if saved is not None and stopped_before_first_checkpoint(folder, saved):  # start it again
+            return StartPlan(run_dir, "restart", resume_changes(saved, new_config))
     if not checkpoint.exists():
         raise ValueError(f"run_dir={str(run_dir)!r} holds a run but no {checkpoint.name} to resume from (it stopped "
                          "before its first checkpoint): --overwrite to start it over (its metrics are deleted), "
@@ -103,6 +118,23 @@ def plan_start(run_dir: Path, new_config: dict[str, Any], resume: bool | str = F
         return StartPlan(run_dir, "resume", resume_changes(saved, new_config) if saved is not None else {})
     saved = read_saved_config(folder.config)
     return StartPlan(run_dir, "resume", resume_changes(saved, new_config) if saved is not None else {})
+
+
+def stopped_before_first_checkpoint(folder: RunFolder, saved: dict[str, Any]) -> bool:
+    """Whether the run in ``folder`` (its ``config.yaml``: ``saved``) stopped before its first checkpoint was
+    written: no iteration its logs hold comes after the one that checkpoint follows (a run whose checkpoint went
+    missing later is not restarted: its logs are all that is left of it)."""
+    from ecpo_train.runtime.run_dir import read_metrics_file, read_validation_file
+
+    every = [value for value in (saved.get("checkpoint_every"), saved.get("iterations"))  # (0: only at the end)
+             if isinstance(value, int) and not isinstance(value, bool) and value >= 1]
+    if not every:
+        return False
+    every = min(every)
+    logged = [row.get("iteration", 0) for row in (read_metrics_file(folder.metrics)[0] if folder.metrics.exists()
+                                                  else [])]
+    logged += [row["iteration"] for row in read_validation_file(folder.validation, tasks=None)]
+    return all(isinstance(i, (int, float)) and i <= every for i in logged)
 
 
 def _nothing_there(run_dir: Path, made: bool = False) -> str:

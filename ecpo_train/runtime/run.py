@@ -80,6 +80,9 @@ def open_run(engine_class: Callable[..., Engine], config: Any, *, resume: bool |
     from ecpo_train.runtime.config import config_dict
     from ecpo_train.runtime.run_lock import acquire_run_lock
 
+    if not str(config.run_dir).strip():  # (Path('') is the current folder)
+        raise ValueError("run_dir='' is empty, which would mean the current folder: give the run's folder "
+                         "(run_dir=. for the current one)")
     name, run_dir = engine_class.name, Path(config.run_dir)
     values, checkpoint = config_dict(config), RunFolder(run_dir).checkpoint(engine_class.name)
     engine: Engine | None = None

@@ -20,8 +20,9 @@ used folder starts a fresh log) and writes ``config.yaml`` when it first writes:
 nothing, so a refused start leaves the folder as it was (``ecpo_train.runtime.resume``); ``begin_run`` is the
 first write of both engines. Every file rewritten here (``config.yaml``, and the logs cut back on resume) is
 replaced whole (``ecpo_train.policies.atomic``): a crash or a full disk mid-write leaves the previous version,
-and the next ``--resume`` starts from it; ``NAME.partial`` (and ``rllib_checkpoint.previous``) are what an
-interrupted write may leave, deleted with the run's files. A failed write names its file. A torn last line of
+and the next ``--resume`` starts from it; ``NAME.partial-<token>`` (and ``rllib_checkpoint.previous-<token>``) are
+what an interrupted write may leave, deleted with the run's files. Nothing is written through a link (a log, the
+folder's ``eval/``: ``atomic.refuse_links``). A failed write names its file. A torn last line of
 ``metrics.jsonl`` (a crash mid-write) is dropped with a warning naming the file. ``validation.jsonl`` holds one line per validation with every episode's outcome in validation
 order (task, copy, won, length): two validations of the same tasks and seed pair episode by episode
 (``benchmarks/small_households_summary.py``). Reading and writing the checkpoint file itself is
@@ -31,7 +32,6 @@ order (task, copy, won, length): two validations of the same tasks and seed pair
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
 import shutil
@@ -44,7 +44,7 @@ from typing import Any
 
 import yaml
 
-from ecpo_train.policies.atomic import current_folder, leftover_names, write_text
+from ecpo_train.policies.atomic import append_bytes, current_folder, is_leftover, leftovers, write_text
 from ecpo_train.runtime.tensorboard_scalars import TensorBoardScalars
 
 CONFIG_FILE = "config.yaml"
@@ -65,7 +65,7 @@ ENGINE_CHECKPOINTS = {"native": CHECKPOINT_FILE, "rllib": RLLIB_CHECKPOINT_DIR}
 # what a run writes into its folder (``--overwrite`` deletes these; anything else in the folder stays)
 _WRITTEN = (CONFIG_FILE, METRICS_FILE, VALIDATION_FILE, CHECKPOINT_FILE, CURVES_FILE, HISTORY_FILE, TENSORBOARD_DIR,
             ADAPTER_DIR, MERGED_DIR, EVAL_DIR, RLLIB_CHECKPOINT_DIR)
-RUN_FILES = _WRITTEN + tuple(left for name in _WRITTEN for left in leftover_names(name))  # + interrupted writes
+RUN_FILES = _WRITTEN  # (and what their interrupted writes left: atomic.leftovers)
 # a folder holds a run when it has any of them (a folder holding only a lock, or nothing, holds none): a start
 # there is refused, so it never erases an earlier run's files (a validation.jsonl kept without its checkpoint)
 RUN_MARKERS = RUN_FILES
@@ -107,7 +107,22 @@ def checkpoint_file(path: str | Path) -> Path:
 
 
 def holds_run(run_dir: Path) -> bool:
-    return any((run_dir / name).exists() or (run_dir / name).is_symlink() for name in RUN_MARKERS)
+    return any((run_dir / name).exists() or (run_dir / name).is_symlink() or leftovers(run_dir / name)
+               for name in RUN_MARKERS)
+
+
+OWN_MARKERS = (HISTORY_FILE, METRICS_FILE, CHECKPOINT_FILE, RLLIB_CHECKPOINT_DIR)  # names only a run writes
+
+
+def written_by_run(run_dir: Path) -> bool:
+    """Whether a run wrote ``run_dir``: it holds one of ``OWN_MARKERS`` (``config.yaml`` or ``eval/`` alone may be
+    the user's own files, which ``--overwrite`` must not delete)."""
+    return any((run_dir / name).exists() or leftovers(run_dir / name) for name in OWN_MARKERS)
+
+
+def is_run_file(entry: str) -> bool:
+    """Whether ``entry`` (a name in a run folder) is one a run writes, or what an interrupted write of one left."""
+    return entry in RUN_FILES or any(is_leftover(name, entry) for name in RUN_FILES)
 
 
 def folder_engine(run_dir: Path) -> str:
@@ -161,23 +176,8 @@ def append_history(run_dir: Path, event: str, iteration: int, changes: dict[str,
 def append_line(path: Path, line: str) -> None:
     """Append one line to a log of the run; a failed write (a full disk) is an ``OSError`` naming the file, and so
     is a log that is a link (symbolic, or a hard link to a file elsewhere): a run never writes through a link out
-    of its folder."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-    except OSError as err:
-        why = "it is a symlink: a run never writes through a link; delete it" if err.errno == errno.ELOOP else \
-            err.strerror
-        raise OSError(err.errno, why, str(path)) from None
-    try:
-        if os.fstat(fd).st_nlink > 1:
-            raise OSError(errno.EMLINK, "it is a hard link to another file: a run never writes through a link; "
-                                        "delete it", str(path))
-        with open(fd, "a", encoding="utf-8", closefd=False) as fh:
-            fh.write(line + "\n")
-    except OSError as err:
-        raise OSError(err.errno, err.strerror, str(path)) from None
-    finally:
-        os.close(fd)
+    of its folder (``atomic.append_bytes``)."""
+    append_bytes(path, (line + "\n").encode("utf-8"))
 
 
 def linked_run_files(run_dir: Path) -> list[str]:
@@ -193,10 +193,11 @@ def linked_run_files(run_dir: Path) -> list[str]:
     return linked
 
 
-def remove_run_files(run_dir: Path) -> None:
-    """Delete the files a run wrote (``RUN_FILES``) from ``run_dir``; other files stay."""
-    for name in RUN_FILES:
-        path = run_dir / name
+def remove_run_files(run_dir: Path, keep: tuple[str, ...] = ()) -> None:
+    """Delete the files a run wrote (``RUN_FILES``, and what their interrupted writes left) from ``run_dir``, but
+    ``keep``; other files stay."""
+    names = [name for name in RUN_FILES if name not in keep]
+    for path in [run_dir / name for name in names] + [left for name in names for left in leftovers(run_dir / name)]:
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path)
         elif path.exists() or path.is_symlink():
@@ -206,11 +207,13 @@ def remove_run_files(run_dir: Path) -> None:
 def begin_run(log: MetricsLog, kind: str, iteration: int, changes: dict[str, list[Any]] | None = None,
               warm_start: dict[str, Any] | None = None) -> None:
     """The first writes of a run that passed every check, the same on both engines: ``overwrite`` deletes the
-    old run's files, the metrics and validation logs keep the iterations through ``iteration`` (a resume's
+    old run's files (``restart`` all but its history), the metrics and validation logs keep the iterations through ``iteration`` (a resume's
     checkpoint; none for a fresh start), ``config.yaml`` is written, and ``history.jsonl`` records ``kind`` (a
     start or an overwrite with its ``warm_start``: ``model`` and the sha256 of its weights)."""
     if kind == "overwrite":
         remove_run_files(log.folder.root)
+    elif kind == "restart":  # stopped before its first checkpoint: its files go, its history records the restart
+        remove_run_files(log.folder.root, keep=(HISTORY_FILE,))
     log.keep_through(iteration if kind == "resume" else -1)
     append_history(log.folder.root, kind, iteration, changes, warm_start=warm_start if kind != "resume" else None)
 

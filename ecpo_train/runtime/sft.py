@@ -362,6 +362,20 @@ def run_sft(config: TrainConfig, *, episodes: int, epochs: int, lr: float, out: 
         raise ValueError(f"policy={config.policy}: ecpo sft trains a causal LM (policy=llm with model=...) or the "
                          "small text policy (policy=text)")
     out = check_sft_out(out, config.model)
+    from ecpo_train.runtime.run_lock import acquire_run_lock
+
+    lock = acquire_run_lock(out, "sft", label=f"--out {str(out)[:200]}")  # one sft per output folder
+    try:
+        check_sft_out(out, config.model)  # (again, under the lock: what another sft wrote meanwhile counts)
+        return _run_sft(config, episodes=episodes, epochs=epochs, lr=lr, out=out, batch_size=batch_size,
+                        checkpointing=checkpointing, text=text, max_tokens=max_tokens)
+    finally:
+        lock.release()
+
+
+def _run_sft(config: TrainConfig, *, episodes: int, epochs: int, lr: float, out: Path, batch_size: int,
+             checkpointing: bool, text: bool, max_tokens: int) -> dict[str, Any]:
+    """:func:`run_sft`'s work, under ``out``'s lock."""
     from ecpo_train.runtime.builders import build_policy
 
     torch.manual_seed(config.seed)
@@ -418,34 +432,59 @@ def run_sft(config: TrainConfig, *, episodes: int, epochs: int, lr: float, out: 
         "loss_before": loss_before, "epoch_losses": epoch_losses, "loss_after": loss_after,
     }
     from ecpo_train.policies.atomic import library_write_errors, replaced_folder
+    from ecpo_train.runtime.run_dir import LOCK_FILE
 
-    with replaced_folder(out) as partial, library_write_errors(out):  # an earlier output stays until this one is whole
+    # an earlier output stays until this one is whole; the lock file is carried over (still held)
+    with replaced_folder(out, carry=(LOCK_FILE,)) as partial, library_write_errors(out):
         if text:
             policy.save_pretrained(partial)
         else:
             policy.model.save_pretrained(partial)
             policy.tokenizer.save_pretrained(partial)
+        summary["files"] = sorted([*(entry.name for entry in partial.iterdir()), SFT_SUMMARY])  # what a later sft replaces
         (partial / SFT_SUMMARY).write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     return summary
 
 
 def check_sft_out(out: str | Path, model: str) -> Path:
     """``--out`` as a folder sft may write, or a ``ValueError``: never an empty path (the current folder), the
-    input model's own folder, or a folder holding files that no earlier sft wrote (an earlier sft output, with
-    its ``sft.json``, is replaced)."""
+    input model's own folder, a link, or a folder holding anything an earlier sft did not write (an earlier sft
+    output, every file of it listed in its ``sft.json``, is replaced whole; its lock file aside)."""
     import os
 
-    from ecpo_train.runtime.run_dir import check_writable_folder
+    from ecpo_train.policies.atomic import refuse_links
+    from ecpo_train.runtime.run_dir import LOCK_FILE, check_writable_folder
 
     if not str(out).strip():
         raise ValueError("--out is empty: give the folder to write the fine-tuned model to")
     path = Path(out).expanduser()
     check_writable_folder(path, f"--out {out}")
+    if path.is_symlink():
+        raise ValueError(f"--out {out} is a symlink: give the folder itself (nothing is written through a link)")
     model_folder = Path(os.path.expanduser(model))
     if model_folder.exists() and path.exists() and path.resolve() == model_folder.resolve():
         raise ValueError(f"--out {out} is the input model's folder: the base model would be overwritten; give "
                          "a new folder")
-    if path.is_dir() and any(path.iterdir()) and not (path / SFT_SUMMARY).is_file():
+    if not path.is_dir():
+        return path
+    entries = sorted(entry.name for entry in path.iterdir() if entry.name != LOCK_FILE)
+    if not entries:
+        return path
+    if not (path / SFT_SUMMARY).is_file():
         raise ValueError(f"--out {out} holds files that are not an sft output (no {SFT_SUMMARY}): give an empty "
                          "or new folder, or delete its contents first")
+    try:
+        refuse_links(path / SFT_SUMMARY)
+        listed = json.loads((path / SFT_SUMMARY).read_text(encoding="utf-8")).get("files")
+    except (OSError, ValueError, UnicodeDecodeError, AttributeError):
+        listed = None
+    if not isinstance(listed, list):
+        raise ValueError(  # noqa: TRY004
+            f"--out {out}: its {SFT_SUMMARY} lists no files sft wrote (an older version, or not sft's): it is not "
+            "replaced; give a new folder, or delete this one first")
+    others = [name for name in entries if name not in listed]
+    if others:
+        raise ValueError(f"--out {out} holds {', '.join(others[:3])}{'...' if len(others) > 3 else ''}, which the "
+                         f"earlier sft did not write (its {SFT_SUMMARY} does not list it): replacing the folder "
+                         "would delete it; move it out, or give a new folder")
     return path
