@@ -434,17 +434,6 @@ def main(argv: list[str] | None = None) -> int:
             setattr(args, option, default)
     if args.iterations is None:
         args.iterations = TESTBEDS[args.testbed].iterations
-    from ecpo_train.core.credit.registry import available_estimators
-
-    unknown = [arm for arm in args.arms if arm not in ARM_SETTINGS and arm not in available_estimators()]
-    if unknown:
-        print(f"error: --arms: no arm {str(unknown[0])[:40]!r} (an estimator, or one of {sorted(ARM_SETTINGS)})",
-              file=sys.stderr)
-        return 2
-    labels = {w.label for w in TESTBEDS[args.testbed].warm_starts}
-    if args.warm_starts is not None and not set(args.warm_starts) <= labels:
-        print(f"error: --warm-starts: testbed {args.testbed} has the warm starts {sorted(labels)}", file=sys.stderr)
-        return 2
     if args.jobs < 1 or args.iterations < 1:
         print("error: --jobs and --iterations must be >= 1", file=sys.stderr)
         return 2
@@ -487,8 +476,12 @@ def check_study_input(args: argparse.Namespace) -> None:
 
     known = available_estimators()
     for arm in args.arms:
-        if arm not in known:
-            raise ValueError(f"--arms {arm[:80]!r} is not an estimator: give some of {', '.join(known)}")
+        if arm not in known and arm not in ARM_SETTINGS:
+            raise ValueError(f"--arms {arm[:80]!r} is not an estimator nor one of {sorted(ARM_SETTINGS)}: give some "
+                             f"of {', '.join(known)}")
+    labels = {w.label for w in TESTBEDS[args.testbed].warm_starts}
+    if args.warm_starts is not None and not set(args.warm_starts) <= labels:
+        raise ValueError(f"--warm-starts: testbed {args.testbed} has the warm starts {sorted(labels)}")
     if len(set(args.arms)) != len(args.arms) or len(set(args.seeds)) != len(args.seeds):
         raise ValueError("--arms and --seeds: give each once")
     if any(not 0 <= seed < 2**31 for seed in args.seeds):
