@@ -150,7 +150,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.batch < 1 or args.iterations < 1 or args.sft_steps < 1 or any(t < 1 for t in args.threads):
         print("error: --batch, --iterations, --sft-steps and --threads must be >= 1", file=sys.stderr)
         return 2
-
     from ecpo_train.policies.text import TextPolicy
 
     try:

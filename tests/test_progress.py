@@ -42,3 +42,14 @@ def test_plain_lines_come_at_most_every_interval_and_at_the_end(capsys):
         "ecpo: 0/3 (Ns) | rollout step 1", "ecpo: 0/3 (Ns) | update", "ecpo: 1/3 (Ns) | success 0.25",
         "ecpo: 3/3 (Ns) | success 0.75"]
     assert lines[1].startswith("ecpo: 0/3 (2s)")
+
+
+def test_val_names_a_listed_set_as_listed():
+    """A preset that lists its validation tasks (``households_text``: 32 households of their own seed range) shows
+    "32 listed tasks", not "the env's first 32"."""
+    from ecpo_train.core.tasks import validation_label
+    from ecpo_train.runtime.config import load_config
+
+    config = load_config("households_text")
+    assert validation_label(config, config.val_tasks) == "32 listed tasks"
+    assert validation_label(load_config("alfworld_text"), ["a"] * 32) == "the env's first 32 tasks"

@@ -39,7 +39,7 @@ def task_lists(config: Any, all_tasks: Sequence[str], env: Any = None) -> tuple[
 def validation_label(config: Any, val_tasks: Sequence[str]) -> str:
     """What a run's validation figure measures, in a few words (the progress line's ``val``): how many tasks
     ``val_tasks`` holds and how :func:`task_lists` chose them (the environment's first ones, or the listed ones).
-    A way of naming the set added to the config is described here, in one place."""
+    Another way of choosing them (a named set, say) is worded here too, so that the line stays true."""
     if config.val_tasks is None:
         return f"the env's first {len(val_tasks)} tasks"
     return f"{len(val_tasks)} listed tasks"

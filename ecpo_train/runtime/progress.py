@@ -24,7 +24,7 @@ class Progress:
                  val_label: str = "") -> None:
         self.enabled, self.total, self.done, self.label = enabled, total, done, label
         self.lines_every = float(lines_every)
-        self.val_label = val_label  # what the "val" figure measures, e.g. "first 32 tasks" (core.tasks)
+        self.val_label = val_label  # what the "val" figure measures (core.tasks.validation_label)
         self._progress: Any = None
         self._started = time.perf_counter()
         self._last_status = ""
