@@ -52,4 +52,4 @@ def test_val_names_a_listed_set_as_listed():
 
     config = load_config("households_text")
     assert validation_label(config, config.val_tasks) == "32 listed tasks"
-    assert validation_label(load_config("alfworld_text"), ["a"] * 32) == "the env's first 32 tasks"
+    assert validation_label(load_config("quickstart"), ["a"] * 4) == "the env's first 4 tasks"
