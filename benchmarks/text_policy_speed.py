@@ -104,7 +104,13 @@ def warm_start_steps_per_second(threads: int, steps: int, episodes: int = 64, ba
     import torch
 
     from ecpo_train.runtime.config import load_config
-    from ecpo_train.runtime.sft import TEXT_MAX_TOKENS, expert_demonstrations, fine_tune, text_policy_for, text_rows
+    from ecpo_train.runtime.sft import (
+        TEXT_MAX_TOKENS,
+        expert_demonstrations,
+        fine_tune,
+        text_policy_for,
+        text_rows,
+    )
 
     config = load_config("alfworld_text", [])
     demonstrations = expert_demonstrations(config.env_id, episodes=episodes, env_kwargs=config.env_kwargs,
