@@ -10,6 +10,10 @@ games takes with it, environment steps included.
    rollout, credit, update), from ``--model`` (a warm start) or random weights; ``time/iteration`` of each and its
    split (generation, env, update). Target: 30 s or less per iteration on 2 idle cores. ``--engines native
    rllib`` times both engines one after the other in this run (RLlib: 2 env-runner actors and 2 learner actors).
+3. ``--threads 1 2``: the thread rule of the text-policy recipe (docs/cpu_training.md). At each torch thread count
+   in turn: the native iteration (as in 2, the preset with ``threads=N``) and the warm start's optimizer steps
+   (``ecpo sft``'s ``fine_tune``: batches of 64 expert steps of train-split games, AdamW), per second; the load
+   average before and after each count. With ``--json`` they go to the same file under the key ``threads``.
 
 The machine's load average is recorded beside the figures: on a shared machine they are upper bounds.
 """
@@ -68,14 +72,16 @@ def decisions_per_second(policy: Any, contexts: list[Any], batch: int, threads: 
     return best
 
 
-def iteration_times(model: str | None, iterations: int, engine: str = "native") -> list[dict[str, float]]:
+def iteration_times(model: str | None, iterations: int, engine: str = "native",
+                    threads: int | None = None) -> list[dict[str, float]]:
     """``iterations`` iterations of the preset on ``engine``: ``native`` (this process) or ``rllib`` (2 env-runner
-    actors and 2 learner actors, DDP over gloo, half a CPU each)."""
+    actors and 2 learner actors, DDP over gloo, half a CPU each); ``threads``: the preset's ``threads`` replaced."""
     from ecpo_train.runtime.config import load_config
 
     with tempfile.TemporaryDirectory() as folder:
         overrides = [f"run_dir={folder}/run", f"iterations={iterations}", "val_every=0", "progress=false",
                      "tensorboard=false", "checkpoint_every=0"] + ([f"model={model}"] if model else [])
+        overrides += [f"threads={threads}"] if threads is not None else []
         config = load_config("alfworld_text", overrides)
         from ecpo_train.runtime.run import train
 
@@ -91,17 +97,64 @@ def iteration_times(model: str | None, iterations: int, engine: str = "native") 
     return [{key: float(h[key]) for key in keys if key in h} for h in history]
 
 
+def warm_start_steps_per_second(threads: int, steps: int, episodes: int = 64, batch: int = 64) -> float:
+    """``ecpo sft``'s optimizer steps per second at ``threads`` torch threads: ``fine_tune`` (AdamW, batches of
+    ``batch`` rows) of a fresh text policy on the expert's steps of ``episodes`` train-split games, ``steps`` steps
+    (the first, warming up, untimed)."""
+    import torch
+
+    from ecpo_train.runtime.config import load_config
+    from ecpo_train.runtime.sft import (
+        TEXT_MAX_TOKENS,
+        expert_demonstrations,
+        fine_tune,
+        text_policy_for,
+        text_rows,
+    )
+
+    config = load_config("alfworld_text", [])
+    demonstrations = expert_demonstrations(config.env_id, episodes=episodes, env_kwargs=config.env_kwargs,
+                                           history_length=config.history_length)
+    policy = text_policy_for(config, demonstrations)
+    prompts, replies, _ = text_rows(policy, demonstrations)
+    rows = (steps * batch) // len(prompts) + 1
+    prompts, replies = (prompts * rows)[: steps * batch], (replies * rows)[: steps * batch]
+    torch.set_num_threads(threads)
+    fine_tune(policy, prompts[:batch], replies[:batch], epochs=1, lr=1e-3, batch_size=batch, max_tokens=TEXT_MAX_TOKENS)
+    started = time.perf_counter()
+    fine_tune(policy, prompts, replies, epochs=1, lr=1e-3, batch_size=batch, max_tokens=TEXT_MAX_TOKENS)
+    return steps / (time.perf_counter() - started)
+
+
+def thread_sweep(model: str | None, counts: list[int], iterations: int, sft_steps: int) -> dict[str, Any]:
+    """Per torch thread count, one after the other: the native iteration's seconds and the warm start's optimizer
+    steps per second, with the 1-minute load average before and after."""
+    out = {}
+    for threads in counts:
+        load_before = os.getloadavg()[0]
+        rows = iteration_times(model, iterations, "native", threads=threads)
+        out[str(threads)] = {"iteration_seconds": [r["time/iteration"] for r in rows],
+                             "iteration_median_seconds": statistics.median(r["time/iteration"] for r in rows),
+                             "sft_steps_per_second": warm_start_steps_per_second(threads, sft_steps),
+                             "load_average_1m": {"before": load_before, "after": os.getloadavg()[0]}}
+        print(json.dumps({f"threads_{threads}": out[str(threads)]}), flush=True)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", help="a text-policy folder (ecpo sft output); default: random weights")
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--iterations", type=int, default=3)
-    parser.add_argument("--engines", nargs="+", default=["native"], choices=["native", "rllib"],
-                        help="time the iteration on these engines, one after the other in this run")
+    parser.add_argument("--engines", nargs="*", default=["native"], choices=["native", "rllib"],
+                        help="time the iteration on these engines, one after the other in this run (none: skip)")
+    parser.add_argument("--threads", nargs="+", type=int, default=[],
+                        help="also time the native iteration and the warm start's steps at each of these thread counts")
+    parser.add_argument("--sft-steps", type=int, default=100, help="warm-start optimizer steps timed per count")
     parser.add_argument("--json", help="write the figures here")
     args = parser.parse_args(argv)
-    if args.batch < 1 or args.iterations < 1:
-        print("error: --batch and --iterations must be >= 1", file=sys.stderr)
+    if args.batch < 1 or args.iterations < 1 or args.sft_steps < 1 or any(t < 1 for t in args.threads):
+        print("error: --batch, --iterations, --sft-steps and --threads must be >= 1", file=sys.stderr)
         return 2
     from ecpo_train.policies.text import TextPolicy
 
@@ -127,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
                                            "median_seconds": statistics.median(r["time/iteration"] for r in rows)}
                                   for engine, rows in steps.items()}},
     }
+    if args.threads:
+        result["threads"] = thread_sweep(args.model, args.threads, args.iterations, args.sft_steps)
     text = json.dumps(result, indent=1)
     if args.json:
         Path(args.json).write_text(text + "\n", encoding="utf-8")

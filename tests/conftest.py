@@ -92,12 +92,14 @@ def train(run_dir: Path, *extra: str, sizes: list[str] = QUICK) -> Any:
 
 def run_values(model: Path | str, tmp_path: Path, **changes: Any) -> dict[str, Any]:
     """A small scoring run on the corridors (the tiny Qwen2 at ``model``), as native ``TrainConfig`` values: the
-    run both engines train in the equality tests; ``changes`` override."""
+    run both engines train in the equality tests; ``changes`` override. One torch thread in every process of the
+    run (the driver, the runner and learner actors): the thread count changes float summation order, so the
+    engines' equality holds however pytest was started (with ``OMP_NUM_THREADS=1`` or without)."""
     values = {"run_dir": str(tmp_path / "native"), "policy": "llm", "policy_mode": "score", "model": str(model),
               "device": "cpu", "env_id": ENV_ID, "env_kwargs": dict(CORRIDOR), "n_groups": 2, "group_size": 4,
               "history_length": 0, "prompt_style": "compact", "val_every": 0, "credit": {"d_min": 1}, "lr": 1e-3,
               "kl_coef": 0.0, "mini_batch_size": 8, "micro_batch_size": 4, "num_epochs": 2, "seed": 5,
-              "checkpoint_every": 0, "tensorboard": False, "progress": False, "iterations": 3}
+              "checkpoint_every": 0, "tensorboard": False, "progress": False, "iterations": 3, "threads": 1}
     return values | changes
 
 

@@ -86,6 +86,31 @@ def test_eval_scores_a_trained_run_on_its_own_environment(tmp_path):
     assert group_results["episodes"] == 2  # the first 2 tasks of the run's environment, one seed
 
 
+def test_eval_takes_env_arguments_as_the_leaderboard_does(tmp_path):
+    """``ecpo eval RUN --env-kwarg K=V`` plays every task of the run's environment with that argument over the
+    run's own (a split with no manifest: ``split=valid_unseen``): the very episodes ``ecpo leaderboard --agent
+    checkpoint --env ID --env-kwarg ...`` plays with the run's arguments spelled out."""
+    run_dir = tmp_path / "run"
+    trained = runner.invoke(app, ["train", "--config", "quickstart", f"run_dir={run_dir}", "iterations=1",
+                                  "n_groups=2", "group_size=2", "val_every=0"])
+    assert trained.exit_code == 0, trained.output
+    result = runner.invoke(app, ["eval", str(run_dir), "--env-kwarg", "num_tasks=6", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    board = runner.invoke(app, ["leaderboard", "--agent", "checkpoint", "--checkpoint", str(run_dir), "--env",
+                                "ecpo/DivergentAnchor-v0", "--env-kwarg", "num_tasks=6", "--env-kwarg", "depth=8",
+                                "--env-kwarg", "rare_prob=[0.3, 0.6]", "--seeds", "1", "--no-progress",
+                                "--out-dir", str(tmp_path / "board")])
+    assert board.exit_code == 0, board.output
+
+    def episodes(folder):
+        (log,) = folder.glob("*/DivergentAnchor-v0.jsonl")
+        return [{k: v for k, v in json.loads(line).items() if k != "seconds"} for line in log.read_text().splitlines()]
+
+    mine = episodes(run_dir / "eval")
+    assert sorted(e["task_id"] for e in mine) == [f"corridor{i}" for i in range(6)]  # the run itself has 4 tasks
+    assert mine == episodes(tmp_path / "board")
+
+
 def test_eval_of_a_folder_without_a_run_is_a_clear_error(tmp_path):
     result = runner.invoke(app, ["eval", str(tmp_path)])
     assert result.exit_code == 2 and "config.yaml" in result.output

@@ -71,3 +71,27 @@ def test_the_gpu_page_is_for_any_offline_machine():
     assert "scaling.md" in page.split("\n## ")[0]  # which keys and how much memory come first
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert readme.index("docs/scaling.md") < readme.index("docs/gpu.md")
+
+
+def test_the_package_metadata_builds_without_a_setuptools_warning(tmp_path, monkeypatch):
+    """Installing prints no setuptools warning: the license is declared the current way (an SPDX expression,
+    PEP 639), and the built metadata carries it."""
+    import shutil
+    import warnings
+
+    pytest.importorskip("setuptools", minversion="77")
+    from setuptools import build_meta
+    from setuptools.warnings import SetuptoolsWarning
+
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    for package in ("ecpo_gym", "ecpo_train"):  # (the metadata does not read the modules)
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "meta").mkdir()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        folder = build_meta.prepare_metadata_for_build_wheel(str(tmp_path / "meta"))
+    assert [str(w.message)[:200] for w in caught if issubclass(w.category, SetuptoolsWarning)] == []
+    assert "License-Expression: Apache-2.0" in (tmp_path / "meta" / folder / "METADATA").read_text().splitlines()

@@ -258,7 +258,8 @@ def evaluate_run(
     options: LeaderboardOptions,
     run_dir: Annotated[str, typer.Argument(help="a run folder written by `ecpo train` (or its checkpoint.pt)")],
 ) -> None:
-    """Evaluate a trained checkpoint: `ecpo leaderboard --agent checkpoint` on the run's own environment."""
+    """Evaluate a trained checkpoint: `ecpo leaderboard --agent checkpoint` on the run's own environment, or on
+    manifests, or on every task of the run's environment with other arguments (`--env-kwarg split=valid_seen`)."""
     import dataclasses
     from pathlib import Path
 
@@ -274,14 +275,16 @@ def evaluate_run(
             raise FileNotFoundError(f"{run_folder.config} not found: pass a run folder written by `ecpo train`")
         if not isinstance(config.get("env_id"), str) or not isinstance(config.get("env_kwargs") or {}, dict):
             raise ValueError(f"{run_folder.config} names no env_id (with env_kwargs a mapping)")  # noqa: TRY004
+        # the run's env and its arguments, each --env-kwarg over them; --env or --manifest: as `ecpo leaderboard`
+        own = options.env is None and not options.manifest
         env_kwargs = [f"{key}={json.dumps(value)}" for key, value in (config.get("env_kwargs") or {}).items()]
         if not options.out_dir:  # the run's own eval/: never a link out of the run folder
             from ecpo_train.policies.atomic import refuse_links
 
             refuse_links(run_folder.eval)
         options = dataclasses.replace(options, agent="checkpoint", checkpoint=run_dir,
-                                      env=None if options.manifest else config["env_id"],
-                                      env_kwarg=None if options.manifest else env_kwargs,
+                                      env=config["env_id"] if own else options.env,
+                                      env_kwarg=[*env_kwargs, *(options.env_kwarg or [])] if own else options.env_kwarg,
                                       out_dir=options.out_dir or str(run_folder.eval))
         result = run_leaderboard(options)
     except _input_errors() as err:
@@ -290,9 +293,12 @@ def evaluate_run(
 
 
 app.command(name="eval")(typer_command(
-    evaluate_run, only=("manifest", "seeds", "greedy", "limit", "out_dir", "device", "progress"),
+    evaluate_run, only=("manifest", "env", "env_kwarg", "seeds", "greedy", "limit", "out_dir", "device", "progress"),
     defaults={"seeds": 1, "out_dir": None},
     helps={"manifest": "manifest name or JSON path (repeatable); default: every task of the run's environment",
+           "env": "evaluate every task of this env id (sorted) instead of the run's",
+           "env_kwarg": "key=value environment argument (repeatable), over the run's own unless --env or --manifest "
+                        "is given: --env-kwarg split=valid_unseen evaluates every game of that split",
            "greedy": "greedy decoding instead of the validation temperature 0.4",
            "limit": "only the first N tasks", "out_dir": "results folder; default RUN_DIR/eval (resumes what is there)"},
 ))

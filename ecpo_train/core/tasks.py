@@ -36,6 +36,15 @@ def task_lists(config: Any, all_tasks: Sequence[str], env: Any = None) -> tuple[
     return lists["train_tasks"], lists["val_tasks"]
 
 
+def validation_label(config: Any, val_tasks: Sequence[str]) -> str:
+    """What a run's validation figure measures, in a few words (the progress line's ``val``): how many tasks
+    ``val_tasks`` holds and how :func:`task_lists` chose them (the environment's first ones, or the listed ones).
+    Another way of choosing them (a named set, say) is worded here too, so that the line stays true."""
+    if config.val_tasks is None:
+        return f"the env's first {len(val_tasks)} tasks"
+    return f"{len(val_tasks)} listed tasks"
+
+
 def validation_seed(run_seed: int) -> int:
     """The seed of a run's validation episodes: fixed by the run's seed alone, so every validation of a run (and of
     its resumption, and of the same run on the other engine) plays the same episodes with the same draws."""

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ecpo_train.core.iteration import Observe
-from ecpo_train.core.tasks import validation_seed
+from ecpo_train.core.tasks import validation_label, validation_seed
 from ecpo_train.runtime.progress import no_phase
 from ecpo_train.runtime.resume import StartPlan, plan_start, warm_start
 from ecpo_train.runtime.run_dir import (
@@ -169,7 +169,7 @@ class Run:
         cfg, engine = self.config, self.engine
         target = cfg.iterations if iterations is None else engine.iteration + int(iterations)
         with Progress(enabled=cfg.progress and engine.writes, total=target, done=engine.iteration,
-                      label=cfg.estimator) as progress:
+                      label=cfg.estimator, val_label=validation_label(cfg, engine.val_tasks)) as progress:
             engine.on_phase = progress.phase
             try:
                 if engine.iteration == 0 and cfg.val_every and cfg.val_before_training and not self.history:

@@ -351,8 +351,8 @@ def run_sft(config: TrainConfig, *, episodes: int, epochs: int, lr: float, out: 
     docstring). Memory (module docstring): a forward holds at most ``config.max_tokens_per_micro_batch``
     tokens (the RL update's own bound; ``SFT_MAX_TOKENS`` where the config sets none) and decoder layers are
     checkpointed unless ``checkpointing=False``. ``config.progress`` shows the expert episodes, the loss passes
-    and the optimizer steps (plain lines every 30 s in a log). Returns the summary also written to
-    ``out/sft.json``.
+    and the optimizer steps (in a log, plain lines as ``runtime/progress.py`` spaces them). Torch runs on
+    ``config.threads`` threads, as the RL run does. Returns the summary also written to ``out/sft.json``.
     """
     check_sft_settings(episodes, epochs, lr, batch_size)
     text = config.policy == "text"
@@ -377,6 +377,9 @@ def _run_sft(config: TrainConfig, *, episodes: int, epochs: int, lr: float, out:
              checkpointing: bool, text: bool, max_tokens: int) -> dict[str, Any]:
     """:func:`run_sft`'s work, under ``out``'s lock."""
     from ecpo_train.runtime.builders import build_policy
+    from ecpo_train.runtime.threads import apply_threads
+
+    apply_threads(config.threads)  # the run's thread rule (threads.py): the warm start of a preset runs as its RL run
 
     torch.manual_seed(config.seed)
     scoring = config.policy_mode == "score"
@@ -388,7 +391,7 @@ def _run_sft(config: TrainConfig, *, episodes: int, epochs: int, lr: float, out:
     else:
         policy = build_policy(dataclasses.replace(config, policy_mode="generate", generation_backend="transformers",
                                                   **memory))
-    with Progress(config.progress, episodes, 0, "expert episodes", lines_every=30.0) as progress:
+    with Progress(config.progress, episodes, 0, "expert episodes") as progress:
         demonstrations = expert_demonstrations(config.env_id, episodes=episodes, task_ids=config.train_tasks,
                                                env_kwargs=config.env_kwargs, seed=config.seed,
                                                history_length=config.history_length,

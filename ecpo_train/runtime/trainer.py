@@ -45,6 +45,7 @@ from ecpo_train.runtime.models import model_folder
 from ecpo_train.runtime.native_step import EnvGroupSampler, PolicyLearner
 from ecpo_train.runtime.progress import no_phase
 from ecpo_train.runtime.run_dir import RunFolder
+from ecpo_train.runtime.threads import apply_threads
 
 
 class Trainer:
@@ -81,6 +82,7 @@ class Trainer:
                                    num_workers=config.env_workers, env_kwargs=config.env_kwargs)
         self.train_tasks, self.val_tasks = task_lists(config, list(self.envs.task_ids))  # refused here, before anything is written
         self.val_envs: GroupVectorEnv | None = None
+        apply_threads(config.threads)  # the run's torch threads from its first rollout on, not from its first update
         self.policy = build_policy(config, device=self.dp.device if self.dp is not None else None)
         self.reference = self.policy.frozen_copy() if config.kl_coef > 0 else None
         if self.dp is not None:  # shard after the reference copy, before the optimizer sees the parameters

@@ -38,6 +38,7 @@ from ecpo_train.core.iteration import ENV_SEED_BOUND, seed_streams
 from ecpo_train.core.rollout import training_rollout
 from ecpo_train.core.tasks import training_tasks
 from ecpo_train.integrations.rllib.llm.module import TRAIN_CONFIG, CausalLMRLModule, token_spaces
+from ecpo_train.runtime.threads import apply_threads
 
 # Runner k > 1 samples from seed + RUNNER_SEED_STRIDE * (k - 1): runner 1 (or the driver's) has the run's seed,
 # so one runner reproduces the native trainer; others draw independent streams.
@@ -60,6 +61,7 @@ class LLMEnvRunner(EnvRunner):
         self._envs: dict[int, Any] = {}
         self._val_envs: Any = None
         self.task_ids = training_tasks(tc, self.env_task_ids)
+        apply_threads(tc.threads)  # the run's torch threads in this actor too (Ray's default is its CPU share)
         self.module = CausalLMRLModule(
             observation_space=None, action_space=None, inference_only=True,
             model_config={TRAIN_CONFIG: tc})
