@@ -415,6 +415,7 @@ def run_sft(config: TrainConfig, *, episodes: int, epochs: int, lr: float, out: 
         "loss_before": loss_before, "epoch_losses": epoch_losses, "loss_after": loss_after,
     }
     from ecpo_train.policies.atomic import library_write_errors, replaced_folder
+    from ecpo_train.policies.checksums import write_folder_checksums
 
     with replaced_folder(out) as partial, library_write_errors(out):  # an earlier output stays until this one is whole
         if text:
@@ -423,6 +424,7 @@ def run_sft(config: TrainConfig, *, episodes: int, epochs: int, lr: float, out: 
             policy.model.save_pretrained(partial)
             policy.tokenizer.save_pretrained(partial)
         (partial / SFT_SUMMARY).write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+        write_folder_checksums(partial)  # swapped in with the folder: checked wherever it is loaded
     return summary
 
 
