@@ -161,3 +161,54 @@ def test_boundary_sweep_refused_up_front_or_finite(key, value, tmp_path):
             assert key.split(".")[-1] in line, (key, value, line)
         else:
             assert "nan or infinite" in line or "overflow" in line, (key, value, line)
+
+
+def test_a_non_finite_update_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path):
+    """``weight_decay=3e6``: AdamW's decay multiplies the weights by about -9e3 each optimizer step (one an
+    iteration: the mini-batch holds every row), so a few iterations in the scores overflow (1e308 does it at the
+    first). The run stops at that update with one line (exit 2); ``checkpoint.pt`` is the last good iteration's,
+    every weight finite, and nothing of the failed iteration is logged (before: exit 0, a checkpoint of
+    infinities replacing the good one, or a traceback from the next rollout)."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from ecpo_train.apps.cli import app
+    from ecpo_train.runtime.checkpoint_io import load_checkpoint
+
+    run = tmp_path / "run"
+    args = [f"{k}={json.dumps(v) if isinstance(v, dict) else v}" for k, v in TINY.items()
+            if k not in ("iterations", "checkpoint_every", "mini_batch_size")]
+    done = CliRunner().invoke(app, ["train", "--config", "quickstart", f"run_dir={run}", *args, "iterations=12",
+                                    "checkpoint_every=1", "weight_decay=3e6", "mini_batch_size=100000"])
+    assert done.exit_code == 2, done.output
+    last = [line for line in done.output.splitlines() if line.strip()][-1]
+    assert last.startswith("error:") and "nan or infinite" in last and "weight_decay" in last, done.output
+    state = load_checkpoint(run / "checkpoint.pt")
+    logged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert 1 <= state["iteration"] == len(logged) < 12
+    assert all(bool(torch.isfinite(v).all()) for v in state["policy"].values()
+               if torch.is_tensor(v) and v.is_floating_point())
+
+
+@pytest.mark.parametrize("setting", ["rollout_temperature=1e-300", "val_temperature=1e-300"])
+def test_temperatures_below_the_floor_are_refused_up_front(setting, tmp_path):
+    """A temperature whose logits / T overflow is refused by the config (before: nan probabilities mid-run); 0 stays
+    greedy where greedy is allowed."""
+    from ecpo_train.runtime.config import load_config
+
+    key, value = setting.split("=")
+    with pytest.raises(ValueError, match=f"{key}=1e-300 is invalid"):
+        load_config("quickstart", [setting])
+    assert load_config("quickstart", ["val_temperature=0"]).val_temperature == 0
+
+
+def test_leaderboard_temperature_below_the_floor_is_one_line():
+    """``ecpo leaderboard --temperature 1e-300``: one line, exit 2, before anything is built."""
+    from typer.testing import CliRunner
+
+    from ecpo_train.apps.cli import app
+
+    done = CliRunner().invoke(app, ["leaderboard", "--agent", "random", "--env", ENV_ID, "--temperature", "1e-300"])
+    assert done.exit_code == 2, done.output
+    assert "--temperature" in done.output.splitlines()[-1] and "Traceback" not in done.output

@@ -80,22 +80,29 @@ def update_on_table(policy: Policy, config: TrainConfig, table: Any, step_advant
                           before_step=lambda: before_optimizer_step(policy, optimizer, config),
                           row_tokens=np.asarray([len(p) + len(r) for p, r in zip(prompts, responses)]),
                           reducer=reducer, row_keys=row_keys, keep=keep)
-    check_finite_update(parameters, step_advantages, reducer)
+    probe = np.arange(min(len(prompts), config.micro_batch_size))  # (one micro-batch of rows, scored again)
+    check_finite_update(parameters, step_advantages, reducer, probe=lambda: logprob_fn(probe)[:2])
     return stats
 
 
 # what can make an update non-finite, for the one line that stops the run
 CREDIT_OVERFLOW = "the credit's advantages are nan or infinite: lower the credit.* settings (omega, pgpo_alpha, ...)"
-STEP_OVERFLOW = ("the optimizer step made the policy's weights nan or infinite: lower lr, weight_decay, kl_coef, "
-                 "entropy_coef or is_weight_cap")
+STEP_OVERFLOW = ("the optimizer step made the policy's weights, or its log-probs, nan or infinite: lower lr, "
+                 "weight_decay, kl_coef, entropy_coef or is_weight_cap")
 
 
-def check_finite_update(parameters: list[torch.Tensor], step_advantages: torch.Tensor, reducer: Any = None) -> None:
-    """``ValueError`` (one line) when an update left a nan or infinite weight: the run stops there, before the
+def check_finite_update(parameters: list[torch.Tensor], step_advantages: torch.Tensor, reducer: Any = None,
+                        probe: Any = None) -> None:
+    """``ValueError`` (one line) when an update left a nan or infinite weight, or weights so large that the policy's
+    log-probs of a few rows (``probe()``: ``(logp, mask)``) are no longer finite: the run stops there, before the
     weights are logged, synced to the runners or saved, so the last checkpoint written stays the last good one.
     Under several processes every one refuses if any does."""
     local = [p.to_local() if hasattr(p, "to_local") else p for p in parameters]
     bad = not all(bool(torch.isfinite(p.detach()).all()) for p in local)
+    if not bad and probe is not None:
+        with torch.no_grad():
+            logp, mask = probe()
+        bad = not bool(torch.isfinite(logp[mask.to(logp.device) > 0]).all())
     if reducer is not None:
         bad = reducer.max(float(bad)) > 0
     if bad:
