@@ -44,15 +44,18 @@ def write_folder_checksums(folder: str | os.PathLike) -> Path:
     return write_text(folder / CHECKSUM_FILE, "".join(f"{file_sha256(p)}  {p.name}\n" for p in files))
 
 
-def check_folder_checksums(folder: str | os.PathLike, what: str) -> bool:
+MODEL_FIX = "restore the folder from a copy, or write it again (`ecpo sft ... --out DIR`)"
+
+
+def check_folder_checksums(folder: str | os.PathLike, what: str, fix: str = MODEL_FIX) -> bool:
     """Compare ``folder``'s files with its ``checksums.sha256``: ``True`` when they match, ``False`` when the folder
     has none (saved before checksums were written: accepted, module docstring), else one ``ValueError`` naming
-    ``what`` (the setting that named the folder: ``model=DIR``) and the first file that differs."""
+    ``what`` (the setting that named the folder: ``model=DIR``) and the first file that differs, ending in
+    ``fix``."""
     folder = Path(folder)
     listing = folder / CHECKSUM_FILE
     if not listing.exists() and not listing.is_symlink():
         return False
-    fix = "restore the folder from a copy, or write it again (`ecpo sft ... --out DIR`)"
     try:
         if listing.is_symlink() or not listing.is_file() or listing.stat().st_size > MAX_LISTED * 200:
             raise ValueError("not a plain file of its size")

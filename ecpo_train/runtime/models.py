@@ -278,14 +278,14 @@ def check_model_folder(model: str | Path) -> None:
     its ``checksums.sha256`` (a folder saved before checksums has none: accepted), in one line naming the folder
     and how to get a model; a hub id (``org/name``) passes (it is downloaded where it loads)."""
     model = str(model)
-    path = os.path.expanduser(model)
+    path = model_folder(model)  # (~ expanded; a folder whose sft swap was cut: its whole previous version)
     looks_local = model.startswith(("/", "~", ".")) or os.path.exists(path)
     if looks_local and not os.path.isfile(os.path.join(path, "config.json")):
         what = "does not exist" if not os.path.exists(path) else "holds no config.json"
         raise ValueError(f"{path} {what}; give a folder with the model's config.json, weights and tokenizer "
                          f"(`ecpo models pull {DEMO_MODEL}`) or a hub id")
     if looks_local:
-        check_folder_checksums(model_folder(path), f"model={model}")
+        check_folder_checksums(path, f"model={model}")
 
 
 def resolve_tokenizer_dir(tokenizer_path: str | Path | None) -> Path | None:

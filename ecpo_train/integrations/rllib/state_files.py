@@ -90,7 +90,8 @@ def read_state(folder: Path) -> Any:
     from safetensors.numpy import load_file as load_arrays
     from safetensors.torch import load_file as load_tensors
 
-    check_folder_checksums(folder, "the RLlib checkpoint")
+    check_folder_checksums(folder, f"{folder} is damaged and cannot be read",
+                           "restore it from a copy, or --overwrite to start the run over")
     try:
         tree = msgpack.unpackb((folder / STATE_FILE).read_bytes(), raw=False, strict_map_key=False)
         tensors = load_tensors(str(folder / TENSORS_FILE))
