@@ -212,3 +212,14 @@ def test_leaderboard_temperature_below_the_floor_is_one_line():
     done = CliRunner().invoke(app, ["leaderboard", "--agent", "random", "--env", ENV_ID, "--temperature", "1e-300"])
     assert done.exit_code == 2, done.output
     assert "--temperature" in done.output.splitlines()[-1] and "Traceback" not in done.output
+
+
+def test_sft_never_writes_non_finite_weights(tmp_path):
+    """``ecpo sft`` whose fine-tuning overflows (``weight_decay=1e308``) writes nothing to ``--out`` and says so in
+    one line (before: a folder of infinities, which the next run started from)."""
+    from ecpo_train.runtime.sft import run_sft
+
+    config = make_config(TINY | {"weight_decay": 1e308, "run_dir": str(tmp_path / "run")})
+    with pytest.raises(ValueError, match="nan or infinite .*nothing was written to --out"):
+        run_sft(config, episodes=4, epochs=2, lr=3e-3, out=tmp_path / "sft")
+    assert not (tmp_path / "sft").exists()

@@ -398,6 +398,10 @@ def run_sft(config: TrainConfig, *, episodes: int, epochs: int, lr: float, out: 
                                  seed=config.seed, max_tokens=max_tokens, progress=progress)
         progress.stage("loss after", len(prompts))
         loss_after = mean_reply_loss(policy, prompts, replies, max_tokens, progress)
+        if not math.isfinite(loss_after) or not all(bool(torch.isfinite(p.detach()).all())
+                                                    for p in policy.parameters()):
+            raise ValueError(f"the fine-tuning made the weights or the loss nan or infinite (lr={lr}, weight_decay="
+                             f"{config.weight_decay}): lower them; nothing was written to --out")
     from ecpo_train.runtime.models import weights_sha256
 
     summary = {  # the base model by its weights too: what a run from this output compares (resume.warm_start)
