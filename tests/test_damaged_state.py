@@ -182,7 +182,7 @@ def test_a_damaged_text_policy_folder_is_one_line_before_anything_is_built(damag
     check every path runs before building anything (train either engine, sft, eval), in one line; ``ecpo train``
     exits 2 with it (before: SafetensorError, OverflowError, MemoryError tracebacks, or a silent int cast)."""
     folder = text_folder(tmp_path / "warm")
-    (folder / CHECKSUM_FILE).unlink()
+    (folder / CHECKSUM_FILE).unlink(missing_ok=True)  # (saved before checksums)
     DAMAGE[damage](folder)
     with pytest.raises(ValueError, match="damaged text-policy folder") as refused:
         make_config({"policy": "text", "model": str(folder), "env_id": ENV_ID})
