@@ -236,3 +236,25 @@ def test_resume_refuses_a_model_folder_whose_weights_changed(tmp_path):
     text_folder(folder, seed=3)  # the weights the run started from
     resumed = cli(*args, "iterations=2", "--resume")
     assert resumed.exit_code == 0, resumed.output
+
+
+@pytest.mark.parametrize("damage", ["wrong shapes", "nan"])
+def test_a_damaged_module_state_is_one_line_on_the_rllib_engine(damage, tmp_path):
+    """The RLlib engine restores the learner's weights through ``CausalLMRLModule.set_state`` (a resume, a weight
+    sync): weights of other shapes or nan are one ``ValueError`` line (before: torch's multi-line RuntimeError, or
+    nan weights loaded)."""
+    pytest.importorskip("ray")
+    from ecpo_train.integrations.rllib.llm.module import TRAIN_CONFIG, CausalLMRLModule
+
+    config = make_config({"policy": "text", "model": str(text_folder(tmp_path / "warm")), "env_id": ENV_ID,
+                          "env_kwargs": dict(CORRIDOR), "device": "cpu"})
+    module = CausalLMRLModule(observation_space=None, action_space=None, inference_only=True,
+                              model_config={TRAIN_CONFIG: config})
+    state = {name: torch.as_tensor(value) for name, value in module.get_state().items()}
+    name = next(iter(state))
+    state[name] = torch.zeros(3) if damage == "wrong shapes" else torch.full_like(state[name], float("nan"))
+    with pytest.raises(ValueError) as refused:
+        module.set_state(state)
+    line = str(refused.value)
+    assert "\n" not in line and len(line) < 400, line
+    assert ("do not fit" if damage == "wrong shapes" else "nan or infinite") in line, line
