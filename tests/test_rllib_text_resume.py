@@ -51,14 +51,15 @@ def _metrics(run_dir):
 
 
 @pytest.mark.slow
-def test_text_policy_resume_is_exact_on_the_rllib_engine(tmp_path, ray_session):
+@pytest.mark.parametrize("runners", [0, 1])  # the driver's own runner, one runner actor
+def test_text_policy_resume_is_exact_on_the_rllib_engine(runners, tmp_path, ray_session):
     from ecpo_train.integrations.rllib.llm.engine import RLlibEngine
     from ecpo_train.runtime.run import train
 
     whole, cut = tmp_path / "whole", tmp_path / "cut"
-    train(RLlibEngine, make_config(_text_values(tmp_path, whole, iterations=3)), num_env_runners=0)
-    train(RLlibEngine, make_config(_text_values(tmp_path, cut, iterations=1)), num_env_runners=0)
-    train(RLlibEngine, make_config(_text_values(tmp_path, cut, iterations=3)), resume=True, num_env_runners=0)
+    train(RLlibEngine, make_config(_text_values(tmp_path, whole, iterations=3)), num_env_runners=runners)
+    train(RLlibEngine, make_config(_text_values(tmp_path, cut, iterations=1)), num_env_runners=runners)
+    train(RLlibEngine, make_config(_text_values(tmp_path, cut, iterations=3)), resume=True, num_env_runners=runners)
     assert _metrics(cut) == _metrics(whole)
     a, b = _weights(whole), _weights(cut)
     assert a and sorted(a) == sorted(b)
