@@ -38,8 +38,10 @@ def main(argv: list[str] | None = None) -> int:
         load_checkpoint(path)
         print(f"{path} is already in the current format", file=sys.stderr)
         return 0
-    except ValueError:
-        pass
+    except ValueError as err:
+        if "sha256" in str(err):  # a current checkpoint damaged since: converting would checksum the damage anew
+            print(f"error: {err}", file=sys.stderr)
+            return 2
     print(f"warning: {WARNING.format(path=path)}", file=sys.stderr)
     import torch
 

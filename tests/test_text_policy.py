@@ -132,6 +132,9 @@ def test_saved_folder_and_checkpoint_state_give_the_same_policy(tmp_path):
     with pytest.raises(ValueError, match="not a text-policy folder"):
         TextPolicy.from_pretrained(tmp_path / "missing")
     (tmp_path / "text_policy.json").write_text("{", encoding="utf-8")
+    with pytest.raises(ValueError, match="text_policy.json does not match its sha256"):  # (its checksums.sha256)
+        TextPolicy.from_pretrained(tmp_path)
+    (tmp_path / "checksums.sha256").unlink()  # a folder saved before checksums: the json itself is refused
     with pytest.raises(ValueError, match="damaged text-policy folder"):
         TextPolicy.from_pretrained(tmp_path)
 

@@ -162,7 +162,7 @@ def load_checkpoint_policy(path: str | Path, *, device: str = "cpu") -> tuple[Po
     path before loading the trained weights, so that path must exist here too.
     """
     from ecpo_train.runtime.builders import build_policy
-    from ecpo_train.runtime.checkpoint_io import load_checkpoint
+    from ecpo_train.runtime.checkpoint_io import load_checkpoint, load_policy_state
     from ecpo_train.runtime.config import make_config, upgraded
     from ecpo_train.runtime.run_dir import checkpoint_file
 
@@ -186,7 +186,7 @@ def load_checkpoint_policy(path: str | Path, *, device: str = "cpu") -> tuple[Po
         values["generation_backend"] = "transformers"
     config = make_config(values)
     policy = build_policy(config)
-    policy.load_state_dict(state["policy"])
+    load_policy_state(policy, state["policy"], path)  # a damaged state is one line naming the checkpoint
     policy.eval()
     return policy, upgraded(state["config"])
 

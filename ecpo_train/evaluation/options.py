@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ecpo_train.policies import DTYPES
-from ecpo_train.runtime import VALIDATION_TEMPERATURE  # ``--greedy`` gives 0
+from ecpo_train.runtime import MIN_TEMPERATURE, VALIDATION_TEMPERATURE  # ``--greedy`` gives 0
 
 AGENT_KINDS = ("checkpoint", "prompting", "react", "reflexion", "expert", "random")
 CHAT_AGENTS = ("prompting", "react", "reflexion")  # the agents that use --model / --backend / --base-url
@@ -73,8 +73,9 @@ class LeaderboardOptions:
             value = getattr(self, name)
             if value is not None and value < low:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= {low}, got {value}")
-        if not (math.isfinite(self.temperature) and self.temperature >= 0):
-            raise ValueError(f"--temperature must be a finite number >= 0 (0 = greedy), got {self.temperature}")
+        if not (math.isfinite(self.temperature) and (self.temperature == 0 or self.temperature >= MIN_TEMPERATURE)):
+            raise ValueError(f"--temperature must be 0 (greedy) or a finite number >= {MIN_TEMPERATURE:g} (below it "
+                             f"logits / T overflow), got {str(self.temperature)[:40]}")
         if self.env and self.manifest:
             raise ValueError("--env evaluates every task of one env instead of manifests: give --env or --manifest, "
                              "not both")

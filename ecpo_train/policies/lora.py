@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from ecpo_train.policies.atomic import library_write_errors, replaced_folder
+from ecpo_train.policies.checksums import write_folder_checksums
 from ecpo_train.policies.base import Policy, PolicyOutput, StepContext
 
 LORA_KEYS = ("r", "alpha", "dropout", "target_modules")
@@ -160,6 +161,7 @@ def save_adapter(lora_model: Any, out_dir: str | Path, full_state: dict[str, tor
     state = full_state if full_state is None else {k: v.detach().cpu() for k, v in full_state.items()}
     with replaced_folder(out) as partial, library_write_errors(out):
         lora_model.save_pretrained(str(partial), state_dict=state)
+        write_folder_checksums(partial)
     return out
 
 
@@ -178,6 +180,7 @@ def merge_adapter(base_model: str | Path, adapter_dir: str | Path, out_dir: str 
     with replaced_folder(out) as partial, library_write_errors(out):
         merged.save_pretrained(str(partial))
         AutoTokenizer.from_pretrained(str(base_model)).save_pretrained(str(partial))
+        write_folder_checksums(partial)  # (checked where the merged model is loaded: runtime/models.py)
     return out
 
 

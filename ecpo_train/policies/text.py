@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from itertools import chain
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -54,7 +55,8 @@ from torch import nn
 
 from ecpo_train.policies.base import Policy, PolicyOutput, StepContext, inverse_cdf_index
 from ecpo_train.policies.scoring import pack_candidates, unpack_candidates
-from ecpo_train.policies.text_vocabulary import Vocabulary
+from ecpo_train.policies.text_vocabulary import DEFAULT_HASH_BUCKETS, Vocabulary
+from ecpo_train.policies.text_vocabulary import SPECIAL as SPECIAL_WORDS
 
 WEIGHTS_FILE = "text_policy.safetensors"
 CONFIG_FILE = "text_policy.json"
@@ -339,9 +341,11 @@ class TextPolicy(Policy):
         self.generator.set_state(state["generator"])
 
     def save_pretrained(self, folder: str | Path, *, half: bool = False) -> None:
-        """Write ``text_policy.safetensors`` and ``text_policy.json`` into ``folder`` (module docstring); ``half``:
-        the weights in float16 (half the bytes; loading casts them back to float32)."""
+        """Write ``text_policy.safetensors``, ``text_policy.json`` and their ``checksums.sha256`` into ``folder``
+        (module docstring); ``half``: the weights in float16 (half the bytes; loading casts them back to float32)."""
         from safetensors.torch import save_file
+
+        from ecpo_train.policies.checksums import write_folder_checksums
 
         folder = Path(folder)
         weights = {name: tensor.detach().contiguous() for name, tensor in self.model.state_dict().items()}
@@ -351,6 +355,7 @@ class TextPolicy(Policy):
         config = {"architecture": asdict(self.arch), "vocabulary": self.vocabulary.to_dict(),
                   "command_set": self.command_set}
         (folder / CONFIG_FILE).write_text(json.dumps(config) + "\n", encoding="utf-8")
+        write_folder_checksums(folder)  # (ecpo sft swaps the folder in whole: the checksums come with it)
 
     @classmethod
     def from_pretrained(cls, folder: str | Path, *, seed: int = 0, env_name: str = "",
@@ -360,16 +365,133 @@ class TextPolicy(Policy):
         from safetensors.torch import load_file
 
         folder = Path(folder).expanduser()
-        if not (folder / CONFIG_FILE).is_file() or not (folder / WEIGHTS_FILE).is_file():
-            raise ValueError(f"model={folder} is not a text-policy folder (no {CONFIG_FILE} and {WEIGHTS_FILE}): "
-                             "make one with `ecpo sft policy=text ... --out DIR`, or leave model empty to start "
-                             "from random weights")
+        vocabulary, arch = check_text_policy_folder(folder)  # everything bounded and checked before allocating
+        chosen = command_set if command_set is not None else saved_command_set(folder)
+        policy = cls(vocabulary, arch, seed=seed, env_name=env_name, command_set=chosen)
         try:
-            config = json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))
-            chosen = command_set if command_set is not None else config.get("command_set", "admissible")
-            policy = cls(Vocabulary.from_dict(config["vocabulary"]), TextArchitecture(**config["architecture"]),
-                         seed=seed, env_name=env_name, command_set=chosen)
-            policy.model.load_state_dict(load_file(str(folder / WEIGHTS_FILE)))
-        except (OSError, ValueError, KeyError, TypeError, RuntimeError) as err:
-            raise ValueError(f"{folder}: damaged text-policy folder ({' '.join(str(err).split())[:160]})") from None
+            weights = load_file(str(folder / WEIGHTS_FILE))
+            if not all(bool(torch.isfinite(t).all()) for t in weights.values()):
+                raise ValueError("a weight is nan or infinite")
+            policy.model.load_state_dict(weights)  # a float16 folder (save_pretrained(half=True)) cast to float32
+        except Exception as err:  # noqa: BLE001 -- safetensors raises its own type; torch RuntimeError
+            raise ValueError(f"model={folder}: damaged text-policy folder ({type(err).__name__}: "
+                             f"{' '.join(str(err).split())[:120]})") from None
         return policy
+
+
+def saved_command_set(folder: Path) -> str:
+    """The command set a text-policy folder was saved with (``text_policy.json``'s ``command_set``; a folder saved
+    before the option existed: ``"admissible"``). Read after ``check_text_policy_folder``."""
+    value = json.loads((Path(folder) / CONFIG_FILE).read_text(encoding="utf-8")).get("command_set", "admissible")
+    if value not in COMMAND_SETS:
+        raise ValueError(f"model={folder}: {CONFIG_FILE}'s command_set {str(value)[:40]!r} is not one of "
+                         f"{', '.join(COMMAND_SETS)}")
+    return value
+
+
+# A model folder's sizes, bounded before anything is allocated from them (the embedding table has a row per known
+# word and bucket; the defaults are 64 / 128 / 2 / 96, 8,000 words and 2,048 buckets).
+MAX_KNOWN_WORDS = 1_000_000
+MAX_WORD_CHARS = 1_000
+MAX_HASH_BUCKETS = 1 << 22
+MAX_ARCHITECTURE = {"embedding_dim": 4096, "hidden_dim": 8192, "context_pairs": 1000, "segment_words": 100_000}
+MAX_ARCHITECTURE_VALUE = 100_000  # an architecture field not listed above
+MAX_EMBEDDING_FLOATS = 1 << 30  # 4 GiB of float32 in the word table
+MAX_CONFIG_BYTES = 64 << 20
+MAX_HEADER_BYTES = 1 << 20  # a safetensors header (names, dtypes, shapes, offsets of a dozen tensors)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def check_text_policy_folder(folder: str | Path) -> tuple[Vocabulary, TextArchitecture]:
+    """The one check of a text-policy folder (``model=DIR`` with ``policy=text``), before anything is allocated from
+    it: its ``checksums.sha256`` where it has one (``policies/checksums.py``), ``text_policy.json`` (bounded size,
+    strict JSON, the architecture's and the vocabulary's fields of their types and within the bounds above) and the
+    header of ``text_policy.safetensors`` (every weight the network has, float32 or float16, of its shape, inside
+    the file).
+    Returns the vocabulary and the architecture; anything else is one ``ValueError`` naming the folder."""
+    from ecpo_train.policies.checksums import check_folder_checksums
+
+    folder = Path(folder).expanduser()
+    name = f"model={folder}"
+    config_path, weights_path = folder / CONFIG_FILE, folder / WEIGHTS_FILE
+    if not config_path.is_file() or not weights_path.is_file():
+        raise ValueError(f"{name} is not a text-policy folder (no {CONFIG_FILE} and {WEIGHTS_FILE}): make one with "
+                         "`ecpo sft policy=text ... --out DIR`, or leave model empty to start from random weights")
+    check_folder_checksums(folder, name)
+    try:
+        if config_path.stat().st_size > MAX_CONFIG_BYTES:
+            raise ValueError(f"larger than {MAX_CONFIG_BYTES >> 20} MiB")
+        config = json.loads(config_path.read_text(encoding="utf-8"), parse_constant=_no_constant)
+        vocabulary, arch = _checked_config(config)
+        with torch.device("meta"):  # the shapes the weights must have, nothing allocated
+            expected = {key: (tuple(value.shape)) for key, value in TextScorer(vocabulary, arch).state_dict().items()}
+        _check_weights_header(weights_path, expected)
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:
+        raise ValueError(f"{name}: damaged text-policy folder ({' '.join(str(err).split())[:160]})") from None
+    return vocabulary, arch
+
+
+def _checked_config(config: Any) -> tuple[Vocabulary, TextArchitecture]:
+    """``text_policy.json``'s architecture and vocabulary, each field of its type and bounded (``ValueError``)."""
+    if not isinstance(config, dict) or not isinstance(config.get("architecture"), dict) \
+            or not isinstance(config.get("vocabulary"), dict):
+        raise ValueError(f"{CONFIG_FILE} must hold {{architecture: {{...}}, vocabulary: {{known: [...], "
+                         "hash_buckets: N}}")
+    fields = {f: MAX_ARCHITECTURE.get(f, MAX_ARCHITECTURE_VALUE) for f in asdict(TextArchitecture())}
+    architecture = config["architecture"]
+    for key, value in architecture.items():
+        if key not in fields:
+            raise ValueError(f"architecture has an unknown field {str(key)[:40]!r}")
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= fields[key]:
+            raise ValueError(f"architecture {key}={str(value)[:40]}: it must be an integer in [0, {fields[key]}]")
+    vocabulary = config["vocabulary"]
+    known, buckets = vocabulary.get("known"), vocabulary.get("hash_buckets", DEFAULT_HASH_BUCKETS)
+    if not isinstance(known, list) or len(known) > MAX_KNOWN_WORDS \
+            or not all(isinstance(w, str) and len(w) <= MAX_WORD_CHARS for w in known):
+        raise ValueError(f"vocabulary known must be a list of at most {MAX_KNOWN_WORDS} words (strings)")
+    if not isinstance(buckets, int) or isinstance(buckets, bool) or not 1 <= buckets <= MAX_HASH_BUCKETS:
+        raise ValueError(f"vocabulary hash_buckets={str(buckets)[:40]}: it must be an integer in [1, "
+                         f"{MAX_HASH_BUCKETS}]")
+    arch = TextArchitecture(**architecture)
+    rows = 1 + len(SPECIAL_WORDS) + len(known) + buckets + TextScorer.BIGRAM_BUCKETS
+    if rows * arch.embedding_dim > MAX_EMBEDDING_FLOATS:
+        raise ValueError(f"the word table ({rows} rows x embedding_dim={arch.embedding_dim}) is larger than "
+                         f"{MAX_EMBEDDING_FLOATS} floats")
+    return Vocabulary(known, buckets), arch
+
+
+def _check_weights_header(path: Path, expected: dict[str, tuple[int, ...]]) -> None:
+    """``text_policy.safetensors``'s header read without loading a tensor: exactly the ``expected`` names and
+    shapes, float32 (float16 in a half-precision folder), each inside the file (``ValueError`` otherwise: an empty, cut or foreign file)."""
+    size = path.stat().st_size
+    with open(path, "rb") as handle:
+        head = handle.read(8)
+        if len(head) < 8:
+            raise ValueError(f"{WEIGHTS_FILE} is {size} bytes: not a safetensors file")
+        length = int.from_bytes(head, "little")
+        if length > min(MAX_HEADER_BYTES, size - 8):
+            raise ValueError(f"{WEIGHTS_FILE} has no valid safetensors header (it declares {length} bytes)")
+        header = json.loads(handle.read(length).decode("utf-8"), parse_constant=_no_constant)
+    if not isinstance(header, dict):
+        raise ValueError(f"{WEIGHTS_FILE}'s header is not a mapping")
+    header.pop("__metadata__", None)
+    if set(header) != set(expected):
+        missing, extra = sorted(set(expected) - set(header)), sorted(map(str, set(header) - set(expected)))
+        raise ValueError(f"{WEIGHTS_FILE} does not hold this network's weights (missing {missing[:3]}, "
+                         f"unexpected {[e[:40] for e in extra[:3]]})")
+    data = size - 8 - length
+    for key, shape in expected.items():
+        entry = header[key]
+        if not isinstance(entry, dict) or entry.get("dtype") not in ("F32", "F16"):  # F16: save_pretrained(half=True)
+            raise ValueError(f"{WEIGHTS_FILE}: weight {key} is neither float32 nor float16")
+        if entry.get("shape") != list(shape):
+            raise ValueError(f"{WEIGHTS_FILE}: weight {key} has shape {str(entry.get('shape'))[:40]}, the "
+                             f"architecture gives {list(shape)}")
+        offsets = entry.get("data_offsets")
+        count = (4 if entry["dtype"] == "F32" else 2) * math.prod(shape)
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)
+                and 0 <= offsets[0] and offsets[1] - offsets[0] == count and offsets[1] <= data):
+            raise ValueError(f"{WEIGHTS_FILE}: weight {key} lies outside the file (cut or damaged)")

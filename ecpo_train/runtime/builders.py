@@ -21,7 +21,7 @@ from ecpo_train.core.loss import UpdateSettings
 from ecpo_train.core.tasks import task_lists
 from ecpo_train.policies.base import Policy, StepContext
 from ecpo_train.runtime.config import TrainConfig
-from ecpo_train.runtime.models import model_folder
+from ecpo_train.runtime.models import check_model_folder, model_folder
 
 
 def update_settings(config: TrainConfig) -> UpdateSettings:
@@ -74,11 +74,41 @@ def update_on_table(policy: Policy, config: TrainConfig, table: Any, step_advant
     if config.loss_agg == "trajectory-mean":
         weights = torch.as_tensor(trajectory_mean_weights(table.traj_id), dtype=step_advantages.dtype)
         step_advantages = step_advantages * weights.to(step_advantages.device)
-    return policy_update(logprob_fn, ref_fn, [p for p in policy.parameters() if p.requires_grad], optimizer,
-                         old_logp, old_mask, step_advantages, update_settings(config), generator,
-                         before_step=lambda: before_optimizer_step(policy, optimizer, config),
-                         row_tokens=np.asarray([len(p) + len(r) for p, r in zip(prompts, responses)]),
-                         reducer=reducer, row_keys=row_keys, keep=keep)
+    parameters = [p for p in policy.parameters() if p.requires_grad]
+    stats = policy_update(logprob_fn, ref_fn, parameters, optimizer,
+                          old_logp, old_mask, step_advantages, update_settings(config), generator,
+                          before_step=lambda: before_optimizer_step(policy, optimizer, config),
+                          row_tokens=np.asarray([len(p) + len(r) for p, r in zip(prompts, responses)]),
+                          reducer=reducer, row_keys=row_keys, keep=keep)
+    probe = np.arange(min(len(prompts), config.micro_batch_size))  # (one micro-batch of rows, scored again)
+    check_finite_update(parameters, step_advantages, reducer, probe=lambda: logprob_fn(probe)[:2])
+    return stats
+
+
+# what can make an update non-finite, for the one line that stops the run
+CREDIT_OVERFLOW = "the credit's advantages are nan or infinite: lower the credit.* settings (omega, pgpo_alpha, ...)"
+STEP_OVERFLOW = ("the optimizer step made the policy's weights, or its log-probs, nan or infinite: lower lr, "
+                 "weight_decay, kl_coef, entropy_coef or is_weight_cap")
+
+
+def check_finite_update(parameters: list[torch.Tensor], step_advantages: torch.Tensor, reducer: Any = None,
+                        probe: Any = None) -> None:
+    """``ValueError`` (one line) when an update left a nan or infinite weight, or weights so large that the policy's
+    log-probs of a few rows (``probe()``: ``(logp, mask)``) are no longer finite: the run stops there, before the
+    weights are logged, synced to the runners or saved, so the last checkpoint written stays the last good one.
+    Under several processes every one refuses if any does."""
+    local = [p.to_local() if hasattr(p, "to_local") else p for p in parameters]
+    bad = not all(bool(torch.isfinite(p.detach()).all()) for p in local)
+    if not bad and probe is not None:
+        with torch.no_grad():
+            logp, mask = probe()
+        bad = not bool(torch.isfinite(logp[mask.to(logp.device) > 0]).all())
+    if reducer is not None:
+        bad = reducer.max(float(bad)) > 0
+    if bad:
+        why = CREDIT_OVERFLOW if not bool(torch.isfinite(step_advantages).all()) else STEP_OVERFLOW
+        raise ValueError(f"{why}; the run stops here and nothing of this update is saved (the last checkpoint "
+                         "written is kept)")
 
 
 def warmup_lr(lr: float, warmup_steps: int, steps_taken: int) -> float:
@@ -123,6 +153,7 @@ def build_policy(config: TrainConfig, device: str | None = None, *, transformers
     from ecpo_train.policies.scaling import apply_memory_settings
     from ecpo_train.policies.scoring import ScoringPolicy
 
+    check_model_folder(config.model)  # (its checksums: a damaged folder is one line, not a model of noise)
     policy_class = ScoringPolicy if config.policy_mode == "score" else TransformersPolicy
     policy = policy_class(
         model_folder(config.model), env_name=config.env_id, max_prompt_length=config.max_prompt_length,
@@ -291,6 +322,7 @@ def check_env_and_model(config: TrainConfig) -> None:
         return
     from transformers import AutoConfig, AutoTokenizer
 
+    check_model_folder(config.model)
     model = model_folder(config.model)
     try:
         AutoConfig.from_pretrained(model)

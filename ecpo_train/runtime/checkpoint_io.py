@@ -8,10 +8,17 @@ loads with ``torch.load(weights_only=True)``: a planted file cannot run code thr
 ``ecpo leaderboard --agent checkpoint`` or ``ecpo train --resume``. A file that needs more (written by an older
 version, or not a checkpoint of ours) is refused, naming ``scripts/convert_checkpoint.py``, which a user runs
 knowingly on a file they trust.
+
+A checkpoint carries the sha256 of its own state (``state_sha256``: every tensor's dtype, shape and bytes, every
+other value and the tree's shape, in order), computed when it is saved and compared when it is loaded, inside the
+one file, so the two can never be out of step (the file is replaced whole). Flipped bytes in the tensors, which
+torch's loader does not notice, are one line (``... does not match its sha256``) instead of weights off by 1e28.
+A checkpoint saved before this (no ``state_sha256``) loads as it is.
 """
 
 from __future__ import annotations
 
+import hashlib
 import pickle
 from pathlib import Path
 from typing import Any
@@ -19,6 +26,7 @@ from typing import Any
 from ecpo_train.policies.atomic import replaced_file
 
 CONVERTER = "scripts/convert_checkpoint.py"
+DIGEST_KEY = "state_sha256"  # the checkpoint's sha256 of the rest of its state (module docstring)
 
 
 def plain_state(value: Any) -> Any:
@@ -37,17 +45,48 @@ def plain_state(value: Any) -> Any:
     return value
 
 
-def save_checkpoint(state: dict[str, Any], path: Path) -> Path:
-    """Write ``state`` to ``path`` whole; the run folder is created if a checkpoint comes before the first metrics
-    line (``Trainer.save`` called directly). A failed write is one ``ValueError`` naming the file."""
+def _digest_into(digest: Any, value: Any) -> None:
     import torch
+
+    if isinstance(value, torch.Tensor):
+        tensor = value.detach().to("cpu").contiguous()
+        digest.update(f"T{tensor.dtype}{tuple(tensor.shape)};".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+    elif isinstance(value, dict):
+        digest.update(f"D{len(value)};".encode())
+        for key, item in value.items():
+            _digest_into(digest, key)
+            _digest_into(digest, item)
+    elif isinstance(value, (list, tuple)):
+        digest.update(f"{'L' if isinstance(value, list) else 'U'}{len(value)};".encode())
+        for item in value:
+            _digest_into(digest, item)
+    else:  # numbers, strings, bytes, None (what weights_only loads); repr is exact for floats
+        digest.update(f"{type(value).__name__}:{value!r};".encode())
+
+
+def state_sha256(state: dict[str, Any]) -> str:
+    """The sha256 of a checkpoint's state, its own ``state_sha256`` left out (module docstring)."""
+    digest = hashlib.sha256()
+    _digest_into(digest, {key: value for key, value in state.items() if key != DIGEST_KEY})
+    return digest.hexdigest()
+
+
+def save_checkpoint(state: dict[str, Any], path: Path) -> Path:
+    """Write ``state`` to ``path`` whole, with its ``state_sha256``; the run folder is created if a checkpoint comes
+    before the first metrics line (``Trainer.save`` called directly). A failed write is one ``ValueError`` naming
+    the file."""
+    import torch
+
+    state = plain_state({key: value for key, value in state.items() if key != DIGEST_KEY})
+    state[DIGEST_KEY] = state_sha256(state)
 
     path.parent.mkdir(parents=True, exist_ok=True)
     had_one = path.is_file()
     try:
         with replaced_file(path) as partial:
             try:
-                torch.save(plain_state(state), partial)
+                torch.save(state, partial)
             except RuntimeError as err:  # torch reports a failed write (e.g. a full disk) as RuntimeError
                 raise OSError(0, str(err).splitlines()[0] if str(err) else "the write failed") from None
     except OSError as err:
@@ -69,8 +108,8 @@ def _refused(path: Path) -> ValueError:
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
-    """The state saved by :func:`save_checkpoint`, loaded without running code; a missing, damaged or old-format
-    file is one clear error."""
+    """The state saved by :func:`save_checkpoint`, loaded without running code and compared with its
+    ``state_sha256``; a missing, damaged or old-format file is one clear error."""
     if not path.exists():
         raise FileNotFoundError(f"checkpoint {path} not found (runs write it every checkpoint_every iterations)")
     if path.is_dir():
@@ -78,13 +117,18 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     import torch
 
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
         if "weights_only" in str(err) or "Weights only" in str(err):
             raise _refused(path) from None
         raise _damaged(path, err) from None
     except Exception as err:  # noqa: BLE001 -- torch raises RuntimeError, EOFError, ... for a bad file
         raise _damaged(path, err) from None
+    if isinstance(state, dict) and DIGEST_KEY in state:  # (a checkpoint saved before checksums has none)
+        if not isinstance(state[DIGEST_KEY], str) or state_sha256(state) != state[DIGEST_KEY]:
+            raise ValueError(f"checkpoint {path} does not match its sha256 (it was damaged after it was saved): "
+                             "restore it from a copy, or delete it to start over")
+    return state
 
 
 def _damaged(path: Path, err: BaseException) -> ValueError:
@@ -122,3 +166,26 @@ def checkpoint_iteration(path: Path) -> int:
 def checkpoint_size(path: Path) -> str:
     size = path.stat().st_size
     return f"{size / 2**20:.1f} MiB" if size < 2**30 else f"{size / 2**30:.2f} GiB"
+
+
+def load_policy_state(policy: Any, state: Any, path: Path, part: str = "policy") -> None:
+    """A checkpoint's ``part`` state (``policy``; ``reference`` for the tabular one) into ``policy``: a state that is
+    not a mapping, holds a nan or infinite weight, or does not fit the policy the checkpoint's config builds (other
+    names or shapes, a vocabulary or sampling stream that cannot be restored) is one ``ValueError`` naming the
+    checkpoint (``ecpo eval``, ``ecpo leaderboard --agent checkpoint``, ``--resume``)."""
+    import torch
+
+    if not isinstance(state, dict) or not state:
+        what = "empty" if isinstance(state, dict) else "not a mapping"
+        raise ValueError(f"checkpoint {path}: its {part} state is {what}: restore the checkpoint from a copy, or "
+                         "delete it to start over")
+    for name, value in state.items():
+        if isinstance(value, torch.Tensor) and value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            raise ValueError(f"checkpoint {path}: its {part} weight {str(name)[:80]} holds nan or infinite values: "
+                             "restore the checkpoint from a copy, or delete it to start over")
+    try:
+        policy.load_state_dict(state)
+    except (RuntimeError, ValueError, KeyError, TypeError, IndexError, AttributeError) as err:
+        why = " ".join(str(err).split())[:160]
+        raise ValueError(f"checkpoint {path}: its {part} state does not fit the policy its config builds ({why}): "
+                         "restore the checkpoint from a copy, or delete it to start over") from None

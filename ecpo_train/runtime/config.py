@@ -31,7 +31,7 @@ from ecpo_train.policies import DTYPES
 from ecpo_train.policies.decoding import DECODINGS
 from ecpo_train.policies.prompting import PROMPT_STYLES
 from ecpo_train.policies.vllm_backend import check_vllm_kwargs
-from ecpo_train.runtime import VALIDATION_TEMPERATURE
+from ecpo_train.runtime import MIN_TEMPERATURE, VALIDATION_TEMPERATURE
 from ecpo_train.runtime.config_values import coerce_value, field_types, read_yaml, shown
 from ecpo_train.runtime.limits import MAX_ENV_WORKERS, MAX_EPISODES, MAX_LR, MAX_SEQUENCE_TOKENS, MAX_THREADS
 
@@ -52,6 +52,8 @@ TaskList = Annotated[list, Field(min_length=1, description="omit it for the defa
 Tokens = Annotated[int, Field(ge=1, le=MAX_SEQUENCE_TOKENS, description="longer than any model's context")]
 # AdamW moves every weight by about lr per step whatever the gradient: past MAX_LR each step is noise (and 1e308
 # overflows the update)
+MAX_EPOCHS = 100  # an update's passes over one iteration's rows (PPO-style runs use 1-10)
+MAX_IS_WEIGHT_CAP = 1e6  # a truncated importance weight's cap (2-10 in use): above float32's range it overflows
 LearningRate = Annotated[float, Field(gt=0, le=MAX_LR, description="AdamW moves each weight by about lr per step")]
 
 
@@ -87,7 +89,9 @@ class TrainConfig:
     # group rollout (step A)
     n_groups: Episodes = 16
     group_size: Episodes = 8
-    rollout_temperature: Annotated[float, Field(gt=0, description="sampling needs a temperature; the ratio uses it")] = 1.0
+    rollout_temperature: Annotated[float, Field(ge=MIN_TEMPERATURE, description="sampling needs a temperature; the "
+                                                "ratio uses it; below it logits / T overflow")] = 1.0
+    # 0 = greedy; else at least MIN_TEMPERATURE (__post_init__)
     val_temperature: Annotated[float, Field(ge=0, description="0 = greedy")] = VALIDATION_TEMPERATURE
     history_length: Tally | None = None  # (observation, action) pairs in the prompt; None = the env's declared default
     # policy
@@ -129,12 +133,15 @@ class TrainConfig:
     entropy_coef: NonNegative = _UPDATE.entropy_coef
     mini_batch_size: Count = _UPDATE.mini_batch_size
     micro_batch_size: Count = _UPDATE.micro_batch_size
-    num_epochs: Count = _UPDATE.num_epochs  # passes of each update over the iteration's rows (RLlib's name too)
+    # passes of each update over the iteration's rows (RLlib's name too); bounded: 10**18 passes never end
+    num_epochs: Annotated[int, Field(ge=1, le=MAX_EPOCHS, description="passes of one update over its rows")] = \
+        _UPDATE.num_epochs
     max_grad_norm: Positive = _UPDATE.max_grad_norm
     # rows sampled by lagged weights: "truncated_is" clips around the weights the update starts from and weighs
     # each token by min(pi_prox / mu, is_weight_cap); "none" = the paper's ratio to the sampling log-probs
     behaviour_correction: Literal[BEHAVIOUR_CORRECTIONS] = _UPDATE.behaviour_correction
-    is_weight_cap: Annotated[float, Field(ge=1, description="the truncated importance weight's cap")] = \
+    is_weight_cap: Annotated[float, Field(ge=1, le=MAX_IS_WEIGHT_CAP, description="the truncated importance "
+                                          "weight's cap")] = \
         _UPDATE.is_weight_cap
     # scale (README "Train the paper's models"; policies/lora.py, policies/scaling.py, runtime/distributed.py)
     lora: dict = field(default_factory=dict)  # {r, alpha, dropout, target_modules}; empty = full fine-tuning
@@ -172,6 +179,9 @@ class TrainConfig:
                 raise ValueError(f"credit: {err}") from None
         if self.history_length is None:
             self.history_length = declared_history_length(self.env_id)
+        if 0 < self.val_temperature < MIN_TEMPERATURE:
+            raise ValueError(f"val_temperature={self.val_temperature!r} is invalid: it must be 0 (greedy) or a number >= "
+                             f"{MIN_TEMPERATURE:g} (below it logits / T overflow)")
         for size, value in (("n_groups x group_size", self.n_groups * self.group_size),
                             ("val_episodes_per_task x validation tasks",
                              self.val_episodes_per_task * len(self.val_tasks or range(self.val_num_tasks)))):
@@ -225,7 +235,7 @@ class TrainConfig:
 
     def check_text_policy(self) -> None:
         """What ``policy=text`` cannot do, refused before the run: free-text actions (search-QA lists none), a learned
-        critic (ppo), a model that is not a text-policy folder."""
+        critic (ppo), a model that is not a whole text-policy folder."""
         from ecpo_gym import family_of
 
         if getattr(family_of(self.env_id), "family", None) == "searchqa":
@@ -234,16 +244,11 @@ class TrainConfig:
         if estimator_spec(self.estimator).needs_values:
             raise ValueError(f"estimator={self.estimator} needs a learned critic, which policy=text does not have: "
                              "use a critic-free estimator (ecpo, gigpo, grpo, ...)")
-        from ecpo_train.policies.text import candidate_rule
+        from ecpo_train.policies.text import candidate_rule, check_text_policy_folder
 
         candidate_rule(self.command_set, self.env_id)  # an open set the env family does not declare: one line
-        if self.model:
-            from ecpo_train.policies.text import CONFIG_FILE
-
-            if not (Path(self.model).expanduser() / CONFIG_FILE).is_file():
-                raise ValueError(f"policy=text model={self.model}: not a text-policy folder (no {CONFIG_FILE}); make "
-                                 "one with `ecpo sft policy=text ... --out DIR`, or leave model empty for random "
-                                 "weights")
+        if self.model:  # the folder's one check (checksums, types, bounds, weight shapes): before anything is built
+            check_text_policy_folder(self.model)
 
     def validates_after(self, iteration: int) -> bool:
         """Whether the run validates after ``iteration``: every ``val_every`` iterations, after the last one, and

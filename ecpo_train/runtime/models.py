@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ecpo_train.policies import DEMO_MODEL
+from ecpo_train.policies.checksums import check_folder_checksums, file_sha256, write_folder_checksums
 
 CACHE_ENV_VAR = "ECPO_CACHE_DIR"
 TOKENIZER_ENV_VAR = "ECPO_TOKENIZER_DIR"
@@ -73,14 +74,6 @@ def registry_entry(name: str) -> PullableModel:
     except KeyError:
         known = ", ".join(sorted(MODEL_REGISTRY))
         raise KeyError(f"unknown model {name!r}; pullable models: {known}") from None
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt")
@@ -252,6 +245,7 @@ def pull_model(name: str, cache_dir: str | Path | None = None, *, tolerance: flo
             )
             + "\n"
         )
+        write_folder_checksums(converted)
         if out_dir.exists():
             shutil.rmtree(out_dir)
         converted.rename(out_dir)
@@ -279,16 +273,19 @@ _TRAINED_TOKENIZER_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
 
 def check_model_folder(model: str | Path) -> None:
-    """The one "model missing?" check: ``ValueError`` when ``model`` names a local folder (``/...``, ``~...``,
-    ``./...``, or one that exists) that is missing or holds no ``config.json``, in one line naming the folder and
-    how to get a model; a hub id (``org/name``) passes (it is downloaded where it loads)."""
+    """The one check of an LLM's model folder: ``ValueError`` when ``model`` names a local folder (``/...``,
+    ``~...``, ``./...``, or one that exists) that is missing, holds no ``config.json``, or whose files differ from
+    its ``checksums.sha256`` (a folder saved before checksums has none: accepted), in one line naming the folder
+    and how to get a model; a hub id (``org/name``) passes (it is downloaded where it loads)."""
     model = str(model)
-    path = os.path.expanduser(model)
+    path = model_folder(model)  # (~ expanded; a folder whose sft swap was cut: its whole previous version)
     looks_local = model.startswith(("/", "~", ".")) or os.path.exists(path)
     if looks_local and not os.path.isfile(os.path.join(path, "config.json")):
         what = "does not exist" if not os.path.exists(path) else "holds no config.json"
         raise ValueError(f"{path} {what}; give a folder with the model's config.json, weights and tokenizer "
                          f"(`ecpo models pull {DEMO_MODEL}`) or a hub id")
+    if looks_local:
+        check_folder_checksums(path, f"model={model}")
 
 
 def resolve_tokenizer_dir(tokenizer_path: str | Path | None) -> Path | None:
@@ -374,4 +371,5 @@ def write_tiny_model(out_dir: str | Path, tokenizer_path: str | Path | None = No
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
+    write_folder_checksums(out)
     return out

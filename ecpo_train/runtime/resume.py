@@ -115,9 +115,11 @@ def plan_start(run_dir: Path, new_config: dict[str, Any], resume: bool | str = F
                          "or choose another run_dir=")
     if engine == "native":  # the checkpoint's own config, read without its tensors: refused before a model loads
         saved = checkpoint_config(checkpoint)
-        return StartPlan(run_dir, "resume", resume_changes(saved, new_config) if saved is not None else {})
-    saved = read_saved_config(folder.config)
-    return StartPlan(run_dir, "resume", resume_changes(saved, new_config) if saved is not None else {})
+    else:
+        saved = read_saved_config(folder.config)
+    plan = StartPlan(run_dir, "resume", resume_changes(saved, new_config) if saved is not None else {})
+    check_same_weights(run_dir, new_config)
+    return plan
 
 
 def stopped_before_first_checkpoint(folder: RunFolder, saved: dict[str, Any]) -> bool:
@@ -215,6 +217,43 @@ def resume_changes(saved: dict[str, Any], new: dict[str, Any]) -> dict[str, list
                              "or start a new run_dir (or --overwrite)")
         changes[key] = [None if old is _ABSENT else old, None if value is _ABSENT else value]
     return changes
+
+
+def recorded_warm_start(run_dir: Path) -> dict[str, Any] | None:
+    """The ``warm_start`` the run's last start or overwrite recorded in ``history.jsonl`` (:func:`warm_start`), or
+    None (a run without a model, or a folder written before it was recorded)."""
+    import json
+
+    found = None
+    path = RunFolder(run_dir).history
+    if not path.is_file():
+        return None
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        for line in handle:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue  # (a line cut by a crash: the lines before it still count)
+            if isinstance(record, dict) and record.get("event") in ("start", "overwrite"):
+                found = record.get("warm_start") if isinstance(record.get("warm_start"), dict) else None
+    return found
+
+
+def check_same_weights(run_dir: Path, new_config: dict[str, Any]) -> None:
+    """``ValueError`` when the weights in the ``model`` folder differ from those the run started from (their sha256
+    in ``history.jsonl``): a resume rebuilds the KL reference (and a runner's or a learner's starting weights) from
+    that folder, so a folder replaced since (``ecpo sft --out`` the same folder) would silently change the run."""
+    recorded = recorded_warm_start(run_dir)
+    if not recorded or not recorded.get("weights_sha256") or recorded.get("model") != new_config.get("model"):
+        return
+    from ecpo_train.runtime.models import weights_sha256
+
+    now = weights_sha256(new_config["model"])
+    if now != recorded["weights_sha256"]:
+        found = f"now {now[:12]}..." if now else "now it holds no weights"
+        raise ValueError(f"--resume: the weights in model={str(new_config['model'])[:200]} changed since the run "
+                         f"started (sha256 {str(recorded['weights_sha256'])[:12]}..., {found}), and the KL reference is "
+                         "rebuilt from them: restore the folder the run started from, or start a new run_dir")
 
 
 def warm_start(config: dict[str, Any]) -> dict[str, Any] | None:

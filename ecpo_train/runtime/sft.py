@@ -418,6 +418,10 @@ def _run_sft(config: TrainConfig, *, episodes: int, epochs: int, lr: float, out:
                                  seed=config.seed, max_tokens=max_tokens, progress=progress)
         progress.stage("loss after", len(prompts))
         loss_after = mean_reply_loss(policy, prompts, replies, max_tokens, progress)
+        if not math.isfinite(loss_after) or not all(bool(torch.isfinite(p.detach()).all())
+                                                    for p in policy.parameters()):
+            raise ValueError(f"the fine-tuning made the weights or the loss nan or infinite (lr={lr}, weight_decay="
+                             f"{config.weight_decay}): lower them; nothing was written to --out")
     from ecpo_train.runtime.models import weights_sha256
 
     summary = {  # the base model by its weights too: what a run from this output compares (resume.warm_start)
@@ -436,6 +440,7 @@ def _run_sft(config: TrainConfig, *, episodes: int, epochs: int, lr: float, out:
     }
     from ecpo_train.policies.atomic import library_write_errors, replaced_folder
     from ecpo_train.runtime.run_dir import LOCK_FILE
+    from ecpo_train.policies.checksums import write_folder_checksums
 
     # an earlier output stays until this one is whole; the lock file is carried over (still held)
     with replaced_folder(out, carry=(LOCK_FILE,)) as partial, library_write_errors(out):
@@ -446,6 +451,7 @@ def _run_sft(config: TrainConfig, *, episodes: int, epochs: int, lr: float, out:
             policy.tokenizer.save_pretrained(partial)
         summary["files"] = sorted([*(entry.name for entry in partial.iterdir()), SFT_SUMMARY])  # what a later sft replaces
         (partial / SFT_SUMMARY).write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+        write_folder_checksums(partial)  # swapped in with the folder: checked wherever it is loaded
     return summary
 
 

@@ -39,7 +39,7 @@ from ecpo_train.runtime.builders import (
     validation_metrics,
     validation_outcome,
 )
-from ecpo_train.runtime.checkpoint_io import load_checkpoint, save_checkpoint
+from ecpo_train.runtime.checkpoint_io import load_checkpoint, load_policy_state, save_checkpoint
 from ecpo_train.runtime.config import TrainConfig, config_dict
 from ecpo_train.runtime.models import model_folder
 from ecpo_train.runtime.native_step import EnvGroupSampler, PolicyLearner
@@ -203,10 +203,11 @@ class Trainer:
         """Continue the run saved in ``checkpoint`` (read and checked once: a damaged file is a ``ValueError``);
         ``None``: start afresh (nothing to do)."""
         if checkpoint is not None:
-            self.load_state(_checked_checkpoint(Path(checkpoint)))
+            self.load_state(_checked_checkpoint(Path(checkpoint)), Path(checkpoint))
 
-    def load_state(self, state: dict[str, Any]) -> None:
-        """A checkpoint's state (:meth:`checkpoint_state`) into the policy, optimizers, critic and RNG streams."""
+    def load_state(self, state: dict[str, Any], path: Path = Path("checkpoint.pt")) -> None:
+        """A checkpoint's state (:meth:`checkpoint_state`, read from ``path``) into the policy, optimizers, critic
+        and RNG streams; a policy state that does not fit is one ``ValueError`` naming ``path``."""
         if self.dp is not None:  # full states (read by every process) into the shards
             if state.get("optimizer") is not None:
                 self.dp.load_checkpoint_states(self.policy, self.optimizer, state["policy"], state["optimizer"])
@@ -215,23 +216,28 @@ class Trainer:
 
                 set_model_state_dict(self.policy, state["policy"], options=StateDictOptions(full_state_dict=True))
         else:
-            self.policy.load_state_dict(state["policy"])
+            load_policy_state(self.policy, state["policy"], path)
             if state.get("optimizer") is not None:
                 self.optimizer.load_state_dict(state["optimizer"])
         self.policy.sync_generation_weights()
         if state.get("reference") is not None and self.reference is not None:
-            self.reference.load_state_dict(state["reference"])
+            load_policy_state(self.reference, state["reference"], path, "reference")
         if state.get("critic") is not None and self.critic is not None:
             self.critic.load_state_dict(state["critic"])
             if state.get("critic_optimizer") is not None:
                 self.critic_optimizer.load_state_dict(state["critic_optimizer"])
-        self.rng.bit_generator.state = state["numpy_rng"]
-        torch.set_rng_state(state["torch_rng"])
-        if state.get("cuda_rng") is not None and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(state["cuda_rng"])  # the LLM policy samples on the GPU
-        random.setstate(state["python_rng"])
-        np.random.set_state(state["numpy_global_rng"])
-        self.iteration = int(state["iteration"])
+        try:  # (a damaged stream is refused before the run goes on from it)
+            self.rng.bit_generator.state = state["numpy_rng"]
+            torch.set_rng_state(state["torch_rng"])
+            if state.get("cuda_rng") is not None and torch.cuda.is_available():
+                torch.cuda.set_rng_state_all(state["cuda_rng"])  # the LLM policy samples on the GPU
+            random.setstate(state["python_rng"])
+            np.random.set_state(state["numpy_global_rng"])
+            self.iteration = int(state["iteration"])
+        except (KeyError, TypeError, ValueError, RuntimeError, OverflowError) as err:
+            raise ValueError(f"checkpoint {path}: its random streams cannot be restored ({type(err).__name__}: "
+                             f"{' '.join(str(err).split())[:100]}): restore it from a copy, or delete it to start "
+                             "over") from None
         if self.memory is not None:
             if state.get("task_memory") is None:
                 raise ValueError(f"the checkpoint keeps no task memory, which estimator={self.config.estimator} "

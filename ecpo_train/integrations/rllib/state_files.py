@@ -8,6 +8,7 @@ RLlib's own checkpoint (``Checkpointable.save_to_path``) is pickles: ``class_and
     tensors.safetensors   its torch tensors (bfloat16 included)
     arrays.safetensors    its numpy arrays
     config.yaml           what the algorithm is built from: the run's ``TrainConfig`` and its runner/learner layout
+    checksums.sha256      the sha256 of each file above (``policies/checksums.py``), compared before it is read
 
 msgpack is read with no extension hook and safetensors holds raw numbers, so reading a planted or damaged folder
 can fail (one ``ValueError`` naming the folder) but never executes anything. Anything else in a state (an object
@@ -21,6 +22,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from ecpo_train.policies.checksums import check_folder_checksums, write_folder_checksums
 
 STATE_FILE = "state.msgpack"
 TENSORS_FILE = "tensors.safetensors"
@@ -71,6 +74,7 @@ def write_state(folder: Path, state: Any, config: dict[str, Any]) -> None:
     save_tensors(tensors, str(folder / TENSORS_FILE))
     save_arrays(arrays, str(folder / ARRAYS_FILE))
     (folder / CONFIG_FILE).write_text(yaml.safe_dump(config, sort_keys=False))
+    write_folder_checksums(folder)  # (the engine swaps the folder in whole: the checksums come with it)
 
 
 def holds_state(folder: Path) -> bool:
@@ -79,12 +83,15 @@ def holds_state(folder: Path) -> bool:
 
 
 def read_state(folder: Path) -> Any:
-    """The state :func:`write_state` wrote into ``folder``; anything missing, cut or foreign is one ``ValueError``
-    naming the folder. Nothing read can run code (module docstring)."""
+    """The state :func:`write_state` wrote into ``folder``; anything missing, cut, changed since it was written (its
+    ``checksums.sha256``; a folder written before checksums has none) or foreign is one ``ValueError`` naming the
+    folder. Nothing read can run code (module docstring)."""
     import msgpack
     from safetensors.numpy import load_file as load_arrays
     from safetensors.torch import load_file as load_tensors
 
+    check_folder_checksums(folder, f"{folder} is damaged and cannot be read",
+                           "restore it from a copy, or --overwrite to start the run over")
     try:
         tree = msgpack.unpackb((folder / STATE_FILE).read_bytes(), raw=False, strict_map_key=False)
         tensors = load_tensors(str(folder / TENSORS_FILE))

@@ -87,6 +87,11 @@ class RLlibEngine:
         self.algo.ecpo_observe = observe
         try:
             result = self.algo.train()
+        except Exception as err:
+            refusal = _refusal_inside(err)
+            if refusal is None:
+                raise
+            raise ValueError(str(refusal)) from None  # (a learner actor's one line, not Ray's wrapper of it)
         finally:
             self.algo.ecpo_observe = None
         return {key: float(value) for key, value in result["ecpo"].items() if _is_number(value)}
@@ -163,6 +168,18 @@ def _restored(config: Any, checkpoint: Path) -> Any:
         algo.stop()
         raise
     return algo
+
+
+def _refusal_inside(err: BaseException) -> ValueError | None:
+    """The ``ValueError`` a learner or runner actor raised (a non-finite update: ``builders.check_finite_update``),
+    found through Ray's wrappers (``RayTaskError.cause``, ``__cause__``), or None."""
+    seen = 0
+    while err is not None and seen < 10:
+        cause = getattr(err, "cause", None)
+        if isinstance(cause, ValueError) and not isinstance(cause, type(err)):
+            return cause
+        err, seen = cause if isinstance(cause, BaseException) else err.__cause__, seen + 1
+    return None
 
 
 def _is_number(value: Any) -> bool:

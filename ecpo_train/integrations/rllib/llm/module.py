@@ -106,7 +106,15 @@ class CausalLMRLModule(GroupCreditModule):
         if self.policy.model is None:  # a vLLM runner without a transformers copy: straight into its engine
             self.policy.weights_to_engine({name.removeprefix(MODEL_PREFIX): t for name, t in tensors.items()})
             return
-        missing, unexpected = self.load_state_dict(tensors, strict=False)
+        bad = next((name for name, t in tensors.items() if t.is_floating_point() and not bool(torch.isfinite(t).all())),
+                   None)
+        if bad is not None:
+            raise ValueError(f"weight {bad[:80]} holds nan or infinite values: restore the checkpoint from a copy")
+        try:
+            missing, unexpected = self.load_state_dict(tensors, strict=False)
+        except RuntimeError as err:  # (shapes that do not fit: torch's multi-line report, cut to one line)
+            raise ValueError(f"weights do not fit this CausalLMRLModule ({' '.join(str(err).split())[:200]}); the "
+                             "learner and the runners must be built from the same ECPOConfig") from None
         needed = [name for name in missing if (is_adapter_key(name) or not self.has_lora)
                   and not name.endswith("_extra_state")]
         if unexpected or needed:

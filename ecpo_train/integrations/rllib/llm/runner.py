@@ -132,14 +132,23 @@ class LLMEnvRunner(EnvRunner):
         return [str(t) for t in self._env_for(1).task_ids]
 
     def sampling_state(self) -> dict[str, Any]:
-        """The random streams this runner samples from (checkpointed with the algorithm: exact resume)."""
-        return {"torch": torch.get_rng_state(), "numpy": self._rng.bit_generator.state}
+        """The random streams this runner samples from (checkpointed with the algorithm: exact resume): torch's,
+        the runner's numpy stream, and the policy's own generator where it samples from one (the text and tabular
+        policies: the native checkpoint keeps it in the policy's state, which the module's weight sync leaves out)."""
+        state = {"torch": torch.get_rng_state(), "numpy": self._rng.bit_generator.state}
+        own = getattr(self.policy, "generator", None)
+        if isinstance(own, torch.Generator):
+            state["policy"] = own.get_state()
+        return state
 
     def set_sampling_state(self, state: dict[str, Any] | None) -> None:
         if state is None:  # a runner the checkpoint did not have keeps its own fresh streams
             return
         torch.set_rng_state(state["torch"])
         self._rng.bit_generator.state = state["numpy"]
+        own = getattr(self.policy, "generator", None)
+        if isinstance(own, torch.Generator) and state.get("policy") is not None:
+            own.set_state(state["policy"])
 
     # ------------------------------------------------------------------ RLlib's EnvRunner contract
     def assert_healthy(self) -> None:
