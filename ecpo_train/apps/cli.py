@@ -58,6 +58,9 @@ def demo(
         raise fail(err) from None
 
 
+RLLIB_OPTIONS = ("env_runners", "learners", "actor_cpus")  # train's options only --engine rllib reads
+
+
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def train(
     ctx: typer.Context,
@@ -92,6 +95,11 @@ def train(
     if resume and resume_or_start:
         raise fail(ValueError("--resume and --resume-or-start: give one"))
     resume = RESUME_OR_START if resume_or_start else resume
+    given = [f"--{name.replace('_', '-')}" for name in RLLIB_OPTIONS
+             if getattr(ctx.get_parameter_source(name), "name", "DEFAULT") not in ("DEFAULT", "DEFAULT_MAP")]
+    if engine != "rllib" and given:  # the RLlib engine's actors: the native trainer has none
+        raise fail(ValueError(f"{', '.join(given)}: only --engine rllib has actors to size; --engine native would "
+                              "ignore it (give --engine rllib, or leave it out)"))
     if engine == "rllib":
         _train_with_rllib(config, list(ctx.args), resume, overwrite, nproc, env_runners, learners, actor_cpus)
         return

@@ -24,6 +24,7 @@ from pydantic import Field
 
 from ecpo_gym.families import declared_history_length
 from ecpo_train.core.credit import CreditConfig, available_estimators, check_group_size, estimator_spec
+from ecpo_train.core.credit.config import ESTIMATOR_CREDIT_KEYS
 from ecpo_train.core.loss import BEHAVIOUR_CORRECTIONS, UpdateSettings
 from ecpo_train.core.rollout import ANCHOR_KEYS
 from ecpo_train.core.tasks import TASK_DRAWS
@@ -39,6 +40,25 @@ CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 POLICIES = ("llm", "tabular", "text")
 POLICY_MODES = ("generate", "score")
 _UPDATE = UpdateSettings()  # the update's defaults, read by the step-E fields below
+# The settings each policy kind reads beyond those every kind reads (the run, the environment, the credit and the
+# update): a non-default value of one the run's policy does not read is refused (``check_settings_read``). A new
+# setting of one policy kind is one more name here.
+POLICY_SETTINGS: dict[str, tuple[str, ...]] = {
+    "llm": ("model", "policy_mode", "dtype", "prompt_style", "max_prompt_length", "max_response_length",
+            "generation_backend", "vllm_kwargs", "decoding", "lora", "gradient_checkpointing", "mixed_precision",
+            "explore_epsilon"),
+    "text": ("model",),
+    "tabular": (),
+}
+POLICY_ONLY = tuple(dict.fromkeys(name for names in POLICY_SETTINGS.values() for name in names))
+# The settings only some estimators read: the ``EstimatorSpec`` declaration that says whether one does (an option it
+# names, a critic it needs, state it keeps) and what the setting is for
+ESTIMATOR_SETTINGS = {
+    "gae_lambda": ("options", "an option of an estimator that declares it: ppo"),
+    "critic_lr": ("needs_values", "the learned critic's, of an estimator that needs one: ppo"),
+    "revisit_fraction": ("keeps_state", "the revisit schedule of an estimator that keeps state: tigpo"),
+    "revisit_delay": ("keeps_state", "the revisit schedule of an estimator that keeps state: tigpo"),
+}
 # Keys a release renamed: the old name is refused with a pointer to the new one (one name per setting, both engines).
 RENAMED = {"update_epochs": "num_epochs", "epochs": "num_epochs", "algorithm": "estimator"}
 
@@ -211,11 +231,34 @@ class TrainConfig:
 
             check_fsdp_request(self.fsdp, self.estimator, self.policy)
         check_group_size(self.group_size, self.estimator)
-        moved = [f.name for f in dataclasses.fields(self) if f.name in ("revisit_fraction", "revisit_delay")
-                 and getattr(self, f.name) != f.default]
-        if moved and not estimator_spec(self.estimator).keeps_state:
-            raise ValueError(f"{', '.join(moved)} set the revisit schedule of an estimator that keeps state (tigpo); "
-                             f"estimator={self.estimator} keeps none")
+        self.check_settings_read()
+
+    def check_settings_read(self) -> None:
+        """A setting this run does not read, set to anything but its default, is refused (one line naming it), not
+        ignored: a policy kind's own settings (``POLICY_SETTINGS``), an estimator's own (``ESTIMATOR_SETTINGS``,
+        and the credit fields its registration declares, ``EstimatorSpec.credit_keys``)."""
+        spec = estimator_spec(self.estimator)
+        unread = [name for name in POLICY_ONLY if name not in POLICY_SETTINGS[self.policy]]
+        for name in unread:
+            if not _is_default(self, name):
+                readers = " or ".join(f"policy={p}" for p, names in POLICY_SETTINGS.items() if name in names)
+                raise ValueError(f"{name}={shown(getattr(self, name))} is read only by {readers}: policy={self.policy} "
+                                 "would ignore it; leave it out")
+        if self.explore_epsilon and self.policy_mode != "score":
+            raise ValueError(f"explore_epsilon={self.explore_epsilon} mixes uniform exploration into "
+                             f"policy_mode=score's choice: policy_mode={self.policy_mode} would ignore it; leave it out")
+        for name, (declaration, use) in ESTIMATOR_SETTINGS.items():
+            declared = getattr(spec, declaration)
+            reads = name in dict(declared) if declaration == "options" else bool(declared)
+            if not reads and not _is_default(self, name):
+                raise ValueError(f"{name}={shown(getattr(self, name))} is not read by estimator={self.estimator} "
+                                 f"({use}); leave it out")
+        defaults = CreditConfig()
+        for name in ESTIMATOR_CREDIT_KEYS:
+            if not spec.reads_credit_key(name) and getattr(self.credit, name) != getattr(defaults, name):
+                readers = [n for n in available_estimators() if name in (estimator_spec(n).credit_keys or ())]
+                raise ValueError(f"credit.{name}={shown(getattr(self.credit, name))} is read only by estimator="
+                                 f"{', '.join(readers)}: estimator={self.estimator} would ignore it; leave it out")
 
     def check_text_policy(self) -> None:
         """What ``policy=text`` cannot do, refused before the run: free-text actions (search-QA lists none), a learned
@@ -323,6 +366,13 @@ def apply_overrides(values: dict[str, Any], overrides: Sequence[str]) -> dict[st
         else:
             values[key] = value
     return values
+
+
+def _is_default(config: TrainConfig, name: str) -> bool:
+    """Whether the field ``name`` of ``config`` holds its declared default."""
+    item = next(f for f in dataclasses.fields(config) if f.name == name)
+    default = item.default_factory() if item.default is dataclasses.MISSING else item.default
+    return getattr(config, name) == default
 
 
 def make_config(values: dict[str, Any]) -> TrainConfig:

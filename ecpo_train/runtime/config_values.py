@@ -21,6 +21,7 @@ import typing
 from typing import Annotated, Any, Literal
 
 import yaml
+from annotated_types import GroupedMetadata
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 SHOWN_CHARS = 80  # a value echoed in an error is cut here: a 10 MB value must not become a 10 MB error line
@@ -98,6 +99,16 @@ def _type_name(hint: Any) -> str:
     return " or ".join(names)
 
 
+def _constraints(extras: list[Any]) -> Any:
+    """The single bounds (``Ge``, ``Lt``, ...) of an annotation's metadata: a pydantic ``Field``'s, an
+    ``annotated_types.Interval``'s (``CreditConfig``'s fields), or the bound itself."""
+    for info in extras:
+        if isinstance(info, GroupedMetadata):
+            yield from info
+        else:
+            yield from getattr(info, "metadata", None) or [info]
+
+
 def _range(option: Any) -> str:
     """The declared range of one annotated type: ``an integer in [0, 8] (0 = ...)``, ``a number > 0``, ``auto``."""
     base, extras = _split(option)
@@ -106,8 +117,8 @@ def _range(option: Any) -> str:
     notes = [info.description for info in extras if getattr(info, "description", None)]
     if base is str:  # a pattern: its description names what matches
         return ", ".join(notes) or "text"
-    bounds = {name: getattr(item, name) for info in extras for item in getattr(info, "metadata", ())
-              for name in _BOUNDS if getattr(item, name, None) is not None}
+    bounds = {name: getattr(item, name) for item in _constraints(extras) for name in _BOUNDS
+              if getattr(item, name, None) is not None}
     low = next(((k, v) for k, v in bounds.items() if k in ("ge", "gt")), None)
     high = next(((k, v) for k, v in bounds.items() if k in ("le", "lt")), None)
     text = _KINDS.get(base, getattr(base, "__name__", ""))

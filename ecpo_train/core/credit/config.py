@@ -20,6 +20,14 @@ Discount = Annotated[float, Interval(gt=0, le=1)]
 NonNegative = Annotated[float, Ge(0)]
 Positive = Annotated[float, Gt(0)]
 Unit = Annotated[float, Interval(ge=0, le=1)]
+# HGPO's history depth: an episode has at most this many steps (every environment's step limit, ecpo_gym.core), so a
+# deeper history gives no group; the bound refuses 10**30 when the config is built, not after the first rollout
+MAX_HGPO_HISTORY = 10_000
+# The fields only some estimators read (each declares which in its registration, ``credit_keys``): a run refuses one
+# its estimator does not read. The others are the paper's shared values (gamma, omega, kappa, tau, d_min, rho_min,
+# eps): a preset sets them once for every estimator it compares.
+ESTIMATOR_CREDIT_KEYS = ("compat", "pgpo_alpha", "pgpo_beta", "pgpo_gamma", "hgpo_history", "hgpo_alpha", "hgpo_std",
+                         "hgpo_base_group", "graph_gamma", "graph_success_return", "pace_cosine")
 
 
 @dataclass(frozen=True)
@@ -49,7 +57,7 @@ class CreditConfig:
     pgpo_alpha: NonNegative = 2.0
     pgpo_beta: NonNegative = 1.0
     pgpo_gamma: Unit = 1.0
-    hgpo_history: Annotated[int, Ge(0)] = 2
+    hgpo_history: Annotated[int, Interval(ge=0, le=MAX_HGPO_HISTORY)] = 2
     hgpo_alpha: NonNegative = 1.0
     hgpo_std: bool = True
     hgpo_base_group: bool = False
