@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-import yaml
 import torch
+import yaml
 from typer.testing import CliRunner
 
 from ecpo_train.apps.cli import app

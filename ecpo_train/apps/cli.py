@@ -270,6 +270,7 @@ def evaluate_run(
     import dataclasses
     from pathlib import Path
 
+    from ecpo_gym.families import recorded_env_id
     from ecpo_train.evaluation.command import run_leaderboard
     from ecpo_train.runtime.run_dir import RunFolder, read_saved_config
 
@@ -280,8 +281,9 @@ def evaluate_run(
         config = read_saved_config(run_folder.config)
         if config is None:
             raise FileNotFoundError(f"{run_folder.config} not found: pass a run folder written by `ecpo train`")
-        if not isinstance(config.get("env_id"), str) or not isinstance(config.get("env_kwargs") or {}, dict):
-            raise ValueError(f"{run_folder.config} names no env_id (with env_kwargs a mapping)")  # noqa: TRY004
+        recorded_env_id(config.get("env_id"), str(run_folder.config))  # a planted "evilmod:Evil-v0" imports nothing
+        if not isinstance(config.get("env_kwargs") or {}, dict):
+            raise ValueError(f"{run_folder.config}: env_kwargs must be a mapping")  # noqa: TRY004
         env_kwargs = [f"{key}={json.dumps(value)}" for key, value in (config.get("env_kwargs") or {}).items()]
         options = dataclasses.replace(options, agent="checkpoint", checkpoint=run_dir,
                                       env=None if options.manifest else config["env_id"],

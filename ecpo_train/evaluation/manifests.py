@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ecpo_gym import family_of
+from ecpo_gym.families import recorded_env_id
 
 MANIFEST_DIR = Path(__file__).resolve().parent.parent / "manifests"
 
@@ -86,9 +87,7 @@ def parse_manifest(data: dict[str, Any], source: str = "<dict>") -> TaskManifest
     for key in ("name", "env_id", "benchmark", "description"):
         if key in data and not isinstance(data[key], str) and not (key == "benchmark" and data[key] is None):
             raise ValueError(f"manifest {source}: {key!r} must be a string")
-    if ":" in data["env_id"]:  # gymnasium imports MODULE for "MODULE:id": a manifest is data and never imports code
-        raise ValueError(f"manifest {source}: env_id {data['env_id'][:80]!r} names a module to import; give a "
-                         "registered id (ecpo/...)")
+    recorded_env_id(data["env_id"], f"manifest {source}")  # a manifest is data: it never imports code
     raw_groups = data["groups"]
     if not isinstance(raw_groups, dict) or not raw_groups:
         raise ValueError(f"manifest {source}: 'groups' must be a non-empty object of group name -> spec")
@@ -149,10 +148,10 @@ def load_manifest(name_or_path: str | Path) -> TaskManifest:
 def manifest_from_env(env_id: str, env_kwargs: dict[str, Any] | None = None, *, group: str | None = None,
                       limit: int | None = None) -> TaskManifest:
     """An ad-hoc manifest: every task id of the environment, sorted (the first ``limit`` when given)."""
-    import gymnasium as gym  # the ids are registered: this module imports ecpo_gym
+    from ecpo_gym.group_workers import make_env
 
     kwargs = dict(env_kwargs or {})
-    env = gym.make(env_id, disable_env_checker=True, **kwargs)
+    env = make_env(env_id, kwargs)
     try:
         ids = sorted(str(t) for t in env.unwrapped.task_ids)
     finally:

@@ -161,9 +161,8 @@ def check_run_config(run_dir: Path, config: dict[str, Any]) -> None:
 def evaluate(agent: Agent, manifests: Sequence[TaskManifest], out_dir: str | Path,
              settings: EvalSettings | None = None) -> dict[str, Any]:
     """Evaluate ``agent`` on every task of ``manifests`` for each seed; returns the agent's results dict."""
-    import gymnasium as gym
-
     import ecpo_gym  # noqa: F401  (registers the ids)
+    from ecpo_gym.group_workers import make_env
 
     settings = settings or EvalSettings()
     out_dir = Path(out_dir)
@@ -181,7 +180,7 @@ def evaluate(agent: Agent, manifests: Sequence[TaskManifest], out_dir: str | Pat
                                                     for t in ids for s in settings.seeds)
             if pending_known:
                 continue
-            env = gym.make(manifest.env_id, disable_env_checker=True, **env_kwargs)
+            env = make_env(manifest.env_id, env_kwargs)
             envs = GroupVectorEnv(lambda env=env: env, num_groups=1, group_size=1)  # owns and closes env
             player = AgentPolicy(agent, env)
             try:

@@ -106,13 +106,12 @@ def expert_demonstrations(env_id: str, *, episodes: int, task_ids: Sequence[str]
     plan) are left out. ``ValueError`` when the environment has no expert. ``on_episode(steps)`` is called
     after each episode with the steps it kept.
     """
-    import gymnasium as gym
-
     import ecpo_gym  # noqa: F401  (registers the ids)
     from ecpo_gym.group import GroupVectorEnv
+    from ecpo_gym.group_workers import make_env
     from ecpo_train.core.rollout import collect_rollout
 
-    env = gym.make(env_id, disable_env_checker=True, **(env_kwargs or {}))
+    env = make_env(env_id, env_kwargs)
     envs = GroupVectorEnv(lambda env=env: env, num_groups=1, group_size=1)  # owns and closes env
     try:
         tasks = [str(t) for t in (task_ids or envs.task_ids)]

@@ -22,7 +22,7 @@ Positive = Annotated[float, Gt(0)]
 Unit = Annotated[float, Interval(ge=0, le=1)]
 # HGPO's history depth: an episode has at most this many steps (every environment's step limit, ecpo_gym.core), so a
 # deeper history gives no group; the bound refuses 10**30 when the config is built, not after the first rollout
-MAX_HGPO_HISTORY = 10_000
+MAX_HGPO_HISTORY = 100_000
 # The fields only some estimators read (each declares which in its registration, ``credit_keys``): a run refuses one
 # its estimator does not read. The others are the paper's shared values (gamma, omega, kappa, tau, d_min, rho_min,
 # eps): a preset sets them once for every estimator it compares.
