@@ -23,7 +23,11 @@ from typing import Any, ClassVar
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
-from gymnasium.vector.utils.shared_memory import create_shared_memory, read_from_shared_memory, write_to_shared_memory
+from gymnasium.vector.utils.shared_memory import (
+    create_shared_memory,
+    read_from_shared_memory,
+    write_to_shared_memory,
+)
 
 from ecpo_gym.canonical import INVALID_ACTION, ActionCanonicalizer, normalize_text
 from ecpo_gym.kwargs import check_count, check_real

@@ -23,6 +23,8 @@ from typing import Any
 
 import gymnasium as gym
 
+from ecpo_gym.kwargs import shown
+
 FAMILIES = ("alfworld", "webshop", "searchqa", "diagnostic")  # the built-in families (a user's may be any name)
 # (observation, action) pairs a prompt shows unless the run says otherwise, for an id declared without its own
 # (and for a user's own environment).
@@ -187,11 +189,11 @@ def recorded_env_id(env_id: Any, source: str, *, name_only: bool = False) -> str
     ``name_only``: nothing is made from the id, it only names the environment (a checkpoint's config, read to rebuild
     its policy's prompts): its id part is returned, the module left unimported."""
     if not isinstance(env_id, str) or not env_id.strip():
-        raise ValueError(f"{source}: env_id must be an environment id (ecpo/...), got {repr(env_id)[:80]}")
+        raise ValueError(f"{source}: env_id must be an environment id (ecpo/...), got {shown(env_id)}")
     if ":" in env_id and name_only:
         return env_id.split(":", 1)[1]
     if ":" in env_id:
-        raise ValueError(f"{source}: env_id {env_id[:80]!r} names a module to import, which an id read from a file "
+        raise ValueError(f"{source}: env_id {shown(env_id)} names a module to import, which an id read from a file "
                          "never does; give a registered id (ecpo/...), or name your module on the command line")
     return env_id
 

@@ -18,6 +18,8 @@ from typing import Any
 
 import gymnasium as gym
 
+from ecpo_gym.kwargs import shown
+
 EnvSpec = str | Callable[..., gym.Env]
 
 
@@ -37,7 +39,7 @@ def make_env(env: EnvSpec, env_kwargs: dict[str, Any] | None = None, *, env_chec
     kwargs = dict(env_kwargs or {})
     mode = kwargs.get("render_mode")
     if mode is not None and not isinstance(mode, str):
-        raise ValueError(f"render_mode={repr(mode)[:80]} is invalid: it must be a render mode's name (ansi) or None")
+        raise ValueError(f"render_mode={shown(mode)} is invalid: it must be a render mode's name (ansi) or None")
     if not isinstance(env, str):
         return env(**kwargs)
     import ecpo_gym  # noqa: F401  (registers the ids inside spawned workers)
@@ -48,7 +50,7 @@ def make_env(env: EnvSpec, env_kwargs: dict[str, Any] | None = None, *, env_chec
     except ModuleNotFoundError:
         if module is None or _importable(module):
             raise  # a module the environment itself imports: not the id's
-        raise ValueError(f"env_id {env[:80]!r}: there is no module {module[:80]!r} to import (the part before ':' "
+        raise ValueError(f"env_id {shown(env)}: there is no module {shown(module)} to import (the part before ':' "
                          "names the module that declares the id; a registered id, ecpo/..., needs none)") from None
 
 

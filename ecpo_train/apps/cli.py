@@ -12,6 +12,7 @@ from typing import Annotated
 
 import typer
 
+from ecpo_gym.kwargs import shown
 from ecpo_train.evaluation.command import leaderboard_command
 from ecpo_train.evaluation.options import LeaderboardOptions, cut_long_words, error_line, typer_command
 from ecpo_train.runtime.models import DEMO_MODEL
@@ -91,7 +92,7 @@ def train(
     from ecpo_train.runtime.resume import RESUME_OR_START, plan_start
 
     if engine not in ("native", "rllib"):
-        raise fail(ValueError(f"--engine {engine!r}; valid: native, rllib"))
+        raise fail(ValueError(f"--engine {shown(engine)}; valid: native, rllib"))
     if resume and resume_or_start:
         raise fail(ValueError("--resume and --resume-or-start: give one"))
     resume = RESUME_OR_START if resume_or_start else resume
@@ -158,7 +159,7 @@ def _train_with_rllib(config: str, overrides: list[str], resume: bool | str, ove
     if env_runners < 0 or learners < 0:
         raise fail(ValueError("--env-runners and --learners must be >= 0"))
     if not (math.isfinite(actor_cpus) and 0 < actor_cpus <= 64):
-        raise fail(ValueError(f"--actor-cpus {actor_cpus!r}: give a number of CPUs > 0 and <= 64"))
+        raise fail(ValueError(f"--actor-cpus {shown(actor_cpus)}: give a number of CPUs > 0 and <= 64"))
     from ecpo_train.runtime.config import load_config
     from ecpo_train.runtime.run import open_run
 

@@ -26,6 +26,7 @@ from typing import Any
 
 from ecpo_gym import family_of
 from ecpo_gym.families import recorded_env_id
+from ecpo_gym.kwargs import shown
 
 MANIFEST_DIR = Path(__file__).resolve().parent.parent / "manifests"
 
@@ -94,18 +95,18 @@ def parse_manifest(data: dict[str, Any], source: str = "<dict>") -> TaskManifest
     groups = []
     for name, spec in raw_groups.items():
         if not isinstance(spec, dict):
-            raise TypeError(f"manifest {source}: group {name!r} must be an object")
+            raise TypeError(f"manifest {source}: group {shown(name)} must be an object")
         task_ids, first = spec.get("task_ids"), spec.get("first")
         if (task_ids is None) == (first is None):
-            raise ValueError(f"manifest {source}: group {name!r} needs exactly one of 'task_ids' or 'first'")
+            raise ValueError(f"manifest {source}: group {shown(name)} needs exactly one of 'task_ids' or 'first'")
         if task_ids is not None:
             if not isinstance(task_ids, list) or not all(isinstance(t, str) for t in task_ids):
-                raise ValueError(f"manifest {source}: group {name!r} 'task_ids' must be a list of strings")
+                raise ValueError(f"manifest {source}: group {shown(name)} 'task_ids' must be a list of strings")
             if len(set(task_ids)) != len(task_ids):
-                raise ValueError(f"manifest {source}: group {name!r} lists a task id twice")
+                raise ValueError(f"manifest {source}: group {shown(name)} lists a task id twice")
         if first is not None and (isinstance(first, bool) or not isinstance(first, int) or first < 1):
-            raise ValueError(f"manifest {source}: group {name!r} 'first' must be a positive integer")
-        groups.append(TaskGroup(name=str(name), env_kwargs=_kwargs(spec, f"manifest {source}: group {name!r}"),
+            raise ValueError(f"manifest {source}: group {shown(name)} 'first' must be a positive integer")
+        groups.append(TaskGroup(name=str(name), env_kwargs=_kwargs(spec, f"manifest {source}: group {shown(name)}"),
                                 task_ids=list(task_ids) if task_ids is not None else None, first=first))
     env_id = str(data["env_id"])
     return TaskManifest(name=str(data["name"]), benchmark=str(data.get("benchmark") or benchmark_of(env_id)),
@@ -134,7 +135,7 @@ def load_manifest(name_or_path: str | Path) -> TaskManifest:
     if not path.is_file():
         path = MANIFEST_DIR / f"{name_or_path}.json"
     if not path.is_file():
-        raise FileNotFoundError(f"manifest {name_or_path!r} not found (neither a file nor one of the committed "
+        raise FileNotFoundError(f"manifest {shown(name_or_path)} not found (neither a file nor one of the committed "
                                 f"manifests in {MANIFEST_DIR}: {', '.join(available_manifests())})")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))

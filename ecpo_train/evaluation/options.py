@@ -17,8 +17,10 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from ecpo_gym.kwargs import shown
 from ecpo_train.policies import DTYPES
 from ecpo_train.runtime import VALIDATION_TEMPERATURE  # ``--greedy`` gives 0
+from ecpo_train.runtime.limits import MAX_EVAL_SEEDS, MAX_SEQUENCE_TOKENS
 
 AGENT_KINDS = ("checkpoint", "prompting", "react", "reflexion", "expert", "random")
 CHAT_AGENTS = ("prompting", "react", "reflexion")  # the agents that use --model / --backend / --base-url
@@ -64,15 +66,17 @@ class LeaderboardOptions:
     def check(self) -> None:
         """``ValueError`` naming the first option with an impossible value, or one the agent would ignore."""
         if self.agent not in AGENT_KINDS:
-            raise ValueError(f"agent={self.agent!r}; choose from {', '.join(AGENT_KINDS)}")
+            raise ValueError(f"agent={shown(self.agent)}; choose from {', '.join(AGENT_KINDS)}")
         if self.backend not in BACKENDS:
-            raise ValueError(f"backend={self.backend!r}; choose from {', '.join(BACKENDS)}")
+            raise ValueError(f"backend={shown(self.backend)}; choose from {', '.join(BACKENDS)}")
         if self.dtype not in DTYPES:
-            raise ValueError(f"dtype={self.dtype!r}; choose from {', '.join(DTYPES)}")
-        for name, low in (("seeds", 1), ("trials", 1), ("max_new_tokens", 1), ("limit", 1)):
+            raise ValueError(f"dtype={shown(self.dtype)}; choose from {', '.join(DTYPES)}")
+        for name, low, high in (("seeds", 1, MAX_EVAL_SEEDS), ("trials", 1, MAX_EVAL_SEEDS),
+                                ("max_new_tokens", 1, MAX_SEQUENCE_TOKENS), ("limit", 1, None)):
             value = getattr(self, name)
-            if value is not None and value < low:
-                raise ValueError(f"--{name.replace('_', '-')} must be >= {low}, got {value}")
+            if value is not None and not (low <= value and (high is None or value <= high)):
+                within = f">= {low}" if high is None else f"in [{low}, {high}]"
+                raise ValueError(f"--{name.replace('_', '-')} must be {within}, got {value}")
         if not (math.isfinite(self.temperature) and self.temperature >= 0):
             raise ValueError(f"--temperature must be a finite number >= 0 (0 = greedy), got {self.temperature}")
         if self.env and self.manifest:
@@ -103,7 +107,7 @@ def check_device(device: str) -> None:
     """``cpu``, ``cuda`` or ``cuda:N``; CUDA only where this torch has a usable GPU."""
     kind, _, index = device.partition(":")
     if kind not in ("cpu", "cuda") or (index and (kind != "cuda" or not index.isdigit())):
-        raise ValueError(f"--device {device!r}; valid: cpu, cuda, cuda:N")
+        raise ValueError(f"--device {shown(device)}; valid: cpu, cuda, cuda:N")
     if kind == "cuda":
         import torch
 

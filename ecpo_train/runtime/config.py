@@ -34,7 +34,14 @@ from ecpo_train.policies.prompting import PROMPT_STYLES
 from ecpo_train.policies.vllm_backend import check_vllm_kwargs
 from ecpo_train.runtime import VALIDATION_TEMPERATURE
 from ecpo_train.runtime.config_values import coerce_value, field_types, read_yaml, shown
-from ecpo_train.runtime.limits import MAX_ENV_WORKERS, MAX_EPISODES, MAX_LR, MAX_SEQUENCE_TOKENS, MAX_THREADS
+from ecpo_train.runtime.limits import (
+    MAX_ENV_WORKERS,
+    MAX_EPISODES,
+    MAX_LR,
+    MAX_SEED,
+    MAX_SEQUENCE_TOKENS,
+    MAX_THREADS,
+)
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 POLICIES = ("llm", "tabular", "text")
@@ -81,7 +88,7 @@ class TrainConfig:
 
     # run
     run_dir: str = "runs/ecpo"
-    seed: Tally = 0
+    seed: Annotated[int, Field(ge=0, le=MAX_SEED, description="the seeds numpy's global stream takes")] = 0
     iterations: Count = 150
     # auto = cuda when this torch has it, else cpu; "cuda:1" picks a GPU
     device: Annotated[str, Field(pattern=r"^(auto|cpu|cuda(:[0-9]+)?)$", description="auto, cpu, cuda or cuda:N")] = "auto"

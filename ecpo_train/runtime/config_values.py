@@ -24,7 +24,8 @@ import yaml
 from annotated_types import GroupedMetadata
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
-SHOWN_CHARS = 80  # a value echoed in an error is cut here: a 10 MB value must not become a 10 MB error line
+from ecpo_gym.kwargs import SHOWN_CHARS, shown  # noqa: F401  (the one rule for quoting input, re-exported)
+
 _BOUNDS = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<"}
 _KINDS = {int: "an integer", float: "a number", list: "a non-empty list"}
 _RANGE_ERRORS = {"greater_than", "greater_than_equal", "less_than", "less_than_equal", "finite_number", "too_short",
@@ -51,13 +52,11 @@ _Yaml12Loader.add_implicit_resolver(
 def read_yaml(text: str) -> Any:
     """YAML text as data, with YAML 1.2 numbers and no aliases (the one reader of presets, ``key=value`` overrides
     and a run's recorded ``config.yaml``)."""
-    return yaml.load(text, Loader=_Yaml12Loader)
-
-
-def shown(value: Any) -> str:
-    """``repr(value)`` for an error line, cut at ``SHOWN_CHARS`` characters."""
-    text = repr(value)
-    return text if len(text) <= SHOWN_CHARS else f"{text[:SHOWN_CHARS]}... ({len(text)} characters)"
+    try:
+        return yaml.load(text, Loader=_Yaml12Loader)
+    except ValueError as err:  # an integer of more digits than Python converts: a YAML error, named by the callers
+        raise yaml.constructor.ConstructorError(None, None, f"a value too large to read ({str(err)[:80]})",
+                                                None) from None
 
 
 @functools.cache

@@ -52,6 +52,7 @@ import numpy as np
 import torch
 
 from ecpo_gym.canonical import INVALID_ACTION
+from ecpo_gym.kwargs import shown
 from ecpo_train.core.micro_batches import pack_micro_batches
 from ecpo_train.core.rollout import sent_action
 from ecpo_train.policies.base import PolicyOutput, StepContext
@@ -327,14 +328,14 @@ SFT_SUMMARY = "sft.json"  # what marks a folder as an sft output (which a later 
 def check_sft_settings(episodes: int, epochs: int, lr: float, batch_size: int) -> None:
     for name, value in (("episodes", episodes), ("epochs", epochs), ("batch_size", batch_size)):
         if not isinstance(value, int) or value < 1:
-            raise ValueError(f"--{name.replace('_', '-')} {value!r} is invalid: it must be an integer >= 1")
+            raise ValueError(f"--{name.replace('_', '-')} {shown(value)} is invalid: it must be an integer >= 1")
     if episodes > MAX_SFT_EPISODES:
         raise ValueError(f"--episodes {episodes} is invalid: at most {MAX_SFT_EPISODES} (the expert plays every "
                          "episode before the first update)")
     if epochs > MAX_SFT_EPOCHS:
         raise ValueError(f"--epochs {epochs} is invalid: at most {MAX_SFT_EPOCHS} passes over the expert steps")
     if not (isinstance(lr, (int, float)) and math.isfinite(lr) and 0 < lr <= MAX_LR):
-        raise ValueError(f"--lr {lr!r} is invalid: it must be a number in (0, {MAX_LR:g}]")
+        raise ValueError(f"--lr {shown(lr)} is invalid: it must be a number in (0, {MAX_LR:g}]")
 
 
 def run_sft(config: TrainConfig, *, episodes: int, epochs: int, lr: float, out: str | Path,
@@ -438,7 +439,7 @@ def check_sft_out(out: str | Path, model: str) -> Path:
     path = Path(out).expanduser()
     check_writable_folder(path, f"--out {out}")
     model_folder = Path(os.path.expanduser(model))
-    if model_folder.exists() and path.exists() and path.resolve() == model_folder.resolve():
+    if model and model_folder.exists() and path.exists() and path.resolve() == model_folder.resolve():
         raise ValueError(f"--out {out} is the input model's folder: the base model would be overwritten; give "
                          "a new folder")
     if path.is_dir() and any(path.iterdir()) and not (path / SFT_SUMMARY).is_file():

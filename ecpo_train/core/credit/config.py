@@ -11,6 +11,8 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from annotated_types import Ge, Gt, Interval
 
+from ecpo_gym.kwargs import shown
+
 COMPAT_MODES = ("native", "verl-agent")
 Compat = Literal["native", "verl-agent"]
 # Ranges are the papers' where they state one (ECPO: kappa > 0 and eps > 0 in Sec. 4.1, tau > 0 in Sec. 4.2,
@@ -109,18 +111,18 @@ def _check_field(name: str, value: Any, hint: Any) -> None:
     is_bool = isinstance(value, (bool, np.bool_))
     if typing.get_origin(base) is Literal:
         if not isinstance(value, str) or value not in typing.get_args(base):
-            raise ValueError(f"credit hyperparameter {name}={value!r} is invalid; valid values: "
+            raise ValueError(f"credit hyperparameter {name}={shown(value)} is invalid; valid values: "
                              f"{', '.join(typing.get_args(base))}")
         return
     if base is bool:
         if not is_bool:
-            raise ValueError(f"credit hyperparameter {name}={value!r} is invalid: it must be true or false")
+            raise ValueError(f"credit hyperparameter {name}={shown(value)} is invalid: it must be true or false")
         return
     if base is int:
         if not isinstance(value, (int, np.integer)) or is_bool or not _within(int(value), bounds):
-            raise ValueError(f"credit hyperparameter {name}={value!r} is invalid: it must be an integer "
+            raise ValueError(f"credit hyperparameter {name}={shown(value)} is invalid: it must be an integer "
                              f"{_range_text(bounds)}")
         return
     is_real = isinstance(value, (int, float, np.integer, np.floating)) and not is_bool
     if not is_real or not math.isfinite(value) or not _within(float(value), bounds):
-        raise ValueError(f"credit hyperparameter {name}={value!r} is invalid: it must be a number {_range_text(bounds)}")
+        raise ValueError(f"credit hyperparameter {name}={shown(value)} is invalid: it must be a number {_range_text(bounds)}")

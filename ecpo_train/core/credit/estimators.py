@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -50,6 +51,34 @@ from ecpo_train.core.credit.equations import (
 from ecpo_train.core.credit.history import SUCCESS, TaskHistory, group_histories
 from ecpo_train.core.credit.registry import available_estimators, estimator_spec, register_estimator
 from ecpo_train.core.rows import CreditRows, host_values, prepare_rows
+
+
+class AdvantageOverflow(ValueError):
+    """Finite input whose advantages overflow float64; :func:`compute_advantages` names the cause (a credit value or
+    the rewards' scale)."""
+
+    def __init__(self, what: str, reward_peak: float) -> None:
+        super().__init__(what)
+        self.what, self.reward_peak = what, reward_peak
+
+
+# a credit value this large is what overflows (the rewards are bounded far below it, core.rows.MAX_RETURN_MAGNITUDE)
+_HUGE_CREDIT_VALUE = 1e100
+
+
+def _overflow_cause(error: AdvantageOverflow, config: CreditConfig, name: str) -> str:
+    """The one line naming why the advantages overflowed: the credit values the estimator reads that are huge
+    (kappa=1e308 is not blamed on omega), else the rewards' scale."""
+    spec = estimator_spec(name)
+    huge = [f"credit.{f.name}={getattr(config, f.name):g}" for f in dataclasses.fields(config)
+            if spec.reads_credit_key(f.name) and isinstance(getattr(config, f.name), float)
+            and abs(getattr(config, f.name)) >= _HUGE_CREDIT_VALUE]
+    if huge:
+        return (f"{error.what}: {', '.join(huge)} {'takes' if len(huge) == 1 else 'take'} the {name} advantages "
+                "past float64's range (~1.8e308); lower it")
+    return (f"{error.what}: rewards as large as |r| = {error.reward_peak:.3g} make the returns, or their squared "
+            f"deviations, exceed float64's range (~1.8e308) once weighted by omega={config.omega:g}; rescale the "
+            "rewards or lower omega")
 
 
 @dataclass(frozen=True, eq=False)
@@ -135,11 +164,8 @@ def _advantage_diagnostics(rows: CreditRows, adv: Any) -> dict[str, float]:
     values = rows.ops.host(adv)
     if not np.isfinite(values).all():
         rewards = rows.ops.host(rows.reward)
-        raise ValueError(
-            f"advantages overflow float64 (row {int(np.argmin(np.isfinite(values)))} is {values[~np.isfinite(values)][0]}): "
-            f"rewards as large as |r| = {np.abs(rewards).max():.3g} make the returns, or their squared deviations, "
-            "exceed float64's range (~1.8e308) once weighted by omega; rescale the rewards or lower omega"
-        )
+        raise AdvantageOverflow(f"advantages overflow float64 (row {int(np.argmin(np.isfinite(values)))} is "
+                                f"{values[~np.isfinite(values)][0]})", float(np.abs(rewards).max()))
     peak = float(np.abs(values).max())
     # squaring advantages beyond ~1e154 overflows: take their std on a rescaled copy then
     std = peak * float((values / peak).std()) if peak > 1e150 else float(values.std())
@@ -594,12 +620,15 @@ def compute_advantages(
         if missing:
             raise TypeError(f"compute_advantages needs the step columns {', '.join(missing)} (or rows=)")
         rows = prepare_rows(group_ids, traj_ids, steps, anchor_keys, action_keys, rewards)
-    with np.errstate(over="ignore", invalid="ignore"):  # an overflow raises a ValueError in _finish instead
-        if spec.needs_values:
-            return spec.fn(rows, config, values, **options)
-        if spec.hidden_states != "none":
-            return spec.fn(rows, config, hidden_states=hidden_states)
-        if spec.keeps_state:
-            state_keys = np.asarray(host_values(keys, "anchor_keys"), dtype=object)
-            return spec.fn(rows, config, history=history, anchor_keys=state_keys)
-        return spec.fn(rows, config)
+    try:
+        with np.errstate(over="ignore", invalid="ignore"):  # an overflow raises AdvantageOverflow in _finish instead
+            if spec.needs_values:
+                return spec.fn(rows, config, values, **options)
+            if spec.hidden_states != "none":
+                return spec.fn(rows, config, hidden_states=hidden_states)
+            if spec.keeps_state:
+                state_keys = np.asarray(host_values(keys, "anchor_keys"), dtype=object)
+                return spec.fn(rows, config, history=history, anchor_keys=state_keys)
+            return spec.fn(rows, config)
+    except AdvantageOverflow as error:
+        raise ValueError(_overflow_cause(error, config, name)) from None
