@@ -94,3 +94,9 @@ def test_text_policy_distributions_when_the_last_context_lists_no_command():
     assert last == {} and set(first) == {"look", "take mug 1"} and abs(sum(first.values()) - 1) < 1e-6
     assert policy.action_distributions(contexts[::-1], 0.0)[1] in ({"look": 1.0, "take mug 1": 0.0},
                                                                    {"look": 0.0, "take mug 1": 1.0})
+
+
+def test_models_tiny_names_a_seed_torch_cannot_take(tmp_path):
+    line = refused(["models", "tiny", str(tmp_path / "tiny"), "--seed", str(10**23)])
+    assert line.startswith("error: seed must be an integer in [0, 4294967295]")
+    assert not (tmp_path / "tiny").exists()
