@@ -2,7 +2,7 @@
 refuses a value of the wrong type, out of range, or too large to build in reasonable time and memory.
 
 Each check returns the value converted (``int``/``float``/``bool``) or raises one ``ValueError`` naming the
-argument and its valid range. The bounds themselves live beside what they bound (``MAX_STEPS`` in an env,
+argument and its valid range. The bounds themselves live beside what they bound (``MAX_STEPS`` in ``core``,
 ``MAX_RECEPTACLES`` in ALFWorld's generator); the rules and their words live here. ``check_count``,
 ``check_int_pair`` and ``check_nonempty`` keep the words ALFWorld's generator has always used
 (``num_tasks must be an int in [1, 1000000], got ...``).
