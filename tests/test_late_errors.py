@@ -76,7 +76,7 @@ def test_sft_out_dot_without_a_model_is_not_called_the_model_folder(tmp_path, mo
     from ecpo_train.runtime.sft import check_sft_out
 
     monkeypatch.chdir(tmp_path)
-    assert check_sft_out(".", "") == tmp_path.joinpath(".").relative_to(tmp_path) or True
+    assert str(check_sft_out(".", "")) == "."  # an empty folder with no model given: sft may write there
     (tmp_path / "other.txt").write_text("x")
     with pytest.raises(ValueError, match="holds files that are not an sft output") as error:
         check_sft_out(".", "")
