@@ -91,3 +91,16 @@ def test_the_native_engine_refuses_the_rllib_actor_options(tmp_path, option):
 def test_hgpo_history_is_bounded_when_the_config_is_built():
     line = refused(["train", "--config", "quickstart", "estimator=hgpo", f"credit.hgpo_history={10**30}", *FAST])
     assert "credit.hgpo_history=" in line and "[0, 100000]" in line
+
+
+@pytest.mark.parametrize(("agent", "option"), [
+    (["--agent", "expert"], ["--trials", "5"]), (["--agent", "random"], ["--temperature", "0.9"]),
+    (["--agent", "expert"], ["--greedy"]), (["--agent", "random"], ["--max-new-tokens", "64"]),
+    (["--agent", "expert"], ["--dtype", "bfloat16"]), (["--agent", "random"], ["--backend", "openai"]),
+    (["--agent", "prompting", "--model", "m", "--backend", "openai"], ["--dtype", "bfloat16"]),
+    (["--agent", "checkpoint", "--checkpoint", "run"], ["--trials", "2"]),
+])
+def test_a_leaderboard_option_the_agent_does_not_read_is_refused(tmp_path, agent, option):
+    line = refused(["leaderboard", *agent, *option, "--out-dir", str(tmp_path / "lb")])
+    assert line == f"error: {option[0]} would be ignored by --agent {agent[1]}: leave it out"
+    assert not (tmp_path / "lb").exists()

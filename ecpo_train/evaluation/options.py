@@ -82,10 +82,14 @@ class LeaderboardOptions:
         if self.env and self.manifest:
             raise ValueError("--env evaluates every task of one env instead of manifests: give --env or --manifest, "
                              "not both")
-        ignored = [f"--{flag}" for flag, value, used in (
-            ("model", self.model, self.agent in CHAT_AGENTS),
-            ("base-url", self.base_url, self.agent in CHAT_AGENTS and self.backend == "openai"),
-            ("checkpoint", self.checkpoint, self.agent == "checkpoint")) if value is not None and not used]
+        chat, local = self.agent in CHAT_AGENTS, self.agent in CHAT_AGENTS and self.backend == "transformers"
+        used = {"model": chat, "base_url": chat and self.backend == "openai", "checkpoint": self.agent == "checkpoint",
+                "backend": chat, "dtype": local, "max_new_tokens": chat, "trials": self.agent == "reflexion",
+                "device": local or self.agent == "checkpoint",
+                "temperature": self.agent not in ("expert", "random"), "greedy": self.agent not in ("expert", "random")}
+        defaults = {f.name: f.default for f in fields(self)}
+        ignored = [f"--{name.replace('_', '-')}" for name, reads in used.items()
+                   if not reads and getattr(self, name) != defaults[name]]
         if ignored:
             raise ValueError(f"{', '.join(ignored)} would be ignored by --agent {self.agent}: leave it out")
         if not self.out_dir:
