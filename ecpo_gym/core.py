@@ -14,18 +14,29 @@ text that matches no admissible action is an invalid action (reward ``reward_inv
 from __future__ import annotations
 
 import abc
+import multiprocessing as mp
 import string
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import gymnasium as gym
+import numpy as np
 from gymnasium import spaces
+from gymnasium.vector.utils.shared_memory import (
+    create_shared_memory,
+    read_from_shared_memory,
+    write_to_shared_memory,
+)
 
 from ecpo_gym.canonical import INVALID_ACTION, ActionCanonicalizer, normalize_text
 from ecpo_gym.kwargs import check_count, check_real
 
 MAX_TEXT_LENGTH = 1 << 20
+# Every environment's step limit is at most this (the base class checks it, so no id or constructor can skip it): an
+# episode must end, and the credit's dense per-step tables are sized by the longest one. The diagnostic corridors'
+# 10,000 rooms with invalid steps to spare are the longest episode an id declares.
+MAX_STEPS = 100_000
 # The paper's rewards (ALFWorld, WebShop, the diagnostic corridors): the one home of these defaults; search-QA
 # declares its own scale (1 for a correct answer, -0.01 for an invalid turn).
 REWARD_SUCCESS, REWARD_FAILURE, REWARD_INVALID = 10.0, 0.0, -0.1
@@ -58,6 +69,62 @@ class AnyText(spaces.Text):
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, AnyText) and other.max_length == self.max_length
+
+
+# Gymnasium's AsyncVectorEnv passes observations through shared memory, which for a Text space holds each character's
+# index in the space's charset (real observations, with newlines and unicode, are not in it) and is read once, when
+# the vector env starts (a tuple of str, unlike an array, is no view). An AnyText holds, per copy, its length and its
+# characters' code points, and reads them as a view (``SharedTexts``), so every vectorization mode carries any text.
+class SharedTexts(Sequence):
+    """The texts of a vector env's shared memory, read when indexed (a view, as Gymnasium's arrays are); a copy
+    (what the vector env returns unless ``copy=False``) is a tuple of str."""
+
+    def __init__(self, space: AnyText, memory: Any, n: int) -> None:
+        self._rows = np.frombuffer(memory.get_obj(), dtype=np.int32).reshape(n, space.max_length + 1)
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return tuple(self)[index]
+        row = self._rows[index]
+        return row[1:1 + row[0]].tobytes().decode("utf-32-le", "surrogatepass")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and tuple(self) == tuple(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __copy__(self) -> tuple[str, ...]:
+        return tuple(self)
+
+    def __deepcopy__(self, memo: Any) -> tuple[str, ...]:
+        return tuple(self)
+
+    def __repr__(self) -> str:
+        return repr(tuple(self))
+
+
+@create_shared_memory.register(AnyText)
+def _create_any_text_memory(space: AnyText, n: int = 1, ctx: Any = mp) -> Any:
+    return ctx.Array(np.dtype(np.int32).char, n * (space.max_length + 1))
+
+
+@write_to_shared_memory.register(AnyText)
+def _write_any_text(space: AnyText, index: int, value: str, shared_memory: Any) -> None:
+    codes = np.frombuffer(str(value).encode("utf-32-le", "surrogatepass"), dtype=np.int32)
+    if len(codes) > space.max_length:
+        raise ValueError(f"an observation of {len(codes)} characters is longer than its space holds "
+                         f"({space.max_length})")
+    row = np.frombuffer(shared_memory.get_obj(), dtype=np.int32)[index * (space.max_length + 1):]
+    row[0] = len(codes)
+    row[1:1 + len(codes)] = codes
+
+
+@read_from_shared_memory.register(AnyText)
+def _read_any_text(space: AnyText, shared_memory: Any, n: int = 1) -> SharedTexts:
+    return SharedTexts(space, shared_memory, n)
 
 
 class UnknownTaskError(KeyError, ValueError):
@@ -111,7 +178,7 @@ class TextAgentEnv(gym.Env[str, str], abc.ABC):
     ) -> None:
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode={render_mode!r}; supported: {self.metadata['render_modes']}")
-        self.max_steps = check_count("max_steps", max_steps, 1)
+        self.max_steps = check_count("max_steps", max_steps, 1, MAX_STEPS)
         # every env's rewards are finite numbers (a NaN or inf reward would poison every advantage of its group)
         self.reward_success = check_real("reward_success", reward_success)
         self.reward_failure = check_real("reward_failure", reward_failure)
@@ -121,6 +188,7 @@ class TextAgentEnv(gym.Env[str, str], abc.ABC):
         self.action_space = AnyText(max_text_length)
         self._task_id: str | None = None
         self._task_start: TaskStart | None = None
+        self._closed = False
         self._observation = ""
         self._steps = 0
         self._done = False
@@ -225,7 +293,7 @@ class TextAgentEnv(gym.Env[str, str], abc.ABC):
             task_id = self._resolve_task_id(str(task_id))
         task_id = str(task_id)
         task_start = self._load_task(task_id)
-        self._task_id, self._task_start = task_id, task_start
+        self._task_id, self._task_start, self._closed = task_id, task_start, False
         self._steps = 0
         self._done = False
         self._last_terminated = self._last_truncated = False
@@ -237,7 +305,8 @@ class TextAgentEnv(gym.Env[str, str], abc.ABC):
 
     def step(self, action: Any) -> tuple[str, float, bool, bool, dict]:
         if self._task_start is None:
-            raise gym.error.ResetNeeded("call reset() before step()")
+            raise gym.error.ResetNeeded("call reset() before step()" if not self._closed else
+                                        "the environment was closed: call reset() before step()")
         if self._done:
             info = self._info()
             info.update(action_key=INVALID_ACTION, is_action_valid=False, won=False,
@@ -286,7 +355,10 @@ class TextAgentEnv(gym.Env[str, str], abc.ABC):
         return None
 
     def close(self) -> None:
+        """Free the engine and end the episode: ``step`` then asks for ``reset`` (which starts the engine again)."""
         self._release()
+        self._task_start, self._closed = None, True
+        self._state_changed()
         super().close()
 
     # ------------------------------------------------------------------ helpers

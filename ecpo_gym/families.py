@@ -23,6 +23,8 @@ from typing import Any
 
 import gymnasium as gym
 
+from ecpo_gym.kwargs import shown
+
 FAMILIES = ("alfworld", "webshop", "searchqa", "diagnostic")  # the built-in families (a user's may be any name)
 # (observation, action) pairs a prompt shows unless the run says otherwise, for an id declared without its own
 # (and for a user's own environment).
@@ -181,6 +183,23 @@ def _env_id(env: Any) -> str | None:
         spec = getattr(env.unwrapped, "spec", None)
     env_id = getattr(spec, "id", None)
     return None if env_id is None else str(env_id).split(":", 1)[-1]
+
+
+def recorded_env_id(env_id: Any, source: str, *, name_only: bool = False) -> str:
+    """``env_id`` read from a file (a manifest, a run folder's ``config.yaml``, a checkpoint's or an RLlib
+    checkpoint's config), refused unless it imports nothing: gymnasium's ``"module:id"`` spelling imports ``module``
+    when the id is made, and a file is data, never code to run. The module form is for the command line and a config
+    file the user names (``docs/environments.md``); ``source`` names the file in the one-line ``ValueError``.
+    ``name_only``: nothing is made from the id, it only names the environment (a checkpoint's config, read to rebuild
+    its policy's prompts): its id part is returned, the module left unimported."""
+    if not isinstance(env_id, str) or not env_id.strip():
+        raise ValueError(f"{source}: env_id must be an environment id (ecpo/...), got {shown(env_id)}")
+    if ":" in env_id and name_only:
+        return env_id.split(":", 1)[1]
+    if ":" in env_id:
+        raise ValueError(f"{source}: env_id {shown(env_id)} names a module to import, which an id read from a file "
+                         "never does; give a registered id (ecpo/...), or name your module on the command line")
+    return env_id
 
 
 def declaration_of(env: Any) -> EnvDeclaration | None:

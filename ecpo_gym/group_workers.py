@@ -9,6 +9,7 @@ failed copy never takes its block down; ``Worker`` runs an ``EnvShard`` in its o
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import pickle
 import traceback
 from collections.abc import Callable
@@ -16,6 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
+
+from ecpo_gym.kwargs import shown
 
 EnvSpec = str | Callable[..., gym.Env]
 
@@ -29,14 +32,34 @@ class EnvError:
     traceback: str
 
 
-def make_env(env: EnvSpec, env_kwargs: dict[str, Any] | None = None) -> gym.Env:
-    """Build one environment from a registered id or a factory."""
+def make_env(env: EnvSpec, env_kwargs: dict[str, Any] | None = None, *, env_checker: bool = False) -> gym.Env:
+    """Build one environment from a registered id or a factory (the one ``gymnasium.make`` of the project). What
+    gymnasium reports as a stack trace is one ``ValueError`` naming the setting: a ``render_mode`` that is not text
+    (its ``make`` calls ``.endswith`` on it) and a ``"module:id"`` whose module does not exist."""
     kwargs = dict(env_kwargs or {})
-    if isinstance(env, str):
-        import ecpo_gym  # noqa: F401  (registers the ids inside spawned workers)
+    mode = kwargs.get("render_mode")
+    if mode is not None and not isinstance(mode, str):
+        raise ValueError(f"render_mode={shown(mode)} is invalid: it must be a render mode's name (ansi) or None")
+    if not isinstance(env, str):
+        return env(**kwargs)
+    import ecpo_gym  # noqa: F401  (registers the ids inside spawned workers)
 
-        return gym.make(env, disable_env_checker=True, **kwargs)
-    return env(**kwargs)
+    module = env.split(":", 1)[0] if ":" in env else None
+    try:
+        return gym.make(env, disable_env_checker=not env_checker, **kwargs)
+    except ModuleNotFoundError:
+        if module is None or _importable(module):
+            raise  # a module the environment itself imports: not the id's
+        raise ValueError(f"env_id {shown(env)}: there is no module {shown(module)} to import (the part before ':' "
+                         "names the module that declares the id; a registered id, ecpo/..., needs none)") from None
+
+
+def _importable(module: str) -> bool:
+    """Whether ``module`` exists (its parent packages are imported to look, as importing it would)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def unknown_tasks(env: EnvSpec | gym.Env, task_ids: list[str], env_kwargs: dict[str, Any] | None = None) -> list[str]:

@@ -129,7 +129,7 @@ def test_vllm_kwargs_are_checked_whichever_backend_runs():
                           ({"max_model_len": 0}, "max_model_len"), ({"not an argument": 1}, "argument name")):
         with pytest.raises(ValueError, match=named.replace("(", r"\(").replace("]", r"\]")):
             make_config({"policy": "tabular", "vllm_kwargs": kwargs})
-    assert make_config({"policy": "tabular", "vllm_kwargs": {"gpu_memory_utilization": 0.5}}).vllm_kwargs
+    assert make_config({"policy": "llm", "model": "x", "vllm_kwargs": {"gpu_memory_utilization": 0.5}}).vllm_kwargs
 
 
 @pytest.mark.parametrize(("override", "named"), [

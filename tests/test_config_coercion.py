@@ -37,6 +37,13 @@ FLOAT_CASES = {
 INT_CASES = {"3": 3, "3.0": ValueError, "3e0": ValueError, "true": ValueError, "'3'": ValueError}
 
 
+def _reader(key: str) -> list[str]:
+    """The override choosing an estimator that reads credit field ``key`` (one that does not refuses it)."""
+    from ecpo_train.core.credit import available_estimators, estimator_spec
+
+    return [f"estimator={next(n for n in available_estimators() if estimator_spec(n).reads_credit_key(key))}"]
+
+
 def _outcome(overrides: list[str], read):
     try:
         return read(load_config("quickstart", overrides))
@@ -54,7 +61,7 @@ def test_credit_eps_takes_1e_minus_7_like_lr():
 @pytest.mark.parametrize("key", FLOAT_CREDIT_KEYS)
 @pytest.mark.parametrize(("raw", "expected"), FLOAT_CASES.items())
 def test_every_nested_float_key_coerces_like_a_top_level_float(key, raw, expected):
-    nested = _outcome([f"credit.{key}={raw}"], lambda c: getattr(c.credit, key))
+    nested = _outcome([*_reader(key), f"credit.{key}={raw}"], lambda c: getattr(c.credit, key))
     top = _outcome([f"lr={raw}"], lambda c: c.lr)
     assert top == expected
     if expected is not ValueError and not _in_range(key, expected):
@@ -75,7 +82,7 @@ def _in_range(key: str, value: float) -> bool:
 @pytest.mark.parametrize("key", INT_CREDIT_KEYS)
 @pytest.mark.parametrize(("raw", "expected"), INT_CASES.items())
 def test_every_nested_int_key_coerces_like_a_top_level_int(key, raw, expected):
-    nested = _outcome([f"credit.{key}={raw}"], lambda c: getattr(c.credit, key))
+    nested = _outcome([*_reader(key), f"credit.{key}={raw}"], lambda c: getattr(c.credit, key))
     top = _outcome([f"n_groups={raw}"], lambda c: c.n_groups)
     assert nested == top == expected
 

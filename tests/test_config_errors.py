@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import yaml
 from typer.testing import CliRunner
 
 from ecpo_train.apps.cli import app
@@ -78,26 +79,32 @@ def test_cuda_on_cpu_only_torch_is_one_line():
 
 
 def test_every_credit_field_round_trips_from_yaml_and_cli(tmp_path):
-    """compat, eps and every other CreditConfig field reach compute_advantages from a preset and an override."""
+    """compat, eps and every other CreditConfig field reach compute_advantages from a preset and an override (each
+    with an estimator that reads it: another refuses it, test_settings_read)."""
     import dataclasses
 
+    from ecpo_train.core.credit import available_estimators, estimator_spec
     from ecpo_train.credit import CreditConfig
 
-    preset = tmp_path / "p.yaml"
-    preset.write_text("policy: tabular\nenv_id: ecpo/DivergentAnchor-v0\nestimator: gigpo_std\n"
-                      "credit: {gamma: 0.9, omega: 0.5, kappa: 3.0, tau: 1.5, d_min: 2, rho_min: 0.25, eps: 0.001, "
-                      "compat: verl-agent, pgpo_alpha: 1.0, pgpo_beta: 0.5, pgpo_gamma: 0.9, hgpo_history: 3, "
-                      "hgpo_alpha: 2.0, hgpo_std: false, hgpo_base_group: true, graph_gamma: 0.2, "
-                      "graph_success_return: 5.0, pace_cosine: 0.9}\n")
-    from_yaml = load_config(str(preset)).credit_hyperparameters()
-    assert from_yaml == {"gamma": 0.9, "omega": 0.5, "kappa": 3.0, "tau": 1.5, "d_min": 2, "rho_min": 0.25,
-                         "eps": 0.001, "compat": "verl-agent", "pgpo_alpha": 1.0, "pgpo_beta": 0.5, "pgpo_gamma": 0.9,
-                         "hgpo_history": 3, "hgpo_alpha": 2.0, "hgpo_std": False, "hgpo_base_group": True,
-                         "graph_gamma": 0.2, "graph_success_return": 5.0, "pace_cosine": 0.9}
-    overrides = [f"credit.{k}={v}" for k, v in from_yaml.items()]
-    from_cli = load_config("quickstart", ["estimator=gigpo_std", *overrides]).credit_hyperparameters()
-    assert from_cli == from_yaml
-    assert set(from_cli) == {f.name for f in dataclasses.fields(CreditConfig)}
+    values = {"gamma": 0.9, "omega": 0.5, "kappa": 3.0, "tau": 1.5, "d_min": 2, "rho_min": 0.25, "eps": 0.001,
+              "compat": "verl-agent", "pgpo_alpha": 1.0, "pgpo_beta": 0.5, "pgpo_gamma": 0.9, "hgpo_history": 3,
+              "hgpo_alpha": 2.0, "hgpo_std": False, "hgpo_base_group": True, "graph_gamma": 0.2,
+              "graph_success_return": 5.0, "pace_cosine": 0.9}
+    assert set(values) == {f.name for f in dataclasses.fields(CreditConfig)}
+    reached = set()
+    for estimator in available_estimators(needs_values=False):  # each with the fields it reads
+        spec = estimator_spec(estimator)
+        read = {k: v for k, v in values.items() if spec.reads_credit_key(k)}
+        preset = tmp_path / f"{estimator}.yaml"
+        preset.write_text("policy: tabular\nenv_id: ecpo/DivergentAnchor-v0\n" + yaml.safe_dump(
+            {"estimator": estimator, "credit": read}))
+        from_yaml = load_config(str(preset)).credit_hyperparameters()
+        assert {k: from_yaml[k] for k in read} == read
+        overrides = [f"credit.{k}={yaml.safe_dump(v).split()[0]}" for k, v in read.items()]
+        from_cli = load_config("quickstart", [f"estimator={estimator}", *overrides]).credit_hyperparameters()
+        assert from_cli == from_yaml
+        reached |= set(read)
+    assert reached == set(values)
 
 
 def test_credit_config_reaches_compute_advantages_in_the_trainer(tmp_path, monkeypatch):

@@ -81,8 +81,8 @@ def test_http_agents_complete_episodes_against_the_local_server(tiny_server, tmp
     manifest = TaskManifest("searchqa_gen_one", "searchqa", "ecpo/SearchQAGen-v0", {"max_steps": 1},
                             [TaskGroup("single_hop", task_ids=load_manifest("searchqa_gen").groups[0].task_ids[:1])])
     for kind in ("prompting", "react", "reflexion"):
-        agent = build_agent(kind, backend="openai", model="tiny", base_url=server.base_url, trials=2,
-                            max_new_tokens=8)
+        agent = build_agent(kind, backend="openai", model="tiny", base_url=server.base_url, max_new_tokens=8,
+                            **({"trials": 2} if kind == "reflexion" else {}))
         episodes = evaluate(agent, [manifest], tmp_path, FAST)["episodes"]
         assert len(episodes) == 1
         record = episodes[0]

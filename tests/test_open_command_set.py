@@ -88,7 +88,7 @@ def test_a_family_without_an_open_set_is_refused_in_one_line():
 
     with pytest.raises(ValueError, match="declares no open command set"):
         load_config("households_text", ["command_set=open", "env_id=ecpo/WebShopGen-v0"])
-    with pytest.raises(ValueError, match="does not read it"):
+    with pytest.raises(ValueError, match="read only by policy=text"):
         load_config("quickstart", ["command_set=open"])
 
 

@@ -209,7 +209,7 @@ def test_the_schedule_options_belong_to_an_estimator_that_keeps_state(tmp_path):
     from ecpo_train.runtime.config import load_config
     from ecpo_train.runtime.distributed import check_fsdp_run
 
-    with pytest.raises(ValueError, match="keeps none"):
+    with pytest.raises(ValueError, match="revisit_fraction=0.25 is not read by estimator=ecpo .*keeps state"):
         load_config("quickstart", [f"run_dir={tmp_path}", "estimator=ecpo", "revisit_fraction=0.25"])
     with pytest.raises(ValueError, match="revisit_fraction"):
         quick(tmp_path, "revisit_fraction=1.0")

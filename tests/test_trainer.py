@@ -315,7 +315,9 @@ def test_lr_warmup_rises_linearly_over_the_optimizers_first_steps(tmp_path):
 def test_the_other_papers_estimators_train_natively(tmp_path, estimator):
     """Issue 57's estimators run in the native trainer by name, their hyperparameters from ``credit``, their
     diagnostics in the metrics."""
-    history = train(Trainer, quick(tmp_path, f"estimator={estimator}", "iterations=3", "credit.pgpo_alpha=1.0"))
+    own_key = {"pgpo": "credit.pgpo_alpha=1.0", "hgpo": "credit.hgpo_alpha=2.0",  # (another's is refused)
+               "graphgpo": "credit.graph_success_return=5.0", "pace": "credit.pace_cosine=0.9"}[estimator]
+    history = train(Trainer, quick(tmp_path, f"estimator={estimator}", "iterations=3", own_key))
     assert len(history) == 3 and all(np.isfinite(m["credit/advantage_std"]) for m in history)
     own = {"pgpo": "credit/pgpo_mean_weight", "hgpo": "credit/hgpo_no_group_fraction",
            "graphgpo": "credit/graph_success_group_fraction", "pace": "credit/pace_states"}[estimator]

@@ -304,6 +304,7 @@ class ALFWorldGenEnv(_ALFWorldBase):
         self._cache_size = check_count("cache_size", cache_size, 1)
         super().__init__(**kwargs)
         num_tasks = check_count("num_tasks", num_tasks, 1, MAX_GENERATED_TASKS)
+        first_seed = check_count("first_seed", first_seed, 0)  # 2.5 or nan: refused here, not at the first reset
         self.task_types = normalize_task_types(task_types)
         self._task_ids = [
             f"gen/{self.task_types[k % len(self.task_types)]}/{first_seed + k}" for k in range(num_tasks)

@@ -57,11 +57,10 @@ def play_expert(env: Any, task_id: str, seed: int | None = None) -> dict[str, An
 def play_expert_many(env_id: str, task_ids: list[str], env_kwargs: dict[str, Any] | None = None,
                      seed: int | None = 0) -> list[dict[str, Any]]:
     """Play the expert on each task with one environment (a picklable entry point for process pools)."""
-    import gymnasium as gym
-
     import ecpo_gym  # noqa: F401  (registers the ids in a fresh process)
+    from ecpo_gym.group_workers import make_env
 
-    env = gym.make(env_id, disable_env_checker=True, **(env_kwargs or {}))
+    env = make_env(env_id, env_kwargs)
     try:
         return [play_expert(env, task_id, seed=seed) for task_id in task_ids]
     finally:

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from ecpo_gym.core import (
+    MAX_STEPS,
     REWARD_FAILURE,
     REWARD_INVALID,
     REWARD_SUCCESS,
@@ -105,7 +106,7 @@ class DivergentAnchorEnv(TextAgentEnv):
         good_prob, noise = check_real("good_prob", good_prob, 0.0, 1.0), check_real("noise", noise, 0.0, 1.0)
         low, high = check_pair("rare_prob", rare_prob, 0.0, 1.0)
         layout_seed = check_int("layout_seed", layout_seed, 0)
-        max_steps = check_optional_int("max_steps", max_steps, 1, MAX_DEPTH * 10)
+        max_steps = check_optional_int("max_steps", max_steps, 1, MAX_STEPS)
         for name, reward in (("reward_success", reward_success), ("reward_failure", reward_failure),
                              ("reward_invalid", reward_invalid)):
             check_real(name, reward)

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ecpo_gym.canonical import INVALID_ACTION, normalize_text
-from ecpo_gym.core import TaskStart, TextAgentEnv, Transition, UnknownTaskError
+from ecpo_gym.core import MAX_STEPS, TaskStart, TextAgentEnv, Transition, UnknownTaskError
 from ecpo_gym.families import declared_max_steps
 from ecpo_gym.kwargs import check_choice, check_int, check_real
 from ecpo_gym.searchqa.answers import exact_match, normalize_answer, token_f1
@@ -39,7 +39,6 @@ from ecpo_gym.searchqa.retrievers import BM25sRetriever, Retriever, make_retriev
 from ecpo_gym.searchqa.world import generate_world, world_corpus, world_questions
 
 MAX_TOPK = 1000
-MAX_STEPS = 10_000
 WORLD_SIZE_KEYS = ("n_countries", "n_cities", "n_rivers", "n_companies", "n_people")
 MAX_WORLD_ENTITIES = 10_000  # per kind; the generated world and its questions are built when the env is made
 

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from ecpo_gym.canonical import INVALID_ACTION, normalize_text
-from ecpo_gym.core import TaskStart, TextAgentEnv, Transition, UnknownTaskError
+from ecpo_gym.core import MAX_STEPS, TaskStart, TextAgentEnv, Transition, UnknownTaskError
 from ecpo_gym.families import declared_max_steps
 from ecpo_gym.kwargs import check_bool, check_choice, check_int, check_optional_int, check_real
 from ecpo_gym.webshop.catalogue import Catalogue, cached_catalogue, files_identity
@@ -45,7 +45,6 @@ from ecpo_gym.webshop.products import load_product_files, load_products, resolve
 from ecpo_gym.webshop.reward import webshop_reward
 
 MAX_GENERATED_PRODUCTS = 50_000  # generating takes ~0.2 ms a product (12 s at the bound)
-MAX_STEPS = 10_000
 
 
 def check_shop_kwargs(*, seed: Any, shuffle_seed: Any, split: Any, split_convention: Any, observation_mode: Any,

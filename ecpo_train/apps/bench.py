@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ecpo_gym.kwargs import shown
+
 CHECKOUT = Path(__file__).resolve().parents[2]  # the repository root of an editable install
 
 
@@ -52,7 +54,7 @@ def run_benchmark(name: str, argv: Sequence[str]) -> int:
     raises ValueError listing the runnable ones."""
     names = benchmark_names(benchmarks_folder())
     if name not in names:
-        raise ValueError(f"unknown benchmark {name!r}; choose one of {', '.join(names)}")
+        raise ValueError(f"unknown benchmark {shown(name)}; choose one of {', '.join(names)}")
     path = os.pathsep.join(p for p in (str(CHECKOUT), os.environ.get("PYTHONPATH", "")) if p)
     child = subprocess.Popen([sys.executable, "-P", "-m", f"benchmarks.{name}", *argv],
                              env=os.environ | {"PYTHONPATH": path, "PYTHONUNBUFFERED": "1"},

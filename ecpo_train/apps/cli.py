@@ -12,6 +12,7 @@ from typing import Annotated
 
 import typer
 
+from ecpo_gym.kwargs import shown
 from ecpo_train.evaluation.command import leaderboard_command
 from ecpo_train.evaluation.options import LeaderboardOptions, cut_long_words, error_line, typer_command
 from ecpo_train.runtime.models import DEMO_MODEL
@@ -58,6 +59,9 @@ def demo(
         raise fail(err) from None
 
 
+RLLIB_OPTIONS = ("env_runners", "learners", "actor_cpus")  # train's options only --engine rllib reads
+
+
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def train(
     ctx: typer.Context,
@@ -88,10 +92,15 @@ def train(
     from ecpo_train.runtime.resume import RESUME_OR_START, plan_start
 
     if engine not in ("native", "rllib"):
-        raise fail(ValueError(f"--engine {engine!r}; valid: native, rllib"))
+        raise fail(ValueError(f"--engine {shown(engine)}; valid: native, rllib"))
     if resume and resume_or_start:
         raise fail(ValueError("--resume and --resume-or-start: give one"))
     resume = RESUME_OR_START if resume_or_start else resume
+    given = [f"--{name.replace('_', '-')}" for name in RLLIB_OPTIONS
+             if getattr(ctx.get_parameter_source(name), "name", "DEFAULT") not in ("DEFAULT", "DEFAULT_MAP")]
+    if engine != "rllib" and given:  # the RLlib engine's actors: the native trainer has none
+        raise fail(ValueError(f"{', '.join(given)}: only --engine rllib has actors to size; --engine native would "
+                              "ignore it (give --engine rllib, or leave it out)"))
     if engine == "rllib":
         _train_with_rllib(config, list(ctx.args), resume, overwrite, nproc, env_runners, learners, actor_cpus)
         return
@@ -150,7 +159,7 @@ def _train_with_rllib(config: str, overrides: list[str], resume: bool | str, ove
     if env_runners < 0 or learners < 0:
         raise fail(ValueError("--env-runners and --learners must be >= 0"))
     if not (math.isfinite(actor_cpus) and 0 < actor_cpus <= 64):
-        raise fail(ValueError(f"--actor-cpus {actor_cpus!r}: give a number of CPUs > 0 and <= 64"))
+        raise fail(ValueError(f"--actor-cpus {shown(actor_cpus)}: give a number of CPUs > 0 and <= 64"))
     from ecpo_train.runtime.config import load_config
     from ecpo_train.runtime.run import open_run
 
@@ -263,6 +272,7 @@ def evaluate_run(
     import dataclasses
     from pathlib import Path
 
+    from ecpo_gym.families import recorded_env_id
     from ecpo_train.evaluation.command import run_leaderboard
     from ecpo_train.runtime.run_dir import RunFolder, read_saved_config
 
@@ -273,8 +283,9 @@ def evaluate_run(
         config = read_saved_config(run_folder.config)
         if config is None:
             raise FileNotFoundError(f"{run_folder.config} not found: pass a run folder written by `ecpo train`")
-        if not isinstance(config.get("env_id"), str) or not isinstance(config.get("env_kwargs") or {}, dict):
-            raise ValueError(f"{run_folder.config} names no env_id (with env_kwargs a mapping)")  # noqa: TRY004
+        recorded_env_id(config.get("env_id"), str(run_folder.config))  # a planted "evilmod:Evil-v0" imports nothing
+        if not isinstance(config.get("env_kwargs") or {}, dict):
+            raise ValueError(f"{run_folder.config}: env_kwargs must be a mapping")  # noqa: TRY004
         # the run's env and its arguments, each --env-kwarg over them; --env or --manifest: as `ecpo leaderboard`
         own = options.env is None and not options.manifest
         env_kwargs = [f"{key}={json.dumps(value)}" for key, value in (config.get("env_kwargs") or {}).items()]

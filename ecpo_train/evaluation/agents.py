@@ -161,6 +161,7 @@ def load_checkpoint_policy(path: str | Path, *, device: str = "cpu") -> tuple[Po
     Returns the policy and the run's config dict. An LLM run rebuilds its model from the config's ``model``
     path before loading the trained weights, so that path must exist here too.
     """
+    from ecpo_gym.families import recorded_env_id
     from ecpo_train.runtime.builders import build_policy
     from ecpo_train.runtime.checkpoint_io import load_checkpoint, load_policy_state
     from ecpo_train.runtime.config import make_config, upgraded
@@ -180,6 +181,8 @@ def load_checkpoint_policy(path: str | Path, *, device: str = "cpu") -> tuple[Po
     if not isinstance(state, dict) or "policy" not in state or "config" not in state:
         raise ValueError(f"{path} is not an ECPO trainer checkpoint (no 'policy'/'config' entries)")
     values = upgraded(state["config"])  # a run recorded before a key was renamed still evaluates
+    # the recorded id only names the environment here (its prompt, its history): its id part, nothing imported
+    values["env_id"] = recorded_env_id(values.get("env_id"), str(path), name_only=True)
     values["device"] = device
     # evaluation samples with transformers: a run trained with vLLM generation must not start vLLM here
     if "generation_backend" in values:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ecpo_gym.kwargs import shown
 from ecpo_train.evaluation.agents import (
     Agent,
     ExpertAgent,
@@ -25,7 +26,7 @@ def build_chat_model(options: LeaderboardOptions) -> ChatModel:
                                      max_new_tokens=options.max_new_tokens)
     if options.backend == "openai":
         return OpenAIChatModel(options.model, base_url=options.base_url, max_new_tokens=options.max_new_tokens)
-    raise ValueError(f"backend={options.backend!r}; choose from {', '.join(BACKENDS)}")
+    raise ValueError(f"backend={shown(options.backend)}; choose from {', '.join(BACKENDS)}")
 
 
 def build_agent_from(options: LeaderboardOptions) -> Agent:
@@ -87,7 +88,7 @@ def parse_overrides(pairs: list[str] | None) -> dict[str, Any]:
     for pair in pairs or []:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
-            raise ValueError(f"expected key=value, got {pair!r}")
+            raise ValueError(f"expected key=value, got {shown(pair)}")
         try:
             out[key.strip()] = json.loads(value)
         except json.JSONDecodeError:

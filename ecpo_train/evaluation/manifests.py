@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from ecpo_gym import family_of
+from ecpo_gym.families import recorded_env_id
+from ecpo_gym.kwargs import shown
 
 MANIFEST_DIR = Path(__file__).resolve().parent.parent / "manifests"
 
@@ -86,27 +88,25 @@ def parse_manifest(data: dict[str, Any], source: str = "<dict>") -> TaskManifest
     for key in ("name", "env_id", "benchmark", "description"):
         if key in data and not isinstance(data[key], str) and not (key == "benchmark" and data[key] is None):
             raise ValueError(f"manifest {source}: {key!r} must be a string")
-    if ":" in data["env_id"]:  # gymnasium imports MODULE for "MODULE:id": a manifest is data and never imports code
-        raise ValueError(f"manifest {source}: env_id {data['env_id'][:80]!r} names a module to import; give a "
-                         "registered id (ecpo/...)")
+    recorded_env_id(data["env_id"], f"manifest {source}")  # a manifest is data: it never imports code
     raw_groups = data["groups"]
     if not isinstance(raw_groups, dict) or not raw_groups:
         raise ValueError(f"manifest {source}: 'groups' must be a non-empty object of group name -> spec")
     groups = []
     for name, spec in raw_groups.items():
         if not isinstance(spec, dict):
-            raise TypeError(f"manifest {source}: group {name!r} must be an object")
+            raise TypeError(f"manifest {source}: group {shown(name)} must be an object")
         task_ids, first = spec.get("task_ids"), spec.get("first")
         if (task_ids is None) == (first is None):
-            raise ValueError(f"manifest {source}: group {name!r} needs exactly one of 'task_ids' or 'first'")
+            raise ValueError(f"manifest {source}: group {shown(name)} needs exactly one of 'task_ids' or 'first'")
         if task_ids is not None:
             if not isinstance(task_ids, list) or not all(isinstance(t, str) for t in task_ids):
-                raise ValueError(f"manifest {source}: group {name!r} 'task_ids' must be a list of strings")
+                raise ValueError(f"manifest {source}: group {shown(name)} 'task_ids' must be a list of strings")
             if len(set(task_ids)) != len(task_ids):
-                raise ValueError(f"manifest {source}: group {name!r} lists a task id twice")
+                raise ValueError(f"manifest {source}: group {shown(name)} lists a task id twice")
         if first is not None and (isinstance(first, bool) or not isinstance(first, int) or first < 1):
-            raise ValueError(f"manifest {source}: group {name!r} 'first' must be a positive integer")
-        groups.append(TaskGroup(name=str(name), env_kwargs=_kwargs(spec, f"manifest {source}: group {name!r}"),
+            raise ValueError(f"manifest {source}: group {shown(name)} 'first' must be a positive integer")
+        groups.append(TaskGroup(name=str(name), env_kwargs=_kwargs(spec, f"manifest {source}: group {shown(name)}"),
                                 task_ids=list(task_ids) if task_ids is not None else None, first=first))
     env_id = str(data["env_id"])
     return TaskManifest(name=str(data["name"]), benchmark=str(data.get("benchmark") or benchmark_of(env_id)),
@@ -135,7 +135,7 @@ def load_manifest(name_or_path: str | Path) -> TaskManifest:
     if not path.is_file():
         path = MANIFEST_DIR / f"{name_or_path}.json"
     if not path.is_file():
-        raise FileNotFoundError(f"manifest {name_or_path!r} not found (neither a file nor one of the committed "
+        raise FileNotFoundError(f"manifest {shown(name_or_path)} not found (neither a file nor one of the committed "
                                 f"manifests in {MANIFEST_DIR}: {', '.join(available_manifests())})")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -149,10 +149,10 @@ def load_manifest(name_or_path: str | Path) -> TaskManifest:
 def manifest_from_env(env_id: str, env_kwargs: dict[str, Any] | None = None, *, group: str | None = None,
                       limit: int | None = None) -> TaskManifest:
     """An ad-hoc manifest: every task id of the environment, sorted (the first ``limit`` when given)."""
-    import gymnasium as gym  # the ids are registered: this module imports ecpo_gym
+    from ecpo_gym.group_workers import make_env
 
     kwargs = dict(env_kwargs or {})
-    env = gym.make(env_id, disable_env_checker=True, **kwargs)
+    env = make_env(env_id, kwargs)
     try:
         ids = sorted(str(t) for t in env.unwrapped.task_ids)
     finally:

@@ -17,8 +17,10 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from ecpo_gym.kwargs import shown
 from ecpo_train.policies import DTYPES
 from ecpo_train.runtime import MIN_TEMPERATURE, VALIDATION_TEMPERATURE  # ``--greedy`` gives 0
+from ecpo_train.runtime.limits import MAX_EVAL_SEEDS, MAX_SEQUENCE_TOKENS
 
 AGENT_KINDS = ("checkpoint", "prompting", "react", "reflexion", "expert", "random")
 CHAT_AGENTS = ("prompting", "react", "reflexion")  # the agents that use --model / --backend / --base-url
@@ -64,25 +66,31 @@ class LeaderboardOptions:
     def check(self) -> None:
         """``ValueError`` naming the first option with an impossible value, or one the agent would ignore."""
         if self.agent not in AGENT_KINDS:
-            raise ValueError(f"agent={self.agent!r}; choose from {', '.join(AGENT_KINDS)}")
+            raise ValueError(f"agent={shown(self.agent)}; choose from {', '.join(AGENT_KINDS)}")
         if self.backend not in BACKENDS:
-            raise ValueError(f"backend={self.backend!r}; choose from {', '.join(BACKENDS)}")
+            raise ValueError(f"backend={shown(self.backend)}; choose from {', '.join(BACKENDS)}")
         if self.dtype not in DTYPES:
-            raise ValueError(f"dtype={self.dtype!r}; choose from {', '.join(DTYPES)}")
-        for name, low in (("seeds", 1), ("trials", 1), ("max_new_tokens", 1), ("limit", 1)):
+            raise ValueError(f"dtype={shown(self.dtype)}; choose from {', '.join(DTYPES)}")
+        for name, low, high in (("seeds", 1, MAX_EVAL_SEEDS), ("trials", 1, MAX_EVAL_SEEDS),
+                                ("max_new_tokens", 1, MAX_SEQUENCE_TOKENS), ("limit", 1, None)):
             value = getattr(self, name)
-            if value is not None and value < low:
-                raise ValueError(f"--{name.replace('_', '-')} must be >= {low}, got {value}")
+            if value is not None and not (low <= value and (high is None or value <= high)):
+                within = f">= {low}" if high is None else f"in [{low}, {high}]"
+                raise ValueError(f"--{name.replace('_', '-')} must be {within}, got {value}")
         if not (math.isfinite(self.temperature) and (self.temperature == 0 or self.temperature >= MIN_TEMPERATURE)):
             raise ValueError(f"--temperature must be 0 (greedy) or a finite number >= {MIN_TEMPERATURE:g} (below it "
                              f"logits / T overflow), got {str(self.temperature)[:40]}")
         if self.env and self.manifest:
             raise ValueError("--env evaluates every task of one env instead of manifests: give --env or --manifest, "
                              "not both")
-        ignored = [f"--{flag}" for flag, value, used in (
-            ("model", self.model, self.agent in CHAT_AGENTS),
-            ("base-url", self.base_url, self.agent in CHAT_AGENTS and self.backend == "openai"),
-            ("checkpoint", self.checkpoint, self.agent == "checkpoint")) if value is not None and not used]
+        chat, local = self.agent in CHAT_AGENTS, self.agent in CHAT_AGENTS and self.backend == "transformers"
+        used = {"model": chat, "base_url": chat and self.backend == "openai", "checkpoint": self.agent == "checkpoint",
+                "backend": chat, "dtype": local, "max_new_tokens": chat, "trials": self.agent == "reflexion",
+                "device": local or self.agent == "checkpoint",
+                "temperature": self.agent not in ("expert", "random"), "greedy": self.agent not in ("expert", "random")}
+        defaults = {f.name: f.default for f in fields(self)}
+        ignored = [f"--{name.replace('_', '-')}" for name, reads in used.items()
+                   if not reads and getattr(self, name) != defaults[name]]
         if ignored:
             raise ValueError(f"{', '.join(ignored)} would be ignored by --agent {self.agent}: leave it out")
         if not self.out_dir:
@@ -104,7 +112,7 @@ def check_device(device: str) -> None:
     """``cpu``, ``cuda`` or ``cuda:N``; CUDA only where this torch has a usable GPU."""
     kind, _, index = device.partition(":")
     if kind not in ("cpu", "cuda") or (index and (kind != "cuda" or not index.isdigit())):
-        raise ValueError(f"--device {device!r}; valid: cpu, cuda, cuda:N")
+        raise ValueError(f"--device {shown(device)}; valid: cpu, cuda, cuda:N")
     if kind == "cuda":
         import torch
 

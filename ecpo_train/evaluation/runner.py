@@ -180,9 +180,8 @@ def evaluate(agent: Agent, manifests: Sequence[TaskManifest], out_dir: str | Pat
 
 def _evaluate(agent: Agent, manifests: Sequence[TaskManifest], run_dir: Path, settings: EvalSettings) -> None:
     """:func:`evaluate`'s episodes, under the agent folder's lock."""
-    import gymnasium as gym
-
     import ecpo_gym  # noqa: F401  (registers the ids)
+    from ecpo_gym.group_workers import make_env
 
     check_run_config(run_dir, {"agent": agent.describe(), "seeds": list(settings.seeds),
                                "manifests": {m.name: manifest_provenance(m, settings.env_overrides)
@@ -197,7 +196,7 @@ def _evaluate(agent: Agent, manifests: Sequence[TaskManifest], run_dir: Path, se
                                                     for t in ids for s in settings.seeds)
             if pending_known:
                 continue
-            env = gym.make(manifest.env_id, disable_env_checker=True, **env_kwargs)
+            env = make_env(manifest.env_id, env_kwargs)
             envs = GroupVectorEnv(lambda env=env: env, num_groups=1, group_size=1)  # owns and closes env
             player = AgentPolicy(agent, env)
             try:

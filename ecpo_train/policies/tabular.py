@@ -158,8 +158,23 @@ class TabularSoftmaxPolicy(Policy):
         return {"slots": list(self.slots.items()), "generator": self.generator.get_state()}
 
     def set_extra_state(self, state: Any) -> None:
-        self.slots = {tuple(key): int(index) for key, index in state["slots"]}
-        self.generator.set_state(state["generator"])
+        """The slots and sampling stream :meth:`get_extra_state` saved; a damaged state is one ``ValueError`` saying
+        what is wrong with it (not ``KeyError: 'slots'`` or ``invalid literal for int()``)."""
+        try:
+            slots = {tuple(key): index for key, index in state["slots"]}
+            generator = state["generator"]
+        except (KeyError, TypeError, ValueError):
+            raise ValueError("the tabular policy's saved state is damaged: it needs 'slots', a list of (key, index) "
+                             "pairs, and 'generator'; restore the checkpoint from a copy") from None
+        if not all(type(i) is int and 0 <= i < len(slots) for i in slots.values()) or \
+                len(set(slots.values())) != len(slots):
+            raise ValueError("the tabular policy's saved state is damaged: its slot indices are not 0..N-1; restore "
+                             "the checkpoint from a copy")
+        if not isinstance(generator, torch.Tensor) or generator.dtype != torch.uint8:
+            raise ValueError("the tabular policy's saved state is damaged: its generator state is not a byte tensor; "
+                             "restore the checkpoint from a copy")
+        self.slots = slots
+        self.generator.set_state(generator)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):  # type: ignore[override]
         stored = state_dict.get(prefix + "logits")

@@ -288,10 +288,16 @@ class TextPolicy(Policy):
 
     @torch.no_grad()
     def action_distributions(self, contexts: Sequence[StepContext], temperature: float) -> list[dict[str, float]]:
-        """``pi(a | s)`` over each context's admissible commands (``T <= 0``: the greedy one-hot)."""
-        scores = self._scores([(self.context_ids(c), self.command_ids(c)) for c in contexts])
+        """``pi(a | s)`` over each context's admissible commands (``T <= 0``: the greedy one-hot); a context with
+        none gets an empty distribution."""
+        live = [c for c in contexts if c.admissible_actions]
+        scores = iter(self._scores([(self.context_ids(c), self.command_ids(c)) for c in live]))
         out = []
-        for ctx, score in zip(contexts, scores):
+        for ctx in contexts:
+            if not ctx.admissible_actions:
+                out.append({})
+                continue
+            score = next(scores)
             probs = torch.softmax(score / temperature, dim=-1) if temperature > 0 else \
                 torch.nn.functional.one_hot(score.argmax(), len(score)).float()
             out.append(dict(zip(self.candidates(ctx), probs.tolist())))

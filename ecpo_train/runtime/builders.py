@@ -216,15 +216,14 @@ def exact_success(policy: Policy, env_id: str, env_kwargs: dict, task_ids: Seque
     """Noise-free validation where both sides allow it: the env exposes its exact MDP (the diagnostic
     corridors; ``ecpo_gym.diagnostic.exact_success``) and the policy its action distribution in each state
     (the tabular policy; the scoring LLM when its prompt shows no history); otherwise ``None``."""
-    import gymnasium as gym
-
     from ecpo_gym.diagnostic import exact_success as mdp_success
+    from ecpo_gym.group_workers import make_env
 
     by_state = hasattr(policy, "action_probabilities")
     by_context = hasattr(policy, "action_distributions") and history_length == 0
     if not (by_state or by_context):
         return None
-    env = gym.make(env_id, **env_kwargs).unwrapped
+    env = make_env(env_id, env_kwargs, env_checker=True).unwrapped
     try:
         if not (hasattr(env, "transition_model") and hasattr(env, "initial_state")):
             return None
@@ -311,9 +310,9 @@ def check_env_and_model(config: TrainConfig) -> None:
     environment (its id and ``env_kwargs``, one ``gymnasium.make``) and, for an LLM policy, the model's config
     and tokenizer (no weights are loaded). The RLlib engine calls it before its runner actors start, whose own
     failure would surface as an actor's stack trace."""
-    import gymnasium as gym
+    from ecpo_gym.group_workers import make_env
 
-    env = gym.make(config.env_id, **config.env_kwargs)
+    env = make_env(config.env_id, config.env_kwargs, env_checker=True)
     try:
         task_lists(config, getattr(env.unwrapped, "task_ids", ()), env)
     finally:

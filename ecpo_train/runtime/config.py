@@ -24,6 +24,7 @@ from pydantic import Field
 
 from ecpo_gym.families import declared_history_length
 from ecpo_train.core.credit import CreditConfig, available_estimators, check_group_size, estimator_spec
+from ecpo_train.core.credit.config import ESTIMATOR_CREDIT_KEYS
 from ecpo_train.core.loss import BEHAVIOUR_CORRECTIONS, UpdateSettings
 from ecpo_train.core.rollout import ANCHOR_KEYS
 from ecpo_train.core.tasks import TASK_DRAWS
@@ -33,12 +34,38 @@ from ecpo_train.policies.prompting import PROMPT_STYLES
 from ecpo_train.policies.vllm_backend import check_vllm_kwargs
 from ecpo_train.runtime import MIN_TEMPERATURE, VALIDATION_TEMPERATURE
 from ecpo_train.runtime.config_values import coerce_value, field_types, read_yaml, shown
-from ecpo_train.runtime.limits import MAX_ENV_WORKERS, MAX_EPISODES, MAX_LR, MAX_SEQUENCE_TOKENS, MAX_THREADS
+from ecpo_train.runtime.limits import (
+    MAX_ENV_WORKERS,
+    MAX_EPISODES,
+    MAX_LR,
+    MAX_SEED,
+    MAX_SEQUENCE_TOKENS,
+    MAX_THREADS,
+)
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 POLICIES = ("llm", "tabular", "text")
 POLICY_MODES = ("generate", "score")
 _UPDATE = UpdateSettings()  # the update's defaults, read by the step-E fields below
+# The settings each policy kind reads beyond those every kind reads (the run, the environment, the credit and the
+# update): a non-default value of one the run's policy does not read is refused (``check_settings_read``). A new
+# setting of one policy kind is one more name here.
+POLICY_SETTINGS: dict[str, tuple[str, ...]] = {
+    "llm": ("model", "policy_mode", "dtype", "prompt_style", "max_prompt_length", "max_response_length",
+            "generation_backend", "vllm_kwargs", "decoding", "lora", "gradient_checkpointing", "mixed_precision",
+            "explore_epsilon"),
+    "text": ("model", "command_set"),
+    "tabular": (),
+}
+POLICY_ONLY = tuple(dict.fromkeys(name for names in POLICY_SETTINGS.values() for name in names))
+# The settings only some estimators read: the ``EstimatorSpec`` declaration that says whether one does (an option it
+# names, a critic it needs, state it keeps) and what the setting is for
+ESTIMATOR_SETTINGS = {
+    "gae_lambda": ("options", "an option of an estimator that declares it: ppo"),
+    "critic_lr": ("needs_values", "the learned critic's, of an estimator that needs one: ppo"),
+    "revisit_fraction": ("keeps_state", "the revisit schedule of an estimator that keeps state: tigpo"),
+    "revisit_delay": ("keeps_state", "the revisit schedule of an estimator that keeps state: tigpo"),
+}
 # Keys a release renamed: the old name is refused with a pointer to the new one (one name per setting, both engines).
 RENAMED = {"update_epochs": "num_epochs", "epochs": "num_epochs", "algorithm": "estimator"}
 
@@ -63,7 +90,7 @@ class TrainConfig:
 
     # run
     run_dir: str = "runs/ecpo"
-    seed: Tally = 0
+    seed: Annotated[int, Field(ge=0, le=MAX_SEED, description="the seeds numpy's global stream takes")] = 0
     iterations: Count = 150
     # auto = cuda when this torch has it, else cpu; "cuda:1" picks a GPU
     device: Annotated[str, Field(pattern=r"^(auto|cpu|cuda(:[0-9]+)?)$", description="auto, cpu, cuda or cuda:N")] = "auto"
@@ -212,9 +239,6 @@ class TrainConfig:
                                  "(search-QA's actions are free text): use policy_mode=generate")
         if self.policy == "text":
             self.check_text_policy()
-        elif self.command_set != "admissible":
-            raise ValueError(f"command_set={self.command_set} is the text policy's (policy=text); policy={self.policy} "
-                             "does not read it")
         if self.lora:
             from ecpo_train.policies.lora import check_lora_settings, require_peft
 
@@ -227,11 +251,34 @@ class TrainConfig:
 
             check_fsdp_request(self.fsdp, self.estimator, self.policy)
         check_group_size(self.group_size, self.estimator)
-        moved = [f.name for f in dataclasses.fields(self) if f.name in ("revisit_fraction", "revisit_delay")
-                 and getattr(self, f.name) != f.default]
-        if moved and not estimator_spec(self.estimator).keeps_state:
-            raise ValueError(f"{', '.join(moved)} set the revisit schedule of an estimator that keeps state (tigpo); "
-                             f"estimator={self.estimator} keeps none")
+        self.check_settings_read()
+
+    def check_settings_read(self) -> None:
+        """A setting this run does not read, set to anything but its default, is refused (one line naming it), not
+        ignored: a policy kind's own settings (``POLICY_SETTINGS``), an estimator's own (``ESTIMATOR_SETTINGS``,
+        and the credit fields its registration declares, ``EstimatorSpec.credit_keys``)."""
+        spec = estimator_spec(self.estimator)
+        unread = [name for name in POLICY_ONLY if name not in POLICY_SETTINGS[self.policy]]
+        for name in unread:
+            if not _is_default(self, name):
+                readers = " or ".join(f"policy={p}" for p, names in POLICY_SETTINGS.items() if name in names)
+                raise ValueError(f"{name}={shown(getattr(self, name))} is read only by {readers}: policy={self.policy} "
+                                 "would ignore it; leave it out")
+        if self.explore_epsilon and self.policy_mode != "score":
+            raise ValueError(f"explore_epsilon={self.explore_epsilon} mixes uniform exploration into "
+                             f"policy_mode=score's choice: policy_mode={self.policy_mode} would ignore it; leave it out")
+        for name, (declaration, use) in ESTIMATOR_SETTINGS.items():
+            declared = getattr(spec, declaration)
+            reads = name in dict(declared) if declaration == "options" else bool(declared)
+            if not reads and not _is_default(self, name):
+                raise ValueError(f"{name}={shown(getattr(self, name))} is not read by estimator={self.estimator} "
+                                 f"({use}); leave it out")
+        defaults = CreditConfig()
+        for name in ESTIMATOR_CREDIT_KEYS:
+            if not spec.reads_credit_key(name) and getattr(self.credit, name) != getattr(defaults, name):
+                readers = [n for n in available_estimators() if name in (estimator_spec(n).credit_keys or ())]
+                raise ValueError(f"credit.{name}={shown(getattr(self.credit, name))} is read only by estimator="
+                                 f"{', '.join(readers)}: estimator={self.estimator} would ignore it; leave it out")
 
     def check_text_policy(self) -> None:
         """What ``policy=text`` cannot do, refused before the run: free-text actions (search-QA lists none), a learned
@@ -337,6 +384,13 @@ def apply_overrides(values: dict[str, Any], overrides: Sequence[str]) -> dict[st
         else:
             values[key] = value
     return values
+
+
+def _is_default(config: TrainConfig, name: str) -> bool:
+    """Whether the field ``name`` of ``config`` holds its declared default."""
+    item = next(f for f in dataclasses.fields(config) if f.name == name)
+    default = item.default_factory() if item.default is dataclasses.MISSING else item.default
+    return getattr(config, name) == default
 
 
 def make_config(values: dict[str, Any]) -> TrainConfig:

@@ -21,9 +21,11 @@ import typing
 from typing import Annotated, Any, Literal
 
 import yaml
+from annotated_types import GroupedMetadata
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
-SHOWN_CHARS = 80  # a value echoed in an error is cut here: a 10 MB value must not become a 10 MB error line
+from ecpo_gym.kwargs import SHOWN_CHARS, shown  # noqa: F401  (the one rule for quoting input, re-exported)
+
 _BOUNDS = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<"}
 _KINDS = {int: "an integer", float: "a number", list: "a non-empty list"}
 _RANGE_ERRORS = {"greater_than", "greater_than_equal", "less_than", "less_than_equal", "finite_number", "too_short",
@@ -50,13 +52,11 @@ _Yaml12Loader.add_implicit_resolver(
 def read_yaml(text: str) -> Any:
     """YAML text as data, with YAML 1.2 numbers and no aliases (the one reader of presets, ``key=value`` overrides
     and a run's recorded ``config.yaml``)."""
-    return yaml.load(text, Loader=_Yaml12Loader)
-
-
-def shown(value: Any) -> str:
-    """``repr(value)`` for an error line, cut at ``SHOWN_CHARS`` characters."""
-    text = repr(value)
-    return text if len(text) <= SHOWN_CHARS else f"{text[:SHOWN_CHARS]}... ({len(text)} characters)"
+    try:
+        return yaml.load(text, Loader=_Yaml12Loader)
+    except ValueError as err:  # an integer of more digits than Python converts: a YAML error, named by the callers
+        raise yaml.constructor.ConstructorError(None, None, f"a value too large to read ({str(err)[:80]})",
+                                                None) from None
 
 
 @functools.cache
@@ -98,6 +98,16 @@ def _type_name(hint: Any) -> str:
     return " or ".join(names)
 
 
+def _constraints(extras: list[Any]) -> Any:
+    """The single bounds (``Ge``, ``Lt``, ...) of an annotation's metadata: a pydantic ``Field``'s, an
+    ``annotated_types.Interval``'s (``CreditConfig``'s fields), or the bound itself."""
+    for info in extras:
+        if isinstance(info, GroupedMetadata):
+            yield from info
+        else:
+            yield from getattr(info, "metadata", None) or [info]
+
+
 def _range(option: Any) -> str:
     """The declared range of one annotated type: ``an integer in [0, 8] (0 = ...)``, ``a number > 0``, ``auto``."""
     base, extras = _split(option)
@@ -106,8 +116,8 @@ def _range(option: Any) -> str:
     notes = [info.description for info in extras if getattr(info, "description", None)]
     if base is str:  # a pattern: its description names what matches
         return ", ".join(notes) or "text"
-    bounds = {name: getattr(item, name) for info in extras for item in getattr(info, "metadata", ())
-              for name in _BOUNDS if getattr(item, name, None) is not None}
+    bounds = {name: getattr(item, name) for item in _constraints(extras) for name in _BOUNDS
+              if getattr(item, name, None) is not None}
     low = next(((k, v) for k, v in bounds.items() if k in ("ge", "gt")), None)
     high = next(((k, v) for k, v in bounds.items() if k in ("le", "lt")), None)
     text = _KINDS.get(base, getattr(base, "__name__", ""))

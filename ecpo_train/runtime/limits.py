@@ -44,3 +44,6 @@ MAX_EPISODES = max(1, memory_bytes() // EPISODE_BYTES)
 # found mid-run as a cache of hundreds of GB
 MAX_SEQUENCE_TOKENS = 1 << 20
 MAX_LR = 10.0  # the largest learning rate (runtime/config.py says why)
+MAX_SEED = 2**32 - 1  # numpy's global stream (np.random.seed) takes no larger seed: refused by name, not by numpy
+# an evaluation's seeds 0..N-1 are listed at once, and each plays every task: 10,000 is past any table's use
+MAX_EVAL_SEEDS = 10_000

@@ -345,8 +345,11 @@ def write_tiny_model(out_dir: str | Path, tokenizer_path: str | Path | None = No
     import torch
     from transformers import AutoTokenizer, GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+    from ecpo_gym.kwargs import shown
+    from ecpo_train.runtime.limits import MAX_SEED
+
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise ValueError(f"seed must be an integer in [0, {MAX_SEED}], got {shown(seed)}")
     out = Path(out_dir)
     from ecpo_train.runtime.run_dir import check_writable_folder
 

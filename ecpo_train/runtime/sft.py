@@ -52,6 +52,7 @@ import numpy as np
 import torch
 
 from ecpo_gym.canonical import INVALID_ACTION
+from ecpo_gym.kwargs import shown
 from ecpo_train.core.micro_batches import pack_micro_batches
 from ecpo_train.core.rollout import sent_action
 from ecpo_train.policies.base import PolicyOutput, StepContext
@@ -106,13 +107,12 @@ def expert_demonstrations(env_id: str, *, episodes: int, task_ids: Sequence[str]
     plan) are left out. ``ValueError`` when the environment has no expert. ``on_episode(steps)`` is called
     after each episode with the steps it kept.
     """
-    import gymnasium as gym
-
     import ecpo_gym  # noqa: F401  (registers the ids)
     from ecpo_gym.group import GroupVectorEnv
+    from ecpo_gym.group_workers import make_env
     from ecpo_train.core.rollout import collect_rollout
 
-    env = gym.make(env_id, disable_env_checker=True, **(env_kwargs or {}))
+    env = make_env(env_id, env_kwargs)
     envs = GroupVectorEnv(lambda env=env: env, num_groups=1, group_size=1)  # owns and closes env
     try:
         tasks = [str(t) for t in (task_ids or envs.task_ids)]
@@ -331,14 +331,14 @@ SFT_SUMMARY = "sft.json"  # what marks a folder as an sft output (which a later 
 def check_sft_settings(episodes: int, epochs: int, lr: float, batch_size: int) -> None:
     for name, value in (("episodes", episodes), ("epochs", epochs), ("batch_size", batch_size)):
         if not isinstance(value, int) or value < 1:
-            raise ValueError(f"--{name.replace('_', '-')} {value!r} is invalid: it must be an integer >= 1")
+            raise ValueError(f"--{name.replace('_', '-')} {shown(value)} is invalid: it must be an integer >= 1")
     if episodes > MAX_SFT_EPISODES:
         raise ValueError(f"--episodes {episodes} is invalid: at most {MAX_SFT_EPISODES} (the expert plays every "
                          "episode before the first update)")
     if epochs > MAX_SFT_EPOCHS:
         raise ValueError(f"--epochs {epochs} is invalid: at most {MAX_SFT_EPOCHS} passes over the expert steps")
     if not (isinstance(lr, (int, float)) and math.isfinite(lr) and 0 < lr <= MAX_LR):
-        raise ValueError(f"--lr {lr!r} is invalid: it must be a number in (0, {MAX_LR:g}]")
+        raise ValueError(f"--lr {shown(lr)} is invalid: it must be a number in (0, {MAX_LR:g}]")
 
 
 def run_sft(config: TrainConfig, *, episodes: int, epochs: int, lr: float, out: str | Path,
@@ -471,7 +471,7 @@ def check_sft_out(out: str | Path, model: str) -> Path:
     if path.is_symlink():
         raise ValueError(f"--out {out} is a symlink: give the folder itself (nothing is written through a link)")
     model_folder = Path(os.path.expanduser(model))
-    if model_folder.exists() and path.exists() and path.resolve() == model_folder.resolve():
+    if model and model_folder.exists() and path.exists() and path.resolve() == model_folder.resolve():
         raise ValueError(f"--out {out} is the input model's folder: the base model would be overwritten; give "
                          "a new folder")
     if not path.is_dir():

@@ -11,6 +11,8 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from annotated_types import Ge, Gt, Interval
 
+from ecpo_gym.kwargs import shown
+
 COMPAT_MODES = ("native", "verl-agent")
 Compat = Literal["native", "verl-agent"]
 # Ranges are the papers' where they state one (ECPO: kappa > 0 and eps > 0 in Sec. 4.1, tau > 0 in Sec. 4.2,
@@ -20,6 +22,14 @@ Discount = Annotated[float, Interval(gt=0, le=1)]
 NonNegative = Annotated[float, Ge(0)]
 Positive = Annotated[float, Gt(0)]
 Unit = Annotated[float, Interval(ge=0, le=1)]
+# HGPO's history depth: an episode has at most this many steps (every environment's step limit, ecpo_gym.core), so a
+# deeper history gives no group; the bound refuses 10**30 when the config is built, not after the first rollout
+MAX_HGPO_HISTORY = 100_000
+# The fields only some estimators read (each declares which in its registration, ``credit_keys``): a run refuses one
+# its estimator does not read. The others are the paper's shared values (gamma, omega, kappa, tau, d_min, rho_min,
+# eps): a preset sets them once for every estimator it compares.
+ESTIMATOR_CREDIT_KEYS = ("compat", "pgpo_alpha", "pgpo_beta", "pgpo_gamma", "hgpo_history", "hgpo_alpha", "hgpo_std",
+                         "hgpo_base_group", "graph_gamma", "graph_success_return", "pace_cosine")
 
 
 @dataclass(frozen=True)
@@ -49,7 +59,7 @@ class CreditConfig:
     pgpo_alpha: NonNegative = 2.0
     pgpo_beta: NonNegative = 1.0
     pgpo_gamma: Unit = 1.0
-    hgpo_history: Annotated[int, Ge(0)] = 2
+    hgpo_history: Annotated[int, Interval(ge=0, le=MAX_HGPO_HISTORY)] = 2
     hgpo_alpha: NonNegative = 1.0
     hgpo_std: bool = True
     hgpo_base_group: bool = False
@@ -101,18 +111,18 @@ def _check_field(name: str, value: Any, hint: Any) -> None:
     is_bool = isinstance(value, (bool, np.bool_))
     if typing.get_origin(base) is Literal:
         if not isinstance(value, str) or value not in typing.get_args(base):
-            raise ValueError(f"credit hyperparameter {name}={value!r} is invalid; valid values: "
+            raise ValueError(f"credit hyperparameter {name}={shown(value)} is invalid; valid values: "
                              f"{', '.join(typing.get_args(base))}")
         return
     if base is bool:
         if not is_bool:
-            raise ValueError(f"credit hyperparameter {name}={value!r} is invalid: it must be true or false")
+            raise ValueError(f"credit hyperparameter {name}={shown(value)} is invalid: it must be true or false")
         return
     if base is int:
         if not isinstance(value, (int, np.integer)) or is_bool or not _within(int(value), bounds):
-            raise ValueError(f"credit hyperparameter {name}={value!r} is invalid: it must be an integer "
+            raise ValueError(f"credit hyperparameter {name}={shown(value)} is invalid: it must be an integer "
                              f"{_range_text(bounds)}")
         return
     is_real = isinstance(value, (int, float, np.integer, np.floating)) and not is_bool
     if not is_real or not math.isfinite(value) or not _within(float(value), bounds):
-        raise ValueError(f"credit hyperparameter {name}={value!r} is invalid: it must be a number {_range_text(bounds)}")
+        raise ValueError(f"credit hyperparameter {name}={shown(value)} is invalid: it must be a number {_range_text(bounds)}")

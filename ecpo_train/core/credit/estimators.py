@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -48,10 +49,36 @@ from ecpo_train.core.credit.equations import (
     within_action_variance,
 )
 from ecpo_train.core.credit.history import SUCCESS, TaskHistory, group_histories
-from ecpo_train.core.credit.registry import estimator_spec, register_estimator
+from ecpo_train.core.credit.registry import available_estimators, estimator_spec, register_estimator
 from ecpo_train.core.rows import CreditRows, host_values, prepare_rows
 
-_COMPAT_AWARE = {"gigpo", "gigpo_std", "graphgpo"}
+
+class AdvantageOverflow(ValueError):
+    """Finite input whose advantages overflow float64; :func:`compute_advantages` names the cause (a credit value or
+    the rewards' scale)."""
+
+    def __init__(self, what: str, reward_peak: float) -> None:
+        super().__init__(what)
+        self.what, self.reward_peak = what, reward_peak
+
+
+# a credit value this large is what overflows (the rewards are bounded far below it, core.rows.MAX_RETURN_MAGNITUDE)
+_HUGE_CREDIT_VALUE = 1e100
+
+
+def _overflow_cause(error: AdvantageOverflow, config: CreditConfig, name: str) -> str:
+    """The one line naming why the advantages overflowed: the credit values the estimator reads that are huge
+    (kappa=1e308 is not blamed on omega), else the rewards' scale."""
+    spec = estimator_spec(name)
+    huge = [f"credit.{f.name}={getattr(config, f.name):g}" for f in dataclasses.fields(config)
+            if spec.reads_credit_key(f.name) and isinstance(getattr(config, f.name), float)
+            and abs(getattr(config, f.name)) >= _HUGE_CREDIT_VALUE]
+    if huge:
+        return (f"{error.what}: {', '.join(huge)} {'takes' if len(huge) == 1 else 'take'} the {name} advantages "
+                "past float64's range (~1.8e308); lower it")
+    return (f"{error.what}: rewards as large as |r| = {error.reward_peak:.3g} make the returns, or their squared "
+            f"deviations, exceed float64's range (~1.8e308) once weighted by omega={config.omega:g}; rescale the "
+            "rewards or lower omega")
 
 
 @dataclass(frozen=True, eq=False)
@@ -146,11 +173,8 @@ def _advantage_diagnostics(rows: CreditRows, adv: Any) -> dict[str, float]:
     values = rows.ops.host(adv)
     if not np.isfinite(values).all():
         rewards = rows.ops.host(rows.reward)
-        raise ValueError(
-            f"advantages overflow float64 (row {int(np.argmin(np.isfinite(values)))} is {values[~np.isfinite(values)][0]}): "
-            f"rewards as large as |r| = {np.abs(rewards).max():.3g} make the returns, or their squared deviations, "
-            "exceed float64's range (~1.8e308) once weighted by omega; rescale the rewards or lower omega"
-        )
+        raise AdvantageOverflow(f"advantages overflow float64 (row {int(np.argmin(np.isfinite(values)))} is "
+                                f"{values[~np.isfinite(values)][0]})", float(np.abs(rewards).max()))
     peak = float(np.abs(values).max())
     # squaring advantages beyond ~1e154 overflows: take their std on a rescaled copy then
     std = peak * float((values / peak).std()) if peak > 1e150 else float(values.std())
@@ -197,14 +221,14 @@ def _finish(rows: CreditRows, ret: _Returns, adv: Any, extra: dict[str, float] |
     return adv, diagnostics
 
 
-@register_estimator("grpo")
+@register_estimator("grpo", credit_keys=())
 def grpo_estimator(rows: CreditRows, config: CreditConfig) -> tuple[Any, dict[str, float]]:
     """GRPO: every row of trajectory i gets ``A^GRPO_i`` (eq. grpo_adv)."""
     ret = _returns(rows, config)
     return _finish(rows, ret, _grpo_rows(rows, ret, config))
 
 
-@register_estimator("rloo")
+@register_estimator("rloo", credit_keys=())
 def rloo_estimator(rows: CreditRows, config: CreditConfig) -> tuple[Any, dict[str, float]]:
     """RLOO: every row of trajectory i gets ``R_i - mean_{j != i} R_j`` over its group."""
     ret = _returns(rows, config)
@@ -230,7 +254,7 @@ def _gigpo(rows: CreditRows, config: CreditConfig, normalize_std: bool) -> tuple
     return _finish(rows, ret, gigpo_advantage(trajectory_adv, anchor_adv, config.omega))
 
 
-@register_estimator("gigpo")
+@register_estimator("gigpo", credit_keys=("compat",))
 def gigpo_estimator(rows: CreditRows, config: CreditConfig) -> tuple[Any, dict[str, float]]:
     """GiGPO without std: ``A^GRPO_i + omega (G_{i,t} - mu_s)``.
 
@@ -238,7 +262,7 @@ def gigpo_estimator(rows: CreditRows, config: CreditConfig) -> tuple[Any, dict[s
     return _gigpo(rows, config, normalize_std=False)
 
 
-@register_estimator("gigpo_std")
+@register_estimator("gigpo_std", credit_keys=("compat",))
 def gigpo_std_estimator(rows: CreditRows, config: CreditConfig) -> tuple[Any, dict[str, float]]:
     """GiGPO_w/std: ``A^GRPO_i + omega (G_{i,t} - mu_s) / (sigma_s + eps)`` (the paper's GiGPO baseline).
 
@@ -255,7 +279,7 @@ def _ecpo(rows: CreditRows, config: CreditConfig, gated: bool, anchor_scale: boo
     return _finish(rows, ret, adv, gate_diagnostics(rows, evidence) if gated else None)
 
 
-@register_estimator("ecpo")
+@register_estimator("ecpo", credit_keys=())
 def ecpo_estimator(rows: CreditRows, config: CreditConfig) -> tuple[Any, dict[str, float]]:
     """ECPO: ``A^GRPO_i + omega rho(s) A_act(s, a)`` (eq. ecpo_adv) with ECA and VarGate + StrictValid.
 
@@ -265,13 +289,13 @@ def ecpo_estimator(rows: CreditRows, config: CreditConfig) -> tuple[Any, dict[st
     return _ecpo(rows, config, gated=True, anchor_scale=False)
 
 
-@register_estimator("ecpo_eca_only")
+@register_estimator("ecpo_eca_only", credit_keys=())
 def ecpo_eca_only_estimator(rows: CreditRows, config: CreditConfig) -> tuple[Any, dict[str, float]]:
     """Ablation +ECA (Sec. 5.2): ``A^GRPO_i + omega A_act(s, a)`` -- ECA replaces GiGPO's anchor credit, no rho."""
     return _ecpo(rows, config, gated=False, anchor_scale=False)
 
 
-@register_estimator("ecpo_anchor_scale")
+@register_estimator("ecpo_anchor_scale", credit_keys=())
 def ecpo_anchor_scale_estimator(rows: CreditRows, config: CreditConfig) -> tuple[Any, dict[str, float]]:
     """ECPO as App. C analyses it: eq. ecpo_adv with eq. eca_adv's denominator ``sigma^act_s`` replaced by the
     anchor's occurrence-level std ``sigma_s`` of G -- the std (and eps) GiGPO_w/std divides by at that anchor.
@@ -282,14 +306,14 @@ def ecpo_anchor_scale_estimator(rows: CreditRows, config: CreditConfig) -> tuple
     return _ecpo(rows, config, gated=True, anchor_scale=True)
 
 
-@register_estimator("ecpo_anchor_scale_eca_only")
+@register_estimator("ecpo_anchor_scale_eca_only", credit_keys=())
 def ecpo_anchor_scale_eca_only_estimator(rows: CreditRows, config: CreditConfig) -> tuple[Any, dict[str, float]]:
     """ECA-only ablation of ``ecpo_anchor_scale``: ``A^GRPO_i + omega A_act(s, a)`` with eq. eca_adv on the
     anchor's occurrence-level std ``sigma_s`` (no rho)."""
     return _ecpo(rows, config, gated=False, anchor_scale=True)
 
 
-@register_estimator("ecpo_vargate_only")
+@register_estimator("ecpo_vargate_only", credit_keys=())
 def ecpo_vargate_only_estimator(rows: CreditRows, config: CreditConfig) -> tuple[Any, dict[str, float]]:
     """Ablation +VarGate (Sec. 5.2): ``A^GRPO_i + omega rho(s) A^anchor_{i,t}`` on GiGPO_w/std's anchor credit."""
     ret = _returns(rows, config)
@@ -317,7 +341,7 @@ def _success(rows: CreditRows) -> np.ndarray:
     return trajectory_success(last_reward)
 
 
-@register_estimator("pgpo")
+@register_estimator("pgpo", credit_keys=("pgpo_alpha", "pgpo_beta", "pgpo_gamma"))
 def pgpo_estimator(rows: CreditRows, config: CreditConfig) -> tuple[Any, dict[str, float]]:
     """PGPO (arXiv 2609.02236): ``A^S + w(x) A^phi`` with no episode term. ``A^S`` is GiGPO_w/std's anchor term;
     ``A^phi`` the TD-style ``delta_t = gamma_phi Phi(s_{t+1}) - Phi(s_t)`` of the anchor potentials ``Phi``
@@ -340,7 +364,7 @@ def pgpo_estimator(rows: CreditRows, config: CreditConfig) -> tuple[Any, dict[st
     return _finish(rows, ret, adv, {"pgpo_mean_weight": float(weight.mean())})
 
 
-@register_estimator("hgpo")
+@register_estimator("hgpo", credit_keys=("hgpo_history", "hgpo_alpha", "hgpo_std", "hgpo_base_group"))
 def hgpo_estimator(rows: CreditRows, config: CreditConfig) -> tuple[Any, dict[str, float]]:
     """HGPO (arXiv 2602.22817): for k = 1..K+1 the rows that share their last k anchors form a group of level k
     (eq. history_groups; k = 1 is GiGPO's anchor group); each level z-scores G within its groups (population
@@ -349,7 +373,8 @@ def hgpo_estimator(rows: CreditRows, config: CreditConfig) -> tuple[Any, dict[st
     advantage over the group's step rows (verl-agent's, eq. verl_agent_episode_advantage) joins as level k = 0. Diagnostic: the share of rows with no level to compare in."""
     ret = _returns(rows, config)
     g = np.asarray(rows.ops.host(ret.future), dtype=np.float64)
-    levels = np.arange(1, config.hgpo_history + 2)
+    # levels past the longest trajectory hold no row (a row needs k - 1 steps behind it): they add nothing
+    levels = np.arange(1, min(config.hgpo_history + 1, rows.horizon) + 1)
     per_level = [hgpo_level_advantage(g, history_groups(rows.anchor, rows.traj, rows.position, rows.n_trajs,
                                                         rows.horizon, int(k)), config.eps, config.hgpo_std)
                  for k in levels]
@@ -392,7 +417,7 @@ def _graph_term(rows: CreditRows, config: CreditConfig, success: np.ndarray, ear
     return np.where(reaches[rows.traj_group[rows.traj]], graph_adv, 0.0), reaches
 
 
-@register_estimator("graphgpo")
+@register_estimator("graphgpo", credit_keys=("compat", "graph_gamma", "graph_success_return"))
 def graphgpo_estimator(rows: CreditRows, config: CreditConfig) -> tuple[Any, dict[str, float]]:
     """GraphGPO (arXiv 2605.26684): per group, the graph term of its rollouts' state graph (:func:`_graph_term`:
     each transition's return ``10 gamma^d``, gamma 0.1, z-scored among the transitions leaving the same state)
@@ -434,7 +459,7 @@ def _history_edges(rows: CreditRows, anchor_keys: np.ndarray, histories: list[Ta
             np.asarray(extra_group, dtype=np.int64))
 
 
-@register_estimator("tigpo", keeps_state=True)
+@register_estimator("tigpo", keeps_state=True, credit_keys=("graph_gamma", "graph_success_return"))
 def tigpo_estimator(rows: CreditRows, config: CreditConfig, history: Sequence[TaskHistory], anchor_keys: Any
                     ) -> tuple[Any, dict[str, float]]:
     """TIGPO (arXiv 2609.03383), its credit: GraphGPO's graph term on the temporal graph ``H_x + G_x``, the task's
@@ -467,7 +492,7 @@ def tigpo_estimator(rows: CreditRows, config: CreditConfig, history: Sequence[Ta
         "tigpo_history_edges": float(len(earlier[0]))})
 
 
-@register_estimator("pace", hidden_states="optional")
+@register_estimator("pace", hidden_states="optional", credit_keys=("pace_cosine",))
 def pace_estimator(rows: CreditRows, config: CreditConfig, hidden_states: Any = None) -> tuple[Any, dict[str, float]]:
     """PACE, BiPACE's action-counterfactual term (arXiv 2606.25556): ``A^GRPO_i + omega (Q^(s, a) - V^(s))``,
     ``Q^`` the mean return of the row's canonical action at its anchor and ``V^`` the anchor's mean return
@@ -514,7 +539,8 @@ def gae_targets(rows: CreditRows, values: Any, config: CreditConfig, gae_lambda:
     return adv, adv + values
 
 
-@register_estimator("ppo", needs_values=True, group_relative=False, options={"gae_lambda": 0.95})
+@register_estimator("ppo", needs_values=True, group_relative=False, options={"gae_lambda": 0.95},
+                    credit_keys=())
 def ppo_estimator(rows: CreditRows, config: CreditConfig, values: Any, gae_lambda: float = 0.95
                   ) -> tuple[Any, dict[str, float]]:
     """PPO's baseline (the paper's actor-critic comparison): eq. gae on a learned critic's ``values``, whitened
@@ -573,8 +599,9 @@ def compute_advantages(
         raise ValueError(f"credit= takes one CreditConfig and no separate hyperparameters (got {type(credit).__name__}"
                          f"{' and ' + ', '.join(sorted(hyperparameters)) if hyperparameters else ''})")
     config = credit if credit is not None else CreditConfig.from_kwargs(**hyperparameters)
-    if config.compat != "native" and name not in _COMPAT_AWARE:
-        raise ValueError(f"compat={config.compat!r} applies only to {sorted(_COMPAT_AWARE)}, not {name!r}")
+    if config.compat != "native" and "compat" not in (spec.credit_keys or ()):
+        aware = sorted(n for n in available_estimators() if "compat" in (estimator_spec(n).credit_keys or ()))
+        raise ValueError(f"compat={config.compat!r} applies only to {aware}, not {name!r}")
     if spec.needs_values and values is None:
         raise ValueError(f"estimator {name!r} needs values=: one critic value V(s) per step row")
     if not spec.needs_values and values is not None:
@@ -604,12 +631,15 @@ def compute_advantages(
         if missing:
             raise TypeError(f"compute_advantages needs the step columns {', '.join(missing)} (or rows=)")
         rows = prepare_rows(group_ids, traj_ids, steps, anchor_keys, action_keys, rewards)
-    with np.errstate(over="ignore", invalid="ignore"):  # an overflow raises a ValueError in _finish instead
-        if spec.needs_values:
-            return spec.fn(rows, config, values, **options)
-        if spec.hidden_states != "none":
-            return spec.fn(rows, config, hidden_states=hidden_states)
-        if spec.keeps_state:
-            state_keys = np.asarray(host_values(keys, "anchor_keys"), dtype=object)
-            return spec.fn(rows, config, history=history, anchor_keys=state_keys)
-        return spec.fn(rows, config)
+    try:
+        with np.errstate(over="ignore", invalid="ignore"):  # an overflow raises AdvantageOverflow in _finish instead
+            if spec.needs_values:
+                return spec.fn(rows, config, values, **options)
+            if spec.hidden_states != "none":
+                return spec.fn(rows, config, hidden_states=hidden_states)
+            if spec.keeps_state:
+                state_keys = np.asarray(host_values(keys, "anchor_keys"), dtype=object)
+                return spec.fn(rows, config, history=history, anchor_keys=state_keys)
+            return spec.fn(rows, config)
+    except AdvantageOverflow as error:
+        raise ValueError(_overflow_cause(error, config, name)) from None

@@ -6,6 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ecpo_train.core.credit.config import ESTIMATOR_CREDIT_KEYS
+
 Estimator = Callable[..., tuple[Any, dict[str, float]]]
 
 
@@ -22,7 +24,11 @@ class EstimatorSpec:
     run's ``core.task_memory.TaskGraphMemory`` gives them) and ``anchor_keys`` the rows' state keys;
     ``group_relative``: its baseline comes from the other rollouts of a group, so it needs >= 2 per task;
     ``options``: keyword arguments it takes beyond ``CreditConfig`` (the trainer passes its config's values
-    of these names), each with its default.
+    of these names), each with its default;
+    ``credit_keys``: the estimator-specific ``CreditConfig`` fields it reads (``config.ESTIMATOR_CREDIT_KEYS``:
+    PGPO's, HGPO's, GraphGPO's, PACE's and ``compat``; the paper's shared values are every estimator's); ``None``:
+    every field (an estimator registered without saying). A run's config refuses one it does not read set to a
+    value other than its default.
     """
 
     fn: Estimator
@@ -31,6 +37,11 @@ class EstimatorSpec:
     options: tuple[tuple[str, float], ...] = ()
     hidden_states: str = "none"
     keeps_state: bool = False
+    credit_keys: tuple[str, ...] | None = None
+
+    def reads_credit_key(self, name: str) -> bool:
+        """Whether this estimator reads the ``CreditConfig`` field ``name`` (``credit_keys``)."""
+        return self.credit_keys is None or name not in ESTIMATOR_CREDIT_KEYS or name in self.credit_keys
 
 
 _ESTIMATORS: dict[str, EstimatorSpec] = {}
@@ -41,19 +52,25 @@ HIDDEN_STATE_USES = ("none", "optional")
 
 def register_estimator(name: str, *, needs_values: bool = False, group_relative: bool = True,
                        options: dict[str, float] | None = None, hidden_states: str = "none",
-                       keeps_state: bool = False) -> Callable[[Estimator], Estimator]:
+                       keeps_state: bool = False, credit_keys: tuple[str, ...] | None = None
+                       ) -> Callable[[Estimator], Estimator]:
     """Decorator: register ``fn(rows, config) -> (advantage per row, diagnostics)`` under ``name``; with
     ``needs_values=True`` the function is ``fn(rows, config, values, **options)``, with ``hidden_states=
     "optional"`` ``fn(rows, config, hidden_states=None)``, with ``keeps_state=True`` ``fn(rows, config, history,
     anchor_keys)``."""
     if hidden_states not in HIDDEN_STATE_USES:
         raise ValueError(f"hidden_states={hidden_states!r}; valid: {', '.join(HIDDEN_STATE_USES)}")
+    unknown = sorted(set(credit_keys or ()) - set(ESTIMATOR_CREDIT_KEYS))
+    if unknown:
+        raise ValueError(f"credit_keys {unknown} are not estimator-specific credit fields; valid: "
+                         f"{', '.join(ESTIMATOR_CREDIT_KEYS)}")
 
     def decorate(fn: Estimator) -> Estimator:
         if name in _ESTIMATORS:
             raise ValueError(f"estimator {name!r} is already registered")
         _ESTIMATORS[name] = EstimatorSpec(fn, needs_values, group_relative, tuple((options or {}).items()),
-                                          hidden_states, keeps_state)
+                                          hidden_states, keeps_state,
+                                          None if credit_keys is None else tuple(credit_keys))
         return fn
 
     return decorate

@@ -328,6 +328,7 @@ class ECPO(GroupCreditAlgorithm):
         in RLlib's pickle format is refused (``Algorithm.from_checkpoint`` would run what it holds)."""
         from pathlib import Path
 
+        from ecpo_gym.families import recorded_env_id
         from ecpo_train.integrations.rllib.base_algorithm import _absolute
         from ecpo_train.integrations.rllib.state_files import read_config
 
@@ -337,7 +338,9 @@ class ECPO(GroupCreditAlgorithm):
         saved = read_config(folder)
         try:
             # (a checkpoint written before a key was renamed is read under its new name)
-            config = ECPOConfig.from_train_config(make_config(upgraded(dict(saved["train_config"]))))
+            train = upgraded(dict(saved["train_config"]))
+            recorded_env_id(train.get("env_id"), str(folder / "config.yaml"))  # a file's id never imports a module
+            config = ECPOConfig.from_train_config(make_config(train))
             for key, value in dict(saved.get("rllib") or {}).items():
                 if key not in CHECKPOINT_LAYOUT:
                     raise ValueError(f"unknown layout key {key!r}")
