@@ -326,7 +326,7 @@ def serve(
     try:
         kwargs = json.loads(env_kwargs)
         if not isinstance(kwargs, dict):
-            raise ValueError(f"--env-kwargs must be a JSON object, got {env_kwargs[:80]!r}")
+            raise TypeError(f"--env-kwargs must be a JSON object, got {env_kwargs[:80]!r}")
         serve_env(env_id, kwargs, host=host, port=port, max_sessions=max_sessions,
                   max_request_bytes=max_request_bytes, idle_timeout_s=idle_timeout)
     except _input_errors() as err:
