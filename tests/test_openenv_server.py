@@ -14,11 +14,13 @@ import socket
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
 pytest.importorskip("openenv")
 import gymnasium as gym
+from conftest import DATA_DIR
 from openenv_serving import Server, served
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect as ws_connect
@@ -85,22 +87,47 @@ FAMILIES = [
 ]
 
 
+def family_kwargs(env_id: str, cache: Path) -> dict:
+    """The constructor arguments a test gives an id: the real-data ids read the shared data folder's files (its
+    WebShop catalogue is the sample one), and search-QA keeps its index in the test's folder."""
+    root = DATA_DIR or Path(".")  # the data-marked ids skip without it
+    return {
+        "ecpo/WebShop-v0": {"products_file": str(root / "webshop" / "sample" / "items_shuffle_sample.json"),
+                            "attributes_file": str(root / "webshop" / "items_ins_v2_1000.json")},
+        "ecpo/SearchQA-v0": {"data_dir": str(root / "searchqa"), "cache_dir": str(cache)},
+    }.get(env_id, {})
+
+
 @pytest.mark.parametrize("env_id", FAMILIES)
-def test_episodes_through_the_server_equal_the_in_process_env(env_id: str, request: pytest.FixtureRequest) -> None:
+def test_episodes_through_the_server_equal_the_in_process_env(env_id: str, request: pytest.FixtureRequest,
+                                                              tmp_path: Path) -> None:
     """Every family: reset by seed and by task id, then the same actions give the same observation, reward, done,
-    state key, canonical action and admissible actions at every step."""
-    env = gym.make(env_id, disable_env_checker=True)
+    state key, canonical action and admissible actions at every step; then three sessions at once, each equal to
+    its own in-process env."""
+    kwargs = family_kwargs(env_id, tmp_path)
+    env = gym.make(env_id, disable_env_checker=True, **kwargs)
     try:
         task_ids = [str(t) for t in env.unwrapped.task_ids]
         with contextlib.ExitStack() as stack:
             server = (request.getfixturevalue("anchor_server") if env_id == ANCHOR
-                      else stack.enter_context(served(env_id)))
+                      else stack.enter_context(served(env_id, "--env-kwargs", json.dumps(kwargs))))
             client = stack.enter_context(ECPOEnvClient(base_url=server.url).sync())
             traces = [_play_both(client, env, seed, None) for seed in (0, 7)]
             traces.append(_play_both(client, env, 3, task_ids[len(task_ids) // 2]))
             assert all(traces) and any(len(t) > 1 for t in traces)
             state = client.state()
             assert (state.env_id, state.task_id, state.seed) == (env_id, task_ids[len(task_ids) // 2], 3)
+
+            def concurrent(seed: int) -> list[tuple]:
+                own = gym.make(env_id, disable_env_checker=True, **kwargs)
+                try:
+                    with ECPOEnvClient(base_url=server.url).sync() as other:
+                        return _play_both(other, own, seed, None, max_steps=8)
+                finally:
+                    own.close()
+
+            with ThreadPoolExecutor(3) as pool:  # sessions at once: this family's envs share nothing across them
+                assert all(pool.map(concurrent, (21, 22, 23)))
     finally:
         env.close()
 
