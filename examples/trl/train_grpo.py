@@ -35,11 +35,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--credit", choices=CREDITS, default="ecpo", help="ecpo: per-turn ECPO advantages "
                         "(ECPOGRPOTrainer); grpo: TRL's GRPOTrainer as it is")
     parser.add_argument("--steps", type=int, default=4, help="optimizer steps")
-    parser.add_argument("--tasks", type=int, default=8, help="distinct reset seeds in the dataset")
-    parser.add_argument("--num-generations", type=int, default=4, help="episodes per task in a GRPO group")
-    parser.add_argument("--batch-size", type=int, default=8, help="episodes per optimizer step")
-    parser.add_argument("--max-turns", type=int, default=6, help="turns per episode at most")
-    parser.add_argument("--max-new-tokens", type=int, default=24, help="tokens a turn may generate")
+    parser.add_argument("--tasks", type=int, default=4, help="distinct reset seeds in the dataset")
+    parser.add_argument("--num-generations", type=int, default=2, help="episodes per task in a GRPO group")
+    parser.add_argument("--batch-size", type=int, default=4, help="episodes per optimizer step")
+    parser.add_argument("--max-turns", type=int, default=4, help="turns per episode at most")
+    parser.add_argument("--max-new-tokens", type=int, default=16, help="tokens a turn may generate")
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--lr", type=float, default=1e-5)
     parser.add_argument("--seed", type=int, default=0)
@@ -76,17 +76,14 @@ def user_message(env_id: str, observation: Any) -> str:
                          history_length=0, style="compact")
 
 
-def env_turn_text(tokenizer: Any, reply_ended: bool, message: str) -> str:
-    """The chat template's text between a reply and the next reply: the reply's end (unless the model already
-    generated it), the user message, the assistant header."""
+def env_turn_text(tokenizer: Any, reply_end: str, message: str) -> str:
+    """The chat template's text between a reply and the next reply: the end of the reply's turn (less
+    ``reply_end``, the stop token the model generated, if any), the user message, the assistant header."""
     first = [{"role": "user", "content": "x"}, {"role": "assistant", "content": MARK}]
     whole = tokenizer.apply_chat_template([*first, {"role": "user", "content": message}], tokenize=False,
                                           add_generation_prompt=True)
     text = whole[whole.index(MARK) + len(MARK):]
-    eos = tokenizer.eos_token or ""
-    if reply_ended and eos and text.startswith(eos):
-        text = text[len(eos):]
-    return text
+    return text[len(reply_end):] if reply_end and text.startswith(reply_end) else text
 
 
 def make_rollout_func(url: str, env_id: str, max_turns: int, max_new_tokens: int, temperature: float,
@@ -102,7 +99,9 @@ def make_rollout_func(url: str, env_id: str, max_turns: int, max_new_tokens: int
     def rollout_func(prompts: list, trainer: Any) -> dict[str, list]:
         tokenizer = trainer.processing_class
         model = trainer.accelerator.unwrap_model(trainer.model)
-        eos_ids = {tokenizer.eos_token_id, tokenizer.pad_token_id}
+        stops = model.generation_config.eos_token_id  # the chat template's end of turn, where it differs from eos
+        stops = stops if isinstance(stops, list) else [stops]
+        eos_ids = {tokenizer.eos_token_id, tokenizer.pad_token_id, *(t for t in stops if t is not None)}
         n = len(prompts)
         clients = [ECPOEnvClient(base_url=url).sync() for _ in range(n)]
         try:
@@ -118,7 +117,7 @@ def make_rollout_func(url: str, env_id: str, max_turns: int, max_new_tokens: int
             turns: list[list[dict[str, Any]]] = [[] for _ in range(n)]
             returns = [0.0] * n
             active = list(range(n))
-            for _ in range(max_turns):
+            for turn in range(max_turns):
                 if not active:
                     break
                 contexts = [prompt_ids[i] + completion[i] for i in active]
@@ -144,9 +143,9 @@ def make_rollout_func(url: str, env_id: str, max_turns: int, max_new_tokens: int
                                      "end": len(completion[i]) + len(reply_ids)})
                     completion[i] += reply_ids
                     mask[i] += [1] * len(reply_ids)
-                    if results[i].done:
+                    if results[i].done or turn == max_turns - 1:  # no next turn: the row ends on its reply
                         continue
-                    ended = bool(reply_ids) and reply_ids[-1] in eos_ids
+                    ended = tokenizer.decode(reply_ids[-1:]) if reply_ids and reply_ids[-1] in eos_ids else ""
                     env_text = env_turn_text(tokenizer, ended, user_message(env_id, results[i].observation))
                     env_ids = tokenizer(env_text, add_special_tokens=False)["input_ids"]
                     completion[i] += env_ids
