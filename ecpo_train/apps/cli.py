@@ -1,4 +1,4 @@
-"""The ``ecpo`` command line: ``ecpo demo | train | sft | plot | models | leaderboard | bench``.
+"""The ``ecpo`` command line: ``ecpo demo | train | sft | plot | models | leaderboard | bench | serve``.
 
 Each command is a thin shell over a module that does the work; heavy imports happen inside the command
 so ``ecpo --help`` stays fast.
@@ -327,6 +327,31 @@ def bench(ctx: typer.Context, name: str = typer.Argument(..., help="a module of 
         raise fail(err) from None
     if code:
         raise typer.Exit(code)
+
+
+@app.command()
+def serve(
+    env_id: str = typer.Argument(..., help="a registered id, e.g. ecpo/ALFWorldGen-v0"),
+    host: str = typer.Option("127.0.0.1", help="address to listen on (0.0.0.0: every interface)"),
+    port: int = typer.Option(8000, help="TCP port (0: a free one, printed)"),
+    env_kwargs: str = typer.Option("{}", help="constructor arguments as a JSON object, e.g. '{\"depth\": 6}'"),
+    max_sessions: int = typer.Option(64, help="concurrent sessions (one environment each)"),
+    max_request_bytes: int = typer.Option(1 << 20, help="largest request body or WebSocket message"),
+    idle_timeout: float = typer.Option(600.0, help="seconds after which a silent session is closed"),
+) -> None:
+    """Serve ENV_ID as an OpenEnv environment (WebSocket /ws; docs/openenv.md) until Ctrl-C."""
+    try:
+        from ecpo_train.integrations.openenv.server import serve as serve_env
+    except ImportError as err:
+        raise fail(f"ecpo serve needs the openenv extra (pip install 'ecpo[openenv]'): {err}") from None
+    try:
+        kwargs = json.loads(env_kwargs)
+        if not isinstance(kwargs, dict):
+            raise TypeError(f"--env-kwargs must be a JSON object, got {env_kwargs[:80]!r}")
+        serve_env(env_id, kwargs, host=host, port=port, max_sessions=max_sessions,
+                  max_request_bytes=max_request_bytes, idle_timeout_s=idle_timeout)
+    except _input_errors() as err:
+        raise fail(err) from None
 
 
 def main(argv: list[str] | None = None) -> None:
