@@ -5,19 +5,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from typer.testing import CliRunner
 
-from ecpo_train.apps.cli import app
-
-runner = CliRunner()
-FAST = ["iterations=1", "n_groups=2", "group_size=2", "val_every=0", "progress=false", "tensorboard=false"]
-
-
-def refused(argv: list[str]) -> str:
-    result = runner.invoke(app, argv)
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    assert result.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: "), result.output
-    return lines[0]
+from cli_refusals import FAST, refused, runner  # noqa: F401  (tests/cli_refusals.py)
 
 
 def test_leaderboard_refuses_more_seeds_than_it_can_list(tmp_path):

@@ -5,23 +5,12 @@ its registration declares, ``EstimatorSpec.credit_keys``) and the RLlib engine's
 from __future__ import annotations
 
 import pytest
-from typer.testing import CliRunner
 
-from ecpo_train.apps.cli import app
 from ecpo_train.core.credit import available_estimators, estimator_spec
 from ecpo_train.core.credit.config import ESTIMATOR_CREDIT_KEYS
 from ecpo_train.runtime.config import POLICY_SETTINGS, load_config, make_config
 
-runner = CliRunner()
-FAST = ["iterations=1", "n_groups=2", "group_size=2", "val_every=0", "progress=false", "tensorboard=false"]
-
-
-def refused(argv: list[str]) -> str:
-    """The CLI's one error line for ``argv`` (exit 2, no traceback)."""
-    result = runner.invoke(app, argv)
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    assert result.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: "), result.output
-    return lines[0]
+from cli_refusals import FAST, refused, runner  # noqa: F401  (tests/cli_refusals.py)
 
 
 @pytest.mark.parametrize("override", ["explore_epsilon=0.1", "dtype=bfloat16", "prompt_style=compact",
