@@ -11,7 +11,8 @@ import pytest
 from ecpo_gym.canonical import INVALID_ACTION
 from ecpo_train.core.batch import TrajectoryBatch
 from ecpo_train.core.credit import CreditConfig, compute_advantages, future_return, gigpo_anchor_advantage
-from ecpo_train.core.credit.diagnostics import GRPO_TRAJECTORY_TERM, correlation, credit_diagnostics
+from ecpo_train.core.credit.diagnostics import correlation, credit_diagnostics
+from ecpo_train.core.credit.registry import available_estimators, estimator_spec
 from ecpo_train.core.credit.estimators import ecpo_gate
 from ecpo_train.core.iteration import credit_step
 from ecpo_train.runtime.config import TrainConfig
@@ -169,7 +170,9 @@ def test_the_trajectory_term_of_ecpo_and_gigpo_std_is_exactly_grpos(seed):
     np.testing.assert_allclose(gigpo - grpo, 0.7 * anchor_term, rtol=1e-9, atol=1e-12)
     single = rows.anchor_sizes[rows.anchor] == 1
     assert single.any()
-    for name in sorted(GRPO_TRAJECTORY_TERM):
+    declared = [name for name in available_estimators() if estimator_spec(name).grpo_trajectory]
+    assert {"grpo", "gigpo_std", "ecpo", "pace", "graphgpo"} <= set(declared) and "pgpo" not in declared
+    for name in declared:
         adv = np.asarray(compute_advantages(name, rows=batch, credit=config)[0])
         np.testing.assert_allclose(adv[single], grpo[single], rtol=0, atol=1e-12, err_msg=name)
 

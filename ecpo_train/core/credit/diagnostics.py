@@ -10,7 +10,7 @@
   (``B_s + W_s <= eps``). States visited once fail ``n_s >= 2`` and are counted apart. An anchor failing two
   conditions is counted under both. For an ECPO run the shares and means equal its own.
 * **Step credit**: a row's advantage minus GRPO's on the same batch. For the estimators whose trajectory term is
-  GRPO's exactly (:data:`GRPO_TRAJECTORY_TERM`) that difference is ``omega`` times their step term (ECPO's
+  GRPO's exactly (``grpo_trajectory`` on their registration) that difference is ``omega`` times their step term (ECPO's
   ``rho A_act``, GiGPO's anchor term; ``tests/test_credit_diagnostics.py`` checks it for ``ecpo`` and
   ``gigpo_std``). For the others it would hold a trajectory-level difference too (RLOO's leave-one-out
   baseline, PGPO's and HGPO's missing episode term, TIGPO's cross-temporal term of revisit groups, PPO's GAE,
@@ -35,14 +35,9 @@ import numpy as np
 
 from ecpo_train.core.credit.config import CreditConfig
 from ecpo_train.core.credit.estimators import compute_advantages, ecpo_gate, gate_diagnostics
+from ecpo_train.core.credit.registry import estimator_spec
 from ecpo_train.core.rows import CreditRows
 
-# Estimators whose advantage is GRPO's trajectory advantage plus a step term, under compat="native"
-# (estimators.py: each adds its term to _grpo_rows, or _episode_rows in native mode)
-GRPO_TRAJECTORY_TERM = frozenset({
-    "grpo", "gigpo", "gigpo_std", "ecpo", "ecpo_eca_only", "ecpo_anchor_scale", "ecpo_anchor_scale_eca_only",
-    "ecpo_vargate_only", "pace", "graphgpo",
-})
 # First-visit depths of the step-credit buckets: (name, first depth, last depth)
 DEPTH_BUCKETS = (("1_3", 1, 3), ("4_6", 4, 6), ("7_9", 7, 9), ("10_plus", 10, None))
 STEP_TOLERANCE = 1e-9  # step credit counts where |A - A_GRPO| exceeds this times the batch's largest |advantage|
@@ -59,7 +54,7 @@ def credit_diagnostics(estimator: str, rows: CreditRows, config: CreditConfig, a
     reference = {name: np.asarray(rows.ops.host(compute_advantages(name, rows=rows, credit=native)[0]),
                                   dtype=np.float64) for name in BASELINES}
     diagnostics = ecpo_gate_diagnostics(rows, native)
-    if estimator in GRPO_TRAJECTORY_TERM and config.compat == "native":
+    if estimator_spec(estimator).grpo_trajectory and config.compat == "native":
         diagnostics |= step_credit(rows, adv, reference["grpo"], config.d_min)
     for name, ref in reference.items():
         diagnostics |= comparison(adv, ref, name)

@@ -221,7 +221,7 @@ def _finish(rows: CreditRows, ret: _Returns, adv: Any, extra: dict[str, float] |
     return adv, diagnostics
 
 
-@register_estimator("grpo", credit_keys=())
+@register_estimator("grpo", credit_keys=(), grpo_trajectory=True)
 def grpo_estimator(rows: CreditRows, config: CreditConfig) -> tuple[Any, dict[str, float]]:
     """GRPO: every row of trajectory i gets ``A^GRPO_i`` (eq. grpo_adv)."""
     ret = _returns(rows, config)
@@ -254,7 +254,7 @@ def _gigpo(rows: CreditRows, config: CreditConfig, normalize_std: bool) -> tuple
     return _finish(rows, ret, gigpo_advantage(trajectory_adv, anchor_adv, config.omega))
 
 
-@register_estimator("gigpo", credit_keys=("compat",))
+@register_estimator("gigpo", credit_keys=("compat",), grpo_trajectory=True)
 def gigpo_estimator(rows: CreditRows, config: CreditConfig) -> tuple[Any, dict[str, float]]:
     """GiGPO without std: ``A^GRPO_i + omega (G_{i,t} - mu_s)``.
 
@@ -262,7 +262,7 @@ def gigpo_estimator(rows: CreditRows, config: CreditConfig) -> tuple[Any, dict[s
     return _gigpo(rows, config, normalize_std=False)
 
 
-@register_estimator("gigpo_std", credit_keys=("compat",))
+@register_estimator("gigpo_std", credit_keys=("compat",), grpo_trajectory=True)
 def gigpo_std_estimator(rows: CreditRows, config: CreditConfig) -> tuple[Any, dict[str, float]]:
     """GiGPO_w/std: ``A^GRPO_i + omega (G_{i,t} - mu_s) / (sigma_s + eps)`` (the paper's GiGPO baseline).
 
@@ -279,7 +279,7 @@ def _ecpo(rows: CreditRows, config: CreditConfig, gated: bool, anchor_scale: boo
     return _finish(rows, ret, adv, gate_diagnostics(rows, evidence) if gated else None)
 
 
-@register_estimator("ecpo", credit_keys=())
+@register_estimator("ecpo", credit_keys=(), grpo_trajectory=True)
 def ecpo_estimator(rows: CreditRows, config: CreditConfig) -> tuple[Any, dict[str, float]]:
     """ECPO: ``A^GRPO_i + omega rho(s) A_act(s, a)`` (eq. ecpo_adv) with ECA and VarGate + StrictValid.
 
@@ -289,13 +289,13 @@ def ecpo_estimator(rows: CreditRows, config: CreditConfig) -> tuple[Any, dict[st
     return _ecpo(rows, config, gated=True, anchor_scale=False)
 
 
-@register_estimator("ecpo_eca_only", credit_keys=())
+@register_estimator("ecpo_eca_only", credit_keys=(), grpo_trajectory=True)
 def ecpo_eca_only_estimator(rows: CreditRows, config: CreditConfig) -> tuple[Any, dict[str, float]]:
     """Ablation +ECA (Sec. 5.2): ``A^GRPO_i + omega A_act(s, a)`` -- ECA replaces GiGPO's anchor credit, no rho."""
     return _ecpo(rows, config, gated=False, anchor_scale=False)
 
 
-@register_estimator("ecpo_anchor_scale", credit_keys=())
+@register_estimator("ecpo_anchor_scale", credit_keys=(), grpo_trajectory=True)
 def ecpo_anchor_scale_estimator(rows: CreditRows, config: CreditConfig) -> tuple[Any, dict[str, float]]:
     """ECPO as App. C analyses it: eq. ecpo_adv with eq. eca_adv's denominator ``sigma^act_s`` replaced by the
     anchor's occurrence-level std ``sigma_s`` of G -- the std (and eps) GiGPO_w/std divides by at that anchor.
@@ -306,14 +306,14 @@ def ecpo_anchor_scale_estimator(rows: CreditRows, config: CreditConfig) -> tuple
     return _ecpo(rows, config, gated=True, anchor_scale=True)
 
 
-@register_estimator("ecpo_anchor_scale_eca_only", credit_keys=())
+@register_estimator("ecpo_anchor_scale_eca_only", credit_keys=(), grpo_trajectory=True)
 def ecpo_anchor_scale_eca_only_estimator(rows: CreditRows, config: CreditConfig) -> tuple[Any, dict[str, float]]:
     """ECA-only ablation of ``ecpo_anchor_scale``: ``A^GRPO_i + omega A_act(s, a)`` with eq. eca_adv on the
     anchor's occurrence-level std ``sigma_s`` (no rho)."""
     return _ecpo(rows, config, gated=False, anchor_scale=True)
 
 
-@register_estimator("ecpo_vargate_only", credit_keys=())
+@register_estimator("ecpo_vargate_only", credit_keys=(), grpo_trajectory=True)
 def ecpo_vargate_only_estimator(rows: CreditRows, config: CreditConfig) -> tuple[Any, dict[str, float]]:
     """Ablation +VarGate (Sec. 5.2): ``A^GRPO_i + omega rho(s) A^anchor_{i,t}`` on GiGPO_w/std's anchor credit."""
     ret = _returns(rows, config)
@@ -417,7 +417,7 @@ def _graph_term(rows: CreditRows, config: CreditConfig, success: np.ndarray, ear
     return np.where(reaches[rows.traj_group[rows.traj]], graph_adv, 0.0), reaches
 
 
-@register_estimator("graphgpo", credit_keys=("compat", "graph_gamma", "graph_success_return"))
+@register_estimator("graphgpo", credit_keys=("compat", "graph_gamma", "graph_success_return"), grpo_trajectory=True)
 def graphgpo_estimator(rows: CreditRows, config: CreditConfig) -> tuple[Any, dict[str, float]]:
     """GraphGPO (arXiv 2605.26684): per group, the graph term of its rollouts' state graph (:func:`_graph_term`:
     each transition's return ``10 gamma^d``, gamma 0.1, z-scored among the transitions leaving the same state)
@@ -492,7 +492,7 @@ def tigpo_estimator(rows: CreditRows, config: CreditConfig, history: Sequence[Ta
         "tigpo_history_edges": float(len(earlier[0]))})
 
 
-@register_estimator("pace", hidden_states="optional", credit_keys=("pace_cosine",))
+@register_estimator("pace", hidden_states="optional", credit_keys=("pace_cosine",), grpo_trajectory=True)
 def pace_estimator(rows: CreditRows, config: CreditConfig, hidden_states: Any = None) -> tuple[Any, dict[str, float]]:
     """PACE, BiPACE's action-counterfactual term (arXiv 2606.25556): ``A^GRPO_i + omega (Q^(s, a) - V^(s))``,
     ``Q^`` the mean return of the row's canonical action at its anchor and ``V^`` the anchor's mean return

@@ -28,7 +28,9 @@ class EstimatorSpec:
     ``credit_keys``: the estimator-specific ``CreditConfig`` fields it reads (``config.ESTIMATOR_CREDIT_KEYS``:
     PGPO's, HGPO's, GraphGPO's, PACE's and ``compat``; the paper's shared values are every estimator's); ``None``:
     every field (an estimator registered without saying). A run's config refuses one it does not read set to a
-    value other than its default.
+    value other than its default;
+    ``grpo_trajectory``: its advantage is GRPO's trajectory advantage plus a step term (under ``compat="native"``),
+    so ``A - A_GRPO`` is its step credit (``core.credit.diagnostics``).
     """
 
     fn: Estimator
@@ -38,6 +40,7 @@ class EstimatorSpec:
     hidden_states: str = "none"
     keeps_state: bool = False
     credit_keys: tuple[str, ...] | None = None
+    grpo_trajectory: bool = False
 
     def reads_credit_key(self, name: str) -> bool:
         """Whether this estimator reads the ``CreditConfig`` field ``name`` (``credit_keys``)."""
@@ -52,8 +55,8 @@ HIDDEN_STATE_USES = ("none", "optional")
 
 def register_estimator(name: str, *, needs_values: bool = False, group_relative: bool = True,
                        options: dict[str, float] | None = None, hidden_states: str = "none",
-                       keeps_state: bool = False, credit_keys: tuple[str, ...] | None = None
-                       ) -> Callable[[Estimator], Estimator]:
+                       keeps_state: bool = False, credit_keys: tuple[str, ...] | None = None,
+                       grpo_trajectory: bool = False) -> Callable[[Estimator], Estimator]:
     """Decorator: register ``fn(rows, config) -> (advantage per row, diagnostics)`` under ``name``; with
     ``needs_values=True`` the function is ``fn(rows, config, values, **options)``, with ``hidden_states=
     "optional"`` ``fn(rows, config, hidden_states=None)``, with ``keeps_state=True`` ``fn(rows, config, history,
@@ -70,7 +73,7 @@ def register_estimator(name: str, *, needs_values: bool = False, group_relative:
             raise ValueError(f"estimator {name!r} is already registered")
         _ESTIMATORS[name] = EstimatorSpec(fn, needs_values, group_relative, tuple((options or {}).items()),
                                           hidden_states, keeps_state,
-                                          None if credit_keys is None else tuple(credit_keys))
+                                          None if credit_keys is None else tuple(credit_keys), grpo_trajectory)
         return fn
 
     return decorate
