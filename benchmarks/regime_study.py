@@ -24,15 +24,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 PROTOCOL = Path(__file__).with_name("regime_study.yaml")
 PROBE_ITERATIONS = 3
 VALIDATION_KEYS = ("val/success", "val/invalid_action_rate")
 
 
 def protocol() -> dict[str, Any]:
-    return yaml.safe_load(PROTOCOL.read_text(encoding="utf-8"))
+    from ecpo_train.runtime.config_values import read_yaml
+
+    return read_yaml(PROTOCOL.read_text(encoding="utf-8"))
 
 
 def _bed(name: str) -> Any:

@@ -100,7 +100,12 @@ def run_values(model: Path | str, tmp_path: Path, **changes: Any) -> dict[str, A
               "history_length": 0, "prompt_style": "compact", "val_every": 0, "credit": {"d_min": 1}, "lr": 1e-3,
               "kl_coef": 0.0, "mini_batch_size": 8, "micro_batch_size": 4, "num_epochs": 2, "seed": 5,
               "checkpoint_every": 0, "tensorboard": False, "progress": False, "iterations": 3, "threads": 1}
-    return values | changes
+    values |= changes
+    from ecpo_train.runtime.config import POLICY_SETTINGS
+
+    # another policy kind than the LLM's: the LLM's own settings left out (a run refuses a setting it would not read)
+    return {key: value for key, value in values.items()
+            if key not in POLICY_SETTINGS["llm"] or key in POLICY_SETTINGS[values["policy"]] or key in changes}
 
 
 def small_values(model: Path | str, tmp_path: Path, **changes: Any) -> dict[str, Any]:

@@ -121,7 +121,7 @@ def test_graphgpo_under_verl_agent_compat_takes_gigpos_episode_term_over_step_ro
 
 def test_their_hyperparameters_are_declared_on_the_credit_config():
     assert (CreditConfig().pgpo_alpha, CreditConfig().hgpo_history, CreditConfig().graph_gamma) == (2.0, 2, 0.1)
-    for field, bad, says in (("graph_gamma", 1.0, r"in \(0, 1\)"), ("hgpo_history", -1, "an integer >= 0"),
+    for field, bad, says in (("graph_gamma", 1.0, r"in \(0, 1\)"), ("hgpo_history", -1, r"an integer in \[0, 100000\]"),
                              ("hgpo_std", "yes", "true or false"), ("pgpo_alpha", -0.5, ">= 0")):
         with pytest.raises(ValueError, match=f"{field}=.* is invalid: it must be .*{says}"):
             CreditConfig(**{field: bad})

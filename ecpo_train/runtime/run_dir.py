@@ -111,7 +111,7 @@ def holds_run(run_dir: Path) -> bool:
                for name in RUN_MARKERS)
 
 
-OWN_MARKERS = (HISTORY_FILE, METRICS_FILE, CHECKPOINT_FILE, RLLIB_CHECKPOINT_DIR)  # names only a run writes
+OWN_MARKERS = (HISTORY_FILE, METRICS_FILE, VALIDATION_FILE, CHECKPOINT_FILE, RLLIB_CHECKPOINT_DIR)  # names only a run writes
 
 
 def written_by_run(run_dir: Path) -> bool:

@@ -440,7 +440,7 @@ def _run_sft(config: TrainConfig, *, episodes: int, epochs: int, lr: float, out:
     }
     from ecpo_train.policies.atomic import library_write_errors, replaced_folder
     from ecpo_train.runtime.run_dir import LOCK_FILE
-    from ecpo_train.policies.checksums import write_folder_checksums
+    from ecpo_train.policies.checksums import CHECKSUM_FILE, write_folder_checksums
 
     # an earlier output stays until this one is whole; the lock file is carried over (still held)
     with replaced_folder(out, carry=(LOCK_FILE,)) as partial, library_write_errors(out):
@@ -449,7 +449,8 @@ def _run_sft(config: TrainConfig, *, episodes: int, epochs: int, lr: float, out:
         else:
             policy.model.save_pretrained(partial)
             policy.tokenizer.save_pretrained(partial)
-        summary["files"] = sorted([*(entry.name for entry in partial.iterdir()), SFT_SUMMARY])  # what a later sft replaces
+        # what a later sft replaces: every file written here, the summary and the checksums written last
+        summary["files"] = sorted({*(entry.name for entry in partial.iterdir()), SFT_SUMMARY, CHECKSUM_FILE})
         (partial / SFT_SUMMARY).write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
         write_folder_checksums(partial)  # swapped in with the folder: checked wherever it is loaded
     return summary
