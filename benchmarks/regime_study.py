@@ -94,8 +94,6 @@ def pilot_seeds(out: Path) -> dict[str, Any]:
     """The registered seed rule on the pilot's endpoint (``regime_study.yaml``'s ``pilot``)."""
     import numpy as np
 
-    from benchmarks.stats import seeds_for_mde
-
     spec = protocol()
     bed = _bed(spec["testbeds"]["study"])
     success = endpoint_success(out, bed, spec["pilot"]["seeds"], spec["pilot"]["warm_starts"])
@@ -104,9 +102,20 @@ def pilot_seeds(out: Path) -> dict[str, Any]:
         units = sorted(set(success.get(arm, {})) & set(success.get(spec["reference"], {})))
         diffs = [success[arm][u] - success[spec["reference"]][u] for u in units]
         sds[arm] = float(np.std(diffs, ddof=1)) if len(diffs) > 1 else float("nan")
-    largest = max(sds.values())
-    units = seeds_for_mde(largest, spec["mde_target"], alpha=spec["alpha"] / len(family), power=spec["power"])
-    return {"sd": sds, "largest_sd": largest, "units": units, "seeds": max(5, math.ceil(units / 2))}
+    return {"sd": sds} | seed_count(list(sds.values()), spec)
+
+
+def seed_count(sds: list[float], spec: dict[str, Any]) -> dict[str, Any]:
+    """The registered rule: the fewest units whose exact-power MDE at Holm's first-step level is at most the target
+    for the largest SD; seeds per warm start = half of them, rounded up, never below 5. An SD the pilot could not
+    measure (a missing pair) is an error, not a smaller count."""
+    from benchmarks.stats import seeds_for_mde
+
+    if not sds or any(not math.isfinite(sd) for sd in sds):
+        raise ValueError(f"the pilot lacks a paired difference of every family arm (SDs {sds}): finish its runs first")
+    largest = max(sds)
+    units = seeds_for_mde(largest, spec["mde_target"], alpha=spec["alpha"] / len(spec["family"]), power=spec["power"])
+    return {"largest_sd": largest, "units": units, "seeds": max(5, math.ceil(units / len(spec["warm_starts"])))}
 
 
 # ---------------------------------------------------------------------------------------------- report

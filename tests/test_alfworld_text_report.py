@@ -195,3 +195,20 @@ def test_a_bad_arm_or_warm_start_is_refused_before_any_work(tmp_path, capsys):
     errors = capsys.readouterr().err.strip().splitlines()
     assert len(errors) == 2 and "bogus" in errors[0] and "['a', 'b']" in errors[1]
     assert not (tmp_path / "s").exists()  # no warm start begun, nothing written
+
+
+def test_the_regime_seed_rule_is_the_registered_one():
+    """regime_study.yaml: the fewest units with an exact-power MDE <= 0.10 at 0.05 / 3 for the pilot's largest SD,
+    split over the two warm starts, never fewer than 5 seeds each; a missing SD is refused."""
+    from benchmarks.regime_study import protocol, seed_count
+    from benchmarks.stats import mde
+
+    spec = protocol()
+    small = seed_count([0.01, 0.02, 0.03], spec)
+    assert small["seeds"] == 5  # the floor
+    large = seed_count([0.05, 0.20, 0.10], spec)
+    n = large["units"]
+    assert mde(0.20 / n ** 0.5, n - 1, alpha=0.05 / 3) <= 0.10 < mde(0.20 / (n - 1) ** 0.5, n - 2, alpha=0.05 / 3)
+    assert large["seeds"] == max(5, -(-n // 2))
+    with pytest.raises(ValueError, match="lacks a paired difference"):
+        seed_count([0.1, float("nan"), 0.1], spec)
