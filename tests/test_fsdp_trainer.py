@@ -119,3 +119,43 @@ def test_fsdp_needs_n_groups_divisible_by_the_processes(monkeypatch, tmp_path):
     config = _config("unused", str(tmp_path / "run"), fsdp=True)
     with pytest.raises(ValueError, match="n_groups=2 must be a multiple of the 3 processes"):
         Trainer(config)
+
+
+def _load_damaged(rank: int, world: int, port: int, model_dir: str, out_dir: str, damaged: str) -> None:
+    """Build the sharded trainer, then load a checkpoint state whose weight is nan: each process must refuse it in
+    one ``ValueError`` naming the checkpoint (written to ``refused-<rank>.txt``), before any shard takes it."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_RANK=str(rank))
+    from ecpo_train.runtime.run import open_run
+    from ecpo_train.runtime.trainer import Trainer
+
+    torch.set_num_threads(1)
+    state = torch.load(damaged, weights_only=False)
+    with open_run(Trainer, _config(model_dir, str(Path(out_dir) / "run"), fsdp=True)) as run:
+        try:
+            run.engine.load_state(state, Path(damaged))
+        except ValueError as err:
+            (Path(out_dir) / f"refused-{rank}.txt").write_text(str(err))
+
+
+@pytest.mark.slow
+def test_a_damaged_policy_state_is_one_line_under_fsdp_too(tiny_model_dir, tmp_path):
+    """Issue 70 (item 8, the sharded branch): FSDP's loader gets the same checks as the unsharded one."""
+    import torch.multiprocessing as mp
+
+    from ecpo_train.runtime.checkpoint_io import save_checkpoint
+
+    single = tmp_path / "single"
+    _one_iteration(_config(str(tiny_model_dir), str(single / "run"), fsdp=False))
+    state = torch.load(single / "run" / "checkpoint.pt", weights_only=False)
+    name = next(iter(state["policy"]))
+    state["policy"][name] = torch.full_like(state["policy"][name], float("nan"))
+    damaged = tmp_path / "damaged.pt"
+    save_checkpoint(state, damaged)  # its own sha256 is right: the state itself is what is damaged
+    sharded = tmp_path / "fsdp"
+    sharded.mkdir()
+    mp.spawn(_load_damaged, args=(2, free_port(), str(tiny_model_dir), str(sharded), str(damaged)), nprocs=2,
+             join=True)
+    for rank in (0, 1):
+        message = (sharded / f"refused-{rank}.txt").read_text()
+        assert "nan or infinite" in message and str(damaged) in message and "\n" not in message

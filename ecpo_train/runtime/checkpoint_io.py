@@ -18,8 +18,10 @@ A checkpoint saved before this (no ``state_sha256``) loads as it is.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import pickle
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -173,6 +175,14 @@ def load_policy_state(policy: Any, state: Any, path: Path, part: str = "policy")
     not a mapping, holds a nan or infinite weight, or does not fit the policy the checkpoint's config builds (other
     names or shapes, a vocabulary or sampling stream that cannot be restored) is one ``ValueError`` naming the
     checkpoint (``ecpo eval``, ``ecpo leaderboard --agent checkpoint``, ``--resume``)."""
+    check_policy_state(state, path, part)
+    with state_fits(path, part):
+        policy.load_state_dict(state)
+
+
+def check_policy_state(state: Any, path: Path, part: str = "policy") -> None:
+    """:func:`load_policy_state`'s checks of the state itself (a non-empty mapping of finite weights), for a loader
+    that puts it in place another way (FSDP's sharded ``set_state_dict``)."""
     import torch
 
     if not isinstance(state, dict) or not state:
@@ -183,8 +193,14 @@ def load_policy_state(policy: Any, state: Any, path: Path, part: str = "policy")
         if isinstance(value, torch.Tensor) and value.is_floating_point() and not bool(torch.isfinite(value).all()):
             raise ValueError(f"checkpoint {path}: its {part} weight {str(name)[:80]} holds nan or infinite values: "
                              "restore the checkpoint from a copy, or delete it to start over")
+
+
+@contextlib.contextmanager
+def state_fits(path: Path, part: str = "policy") -> Iterator[None]:
+    """Loading ``part``'s state inside this block: a state that does not fit the policy (other names or shapes, a
+    vocabulary or stream that cannot be restored) is one ``ValueError`` naming the checkpoint."""
     try:
-        policy.load_state_dict(state)
+        yield
     except (RuntimeError, ValueError, KeyError, TypeError, IndexError, AttributeError) as err:
         why = " ".join(str(err).split())[:160]
         raise ValueError(f"checkpoint {path}: its {part} state does not fit the policy its config builds ({why}): "

@@ -39,7 +39,13 @@ from ecpo_train.runtime.builders import (
     validation_metrics,
     validation_outcome,
 )
-from ecpo_train.runtime.checkpoint_io import load_checkpoint, load_policy_state, save_checkpoint
+from ecpo_train.runtime.checkpoint_io import (
+    check_policy_state,
+    load_checkpoint,
+    load_policy_state,
+    save_checkpoint,
+    state_fits,
+)
 from ecpo_train.runtime.config import TrainConfig, config_dict
 from ecpo_train.runtime.models import model_folder
 from ecpo_train.runtime.native_step import EnvGroupSampler, PolicyLearner
@@ -208,13 +214,15 @@ class Trainer:
     def load_state(self, state: dict[str, Any], path: Path = Path("checkpoint.pt")) -> None:
         """A checkpoint's state (:meth:`checkpoint_state`, read from ``path``) into the policy, optimizers, critic
         and RNG streams; a policy state that does not fit is one ``ValueError`` naming ``path``."""
-        if self.dp is not None:  # full states (read by every process) into the shards
-            if state.get("optimizer") is not None:
-                self.dp.load_checkpoint_states(self.policy, self.optimizer, state["policy"], state["optimizer"])
-            else:
-                from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+        if self.dp is not None:  # full states (read by every process) into the shards, checked as unsharded ones are
+            check_policy_state(state["policy"], path)
+            with state_fits(path):
+                if state.get("optimizer") is not None:
+                    self.dp.load_checkpoint_states(self.policy, self.optimizer, state["policy"], state["optimizer"])
+                else:
+                    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
-                set_model_state_dict(self.policy, state["policy"], options=StateDictOptions(full_state_dict=True))
+                    set_model_state_dict(self.policy, state["policy"], options=StateDictOptions(full_state_dict=True))
         else:
             load_policy_state(self.policy, state["policy"], path)
             if state.get("optimizer") is not None:
