@@ -201,15 +201,13 @@ def keep_policy(run_dir: Path) -> Path:
     anyone can evaluate it on any split without retraining; ``ecpo leaderboard --agent checkpoint --checkpoint``
     reads it). Rounded to float16, its choices can differ from the run's float32 weights in rare near-ties."""
     from ecpo_train.evaluation.agents import load_checkpoint_policy
+    from ecpo_train.policies.atomic import replaced_folder
 
     folder = run_dir / "policy"
     if not (folder / "text_policy.json").is_file():
         policy, _ = load_checkpoint_policy(run_dir)
-        partial = run_dir / "policy.partial"
-        shutil.rmtree(partial, ignore_errors=True)
-        partial.mkdir()
-        policy.save_pretrained(partial, half=True)
-        partial.rename(folder)
+        with replaced_folder(folder, below=run_dir) as partial:  # the one way a folder is written whole
+            policy.save_pretrained(partial, half=True)
     return folder
 
 

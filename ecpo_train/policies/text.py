@@ -63,12 +63,17 @@ CONFIG_FILE = "text_policy.json"
 COMMAND_SETS = ("admissible", "open")  # what a step's candidates are (module docstring)
 
 
+def check_command_set(command_set: str) -> str:
+    """``command_set`` if it names one of ``COMMAND_SETS``, else one ``ValueError``."""
+    if command_set not in COMMAND_SETS:
+        raise ValueError(f"command_set={str(command_set)[:40]!r}: one of {', '.join(COMMAND_SETS)}")
+    return command_set
+
+
 def candidate_rule(command_set: str, env_name: str) -> Any:
     """``None`` for the admissible commands, else the open command set of ``env_name`` (an env id or a family name;
     ``ValueError`` if its family declares none)."""
-    if command_set not in COMMAND_SETS:
-        raise ValueError(f"command_set={str(command_set)[:40]!r}: one of {', '.join(COMMAND_SETS)}")
-    if command_set == "admissible":
+    if check_command_set(command_set) == "admissible":
         return None
     from ecpo_gym.families import family_of, open_command_rule
 
@@ -183,9 +188,7 @@ class TextPolicy(Policy):
         self.vocabulary = vocabulary if vocabulary is not None else Vocabulary()
         self.arch = arch if arch is not None else TextArchitecture()
         self.env_name = env_name
-        if command_set not in COMMAND_SETS:
-            raise ValueError(f"command_set={str(command_set)[:40]!r}: one of {', '.join(COMMAND_SETS)}")
-        self.command_set = command_set
+        self.command_set = check_command_set(command_set)  # (an open set's family is looked up on first use)
         self._rules: dict[str, Any] = {}  # env family -> its open command set (looked up on first use)
         with torch.random.fork_rng(devices=[]):  # the seed alone decides the initial weights
             torch.manual_seed(int(seed))
@@ -226,13 +229,15 @@ class TextPolicy(Policy):
             self._rules[family] = candidate_rule(self.command_set, family)
         return self._rules[family](ctx.admissible_actions, ctx.history, ctx.observation)
 
-    def command_ids(self, ctx: StepContext) -> list[list[int]]:
-        """Each candidate command's ids: its repeat feature (sent 0, 1, 2, 3+ times in the history), its words."""
+    def command_ids(self, ctx: StepContext, candidates: Sequence[str] | None = None) -> list[list[int]]:
+        """Each candidate command's ids (``candidates``: ``self.candidates(ctx)``, when the caller has them already):
+        its repeat feature (sent 0, 1, 2, 3+ times in the history), its words."""
         sent: dict[str, int] = {}
         for _, action in ctx.history:
             sent[action] = sent.get(action, 0) + 1
         first, encode = self._marks["<taken0>"], self.vocabulary.encode
-        return [[first + min(sent.get(command, 0), 3), *encode(command)] for command in self.candidates(ctx)]
+        listed = self.candidates(ctx) if candidates is None else candidates
+        return [[first + min(sent.get(command, 0), 3), *encode(command)] for command in listed]
 
     def step_row(self, ctx: StepContext) -> list[int]:
         """The stored prompt row of a step (``scoring.pack_candidates`` layout)."""
@@ -261,7 +266,7 @@ class TextPolicy(Policy):
         out = PolicyOutput(actions=[], responses=[])
         live = [i for i, ctx in enumerate(contexts) if ctx.admissible_actions]
         listed = {i: self.candidates(contexts[i]) for i in live}
-        items = {i: (self.context_ids(contexts[i]), self.command_ids(contexts[i])) for i in live}
+        items = {i: (self.context_ids(contexts[i]), self.command_ids(contexts[i], listed[i])) for i in live}
         scores = dict(zip(live, self._scores([items[i] for i in live])))
         for i, ctx in enumerate(contexts):
             if i not in scores:  # nothing admissible: text the env treats as an invalid action
@@ -389,10 +394,10 @@ def saved_command_set(folder: Path) -> str:
     """The command set a text-policy folder was saved with (``text_policy.json``'s ``command_set``; a folder saved
     before the option existed: ``"admissible"``). Read after ``check_text_policy_folder``."""
     value = json.loads((Path(folder) / CONFIG_FILE).read_text(encoding="utf-8")).get("command_set", "admissible")
-    if value not in COMMAND_SETS:
-        raise ValueError(f"model={folder}: {CONFIG_FILE}'s command_set {str(value)[:40]!r} is not one of "
-                         f"{', '.join(COMMAND_SETS)}")
-    return value
+    try:
+        return check_command_set(value)
+    except ValueError as err:
+        raise ValueError(f"model={folder}: {CONFIG_FILE}'s {err}") from None
 
 
 # A model folder's sizes, bounded before anything is allocated from them (the embedding table has a row per known
