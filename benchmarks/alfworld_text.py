@@ -136,9 +136,9 @@ HOUSEHOLDS = Testbed("households", "households_text", "alfworld_gen",
 # the admissible commands (the regime curves); the final policies of each arm's first two seeds are kept.
 REGIME_WARM_STARTS = (WarmStart("a", "warm-a", "warm-a", ("seed=0",)), WarmStart("b", "warm-b", "warm-b", ("seed=1",)))
 REGIME_OPEN = Testbed("regime_open", "alfworld_text_paper", MANIFEST, tuple(WARM_START), "valid_seen", PUBLISHED,
-                      REGIME_WARM_STARTS, ("command_set=open",), kept_policies=2, iterations=150)
+                      REGIME_WARM_STARTS, ("command_set=open",), kept_policies=0, iterations=150)
 REGIME_ADMISSIBLE = Testbed("regime_admissible", "alfworld_text_paper", MANIFEST, tuple(WARM_START), "valid_seen",
-                            PUBLISHED, REGIME_WARM_STARTS, (), kept_policies=2, iterations=150)
+                            PUBLISHED, REGIME_WARM_STARTS, (), kept_policies=0, iterations=150)
 TESTBEDS = {bed.name: bed for bed in (ALFWORLD, HOUSEHOLDS, REGIME_OPEN, REGIME_ADMISSIBLE)}
 
 
