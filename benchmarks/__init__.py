@@ -42,6 +42,29 @@ def write_report(report: Any, out: Path, render: Callable[[Any], str]) -> None:
         write_text(path, text)
 
 
+def write_json_gz(path: Path, payload: Any) -> Path:
+    """``payload`` as compact JSON, gzipped (mtime 0: the same payload gives the same bytes), replacing ``path`` whole:
+    for results of many MB (a report's raw records), which every checkout, and every command sent to an offline GPU
+    machine, carries."""
+    import gzip
+
+    from ecpo_train.policies.atomic import no_follow, replaced_file
+
+    data = gzip.compress(json.dumps(payload, separators=(",", ":")).encode("utf-8"), mtime=0)
+    with replaced_file(path) as partial, open(partial, "xb", opener=no_follow) as handle:
+        handle.write(data)
+    return Path(path)
+
+
+def read_json(path: Path) -> Any:
+    """A JSON file, gzipped where its name ends in ``.gz`` (:func:`write_json_gz`)."""
+    import gzip
+
+    path = Path(path)
+    data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    return json.loads(data)
+
+
 def fail(message: str) -> None:
     """A command's bad input: one ``error:`` line on stderr and exit status 2."""
     import sys

@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks import RESULTS, ArgumentParser, write_report
+from benchmarks import RESULTS, ArgumentParser, read_json, write_json_gz, write_report
 from benchmarks.credit_counterfactual_claim import claim_markdown, claim_report
 from benchmarks.credit_counterfactual_protocol import ARMS, ESTIMATORS
 from benchmarks.credit_counterfactual_report import render, summarize
@@ -130,7 +130,7 @@ def finished_arm(source: Path, name: str) -> list[dict[str, Any]]:
     keeps every arm's raw batches). Empty where it has none. A record without a checkpoint seed or batch seed
     base predates those options: seed 0, base 100000."""
     if source.is_file():
-        found = json.loads(source.read_text()).get("arms", {}).get(name, [])
+        found = read_json(source).get("arms", {}).get(name, [])
         records = [found] if isinstance(found, dict) else list(found)
     else:
         paths = sorted(source.glob(f"{name}_ckpt*.json")) + [p for p in [source / f"{name}.json"] if p.exists()]
@@ -187,13 +187,13 @@ def write_outputs(results: Sequence[dict[str, Any]], protocol: dict[str, Any], r
     stem = out / ("credit_counterfactual_quick" if protocol.get("quick") else "credit_counterfactual")
     out.mkdir(parents=True, exist_ok=True)
     payload = {"protocol": protocol, "runtime_s": runtime, "summary": summary, "arms": arms}
-    write_text(stem.with_suffix(".json"), json.dumps(payload, separators=(",", ":")))
+    write_json_gz(stem.with_suffix(".json.gz"), payload)  # 15 MB of raw batches as plain JSON, 3 MB gzipped
     claim = None
     if not protocol.get("quick") and summary["verdict_unit"] == "checkpoints":  # the registered claim-level test
         claim = claim_report(summary)
         write_report(claim, out / "credit_counterfactual_claim.json", claim_markdown)
     write_text(stem.with_suffix(".md"), render(summary, protocol, runtime, claim))
-    print(f"wrote {stem.with_suffix('.md')} and {stem.with_suffix('.json')} ({runtime:.0f}s)")
+    print(f"wrote {stem.with_suffix('.md')} and {stem.with_suffix('.json.gz')} ({runtime:.0f}s)")
     for claim in summary["claims"]:
         print(f"  {claim['id']}: {claim['claim']}: {claim['verdicts']}")
     return summary

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import RESULTS, ArgumentParser, write_report
+from benchmarks import RESULTS, ArgumentParser, read_json, write_report
 from benchmarks.stats import holm
 
 REGISTRATION: dict[str, Any] = {
@@ -201,11 +201,11 @@ def claim_markdown(report: Mapping[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = ArgumentParser(__spec__.name, description=__doc__.split("\n\n")[0])
-    parser.add_argument("--report", type=Path, default=RESULTS / "credit_counterfactual.json",
+    parser.add_argument("--report", type=Path, default=RESULTS / "credit_counterfactual.json.gz",
                         help="a credit_counterfactual JSON (its summary)")
     parser.add_argument("--out", type=Path, default=RESULTS / "credit_counterfactual_claim.json")
     args = parser.parse_args(argv)
-    report = claim_report(json.loads(args.report.read_text())["summary"])
+    report = claim_report(read_json(args.report)["summary"])
     write_report(report, args.out, claim_markdown)
     print("\n".join(claim_lines(report)))
     return report

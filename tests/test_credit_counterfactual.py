@@ -15,6 +15,7 @@ from benchmarks import (
     credit_counterfactual_protocol,
     credit_counterfactual_report,
 )
+from benchmarks import read_json, write_json_gz
 from benchmarks import (
     stats as bench_stats,
 )
@@ -172,7 +173,7 @@ def test_quick_run_writes_a_report_whose_numbers_are_the_json(tmp_path):
     args = ["--quick", "--arms", "tabular_corridor", "--workers", "1", "--out", str(tmp_path),
             "--runs-dir", str(tmp_path / "runs")]
     assert cf.main(args) == 0
-    payload = json.loads((tmp_path / "credit_counterfactual_quick.json").read_text())
+    payload = read_json(tmp_path / "credit_counterfactual_quick.json.gz")
     text = (tmp_path / "credit_counterfactual_quick.md").read_text()
     assert "QUICK SMOKE RUN" in text
     [arm] = payload["arms"]["tabular_corridor"]  # one record per checkpoint seed (the default: seed 0)
@@ -197,7 +198,7 @@ def test_checkpoint_seeds_and_batch_seed_base_reach_the_protocol(tmp_path):
             "--checkpoint-seeds", "3", "4", "--batch-seed-base", "500", "--out", str(tmp_path),
             "--runs-dir", str(tmp_path / "runs")]
     assert cf.main(args) == 0
-    records = json.loads((tmp_path / "credit_counterfactual_quick.json").read_text())["arms"]["tabular_corridor"]
+    records = read_json(tmp_path / "credit_counterfactual_quick.json.gz")["arms"]["tabular_corridor"]
     assert [r["protocol"]["checkpoint_seed"] for r in records] == [3, 4]
     for record in records:
         assert [b["seed"] for b in record["batches"]["0.50"]] == [500, 501]
@@ -288,6 +289,9 @@ def test_a_finished_arm_is_read_from_a_runs_folder_or_from_a_written_reports_jso
     legacy = record | {"protocol": {"targets": [0.5], "checkpoint_seed": 0, "batch_seed_base": 100_000}}
     assert finished_arm(tmp_path / "runs", "tabular_corridor") == [legacy]
     assert finished_arm(tmp_path / "report.json", "tabular_corridor") == [legacy]
+    # the report as the program writes it: gzipped (benchmarks.write_json_gz)
+    write_json_gz(tmp_path / "report.json.gz", {"summary": {}, "arms": {"tabular_corridor": record}})
+    assert finished_arm(tmp_path / "report.json.gz", "tabular_corridor") == [legacy]
     (tmp_path / "runs" / "tabular_corridor_ckpt2.json").write_text(json.dumps(
         record | {"protocol": {"targets": [0.5], "checkpoint_seed": 2, "batch_seed_base": 7}}))
     assert [r["protocol"]["checkpoint_seed"] for r in finished_arm(tmp_path / "runs", "tabular_corridor")] == [2, 0]

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from benchmarks import RESULTS
+from benchmarks import RESULTS, read_json
 from benchmarks import credit_counterfactual_claim as claim
 from benchmarks.credit_counterfactual_report import BASELINE, render
 
@@ -54,7 +54,7 @@ def test_power_rises_with_the_effect_and_holds_alpha_without_one():
 
 
 def test_the_committed_report_is_the_claim_over_the_committed_checkpoints():
-    payload = json.loads((RESULTS / "credit_counterfactual.json").read_text())
+    payload = read_json(RESULTS / "credit_counterfactual.json.gz")
     committed = json.loads((RESULTS / "credit_counterfactual_claim.json").read_text())
     summary = payload["summary"]
     # the docs' figure: 48 of the 80 comparisons over checkpoints keep their sign at all 3 checkpoints
