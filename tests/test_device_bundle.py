@@ -97,6 +97,16 @@ def test_the_carry_plan_fills_the_first_command_and_stays_under_the_limit():
         device_bundle.plan_commands(manifest, tree=30 * MIB)
 
 
+def test_the_checkout_leaves_room_for_a_default_part_in_one_command():
+    """What a device command carries is the working tree plus what travels with it: with the checkout as committed
+    (``git ls-files``: what a clean clone holds), one default part (20 MiB, ``--part-mib``) and the manifest must fit
+    the limit, or no bundle can be moved (kept study files or a large result pushed the tree past it once)."""
+    done = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True)
+    tree = sum((ROOT / name).stat().st_size for name in done.stdout.decode().split("\0")
+               if name and (ROOT / name).is_file())
+    assert tree + 20 * MIB + 4096 <= device_bundle.TRANSFER_LIMIT, f"the committed tree is {tree / MIB:.1f} MiB"
+
+
 PLAY = """
 import gymnasium as gym
 import ecpo_gym, ecpo_train
