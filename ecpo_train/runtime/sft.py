@@ -64,9 +64,9 @@ from ecpo_train.policies.imitation import (  # noqa: F401  (each kind's rows, re
 )
 from ecpo_train.policies.imitation import expert_index as _expert_index  # noqa: F401
 from ecpo_train.policies.parsing import parse_action
-from ecpo_train.policies.registry import available_policies, policy_spec
 from ecpo_train.runtime.config import TrainConfig
 from ecpo_train.runtime.limits import MAX_LR
+from ecpo_train.runtime.policy_kinds import available_policies, policy_spec
 from ecpo_train.runtime.progress import Progress
 
 
