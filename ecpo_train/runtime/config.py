@@ -218,6 +218,10 @@ class TrainConfig:
         if self.policy not in kinds:
             raise ValueError(f"policy={shown(self.policy)}; valid: {', '.join(kinds)}")
         spec = policy_spec(self.policy)  # what the kind is and can do: every rule on the policy below reads it
+        unknown = sorted(set(spec.settings) - {item.name for item in dataclasses.fields(self)})
+        if unknown:
+            raise ValueError(f"policy kind {self.policy} declares settings that are not config keys: "
+                             f"{', '.join(unknown)[:200]}")
         check_vllm_kwargs(self.vllm_kwargs)  # checked whichever backend is chosen: a typo is not left for later
         if spec.model == "causal-lm" and not self.model:
             from ecpo_train.policies import DEMO_MODEL
