@@ -83,6 +83,15 @@ def test_the_config_reads_the_kind_from_its_declaration(counting_kind, tmp_path)
         check_fsdp_run("ecpo", KIND)
     with pytest.raises(ValueError, match="already registered"):
         register_policy(KIND, SPEC)
+    for name, spec, words in [("no-reference", dataclasses.replace(SPEC, reference=False),
+                               "kl_coef=0.01 pulls toward a frozen reference copy, which policy=no-reference"),
+                              ("typo", dataclasses.replace(SPEC, settings=("modle",)), "not config keys: modle")]:
+        register_policy(name, spec)
+        try:
+            with pytest.raises(ValueError, match=words):
+                make_config(values(tmp_path, policy=name))
+        finally:
+            unregister_policy(name)
     unregister_policy(KIND)
     with pytest.raises(ValueError, match=f"policy='{KIND}'; valid: llm, tabular, text"):
         make_config(values(tmp_path))
