@@ -75,7 +75,6 @@ def test_the_config_reads_the_kind_from_its_declaration(counting_kind, tmp_path)
     for changes, words in [({"command_set": "open"}, "read only by policy=text"),
                            ({"lora": {"r": 4}}, "lora adapts a transformers model: set policy=llm"),
                            ({"estimator": "ppo"}, f"needs a learned critic, which policy={KIND} does not have"),
-                           ({"env_id": "ecpo/SearchQAGen-v0", "env_kwargs": {}}, f"policy={KIND} picks among"),
                            ({"model": str(tmp_path)}, "not a text-policy folder")]:
         with pytest.raises(ValueError, match=words):
             make_config(values(tmp_path, **changes))

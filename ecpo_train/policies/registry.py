@@ -55,8 +55,8 @@ class PolicySpec:
     field only other kinds read is refused);
     ``model``: what ``model=`` is for it (:data:`MODEL_USES`); ``check_folder(folder)``: the one check of a folder
     of its own (``model="own"``), a ``ValueError`` naming what is wrong;
-    ``chooses``: it always picks among the step's admissible commands (an env that lists none is refused), rather
-    than writing text;
+    ``chooses``: it always picks among the step's admissible commands rather than writing text (the kinds an error
+    points a free-text env to are those that do not);
     ``load(folder)``: the policy a folder it saved holds, as it is (the leaderboard evaluates a warm start);
     ``folder_file``: the file that marks such a folder;
     ``imitation(config, checkpointing)``: :class:`Imitation`, how ``ecpo sft`` trains it (``None``: it has no warm

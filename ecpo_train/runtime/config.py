@@ -287,16 +287,11 @@ class TrainConfig:
                                  f"{', '.join(readers)}: estimator={self.estimator} would ignore it; leave it out")
 
     def check_policy_kind(self) -> None:
-        """What the run's policy kind cannot do (its ``PolicySpec``), refused before the run: free-text actions for
-        a kind that picks among admissible ones (search-QA lists none), a learned critic for a kind without a value
-        head (ppo), the KL term for a kind without a reference copy, the kind's own rule (``check``; the text
-        policy's open command set), a model that is not a whole folder of the kind's own."""
-        from ecpo_gym import family_of
-
+        """What the run's policy kind cannot do (its ``PolicySpec``), refused before the run: a learned critic for a
+        kind without a value head (ppo), the KL term for a kind without a reference copy, the kind's own rules
+        (``check``; the text policy's: an env that lists no admissible actions, its open command set), a model that
+        is not a whole folder of the kind's own."""
         spec = policy_spec(self.policy)
-        if spec.chooses and getattr(family_of(self.env_id), "family", None) == "searchqa":
-            raise ValueError(f"policy={self.policy} picks among admissible actions, but {self.env_id} lists none "
-                             f"(search-QA's actions are free text): use {kinds_with(chooses=False)}")
         if spec.critic is None and estimator_spec(self.estimator).needs_values:
             raise ValueError(f"estimator={self.estimator} needs a learned critic, which policy={self.policy} does not "
                              "have: use a critic-free estimator (ecpo, gigpo, grpo, ...)")

@@ -127,9 +127,14 @@ def load_text(folder: str) -> Any:
 
 
 def check_text(config: Any) -> None:
-    """An open command set the env family does not declare is refused (one line)."""
+    """Refused in one line: free-text actions (search-QA lists no admissible ones), an open command set the env
+    family does not declare."""
+    from ecpo_gym import family_of
     from ecpo_train.policies.text import candidate_rule
 
+    if getattr(family_of(config.env_id), "family", None) == "searchqa":
+        raise ValueError(f"policy={config.policy} picks among admissible actions, but {config.env_id} lists none "
+                         f"(search-QA's actions are free text): use {kinds_with(chooses=False)}")
     candidate_rule(config.command_set, config.env_id)
 
 
