@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ecpo_gym.kwargs import shown
+
 # What ``model=`` names for a kind: a transformers causal LM (required; a folder, a hub id or an ``ecpo models``
 # name, checked by its checksums), a folder the kind saved itself (optional: ``check_folder`` checks it, empty =
 # fresh weights), or nothing (the kind reads no model)
@@ -96,17 +98,17 @@ def register_policy(name: str, spec: PolicySpec) -> PolicySpec:
     """Declare the policy kind ``name`` (``policy=name`` in a run's config); ``ValueError`` when the name is taken
     or the spec is inconsistent. Returns ``spec``."""
     if not isinstance(name, str) or not name.strip() or name != name.strip():
-        raise ValueError(f"a policy kind's name is a non-empty word, got {str(name)[:60]!r}")
+        raise ValueError(f"a policy kind's name is a non-empty word, got {shown(name)}")
     if name in _POLICIES:
-        raise ValueError(f"policy kind {name!r} is already registered")
+        raise ValueError(f"policy kind {shown(name)} is already registered")
     if spec.model not in MODEL_USES:
-        raise ValueError(f"policy kind {name!r}: model={str(spec.model)[:60]!r}; valid: {', '.join(MODEL_USES)}")
+        raise ValueError(f"policy kind {shown(name)}: model={shown(spec.model)}; valid: {', '.join(MODEL_USES)}")
     if spec.model == "own" and spec.check_folder is None:
-        raise ValueError(f"policy kind {name!r} loads a folder of its own (model='own'): declare check_folder")
+        raise ValueError(f"policy kind {shown(name)} loads a folder of its own (model='own'): declare check_folder")
     if spec.load is not None and not spec.folder_file:
-        raise ValueError(f"policy kind {name!r} loads a folder: declare folder_file, the file that marks one")
+        raise ValueError(f"policy kind {shown(name)} loads a folder: declare folder_file, the file that marks one")
     if spec.saves_reference and not spec.reference:
-        raise ValueError(f"policy kind {name!r} saves a reference copy it does not have (reference=False)")
+        raise ValueError(f"policy kind {shown(name)} saves a reference copy it does not have (reference=False)")
     _POLICIES[name] = spec
     return spec
 
@@ -127,7 +129,7 @@ def policy_spec(name: str) -> PolicySpec:
     try:
         return _POLICIES[name]
     except (KeyError, TypeError):
-        raise ValueError(f"policy={str(name)[:60]!r} is not a registered policy kind; valid: "
+        raise ValueError(f"policy={shown(name)} is not a registered policy kind; valid: "
                          f"{', '.join(_POLICIES)}") from None
 
 
