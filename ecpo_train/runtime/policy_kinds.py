@@ -152,16 +152,23 @@ def demonstration_texts(demonstrations: Any) -> Any:
         yield from demo.context.admissible_actions
 
 
-def text_imitation(config: Any, checkpointing: bool) -> Imitation:
-    """``ecpo sft`` of the text policy: ``config.model``'s folder, or random weights over a vocabulary built from the
-    demonstrations, trained on the expert's command among its candidates (``policies/imitation.text_rows``)."""
-    from ecpo_train.policies.imitation import text_rows
+def text_policy_for(config: Any, demonstrations: Any) -> Any:
+    """The text policy an sft run starts from: ``config.model``'s folder when given, else random weights
+    (``config.seed``) over a vocabulary built from the demonstrations' goals, observations and commands."""
     from ecpo_train.policies.text_vocabulary import Vocabulary
 
+    vocabulary = None if config.model else Vocabulary.build(demonstration_texts(demonstrations))
+    return text_policy(config.model, seed=config.seed, env_name=config.env_id, command_set=config.command_set,
+                       vocabulary=vocabulary)
+
+
+def text_imitation(config: Any, checkpointing: bool) -> Imitation:
+    """``ecpo sft`` of the text policy (:func:`text_policy_for`), trained on the expert's command among its
+    candidates (``policies/imitation.text_rows``)."""
+    from ecpo_train.policies.imitation import text_rows
+
     def rows(demonstrations: Any) -> tuple[Any, list, list, int]:
-        vocabulary = None if config.model else Vocabulary.build(demonstration_texts(demonstrations))
-        policy = text_policy(config.model, seed=config.seed, env_name=config.env_id, command_set=config.command_set,
-                             vocabulary=vocabulary)
+        policy = text_policy_for(config, demonstrations)
         return (policy, *text_rows(policy, demonstrations))
 
     return Imitation(f"expert command cross-entropy, nats per step (policy={config.policy})", rows,

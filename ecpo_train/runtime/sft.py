@@ -66,7 +66,12 @@ from ecpo_train.policies.imitation import expert_index as _expert_index  # noqa:
 from ecpo_train.policies.parsing import parse_action
 from ecpo_train.runtime.config import TrainConfig
 from ecpo_train.runtime.limits import MAX_LR
-from ecpo_train.runtime.policy_kinds import available_policies, policy_spec
+from ecpo_train.runtime.policy_kinds import (  # noqa: F401  (the text policy's warm start, re-exported)
+    TEXT_MAX_TOKENS,
+    available_policies,
+    policy_spec,
+    text_policy_for,
+)
 from ecpo_train.runtime.progress import Progress
 
 
