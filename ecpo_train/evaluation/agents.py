@@ -142,21 +142,41 @@ class PolicyAgent(Agent):
         return self._response
 
 
-def text_policy_folder(path: str | Path) -> Path | None:
-    """``path`` when it is a text-policy folder (``ecpo sft policy=text`` output: the warm start itself) and holds
-    no training run's checkpoint, else None."""
-    from ecpo_train.policies.text import CONFIG_FILE
+def warm_start_folder(path: str | Path) -> tuple[str, Path] | None:
+    """``(kind, folder)`` when ``path`` is a folder a policy kind saved itself (``ecpo sft policy=text`` output: the
+    warm start; ``PolicySpec.load`` and its ``folder_file``) and holds no training run's checkpoint, else None. The
+    kind is the one its ``sft.json`` records where that kind loads folders, else the first whose file it holds."""
+    import json
+
+    from ecpo_train.policies.atomic import refuse_links
+    from ecpo_train.runtime.policy_kinds import available_policies, policy_spec
     from ecpo_train.runtime.run_dir import checkpoint_file
+    from ecpo_train.runtime.sft import SFT_SUMMARY
 
     folder = Path(path).expanduser()
-    if folder.is_dir() and (folder / CONFIG_FILE).is_file() and not checkpoint_file(folder).is_file():
-        return folder
-    return None
+    if not folder.is_dir() or checkpoint_file(folder).is_file():
+        return None
+    kinds = [name for name in available_policies()
+             if policy_spec(name).load is not None and (folder / policy_spec(name).folder_file).is_file()]
+    try:
+        refuse_links(folder / SFT_SUMMARY)
+        recorded = json.loads((folder / SFT_SUMMARY).read_text(encoding="utf-8")).get("policy")
+    except (OSError, ValueError, UnicodeDecodeError, AttributeError):
+        recorded = None
+    if recorded in kinds:
+        return recorded, folder
+    return (kinds[0], folder) if kinds else None
+
+
+def text_policy_folder(path: str | Path) -> Path | None:
+    """The folder of :func:`warm_start_folder`, or None."""
+    found = warm_start_folder(path)
+    return found[1] if found is not None else None
 
 
 def load_checkpoint_policy(path: str | Path, *, device: str = "cpu") -> tuple[Policy, dict[str, Any]]:
-    """The policy saved by ``Trainer.save`` (a ``checkpoint.pt`` or the run folder holding it), or a
-    text-policy folder ``ecpo sft`` wrote (the warm start, evaluated as it is).
+    """The policy saved by ``Trainer.save`` (a ``checkpoint.pt`` or the run folder holding it), or a folder its
+    policy kind saved itself (:func:`warm_start_folder`: the text policy ``ecpo sft`` wrote, evaluated as it is).
 
     Returns the policy and the run's config dict. An LLM run rebuilds its model from the config's ``model``
     path before loading the trained weights, so that path must exist here too.
@@ -167,13 +187,14 @@ def load_checkpoint_policy(path: str | Path, *, device: str = "cpu") -> tuple[Po
     from ecpo_train.runtime.config import make_config, upgraded
     from ecpo_train.runtime.run_dir import checkpoint_file
 
-    warm_start = text_policy_folder(path)
+    warm_start = warm_start_folder(path)
     if warm_start is not None:
-        from ecpo_train.policies.text import TextPolicy
+        from ecpo_train.runtime.policy_kinds import policy_spec
 
-        policy = TextPolicy.from_pretrained(warm_start)
+        kind, folder = warm_start
+        policy = policy_spec(kind).load(str(folder))
         policy.eval()
-        return policy, {"policy": "text", "model": str(path), "estimator": "warm-start"}
+        return policy, {"policy": kind, "model": str(path), "estimator": "warm-start"}
     path = checkpoint_file(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {path} not found (a training run writes <run_dir>/checkpoint.pt)")

@@ -22,6 +22,7 @@ from ecpo_train.core.tasks import task_lists
 from ecpo_train.policies.base import Policy, StepContext
 from ecpo_train.runtime.config import TrainConfig
 from ecpo_train.runtime.models import check_model_folder, model_folder
+from ecpo_train.runtime.policy_kinds import policy_spec
 
 
 def update_settings(config: TrainConfig) -> UpdateSettings:
@@ -69,7 +70,7 @@ def update_on_table(policy: Policy, config: TrainConfig, table: Any, step_advant
 
     apply_threads(config.threads)  # from the cores free now (ecpo_train/runtime/threads.py)
     # the scoring policy computes each distinct (prompt, candidates) row once per micro-batch
-    row_keys = [tuple(p) for p in prompts] if getattr(policy, "policy_mode", "") == "score" else None
+    row_keys = [tuple(p) for p in prompts] if config.policy_mode == "score" else None
     keep = update_keep(table)
     if config.loss_agg == "trajectory-mean":
         weights = torch.as_tensor(trajectory_mean_weights(table.traj_id), dtype=step_advantages.dtype)
@@ -137,57 +138,19 @@ def build_policy(config: TrainConfig, device: str | None = None, *, transformers
     """The run's policy. ``transformers_weights=False``: a vLLM sampler whose engine holds the only copy of the
     weights (``TransformersPolicy``; an RLlib vLLM env runner without LoRA). ``device`` and ``generation_backend``
     (``None``: the config's) place a policy that is not the run's sampler: an RLlib learner's, which never
-    generates."""
-    if config.policy == "tabular":
-        from ecpo_train.policies.tabular import TabularSoftmaxPolicy
-
-        return TabularSoftmaxPolicy(seed=config.seed)
-    if config.policy == "text":
-        from ecpo_train.policies.text import TextPolicy
-
-        if config.model:
-            return TextPolicy.from_pretrained(config.model, seed=config.seed, env_name=config.env_id,
-                                              command_set=config.command_set)
-        return TextPolicy(seed=config.seed, env_name=config.env_id, command_set=config.command_set)
-    from ecpo_train.policies.llm import TransformersPolicy
-    from ecpo_train.policies.scaling import apply_memory_settings
-    from ecpo_train.policies.scoring import ScoringPolicy
-
-    check_model_folder(config.model)  # (its checksums: a damaged folder is one line, not a model of noise)
-    policy_class = ScoringPolicy if config.policy_mode == "score" else TransformersPolicy
-    policy = policy_class(
-        model_folder(config.model), env_name=config.env_id, max_prompt_length=config.max_prompt_length,
-        max_response_length=config.max_response_length, device=device or config.resolved_device(), dtype=config.dtype,
-        history_length=config.history_length, generation_backend=generation_backend or config.generation_backend,
-        vllm_kwargs=config.vllm_kwargs, seed=config.seed, prompt_style=config.prompt_style, lora=config.lora or None,
-        transformers_weights=transformers_weights, decoding="eager" if config.fsdp else config.decoding,
-    )
-    if policy.model is not None:
-        apply_memory_settings(policy.model, gradient_checkpointing=config.gradient_checkpointing,
-                              mixed_precision="none" if config.fsdp else config.mixed_precision)
-        # autocast casts every weight at every decoding step: static/graphed CUDA sampling uses a bf16 copy instead
-        policy.set_sampling_dtype(torch.bfloat16 if config.mixed_precision == "bf16" else None)
-    if config.policy_mode == "score":
-        policy.explore_epsilon = config.explore_epsilon
-    return policy
+    generates. The run's policy kind builds it (``PolicySpec.build``, ``runtime/policy_kinds.py``)."""
+    return policy_spec(config.policy).build(config, device=device, transformers_weights=transformers_weights,
+                                            generation_backend=generation_backend)
 
 
 def build_critic(config: TrainConfig, policy: Policy) -> tuple[torch.nn.Module | None, torch.optim.Optimizer | None]:
-    """The learned critic and its AdamW when the run's estimator needs values (PPO), else ``(None, None)``."""
+    """The learned critic (the policy kind's value head, ``PolicySpec.critic``) and its AdamW when the run's
+    estimator needs values (PPO), else ``(None, None)``. (A kind without one is refused by the config.)"""
     from ecpo_train.core.credit import estimator_spec
-    from ecpo_train.policies.critic import LLMValueCritic, TabularCritic
 
     if not estimator_spec(config.estimator).needs_values:
         return None, None
-    if config.policy == "tabular":
-        critic: torch.nn.Module = TabularCritic()
-    else:
-        critic = LLMValueCritic(config.model, pad_token_id=policy.pad_token_id,  # type: ignore[attr-defined]
-                                dtype=getattr(torch, config.dtype), device=config.resolved_device())
-        if config.gradient_checkpointing:
-            from ecpo_train.policies.scaling import enable_gradient_checkpointing
-
-            enable_gradient_checkpointing(critic.backbone)
+    critic: torch.nn.Module = policy_spec(config.policy).critic(config, policy)
     return critic, torch.optim.AdamW(critic.parameters(), lr=config.critic_lr, weight_decay=config.weight_decay)
 
 
@@ -317,7 +280,7 @@ def check_env_and_model(config: TrainConfig) -> None:
         task_lists(config, getattr(env.unwrapped, "task_ids", ()), env)
     finally:
         env.close()
-    if config.policy != "llm":
+    if policy_spec(config.policy).model != "causal-lm":
         return
     from transformers import AutoConfig, AutoTokenizer
 

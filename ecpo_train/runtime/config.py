@@ -31,6 +31,7 @@ from ecpo_train.core.tasks import TASK_DRAWS
 from ecpo_train.policies import DTYPES
 from ecpo_train.policies.decoding import DECODINGS
 from ecpo_train.policies.prompting import PROMPT_STYLES
+from ecpo_train.policies.registry import PolicySettings
 from ecpo_train.policies.vllm_backend import check_vllm_kwargs
 from ecpo_train.runtime import MIN_TEMPERATURE, VALIDATION_TEMPERATURE
 from ecpo_train.runtime.config_values import coerce_value, field_types, read_yaml, shown
@@ -42,22 +43,16 @@ from ecpo_train.runtime.limits import (
     MAX_SEQUENCE_TOKENS,
     MAX_THREADS,
 )
+from ecpo_train.runtime.policy_kinds import available_policies, kinds_with, policy_spec
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
-POLICIES = ("llm", "tabular", "text")
 POLICY_MODES = ("generate", "score")
 _UPDATE = UpdateSettings()  # the update's defaults, read by the step-E fields below
 # The settings each policy kind reads beyond those every kind reads (the run, the environment, the credit and the
-# update): a non-default value of one the run's policy does not read is refused (``check_settings_read``). A new
-# setting of one policy kind is one more name here.
-POLICY_SETTINGS: dict[str, tuple[str, ...]] = {
-    "llm": ("model", "policy_mode", "dtype", "prompt_style", "max_prompt_length", "max_response_length",
-            "generation_backend", "vllm_kwargs", "decoding", "lora", "gradient_checkpointing", "mixed_precision",
-            "explore_epsilon"),
-    "text": ("model", "command_set"),
-    "tabular": (),
-}
-POLICY_ONLY = tuple(dict.fromkeys(name for names in POLICY_SETTINGS.values() for name in names))
+# update), as its registration declares them (``PolicySpec.settings``; the built-in kinds' in
+# ``runtime/policy_kinds.py``): a non-default value of one the run's policy does not read is refused
+# (``check_settings_read``). A live view of the registry: a kind registered later is in it.
+POLICY_SETTINGS = PolicySettings()
 # The settings only some estimators read: the ``EstimatorSpec`` declaration that says whether one does (an option it
 # names, a critic it needs, state it keeps) and what the setting is for
 ESTIMATOR_SETTINGS = {
@@ -122,9 +117,10 @@ class TrainConfig:
     val_temperature: Annotated[float, Field(ge=0, description="0 = greedy")] = VALIDATION_TEMPERATURE
     history_length: Tally | None = None  # (observation, action) pairs in the prompt; None = the env's declared default
     # policy
-    # "llm" (transformers) | "tabular" | "text" (a small action scorer trained from scratch, policies/text.py;
-    # model= a folder `ecpo sft` wrote, or empty for random weights)
-    policy: Literal[POLICIES] = "llm"
+    # a registered policy kind (an open registry, runtime/policy_kinds.py): "llm" (transformers) | "tabular" |
+    # "text" (a small action scorer trained from scratch, policies/text.py; model= a folder `ecpo sft` wrote, or
+    # empty for random weights)
+    policy: str = "llm"
     policy_mode: Literal[POLICY_MODES] = "generate"  # llm: "generate" free text (the paper) | "score" the admissible actions
     model: str = ""  # local path or hub id of a causal LM (policy=llm)
     dtype: Literal[DTYPES] = "float32"
@@ -218,32 +214,41 @@ class TrainConfig:
         estimators = available_estimators()
         if self.estimator not in estimators:
             raise ValueError(f"estimator={shown(self.estimator)}; valid: {', '.join(estimators)}")
+        kinds = available_policies()
+        if self.policy not in kinds:
+            raise ValueError(f"policy={shown(self.policy)}; valid: {', '.join(kinds)}")
+        spec = policy_spec(self.policy)  # what the kind is and can do: every rule on the policy below reads it
+        unknown = sorted(set(spec.settings) - {item.name for item in dataclasses.fields(self)})
+        if unknown:
+            raise ValueError(f"policy kind {self.policy} declares settings that are not config keys: "
+                             f"{', '.join(unknown)[:200]}")
         check_vllm_kwargs(self.vllm_kwargs)  # checked whichever backend is chosen: a typo is not left for later
-        if self.policy == "llm" and not self.model:
+        if spec.model == "causal-lm" and not self.model:
             from ecpo_train.policies import DEMO_MODEL
 
-            raise ValueError(f"policy=llm needs model=<local path or hub id> (e.g. `ecpo models pull {DEMO_MODEL}`)")
-        if self.generation_backend == "vllm" and (self.policy != "llm" or self.policy_mode != "generate"):
-            raise ValueError("generation_backend=vllm needs policy=llm with policy_mode=generate")
+            raise ValueError(f"policy={self.policy} needs model=<local path or hub id> (e.g. `ecpo models pull "
+                             f"{DEMO_MODEL}`)")
+        if self.generation_backend == "vllm" and (not spec.vllm or self.policy_mode != "generate"):
+            raise ValueError(f"generation_backend=vllm needs {kinds_with(vllm=True)} with policy_mode=generate")
         if self.decoding == "graph" and self.device == "cpu" or self.fsdp and self.decoding in ("static", "graph"):
             raise ValueError(f"decoding={self.decoding} needs one CUDA device without fsdp (static: without fsdp); "
                              "decoding=auto picks what the run can use")
         if self.policy_mode == "score":  # refused here, not ignored (tabular) or failing mid-rollout (search-QA)
             from ecpo_gym import family_of
 
-            if self.policy != "llm":
-                raise ValueError(f"policy_mode=score applies to policy=llm: policy={self.policy} picks among the "
-                                 "admissible actions already")
+            if "policy_mode" not in spec.settings:
+                readers = " or ".join(f"policy={name}" for name in kinds if "policy_mode" in POLICY_SETTINGS[name])
+                raise ValueError(f"policy_mode=score applies to {readers}: policy={self.policy} "
+                                 + ("picks among the admissible actions already" if spec.chooses else "does not read it"))
             if getattr(family_of(self.env_id), "family", None) == "searchqa":
                 raise ValueError(f"policy_mode=score picks among admissible actions, but {self.env_id} lists none "
                                  "(search-QA's actions are free text): use policy_mode=generate")
-        if self.policy == "text":
-            self.check_text_policy()
+        self.check_policy_kind()
         if self.lora:
             from ecpo_train.policies.lora import check_lora_settings, require_peft
 
-            if self.policy != "llm":
-                raise ValueError("lora adapts a transformers model: set policy=llm")
+            if not spec.lora:
+                raise ValueError(f"lora adapts a transformers model: set {kinds_with(lora=True)}")
             check_lora_settings(self.lora)
             require_peft()
         if self.fsdp:
@@ -258,7 +263,8 @@ class TrainConfig:
         ignored: a policy kind's own settings (``POLICY_SETTINGS``), an estimator's own (``ESTIMATOR_SETTINGS``,
         and the credit fields its registration declares, ``EstimatorSpec.credit_keys``)."""
         spec = estimator_spec(self.estimator)
-        unread = [name for name in POLICY_ONLY if name not in POLICY_SETTINGS[self.policy]]
+        policy_only = dict.fromkeys(name for names in POLICY_SETTINGS.values() for name in names)
+        unread = [name for name in policy_only if name not in POLICY_SETTINGS[self.policy]]
         for name in unread:
             if not _is_default(self, name):
                 readers = " or ".join(f"policy={p}" for p, names in POLICY_SETTINGS.items() if name in names)
@@ -280,22 +286,22 @@ class TrainConfig:
                 raise ValueError(f"credit.{name}={shown(getattr(self.credit, name))} is read only by estimator="
                                  f"{', '.join(readers)}: estimator={self.estimator} would ignore it; leave it out")
 
-    def check_text_policy(self) -> None:
-        """What ``policy=text`` cannot do, refused before the run: free-text actions (search-QA lists none), a learned
-        critic (ppo), a model that is not a whole text-policy folder."""
-        from ecpo_gym import family_of
-
-        if getattr(family_of(self.env_id), "family", None) == "searchqa":
-            raise ValueError(f"policy=text picks among admissible actions, but {self.env_id} lists none (search-QA's "
-                             "actions are free text): use policy=llm")
-        if estimator_spec(self.estimator).needs_values:
-            raise ValueError(f"estimator={self.estimator} needs a learned critic, which policy=text does not have: "
-                             "use a critic-free estimator (ecpo, gigpo, grpo, ...)")
-        from ecpo_train.policies.text import candidate_rule, check_text_policy_folder
-
-        candidate_rule(self.command_set, self.env_id)  # an open set the env family does not declare: one line
-        if self.model:  # the folder's one check (checksums, types, bounds, weight shapes): before anything is built
-            check_text_policy_folder(self.model)
+    def check_policy_kind(self) -> None:
+        """What the run's policy kind cannot do (its ``PolicySpec``), refused before the run: a learned critic for a
+        kind without a value head (ppo), the KL term for a kind without a reference copy, the kind's own rules
+        (``check``; the text policy's: an env that lists no admissible actions, its open command set), a model that
+        is not a whole folder of the kind's own."""
+        spec = policy_spec(self.policy)
+        if spec.critic is None and estimator_spec(self.estimator).needs_values:
+            raise ValueError(f"estimator={self.estimator} needs a learned critic, which policy={self.policy} does not "
+                             "have: use a critic-free estimator (ecpo, gigpo, grpo, ...)")
+        if not spec.reference and self.kl_coef > 0:
+            raise ValueError(f"kl_coef={self.kl_coef} pulls toward a frozen reference copy, which policy={self.policy} "
+                             "does not have: set kl_coef=0")
+        if spec.check is not None:
+            spec.check(self)
+        if spec.model == "own" and self.model:  # the folder's one check (checksums, types, bounds, weight shapes)
+            spec.check_folder(self.model)
 
     def validates_after(self, iteration: int) -> bool:
         """Whether the run validates after ``iteration``: every ``val_every`` iterations, after the last one, and

@@ -36,6 +36,7 @@ import torch
 import torch.distributed as dist
 
 from ecpo_train.core.credit import available_estimators, estimator_spec
+from ecpo_train.runtime.policy_kinds import kinds_with, policy_spec
 
 LAUNCH_HINT = ("launch K processes: `torchrun --nproc-per-node K -m ecpo_train.apps.cli train ...` "
                "or `ecpo train --nproc K ...`")
@@ -56,8 +57,8 @@ def check_fsdp_request(fsdp: bool, estimator: str = "ecpo", policy: str = "llm")
 
 def check_fsdp_run(estimator: str, policy: str) -> None:
     """One clear error for a run FSDP cannot shard, before any process starts (``ecpo train --nproc K``)."""
-    if policy != "llm":
-        raise ValueError("fsdp=true shards a transformers model: set policy=llm")
+    if not policy_spec(policy).fsdp:
+        raise ValueError(f"fsdp=true shards a transformers model: set {kinds_with(fsdp=True)}")
     if estimator in available_estimators(needs_values=True):
         raise ValueError(f"fsdp=true does not shard a critic yet ({estimator} needs one): use a critic-free "
                          "estimator or one process")

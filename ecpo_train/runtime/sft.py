@@ -6,7 +6,8 @@ nothing to work with. This module teaches the format first:
 1. ``expert_demonstrations``: the environment's expert (``ecpo_gym.experts``, the one the leaderboard's
    ``ExpertAgent`` plays) plays episodes through the one episode loop
    (``rollout.collect_rollout``), and every step's ``StepContext`` is kept with the action the expert sent;
-2. ``reply_rows``: each step becomes the token rows a sampled step of the RL run has: the prompt of
+2. ``reply_rows`` (``policies/imitation.py``; the run's policy kind names its rows function in its
+   ``Imitation``, ``policies/registry.py``): each step becomes the token rows a sampled step of the RL run has: the prompt of
    ``TransformersPolicy.encode_prompts`` (the run config's ``prompt_style`` and ``history_length``) and the
    reply ``parsing.format_reply`` writes for the expert's action, closed by the end-of-turn token;
 3. ``fine_tune``: AdamW on the token-level cross-entropy of the reply tokens only (prompt tokens masked),
@@ -39,7 +40,6 @@ forward then keeps only each layer's input and one layer's activations at a time
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import math
@@ -56,10 +56,22 @@ from ecpo_gym.kwargs import shown
 from ecpo_train.core.micro_batches import pack_micro_batches
 from ecpo_train.core.rollout import sent_action
 from ecpo_train.policies.base import PolicyOutput, StepContext
-from ecpo_train.policies.parsing import format_reply, parse_action
-from ecpo_train.policies.scoring import fill_placeholders, fills_slots, pack_candidates
+from ecpo_train.policies.imitation import (  # noqa: F401  (each kind's rows, re-exported where they were)
+    candidate_rows,
+    end_of_turn_token,
+    reply_rows,
+    text_rows,
+)
+from ecpo_train.policies.imitation import expert_index as _expert_index  # noqa: F401
+from ecpo_train.policies.parsing import parse_action
 from ecpo_train.runtime.config import TrainConfig
 from ecpo_train.runtime.limits import MAX_LR
+from ecpo_train.runtime.policy_kinds import (  # noqa: F401  (the text policy's warm start, re-exported)
+    TEXT_MAX_TOKENS,
+    available_policies,
+    policy_spec,
+    text_policy_for,
+)
 from ecpo_train.runtime.progress import Progress
 
 
@@ -135,96 +147,6 @@ def expert_demonstrations(env_id: str, *, episodes: int, task_ids: Sequence[str]
         envs.close()
 
 
-def end_of_turn_token(policy: Any) -> int:
-    """The token that closes a reply: the model's first generation end-of-sequence id (a chat model lists
-    its end-of-turn token there, e.g. ``<|im_end|>``), else the tokenizer's."""
-    eos = policy.model.generation_config.eos_token_id
-    first = eos[0] if isinstance(eos, list) and eos else eos
-    return int(first if first is not None else policy.tokenizer.eos_token_id)
-
-
-def reply_rows(policy: Any, demonstrations: Sequence[Demonstration]) -> tuple[list[list[int]], list[list[int]]]:
-    """``(prompt_ids, reply_ids)`` per step, the rows a sampled step of the RL run would hold.
-
-    ``ValueError`` when a reply is longer than the policy's ``max_response_length`` (it could never be
-    generated whole).
-    """
-    prompts = policy.encode_prompts([d.context for d in demonstrations])
-    end = end_of_turn_token(policy)
-    replies = []
-    for demo in demonstrations:
-        text = format_reply(demo.action, demo.context.env_name or policy.env_name)
-        ids = list(policy.tokenizer(text, add_special_tokens=False)["input_ids"]) + [end]
-        if len(ids) > policy.max_response_length:
-            raise ValueError(f"the expert reply {text[:60]!r} is {len(ids)} tokens, over max_response_length="
-                             f"{policy.max_response_length}: raise max_response_length")
-        replies.append(ids)
-    return prompts, replies
-
-
-def _expert_index(action: str, admissible: Sequence[str]) -> int | None:
-    """Index of the expert's action among the admissible ones; an action that fills a free slot
-    (``search[red shoes]`` for ``search[<query>]``) matches the slot's candidate. ``None`` if none matches."""
-    if action in admissible:
-        return list(admissible).index(action)
-    return next((index for index, candidate in enumerate(admissible) if fills_slots(action, candidate)), None)
-
-
-def candidate_rows(policy: Any, demonstrations: Sequence[Demonstration]
-                   ) -> tuple[list[list[int]], list[list[int]], int]:
-    """``(packed rows, [[expert index]], steps left out)``: the rows a ``ScoringPolicy`` step stores, with the
-    expert's candidate as the chosen one (module docstring). Steps whose expert action is not among the
-    admissible ones cannot be scored and are left out (counted)."""
-    rows, chosen, left_out = [], [], 0
-    kept = []
-    for demo in demonstrations:
-        index = _expert_index(demo.action, demo.context.admissible_actions or [])
-        if index is None:
-            left_out += 1
-        else:
-            kept.append((demo, index))
-    prompts = policy.encode_prompts([demo.context for demo, _ in kept])
-    for (demo, index), prompt in zip(kept, prompts):
-        actions = [fill_placeholders(a, demo.context.task) for a in demo.context.admissible_actions]
-        rows.append(pack_candidates(prompt, policy.candidate_ids(actions)))
-        chosen.append([index])
-    return rows, chosen, left_out
-
-
-def text_rows(policy: Any, demonstrations: Sequence[Demonstration]) -> tuple[list[list[int]], list[list[int]], int]:
-    """``(rows, [[expert index]], steps left out)``: the rows a ``TextPolicy`` step stores (``TextPolicy.step_row``),
-    with the expert's command as the chosen one among the policy's candidates (``TextPolicy.candidates``: the
-    admissible commands, or the open command set); steps whose expert action is not among them are left out."""
-    rows, chosen, left_out = [], [], 0
-    for demo in demonstrations:
-        index = _expert_index(demo.action, policy.candidates(demo.context))
-        if index is None:
-            left_out += 1
-            continue
-        rows.append(policy.step_row(demo.context))
-        chosen.append([index])
-    return rows, chosen, left_out
-
-
-def text_policy_for(config: TrainConfig, demonstrations: Sequence[Demonstration]) -> Any:
-    """The untrained text policy an sft run starts from: ``config.model``'s folder when given, else random weights
-    (``config.seed``) over a vocabulary built from the demonstrations' goals, observations and commands."""
-    from ecpo_train.policies.text import TextPolicy
-    from ecpo_train.policies.text_vocabulary import Vocabulary
-
-    if config.model:
-        return TextPolicy.from_pretrained(config.model, seed=config.seed, env_name=config.env_id,
-                                          command_set=config.command_set)
-
-    def texts():
-        for demo in demonstrations:
-            yield demo.context.task
-            yield demo.context.observation
-            yield from demo.context.admissible_actions
-    return TextPolicy(Vocabulary.build(texts()), seed=config.seed, env_name=config.env_id,
-                      command_set=config.command_set)
-
-
 def reply_cross_entropy(policy: Any, prompts: Sequence[Sequence[int]],
                         replies: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
     """``(summed negative log-likelihood, token count)`` of the reply tokens given their prompts."""
@@ -233,7 +155,6 @@ def reply_cross_entropy(policy: Any, prompts: Sequence[Sequence[int]],
 
 
 SFT_MAX_TOKENS = 4096  # tokens of one forward where the config bounds none (module docstring, memory)
-TEXT_MAX_TOKENS = 1 << 30  # the text policy: no bound (a batch of its rows holds a few MB)
 
 
 def row_tokens(prompts: Sequence[Sequence[int]], replies: Sequence[Sequence[int]]) -> np.ndarray:
@@ -355,12 +276,10 @@ def run_sft(config: TrainConfig, *, episodes: int, epochs: int, lr: float, out: 
     ``config.threads`` threads, as the RL run does. Returns the summary also written to ``out/sft.json``.
     """
     check_sft_settings(episodes, epochs, lr, batch_size)
-    text = config.policy == "text"
-    # the text policy's rows are a few hundred ids and its forward is cheap: a forward is a whole batch
-    max_tokens = config.max_tokens_per_micro_batch or (TEXT_MAX_TOKENS if text else SFT_MAX_TOKENS)
-    if config.policy not in ("llm", "text"):
-        raise ValueError(f"policy={config.policy}: ecpo sft trains a causal LM (policy=llm with model=...) or the "
-                         "small text policy (policy=text)")
+    if policy_spec(config.policy).imitation is None:  # (the kind declares how expert play trains it, or nothing)
+        kinds = [f"policy={name}" for name in available_policies() if policy_spec(name).imitation is not None]
+        raise ValueError(f"policy={config.policy}: ecpo sft trains a policy kind that declares a warm start "
+                         f"({', '.join(kinds)}), this one has none")
     out = check_sft_out(out, config.model)
     from ecpo_train.runtime.run_lock import acquire_run_lock
 
@@ -368,29 +287,25 @@ def run_sft(config: TrainConfig, *, episodes: int, epochs: int, lr: float, out: 
     try:
         check_sft_out(out, config.model)  # (again, under the lock: what another sft wrote meanwhile counts)
         return _run_sft(config, episodes=episodes, epochs=epochs, lr=lr, out=out, batch_size=batch_size,
-                        checkpointing=checkpointing, text=text, max_tokens=max_tokens)
+                        checkpointing=checkpointing)
     finally:
         lock.release()
 
 
 def _run_sft(config: TrainConfig, *, episodes: int, epochs: int, lr: float, out: Path, batch_size: int,
-             checkpointing: bool, text: bool, max_tokens: int) -> dict[str, Any]:
-    """:func:`run_sft`'s work, under ``out``'s lock."""
-    from ecpo_train.runtime.builders import build_policy
+             checkpointing: bool) -> dict[str, Any]:
+    """:func:`run_sft`'s work, under ``out``'s lock: the kind's ``Imitation`` (``policies/registry.py``) says which
+    policy trains on which rows and how it is saved."""
     from ecpo_train.runtime.threads import apply_threads
 
     apply_threads(config.threads)  # the run's thread rule (threads.py): the warm start of a preset runs as its RL run
 
     torch.manual_seed(config.seed)
-    scoring = config.policy_mode == "score"
-    memory = {"lora": {}, "fsdp": False, "gradient_checkpointing": config.gradient_checkpointing or checkpointing}
-    if text:
-        policy = None  # built from the demonstrations' vocabulary (text_policy_for)
-    elif scoring:
-        policy = build_policy(dataclasses.replace(config, explore_epsilon=0.0, **memory))
-    else:
-        policy = build_policy(dataclasses.replace(config, policy_mode="generate", generation_backend="transformers",
-                                                  **memory))
+    checkpointing = config.gradient_checkpointing or checkpointing
+    # (an LLM's policy is built here, before the expert plays: a model that cannot load fails first)
+    imitation = policy_spec(config.policy).imitation(config, checkpointing)
+    # forwards of at most this many tokens (the text policy: a whole batch, its rows are a few hundred ids)
+    max_tokens = config.max_tokens_per_micro_batch or imitation.max_tokens or SFT_MAX_TOKENS
     with Progress(config.progress, episodes, 0, "expert episodes") as progress:
         demonstrations = expert_demonstrations(config.env_id, episodes=episodes, task_ids=config.train_tasks,
                                                env_kwargs=config.env_kwargs, seed=config.seed,
@@ -398,18 +313,9 @@ def _run_sft(config: TrainConfig, *, episodes: int, epochs: int, lr: float, out:
                                                on_episode=lambda steps: progress.advance(f"{steps} steps"))
         if not demonstrations:
             raise ValueError(f"the expert of {config.env_id} took no step in {episodes} episode(s)")
-        if text:
-            policy = text_policy_for(config, demonstrations)
-            prompts, replies, left_out = text_rows(policy, demonstrations)
-            if not prompts:
-                raise ValueError(f"no expert action of {config.env_id} was among the admissible actions")
-        elif scoring:
-            prompts, replies, left_out = candidate_rows(policy, demonstrations)
-            if not prompts:
-                raise ValueError(f"no expert action of {config.env_id} was among the admissible actions")
-        else:
-            prompts, replies = reply_rows(policy, demonstrations)
-            left_out = 0
+        policy, prompts, replies, left_out = imitation.rows(demonstrations)
+        if not prompts:
+            raise ValueError(f"no expert action of {config.env_id} was among the admissible actions")
         progress.stage("loss before", len(prompts))
         loss_before = mean_reply_loss(policy, prompts, replies, max_tokens, progress)
         progress.stage("optimizer steps", epochs * math.ceil(len(prompts) / batch_size))
@@ -429,13 +335,11 @@ def _run_sft(config: TrainConfig, *, episodes: int, epochs: int, lr: float, out:
         "env_id": config.env_id, "env_kwargs": config.env_kwargs,
         "prompt_style": config.prompt_style, "history_length": config.history_length,
         "policy": config.policy,
-        "objective": ("expert command cross-entropy, nats per step (policy=text)" if text
-                      else "expert candidate cross-entropy, nats per step (policy_mode=score)" if scoring
-                      else "reply-token cross-entropy, nats per token"),
+        "objective": imitation.objective,
         "episodes": episodes, "steps": len(prompts), "steps_not_admissible": left_out,
         "reply_tokens": sum(len(r) for r in replies),
         "epochs": epochs, "lr": lr, "batch_size": batch_size, "max_tokens": max_tokens,
-        "checkpointing": memory["gradient_checkpointing"],
+        "checkpointing": checkpointing,
         "loss_before": loss_before, "epoch_losses": epoch_losses, "loss_after": loss_after,
     }
     from ecpo_train.policies.atomic import library_write_errors, replaced_folder
@@ -444,11 +348,7 @@ def _run_sft(config: TrainConfig, *, episodes: int, epochs: int, lr: float, out:
 
     # an earlier output stays until this one is whole; the lock file is carried over (still held)
     with replaced_folder(out, carry=(LOCK_FILE,)) as partial, library_write_errors(out):
-        if text:
-            policy.save_pretrained(partial)
-        else:
-            policy.model.save_pretrained(partial)
-            policy.tokenizer.save_pretrained(partial)
+        imitation.save(policy, partial)
         # what a later sft replaces: every file written here, the summary and the checksums written last
         summary["files"] = sorted({*(entry.name for entry in partial.iterdir()), SFT_SUMMARY, CHECKSUM_FILE})
         (partial / SFT_SUMMARY).write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")

@@ -49,6 +49,7 @@ from ecpo_train.runtime.checkpoint_io import (
 from ecpo_train.runtime.config import TrainConfig, config_dict
 from ecpo_train.runtime.models import model_folder
 from ecpo_train.runtime.native_step import EnvGroupSampler, PolicyLearner
+from ecpo_train.runtime.policy_kinds import policy_spec
 from ecpo_train.runtime.progress import no_phase
 from ecpo_train.runtime.run_dir import RunFolder
 from ecpo_train.runtime.threads import apply_threads
@@ -93,7 +94,7 @@ class Trainer:
         self.reference = self.policy.frozen_copy() if config.kl_coef > 0 else None
         if self.dp is not None:  # shard after the reference copy, before the optimizer sees the parameters
             self.dp.shard(self.policy.model, config.mixed_precision)
-            if self.reference is not None and getattr(self.policy, "lora_model", None) is None:
+            if self.reference is not None and not config.lora:
                 self.dp.shard(self.reference.model, config.mixed_precision)  # (LoRA: the policy, adapter off)
         # under LoRA only the adapter trains: AdamW keeps no state for the frozen base weights
         self.optimizer = torch.optim.AdamW([p for p in self.policy.parameters() if p.requires_grad], lr=config.lr,
@@ -156,7 +157,8 @@ class Trainer:
     # ------------------------------------------------------------------ checkpoint / exact resume
     def checkpoint_state(self) -> dict[str, Any]:
         """What an exact resume needs, each tensor once: the policy (a frozen pi_ref is rebuilt from the config's
-        model, except the tabular one, whose reference grows with the states seen), AdamW unless
+        model, except where the policy kind saves it, ``PolicySpec.saves_reference``: the tabular one's reference
+        grows with the states seen), AdamW unless
         ``save_optimizer: false``, the critic, every RNG stream, and the config."""
         cfg = self.config
         keep_optimizer = cfg.save_optimizer
@@ -169,8 +171,8 @@ class Trainer:
             "iteration": self.iteration,
             "policy": policy_state,
             "optimizer": optimizer_state if keep_optimizer else None,
-            "reference": self.reference.state_dict() if self.reference is not None and cfg.policy == "tabular"
-            else None,
+            "reference": self.reference.state_dict()
+            if self.reference is not None and policy_spec(cfg.policy).saves_reference else None,
             "critic": self.critic.state_dict() if self.critic is not None else None,
             "critic_optimizer": self.critic_optimizer.state_dict()
             if self.critic_optimizer is not None and keep_optimizer else None,
@@ -190,7 +192,7 @@ class Trainer:
         state = self.checkpoint_state()  # under FSDP a collective: every process gathers, process 0 writes
         if self.writes:
             save_checkpoint(state, checkpoint)
-        if getattr(self.policy, "lora_model", None) is not None:
+        if self.config.lora:
             from ecpo_train.policies.lora import save_lora_checkpoint
 
             full_state = None

@@ -46,6 +46,7 @@ from ecpo_train.integrations.rllib.base_config import GroupCreditConfig
 from ecpo_train.integrations.rllib.llm.settings import apply_train_config, has_model, native_values
 from ecpo_train.runtime.config import TrainConfig, make_config, upgraded
 from ecpo_train.runtime.models import check_model_folder
+from ecpo_train.runtime.policy_kinds import policy_spec
 
 # RLlib options the LLM path does not run, and what to use instead (validate() refuses a changed one).
 CRITIC_FREE = "ECPO is critic-free: its baseline is the group (training(estimator=..., credit={...}))"
@@ -192,8 +193,8 @@ class ECPOConfig(GroupCreditConfig):
             except ImportError as error:
                 self._value_error(str(error))
         model = str(self._model_config.get("model", ""))
-        try:  # a text policy's folder is checked by the TrainConfig above (its text_policy.json)
-            if self._model_config.get("policy", "llm") == "llm":
+        try:  # a folder of the kind's own (the text policy's) is checked by the TrainConfig above
+            if policy_spec(self._model_config.get("policy", "llm")).model == "causal-lm":
                 check_model_folder(model)
         except ValueError as error:
             self._value_error(f"rl_module(model_config={{'model': {model!r}}}): {error}")

@@ -83,7 +83,7 @@ class CausalLMRLModule(GroupCreditModule):
 
     @property
     def has_lora(self) -> bool:
-        return getattr(self.policy, "lora_model", None) is not None
+        return bool(self.train_config.lora)
 
     def get_state(self, *args, **kwargs):
         """RLlib's state (weight sync, checkpoints), each weight in its own dtype (``transport_array``); under

@@ -25,6 +25,7 @@ import dataclasses
 from typing import Any
 
 from ecpo_train.runtime.config import TrainConfig, config_dict
+from ecpo_train.runtime.policy_kinds import kinds_with, policy_spec
 
 # Native TrainConfig keys that live in rl_module(model_config=...): what the policy is and how it prompts.
 MODEL_KEYS = ("model", "policy", "policy_mode", "dtype", "lora", "prompt_style", "history_length", "max_prompt_length",
@@ -75,9 +76,9 @@ def native_values(config: Any) -> dict[str, Any]:
 
 def apply_train_config(config: Any, train: TrainConfig) -> Any:
     """Set an ``ECPOConfig`` to the run ``train`` describes (the inverse of :func:`native_values`)."""
-    if train.policy not in ("llm", "text"):
-        raise ValueError(f"the RLlib engine trains an LLM or text policy; this config has policy={train.policy!r} "
-                         "(the tabular policy trains natively)")
+    if not policy_spec(train.policy).rllib:  # (the kind declares whether the RLlib engine trains it)
+        raise ValueError(f"the RLlib engine trains an LLM or text policy ({kinds_with(rllib=True)}); this config has "
+                         f"policy={train.policy!r}, which trains natively")
     if not train.model:  # what makes an ECPOConfig an LLM run (has_model); a text run starts from its warm start
         raise ValueError(f"the RLlib engine trains policy={train.policy} from a model folder: give model=DIR (for "
                          "policy=text, the folder `ecpo sft` wrote)")
