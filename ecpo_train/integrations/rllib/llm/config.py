@@ -316,9 +316,20 @@ class ECPO(GroupCreditAlgorithm):
         from pathlib import Path
 
         from ecpo_train.integrations.rllib.base_algorithm import _absolute
-        from ecpo_train.integrations.rllib.state_files import read_state
+        from ecpo_train.integrations.rllib.state_files import check_learner_state, read_state
 
-        self.set_state(read_state(_ecpo_checkpoint(Path(_absolute(path)))))
+        folder = _ecpo_checkpoint(Path(_absolute(path)))
+        state = read_state(folder)
+        check_learner_state(state, self._learner_state_shapes(), folder)  # (a learner actor's error would be lost)
+        self.set_state(state)
+
+    def _learner_state_shapes(self) -> dict[str, dict[str, tuple[int, ...]]]:
+        """The first learner's module shapes (module id -> weight name -> shape), asked of the learner itself."""
+        results = list(self.learner_group.foreach_learner(
+            lambda learner: {mid: learner.module[mid].state_shapes() for mid in learner.module.keys()}))
+        if not results[0].ok:
+            raise results[0].get()
+        return results[0].get()
 
     @classmethod
     def from_checkpoint(cls, path, filesystem=None, **kwargs) -> ECPO:
