@@ -195,7 +195,7 @@ class Worker:
             return self.conn.recv()
         except (EOFError, ConnectionResetError, BrokenPipeError, OSError) as exc:
             code = self.process.exitcode
-            raise WorkerError(f"worker pid {self.process.pid} died (exit code {code}): {exc!r}") from exc
+            raise WorkerError(f"worker pid {self.process.pid} died (exit code {code}): {shown(exc)}") from exc
 
     def request(self, timeout: float | None) -> Any:
         status, payload = self.receive(timeout)

@@ -18,6 +18,7 @@ import urllib.parse
 from collections.abc import Sequence
 from typing import Any
 
+from ecpo_gym.kwargs import shown
 from ecpo_gym.searchqa.corpus import Document
 from ecpo_gym.searchqa.retrievers.base import Hit, Retriever
 
@@ -56,7 +57,7 @@ class SearchR1HTTPRetriever(Retriever):
     def __init__(self, url: str = "http://127.0.0.1:8000/retrieve", *, timeout: float = 30.0) -> None:
         """``timeout``: seconds for a whole request (connecting, sending, the whole reply), not for each wait."""
         if not url.startswith(("http://", "https://")):
-            raise ValueError(f"retriever url must start with http:// or https://, got {url!r}")
+            raise ValueError(f"retriever url must start with http:// or https://, got {shown(url)}")
         from ecpo_gym.kwargs import check_real
 
         self.url = url
