@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from ecpo_gym.canonical import INVALID_ACTION
+from ecpo_gym.kwargs import shown
 from ecpo_train.core.rows import CreditRows, prepare_rows
 from ecpo_train.core.token_columns import TOKEN_COLUMNS, joined_logprobs, token_columns
 
@@ -162,7 +163,7 @@ class TrajectoryBatch:
         set_(self, "reward", self.reward.astype(np.float64))
         if not np.isfinite(self.reward).all():
             row = int(np.flatnonzero(~np.isfinite(self.reward))[0])
-            raise ValueError(f"reward of row {row} (traj_id={self.traj_id[row]!r}) is {self.reward[row]}, not finite")
+            raise ValueError(f"reward of row {row} (traj_id={shown(self.traj_id[row])}) is {self.reward[row]}, not finite")
         if self.step.dtype.kind not in "iu":
             raise ValueError(f"steps must be integers, got dtype {self.step.dtype}")
         if self.is_action_valid.dtype.kind != "b":
@@ -314,7 +315,7 @@ class TrajectoryBatch:
     def with_policy_version(self, version: int) -> TrajectoryBatch:
         """A copy whose every row was sampled by weights of version ``version`` (an integer >= 0)."""
         if isinstance(version, bool) or not isinstance(version, int | np.integer) or version < 0:
-            raise ValueError(f"policy_version={version!r} must be an integer >= 0")
+            raise ValueError(f"policy_version={shown(version)} must be an integer >= 0")
         out = copy.copy(self)
         object.__setattr__(out, "policy_version", np.full(len(self), int(version), dtype=np.int64))
         return out
