@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from ecpo_gym.kwargs import shown
 from ecpo_train.policies.atomic import library_write_errors, replaced_folder
 from ecpo_train.policies.checksums import check_folder_checksums, write_folder_checksums
 from ecpo_train.policies.base import Policy, PolicyOutput, StepContext
@@ -55,7 +56,7 @@ def check_lora_settings(lora: dict | None) -> dict[str, Any]:
         raise ValueError(f"unknown lora key(s) {unknown}; valid: {', '.join(LORA_KEYS)}")
     settings = {"r": 16, "alpha": 32, "dropout": 0.0, "target_modules": list(DEFAULT_TARGET_MODULES)} | dict(lora)
     if not isinstance(settings["r"], int) or settings["r"] < 1:
-        raise ValueError(f"lora.r must be a positive integer, got {settings['r']!r}")
+        raise ValueError(f"lora.r must be a positive integer, got {shown(settings['r'])}")
     if isinstance(settings["target_modules"], str):
         settings["target_modules"] = [settings["target_modules"]]
     return settings

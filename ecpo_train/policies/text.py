@@ -53,6 +53,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ecpo_gym.kwargs import shown
 from ecpo_train.policies.base import Policy, PolicyOutput, StepContext, inverse_cdf_index
 from ecpo_train.policies.scoring import pack_candidates, unpack_candidates
 from ecpo_train.policies.text_vocabulary import DEFAULT_HASH_BUCKETS, Vocabulary
@@ -66,7 +67,7 @@ COMMAND_SETS = ("admissible", "open")  # what a step's candidates are (module do
 def check_command_set(command_set: str) -> str:
     """``command_set`` if it names one of ``COMMAND_SETS``, else one ``ValueError``."""
     if command_set not in COMMAND_SETS:
-        raise ValueError(f"command_set={str(command_set)[:40]!r}: one of {', '.join(COMMAND_SETS)}")
+        raise ValueError(f"command_set={shown(command_set)}: one of {', '.join(COMMAND_SETS)}")
     return command_set
 
 
@@ -80,7 +81,7 @@ def candidate_rule(command_set: str, env_name: str) -> Any:
     family = getattr(family_of(env_name), "family", None) or env_name
     rule = open_command_rule(family)
     if rule is None:
-        raise ValueError(f"command_set=open: the environment family {family!r} declares no open command set "
+        raise ValueError(f"command_set=open: the environment family {shown(family)} declares no open command set "
                          "(ALFWorld's does: ecpo/ALFWorld-v0, ecpo/ALFWorldGen-v0)")
     return rule
 
@@ -97,7 +98,7 @@ class TextArchitecture:
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
             if not isinstance(value, int) or isinstance(value, bool) or value < (0 if name == "context_pairs" else 1):
-                raise ValueError(f"text policy {name}={value!r}: it must be an integer >= "
+                raise ValueError(f"text policy {name}={shown(value)}: it must be an integer >= "
                                  f"{0 if name == 'context_pairs' else 1}")
 
 
@@ -455,7 +456,7 @@ def _checked_config(config: Any) -> tuple[Vocabulary, TextArchitecture]:
     architecture = config["architecture"]
     for key, value in architecture.items():
         if key not in fields:
-            raise ValueError(f"architecture has an unknown field {str(key)[:40]!r}")
+            raise ValueError(f"architecture has an unknown field {shown(key)}")
         if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= fields[key]:
             raise ValueError(f"architecture {key}={str(value)[:40]}: it must be an integer in [0, {fields[key]}]")
     vocabulary = config["vocabulary"]
