@@ -25,6 +25,8 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
+from ecpo_gym.kwargs import shown
+
 Message = dict[str, str]
 
 
@@ -187,7 +189,7 @@ class OpenAIChatModel(ChatModel):
                     answer = json.loads(raw.decode("utf-8"))
                 except (UnicodeDecodeError, json.JSONDecodeError):
                     raise EndpointError(f"chat endpoint {shown} answered with something other than JSON: "
-                                        f"{raw[:200]!r}") from None
+                                        f"{shown(raw)}") from None
                 if not isinstance(answer, dict):
                     raise EndpointError(f"chat endpoint {shown} answered JSON that is not an object: "
                                         f"{str(answer)[:200]}")

@@ -207,7 +207,7 @@ class TrainConfig:
         if self.history_length is None:
             self.history_length = declared_history_length(self.env_id)
         if 0 < self.val_temperature < MIN_TEMPERATURE:
-            raise ValueError(f"val_temperature={self.val_temperature!r} is invalid: it must be 0 (greedy) or a number >= "
+            raise ValueError(f"val_temperature={shown(self.val_temperature)} is invalid: it must be 0 (greedy) or a number >= "
                              f"{MIN_TEMPERATURE:g} (below it logits / T overflow)")
         for size, value in (("n_groups x group_size", self.n_groups * self.group_size),
                             ("val_episodes_per_task x validation tasks",
@@ -431,7 +431,7 @@ def preset_values(path: str | Path, chain: tuple[str, ...] = ()) -> dict[str, An
     if base is None:
         return values
     if not isinstance(base, str) or not (CONFIG_DIR / f"{base}.yaml").is_file():
-        raise ValueError(f"config {file}: {EXTENDS}: {str(base)[:80]!r} is not a preset name")
+        raise ValueError(f"config {file}: {EXTENDS}: {shown(base)} is not a preset name")
     if base in chain:
         raise ValueError(f"config {file}: {EXTENDS} loops through {' -> '.join((*chain, base))}")
     return preset_values(base, (*chain, base)) | values

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ecpo_gym.kwargs import shown
 from ecpo_train.policies import DEMO_MODEL
 from ecpo_train.policies.checksums import check_folder_checksums, file_sha256, write_folder_checksums
 
@@ -73,7 +74,7 @@ def registry_entry(name: str) -> PullableModel:
         return MODEL_REGISTRY[name]
     except KeyError:
         known = ", ".join(sorted(MODEL_REGISTRY))
-        raise KeyError(f"unknown model {name!r}; pullable models: {known}") from None
+        raise KeyError(f"unknown model {shown(name)}; pullable models: {known}") from None
 
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt")
@@ -345,7 +346,6 @@ def write_tiny_model(out_dir: str | Path, tokenizer_path: str | Path | None = No
     import torch
     from transformers import AutoTokenizer, GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
-    from ecpo_gym.kwargs import shown
     from ecpo_train.runtime.limits import MAX_SEED
 
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:

@@ -44,6 +44,7 @@ from typing import Any
 
 import yaml
 
+from ecpo_gym.kwargs import shown
 from ecpo_train.policies.atomic import append_bytes, current_folder, is_leftover, leftovers, write_text
 from ecpo_train.runtime.tensorboard_scalars import TensorBoardScalars
 
@@ -335,7 +336,7 @@ class MetricsLog:
             if self._config is not None:
                 write_text(self.folder.config, yaml.safe_dump(self._config, sort_keys=False))
         except OSError as err:
-            raise ValueError(f"run_dir={str(self.folder.root)!r}: {err.filename or self.folder.root} could not be "
+            raise ValueError(f"run_dir={shown(str(self.folder.root))}: {err.filename or self.folder.root} could not be "
                              f"written ({err.strerror})") from None
         self._opened = True
 

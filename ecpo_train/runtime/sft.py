@@ -156,7 +156,7 @@ def reply_rows(policy: Any, demonstrations: Sequence[Demonstration]) -> tuple[li
         text = format_reply(demo.action, demo.context.env_name or policy.env_name)
         ids = list(policy.tokenizer(text, add_special_tokens=False)["input_ids"]) + [end]
         if len(ids) > policy.max_response_length:
-            raise ValueError(f"the expert reply {text[:60]!r} is {len(ids)} tokens, over max_response_length="
+            raise ValueError(f"the expert reply {shown(text)} is {len(ids)} tokens, over max_response_length="
                              f"{policy.max_response_length}: raise max_response_length")
         replies.append(ids)
     return prompts, replies

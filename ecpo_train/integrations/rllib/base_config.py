@@ -16,6 +16,7 @@ from typing import Any
 from ray.rllib.algorithms.algorithm_config import NotProvided
 from ray.rllib.algorithms.ppo import PPOConfig
 
+from ecpo_gym.kwargs import shown
 from ecpo_train.core.credit import CreditConfig, available_estimators, check_group_size
 from ecpo_train.core.rollout import check_anchor_key
 from ecpo_train.integrations.rllib.base_algorithm import check_gpu_request
@@ -101,7 +102,7 @@ class GroupCreditConfig(PPOConfig):
             if isinstance(credit, Mapping):
                 credit = CreditConfig.from_kwargs(**(dataclasses.asdict(self.credit) | dict(credit)))
             elif not isinstance(credit, CreditConfig):
-                raise TypeError(f"credit must be a credit.CreditConfig or a dict of its fields, got {credit!r}")
+                raise TypeError(f"credit must be a credit.CreditConfig or a dict of its fields, got {shown(credit)}")
             self.credit = credit
         super().training(**kwargs)
         for name, value in (("group_size", group_size), ("groups_per_batch", groups_per_batch),

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ecpo_gym.kwargs import shown
 from ecpo_train.policies.checksums import check_folder_checksums, write_folder_checksums
 
 STATE_FILE = "state.msgpack"
@@ -117,7 +118,7 @@ def read_state(folder: Path) -> Any:
                 return int(inner[:200])
             if tag == _SCALAR:
                 return np.dtype(inner[0]).type(inner[1])
-            raise ValueError(f"an unknown tag {str(tag)[:40]!r}")
+            raise ValueError(f"an unknown tag {shown(tag)}")
 
         return decode(tree)
     except Exception as err:  # noqa: BLE001 -- msgpack, safetensors and a foreign tree each raise their own types
@@ -133,8 +134,6 @@ def check_learner_state(state: Any, shapes: dict[str, dict[str, tuple[int, ...]]
     learner's state (weights, optimizer moments) finite. Run on the driver before the state is sent to a learner
     actor: an error there is logged by Ray and lost, and the run fails later with a traceback. A state that passes
     its checksums but not this was changed by hand, or written without checksums."""
-    from ecpo_gym.kwargs import shown
-
     fix = "restore it from a copy, or --overwrite to start the run over"
     learner = state.get("learner_group", {}).get("learner", {}) if isinstance(state, dict) else {}
     modules = learner.get("rl_module") if isinstance(learner, dict) else None

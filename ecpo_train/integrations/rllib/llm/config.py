@@ -39,6 +39,7 @@ from ray.rllib.core import (
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.utils import force_list
 
+from ecpo_gym.kwargs import shown
 from ecpo_train.core.task_memory import TaskGraphMemory, task_memory_for
 from ecpo_train.core.tasks import task_lists
 from ecpo_train.integrations.rllib.base_algorithm import GroupCreditAlgorithm, check_fits_cluster
@@ -354,7 +355,7 @@ class ECPO(GroupCreditAlgorithm):
             config = ECPOConfig.from_train_config(make_config(train))
             for key, value in dict(saved.get("rllib") or {}).items():
                 if key not in CHECKPOINT_LAYOUT:
-                    raise ValueError(f"unknown layout key {key!r}")
+                    raise ValueError(f"unknown layout key {shown(key)}")
                 setattr(config, key, value)
         except (KeyError, TypeError, ValueError) as err:
             raise ValueError(f"{folder}: its config cannot be read ({' '.join(str(err).split())[:200]})") from None

@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from ecpo_gym.kwargs import shown
 from ecpo_train.runtime.config import TrainConfig, config_dict
 
 # Native TrainConfig keys that live in rl_module(model_config=...): what the policy is and how it prompts.
@@ -76,7 +77,7 @@ def native_values(config: Any) -> dict[str, Any]:
 def apply_train_config(config: Any, train: TrainConfig) -> Any:
     """Set an ``ECPOConfig`` to the run ``train`` describes (the inverse of :func:`native_values`)."""
     if train.policy not in ("llm", "text"):
-        raise ValueError(f"the RLlib engine trains an LLM or text policy; this config has policy={train.policy!r} "
+        raise ValueError(f"the RLlib engine trains an LLM or text policy; this config has policy={shown(train.policy)} "
                          "(the tabular policy trains natively)")
     if not train.model:  # what makes an ECPOConfig an LLM run (has_model); a text run starts from its warm start
         raise ValueError(f"the RLlib engine trains policy={train.policy} from a model folder: give model=DIR (for "
