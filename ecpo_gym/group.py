@@ -279,7 +279,7 @@ class GroupVectorEnv:
         if exc is None:  # it could not be sent back from the worker: its traceback is all there is
             raise RuntimeError(f"reset of copy {i} (task {shown(task)}) failed:\n{error.traceback}")
         if self._shard is None and not isinstance(exc, (ValueError, KeyError)):
-            exc.add_note(f"raised by reset of copy {i} (task {task!r}) in an environment worker:\n{error.traceback}")
+            exc.add_note(f"raised by reset of copy {i} (task {shown(task)}) in an environment worker:\n{error.traceback}")
         raise exc
 
     def _failed(self, i: int, error: str) -> StepResult:

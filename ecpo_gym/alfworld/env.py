@@ -92,7 +92,7 @@ def normalize_task_types(task_types: Iterable[str] | None) -> tuple[str, ...]:
     for t in task_types:
         name = TASK_TYPES.get(t) or by_lower.get(str(t).lower())
         if name is None:
-            raise ValueError(f"unknown ALFWorld task type {shown(t)}; choose from {list(SUBTASKS)} or {sorted(TASK_TYPES)}")
+            raise ValueError(f"task_types: unknown ALFWorld task type {shown(t)}; choose from {list(SUBTASKS)} or {sorted(TASK_TYPES)}")
         if name not in chosen:
             chosen.append(name)
     check_nonempty("task_types", chosen, f"give at least one of {list(SUBTASKS)} (or leave it out for all six)")

@@ -176,7 +176,7 @@ def load_qa_file(path: str | os.PathLike, *, name: str | None = None, split: str
         parsed, corpus = parse_rows(schema, rows, path)
     except (KeyError, TypeError, AttributeError, ValueError) as exc:
         found = schema_of_row(rows[0]) if rows else None
-        hint = f"; its rows look like {found!r}" if found and found != schema else ""
+        hint = f"; its rows look like {shown(found)}" if found and found != schema else ""
         raise ValueError(f"{path}: a row does not follow the {shown(schema)} schema "
                          f"({type(exc).__name__}: {exc}){hint}") from None
     for position, row in enumerate(parsed):

@@ -204,7 +204,7 @@ class SearchQAEnv(SearchQABaseEnv):
         qa = load_dataset(dataset, split, data_dir=data_dir, path=data_path, data_sources=data_sources,
                           schema=schema)
         if not qa.examples:
-            raise ValueError(f"dataset {qa.name}/{qa.split} has no examples (data_sources={data_sources})")
+            raise ValueError(f"dataset {qa.name}/{qa.split} has no examples (data_sources={shown(data_sources)})")
         self.dataset = qa
         if isinstance(retriever, Retriever):
             backend = retriever

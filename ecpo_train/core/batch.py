@@ -150,7 +150,7 @@ class TrajectoryBatch:
         set_(self, "step", np.asarray(self.step))
         set_(self, "is_action_valid", np.asarray(self.is_action_valid))
         lengths = {name: len(getattr(self, name)) for name in self.column_names()}
-        lengths |= {f"extras[{k!r}]": len(v) for k, v in self.extras.items()}
+        lengths |= {f"extras[{shown(k)}]": len(v) for k, v in self.extras.items()}
         if n <= 0 or min(lengths.values()) == 0:
             raise ValueError("empty batch: a TrajectoryBatch needs at least one step row")
         if len(set(lengths.values())) != 1:
@@ -221,7 +221,7 @@ class TrajectoryBatch:
                 raise ValueError(f"{where} must be a mapping, got {type(record).__name__}")  # noqa: TRY004
             unknown = sorted(set(record) - set(_TRAJECTORY_FIELDS))
             if unknown:
-                raise ValueError(f"{where} has unknown field(s) {unknown}; valid: {', '.join(_TRAJECTORY_FIELDS)}")
+                raise ValueError(f"{where} has unknown field(s) {shown(unknown)}; valid: {', '.join(_TRAJECTORY_FIELDS)}")
             missing = [name for name in _REQUIRED_TRAJECTORY_FIELDS if name not in record]
             if missing:
                 raise ValueError(f"{where} lacks required field(s) {missing}")
@@ -233,11 +233,11 @@ class TrajectoryBatch:
                                  f"trajectory 0 has {list(token_names)}")
             per_step |= {name: record[name] for name in token_names}
             record_extras = dict(record.get("extras") or {})
-            for name, values in list(per_step.items()) + [(f"extras[{k!r}]", v) for k, v in record_extras.items()]:
+            for name, values in list(per_step.items()) + [(f"extras[{shown(k)}]", v) for k, v in record_extras.items()]:
                 if isinstance(values, (str, bytes)) or not isinstance(values, Sequence | np.ndarray):
                     raise ValueError(f"{where}: {name} must be a per-step list, got {type(values).__name__}")  # noqa: TRY004
             lengths = {name: len(values) for name, values in per_step.items()}
-            lengths |= {f"extras[{k!r}]": len(v) for k, v in record_extras.items()}
+            lengths |= {f"extras[{shown(k)}]": len(v) for k, v in record_extras.items()}
             if len(set(lengths.values())) != 1:
                 raise ValueError(f"{where} is ragged: per-step lengths {lengths}")
             length = lengths["rewards"]
@@ -302,7 +302,7 @@ class TrajectoryBatch:
         if clash:
             raise ValueError(f"{clash} are core columns, not extras")
         new_tokens = {name: columns.pop(name) for name in TOKEN_COLUMNS if name in columns}
-        lengths = {f"extras[{name!r}]": len(values) for name, values in columns.items() if len(values) != len(self)}
+        lengths = {f"extras[{shown(name)}]": len(values) for name, values in columns.items() if len(values) != len(self)}
         if lengths:
             raise ValueError(f"every column needs one entry per step row ({len(self)}); got lengths {lengths}")
         out = copy.copy(self)

@@ -34,7 +34,7 @@ def _id_rows(name: str, values: Any, n: int, traj_id: np.ndarray) -> np.ndarray:
     out = np.empty(n, dtype=object)
     for row, ids in enumerate(values):  # element by element: numpy would turn equal-length rows into a 2-D array
         if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence | np.ndarray):
-            what = f"{name} of row {row} (traj_id={traj_id[row]!r})"
+            what = f"{name} of row {row} (traj_id={shown(traj_id[row])})"
             raise ValueError(f"{what} must be a sequence of token ids, got {type(ids).__name__}")  # noqa: TRY004
         out[row] = ids
     # one pass over every token in C; the per-row search below runs only when something is wrong
@@ -64,7 +64,7 @@ def _padded(values: Any, lengths: np.ndarray, traj_id: np.ndarray) -> np.ndarray
         raise ValueError(f"old_logprobs needs one log-prob sequence per step row ({n}); got {got}")
     for row, logp in enumerate(values):
         if isinstance(logp, (str, bytes)) or not isinstance(logp, Sequence | np.ndarray):
-            what = f"old_logprobs of row {row} (traj_id={traj_id[row]!r})"
+            what = f"old_logprobs of row {row} (traj_id={shown(traj_id[row])})"
             raise ValueError(f"{what} must be a sequence of numbers, got {type(logp).__name__}")  # noqa: TRY004
         if len(logp) != lengths[row]:
             raise ValueError(f"old_logprobs of row {row} (traj_id={shown(traj_id[row])}) has {len(logp)} values; "

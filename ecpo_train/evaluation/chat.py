@@ -25,8 +25,6 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
-from ecpo_gym.kwargs import shown
-
 Message = dict[str, str]
 
 
@@ -189,7 +187,7 @@ class OpenAIChatModel(ChatModel):
                     answer = json.loads(raw.decode("utf-8"))
                 except (UnicodeDecodeError, json.JSONDecodeError):
                     raise EndpointError(f"chat endpoint {shown} answered with something other than JSON: "
-                                        f"{shown(raw)}") from None
+                                        f"{raw[:200]!r}") from None
                 if not isinstance(answer, dict):
                     raise EndpointError(f"chat endpoint {shown} answered JSON that is not an object: "
                                         f"{str(answer)[:200]}")

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import inspect
 import math
-import re
 import typing
 from collections.abc import Callable, Iterable
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from ecpo_gym.kwargs import shown
+from ecpo_gym.kwargs import cut_long_words, shown
 from ecpo_train.policies import DTYPES
 from ecpo_train.runtime import MIN_TEMPERATURE, VALIDATION_TEMPERATURE  # ``--greedy`` gives 0
 from ecpo_train.runtime.limits import MAX_EVAL_SEEDS, MAX_SEQUENCE_TOKENS
@@ -135,17 +134,6 @@ def error_line(err: BaseException) -> str:
     if len(line) > ERROR_LINE_CHARS:
         line = f"{line[:ERROR_LINE_CHARS]}... ({len(line) - ERROR_LINE_CHARS} more characters)"
     return line
-
-
-LONGEST_WORD = 200  # a path or a value up to this long is echoed whole
-
-
-def cut_long_words(text: str, keep: int = 80) -> str:
-    """``text`` with every run of more than ``LONGEST_WORD`` non-space characters cut to its first ``keep`` and its
-    length: a value of 10 MB given on the command line is echoed as a hundred characters, wherever the message
-    that names it was written."""
-    return re.sub(rf"\S{{{LONGEST_WORD + 1},}}", lambda m: f"{m.group(0)[:keep]}... ({len(m.group(0))} characters)",
-                  text)
 
 
 def typer_command(function: Callable[..., Any], *, only: Iterable[str] | None = None,

@@ -53,7 +53,7 @@ def check_lora_settings(lora: dict | None) -> dict[str, Any]:
         return {}
     unknown = sorted(set(lora) - set(LORA_KEYS))
     if unknown:
-        raise ValueError(f"unknown lora key(s) {unknown}; valid: {', '.join(LORA_KEYS)}")
+        raise ValueError(f"unknown lora key(s) {shown(unknown)}; valid: {', '.join(LORA_KEYS)}")
     settings = {"r": 16, "alpha": 32, "dropout": 0.0, "target_modules": list(DEFAULT_TARGET_MODULES)} | dict(lora)
     if not isinstance(settings["r"], int) or settings["r"] < 1:
         raise ValueError(f"lora.r must be a positive integer, got {shown(settings['r'])}")

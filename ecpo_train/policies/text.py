@@ -44,6 +44,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
 from itertools import chain
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -427,9 +428,9 @@ def check_text_policy_folder(folder: str | Path) -> tuple[Vocabulary, TextArchit
     from ecpo_train.policies.checksums import check_folder_checksums
 
     folder = Path(folder).expanduser()
-    name = f"model={folder}"
+    name = f"model={shown(str(folder))}"
     config_path, weights_path = folder / CONFIG_FILE, folder / WEIGHTS_FILE
-    if not config_path.is_file() or not weights_path.is_file():
+    if not os.path.isfile(config_path) or not os.path.isfile(weights_path):  # (False for a name too long)
         raise ValueError(f"{name} is not a text-policy folder (no {CONFIG_FILE} and {WEIGHTS_FILE}): make one with "
                          "`ecpo sft policy=text ... --out DIR`, or leave model empty to start from random weights")
     check_folder_checksums(folder, name)
@@ -458,7 +459,7 @@ def _checked_config(config: Any) -> tuple[Vocabulary, TextArchitecture]:
         if key not in fields:
             raise ValueError(f"architecture has an unknown field {shown(key)}")
         if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= fields[key]:
-            raise ValueError(f"architecture {key}={str(value)[:40]}: it must be an integer in [0, {fields[key]}]")
+            raise ValueError(f"architecture {key}={shown(value)}: it must be an integer in [0, {fields[key]}]")
     vocabulary = config["vocabulary"]
     known, buckets = vocabulary.get("known"), vocabulary.get("hash_buckets", DEFAULT_HASH_BUCKETS)
     if not isinstance(known, list) or len(known) > MAX_KNOWN_WORDS \
@@ -500,7 +501,7 @@ def _check_weights_header(path: Path, expected: dict[str, tuple[int, ...]]) -> N
         if not isinstance(entry, dict) or entry.get("dtype") not in ("F32", "F16"):  # F16: save_pretrained(half=True)
             raise ValueError(f"{WEIGHTS_FILE}: weight {key} is neither float32 nor float16")
         if entry.get("shape") != list(shape):
-            raise ValueError(f"{WEIGHTS_FILE}: weight {key} has shape {str(entry.get('shape'))[:40]}, the "
+            raise ValueError(f"{WEIGHTS_FILE}: weight {key} has shape {shown(entry.get('shape'))}, the "
                              f"architecture gives {list(shape)}")
         offsets = entry.get("data_offsets")
         count = (4 if entry["dtype"] == "F32" else 2) * math.prod(shape)

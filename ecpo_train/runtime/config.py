@@ -14,6 +14,7 @@ before any work starts.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -414,9 +415,9 @@ def preset_values(path: str | Path, chain: tuple[str, ...] = ()) -> dict[str, An
     """A preset's keys: its file's, over those of the preset it ``extends`` (a preset name, read the same way;
     a key of the file replaces the base's whole value)."""
     file = Path(path)
-    if not file.exists() and (CONFIG_DIR / f"{path}.yaml").exists():
+    if not os.path.exists(file) and os.path.exists(CONFIG_DIR / f"{path}.yaml"):  # (False for a name too long)
         file = CONFIG_DIR / f"{path}.yaml"
-    if not file.exists():
+    if not os.path.exists(file):
         presets = ", ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.yaml")))
         raise FileNotFoundError(f"config {str(path)[:200]} not found (presets in {CONFIG_DIR}: {presets})")
     try:
@@ -430,7 +431,7 @@ def preset_values(path: str | Path, chain: tuple[str, ...] = ()) -> dict[str, An
     base = values.pop(EXTENDS, None)
     if base is None:
         return values
-    if not isinstance(base, str) or not (CONFIG_DIR / f"{base}.yaml").is_file():
+    if not isinstance(base, str) or not os.path.isfile(CONFIG_DIR / f"{base}.yaml"):
         raise ValueError(f"config {file}: {EXTENDS}: {shown(base)} is not a preset name")
     if base in chain:
         raise ValueError(f"config {file}: {EXTENDS} loops through {' -> '.join((*chain, base))}")

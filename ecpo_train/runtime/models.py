@@ -87,7 +87,7 @@ def model_folder(model: str | Path) -> str:
     from ecpo_train.policies.atomic import current_folder
 
     path = os.path.expanduser(str(model))
-    if path and not os.path.exists(path) and current_folder(path).is_dir():
+    if path and not os.path.exists(path) and os.path.isdir(current_folder(path)):
         return str(current_folder(path))
     return path
 
@@ -283,7 +283,7 @@ def check_model_folder(model: str | Path) -> None:
     looks_local = model.startswith(("/", "~", ".")) or os.path.exists(path)
     if looks_local and not os.path.isfile(os.path.join(path, "config.json")):
         what = "does not exist" if not os.path.exists(path) else "holds no config.json"
-        raise ValueError(f"{path} {what}; give a folder with the model's config.json, weights and tokenizer "
+        raise ValueError(f"{shown(str(path))} {what}; give a folder with the model's config.json, weights and tokenizer "
                          f"(`ecpo models pull {DEMO_MODEL}`) or a hub id")
     if looks_local:
         check_folder_checksums(path, f"model={model}")

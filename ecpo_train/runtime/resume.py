@@ -212,8 +212,8 @@ def resume_changes(saved: dict[str, Any], new: dict[str, Any]) -> dict[str, list
         if old is not _ABSENT and value is not _ABSENT and _same(old, value):
             continue
         if key.split(".")[0] not in RESUMABLE_KEYS:
-            was = "the run does not have it" if old is _ABSENT else f"the run has {old!r}"
-            now = "now it is dropped" if value is _ABSENT else f"now {value!r}"
+            was = "the run does not have it" if old is _ABSENT else f"the run has {shown(old)}"
+            now = "now it is dropped" if value is _ABSENT else f"now {shown(value)}"
             raise ValueError(f"--resume cannot change {key} ({was}, {now}): it changes what the run is; keep it, "
                              "or start a new run_dir (or --overwrite)")
         changes[key] = [None if old is _ABSENT else old, None if value is _ABSENT else value]

@@ -157,7 +157,7 @@ def _action(rest: list, arity: dict[str, int]) -> ActionSchema:
     unknown = set(fields) - {":parameters", ":precondition", ":effect"}
     if unknown or (len(rest) - 1) % 2:
         raise ValueError(f"action {shown(name)}: unsupported fields {sorted(unknown)}")
-    where = f"action {name!r}"
+    where = f"action {shown(name)}"
     return ActionSchema(
         name=name,
         params=typed_list(fields.get(":parameters", [])),

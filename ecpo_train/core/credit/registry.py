@@ -66,7 +66,7 @@ def register_estimator(name: str, *, needs_values: bool = False, group_relative:
         raise ValueError(f"hidden_states={shown(hidden_states)}; valid: {', '.join(HIDDEN_STATE_USES)}")
     unknown = sorted(set(credit_keys or ()) - set(ESTIMATOR_CREDIT_KEYS))
     if unknown:
-        raise ValueError(f"credit_keys {unknown} are not estimator-specific credit fields; valid: "
+        raise ValueError(f"credit_keys {shown(unknown)} are not estimator-specific credit fields; valid: "
                          f"{', '.join(ESTIMATOR_CREDIT_KEYS)}")
 
     def decorate(fn: Estimator) -> Estimator:

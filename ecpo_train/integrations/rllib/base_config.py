@@ -142,9 +142,9 @@ class GroupCreditConfig(PPOConfig):
                               "scale with num_env_runners instead")
         critic_free = available_estimators(needs_values=False)  # ECPO in RLlib is critic-free: no "ppo" here
         if self.estimator not in critic_free:
-            self._value_error(f"estimator={self.estimator!r}; valid: {', '.join(critic_free)}")
+            self._value_error(f"estimator={shown(self.estimator)}; valid: {', '.join(critic_free)}")
         if not isinstance(self.credit, CreditConfig):
-            self._value_error(f"credit must be a credit.CreditConfig (use training(credit=...)), got {self.credit!r}")
+            self._value_error(f"credit must be a credit.CreditConfig (use training(credit=...)), got {shown(self.credit)}")
         try:
             check_anchor_key(self.anchor_key)
         except ValueError as error:

@@ -179,7 +179,7 @@ class ECPOConfig(GroupCreditConfig):
         except gym.error.Error:
             import ecpo_gym
 
-            self._value_error(f"unknown env id {self.text_env_id!r}; registered: {', '.join(sorted(ecpo_gym.ENV_ENTRY_POINTS))}")
+            self._value_error(f"unknown env id {shown(self.text_env_id)}; registered: {', '.join(sorted(ecpo_gym.ENV_ENTRY_POINTS))}")
         self._refuse_options_not_run()  # before the TrainConfig, whose own type checks would name the native key
         try:  # the TrainConfig's own checks: ranges, scoring on search-QA, LoRA without peft, ...
             self.to_train_config()
@@ -197,11 +197,11 @@ class ECPOConfig(GroupCreditConfig):
             if self._model_config.get("policy", "llm") == "llm":
                 check_model_folder(model)
         except ValueError as error:
-            self._value_error(f"rl_module(model_config={{'model': {model!r}}}): {error}")
+            self._value_error(f"rl_module(model_config={{'model': {shown(model)}}}): {error}")
         if self.lost_groups not in LOST_GROUP_POLICIES:
-            self._value_error(f"lost_groups={self.lost_groups!r}; valid: {', '.join(LOST_GROUP_POLICIES)}")
+            self._value_error(f"lost_groups={shown(self.lost_groups)}; valid: {', '.join(LOST_GROUP_POLICIES)}")
         if isinstance(self.max_policy_lag, bool) or self.max_policy_lag not in PIPELINE_LAGS:
-            self._value_error(f"max_policy_lag={self.max_policy_lag!r}; valid: 0 (lock-step) or 1 (the runners play "
+            self._value_error(f"max_policy_lag={shown(self.max_policy_lag)}; valid: 0 (lock-step) or 1 (the runners play "
                               "the next groups while the learner updates)")
         # (RLlib's own derived evaluation config has no runners and never trains)
         if self.max_policy_lag and int(self.num_env_runners) == 0 and not self.in_evaluation:
@@ -220,7 +220,7 @@ class ECPOConfig(GroupCreditConfig):
         for name, instead in LLM_PATH_REFUSED.items():
             stored = f"_{name}" if hasattr(defaults, f"_{name}") else name  # a property RLlib derives (per learner)
             if hasattr(defaults, stored) and getattr(self, stored) != getattr(defaults, stored):
-                self._value_error(f"{name}={getattr(self, name)!r} is not used by the LLM path; {instead}")
+                self._value_error(f"{name}={shown(getattr(self, name))} is not used by the LLM path; {instead}")
         for name in ("lr", "entropy_coeff"):
             if isinstance(getattr(self, name), (list, tuple)):
                 self._value_error(f"{name} as a schedule is not used by the LLM path; "

@@ -56,7 +56,7 @@ def native_values(config: Any) -> dict[str, Any]:
     model_config = dict(config._model_config)
     unknown = sorted(set(model_config) - set(MODEL_KEYS))
     if unknown:
-        raise ValueError(f"unknown rl_module model_config key(s) {unknown}; valid: {', '.join(MODEL_KEYS)}")
+        raise ValueError(f"unknown rl_module model_config key(s) {shown(unknown)}; valid: {', '.join(MODEL_KEYS)}")
     values: dict[str, Any] = {"policy": "llm", "env_id": config.text_env_id,
                               "env_kwargs": dict((config.env_config or {}).get("env_kwargs") or {})}
     values |= dict(getattr(config, "run_settings", {}) or {})
