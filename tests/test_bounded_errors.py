@@ -71,6 +71,7 @@ ENV_CASES = {
     "WebShopGen search_backend": ("ecpo/WebShopGen-v0", {"search_backend": HUGE}, "search backend"),
     "WebShop task_source": ("ecpo/WebShop-v0", {"task_source": HUGE}, "task_source"),
     "SearchQA retriever": ("ecpo/SearchQA-v0", {"retriever": HUGE}, "retriever"),
+    "SearchQA retriever_url": ("ecpo/SearchQA-v0", {"retriever": "http", "retriever_url": "http://" + HUGE}, "url"),
     "a huge env id": ("ecpo/" + HUGE, {}, "xxxx"),
 }
 
