@@ -108,6 +108,19 @@ def test_huge_estimator_and_policy_settings_are_short_errors_naming_them(tmp_pat
     refused(lambda: check_model_folder("/" + HUGE), "does not exist")  # the LLM's model= (train, sft, eval)
 
 
+def test_a_path_too_long_for_the_os_is_a_short_error_naming_the_setting(tmp_path):
+    """A ``run_dir``, manifest or model name longer than the OS takes (its ``OSError`` quotes the path whole)."""
+    from ecpo_train.evaluation.manifests import load_manifest
+    from ecpo_train.runtime.config import load_config
+    from ecpo_train.runtime.resume import plan_start
+    from ecpo_train.runtime.run import train
+    from ecpo_train.runtime.trainer import Trainer
+
+    refused(lambda: train(Trainer, load_config("quickstart", [f"run_dir={HUGE}"])), "run_dir=", "cannot be a folder")
+    refused(lambda: plan_start(tmp_path / HUGE, {}, resume=True), "run_dir=", "cannot be a folder")
+    refused(lambda: load_manifest(HUGE), "manifest", "not found")
+
+
 # ---------------------------------------------------------------------------------------------- the CLI
 @pytest.mark.parametrize("override", [f"lr={HUGE}", f"estimator={HUGE}", f"{HUGE}=1",
                                       f"env_kwargs={json.dumps({HUGE: 1})}"])

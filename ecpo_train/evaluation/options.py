@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import os
 import typing
 from collections.abc import Callable, Iterable
 from dataclasses import MISSING, dataclass, field, fields
@@ -101,7 +102,7 @@ class LeaderboardOptions:
 def check_output_folder(path: str | Path) -> None:
     """``ValueError`` when ``path`` cannot become a folder: it, or a folder above it, is a file."""
     probe = Path(path).absolute()
-    while not probe.exists():
+    while not os.path.exists(probe):  # (False, not an OSError, for a name too long for a path)
         probe = probe.parent
     if not probe.is_dir():
         raise ValueError(f"{path} cannot be a results folder: {probe} is a file")

@@ -38,6 +38,7 @@ from ecpo_train.runtime.run_dir import (
     OWN_MARKERS,
     RUN_FILES,
     RunFolder,
+    check_path_length,
     folder_engine,
     holds_run,
     linked_run_files,
@@ -80,6 +81,7 @@ def plan_start(run_dir: Path, new_config: dict[str, Any], resume: bool | str = F
         raise ValueError(f"resume={shown(resume)}: give True, False or {RESUME_OR_START!r}")
     if resume and overwrite:
         raise ValueError("--resume continues the run in run_dir and --overwrite replaces it: choose one")
+    check_path_length(run_dir, f"run_dir={shown(str(run_dir))}")
     if run_dir.exists() and not run_dir.is_dir():
         raise ValueError(f"run_dir={shown(str(run_dir))} is a file, not a folder")
     linked = linked_run_files(run_dir) if run_dir.is_dir() else []

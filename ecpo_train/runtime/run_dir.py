@@ -32,6 +32,7 @@ order (task, copy, won, length): two validations of the same tasks and seed pair
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -267,9 +268,20 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, float]]:
     return rows
 
 
+def check_path_length(path: Path, label: str) -> None:
+    """``ValueError`` naming ``label`` when ``path`` is too long for the OS (``OSError``, whose message would quote
+    the path whole: a 10 MB ``run_dir`` a 10 MB error line)."""
+    try:
+        path.lstat()
+    except OSError as err:
+        if err.errno == errno.ENAMETOOLONG:
+            raise ValueError(f"{label} cannot be a folder ({err.strerror})") from None
+
+
 def check_writable_folder(path: Path, label: str) -> None:
     """``ValueError`` unless ``path`` is, or can be made as, a folder this process may write; writes nothing
     (the nearest existing folder on the path must be writable). ``label`` names the path in the message."""
+    check_path_length(path, label)
     if path.exists() and not path.is_dir():
         raise ValueError(f"{label} is a file, not a folder")
     probe = path.absolute()
