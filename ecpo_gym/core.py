@@ -30,7 +30,7 @@ from gymnasium.vector.utils.shared_memory import (
 )
 
 from ecpo_gym.canonical import INVALID_ACTION, ActionCanonicalizer, normalize_text
-from ecpo_gym.kwargs import check_count, check_real
+from ecpo_gym.kwargs import check_count, check_real, shown
 
 MAX_TEXT_LENGTH = 1 << 20
 # Every environment's step limit is at most this (the base class checks it, so no id or constructor can skip it): an
@@ -177,7 +177,7 @@ class TextAgentEnv(gym.Env[str, str], abc.ABC):
         max_text_length: int = MAX_TEXT_LENGTH,
     ) -> None:
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode={render_mode!r}; supported: {self.metadata['render_modes']}")
+            raise ValueError(f"render_mode={shown(render_mode)}; supported: {self.metadata['render_modes']}")
         self.max_steps = check_count("max_steps", max_steps, 1, MAX_STEPS)
         # every env's rewards are finite numbers (a NaN or inf reward would poison every advantage of its group)
         self.reward_success = check_real("reward_success", reward_success)
@@ -209,7 +209,7 @@ class TextAgentEnv(gym.Env[str, str], abc.ABC):
         The default accepts exactly ``task_ids``; environments with aliases or open-ended ids override it.
         """
         if task_id not in self.task_ids:
-            raise UnknownTaskError(f"unknown task_id {task_id!r} for {type(self).__name__} "
+            raise UnknownTaskError(f"unknown task_id {shown(task_id)} for {type(self).__name__} "
                                    f"({len(self.task_ids)} tasks, e.g. {list(self.task_ids[:3])})")
         return task_id
 

@@ -60,6 +60,7 @@ import numpy as np
 
 from ecpo_gym.canonical import INVALID_ACTION
 from ecpo_gym.group_workers import EnvError, EnvShard, EnvSpec, Worker, WorkerError
+from ecpo_gym.kwargs import shown
 
 
 class StepResult(NamedTuple):
@@ -276,9 +277,9 @@ class GroupVectorEnv:
         the ``ValueError``/``KeyError`` of a bad request, whose message says it all."""
         exc = error.exception
         if exc is None:  # it could not be sent back from the worker: its traceback is all there is
-            raise RuntimeError(f"reset of copy {i} (task {task!r}) failed:\n{error.traceback}")
+            raise RuntimeError(f"reset of copy {i} (task {shown(task)}) failed:\n{error.traceback}")
         if self._shard is None and not isinstance(exc, (ValueError, KeyError)):
-            exc.add_note(f"raised by reset of copy {i} (task {task!r}) in an environment worker:\n{error.traceback}")
+            exc.add_note(f"raised by reset of copy {i} (task {shown(task)}) in an environment worker:\n{error.traceback}")
         raise exc
 
     def _failed(self, i: int, error: str) -> StepResult:

@@ -18,7 +18,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from ecpo_gym.kwargs import shown
+from ecpo_gym.kwargs import SHOWN_CHARS, cut_long_words, shown
 
 EnvSpec = str | Callable[..., gym.Env]
 
@@ -35,10 +35,12 @@ class EnvError:
 def make_env(env: EnvSpec, env_kwargs: dict[str, Any] | None = None, *, env_checker: bool = False) -> gym.Env:
     """Build one environment from a registered id or a factory (the one ``gymnasium.make`` of the project). What
     gymnasium reports as a stack trace is one ``ValueError`` naming the setting: a ``render_mode`` that is not text
-    (its ``make`` calls ``.endswith`` on it) and a ``"module:id"`` whose module does not exist."""
+    (its ``make`` calls ``.endswith`` on it) and a ``"module:id"`` whose module does not exist. A huge value in an
+    error's message (gymnasium appends every env kwarg to a ``TypeError``; an ``OSError`` quotes its path) is cut
+    (``kwargs.cut_long_words``), the error's type kept."""
     kwargs = dict(env_kwargs or {})
     mode = kwargs.get("render_mode")
-    if mode is not None and not isinstance(mode, str):
+    if mode is not None and (not isinstance(mode, str) or len(mode) > SHOWN_CHARS):  # (gymnasium warns quoting it)
         raise ValueError(f"render_mode={shown(mode)} is invalid: it must be a render mode's name (ansi) or None")
     if not isinstance(env, str):
         return env(**kwargs)
@@ -52,6 +54,26 @@ def make_env(env: EnvSpec, env_kwargs: dict[str, Any] | None = None, *, env_chec
             raise  # a module the environment itself imports: not the id's
         raise ValueError(f"env_id {shown(env)}: there is no module {shown(module)} to import (the part before ':' "
                          "names the module that declares the id; a registered id, ecpo/..., needs none)") from None
+    except (TypeError, OSError, gym.error.Error) as err:
+        bounded = _bounded_error(err, kwargs)
+        if bounded is None:
+            raise
+        raise bounded from None
+
+
+def _bounded_error(err: BaseException, kwargs: dict[str, Any]) -> BaseException | None:
+    """``err`` again (its type kept) with every huge value in its message cut, or ``None`` when none is huge; an
+    ``OSError`` (a path too long, say) also names the env kwargs it came from."""
+    text = str(err)
+    if cut_long_words(text) == text:
+        return None
+    if isinstance(err, OSError):
+        where = f"{err.strerror}: {err.filename!r}" if err.strerror and err.filename else text
+        return OSError(err.errno, cut_long_words(f"{where} (env_kwargs {shown(kwargs)})"))  # (errno picks the type)
+    try:
+        return type(err)(cut_long_words(text))
+    except Exception:  # noqa: BLE001 -- an error type built from other arguments than one message
+        return ValueError(cut_long_words(text))
 
 
 def _importable(module: str) -> bool:
@@ -144,7 +166,7 @@ def worker_main(conn: Any, env: EnvSpec, env_kwargs: dict[str, Any] | None, size
             elif command == "task_ids":
                 conn.send(("ok", shard.task_ids()))
             else:
-                conn.send(("error", f"unknown command {command!r}"))
+                conn.send(("error", f"unknown command {shown(command)}"))
     except (EOFError, KeyboardInterrupt, BrokenPipeError):
         pass
     finally:
@@ -195,7 +217,7 @@ class Worker:
             return self.conn.recv()
         except (EOFError, ConnectionResetError, BrokenPipeError, OSError) as exc:
             code = self.process.exitcode
-            raise WorkerError(f"worker pid {self.process.pid} died (exit code {code}): {exc!r}") from exc
+            raise WorkerError(f"worker pid {self.process.pid} died (exit code {code}): {shown(exc)}") from exc
 
     def request(self, timeout: float | None) -> Any:
         status, payload = self.receive(timeout)

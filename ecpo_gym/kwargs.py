@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import operator
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,6 +27,17 @@ def shown(value: Any) -> str:
     except ValueError:  # an int of more digits than Python converts to text
         return f"an integer of {value.bit_length()} bits" if isinstance(value, int) else type(value).__name__
     return text if len(text) <= SHOWN_CHARS else f"{text[:SHOWN_CHARS]}... ({len(text)} characters)"
+
+
+LONGEST_WORD = 200  # a path or a value up to this long is echoed whole
+
+
+def cut_long_words(text: str, keep: int = 80) -> str:
+    """``text`` with every run of more than ``LONGEST_WORD`` non-space characters cut to its first ``keep`` and its
+    length: a value of 10 MB given on the command line is echoed as a hundred characters, wherever the message
+    that names it was written (the rule of :func:`shown` for a message written by another library)."""
+    return re.sub(rf"\S{{{LONGEST_WORD + 1},}}", lambda m: f"{m.group(0)[:keep]}... ({len(m.group(0))} characters)",
+                  text)
 
 
 def is_int_in(value: Any, low: int, high: int | None = None) -> bool:

@@ -258,3 +258,50 @@ def test_a_damaged_module_state_is_one_line_on_the_rllib_engine(damage, tmp_path
     line = str(refused.value)
     assert "\n" not in line and len(line) < 400, line
     assert ("do not fit" if damage == "wrong shapes" else "nan or infinite") in line, line
+
+
+def _damage_learner_arrays(checkpoint: Path, damage: str) -> None:
+    """Rewrite the learner's arrays in an RLlib checkpoint with its checksums made to agree (a hand edit, or a
+    folder without checksums): the largest weight cut to 3 values, or the smallest array set to nan."""
+    import numpy as np
+    from safetensors.numpy import load_file, save_file
+
+    from ecpo_train.integrations.rllib.state_files import ARRAYS_FILE
+    from ecpo_train.policies.checksums import write_folder_checksums
+
+    arrays = load_file(str(checkpoint / ARRAYS_FILE))
+    if damage == "wrong shape":
+        arrays[max(arrays, key=lambda k: arrays[k].size)] = np.zeros(3, np.float32)
+    else:
+        name = min(arrays, key=lambda k: arrays[k].size)
+        arrays[name] = np.full_like(arrays[name], np.nan)
+    save_file(arrays, str(checkpoint / ARRAYS_FILE))
+    write_folder_checksums(checkpoint)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damage", ["wrong shape", "nan"])
+def test_a_damaged_learner_state_is_one_line_on_rllib_resume(damage, tmp_path):
+    """``ecpo train --engine rllib --learners 1 --resume`` from a checkpoint whose learner state does not fit (a
+    weight of another shape, nan values) exits 2 with one line naming the file: checked on the driver before the
+    state is sent to the learner actor (before: Ray logged the actor's error with its traceback and the run died
+    later of an ``IndexError`` traceback, exit 1). The intact checkpoint resumes."""
+    pytest.importorskip("ray")
+    import shutil
+
+    folder = text_folder(tmp_path / "warm")
+    run = tmp_path / "run"
+    args = ["train", "--config", "quickstart", f"run_dir={run}", *TEXT_RUN, f"model={folder}", "checkpoint_every=1",
+            "threads=1", "--engine", "rllib", "--env-runners", "0", "--learners", "1"]
+    assert cli(*args, "iterations=1").exit_code == 0
+    intact = tmp_path / "intact"
+    shutil.copytree(run / "rllib_checkpoint", intact)
+    _damage_learner_arrays(run / "rllib_checkpoint", damage)
+    result = cli(*args, "iterations=2", "--resume")
+    one_line_error(result, "rllib_checkpoint/arrays.safetensors is damaged",
+                   "has shape (3,)" if damage == "wrong shape" else "nan or infinite")
+    assert len(result.output.splitlines()[-1]) < 400
+    shutil.rmtree(run / "rllib_checkpoint")
+    shutil.copytree(intact, run / "rllib_checkpoint")
+    resumed = cli(*args, "iterations=2", "--resume")
+    assert resumed.exit_code == 0, resumed.output

@@ -83,7 +83,7 @@ def test_a_missing_model_is_one_line_before_ray(tmp_path):
     with pytest.raises(ValueError) as error:
         config.validate()
     assert str(error.value) == (f"rl_module(model_config={{'model': '{tmp_path / 'no-model'}'}}): "
-                                f"{tmp_path / 'no-model'} does not exist; give a folder with the model's config.json, "
+                                f"'{tmp_path / 'no-model'}' does not exist; give a folder with the model's config.json, "
                                 "weights and tokenizer (`ecpo models pull smollm2-135m-instruct`) or a hub id")
     assert not ray.is_initialized()
 

@@ -52,7 +52,7 @@ from ecpo_gym.core import (
     UnknownTaskError,
 )
 from ecpo_gym.families import declared_max_steps
-from ecpo_gym.kwargs import check_count, check_nonempty
+from ecpo_gym.kwargs import check_count, check_nonempty, shown
 
 # Template variants of ALFWorld commands, applied in order to normalised text (and to the admissible set).
 ALFWORLD_REWRITES: list[tuple[str, str]] = [
@@ -92,7 +92,7 @@ def normalize_task_types(task_types: Iterable[str] | None) -> tuple[str, ...]:
     for t in task_types:
         name = TASK_TYPES.get(t) or by_lower.get(str(t).lower())
         if name is None:
-            raise ValueError(f"unknown ALFWorld task type {t!r}; choose from {list(SUBTASKS)} or {sorted(TASK_TYPES)}")
+            raise ValueError(f"task_types: unknown ALFWorld task type {shown(t)}; choose from {list(SUBTASKS)} or {sorted(TASK_TYPES)}")
         if name not in chosen:
             chosen.append(name)
     check_nonempty("task_types", chosen, f"give at least one of {list(SUBTASKS)} (or leave it out for all six)")
@@ -136,7 +136,7 @@ class _ALFWorldBase(TextAgentEnv):
         engine: str = DEFAULT_ENGINE,
     ) -> None:
         if engine not in ENGINES:
-            raise ValueError(f"unknown ALFWorld engine {engine!r}; choose from {list(ENGINES)}")
+            raise ValueError(f"unknown ALFWorld engine {shown(engine)}; choose from {list(ENGINES)}")
         super().__init__(max_steps=max_steps, reward_success=reward_success, reward_failure=reward_failure,
                          reward_invalid=reward_invalid, render_mode=render_mode)
         self.engine = engine
@@ -168,7 +168,7 @@ class _ALFWorldBase(TextAgentEnv):
             try:
                 self._engine.load(self._game_data(task_id))
             except GameLoadError as error:  # (the engine compiles a game dict: say which task it was)
-                raise GameLoadError(str(error) if task_id in str(error) else f"task {task_id!r}: {error}") from None
+                raise GameLoadError(str(error) if task_id in str(error) else f"task {shown(task_id)}: {error}") from None
             self._loaded_task = task_id
         self._game_state = self._engine.reset()
         self._state_key_value = None
@@ -244,7 +244,7 @@ class ALFWorldEnv(_ALFWorldBase):
         self.split_dir = resolve_split_dir(data_dir if data_dir is not None else data_path, split or "valid_seen")
         found = self.split_dir.name
         if split is not None and found in KNOWN_SPLITS and found != split:
-            raise ValueError(f"split={split!r} but {self.split_dir} is the {found!r} split")
+            raise ValueError(f"split={shown(split)} but {self.split_dir} is the {shown(found)} split")
         self.split = split if split is not None else found
         self.task_types = normalize_task_types(task_types)
         self._task_ids = list_games(self.split_dir, self.task_types)
@@ -261,7 +261,7 @@ class ALFWorldEnv(_ALFWorldBase):
         if not task_id.endswith(GAME_FILE):
             task_id = f"{task_id}/{GAME_FILE}"
         if task_id not in self._known:
-            raise UnknownTaskError(f"unknown ALFWorld task id {task_id!r} in {self.split_dir} "
+            raise UnknownTaskError(f"unknown ALFWorld task id {shown(task_id)} in {self.split_dir} "
                                    f"({len(self._task_ids)} games)")
         return task_id
 
@@ -319,7 +319,7 @@ class ALFWorldGenEnv(_ALFWorldBase):
         match = _GEN_ID.match(task_id)
         if match is None or match.group(1).lower() not in _SUBTASK_NAMES:
             raise UnknownTaskError(f"generated ALFWorld task ids look like 'gen/Heat/17' (task types "
-                                   f"{list(SUBTASKS)}), got {task_id!r}")
+                                   f"{list(SUBTASKS)}), got {shown(task_id)}")
         return normalize_task_types([match.group(1)])[0], int(match.group(2))
 
     def _resolve_task_id(self, task_id: str) -> str:

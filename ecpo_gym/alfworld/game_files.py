@@ -26,6 +26,7 @@ from pathlib import Path, PurePosixPath
 from ecpo_gym.alfworld.engine import TASK_TYPES
 from ecpo_gym.alfworld.native.game import GameLoadError
 from ecpo_gym.cache import cache_root, staging_folder
+from ecpo_gym.kwargs import shown
 
 DOWNLOAD_HINT = (
     "Get the games with `pip install alfworld && alfworld-download` (creates $ALFWORLD_DATA/json_2.1.1/"
@@ -42,7 +43,7 @@ def subtask_of(name: str) -> str:
     """Subtask of a task folder name (``pick_heat_then_place_in_recep-Apple-...`` -> ``Heat``)."""
     prefix = name.split("/", 1)[0].split("-", 1)[0]
     if prefix not in TASK_TYPES:
-        raise ValueError(f"{name!r} does not start with an ALFWorld task prefix {sorted(TASK_TYPES)}")
+        raise ValueError(f"{shown(name)} does not start with an ALFWorld task prefix {sorted(TASK_TYPES)}")
     return TASK_TYPES[prefix]
 
 
@@ -76,7 +77,7 @@ def resolve_split_dir(data_dir: str | os.PathLike | None, split: str) -> Path:
             folder = extracted_archive(archive, split=split) / RELEASE / split
             if not _has_games(folder):
                 raise FileNotFoundError(f"{archive} holds no {RELEASE}/{split}/*/*/{GAME_FILE}: not an ALFWorld "
-                                        f"{split!r} archive. {DOWNLOAD_HINT}")
+                                        f"{shown(split)} archive. {DOWNLOAD_HINT}")
             return folder
         tried.append(str(archive))
     where = ", ".join(tried) if tried else "nothing (data_dir, ALFWORLD_DATA and ECPO_DATA_DIR are all unset)"
@@ -85,7 +86,7 @@ def resolve_split_dir(data_dir: str | os.PathLike | None, split: str) -> Path:
                    | {name.removeprefix(f"{RELEASE}-").removesuffix(".tar.gz") for root in roots if root.is_dir()
                       for name in os.listdir(root) if name.startswith(f"{RELEASE}-") and name.endswith(".tar.gz")})
     existing = f" Splits that exist there: {', '.join(found)}." if found else ""
-    raise FileNotFoundError(f"ALFWorld split {split!r} not found: looked in {where}.{existing} {DOWNLOAD_HINT}")
+    raise FileNotFoundError(f"ALFWorld split {shown(split)} not found: looked in {where}.{existing} {DOWNLOAD_HINT}")
 
 
 def split_archive_name(split: str) -> str:
@@ -97,7 +98,7 @@ def _check_member(archive: Path, member: tarfile.TarInfo) -> None:
     parts = PurePosixPath(member.name).parts
     if (member.name.startswith("/") or ".." in parts or not parts or parts[0] != RELEASE
             or not (member.isfile() or member.isdir())):
-        raise ValueError(f"{archive} is not a safe ALFWorld archive: member {member.name!r} is not a plain "
+        raise ValueError(f"{archive} is not a safe ALFWorld archive: member {shown(member.name)} is not a plain "
                          f"file or folder under {RELEASE}/")
 
 
@@ -128,7 +129,7 @@ def extracted_archive(archive: Path, cache_dir: str | os.PathLike | None = None,
             raise ValueError(f"cannot extract {archive}: it is cut or damaged ({why}); download it again") from None
         if expected is not None and (found := _count_games(staging / RELEASE / split)) != expected:
             raise ValueError(f"{archive} holds {found} {split} games, the release's split has {expected}: it is cut "
-                             f"or not ALFWorld's {split!r} archive; download it again")
+                             f"or not ALFWorld's {shown(split)} archive; download it again")
         try:
             os.rename(staging, target)
         except OSError:  # another process renamed its own complete copy into place first

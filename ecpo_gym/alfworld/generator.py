@@ -25,7 +25,7 @@ from importlib import resources
 import numpy as np
 
 from ecpo_gym.alfworld.engine import SUBTASKS, TASK_TYPES
-from ecpo_gym.kwargs import check_count, check_int_pair
+from ecpo_gym.kwargs import check_count, check_int_pair, shown
 
 SUBTASK_PREFIX = {subtask: prefix for prefix, subtask in TASK_TYPES.items()}
 
@@ -220,7 +220,7 @@ def generate_game(
 ) -> GeneratedGame:
     """Build the household of ``(task_type, seed)``: deterministic, solvable, goal false at reset."""
     if task_type not in SUBTASK_PREFIX:
-        raise ValueError(f"unknown task type {task_type!r}; choose from {list(SUBTASKS)}")
+        raise ValueError(f"unknown task type {shown(task_type)}; choose from {list(SUBTASKS)}")
     check_generation_args(num_receptacles, max_objects_per_receptacle)
     lo, hi = int(num_receptacles[0]), int(num_receptacles[1])
     t = alfworld_tables()

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ecpo_gym.diagnostic.env import Outcome
+from ecpo_gym.kwargs import shown
 
 TransitionModel = Mapping[str, Mapping[str, list[Outcome]]]
 Policy = Mapping[str, Mapping[str, float]]
@@ -40,7 +41,7 @@ def _action_probs(model: TransitionModel, state: str, policy: Policy | None,
         return {a: 1.0 / len(actions) for a in actions}
     total = sum(max(0.0, float(row.get(a, 0.0))) for a in actions)
     if total <= 0:
-        raise ValueError(f"policy gives no probability to any admissible action of state {state!r}")
+        raise ValueError(f"policy gives no probability to any admissible action of state {shown(state)}")
     return {a: max(0.0, float(row.get(a, 0.0))) / total for a in actions}
 
 

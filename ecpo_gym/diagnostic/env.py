@@ -35,7 +35,7 @@ from ecpo_gym.core import (
     Transition,
     UnknownTaskError,
 )
-from ecpo_gym.kwargs import check_int, check_optional_int, check_pair, check_real
+from ecpo_gym.kwargs import check_int, check_optional_int, check_pair, check_real, shown
 
 DOOR_NAMES = ("red", "blue", "green", "gold", "grey", "pink", "teal", "white", "black", "brown")
 GOAL = "goal"
@@ -147,7 +147,7 @@ class DivergentAnchorEnv(TextAgentEnv):
         try:
             return self._layouts[task_id]
         except KeyError:
-            raise UnknownTaskError(f"unknown task_id {task_id!r}; this env has {list(self._task_ids)}") from None
+            raise UnknownTaskError(f"unknown task_id {shown(task_id)}; this env has {list(self._task_ids)}") from None
 
     # ------------------------------------------------------------------ exact model
     def initial_state(self, task_id: str) -> str:

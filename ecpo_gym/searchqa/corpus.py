@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+from ecpo_gym.kwargs import shown
 from ecpo_gym.searchqa.protocol import split_contents
 
 
@@ -56,7 +57,7 @@ class Corpus(Sequence[Document]):
         self._by_id: dict[str, int] = {}
         for position, document in enumerate(self._documents):
             if document.id in self._by_id:
-                raise ValueError(f"{name}: duplicate document id {document.id!r}")
+                raise ValueError(f"{name}: duplicate document id {shown(document.id)}")
             self._by_id[document.id] = position
 
     def __len__(self) -> int:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ecpo_gym.kwargs import shown
 from ecpo_gym.searchqa.corpus import Corpus, DataNotFoundError
 from ecpo_gym.searchqa.schemas import SCHEMAS, detect_schema, parse_rows, read_rows, schema_of_row
 
@@ -115,7 +116,7 @@ def resolve_dataset_file(name: str, split: str, data_dir: str | os.PathLike | No
         if path.is_file():
             return path
     if known:
-        raise ValueError(f"dataset {name!r} has splits {sorted(known)}, not {split!r}")
+        raise ValueError(f"dataset {shown(name)} has splits {sorted(known)}, not {shown(split)}")
     raise _missing(candidates[0])
 
 
@@ -169,19 +170,19 @@ def load_qa_file(path: str | os.PathLike, *, name: str | None = None, split: str
         raise _missing(path)
     rows = read_rows(path)
     if schema is not None and schema not in SCHEMAS:
-        raise ValueError(f"unknown schema {schema!r}; choose one of {', '.join(SCHEMAS)}")
+        raise ValueError(f"unknown schema {shown(schema)}; choose one of {', '.join(SCHEMAS)}")
     schema = schema or detect_schema(path, rows)
     try:
         parsed, corpus = parse_rows(schema, rows, path)
     except (KeyError, TypeError, AttributeError, ValueError) as exc:
         found = schema_of_row(rows[0]) if rows else None
-        hint = f"; its rows look like {found!r}" if found and found != schema else ""
-        raise ValueError(f"{path}: a row does not follow the {schema!r} schema "
+        hint = f"; its rows look like {shown(found)}" if found and found != schema else ""
+        raise ValueError(f"{path}: a row does not follow the {shown(schema)} schema "
                          f"({type(exc).__name__}: {exc}){hint}") from None
     for position, row in enumerate(parsed):
         if not row["answers"] or not str(row["question"]).strip():
             missing = "golden answers" if not row["answers"] else "question"
-            raise ValueError(f"{path}: row {position} ({schema!r} schema) has no {missing}")
+            raise ValueError(f"{path}: row {position} ({shown(schema)} schema) has no {missing}")
     name = name or _file_name(path, parsed)
     split = split or _file_split(path)
     return QADataset(name, split, _finish(name, split, parsed), corpus=corpus, path=path, schema=schema)

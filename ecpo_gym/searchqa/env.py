@@ -23,7 +23,7 @@ from typing import Any
 from ecpo_gym.canonical import INVALID_ACTION, normalize_text
 from ecpo_gym.core import MAX_STEPS, TaskStart, TextAgentEnv, Transition, UnknownTaskError
 from ecpo_gym.families import declared_max_steps
-from ecpo_gym.kwargs import check_choice, check_int, check_real
+from ecpo_gym.kwargs import check_choice, check_int, check_real, shown
 from ecpo_gym.searchqa.answers import exact_match, normalize_answer, token_f1
 from ecpo_gym.searchqa.corpus import Corpus, DataNotFoundError
 from ecpo_gym.searchqa.datasets import QAExample, load_dataset
@@ -106,7 +106,7 @@ class SearchQABaseEnv(TextAgentEnv):
 
     def _resolve_task_id(self, task_id: str) -> str:
         if task_id not in self.examples:
-            raise UnknownTaskError(f"unknown task_id {task_id!r} ({len(self._task_ids)} tasks, e.g. "
+            raise UnknownTaskError(f"unknown task_id {shown(task_id)} ({len(self._task_ids)} tasks, e.g. "
                                    f"{self._task_ids[:2]})")
         return task_id
 
@@ -204,7 +204,7 @@ class SearchQAEnv(SearchQABaseEnv):
         qa = load_dataset(dataset, split, data_dir=data_dir, path=data_path, data_sources=data_sources,
                           schema=schema)
         if not qa.examples:
-            raise ValueError(f"dataset {qa.name}/{qa.split} has no examples (data_sources={data_sources})")
+            raise ValueError(f"dataset {qa.name}/{qa.split} has no examples (data_sources={shown(data_sources)})")
         self.dataset = qa
         if isinstance(retriever, Retriever):
             backend = retriever
@@ -222,7 +222,7 @@ class SearchQAEnv(SearchQABaseEnv):
                 documents = qa.corpus
             else:
                 raise DataNotFoundError(
-                    f"dataset {qa.name}/{qa.split} ({qa.path}, {qa.schema!r} schema) ships no paragraphs, so "
+                    f"dataset {qa.name}/{qa.split} ({qa.path}, {shown(qa.schema)} schema) ships no paragraphs, so "
                     f"the {retriever} retriever needs corpus=<path to a corpus jsonl> (Search-R1's wiki-18: "
                     "huggingface.co/datasets/PeterJinGo/wiki-18-corpus), or use retriever='http' with "
                     "retriever_url=<a Search-R1 retrieval server>. Files that carry their paragraphs need "
@@ -244,7 +244,7 @@ class SearchQAGenEnv(SearchQABaseEnv):
     def __init__(self, world_seed: int = 0, *, world_size: dict[str, int] | None = None, **episode_kwargs: Any):
         check_int("world_seed", world_seed, 0)
         if world_size is not None and not isinstance(world_size, dict):
-            raise ValueError(f"world_size={world_size!r} is invalid: it must be a mapping such as {{n_people: 30}}")
+            raise ValueError(f"world_size={shown(world_size)} is invalid: it must be a mapping such as {{n_people: 30}}")
         for name, count in (world_size or {}).items():
             check_choice("world_size key", name, WORLD_SIZE_KEYS)
             check_int(f"world_size.{name}", count, 1, MAX_WORLD_ENTITIES)  # the world is generated here

@@ -28,6 +28,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ecpo_gym.kwargs import shown
 from ecpo_gym.searchqa.corpus import Corpus, Document, make_contents
 
 _WHITESPACE = re.compile(r"\s+")
@@ -233,4 +234,4 @@ def parse_rows(schema: str, rows: list[dict[str, Any]], path: Path) -> tuple[lis
                    "metadata": {k: row[k] for k in ("type", "level") if k in row}}
                   for i, row in enumerate(rows)]
         return parsed, corpus
-    raise ValueError(f"unknown schema {schema!r}; choose one of {', '.join(SCHEMAS)}")
+    raise ValueError(f"unknown schema {shown(schema)}; choose one of {', '.join(SCHEMAS)}")

@@ -22,6 +22,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from ecpo_gym.kwargs import shown
 from ecpo_gym.searchqa.corpus import Corpus
 from ecpo_gym.searchqa.retrievers import Retriever, make_retriever
 from ecpo_gym.searchqa.retrievers.remote import MAX_QUERY_CHARS  # the client cuts longer queries to this
@@ -83,7 +84,7 @@ def read_json_body(handler: BaseHTTPRequestHandler, max_bytes: int) -> Any:
     try:
         length = int(raw) if raw is not None else 0
     except ValueError:
-        raise RequestError(f"Content-Length {raw!r} is not a number") from None
+        raise RequestError(f"Content-Length {shown(raw)} is not a number") from None
     if length <= 0:
         raise RequestError("a JSON body with its Content-Length is required")
     if length > max_bytes:

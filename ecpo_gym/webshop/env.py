@@ -36,7 +36,7 @@ from typing import Any
 from ecpo_gym.canonical import INVALID_ACTION, normalize_text
 from ecpo_gym.core import MAX_STEPS, TaskStart, TextAgentEnv, Transition, UnknownTaskError
 from ecpo_gym.families import declared_max_steps
-from ecpo_gym.kwargs import check_bool, check_choice, check_int, check_optional_int, check_real
+from ecpo_gym.kwargs import check_bool, check_choice, check_int, check_optional_int, check_real, shown
 from ecpo_gym.webshop.catalogue import Catalogue, cached_catalogue, files_identity
 from ecpo_gym.webshop.fixed_tasks import FIXED_TASKS_FILE, fixed_task_goals, load_fixed_tasks
 from ecpo_gym.webshop.goals import GOAL_SHUFFLE_SEED, SPLITS, Goal, build_goals, goal_summary, split_indices
@@ -107,9 +107,9 @@ class WebShopEnv(TextAgentEnv):
         check_bool("small", small)
         check_bool("human_goals", human_goals)
         if task_source not in TASK_SOURCES:
-            raise ValueError(f"task_source={task_source!r}; expected one of {TASK_SOURCES}")
+            raise ValueError(f"task_source={shown(task_source)}; expected one of {TASK_SOURCES}")
         if missing_fixed_tasks not in ("error", "skip"):
-            raise ValueError(f"missing_fixed_tasks={missing_fixed_tasks!r}; expected 'error' or 'skip'")
+            raise ValueError(f"missing_fixed_tasks={shown(missing_fixed_tasks)}; expected 'error' or 'skip'")
         fixed = task_source == "fixed100"
         files = resolve_data_files(data_dir, small=small, products_file=products_file,
                                    attributes_file=attributes_file, human_file=human_file)
@@ -132,7 +132,7 @@ class WebShopEnv(TextAgentEnv):
                         **kwargs)
             return
         if split not in ("all", "test"):
-            raise ValueError(f"the fixed tasks are one test set; split={split!r} must be 'all' or 'test'")
+            raise ValueError(f"the fixed tasks are one test set; split={shown(split)} must be 'all' or 'test'")
         path = Path(fixed_tasks_file) if fixed_tasks_file else Path(files["products"]).parent / FIXED_TASKS_FILE
         made = fixed_task_goals(load_fixed_tasks(path), catalogue.by_asin,
                                 skip_missing=missing_fixed_tasks == "skip")
@@ -152,7 +152,7 @@ class WebShopEnv(TextAgentEnv):
             raise ValueError(f"max_query_chars must be >= 1, got {max_query_chars}")
         self.max_query_chars = int(max_query_chars)
         if observation_mode not in OBSERVATION_MODES:
-            raise ValueError(f"observation_mode={observation_mode!r}; expected one of {OBSERVATION_MODES}")
+            raise ValueError(f"observation_mode={shown(observation_mode)}; expected one of {OBSERVATION_MODES}")
         if fixed_goals is not None and not fixed_goals:
             raise ValueError("none of the fixed WebShop tasks has its product in the loaded catalogue")
         if fixed_goals is None and not catalogue.goals:
@@ -184,11 +184,11 @@ class WebShopEnv(TextAgentEnv):
         """The goal behind a task id (``goal_<index in the shuffled goal list>``, or ``fixed_<i>``)."""
         if self._fixed_goals is not None:
             if task_id not in self._fixed_goals:
-                raise UnknownTaskError(f"unknown fixed WebShop task id {task_id!r}; ids look like 'fixed_0'")
+                raise UnknownTaskError(f"unknown fixed WebShop task id {shown(task_id)}; ids look like 'fixed_0'")
             return self._fixed_goals[task_id]
         match = _GOAL_ID.fullmatch(str(task_id))
         if match is None or int(match.group(1)) >= len(self.catalogue.goals):
-            raise UnknownTaskError(f"unknown WebShop task id {task_id!r}; ids look like 'goal_0' "
+            raise UnknownTaskError(f"unknown WebShop task id {shown(task_id)}; ids look like 'goal_0' "
                                    f"({len(self.catalogue.goals)} goals)")
         return self.catalogue.goals[int(match.group(1))]
 

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ecpo_gym.kwargs import shown
 from ecpo_gym.webshop.goals import NO_PRICE_CEILING, Goal
 from ecpo_gym.webshop.products import WEBSHOP_DATA_URL, Product
 
@@ -89,7 +90,7 @@ def load_fixed_tasks(path: str | os.PathLike) -> list[FixedTask]:
             ))
         except (KeyError, TypeError) as exc:
             raise ValueError(f"{path}: entry {i} is not a fixed task ({{session_idx, task, key{{asin, ...}}}}): "
-                             f"{exc!r}") from None
+                             f"{shown(exc)}") from None
     if not tasks:
         raise ValueError(f"{path} holds no fixed tasks (expected a JSON list of entries)")
     return tasks

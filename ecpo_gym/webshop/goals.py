@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ecpo_gym.kwargs import shown
 from ecpo_gym.webshop.products import Product
 
 PRICE_RANGE: tuple[int, ...] = tuple(range(10, 1000, 10))
@@ -116,7 +117,7 @@ def split_indices(num_goals: int, split: str, *, convention: str = "original",
     ``num_products`` subset every split is all goals. ``verl``: test = [0, 500), train = [500, n), no eval.
     """
     if split not in SPLITS:
-        raise ValueError(f"split={split!r}; expected one of {SPLITS}")
+        raise ValueError(f"split={shown(split)}; expected one of {SPLITS}")
     if split == "all":
         return range(num_goals)
     if convention == "original":
@@ -128,7 +129,7 @@ def split_indices(num_goals: int, split: str, *, convention: str = "original",
             raise ValueError("the verl convention has no eval split (test = first 500, train = the rest)")
         bounds = {"test": (0, 500), "train": (500, num_goals)}
     else:
-        raise ValueError(f"convention={convention!r}; expected 'original' or 'verl'")
+        raise ValueError(f"convention={shown(convention)}; expected 'original' or 'verl'")
     lo, hi = bounds[split]
     return range(min(lo, num_goals), min(max(hi, lo), num_goals))
 

@@ -18,6 +18,7 @@ from typing import Protocol
 
 import numpy as np
 
+from ecpo_gym.kwargs import shown
 from ecpo_gym.webshop.products import Product
 
 SEARCH_RETURN_N = 50
@@ -147,5 +148,5 @@ RETRIEVERS = {"bm25s": BM25Retriever, "lucene": LuceneRetriever}
 def build_retriever(products: Sequence[Product], backend: str = "bm25s", **kwargs) -> Retriever:
     """The retriever registered under ``backend`` (``RETRIEVERS``), built over ``products``."""
     if backend not in RETRIEVERS:
-        raise ValueError(f"search backend {backend!r}; available: {sorted(RETRIEVERS)}")
+        raise ValueError(f"search backend {shown(backend)}; available: {sorted(RETRIEVERS)}")
     return RETRIEVERS[backend](products, **kwargs)

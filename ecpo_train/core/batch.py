@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from ecpo_gym.canonical import INVALID_ACTION
+from ecpo_gym.kwargs import shown
 from ecpo_train.core.rows import CreditRows, prepare_rows
 from ecpo_train.core.token_columns import TOKEN_COLUMNS, joined_logprobs, token_columns
 
@@ -149,7 +150,7 @@ class TrajectoryBatch:
         set_(self, "step", np.asarray(self.step))
         set_(self, "is_action_valid", np.asarray(self.is_action_valid))
         lengths = {name: len(getattr(self, name)) for name in self.column_names()}
-        lengths |= {f"extras[{k!r}]": len(v) for k, v in self.extras.items()}
+        lengths |= {f"extras[{shown(k)}]": len(v) for k, v in self.extras.items()}
         if n <= 0 or min(lengths.values()) == 0:
             raise ValueError("empty batch: a TrajectoryBatch needs at least one step row")
         if len(set(lengths.values())) != 1:
@@ -162,7 +163,7 @@ class TrajectoryBatch:
         set_(self, "reward", self.reward.astype(np.float64))
         if not np.isfinite(self.reward).all():
             row = int(np.flatnonzero(~np.isfinite(self.reward))[0])
-            raise ValueError(f"reward of row {row} (traj_id={self.traj_id[row]!r}) is {self.reward[row]}, not finite")
+            raise ValueError(f"reward of row {row} (traj_id={shown(self.traj_id[row])}) is {self.reward[row]}, not finite")
         if self.step.dtype.kind not in "iu":
             raise ValueError(f"steps must be integers, got dtype {self.step.dtype}")
         if self.is_action_valid.dtype.kind != "b":
@@ -220,7 +221,7 @@ class TrajectoryBatch:
                 raise ValueError(f"{where} must be a mapping, got {type(record).__name__}")  # noqa: TRY004
             unknown = sorted(set(record) - set(_TRAJECTORY_FIELDS))
             if unknown:
-                raise ValueError(f"{where} has unknown field(s) {unknown}; valid: {', '.join(_TRAJECTORY_FIELDS)}")
+                raise ValueError(f"{where} has unknown field(s) {shown(unknown)}; valid: {', '.join(_TRAJECTORY_FIELDS)}")
             missing = [name for name in _REQUIRED_TRAJECTORY_FIELDS if name not in record]
             if missing:
                 raise ValueError(f"{where} lacks required field(s) {missing}")
@@ -232,11 +233,11 @@ class TrajectoryBatch:
                                  f"trajectory 0 has {list(token_names)}")
             per_step |= {name: record[name] for name in token_names}
             record_extras = dict(record.get("extras") or {})
-            for name, values in list(per_step.items()) + [(f"extras[{k!r}]", v) for k, v in record_extras.items()]:
+            for name, values in list(per_step.items()) + [(f"extras[{shown(k)}]", v) for k, v in record_extras.items()]:
                 if isinstance(values, (str, bytes)) or not isinstance(values, Sequence | np.ndarray):
                     raise ValueError(f"{where}: {name} must be a per-step list, got {type(values).__name__}")  # noqa: TRY004
             lengths = {name: len(values) for name, values in per_step.items()}
-            lengths |= {f"extras[{k!r}]": len(v) for k, v in record_extras.items()}
+            lengths |= {f"extras[{shown(k)}]": len(v) for k, v in record_extras.items()}
             if len(set(lengths.values())) != 1:
                 raise ValueError(f"{where} is ragged: per-step lengths {lengths}")
             length = lengths["rewards"]
@@ -301,7 +302,7 @@ class TrajectoryBatch:
         if clash:
             raise ValueError(f"{clash} are core columns, not extras")
         new_tokens = {name: columns.pop(name) for name in TOKEN_COLUMNS if name in columns}
-        lengths = {f"extras[{name!r}]": len(values) for name, values in columns.items() if len(values) != len(self)}
+        lengths = {f"extras[{shown(name)}]": len(values) for name, values in columns.items() if len(values) != len(self)}
         if lengths:
             raise ValueError(f"every column needs one entry per step row ({len(self)}); got lengths {lengths}")
         out = copy.copy(self)
@@ -314,7 +315,7 @@ class TrajectoryBatch:
     def with_policy_version(self, version: int) -> TrajectoryBatch:
         """A copy whose every row was sampled by weights of version ``version`` (an integer >= 0)."""
         if isinstance(version, bool) or not isinstance(version, int | np.integer) or version < 0:
-            raise ValueError(f"policy_version={version!r} must be an integer >= 0")
+            raise ValueError(f"policy_version={shown(version)} must be an integer >= 0")
         out = copy.copy(self)
         object.__setattr__(out, "policy_version", np.full(len(self), int(version), dtype=np.int64))
         return out

@@ -27,6 +27,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
+from ecpo_gym.kwargs import shown
 from ecpo_train.core.micro_batches import pack_micro_batches
 from ecpo_train.core.objective import assign_step_advantage, ecpo_objective_loss
 
@@ -158,7 +159,7 @@ def policy_update(
     (``proximal_logprobs``) and optimises ``decoupled_clipped_surrogate`` with ``old_logp`` as the behaviour's.
     """
     if settings.behaviour_correction not in BEHAVIOUR_CORRECTIONS:
-        raise ValueError(f"behaviour_correction={settings.behaviour_correction!r}; valid: "
+        raise ValueError(f"behaviour_correction={shown(settings.behaviour_correction)}; valid: "
                          f"{', '.join(BEHAVIOUR_CORRECTIONS)}")
     n_rows = int(old_logp.shape[0])
     world = reducer.world_size if reducer is not None else 1

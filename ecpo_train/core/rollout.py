@@ -29,6 +29,7 @@ import numpy as np
 
 from ecpo_gym.canonical import INVALID_ACTION
 from ecpo_gym.group import GroupVectorEnv
+from ecpo_gym.kwargs import shown
 from ecpo_train.core.batch import StepTableBuilder, TrajectoryBatch
 from ecpo_train.policies.base import PolicyOutput, StepContext
 
@@ -43,7 +44,7 @@ def check_anchor_key(anchor_key: Any) -> str:
     candidate connector): the info field an anchor is read from, one of ``ANCHOR_KEYS``, every ``ecpo_gym`` env's
     info carrying both. ``ValueError`` in one line otherwise."""
     if anchor_key not in ANCHOR_KEYS:
-        raise ValueError(f"anchor_key={anchor_key!r}; valid: {', '.join(ANCHOR_KEYS)}")
+        raise ValueError(f"anchor_key={shown(anchor_key)}; valid: {', '.join(ANCHOR_KEYS)}")
     return anchor_key
 
 
@@ -170,7 +171,7 @@ def collect_rollout(
     """
     check_anchor_key(anchor_key)
     if isinstance(waves, bool) or not isinstance(waves, int) or waves < 1:
-        raise ValueError(f"waves={waves!r} must be an integer >= 1 (1 = lock-step)")
+        raise ValueError(f"waves={shown(waves)} must be an integer >= 1 (1 = lock-step)")
     n = envs.num_envs
     started = time.perf_counter()
     results = envs.reset(task_ids=list(task_ids), seed=seed)

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from ecpo_gym.kwargs import shown
 from ecpo_train.core.backend import is_torch, ops_of
 
 # Largest sum of |reward| a trajectory may have (prepare_rows rejects more). Every return is bounded by it, and the
@@ -193,7 +194,7 @@ def prepare_rows(
     if bad.any():
         row = int(np.flatnonzero(bad[traj])[0])
         raise ValueError(
-            f"trajectory (group_id={host['group_ids'][row]!r}, traj_id={host['traj_ids'][row]!r}) must have "
+            f"trajectory (group_id={shown(host['group_ids'][row])}, traj_id={shown(host['traj_ids'][row])}) must have "
             f"steps exactly 1..T with no gaps or duplicates (it has {lengths_per_traj[traj[row]]} rows, "
             f"last step {last_step[traj[row]]})"
         )
@@ -201,7 +202,7 @@ def prepare_rows(
     if not (magnitude <= MAX_RETURN_MAGNITUDE).all():
         row = int(np.flatnonzero(~(magnitude[traj] <= MAX_RETURN_MAGNITUDE))[0])
         raise ValueError(
-            f"rewards too large: trajectory (group_id={host['group_ids'][row]!r}, traj_id={host['traj_ids'][row]!r}) "
+            f"rewards too large: trajectory (group_id={shown(host['group_ids'][row])}, traj_id={shown(host['traj_ids'][row])}) "
             f"has sum |r| = {magnitude[traj[row]]:.3g} > {MAX_RETURN_MAGNITUDE:.0e}; its returns' squared deviations "
             "would overflow float64 (inf/NaN advantages), so rescale the rewards"
         )

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from ecpo_gym.kwargs import shown
 from ecpo_train.core.batch import TrajectoryBatch
 from ecpo_train.core.credit.equations import trajectory_success
 from ecpo_train.core.credit.history import HISTORY_COLUMN, SUCCESS, TaskHistory
@@ -53,9 +54,9 @@ class TaskGraphMemory:
 
     def __post_init__(self) -> None:
         if not 0 <= float(self.revisit_fraction) < 1:
-            raise ValueError(f"revisit_fraction={self.revisit_fraction!r}: it must be in [0, 1) (some groups explore)")
+            raise ValueError(f"revisit_fraction={shown(self.revisit_fraction)}: it must be in [0, 1) (some groups explore)")
         if int(self.revisit_delay) < 1 or int(self.revisit_delay) != self.revisit_delay:
-            raise ValueError(f"revisit_delay={self.revisit_delay!r}: it must be a whole number of updates >= 1 (a "
+            raise ValueError(f"revisit_delay={shown(self.revisit_delay)}: it must be a whole number of updates >= 1 (a "
                              "revisit is scored against an exploration group already absorbed)")
 
     # ------------------------------------------------------------------ the schedule
@@ -152,7 +153,7 @@ class TaskGraphMemory:
     @classmethod
     def from_state(cls, state: Mapping[str, Any]) -> TaskGraphMemory:
         if int(state.get("version", 0)) != STATE_VERSION:
-            raise ValueError(f"task memory version {state.get('version')!r}; this ecpo reads {STATE_VERSION}")
+            raise ValueError(f"task memory version {shown(state.get('version'))}; this ecpo reads {STATE_VERSION}")
         return cls(float(state["revisit_fraction"]), int(state["revisit_delay"]),
                    {task: {(a, b) for a, b in edges} for task, edges in state["graphs"].items()},
                    [(str(task), int(at), int(group)) for task, at, group in state["waiting"]],

@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from ecpo_gym.kwargs import shown
+
 TASK_DRAWS = ("random", "cycle")
 VALIDATION_SEED_OFFSET = 7919  # a prime away from the run's seed: validation draws never replay a training stream
 
@@ -68,7 +70,7 @@ def draw_tasks(pool: Sequence[str], n_groups: int, rng: np.random.Generator, ite
     if mode == "cycle":
         start = iteration * n_groups
         return [pool[(start + j) % len(pool)] for j in range(n_groups)]
-    raise ValueError(f"task_draw={mode!r}; valid: {', '.join(TASK_DRAWS)}")
+    raise ValueError(f"task_draw={shown(mode)}; valid: {', '.join(TASK_DRAWS)}")
 
 
 def training_tasks(config: Any, env_tasks: Callable[[], Sequence[Any]]) -> list[str]:

@@ -15,6 +15,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ecpo_gym.kwargs import shown
+
 TOKEN_COLUMNS = ("prompt_ids", "response_ids", "old_logprobs")
 
 
@@ -32,13 +34,13 @@ def _id_rows(name: str, values: Any, n: int, traj_id: np.ndarray) -> np.ndarray:
     out = np.empty(n, dtype=object)
     for row, ids in enumerate(values):  # element by element: numpy would turn equal-length rows into a 2-D array
         if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence | np.ndarray):
-            what = f"{name} of row {row} (traj_id={traj_id[row]!r})"
+            what = f"{name} of row {row} (traj_id={shown(traj_id[row])})"
             raise ValueError(f"{what} must be a sequence of token ids, got {type(ids).__name__}")  # noqa: TRY004
         out[row] = ids
     # one pass over every token in C; the per-row search below runs only when something is wrong
     if not np.issubdtype(np.asarray(list(chain.from_iterable(out)) or [0]).dtype, np.integer):
         row = next(r for r, ids in enumerate(out) if len(ids) and not np.issubdtype(np.asarray(ids).dtype, np.integer))
-        raise ValueError(f"{name} of row {row} (traj_id={traj_id[row]!r}) must be integer token ids")
+        raise ValueError(f"{name} of row {row} (traj_id={shown(traj_id[row])}) must be integer token ids")
     return out
 
 
@@ -62,10 +64,10 @@ def _padded(values: Any, lengths: np.ndarray, traj_id: np.ndarray) -> np.ndarray
         raise ValueError(f"old_logprobs needs one log-prob sequence per step row ({n}); got {got}")
     for row, logp in enumerate(values):
         if isinstance(logp, (str, bytes)) or not isinstance(logp, Sequence | np.ndarray):
-            what = f"old_logprobs of row {row} (traj_id={traj_id[row]!r})"
+            what = f"old_logprobs of row {row} (traj_id={shown(traj_id[row])})"
             raise ValueError(f"{what} must be a sequence of numbers, got {type(logp).__name__}")  # noqa: TRY004
         if len(logp) != lengths[row]:
-            raise ValueError(f"old_logprobs of row {row} (traj_id={traj_id[row]!r}) has {len(logp)} values; "
+            raise ValueError(f"old_logprobs of row {row} (traj_id={shown(traj_id[row])}) has {len(logp)} values; "
                              f"its response has {lengths[row]} tokens")
     out = np.zeros((n, width), dtype=np.float32)
     try:  # row-major boolean assignment: the flattened rows fill each row's first len(response) slots in order
@@ -73,7 +75,7 @@ def _padded(values: Any, lengths: np.ndarray, traj_id: np.ndarray) -> np.ndarray
                                                             count=int(lengths.sum()))
     except (TypeError, ValueError):
         row = next((r for r, logp in enumerate(values) if np.asarray(logp).dtype.kind not in "fiu"), 0)
-        raise ValueError(f"old_logprobs of row {row} (traj_id={traj_id[row]!r}) must be numbers") from None
+        raise ValueError(f"old_logprobs of row {row} (traj_id={shown(traj_id[row])}) must be numbers") from None
     return out
 
 
@@ -98,7 +100,7 @@ def token_columns(prompt_ids: Any, response_ids: Any, old_logprobs: Any, traj_id
     bad = ~np.isfinite(logp) & (mask > 0)
     if bad.any():
         row, token = (int(i) for i in np.argwhere(bad)[0])
-        raise ValueError(f"old_logprobs of row {row} (traj_id={traj_id[row]!r}) is {logp[row, token]} at token "
+        raise ValueError(f"old_logprobs of row {row} (traj_id={shown(traj_id[row])}) is {logp[row, token]} at token "
                          f"{token}, not finite")
     return TokenColumns(prompts, responses, logp, mask)
 

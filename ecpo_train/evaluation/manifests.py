@@ -20,6 +20,7 @@ split folder works, e.g. ALFWorld ``valid_unseen`` (not listed here: that split 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -132,9 +133,9 @@ def available_manifests() -> list[str]:
 def load_manifest(name_or_path: str | Path) -> TaskManifest:
     """A committed manifest by name (``alfworld_gen``) or any manifest file by path."""
     path = Path(name_or_path)
-    if not path.is_file():
+    if not os.path.isfile(path):  # (False, not an OSError, for a name too long for a path)
         path = MANIFEST_DIR / f"{name_or_path}.json"
-    if not path.is_file():
+    if not os.path.isfile(path):
         raise FileNotFoundError(f"manifest {shown(name_or_path)} not found (neither a file nor one of the committed "
                                 f"manifests in {MANIFEST_DIR}: {', '.join(available_manifests())})")
     try:

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import inspect
 import math
-import re
+import os
 import typing
 from collections.abc import Callable, Iterable
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from ecpo_gym.kwargs import shown
+from ecpo_gym.kwargs import cut_long_words, shown
 from ecpo_train.policies import DTYPES
 from ecpo_train.runtime import MIN_TEMPERATURE, VALIDATION_TEMPERATURE  # ``--greedy`` gives 0
 from ecpo_train.runtime.limits import MAX_EVAL_SEEDS, MAX_SEQUENCE_TOKENS
@@ -102,7 +102,7 @@ class LeaderboardOptions:
 def check_output_folder(path: str | Path) -> None:
     """``ValueError`` when ``path`` cannot become a folder: it, or a folder above it, is a file."""
     probe = Path(path).absolute()
-    while not probe.exists():
+    while not os.path.exists(probe):  # (False, not an OSError, for a name too long for a path)
         probe = probe.parent
     if not probe.is_dir():
         raise ValueError(f"{path} cannot be a results folder: {probe} is a file")
@@ -135,17 +135,6 @@ def error_line(err: BaseException) -> str:
     if len(line) > ERROR_LINE_CHARS:
         line = f"{line[:ERROR_LINE_CHARS]}... ({len(line) - ERROR_LINE_CHARS} more characters)"
     return line
-
-
-LONGEST_WORD = 200  # a path or a value up to this long is echoed whole
-
-
-def cut_long_words(text: str, keep: int = 80) -> str:
-    """``text`` with every run of more than ``LONGEST_WORD`` non-space characters cut to its first ``keep`` and its
-    length: a value of 10 MB given on the command line is echoed as a hundred characters, wherever the message
-    that names it was written."""
-    return re.sub(rf"\S{{{LONGEST_WORD + 1},}}", lambda m: f"{m.group(0)[:keep]}... ({len(m.group(0))} characters)",
-                  text)
 
 
 def typer_command(function: Callable[..., Any], *, only: Iterable[str] | None = None,

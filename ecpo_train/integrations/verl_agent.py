@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from ecpo_gym.kwargs import shown
 from ecpo_train.core.credit import CreditConfig, compute_advantages, factorize_keys
 
 GIGPO_MODES = {"mean_norm": "gigpo", "mean_std_norm": "gigpo_std"}
@@ -195,7 +196,7 @@ def compute_ecpo_outcome_advantage(
 # --------------------------------------------------------------------------------------------------------
 def _credit_estimator(estimator: str, mode: str, enable_similarity: bool) -> str:
     if mode not in GIGPO_MODES:
-        raise ValueError(f"mode={mode!r}; verl-agent's GiGPO modes are {', '.join(GIGPO_MODES)}")
+        raise ValueError(f"mode={shown(mode)}; verl-agent's GiGPO modes are {', '.join(GIGPO_MODES)}")
     if enable_similarity:
         raise ValueError("enable_similarity=True is not supported: ECPO matches anchors exactly (paper App. A)")
     if estimator == "gigpo":
@@ -264,7 +265,7 @@ def _steps_from_batch_order(traj: np.ndarray, n_trajs: int, columns: dict[str, n
         runs = np.bincount(traj[run_starts], minlength=n_trajs)
         row = int(np.flatnonzero(runs[traj] > 1)[0])
         raise ValueError(
-            f"trajectory (index={columns['index'][row]!r}, traj_index={columns['traj_index'][row]!r}) has its rows "
+            f"trajectory (index={shown(columns['index'][row])}, traj_index={shown(columns['traj_index'][row])}) has its rows "
             f"in {runs[traj[row]]} separate runs of the batch; without `steps`, each trajectory's rows must be "
             "contiguous and in step order (verl-agent's rollout output). After adjust_batch/_balance_batch, pass "
             "steps=trajectory_steps(traj_uid) recorded on the rollout output"
@@ -303,7 +304,7 @@ def _per_step_rewards(
         source = int(kept[row])
         held = step[traj == traj[row]].tolist()
         raise ValueError(
-            f"trajectory (index={columns['index'][source]!r}, traj_index={columns['traj_index'][source]!r}) must "
+            f"trajectory (index={shown(columns['index'][source])}, traj_index={shown(columns['traj_index'][source])}) must "
             f"have steps exactly 1..T, it has {held} (adjust_batch(mode='delete') drops rows; use mode='copy')"
         )
     next_return = np.r_[np.where(run_start[1:], 0.0, returns_to_go[1:]), 0.0]
@@ -321,7 +322,7 @@ def _check_scores(
         row = int(np.flatnonzero(~ok)[0])
         source = int(kept[row])
         raise ValueError(
-            f"row {source} (index={columns['index'][source]!r}, traj_index={columns['traj_index'][source]!r}) has "
+            f"row {source} (index={shown(columns['index'][source])}, traj_index={shown(columns['traj_index'][source])}) has "
             f"episode score token_level_rewards.sum(-1) = {scores[row]:.6g}, but its step_rewards with "
             f"gamma={gamma} give R = sum_t r_t = {episode_return[row]:.6g}. Pass the gamma verl-agent used "
             "(algorithm.gamma); verl-agent's per-row invalid-action penalty and KL-in-reward are not per-step "

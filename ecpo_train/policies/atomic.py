@@ -199,7 +199,7 @@ def current_folder(path: str | os.PathLike) -> Path:
     """The whole version of a folder written by :func:`replaced_folder`: ``path``, or ``NAME.previous-<token>`` when
     a crash came between the two renames of a swap (the new version was not yet in place)."""
     path = Path(path)
-    if path.exists() or path.is_symlink():
+    if os.path.lexists(path):  # (it, or a link: False for a name too long for a path, not an OSError)
         return path
     previous = [p for p in leftovers(path, PREVIOUS_SUFFIX) if p.is_dir() and not p.is_symlink()]
     return previous[0] if previous else path

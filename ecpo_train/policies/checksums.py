@@ -20,6 +20,8 @@ import os
 import re
 from pathlib import Path
 
+from ecpo_gym.kwargs import shown
+
 CHECKSUM_FILE = "checksums.sha256"
 MAX_LISTED = 10_000  # files a listing may name (a model folder holds a few dozen)
 _LINE = re.compile(r"^([0-9a-f]{64})  ([^/\\\x00]+)$")
@@ -67,7 +69,7 @@ def check_folder_checksums(folder: str | os.PathLike, what: str, fix: str = MODE
         found = _LINE.match(line)
         if found is None or found.group(2) in (".", ".."):
             raise ValueError(f"{what}: {listing} holds a line that is not '<sha256>  <file name>' "
-                             f"({line[:60]!r}): {fix}")
+                             f"({shown(line)}): {fix}")
         expected[found.group(2)] = found.group(1)
     for name, digest in expected.items():
         path = folder / name

@@ -42,6 +42,8 @@ from typing import Any
 
 import torch
 
+from ecpo_gym.kwargs import shown
+
 DECODINGS = ("auto", "eager", "static", "graph")
 MAX_SHAPES = 8  # captured shapes kept (rows x columns buckets); the oldest is dropped past it
 
@@ -50,7 +52,7 @@ def resolve_decoding(decoding: str, device: torch.device, model_config: Any = No
     """``auto`` -> ``graph`` on CUDA, ``eager`` elsewhere; a model with sliding-window layers decodes eagerly (the
     static mask opens every past column). An explicit choice the device or model cannot run is a ``ValueError``."""
     if decoding not in DECODINGS:
-        raise ValueError(f"decoding={decoding!r}; valid: {', '.join(DECODINGS)}")
+        raise ValueError(f"decoding={shown(decoding)}; valid: {', '.join(DECODINGS)}")
     full = model_config is None or full_attention_only(model_config)
     if decoding == "auto":
         return "graph" if device.type == "cuda" and full else "eager"

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ecpo_gym.kwargs import shown
 from ecpo_train.policies.parsing import format_reply
 from ecpo_train.policies.scoring import fill_placeholders, fills_slots, pack_candidates
 
@@ -38,7 +39,7 @@ def reply_rows(policy: Any, demonstrations: Sequence[Any]) -> tuple[list[list[in
         text = format_reply(demo.action, demo.context.env_name or policy.env_name)
         ids = list(policy.tokenizer(text, add_special_tokens=False)["input_ids"]) + [end]
         if len(ids) > policy.max_response_length:
-            raise ValueError(f"the expert reply {text[:60]!r} is {len(ids)} tokens, over max_response_length="
+            raise ValueError(f"the expert reply {shown(text)} is {len(ids)} tokens, over max_response_length="
                              f"{policy.max_response_length}: raise max_response_length")
         replies.append(ids)
     return prompts, replies

@@ -40,6 +40,7 @@ from typing import Any
 import torch
 
 from ecpo_gym.canonical import INVALID_ACTION
+from ecpo_gym.kwargs import shown
 from ecpo_train.policies.base import Policy, PolicyOutput, StepContext
 from ecpo_train.policies.decoding import EagerDecode, SamplingCopy, StaticDecoder, resolve_decoding
 from ecpo_train.policies.parsing import parse_action
@@ -88,7 +89,7 @@ class TransformersPolicy(Policy):
             from ecpo_train.policies import DEMO_MODEL
 
             raise OSError(
-                f"could not load the causal LM {model_name_or_path!r}: {err}\nGive a local folder with "
+                f"could not load the causal LM {shown(model_name_or_path)}: {err}\nGive a local folder with "
                 f"config.json, weights and tokenizer files (e.g. `ecpo models pull {DEMO_MODEL}` or "
                 "`ecpo models tiny DIR`) or a Hugging Face hub id on a machine with internet access."
             ) from err
@@ -115,12 +116,12 @@ class TransformersPolicy(Policy):
         if self.tokenizer.eos_token_id is not None:
             eos_ids.add(int(self.tokenizer.eos_token_id))
         if not eos_ids:
-            raise ValueError(f"{model_name_or_path!r} defines no end-of-sequence token")
+            raise ValueError(f"{shown(model_name_or_path)} defines no end-of-sequence token")
         self.eos_token_ids = torch.as_tensor(sorted(eos_ids), device=self.device)
         pad = self.tokenizer.pad_token_id
         self.pad_token_id = int(pad if pad is not None else min(eos_ids))
         if generation_backend not in GENERATION_BACKENDS:
-            raise ValueError(f"generation_backend={generation_backend!r}; valid: {', '.join(GENERATION_BACKENDS)}")
+            raise ValueError(f"generation_backend={shown(generation_backend)}; valid: {', '.join(GENERATION_BACKENDS)}")
         self.generation_backend = generation_backend
         self.backend = None  # a GenerationBackend when sampling runs outside transformers
         if generation_backend == "vllm":

@@ -11,7 +11,8 @@ B matrix starts at zero), so ``AdapterOffReference`` scores log-probs through th
 
 A checkpoint writes the adapter (``save_adapter``, megabytes) and a merged plain transformers folder
 (``merge_adapter``: base weights + B A, loaded fresh from the base model's folder so the training model is
-untouched), which the leaderboard's checkpoint agent and vLLM load like any causal LM.
+untouched), which the leaderboard's checkpoint agent and vLLM load like any causal LM. The adapter folder carries
+its ``checksums.sha256`` (``policies/checksums.py``), compared before peft reads it (``check_adapter_folder``).
 
 A generation engine that loads plain weights (vLLM; ``TransformersPolicy.sync_generation_weights``) gets
 ``merged_state_dict``: the base model's key names, each adapted weight computed on the fly as W + scale B A
@@ -27,8 +28,9 @@ from typing import Any
 
 import torch
 
+from ecpo_gym.kwargs import shown
 from ecpo_train.policies.atomic import library_write_errors, replaced_folder
-from ecpo_train.policies.checksums import write_folder_checksums
+from ecpo_train.policies.checksums import check_folder_checksums, write_folder_checksums
 from ecpo_train.policies.base import Policy, PolicyOutput, StepContext
 
 LORA_KEYS = ("r", "alpha", "dropout", "target_modules")
@@ -51,10 +53,10 @@ def check_lora_settings(lora: dict | None) -> dict[str, Any]:
         return {}
     unknown = sorted(set(lora) - set(LORA_KEYS))
     if unknown:
-        raise ValueError(f"unknown lora key(s) {unknown}; valid: {', '.join(LORA_KEYS)}")
+        raise ValueError(f"unknown lora key(s) {shown(unknown)}; valid: {', '.join(LORA_KEYS)}")
     settings = {"r": 16, "alpha": 32, "dropout": 0.0, "target_modules": list(DEFAULT_TARGET_MODULES)} | dict(lora)
     if not isinstance(settings["r"], int) or settings["r"] < 1:
-        raise ValueError(f"lora.r must be a positive integer, got {settings['r']!r}")
+        raise ValueError(f"lora.r must be a positive integer, got {shown(settings['r'])}")
     if isinstance(settings["target_modules"], str):
         settings["target_modules"] = [settings["target_modules"]]
     return settings
@@ -165,6 +167,14 @@ def save_adapter(lora_model: Any, out_dir: str | Path, full_state: dict[str, tor
     return out
 
 
+def check_adapter_folder(adapter_dir: str | Path) -> None:
+    """``ValueError`` (one line naming the file) when a file of the adapter folder differs from the
+    ``checksums.sha256`` :func:`save_adapter` wrote beside it; a folder without one (saved before checksums, or by
+    another program) is read as it is."""
+    check_folder_checksums(adapter_dir, f"LoRA adapter {adapter_dir}",
+                           "restore it from a copy, or save the adapter again (a checkpoint writes it)")
+
+
 def merge_adapter(base_model: str | Path, adapter_dir: str | Path, out_dir: str | Path, *,
                   dtype: str = "float32") -> Path:
     """Base model + adapter -> one plain transformers folder (weights W + B A, tokenizer copied).
@@ -174,6 +184,7 @@ def merge_adapter(base_model: str | Path, adapter_dir: str | Path, out_dir: str 
     peft = require_peft()
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    check_adapter_folder(adapter_dir)
     base = AutoModelForCausalLM.from_pretrained(str(base_model), dtype=getattr(torch, dtype))
     merged = peft.PeftModel.from_pretrained(base, str(adapter_dir)).merge_and_unload()
     out = Path(out_dir)

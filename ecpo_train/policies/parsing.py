@@ -33,6 +33,7 @@ import re
 from collections.abc import Callable
 
 from ecpo_gym.families import declaration_of
+from ecpo_gym.kwargs import shown
 
 ACTION_OPEN, ACTION_CLOSE = "<action>", "</action>"
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
@@ -78,11 +79,11 @@ def format_reply(action: str, env_name: str) -> str:
     if own_parser is not None:
         reply = own_parser(action)
         if reply is None:
-            raise ValueError(f"action {action[:80]!r} is not a valid turn of {env_name}")
+            raise ValueError(f"action {shown(action)} is not a valid turn of {env_name}")
         return reply
     content = action.strip()
     if not content or _PROTOCOL_TAG.search(content):
-        raise ValueError(f"action {action[:80]!r} is blank or holds a protocol tag: no reply carries it")
+        raise ValueError(f"action {shown(action)} is blank or holds a protocol tag: no reply carries it")
     return f"{ACTION_OPEN}{content}{ACTION_CLOSE}"
 
 

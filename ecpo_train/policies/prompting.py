@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ecpo_gym.families import declared_history_length, family_of
+from ecpo_gym.kwargs import shown
 
 PROMPTS_ENV_VAR = "ECPO_PROMPTS_DIR"
 TEMPLATE_NAMES = ("alfworld", "webshop", "searchqa", "default")
@@ -93,7 +94,7 @@ def load_template(env_name: str, style: str = "paper") -> dict[str, str]:
     """The ``first_step`` and ``with_history`` templates of ``env_name``'s family (``style="compact"`` or
     ``"compact-actions"``: one short template every family shares)."""
     if style not in PROMPT_STYLES:
-        raise ValueError(f"prompt style {style!r}; valid: {', '.join(PROMPT_STYLES)}")
+        raise ValueError(f"prompt style {shown(style)}; valid: {', '.join(PROMPT_STYLES)}")
     name = template_name(env_name) if style == "paper" else style.replace("-", "_")
     path = Path(name) if name.endswith(".txt") else prompts_dir() / f"{name}.txt"  # a family's own file
     if not path.is_file():

@@ -28,6 +28,8 @@ from typing import Any
 
 import torch
 
+from ecpo_gym.kwargs import shown
+
 PRECISIONS = ("none", "bf16")
 
 
@@ -112,7 +114,7 @@ class _AutocastHooks:
 def enable_autocast(model: torch.nn.Module, precision: str) -> None:
     """Run a causal LM's body and LM head under bf16 autocast, weights kept in float32 (the master copy)."""
     if precision not in PRECISIONS:
-        raise ValueError(f"mixed_precision={precision!r}; valid: {', '.join(PRECISIONS)}")
+        raise ValueError(f"mixed_precision={shown(precision)}; valid: {', '.join(PRECISIONS)}")
     if precision == "none":
         return
     device_type = next(model.parameters()).device.type

@@ -44,6 +44,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
 from itertools import chain
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -53,6 +54,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ecpo_gym.kwargs import shown
 from ecpo_train.policies.base import Policy, PolicyOutput, StepContext, inverse_cdf_index
 from ecpo_train.policies.scoring import pack_candidates, unpack_candidates
 from ecpo_train.policies.text_vocabulary import DEFAULT_HASH_BUCKETS, Vocabulary
@@ -66,7 +68,7 @@ COMMAND_SETS = ("admissible", "open")  # what a step's candidates are (module do
 def check_command_set(command_set: str) -> str:
     """``command_set`` if it names one of ``COMMAND_SETS``, else one ``ValueError``."""
     if command_set not in COMMAND_SETS:
-        raise ValueError(f"command_set={str(command_set)[:40]!r}: one of {', '.join(COMMAND_SETS)}")
+        raise ValueError(f"command_set={shown(command_set)}: one of {', '.join(COMMAND_SETS)}")
     return command_set
 
 
@@ -80,7 +82,7 @@ def candidate_rule(command_set: str, env_name: str) -> Any:
     family = getattr(family_of(env_name), "family", None) or env_name
     rule = open_command_rule(family)
     if rule is None:
-        raise ValueError(f"command_set=open: the environment family {family!r} declares no open command set "
+        raise ValueError(f"command_set=open: the environment family {shown(family)} declares no open command set "
                          "(ALFWorld's does: ecpo/ALFWorld-v0, ecpo/ALFWorldGen-v0)")
     return rule
 
@@ -97,7 +99,7 @@ class TextArchitecture:
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
             if not isinstance(value, int) or isinstance(value, bool) or value < (0 if name == "context_pairs" else 1):
-                raise ValueError(f"text policy {name}={value!r}: it must be an integer >= "
+                raise ValueError(f"text policy {name}={shown(value)}: it must be an integer >= "
                                  f"{0 if name == 'context_pairs' else 1}")
 
 
@@ -426,9 +428,9 @@ def check_text_policy_folder(folder: str | Path) -> tuple[Vocabulary, TextArchit
     from ecpo_train.policies.checksums import check_folder_checksums
 
     folder = Path(folder).expanduser()
-    name = f"model={folder}"
+    name = f"model={shown(str(folder))}"
     config_path, weights_path = folder / CONFIG_FILE, folder / WEIGHTS_FILE
-    if not config_path.is_file() or not weights_path.is_file():
+    if not os.path.isfile(config_path) or not os.path.isfile(weights_path):  # (False for a name too long)
         raise ValueError(f"{name} is not a text-policy folder (no {CONFIG_FILE} and {WEIGHTS_FILE}): make one with "
                          "`ecpo sft policy=text ... --out DIR`, or leave model empty to start from random weights")
     check_folder_checksums(folder, name)
@@ -455,9 +457,9 @@ def _checked_config(config: Any) -> tuple[Vocabulary, TextArchitecture]:
     architecture = config["architecture"]
     for key, value in architecture.items():
         if key not in fields:
-            raise ValueError(f"architecture has an unknown field {str(key)[:40]!r}")
+            raise ValueError(f"architecture has an unknown field {shown(key)}")
         if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= fields[key]:
-            raise ValueError(f"architecture {key}={str(value)[:40]}: it must be an integer in [0, {fields[key]}]")
+            raise ValueError(f"architecture {key}={shown(value)}: it must be an integer in [0, {fields[key]}]")
     vocabulary = config["vocabulary"]
     known, buckets = vocabulary.get("known"), vocabulary.get("hash_buckets", DEFAULT_HASH_BUCKETS)
     if not isinstance(known, list) or len(known) > MAX_KNOWN_WORDS \
@@ -499,7 +501,7 @@ def _check_weights_header(path: Path, expected: dict[str, tuple[int, ...]]) -> N
         if not isinstance(entry, dict) or entry.get("dtype") not in ("F32", "F16"):  # F16: save_pretrained(half=True)
             raise ValueError(f"{WEIGHTS_FILE}: weight {key} is neither float32 nor float16")
         if entry.get("shape") != list(shape):
-            raise ValueError(f"{WEIGHTS_FILE}: weight {key} has shape {str(entry.get('shape'))[:40]}, the "
+            raise ValueError(f"{WEIGHTS_FILE}: weight {key} has shape {shown(entry.get('shape'))}, the "
                              f"architecture gives {list(shape)}")
         offsets = entry.get("data_offsets")
         count = (4 if entry["dtype"] == "F32" else 2) * math.prod(shape)

@@ -19,6 +19,8 @@ import zlib
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
+from ecpo_gym.kwargs import shown
+
 PAD = 0
 # history segment, goal segment, current-observation segment, action-in-history marker; then the repeat feature
 # of a candidate: taken 0, 1, 2, 3+ times earlier in the episode
@@ -38,7 +40,7 @@ class Vocabulary:
 
     def __init__(self, known: Sequence[str] = (), hash_buckets: int = DEFAULT_HASH_BUCKETS) -> None:
         if int(hash_buckets) < 1:
-            raise ValueError(f"hash_buckets={hash_buckets!r}: at least 1 bucket is needed for unknown words")
+            raise ValueError(f"hash_buckets={shown(hash_buckets)}: at least 1 bucket is needed for unknown words")
         self.known = list(dict.fromkeys(str(w) for w in known))
         self.hash_buckets = int(hash_buckets)
         self.first_word = 1 + len(SPECIAL)

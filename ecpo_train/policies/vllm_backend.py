@@ -24,6 +24,8 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
+from ecpo_gym.kwargs import shown
+
 VLLM_INSTALL_HINT = (
     "the vLLM backend needs the optional `vllm` package and a CUDA GPU: pip install 'ecpo[vllm]' "
     "(or use the transformers backend, which runs on CPU)"
@@ -41,7 +43,7 @@ def check_vllm_kwargs(kwargs: Any) -> None:
         raise ValueError(f"vllm_kwargs must be a mapping of vllm.LLM arguments, got {type(kwargs).__name__}")  # noqa: TRY004
     for key in kwargs:
         if not isinstance(key, str) or not key.isidentifier():
-            raise ValueError(f"vllm_kwargs key {str(key)[:80]!r} is not an argument name")
+            raise ValueError(f"vllm_kwargs key {shown(key)} is not an argument name")
         if key in OWN_ARGUMENTS:
             raise ValueError(f"vllm_kwargs.{key} is set by the backend from the run (model, dtype, seed, "
                              "max_response_length): set the run's own key instead")

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ecpo_gym.kwargs import shown
 from ecpo_train.core.loss import UpdateSettings
 from ecpo_train.core.tasks import task_lists
 from ecpo_train.policies.base import Policy, StepContext
@@ -290,6 +291,6 @@ def check_env_and_model(config: TrainConfig) -> None:
         AutoConfig.from_pretrained(model)
         AutoTokenizer.from_pretrained(model)
     except (OSError, ValueError) as err:
-        raise OSError(f"could not load the causal LM {model!r} ({' '.join(str(err).split())[:200]}): give a "
+        raise OSError(f"could not load the causal LM {shown(model)} ({' '.join(str(err).split())[:200]}): give a "
                       "local folder with config.json, weights and tokenizer files, or a Hugging Face hub id on a "
                       "machine with internet access") from None

@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ecpo_gym.kwargs import shown
 from ecpo_train.policies.atomic import replaced_file
 
 CONVERTER = "scripts/convert_checkpoint.py"
@@ -191,7 +192,7 @@ def check_policy_state(state: Any, path: Path, part: str = "policy") -> None:
                          "delete it to start over")
     for name, value in state.items():
         if isinstance(value, torch.Tensor) and value.is_floating_point() and not bool(torch.isfinite(value).all()):
-            raise ValueError(f"checkpoint {path}: its {part} weight {str(name)[:80]} holds nan or infinite values: "
+            raise ValueError(f"checkpoint {path}: its {part} weight {shown(name)} holds nan or infinite values: "
                              "restore the checkpoint from a copy, or delete it to start over")
 
 

@@ -14,6 +14,7 @@ before any work starts.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -203,7 +204,7 @@ class TrainConfig:
         if self.history_length is None:
             self.history_length = declared_history_length(self.env_id)
         if 0 < self.val_temperature < MIN_TEMPERATURE:
-            raise ValueError(f"val_temperature={self.val_temperature!r} is invalid: it must be 0 (greedy) or a number >= "
+            raise ValueError(f"val_temperature={shown(self.val_temperature)} is invalid: it must be 0 (greedy) or a number >= "
                              f"{MIN_TEMPERATURE:g} (below it logits / T overflow)")
         for size, value in (("n_groups x group_size", self.n_groups * self.group_size),
                             ("val_episodes_per_task x validation tasks",
@@ -420,9 +421,9 @@ def preset_values(path: str | Path, chain: tuple[str, ...] = ()) -> dict[str, An
     """A preset's keys: its file's, over those of the preset it ``extends`` (a preset name, read the same way;
     a key of the file replaces the base's whole value)."""
     file = Path(path)
-    if not file.exists() and (CONFIG_DIR / f"{path}.yaml").exists():
+    if not os.path.exists(file) and os.path.exists(CONFIG_DIR / f"{path}.yaml"):  # (False for a name too long)
         file = CONFIG_DIR / f"{path}.yaml"
-    if not file.exists():
+    if not os.path.exists(file):
         presets = ", ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.yaml")))
         raise FileNotFoundError(f"config {str(path)[:200]} not found (presets in {CONFIG_DIR}: {presets})")
     try:
@@ -436,8 +437,8 @@ def preset_values(path: str | Path, chain: tuple[str, ...] = ()) -> dict[str, An
     base = values.pop(EXTENDS, None)
     if base is None:
         return values
-    if not isinstance(base, str) or not (CONFIG_DIR / f"{base}.yaml").is_file():
-        raise ValueError(f"config {file}: {EXTENDS}: {str(base)[:80]!r} is not a preset name")
+    if not isinstance(base, str) or not os.path.isfile(CONFIG_DIR / f"{base}.yaml"):
+        raise ValueError(f"config {file}: {EXTENDS}: {shown(base)} is not a preset name")
     if base in chain:
         raise ValueError(f"config {file}: {EXTENDS} loops through {' -> '.join((*chain, base))}")
     return preset_values(base, (*chain, base)) | values

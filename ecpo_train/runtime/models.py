@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ecpo_gym.kwargs import shown
 from ecpo_train.policies import DEMO_MODEL
 from ecpo_train.policies.checksums import check_folder_checksums, file_sha256, write_folder_checksums
 
@@ -73,7 +74,7 @@ def registry_entry(name: str) -> PullableModel:
         return MODEL_REGISTRY[name]
     except KeyError:
         known = ", ".join(sorted(MODEL_REGISTRY))
-        raise KeyError(f"unknown model {name!r}; pullable models: {known}") from None
+        raise KeyError(f"unknown model {shown(name)}; pullable models: {known}") from None
 
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt")
@@ -86,7 +87,7 @@ def model_folder(model: str | Path) -> str:
     from ecpo_train.policies.atomic import current_folder
 
     path = os.path.expanduser(str(model))
-    if path and not os.path.exists(path) and current_folder(path).is_dir():
+    if path and not os.path.exists(path) and os.path.isdir(current_folder(path)):
         return str(current_folder(path))
     return path
 
@@ -282,7 +283,7 @@ def check_model_folder(model: str | Path) -> None:
     looks_local = model.startswith(("/", "~", ".")) or os.path.exists(path)
     if looks_local and not os.path.isfile(os.path.join(path, "config.json")):
         what = "does not exist" if not os.path.exists(path) else "holds no config.json"
-        raise ValueError(f"{path} {what}; give a folder with the model's config.json, weights and tokenizer "
+        raise ValueError(f"{shown(str(path))} {what}; give a folder with the model's config.json, weights and tokenizer "
                          f"(`ecpo models pull {DEMO_MODEL}`) or a hub id")
     if looks_local:
         check_folder_checksums(path, f"model={model}")
@@ -345,7 +346,6 @@ def write_tiny_model(out_dir: str | Path, tokenizer_path: str | Path | None = No
     import torch
     from transformers import AutoTokenizer, GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
-    from ecpo_gym.kwargs import shown
     from ecpo_train.runtime.limits import MAX_SEED
 
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:

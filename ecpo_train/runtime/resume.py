@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ecpo_gym.kwargs import shown
 from ecpo_train.policies.atomic import current_folder
 from ecpo_train.runtime.checkpoint_io import checkpoint_config
 from ecpo_train.runtime.run_dir import (
@@ -37,6 +38,7 @@ from ecpo_train.runtime.run_dir import (
     OWN_MARKERS,
     RUN_FILES,
     RunFolder,
+    check_path_length,
     folder_engine,
     holds_run,
     linked_run_files,
@@ -76,32 +78,33 @@ def plan_start(run_dir: Path, new_config: dict[str, Any], resume: bool | str = F
     checkpoint holds none, so its ``config.yaml`` is read. ``made``: the folder did not exist before the run shell
     took its lock (which made it)."""
     if resume not in (False, True, RESUME_OR_START):
-        raise ValueError(f"resume={resume!r}: give True, False or {RESUME_OR_START!r}")
+        raise ValueError(f"resume={shown(resume)}: give True, False or {RESUME_OR_START!r}")
     if resume and overwrite:
         raise ValueError("--resume continues the run in run_dir and --overwrite replaces it: choose one")
+    check_path_length(run_dir, f"run_dir={shown(str(run_dir))}")
     if run_dir.exists() and not run_dir.is_dir():
-        raise ValueError(f"run_dir={str(run_dir)!r} is a file, not a folder")
+        raise ValueError(f"run_dir={shown(str(run_dir))} is a file, not a folder")
     linked = linked_run_files(run_dir) if run_dir.is_dir() else []
     if linked and not (overwrite and set(linked) <= set(RUN_FILES)):  # (--overwrite deletes the links themselves)
-        raise ValueError(f"run_dir={str(run_dir)!r}: {', '.join(linked)} is a link (a symlink, or a hard link to a "
+        raise ValueError(f"run_dir={shown(str(run_dir))}: {', '.join(linked)} is a link (a symlink, or a hard link to a "
                          "file elsewhere), which a run would write through: delete it (or --overwrite)")
     if not holds_run(run_dir):  # (a folder holding only a lock, or nothing)
         if resume is True:  # a typo in a path must not silently start training afresh
-            raise ValueError(f"--resume: run_dir={str(run_dir)!r} {_nothing_there(run_dir, made)}, so there is nothing to "
+            raise ValueError(f"--resume: run_dir={shown(str(run_dir))} {_nothing_there(run_dir, made)}, so there is nothing to "
                              "resume: check the path, or pass --resume-or-start to start a run where there is none")
         return StartPlan(run_dir, "start")
     if (overwrite or resume == RESUME_OR_START) and not written_by_run(run_dir):
         found = ", ".join(sorted(name for name in RUN_FILES if (run_dir / name).exists())[:4])
-        raise ValueError(f"run_dir={str(run_dir)!r} holds {found}, but no run wrote them (no {', '.join(OWN_MARKERS)}): "
+        raise ValueError(f"run_dir={shown(str(run_dir))} holds {found}, but no run wrote them (no {', '.join(OWN_MARKERS)}): "
                          "they are not deleted or continued; choose another run_dir=")
     if overwrite:
         return StartPlan(run_dir, "overwrite")
     if not resume:
-        raise ValueError(f"run_dir={str(run_dir)!r} already holds a run: pass --resume to continue it, "
+        raise ValueError(f"run_dir={shown(str(run_dir))} already holds a run: pass --resume to continue it, "
                          "--overwrite to replace it, or choose another run_dir=")
     written_by = folder_engine(run_dir)
     if written_by != engine:
-        raise ValueError(f"run_dir={str(run_dir)!r} holds a run of the {written_by} engine, which --engine {engine} "
+        raise ValueError(f"run_dir={shown(str(run_dir))} holds a run of the {written_by} engine, which --engine {engine} "
                          f"cannot continue: resume it with --engine {written_by}, or --overwrite to replace it")
     folder = RunFolder(run_dir)
     checkpoint = current_folder(folder.checkpoint(engine))  # (RLlib's: the whole one, if a swap was cut)
@@ -110,7 +113,7 @@ def plan_start(run_dir: Path, new_config: dict[str, Any], resume: bool | str = F
         if saved is not None and stopped_before_first_checkpoint(folder, saved):  # start it again
             return StartPlan(run_dir, "restart", resume_changes(saved, new_config))
     if not checkpoint.exists():
-        raise ValueError(f"run_dir={str(run_dir)!r} holds a run but no {checkpoint.name} to resume from (it stopped "
+        raise ValueError(f"run_dir={shown(str(run_dir))} holds a run but no {checkpoint.name} to resume from (it stopped "
                          "before its first checkpoint): --overwrite to start it over (its metrics are deleted), "
                          "or choose another run_dir=")
     if engine == "native":  # the checkpoint's own config, read without its tensors: refused before a model loads
@@ -211,8 +214,8 @@ def resume_changes(saved: dict[str, Any], new: dict[str, Any]) -> dict[str, list
         if old is not _ABSENT and value is not _ABSENT and _same(old, value):
             continue
         if key.split(".")[0] not in RESUMABLE_KEYS:
-            was = "the run does not have it" if old is _ABSENT else f"the run has {old!r}"
-            now = "now it is dropped" if value is _ABSENT else f"now {value!r}"
+            was = "the run does not have it" if old is _ABSENT else f"the run has {shown(old)}"
+            now = "now it is dropped" if value is _ABSENT else f"now {shown(value)}"
             raise ValueError(f"--resume cannot change {key} ({was}, {now}): it changes what the run is; keep it, "
                              "or start a new run_dir (or --overwrite)")
         changes[key] = [None if old is _ABSENT else old, None if value is _ABSENT else value]

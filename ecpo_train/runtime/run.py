@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from ecpo_gym.kwargs import shown
 from ecpo_train.core.iteration import Observe
 from ecpo_train.core.tasks import validation_label, validation_seed
 from ecpo_train.runtime.progress import no_phase
@@ -89,7 +90,7 @@ def open_run(engine_class: Callable[..., Engine], config: Any, *, resume: bool |
     lock, refusal, log = None, None, None
     collective = bool(getattr(config, "fsdp", False))
     try:
-        check_writable_folder(run_dir, f"run_dir={str(run_dir)!r}")  # (a file, a read-only parent: before any work)
+        check_writable_folder(run_dir, f"run_dir={shown(str(run_dir))}")  # (a file, a read-only parent: before any work)
         if collective:
             engine = engine_class(config, **options)
         writes = engine.writes if engine is not None else True

@@ -32,6 +32,7 @@ order (task, copy, won, length): two validations of the same tasks and seed pair
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -44,6 +45,7 @@ from typing import Any
 
 import yaml
 
+from ecpo_gym.kwargs import shown
 from ecpo_train.policies.atomic import append_bytes, current_folder, is_leftover, leftovers, write_text
 from ecpo_train.runtime.tensorboard_scalars import TensorBoardScalars
 
@@ -266,9 +268,20 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, float]]:
     return rows
 
 
+def check_path_length(path: Path, label: str) -> None:
+    """``ValueError`` naming ``label`` when ``path`` is too long for the OS (``OSError``, whose message would quote
+    the path whole: a 10 MB ``run_dir`` a 10 MB error line)."""
+    try:
+        path.lstat()
+    except OSError as err:
+        if err.errno == errno.ENAMETOOLONG:
+            raise ValueError(f"{label} cannot be a folder ({err.strerror})") from None
+
+
 def check_writable_folder(path: Path, label: str) -> None:
     """``ValueError`` unless ``path`` is, or can be made as, a folder this process may write; writes nothing
     (the nearest existing folder on the path must be writable). ``label`` names the path in the message."""
+    check_path_length(path, label)
     if path.exists() and not path.is_dir():
         raise ValueError(f"{label} is a file, not a folder")
     probe = path.absolute()
@@ -335,7 +348,7 @@ class MetricsLog:
             if self._config is not None:
                 write_text(self.folder.config, yaml.safe_dump(self._config, sort_keys=False))
         except OSError as err:
-            raise ValueError(f"run_dir={str(self.folder.root)!r}: {err.filename or self.folder.root} could not be "
+            raise ValueError(f"run_dir={shown(str(self.folder.root))}: {err.filename or self.folder.root} could not be "
                              f"written ({err.strerror})") from None
         self._opened = True
 

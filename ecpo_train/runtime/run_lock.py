@@ -20,6 +20,7 @@ import sys
 import time
 from pathlib import Path
 
+from ecpo_gym.kwargs import shown
 from ecpo_train.runtime.run_dir import RunFolder
 
 
@@ -67,7 +68,7 @@ def acquire_run_lock(run_dir: Path, engine: str = "native", label: str | None = 
     ``engine``: who holds it (an engine, or a program owning an output folder); ``label``: how the messages
     name the folder (default ``run_dir='...'``)."""
     run_dir = Path(run_dir)
-    named = label or f"run_dir={str(run_dir)!r}"
+    named = label or f"run_dir={shown(str(run_dir))}"
     created = [folder for folder in (run_dir, *run_dir.parents) if not folder.exists()]
     try:
         run_dir.mkdir(parents=True, exist_ok=True)

@@ -343,8 +343,8 @@ def _run_sft(config: TrainConfig, *, episodes: int, epochs: int, lr: float, out:
         "loss_before": loss_before, "epoch_losses": epoch_losses, "loss_after": loss_after,
     }
     from ecpo_train.policies.atomic import library_write_errors, replaced_folder
-    from ecpo_train.runtime.run_dir import LOCK_FILE
     from ecpo_train.policies.checksums import CHECKSUM_FILE, write_folder_checksums
+    from ecpo_train.runtime.run_dir import LOCK_FILE
 
     # an earlier output stays until this one is whole; the lock file is carried over (still held)
     with replaced_folder(out, carry=(LOCK_FILE,)) as partial, library_write_errors(out):

@@ -10,6 +10,7 @@ from ecpo_gym.alfworld.native.grammar import Grammar, parse_grammar, parse_symbo
 from ecpo_gym.alfworld.native.logic import Conjunction, Formula, State, to_dnf
 from ecpo_gym.alfworld.native.names import demangle
 from ecpo_gym.alfworld.native.pddl import Domain, parse_domain, parse_problem
+from ecpo_gym.kwargs import shown
 
 
 class GameLoadError(ValueError):
@@ -59,7 +60,7 @@ class CompiledAction:
         self.conditional = any(cond is not None for cond, *_ in self.effects)
         text = grammar.actions.get(schema.name)
         if text is None:
-            raise ValueError(f"the grammar has no command template for action {schema.name!r}")
+            raise ValueError(f"the grammar has no command template for action {shown(schema.name)}")
         self.template = text.template
         self.feedback = text.feedback
         preds = _query_predicates(text.template, grammar)
@@ -136,7 +137,7 @@ class Game:
     def __init__(self, data: dict) -> None:
         for key in ("pddl_domain", "grammar", "pddl_problem"):
             if not isinstance(data.get(key), str):
-                raise TypeError(f"the game has no {key!r} text")
+                raise TypeError(f"the game has no {shown(key)} text")
         self.domain = _domain(data["pddl_domain"])
         self.problem = parse_problem(data["pddl_problem"], self.domain)
         self.grammar = _grammar(data["grammar"])

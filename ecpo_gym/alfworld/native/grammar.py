@@ -15,6 +15,8 @@ import re
 import textwrap
 from dataclasses import dataclass, field
 
+from ecpo_gym.kwargs import shown
+
 _DOC_TOKEN = re.compile(r'\s+|#[^\n]*|"""(?:.|\n)*?"""|"[^"]*"|::|[;{}]|[\w/-]+', re.DOTALL)
 _TAG = re.compile(r"[\w()/!<>\-\s,.]+")
 _GIVEN = re.compile(r"[^;|{}\n\[\]#]+")
@@ -39,12 +41,12 @@ class Query:
         for part in text.split("&"):
             match = _ATOM.fullmatch(part)
             if match is None:
-                raise ValueError(f"cannot read the grammar condition {text!r}")
+                raise ValueError(f"cannot read the grammar condition {shown(text)}")
             args = []
             for arg in match.group(2).split(","):
                 name, _, typ = arg.strip().partition(":")
                 if not name or not typ:
-                    raise ValueError(f"untyped placeholder {arg.strip()!r} in {text!r}")
+                    raise ValueError(f"untyped placeholder {shown(arg.strip())} in {shown(text)}")
                 args.append((name.strip(), typ.strip()))
             atoms.append((match.group(1), tuple(args)))
         return Query(tuple(atoms))
@@ -64,14 +66,14 @@ class Expr:
         while pos < len(text):
             match = _EXPR_TOKEN.match(text, pos)
             if match is None or match.end() == pos:
-                raise ValueError(f"unsupported grammar expression {text!r}")
+                raise ValueError(f"unsupported grammar expression {shown(text)}")
             pos = match.end()
             lit1, lit2, var, attr, bare, plus, alt = match.groups()
             if expect_term and (lit1 is not None or lit2 is not None):
                 terms.append(("lit", lit1 if lit1 is not None else lit2))
             elif expect_term and var is not None:
                 if attr not in ATTRIBUTES:
-                    raise ValueError(f"unknown attribute {attr!r} in {text!r}")
+                    raise ValueError(f"unknown attribute {shown(attr)} in {shown(text)}")
                 terms.append(("attr", var, attr))
             elif expect_term and bare is not None and bare != "or":
                 terms.append(("attr", bare, "name"))
@@ -83,10 +85,10 @@ class Expr:
                 terms, expect_term = [], True
                 continue
             else:
-                raise ValueError(f"unsupported grammar expression {text!r}")
+                raise ValueError(f"unsupported grammar expression {shown(text)}")
             expect_term = False
         if expect_term:
-            raise ValueError(f"incomplete grammar expression {text!r}")
+            raise ValueError(f"incomplete grammar expression {shown(text)}")
         alternatives.append(tuple(terms))
         return Expr(tuple(alternatives))
 
@@ -116,23 +118,23 @@ def parse_symbols(text: str) -> list[tuple]:
         if text.startswith("#", pos):
             match = _TAG.match(text, pos + 1)
             if match is None or not text.startswith("#", match.end()):
-                raise ValueError(f"unterminated '#' in {text!r}")
+                raise ValueError(f"unterminated '#' in {shown(text)}")
             inner, pos = ("rule", match.group(0)), match.end() + 1
         else:
             match = _STATEMENT.match(text, pos)
             if match is None:
-                raise ValueError(f"empty '{{}}' in {text!r}")
+                raise ValueError(f"empty '{{}}' in {shown(text)}")
             inner, pos = ("expr", Expr.parse(match.group(0))), match.end()
         query = None
         bar = _BAR.match(text, pos)
         if bar is not None and bar.end() > pos and "|" in bar.group(0):
             given = _GIVEN.match(text, bar.end())
             if given is None:
-                raise ValueError(f"empty query after '|' in {text!r}")
+                raise ValueError(f"empty query after '|' in {shown(text)}")
             query, pos = Query.parse(given.group(0)), given.end()
         pos = skip(pos)
         if not text.startswith("}", pos):
-            raise ValueError(f"expected '}}' at {pos} in {text!r}")
+            raise ValueError(f"expected '}}' at {pos} in {shown(text)}")
         return ("cond", inner, query), pos + 1
 
     while True:
@@ -143,11 +145,11 @@ def parse_symbols(text: str) -> list[tuple]:
         if char == "[":
             pos = skip(pos + 1)
             if not text.startswith("{", pos):
-                raise ValueError(f"expected '{{' after '[' in {text!r}")
+                raise ValueError(f"expected '{{' after '[' in {shown(text)}")
             cond, pos = conditional(pos)
             pos = skip(pos)
             if not text.startswith("]", pos):
-                raise ValueError(f"expected ']' in {text!r}")
+                raise ValueError(f"expected ']' in {shown(text)}")
             symbols.append(("list", cond))
             pos += 1
         elif char == "{":
@@ -156,13 +158,13 @@ def parse_symbols(text: str) -> list[tuple]:
         elif char == "#":
             match = _TAG.match(text, pos + 1)
             if match is None or not text.startswith("#", match.end()):
-                raise ValueError(f"unterminated '#' in {text!r}")
+                raise ValueError(f"unterminated '#' in {shown(text)}")
             symbols.append(("rule", match.group(0)))
             pos = match.end() + 1
         elif char == '"':
             end = text.find('"', pos + 1)
             if end < 0:
-                raise ValueError(f"unterminated quote in {text!r}")
+                raise ValueError(f"unterminated quote in {shown(text)}")
             symbols.append(("text", text[pos + 1:end].replace("\\n", "\n")))
             pos = end + 1
         else:
@@ -199,7 +201,7 @@ def parse_grammar(text: str) -> Grammar:
     while pos < len(text):
         match = _DOC_TOKEN.match(text, pos)
         if match is None:
-            raise ValueError(f"grammar: cannot read {text[pos:pos + 40]!r}")
+            raise ValueError(f"grammar: cannot read {shown(text[pos:])}")
         token, pos = match.group(0), match.end()
         if not token.isspace() and token[0] != "#":
             tokens.append(token)
@@ -213,7 +215,7 @@ def parse_grammar(text: str) -> Grammar:
         nonlocal k
         if k >= len(tokens) or tokens[k] != value:
             found = tokens[k] if k < len(tokens) else "the end"
-            raise ValueError(f"grammar: expected {value!r}, found {found[:40]!r}")
+            raise ValueError(f"grammar: expected {shown(value)}, found {shown(found)}")
         k += 1
 
     while k < len(tokens):
@@ -243,10 +245,10 @@ def parse_grammar(text: str) -> Grammar:
                                   if not line.lstrip().startswith("#"))
                 raw.update(json.loads(block))
             if "template" not in fields or "feedback" not in fields:
-                raise ValueError(f"grammar: action {name!r} needs a template and a feedback")
+                raise ValueError(f"grammar: action {shown(name)} needs a template and a feedback")
             actions[name] = {"template": fields["template"][1:-1], "feedback": fields["feedback"][1:-1]}
         else:
-            raise ValueError(f"grammar: unexpected {tokens[k][:40]!r}")
+            raise ValueError(f"grammar: unexpected {shown(tokens[k])}")
     grammar = Grammar()
     for name, rules in raw.items():
         grammar.rules[name] = [(Query.parse(r["condition"]) if r.get("condition") else None,

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+from ecpo_gym.kwargs import shown
+
 
 def _readable(text: str) -> str:
     for raw, char in (("_bar_", "|"), ("_minus_", "-"), ("_plus_", "+"), ("_dot_", "."), ("_comma_", ",")):
@@ -36,7 +38,7 @@ def demangle(ids) -> dict[str, str]:
             continue
         cls = head + ("basin" if "basin" in ident else "")
         if remaining.get(cls, 0) <= 0:
-            raise ValueError(f"cannot number entity {ident!r}: its class reads differently once demangled")
+            raise ValueError(f"cannot number entity {shown(ident)}: its class reads differently once demangled")
         names[ident] = f"{cls} {remaining[cls]}"
         remaining[cls] -= 1
     return names

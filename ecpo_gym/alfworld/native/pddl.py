@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ecpo_gym.alfworld.native.sexpr import read_one, typed_list
+from ecpo_gym.kwargs import shown
 
 ROOT_TYPE = "object"
 
@@ -55,7 +56,7 @@ class Problem:
 
 def _formula(expr, arity: dict[str, int], where: str) -> tuple:
     if not isinstance(expr, list):
-        raise TypeError(f"{where}: expected a formula, got {expr!r}")
+        raise TypeError(f"{where}: expected a formula, got {shown(expr)}")
     if not expr:
         return ("and", [])
     head = expr[0]
@@ -74,12 +75,12 @@ def _formula(expr, arity: dict[str, int], where: str) -> tuple:
     if not isinstance(head, str) or head.startswith(":") or any(isinstance(a, list) for a in expr[1:]):
         raise ValueError(f"{where}: unsupported PDDL construct {_show(expr)}")
     if head in ("forall", "imply", "when"):
-        raise ValueError(f"{where}: unsupported PDDL construct {head!r}")
+        raise ValueError(f"{where}: unsupported PDDL construct {shown(head)}")
     expected = 2 if head == "=" else arity.get(head)
     if expected is None:
-        raise ValueError(f"{where}: unknown predicate {head!r}")
+        raise ValueError(f"{where}: unknown predicate {shown(head)}")
     if len(expr) - 1 != expected:
-        raise ValueError(f"{where}: {head!r} takes {expected} arguments, got {len(expr) - 1}")
+        raise ValueError(f"{where}: {shown(head)} takes {expected} arguments, got {len(expr) - 1}")
     return ("atom", head, tuple(expr[1:]))
 
 
@@ -114,7 +115,7 @@ def _sections(body: list, allowed: set[str], what: str) -> list[tuple[str, list]
         if not isinstance(part, list) or not part or not isinstance(part[0], str):
             raise ValueError(f"{what}: unexpected item {_show(part)[:80]}")
         if part[0] not in allowed:
-            raise ValueError(f"{what}: unsupported section {part[0]!r}")
+            raise ValueError(f"{what}: unsupported section {shown(part[0])}")
         out.append((part[0], part[1:]))
     return out
 
@@ -155,8 +156,8 @@ def _action(rest: list, arity: dict[str, int]) -> ActionSchema:
         fields[rest[k]] = rest[k + 1]
     unknown = set(fields) - {":parameters", ":precondition", ":effect"}
     if unknown or (len(rest) - 1) % 2:
-        raise ValueError(f"action {name!r}: unsupported fields {sorted(unknown)}")
-    where = f"action {name!r}"
+        raise ValueError(f"action {shown(name)}: unsupported fields {sorted(unknown)}")
+    where = f"action {shown(name)}"
     return ActionSchema(
         name=name,
         params=typed_list(fields.get(":parameters", [])),
@@ -175,11 +176,11 @@ def parse_problem(text: str, domain: Domain) -> Problem:
     goal = None
     for head, rest in _sections(expr[2:], {":domain", ":objects", ":init", ":goal", ":metric"}, "problem"):
         if head == ":domain" and rest != [domain.name]:
-            raise ValueError(f"problem is for domain {rest!r}, not {domain.name!r}")
+            raise ValueError(f"problem is for domain {shown(rest)}, not {shown(domain.name)}")
         if head == ":objects":
             for obj, typ in typed_list(rest):
                 if typ != ROOT_TYPE and typ not in domain.supertypes:
-                    raise ValueError(f"object {obj!r} has unknown type {typ!r}")
+                    raise ValueError(f"object {shown(obj)} has unknown type {shown(typ)}")
                 objects.setdefault(obj, typ)
         elif head == ":init":
             for fact in rest:

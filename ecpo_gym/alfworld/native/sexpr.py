@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+from ecpo_gym.kwargs import shown
+
 _TOKEN = re.compile(r";[^\n]*|\(|\)|[^\s();]+")
 
 
@@ -49,7 +51,7 @@ def typed_list(items: list) -> list[tuple[str, str]]:
     while k < len(items):
         item = items[k]
         if not isinstance(item, str):
-            raise TypeError(f"unexpected nested list {item!r} in a typed list")
+            raise TypeError(f"unexpected nested list {shown(item)} in a typed list")
         if item == "-":
             if k + 1 >= len(items) or not isinstance(items[k + 1], str) or not pending:
                 raise ValueError("'-' without a type name in a typed list")

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 
 from ecpo_gym.alfworld.native.grammar import Expr, Grammar, Query
 from ecpo_gym.alfworld.native.logic import State
+from ecpo_gym.kwargs import shown
 
 
 class TextGenerator:
@@ -68,7 +69,7 @@ class TextGenerator:
         for condition, symbols in self.grammar.rules[name]:
             if condition is None or next(self.answers(condition, mapping), None) is not None:
                 return self.derive(symbols, mapping)
-        raise RuntimeError(f"no alternative of grammar rule {name!r} applies")
+        raise RuntimeError(f"no alternative of grammar rule {shown(name)} applies")
 
     def _contexts(self, symbol: tuple, mapping: dict) -> list[dict]:
         _, _, query = symbol
@@ -104,7 +105,7 @@ class TextGenerator:
                 else:
                     ident = variables.get(term[1])
                     if ident is None:
-                        raise RuntimeError(f"grammar expression names unbound variable {term[1]!r}")
+                        raise RuntimeError(f"grammar expression names unbound variable {shown(term[1])}")
                     value += self.entity[ident][term[2]]
             if value:
                 return value

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from ecpo_gym.kwargs import shown
 from ecpo_gym.searchqa.corpus import Corpus
 from ecpo_gym.searchqa.retrievers.base import Hit, Retriever, default_cache_dir
 from ecpo_gym.searchqa.retrievers.bm25 import BM25sRetriever
@@ -26,7 +27,7 @@ REMOTE = frozenset({"http"})
 def retriever_class(name: str) -> type[Retriever]:
     """The backend class registered under ``name`` (imported on first use)."""
     if name not in RETRIEVERS:
-        raise ValueError(f"unknown retriever {name!r}; choose one of {', '.join(repr(n) for n in RETRIEVERS)}")
+        raise ValueError(f"unknown retriever {shown(name)}; choose one of {', '.join(repr(n) for n in RETRIEVERS)}")
     module, _, attribute = RETRIEVERS[name].partition(":")
     return getattr(importlib.import_module(module), attribute)
 

@@ -18,6 +18,7 @@ import urllib.parse
 from collections.abc import Sequence
 from typing import Any
 
+from ecpo_gym.kwargs import shown
 from ecpo_gym.searchqa.corpus import Document
 from ecpo_gym.searchqa.retrievers.base import Hit, Retriever
 
@@ -50,13 +51,17 @@ def document_from_json(doc: Any) -> Document:
     return Document(str(doc_id), contents)
 
 
+MAX_URL_CHARS = 2048  # a retrieval server's address: longer is a mistake, and each error names it whole
+
+
 class SearchR1HTTPRetriever(Retriever):
     """Retriever backed by a Search-R1 retrieval server (e.g. ``http://127.0.0.1:8000/retrieve``)."""
 
     def __init__(self, url: str = "http://127.0.0.1:8000/retrieve", *, timeout: float = 30.0) -> None:
         """``timeout``: seconds for a whole request (connecting, sending, the whole reply), not for each wait."""
-        if not url.startswith(("http://", "https://")):
-            raise ValueError(f"retriever url must start with http:// or https://, got {url!r}")
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")) or len(url) > MAX_URL_CHARS:
+            raise ValueError(f"retriever url must start with http:// or https:// (at most {MAX_URL_CHARS} characters: "
+                             f"every error quotes it), got {shown(url)}")
         from ecpo_gym.kwargs import check_real
 
         self.url = url
@@ -86,7 +91,7 @@ class SearchR1HTTPRetriever(Retriever):
             raise RetrievalServerError(f"{self.url} did not answer JSON ({type(exc).__name__})") from None
         result = payload.get("result") if isinstance(payload, dict) else None
         if not isinstance(result, list) or len(result) != len(queries):
-            raise RetrievalServerError(f"{self.url}: expected 'result' with {len(queries)} lists, got {payload!r:.300}")
+            raise RetrievalServerError(f"{self.url}: expected 'result' with {len(queries)} lists, got {shown(payload)}")
         try:
             return [[self._hit(item) for item in per_query[: int(topk)]] for per_query in result]
         except (TypeError, ValueError, RecursionError) as exc:

@@ -76,7 +76,7 @@ class CreditConfig:
         valid = [f.name for f in fields(cls)]
         unknown = sorted(set(hyperparameters) - set(valid))
         if unknown:
-            raise ValueError(f"unknown credit hyperparameter(s) {unknown}; valid ones: {', '.join(valid)}")
+            raise ValueError(f"unknown credit hyperparameter(s) {shown(unknown)}; valid ones: {', '.join(valid)}")
         return cls(**hyperparameters)
 
 

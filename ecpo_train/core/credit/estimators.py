@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from ecpo_gym.kwargs import shown
 from ecpo_train.core.batch import TrajectoryBatch
 from ecpo_train.core.credit.config import CreditConfig
 from ecpo_train.core.credit.equations import (
@@ -521,7 +522,7 @@ def pace_estimator(rows: CreditRows, config: CreditConfig, hidden_states: Any = 
 def _gae_rows(rows: CreditRows, values: Any, config: CreditConfig, gae_lambda: float) -> tuple[np.ndarray, np.ndarray]:
     """eq. gae on the host (values come from a critic on any device): ``(advantages, values)`` per row, float64."""
     if not 0.0 <= float(gae_lambda) <= 1.0:
-        raise ValueError(f"gae_lambda={gae_lambda!r} is invalid: it must be a number in [0, 1]")
+        raise ValueError(f"gae_lambda={shown(gae_lambda)} is invalid: it must be a number in [0, 1]")
     values = np.asarray(host_values(values, "values"), dtype=np.float64)
     if values.shape != (rows.n_rows,):
         raise ValueError(f"values has shape {values.shape}, expected ({rows.n_rows},): one V(s) per step row")
@@ -601,7 +602,7 @@ def compute_advantages(
     config = credit if credit is not None else CreditConfig.from_kwargs(**hyperparameters)
     if config.compat != "native" and "compat" not in (spec.credit_keys or ()):
         aware = sorted(n for n in available_estimators() if "compat" in (estimator_spec(n).credit_keys or ()))
-        raise ValueError(f"compat={config.compat!r} applies only to {aware}, not {name!r}")
+        raise ValueError(f"compat={shown(config.compat)} applies only to {aware}, not {shown(name)}")
     if spec.needs_values and values is None:
         raise ValueError(f"estimator {name!r} needs values=: one critic value V(s) per step row")
     if not spec.needs_values and values is not None:

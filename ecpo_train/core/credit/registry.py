@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ecpo_gym.kwargs import shown
 from ecpo_train.core.credit.config import ESTIMATOR_CREDIT_KEYS
 
 Estimator = Callable[..., tuple[Any, dict[str, float]]]
@@ -62,15 +63,15 @@ def register_estimator(name: str, *, needs_values: bool = False, group_relative:
     "optional"`` ``fn(rows, config, hidden_states=None)``, with ``keeps_state=True`` ``fn(rows, config, history,
     anchor_keys)``."""
     if hidden_states not in HIDDEN_STATE_USES:
-        raise ValueError(f"hidden_states={hidden_states!r}; valid: {', '.join(HIDDEN_STATE_USES)}")
+        raise ValueError(f"hidden_states={shown(hidden_states)}; valid: {', '.join(HIDDEN_STATE_USES)}")
     unknown = sorted(set(credit_keys or ()) - set(ESTIMATOR_CREDIT_KEYS))
     if unknown:
-        raise ValueError(f"credit_keys {unknown} are not estimator-specific credit fields; valid: "
+        raise ValueError(f"credit_keys {shown(unknown)} are not estimator-specific credit fields; valid: "
                          f"{', '.join(ESTIMATOR_CREDIT_KEYS)}")
 
     def decorate(fn: Estimator) -> Estimator:
         if name in _ESTIMATORS:
-            raise ValueError(f"estimator {name!r} is already registered")
+            raise ValueError(f"estimator {shown(name)} is already registered")
         _ESTIMATORS[name] = EstimatorSpec(fn, needs_values, group_relative, tuple((options or {}).items()),
                                           hidden_states, keeps_state,
                                           None if credit_keys is None else tuple(credit_keys), grpo_trajectory)
@@ -89,7 +90,7 @@ def estimator_spec(name: str) -> EstimatorSpec:
     try:
         return _ESTIMATORS[name]
     except (KeyError, TypeError):
-        raise ValueError(f"unknown advantage estimator {name!r}; valid: {', '.join(_ESTIMATORS)}") from None
+        raise ValueError(f"unknown advantage estimator {shown(name)}; valid: {', '.join(_ESTIMATORS)}") from None
 
 
 def check_group_size(group_size: int, name: str) -> None:

@@ -38,6 +38,7 @@ from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import ConcurrencyConfig, EnvironmentMetadata, ServerMode
 
 from ecpo_gym.group_workers import make_env
+from ecpo_gym.kwargs import shown
 from ecpo_train.integrations.openenv.models import EpisodeState, TextAction, TextObservation
 
 DEFAULT_HOST = "127.0.0.1"
@@ -265,12 +266,12 @@ async def _reply(send: Send, status: int, detail: str) -> None:
 def check_server_options(max_sessions: int, max_request_bytes: int, idle_timeout_s: float) -> None:
     """``ValueError`` naming the setting for a limit out of range (before anything is built)."""
     if isinstance(max_sessions, bool) or not isinstance(max_sessions, int) or not 1 <= max_sessions <= 4096:
-        raise ValueError(f"--max-sessions must be an integer in [1, 4096], got {max_sessions!r}")
+        raise ValueError(f"--max-sessions must be an integer in [1, 4096], got {shown(max_sessions)}")
     if (isinstance(max_request_bytes, bool) or not isinstance(max_request_bytes, int)
             or not 1024 <= max_request_bytes <= 1 << 30):
-        raise ValueError(f"--max-request-bytes must be an integer in [1024, 2**30], got {max_request_bytes!r}")
+        raise ValueError(f"--max-request-bytes must be an integer in [1024, 2**30], got {shown(max_request_bytes)}")
     if not (isinstance(idle_timeout_s, (int, float)) and math.isfinite(idle_timeout_s) and idle_timeout_s > 0):
-        raise ValueError(f"--idle-timeout must be a positive number of seconds, got {idle_timeout_s!r}")
+        raise ValueError(f"--idle-timeout must be a positive number of seconds, got {shown(idle_timeout_s)}")
 
 
 def create_server_app(env_id: str, env_kwargs: Mapping[str, Any] | None = None, *,
@@ -297,7 +298,7 @@ def create_server_app(env_id: str, env_kwargs: Mapping[str, Any] | None = None, 
 def bind_socket(host: str, port: int) -> socket.socket:
     """A listening TCP socket on ``host:port`` (port 0: a free one); ``OSError`` if it cannot be bound."""
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-        raise ValueError(f"--port must be an integer in [0, 65535], got {port!r}")
+        raise ValueError(f"--port must be an integer in [0, 65535], got {shown(port)}")
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:

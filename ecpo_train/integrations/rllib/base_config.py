@@ -16,6 +16,7 @@ from typing import Any
 from ray.rllib.algorithms.algorithm_config import NotProvided
 from ray.rllib.algorithms.ppo import PPOConfig
 
+from ecpo_gym.kwargs import shown
 from ecpo_train.core.credit import CreditConfig, available_estimators, check_group_size
 from ecpo_train.core.rollout import check_anchor_key
 from ecpo_train.integrations.rllib.base_algorithm import check_gpu_request
@@ -101,7 +102,7 @@ class GroupCreditConfig(PPOConfig):
             if isinstance(credit, Mapping):
                 credit = CreditConfig.from_kwargs(**(dataclasses.asdict(self.credit) | dict(credit)))
             elif not isinstance(credit, CreditConfig):
-                raise TypeError(f"credit must be a credit.CreditConfig or a dict of its fields, got {credit!r}")
+                raise TypeError(f"credit must be a credit.CreditConfig or a dict of its fields, got {shown(credit)}")
             self.credit = credit
         super().training(**kwargs)
         for name, value in (("group_size", group_size), ("groups_per_batch", groups_per_batch),
@@ -141,9 +142,9 @@ class GroupCreditConfig(PPOConfig):
                               "scale with num_env_runners instead")
         critic_free = available_estimators(needs_values=False)  # ECPO in RLlib is critic-free: no "ppo" here
         if self.estimator not in critic_free:
-            self._value_error(f"estimator={self.estimator!r}; valid: {', '.join(critic_free)}")
+            self._value_error(f"estimator={shown(self.estimator)}; valid: {', '.join(critic_free)}")
         if not isinstance(self.credit, CreditConfig):
-            self._value_error(f"credit must be a credit.CreditConfig (use training(credit=...)), got {self.credit!r}")
+            self._value_error(f"credit must be a credit.CreditConfig (use training(credit=...)), got {shown(self.credit)}")
         try:
             check_anchor_key(self.anchor_key)
         except ValueError as error:

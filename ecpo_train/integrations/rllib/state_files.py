@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ecpo_gym.kwargs import shown
 from ecpo_train.policies.checksums import check_folder_checksums, write_folder_checksums
 
 STATE_FILE = "state.msgpack"
@@ -117,13 +118,63 @@ def read_state(folder: Path) -> Any:
                 return int(inner[:200])
             if tag == _SCALAR:
                 return np.dtype(inner[0]).type(inner[1])
-            raise ValueError(f"an unknown tag {str(tag)[:40]!r}")
+            raise ValueError(f"an unknown tag {shown(tag)}")
 
         return decode(tree)
     except Exception as err:  # noqa: BLE001 -- msgpack, safetensors and a foreign tree each raise their own types
         why = str(err).splitlines()[0][:120] if str(err) else ""
         raise ValueError(f"{folder} is damaged and cannot be read ({type(err).__name__}{': ' + why if why else ''}); "
                          "restore it from a copy, or --overwrite to start the run over") from None
+
+
+def check_learner_state(state: Any, shapes: dict[str, dict[str, tuple[int, ...]]], folder: Path) -> None:
+    """``ValueError`` (one line naming the file) unless the learner's state that :func:`read_state` read from
+    ``folder`` fits the learner: every module weight it needs (``shapes``: module id -> name -> shape, from the
+    learner's ``CausalLMRLModule.state_shapes``) and no other, each of its shape, and every float array of the
+    learner's state (weights, optimizer moments) finite. Run on the driver before the state is sent to a learner
+    actor: an error there is logged by Ray and lost, and the run fails later with a traceback. A state that passes
+    its checksums but not this was changed by hand, or written without checksums."""
+    fix = "restore it from a copy, or --overwrite to start the run over"
+    learner = state.get("learner_group", {}).get("learner", {}) if isinstance(state, dict) else {}
+    modules = learner.get("rl_module") if isinstance(learner, dict) else None
+    if not isinstance(modules, dict):
+        raise ValueError(f"{folder / STATE_FILE} is damaged: it holds no learner weights; {fix}")
+
+    def file_of(value: Any) -> Path:
+        return folder / (TENSORS_FILE if isinstance(value, torch.Tensor) else ARRAYS_FILE)
+
+    for module_id, expected in shapes.items():
+        weights = modules.get(module_id)
+        if not isinstance(weights, dict):
+            raise ValueError(f"{folder / STATE_FILE} is damaged: it holds no weights of module {shown(module_id)}; "
+                             f"{fix}")
+        for name, shape in expected.items():
+            if name not in weights:
+                raise ValueError(f"{folder / STATE_FILE} is damaged: it lacks the weight {shown(name)}; {fix}")
+            value = weights[name]
+            if not isinstance(value, (torch.Tensor, np.ndarray)) or tuple(value.shape) != tuple(shape):
+                found = tuple(value.shape) if isinstance(value, (torch.Tensor, np.ndarray)) else type(value).__name__
+                raise ValueError(f"{file_of(value)} is damaged: the weight {shown(name)} has shape {shown(found)}, "
+                                 f"the learner's {tuple(shape)}; {fix}")
+        unexpected = sorted(str(name) for name in weights if name not in expected)
+        if unexpected:
+            raise ValueError(f"{folder / STATE_FILE} is damaged: it holds a weight {shown(unexpected[0])} the "
+                             f"learner does not have; {fix}")
+
+    def check_finite(value: Any, where: str) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                check_finite(item, f"{where}/{key}")
+        elif isinstance(value, (list, tuple)):
+            for k, item in enumerate(value):
+                check_finite(item, f"{where}/{k}")
+        elif isinstance(value, torch.Tensor) and value.is_floating_point():
+            if not bool(torch.isfinite(value).all()):
+                raise ValueError(f"{file_of(value)} is damaged: {shown(where)} holds nan or infinite values; {fix}")
+        elif isinstance(value, np.ndarray) and value.dtype.kind in "fc" and not np.isfinite(value).all():
+            raise ValueError(f"{file_of(value)} is damaged: {shown(where)} holds nan or infinite values; {fix}")
+
+    check_finite(learner, "learner")
 
 
 def read_config(folder: Path) -> dict[str, Any]:

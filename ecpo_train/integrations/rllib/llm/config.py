@@ -39,6 +39,7 @@ from ray.rllib.core import (
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.utils import force_list
 
+from ecpo_gym.kwargs import shown
 from ecpo_train.core.task_memory import TaskGraphMemory, task_memory_for
 from ecpo_train.core.tasks import task_lists
 from ecpo_train.integrations.rllib.base_algorithm import GroupCreditAlgorithm, check_fits_cluster
@@ -179,7 +180,7 @@ class ECPOConfig(GroupCreditConfig):
         except gym.error.Error:
             import ecpo_gym
 
-            self._value_error(f"unknown env id {self.text_env_id!r}; registered: {', '.join(sorted(ecpo_gym.ENV_ENTRY_POINTS))}")
+            self._value_error(f"unknown env id {shown(self.text_env_id)}; registered: {', '.join(sorted(ecpo_gym.ENV_ENTRY_POINTS))}")
         self._refuse_options_not_run()  # before the TrainConfig, whose own type checks would name the native key
         try:  # the TrainConfig's own checks: ranges, scoring on search-QA, LoRA without peft, ...
             self.to_train_config()
@@ -197,11 +198,11 @@ class ECPOConfig(GroupCreditConfig):
             if policy_spec(self._model_config.get("policy", "llm")).model == "causal-lm":
                 check_model_folder(model)
         except ValueError as error:
-            self._value_error(f"rl_module(model_config={{'model': {model!r}}}): {error}")
+            self._value_error(f"rl_module(model_config={{'model': {shown(model)}}}): {error}")
         if self.lost_groups not in LOST_GROUP_POLICIES:
-            self._value_error(f"lost_groups={self.lost_groups!r}; valid: {', '.join(LOST_GROUP_POLICIES)}")
+            self._value_error(f"lost_groups={shown(self.lost_groups)}; valid: {', '.join(LOST_GROUP_POLICIES)}")
         if isinstance(self.max_policy_lag, bool) or self.max_policy_lag not in PIPELINE_LAGS:
-            self._value_error(f"max_policy_lag={self.max_policy_lag!r}; valid: 0 (lock-step) or 1 (the runners play "
+            self._value_error(f"max_policy_lag={shown(self.max_policy_lag)}; valid: 0 (lock-step) or 1 (the runners play "
                               "the next groups while the learner updates)")
         # (RLlib's own derived evaluation config has no runners and never trains)
         if self.max_policy_lag and int(self.num_env_runners) == 0 and not self.in_evaluation:
@@ -220,7 +221,7 @@ class ECPOConfig(GroupCreditConfig):
         for name, instead in LLM_PATH_REFUSED.items():
             stored = f"_{name}" if hasattr(defaults, f"_{name}") else name  # a property RLlib derives (per learner)
             if hasattr(defaults, stored) and getattr(self, stored) != getattr(defaults, stored):
-                self._value_error(f"{name}={getattr(self, name)!r} is not used by the LLM path; {instead}")
+                self._value_error(f"{name}={shown(getattr(self, name))} is not used by the LLM path; {instead}")
         for name in ("lr", "entropy_coeff"):
             if isinstance(getattr(self, name), (list, tuple)):
                 self._value_error(f"{name} as a schedule is not used by the LLM path; "
@@ -317,9 +318,20 @@ class ECPO(GroupCreditAlgorithm):
         from pathlib import Path
 
         from ecpo_train.integrations.rllib.base_algorithm import _absolute
-        from ecpo_train.integrations.rllib.state_files import read_state
+        from ecpo_train.integrations.rllib.state_files import check_learner_state, read_state
 
-        self.set_state(read_state(_ecpo_checkpoint(Path(_absolute(path)))))
+        folder = _ecpo_checkpoint(Path(_absolute(path)))
+        state = read_state(folder)
+        check_learner_state(state, self._learner_state_shapes(), folder)  # (a learner actor's error would be lost)
+        self.set_state(state)
+
+    def _learner_state_shapes(self) -> dict[str, dict[str, tuple[int, ...]]]:
+        """The first learner's module shapes (module id -> weight name -> shape), asked of the learner itself."""
+        results = list(self.learner_group.foreach_learner(
+            lambda learner: {mid: learner.module[mid].state_shapes() for mid in learner.module.keys()}))
+        if not results[0].ok:
+            raise results[0].get()
+        return results[0].get()
 
     @classmethod
     def from_checkpoint(cls, path, filesystem=None, **kwargs) -> ECPO:
@@ -344,7 +356,7 @@ class ECPO(GroupCreditAlgorithm):
             config = ECPOConfig.from_train_config(make_config(train))
             for key, value in dict(saved.get("rllib") or {}).items():
                 if key not in CHECKPOINT_LAYOUT:
-                    raise ValueError(f"unknown layout key {key!r}")
+                    raise ValueError(f"unknown layout key {shown(key)}")
                 setattr(config, key, value)
         except (KeyError, TypeError, ValueError) as err:
             raise ValueError(f"{folder}: its config cannot be read ({' '.join(str(err).split())[:200]})") from None

@@ -97,6 +97,14 @@ class CausalLMRLModule(GroupCreditModule):
             state = {name: value for name, value in state.items() if is_adapter_key(name)}
         return state
 
+    def state_shapes(self) -> dict[str, tuple[int, ...]]:
+        """The shape of each tensor :meth:`get_state` gives, without copying any: what a restored state must
+        match (``state_files.check_learner_state``, on the driver before the state reaches a learner actor)."""
+        from ecpo_train.policies.lora import is_adapter_key
+
+        return {name: tuple(value.shape) for name, value in self.state_dict().items()
+                if torch.is_tensor(value) and (is_adapter_key(name) or not self.has_lora)}
+
     def set_state(self, state) -> None:
         """Load a state by name; every given tensor must be one of this module's (a LoRA/full mismatch is an
         error, not a silent no-op) and every trainable one must be given."""

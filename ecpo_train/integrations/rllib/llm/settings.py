@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from ecpo_gym.kwargs import shown
 from ecpo_train.runtime.config import TrainConfig, config_dict
 from ecpo_train.runtime.policy_kinds import kinds_with, policy_spec
 
@@ -56,7 +57,7 @@ def native_values(config: Any) -> dict[str, Any]:
     model_config = dict(config._model_config)
     unknown = sorted(set(model_config) - set(MODEL_KEYS))
     if unknown:
-        raise ValueError(f"unknown rl_module model_config key(s) {unknown}; valid: {', '.join(MODEL_KEYS)}")
+        raise ValueError(f"unknown rl_module model_config key(s) {shown(unknown)}; valid: {', '.join(MODEL_KEYS)}")
     values: dict[str, Any] = {"policy": "llm", "env_id": config.text_env_id,
                               "env_kwargs": dict((config.env_config or {}).get("env_kwargs") or {})}
     values |= dict(getattr(config, "run_settings", {}) or {})
@@ -76,9 +77,15 @@ def native_values(config: Any) -> dict[str, Any]:
 
 def apply_train_config(config: Any, train: TrainConfig) -> Any:
     """Set an ``ECPOConfig`` to the run ``train`` describes (the inverse of :func:`native_values`)."""
+<<<<<<< HEAD
     if not policy_spec(train.policy).rllib:  # (the kind declares whether the RLlib engine trains it)
         raise ValueError(f"the RLlib engine trains an LLM or text policy ({kinds_with(rllib=True)}); this config has "
                          f"policy={train.policy!r}, which trains natively")
+=======
+    if train.policy not in ("llm", "text"):
+        raise ValueError(f"the RLlib engine trains an LLM or text policy; this config has policy={shown(train.policy)} "
+                         "(the tabular policy trains natively)")
+>>>>>>> work-70d
     if not train.model:  # what makes an ECPOConfig an LLM run (has_model); a text run starts from its warm start
         raise ValueError(f"the RLlib engine trains policy={train.policy} from a model folder: give model=DIR (for "
                          "policy=text, the folder `ecpo sft` wrote)")
