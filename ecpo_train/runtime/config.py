@@ -25,6 +25,7 @@ from pydantic import Field
 from ecpo_gym.families import declared_history_length
 from ecpo_train.core.credit import CreditConfig, available_estimators, check_group_size, estimator_spec
 from ecpo_train.core.credit.config import ESTIMATOR_CREDIT_KEYS
+from ecpo_train.core.credit.registry import declared_hyperparameter
 from ecpo_train.core.loss import BEHAVIOUR_CORRECTIONS, UpdateSettings
 from ecpo_train.core.rollout import ANCHOR_KEYS
 from ecpo_train.core.tasks import TASK_DRAWS
@@ -82,6 +83,9 @@ Tokens = Annotated[int, Field(ge=1, le=MAX_SEQUENCE_TOKENS, description="longer 
 MAX_EPOCHS = 100  # an update's passes over one iteration's rows (PPO-style runs use 1-10)
 MAX_IS_WEIGHT_CAP = 1e6  # a truncated importance weight's cap (2-10 in use): above float32's range it overflows
 LearningRate = Annotated[float, Field(gt=0, le=MAX_LR, description="AdamW moves each weight by about lr per step")]
+# An estimator's option is a run setting of the same name; its type, range and default are its declaration's (ppo's)
+_GAE_LAMBDA = declared_hyperparameter("gae_lambda")
+GaeLambda = _GAE_LAMBDA.type
 
 
 @dataclass
@@ -141,7 +145,7 @@ class TrainConfig:
     estimator: str = "ecpo"  # a credit estimator name (an open registry): ecpo, gigpo, grpo, ..., or ppo (critic + GAE)
     anchor_key: Literal[ANCHOR_KEYS] = "state_key"  # "state_key" | "observation_key" (the paper's text anchor)
     credit: CreditConfig = field(default_factory=CreditConfig)  # the paper's defaults live in CreditConfig
-    gae_lambda: Annotated[float, Field(ge=0, le=1)] = 0.95  # an option of the ppo estimator (EstimatorSpec.options)
+    gae_lambda: GaeLambda = _GAE_LAMBDA.default  # an option of the ppo estimator, declared on its registration
     # the exploration-revisit schedule of an estimator that keeps state (tigpo; core/task_memory.py): the share of an
     # iteration's groups that revisit earlier tasks, and the updates between an exploration group and its revisit
     revisit_fraction: Annotated[float, Field(ge=0, lt=1)] = 0.5
@@ -311,8 +315,8 @@ class TrainConfig:
         return {name: getattr(self, name) for name, _ in estimator_spec(self.estimator).options}
 
     def credit_hyperparameters(self) -> dict[str, Any]:
-        """The keyword arguments ``compute_advantages`` takes for this estimator, one by one: every
-        ``CreditConfig`` field plus :meth:`estimator_options`."""
+        """The ``credit`` mapping ``compute_advantages`` takes for this estimator: every ``CreditConfig`` field
+        plus :meth:`estimator_options`."""
         return dataclasses.asdict(self.credit) | self.estimator_options()
 
     def resolved_device(self) -> str:

@@ -130,8 +130,8 @@ def test_train_batch_advantages_equal_credit_on_the_same_episodes(estimator):
         learner_batch = run_connector(episodes)["default_policy"]
         got = learner_batch[Postprocessing.ADVANTAGES].numpy()
         rows = _credit_rows(episodes)
-        expected, _ = credit.compute_advantages(estimator, rows["group"], rows["traj"], rows["step"], rows["state"],
-                                                rows["action"], rows["reward"], **dataclasses.asdict(config.credit))
+        columns = (rows["group"], rows["traj"], rows["step"], rows["state"], rows["action"], rows["reward"])
+        expected, _ = credit.compute_advantages(estimator, dict(zip(credit.STEP_COLUMNS, columns)), config.credit)
         assert got.shape == (len(rows["step"]),)
         np.testing.assert_array_equal(got, np.asarray(expected, dtype=np.float32))
         # each advantage sits on its own step's row: the batch's observations are the episodes' pre-step

@@ -60,10 +60,13 @@ from ecpo_train.core.credit.equations import (
     verl_agent_episode_advantage,
     within_action_variance,
 )
-from ecpo_train.core.credit.estimators import compute_advantages, gae_targets
+from ecpo_train.core.credit.api import STEP_COLUMNS, compute_advantages
+from ecpo_train.core.credit.estimators import gae_targets
 from ecpo_train.core.credit.history import TaskHistory
 from ecpo_train.core.credit.registry import (
+    EstimatorInputs,
     EstimatorSpec,
+    Hyperparameter,
     available_estimators,
     check_group_size,
     estimator_spec,
@@ -75,9 +78,12 @@ from ecpo_train.core.rows import MAX_RETURN_MAGNITUDE, CreditRows, factorize_key
 __all__ = [
     "COMPAT_MODES",
     "MAX_RETURN_MAGNITUDE",
+    "STEP_COLUMNS",
     "CreditConfig",
     "CreditRows",
+    "EstimatorInputs",
     "EstimatorSpec",
+    "Hyperparameter",
     "TaskHistory",
     "available_estimators",
     "between_action_variance",
