@@ -8,7 +8,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ecpo_train.core.credit.equations import future_return, grpo_advantage, trajectory_return, trajectory_success
+from ecpo_train.core.backend import ops_of
+from ecpo_train.core.credit.equations import (
+    future_return,
+    grpo_advantage,
+    moments,
+    trajectory_return,
+    trajectory_success,
+)
 from ecpo_train.core.rows import CreditRows
 
 if TYPE_CHECKING:
@@ -79,7 +86,7 @@ def _lucky_singletons(rows: CreditRows, ret: Returns) -> int:
     whose one visit returned more than the anchor's mean return ``mu_s``: a rare action that got lucky, whose
     single return GiGPO credits at face value."""
     g = np.asarray(rows.ops.host(ret.future), dtype=np.float64)
-    mu = np.bincount(rows.anchor, weights=g, minlength=rows.n_anchors) / np.maximum(rows.anchor_sizes, 1)
+    mu = moments(g, rows.anchor, rows.n_anchors, ops_of(g)).mean
     lucky = ((rows.action_counts[rows.action] == 1) & (rows.anchor_top_action_count[rows.anchor] >= 2)
              & (g > mu[rows.anchor] + 1e-12))
     return int(lucky.sum())

@@ -7,9 +7,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ecpo_train.core.backend import ops_of
 from ecpo_train.core.credit.equations import (
     anchor_potential,
     gigpo_anchor_advantage,
+    moments,
     pgpo_advantage,
     pgpo_weight,
     potential_difference,
@@ -44,8 +46,8 @@ def pgpo_estimator(rows: CreditRows, config: CreditConfig, inputs: EstimatorInpu
     delta = potential_difference(phi[dev["anchor"]], dense[flat_next], rows.reward, ops.mask(is_last), config.pgpo_gamma)
     potential_adv = gigpo_anchor_advantage(delta, dev["anchor"], rows.n_anchors, config.eps, True)
     step_adv = gigpo_anchor_advantage(ret.future, dev["anchor"], rows.n_anchors, config.eps, True)
-    success_rate = np.bincount(rows.traj_group, weights=successes(rows), minlength=rows.n_groups) / np.maximum(
-        np.bincount(rows.traj_group, minlength=rows.n_groups), 1)
+    success = successes(rows).astype(np.float64)
+    success_rate = moments(success, rows.traj_group, rows.n_groups, ops_of(success)).mean
     weight = pgpo_weight(success_rate, config.pgpo_alpha, config.pgpo_beta)
     adv = pgpo_advantage(step_adv, ops.asarray(weight)[dev["row_group"]], potential_adv)
     return finish(rows, ret, adv, {"pgpo_mean_weight": float(weight.mean())})
