@@ -3,6 +3,7 @@ estimator that asks for values), and bad input rejected up front with one clear 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -67,6 +68,27 @@ def test_the_package_docstring_lists_every_registered_estimator():
     assert [name for name in built_in if f"``{name}``" not in package.__doc__] == []
 
 
+def test_hyperparameters_are_declared_once_on_the_registrations():
+    """Every estimator-specific CreditConfig field is a registration's declaration (type with range, default); a
+    second declaration of a name that disagrees, or a new credit field after CreditConfig is built, is refused."""
+    from ecpo_train.core.credit.config import ESTIMATOR_CREDIT_KEYS, SHARED
+    from ecpo_train.core.credit.registry import Hyperparameter, declared_hyperparameter
+
+    fields = [f.name for f in dataclasses.fields(CreditConfig)]
+    assert fields == [h.name for h in SHARED] + list(ESTIMATOR_CREDIT_KEYS)
+    assert {key for name in available_estimators() for key in estimator_spec(name).credit_keys} == set(
+        ESTIMATOR_CREDIT_KEYS)
+    assert declared_hyperparameter("graph_gamma").default == CreditConfig().graph_gamma == 0.1
+    assert [name for name in available_estimators() if "compat" in estimator_spec(name).credit_keys] == [
+        "gigpo", "gigpo_std", "graphgpo"]
+    other = Hyperparameter("graph_gamma", float, 0.5, "another reading")
+    with pytest.raises(ValueError, match="'graph_gamma' is already declared differently"):
+        register_estimator("my_graph", hyperparameters=(other,))
+    with pytest.raises(ValueError, match="'my_weight' is not a credit field"):
+        register_estimator("my_estimator", hyperparameters=(Hyperparameter("my_weight", float, 1.0, "a weight"),))
+    assert "my_graph" not in available_estimators() and "my_estimator" not in available_estimators()
+
+
 def test_registry_and_bad_input_errors():
     assert set(ESTIMATORS) <= set(available_estimators())
     with pytest.raises(ValueError, match="valid: grpo, rloo"):
@@ -86,7 +108,7 @@ def test_registry_and_bad_input_errors():
     with pytest.raises(ValueError, match="finite"):
         compute_advantages("grpo", cols | {"rewards": [math.nan] + cols["rewards"][1:]})
     with pytest.raises(ValueError, match="no step rows"):
-        compute_advantages("grpo", dict.fromkeys(STEP_COLUMNS, []))
+        compute_advantages("grpo", {column: [] for column in STEP_COLUMNS})
     with pytest.raises(ValueError, match="1..T"):
         compute_advantages("grpo", cols | {"steps": [s + (s > 3) for s in cols["steps"]]})
     with pytest.raises(ValueError, match="1-based"):

@@ -12,8 +12,8 @@ from ecpo_gym.canonical import INVALID_ACTION
 from ecpo_train.core.batch import TrajectoryBatch
 from ecpo_train.core.credit import CreditConfig, compute_advantages, future_return, gigpo_anchor_advantage
 from ecpo_train.core.credit.diagnostics import correlation, credit_diagnostics
-from ecpo_train.core.credit.registry import available_estimators, estimator_spec
 from ecpo_train.core.credit.estimators import ecpo_gate
+from ecpo_train.core.credit.registry import available_estimators, estimator_spec
 from ecpo_train.core.iteration import credit_step
 from ecpo_train.runtime.config import TrainConfig
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from cli_refusals import FAST, refused, runner  # noqa: F401  (tests/cli_refusals.py)
 
 

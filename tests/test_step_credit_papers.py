@@ -11,7 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ecpo_train.core.credit import STEP_COLUMNS, CreditConfig, available_estimators, compute_advantages, estimator_spec
+from ecpo_train.core.credit import (
+    STEP_COLUMNS,
+    CreditConfig,
+    available_estimators,
+    compute_advantages,
+    estimator_spec,
+)
 
 VECTORS = Path(__file__).parent / "vectors"
 

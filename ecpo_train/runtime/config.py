@@ -25,7 +25,7 @@ from pydantic import Field
 from ecpo_gym.families import declared_history_length
 from ecpo_train.core.credit import CreditConfig, available_estimators, check_group_size, estimator_spec
 from ecpo_train.core.credit.config import ESTIMATOR_CREDIT_KEYS
-from ecpo_train.core.credit.registry import declared_hyperparameter
+from ecpo_train.core.credit.registry import declared_hyperparameter, declared_hyperparameters
 from ecpo_train.core.loss import BEHAVIOUR_CORRECTIONS, UpdateSettings
 from ecpo_train.core.rollout import ANCHOR_KEYS
 from ecpo_train.core.tasks import TASK_DRAWS
@@ -59,10 +59,9 @@ POLICY_SETTINGS: dict[str, tuple[str, ...]] = {
     "tabular": (),
 }
 POLICY_ONLY = tuple(dict.fromkeys(name for names in POLICY_SETTINGS.values() for name in names))
-# The settings only some estimators read: the ``EstimatorSpec`` declaration that says whether one does (an option it
-# names, a critic it needs, state it keeps) and what the setting is for
+# The settings only some estimators read: the ``EstimatorSpec`` declaration that says whether one does (a critic it
+# needs, state it keeps) and what the setting is for; an estimator's options (``gae_lambda``) are its registration's
 ESTIMATOR_SETTINGS = {
-    "gae_lambda": ("options", "an option of an estimator that declares it: ppo"),
     "critic_lr": ("needs_values", "the learned critic's, of an estimator that needs one: ppo"),
     "revisit_fraction": ("keeps_state", "the revisit schedule of an estimator that keeps state: tigpo"),
     "revisit_delay": ("keeps_state", "the revisit schedule of an estimator that keeps state: tigpo"),
@@ -272,11 +271,15 @@ class TrainConfig:
             raise ValueError(f"explore_epsilon={self.explore_epsilon} mixes uniform exploration into "
                              f"policy_mode=score's choice: policy_mode={self.policy_mode} would ignore it; leave it out")
         for name, (declaration, use) in ESTIMATOR_SETTINGS.items():
-            declared = getattr(spec, declaration)
-            reads = name in dict(declared) if declaration == "options" else bool(declared)
-            if not reads and not _is_default(self, name):
+            if not getattr(spec, declaration) and not _is_default(self, name):
                 raise ValueError(f"{name}={shown(getattr(self, name))} is not read by estimator={self.estimator} "
                                  f"({use}); leave it out")
+        for option in declared_hyperparameters(option=True):  # each a run setting of its name
+            if option.name not in dict(spec.options) and not _is_default(self, option.name):
+                readers = [n for n in available_estimators() if option.name in dict(estimator_spec(n).options)]
+                raise ValueError(f"{option.name}={shown(getattr(self, option.name))} is not read by estimator="
+                                 f"{self.estimator} (an option of an estimator that declares it: {', '.join(readers)}); "
+                                 "leave it out")
         defaults = CreditConfig()
         for name in ESTIMATOR_CREDIT_KEYS:
             if not spec.reads_credit_key(name) and getattr(self.credit, name) != getattr(defaults, name):

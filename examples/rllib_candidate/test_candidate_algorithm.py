@@ -1,7 +1,6 @@
 """The classic-RL example in RLlib (local Ray, CPU): training, group integrity, exact credit, learning,
 checkpoints. One Ray session serves the whole module."""
 
-import dataclasses
 
 import numpy as np
 import pytest

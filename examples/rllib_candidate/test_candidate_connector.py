@@ -98,7 +98,7 @@ def test_every_credit_field_reaches_compute_advantages(monkeypatch):
                    CandidateECPOConfig().training(estimator="gigpo", group_size=4, credit={**as_dict, "gamma": 0.5}, gamma=0.9)):
         calls.clear()
         advantages, value_targets = run(ecpo_connector(config))
-        (name, args, kwargs), = calls
+        (name, args, _), = calls
         assert name == "gigpo"
         assert args[1] == chosen  # the CreditConfig itself travels, every field as configured
         expected, _ = real("gigpo", COLUMNS | {"anchor_keys": STATE_KEYS}, as_dict)

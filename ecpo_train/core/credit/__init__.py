@@ -52,6 +52,7 @@ ranges), :mod:`.config` (``CreditConfig``: the paper's shared values and the dec
 
 from __future__ import annotations
 
+from ecpo_train.core.credit.api import STEP_COLUMNS, compute_advantages
 from ecpo_train.core.credit.config import COMPAT_MODES, CreditConfig
 from ecpo_train.core.credit.equations import (
     between_action_variance,
@@ -72,7 +73,6 @@ from ecpo_train.core.credit.equations import (
     verl_agent_episode_advantage,
     within_action_variance,
 )
-from ecpo_train.core.credit.api import STEP_COLUMNS, compute_advantages
 from ecpo_train.core.credit.estimators import gae_targets
 from ecpo_train.core.credit.history import TaskHistory
 from ecpo_train.core.credit.registry import (

@@ -13,7 +13,12 @@ from ecpo_train.core.config_values import coerce_value
 from ecpo_train.core.credit.config import CreditConfig
 from ecpo_train.core.credit.estimators.base import AdvantageOverflow
 from ecpo_train.core.credit.history import TaskHistory
-from ecpo_train.core.credit.registry import EstimatorInputs, EstimatorSpec, available_estimators, estimator_spec
+from ecpo_train.core.credit.registry import (
+    EstimatorInputs,
+    EstimatorSpec,
+    available_estimators,
+    estimator_spec,
+)
 from ecpo_train.core.rows import CreditRows, host_values, prepare_rows
 
 # The step columns, by name, in the order prepare_rows takes them

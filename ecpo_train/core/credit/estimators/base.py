@@ -19,7 +19,7 @@ from ecpo_train.core.credit.equations import (
 from ecpo_train.core.rows import CreditRows
 
 if TYPE_CHECKING:
-    from ecpo_train.core.credit import CreditConfig  # the type only (the package builds it from these modules)
+    from ecpo_train.core.credit import CreditConfig  # the type (the package builds it after these register)
 
 
 class AdvantageOverflow(ValueError):

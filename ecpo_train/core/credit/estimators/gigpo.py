@@ -6,13 +6,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal
 
-from ecpo_train.core.credit.equations import gigpo_advantage, gigpo_anchor_advantage, verl_agent_episode_advantage
+from ecpo_train.core.credit.equations import (
+    gigpo_advantage,
+    gigpo_anchor_advantage,
+    verl_agent_episode_advantage,
+)
 from ecpo_train.core.credit.estimators.base import finish, grpo_rows, returns_of
 from ecpo_train.core.credit.registry import Advantages, EstimatorInputs, Hyperparameter, register_estimator
 from ecpo_train.core.rows import CreditRows
 
 if TYPE_CHECKING:
-    from ecpo_train.core.credit import CreditConfig  # the type only (the package builds it from these modules)
+    from ecpo_train.core.credit import CreditConfig  # the type (the package builds it after these register)
 
 COMPAT_MODES = ("native", "verl-agent")
 COMPAT = Hyperparameter("compat", Literal[COMPAT_MODES], "native",

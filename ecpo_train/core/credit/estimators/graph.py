@@ -4,7 +4,7 @@ TIGPO (arXiv 2609.03383), GraphGPO's graph term on the task's persistent graph w
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import numpy as np
 from annotated_types import Interval
@@ -22,11 +22,17 @@ from ecpo_train.core.credit.equations import (
 from ecpo_train.core.credit.estimators.base import finish, last_rows, returns_of, successes
 from ecpo_train.core.credit.estimators.gigpo import COMPAT, episode_rows
 from ecpo_train.core.credit.history import SUCCESS, TaskHistory, group_histories
-from ecpo_train.core.credit.registry import Advantages, EstimatorInputs, Hyperparameter, Positive, register_estimator
+from ecpo_train.core.credit.registry import (
+    Advantages,
+    EstimatorInputs,
+    Hyperparameter,
+    Positive,
+    register_estimator,
+)
 from ecpo_train.core.rows import CreditRows
 
 if TYPE_CHECKING:
-    from ecpo_train.core.credit import CreditConfig  # the type only (the package builds it from these modules)
+    from ecpo_train.core.credit import CreditConfig  # the type (the package builds it after these register)
 
 # GraphGPO's distance discount is in (0, 1): its 10 * gamma^d must fall with d
 GRAPH_HYPERPARAMETERS = (

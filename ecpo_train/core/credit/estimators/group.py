@@ -3,7 +3,7 @@ mean of the group's other rollouts)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ecpo_train.core.credit.equations import rloo_advantage
 from ecpo_train.core.credit.estimators.base import finish, grpo_rows, returns_of
@@ -11,7 +11,7 @@ from ecpo_train.core.credit.registry import Advantages, EstimatorInputs, registe
 from ecpo_train.core.rows import CreditRows
 
 if TYPE_CHECKING:
-    from ecpo_train.core.credit import CreditConfig  # the type only (the package builds it from these modules)
+    from ecpo_train.core.credit import CreditConfig  # the type (the package builds it after these register)
 
 
 @register_estimator("grpo", hyperparameters=(), grpo_trajectory=True)

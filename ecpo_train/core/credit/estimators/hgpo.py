@@ -3,7 +3,7 @@ z-scored within its groups and the levels aggregated with weights ``(k + 1)^alph
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import numpy as np
 from annotated_types import Interval
@@ -15,11 +15,17 @@ from ecpo_train.core.credit.equations import (
     verl_agent_episode_advantage,
 )
 from ecpo_train.core.credit.estimators.base import finish, returns_of
-from ecpo_train.core.credit.registry import Advantages, EstimatorInputs, Hyperparameter, NonNegative, register_estimator
+from ecpo_train.core.credit.registry import (
+    Advantages,
+    EstimatorInputs,
+    Hyperparameter,
+    NonNegative,
+    register_estimator,
+)
 from ecpo_train.core.rows import CreditRows
 
 if TYPE_CHECKING:
-    from ecpo_train.core.credit import CreditConfig  # the type only (the package builds it from these modules)
+    from ecpo_train.core.credit import CreditConfig  # the type (the package builds it after these register)
 
 # HGPO's history depth: an episode has at most this many steps (every environment's step limit, ecpo_gym.core), so a
 # deeper history gives no group; the bound refuses 10**30 when the config is built, not after the first rollout

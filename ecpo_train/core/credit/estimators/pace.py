@@ -3,7 +3,7 @@ V^(s))``, anchors as identity keys or, given hidden states, cosine clusters of t
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import numpy as np
 from annotated_types import Interval
@@ -14,7 +14,7 @@ from ecpo_train.core.credit.registry import Advantages, EstimatorInputs, Hyperpa
 from ecpo_train.core.rows import CreditRows, host_values
 
 if TYPE_CHECKING:
-    from ecpo_train.core.credit import CreditConfig  # the type only (the package builds it from these modules)
+    from ecpo_train.core.credit import CreditConfig  # the type (the package builds it after these register)
 
 PACE_COSINE = Hyperparameter("pace_cosine", Annotated[float, Interval(ge=-1, le=1)], 0.95,
                              "PACE's hidden-state clustering threshold (cosine similarity), used where hidden states "

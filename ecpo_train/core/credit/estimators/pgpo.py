@@ -3,7 +3,7 @@ how rarely the task's group succeeds, no episode term."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -17,11 +17,18 @@ from ecpo_train.core.credit.equations import (
     potential_difference,
 )
 from ecpo_train.core.credit.estimators.base import finish, last_rows, returns_of, successes
-from ecpo_train.core.credit.registry import Advantages, EstimatorInputs, Hyperparameter, NonNegative, Unit, register_estimator
+from ecpo_train.core.credit.registry import (
+    Advantages,
+    EstimatorInputs,
+    Hyperparameter,
+    NonNegative,
+    Unit,
+    register_estimator,
+)
 from ecpo_train.core.rows import CreditRows
 
 if TYPE_CHECKING:
-    from ecpo_train.core.credit import CreditConfig  # the type only (the package builds it from these modules)
+    from ecpo_train.core.credit import CreditConfig  # the type (the package builds it after these register)
 
 PGPO_HYPERPARAMETERS = (
     Hyperparameter("pgpo_alpha", NonNegative, 2.0, "the exponent of PGPO's task weight beta (1 - p_succ)^alpha"),

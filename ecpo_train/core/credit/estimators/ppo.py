@@ -14,7 +14,7 @@ from ecpo_train.core.credit.registry import Advantages, EstimatorInputs, Hyperpa
 from ecpo_train.core.rows import CreditRows, host_values
 
 if TYPE_CHECKING:
-    from ecpo_train.core.credit import CreditConfig  # the type only (the package builds it from these modules)
+    from ecpo_train.core.credit import CreditConfig  # the type (the package builds it after these register)
 
 GAE_LAMBDA = Hyperparameter("gae_lambda", Annotated[float, Interval(ge=0, le=1)], 0.95,
                             "GAE's lambda, PPO's own (gamma is the credit config's)", option=True)
