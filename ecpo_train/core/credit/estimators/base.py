@@ -33,17 +33,21 @@ class AdvantageOverflow(ValueError):
 
 @dataclass(frozen=True, eq=False)
 class Returns:
+    """The returns every estimator starts from (eqs. future_return and the trajectory return)."""
+
     future: Any  # G per row
     trajectory: Any  # R per trajectory
 
 
 def returns_of(rows: CreditRows, config: CreditConfig) -> Returns:
+    """``G`` per row (discounted by ``gamma``) and ``R`` per trajectory."""
     dev = rows.dev
     g = future_return(rows.reward, dev["traj"], rows.ops.index(rows.position), rows.n_trajs, rows.horizon, config.gamma)
     return Returns(future=g, trajectory=trajectory_return(rows.reward, dev["traj"], rows.n_trajs))
 
 
 def grpo_rows(rows: CreditRows, ret: Returns, config: CreditConfig) -> Any:
+    """GRPO's trajectory advantage (eq. grpo_adv), on every row of the trajectory."""
     dev = rows.dev
     return grpo_advantage(ret.trajectory, dev["traj_group"], rows.n_groups, config.eps)[dev["traj"]]
 
