@@ -9,9 +9,10 @@ from typing import Any
 import numpy as np
 
 from ecpo_train.core.batch import TrajectoryBatch
-from ecpo_train.core.config_values import coerce_value
+from ecpo_train.core.config_values import coerce_value, shown
 from ecpo_train.core.credit.config import CreditConfig
 from ecpo_train.core.credit.estimators.base import AdvantageOverflow
+from ecpo_train.core.credit.estimators.gigpo import COMPAT
 from ecpo_train.core.credit.history import TaskHistory
 from ecpo_train.core.credit.registry import (
     EstimatorInputs,
@@ -60,8 +61,8 @@ def compute_advantages(name: str, rows: TrajectoryBatch | CreditRows | Mapping[s
     """
     spec = estimator_spec(name)
     config, options = _settings(spec, credit)
-    if config.compat != "native" and "compat" not in (spec.credit_keys or ()):
-        aware = sorted(n for n in available_estimators() if "compat" in (estimator_spec(n).credit_keys or ()))
+    if config.compat != COMPAT.default and COMPAT.name not in (spec.credit_keys or ()):
+        aware = sorted(n for n in available_estimators() if COMPAT.name in (estimator_spec(n).credit_keys or ()))
         raise ValueError(f"compat={config.compat!r} applies only to {aware}, not {name!r}")
     if spec.needs_values and values is None:
         raise ValueError(f"estimator {name!r} needs values=: one critic value V(s) per step row")
@@ -113,7 +114,7 @@ def _step_rows(rows: Any) -> tuple[CreditRows, Any]:
                         f"columns {', '.join(STEP_COLUMNS)}, got {type(rows).__name__}")
     unknown = sorted(map(str, set(rows) - set(STEP_COLUMNS)))
     if unknown:
-        raise ValueError(f"unknown step column(s) {unknown}; the step columns: {', '.join(STEP_COLUMNS)}")
+        raise ValueError(f"unknown step column(s) {shown(unknown)}; the step columns: {', '.join(STEP_COLUMNS)}")
     missing = [column for column in STEP_COLUMNS if column not in rows]
     if missing:
         raise TypeError(f"compute_advantages needs the step columns {', '.join(missing)}")
