@@ -299,7 +299,7 @@ def measure_batch(trainer: Any, checkpoint: str, batch_seed: int, env: Any, good
     j_before = exact_j(trainer)
     rows = batch.credit_rows()
     hyper = cfg.credit_hyperparameters()
-    advantages = {name: np.asarray(compute_advantages(name, rows=rows, **hyper)[0]) for name in estimators}
+    advantages = {name: np.asarray(compute_advantages(name, rows, hyper)[0]) for name in estimators}
 
     def probe(updated: Any) -> dict[str, float]:
         after = state_distributions(updated.policy, env, 1.0, cfg.env_id)

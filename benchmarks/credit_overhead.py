@@ -148,17 +148,17 @@ def main(argv: list[str] | None = None) -> None:
 
     cols = build_batch(args.seed)
     n_rows = len(cols["rewards"])
-    _, diag = compute_advantages("ecpo", **cols)
+    _, diag = compute_advantages("ecpo", cols)
     reference = np.array(loop_gigpo(cols))
-    vectorised, _ = compute_advantages("gigpo_std", **cols)
+    vectorised, _ = compute_advantages("gigpo_std", cols)
     max_diff = float(np.abs(reference - vectorised).max())
-    rows, ecpo_adv = prepare_rows(*cols.values()), compute_advantages("ecpo", **cols)[0]
+    rows, ecpo_adv = prepare_rows(*cols.values()), compute_advantages("ecpo", cols)[0]
 
     methods = {
-        "grpo": lambda c: compute_advantages("grpo", **c),
-        "gigpo_std": lambda c: compute_advantages("gigpo_std", **c),
-        "ecpo": lambda c: compute_advantages("ecpo", **c),
-        "ecpo_torch_cpu": lambda c: compute_advantages("ecpo", **c | {"rewards": torch.tensor(c["rewards"])}),
+        "grpo": lambda c: compute_advantages("grpo", c),
+        "gigpo_std": lambda c: compute_advantages("gigpo_std", c),
+        "ecpo": lambda c: compute_advantages("ecpo", c),
+        "ecpo_torch_cpu": lambda c: compute_advantages("ecpo", c | {"rewards": torch.tensor(c["rewards"])}),
         "loop_gigpo_std": loop_gigpo,
         "factorize_dict": lambda c: factorize_keys(c["anchor_keys"]),
         "factorize_np_unique": lambda c: _factorize_np_unique(c["anchor_keys"]),

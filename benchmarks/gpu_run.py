@@ -133,18 +133,18 @@ def part_credit(device: str, reps: int, smoke: bool) -> dict[str, Any]:
     on_device = {k: torch.as_tensor(v, device=device) for k, v in host.items()}
 
     def timed(arrays: dict[str, Any]) -> float:
-        compute_advantages("ecpo", **arrays)  # warm-up (CUDA context, kernels)
+        compute_advantages("ecpo", arrays)  # warm-up (CUDA context, kernels)
         times = []
         for _ in range(reps):
             sync_device(device)
             started = time.perf_counter()
-            compute_advantages("ecpo", **arrays)
+            compute_advantages("ecpo", arrays)
             sync_device(device)
             times.append(time.perf_counter() - started)
         return float(np.median(times))
 
-    cpu_adv = np.asarray(compute_advantages("ecpo", **host)[0])
-    dev_adv = compute_advantages("ecpo", **on_device)[0]
+    cpu_adv = np.asarray(compute_advantages("ecpo", host)[0])
+    dev_adv = compute_advantages("ecpo", on_device)[0]
     dev_adv = dev_adv.cpu().numpy() if hasattr(dev_adv, "cpu") else np.asarray(dev_adv)
     return {"device": device, "rows": len(cols["rewards"]), "cpu_seconds": timed(host),
             "device_seconds": timed(on_device), "max_abs_difference": float(np.abs(cpu_adv - dev_adv).max())}

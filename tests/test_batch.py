@@ -36,8 +36,8 @@ def test_from_trajectories_builds_flat_rows():
     assert batch.reward.dtype == np.float64
     assert batch.response_ids[4] == [6, 7, 1] and batch.prompt_ids[2] == [9]
     assert batch.extras["response"] == ["go", "?", "go", "x", "y"]
-    adv, diag = compute_advantages("gigpo", rows=batch, gamma=1.0)
-    expected, _ = compute_advantages("gigpo", **batch.credit_arrays(), gamma=1.0)
+    adv, diag = compute_advantages("gigpo", batch, {"gamma": 1.0})
+    expected, _ = compute_advantages("gigpo", batch.credit_arrays(), {"gamma": 1.0})
     np.testing.assert_array_equal(adv, expected)
     # GRPO part: R = -0.1 vs 10 -> +-1/sqrt(2) scaled; anchor "a" (G = -0.1 vs 10) adds -+5.05
     r = np.array([-0.1, 10.0])
@@ -112,10 +112,10 @@ def test_the_batch_codes_its_keys_once(monkeypatch):
     assert sorted(calls) == ["action_keys", "anchor_keys", "group_ids", "traj_ids"]  # validation = coding
     calls.clear()
     wider = batch.with_columns(tag=[-1.0] * 5)
-    adv, diag = compute_advantages("ecpo", rows=wider, d_min=1)
-    by_rows, _ = compute_advantages("ecpo", rows=wider.credit_rows(), d_min=1)
+    adv, diag = compute_advantages("ecpo", wider, {"d_min": 1})
+    by_rows, _ = compute_advantages("ecpo", wider.credit_rows(), {"d_min": 1})
     assert calls == []  # neither the copy nor the credit step factorises again
-    expected, expected_diag = compute_advantages("ecpo", **batch.credit_arrays(), d_min=1)
+    expected, expected_diag = compute_advantages("ecpo", batch.credit_arrays(), {"d_min": 1})
     np.testing.assert_array_equal(adv, expected)
     np.testing.assert_array_equal(by_rows, expected)
     assert diag == expected_diag
@@ -123,16 +123,14 @@ def test_the_batch_codes_its_keys_once(monkeypatch):
 
 def test_compute_advantages_takes_rows_or_columns_not_both():
     batch = TrajectoryBatch.from_trajectories(_trajectories())
-    with pytest.raises(ValueError, match="either rows= or the step columns"):
-        compute_advantages("grpo", rows=batch.credit_rows(), rewards=batch.reward)
     columns = batch.credit_arrays()
     del columns["anchor_keys"]
     with pytest.raises(TypeError, match="anchor_keys"):
-        compute_advantages("grpo", **columns)
+        compute_advantages("grpo", columns)
     with pytest.raises(TypeError, match="CreditRows"):
-        compute_advantages("grpo", rows=batch.credit_arrays())
+        compute_advantages("grpo", list(batch.credit_arrays().values()))
     with pytest.raises(ValueError, match="unknown credit hyperparameter.*state_keys"):  # the old keyword
-        compute_advantages("grpo", **columns, state_keys=batch.anchor_key)
+        compute_advantages("grpo", columns, {"state_keys": batch.anchor_key})
 
 
 def test_rows_appended_step_by_step_build_the_same_batch_as_per_trajectory_records():

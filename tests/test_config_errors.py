@@ -115,18 +115,18 @@ def test_credit_config_reaches_compute_advantages_in_the_trainer(tmp_path, monke
     seen = {}
     real = iteration_module.compute_advantages
 
-    def spy(estimator, *args, **kwargs):
-        seen.update(kwargs, estimator=estimator)
-        return real(estimator, *args, **kwargs)
+    def spy(estimator, rows, credit, **kwargs):
+        seen.update(kwargs, estimator=estimator, credit=credit)
+        return real(estimator, rows, credit, **kwargs)
 
     monkeypatch.setattr(iteration_module, "compute_advantages", spy)
     config = load_config("quickstart", [f"run_dir={tmp_path}", "iterations=1", "val_every=0", "progress=false",
                                         "tensorboard=false", "estimator=gigpo_std", "credit.compat=verl-agent",
                                         "credit.eps=0.001", "credit.kappa=3", "n_groups=2"])
     train(Trainer, config)
-    credit = seen["credit"]  # the trainer hands over its CreditConfig itself
-    assert seen["estimator"] == "gigpo_std" and credit.compat == "verl-agent" and credit.eps == 0.001
-    assert credit.kappa == 3.0 and credit.d_min == 3  # the preset's d_min
+    credit = seen["credit"]  # the trainer hands over its CreditConfig's fields (and the estimator's options)
+    assert seen["estimator"] == "gigpo_std" and credit["compat"] == "verl-agent" and credit["eps"] == 0.001
+    assert credit["kappa"] == 3.0 and credit["d_min"] == 3  # the preset's d_min
 
 
 def test_loss_agg_reaches_the_update_in_the_trainer(tmp_path, monkeypatch):

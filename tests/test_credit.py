@@ -69,7 +69,7 @@ HYPER = st.fixed_dictionaries({
 def test_vectorised_estimators_equal_loop_reference(rows, hp):
     cols = _columns(rows)
     for name in ESTIMATORS:
-        adv, diag = compute_advantages(name, **cols, **hp)
+        adv, diag = compute_advantages(name, cols, hp)
         expected = reference_advantages(name, rows, **hp)
         np.testing.assert_allclose(adv, expected, rtol=1e-9, atol=1e-7, err_msg=name)
         assert diag["advantage_min"] == pytest.approx(min(expected), abs=1e-7)
@@ -79,7 +79,7 @@ def test_vectorised_estimators_equal_loop_reference(rows, hp):
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rows=step_batches(), compat_name=st.sampled_from(["gigpo", "gigpo_std"]))
 def test_verl_agent_compat_equals_reference(rows, compat_name):
-    adv, _ = compute_advantages(compat_name, **_columns(rows), compat="verl-agent")
+    adv, _ = compute_advantages(compat_name, _columns(rows), {"compat": "verl-agent"})
     np.testing.assert_allclose(adv, reference_advantages(compat_name, rows, compat="verl-agent"), rtol=1e-9, atol=1e-7)
 
 
@@ -89,9 +89,9 @@ def test_rho_lies_in_unit_interval_and_floor_only_on_strict_valid(rows, hp):
     g = future_returns(rows, hp["gamma"])
     _, _, info = anchor_evidence(rows, g, hp["kappa"], hp["tau"], hp["d_min"], hp["rho_min"], 1e-6)
     cols = _columns(rows)
-    ecpo, diag = compute_advantages("ecpo", **cols, **hp)
-    eca, _ = compute_advantages("ecpo_eca_only", **cols, **hp)
-    grpo, _ = compute_advantages("grpo", **cols, **hp)
+    ecpo, diag = compute_advantages("ecpo", cols, hp)
+    eca, _ = compute_advantages("ecpo_eca_only", cols, hp)
+    grpo, _ = compute_advantages("grpo", cols, hp)
     for value in info.values():
         assert 0.0 <= value["rho_vg"] <= 1.0
         assert value["rho"] == (max(value["rho_vg"], hp["rho_min"]) if value["strict"] else 0.0)
@@ -122,8 +122,8 @@ def _fig1_batch(depth: int = 7):
 def test_fig1_divergent_anchor_gigpo_over_rewards_the_lucky_singleton():
     rows, anchor_rows = _fig1_batch()
     cols = _columns(rows)
-    gigpo, diag = compute_advantages("gigpo_std", **cols)
-    grpo, _ = compute_advantages("grpo", **cols)
+    gigpo, diag = compute_advantages("gigpo_std", cols)
+    grpo, _ = compute_advantages("grpo", cols)
     anchor_term = (gigpo - grpo)[anchor_rows]
     a_mean, b = anchor_term[:7].mean(), anchor_term[7]
     assert b > a_mean  # GiGPO ranks the rare lucky action B above the frequent action A
@@ -137,12 +137,12 @@ def test_fig1_batch_counts_one_lucky_singleton_for_every_estimator():
     # fig. 1: B, taken once, won (G = 10 > mu_s = 8.75) beside A taken 7 times: the one lucky singleton
     rows, _ = _fig1_batch()
     for name in ("grpo", "gigpo_std", "ecpo", "ecpo_eca_only"):
-        assert compute_advantages(name, **_columns(rows))[1]["num_lucky_singletons"] == 1.0
+        assert compute_advantages(name, _columns(rows))[1]["num_lucky_singletons"] == 1.0
     # the same singleton losing (G = 0 < mu_s) is not lucky; nor is a singleton beside only singletons
     unlucky = [r[:5] + (0.0,) if r[3] == "anchor" and r[4] == "B" else r for r in rows]
-    assert compute_advantages("ecpo", **_columns(unlucky))[1]["num_lucky_singletons"] == 0.0
+    assert compute_advantages("ecpo", _columns(unlucky))[1]["num_lucky_singletons"] == 0.0
     pairs = [r for r in rows if r[1] in (6, 7)]  # A lost once, B won once: no action reached twice
-    assert compute_advantages("ecpo", **_columns(pairs))[1]["num_lucky_singletons"] == 0.0
+    assert compute_advantages("ecpo", _columns(pairs))[1]["num_lucky_singletons"] == 0.0
 
 
 def test_fig1_eca_shrinks_singleton_evidence_by_one_over_one_plus_kappa():
@@ -158,8 +158,8 @@ def test_fig1_ecpo_numbers_follow_the_equations():
     (sigma_act normalises over the two actions), and rho = rho_min since rho_VG ~ 0.02 < 0.5."""
     rows, anchor_rows = _fig1_batch()
     cols = _columns(rows)
-    ecpo, diag = compute_advantages("ecpo", **cols)
-    grpo, _ = compute_advantages("grpo", **cols)
+    ecpo, diag = compute_advantages("ecpo", cols)
+    grpo, _ = compute_advantages("grpo", cols)
     term = (ecpo - grpo)[anchor_rows]
     mu_s = 8.75
     centred_a, centred_b = 7 / 9 * (60 / 7 - mu_s), 1 / 3 * (10 - mu_s)
@@ -173,11 +173,11 @@ def test_fig1_ecpo_numbers_follow_the_equations():
     # Below d_min the anchor is not StrictValid: rho = 0 and ECPO falls back to GRPO exactly.
     rows, anchor_rows = _fig1_batch(depth=3)
     cols = _columns(rows)
-    ecpo, diag = compute_advantages("ecpo", **cols)
-    np.testing.assert_array_equal(ecpo, compute_advantages("grpo", **cols)[0])
+    ecpo, diag = compute_advantages("ecpo", cols)
+    np.testing.assert_array_equal(ecpo, compute_advantages("grpo", cols)[0])
     assert diag["gated_fraction"] == 1.0 and diag["strict_valid_fraction"] == 0.0
     # with d_min lowered the same anchor passes and gets the floor
-    _, diag = compute_advantages("ecpo", **cols, d_min=3)
+    _, diag = compute_advantages("ecpo", cols, {"d_min": 3})
     assert diag["mean_rho"] == 0.5
 
 
@@ -221,7 +221,7 @@ def test_fig1_advantages_of_every_estimator_by_hand():
     win, loss, b = anchor_rows[0], anchor_rows[6], anchor_rows[7]  # trajectory 6 is A's failure
     for name, values in expected.items():
         first_update = {"history": [TaskHistory()] * len(cols["rewards"])} if estimator_spec(name).keeps_state else {}
-        adv, _ = compute_advantages(name, **cols, **first_update)
+        adv, _ = compute_advantages(name, cols, **first_update)
         np.testing.assert_allclose(adv[[win, loss, b]], values, rtol=1e-12, atol=1e-15, err_msg=name)
     # the rounded step terms (successful A / B) quoted in issue 17 and docs/paper_notes.md
     quoted = {"gigpo_std": (0.354, 0.354), "ecpo": (-0.224, 0.671), "ecpo_eca_only": (-0.447, 1.342),
@@ -254,10 +254,10 @@ def test_anchor_scale_eca_is_gigpo_mean_term_times_n_over_n_plus_kappa(m, a_wins
     rows, action_of = _divergent_batch(m, a_wins)
     cols = _columns(rows)
     anchor_rows = [i for i, row in enumerate(rows) if row[3] == "anchor"]
-    grpo, _ = compute_advantages("grpo", **cols, kappa=kappa)
-    gigpo_term = (compute_advantages("gigpo_std", **cols, kappa=kappa)[0] - grpo)[anchor_rows]
-    eca_term = (compute_advantages("ecpo_anchor_scale_eca_only", **cols, kappa=kappa)[0] - grpo)[anchor_rows]
-    full, diag = compute_advantages("ecpo_anchor_scale", **cols, kappa=kappa)
+    grpo, _ = compute_advantages("grpo", cols, {"kappa": kappa})
+    gigpo_term = (compute_advantages("gigpo_std", cols, {"kappa": kappa})[0] - grpo)[anchor_rows]
+    eca_term = (compute_advantages("ecpo_anchor_scale_eca_only", cols, {"kappa": kappa})[0] - grpo)[anchor_rows]
+    full, diag = compute_advantages("ecpo_anchor_scale", cols, {"kappa": kappa})
     full_term = (full - grpo)[anchor_rows]
     rho = diag["mean_rho"]  # the batch's only anchor (corridor states are visited once)
     assert diag["num_anchors"] == 1.0 and 0.5 <= rho <= 1.0
@@ -270,7 +270,7 @@ def test_anchor_scale_eca_is_gigpo_mean_term_times_n_over_n_plus_kappa(m, a_wins
     assert eca_term[b][0] == pytest.approx(gigpo_term[b][0] / (1 + kappa), rel=1e-12)
     assert 0 < full_term[b][0] <= gigpo_term[b][0] / (1 + kappa)
     # ecpo proper divides by sigma_act instead: there the singleton's term does not shrink with kappa this way
-    ecpo_eca, _ = compute_advantages("ecpo_eca_only", **cols, kappa=kappa)
+    ecpo_eca, _ = compute_advantages("ecpo_eca_only", cols, {"kappa": kappa})
     assert (ecpo_eca - grpo)[anchor_rows][b][0] > eca_term[b][0]
 
 
@@ -290,10 +290,10 @@ def test_rho_is_zero_for_non_comparable_anchor():
             rows.append(("g", traj, step, "anchor" if step == 8 else f"c{traj}{step}", "open door",
                          10.0 * (traj % 2) if step == 8 else 0.0))
     cols = _columns(rows)
-    ecpo, diag = compute_advantages("ecpo", **cols)
-    np.testing.assert_array_equal(ecpo, compute_advantages("grpo", **cols)[0])
+    ecpo, diag = compute_advantages("ecpo", cols)
+    np.testing.assert_array_equal(ecpo, compute_advantages("grpo", cols)[0])
     assert diag["mean_rho"] == 0.0 and diag["gated_fraction"] == 1.0
-    eca, _ = compute_advantages("ecpo_eca_only", **cols)  # one action: A_act = 0 exactly
+    eca, _ = compute_advantages("ecpo_eca_only", cols)  # one action: A_act = 0 exactly
     np.testing.assert_array_equal(eca, ecpo)
 
 
@@ -301,12 +301,12 @@ def test_future_return_and_grpo_by_hand():
     # one group, two trajectories given in scrambled row order
     cols = {"group_ids": ["g"] * 5, "traj_ids": ["b", "a", "a", "b", "a"], "steps": [2, 3, 1, 1, 2],
                 "anchor_keys": ["x", "y", "z", "w", "v"], "action_keys": ["u"] * 5, "rewards": [10.0, 10.0, -0.1, 0.0, 0.0]}
-    adv, _ = compute_advantages("grpo", **cols)
+    adv, _ = compute_advantages("grpo", cols)
     r_a, r_b = 9.9, 10.0
     mean, sd = (r_a + r_b) / 2, abs(r_a - r_b) / math.sqrt(2)
     expected = {"a": (r_a - mean) / (sd + 1e-6), "b": (r_b - mean) / (sd + 1e-6)}
     np.testing.assert_allclose(adv, [expected[t] for t in cols["traj_ids"]], rtol=1e-12)
-    gigpo, _ = compute_advantages("gigpo", **cols | {"anchor_keys": ["s"] * 5}, gamma=0.5)
+    gigpo, _ = compute_advantages("gigpo", cols | {"anchor_keys": ["s"] * 5}, {"gamma": 0.5})
     # G: traj a (steps 1..3: -0.1, 0, 10) -> [-0.1 + 0.25*10, 5, 10]; traj b (0, 10) -> [5, 10]
     g = {("a", 1): 2.4, ("a", 2): 5.0, ("a", 3): 10.0, ("b", 1): 5.0, ("b", 2): 10.0}
     mu = sum(g.values()) / 5
@@ -317,9 +317,9 @@ def test_future_return_and_grpo_by_hand():
 def test_rloo_and_singleton_group():
     cols = {"group_ids": [0, 0, 0, 1], "traj_ids": [0, 1, 2, 0], "steps": [1, 1, 1, 1], "anchor_keys": ["s"] * 4,
                 "action_keys": ["a"] * 4, "rewards": [1.0, 2.0, 6.0, 5.0]}
-    adv, _ = compute_advantages("rloo", **cols)
+    adv, _ = compute_advantages("rloo", cols)
     np.testing.assert_allclose(adv, [1 - 4, 2 - 3.5, 6 - 1.5, 0.0])
-    grpo, _ = compute_advantages("grpo", **cols)
+    grpo, _ = compute_advantages("grpo", cols)
     assert grpo[3] == 0.0  # a group of one gets 0 (native); verl-agent compat gives R itself
-    verl, _ = compute_advantages("gigpo", **cols, compat="verl-agent")
+    verl, _ = compute_advantages("gigpo", cols, {"compat": "verl-agent"})
     assert verl[3] == 5.0

@@ -87,7 +87,7 @@ def test_fig1_batch_drives_each_estimator_to_the_expected_sign_of_delta_log_pi_r
         rollout, wins = _fig1_rollout(trainer.policy)
         checkpoint = str(trainer.save(tmp_path / "theta.pt"))
         rows = rollout.batch.credit_rows()
-        advantages = {name: np.asarray(compute_advantages(name, rows=rows, d_min=DEPTH)[0])
+        advantages = {name: np.asarray(compute_advantages(name, rows, {"d_min": DEPTH})[0])
                       for name in ("grpo", "gigpo_std", "ecpo", "ecpo_anchor_scale")}
         b_row = int(np.flatnonzero(rollout.batch.action_key == "B")[0])
         terms = {name: round(float(adv[b_row] - advantages["grpo"][b_row]), 3) for name, adv in advantages.items()}

@@ -14,7 +14,7 @@ def test_demo_table_holds_the_estimators_numbers(capsys):
     table, diagnostics = credit_table(cols)
     junction = [i for i, key in enumerate(cols["anchor_keys"]) if key == JUNCTION]
     assert table.row_count == len(junction) == 24
-    ecpo, diag = compute_advantages("ecpo", **cols)
+    ecpo, diag = compute_advantages("ecpo", cols)
     column = table.columns[-1]
     np.testing.assert_allclose([float(c) for c in column._cells], ecpo[junction], atol=5e-4)
     assert diagnostics["ECPO"] == diag and diagnostics["ECPO"]["divergent_anchor_fraction"] == 1.0

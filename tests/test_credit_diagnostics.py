@@ -12,8 +12,8 @@ from ecpo_gym.canonical import INVALID_ACTION
 from ecpo_train.core.batch import TrajectoryBatch
 from ecpo_train.core.credit import CreditConfig, compute_advantages, future_return, gigpo_anchor_advantage
 from ecpo_train.core.credit.diagnostics import correlation, credit_diagnostics
-from ecpo_train.core.credit.registry import available_estimators, estimator_spec
 from ecpo_train.core.credit.estimators import ecpo_gate
+from ecpo_train.core.credit.registry import available_estimators, estimator_spec
 from ecpo_train.core.iteration import credit_step
 from ecpo_train.runtime.config import TrainConfig
 
@@ -63,7 +63,7 @@ def _rows_at(batch: TrajectoryBatch, state: str) -> np.ndarray:
 
 
 def _diagnostics(estimator: str, batch: TrajectoryBatch) -> tuple[np.ndarray, dict]:
-    adv, own = compute_advantages(estimator, rows=batch, credit=CONFIG)
+    adv, own = compute_advantages(estimator, batch, CONFIG)
     return np.asarray(adv), own | credit_diagnostics(estimator, batch.credit_rows(), CONFIG, adv)
 
 
@@ -103,7 +103,7 @@ def test_ecpos_gate_and_its_failures_are_counted_on_any_runs_batch():
 
 def test_step_credit_is_omega_times_the_step_term_and_lands_by_first_visit_depth():
     batch = hand_batch()
-    grpo, _ = compute_advantages("grpo", rows=batch, credit=CONFIG)
+    grpo, _ = compute_advantages("grpo", batch, CONFIG)
     # ECPO: 0.5 rho A_act at S8 and S7 only. At S8 the calibrated means are (2*1 + 2*4)/4 = 2.5 (good) and
     # (10 + 2*4)/3 = 6 (rare); sigma_act = sqrt((1.5^2 + 2^2) / 2); A_act = -1.5 / sigma_act, 2 / sigma_act
     ecpo, diag = _diagnostics("ecpo", batch)
@@ -160,27 +160,27 @@ def test_the_trajectory_term_of_ecpo_and_gigpo_std_is_exactly_grpos(seed):
     listed as having GRPO's trajectory term adds nothing where a state is visited once."""
     batch, config = _random_batch(seed), CreditConfig(omega=0.7, d_min=2)
     rows = batch.credit_rows()
-    grpo = np.asarray(compute_advantages("grpo", rows=batch, credit=config)[0])
+    grpo = np.asarray(compute_advantages("grpo", batch, config)[0])
     gate = ecpo_gate(rows, config)
-    ecpo = np.asarray(compute_advantages("ecpo", rows=batch, credit=config)[0])
+    ecpo = np.asarray(compute_advantages("ecpo", batch, config)[0])
     np.testing.assert_allclose(ecpo - grpo, 0.7 * (gate.rho[rows.anchor] * gate.action_adv), rtol=1e-9, atol=1e-12)
     future = future_return(rows.reward, rows.traj, rows.position, rows.n_trajs, rows.horizon, config.gamma)
     anchor_term = gigpo_anchor_advantage(future, rows.anchor, rows.n_anchors, config.eps, True)
-    gigpo = np.asarray(compute_advantages("gigpo_std", rows=batch, credit=config)[0])
+    gigpo = np.asarray(compute_advantages("gigpo_std", batch, config)[0])
     np.testing.assert_allclose(gigpo - grpo, 0.7 * anchor_term, rtol=1e-9, atol=1e-12)
     single = rows.anchor_sizes[rows.anchor] == 1
     assert single.any()
     declared = [name for name in available_estimators() if estimator_spec(name).grpo_trajectory]
     assert {"grpo", "gigpo_std", "ecpo", "pace", "graphgpo"} <= set(declared) and "pgpo" not in declared
     for name in declared:
-        adv = np.asarray(compute_advantages(name, rows=batch, credit=config)[0])
+        adv = np.asarray(compute_advantages(name, batch, config)[0])
         np.testing.assert_allclose(adv[single], grpo[single], rtol=0, atol=1e-12, err_msg=name)
 
 
 def test_the_distance_to_gigpo_std_and_grpo_is_logged_beside_any_estimator():
     batch = hand_batch()
-    grpo = np.asarray(compute_advantages("grpo", rows=batch, credit=CONFIG)[0])
-    gigpo = np.asarray(compute_advantages("gigpo_std", rows=batch, credit=CONFIG)[0])
+    grpo = np.asarray(compute_advantages("grpo", batch, CONFIG)[0])
+    gigpo = np.asarray(compute_advantages("gigpo_std", batch, CONFIG)[0])
     _, diag = _diagnostics("gigpo_std", batch)
     assert (diag["corr_gigpo_std"], diag["rel_dist_gigpo_std"]) == (pytest.approx(1.0), 0.0)  # itself
     assert diag["corr_grpo"] == pytest.approx(np.corrcoef(gigpo, grpo)[0, 1])
@@ -214,7 +214,7 @@ def test_credit_step_adds_them_for_every_estimator_on_a_table():
     for estimator in ("grpo", "ecpo", "gigpo_std"):
         config = TrainConfig(policy="tabular", estimator=estimator, credit=CONFIG)
         advantages, diagnostics = credit_step(config, batch)
-        np.testing.assert_array_equal(advantages, compute_advantages(estimator, rows=batch, credit=CONFIG)[0])
+        np.testing.assert_array_equal(advantages, compute_advantages(estimator, batch, CONFIG)[0])
         assert diagnostics["num_anchors_below_d_min"] == 1.0 and diagnostics["num_lucky_singletons"] == 2.0
         assert {"ecpo_strict_valid_fraction", "step_credit_below_d_min", "corr_gigpo_std", "rel_dist_grpo"} <= set(diagnostics)
         assert ("mean_rho" in diagnostics) == (estimator == "ecpo")  # a GiGPO run still has no rho of its own

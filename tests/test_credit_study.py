@@ -86,7 +86,8 @@ def test_mean_rho_strict_valid_averages_rho_over_strict_valid_anchors_only():
             action = a if step in (2, 7) else "walk"
             rows.append(("g", traj, step, state, action, 10.0 * win if step == 7 else 0.0))
     g, t, s, st, a, r = zip(*rows)
-    _, diag = compute_advantages("ecpo", group_ids=g, traj_ids=t, steps=s, anchor_keys=st, action_keys=a, rewards=r)
+    _, diag = compute_advantages("ecpo", {"group_ids": g, "traj_ids": t, "steps": s, "anchor_keys": st,
+                                          "action_keys": a, "rewards": r})
     assert diag["strict_valid_fraction"] == 0.5 and diag["mean_rho"] == pytest.approx(0.25)
     assert diag["mean_rho_strict_valid"] == pytest.approx(0.5)
 

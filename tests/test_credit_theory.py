@@ -44,8 +44,8 @@ def test_gigpo_bad_event_probability_and_gap_match_monte_carlo(p_plus, p_minus):
         "group_ids": np.repeat(np.arange(REPS), n), "traj_ids": np.tile(np.arange(n), REPS), "steps": np.ones(REPS * n, int),
         "anchor_keys": ["anchor"] * (REPS * n), "action_keys": (["good"] * M + ["bad"]) * REPS, "rewards": outcome.reshape(-1),
     }
-    gigpo, _ = compute_advantages("gigpo_std", **cols)
-    grpo, _ = compute_advantages("grpo", **cols)
+    gigpo, _ = compute_advantages("gigpo_std", cols)
+    grpo, _ = compute_advantages("grpo", cols)
     anchor_term = (gigpo - grpo).reshape(REPS, n)
     gap = anchor_term[:, M] - anchor_term[:, :M].mean(axis=1)
 

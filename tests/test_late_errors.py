@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from cli_refusals import FAST, refused, runner  # noqa: F401  (tests/cli_refusals.py)
 
 
@@ -53,11 +52,11 @@ def test_a_damaged_tabular_state_says_what_is_damaged(tmp_path):
 
 
 def test_an_overflow_names_the_credit_value_that_caused_it():
-    from ecpo_train.core.credit import compute_advantages
+    from ecpo_train.core.credit import STEP_COLUMNS, compute_advantages
 
     columns = (["g"] * 4, [0, 1, 2, 3], [1] * 4, ["s"] * 4, ["x", "x", "y", "z"], [10.0, 0.0, 10.0, 0.0])
     with pytest.raises(ValueError, match=r"credit.kappa=1e\+308 takes the ecpo advantages past float64") as error:
-        compute_advantages("ecpo", *columns, kappa=1e308)
+        compute_advantages("ecpo", dict(zip(STEP_COLUMNS, columns)), {"kappa": 1e308})
     assert "omega" not in str(error.value)
 
 

@@ -125,7 +125,7 @@ def test_two_runners_are_the_native_update_on_their_own_sampling_streams(tiny_mo
     env_seed = int(trainer.rng.integers(2**31 - 1))
     runner_seeds = [cfg.seed + RUNNER_SEED_STRIDE * g for g in range(cfg.n_groups)]  # runner g+1 plays group g
     batch = replay_runner_sampling(trainer.policy, cfg, task_ids, env_seed, runner_seeds)
-    advantages, _ = compute_advantages(cfg.estimator, rows=batch, credit=cfg.credit, **cfg.estimator_options())
+    advantages, _ = compute_advantages(cfg.estimator, batch, cfg.credit_hyperparameters())
     plan = update_plan(cfg, trainer.rng, [batch], shards=1)
     stats = trainer.learner.learn(plan, trainer.rng).update  # the native steps B-E
     trainer.close()

@@ -11,7 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ecpo_train.core.credit import CreditConfig, available_estimators, compute_advantages, estimator_spec
+from ecpo_train.core.credit import (
+    STEP_COLUMNS,
+    CreditConfig,
+    available_estimators,
+    compute_advantages,
+    estimator_spec,
+)
 
 VECTORS = Path(__file__).parent / "vectors"
 
@@ -28,7 +34,8 @@ SQ2 = 1 / math.sqrt(2)
 
 def advantages(name: str, **kwargs) -> np.ndarray:
     """The estimator's advantages on BATCH, with eps ~ 0: the equations as written (eps is ours, not theirs)."""
-    return compute_advantages(name, **BATCH, **({"eps": 1e-12} | kwargs))[0]
+    hidden = {"hidden_states": kwargs.pop("hidden_states")} if "hidden_states" in kwargs else {}
+    return compute_advantages(name, BATCH, {"eps": 1e-12} | kwargs, **hidden)[0]
 
 
 def test_graphgpo_by_hand():
@@ -39,7 +46,7 @@ def test_graphgpo_by_hand():
     graph = np.array([1 / math.sqrt(3), SQ2, 0, 1 / math.sqrt(3), -SQ2, -2 / math.sqrt(3), 0])
     assert advantages("graphgpo") == pytest.approx(A_E + graph, abs=1e-9)
     # no success in the group: no graph term, and GRPO's term is 0 too
-    failed = compute_advantages("graphgpo", **(BATCH | {"rewards": [0] * 7}))[0]
+    failed = compute_advantages("graphgpo", BATCH | {"rewards": [0] * 7})[0]
     assert np.all(failed == 0)
 
 
@@ -85,9 +92,9 @@ def test_the_registry_declares_what_each_estimator_needs():
         assert spec.hidden_states == ("optional" if name == "pace" else "none")
     assert estimator_spec("ppo").needs_values
     with pytest.raises(ValueError, match="reads no hidden states"):
-        compute_advantages("hgpo", **BATCH, hidden_states=np.ones((7, 2)))
+        compute_advantages("hgpo", BATCH, hidden_states=np.ones((7, 2)))
     with pytest.raises(ValueError, match=r"expected \(7, d\)"):
-        compute_advantages("pace", **BATCH, hidden_states=np.ones(7))
+        compute_advantages("pace", BATCH, hidden_states=np.ones(7))
 
 
 @pytest.mark.parametrize(("name", "file"), [("hgpo", "hgpo_reference.json"), ("graphgpo", "graphgpo_reference.json"),
@@ -98,9 +105,9 @@ def test_the_reference_codes_numbers(name, file):
     vectors = json.loads((VECTORS / file).read_text())
     for case in vectors["cases"]:
         options = {key: value for key, value in case.items() if key.startswith("hgpo_") or key == "gamma"}
-        ours, _ = compute_advantages(name, case["group_ids"], case["traj_ids"], case["steps"], case["anchor_keys"],
-                                     ["a"] * len(case["steps"]), case["rewards"], **options,
-                                     **vectors.get("options", {}))
+        columns = (case["group_ids"], case["traj_ids"], case["steps"], case["anchor_keys"], ["a"] * len(case["steps"]),
+                   case["rewards"])
+        ours, _ = compute_advantages(name, dict(zip(STEP_COLUMNS, columns)), options | vectors.get("options", {}))
         assert ours == pytest.approx(np.array(case["advantages"]), abs=1e-6)
 
 
@@ -111,19 +118,20 @@ def test_graphgpo_under_verl_agent_compat_takes_gigpos_episode_term_over_step_ro
     GiGPO) over the three step rows, returns 10, 0, 0: mean 10/3, unbiased std 10/sqrt(3)."""
     batch = (["g"] * 3, ["t0", "t1", "t1"], [1, 1, 2], ["s0", "s0", "s1"], ["a", "b", "c"], [10.0, 0.0, 0.0])
     graph = np.array([1, -1, 0]) / np.sqrt(2)
-    native, _ = compute_advantages("graphgpo", *batch)
+    native, _ = compute_advantages("graphgpo", dict(zip(STEP_COLUMNS, batch)))
     assert native == pytest.approx(graph + np.array([1, -1, -1]) / np.sqrt(2), abs=1e-6)  # eps 1e-6 in each std
-    recipe, _ = compute_advantages("graphgpo", *batch, compat="verl-agent")
+    recipe, _ = compute_advantages("graphgpo", dict(zip(STEP_COLUMNS, batch)), {"compat": "verl-agent"})
     assert recipe == pytest.approx(graph + (np.array([10, 0, 0]) - 10 / 3) / (10 / np.sqrt(3)), abs=1e-6)
     with pytest.raises(ValueError, match="compat='verl-agent' applies only to"):
-        compute_advantages("hgpo", *batch, compat="verl-agent")
+        compute_advantages("hgpo", dict(zip(STEP_COLUMNS, batch)), {"compat": "verl-agent"})
 
 
 def test_their_hyperparameters_are_declared_on_the_credit_config():
     assert (CreditConfig().pgpo_alpha, CreditConfig().hgpo_history, CreditConfig().graph_gamma) == (2.0, 2, 0.1)
-    for field, bad, says in (("graph_gamma", 1.0, r"in \(0, 1\)"), ("hgpo_history", -1, r"an integer in \[0, 100000\]"),
-                             ("hgpo_std", "yes", "true or false"), ("pgpo_alpha", -0.5, ">= 0")):
-        with pytest.raises(ValueError, match=f"{field}=.* is invalid: it must be .*{says}"):
+    for field, bad, says in (("graph_gamma", 1.0, r"=1.0 is invalid: it must be a number in \(0, 1\)"),
+                             ("hgpo_history", -1, r"=-1 is invalid: it must be an integer in \[0, 100000\]"),
+                             ("hgpo_std", "yes", "' expects bool"), ("pgpo_alpha", -0.5, "=-0.5 is invalid: .*>= 0")):
+        with pytest.raises(ValueError, match=f"credit.{field}{says}"):
             CreditConfig(**{field: bad})
 
 
@@ -131,6 +139,6 @@ def test_their_hyperparameters_are_declared_on_the_credit_config():
 def test_torch_rewards_give_the_same_advantages_as_a_tensor(name):
     torch = pytest.importorskip("torch")
     expected = advantages(name)
-    got = compute_advantages(name, **(BATCH | {"rewards": torch.tensor(BATCH["rewards"], dtype=torch.float64)}),
-                             eps=1e-12)[0]
+    got = compute_advantages(name, BATCH | {"rewards": torch.tensor(BATCH["rewards"], dtype=torch.float64)},
+                             {"eps": 1e-12})[0]
     assert isinstance(got, torch.Tensor) and np.array_equal(got.numpy(), expected)

@@ -23,7 +23,7 @@ WON, LOST = [0.0, 10.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]
 
 
 def tigpo(rewards, history, **columns):
-    adv, diagnostics = compute_advantages("tigpo", **(GROUP | columns), rewards=rewards, history=[history] * 4)
+    adv, diagnostics = compute_advantages("tigpo", GROUP | columns | {"rewards": rewards}, history=[history] * 4)
     return adv, diagnostics
 
 
@@ -56,8 +56,8 @@ def test_with_no_history_it_is_graphgpo():
                  10.0 * (s == length and rng.random() < 0.4)) for t in range(n_trajs) for s in range(1, length + 1)]
         columns = dict(zip(("group_ids", "traj_ids", "steps", "anchor_keys", "action_keys", "rewards"), zip(*rows)))
         columns = {k: list(v) for k, v in columns.items()}
-        ours, _ = compute_advantages("tigpo", **columns, history=[TaskHistory()] * len(rows))
-        theirs, _ = compute_advantages("graphgpo", **columns)
+        ours, _ = compute_advantages("tigpo", columns, history=[TaskHistory()] * len(rows))
+        theirs, _ = compute_advantages("graphgpo", columns)
         np.testing.assert_allclose(ours, theirs, rtol=1e-12, atol=1e-15)
 
 
@@ -93,13 +93,14 @@ def test_the_registry_and_the_entry_point_refuse_what_tigpo_cannot_use():
     spec = estimator_spec("tigpo")
     assert spec.keeps_state and not spec.needs_values and spec.group_relative and spec.hidden_states == "none"
     with pytest.raises(ValueError, match="needs history="):
-        compute_advantages("tigpo", **GROUP, rewards=WON)
+        compute_advantages("tigpo", GROUP | {"rewards": WON})
     with pytest.raises(ValueError, match="keeps no state"):
-        compute_advantages("graphgpo", **GROUP, rewards=WON, history=[TaskHistory()] * 4)
+        compute_advantages("graphgpo", GROUP | {"rewards": WON}, history=[TaskHistory()] * 4)
     with pytest.raises(ValueError, match="one TaskHistory per step row"):
-        compute_advantages("tigpo", **GROUP, rewards=WON, history=[TaskHistory()] * 3)
+        compute_advantages("tigpo", GROUP | {"rewards": WON}, history=[TaskHistory()] * 3)
     with pytest.raises(ValueError, match="different histories"):
-        compute_advantages("tigpo", **GROUP, rewards=WON, history=[TaskHistory()] * 3 + [TaskHistory(reference=(1.0,))])
+        compute_advantages("tigpo", GROUP | {"rewards": WON},
+                           history=[TaskHistory()] * 3 + [TaskHistory(reference=(1.0,))])
     for bad, says in (({"edges": [("a", "b", "c")]}, "pairs"), ({"reference": ("ten",)}, "numbers"),
                       ({"reference": ()}, "at least one"), ({"reference": (float("nan"),)}, "finite")):
         with pytest.raises(ValueError, match=says):
@@ -109,7 +110,7 @@ def test_the_registry_and_the_entry_point_refuse_what_tigpo_cannot_use():
     coded = prepare_rows(GROUP["group_ids"], GROUP["traj_ids"], GROUP["steps"], GROUP["anchor_keys"],
                          GROUP["action_keys"], WON)
     with pytest.raises(ValueError, match="state keys"):
-        compute_advantages("tigpo", rows=coded, history=[TaskHistory()] * 4)
+        compute_advantages("tigpo", coded, history=[TaskHistory()] * 4)
 
 
 # ---------------------------------------------------------------------------------------------- the memory
@@ -159,7 +160,7 @@ def test_annotate_and_absorb_carry_the_graph_and_the_scores_across_updates():
     assert histories[0] == TaskHistory()  # hall: new
     # the revisit's credit: s0 -> s2 never won now, but s0 -> s1 -> success is in the kitchen's graph
     revisited = memory.annotate([second], 1)[0]
-    _, diagnostics = compute_advantages("tigpo", rows=revisited, history=revisited.extras[HISTORY_COLUMN])
+    _, diagnostics = compute_advantages("tigpo", revisited, history=revisited.extras[HISTORY_COLUMN])
     assert diagnostics["tigpo_success_from_history_fraction"] == 0.5
     memory.absorb([second], 1)
     assert (0, 0) not in memory.scores and (1, 0) in memory.scores  # a revisit uses its reference once

@@ -43,7 +43,7 @@ def test_llm_iteration_ratio_one_kl_zero_and_parameters_move(policy):
     assert np.allclose(batch.reward, -0.1)
     assert all(len(r) >= 1 for r in batch.response_ids)
 
-    advantages, diag = compute_advantages("ecpo", **batch.credit_arrays())
+    advantages, diag = compute_advantages("ecpo", batch.credit_arrays())
     assert diag["num_rows"] == len(batch)
     step_adv = torch.as_tensor(np.asarray(advantages), dtype=torch.float32) + torch.linspace(-1, 1, len(batch))
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import ecpo_gym  # noqa: F401
-from ecpo_train.credit import compute_advantages
+from ecpo_train.credit import STEP_COLUMNS, compute_advantages
 from ecpo_train.integrations.trl_credit import TURNS_FIELD, token_advantages, turn_advantages
 
 ANCHOR = "ecpo/DivergentAnchor-v0"
@@ -48,8 +48,7 @@ def reference(groups: list[int], episodes: list[list[dict]], **options) -> np.nd
     rows = [(groups[i], i, k + 1, t["state_key"], t["action_key"], t["reward"])
             for i, turns in enumerate(episodes) for k, t in enumerate(turns)][::-1]
     columns = list(zip(*rows, strict=True))
-    values, _ = compute_advantages("ecpo", group_ids=columns[0], traj_ids=columns[1], steps=columns[2],
-                                   anchor_keys=columns[3], action_keys=columns[4], rewards=columns[5], **options)
+    values, _ = compute_advantages("ecpo", dict(zip(STEP_COLUMNS, columns)), options)
     return {(traj, step): float(v) for traj, step, v in zip(columns[1], columns[2], values, strict=True)}
 
 

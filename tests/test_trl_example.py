@@ -15,7 +15,7 @@ pytest.importorskip("openenv")
 pytest.importorskip("trl")
 from openenv_serving import ROOT, served
 
-from ecpo_train.credit import compute_advantages
+from ecpo_train.credit import STEP_COLUMNS, compute_advantages
 from ecpo_train.integrations.trl_credit import TURNS_FIELD
 
 ANCHOR = "ecpo/DivergentAnchor-v0"
@@ -115,8 +115,7 @@ def test_ecpo_advantages_inside_trl_equal_compute_advantages(tiny_model_dir: Pat
     rows = [(i // group, i, k + 1, t["state_key"], t["action_key"], t["reward"])
             for i, turns in enumerate(episodes) for k, t in enumerate(turns)]
     columns = list(zip(*rows, strict=True))
-    expected, _ = compute_advantages("ecpo", group_ids=columns[0], traj_ids=columns[1], steps=columns[2],
-                                     anchor_keys=columns[3], action_keys=columns[4], rewards=columns[5], **options)
+    expected, _ = compute_advantages("ecpo", dict(zip(STEP_COLUMNS, columns)), options)
     assert advantages.shape == tuple(output["completion_ids"].shape)
     wanted = np.zeros_like(advantages)
     for (_, row, step, *_), value in zip(rows, expected, strict=True):

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from ecpo_train.credit import compute_advantages
+from ecpo_train.credit import STEP_COLUMNS, compute_advantages
 from ecpo_train.integrations.verl_agent import compute_ecpo_outcome_advantage, trajectory_steps
 
 GAMMA = 0.9
@@ -105,10 +105,9 @@ def verl_agent_gigpo_by_hand(tensors, step_advantage_w, mode):
 
 
 def credit_on_rows(name, rows, **hyperparameters):
-    adv, _ = compute_advantages(
-        name, rows["index"], rows["traj_index"], rows["step"], rows["anchor_obs"], rows["action_keys"],
-        rows["reward"], gamma=GAMMA, **hyperparameters,
-    )
+    columns = (rows["index"], rows["traj_index"], rows["step"], rows["anchor_obs"], rows["action_keys"], rows["reward"])
+    given = {key: hyperparameters.pop(key) for key in ("hidden_states", "history") if key in hyperparameters}
+    adv, _ = compute_advantages(name, dict(zip(STEP_COLUMNS, columns)), {"gamma": GAMMA, **hyperparameters}, **given)
     return adv
 
 

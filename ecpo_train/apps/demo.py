@@ -66,7 +66,7 @@ def _fmt(value: float) -> str:
 
 def credit_table(cols: dict[str, list], estimator: Callable = compute_advantages) -> tuple[Table, dict]:
     """Rich table of each method's advantage at the junction rows, and each method's diagnostics."""
-    results = {label: estimator(name, **cols) for label, name in METHODS.items()}
+    results = {label: estimator(name, cols) for label, name in METHODS.items()}
     table = Table(title="Advantage at the divergent anchor (junction)", show_lines=False)
     for column in ("group", "rollout", "action", "won", *METHODS):
         table.add_column(column, justify="right" if column in METHODS else "left")

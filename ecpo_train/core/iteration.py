@@ -19,7 +19,7 @@ engine hands it only a *sampler* and a *learner*.
 The engine that calls ``run_iteration`` counts the iterations (``iteration`` is how many are done before it).
 
 ``config`` is any object with the run's fields (a ``runtime.config.TrainConfig``): ``n_groups``, ``task_draw``,
-``estimator``, ``credit``, ``estimator_options()``, ``validates_after(iteration)``, ``num_epochs``,
+``estimator``, ``credit``, ``credit_hyperparameters()``, ``validates_after(iteration)``, ``num_epochs``,
 ``filter_equal_return_groups``.
 """
 
@@ -180,17 +180,16 @@ def credit_step(config: Any, batch: TrajectoryBatch, values: Any = None, device:
     ``values``: the critic's, for an estimator that takes them (PPO). ``device``: a CUDA torch device computes on
     it (the rewards moved there) and returns the advantages as a numpy array, like the CPU path.
     """
-    options = {"credit": config.credit, **config.estimator_options()}
-    if HISTORY_COLUMN in batch.extras:  # the rows' task histories (an estimator that keeps state, run_iteration's)
-        options["history"] = batch.extras[HISTORY_COLUMN]
+    credit = config.credit_hyperparameters()  # the CreditConfig's fields and the estimator's options
+    history = batch.extras.get(HISTORY_COLUMN)  # the rows' task histories (an estimator that keeps state)
     if device is not None and getattr(device, "type", "cpu") == "cuda":
         import torch
 
         arrays = batch.credit_arrays() | {"rewards": torch.as_tensor(batch.reward, device=device)}
-        advantages, diagnostics = compute_advantages(config.estimator, **arrays, values=values, **options)
+        advantages, diagnostics = compute_advantages(config.estimator, arrays, credit, values=values, history=history)
         advantages = advantages.cpu().numpy()
     else:
-        advantages, diagnostics = compute_advantages(config.estimator, rows=batch, values=values, **options)
+        advantages, diagnostics = compute_advantages(config.estimator, batch, credit, values=values, history=history)
     extra = credit_diagnostics(config.estimator, batch.credit_rows(), config.credit, advantages)
     return advantages, diagnostics | extra
 

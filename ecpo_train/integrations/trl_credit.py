@@ -63,16 +63,14 @@ def turn_advantages(group_ids: Sequence[Any], episodes: Sequence[Sequence[Mappin
     if len(group_ids) != len(turns):
         raise ValueError(f"{len(group_ids)} group ids for {len(turns)} episodes")
     lengths = [len(t) for t in turns]
-    advantage, diag = compute_advantages(
-        estimator,
-        group_ids=[str(group_ids[i]) for i, n in enumerate(lengths) for _ in range(n)],
-        traj_ids=[i for i, n in enumerate(lengths) for _ in range(n)],
-        steps=[k + 1 for n in lengths for k in range(n)],
-        anchor_keys=[str(turn["state_key"]) for episode in turns for turn in episode],
-        action_keys=[str(turn["action_key"]) for episode in turns for turn in episode],
-        rewards=[float(turn["reward"]) for episode in turns for turn in episode],
-        **credit_options,
-    )
+    advantage, diag = compute_advantages(estimator, {
+        "group_ids": [str(group_ids[i]) for i, n in enumerate(lengths) for _ in range(n)],
+        "traj_ids": [i for i, n in enumerate(lengths) for _ in range(n)],
+        "steps": [k + 1 for n in lengths for k in range(n)],
+        "anchor_keys": [str(turn["state_key"]) for episode in turns for turn in episode],
+        "action_keys": [str(turn["action_key"]) for episode in turns for turn in episode],
+        "rewards": [float(turn["reward"]) for episode in turns for turn in episode],
+    }, credit_options)
     if diagnostics is not None:
         diagnostics.update(diag)
     bounds = np.cumsum([0, *lengths])

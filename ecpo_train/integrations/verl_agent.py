@@ -173,17 +173,12 @@ def compute_ecpo_outcome_advantage(
     compat = options.pop("compat", "verl-agent" if credit_name in GIGPO_MODES.values() else "native")
     advantage, diag = compute_advantages(
         credit_name,
-        group_ids=columns["index"][kept],
-        traj_ids=columns["traj_index"][kept],
-        steps=step[kept],
-        anchor_keys=columns["anchor_obs"][kept],
-        action_keys=columns["action_keys"][kept],
-        rewards=rewards,
-        gamma=gamma, omega=step_advantage_w, kappa=kappa, tau=tau, d_min=d_min, rho_min=rho_min, eps=epsilon,
-        compat=compat,
+        {"group_ids": columns["index"][kept], "traj_ids": columns["traj_index"][kept], "steps": step[kept],
+         "anchor_keys": columns["anchor_obs"][kept], "action_keys": columns["action_keys"][kept], "rewards": rewards},
+        {"gamma": gamma, "omega": step_advantage_w, "kappa": kappa, "tau": tau, "d_min": d_min, "rho_min": rho_min,
+         "eps": epsilon, "compat": compat, **options},
         hidden_states=None if hidden_states is None else _host(hidden_states)[kept],
         history=None if history is None else list(_host_column(history, "history", n)[kept]),
-        **options,
     )
     if diagnostics is not None:
         diagnostics.update(diag)

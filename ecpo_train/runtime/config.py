@@ -26,6 +26,7 @@ from pydantic import Field
 from ecpo_gym.families import declared_history_length
 from ecpo_train.core.credit import CreditConfig, available_estimators, check_group_size, estimator_spec
 from ecpo_train.core.credit.config import ESTIMATOR_CREDIT_KEYS
+from ecpo_train.core.credit.registry import declared_hyperparameter, declared_hyperparameters
 from ecpo_train.core.loss import BEHAVIOUR_CORRECTIONS, UpdateSettings
 from ecpo_train.core.rollout import ANCHOR_KEYS
 from ecpo_train.core.tasks import TASK_DRAWS
@@ -54,10 +55,9 @@ _UPDATE = UpdateSettings()  # the update's defaults, read by the step-E fields b
 # ``runtime/policy_kinds.py``): a non-default value of one the run's policy does not read is refused
 # (``check_settings_read``). A live view of the registry: a kind registered later is in it.
 POLICY_SETTINGS = PolicySettings()
-# The settings only some estimators read: the ``EstimatorSpec`` declaration that says whether one does (an option it
-# names, a critic it needs, state it keeps) and what the setting is for
+# The settings only some estimators read: the ``EstimatorSpec`` declaration that says whether one does (a critic it
+# needs, state it keeps) and what the setting is for; an estimator's options (``gae_lambda``) are its registration's
 ESTIMATOR_SETTINGS = {
-    "gae_lambda": ("options", "an option of an estimator that declares it: ppo"),
     "critic_lr": ("needs_values", "the learned critic's, of an estimator that needs one: ppo"),
     "revisit_fraction": ("keeps_state", "the revisit schedule of an estimator that keeps state: tigpo"),
     "revisit_delay": ("keeps_state", "the revisit schedule of an estimator that keeps state: tigpo"),
@@ -78,6 +78,9 @@ Tokens = Annotated[int, Field(ge=1, le=MAX_SEQUENCE_TOKENS, description="longer 
 MAX_EPOCHS = 100  # an update's passes over one iteration's rows (PPO-style runs use 1-10)
 MAX_IS_WEIGHT_CAP = 1e6  # a truncated importance weight's cap (2-10 in use): above float32's range it overflows
 LearningRate = Annotated[float, Field(gt=0, le=MAX_LR, description="AdamW moves each weight by about lr per step")]
+# An estimator's option is a run setting of the same name; its type, range and default are its declaration's (ppo's)
+_GAE_LAMBDA = declared_hyperparameter("gae_lambda")
+GaeLambda = _GAE_LAMBDA.type
 
 
 @dataclass
@@ -138,7 +141,7 @@ class TrainConfig:
     estimator: str = "ecpo"  # a credit estimator name (an open registry): ecpo, gigpo, grpo, ..., or ppo (critic + GAE)
     anchor_key: Literal[ANCHOR_KEYS] = "state_key"  # "state_key" | "observation_key" (the paper's text anchor)
     credit: CreditConfig = field(default_factory=CreditConfig)  # the paper's defaults live in CreditConfig
-    gae_lambda: Annotated[float, Field(ge=0, le=1)] = 0.95  # an option of the ppo estimator (EstimatorSpec.options)
+    gae_lambda: GaeLambda = _GAE_LAMBDA.default  # an option of the ppo estimator, declared on its registration
     # the exploration-revisit schedule of an estimator that keeps state (tigpo; core/task_memory.py): the share of an
     # iteration's groups that revisit earlier tasks, and the updates between an exploration group and its revisit
     revisit_fraction: Annotated[float, Field(ge=0, lt=1)] = 0.5
@@ -275,11 +278,15 @@ class TrainConfig:
             raise ValueError(f"explore_epsilon={self.explore_epsilon} mixes uniform exploration into "
                              f"policy_mode=score's choice: policy_mode={self.policy_mode} would ignore it; leave it out")
         for name, (declaration, use) in ESTIMATOR_SETTINGS.items():
-            declared = getattr(spec, declaration)
-            reads = name in dict(declared) if declaration == "options" else bool(declared)
-            if not reads and not _is_default(self, name):
+            if not getattr(spec, declaration) and not _is_default(self, name):
                 raise ValueError(f"{name}={shown(getattr(self, name))} is not read by estimator={self.estimator} "
                                  f"({use}); leave it out")
+        for option in declared_hyperparameters(option=True):  # each a run setting of its name
+            if option.name not in dict(spec.options) and not _is_default(self, option.name):
+                readers = [n for n in available_estimators() if option.name in dict(estimator_spec(n).options)]
+                raise ValueError(f"{option.name}={shown(getattr(self, option.name))} is not read by estimator="
+                                 f"{self.estimator} (an option of an estimator that declares it: {', '.join(readers)}); "
+                                 "leave it out")
         defaults = CreditConfig()
         for name in ESTIMATOR_CREDIT_KEYS:
             if not spec.reads_credit_key(name) and getattr(self.credit, name) != getattr(defaults, name):
@@ -318,8 +325,8 @@ class TrainConfig:
         return {name: getattr(self, name) for name, _ in estimator_spec(self.estimator).options}
 
     def credit_hyperparameters(self) -> dict[str, Any]:
-        """The keyword arguments ``compute_advantages`` takes for this estimator, one by one: every
-        ``CreditConfig`` field plus :meth:`estimator_options`."""
+        """The ``credit`` mapping ``compute_advantages`` takes for this estimator: every ``CreditConfig`` field
+        plus :meth:`estimator_options`."""
         return dataclasses.asdict(self.credit) | self.estimator_options()
 
     def resolved_device(self) -> str:

@@ -93,8 +93,7 @@ class ECPOAdvantages(ConnectorV2):
         if self.group_size is not None and any(n != self.group_size for n in sizes.values()):
             raise ValueError(f"ECPO needs complete groups of {self.group_size} episodes; got sizes {sizes}")
         step_rows = batch_from_episodes(sa_episodes, anchor_key=self.anchor_key)
-        advantages, diagnostics = credit.compute_advantages(self.estimator, rows=step_rows,
-                                                            credit=self.credit_config)
+        advantages, diagnostics = credit.compute_advantages(self.estimator, step_rows, self.credit_config)
         advantages = np.asarray(advantages, dtype=np.float32)
         returns = np.asarray(self._future_returns(step_rows, sa_episodes), dtype=np.float32)
         start = 0

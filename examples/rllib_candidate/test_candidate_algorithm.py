@@ -1,7 +1,6 @@
 """The classic-RL example in RLlib (local Ray, CPU): training, group integrity, exact credit, learning,
 checkpoints. One Ray session serves the whole module."""
 
-import dataclasses
 
 import numpy as np
 import pytest
@@ -130,8 +129,8 @@ def test_train_batch_advantages_equal_credit_on_the_same_episodes(estimator):
         learner_batch = run_connector(episodes)["default_policy"]
         got = learner_batch[Postprocessing.ADVANTAGES].numpy()
         rows = _credit_rows(episodes)
-        expected, _ = credit.compute_advantages(estimator, rows["group"], rows["traj"], rows["step"], rows["state"],
-                                                rows["action"], rows["reward"], **dataclasses.asdict(config.credit))
+        columns = (rows["group"], rows["traj"], rows["step"], rows["state"], rows["action"], rows["reward"])
+        expected, _ = credit.compute_advantages(estimator, dict(zip(credit.STEP_COLUMNS, columns)), config.credit)
         assert got.shape == (len(rows["step"]),)
         np.testing.assert_array_equal(got, np.asarray(expected, dtype=np.float32))
         # each advantage sits on its own step's row: the batch's observations are the episodes' pre-step

@@ -68,7 +68,7 @@ def test_connector_honours_anchor_key():
     for anchor_key, keys in (("state_key", STATE_KEYS), ("observation_key", OBSERVATION_KEYS)):
         connector = ECPOAdvantages(estimator="ecpo", group_size=4, credit_config=config, anchor_key=anchor_key)
         got[anchor_key], _ = run(connector)
-        expected, _ = credit.compute_advantages("ecpo", **{**COLUMNS, "anchor_keys": keys}, **dataclasses.asdict(config))
+        expected, _ = credit.compute_advantages("ecpo", {**COLUMNS, "anchor_keys": keys}, dataclasses.asdict(config))
         np.testing.assert_array_equal(got[anchor_key], np.asarray(expected, dtype=np.float32))
     assert not np.allclose(got["state_key"], got["observation_key"])
     # ECPOConfig carries the choice to the learner's piece
@@ -88,7 +88,7 @@ def test_every_credit_field_reaches_compute_advantages(monkeypatch):
     real = credit.compute_advantages
 
     def spy(name, *args, **kwargs):
-        calls.append((name, kwargs))
+        calls.append((name, args, kwargs))
         return real(name, *args, **kwargs)
 
     monkeypatch.setattr(credit, "compute_advantages", spy)
@@ -98,10 +98,10 @@ def test_every_credit_field_reaches_compute_advantages(monkeypatch):
                    CandidateECPOConfig().training(estimator="gigpo", group_size=4, credit={**as_dict, "gamma": 0.5}, gamma=0.9)):
         calls.clear()
         advantages, value_targets = run(ecpo_connector(config))
-        (name, kwargs), = calls
+        (name, args, _), = calls
         assert name == "gigpo"
-        assert kwargs["credit"] == chosen  # the CreditConfig itself travels, every field as configured
-        expected, _ = real("gigpo", **COLUMNS, anchor_keys=STATE_KEYS, **as_dict)
+        assert args[1] == chosen  # the CreditConfig itself travels, every field as configured
+        expected, _ = real("gigpo", COLUMNS | {"anchor_keys": STATE_KEYS}, as_dict)
         np.testing.assert_array_equal(advantages, np.asarray(expected, dtype=np.float32))
         # the value targets are the returns-to-go at the credit's gamma
         np.testing.assert_allclose(value_targets, [0.9, 1.0, 0.0, 0.0, 0.0, 0.0, 0.9, 1.0], rtol=1e-6)

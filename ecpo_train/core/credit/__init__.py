@@ -1,4 +1,14 @@
-"""ECPO's credit: pure advantage estimators: discounted returns, GRPO, RLOO, GiGPO, ECPO and its ablations.
+"""ECPO's credit: pure advantage estimators, one call for all of them, :func:`compute_advantages`.
+
+The estimators (``available_estimators()``, in registration order; ``tests/test_credit_api.py`` checks that every
+registered one is listed here):
+
+* ``grpo``: GRPO's trajectory advantage (eq. grpo_adv); ``rloo``: the leave-one-out baseline;
+* ``gigpo``, ``gigpo_std``: GiGPO's anchor credit, without and with its std (the paper's baseline);
+* ``ecpo``: ECA + VarGate + StrictValid (eq. ecpo_adv); its ablations ``ecpo_eca_only`` and ``ecpo_vargate_only``,
+  and App. C's reading on the anchor's scale, ``ecpo_anchor_scale`` and ``ecpo_anchor_scale_eca_only``;
+* ``pgpo``, ``hgpo``, ``graphgpo``, ``tigpo``, ``pace``: other papers' step credit (``docs/paper_notes.md``);
+* ``ppo``: GAE on a learned critic's values.
 
 One row per environment step goes in (``group_id``, ``traj_id``, ``step`` 1-based, ``anchor_key``,
 ``action_key``, ``reward``); one advantage per row and a diagnostics dict come out. The module imports
@@ -31,15 +41,18 @@ keeps its own name (a batch extra, read by the PPO critic).
 All arithmetic is float64. Numpy in gives numpy float64 out; torch in (``rewards`` a tensor) gives a
 float64 tensor on the rewards' device.
 
-Layout: :mod:`.config` (the hyperparameters), :mod:`.equations` (one function per paper equation),
-:mod:`.registry` (estimator names and what each asks for), :mod:`.estimators` (one function per
-estimator, :func:`compute_advantages`) and :mod:`.history` (the frozen view of earlier updates an estimator that
-keeps state reads: TIGPO's ``TaskHistory``). The rows they read are the step-row table's, validated and coded once in ``ecpo_train.core.rows`` (numpy/torch operations in
+Layout: :mod:`.registry` (estimator names, what each asks for and the hyperparameters each declares, with their
+ranges), :mod:`.config` (``CreditConfig``: the paper's shared values and the declared hyperparameters),
+:mod:`.equations` (one function per paper equation, and ``moments``, the statistics they share),
+:mod:`.estimators` (one module per estimator family, one function per estimator), :mod:`.api`
+(:func:`compute_advantages`), :mod:`.diagnostics` (what every run logs beside its estimator) and :mod:`.history`
+(the frozen view of earlier updates an estimator that keeps state reads: TIGPO's ``TaskHistory``). The rows they read are the step-row table's, validated and coded once in ``ecpo_train.core.rows`` (numpy/torch operations in
 ``ecpo_train.core.backend``).
 """
 
 from __future__ import annotations
 
+from ecpo_train.core.credit.api import STEP_COLUMNS, compute_advantages
 from ecpo_train.core.credit.config import COMPAT_MODES, CreditConfig
 from ecpo_train.core.credit.equations import (
     between_action_variance,
@@ -60,10 +73,12 @@ from ecpo_train.core.credit.equations import (
     verl_agent_episode_advantage,
     within_action_variance,
 )
-from ecpo_train.core.credit.estimators import compute_advantages, gae_targets
+from ecpo_train.core.credit.estimators import gae_targets
 from ecpo_train.core.credit.history import TaskHistory
 from ecpo_train.core.credit.registry import (
+    EstimatorInputs,
     EstimatorSpec,
+    Hyperparameter,
     available_estimators,
     check_group_size,
     estimator_spec,
@@ -75,9 +90,12 @@ from ecpo_train.core.rows import MAX_RETURN_MAGNITUDE, CreditRows, factorize_key
 __all__ = [
     "COMPAT_MODES",
     "MAX_RETURN_MAGNITUDE",
+    "STEP_COLUMNS",
     "CreditConfig",
     "CreditRows",
+    "EstimatorInputs",
     "EstimatorSpec",
+    "Hyperparameter",
     "TaskHistory",
     "available_estimators",
     "between_action_variance",

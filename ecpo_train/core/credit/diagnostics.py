@@ -33,8 +33,9 @@ from typing import Any
 
 import numpy as np
 
+from ecpo_train.core.credit.api import compute_advantages
 from ecpo_train.core.credit.config import CreditConfig
-from ecpo_train.core.credit.estimators import compute_advantages, ecpo_gate, gate_diagnostics
+from ecpo_train.core.credit.estimators import ecpo_gate, gate_diagnostics
 from ecpo_train.core.credit.registry import estimator_spec
 from ecpo_train.core.rows import CreditRows
 
@@ -51,7 +52,7 @@ def credit_diagnostics(estimator: str, rows: CreditRows, config: CreditConfig, a
         return {}
     native = dataclasses.replace(config, compat="native")  # the baselines are the native estimators
     adv = np.asarray(advantages, dtype=np.float64).reshape(-1)
-    reference = {name: np.asarray(rows.ops.host(compute_advantages(name, rows=rows, credit=native)[0]),
+    reference = {name: np.asarray(rows.ops.host(compute_advantages(name, rows, native)[0]),
                                   dtype=np.float64) for name in BASELINES}
     diagnostics = ecpo_gate_diagnostics(rows, native)
     if estimator_spec(estimator).grpo_trajectory and config.compat == "native":

@@ -20,6 +20,8 @@ class Moments:
 
 
 def moments(values: Any, codes: Any, n: int, ops: Any) -> Moments:
+    """The statistics of ``values`` in each of ``n`` segments (``codes``: a row's segment), the one helper every
+    equation's mean, variance and std come from (numpy or torch alike, ``ops``)."""
     count = ops.segment_sum(values * 0.0 + 1.0, codes, n)
     mean = ops.segment_sum(values, codes, n) / ops.where(count > 0, count, 1.0)
     sq_dev = ops.segment_sum((values - mean[codes]) ** 2, codes, n)
@@ -28,7 +30,13 @@ def moments(values: Any, codes: Any, n: int, ops: Any) -> Moments:
 
 
 def unbiased_std(m: Moments, ops: Any) -> Any:
+    """The (n-1) std of each segment (GRPO's, GiGPO's)."""
     return ops.sqrt(m.sq_dev / ops.where(m.count > 1, m.count - 1.0, 1.0))
+
+
+def population_std(m: Moments, ops: Any) -> Any:
+    """The population (n) std of each segment (HGPO's)."""
+    return ops.sqrt(m.sq_dev / ops.where(m.count > 0, m.count, 1.0))
 
 
 def future_return(rewards: Any, traj: Any, position: Any, n_trajs: int, horizon: int, gamma: float) -> Any:
@@ -284,15 +292,14 @@ def hgpo_level_advantage(future_returns: np.ndarray, codes: np.ndarray, eps: flo
     is in a group of at least 2 (a singleton group or a row without the history gives no item)."""
     member = codes >= 0
     n = int(codes.max()) + 1 if member.any() else 0
-    size = np.bincount(codes[member], minlength=n)
-    mean = np.bincount(codes[member], weights=future_returns[member], minlength=n) / np.maximum(size, 1)
+    ops = ops_of(future_returns)
+    m = moments(future_returns[member], codes[member], n, ops)
     centered = np.zeros_like(future_returns)
-    centered[member] = future_returns[member] - mean[codes[member]]
+    centered[member] = future_returns[member] - m.mean[codes[member]]
     if normalize_std:
-        var = np.bincount(codes[member], weights=centered[member] ** 2, minlength=n) / np.maximum(size, 1)
-        centered[member] /= np.sqrt(var)[codes[member]] + eps
+        centered[member] /= population_std(m, ops)[codes[member]] + eps
     in_group = member.copy()
-    in_group[member] = size[codes[member]] >= 2
+    in_group[member] = m.count[codes[member]] >= 2
     return np.where(in_group, centered, 0.0), in_group
 
 
@@ -398,6 +405,7 @@ def cross_temporal_advantage(scores: np.ndarray, reference: np.ndarray, eps: flo
     pool = np.concatenate([np.asarray(reference, dtype=np.float64), np.asarray(scores, dtype=np.float64)])
     if len(pool) < 2 or np.all(pool == pool[0]):
         return np.zeros(len(scores))
+    # one pool, not segments: numpy's pairwise mean and std (moments' segment sums would move the last bits)
     return (np.asarray(scores, dtype=np.float64) - pool.mean()) / (pool.std(ddof=1) + eps)
 
 

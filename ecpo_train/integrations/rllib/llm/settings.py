@@ -77,15 +77,9 @@ def native_values(config: Any) -> dict[str, Any]:
 
 def apply_train_config(config: Any, train: TrainConfig) -> Any:
     """Set an ``ECPOConfig`` to the run ``train`` describes (the inverse of :func:`native_values`)."""
-<<<<<<< HEAD
     if not policy_spec(train.policy).rllib:  # (the kind declares whether the RLlib engine trains it)
         raise ValueError(f"the RLlib engine trains an LLM or text policy ({kinds_with(rllib=True)}); this config has "
-                         f"policy={train.policy!r}, which trains natively")
-=======
-    if train.policy not in ("llm", "text"):
-        raise ValueError(f"the RLlib engine trains an LLM or text policy; this config has policy={shown(train.policy)} "
-                         "(the tabular policy trains natively)")
->>>>>>> work-70d
+                         f"policy={shown(train.policy)}, which trains natively")
     if not train.model:  # what makes an ECPOConfig an LLM run (has_model); a text run starts from its warm start
         raise ValueError(f"the RLlib engine trains policy={train.policy} from a model folder: give model=DIR (for "
                          "policy=text, the folder `ecpo sft` wrote)")
