@@ -11,7 +11,6 @@ from typing import Annotated, Any
 
 import typer
 
-from ecpo_gym.kwargs import shown
 from ecpo_train.evaluation.command import leaderboard_command
 from ecpo_train.evaluation.options import LeaderboardOptions, cut_long_words, error_line, typer_command
 from ecpo_train.runtime.engines import DEFAULT_ENGINE, ENGINES, engine_spec
