@@ -134,8 +134,9 @@ def folder_engine(run_dir: Path) -> str:
             return spec.name
     with contextlib.suppress(ValueError):
         saved = read_saved_config(folder.config)
-        if saved is not None and saved.get(ENGINE_KEY) in ENGINES:
-            return saved[ENGINE_KEY]
+        recorded = saved.get(ENGINE_KEY) if saved is not None else None
+        if isinstance(recorded, str) and recorded in ENGINES:  # (a damaged value: not an engine's)
+            return recorded
     return DEFAULT_ENGINE
 
 
