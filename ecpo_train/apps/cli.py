@@ -114,7 +114,9 @@ def train(
             raise fail(ValueError(f"{', '.join(given)}: only --engine {other.name} {other.options_are}; --engine "
                                   f"{engine} would ignore it (give --engine {other.name}, or leave it out)"))
     try:
-        settings = spec.engine_settings({option.name: engine_options[option.name] for option in spec.options}, nproc)
+        # (an engine declared after this module was imported has no options here: its defaults)
+        settings = spec.engine_settings({option.name: engine_options.get(option.name, option.default)
+                                         for option in spec.options}, nproc)
     except ValueError as err:
         raise fail(err) from None
     if nproc:
