@@ -42,15 +42,17 @@ class EngineOption:
 class EngineSpec:
     """One engine.
 
-    ``engine``: ``"module:Class"`` (imported on use) or the class, built as ``Class(train_config, **settings)``;
+    ``engine``: ``"module:Class"`` (imported on use) or the class, built as ``Class(train_config, **settings)``
+    (its ``name`` is the spec's: the run shell finds the spec by it);
     ``checkpoint``: its checkpoint's name in the run folder (a file, or a folder replaced whole:
     ``atomic.replaced_folder``); ``read_config(folder, checkpoint)``: the config a ``--resume`` compares the new one
-    with (``folder``: the ``run_dir.RunFolder``; ``None``: no config to compare); ``records_name``: ``config.yaml``
+    with (``folder``: the ``run_dir.RunFolder``; returning ``None``: nothing to compare); ``records_name``: ``config.yaml``
     records ``engine: NAME`` (the default engine's does not); ``summary``: ``--engine``'s help for it; ``files``: what
     ``ecpo train`` says the run folder holds; ``options``: the options only it reads, and ``options_are`` what they
     are for (an option given with another engine is refused, naming this one); ``settings(options, nproc)``: the
     options given (and ``--nproc``) as the engine's keyword arguments, a ``ValueError`` for a bad one (checked before
-    anything is read or started)."""
+    anything is read or started); ``None``: no keyword arguments, and ``--nproc K`` runs K processes of the engine
+    under ``torch.distributed.run``."""
 
     name: str
     engine: str | Callable[..., Any]
