@@ -55,7 +55,7 @@ def train_arm(model: str, seed: int, arm: str, iterations: int, runners: int, ru
         after = algo.validate()
         copies: dict[str, int] = {}
         outcomes = {}
-        for episode in algo.ecpo_validation_episodes:
+        for episode in algo.ecpo.validation_episodes:
             copy = copies[episode.task_id] = copies.get(episode.task_id, -1) + 1
             outcomes[f"{episode.task_id}#{copy}"] = bool(episode.won)
     finally:

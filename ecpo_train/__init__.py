@@ -20,6 +20,10 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
+# every engine the package ships is declared whatever a process imports first, so that any run folder one of them
+# wrote is recognised (runtime/engines.py; importing this imports no ray)
+from ecpo_train.integrations import engines as _engines  # noqa: F401
+
 _PUBLIC = {
     "compute_advantages": "ecpo_train.core.credit",
     "CreditConfig": "ecpo_train.core.credit",

@@ -250,7 +250,7 @@ def test_an_rllib_resume_runs_no_pickle_planted_in_its_checkpoint(tiny_model_dir
     try:
         algo = ECPO.from_checkpoint(run_dir / "rllib_checkpoint")
         try:
-            assert algo.ecpo_iteration == 2
+            assert algo.ecpo.iteration == 2
         finally:
             algo.stop()
     finally:

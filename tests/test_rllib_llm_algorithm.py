@@ -157,7 +157,7 @@ def test_checkpoint_restore_continues_exactly(tiny_model_dir, tmp_path, ray_sess
         algo.stop()
     restored = ECPO.from_checkpoint(str(tmp_path / "ckpt"))
     try:
-        assert restored.ecpo_iteration == 1
+        assert restored.ecpo.iteration == 1
         resumed = restored.train()["ecpo"]
     finally:
         restored.stop()

@@ -90,16 +90,16 @@ def test_lag_one_checkpoint_restore_replays_the_groups_in_flight(tiny_model_dir,
     algo = pipelined(run_values(tiny_model_dir, tmp_path)).build_algo()
     try:
         algo.train()
-        pending = (list(algo.ecpo_dispatched.task_ids), algo.ecpo_dispatched.env_seed)
+        pending = (list(algo.ecpo.dispatched.task_ids), algo.ecpo.dispatched.env_seed)
         algo.save_to_path(str(tmp_path / "ckpt"))
         uninterrupted = algo.train()["ecpo"]
     finally:
         algo.stop()
     restored = ECPO.from_checkpoint(str(tmp_path / "ckpt"))
     try:
-        assert restored.ecpo_iteration == 1 and restored.config.max_policy_lag == 1
-        assert (restored.ecpo_dispatched.task_ids, restored.ecpo_dispatched.env_seed) == pending
-        assert not restored.ecpo_dispatched.in_flight
+        assert restored.ecpo.iteration == 1 and restored.config.max_policy_lag == 1
+        assert (restored.ecpo.dispatched.task_ids, restored.ecpo.dispatched.env_seed) == pending
+        assert not restored.ecpo.dispatched.in_flight
         resumed = restored.train()["ecpo"]
         after = restored.train()["ecpo"]
     finally:
@@ -121,8 +121,8 @@ def test_lag_one_runner_lost_with_groups_in_flight(tiny_model_dir, tmp_path, ray
         restart_failed_env_runners=True)
     algo = config.build_algo()
     try:
-        tasks = [algo.ecpo_train_tasks[k % len(algo.ecpo_train_tasks)] for k in range(4)]
-        algo.ecpo_dispatched = dispatch_groups(algo, tasks, 1234)  # the groups runner 2 is now playing: 2 and 3
+        tasks = [algo.ecpo.train_tasks[k % len(algo.ecpo.train_tasks)] for k in range(4)]
+        algo.ecpo.dispatched = dispatch_groups(algo.runner_pool(), tasks, 1234)  # the groups runner 2 is now playing: 2 and 3
         ray.kill(algo.env_runner_group._worker_manager._actors[2], no_restart=False)
         first = algo.train()["ecpo"]
         assert first["sampling/num_runner_failures"] == 1

@@ -191,7 +191,7 @@ def test_the_runs_train_config_is_built_once_and_every_actor_reads_it(tiny_model
     try:
         result = algo.train()
         runner, learner = algo.env_runner_group.local_env_runner, algo.learner_group._learner
-        held = {"algorithm": algo.ecpo_train_config, "runner": runner.train_config,
+        held = {"algorithm": algo.ecpo.train_config, "runner": runner.train_config,
                 "runner module": runner.module.train_config, "learner": learner.train_config,
                 "credit connector": learner._learner_connector.connectors[0].train_config}
     finally:
@@ -218,7 +218,7 @@ def test_the_readme_example_runs_as_written(tiny_model_dir, tmp_path, ray_sessio
     assert (tmp_path / "ckpt" / "algorithm_state.pkl").exists() or any((tmp_path / "ckpt").iterdir())
     restored = ECPO.from_checkpoint("ckpt")
     try:
-        assert restored.ecpo_iteration == 1
+        assert restored.ecpo.iteration == 1
     finally:
         restored.stop()
 
@@ -281,7 +281,7 @@ def test_every_preset_builds_and_the_cpu_ones_train_with_two_runners(preset, tin
     try:
         assert sorted(algo.env_runner_group.healthy_worker_ids()) == list(range(1, runners + 1))
         if train.train_tasks:
-            assert algo.ecpo_train_tasks == [str(t) for t in train.train_tasks]
+            assert algo.ecpo.train_tasks == [str(t) for t in train.train_tasks]
         if preset in SMALL:
             result = algo.train()
             assert result["env_runners"]["num_episodes"] == 4

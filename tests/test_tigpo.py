@@ -251,7 +251,7 @@ def test_the_rllib_algorithm_plays_and_credits_what_the_native_trainer_does(tmp_
         assert native[-1]["credit/tigpo_revisit_group_fraction"] == 0.5
         assert any(np.any(np.asarray(adv) != 0) for adv in native_adv)  # credit that moves something
         state = algo.get_state(components="ecpo")["ecpo"]["task_memory"]
-        assert TaskGraphMemory.from_state(state) == algo.ecpo_memory == trainer.memory
+        assert TaskGraphMemory.from_state(state) == algo.ecpo.memory == trainer.memory
     finally:
         algo.stop()
 
@@ -275,10 +275,10 @@ def test_a_pipelined_rllib_run_keeps_the_drawn_ahead_plan_across_a_checkpoint(tm
     config = ECPOConfig.from_train_config(make_config(values)).env_runners(num_env_runners=1)
     algo = config.training(max_policy_lag=1).build_algo()
     algo.train()
-    assert sorted(algo.ecpo_memory.plans) == [1]  # iteration 2's groups drawn and in flight
+    assert sorted(algo.ecpo.memory.plans) == [1]  # iteration 2's groups drawn and in flight
     uninterrupted, restored = next_iteration_twice(algo, tmp_path / "ckpt")
     try:
-        assert sorted(restored.ecpo_memory.plans) == [1]
+        assert sorted(restored.ecpo.memory.plans) == [1]
         resumed = restored.train()["ecpo"]
     finally:
         restored.stop()

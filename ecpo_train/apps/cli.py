@@ -7,14 +7,13 @@ so ``ecpo --help`` stays fast.
 from __future__ import annotations
 
 import json
-import math
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from ecpo_gym.kwargs import shown
 from ecpo_train.evaluation.command import leaderboard_command
 from ecpo_train.evaluation.options import LeaderboardOptions, cut_long_words, error_line, typer_command
+from ecpo_train.runtime.engines import DEFAULT_ENGINE, ENGINES, engine_spec
 from ecpo_train.runtime.models import DEMO_MODEL
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Evidence-Calibrated Policy Optimization.")
@@ -59,14 +58,27 @@ def demo(
         raise fail(err) from None
 
 
-RLLIB_OPTIONS = ("env_runners", "learners", "actor_cpus")  # train's options only --engine rllib reads
+def _with_engine_options(command: Any) -> Any:
+    """``command`` with every declared engine's own options (``EngineSpec.options``) as typer options in place of
+    its ``**engine_options`` (typer reads a command's options from its signature)."""
+    import inspect
+
+    params = [p for p in inspect.signature(command, eval_str=True).parameters.values()
+              if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    for spec in ENGINES.values():
+        params += [inspect.Parameter(option.name, inspect.Parameter.KEYWORD_ONLY, annotation=type(option.default),
+                                     default=typer.Option(option.default, help=f"--engine {spec.name}: {option.help}"))
+                   for option in spec.options]
+    command.__signature__ = inspect.Signature(params, return_annotation=None)
+    return command
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@_with_engine_options
 def train(
     ctx: typer.Context,
     config: str = typer.Option(..., help="YAML preset path or name: alfworld | webshop | searchqa | quickstart"),
-    resume: bool = typer.Option(False, help="continue the run in run_dir from its checkpoint.pt (keys that define "
+    resume: bool = typer.Option(False, help="continue the run in run_dir from its checkpoint (keys that define "
                                             "the run must not change; iterations and logging may); refused where "
                                             "run_dir holds no run"),
     resume_or_start: bool = typer.Option(False, "--resume-or-start",
@@ -76,14 +88,11 @@ def train(
                                                "folder that holds a run is refused"),
     nproc: int = typer.Option(0, help="K >= 2: FSDP2 over K processes (runs `python -m torch.distributed.run "
                                       "--nproc-per-node K -m ecpo_train.apps.cli train ... fsdp=true`)"),
-    engine: str = typer.Option("native", help="native: the single-machine trainer; rllib: the same run through "
-                                              "the RLlib ECPO algorithm (env runners as Ray actors)"),
-    env_runners: int = typer.Option(2, help="--engine rllib: env-runner actors (0 = sample in the driver)"),
-    learners: int = typer.Option(0, help="--engine rllib: learner actors (0 = learn in the driver)"),
-    actor_cpus: float = typer.Option(1.0, help="--engine rllib: CPUs Ray reserves for each runner and learner actor "
-                                               "(0.5: 2 runners and 2 learners on a 2-core machine)"),
+    engine: str = typer.Option(DEFAULT_ENGINE, help="; ".join(f"{spec.name}: {spec.summary}"
+                                                              for spec in ENGINES.values())),
+    **engine_options: Any,  # every declared engine's own options (_with_engine_options)
 ) -> None:
-    """Train with the native trainer; extra arguments are key=value config overrides (e.g. model=DIR lr=2e-6).
+    """Train a run; extra arguments are key=value config overrides (e.g. model=DIR lr=2e-6).
 
     Nothing is written to run_dir until every check (config, env, model, resume compatibility) has passed."""
     from pathlib import Path
@@ -91,19 +100,25 @@ def train(
     from ecpo_train.runtime.config import config_dict, load_config
     from ecpo_train.runtime.resume import RESUME_OR_START, plan_start
 
-    if engine not in ("native", "rllib"):
-        raise fail(ValueError(f"--engine {shown(engine)}; valid: native, rllib"))
+    try:
+        spec = engine_spec(engine)
+    except ValueError as err:
+        raise fail(err) from None
     if resume and resume_or_start:
         raise fail(ValueError("--resume and --resume-or-start: give one"))
     resume = RESUME_OR_START if resume_or_start else resume
-    given = [f"--{name.replace('_', '-')}" for name in RLLIB_OPTIONS
-             if getattr(ctx.get_parameter_source(name), "name", "DEFAULT") not in ("DEFAULT", "DEFAULT_MAP")]
-    if engine != "rllib" and given:  # the RLlib engine's actors: the native trainer has none
-        raise fail(ValueError(f"{', '.join(given)}: only --engine rllib has actors to size; --engine native would "
-                              "ignore it (give --engine rllib, or leave it out)"))
-    if engine == "rllib":
-        _train_with_rllib(config, list(ctx.args), resume, overwrite, nproc, env_runners, learners, actor_cpus)
-        return
+    for other in ENGINES.values():  # an option only another engine reads: refused, never silently ignored
+        given = [option.flag for option in other.options if other is not spec and option.name in engine_options
+                 and getattr(ctx.get_parameter_source(option.name), "name", "DEFAULT") not in ("DEFAULT", "DEFAULT_MAP")]
+        if given:
+            raise fail(ValueError(f"{', '.join(given)}: only --engine {other.name} {other.options_are}; --engine "
+                                  f"{engine} would ignore it (give --engine {other.name}, or leave it out)"))
+    try:
+        # (an engine declared after this module was imported has no options here: its defaults)
+        settings = spec.engine_settings({option.name: engine_options.get(option.name, option.default)
+                                         for option in spec.options}, nproc)
+    except ValueError as err:
+        raise fail(err) from None
     if nproc:
         if nproc < 2:
             typer.echo(f"error: --nproc {nproc}: FSDP needs at least 2 processes (leave --nproc out for one)", err=True)
@@ -117,27 +132,27 @@ def train(
             cfg = load_config(config, [arg for arg in ctx.args if not arg.startswith("fsdp=")])
             check_fsdp_run(cfg.estimator, cfg.policy)  # (a tabular preset: refused here, not in K tracebacks)
             cfg.resolved_device()
-            plan_start(Path(cfg.run_dir), config_dict(cfg) | {"fsdp": True}, resume=resume, overwrite=overwrite)
+            plan_start(Path(cfg.run_dir), config_dict(cfg) | {"fsdp": True}, resume=resume, overwrite=overwrite,
+                       engine=engine)
         except _input_errors() as err:
             raise fail(err) from None
         command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
                    "-m", "ecpo_train.apps.cli", "train", "--config", config,
                    *({True: ["--resume"], RESUME_OR_START: ["--resume-or-start"]}.get(resume, [])),
-                   *(["--overwrite"] if overwrite else []),
+                   *(["--overwrite"] if overwrite else []), *(["--engine", engine] if engine != DEFAULT_ENGINE else []),
                    *[arg for arg in ctx.args if not arg.startswith("fsdp=")], "fsdp=true"]
         raise typer.Exit(subprocess.call(command))
     from ecpo_train.runtime.run import open_run
-    from ecpo_train.runtime.trainer import Trainer
 
     try:  # the folder, then the environment and the policy: every error surfaces before the first write
         cfg = load_config(config, list(ctx.args))
         cfg.resolved_device()
-        run = open_run(Trainer, cfg, resume=resume, overwrite=overwrite)
+        run = open_run(spec.engine_class(), cfg, resume=resume, overwrite=overwrite, **settings)
     except _input_errors() as err:
         raise fail(err) from None
     _train_run(run)
     if run.engine.writes:
-        typer.echo(f"run folder: {cfg.run_dir} (metrics.jsonl, tensorboard/, checkpoint.pt, curves.png)")
+        typer.echo(f"run folder: {cfg.run_dir} ({spec.files})")
 
 
 def _train_run(run) -> None:
@@ -148,32 +163,6 @@ def _train_run(run) -> None:
             run.train()
     except (ValueError, OSError) as err:
         raise fail(err) from None
-
-
-def _train_with_rllib(config: str, overrides: list[str], resume: bool | str, overwrite: bool, nproc: int,
-                      env_runners: int, learners: int, actor_cpus: float = 1.0) -> None:
-    """``ecpo train --engine rllib``: the preset through ``ECPOConfig.from_train_config`` (one line, exit 2 on
-    bad input, before any actor starts)."""
-    if nproc:
-        raise fail(ValueError("--nproc is the native trainer's FSDP; with --engine rllib use --learners K"))
-    if env_runners < 0 or learners < 0:
-        raise fail(ValueError("--env-runners and --learners must be >= 0"))
-    if not (math.isfinite(actor_cpus) and 0 < actor_cpus <= 64):
-        raise fail(ValueError(f"--actor-cpus {shown(actor_cpus)}: give a number of CPUs > 0 and <= 64"))
-    from ecpo_train.runtime.config import load_config
-    from ecpo_train.runtime.run import open_run
-
-    try:
-        cfg = load_config(config, overrides)
-        cfg.resolved_device()
-        from ecpo_train.integrations.rllib.llm.engine import RLlibEngine
-
-        run = open_run(RLlibEngine, cfg, resume=resume, overwrite=overwrite, num_env_runners=env_runners,
-                       num_learners=learners, actor_cpus=actor_cpus)
-    except _input_errors() as err:
-        raise fail(err) from None
-    _train_run(run)
-    typer.echo(f"run folder: {cfg.run_dir} (metrics.jsonl, rllib_checkpoint/, curves.png)")
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

@@ -1,17 +1,16 @@
 """Starting a run in its folder without losing what is there: fresh start, ``--resume`` or ``--overwrite``.
 
-A run folder holds a run when it has any file a run writes (``run_dir.RUN_FILES``: ``config.yaml``,
+A run folder holds a run when it has any file a run writes (``run_dir.run_files()``: ``config.yaml``,
 ``metrics.jsonl``, ``validation.jsonl``, ``history.jsonl``, a checkpoint, ...; what a run folder holds, and every
 writer of it, is ``ecpo_train.runtime.run_dir``). Then a plain start is refused (one line naming ``--resume`` and
-``--overwrite``), so a start never erases an earlier run's files; ``--resume`` continues the checkpoint, and ``--overwrite`` deletes the run's own files (``run_dir.RUN_FILES``; anything else in the folder
+``--overwrite``), so a start never erases an earlier run's files; ``--resume`` continues the checkpoint, and ``--overwrite`` deletes the run's own files (``run_dir.run_files()``; anything else in the folder
 stays) and starts over. ``--resume`` of a folder without a checkpoint is refused (naming ``--overwrite``) rather
-than cutting its history, and so is ``--resume`` of a folder the other engine wrote (``native``:
-``checkpoint.pt``; ``rllib``: ``rllib_checkpoint/``, ``engine: rllib`` in ``config.yaml``): neither reads the
-other's state. ``--resume`` where there is no run (a missing folder, an empty one, one of unrelated files: a
+than cutting its history, and so is ``--resume`` of a folder another engine wrote (its checkpoint, or
+``engine: NAME`` in ``config.yaml``: ``runtime/engines.py``): no engine reads another's state. ``--resume`` where there is no run (a missing folder, an empty one, one of unrelated files: a
 typo in a path) is refused too; ``--resume-or-start`` (``resume="auto"``) is the spelling for "resume the run if
 there is one, else start"; where the run stopped before its first checkpoint, it starts the run again there (kind
 ``restart``: its metrics are dropped, ``history.jsonl`` keeps the killed start, the config must be the run's as on
-``--resume``). ``--overwrite`` and ``--resume-or-start`` touch only a folder a run wrote (one of ``OWN_MARKERS``:
+``--resume``). ``--overwrite`` and ``--resume-or-start`` touch only a folder a run wrote (one of ``run_dir.own_markers()``:
 ``history.jsonl``, ``metrics.jsonl``, a checkpoint), never a folder whose ``config.yaml`` or ``eval/`` is the user's;
 ``run_dir=''`` (the current folder, by accident) is refused. Every check happens before the folder is touched: a refused start changes no byte. The run
 shell (``runtime/run.py``) plans the start under the folder's lock (``ecpo_train.runtime.run_lock``), held while the
@@ -32,17 +31,16 @@ from typing import Any
 
 from ecpo_gym.kwargs import shown
 from ecpo_train.policies.atomic import current_folder
-from ecpo_train.runtime.checkpoint_io import checkpoint_config
+from ecpo_train.runtime.engines import DEFAULT_ENGINE, ENGINE_KEY, engine_spec
 from ecpo_train.runtime.run_dir import (
-    ENGINE_KEY,
-    OWN_MARKERS,
-    RUN_FILES,
     RunFolder,
     check_path_length,
     folder_engine,
     holds_run,
     linked_run_files,
+    own_markers,
     read_saved_config,
+    run_files,
     written_by_run,
 )
 
@@ -66,17 +64,15 @@ class StartPlan:
 
 
 def plan_start(run_dir: Path, new_config: dict[str, Any], resume: bool | str = False, overwrite: bool = False,
-               engine: str = "native", made: bool = False) -> StartPlan:
+               engine: str = DEFAULT_ENGINE, made: bool = False) -> StartPlan:
     """The start ``resume``/``overwrite`` ask for in ``run_dir`` with ``engine``, or a ``ValueError`` (nothing is
     written).
 
     ``resume=True`` (``--resume``) where the folder holds no run (missing, empty, unrelated files) is refused:
     nothing to resume. ``resume="auto"`` (``--resume-or-start``) starts there instead, and elsewhere is
-    ``--resume``. On a resume the folder must hold ``engine``'s checkpoint. The native engine compares the new config with
-    the checkpoint's own config (here, read without its tensors), which is
-    authoritative (a ``config.yaml`` may have been edited, or damaged by an older version); the RLlib engine's
-    checkpoint holds none, so its ``config.yaml`` is read. ``made``: the folder did not exist before the run shell
-    took its lock (which made it)."""
+    ``--resume``. On a resume the folder must hold ``engine``'s checkpoint, and the new config is compared with the
+    config its spec reads (``EngineSpec.read_config``: the checkpoint's own, or the run's ``config.yaml``).
+    ``made``: the folder did not exist before the run shell took its lock (which made it)."""
     if resume not in (False, True, RESUME_OR_START):
         raise ValueError(f"resume={shown(resume)}: give True, False or {RESUME_OR_START!r}")
     if resume and overwrite:
@@ -85,7 +81,7 @@ def plan_start(run_dir: Path, new_config: dict[str, Any], resume: bool | str = F
     if run_dir.exists() and not run_dir.is_dir():
         raise ValueError(f"run_dir={shown(str(run_dir))} is a file, not a folder")
     linked = linked_run_files(run_dir) if run_dir.is_dir() else []
-    if linked and not (overwrite and set(linked) <= set(RUN_FILES)):  # (--overwrite deletes the links themselves)
+    if linked and not (overwrite and set(linked) <= set(run_files())):  # (--overwrite deletes the links themselves)
         raise ValueError(f"run_dir={shown(str(run_dir))}: {', '.join(linked)} is a link (a symlink, or a hard link to a "
                          "file elsewhere), which a run would write through: delete it (or --overwrite)")
     if not holds_run(run_dir):  # (a folder holding only a lock, or nothing)
@@ -94,8 +90,8 @@ def plan_start(run_dir: Path, new_config: dict[str, Any], resume: bool | str = F
                              "resume: check the path, or pass --resume-or-start to start a run where there is none")
         return StartPlan(run_dir, "start")
     if (overwrite or resume == RESUME_OR_START) and not written_by_run(run_dir):
-        found = ", ".join(sorted(name for name in RUN_FILES if (run_dir / name).exists())[:4])
-        raise ValueError(f"run_dir={shown(str(run_dir))} holds {found}, but no run wrote them (no {', '.join(OWN_MARKERS)}): "
+        found = ", ".join(sorted(name for name in run_files() if (run_dir / name).exists())[:4])
+        raise ValueError(f"run_dir={shown(str(run_dir))} holds {found}, but no run wrote them (no {', '.join(own_markers())}): "
                          "they are not deleted or continued; choose another run_dir=")
     if overwrite:
         return StartPlan(run_dir, "overwrite")
@@ -107,7 +103,7 @@ def plan_start(run_dir: Path, new_config: dict[str, Any], resume: bool | str = F
         raise ValueError(f"run_dir={shown(str(run_dir))} holds a run of the {written_by} engine, which --engine {engine} "
                          f"cannot continue: resume it with --engine {written_by}, or --overwrite to replace it")
     folder = RunFolder(run_dir)
-    checkpoint = current_folder(folder.checkpoint(engine))  # (RLlib's: the whole one, if a swap was cut)
+    checkpoint = current_folder(folder.checkpoint(engine))  # (a folder's: the whole one, if a swap was cut)
     if not checkpoint.exists() and resume == RESUME_OR_START:
         saved = read_saved_config(folder.config)
         if saved is not None and stopped_before_first_checkpoint(folder, saved):  # start it again
@@ -116,10 +112,7 @@ def plan_start(run_dir: Path, new_config: dict[str, Any], resume: bool | str = F
         raise ValueError(f"run_dir={shown(str(run_dir))} holds a run but no {checkpoint.name} to resume from (it stopped "
                          "before its first checkpoint): --overwrite to start it over (its metrics are deleted), "
                          "or choose another run_dir=")
-    if engine == "native":  # the checkpoint's own config, read without its tensors: refused before a model loads
-        saved = checkpoint_config(checkpoint)
-    else:
-        saved = read_saved_config(folder.config)
+    saved = engine_spec(engine).read_config(folder, checkpoint)  # (read without the state: refused before a model loads)
     plan = StartPlan(run_dir, "resume", resume_changes(saved, new_config) if saved is not None else {})
     check_same_weights(run_dir, new_config)
     return plan
@@ -152,7 +145,7 @@ def _nothing_there(run_dir: Path, made: bool = False) -> str:
 # mappings whose keys the user writes (any key added or dropped changes the run) and those a dataclass fixes
 FREE_MAPS = ("env_kwargs", "lora", "vllm_kwargs")
 NESTED_MAPS = ("credit", *FREE_MAPS)
-NOT_CONFIG_KEYS = frozenset({ENGINE_KEY})  # what config.yaml records beside the config (``engine: rllib``)
+NOT_CONFIG_KEYS = frozenset({ENGINE_KEY})  # what config.yaml records beside the config (``engine: NAME``)
 
 
 def _flatten(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:

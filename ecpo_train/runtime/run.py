@@ -6,8 +6,9 @@ writes, ``run_dir.begin_run``); :class:`Run` then owns the loop (``train``, with
 ``observe(sampled, learned)`` hooks), the validation records (``validation.jsonl``, every validation, inside an
 iteration or asked for), the checkpoint cadence, the progress line and the closing plot.
 
-An engine is a small adapter (:class:`Engine`): the native trainer (``runtime.trainer.Trainer``) and the RLlib
-algorithm (``integrations.rllib.llm.engine.RLlibEngine``). It plays and learns (``train_iteration``: one
+An engine is a small adapter (:class:`Engine`), declared with its spec (``runtime/engines.py``: its checkpoint's
+name, how a resume reads its config): the native trainer (``runtime.trainer.Trainer``) and the RLlib algorithm
+(``integrations.rllib.llm.engine.RLlibEngine``). It plays and learns (``train_iteration``: one
 ``core.iteration.run_iteration``), validates, saves and loads its own checkpoint, and closes; it writes nothing
 else to the run folder.
 """

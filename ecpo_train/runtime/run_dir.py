@@ -1,15 +1,14 @@
 """A training run's folder: the one module that knows what it holds, and the one that writes and reads it.
 
 ``RunFolder(path)`` names every file of a run (each name is defined here once; ``ecpo_train.runtime.resume``,
-``plotting``, ``run_lock``, the native trainer and the RLlib engine ask it for paths):
+``plotting``, ``run_lock`` and the engines ask it for paths):
 
-    config.yaml        the run's config (``engine: rllib`` added by the RLlib engine)   ``MetricsLog``
+    config.yaml        the run's config (and ``engine: NAME``: ``runtime/engines.py``)  ``MetricsLog``
     metrics.jsonl      one JSON line per iteration                                      ``MetricsLog``
     validation.jsonl   one line per validation, every episode's outcome in order        ``MetricsLog``
     history.jsonl      one line per start, resume or overwrite                          ``append_history``
     tensorboard/       TensorBoard scalars (``tensorboard: true``)                      ``tensorboard_scalars``
-    checkpoint.pt      the native engine's checkpoint                                    ``checkpoint_io``
-    rllib_checkpoint/  the RLlib engine's checkpoint (``Algorithm.save_to_path``)
+    <checkpoint>       the engine's checkpoint, a file or a folder, named by its spec    ``runtime/engines.py``
     adapter/, merged/  a LoRA run's adapter and merged model (``policies/lora.py``)
     curves.png         the training curves (``runtime/plotting.py``)
     eval/              ``ecpo eval``'s results
@@ -18,15 +17,15 @@
 ``MetricsLog`` keeps each iteration once (a resume drops lines logged after its checkpoint; a fresh run in a
 used folder starts a fresh log) and writes ``config.yaml`` when it first writes: building a trainer writes
 nothing, so a refused start leaves the folder as it was (``ecpo_train.runtime.resume``); ``begin_run`` is the
-first write of both engines. Every file rewritten here (``config.yaml``, and the logs cut back on resume) is
+first write of every engine. Every file rewritten here (``config.yaml``, and the logs cut back on resume) is
 replaced whole (``ecpo_train.policies.atomic``): a crash or a full disk mid-write leaves the previous version,
-and the next ``--resume`` starts from it; ``NAME.partial-<token>`` (and ``rllib_checkpoint.previous-<token>``) are
-what an interrupted write may leave, deleted with the run's files. Nothing is written through a link (a log, the
+and the next ``--resume`` starts from it; ``NAME.partial-<token>`` (and, of a checkpoint folder,
+``NAME.previous-<token>``) are what an interrupted write may leave, deleted with the run's files. Nothing is written through a link (a log, the
 folder's ``eval/``: ``atomic.refuse_links``). A failed write names its file. A torn last line of
 ``metrics.jsonl`` (a crash mid-write) is dropped with a warning naming the file. ``validation.jsonl`` holds one line per validation with every episode's outcome in validation
 order (task, copy, won, length): two validations of the same tasks and seed pair episode by episode
-(``benchmarks/small_households_summary.py``). Reading and writing the checkpoint file itself is
-``ecpo_train.runtime.checkpoint_io``.
+(``benchmarks/small_households_summary.py``). Reading and writing a checkpoint itself is its engine's job
+(``ecpo_train.runtime.checkpoint_io`` for the trainer's file).
 """
 
 from __future__ import annotations
@@ -47,6 +46,7 @@ import yaml
 
 from ecpo_gym.kwargs import shown
 from ecpo_train.policies.atomic import append_bytes, current_folder, is_leftover, leftovers, write_text
+from ecpo_train.runtime.engines import DEFAULT_ENGINE, ENGINE_KEY, ENGINES, checkpoint_names, engine_spec
 from ecpo_train.runtime.tensorboard_scalars import TensorBoardScalars
 
 CONFIG_FILE = "config.yaml"
@@ -54,23 +54,20 @@ METRICS_FILE = "metrics.jsonl"
 VALIDATION_FILE = "validation.jsonl"
 HISTORY_FILE = "history.jsonl"
 TENSORBOARD_DIR = "tensorboard"
-CHECKPOINT_FILE = "checkpoint.pt"
-RLLIB_CHECKPOINT_DIR = "rllib_checkpoint"
 ADAPTER_DIR = "adapter"
 MERGED_DIR = "merged"
 CURVES_FILE = "curves.png"
 EVAL_DIR = "eval"
 LOCK_FILE = "run.lock"
-ENGINE_KEY = "engine"  # what config.yaml records beside the config: ``engine: rllib`` (the native engine: none)
 
-ENGINE_CHECKPOINTS = {"native": CHECKPOINT_FILE, "rllib": RLLIB_CHECKPOINT_DIR}
-# what a run writes into its folder (``--overwrite`` deletes these; anything else in the folder stays)
-_WRITTEN = (CONFIG_FILE, METRICS_FILE, VALIDATION_FILE, CHECKPOINT_FILE, CURVES_FILE, HISTORY_FILE, TENSORBOARD_DIR,
-            ADAPTER_DIR, MERGED_DIR, EVAL_DIR, RLLIB_CHECKPOINT_DIR)
-RUN_FILES = _WRITTEN  # (and what their interrupted writes left: atomic.leftovers)
-# a folder holds a run when it has any of them (a folder holding only a lock, or nothing, holds none): a start
-# there is refused, so it never erases an earlier run's files (a validation.jsonl kept without its checkpoint)
-RUN_MARKERS = RUN_FILES
+
+def run_files() -> tuple[str, ...]:
+    """What a run writes into its folder, every declared engine's checkpoint included (``--overwrite`` deletes
+    these, and what their interrupted writes left: ``atomic.leftovers``; anything else in the folder stays). A
+    folder holds a run when it has any of them (a folder holding only a lock, or nothing, holds none): a start
+    there is refused, so it never erases an earlier run's files (a validation.jsonl kept without its checkpoint)."""
+    return (CONFIG_FILE, METRICS_FILE, VALIDATION_FILE, *checkpoint_names(), CURVES_FILE, HISTORY_FILE,
+            TENSORBOARD_DIR, ADAPTER_DIR, MERGED_DIR, EVAL_DIR)
 
 
 def _named(name: str) -> Any:
@@ -97,49 +94,52 @@ class RunFolder:
     eval = _named(EVAL_DIR)
     lock = _named(LOCK_FILE)
 
-    def checkpoint(self, engine: str = "native") -> Path:
-        """``checkpoint.pt`` (native) or ``rllib_checkpoint/`` (``engine="rllib"``)."""
-        return self.root / ENGINE_CHECKPOINTS[engine]
+    def checkpoint(self, engine: str = DEFAULT_ENGINE) -> Path:
+        """``engine``'s checkpoint (its spec's name: ``runtime/engines.py``), a file or a folder."""
+        return self.root / engine_spec(engine).checkpoint
 
 
 def checkpoint_file(path: str | Path) -> Path:
-    """A native checkpoint given as itself or as the run folder holding it."""
+    """A checkpoint of the default engine given as itself or as the run folder holding it."""
     path = Path(path)
     return RunFolder(path).checkpoint() if path.is_dir() else path
 
 
 def holds_run(run_dir: Path) -> bool:
     return any((run_dir / name).exists() or (run_dir / name).is_symlink() or leftovers(run_dir / name)
-               for name in RUN_MARKERS)
+               for name in run_files())
 
 
-OWN_MARKERS = (HISTORY_FILE, METRICS_FILE, VALIDATION_FILE, CHECKPOINT_FILE, RLLIB_CHECKPOINT_DIR)  # names only a run writes
+def own_markers() -> tuple[str, ...]:
+    """The names only a run writes: its logs and every declared engine's checkpoint."""
+    return (HISTORY_FILE, METRICS_FILE, VALIDATION_FILE, *checkpoint_names())
 
 
 def written_by_run(run_dir: Path) -> bool:
-    """Whether a run wrote ``run_dir``: it holds one of ``OWN_MARKERS`` (``config.yaml`` or ``eval/`` alone may be
-    the user's own files, which ``--overwrite`` must not delete)."""
-    return any((run_dir / name).exists() or leftovers(run_dir / name) for name in OWN_MARKERS)
+    """Whether a run wrote ``run_dir``: it holds one of :func:`own_markers` (``config.yaml`` or ``eval/`` alone may
+    be the user's own files, which ``--overwrite`` must not delete)."""
+    return any((run_dir / name).exists() or leftovers(run_dir / name) for name in own_markers())
 
 
 def is_run_file(entry: str) -> bool:
     """Whether ``entry`` (a name in a run folder) is one a run writes, or what an interrupted write of one left."""
-    return entry in RUN_FILES or any(is_leftover(name, entry) for name in RUN_FILES)
+    names = run_files()
+    return entry in names or any(is_leftover(name, entry) for name in names)
 
 
 def folder_engine(run_dir: Path) -> str:
-    """Which engine wrote the run in ``run_dir``: ``rllib`` (its checkpoint folder, or ``engine: rllib`` in
-    ``config.yaml``) or ``native``."""
+    """Which engine wrote the run in ``run_dir``: the one whose checkpoint it holds (the whole one, where a swap
+    of a checkpoint folder was cut), else the one its ``config.yaml`` names (``engine: NAME``), else the default."""
     folder = RunFolder(run_dir)
-    if current_folder(folder.checkpoint("rllib")).exists():
-        return "rllib"
-    if folder.checkpoint("native").exists():
-        return "native"
+    for spec in sorted(ENGINES.values(), key=lambda spec: spec.name == DEFAULT_ENGINE):  # (the default's last)
+        if current_folder(folder.root / spec.checkpoint).exists():
+            return spec.name
     with contextlib.suppress(ValueError):
         saved = read_saved_config(folder.config)
-        if saved is not None and saved.get(ENGINE_KEY) == "rllib":
-            return "rllib"
-    return "native"
+        recorded = saved.get(ENGINE_KEY) if saved is not None else None
+        if isinstance(recorded, str) and recorded in ENGINES:  # (a damaged value: not an engine's)
+            return recorded
+    return DEFAULT_ENGINE
 
 
 def read_saved_config(path: Path) -> dict[str, Any] | None:
@@ -159,8 +159,9 @@ def read_saved_config(path: Path) -> dict[str, Any] | None:
 
 
 def saved_config(config: dict[str, Any], engine: str) -> dict[str, Any]:
-    """What ``config.yaml`` holds for a run of ``engine``: the config, and ``engine: rllib`` for that engine."""
-    return config | {ENGINE_KEY: engine} if engine != "native" else config
+    """What ``config.yaml`` holds for a run of ``engine``: the config, and ``engine: NAME`` where its spec records
+    its name."""
+    return config | {ENGINE_KEY: engine} if engine_spec(engine).records_name else config
 
 
 def append_history(run_dir: Path, event: str, iteration: int, changes: dict[str, list[Any]] | None = None,
@@ -183,10 +184,10 @@ def append_line(path: Path, line: str) -> None:
 
 
 def linked_run_files(run_dir: Path) -> list[str]:
-    """The run's files in ``run_dir`` (``RUN_FILES`` and ``run.lock``) that are links: a symlink, or a file with
+    """The run's files in ``run_dir`` (:func:`run_files` and ``run.lock``) that are links: a symlink, or a file with
     another name elsewhere (a hard link). A run writes none of them (a start refuses them, naming each)."""
     linked = []
-    for name in (*RUN_FILES, LOCK_FILE):
+    for name in (*run_files(), LOCK_FILE):
         path = run_dir / name
         with contextlib.suppress(OSError):
             info = path.lstat()
@@ -196,9 +197,9 @@ def linked_run_files(run_dir: Path) -> list[str]:
 
 
 def remove_run_files(run_dir: Path, keep: tuple[str, ...] = ()) -> None:
-    """Delete the files a run wrote (``RUN_FILES``, and what their interrupted writes left) from ``run_dir``, but
-    ``keep``; other files stay."""
-    names = [name for name in RUN_FILES if name not in keep]
+    """Delete the files a run wrote (:func:`run_files`, and what their interrupted writes left) from ``run_dir``,
+    but ``keep``; other files stay."""
+    names = [name for name in run_files() if name not in keep]
     for path in [run_dir / name for name in names] + [left for name in names for left in leftovers(run_dir / name)]:
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path)
@@ -208,7 +209,7 @@ def remove_run_files(run_dir: Path, keep: tuple[str, ...] = ()) -> None:
 
 def begin_run(log: MetricsLog, kind: str, iteration: int, changes: dict[str, list[Any]] | None = None,
               warm_start: dict[str, Any] | None = None) -> None:
-    """The first writes of a run that passed every check, the same on both engines: ``overwrite`` deletes the
+    """The first writes of a run that passed every check, the same on every engine: ``overwrite`` deletes the
     old run's files (``restart`` all but its history), the metrics and validation logs keep the iterations through ``iteration`` (a resume's
     checkpoint; none for a fresh start), ``config.yaml`` is written, and ``history.jsonl`` records ``kind`` (a
     start or an overwrite with its ``warm_start``: ``model`` and the sha256 of its weights)."""
@@ -330,7 +331,7 @@ class MetricsLog:
     the ``engine`` that writes the run (:func:`saved_config`)."""
 
     def __init__(self, run_dir: Path, tensorboard: bool, config: dict[str, Any] | None = None,
-                 engine: str = "native") -> None:
+                 engine: str = DEFAULT_ENGINE) -> None:
         self.folder = RunFolder(run_dir)
         self.history: list[dict[str, float]] = []
         self._scalars = TensorBoardScalars(self.folder.tensorboard) if tensorboard else None
@@ -354,7 +355,7 @@ class MetricsLog:
 
     def keep_through(self, iteration: int) -> None:
         """Drop lines after ``iteration`` (logged after the checkpoint, or by an earlier run in this folder).
-        Once per state of the files: a native resume asks twice (``Trainer.load_checkpoint``, then ``begin_run``)."""
+        Once per state of the files (asked again with nothing written since, it does nothing)."""
         if self._kept_through == iteration:
             return
         rows: list[dict[str, Any]] = []

@@ -28,7 +28,6 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 from ray.rllib.algorithms.algorithm_config import NotProvided
 from ray.rllib.algorithms.ppo import PPO
 from ray.rllib.core import (
@@ -40,10 +39,10 @@ from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.utils import force_list
 
 from ecpo_gym.kwargs import shown
-from ecpo_train.core.task_memory import TaskGraphMemory, task_memory_for
-from ecpo_train.core.tasks import task_lists
 from ecpo_train.integrations.rllib.base_algorithm import GroupCreditAlgorithm, check_fits_cluster
 from ecpo_train.integrations.rllib.base_config import GroupCreditConfig
+from ecpo_train.integrations.rllib.llm.groups import RunnerPool
+from ecpo_train.integrations.rllib.llm.run_state import ECPOState
 from ecpo_train.integrations.rllib.llm.settings import apply_train_config, has_model, native_values
 from ecpo_train.runtime.config import TrainConfig, make_config, upgraded
 from ecpo_train.runtime.models import check_model_folder
@@ -282,15 +281,12 @@ class ECPO(GroupCreditAlgorithm):
         bundles = PPO.default_resource_request(config).bundles
         check_fits_cluster([{}, *bundles[1:]], "this algorithm's runner and learner actors")
         super().setup(config)
-        train = self.config.to_train_config()
-        self.ecpo_train_config = train
-        self.ecpo_rng = np.random.default_rng(train.seed)  # the native trainer's task/seed/shuffle stream
-        self.ecpo_iteration = 0
-        self.ecpo_memory = task_memory_for(train)  # tigpo's task graphs and revisit schedule, kept on the driver
-        self.ecpo_dispatched = None  # max_policy_lag=1: the next iteration's groups (pipeline.Dispatched)
-        self.ecpo_validation_episodes: list[Any] = []  # the last validation's outcomes (run_dir.EpisodeOutcome)
-        self.ecpo_observe = None  # core.iteration.run_iteration's observe(sampled, learned) hook (the run shell's)
-        self.ecpo_train_tasks, self.ecpo_val_tasks = task_lists(train, self._env_task_ids())  # checked: one line
+        # the run's state beside RLlib's, in one object (run_state.py); the task choice checked: one line
+        self.ecpo = ECPOState.start(self.config.to_train_config(), self._env_task_ids())
+
+    def runner_pool(self) -> RunnerPool:
+        """What the sampler, the pipeline and validation use of this algorithm (``groups.RunnerPool``)."""
+        return RunnerPool(self.env_runner_group, self.config, self.learner_group, self.restore_env_runners)
 
     # ------------------------------------------------------------------ checkpoints (state_files.py: no pickle)
     def save_to_path(self, path=None, *, state=None, filesystem=None, use_msgpack=False, **kwargs):
@@ -371,14 +367,18 @@ class ECPO(GroupCreditAlgorithm):
     def validate(self, tasks: list[str] | None = None, seed: int | None = None) -> dict[str, float]:
         """Validation success (``val/success``, and ``val/exact_success`` where it exists) of the current
         weights on the run's fixed validation tasks (or ``tasks``, from env seed ``seed``), played on an env
-        runner (the LLM path). Each episode's outcome is kept in ``ecpo_validation_episodes`` (the run shell
+        runner (the LLM path). Each episode's outcome is kept in ``ecpo.validation_episodes`` (the run shell
         writes them to ``validation.jsonl``)."""
+        from ecpo_train.core.tasks import validation_seed
         from ecpo_train.integrations.rllib.llm.groups import validate_on_runner
         from ecpo_train.integrations.rllib.llm.pipeline import sync_runner_weights
 
         if self.config.max_policy_lag and self.env_runner_group.num_remote_env_runners():
-            sync_runner_weights(self)  # pipelined, the runners hold the weights one update behind
-        metrics, self.ecpo_validation_episodes = validate_on_runner(self, tasks, seed)
+            sync_runner_weights(self.runner_pool())  # pipelined, the runners hold the weights one update behind
+        state = self.ecpo
+        tasks = list(state.val_tasks) if tasks is None else list(tasks)
+        seed = validation_seed(state.train_config.seed) if seed is None else int(seed)
+        metrics, state.validation_episodes = validate_on_runner(self.runner_pool(), tasks, seed)
         return metrics
 
     def get_state(self, components=None, *, not_components=None, **kwargs):
@@ -391,30 +391,20 @@ class ECPO(GroupCreditAlgorithm):
         not_components = [*(force_list(not_components) if not_components else []), *skip]
         state = super().get_state(components, not_components=not_components, **kwargs)
         if components is None or "ecpo" in force_list(components):
-            pending = self.ecpo_dispatched
-            state["ecpo"] = {"rng": self.ecpo_rng.bit_generator.state, "iteration": self.ecpo_iteration,
-                             "runner_rng": self._runner_sampling_states(),
-                             "pending": None if pending is None else [pending.task_ids, pending.env_seed],
-                             "task_memory": None if self.ecpo_memory is None else self.ecpo_memory.state_dict()}
+            state["ecpo"] = self.ecpo.state_dict(self._runner_sampling_states())
         return state
 
     def set_state(self, state) -> None:
         super().set_state(state)
         ecpo = state.get("ecpo")
         if ecpo:
-            self.ecpo_rng.bit_generator.state = ecpo["rng"]
-            self.ecpo_iteration = int(ecpo["iteration"])
-            if self.ecpo_memory is not None:
-                if ecpo.get("task_memory") is None:
-                    raise ValueError("the checkpoint keeps no task memory, which estimator="
-                                     f"{self.ecpo_train_config.estimator} continues from")
-                self.ecpo_memory = TaskGraphMemory.from_state(ecpo["task_memory"])
+            self.ecpo.load_state_dict(ecpo)
             from ecpo_train.integrations.rllib.llm.pipeline import Dispatched, drain_dispatched
 
-            if self.ecpo_dispatched is not None and self.ecpo_dispatched.in_flight:
-                drain_dispatched(self)  # calls of the state being replaced
+            if self.ecpo.dispatched is not None and self.ecpo.dispatched.in_flight:
+                drain_dispatched(self.runner_pool())  # calls of the state being replaced
             pending = ecpo.get("pending")
-            self.ecpo_dispatched = None if pending is None else Dispatched(list(pending[0]), int(pending[1]))
+            self.ecpo.dispatched = None if pending is None else Dispatched(list(pending[0]), int(pending[1]))
             saved = ecpo["runner_rng"]
             group = self.env_runner_group
             if group.num_remote_env_runners() == 0:

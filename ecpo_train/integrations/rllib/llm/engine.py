@@ -57,15 +57,15 @@ class RLlibEngine:
 
     @property
     def iteration(self) -> int:
-        return int(self.algo.ecpo_iteration) if self.algo is not None else 0
+        return int(self.algo.ecpo.iteration) if self.algo is not None else 0
 
     @property
     def val_tasks(self) -> list[str]:
-        return list(self.algo.ecpo_val_tasks)
+        return list(self.algo.ecpo.val_tasks)
 
     @property
     def validation_episodes(self) -> list[Any]:
-        return list(self.algo.ecpo_validation_episodes)
+        return list(self.algo.ecpo.validation_episodes)
 
     def load(self, checkpoint: Path | None) -> None:
         import ray
@@ -84,7 +84,7 @@ class RLlibEngine:
 
     def train_iteration(self, observe: Any = None) -> dict[str, float]:
         """One ``Algorithm.train()`` (``ECPO.training_step``: the native iteration); the native metrics."""
-        self.algo.ecpo_observe = observe
+        self.algo.ecpo.observe = observe
         try:
             result = self.algo.train()
         except Exception as err:
@@ -93,7 +93,7 @@ class RLlibEngine:
                 raise
             raise ValueError(str(refusal)) from None  # (a learner actor's one line, not Ray's wrapper of it)
         finally:
-            self.algo.ecpo_observe = None
+            self.algo.ecpo.observe = None
         return {key: float(value) for key, value in result["ecpo"].items() if _is_number(value)}
 
     def validate(self, tasks: Any, seed: int) -> tuple[dict[str, float], list[Any]]:

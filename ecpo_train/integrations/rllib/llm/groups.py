@@ -11,13 +11,28 @@ groups were configured, sampled, and re-sampled, and how many runner calls faile
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from ecpo_train.core.iteration import first_copy_seed
-from ecpo_train.core.tasks import validation_seed
 
 LOST_GROUP_POLICIES = ("top_up", "refuse")
 MAX_SAMPLING_ROUNDS = 8  # rounds of re-sampling lost groups before an iteration gives up
+
+
+@dataclass(frozen=True)
+class RunnerPool:
+    """What playing groups on the env runners needs of the algorithm (``ECPO.runner_pool()``), handed to the
+    sampler, the pipeline and validation instead of the algorithm: its env-runner ``group``, its ``config``
+    (``group_size``, ``lost_groups``, ``group_sample_timeout_s``, ``restart_failed_env_runners``,
+    ``max_policy_lag``), its ``learner_group`` (the weights the runners get) and ``restore_runners(group)``, which
+    brings restarted runners back (``Algorithm.restore_env_runners``)."""
+
+    group: Any
+    config: Any
+    learner_group: Any
+    restore_runners: Callable[[Any], Any]
 
 
 def share_groups(num_groups: int, runner_ids: list[int]) -> dict[int, tuple[int, int]]:
@@ -33,7 +48,7 @@ def share_groups(num_groups: int, runner_ids: list[int]) -> dict[int, tuple[int,
     return shares
 
 
-def sample_groups(algo: Any, task_ids: list[str], env_seed: int, played: list[dict[str, Any]] | None = None,
+def sample_groups(pool: RunnerPool, task_ids: list[str], env_seed: int, played: list[dict[str, Any]] | None = None,
                   failures: int = 0) -> tuple[list[dict[str, Any]], dict[str, float]]:
     """Play every group of ``task_ids`` on the env runners; whole groups only, lost ones topped up (or refused).
 
@@ -41,7 +56,7 @@ def sample_groups(algo: Any, task_ids: list[str], env_seed: int, played: list[di
     ``played``: runner answers already in hand (a dispatched call's, ``pipeline.collect_groups``) and
     ``failures`` the runners that gave none; only the groups they lack are played, counted as re-sampled.
     """
-    config, group = algo.config, algo.env_runner_group
+    config, group = pool.config, pool.group
     n = int(config.group_size)
     results: list[dict[str, Any]] = list(played or [])
     done = {int(e.group_id) for o in results for e in o["episodes"]}
@@ -61,7 +76,7 @@ def sample_groups(algo: Any, task_ids: list[str], env_seed: int, played: list[di
                                                          first_copy_seed(env_seed, first, n), first)]
             expected = 1
         else:
-            healthy = healthy_runner_ids(algo)
+            healthy = healthy_runner_ids(pool)
             if not healthy:
                 raise RuntimeError(f"no healthy env runner left to play {len(pending)} lost group(s)")
             jobs: dict[int, list[tuple]] = {}
@@ -106,17 +121,17 @@ def check_not_timed_out(silent: list[int], group: Any, timeout: float | None) ->
                            "derived from the env's step limit")
 
 
-def healthy_runner_ids(algo: Any, wait_seconds: float = 180.0) -> list[int]:
+def healthy_runner_ids(pool: RunnerPool, wait_seconds: float = 180.0) -> list[int]:
     """The healthy remote runners; when none is left, wait for RLlib to bring restarted ones back (it probes
     them and syncs the learner's weights into them) rather than fail the iteration at once."""
-    group = algo.env_runner_group
+    group = pool.group
     deadline = time.monotonic() + wait_seconds
     while True:
         healthy = sorted(group.healthy_worker_ids())
-        if healthy or time.monotonic() > deadline or not algo.config.restart_failed_env_runners:
+        if healthy or time.monotonic() > deadline or not pool.config.restart_failed_env_runners:
             return healthy
         time.sleep(2.0)
-        algo.restore_env_runners(group)
+        pool.restore_runners(group)
 
 
 def _sample_on_runners(group: Any, jobs: dict[int, list[tuple]], timeout: float | None) -> list[dict[str, Any]]:
@@ -136,19 +151,17 @@ def _contiguous_runs(groups: list[int]) -> list[tuple[int, int]]:
     return runs
 
 
-def validate_on_runner(algo: Any, tasks: list[str] | None = None, seed: int | None = None,
+def validate_on_runner(pool: RunnerPool, tasks: list[str], seed: int,
                        wait_seconds: float = 180.0) -> tuple[dict[str, float], list[Any]]:
-    """The native validation on a healthy env runner, at the validation temperature: its metrics (``val/...``)
-    and its episodes' outcomes. ``tasks`` and ``seed``: the run's validation tasks and seed unless given. A runner
-    lost during the call is replaced by the next healthy one (or a restarted one, within ``wait_seconds``)."""
-    train, group = algo.ecpo_train_config, algo.env_runner_group
-    tasks = list(algo.ecpo_val_tasks) if tasks is None else list(tasks)
-    seed = validation_seed(train.seed) if seed is None else int(seed)
+    """The native validation of ``tasks`` from env seed ``seed`` on a healthy env runner, at the validation
+    temperature: its metrics (``val/...``) and its episodes' outcomes. A runner lost during the call is replaced by
+    the next healthy one (or a restarted one, within ``wait_seconds``)."""
+    group = pool.group
     if group.num_remote_env_runners() == 0:
         return group.local_env_runner.validate(tasks, seed)
     deadline = time.monotonic() + wait_seconds
     while time.monotonic() < deadline:
-        for runner_id in healthy_runner_ids(algo, max(0.0, deadline - time.monotonic())):
+        for runner_id in healthy_runner_ids(pool, max(0.0, deadline - time.monotonic())):
             results = group.foreach_env_runner(lambda r: r.validate(tasks, seed), local_env_runner=False,
                                                remote_worker_ids=[runner_id])
             if results:

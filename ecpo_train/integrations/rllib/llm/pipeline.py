@@ -26,7 +26,13 @@ from typing import Any
 import numpy as np
 
 from ecpo_train.core.iteration import Draw, first_copy_seed
-from ecpo_train.integrations.rllib.llm.groups import healthy_runner_ids, sample_groups, share_groups
+from ecpo_train.integrations.rllib.llm.groups import (
+    RunnerPool,
+    healthy_runner_ids,
+    sample_groups,
+    share_groups,
+)
+from ecpo_train.integrations.rllib.llm.run_state import ECPOState
 
 PIPELINE_LAGS = (0, 1)  # max_policy_lag's values: 0 lock-step, 1 pipelined
 SAMPLE_TAG = "ecpo_sample_groups"  # the actor manager's tag of a dispatched sample_groups call
@@ -48,31 +54,31 @@ class Dispatched:
         return bool(self.runners)
 
 
-def sync_runner_weights(algo: Any) -> None:
+def sync_runner_weights(pool: RunnerPool) -> None:
     """The learner's weights to every healthy runner. The previous sync's calls are waited for first (an unanswered
     one would make the actor manager skip this one), then this one is sent: each runner runs it before any call
     sent after it."""
-    algo.env_runner_group.sync_weights(from_worker_or_learner_group=algo.learner_group, inference_only=True,
-                                       timeout_seconds=float(algo.config.group_sample_timeout_s))
+    pool.group.sync_weights(from_worker_or_learner_group=pool.learner_group, inference_only=True,
+                            timeout_seconds=float(pool.config.group_sample_timeout_s))
 
 
-def dispatch_groups(algo: Any, task_ids: list[str], env_seed: int) -> Dispatched:
+def dispatch_groups(pool: RunnerPool, task_ids: list[str], env_seed: int) -> Dispatched:
     """Send every healthy runner its contiguous share of the groups of ``task_ids`` (copy seeds and global ids as
     ``groups.sample_groups`` gives them); returns at once."""
-    n = int(algo.config.group_size)
+    n = int(pool.config.group_size)
     jobs = {runner: (task_ids[start:start + size], first_copy_seed(env_seed, start, n), start)
-            for runner, (start, size) in share_groups(len(task_ids), healthy_runner_ids(algo)).items()}
-    algo.env_runner_group.foreach_env_runner_async(lambda r: r.sample_groups(*jobs[r.worker_index]), tag=SAMPLE_TAG,
+            for runner, (start, size) in share_groups(len(task_ids), healthy_runner_ids(pool)).items()}
+    pool.group.foreach_env_runner_async(lambda r: r.sample_groups(*jobs[r.worker_index]), tag=SAMPLE_TAG,
                                                    remote_worker_ids=list(jobs))
     return Dispatched(list(task_ids), int(env_seed), runners=sorted(jobs))
 
 
-def collect_groups(algo: Any, dispatched: Dispatched) -> tuple[list[dict[str, Any]], dict[str, float]]:
+def collect_groups(pool: RunnerPool, dispatched: Dispatched) -> tuple[list[dict[str, Any]], dict[str, float]]:
     """The dispatched groups' rows: the runner calls' answers, waited for up to the sampling timeout, and the
     groups of a runner that answered nothing (lost with its actor) played again on the healthy runners."""
     if not dispatched.in_flight:
-        return sample_groups(algo, dispatched.task_ids, dispatched.env_seed)
-    group, timeout = algo.env_runner_group, float(algo.config.group_sample_timeout_s)
+        return sample_groups(pool, dispatched.task_ids, dispatched.env_seed)
+    group, timeout = pool.group, float(pool.config.group_sample_timeout_s)
     deadline = dispatched.sent_at + timeout
     answers: list[dict[str, Any]] = []
     while True:  # answers already in are read even when the update outlasted the timeout
@@ -85,13 +91,13 @@ def collect_groups(algo: Any, dispatched: Dispatched) -> tuple[list[dict[str, An
                            " s (no runner failed): raise env_runners(sample_timeout_s=...), or None for the default "
                            "derived from the env's step limit")
     silent = set(dispatched.runners) - {out["runner"] for out in answers}
-    return sample_groups(algo, dispatched.task_ids, dispatched.env_seed, played=answers, failures=len(silent))
+    return sample_groups(pool, dispatched.task_ids, dispatched.env_seed, played=answers, failures=len(silent))
 
 
-def drain_dispatched(algo: Any) -> None:
+def drain_dispatched(pool: RunnerPool) -> None:
     """Wait for and drop the answers of dispatched calls (a state loaded into a running algorithm replaces them)."""
-    group = algo.env_runner_group
-    deadline = time.perf_counter() + float(algo.config.group_sample_timeout_s)
+    group = pool.group
+    deadline = time.perf_counter() + float(pool.config.group_sample_timeout_s)
     while group.num_in_flight_async_reqs(SAMPLE_TAG) > 0 and time.perf_counter() < deadline:
         group.fetch_ready_async_reqs(tags=SAMPLE_TAG, timeout_seconds=5.0)
 
@@ -113,20 +119,21 @@ def without_groups(outs: list[dict[str, Any]], groups: list[int]) -> list[dict[s
     return kept
 
 
-def take_and_dispatch(algo: Any, draw: Draw, iteration: int) -> tuple[list[dict[str, Any]], dict[str, float],
-                                                                      dict[str, float]]:
+def take_and_dispatch(pool: RunnerPool, state: ECPOState, draw: Draw,
+                      iteration: int) -> tuple[list[dict[str, Any]], dict[str, float], dict[str, float]]:
     """Iteration ``iteration``'s sampling, pipelined (see the module docstring): the runner answers of its groups,
     the sampling report (``groups.sample_groups``' plus the policy lag and the stale groups re-sampled), and the
-    seconds the driver waited for them and spent syncing. ``draw(k)``: iteration ``k``'s tasks and env seed."""
-    config, learner_version = algo.config, int(algo.ecpo_iteration)
+    seconds the driver waited for them and spent syncing. ``draw(k)``: iteration ``k``'s tasks and env seed;
+    ``state``: the run's (its iteration is the learner's version; the next groups dispatched are kept there)."""
+    config, learner_version = pool.config, int(state.iteration)
     started = time.perf_counter()
-    dispatched = algo.ecpo_dispatched
+    dispatched = state.dispatched
     if dispatched is None:  # the first iteration: its groups are drawn and played now
         dispatched = Dispatched(*draw(iteration))
     synced = not dispatched.in_flight  # played here: with the weights synced now
     if synced:
-        sync_runner_weights(algo)
-    outs, report = collect_groups(algo, dispatched)
+        sync_runner_weights(pool)
+    outs, report = collect_groups(pool, dispatched)
     stale_total, rounds = 0, 0
     while stale := stale_groups(*_group_versions(outs), learner_version, int(config.max_policy_lag)):
         rounds += 1
@@ -134,14 +141,14 @@ def take_and_dispatch(algo: Any, draw: Draw, iteration: int) -> tuple[list[dict[
             raise RuntimeError(f"groups {stale} still older than the policy-lag bound after {MAX_STALE_ROUNDS} "
                                "weight syncs")
         stale_total += len(stale)
-        sync_runner_weights(algo)
+        sync_runner_weights(pool)
         synced = True
-        outs, _ = sample_groups(algo, dispatched.task_ids, dispatched.env_seed, played=without_groups(outs, stale))
+        outs, _ = sample_groups(pool, dispatched.task_ids, dispatched.env_seed, played=without_groups(outs, stale))
     waited_at = time.perf_counter()
     if not synced:  # the runners played the taken groups with the previous weights
-        sync_runner_weights(algo)
+        sync_runner_weights(pool)
     synced_at = time.perf_counter()
-    algo.ecpo_dispatched = dispatch_groups(algo, *draw(iteration + 1))
+    state.dispatched = dispatch_groups(pool, *draw(iteration + 1))
     lags = learner_version - _group_versions(outs)[1]
     report |= {"policy_lag_mean": float(lags.mean()), "policy_lag_max": float(lags.max()),
                "num_stale_groups_resampled": float(stale_total)}

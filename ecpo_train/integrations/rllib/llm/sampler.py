@@ -17,30 +17,33 @@ import numpy as np
 
 from ecpo_train.core.iteration import Draw, Sampled
 from ecpo_train.core.rollout import episode_metrics
-from ecpo_train.integrations.rllib.llm.groups import sample_groups
+from ecpo_train.integrations.rllib.llm.groups import RunnerPool, sample_groups
 from ecpo_train.integrations.rllib.llm.pipeline import sync_runner_weights, take_and_dispatch
+from ecpo_train.integrations.rllib.llm.run_state import ECPOState
 
 
 class RunnerPoolSampler:
-    """Step A of one iteration on ``algo``'s env runners (``ECPO``): see the module docstring. ``sampled`` holds
-    the iteration's samples once played (``played``: the episodes' outcomes, in trajectory order)."""
+    """Step A of one iteration on the env runners of ``pool`` (``groups.RunnerPool``) for the run ``state``
+    (``run_state.ECPOState``: the learner's version, the groups dispatched): see the module docstring.
+    ``sampled`` holds the iteration's samples once played (``played``: the episodes' outcomes, in trajectory
+    order)."""
 
-    def __init__(self, algo: Any) -> None:
-        self.algo = algo
+    def __init__(self, pool: RunnerPool, state: ECPOState) -> None:
+        self.pool, self.state = pool, state
         self.sampled: Sampled | None = None
         self._synced_seconds: float | None = None  # pipelined: the weights were synced before the dispatch
 
     def sample(self, draw: Draw, iteration: int) -> Sampled:
-        algo = self.algo
+        pool = self.pool
         started = time.perf_counter()
-        if int(algo.config.max_policy_lag) == 0:
-            outs, report = sample_groups(algo, *draw(iteration))
-            lags = int(algo.ecpo_iteration) - np.concatenate([o["batch"].policy_version for o in outs])
+        if int(pool.config.max_policy_lag) == 0:
+            outs, report = sample_groups(pool, *draw(iteration))
+            lags = int(self.state.iteration) - np.concatenate([o["batch"].policy_version for o in outs])
             report |= {"policy_lag_mean": float(np.mean(lags)), "policy_lag_max": float(np.max(lags)),
                        "num_stale_groups_resampled": 0.0}
             seconds = {"sampling": time.perf_counter() - started}
         else:
-            outs, report, pipelined = take_and_dispatch(algo, draw, iteration)
+            outs, report, pipelined = take_and_dispatch(pool, self.state, draw, iteration)
             # sampling: the runners' busy seconds (they played during the previous update); sampling_wait: the
             # driver's
             seconds = {"sampling": runner_busy_seconds(outs), "sampling_wait": pipelined["sampling_wait"]}
@@ -57,7 +60,7 @@ class RunnerPoolSampler:
         if self._synced_seconds is not None:
             return {"sync": self._synced_seconds}
         started = time.perf_counter()
-        sync_runner_weights(self.algo)
+        sync_runner_weights(self.pool)
         return {"sync": time.perf_counter() - started}
 
     def combined(self, metrics: dict[str, float]) -> dict[str, float]:

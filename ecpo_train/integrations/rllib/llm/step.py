@@ -27,35 +27,40 @@ from ecpo_train.integrations.rllib.llm.sampler import RunnerPoolSampler
 
 
 class LearnerGroupLearner:
-    """Steps B-E of one iteration on ``algo``'s ``LearnerGroup`` (``ECPO``), on the rows and in the order of the
-    iteration's ``UpdatePlan``. ``results``: the learners' results, once updated."""
+    """Steps B-E of one iteration on a ``LearnerGroup`` of ``num_learners`` learner actors (0: one in the driver),
+    on the rows and in the order of the iteration's ``UpdatePlan``. ``results``: the learners' results, once
+    updated."""
 
-    def __init__(self, algo: Any) -> None:
-        self.algo = algo
-        self.shards = max(1, int(algo.config.num_learners))
+    def __init__(self, learner_group: Any, num_learners: int) -> None:
+        self.learner_group, self.num_learners = learner_group, int(num_learners)
+        self.shards = max(1, self.num_learners)
         self.results: list[Any] = []
 
     def learn(self, plan: UpdatePlan, rng: np.random.Generator) -> Learned:
-        algo, config, shuffle = self.algo, self.algo.config, plan.shuffle
+        learner_group, shuffle = self.learner_group, plan.shuffle
         started = time.perf_counter()
         per_group = [g for table in plan.tables for g in table.by_group()]  # a group never straddles learners
-        if algo.learner_group.is_local:
-            self.results = algo.learner_group.update(episodes=per_group, shuffle=shuffle)
+        if learner_group.is_local:
+            self.results = learner_group.update(episodes=per_group, shuffle=shuffle)
         else:
-            if len(per_group) < int(config.num_learners):
-                raise ValueError(f"{len(per_group)} groups cannot feed {config.num_learners} learners")
-            self.results = algo.learner_group.update(episodes_refs=[ray.put(g) for g in per_group], shuffle=shuffle)
+            if len(per_group) < self.num_learners:
+                raise ValueError(f"{len(per_group)} groups cannot feed {self.num_learners} learners")
+            self.results = learner_group.update(episodes_refs=[ray.put(g) for g in per_group], shuffle=shuffle)
         credit, update = learner_metrics(self.results)
         return Learned(credit, update, {"update": time.perf_counter() - started},
                        int(sum(_learner_value(result, NONZERO_ADVANTAGES) for result in self.results)))
 
 
 def llm_training_step(algo: Any) -> dict[str, float]:
-    """One native-trainer iteration through RLlib (see the module docstring); returns the native metrics."""
-    sampler, learner = RunnerPoolSampler(algo), LearnerGroupLearner(algo)
-    metrics = run_iteration(algo.ecpo_train_config, algo.ecpo_iteration, algo.ecpo_rng, algo.ecpo_train_tasks,
-                            sampler, learner, algo.validate, observe=algo.ecpo_observe, memory=algo.ecpo_memory)
-    algo.ecpo_iteration += 1  # the learner's updates: the version of its weights
+    """One native-trainer iteration through RLlib (see the module docstring); returns the native metrics. The
+    sampler and the learner get the parts of ``algo`` they use (its runner pool and the run's state; its learner
+    group), not the algorithm."""
+    state = algo.ecpo
+    sampler = RunnerPoolSampler(algo.runner_pool(), state)
+    learner = LearnerGroupLearner(algo.learner_group, int(algo.config.num_learners))
+    metrics = run_iteration(state.train_config, state.iteration, state.rng, state.train_tasks,
+                            sampler, learner, algo.validate, observe=state.observe, memory=state.memory)
+    state.iteration += 1  # the learner's updates: the version of its weights
     sampled = sampler.sampled
     seconds = {phase: metrics[f"time/{phase}"] for phase in ("sampling", "sampling_wait", "update", "sync")
                if f"time/{phase}" in metrics}
