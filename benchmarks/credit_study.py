@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks import RESULTS, ArgumentParser
+from benchmarks import RESULTS
 from benchmarks.credit_study_plots import plot_study
 from benchmarks.credit_study_protocol import (
     PROTOCOL_PATH,

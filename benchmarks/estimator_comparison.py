@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from benchmarks import RESULTS, ArgumentParser
+from benchmarks import RESULTS
 from benchmarks.credit_study import run_study
 from benchmarks.stats import apply_holm, fmt_part, mde, paired_diff, paired_values, seeds_for_mde
 from ecpo_train.evaluation.options import error_line

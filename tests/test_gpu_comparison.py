@@ -12,7 +12,7 @@ from conftest import TOKENIZER_DIR
 
 from benchmarks import gpu_comparison, gpu_window
 from benchmarks.arms import run_side_by_side
-from benchmarks.gpu_comparison_arms import run_arm
+from benchmarks.gpu_comparison import run_arm
 from benchmarks.gpu_comparison_report import households, split_parts
 
 

@@ -205,7 +205,7 @@ def test_an_arms_progress_is_its_run_folders_up_to_its_checkpoint(tmp_path):
     iterations are the checkpoint's, whatever a separate record says."""
     import torch
 
-    from benchmarks.paper_benchmarks_arms import arm_progress, arm_result
+    from benchmarks.paper_benchmarks import arm_progress, arm_result
 
     run_dir = tmp_path / "run_ecpo"
     run_dir.mkdir()
@@ -230,7 +230,7 @@ def test_a_program_record_that_is_not_one_is_one_line_naming_it(tmp_path, name, 
         if name == "plan.json":
             program.Stages(tmp_path).plan()
         elif name == "arm_ecpo.json":
-            from benchmarks.paper_benchmarks_arms import arm_result
+            from benchmarks.paper_benchmarks import arm_result
 
             arm_result(tmp_path, "ecpo")
         else:
