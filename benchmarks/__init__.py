@@ -63,7 +63,7 @@ def require_model(model: str) -> None:
 
 def rescore(path: Path, out: Path | None, needed: str | Callable[[dict], bool], why: str,
             score: Callable[[Any], Any], render: Callable[[Any], str]) -> None:
-    """``--rescore``: a report a GPU command returned (where scipy was missing) scored again here from its stored
+    """``report --from-json``: a report a GPU command returned (where scipy was missing) scored again here from its stored
     outcomes and written, with its markdown, to ``out`` (default: over itself); a file that cannot be read or holds
     no ``needed`` key (or fails the ``needed`` test) is the one-line exit 2 (``why`` says what is missing)."""
     try:
@@ -71,7 +71,7 @@ def rescore(path: Path, out: Path | None, needed: str | Callable[[dict], bool], 
         if not isinstance(report, dict) or not (needed(report) if callable(needed) else needed in report):
             raise ValueError(why)
     except (OSError, ValueError) as error:
-        fail(f"--rescore {path}: {' '.join(str(error).split())}")
+        fail(f"--from-json {path}: {' '.join(str(error).split())}")
     out = out or path
     write_report(score(report), out, render)
     print(f"wrote {out} and {out.with_suffix('.md')}")

@@ -53,14 +53,14 @@ the generated set's 100 x 2 together, All), paired episode by episode, with the 
 w/std's after, on the same episodes, read the same way (ECPO better only where the interval excludes 0). Search-QA:
 where the invalid-action rate exceeds 0.5 both before and after, no learning figure is read; the rate is the
 result. The per-column changes (task types, WebShop's score, the separate QA sets) are secondary. The report is
-read once, on the JSON the GPU run returns (``--rescore``).
+read once, on the JSON the GPU run returns (``report --from-json``).
 
-    python -m benchmarks.paper_benchmarks --env alfworld --out DIR [--time-limit 540] [--total-time 540]
-    python -m benchmarks.paper_benchmarks --env alfworld --out DIR     # again: continues what DIR holds
-    python -m benchmarks.paper_benchmarks --rescore DIR/report.json --out benchmarks/results/paper_alfworld.json
-    python -m benchmarks.paper_benchmarks --env alfworld --device cpu --leaderboard-games 4 --sft-per-type 1 \\
+    python -m benchmarks.paper_benchmarks run --env alfworld --out DIR [--time-limit 540] [--total-time 540]
+    python -m benchmarks.paper_benchmarks run --env alfworld --out DIR     # again: continues what DIR holds
+    python -m benchmarks.paper_benchmarks report --from-json DIR/report.json --out benchmarks/results/paper_alfworld.json
+    python -m benchmarks.paper_benchmarks baselines --env alfworld --device cpu --leaderboard-games 4 --sft-per-type 1 \\
         --out DIR        # the CPU baselines: the untrained model and a warm start through `ecpo leaderboard`
-    python -m benchmarks.paper_benchmarks --env alfworld --device cpu --smoke --out DIR   # tiny sizes (tests)
+    python -m benchmarks.paper_benchmarks run --env alfworld --device cpu --smoke --out DIR   # tiny sizes (tests)
 
 docs/gpu.md ("The paper's benchmarks on one GPU") gives the order, the files each needs and their minutes.
 """
@@ -78,7 +78,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import ArgumentParser, fail, refuse_without_cuda, rescore, write_report
+from benchmarks import fail, refuse_without_cuda, rescore, write_report
 from benchmarks.arms import Failure, Plan, arm_row, open_arm, run_side_by_side, train_arm
 from benchmarks.gpu_comparison import iterations_that_fit
 from benchmarks.gpu_learning import DEFAULT_MODEL, learning_overrides, mean_figures, write_smoke_model
@@ -433,37 +433,56 @@ def run(args: argparse.Namespace) -> Failure | None:
 
 
 # ---------------------------------------------------------------------------------------------- main
+# The options each stage reads: any other given is refused in one line (benchmarks.study).
+RUN_OPTIONS = ("env", "out", "device", "smoke", "arms", "time_limit", "total_time", "max_iterations", "model",
+               "train_data", "seed", "val_episodes", "sft_per_type", "sft_epochs", "sft_lr", "sft_batch", "score_batch")
+STAGE_OPTIONS = {"run": RUN_OPTIONS, "baselines": (*RUN_OPTIONS, "leaderboard_games", "report_only"),
+                 "report": ("from_json", "out")}
+DEFAULTS = {"env": "alfworld", "device": "cuda", "smoke": False, "arms": ["ecpo", "gigpo_std"], "time_limit": 540.0,
+            "max_iterations": 200, "model": str(DEFAULT_MODEL), "seed": 0, "val_episodes": 2, "sft_epochs": 2,
+            "sft_lr": 1e-5, "sft_batch": 2, "score_batch": 64, "report_only": False}
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(__spec__.name, description=__doc__.split("\n\n")[0])
-    parser.add_argument("--env", choices=sorted(BENCHMARKS), default="alfworld")
-    parser.add_argument("--out", type=Path, default=None, help="the out folder (a second command continues it)")
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--smoke", action="store_true", help="tiny sizes on any device (for tests)")
-    parser.add_argument("--arms", nargs="+", default=["ecpo", "gigpo_std"], help="credit estimators, first = ECPO")
-    parser.add_argument("--time-limit", type=float, default=540.0, help="seconds for this command")
-    parser.add_argument("--total-time", type=float, default=None,
-                        help="seconds for the whole program over its commands (default: --time-limit)")
-    parser.add_argument("--max-iterations", type=int, default=200)
-    parser.add_argument("--model", default=str(DEFAULT_MODEL), help="SmolLM2 folder")
-    parser.add_argument("--train-data", default=None, help="data_dir of the training environment (default: its own)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--val-episodes", type=int, default=2, help="validation episodes per task")
-    parser.add_argument("--sft-per-type", type=int, default=None, help="warm-start tasks per type (16 CUDA, 2 CPU)")
-    parser.add_argument("--sft-epochs", type=int, default=2)
-    parser.add_argument("--sft-lr", type=float, default=1e-5)
-    parser.add_argument("--sft-batch", type=int, default=2, help="expert steps per optimizer step of the warm start")
-    parser.add_argument("--score-batch", type=int, default=64, help="on CUDA: items per scoring forward")
-    parser.add_argument("--leaderboard-games", type=int, default=None,
-                        help="instead of training: the CPU baselines on this many valid_seen games per task type")
-    parser.add_argument("--report-only", action="store_true",
-                        help="with --leaderboard-games: only rewrite OUT/baselines.json from the episodes played")
-    parser.add_argument("--rescore", type=Path, default=None, metavar="JSON",
-                        help="recompute the paired tests of a returned report.json (where scipy is) and write it "
-                             "with its markdown to --out")
-    args = parser.parse_args(argv)
-    if args.rescore is not None:
-        rescore(args.rescore, args.out, "episodes", "it holds no validation episodes", score, render)
+    from benchmarks.study import StudyCommand
+
+    command = StudyCommand(__spec__.name, __doc__.split("\n\n")[0], STAGE_OPTIONS,
+                           "run: warm start, validation, the arms side by side, validation after (resumable); "
+                           "baselines: instead of training, the CPU baselines through `ecpo leaderboard`; report: a "
+                           "returned report.json's paired tests again (where scipy is)", DEFAULTS)
+    command.add("--env", choices=sorted(BENCHMARKS), help="default alfworld")
+    command.add("--out", type=Path, help="run, baselines: the out folder (a second command continues it); report: "
+                                         "where the rescored report goes")
+    command.add("--device", help="default cuda")
+    command.add("--smoke", action="store_const", const=True, help="tiny sizes on any device (for tests)")
+    command.add("--arms", nargs="+", help="credit estimators, first = ECPO (default ecpo gigpo_std)")
+    command.add("--time-limit", type=float, help="seconds for this command (default 540)")
+    command.add("--total-time", type=float, help="seconds for the whole program over its commands (default: "
+                                                 "--time-limit)")
+    command.add("--max-iterations", type=int, help="default 200")
+    command.add("--model", help="SmolLM2 folder")
+    command.add("--train-data", help="data_dir of the training environment (default: its own)")
+    command.add("--seed", type=int, help="default 0")
+    command.add("--val-episodes", type=int, help="validation episodes per task (default 2)")
+    command.add("--sft-per-type", type=int, help="warm-start tasks per type (16 CUDA, 2 CPU)")
+    command.add("--sft-epochs", type=int, help="default 2")
+    command.add("--sft-lr", type=float, help="default 1e-5")
+    command.add("--sft-batch", type=int, help="expert steps per optimizer step of the warm start (default 2)")
+    command.add("--score-batch", type=int, help="on CUDA: items per scoring forward (default 64)")
+    command.add("--leaderboard-games", type=int, help="baselines: this many valid_seen games per task type")
+    command.add("--report-only", action="store_const", const=True,
+                help="baselines: only rewrite OUT/baselines.json from the episodes played")
+    command.add("--from-json", type=Path, metavar="JSON", help="report: a returned report.json")
+    args = command.parse(argv)
+    if args is None:
+        return 2
+    if args.stage == "report":
+        if args.from_json is None:
+            fail("report needs --from-json JSON")
+        rescore(args.from_json, args.out, "episodes", "it holds no validation episodes", score, render)
         return 0
+    if args.stage == "baselines" and args.leaderboard_games is None:
+        fail("baselines needs --leaderboard-games K")
     if args.out is None:
         fail("--out DIR: the folder the program writes (and a second command continues)")
     from ecpo_train.core.credit.registry import available_estimators
@@ -483,11 +502,11 @@ def main(argv: list[str] | None = None) -> int:
     lock = None
     try:  # one command per --out at a time: a second one is refused naming the first (the run folder's lock)
         lock = acquire_run_lock(args.out, engine="paper_benchmarks", label=f"--out {args.out}")
-        if args.leaderboard_games is not None:
+        if args.stage == "baselines":
             from benchmarks.paper_baselines import leaderboard_baselines
 
             if args.env != "alfworld":
-                fail("--leaderboard-games evaluates real ALFWorld games: give --env alfworld")
+                fail("baselines evaluates real ALFWorld games: give --env alfworld")
             config, _ = load_configs(args, args.out)
             spec = BENCHMARKS[args.env]
             sft_tasks = [] if args.report_only else warm_start_tasks(spec, training_tasks(config, spec),
