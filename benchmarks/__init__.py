@@ -1,8 +1,9 @@
 """The project's benchmarks: measurements and studies run from a source checkout, one module per job.
 
 A runnable benchmark is a module with ``main(argv=None)``; run it from the repository root as
-``python -m benchmarks.NAME [args]`` or as ``ecpo bench NAME [args]``. The other modules are what they share
-(``stats``, a study's protocol, statistics and report). Results go to ``benchmarks/results/``: committed data
+``python -m benchmarks.NAME [args]`` or as ``ecpo bench NAME [args]``. A study runs on ``study`` (its jobs, its
+stages as subcommands, its report) and ``study_keep`` (what outlives a session). The other modules are what they
+share (``stats``, a study's protocol, statistics and report). Results go to ``benchmarks/results/``: committed data
 (``*.json``) and reports (``*.md``, figures) there, raw run folders under ``results/raw/<name>/``.
 
 The package is a repository tool: wheels ship ``ecpo_gym`` and ``ecpo_train`` only.
