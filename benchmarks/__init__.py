@@ -64,8 +64,8 @@ def require_model(model: str) -> None:
 
 def rescore(path: Path, out: Path | None, needed: str | Callable[[dict], bool], why: str,
             score: Callable[[Any], Any], render: Callable[[Any], str]) -> None:
-    """``report --from-json``: a report a GPU command returned (where scipy was missing) scored again here from its stored
-    outcomes and written, with its markdown, to ``out`` (default: over itself); a file that cannot be read or holds
+    """``report --from-json``: a report a GPU command returned (where scipy was missing) scored again here from its
+    stored outcomes and written, with its markdown, to ``out`` (default: over itself); a file that cannot be read or holds
     no ``needed`` key (or fails the ``needed`` test) is the one-line exit 2 (``why`` says what is missing)."""
     try:
         report = json.loads(path.read_text())

@@ -18,7 +18,7 @@ question on that setting, in one command of at most 10 minutes:
 4. the report (``benchmarks/gpu_comparison_report.py``): each arm's success before and after, each later arm against
    the first on the same episodes after training, at both temperatures; each arm's regime (the share of anchors
    whose gate was open, lucky singletons per batch); the outcomes per household; and how many seed pairs one
-   15-minute window holds at the first GPU run's rates (``benchmarks/gpu_window.py``; the ``plan`` stage prints it alone).
+   15-minute window holds at the first GPU run's rates (``benchmarks/gpu_window.py``; ``plan`` prints it alone).
 
 **Registered endpoint** (fixed 2026-11-26 before any run of this command; the unit revised 2026-11-27, still
 before any run): success on the preset's validation episodes after N iterations at T = 0.4, first arm (ECPO) minus

@@ -1,5 +1,6 @@
 """The report of ``benchmarks/gpu_comparison.py``: its paired tests, per-household outcomes and markdown, from the
-outcomes a run stored. No torch: the GPU machine writes it after every stage, and ``report --from-json`` recomputes it here.
+outcomes a run stored. No torch: the GPU machine writes it after every stage, and ``report --from-json``
+recomputes it here.
 
 One report is one seed: its ECPO - GiGPO w/std difference is one unit of the registered comparison, which takes
 the seed as the unit (``benchmarks/comparison_seeds.py``). Its episode-level McNemar lines are conditional on this

@@ -1,4 +1,5 @@
-"""`gpu_comparison seeds` (benchmarks/comparison_seeds.py): gpu_comparison reports of one protocol summarised over seeds (the seed as the
+"""`gpu_comparison seeds` (benchmarks/comparison_seeds.py): gpu_comparison reports of one protocol summarised over
+seeds (the seed as the
 unit, and the episodes pooled), incomplete pairs left out by name, other protocols refused in one line."""
 
 from __future__ import annotations
