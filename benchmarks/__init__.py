@@ -1,8 +1,9 @@
 """The project's benchmarks: measurements and studies run from a source checkout, one module per job.
 
 A runnable benchmark is a module with ``main(argv=None)``; run it from the repository root as
-``python -m benchmarks.NAME [args]`` or as ``ecpo bench NAME [args]``. The other modules are what they share
-(``stats``, a study's protocol, statistics and report). Results go to ``benchmarks/results/``: committed data
+``python -m benchmarks.NAME [args]`` or as ``ecpo bench NAME [args]``. A study runs on ``study`` (its jobs, its
+stages as subcommands, its report) and ``study_keep`` (what outlives a session). The other modules are what they
+share (``stats``, a study's protocol, statistics and report). Results go to ``benchmarks/results/``: committed data
 (``*.json``) and reports (``*.md``, figures) there, raw run folders under ``results/raw/<name>/``.
 
 The package is a repository tool: wheels ship ``ecpo_gym`` and ``ecpo_train`` only.
@@ -86,15 +87,15 @@ def require_model(model: str) -> None:
 
 def rescore(path: Path, out: Path | None, needed: str | Callable[[dict], bool], why: str,
             score: Callable[[Any], Any], render: Callable[[Any], str]) -> None:
-    """``--rescore``: a report a GPU command returned (where scipy was missing) scored again here from its stored
-    outcomes and written, with its markdown, to ``out`` (default: over itself); a file that cannot be read or holds
+    """``report --from-json``: a report a GPU command returned (where scipy was missing) scored again here from its
+    stored outcomes and written, with its markdown, to ``out`` (default: over itself); a file that cannot be read or holds
     no ``needed`` key (or fails the ``needed`` test) is the one-line exit 2 (``why`` says what is missing)."""
     try:
         report = json.loads(path.read_text())
         if not isinstance(report, dict) or not (needed(report) if callable(needed) else needed in report):
             raise ValueError(why)
     except (OSError, ValueError) as error:
-        fail(f"--rescore {path}: {' '.join(str(error).split())}")
+        fail(f"--from-json {path}: {' '.join(str(error).split())}")
     out = out or path
     write_report(score(report), out, render)
     print(f"wrote {out} and {out.with_suffix('.md')}")

@@ -40,13 +40,10 @@ instead of ``valid_seen/``. Its protocol is ``benchmarks/estimator_comparison.ya
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import shutil
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -221,6 +218,7 @@ def run(out: Path, jobs: int, iterations: int, arms: list[str], seeds: list[int]
     every finished job is kept. ``warm_labels``: only the warm starts with these labels (default: all the bed's)."""
     import threading
 
+    from benchmarks.study import arms_by_seeds, run_jobs
     from benchmarks.study_keep import evaluation_complete, keep_finished, restore_kept
 
     (out / "logs").mkdir(parents=True, exist_ok=True)
@@ -245,24 +243,20 @@ def run(out: Path, jobs: int, iterations: int, arms: list[str], seeds: list[int]
             evaluate(out, out / start.folder, start.name, bed)
             kept()
 
-    def arm_job(start: WarmStart, arm: str, seed: int) -> None:
-        started, name = time.time(), job_name(start, arm, seed)
-        if evaluation_complete(out, name, bed):
-            print(f"{name}: finished before", flush=True)
+    def arm_job(job: Any) -> None:
+        started = time.time()
+        if evaluation_complete(out, job.name, bed):
+            print(f"{job.name}: finished before", flush=True)
             return
-        run_dir = train_arm(out, out / start.folder, arm, seed, iterations, bed, name)
-        if seed in seeds[:bed.kept_policies]:
+        run_dir = train_arm(out, out / job.start.folder, job.arm, job.seed, iterations, bed, job.name)
+        if job.seed in seeds[:bed.kept_policies]:
             keep_policy(run_dir)
-        evaluate(out, run_dir, name, bed)
+        evaluate(out, run_dir, job.name, bed)
         kept()
-        print(f"{name}: done in {time.time() - started:.0f} s", flush=True)
+        print(f"{job.name}: done in {time.time() - started:.0f} s", flush=True)
 
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(warm_job, start) for start in starts]
-        # seed-major: every arm of a seed (on each warm start) before the next seed
-        futures += [pool.submit(arm_job, start, arm, seed) for seed in seeds for start in starts for arm in arms]
-        for future in futures:
-            future.result()
+    run_jobs([*(lambda start=start: warm_job(start) for start in starts),
+              *(lambda job=job: arm_job(job) for job in arms_by_seeds(arms, seeds, starts, job_name))], jobs)
 
 
 # ---------------------------------------------------------------------------------------------- report
@@ -394,49 +388,39 @@ def engines_side_by_side(out: Path, arm: str = "ecpo", seed: int = 1, png: Path 
 STAGE_OPTIONS = {"run": ("jobs", "iterations", "arms", "seeds", "keep", "warm_starts"),
                  "report": ("arms", "seeds", "json", "engines_png"),
                  "keep": ("keep",), "restore": ("keep",)}
-OPTIONS = tuple(dict.fromkeys(option for options in STAGE_OPTIONS.values() for option in options))
 DEFAULTS = {"jobs": 2, "arms": list(ARMS), "seeds": list(SEEDS)}  # filled in once allowed; --iterations: the bed's
 
 
-def _flags(options) -> str:
-    return ", ".join("--" + option.replace("_", "-") for option in options)
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("stage", choices=["run", "report", "keep", "restore"],
-                        help="keep: copy the finished evaluations of --out into --keep now; restore: put --keep's "
-                             "back into --out (then report reads them)")
-    parser.add_argument("--testbed", choices=sorted(TESTBEDS), default=ALFWORLD.name,
-                        help="real ALFWorld's valid_seen (the registered study) or generated households")
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--jobs", type=int, help=f"run: parallel jobs (default {DEFAULTS['jobs']})")
-    parser.add_argument("--iterations", type=int, help="run: training iterations (default: the testbed's, "
-                                                       f"{ITERATIONS} for alfworld_text and households)")
-    parser.add_argument("--warm-starts", nargs="+", help="run: only the warm starts with these labels (a, b)")
-    parser.add_argument("--arms", nargs="+", help=f"run, report (default {' '.join(DEFAULTS['arms'])})")
-    parser.add_argument("--seeds", nargs="+", type=int,
-                        help=f"run, report (default {' '.join(map(str, DEFAULTS['seeds']))})")
-    parser.add_argument("--json", help="write the report here")
-    parser.add_argument("--keep", help="a folder (committed to git) that holds the finished jobs across sessions: "
-                                       "run restores them from it first and copies each job into it as it finishes")
-    parser.add_argument("--engines-png", help="also compare the native and RLlib runs of ECPO seed 1; their curves here")
-    args = parser.parse_args(argv)
-    unused = [option for option in OPTIONS if getattr(args, option) is not None and option not in STAGE_OPTIONS[args.stage]]
-    if unused:
-        print(f"error: {args.stage} does not take {_flags(unused)} (it takes {_flags(STAGE_OPTIONS[args.stage])})",
-              file=sys.stderr)
+    from benchmarks.study import StudyCommand, run_stage
+
+    command = StudyCommand(__spec__.name, __doc__.split("\n\n")[0],
+                           STAGE_OPTIONS, "keep: copy the finished evaluations of --out into --keep now; restore: put "
+                                          "--keep's back into --out (then report reads them)", DEFAULTS)
+    command.add("--testbed", choices=sorted(TESTBEDS), default=ALFWORLD.name, common=True,
+                help="real ALFWorld's valid_seen (the registered study) or generated households")
+    command.add("--out", required=True, common=True)
+    command.add("--jobs", type=int, help=f"run: parallel jobs (default {DEFAULTS['jobs']})")
+    command.add("--iterations", type=int, help="run: training iterations (default: the testbed's, "
+                                               f"{ITERATIONS} for alfworld_text and households)")
+    command.add("--warm-starts", nargs="+", help="run: only the warm starts with these labels (a, b)")
+    command.add("--arms", nargs="+", help=f"run, report (default {' '.join(DEFAULTS['arms'])})")
+    command.add("--seeds", nargs="+", type=int, help=f"run, report (default {' '.join(map(str, DEFAULTS['seeds']))})")
+    command.add("--json", help="write the report here")
+    command.add("--keep", help="a folder (committed to git) that holds the finished jobs across sessions: run restores "
+                               "them from it first and copies each job into it as it finishes")
+    command.add("--engines-png", help="also compare the native and RLlib runs of ECPO seed 1; their curves here")
+    args = command.parse(argv)
+    if args is None:
         return 2
-    for option, default in DEFAULTS.items():
-        if getattr(args, option) is None:
-            setattr(args, option, default)
     if args.iterations is None:
         args.iterations = TESTBEDS[args.testbed].iterations
     if args.jobs < 1 or args.iterations < 1:
         print("error: --jobs and --iterations must be >= 1", file=sys.stderr)
         return 2
     out, bed = Path(args.out), TESTBEDS[args.testbed]
-    try:
+
+    def stage() -> dict[str, Any] | None:
         check_study_input(args)
         keep = Path(args.keep) if args.keep else None
         if args.stage in ("keep", "restore"):
@@ -446,25 +430,16 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"kept in {keep}: {len(keep_finished(out, keep, bed))} newly finished evaluations")
             else:
                 print(f"restored into {out}: {len(restore_kept(keep, out, bed))} finished evaluations")
-            return 0
+            return None
         if args.stage == "run":
             run(out, args.jobs, args.iterations, args.arms, args.seeds, bed, keep, args.warm_starts)
-            return 0
+            return None
         result = report(out, args.arms, args.seeds, bed)
         if args.engines_png:
             result["engines"] = engines_side_by_side(out, png=Path(args.engines_png))
-        text = json.dumps(result, indent=1, default=float)
-        if args.json:
-            from ecpo_train.policies.atomic import write_text
+        return result
 
-            write_text(Path(args.json), text + "\n")
-    except (RuntimeError, ValueError, OSError) as err:
-        from ecpo_train.evaluation.options import error_line
-
-        print(f"error: {error_line(err)}", file=sys.stderr)
-        return 2
-    print(text)
-    return 0
+    return run_stage(stage, args.json)
 
 
 def check_study_input(args: argparse.Namespace) -> None:

@@ -1,4 +1,4 @@
-"""One protocol's ECPO against GiGPO w/std over seeds: the ``gpu_comparison`` reports of that protocol, one per seed.
+"""One protocol's ECPO against GiGPO w/std over seeds (``gpu_comparison seeds``): its reports, one per seed.
 
 ``gpu_comparison`` runs one pair (one seed) per report. This reads several (rescored here, so the paired tests are
 computed whatever machine wrote them), refuses reports of different protocols, leaves out the ones whose arms did
@@ -16,7 +16,8 @@ not finish every iteration (named, not pairs), and gives the first arm minus the
   primary endpoint is the validation at the preset's temperature (T = 0.4). Reports written before the greedy pass
   hold no greedy outcomes; the line then says so (and names the seeds whose report lacks them).
 
-    python -m benchmarks.comparison_seeds RETURNED/pool_pair_seed*.json --out benchmarks/results/pool_pairs.json
+    python -m benchmarks.gpu_comparison seeds --from-json RETURNED/pool_pair_seed*.json \\
+        --out benchmarks/results/pool_pairs.json
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from benchmarks import ArgumentParser, fail, write_report
+from benchmarks import fail, write_report
 from benchmarks.gpu_comparison_report import TEMPERATURES, score
 from benchmarks.stats import fmt_clustered, fmt_part, paired_binary, paired_diff
 from benchmarks.validation_parts import label
@@ -158,18 +159,12 @@ def render(summary: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = ArgumentParser(__spec__.name, description=__doc__.split("\n\n")[0])
-    parser.add_argument("reports", nargs="+", type=Path, help="gpu_comparison JSON reports, one per seed")
-    parser.add_argument("--out", type=Path, help="write the summary JSON here (and its markdown beside it)")
-    args = parser.parse_args(argv)
-    summary = summarise(read_reports(args.reports))
+def summarise_reports(paths: list[Path], out: Path | None = None) -> dict[str, Any]:
+    """``gpu_comparison seeds --from-json REPORT ... [--out FILE]``: the summary of these reports, printed as markdown
+    and, with ``out``, written (its markdown beside it)."""
+    summary = summarise(read_reports(paths))
     text = render(summary)
     print(text, end="")
-    if args.out:
-        write_report(summary, args.out, render)
+    if out:
+        write_report(summary, out, render)
     return summary
-
-
-if __name__ == "__main__":
-    main()

@@ -10,11 +10,12 @@ and a report with a verdict per paper claim. One job per file:
 * this file: the process pool, the outputs and the command line.
 
 Outputs (``benchmarks/results/``): ``credit_study.json`` (raw per-run curves + the summary), ``credit_study.md``
-(every number read from the JSON summary) and ``credit_study_*.png``. ``--quick`` runs the same path on a tiny
+(every number read from the JSON summary) and ``credit_study_*.png``. ``run --quick`` runs the same path on a tiny
 budget (CI smoke) and writes ``credit_study_quick.*`` instead.
 
-    python -m benchmarks.credit_study            # the protocol (~30 min on 2 cores)
-    python -m benchmarks.credit_study --quick    # smoke
+    python -m benchmarks.credit_study run            # the protocol (~30 min on 2 cores)
+    python -m benchmarks.credit_study run --quick    # smoke
+    python -m benchmarks.credit_study report --from-json benchmarks/results/credit_study.json   # no training
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks import RESULTS, ArgumentParser
+from benchmarks import RESULTS
 from benchmarks.credit_study_plots import plot_study
 from benchmarks.credit_study_protocol import (
     PROTOCOL_PATH,
@@ -136,21 +137,35 @@ def merge_studies(payloads: Sequence[dict[str, Any]], paths: Sequence[Path], met
             "summary": {"skipped_envs": skipped}}
 
 
+# The options each stage reads besides --protocol and --out: any other given is refused in one line.
+STAGE_OPTIONS = {"run": ("quick", "workers", "envs"), "report": ("from_json",)}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = ArgumentParser(__spec__.name, description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="tiny budget smoke run (CI)")
-    parser.add_argument("--protocol", type=Path, default=PROTOCOL_PATH)
-    parser.add_argument("--out", type=Path, default=RESULTS_DIR)
-    parser.add_argument("--workers", type=int, default=None)
-    parser.add_argument("--envs", nargs="*", default=None, help="subset of the protocol's env names")
-    parser.add_argument("--from-json", type=Path, nargs="+", default=None,
-                        help="re-summarise finished studies' JSON (runs and protocol) without training; several "
-                             "files (same protocol, different methods) are merged into one study")
-    args = parser.parse_args(argv)
-    if args.from_json is not None:
+    from benchmarks.study import StudyCommand
+
+    command = StudyCommand(__spec__.name, __doc__.split("\n\n")[0], STAGE_OPTIONS,
+                           "run: train every cell of the protocol, then the report; report: the report again from "
+                           "finished studies' JSON, without training")
+    command.add("--quick", action="store_const", const=True, help="run: tiny budget smoke run (CI)")
+    command.add("--protocol", type=Path, default=PROTOCOL_PATH, common=True)
+    command.add("--out", type=Path, default=RESULTS_DIR, common=True)
+    command.add("--workers", type=int, help="run: processes (default: the protocol's)")
+    command.add("--envs", nargs="*", help="run: subset of the protocol's env names")
+    command.add("--from-json", type=Path, nargs="+",
+                help="report: finished studies' JSON (runs and protocol); several files (same protocol, different "
+                     "methods) are merged into one study")
+    args = command.parse(argv)
+    if args is None:
+        return 2
+    if args.stage == "report":
+        if not args.from_json:
+            print("error: report needs --from-json FILE [FILE ...]", file=sys.stderr)
+            return 2
         missing = [str(path) for path in args.from_json if not path.exists()]
         if missing:
-            print(f"no study results at {', '.join(missing)}; run benchmarks/credit_study.py first", file=sys.stderr)
+            print(f"error: no study results at {', '.join(missing)}: run `python -m benchmarks.credit_study run` "
+                  "first", file=sys.stderr)
             return 2
         payload = merge_studies([json.loads(path.read_text()) for path in args.from_json], args.from_json,
                                 load_protocol(args.protocol)["methods"])
@@ -160,13 +175,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         write_outputs(payload["runs"], protocol, float(payload["runtime_s"]), args.out,
                       payload["summary"].get("skipped_envs", {}))
         return 0
-    protocol = load_protocol(args.protocol, quick=args.quick)
+    protocol = load_protocol(args.protocol, quick=bool(args.quick))
     usable, skipped = available_envs(protocol)
     names = [n for n in usable if not args.envs or n in args.envs]
     for name, why in skipped.items():
         print(f"skipping env {name}: {why}", file=sys.stderr)
     if not names:
-        print("no environment of the protocol can be built", file=sys.stderr)
+        print("error: no environment of the protocol can be built", file=sys.stderr)
         return 2
     started = time.perf_counter()
     runs = run_study(protocol, names, args.workers)

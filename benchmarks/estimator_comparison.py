@@ -4,9 +4,9 @@ runs it covers. Each testbed's runs are the credit study's (``credit_study_proto
 run of the tabular policy); each arm is compared with GiGPO w/std on the endpoint, paired by seed, Holm over the
 testbed's comparisons, with the exact-power MDE beside every null (``benchmarks.stats``).
 
-    python -m benchmarks.estimator_comparison --pilot      # the pilot: its seeds (1000-1004) size the study
-    python -m benchmarks.estimator_comparison              # the confirmatory runs (the protocol's seed count)
-    python -m benchmarks.estimator_comparison --from-json benchmarks/results/estimator_comparison.json
+    python -m benchmarks.estimator_comparison pilot      # the pilot: its seeds (1000-1004) size the study
+    python -m benchmarks.estimator_comparison run        # the confirmatory runs (the protocol's seed count)
+    python -m benchmarks.estimator_comparison report --from-json benchmarks/results/estimator_comparison.json
 
 Outputs: ``benchmarks/results/estimator_comparison_pilot.json`` (the pilot's runs and the seed count it gives),
 ``raw/estimator_comparison/runs.jsonl`` (each confirmatory run as it finishes; a rerun resumes from it),
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from benchmarks import RESULTS, ArgumentParser
+from benchmarks import RESULTS
 from benchmarks.credit_study import run_study
 from benchmarks.stats import apply_holm, fmt_part, mde, paired_diff, paired_values, seeds_for_mde
 from ecpo_train.evaluation.options import error_line
@@ -104,7 +104,7 @@ def seed_count_rule(sds: dict[str, float], protocol: dict[str, Any]) -> dict[str
 
 
 def program_testbeds(protocol: dict[str, Any]) -> list[str]:
-    """The testbeds a program runs (``--run-testbed``, ``--pilot-seeds``, ``--program-out``)."""
+    """The testbeds a program runs (``run --testbed``, ``pilot-seeds --testbed``, ``--program-out``)."""
     return [t["name"] for t in protocol["testbeds"] if "program" in t]
 
 
@@ -139,7 +139,8 @@ def program_pilot_seed_count(protocol: dict[str, Any], name: str, root: Path = R
 
 def program_seeds(bed: dict[str, Any]) -> list[int]:
     if not bed.get("seeds"):
-        raise ValueError(f"testbed {bed['name']} has no seed count yet: run --pilot-seeds and commit the count first")
+        raise ValueError(f"testbed {bed['name']} has no seed count yet: run pilot-seeds --testbed {bed['name']} and "
+                         "commit the count first")
     return [int(bed["seed_offset"]) + 1 + i for i in range(int(bed["seeds"]))]
 
 
@@ -330,34 +331,45 @@ def program_out(value: str) -> tuple[str, Path]:
     return name, Path(folder)
 
 
+# The options each stage reads: any other given is refused in one line (benchmarks.study).
+STAGE_OPTIONS = {"pilot": ("workers",), "pilot-seeds": ("testbed",),
+                 "run": ("testbed", "out", "jobs", "keep", "workers", "alfworld_out", "program_out"),
+                 "report": ("from_json", "alfworld_out", "program_out")}
+
+
 def main(argv: list[str] | None = None) -> int:
+    from benchmarks.study import StudyCommand
+
     protocol = load_protocol()
     programs = program_testbeds(protocol)
-    parser = ArgumentParser(__spec__.name, description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pilot", action="store_true", help="run the corridor's pilot and print the seed count it gives")
-    parser.add_argument("--pilot-seeds", choices=programs, default=None,
-                        help="print (and write) the seed count a program testbed's pilot gives")
-    parser.add_argument("--run-testbed", choices=programs, default=None,
-                        help="train and evaluate a program testbed's runs in --out (resumable)")
-    parser.add_argument("--out", type=Path, default=None, help="the program testbed's study folder")
-    parser.add_argument("--jobs", type=int, default=1, help="runs at a time for --run-testbed")
-    parser.add_argument("--keep", type=Path, default=None,
-                        help="with --run-testbed: a folder committed to git that keeps each finished job (its "
-                             "evaluation's episode log, its curve, the warm start) and restores them into --out first, "
-                             "so a study longer than a session resumes on a fresh machine")
-    parser.add_argument("--alfworld-out", type=Path, default=None,
-                        help="with the report: add the alfworld_text column from this study folder")
-    parser.add_argument("--program-out", action="append", default=[], metavar="TESTBED=DIR",
-                        help=f"with the report: add a program testbed's column ({', '.join(programs)}) from its study "
-                             "folder; repeatable (--alfworld-out DIR is --program-out alfworld_text=DIR); with "
-                             "--from-json, a program testbed's column comes from its folder only")
-    parser.add_argument("--from-json", type=Path, default=None, help="re-analyse a finished study's JSON")
-    parser.add_argument("--workers", type=int, default=None)
-    args = parser.parse_args(argv)
+    command = StudyCommand(__spec__.name, __doc__.split("\n\n")[0], STAGE_OPTIONS,
+                           "pilot: the corridor's pilot and the seed count it gives; pilot-seeds: a program testbed's "
+                           "seed count from its pilot; run: the confirmatory runs (resumable), then the report; report: "
+                           "the report again from a finished study's JSON", {"jobs": 1, "program_out": []})
+    command.add("--testbed", help=f"pilot-seeds, run: a program testbed ({', '.join(programs)}); run without it: the "
+                                  "tabular testbeds")
+    command.add("--out", type=Path, help="run --testbed: the program testbed's study folder")
+    command.add("--jobs", type=int, help="run --testbed: runs at a time (default 1)")
+    command.add("--keep", type=Path, help="run --testbed: a folder committed to git that keeps each finished job (its "
+                                          "evaluation's episode log, its curve, the warm start) and restores them into "
+                                          "--out first, so a study longer than a session resumes on a fresh machine")
+    command.add("--alfworld-out", type=Path, help="run, report: add the alfworld_text column from this study folder")
+    command.add("--program-out", action="append", metavar="TESTBED=DIR",
+                help=f"run, report: add a program testbed's column ({', '.join(programs)}) from its study folder; "
+                     "repeatable (--alfworld-out DIR is --program-out alfworld_text=DIR); with report, a program "
+                     "testbed's column comes from its folder only")
+    command.add("--from-json", type=Path, help="report: the finished study's JSON to re-analyse")
+    command.add("--workers", type=int, help="pilot, run: processes of the tabular runs")
+    args = command.parse(argv)
+    if args is None:
+        return 2
+    parser = command.parser
     if args.jobs < 1:
         parser.error("--jobs must be >= 1")
-    if args.keep is not None and not args.run_testbed:
-        parser.error("--keep goes with --run-testbed")
+    if args.testbed is not None and args.testbed not in programs:
+        parser.error(f"--testbed {args.testbed[:80]!r} is not a program testbed of the protocol ({programs})")
+    if args.keep is not None and args.testbed is None:
+        parser.error("--keep goes with run --testbed")
     outs = {"alfworld_text": args.alfworld_out} if args.alfworld_out is not None else {}
     for value in args.program_out:
         try:
@@ -369,9 +381,13 @@ def main(argv: list[str] | None = None) -> int:
         if name in outs:
             parser.error(f"--program-out: testbed {name} is given twice")
         outs[name] = folder
+    if args.stage == "pilot-seeds" and args.testbed is None:
+        parser.error("pilot-seeds needs --testbed")
+    if args.stage == "report" and args.from_json is None:
+        parser.error("report needs --from-json (run writes the report after its runs)")
     started = time.perf_counter()
     try:  # every input checked before any work: the columns' folders and the JSON re-analysed
-        columns = [] if args.pilot or args.pilot_seeds or args.run_testbed else \
+        columns = [] if args.stage in ("pilot", "pilot-seeds") or args.testbed else \
             [run for name, folder in outs.items() for run in program_column(protocol, name, folder)]
         if args.from_json is not None:
             runs, runtime = finished_runs(args.from_json, protocol, programs)
@@ -379,22 +395,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error_line(err)}", file=sys.stderr)
         return 2
     try:
-        if args.pilot_seeds:
-            count = program_pilot_seed_count(protocol, args.pilot_seeds)
-            written = pilot_json(args.pilot_seeds)
+        if args.stage == "pilot-seeds":
+            count = program_pilot_seed_count(protocol, args.testbed)
+            written = pilot_json(args.testbed)
             write_text(written, json.dumps(count, indent=1) + "\n")
-            print(f"{args.pilot_seeds} pilot: largest SD {count['largest_sd']:.3f} -> {count['seeds']} seeds "
+            print(f"{args.testbed} pilot: largest SD {count['largest_sd']:.3f} -> {count['seeds']} seeds "
                   f"(MDE {count['mde_at_seeds']:.3f}); wrote {written}")
             return 0
-        if args.run_testbed:
+        if args.testbed:
             if args.out is None:
-                parser.error("--run-testbed needs --out")
-            run_program_testbed(protocol, args.run_testbed, args.out, args.jobs, args.keep)
+                parser.error("run --testbed needs --out")
+            run_program_testbed(protocol, args.testbed, args.out, args.jobs, args.keep)
             return 0
     except (RuntimeError, ValueError, OSError) as err:
         print(f"error: {error_line(err)}", file=sys.stderr)
         return 2
-    if args.pilot:
+    if args.stage == "pilot":
         runs = run_study(study_protocol(protocol, protocol["pilot"]["seeds"], protocol["pilot"]["seed_offset"]),
                          workers=args.workers)
         count = pilot_seed_count(runs, protocol)
@@ -402,9 +418,9 @@ def main(argv: list[str] | None = None) -> int:
                                            "runtime_s": time.perf_counter() - started}, separators=(",", ":")))
         print(f"pilot: largest SD {count['largest_sd']:.3f} -> {count['seeds']} seeds (MDE {count['mde_at_seeds']:.3f})")
         return 0
-    if args.from_json is None:
+    if args.stage == "run":
         if not protocol.get("seeds"):
-            print("error: the protocol has no seed count yet: run --pilot and commit the count first")
+            print("error: the protocol has no seed count yet: run the pilot and commit the count first", file=sys.stderr)
             return 2
         done = [json.loads(line) for line in RAW_RUNS.read_text().splitlines()] if RAW_RUNS.is_file() else []
         RAW_RUNS.parent.mkdir(parents=True, exist_ok=True)

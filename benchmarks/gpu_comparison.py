@@ -18,7 +18,7 @@ question on that setting, in one command of at most 10 minutes:
 4. the report (``benchmarks/gpu_comparison_report.py``): each arm's success before and after, each later arm against
    the first on the same episodes after training, at both temperatures; each arm's regime (the share of anchors
    whose gate was open, lucky singletons per batch); the outcomes per household; and how many seed pairs one
-   15-minute window holds at the first GPU run's rates (``benchmarks/gpu_window.py``; ``--plan`` prints it alone).
+   15-minute window holds at the first GPU run's rates (``benchmarks/gpu_window.py``; ``plan`` prints it alone).
 
 **Registered endpoint** (fixed 2026-11-26 before any run of this command; the unit revised 2026-11-27, still
 before any run): success on the preset's validation episodes after N iterations at T = 0.4, first arm (ECPO) minus
@@ -37,11 +37,11 @@ episodes of the trained tasks (primary, as in that preset's registered endpoint)
 and ``--seed`` gives the arms a seed other than the preset's (the warm start keeps its preset's), so a lease can
 run the protocol's ECPO vs GiGPO w/std pairs seed by seed.
 
-    python -m benchmarks.gpu_comparison [--arms ecpo gigpo_std] [--time-limit 450] [--model DIR] [--out FILE]
-    python -m benchmarks.gpu_comparison --preset alfworld_cpu_pool --sft-preset alfworld_cpu --sft-episodes 48 \
+    python -m benchmarks.gpu_comparison run [--arms ecpo gigpo_std] [--time-limit 450] [--model DIR] [--out FILE]
+    python -m benchmarks.gpu_comparison run --preset alfworld_cpu_pool --sft-preset alfworld_cpu --sft-episodes 48 \
         --iterations 16 --seed 1
-    python -m benchmarks.gpu_comparison --plan --preset alfworld_cpu_pool --iterations 16 --sft-episodes 48
-    python -m benchmarks.gpu_comparison --device cpu --smoke [--parallel]    # every step on tiny sizes
+    python -m benchmarks.gpu_comparison plan --preset alfworld_cpu_pool --iterations 16 --sft-episodes 48
+    python -m benchmarks.gpu_comparison run --device cpu --smoke [--parallel]    # every step on tiny sizes
 
 Results go to ``benchmarks/results/gpu_comparison.{json,md}`` on CUDA (``runs/gpu_comparison.json`` otherwise),
 written after every stage, so a command stopped early returns what it finished; side by side, each arm's output
@@ -57,15 +57,58 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks import RESULTS, ArgumentParser, fail, refuse_without_cuda, rescore, write_report
-from benchmarks.arms import open_arm, run_one_after_another, run_side_by_side
-from benchmarks.gpu_comparison_arms import run_arm, validate_both
-from benchmarks.gpu_comparison_report import render, score
-from benchmarks.gpu_learning import DEFAULT_MODEL, ROOT, learning_overrides, write_smoke_model
+from benchmarks import RESULTS, fail, refuse_without_cuda, rescore, write_report
+from benchmarks.arms import Plan, open_arm, run_one_after_another, run_side_by_side, train_arm
+from benchmarks.gpu_comparison_report import regime, render, score
+from benchmarks.gpu_learning import (
+    DEFAULT_MODEL,
+    ROOT,
+    learning_overrides,
+    mean_figures,
+    validate_on,
+    write_smoke_model,
+)
 from benchmarks.gpu_run import device_facts
 from benchmarks.gpu_window import GPU_RUN, closing_seconds, first_run_rates, plan_text, window_plan
 
+# ---------------------------------------------------------------------------------------------- the arm
+# An arm: a trainer from the warm start with one credit estimator, its iterations and its closing validations
+# (T = 0.4 and greedy); ``benchmarks.arms`` runs it, side by side (a process each on the one GPU) or one after
+# the other, with N decided once for every arm.
+GREEDY_LABEL = "validation_greedy"  # the greedy pass's label in the run folder's validation.jsonl
 
+
+def validate_both(run: Any) -> tuple[dict[str, list[list]], float]:
+    """A started run's configured validation at the preset's temperature, then the same episodes (tasks, copies,
+    random draws) greedily (T = 0); the outcomes of each and the seconds of both."""
+    sampled, seconds = validate_on(run)
+    engine = run.engine
+    config = engine.config
+    engine.config = dataclasses.replace(config, val_temperature=0.0)  # the engine's validation reads its config
+    try:
+        greedy, greedy_seconds = validate_on(run, list(engine.val_tasks), GREEDY_LABEL)
+    finally:
+        engine.config = config
+    return {"sampled": sampled, "greedy": greedy}, seconds + greedy_seconds
+
+
+def run_arm(spec: dict[str, Any], plan: Plan) -> dict[str, Any]:
+    """One arm: build, one iteration, ``plan``, the other N - 1 iterations in the time left to it (the deadline
+    less what the later arms need), then both closing validations. Returns its figures and outcomes."""
+    run, build = open_arm(spec, overwrite=True)  # (an arm's folder is this command's: a rerun starts it over)
+    with run:
+        rows: list[dict[str, float]] = []
+        train_arm(run, rows, 1, spec["deadline"], spec["reserve"])
+        iterations, later_seconds = plan(rows[0]["wall"], build)
+        stopped = train_arm(run, rows, iterations, spec["deadline"] - later_seconds, spec["reserve"])
+        outcomes, seconds = validate_both(run)
+    result = {"iterations_planned": iterations, "iterations_done": len(rows), "per_iteration": rows,
+              "rates": mean_figures(rows), "build_seconds": build, "closing_validation_seconds": seconds}
+    result["regime"] = regime(result["rates"])
+    return result | ({"stopped": stopped} if stopped else {}) | {"outcomes": outcomes}
+
+
+# ---------------------------------------------------------------------------------------------- the program
 def registered_arms() -> list[str]:
     """Issue 57's arms (PGPO, HGPO, GraphGPO, PACE beside GRPO, GiGPO w/std and ECPO's), the reference first: the
     arm every other one is compared with here, as in the registered protocol."""
@@ -201,37 +244,60 @@ def keep(report: dict[str, Any], arm: str, result: dict[str, Any]) -> None:
     score(report)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(__spec__.name, description=__doc__.split("\n\n")[0])
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--smoke", action="store_true", help="tiny sizes on any device (for tests)")
-    parser.add_argument("--arms", nargs="+", default=["ecpo", "gigpo_std"], help="credit estimators, first = ECPO")
-    parser.add_argument("--registered", action="store_true",
-                        help="the arms of issue 57's registered comparison (benchmarks/estimator_comparison.yaml), its "
-                             "reference GiGPO w/std first; replaces --arms")
-    parser.add_argument("--time-limit", type=float, default=450.0, help="seconds for the whole command")
-    parser.add_argument("--iterations", type=int, default=None, help="iterations per arm (default: what fits)")
-    parser.add_argument("--max-iterations", type=int, default=200)
-    parser.add_argument("--model", default=str(DEFAULT_MODEL), help="SmolLM2 folder")
-    parser.add_argument("--preset", default="alfworld_gpu")
-    parser.add_argument("--sft-preset", default=None,
-                        help="the preset whose task order and seed make the warm start (default: --preset)")
-    parser.add_argument("--seed", type=int, default=None, help="the arms' seed (default: the preset's)")
-    parser.add_argument("--sft-episodes", type=int, default=96)
-    parser.add_argument("--sft-epochs", type=int, default=2)
-    parser.add_argument("--sft-lr", type=float, default=1e-5)
-    parser.add_argument("--score-batch", type=int, default=64, help="on CUDA: items per scoring forward")
-    parser.add_argument("--parallel", action=argparse.BooleanOptionalAction, default=None,
-                        help="the arms side by side, a process each on the one device (default: on CUDA)")
-    parser.add_argument("--plan", action="store_true",
-                        help="print how many seed pairs one 15-minute window holds for these sizes, and stop")
-    parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--rescore", type=Path, default=None, metavar="JSON",
-                        help="recompute the paired tests of a returned report (where scipy is) and rewrite it "
-                             "(to --out if given) with its markdown")
-    args = parser.parse_args(argv)
-    if args.rescore is not None:
-        rescore(args.rescore, args.out, has_after_outcomes,
+# The options each stage reads: any other given is refused in one line (benchmarks.study).
+RUN_OPTIONS = ("device", "smoke", "arms", "registered", "time_limit", "iterations", "max_iterations", "model", "preset",
+               "sft_preset", "seed", "sft_episodes", "sft_epochs", "sft_lr", "score_batch", "parallel", "out")
+STAGE_OPTIONS = {"run": RUN_OPTIONS, "plan": ("arms", "registered", "iterations", "preset", "sft_episodes"),
+                 "report": ("from_json", "out"), "seeds": ("from_json", "out")}
+DEFAULTS = {"device": "cuda", "smoke": False, "arms": ["ecpo", "gigpo_std"], "registered": False,
+            "time_limit": 450.0, "max_iterations": 200, "model": str(DEFAULT_MODEL), "preset": "alfworld_gpu",
+            "sft_episodes": 96, "sft_epochs": 2, "sft_lr": 1e-5, "score_batch": 64}
+
+
+def main(argv: list[str] | None = None) -> Any:
+    from benchmarks.study import StudyCommand
+
+    command = StudyCommand(__spec__.name, __doc__.split("\n\n")[0], STAGE_OPTIONS,
+                           "run: one seed's pair; plan: how many seed pairs one 15-minute window holds for these "
+                           "sizes; report: a returned report's paired tests again (where scipy is); seeds: the "
+                           "reports of one protocol, one per seed, summarised (the seed as the unit)", DEFAULTS)
+    command.add("--device", help="run: default cuda")
+    command.add("--smoke", action="store_const", const=True, help="run: tiny sizes on any device (for tests)")
+    command.add("--arms", nargs="+", help="run, plan: credit estimators, first = ECPO (default ecpo gigpo_std)")
+    command.add("--registered", action="store_const", const=True,
+                help="run, plan: the arms of issue 57's registered comparison (benchmarks/estimator_comparison.yaml), "
+                     "its reference GiGPO w/std first; replaces --arms")
+    command.add("--time-limit", type=float, help="run: seconds for the whole command (default 450)")
+    command.add("--iterations", type=int, help="run, plan: iterations per arm (default: what fits)")
+    command.add("--max-iterations", type=int, help="run: default 200")
+    command.add("--model", help="run: SmolLM2 folder")
+    command.add("--preset", help="run, plan: default alfworld_gpu")
+    command.add("--sft-preset", help="run: the preset whose task order and seed make the warm start (default: --preset)")
+    command.add("--seed", type=int, help="run: the arms' seed (default: the preset's)")
+    command.add("--sft-episodes", type=int, help="run, plan: default 96")
+    command.add("--sft-epochs", type=int, help="run: default 2")
+    command.add("--sft-lr", type=float, help="run: default 1e-5")
+    command.add("--score-batch", type=int, help="run, on CUDA: items per scoring forward (default 64)")
+    command.add("--parallel", action=argparse.BooleanOptionalAction,
+                help="run: the arms side by side, a process each on the one device (default: on CUDA)")
+    command.add("--out", type=Path, help="run: the report (default benchmarks/results/gpu_comparison.json on CUDA); "
+                                         "report: where the rescored report goes (default: over itself); seeds: the "
+                                         "summary's JSON (its markdown beside it)")
+    command.add("--from-json", type=Path, nargs="+", metavar="JSON",
+                help="report: a returned report (one); seeds: gpu_comparison reports, one per seed")
+    args = command.parse(argv)
+    if args is None:
+        return 2
+    if args.stage in ("report", "seeds") and not args.from_json:
+        fail(f"{args.stage} needs --from-json JSON")
+    if args.stage == "seeds":
+        from benchmarks import comparison_seeds
+
+        return comparison_seeds.summarise_reports(args.from_json, args.out)
+    if args.stage == "report":
+        if len(args.from_json) != 1:
+            fail("report --from-json: give one report (seeds summarises several)")
+        rescore(args.from_json[0], args.out, has_after_outcomes,
                 "it holds no outcomes after training (the run stopped before its first closing validation)",
                 score, render)
         return 0
@@ -245,12 +311,12 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [a for a in args.arms if a not in available_estimators()]
     if unknown:
         fail(f"--arms: unknown estimator {unknown[0]!r}; valid: {', '.join(available_estimators())}")
-    if args.parallel is None:
-        args.parallel = args.device.startswith("cuda")
-    if args.plan:
+    if args.stage == "plan":
         plan = plan_for(args, load("--preset", args.preset, []))
         print(plan["text"] if plan else f"no first GPU run to plan from ({GPU_RUN.name} is absent)")
         return 0
+    if args.parallel is None:
+        args.parallel = args.device.startswith("cuda")
     if refuse_without_cuda(args.device, "gpu_comparison"):
         return 2
     if args.smoke:

@@ -1,5 +1,6 @@
 """The report of ``benchmarks/gpu_comparison.py``: its paired tests, per-household outcomes and markdown, from the
-outcomes a run stored. No torch: the GPU machine writes it after every stage, and ``--rescore`` recomputes it here.
+outcomes a run stored. No torch: the GPU machine writes it after every stage, and ``report --from-json``
+recomputes it here.
 
 One report is one seed: its ECPO - GiGPO w/std difference is one unit of the registered comparison, which takes
 the seed as the unit (``benchmarks/comparison_seeds.py``). Its episode-level McNemar lines are conditional on this
@@ -40,7 +41,7 @@ def households(outcomes: dict[str, list[list]]) -> dict[str, dict[str, int]]:
 def score(report: dict[str, Any]) -> dict[str, Any]:
     """The paired tests of a report, from its stored outcomes, at each temperature: each arm's after - before, the
     first arm against each later one, and both by part where the preset has a training pool; and the outcomes per
-    household. The GPU machine may lack scipy, so there the tests read "not computed"; ``--rescore`` runs this
+    household. The GPU machine may lack scipy, so there the tests read "not computed"; ``report --from-json`` runs this
     again here on the JSON it returned."""
     outcomes = report.get("outcomes", {})
     arms = report.get("arms", [])

@@ -1,8 +1,9 @@
-"""The CPU baselines of ``benchmarks/paper_benchmarks.py`` (``--leaderboard-games K``): the untrained SmolLM2,
-then the benchmark's warm start, each through ``ecpo leaderboard`` on real ALFWorld ``valid_seen`` games, and
-``OUT/baselines.json`` beside the leaderboard's own files (docs/leaderboard.md).
+"""The CPU baselines of ``benchmarks/paper_benchmarks.py`` (its ``baselines`` stage): the
+untrained SmolLM2, then the benchmark's warm start, each through ``ecpo leaderboard`` on real ALFWorld ``valid_seen``
+games, and ``OUT/baselines.json`` beside the leaderboard's own files (docs/leaderboard.md).
 
-    python -m benchmarks.paper_benchmarks --env alfworld --device cpu --leaderboard-games 4 --sft-per-type 1 --out DIR
+    python -m benchmarks.paper_benchmarks baselines --env alfworld --device cpu --leaderboard-games 4 \\
+        --sft-per-type 1 --out DIR
 """
 
 from __future__ import annotations

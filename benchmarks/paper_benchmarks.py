@@ -20,7 +20,7 @@ One program, three environments (``--env``), each run the same way in commands o
    paired interval (``paper_benchmarks_report``).
 
 Every stage writes ``OUT/report.json`` (and ``report.md``); the arms log and then checkpoint every iteration in
-their run folders (``OUT/run_<arm>``), and an arm's progress is its run folder's (``paper_benchmarks_arms``), so a
+their run folders (``OUT/run_<arm>``), and an arm's progress is its run folder's (:func:`arm_progress`), so a
 kill at any instant neither loses nor repeats an iteration. One command owns ``OUT`` at a time (``OUT/run.lock``,
 the run folders' lock): a second one is refused in one line naming the first.
 A command stopped by its ``--time-limit`` leaves what it finished, and the same command again continues from
@@ -53,14 +53,14 @@ the generated set's 100 x 2 together, All), paired episode by episode, with the 
 w/std's after, on the same episodes, read the same way (ECPO better only where the interval excludes 0). Search-QA:
 where the invalid-action rate exceeds 0.5 both before and after, no learning figure is read; the rate is the
 result. The per-column changes (task types, WebShop's score, the separate QA sets) are secondary. The report is
-read once, on the JSON the GPU run returns (``--rescore``).
+read once, on the JSON the GPU run returns (``report --from-json``).
 
-    python -m benchmarks.paper_benchmarks --env alfworld --out DIR [--time-limit 540] [--total-time 540]
-    python -m benchmarks.paper_benchmarks --env alfworld --out DIR     # again: continues what DIR holds
-    python -m benchmarks.paper_benchmarks --rescore DIR/report.json --out benchmarks/results/paper_alfworld.json
-    python -m benchmarks.paper_benchmarks --env alfworld --device cpu --leaderboard-games 4 --sft-per-type 1 \\
+    python -m benchmarks.paper_benchmarks run --env alfworld --out DIR [--time-limit 540] [--total-time 540]
+    python -m benchmarks.paper_benchmarks run --env alfworld --out DIR     # again: continues what DIR holds
+    python -m benchmarks.paper_benchmarks report --from-json DIR/report.json --out benchmarks/results/paper_alfworld.json
+    python -m benchmarks.paper_benchmarks baselines --env alfworld --device cpu --leaderboard-games 4 --sft-per-type 1 \\
         --out DIR        # the CPU baselines: the untrained model and a warm start through `ecpo leaderboard`
-    python -m benchmarks.paper_benchmarks --env alfworld --device cpu --smoke --out DIR   # tiny sizes (tests)
+    python -m benchmarks.paper_benchmarks run --env alfworld --device cpu --smoke --out DIR   # tiny sizes (tests)
 
 docs/gpu.md ("The paper's benchmarks on one GPU") gives the order, the files each needs and their minutes.
 """
@@ -78,15 +78,15 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import ArgumentParser, fail, refuse_without_cuda, rescore, write_report
-from benchmarks.arms import Failure, open_arm, run_side_by_side
+from benchmarks import fail, refuse_without_cuda, rescore, write_report
+from benchmarks.arms import Failure, Plan, arm_row, open_arm, run_side_by_side, train_arm
 from benchmarks.gpu_comparison import iterations_that_fit
-from benchmarks.gpu_learning import DEFAULT_MODEL, learning_overrides, write_smoke_model
+from benchmarks.gpu_learning import DEFAULT_MODEL, learning_overrides, mean_figures, write_smoke_model
 from benchmarks.gpu_run import device_facts
 from benchmarks.gpu_window import closing_seconds
-from benchmarks.paper_benchmarks_arms import REPORT, arm_result, read_record, run_arm, validate
 from benchmarks.paper_benchmarks_report import render, score
 
+REPORT = "report.json"  # the program's stages so far (the arm reads its training tasks there)
 PLAN = "plan.json"  # the iterations every arm runs, fixed once by the slowest arm's first iteration
 
 
@@ -241,6 +241,128 @@ class Stages:
         return record["iterations"]
 
 
+# ---------------------------------------------------------------------------------------------- the arms
+# The validation pass every stage uses, and one arm (a trainer from the warm start with one credit estimator,
+# resumed from its checkpoint across commands), which ``benchmarks.arms`` runs side by side with the others.
+
+
+def validate(run: Any, sets: dict[str, tuple[str, dict, list[str]]]) -> tuple[list[dict], float]:
+    """Every validation set once, through the native validation pass (``builders.validation_outcome``: the
+    validation temperature, the draws fixed by (seed, copy, step)), each set on its own environment; the
+    episodes (``paper_benchmarks_report`` module docstring) and the seconds taken. Each set is also recorded
+    in the run's ``validation.jsonl`` under its name (the run shell's log)."""
+    from ecpo_gym.group import GroupVectorEnv
+    from ecpo_train.core.tasks import validation_seed
+    from ecpo_train.runtime.builders import validation_outcome
+
+    started = time.perf_counter()
+    trainer, cfg, episodes = run.engine, run.config, []
+    for name, (env_id, env_kwargs, tasks) in sets.items():
+        env_kwargs = {**env_kwargs, **{k: v for k, v in cfg.env_kwargs.items() if k == "max_steps"}}
+        config = dataclasses.replace(cfg, env_id=env_id, env_kwargs=env_kwargs)
+        envs = GroupVectorEnv(env_id, len(tasks), cfg.val_episodes_per_task, env_kwargs=env_kwargs)
+        try:
+            played, _ = validation_outcome(trainer.policy, config, envs, tasks, validation_seed(cfg.seed))
+        finally:
+            envs.close()
+        run.log.append_validation(trainer.iteration, played, tasks=name)
+        copies: dict[str, int] = {}
+        for e in played:
+            copies[e.task_id] = copies.get(e.task_id, -1) + 1
+            graded = next((e.final_info[k] for k in ("score", "em") if e.final_info.get(k) is not None), e.won)
+            episodes.append({"set": name, "task": e.task_id, "copy": copies[e.task_id], "type": e.task_type,
+                             "won": int(e.won), "score": float(graded), "invalid": int(e.invalid_steps),
+                             "steps": int(e.length)})
+    return episodes, time.perf_counter() - started
+
+
+def read_record(path: Path, keys: tuple[str, ...] = ()) -> dict[str, Any] | None:
+    """The JSON object in ``path`` (``None`` where there is none) holding ``keys``; anything else (cut, empty, a
+    list, a key missing) is one ``ValueError`` naming the file."""
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path} cannot be read ({type(error).__name__}); delete it to redo its stage") from None
+    missing = [key for key in keys if not isinstance(record, dict) or key not in record]
+    if not isinstance(record, dict) or missing:
+        raise ValueError(f"{path} is not this program's record (no {', '.join(missing) or 'mapping'}); delete it to "
+                         "redo its stage")
+    return record
+
+
+def arm_progress(run_dir: Path) -> list[dict[str, float]]:
+    """An arm's iterations done, from its run folder alone: each iteration's :func:`benchmarks.arms.arm_row` that
+    ``metrics.jsonl`` logged up to the checkpoint's iteration. A line logged after the checkpoint (a kill before
+    the checkpoint was written) is not done: the resume trains it again."""
+    from ecpo_train.runtime.checkpoint_io import checkpoint_iteration
+    from ecpo_train.runtime.run_dir import RunFolder, read_metrics_file
+
+    folder = RunFolder(run_dir)
+    done = checkpoint_iteration(folder.checkpoint()) if folder.checkpoint().is_file() else 0
+    if not done or not folder.metrics.is_file():
+        return []
+    rows = [row for row in read_metrics_file(folder.metrics)[0] if 0 < row.get("iteration", 0) <= done]
+    if any("time/iteration" not in row for row in rows):
+        raise ValueError(f"{folder.metrics} holds iterations without time/iteration: not an arm of this program; "
+                         "give another --out")
+    return [arm_row(row) for row in rows]
+
+
+def arm_result(out: Path, arm: str) -> dict[str, Any]:
+    """What the report holds of an arm: its iterations from its run folder (:func:`arm_progress`), why it stopped
+    early and its closing validation where ``arm_<arm>.json`` recorded them at that same iteration."""
+    rows = arm_progress(out / f"run_{arm}")
+    record = read_record(out / f"arm_{arm}.json", ("iteration",)) or {"iteration": -1}
+    current = record["iteration"] == len(rows)
+    return ({"iterations_done": len(rows), "per_iteration": rows, "rates": mean_figures(rows)}
+            | ({"stopped": record["stopped"]} if current and record.get("stopped") else {})
+            | ({"after": record["after"]} if current and "after" in record else {}))
+
+
+def run_arm(spec: dict[str, Any], plan: Plan) -> dict[str, Any]:
+    """One arm, run by ``benchmarks.arms`` in a process of its own (``spec``: the arms' config, the out folder, the
+    validation ``sets``): a run from the warm start in ``OUT/run_<arm>``, started or resumed by the run shell
+    (``runtime.run.open_run``: its lock, its checkpoint, its metrics cut back to it), iterations up to the plan
+    (decided once for every arm from their first iterations), each logged and checkpointed (``checkpoint_every``
+    1), and the closing validation once the plan is done. The arm's progress is its run folder's
+    (:func:`arm_progress`); ``OUT/arm_<arm>.json`` (written whole) only records, at an iteration, why the arm
+    stopped or its closing validation. Returns the arm's result (:func:`arm_result`)."""
+    from ecpo_train.policies.atomic import write_text
+    from ecpo_train.runtime.resume import RESUME_OR_START
+    from ecpo_train.runtime.run_dir import RunFolder, holds_run
+
+    out, arm = Path(spec["out"]), spec["arm"]
+    path, run_dir = out / f"arm_{arm}.json", out / f"run_{arm}"
+    if "after" in arm_result(out, arm):
+        return arm_result(out, arm)
+    train_tasks = read_record(out / REPORT, ("train_tasks",))["train_tasks"]
+    # a folder holding the arm's first lines but no checkpoint (killed in its first iteration) starts over
+    fresh = holds_run(run_dir) and not RunFolder(run_dir).checkpoint().is_file()
+    run, _ = open_arm(spec, resume=False if fresh else RESUME_OR_START, overwrite=fresh,
+                      model=str(out / "sft_model"), estimator=arm, run_dir=str(run_dir), train_tasks=train_tasks,
+                      checkpoint_every=1)
+
+    def record(**fields: Any) -> dict[str, Any]:
+        write_text(path, json.dumps({"iteration": run.engine.iteration} | fields, indent=1) + "\n")
+        return arm_result(out, arm)
+
+    with run:
+        rows = arm_progress(run_dir)
+        if len(rows) != run.engine.iteration:
+            raise ValueError(f"{run_dir} logs {len(rows)} iterations and its checkpoint holds {run.engine.iteration}: "
+                             "not an arm of this program; give another --out")
+        train_arm(run, rows, 1, spec["deadline"], spec["reserve"])
+        planned, _ = plan(rows[0]["wall"], 0.0)
+        stopped = train_arm(run, rows, planned, spec["deadline"], spec["reserve"])
+        if stopped:
+            return record(stopped=f"{stopped}: run the command again to continue")
+        after, _ = validate(run, spec["sets"])
+        return record(after=after)
+
+
+# ---------------------------------------------------------------------------------------------- the program
 def run(args: argparse.Namespace) -> Failure | None:
     """Every stage not yet in ``OUT`` (module docstring), the arms side by side (``benchmarks.arms``); an arm's
     failure, if one (the others were stopped)."""
@@ -311,37 +433,56 @@ def run(args: argparse.Namespace) -> Failure | None:
 
 
 # ---------------------------------------------------------------------------------------------- main
+# The options each stage reads: any other given is refused in one line (benchmarks.study).
+RUN_OPTIONS = ("env", "out", "device", "smoke", "arms", "time_limit", "total_time", "max_iterations", "model",
+               "train_data", "seed", "val_episodes", "sft_per_type", "sft_epochs", "sft_lr", "sft_batch", "score_batch")
+STAGE_OPTIONS = {"run": RUN_OPTIONS, "baselines": (*RUN_OPTIONS, "leaderboard_games", "report_only"),
+                 "report": ("from_json", "out")}
+DEFAULTS = {"env": "alfworld", "device": "cuda", "smoke": False, "arms": ["ecpo", "gigpo_std"], "time_limit": 540.0,
+            "max_iterations": 200, "model": str(DEFAULT_MODEL), "seed": 0, "val_episodes": 2, "sft_epochs": 2,
+            "sft_lr": 1e-5, "sft_batch": 2, "score_batch": 64, "report_only": False}
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(__spec__.name, description=__doc__.split("\n\n")[0])
-    parser.add_argument("--env", choices=sorted(BENCHMARKS), default="alfworld")
-    parser.add_argument("--out", type=Path, default=None, help="the out folder (a second command continues it)")
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--smoke", action="store_true", help="tiny sizes on any device (for tests)")
-    parser.add_argument("--arms", nargs="+", default=["ecpo", "gigpo_std"], help="credit estimators, first = ECPO")
-    parser.add_argument("--time-limit", type=float, default=540.0, help="seconds for this command")
-    parser.add_argument("--total-time", type=float, default=None,
-                        help="seconds for the whole program over its commands (default: --time-limit)")
-    parser.add_argument("--max-iterations", type=int, default=200)
-    parser.add_argument("--model", default=str(DEFAULT_MODEL), help="SmolLM2 folder")
-    parser.add_argument("--train-data", default=None, help="data_dir of the training environment (default: its own)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--val-episodes", type=int, default=2, help="validation episodes per task")
-    parser.add_argument("--sft-per-type", type=int, default=None, help="warm-start tasks per type (16 CUDA, 2 CPU)")
-    parser.add_argument("--sft-epochs", type=int, default=2)
-    parser.add_argument("--sft-lr", type=float, default=1e-5)
-    parser.add_argument("--sft-batch", type=int, default=2, help="expert steps per optimizer step of the warm start")
-    parser.add_argument("--score-batch", type=int, default=64, help="on CUDA: items per scoring forward")
-    parser.add_argument("--leaderboard-games", type=int, default=None,
-                        help="instead of training: the CPU baselines on this many valid_seen games per task type")
-    parser.add_argument("--report-only", action="store_true",
-                        help="with --leaderboard-games: only rewrite OUT/baselines.json from the episodes played")
-    parser.add_argument("--rescore", type=Path, default=None, metavar="JSON",
-                        help="recompute the paired tests of a returned report.json (where scipy is) and write it "
-                             "with its markdown to --out")
-    args = parser.parse_args(argv)
-    if args.rescore is not None:
-        rescore(args.rescore, args.out, "episodes", "it holds no validation episodes", score, render)
+    from benchmarks.study import StudyCommand
+
+    command = StudyCommand(__spec__.name, __doc__.split("\n\n")[0], STAGE_OPTIONS,
+                           "run: warm start, validation, the arms side by side, validation after (resumable); "
+                           "baselines: instead of training, the CPU baselines through `ecpo leaderboard`; report: a "
+                           "returned report.json's paired tests again (where scipy is)", DEFAULTS)
+    command.add("--env", choices=sorted(BENCHMARKS), help="default alfworld")
+    command.add("--out", type=Path, help="run, baselines: the out folder (a second command continues it); report: "
+                                         "where the rescored report goes")
+    command.add("--device", help="default cuda")
+    command.add("--smoke", action="store_const", const=True, help="tiny sizes on any device (for tests)")
+    command.add("--arms", nargs="+", help="credit estimators, first = ECPO (default ecpo gigpo_std)")
+    command.add("--time-limit", type=float, help="seconds for this command (default 540)")
+    command.add("--total-time", type=float, help="seconds for the whole program over its commands (default: "
+                                                 "--time-limit)")
+    command.add("--max-iterations", type=int, help="default 200")
+    command.add("--model", help="SmolLM2 folder")
+    command.add("--train-data", help="data_dir of the training environment (default: its own)")
+    command.add("--seed", type=int, help="default 0")
+    command.add("--val-episodes", type=int, help="validation episodes per task (default 2)")
+    command.add("--sft-per-type", type=int, help="warm-start tasks per type (16 CUDA, 2 CPU)")
+    command.add("--sft-epochs", type=int, help="default 2")
+    command.add("--sft-lr", type=float, help="default 1e-5")
+    command.add("--sft-batch", type=int, help="expert steps per optimizer step of the warm start (default 2)")
+    command.add("--score-batch", type=int, help="on CUDA: items per scoring forward (default 64)")
+    command.add("--leaderboard-games", type=int, help="baselines: this many valid_seen games per task type")
+    command.add("--report-only", action="store_const", const=True,
+                help="baselines: only rewrite OUT/baselines.json from the episodes played")
+    command.add("--from-json", type=Path, metavar="JSON", help="report: a returned report.json")
+    args = command.parse(argv)
+    if args is None:
+        return 2
+    if args.stage == "report":
+        if args.from_json is None:
+            fail("report needs --from-json JSON")
+        rescore(args.from_json, args.out, "episodes", "it holds no validation episodes", score, render)
         return 0
+    if args.stage == "baselines" and args.leaderboard_games is None:
+        fail("baselines needs --leaderboard-games K")
     if args.out is None:
         fail("--out DIR: the folder the program writes (and a second command continues)")
     from ecpo_train.core.credit.registry import available_estimators
@@ -361,11 +502,11 @@ def main(argv: list[str] | None = None) -> int:
     lock = None
     try:  # one command per --out at a time: a second one is refused naming the first (the run folder's lock)
         lock = acquire_run_lock(args.out, engine="paper_benchmarks", label=f"--out {args.out}")
-        if args.leaderboard_games is not None:
+        if args.stage == "baselines":
             from benchmarks.paper_baselines import leaderboard_baselines
 
             if args.env != "alfworld":
-                fail("--leaderboard-games evaluates real ALFWorld games: give --env alfworld")
+                fail("baselines evaluates real ALFWorld games: give --env alfworld")
             config, _ = load_configs(args, args.out)
             spec = BENCHMARKS[args.env]
             sft_tasks = [] if args.report_only else warm_start_tasks(spec, training_tasks(config, spec),

@@ -2,8 +2,8 @@
 by episode, and the registered endpoint, from the episodes the program stored.
 
 No torch and no scipy needed: the GPU machine renders it after every stage (the paired tests then read "not
-computed"), and here ``python -m benchmarks.paper_benchmarks --rescore OUT`` renders it again with the tests
-(``gpu_run_report.paired_test``, i.e. ``stats.paired_outcomes``).
+computed"), and here ``python -m benchmarks.paper_benchmarks report --from-json OUT/report.json`` renders it again
+with the tests (``gpu_run_report.paired_test``, i.e. ``stats.paired_outcomes``).
 
 An episode is stored as ``{"set", "task", "copy", "type", "won", "score", "invalid", "steps"}``: the validation set
 it belongs to, its task id and copy (the pair key: before and after play the same ``(set, task, copy)`` with the

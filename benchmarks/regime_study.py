@@ -17,8 +17,6 @@ plays no ``valid_seen`` game. ``report`` reads the endpoint (read once, after th
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import sys
 from pathlib import Path
@@ -241,36 +239,38 @@ def figure(out: Path, bed_name: str, png: Path, seeds: list[int], keys: tuple[st
     return png
 
 
+# The options each stage reads besides --out and --testbed (probe, figure); --json: every stage's result written too.
+STAGE_OPTIONS = {"probe": ("json", "warm_starts"), "pilot-seeds": ("json",), "report": ("json",),
+                 "figure": ("json", "png", "seeds")}
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("stage", choices=["probe", "pilot-seeds", "report", "figure"])
-    parser.add_argument("--out", required=True, help="the study folder (alfworld_text run's --out)")
-    parser.add_argument("--testbed", default="regime_open", help="probe, figure: regime_open or regime_admissible")
-    parser.add_argument("--json", help="write the result here as well")
-    parser.add_argument("--png", help="figure: the image to write")
-    parser.add_argument("--seeds", nargs="+", type=int, help="figure: the runs' seeds (default: the study's)")
-    parser.add_argument("--warm-starts", nargs="+", help="probe: only these warm starts (a, b; default both)")
-    args = parser.parse_args(argv)
-    try:
-        out = Path(args.out)
-        if args.stage == "probe":
-            result = probe(out, args.testbed, labels=args.warm_starts)
-        elif args.stage == "pilot-seeds":
-            result = pilot_seeds(out)
-        elif args.stage == "report":
-            result = report(out)
-        else:
-            if not args.png:
-                raise ValueError("figure needs --png")
-            result = {"png": str(figure(out, args.testbed, Path(args.png), args.seeds or study_seeds(protocol())))}
-    except (RuntimeError, ValueError, OSError) as err:
-        print(f"error: {' '.join(str(err).split())[:300]}", file=sys.stderr)
+    from benchmarks.study import StudyCommand, run_stage
+
+    command = StudyCommand(__spec__.name, __doc__.split("\n\n")[0], STAGE_OPTIONS)
+    command.add("--out", required=True, common=True, help="the study folder (alfworld_text run's --out)")
+    command.add("--testbed", default="regime_open", common=True, help="probe, figure: regime_open or regime_admissible")
+    command.add("--json", help="write the result here as well")
+    command.add("--png", help="figure: the image to write")
+    command.add("--seeds", nargs="+", type=int, help="figure: the runs' seeds (default: the study's)")
+    command.add("--warm-starts", nargs="+", help="probe: only these warm starts (a, b; default both)")
+    args = command.parse(argv)
+    if args is None:
         return 2
-    text = json.dumps(result, indent=1, default=str)
-    if args.json:
-        Path(args.json).write_text(text + "\n", encoding="utf-8")
-    print(text)
-    return 0
+    out = Path(args.out)
+
+    def stage() -> dict[str, Any]:
+        if args.stage == "probe":
+            return probe(out, args.testbed, labels=args.warm_starts)
+        if args.stage == "pilot-seeds":
+            return pilot_seeds(out)
+        if args.stage == "report":
+            return report(out)
+        if not args.png:
+            raise ValueError("figure needs --png")
+        return {"png": str(figure(out, args.testbed, Path(args.png), args.seeds or study_seeds(protocol())))}
+
+    return run_stage(stage, args.json, default=str)
 
 
 if __name__ == "__main__":

@@ -181,7 +181,7 @@ def test_webshop_search_template_becomes_the_instruction_query():
 @pytest.mark.slow
 def test_quick_run_writes_table_plots_and_a_report_that_matches_the_json(tmp_path):
     cs, stats, report_of = credit_study, credit_study_stats, credit_study_report
-    assert cs.main(["--quick", "--out", str(tmp_path), "--envs", "diagnostic"]) == 0
+    assert cs.main(["run", "--quick", "--out", str(tmp_path), "--envs", "diagnostic"]) == 0
     payload = json.loads((tmp_path / "credit_study_quick.json").read_text())
     report = (tmp_path / "credit_study_quick.md").read_text()
     summary = payload["summary"]
@@ -236,7 +236,7 @@ def test_quick_run_writes_table_plots_and_a_report_that_matches_the_json(tmp_pat
     assert f"train-return std r = {conf['corr_final_success_late_reward_std']:+.2f}" in report
     # re-summarising the JSON reproduces the report
     again = tmp_path / "again"
-    assert cs.main(["--from-json", str(tmp_path / "credit_study_quick.json"), "--out", str(again)]) == 0
+    assert cs.main(["report", "--from-json", str(tmp_path / "credit_study_quick.json"), "--out", str(again)]) == 0
     assert (again / "credit_study_quick.md").read_text() == report
 
 
@@ -252,11 +252,11 @@ def test_studies_of_different_methods_merge_into_the_study_of_all(tmp_path):
         paths.append(tmp_path / f"{name}.json")
         paths[-1].write_text(json.dumps(part))
     out = tmp_path / "merged"
-    assert cs.main(["--from-json", *map(str, paths), "--out", str(out)]) == 0
+    assert cs.main(["report", "--from-json", *map(str, paths), "--out", str(out)]) == 0
     merged = json.loads((out / "credit_study_quick.json").read_text())
     assert merged["protocol"]["methods"] == whole["protocol"]["methods"]
     for key in ("cells", "claims", "readings"):
         assert json.dumps(merged["summary"][key]) == json.dumps(whole["summary"][key]), key  # NaN MDEs compare
     assert "Merged from separate runs" in (out / "credit_study_quick.md").read_text()
     with pytest.raises(ValueError, match="share"):
-        cs.main(["--from-json", str(paths[0]), str(paths[0]), "--out", str(out)])
+        cs.main(["report", "--from-json", str(paths[0]), str(paths[0]), "--out", str(out)])

@@ -12,7 +12,7 @@ from conftest import TOKENIZER_DIR
 
 from benchmarks import gpu_comparison, gpu_window
 from benchmarks.arms import run_side_by_side
-from benchmarks.gpu_comparison_arms import run_arm
+from benchmarks.gpu_comparison import run_arm
 from benchmarks.gpu_comparison_report import households, split_parts
 
 
@@ -43,7 +43,7 @@ def test_window_plan_counts_seed_pairs_from_the_first_gpu_runs_rates():
 
 
 def test_plan_prints_the_window_for_a_presets_sizes(capsys):
-    assert gpu_comparison.main(["--plan", "--device", "cpu", "--preset", "alfworld_cpu_pool", "--iterations", "16",
+    assert gpu_comparison.main(["plan", "--preset", "alfworld_cpu_pool", "--iterations", "16",
                                 "--sft-episodes", "48"]) == 0
     assert "one 15-minute window (NVIDIA H100 80GB HBM3 rates" in capsys.readouterr().out
 
@@ -53,7 +53,7 @@ def test_plan_prints_the_window_for_a_presets_sizes(capsys):
                                          (["ecpo", "gigpo_typo"], "unknown estimator 'gigpo_typo'")])
 def test_bad_arms_are_one_line(capsys, arms, words):
     with pytest.raises(SystemExit) as stop:
-        gpu_comparison.main(["--device", "cpu", "--smoke", "--arms", *arms])
+        gpu_comparison.main(["run", "--device", "cpu", "--smoke", "--arms", *arms])
     err = capsys.readouterr().err.strip()
     assert stop.value.code == 2 and len(err.splitlines()) == 1 and words in err
 
@@ -63,7 +63,7 @@ def test_smoke_trains_both_arms_from_one_warm_start_and_pairs_them(tmp_path):
     if not (TOKENIZER_DIR / "tokenizer.json").exists():
         pytest.skip(f"no Qwen2.5 tokenizer at {TOKENIZER_DIR} (set ECPO_TOKENIZER_DIR)")
     out = tmp_path / "cmp.json"
-    assert gpu_comparison.main(["--device", "cpu", "--smoke", "--out", str(out)]) == 0
+    assert gpu_comparison.main(["run", "--device", "cpu", "--smoke", "--out", str(out)]) == 0
     report = json.loads(out.read_text())
     ecpo, gigpo = report["results"]["ecpo"], report["results"]["gigpo_std"]
     assert report["iterations"] == ecpo["iterations_done"] == gigpo["iterations_done"] == 2  # sized, then capped
@@ -88,7 +88,7 @@ def test_smoke_trains_both_arms_from_one_warm_start_and_pairs_them(tmp_path):
     assert "**ecpo - gigpo_std after training (T = 0.4, primary)**: ecpo" in text
     assert "**ecpo - gigpo_std after training (greedy, T = 0)**" in text
     # side by side (two processes) the arms play and score exactly what they played one after the other
-    assert gpu_comparison.main(["--device", "cpu", "--smoke", "--parallel", "--out", str(tmp_path / "par.json")]) == 0
+    assert gpu_comparison.main(["run", "--device", "cpu", "--smoke", "--parallel", "--out", str(tmp_path / "par.json")]) == 0
     parallel = json.loads((tmp_path / "par.json").read_text())
     assert parallel["parallel"] and parallel["outcomes"] == report["outcomes"]
     for arm in report["arms"]:
@@ -114,7 +114,7 @@ def test_a_bad_preset_seed_or_model_is_one_line(capsys, tmp_path):
                         (["--smoke", "--seed", "-1"], "--preset: seed=-1 is invalid"),
                         (["--model", str(tmp_path / "absent")], f"--model: no model at {tmp_path / 'absent'}")):
         with pytest.raises(SystemExit) as stop:
-            gpu_comparison.main(["--device", "cpu", *argv])
+            gpu_comparison.main(["run", "--device", "cpu", *argv])
         err = capsys.readouterr().err.strip()
         assert stop.value.code == 2 and len(err.splitlines()) == 1 and words in err, err
 
@@ -134,7 +134,7 @@ def test_smoke_of_the_pool_protocol_pair_keeps_the_warm_starts_preset_and_splits
     if not (TOKENIZER_DIR / "tokenizer.json").exists():
         pytest.skip(f"no Qwen2.5 tokenizer at {TOKENIZER_DIR} (set ECPO_TOKENIZER_DIR)")
     out = tmp_path / "pool.json"
-    assert gpu_comparison.main(["--device", "cpu", "--smoke", "--preset", "alfworld_cpu_pool", "--sft-preset",
+    assert gpu_comparison.main(["run", "--device", "cpu", "--smoke", "--preset", "alfworld_cpu_pool", "--sft-preset",
                                 "alfworld_cpu", "--seed", "3", "--out", str(out)]) == 0
     report = json.loads(out.read_text())
     assert (report["seed"], report["sft_preset"], report["sft_seed"], report["train_task_count"]) == \
@@ -150,7 +150,7 @@ def test_smoke_of_the_pool_protocol_pair_keeps_the_warm_starts_preset_and_splits
     for arm in stripped["results"].values():
         arm["gain"] = {"test": "not computed (no scipy)"}
     (tmp_path / "returned.json").write_text(json.dumps(stripped))
-    assert gpu_comparison.main(["--rescore", str(tmp_path / "returned.json"), "--out", str(tmp_path / "r.json")]) == 0
+    assert gpu_comparison.main(["report", "--from-json", str(tmp_path / "returned.json"), "--out", str(tmp_path / "r.json")]) == 0
     assert json.loads((tmp_path / "r.json").read_text()) == report
     assert (tmp_path / "r.md").read_text() == out.with_suffix(".md").read_text()
 
@@ -160,10 +160,10 @@ def test_rescore_of_a_report_without_outcomes_is_one_line(tmp_path, capsys):
     (tmp_path / "broken.json").write_text("{")
     for name, words in (("early.json", "holds no outcomes after training"), ("broken.json", "Expecting"), ("none.json", "No such")):
         with pytest.raises(SystemExit) as stop:
-            gpu_comparison.main(["--rescore", str(tmp_path / name)])
+            gpu_comparison.main(["report", "--from-json", str(tmp_path / name)])
         assert stop.value.code == 2
         err = capsys.readouterr().err.strip()
-        assert len(err.splitlines()) == 1 and err.startswith("error: --rescore") and words in err
+        assert len(err.splitlines()) == 1 and err.startswith("error: --from-json") and words in err
 
 
 def test_households_count_each_validations_wins_per_task():

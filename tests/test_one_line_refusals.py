@@ -72,7 +72,7 @@ def test_sft_refuses_an_epoch_count_or_lr_past_any_use(tmp_path, flag, value, wo
 
 def test_every_benchmark_record_reader_names_the_file(tmp_path):
     """(paper_benchmarks' records: tests/test_paper_benchmarks.py; this is the shared reader's contract.)"""
-    from benchmarks.paper_benchmarks_arms import read_record
+    from benchmarks.paper_benchmarks import read_record
 
     (tmp_path / "r.json").write_text(json.dumps({"a": 1}))
     assert read_record(tmp_path / "r.json", ("a",)) == {"a": 1}

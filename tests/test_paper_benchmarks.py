@@ -77,10 +77,12 @@ def test_arms_that_ran_different_iterations_are_not_compared():
 
 
 @pytest.mark.parametrize("argv, words", [
-    (["--device", "cpu", "--smoke"], "--out DIR"),
-    (["--device", "cpu", "--smoke", "--out", "x", "--arms", "ecpo", "ecpo"], "give different estimators"),
-    (["--device", "cpu", "--smoke", "--out", "x", "--arms", "ecpo", "nope"], "give different estimators"),
-    (["--env", "nope"], "invalid choice: 'nope'"),
+    (["run", "--device", "cpu", "--smoke"], "--out DIR"),
+    (["run", "--device", "cpu", "--smoke", "--out", "x", "--arms", "ecpo", "ecpo"], "give different estimators"),
+    (["run", "--device", "cpu", "--smoke", "--out", "x", "--arms", "ecpo", "nope"], "give different estimators"),
+    (["run", "--env", "nope"], "invalid choice: 'nope'"),
+    (["baselines", "--out", "x"], "baselines needs --leaderboard-games K"),
+    (["report", "--out", "x"], "report needs --from-json JSON"),
 ])
 def test_bad_arguments_are_one_line(capsys, argv, words):
     with pytest.raises(SystemExit) as stop:
@@ -100,7 +102,7 @@ def test_a_refusal_of_the_library_is_one_line_not_a_traceback(capsys, tmp_path):
                         (["--env", "webshop", "--model", str(tmp_path / "model"), "--sft-per-type", "1",
                           "--out", str(tmp_path / "out")], "tokenizer")):
         with pytest.raises(SystemExit) as stop:
-            program.main(["--device", "cpu", *argv])
+            program.main(["run", "--device", "cpu", *argv])
         err = capsys.readouterr().err.strip()
         assert stop.value.code == 2 and len(err.splitlines()) == 1 and err.startswith("error: ") and words in err, err
 
@@ -126,7 +128,7 @@ def test_alfworld_smoke_pairs_both_arms_and_a_second_command_continues(tmp_path)
     _needs_alfworld_train()
     out = tmp_path / "alf"
     # a limit no smoke reaches: the plan is then the smoke's cap of 2 iterations, whatever the machine's load
-    argv = ["--env", "alfworld", "--device", "cpu", "--smoke", "--time-limit", "7200", "--out", str(out)]
+    argv = ["run", "--env", "alfworld", "--device", "cpu", "--smoke", "--time-limit", "7200", "--out", str(out)]
     assert program.main(argv) == 0
     report = json.loads((out / "report.json").read_text())
     episodes = report["episodes"]
@@ -141,7 +143,7 @@ def test_alfworld_smoke_pairs_both_arms_and_a_second_command_continues(tmp_path)
     # the table and the endpoint are the stored episodes' (rescoring the JSON gives the same)
     assert report["tables"]["ecpo"]["All"]["episodes"] == 6
     rescored = tmp_path / "rescored.json"
-    assert program.main(["--rescore", str(out / "report.json"), "--out", str(rescored)]) == 0
+    assert program.main(["report", "--from-json", str(out / "report.json"), "--out", str(rescored)]) == 0
     assert json.loads(rescored.read_text())["endpoint"] == report["endpoint"]
     assert "| before training |" in (out / "report.md").read_text()
     # a second command continues: nothing is redone
@@ -158,7 +160,7 @@ def test_webshop_and_searchqa_smokes_report_their_table(tmp_path, env, request):
     if env == "searchqa":
         request.getfixturevalue("data_dir")  # HotpotQA dev500: skipped without the data folder
     out = tmp_path / env
-    assert program.main(["--env", env, "--device", "cpu", "--smoke", "--arms", "ecpo", "--time-limit", "7200",
+    assert program.main(["run", "--env", env, "--device", "cpu", "--smoke", "--arms", "ecpo", "--time-limit", "7200",
                          "--out", str(out)]) == 0
     report = json.loads((out / "report.json").read_text())
     before, after = report["episodes"]["before"], report["episodes"]["after_ecpo"]
@@ -185,7 +187,7 @@ def test_a_second_command_on_one_out_is_refused_in_one_line_and_writes_nothing(c
     try:
         before = sorted(p.name for p in out.iterdir())
         with pytest.raises(SystemExit) as stop:
-            program.main(["--device", "cpu", "--smoke", "--out", str(out)])
+            program.main(["run", "--device", "cpu", "--smoke", "--out", str(out)])
         err = capsys.readouterr().err.strip()
         assert stop.value.code == 2 and len(err.splitlines()) == 1, err
         assert f"--out {out} is in use by pid {holder.pid}" in err and "paper_benchmarks" in err, err
@@ -205,7 +207,7 @@ def test_an_arms_progress_is_its_run_folders_up_to_its_checkpoint(tmp_path):
     iterations are the checkpoint's, whatever a separate record says."""
     import torch
 
-    from benchmarks.paper_benchmarks_arms import arm_progress, arm_result
+    from benchmarks.paper_benchmarks import arm_progress, arm_result
 
     run_dir = tmp_path / "run_ecpo"
     run_dir.mkdir()
@@ -230,7 +232,7 @@ def test_a_program_record_that_is_not_one_is_one_line_naming_it(tmp_path, name, 
         if name == "plan.json":
             program.Stages(tmp_path).plan()
         elif name == "arm_ecpo.json":
-            from benchmarks.paper_benchmarks_arms import arm_result
+            from benchmarks.paper_benchmarks import arm_result
 
             arm_result(tmp_path, "ecpo")
         else:
@@ -257,7 +259,7 @@ def test_arms_killed_between_checkpoint_and_record_or_run_twice_end_on_the_plann
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(SITE_KILL)
-    argv = ["--env", "webshop", "--device", "cpu", "--smoke", "--time-limit", "7200", "--out", str(out)]
+    argv = ["run", "--env", "webshop", "--device", "cpu", "--smoke", "--time-limit", "7200", "--out", str(out)]
     env = os.environ | {"PYTHONPATH": os.pathsep.join([str(site), str(ROOT), str(ROOT / "tests")]),
                         "ECPO_KILL_ARM": "ecpo", "ECPO_KILL_AT": "arm_ecpo.json"}
     first = subprocess.Popen([sys.executable, "-m", "benchmarks.paper_benchmarks", *argv], env=env, cwd=ROOT,

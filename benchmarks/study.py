@@ -1,0 +1,118 @@
+"""The study runner every registered study shares: its jobs (arms x seeds, from each of its starting points), run a
+few at a time and skipped where finished (resume), and one command line of subcommands (stages).
+
+A study is a protocol (a YAML file committed before its runs, or the constants of its module's docstring), its jobs
+and its stages: ``python -m benchmarks.NAME STAGE --out DIR [options]``. Each stage declares the options it reads;
+any other option given is refused in one line (exit 2), not silently ignored, and bad input (a ``ValueError``,
+``RuntimeError`` or ``OSError`` raised by the stage) is one ``error:`` line and exit 2. A stage returns its result, a
+JSON-ready dict: printed, and written to ``--json`` where the stage takes it (one report shape). A study that
+outlives a session keeps its finished jobs in a folder committed to git and restores them first
+(``benchmarks.study_keep``: ``keep`` and ``restore`` stages).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks import ArgumentParser
+
+
+@dataclass(frozen=True)
+class Job:
+    """One job of a study: one arm trained from one seed (from one starting point, ``start``, where the study has
+    several), under its ``name`` (its run folder and its evaluation's name)."""
+
+    name: str
+    arm: str
+    seed: int
+    start: Any = None
+
+
+def arm_seed_name(start: Any, arm: str, seed: int) -> str:
+    return f"{arm}-s{seed}"
+
+
+def arms_by_seeds(arms: Sequence[str], seeds: Sequence[int], starts: Sequence[Any] = (None,),
+                  name: Callable[[Any, str, int], str] = arm_seed_name) -> list[Job]:
+    """Every (start, arm, seed), seed-major: every arm of a seed (on each start) before the next seed, so that a study
+    stopped early holds whole seeds."""
+    return [Job(name(start, arm, seed), arm, seed, start) for seed in seeds for start in starts for arm in arms]
+
+
+def run_jobs(tasks: Iterable[Callable[[], None]], parallel: int) -> None:
+    """``tasks`` (each finished is skipped by the task itself: resume), ``parallel`` at a time, in order of submission;
+    the first failure is raised once every started task has ended."""
+    with ThreadPoolExecutor(max_workers=parallel) as pool:
+        futures = [pool.submit(task) for task in tasks]
+        for future in futures:
+            future.result()
+
+
+def flags(options: Iterable[str]) -> str:
+    return ", ".join("--" + option.replace("_", "-") for option in options)
+
+
+class StudyCommand:
+    """A study's command line: ``STAGE`` then options; ``stages`` maps each stage to the options it reads (besides the
+    ones every stage reads, added with ``common=True``). Options of the stages default to ``None`` so that one given
+    to a stage that does not read it is seen and refused; ``defaults`` fills them in afterwards."""
+
+    def __init__(self, module: str, description: str, stages: Mapping[str, Sequence[str]], stage_help: str = "",
+                 defaults: Mapping[str, Any] | None = None) -> None:
+        self.parser = ArgumentParser(module, description=description)
+        self.parser.add_argument("stage", choices=list(stages), help=stage_help or None)
+        self.stages = {stage: tuple(options) for stage, options in stages.items()}
+        self.options = tuple(dict.fromkeys(option for options in self.stages.values() for option in options))
+        self.defaults = dict(defaults or {})
+
+    def add(self, *names: str, **kwargs: Any) -> None:
+        """An option: one of the stages' (its default is ``None`` unless ``common`` is given: read by every stage)."""
+        if not kwargs.pop("common", False):
+            kwargs["default"] = None
+        self.parser.add_argument(*names, **kwargs)
+
+    def parse(self, argv: Sequence[str] | None) -> Any | None:
+        """The parsed arguments, with the defaults of the options the stage reads; ``None`` (after one error line)
+        where an option is given that the stage does not read: the caller returns exit status 2."""
+        args = self.parser.parse_args(argv)
+        unused = [option for option in self.options
+                  if getattr(args, option) is not None and option not in self.stages[args.stage]]
+        if unused:
+            print(f"error: {args.stage} does not take {flags(unused)} (it takes {flags(self.stages[args.stage])})",
+                  file=sys.stderr)
+            return None
+        for option, default in self.defaults.items():
+            if getattr(args, option) is None:
+                setattr(args, option, default)
+        return args
+
+
+def run_stage(stage: Callable[[], Any], json_path: str | Path | None = None, default: Callable[[Any], Any] = float,
+              atomic: bool = True) -> int:
+    """Run one stage: its result (a JSON-ready dict, or ``None`` for a stage that only prints) printed and, with
+    ``json_path``, written there (whole: ``atomic``); bad input one ``error:`` line and exit status 2."""
+    try:
+        result = stage()
+        if result is None:
+            return 0
+        text = json.dumps(result, indent=1, default=default)
+        if json_path:
+            if atomic:
+                from ecpo_train.policies.atomic import write_text
+
+                write_text(Path(json_path), text + "\n")
+            else:
+                Path(json_path).write_text(text + "\n", encoding="utf-8")
+    except (RuntimeError, ValueError, OSError) as err:
+        from ecpo_train.evaluation.options import error_line
+
+        print(f"error: {error_line(err)}", file=sys.stderr)
+        return 2
+    print(text)
+    return 0

@@ -1,0 +1,40 @@
+"""benchmarks/study.py, the runner every registered study shares: its jobs, how they run, its stages' options."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.alfworld_text import REGIME_OPEN, job_name
+from benchmarks.study import StudyCommand, arms_by_seeds, run_jobs
+
+
+def test_jobs_are_seed_major_under_the_names_a_kept_study_holds():
+    # a kept study (the regime study's folder) names its jobs WARM-ARM-sSEED: a resumed study must find them
+    jobs = arms_by_seeds(["grpo", "ecpo"], [1, 2], REGIME_OPEN.warm_starts, job_name)
+    assert [job.name for job in jobs] == ["a-grpo-s1", "a-ecpo-s1", "b-grpo-s1", "b-ecpo-s1",
+                                          "a-grpo-s2", "a-ecpo-s2", "b-grpo-s2", "b-ecpo-s2"]
+    assert [job.name for job in arms_by_seeds(["ecpo"], [3])] == ["ecpo-s3"]
+
+
+def test_a_failed_job_is_raised_after_the_others_finished():
+    done = []
+
+    def fail() -> None:
+        raise RuntimeError("job 2 failed")
+
+    with pytest.raises(RuntimeError, match="job 2 failed"):
+        run_jobs([lambda: done.append(1), fail, lambda: done.append(3)], parallel=1)
+    assert done == [1, 3]  # the later job was not lost to the earlier one's failure
+
+
+def test_an_option_the_stage_does_not_read_is_one_line_and_defaults_fill_the_rest(capsys):
+    command = StudyCommand("benchmarks.example", "an example study", {"run": ("jobs",), "report": ("json",)},
+                           defaults={"jobs": 2})
+    command.add("--out", required=True, common=True)
+    command.add("--jobs", type=int)
+    command.add("--json")
+    assert command.parse(["report", "--out", "d", "--jobs", "3"]) is None
+    assert capsys.readouterr().err.strip() == "error: report does not take --jobs (it takes --json)"
+    args = command.parse(["run", "--out", "d"])
+    assert (args.stage, args.jobs, args.json) == ("run", 2, None)
+    assert command.parse(["run", "--out", "d", "--jobs", "1"]).jobs == 1
