@@ -27,9 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import fail, write_report
-from benchmarks.gpu_comparison_report import TEMPERATURES, score
+from benchmarks.gpu_comparison_report import TEMPERATURES, label, score
 from benchmarks.stats import fmt_clustered, fmt_part, paired_binary, paired_diff
-from benchmarks.validation_parts import label
 
 PROTOCOL_KEYS = ("preset", "arms", "iterations", "train_tasks", "sft_preset", "sft_seed")
 

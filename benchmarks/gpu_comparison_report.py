@@ -13,10 +13,26 @@ from __future__ import annotations
 from typing import Any
 
 from benchmarks.gpu_run_report import paired_test
-from benchmarks.validation_parts import label, split
 
 # the outcomes' keys: the validation before training and each arm's after, at the preset's temperature and greedy
 TEMPERATURES = {"sampled": "", "greedy": "greedy_"}
+# A preset with a training pool (``alfworld_cpu_pool``) validates on its pool's tasks (primary) and on unseen
+# tasks (secondary); every split of a validation takes these two names.
+PARTS = ("trained", "unseen")
+
+
+def label(part: str) -> str:
+    """How a report heads a part: "trained tasks", "unseen tasks" (other names as they are)."""
+    return f"{part} tasks" if part in PARTS else part
+
+
+def split(task_ids: list[str], trained: frozenset[str]) -> dict[str, list[int]]:
+    """The positions of the episodes of trained tasks and of the others, in validation order; a part that holds
+    no episode is left out."""
+    positions: dict[str, list[int]] = {part: [] for part in PARTS}
+    for i, task in enumerate(task_ids):
+        positions["trained" if task in trained else "unseen"].append(i)
+    return {part: idx for part, idx in positions.items() if idx}
 
 
 def split_parts(trained: frozenset[str], first: list[list], second: list[list]) -> dict[str, dict[str, Any]]:

@@ -173,23 +173,6 @@ def test_households_count_each_validations_wins_per_task():
                                                                                "after_ecpo": 1}}
 
 
-def test_the_gpu_pairs_and_the_run_folder_endpoint_split_and_score_the_same_episodes_alike():
-    from benchmarks.registered_endpoint import paired_split
-
-    tasks = ["a"] * 6 + ["u"] * 6
-    before_won = [0, 0, 1, 0, 1, 0, 1, 1, 0, 0, 1, 0]
-    after_won = [1, 1, 1, 0, 0, 1, 0, 1, 1, 0, 0, 0]
-    copies = list(range(12))
-    folder = paired_split({"iteration": 0, "task_ids": tasks, "copies": copies, "won": before_won},
-                          {"iteration": 16, "task_ids": tasks, "copies": copies, "won": after_won}, {"a"})
-    gpu = split_parts(frozenset({"a"}), [[t, c, w] for t, c, w in zip(tasks, copies, before_won)],
-                                     [[t, c, w] for t, c, w in zip(tasks, copies, after_won)])
-    assert list(folder) == list(gpu) == ["trained", "unseen"]
-    for part in folder:
-        for key in ("gained", "lost", "low", "high", "p"):
-            assert folder[part][key] == pytest.approx(gpu[part][key]), (part, key)
-
-
 def test_the_registered_comparisons_arms_reference_first():
     """``--registered``: issue 57's nine arms for the next GPU window, GiGPO w/std first (the one compared with)."""
     from benchmarks.gpu_comparison import registered_arms

@@ -228,7 +228,7 @@ def validation_outcome(policy: Policy, config: TrainConfig, envs: Any, task_ids:
     where the env and the policy allow it, the exact success (``exact_success``; else ``None``). The training
     RNG streams are left as they were. Every choice among candidates uses the draw fixed by ``(seed, copy,
     step)`` (``collect_rollout(draws_seed=seed)``): one set of weights always validates to the same episodes,
-    and two checkpoints' episodes pair up (``benchmarks/small_households_summary.py``). The native trainer and
+    and two checkpoints' episodes pair up (``benchmarks.stats.paired_outcomes``). The native trainer and
     the RLlib runners validate through it."""
     from ecpo_train.core.rollout import collect_rollout
 

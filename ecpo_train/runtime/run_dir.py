@@ -24,7 +24,7 @@ and the next ``--resume`` starts from it; ``NAME.partial-<token>`` (and, of a ch
 folder's ``eval/``: ``atomic.refuse_links``). A failed write names its file. A torn last line of
 ``metrics.jsonl`` (a crash mid-write) is dropped with a warning naming the file. ``validation.jsonl`` holds one line per validation with every episode's outcome in validation
 order (task, copy, won, length): two validations of the same tasks and seed pair episode by episode
-(``benchmarks/small_households_summary.py``). Reading and writing a checkpoint itself is its engine's job
+(``benchmarks.stats.paired_outcomes``). Reading and writing a checkpoint itself is its engine's job
 (``ecpo_train.runtime.checkpoint_io`` for the trainer's file).
 """
 
