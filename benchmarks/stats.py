@@ -1,7 +1,7 @@
 """The statistics of the benchmark reports, in one module: pairing by seed id, paired and Welch t-intervals,
 Holm, the MDE by exact power, the intervals and power of paired binary outcomes (Tango's score interval,
-Newcombe's beside it, McNemar's exact p, the task-clustered interval), the intervals of one success rate or of two
-independent ones (Wilson, Newcombe, Wald), cell means over seeds, and the ratio of two means.
+Newcombe's beside it, McNemar's exact p, the task-clustered interval), the interval of one success rate (Wilson),
+cell means over seeds, and the ratio of two means.
 
 Every method of a study trains on the same seeds (or, in the counterfactual benchmark, updates on the same
 batches), so method differences are paired: the interval of ``a - b`` is a one-sample t-interval over the
@@ -532,18 +532,3 @@ def wilson(successes: float, n: int, z: float = 1.96) -> tuple[float, float]:
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
     return (centre - half, centre + half)
 
-
-def newcombe(k1: int, n1: int, k2: int, n2: int) -> tuple[float, float]:
-    """95 % interval of p2 - p1 = k2/n2 - k1/n1 of two independent rates (Newcombe's hybrid score interval, from
-    the two Wilson ones). Paired outcomes take :func:`paired_binary` instead."""
-    p1, p2 = k1 / n1, k2 / n2
-    (l1, u1), (l2, u2) = wilson(k1, n1), wilson(k2, n2)
-    diff = p2 - p1
-    return (diff - math.sqrt((p2 - l2) ** 2 + (u1 - p1) ** 2), diff + math.sqrt((u2 - p2) ** 2 + (p1 - l1) ** 2))
-
-
-def wald_diff(before: float, after: float, n: int, z: float = 1.96) -> tuple[float, float]:
-    """Wald interval of ``after - before`` for two independent proportions over ``n`` trials each (older reports
-    quote it beside Newcombe's)."""
-    se = math.sqrt(before * (1 - before) / n + after * (1 - after) / n)
-    return (after - before - z * se, after - before + z * se)
