@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -72,6 +72,21 @@ def fail(message: str) -> None:
 
     print(f"error: {message}", file=sys.stderr)
     raise SystemExit(2)
+
+
+def chosen_parts(text: str, names: Sequence[str]) -> set[str] | None:
+    """``--parts 1,3``: the parts of a GPU command, numbered from 1; anything else (0 and -4 would index from the end)
+    prints the one-line refusal and gives None (exit 2 follows)."""
+    import sys
+
+    try:
+        numbers = [int(k) for k in text.split(",")]
+    except ValueError:
+        numbers = []
+    if not numbers or any(not 1 <= k <= len(names) for k in numbers):
+        print(f"error: --parts {text!r}: give part numbers 1-{len(names)} separated by commas", file=sys.stderr)
+        return None
+    return {names[k - 1] for k in numbers}
 
 
 def require_model(model: str) -> None:

@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import RESULTS, ArgumentParser, refuse_without_cuda
+from benchmarks import RESULTS, ArgumentParser, chosen_parts, refuse_without_cuda
 from benchmarks.gpu_learning import DEFAULT_MODEL, ROOT, iteration_figures, part_learning, tokenizer_dir
 from benchmarks.gpu_run_report import PART_NAMES, fill_tests, write
 
@@ -268,14 +268,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     started = time.monotonic()
     deadline = started + args.time_limit
-    try:
-        numbers = [int(k) for k in args.parts.split(",")]
-    except ValueError:
-        numbers = []
-    if not numbers or any(not 1 <= k <= len(PART_NAMES) for k in numbers):
-        print(f"error: --parts {args.parts!r}: give part numbers 1-4 separated by commas", file=sys.stderr)
+    chosen = chosen_parts(args.parts, PART_NAMES)
+    if chosen is None:
         return 2
-    chosen = {PART_NAMES[k - 1] for k in numbers}
     if refuse_without_cuda(args.device, "gpu_run"):
         return 2
     if args.smoke:

@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import ArgumentParser, refuse_without_cuda, write_report
+from benchmarks import ArgumentParser, chosen_parts, refuse_without_cuda, write_report
 from benchmarks.gpu_learning import DEFAULT_MODEL
 from benchmarks.gpu_run import default_out, device_facts, loaded_distributions
 from benchmarks.rllib_gpu_report import render
@@ -278,15 +278,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpu-runners", type=int, default=7, help="part 5: runners on CPU cores (2 each)")
     parser.add_argument("--cpu-iterations", type=int, default=2, help="part 5: iterations (about 1 min each)")
     args = parser.parse_args(argv)
-    try:
-        numbers = [int(k) for k in args.parts.split(",")]
-    except ValueError:
-        numbers = []
-    if not numbers or any(not 1 <= k <= len(PART_NAMES) for k in numbers):  # (0 and -4 would index from the end)
-        print(f"error: --parts {args.parts!r}: give part numbers 1-{len(PART_NAMES)} separated by commas",
-              file=sys.stderr)
+    chosen = chosen_parts(args.parts, PART_NAMES)
+    if chosen is None:
         return 2
-    chosen = {PART_NAMES[k - 1] for k in numbers}
     counts = {"--iterations": args.iterations, "--runners": args.runners, "--cpu-runners": args.cpu_runners,
               "--cpu-iterations": args.cpu_iterations}
     bad = next((name for name, value in counts.items() if value < 1), None)
