@@ -35,8 +35,8 @@ class ArgumentParser(argparse.ArgumentParser):
 
 def write_report(report: Any, out: Path, render: Callable[[Any], str]) -> None:
     """``out`` (the JSON of ``report``) and the markdown beside it (same name, ``.md``: ``render(report)``), each
-    replaced whole (``ecpo_train.policies.atomic``), so a command stopped mid-write leaves the previous files."""
-    from ecpo_train.policies.atomic import write_text
+    replaced whole (``ecpo_train.files.atomic``), so a command stopped mid-write leaves the previous files."""
+    from ecpo_train.files.atomic import write_text
 
     out.parent.mkdir(parents=True, exist_ok=True)
     for path, text in ((out, json.dumps(report, indent=1) + "\n"), (out.with_suffix(".md"), render(report))):
@@ -49,7 +49,7 @@ def write_json_gz(path: Path, payload: Any) -> Path:
     machine, carries."""
     import gzip
 
-    from ecpo_train.policies.atomic import no_follow, replaced_file
+    from ecpo_train.files.atomic import no_follow, replaced_file
 
     data = gzip.compress(json.dumps(payload, separators=(",", ":")).encode("utf-8"), mtime=0)
     with replaced_file(path) as partial, open(partial, "xb", opener=no_follow) as handle:

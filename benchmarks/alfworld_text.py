@@ -198,7 +198,7 @@ def keep_policy(run_dir: Path) -> Path:
     anyone can evaluate it on any split without retraining; ``ecpo leaderboard --agent checkpoint --checkpoint``
     reads it). Rounded to float16, its choices can differ from the run's float32 weights in rare near-ties."""
     from ecpo_train.evaluation.agents import load_checkpoint_policy
-    from ecpo_train.policies.atomic import replaced_folder
+    from ecpo_train.files.atomic import replaced_folder
 
     folder = run_dir / "policy"
     if not (folder / "text_policy.json").is_file():

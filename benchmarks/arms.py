@@ -166,7 +166,7 @@ def _name_of(runner: Runner) -> str:
 
 def _write(path: Path, value: Any) -> None:
     """``value`` as JSON, the file replaced whole: the other side never reads half of it."""
-    from ecpo_train.policies.atomic import write_text
+    from ecpo_train.files.atomic import write_text
 
     write_text(path, json.dumps(value))
 

@@ -40,7 +40,7 @@ from benchmarks import RESULTS, ArgumentParser, read_json, write_json_gz, write_
 from benchmarks.credit_counterfactual_claim import claim_markdown, claim_report
 from benchmarks.credit_counterfactual_protocol import ARMS, ESTIMATORS
 from benchmarks.credit_counterfactual_report import render, summarize
-from ecpo_train.policies.atomic import write_text
+from ecpo_train.files.atomic import write_text
 
 FULL_K = {"tabular_corridor": 600, "tabular_noisy_wide": 600, "smollm2_corridor": 6}
 BATCH_SEED_BASE = 100_000  # batch k of every checkpoint is drawn from seed BATCH_SEED_BASE + k unless told otherwise

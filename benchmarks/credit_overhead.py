@@ -35,7 +35,7 @@ from benchmarks import RESULTS, ArgumentParser
 from ecpo_gym.canonical import INVALID_ACTION
 from ecpo_train.core.credit import CreditConfig, compute_advantages, factorize_keys, prepare_rows
 from ecpo_train.core.credit.diagnostics import credit_diagnostics
-from ecpo_train.policies.atomic import write_text
+from ecpo_train.files.atomic import write_text
 
 RECEPTACLES = ["cabinet", "countertop", "drawer", "fridge", "garbagecan", "shelf", "sinkbasin", "stoveburner",
                "microwave", "coffeemachine", "toaster", "diningtable", "sidetable", "dresser", "bed", "desk"]

@@ -41,7 +41,7 @@ from benchmarks.credit_study_protocol import (
 )
 from benchmarks.credit_study_report import render_report
 from benchmarks.credit_study_stats import summarize
-from ecpo_train.policies.atomic import write_text
+from ecpo_train.files.atomic import write_text
 from ecpo_train.runtime.config_values import read_yaml
 
 RESULTS_DIR = RESULTS

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks import RESULTS, ArgumentParser
-from ecpo_train.policies.atomic import write_text
+from ecpo_train.files.atomic import write_text
 
 RESULTS_DIR = RESULTS
 

@@ -27,7 +27,7 @@ from benchmarks import RESULTS
 from benchmarks.credit_study import run_study
 from benchmarks.stats import apply_holm, fmt_part, mde, paired_diff, paired_values, seeds_for_mde
 from ecpo_train.evaluation.options import error_line
-from ecpo_train.policies.atomic import write_text
+from ecpo_train.files.atomic import write_text
 from ecpo_train.runtime.config_values import read_yaml
 
 if TYPE_CHECKING:

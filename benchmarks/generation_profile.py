@@ -51,7 +51,7 @@ PAPER_SECONDS = 302.8  # the paper's iteration at 50 steps on 8 A100s
 SMOLLM2_SHAPE = QWEN25_1_5B | {"hidden_size": 576, "num_hidden_layers": 30, "num_attention_heads": 9,
                                "num_key_value_heads": 3, "intermediate_size": 1536}
 LAUNCH_EVENTS = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cudaGraphLaunch")
-from ecpo_train.policies.atomic import write_text
+from ecpo_train.files.atomic import write_text
 
 
 def timed(call: Any, device: str) -> float:

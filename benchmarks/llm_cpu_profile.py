@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks import RESULTS, ArgumentParser, require_model
-from ecpo_train.policies.atomic import write_text
+from ecpo_train.files.atomic import write_text
 
 VARIANTS = ("generate", "generate+ckpt", "generate+ckpt+lora", "score", "score-alfworld", "score-alfworld+lora")
 

@@ -32,7 +32,7 @@ import numpy as np
 
 from benchmarks import RESULTS, ArgumentParser
 from benchmarks.llm_learning_report import plot, report
-from ecpo_train.policies.atomic import write_text
+from ecpo_train.files.atomic import write_text
 
 
 @dataclass

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks import RESULTS, ArgumentParser
-from ecpo_train.policies.atomic import write_text
+from ecpo_train.files.atomic import write_text
 
 ROOT = Path(__file__).resolve().parents[1]  # the checkout: each measurement is a fresh `python -m` there
 

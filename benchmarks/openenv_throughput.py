@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import RESULTS, ArgumentParser, fail
-from ecpo_train.policies.atomic import write_text
+from ecpo_train.files.atomic import write_text
 
 ROOT = Path(__file__).resolve().parent.parent
 INVALID_SHARE = 0.1

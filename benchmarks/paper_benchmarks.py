@@ -329,7 +329,7 @@ def run_arm(spec: dict[str, Any], plan: Plan) -> dict[str, Any]:
     1), and the closing validation once the plan is done. The arm's progress is its run folder's
     (:func:`arm_progress`); ``OUT/arm_<arm>.json`` (written whole) only records, at an iteration, why the arm
     stopped or its closing validation. Returns the arm's result (:func:`arm_result`)."""
-    from ecpo_train.policies.atomic import write_text
+    from ecpo_train.files.atomic import write_text
     from ecpo_train.runtime.resume import RESUME_OR_START
     from ecpo_train.runtime.run_dir import RunFolder, holds_run
 
@@ -366,7 +366,7 @@ def run_arm(spec: dict[str, Any], plan: Plan) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> Failure | None:
     """Every stage not yet in ``OUT`` (module docstring), the arms side by side (``benchmarks.arms``); an arm's
     failure, if one (the others were stopped)."""
-    from ecpo_train.policies.atomic import write_text
+    from ecpo_train.files.atomic import write_text
     from ecpo_train.runtime.sft import SFT_SUMMARY, run_sft
 
     out: Path = args.out

@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 from benchmarks import ArgumentParser
-from ecpo_train.policies.atomic import write_text
+from ecpo_train.files.atomic import write_text
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"

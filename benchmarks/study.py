@@ -104,7 +104,7 @@ def run_stage(stage: Callable[[], Any], json_path: str | Path | None = None, def
         text = json.dumps(result, indent=1, default=default)
         if json_path:
             if atomic:
-                from ecpo_train.policies.atomic import write_text
+                from ecpo_train.files.atomic import write_text
 
                 write_text(Path(json_path), text + "\n")
             else:

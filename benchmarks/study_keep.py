@@ -22,7 +22,7 @@ Kept results are checked before they are used: ``keep`` records each file's sha2
 and ``restore`` (and ``keep``, before adding to the folder) refuses a kept folder whose files differ from it (an edited
 or damaged log, a file keep did not write, one listed but gone), in one line naming the file. A kept ``.gz`` is
 unpacked to at most ``MAX_UNPACKED`` bytes, and a restored log must hold every game of the manifest. Nothing is read
-or written through a link on either side (``policies/atomic.refuse_links``): a symlink placed in ``--out`` or in the
+or written through a link on either side (``ecpo_train/files/atomic.refuse_links``): a symlink placed in ``--out`` or in the
 kept folder is refused, so neither a file of the machine is copied into the committed folder nor one outside
 ``--out`` overwritten.
 """
@@ -38,7 +38,7 @@ import zlib
 from pathlib import Path
 from typing import Protocol
 
-from ecpo_train.policies.atomic import no_follow, refuse_links, replaced_file
+from ecpo_train.files.atomic import no_follow, refuse_links, replaced_file
 
 WARM_FILES = ("sft.json", "text_policy.json", "text_policy.safetensors")
 POLICY, POLICY_FILES = "policy", ("text_policy.json", "text_policy.safetensors")  # a job's kept final policy

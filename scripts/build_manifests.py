@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ecpo_train.evaluation.manifests import MANIFEST_DIR, TaskGroup, TaskManifest
-from ecpo_train.policies.atomic import write_text
+from ecpo_train.files.atomic import write_text
 
 SUBTASKS = ("Pick", "Clean", "Cool", "Look", "Heat", "Pick2")
 QA_OTHER_DATASETS = ("triviaqa", "popqa", "2wikimultihopqa", "musique", "bamboogle")

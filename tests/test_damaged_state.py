@@ -1,7 +1,7 @@
 """Damaged checkpoints and model folders are one line, never a silent load or a traceback (issue 70, items 4, 5b, 8).
 
 - A checkpoint carries the sha256 of its state (``checkpoint_io``), an RLlib checkpoint folder and every model
-  folder the project writes a ``checksums.sha256`` (``policies/checksums.py``): flipped bytes are refused where
+  folder the project writes a ``checksums.sha256`` (``files/checksums.py``): flipped bytes are refused where
   they are read (``ecpo eval``, ``ecpo leaderboard --agent checkpoint``, ``--resume``, ``model=`` warm starts).
 - A text-policy folder is validated once, before anything is allocated from it (``check_text_policy_folder``):
   empty, cut, header-corrupt or pickle-planted weights, out-of-range or mistyped values in its json.
@@ -22,7 +22,7 @@ from conftest import CORRIDOR, ENV_ID
 from typer.testing import CliRunner
 
 from ecpo_train.apps.cli import app
-from ecpo_train.policies.checksums import CHECKSUM_FILE
+from ecpo_train.files.checksums import CHECKSUM_FILE
 from ecpo_train.policies.text import CONFIG_FILE, WEIGHTS_FILE, TextPolicy
 from ecpo_train.runtime.config import make_config
 
@@ -266,8 +266,8 @@ def _damage_learner_arrays(checkpoint: Path, damage: str) -> None:
     import numpy as np
     from safetensors.numpy import load_file, save_file
 
+    from ecpo_train.files.checksums import write_folder_checksums
     from ecpo_train.integrations.rllib.state_files import ARRAYS_FILE
-    from ecpo_train.policies.checksums import write_folder_checksums
 
     arrays = load_file(str(checkpoint / ARRAYS_FILE))
     if damage == "wrong shape":

@@ -302,7 +302,7 @@ class _Algorithm:
                 handle.write(pickle.dumps({"version": self.version, "file": name}))
 
 
-TOKEN = "-0123456789abcdef"  # the form of the token a writer gives its temporary names (policies/atomic.py)
+TOKEN = "-0123456789abcdef"  # the form of the token a writer gives its temporary names (files/atomic.py)
 
 
 def _versions(folder: Path) -> set[int]:
@@ -311,8 +311,8 @@ def _versions(folder: Path) -> set[int]:
 
 def test_a_crash_or_full_disk_during_the_rllib_save_keeps_the_previous_checkpoint(tmp_path):
     pytest.importorskip("ray")
+    from ecpo_train.files.atomic import current_folder
     from ecpo_train.integrations.rllib.llm.engine import save_rllib_checkpoint
-    from ecpo_train.policies.atomic import current_folder
 
     checkpoint = tmp_path / "rllib_checkpoint"
     save_rllib_checkpoint(_Algorithm(1), checkpoint)
@@ -421,7 +421,7 @@ def test_kill_9_inside_the_run_json_write_keeps_it(tmp_path):
 
 # ------------------------------------------------------------------------------ the helper itself
 def test_replaced_file_keeps_the_old_version_until_the_new_one_is_synced(tmp_path, monkeypatch):
-    from ecpo_train.policies import atomic
+    from ecpo_train.files import atomic
 
     path = tmp_path / "f.txt"
     atomic.write_text(path, "old")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 # lowest first; packages on one rank are peers that must not import each other
-RANKS = [("ecpo_gym",), ("ecpo_train.policies",), ("ecpo_train.core",), ("ecpo_train.runtime",),
+RANKS = [("ecpo_gym",), ("ecpo_train.files",), ("ecpo_train.policies",), ("ecpo_train.core",), ("ecpo_train.runtime",),
          ("ecpo_train.evaluation", "ecpo_train.integrations"), ("ecpo_train.apps",),
          ("ecpo_train.credit", "ecpo_train.rllib", "ecpo_train")]  # the public facade over everything
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 from conftest import make_policy
 
-from ecpo_train.policies.checksums import CHECKSUM_FILE
+from ecpo_train.files.checksums import CHECKSUM_FILE
 
 pytest.importorskip("peft")
 

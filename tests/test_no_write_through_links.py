@@ -165,7 +165,7 @@ def test_sft_never_replaces_a_folder_holding_files_it_did_not_write(tiny_model_d
 def test_a_folder_swap_never_touches_siblings_named_partial_or_previous(tmp_path):
     """``replaced_folder`` (sft's output, LoRA's merged model, RLlib's checkpoint) names its temporary folders with a
     token of its own: the user's ``OUT.partial`` and ``OUT.previous`` stay as they were."""
-    from ecpo_train.policies.atomic import replaced_folder
+    from ecpo_train.files.atomic import replaced_folder
 
     out = tmp_path / "out"
     for sibling in ("out.partial", "out.previous"):
@@ -377,12 +377,12 @@ def comparison(capsys, *argv: str) -> tuple[int, str]:
 
 def test_a_missing_program_column_never_replaces_the_committed_comparison(results, tmp_path, capsys):
     before = results.read_bytes(), results.with_suffix(".md").read_bytes()
-    code, err = comparison(capsys, "--from-json", str(results), "--program-out", f"households={tmp_path / 'MISSING'}")
+    code, err = comparison(capsys, "report", "--from-json", str(results), "--program-out", f"households={tmp_path / 'MISSING'}")
     one_error_line(err, "--program-out households=", "no such folder", code=code)
     partial = tmp_path / "partial"
     episode_log(partial, study.WARM)
     episode_log(partial, "ecpo-s101")
-    code, err = comparison(capsys, "--from-json", str(results), "--program-out", f"households={partial}")
+    code, err = comparison(capsys, "report", "--from-json", str(results), "--program-out", f"households={partial}")
     one_error_line(err, "have no evaluation of every game", code=code)
     assert (results.read_bytes(), results.with_suffix(".md").read_bytes()) == before
 
@@ -402,6 +402,6 @@ def test_a_bad_from_json_is_one_line_and_writes_nothing(results, tmp_path, capsy
     elif damage == "run not a run":
         given.write_text(json.dumps(payload | {"runs": [*payload["runs"], {"seed": "x"}]}))
     before = results.read_bytes()
-    code, err = comparison(capsys, "--from-json", str(given))
+    code, err = comparison(capsys, "report", "--from-json", str(given))
     one_error_line(err, "--from-json", code=code)
     assert results.read_bytes() == before

@@ -279,7 +279,7 @@ def evaluate_run(
         own = options.env is None and not options.manifest
         env_kwargs = [f"{key}={json.dumps(value)}" for key, value in (config.get("env_kwargs") or {}).items()]
         if not options.out_dir:  # the run's own eval/: never a link out of the run folder
-            from ecpo_train.policies.atomic import refuse_links
+            from ecpo_train.files.atomic import refuse_links
 
             refuse_links(run_folder.eval)
         options = dataclasses.replace(options, agent="checkpoint", checkpoint=run_dir,

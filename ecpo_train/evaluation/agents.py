@@ -148,7 +148,7 @@ def warm_start_folder(path: str | Path) -> tuple[str, Path] | None:
     kind is the one its ``sft.json`` records where that kind loads folders, else the first whose file it holds."""
     import json
 
-    from ecpo_train.policies.atomic import refuse_links
+    from ecpo_train.files.atomic import refuse_links
     from ecpo_train.runtime.policy_kinds import available_policies, policy_spec
     from ecpo_train.runtime.run_dir import checkpoint_file
     from ecpo_train.runtime.sft import SFT_SUMMARY

@@ -14,7 +14,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from ecpo_train.policies.atomic import append_bytes, open_no_follow, refuse_links
+from ecpo_train.files.atomic import append_bytes, open_no_follow, refuse_links
 
 RECORD_KEY = ("manifest", "group", "task_id", "seed")
 

@@ -7,7 +7,7 @@ Layout under ``out_dir``::
     <agent>/results.json         every episode record + the aggregated tables, derived from the jsonl files
     leaderboard.json / .md       the tables of every agent under ``out_dir``
 
-``run.json``, ``results.json`` and the tables are replaced whole (``ecpo_train.policies.atomic``): a crash or a
+``run.json``, ``results.json`` and the tables are replaced whole (``ecpo_train.files.atomic``): a crash or a
 full disk mid-write leaves the previous file, never an empty one. Nothing is written through a link: an agent folder,
 an episode log or the summary's lock that is a link (a symlink, or a hard link to a file elsewhere) is refused in one
 line. One process at a time evaluates an agent into a folder (``<agent>/run.lock``, ``runtime.run_lock``): a second
@@ -40,7 +40,7 @@ from ecpo_train.evaluation.agents import Agent, AgentPolicy, Trial, episode_seed
 from ecpo_train.evaluation.manifests import TaskManifest, resolve_task_ids
 from ecpo_train.evaluation.results import append_record, load_records, record_key
 from ecpo_train.evaluation.tables import aggregate, markdown_tables
-from ecpo_train.policies.atomic import open_no_follow, refuse_links, write_text
+from ecpo_train.files.atomic import open_no_follow, refuse_links, write_text
 
 
 @dataclass

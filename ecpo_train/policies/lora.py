@@ -12,7 +12,7 @@ B matrix starts at zero), so ``AdapterOffReference`` scores log-probs through th
 A checkpoint writes the adapter (``save_adapter``, megabytes) and a merged plain transformers folder
 (``merge_adapter``: base weights + B A, loaded fresh from the base model's folder so the training model is
 untouched), which the leaderboard's checkpoint agent and vLLM load like any causal LM. The adapter folder carries
-its ``checksums.sha256`` (``policies/checksums.py``), compared before peft reads it (``check_adapter_folder``).
+its ``checksums.sha256`` (``files/checksums.py``), compared before peft reads it (``check_adapter_folder``).
 
 A generation engine that loads plain weights (vLLM; ``TransformersPolicy.sync_generation_weights``) gets
 ``merged_state_dict``: the base model's key names, each adapted weight computed on the fly as W + scale B A
@@ -29,8 +29,8 @@ from typing import Any
 import torch
 
 from ecpo_gym.kwargs import shown
-from ecpo_train.policies.atomic import library_write_errors, replaced_folder
-from ecpo_train.policies.checksums import check_folder_checksums, write_folder_checksums
+from ecpo_train.files.atomic import library_write_errors, replaced_folder
+from ecpo_train.files.checksums import check_folder_checksums, write_folder_checksums
 from ecpo_train.policies.base import Policy, PolicyOutput, StepContext
 
 LORA_KEYS = ("r", "alpha", "dropout", "target_modules")

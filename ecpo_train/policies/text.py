@@ -45,9 +45,9 @@ import copy
 import json
 import math
 import os
-from itertools import chain
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -358,7 +358,7 @@ class TextPolicy(Policy):
         (module docstring); ``half``: the weights in float16 (half the bytes; loading casts them back to float32)."""
         from safetensors.torch import save_file
 
-        from ecpo_train.policies.checksums import write_folder_checksums
+        from ecpo_train.files.checksums import write_folder_checksums
 
         folder = Path(folder)
         weights = {name: tensor.detach().contiguous() for name, tensor in self.model.state_dict().items()}
@@ -420,12 +420,12 @@ def _no_constant(name: str) -> Any:
 
 def check_text_policy_folder(folder: str | Path) -> tuple[Vocabulary, TextArchitecture]:
     """The one check of a text-policy folder (``model=DIR`` with ``policy=text``), before anything is allocated from
-    it: its ``checksums.sha256`` where it has one (``policies/checksums.py``), ``text_policy.json`` (bounded size,
+    it: its ``checksums.sha256`` where it has one (``files/checksums.py``), ``text_policy.json`` (bounded size,
     strict JSON, the architecture's and the vocabulary's fields of their types and within the bounds above) and the
     header of ``text_policy.safetensors`` (every weight the network has, float32 or float16, of its shape, inside
     the file).
     Returns the vocabulary and the architecture; anything else is one ``ValueError`` naming the folder."""
-    from ecpo_train.policies.checksums import check_folder_checksums
+    from ecpo_train.files.checksums import check_folder_checksums
 
     folder = Path(folder).expanduser()
     name = f"model={shown(str(folder))}"

@@ -1,5 +1,5 @@
 """The native engine's checkpoint file (``checkpoint.pt``; its name and place are ``run_dir.RunFolder``'s):
-``save_checkpoint`` writes it whole (``policies/atomic.py``: a crash or a full disk mid-write leaves the previous
+``save_checkpoint`` writes it whole (``files/atomic.py``: a crash or a full disk mid-write leaves the previous
 checkpoint), ``load_checkpoint`` reads it without running code from it and names a missing, damaged or
 old-format file, ``checkpoint_config`` reads the saved config without loading the tensors.
 
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ecpo_gym.kwargs import shown
-from ecpo_train.policies.atomic import replaced_file
+from ecpo_train.files.atomic import replaced_file
 
 CONVERTER = "scripts/convert_checkpoint.py"
 DIGEST_KEY = "state_sha256"  # the checkpoint's sha256 of the rest of its state (module docstring)

@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from ecpo_gym.kwargs import shown
+from ecpo_train.files.checksums import check_folder_checksums, file_sha256, write_folder_checksums
 from ecpo_train.policies import DEMO_MODEL
-from ecpo_train.policies.checksums import check_folder_checksums, file_sha256, write_folder_checksums
 
 CACHE_ENV_VAR = "ECPO_CACHE_DIR"
 TOKENIZER_ENV_VAR = "ECPO_TOKENIZER_DIR"
@@ -82,9 +82,9 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt")
 
 def model_folder(model: str | Path) -> str:
     """``model`` as the path to load it from: ``~`` expanded, and a local folder that an ``ecpo sft --out`` swap
-    killed between its two renames left as ``NAME.previous-<token>`` (``policies/atomic.py``) read there, whole. A hub id
+    killed between its two renames left as ``NAME.previous-<token>`` (``files/atomic.py``) read there, whole. A hub id
     is returned as it is."""
-    from ecpo_train.policies.atomic import current_folder
+    from ecpo_train.files.atomic import current_folder
 
     path = os.path.expanduser(str(model))
     if path and not os.path.exists(path) and os.path.isdir(current_folder(path)):

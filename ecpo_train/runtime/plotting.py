@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping
 from pathlib import Path
 
-from ecpo_train.policies.atomic import replaced_file
+from ecpo_train.files.atomic import replaced_file
 from ecpo_train.runtime.run_dir import RunFolder, read_metrics
 
 PANELS = (

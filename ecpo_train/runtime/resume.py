@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ecpo_gym.kwargs import shown
-from ecpo_train.policies.atomic import current_folder
+from ecpo_train.files.atomic import current_folder
 from ecpo_train.runtime.engines import DEFAULT_ENGINE, ENGINE_KEY, engine_spec
 from ecpo_train.runtime.run_dir import (
     RunFolder,

@@ -78,7 +78,7 @@ def open_run(engine_class: Callable[..., Engine], config: Any, *, resume: bool |
     ``ValueError`` and changes no byte. One process: the lock and the plan come before the engine is built, so a
     refusal costs no model load. FSDP (``config.fsdp``, K processes): every process builds its engine first (the
     refusal is collective), process 0 takes the lock and plans."""
-    from ecpo_train.policies.atomic import current_folder
+    from ecpo_train.files.atomic import current_folder
     from ecpo_train.runtime.config import config_dict
     from ecpo_train.runtime.run_lock import acquire_run_lock
 

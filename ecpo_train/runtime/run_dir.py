@@ -18,7 +18,7 @@
 used folder starts a fresh log) and writes ``config.yaml`` when it first writes: building a trainer writes
 nothing, so a refused start leaves the folder as it was (``ecpo_train.runtime.resume``); ``begin_run`` is the
 first write of every engine. Every file rewritten here (``config.yaml``, and the logs cut back on resume) is
-replaced whole (``ecpo_train.policies.atomic``): a crash or a full disk mid-write leaves the previous version,
+replaced whole (``ecpo_train.files.atomic``): a crash or a full disk mid-write leaves the previous version,
 and the next ``--resume`` starts from it; ``NAME.partial-<token>`` (and, of a checkpoint folder,
 ``NAME.previous-<token>``) are what an interrupted write may leave, deleted with the run's files. Nothing is written through a link (a log, the
 folder's ``eval/``: ``atomic.refuse_links``). A failed write names its file. A torn last line of
@@ -45,7 +45,7 @@ from typing import Any
 import yaml
 
 from ecpo_gym.kwargs import shown
-from ecpo_train.policies.atomic import append_bytes, current_folder, is_leftover, leftovers, write_text
+from ecpo_train.files.atomic import append_bytes, current_folder, is_leftover, leftovers, write_text
 from ecpo_train.runtime.engines import DEFAULT_ENGINE, ENGINE_KEY, ENGINES, checkpoint_names, engine_spec
 from ecpo_train.runtime.tensorboard_scalars import TensorBoardScalars
 

@@ -342,8 +342,8 @@ def _run_sft(config: TrainConfig, *, episodes: int, epochs: int, lr: float, out:
         "checkpointing": checkpointing,
         "loss_before": loss_before, "epoch_losses": epoch_losses, "loss_after": loss_after,
     }
-    from ecpo_train.policies.atomic import library_write_errors, replaced_folder
-    from ecpo_train.policies.checksums import CHECKSUM_FILE, write_folder_checksums
+    from ecpo_train.files.atomic import library_write_errors, replaced_folder
+    from ecpo_train.files.checksums import CHECKSUM_FILE, write_folder_checksums
     from ecpo_train.runtime.run_dir import LOCK_FILE
 
     # an earlier output stays until this one is whole; the lock file is carried over (still held)
@@ -362,7 +362,7 @@ def check_sft_out(out: str | Path, model: str) -> Path:
     output, every file of it listed in its ``sft.json``, is replaced whole; its lock file aside)."""
     import os
 
-    from ecpo_train.policies.atomic import refuse_links
+    from ecpo_train.files.atomic import refuse_links
     from ecpo_train.runtime.run_dir import LOCK_FILE, check_writable_folder
 
     if not str(out).strip():

@@ -8,7 +8,7 @@ RLlib's own checkpoint (``Checkpointable.save_to_path``) is pickles: ``class_and
     tensors.safetensors   its torch tensors (bfloat16 included)
     arrays.safetensors    its numpy arrays
     config.yaml           what the algorithm is built from: the run's ``TrainConfig`` and its runner/learner layout
-    checksums.sha256      the sha256 of each file above (``policies/checksums.py``), compared before it is read
+    checksums.sha256      the sha256 of each file above (``files/checksums.py``), compared before it is read
 
 msgpack is read with no extension hook and safetensors holds raw numbers, so reading a planted or damaged folder
 can fail (one ``ValueError`` naming the folder) but never executes anything. Anything else in a state (an object
@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from ecpo_gym.kwargs import shown
-from ecpo_train.policies.checksums import check_folder_checksums, write_folder_checksums
+from ecpo_train.files.checksums import check_folder_checksums, write_folder_checksums
 
 STATE_FILE = "state.msgpack"
 TENSORS_FILE = "tensors.safetensors"

@@ -130,9 +130,9 @@ def check_runner_cpus(config: Any, cpus: float) -> None:
 
 
 def save_rllib_checkpoint(algo: Any, checkpoint: Path) -> None:
-    """``algo.save_to_path`` into a folder beside ``checkpoint``, swapped in once whole (``policies/atomic.py``): a
+    """``algo.save_to_path`` into a folder beside ``checkpoint``, swapped in once whole (``files/atomic.py``): a
     crash or a full disk during the save leaves the previous checkpoint, which ``--resume`` continues."""
-    from ecpo_train.policies.atomic import current_folder, replaced_folder
+    from ecpo_train.files.atomic import current_folder, replaced_folder
     from ecpo_train.runtime.checkpoint_io import write_failed
 
     had_one = current_folder(checkpoint).is_dir()

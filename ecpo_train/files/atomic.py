@@ -12,8 +12,9 @@ name of a file elsewhere) and any folder below the one the user named that is a 
 opens a file to append or lock without following one; every writer of a run folder, a leaderboard folder, an sft
 output or a study's kept folder goes through them.
 
-The module sits in the lowest layer that rewrites a file (a LoRA run's merged model, ``policies/lora.py``); the
-checkpoints of both engines, the run folder's logs, the leaderboard's files and the reports use it too.
+The module sits in ``ecpo_train/files``, the lowest layer of the library, below every layer that rewrites a file: the
+policies (a LoRA run's merged model, ``policies/lora.py``), the checkpoints of both engines, the run folder's logs,
+the leaderboard's files, the studies' kept folders and the reports.
 """
 
 from __future__ import annotations

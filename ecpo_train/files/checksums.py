@@ -39,7 +39,7 @@ def file_sha256(path: str | os.PathLike) -> str:
 def write_folder_checksums(folder: str | os.PathLike) -> Path:
     """``folder/checksums.sha256`` over every file directly in ``folder`` (links are not followed: none is listed);
     call it last, inside the ``replaced_folder`` block that writes the folder."""
-    from ecpo_train.policies.atomic import write_text
+    from ecpo_train.files.atomic import write_text
 
     folder = Path(folder)
     files = sorted(p for p in folder.iterdir() if p.name != CHECKSUM_FILE and p.is_file() and not p.is_symlink())
