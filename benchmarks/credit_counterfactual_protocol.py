@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 ESTIMATORS = ("grpo", "gigpo_std", "ecpo", "ecpo_anchor_scale", "ecpo_eca_only", "ecpo_anchor_scale_eca_only")
 
@@ -266,12 +265,8 @@ def measure_batch(trainer: Any, checkpoint: str, batch_seed: int, env: Any, good
 
     cfg = trainer.config
     trainer.load(Path(checkpoint))
-    rng = np.random.default_rng(batch_seed)
-    torch.manual_seed(batch_seed)
-    if isinstance(getattr(trainer.policy, "generator", None), torch.Generator):
-        trainer.policy.generator.manual_seed(batch_seed)
-    tasks, env_seed = draw_iteration(cfg, trainer.train_tasks, rng, iteration=0)
-    rollout = trainer.sample(tasks, env_seed)
+    tasks, env_seed = draw_iteration(cfg, trainer.train_tasks, np.random.default_rng(batch_seed), iteration=0)
+    rollout = trainer.sample(tasks, env_seed, sampling_seed=batch_seed)
     batch = rollout.batch
     won = {int(e.traj_id): bool(e.won) for e in rollout.episodes}
     d_min = int(cfg.credit.d_min)

@@ -420,3 +420,15 @@ def test_optimizer_step_takes_its_lr_for_that_step_only_and_moments_can_be_clear
     finally:
         fast.close()
         slow.close()
+
+
+def test_a_sampling_seed_fixes_the_batch_whatever_was_sampled_before(tmp_path):
+    trainer = Trainer(quick(tmp_path, "rollout_temperature=2.0"))
+    try:
+        tasks = [trainer.train_tasks[0]] * trainer.config.n_groups
+        first = trainer.sample(tasks, 3, sampling_seed=11).batch
+        unseeded = trainer.sample(tasks, 3).batch  # the policy's stream has moved on: another batch
+        assert list(unseeded.action_key) != list(first.action_key)
+        _same_batch(trainer.sample(tasks, 3, sampling_seed=11).batch, first)
+    finally:
+        trainer.close()

@@ -162,12 +162,18 @@ class Trainer:
         actions before the env sees them): the update still runs on the trained policy."""
         self.sampler.policy = self.policy if actor is None else actor
 
-    def sample(self, task_ids: Sequence[str], seed: int) -> Any:
+    def sample(self, task_ids: Sequence[str], seed: int, sampling_seed: int | None = None) -> Any:
         """Step A once, outside an iteration: one group of ``group_size`` copies per task of ``task_ids`` on this
         process's environments, copy ``n`` of group ``g`` reset with ``seed + g * group_size + n``, at the rollout
         temperature, exactly as an iteration samples the same draw (``core.iteration.draw_iteration``). Returns
         the ``core.rollout.Rollout`` (its ``batch``, the ``TrajectoryBatch``, and its ``episodes``). It moves only
-        the sampling streams (the policy's, the envs'), not the trainer's iteration count or its task stream."""
+        the sampling streams (the policy's, the envs'), not the trainer's iteration count or its task stream;
+        ``sampling_seed`` seeds them first (torch's and the policy's own generator), so that the batch is fixed
+        by the seeds alone, whatever was sampled before."""
+        if sampling_seed is not None:
+            torch.manual_seed(int(sampling_seed))
+            if isinstance(getattr(self.policy, "generator", None), torch.Generator):
+                self.policy.generator.manual_seed(int(sampling_seed))
         return self.sampler.sample(lambda _: ([str(t) for t in task_ids], int(seed)), self.iteration).played
 
     def update_policy(self, batch: Any, advantages: Any, generator: np.random.Generator) -> dict[str, float]:
