@@ -62,7 +62,7 @@ PROTOCOLS = {
     "quick": Protocol("corridor_llm", {"corridor": []}, [8], ["ecpo", "gigpo_std"], [0],
                       ["iterations=4", "val_every=2"]),
     # small households on two cores (issue 22): the presets alfworld_cpu / webshop_cpu as they are (ECPO, one seed),
-    # and ECPO vs GiGPO w/std on the ALFWorld one with paired seeds (as many as fit: --from-partial reports them)
+    # and ECPO vs GiGPO w/std on the ALFWorld one with paired seeds (as many as fit: the partial stage reports them)
     # (N = 4: the presets' own 4 groups x 4, the recipe they were tuned at)
     "alfworld_cpu": Protocol("alfworld_cpu", {"alfworld_small": []}, [4], ["ecpo"], [0]),
     "webshop_cpu": Protocol("webshop_cpu", {"webshop_small": []}, [4], ["ecpo"], [0]),

@@ -188,7 +188,10 @@ class Trainer:
     def optimizer_step(self, loss: torch.Tensor, lr: float | None = None) -> None:
         """One step of this trainer's AdamW on ``loss``, a scalar of the policy's parameters (a study's own
         objective, e.g. a supervised push): gradients zeroed, ``loss`` backpropagated, clipped to
-        ``max_grad_norm``, one step; ``lr`` replaces the learning rate for this step only."""
+        ``max_grad_norm``, one step; ``lr`` replaces the learning rate for this step only. One process only: under
+        ``fsdp=true`` the gradient would be one shard's (a ``ValueError``)."""
+        if self.dp is not None:
+            raise ValueError("optimizer_step takes one process's loss: not under fsdp=true")
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_([p for p in self.policy.parameters() if p.requires_grad],
