@@ -10,18 +10,19 @@ lucky-singleton anchors is compared per batch. One job per file:
 * ``credit_counterfactual_report.py``: paired comparisons vs gigpo_std (``stats``), verdicts, markdown;
 * this file: the command line, the process pool over arms, the outputs.
 
-    python -m benchmarks.credit_counterfactual            # the committed protocol (~60 min niced, 2 cores)
-    python -m benchmarks.credit_counterfactual --quick    # machinery smoke (< 10 min)
-    python -m benchmarks.credit_counterfactual --from-raw runs/credit_counterfactual/full   # re-report finished arms
-    python -m benchmarks.credit_counterfactual --from-raw DIR1 DIR2   # an arm run at other targets later, merged
-    python -m benchmarks.credit_counterfactual --checkpoint-seeds 0 1 2   # three checkpoints per cell (~5.3 h arm time)
+    python -m benchmarks.credit_counterfactual run            # the committed protocol (~60 min niced, 2 cores)
+    python -m benchmarks.credit_counterfactual run --quick    # machinery smoke (< 10 min)
+    python -m benchmarks.credit_counterfactual report --from-raw runs/credit_counterfactual/full   # finished arms
+    python -m benchmarks.credit_counterfactual report --from-raw DIR1 DIR2   # an arm run at other targets, merged
+    python -m benchmarks.credit_counterfactual run --checkpoint-seeds 0 1 2   # 3 checkpoints per cell (~5.3 h)
 
 ``--checkpoint-seeds`` trains each arm's concentration checkpoints once per seed (distinct GRPO runs, so distinct
 checkpoints) and measures the same batches from each; ``--batch-seed-base B`` draws batch k from seed ``B + k``
 (default 100000). With at least 3 checkpoints per cell the report's verdicts take the checkpoint as the unit of
 replication (``credit_counterfactual_report``).
 
-Writes ``benchmarks/results/credit_counterfactual{,_quick}.{md,json}``; each finished (arm, checkpoint seed)'s raw
+Writes ``benchmarks/results/credit_counterfactual{,_quick}.{md,json.gz}`` (the protocol records the command,
+``command``, that the report quotes); each finished (arm, checkpoint seed)'s raw
 records also go to ``<runs-dir>/<arm>_ckpt<seed>.json`` so a report can be rebuilt from arms run separately.
 """
 
@@ -30,13 +31,14 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import os
+import shlex
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks import RESULTS, ArgumentParser, read_json, write_json_gz, write_report
+from benchmarks import RESULTS, read_json, write_json_gz, write_report
 from benchmarks.credit_counterfactual_claim import claim_markdown, claim_report
 from benchmarks.credit_counterfactual_protocol import ARMS, ESTIMATORS
 from benchmarks.credit_counterfactual_report import render, summarize
@@ -199,41 +201,77 @@ def write_outputs(results: Sequence[dict[str, Any]], protocol: dict[str, Any], r
     return summary
 
 
+# The options each stage reads besides --out: any other given is refused in one line.
+STAGE_OPTIONS = {
+    "run": ("quick", "arms", "k", "targets", "max_iterations", "checkpoint_seeds", "batch_seed_base", "workers",
+            "runs_dir"),
+    "report": ("from_raw", "arms", "quick"),
+}
+DEFAULTS = {"arms": list(ARMS), "checkpoint_seeds": [0], "batch_seed_base": BATCH_SEED_BASE, "workers": 2,
+            "runs_dir": Path("runs/credit_counterfactual"), "quick": False}
+
+
+def command_line(args: Any) -> str:
+    """The stage's command as the report quotes it: the options that shape its numbers (not where it writes, nor
+    how many processes), defaults left out."""
+    words = ["python", "-m", "benchmarks.credit_counterfactual", args.stage] + (["--quick"] if args.quick else [])
+    if args.stage == "report":
+        words += ["--from-raw", *map(str, args.from_raw)]
+    if args.arms != list(ARMS):
+        words += ["--arms", *args.arms]
+    if args.stage == "run":
+        words += ["--k", str(args.k)] if args.k else []
+        words += ["--targets", *map(str, args.targets)] if args.targets else []
+        words += ["--max-iterations", str(args.max_iterations)] if args.max_iterations else []
+        words += ["--checkpoint-seeds", *map(str, args.checkpoint_seeds)] if args.checkpoint_seeds != [0] else []
+        words += ["--batch-seed-base", str(args.batch_seed_base)] if args.batch_seed_base != BATCH_SEED_BASE else []
+    return shlex.join(words)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = ArgumentParser(__spec__.name, description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="machinery smoke run (small K, two GRPO checkpoints)")
-    parser.add_argument("--arms", nargs="+", default=list(ARMS), help=f"subset of {', '.join(ARMS)}")
-    parser.add_argument("--k", type=int, default=None, help="batches per checkpoint (default: the protocol's)")
-    parser.add_argument("--targets", type=float, nargs="+", default=None,
-                        help="pi(good) targets of the checkpoints (default: the arm's)")
-    parser.add_argument("--max-iterations", type=int, default=None,
-                        help="GRPO iterations allowed to reach the targets (default: the arm's protocol)")
-    parser.add_argument("--checkpoint-seeds", type=int, nargs="+", default=[0],
-                        help="train each arm's checkpoints once per seed (default 0); verdicts take the checkpoint "
-                             "as the unit from 3 seeds on")
-    parser.add_argument("--batch-seed-base", type=int, default=BATCH_SEED_BASE,
-                        help=f"batch k is drawn from seed BASE + k at every checkpoint (default {BATCH_SEED_BASE})")
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--runs-dir", type=Path, default=Path("runs/credit_counterfactual"))
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    parser.add_argument("--from-raw", type=Path, nargs="+", default=None,
-                        help="write the report from the finished arms' <arm>.json in these folders, or from the arms "
-                             "of a written report's JSON (e.g. the committed one), without running; an arm found "
-                             "in several places (other targets, e.g. a later --targets run) is merged, checkpoint "
-                             "by checkpoint")
-    args = parser.parse_args(argv)
+    from benchmarks.study import StudyCommand
+
+    command = StudyCommand(__spec__.name, __doc__.split("\n\n")[0], STAGE_OPTIONS,
+                           "run: train the arms' checkpoints and measure their batches, then the report; report: "
+                           "the report again from finished arms (--from-raw), without running", DEFAULTS)
+    command.add("--quick", action="store_const", const=True,
+                help="run: machinery smoke run (small K, two GRPO checkpoints); report: mark the report quick")
+    command.add("--arms", nargs="+", help=f"subset of {', '.join(ARMS)}")
+    command.add("--k", type=int, help="run: batches per checkpoint (default: the protocol's)")
+    command.add("--targets", type=float, nargs="+", help="run: pi(good) targets of the checkpoints (default: the arm's)")
+    command.add("--max-iterations", type=int,
+                help="run: GRPO iterations allowed to reach the targets (default: the arm's protocol)")
+    command.add("--checkpoint-seeds", type=int, nargs="+",
+                help="run: train each arm's checkpoints once per seed (default 0); verdicts take the checkpoint as "
+                     "the unit from 3 seeds on")
+    command.add("--batch-seed-base", type=int,
+                help=f"run: batch k is drawn from seed BASE + k at every checkpoint (default {BATCH_SEED_BASE})")
+    command.add("--workers", type=int, help="run: processes (default 2)")
+    command.add("--runs-dir", type=Path, help="run: the arms' folders (default runs/credit_counterfactual)")
+    command.add("--out", type=Path, default=RESULTS, common=True)
+    command.add("--from-raw", type=Path, nargs="+",
+                help="report: the finished arms' <arm>_ckpt<seed>.json in these folders, or the arms of a written "
+                     "report's JSON (e.g. the committed one); an arm found in several places (other targets, e.g. "
+                     "a later run --targets) is merged, checkpoint by checkpoint")
+    args = command.parse(argv)
+    if args is None:
+        return 2
     unknown = [a for a in args.arms if a not in ARMS]
     if unknown:
-        print(f"unknown arm(s) {unknown}; valid: {', '.join(ARMS)}", file=sys.stderr)
+        print(f"error: unknown arm(s) {unknown}; valid: {', '.join(ARMS)}", file=sys.stderr)
         return 2
     if len(set(args.checkpoint_seeds)) != len(args.checkpoint_seeds) or min(args.checkpoint_seeds) < 0:
-        print(f"--checkpoint-seeds must be distinct non-negative integers, got {args.checkpoint_seeds}", file=sys.stderr)
+        print(f"error: --checkpoint-seeds must be distinct non-negative integers, got {args.checkpoint_seeds}",
+              file=sys.stderr)
         return 2
     if args.batch_seed_base < 0:
-        print(f"--batch-seed-base must be >= 0, got {args.batch_seed_base}", file=sys.stderr)
+        print(f"error: --batch-seed-base must be >= 0, got {args.batch_seed_base}", file=sys.stderr)
         return 2
-    base = {"quick": args.quick, "estimators": list(ESTIMATORS), "notes": NOTES}
-    if args.from_raw is not None:
+    base = {"quick": args.quick, "estimators": list(ESTIMATORS), "notes": NOTES, "command": command_line(args)}
+    if args.stage == "report":
+        if not args.from_raw:
+            print("error: report needs --from-raw DIR_OR_JSON [...]", file=sys.stderr)
+            return 2
         results = []
         for a in args.arms:
             parts = [part for d in args.from_raw for part in finished_arm(d, a)]
@@ -244,7 +282,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     print(f"error: --from-raw: {error}", file=sys.stderr)
                     return 2
         if not results:
-            print(f"no finished arm under {', '.join(map(str, args.from_raw))}", file=sys.stderr)
+            print(f"error: no finished arm under {', '.join(map(str, args.from_raw))}", file=sys.stderr)
             return 2
         base["quick"] = any(r["protocol"].get("quick") for r in results) or args.quick
         base["from_raw"] = [str(d) for d in args.from_raw]

@@ -3,9 +3,9 @@
 An arm is one policy on one corridor. :func:`make_checkpoints` trains it with GRPO (the native ``Trainer``) and saves
 a ``Trainer.save`` (weights, AdamW state, RNGs) the first time the policy's mean pi(good door | room) at
 T = 1 reaches each target concentration. :func:`measure_batch` then, for one checkpoint and one batch seed, loads
-the checkpoint, samples one rollout batch (``collect_rollout``), and for every estimator reloads the checkpoint,
-computes that estimator's advantages on the *same* batch (``compute_advantages``) and applies one update
-(``update_on_table`` -> ``policy_update``, the trainer's step E) with the same shuffle seed. Measured per estimator:
+the checkpoint, samples one rollout batch (``Trainer.sample``, the iteration's step A), and for every estimator
+reloads the checkpoint, computes that estimator's advantages on the *same* batch (``compute_advantages``) and applies
+one update (``Trainer.update_policy``, the iteration's step E) with the same shuffle seed. Measured per estimator:
 
 * ``delta_j``: change of the exact success probability (DP over the corridor's MDP) at the validation temperature;
 * ``lucky``: mean change of log pi(rare | s) at T = 1 over the batch's lucky-singleton anchors: a non-good door
@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 ESTIMATORS = ("grpo", "gigpo_std", "ecpo", "ecpo_anchor_scale", "ecpo_eca_only", "ecpo_anchor_scale_eca_only")
 
@@ -136,16 +135,7 @@ def supervised_step(trainer: Any, env: Any, good: dict[str, str], env_name: str,
     rows, chosen, _ = candidate_rows(policy, demos)  # the good door is always admissible: nothing is left out
     nll, count = reply_cross_entropy(policy, rows, chosen)
     loss = nll / count
-    trainer.optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_([p for p in policy.parameters() if p.requires_grad], trainer.config.max_grad_norm)
-    groups = trainer.optimizer.param_groups
-    kept = [g["lr"] for g in groups]
-    for g in groups if lr is not None else ():
-        g["lr"] = lr
-    trainer.optimizer.step()
-    for g, value in zip(groups, kept):
-        g["lr"] = value
+    trainer.optimizer_step(loss, lr)
     return float(loss.detach())
 
 
@@ -191,7 +181,7 @@ def make_checkpoints(arm: dict[str, Any], folder: Path, seed: int = 0, log: Any 
             steps += 1
             level = concentration(trainer.policy, env, good, arm["env_id"])
             if level >= targets[0]:  # settle, then save whatever concentration the settling left
-                trainer.optimizer.state.clear()  # no supervised momentum may carry into the GRPO steps
+                trainer.clear_optimizer_moments()  # no supervised momentum may carry into the GRPO steps
                 if int(arm.get("settle", 0)):
                     run.train(int(arm["settle"]))
                 save(concentration(trainer.policy, env, good, arm["env_id"]))
@@ -251,11 +241,9 @@ def _mean_delta(before: dict, after: dict, pairs: Any) -> float:
 def one_update_each(trainer: Any, checkpoint: str, rollout: Any, advantages: dict[str, np.ndarray],
                     probe: Any, shuffle_seed: int = 12345) -> dict[str, Any]:
     """For each estimator: reload ``checkpoint`` (weights + optimizer state), apply ONE update (step E,
-    ``update_on_table``, as the trainer's) with its advantages and the same shuffle seed, and return
+    ``Trainer.update_policy``, as the iteration's) with its advantages and the same shuffle seed, and return
     ``probe(trainer)`` of the updated policy. Identical advantage vectors give an identical (deterministic) update,
     so their probe is computed once."""
-    from ecpo_train.runtime.builders import update_on_table
-
     done: dict[bytes, Any] = {}
     out = {}
     for name, adv in advantages.items():
@@ -263,9 +251,7 @@ def one_update_each(trainer: Any, checkpoint: str, rollout: Any, advantages: dic
         if key not in done:
             trainer.load(Path(checkpoint))
             with contextlib.redirect_stderr(io.StringIO()):
-                update_on_table(trainer.policy, trainer.config, rollout.batch,
-                                torch.as_tensor(np.asarray(adv), dtype=torch.float32), trainer.optimizer,
-                                np.random.default_rng(shuffle_seed), reference=trainer.reference)
+                trainer.update_policy(rollout.batch, adv, np.random.default_rng(shuffle_seed))
             done[key] = probe(trainer)
         out[name] = done[key]
     return out
@@ -276,18 +262,11 @@ def measure_batch(trainer: Any, checkpoint: str, batch_seed: int, env: Any, good
     """One batch (seeded by ``batch_seed``) at one checkpoint: every estimator's one-update effects."""
     from ecpo_train.core.credit import compute_advantages
     from ecpo_train.core.iteration import draw_iteration
-    from ecpo_train.core.rollout import collect_rollout
 
     cfg = trainer.config
     trainer.load(Path(checkpoint))
-    rng = np.random.default_rng(batch_seed)
-    torch.manual_seed(batch_seed)
-    if isinstance(getattr(trainer.policy, "generator", None), torch.Generator):
-        trainer.policy.generator.manual_seed(batch_seed)
-    tasks, env_seed = draw_iteration(cfg, trainer.train_tasks, rng, iteration=0)
-    rollout = collect_rollout(trainer.envs, trainer.policy, tasks, env_name=cfg.env_id,
-                              temperature=cfg.rollout_temperature, seed=env_seed,
-                              anchor_key=cfg.anchor_key, history_length=cfg.history_length)
+    tasks, env_seed = draw_iteration(cfg, trainer.train_tasks, np.random.default_rng(batch_seed), iteration=0)
+    rollout = trainer.sample(tasks, env_seed, sampling_seed=batch_seed)
     batch = rollout.batch
     won = {int(e.traj_id): bool(e.won) for e in rollout.episodes}
     d_min = int(cfg.credit.d_min)

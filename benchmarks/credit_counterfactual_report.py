@@ -174,9 +174,10 @@ def render(summary: dict[str, Any], protocol: dict[str, Any], runtime_s: float,
     seeds = sorted({s for arm in protocol["arms"].values() for s in arm.get("checkpoint_seeds", [0])})
     base = {arm.get("batch_seed_base", 100_000) for arm in protocol["arms"].values()}
     per_cell = summary.get("checkpoints_per_cell", [1])
-    command = ("python -m benchmarks.credit_counterfactual" + (" --quick" if protocol.get("quick") else "")
-               + (f" --checkpoint-seeds {' '.join(map(str, seeds))}" if seeds != [0] else "")
-               + (f" --from-raw {' '.join(protocol['from_raw'])}" if protocol.get("from_raw") else ""))
+    command = protocol.get("command") or (  # a protocol written before the stages: the flags of then
+        "python -m benchmarks.credit_counterfactual" + (" --quick" if protocol.get("quick") else "")
+        + (f" --checkpoint-seeds {' '.join(map(str, seeds))}" if seeds != [0] else "")
+        + (f" --from-raw {' '.join(protocol['from_raw'])}" if protocol.get("from_raw") else ""))
     lines = [
         "# Counterfactual credit updates: ECPO vs GiGPO on identical batches", "",
         (f"Run: **{quick}**, {runtime_s / 60:.1f} min of arm time (arms run side by side, niced, on a shared 2-core "
@@ -274,7 +275,8 @@ def scope_note(summary: dict[str, Any], protocol: dict[str, Any]) -> list[str]:
     command (and its cost) that would give the full protocol its verdicts over checkpoints."""
     per_cell = summary.get("checkpoints_per_cell", [1])
     minutes = protocol.get("full_arm_minutes", 106.4) * MIN_CHECKPOINTS
-    rerun = (f"`python -m benchmarks.credit_counterfactual --checkpoint-seeds 0 1 2` would give the full protocol "
+    stage = " run" if "command" in protocol else ""  # (a protocol written before the stages: the flags of then)
+    rerun = (f"`python -m benchmarks.credit_counterfactual{stage} --checkpoint-seeds 0 1 2` would give the full protocol "
              f"{MIN_CHECKPOINTS} checkpoints per cell: about {minutes / 60:.1f} h of arm time ({minutes / 120:.1f} h "
              "on two free cores), not run yet.")
     if protocol.get("quick"):

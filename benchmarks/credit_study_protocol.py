@@ -74,7 +74,7 @@ def run_specs(protocol: dict[str, Any], env_names: Sequence[str] | None = None) 
 class InstructionQueryPolicy:
     """Wraps a tabular policy for WebShop: it cannot write text, so its ``search[<query>]`` template action is
     sent as a search for the task instruction itself. Everything else (ids, log-probs, parameters, slots) is the
-    wrapped policy's, so the trainer can hold the wrapper as its policy."""
+    wrapped policy's, so the trainer can play with it (``Trainer.act_with``) and update the wrapped policy."""
 
     def __init__(self, policy) -> None:
         self.policy = policy
@@ -225,7 +225,7 @@ def train_run(spec: dict[str, Any]) -> dict[str, Any]:
         run = open_run(Trainer, cell_config(spec, run_dir, task_pool))
         trainer = run.engine
         policy = trainer.policy
-        trainer.sampler.policy = actor = InstructionQueryPolicy(policy)  # acts as the tabular policy
+        trainer.act_with(actor := InstructionQueryPolicy(policy))  # acts as the tabular policy
 
         def evaluate(iteration: int, repeats: int = 1) -> tuple[float, float]:
             """Evaluation success and the std of evaluation episode returns: exact by DP on diagnostic MDPs,

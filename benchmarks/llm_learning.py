@@ -9,12 +9,16 @@ policy (dynamic programming over the corridor's MDP with the LLM's action distri
 temperature) where the environment allows it, so seeds differ only in what they learned; elsewhere it is the
 sampled validation success.
 
-    python -m benchmarks.llm_learning                      # the CPU protocol (see PROTOCOLS)
-    python -m benchmarks.llm_learning --protocol quick     # a few minutes: one seed, two methods
-    python -m benchmarks.llm_learning --protocol gpu model=/path/to/Qwen2.5-1.5B-Instruct device=cuda
+    python -m benchmarks.llm_learning run                      # the CPU protocol (see PROTOCOLS)
+    python -m benchmarks.llm_learning run --protocol quick     # a few minutes: one seed, two methods
+    python -m benchmarks.llm_learning run --protocol gpu model=/path/to/Qwen2.5-1.5B-Instruct device=cuda
+    python -m benchmarks.llm_learning partial --protocol P     # the report of the cells finished so far
+    python -m benchmarks.llm_learning report --protocol budget --from-json benchmarks/results/llm_learning.json
+    python -m benchmarks.llm_learning report --protocol P --from-runs runs/llm_learning/P   # finished cells
 
 Extra ``key=value`` arguments override the training preset (e.g. ``iterations=30``), so a GPU run scales by
-config alone. Writes ``benchmarks/results/llm_learning_<protocol>.{md,json,png}``.
+config alone. Writes ``benchmarks/results/llm_learning_<protocol>.{md,json,png}``; the JSON of a run records its
+command (``command``), which a report of it quotes.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from __future__ import annotations
 import json
 import math
 import multiprocessing
+import shlex
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -30,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks import RESULTS, ArgumentParser
+from benchmarks import RESULTS
 from benchmarks.llm_learning_report import plot, report
 from ecpo_train.files.atomic import write_text
 
@@ -57,7 +62,7 @@ PROTOCOLS = {
     "quick": Protocol("corridor_llm", {"corridor": []}, [8], ["ecpo", "gigpo_std"], [0],
                       ["iterations=4", "val_every=2"]),
     # small households on two cores (issue 22): the presets alfworld_cpu / webshop_cpu as they are (ECPO, one seed),
-    # and ECPO vs GiGPO w/std on the ALFWorld one with paired seeds (as many as fit: --from-partial reports them)
+    # and ECPO vs GiGPO w/std on the ALFWorld one with paired seeds (as many as fit: the partial stage reports them)
     # (N = 4: the presets' own 4 groups x 4, the recipe they were tuned at)
     "alfworld_cpu": Protocol("alfworld_cpu", {"alfworld_small": []}, [4], ["ecpo"], [0]),
     "webshop_cpu": Protocol("webshop_cpu", {"webshop_small": []}, [4], ["ecpo"], [0]),
@@ -138,22 +143,48 @@ def validation_episodes(run_dir: Path) -> dict:
             "after": rows(lines[-1])}
 
 
+# The options each stage reads besides --protocol and --out (any other given is refused in one line); key=value
+# overrides of the training preset are the run's and the partial report's only.
+STAGE_OPTIONS = {"run": ("runs_dir", "jobs"), "partial": (), "report": ("from_json", "from_runs")}
+STAGE_HELP = ("run: train every cell of the protocol (the report of the cells finished so far is kept in "
+              "<stem>.partial.json); partial: the report of those cells and stop; report: the report of finished "
+              "results (--from-json) or of finished cells in runs folders (--from-runs), without training")
+
+
+def reported_by(stage: str, protocol_name: str, sources: list[str], stored: list[dict] | None = None) -> str:
+    """The command that writes a report from stored results, as the report quotes it: ``report --from-json`` (or
+    ``--from-runs``). A report again from results stored before the stages (no ``command`` in any of their JSON)
+    quotes the flag of then, as the committed reports do, so that they regenerate byte-identical."""
+    option = f"--{stage.replace('_', '-')}"
+    if stored is not None and stored and not any("command" in part for part in stored):
+        return f"python -m benchmarks.llm_learning --protocol {protocol_name} {option} {' '.join(sources)}"
+    return f"python -m benchmarks.llm_learning report --protocol {protocol_name} {option} {' '.join(sources)}"
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(__spec__.name, description=__doc__.split("\n")[0])
-    parser.add_argument("--protocol", choices=sorted(PROTOCOLS), default="cpu")
-    parser.add_argument("--runs-dir", default="runs/llm_learning")
-    parser.add_argument("--out", default=None, help="results file stem (default benchmarks/results/llm_learning[_P])")
-    parser.add_argument("--jobs", type=int, default=1,
-                        help="cells trained at once, each on one torch thread (2 on a 2-core machine)")
-    parser.add_argument("overrides", nargs="*", help="key=value overrides of the training preset")
-    parser.add_argument("--from-partial", action="store_true",
-                        help="write the report from the cells finished so far (<stem>.partial.json) and stop")
-    parser.add_argument("--from-runs", nargs="+", default=None,
-                        help="summarise the finished cells under these runs folders (<dir>/<env>/N<n>/<method>/seed<k>) "
-                             "into one report at --out and stop")
-    parser.add_argument("--from-json", nargs="+", default=None,
-                        help="merge finished results (e.g. the N=8 and N=4 runs) into one report at --out and stop")
-    args = parser.parse_args(argv)
+    from benchmarks.study import StudyCommand
+
+    command = StudyCommand(__spec__.name, __doc__.split("\n")[0], STAGE_OPTIONS, STAGE_HELP,
+                           defaults={"runs_dir": "runs/llm_learning", "jobs": 1})
+    command.add("--protocol", choices=sorted(PROTOCOLS), default="cpu", common=True)
+    command.add("--out", default=None, common=True,
+                help="results file stem (default benchmarks/results/llm_learning_<protocol>)")
+    command.add("--runs-dir", help="run: the cells' run folders (default runs/llm_learning)")
+    command.add("--jobs", type=int, help="run: cells trained at once, each on one torch thread (2 on a 2-core machine)")
+    command.add("overrides", nargs="*", common=True, help="run, partial: key=value overrides of the training preset")
+    command.add("--from-runs", nargs="+",
+                help="report: summarise the finished cells under these runs folders (<dir>/<env>/N<n>/<method>/seed<k>)")
+    command.add("--from-json", nargs="+", help="report: merge finished results (e.g. the N=8 and N=4 runs) into one")
+    args = command.parse(argv)
+    if args is None:
+        return 2
+    if args.overrides and args.stage == "report":
+        print("error: report takes no key=value overrides (the stored results keep the ones they ran with)",
+              file=sys.stderr)
+        return 2
+    if args.stage == "report" and (args.from_json is None) == (args.from_runs is None):
+        print("error: report needs one of --from-json FILE [FILE ...] or --from-runs DIR [DIR ...]", file=sys.stderr)
+        return 2
     protocol = PROTOCOLS[args.protocol]
     overrides = protocol.overrides + list(args.overrides)
     stem = Path(args.out) if args.out else RESULTS / f"llm_learning_{args.protocol}"
@@ -166,16 +197,21 @@ def main(argv: list[str] | None = None) -> int:
         protocol = Protocol(protocol.preset, protocol.envs, sorted({n for by_n in results.values() for n in by_n}),
                             protocol.methods, sorted({r["seed"] for by_n in results.values() for ms in by_n.values()
                                                       for rs in ms.values() for r in rs}), overrides)  # finished cells
-        how = (f"Summarised by `python -m benchmarks.llm_learning --protocol {args.protocol} --from-runs "
-               f"{' '.join(args.from_runs)}` from the finished cells of those runs ({seconds / 60:.0f} min of training "
+        how = (f"Summarised by `{reported_by('from_runs', args.protocol, args.from_runs)}` from the finished cells of "
+               f"those runs ({seconds / 60:.0f} min of training "
                "and validation summed over cells; cells ran one or two at a time, one torch thread each, on a shared "
                "2-core machine)." + (" The `budget` protocols are the `cpu` protocol cut to 8 iterations to fit "
                                      "one session's shared CPU." if args.protocol.startswith("budget") else ""))
         return write_outputs(stem, args.protocol, protocol, overrides, results, seconds, how=how)
     if args.from_json:
         seconds = 0.0
+        stored = []
         for path in args.from_json:
+            if not Path(path).is_file():
+                print(f"error: no stored results at {path[:200]}", file=sys.stderr)
+                return 2
             loaded = json.loads(Path(path).read_text())
+            stored.append(loaded)
             seconds += loaded["seconds"]
             for env, by_n in loaded["results"].items():
                 for n, by_method in by_n.items():
@@ -184,14 +220,22 @@ def main(argv: list[str] | None = None) -> int:
         protocol = Protocol(protocol.preset, protocol.envs, sorted({n for by_n in results.values() for n in by_n}),
                             protocol.methods, sorted({r["seed"] for by_n in results.values() for ms in by_n.values()
                                                       for rs in ms.values() for r in rs}), overrides)  # those stored
-        how = (f"Re-reported by `python -m benchmarks.llm_learning --protocol {args.protocol} --from-json "
-               f"{' '.join(args.from_json)}` from stored run summaries ({seconds / 60:.0f} min of training and validation "
+        how = (f"Re-reported by `{reported_by('from_json', args.protocol, args.from_json, stored)}` from stored run "
+               f"summaries ({seconds / 60:.0f} min of training and validation "
                "summed over cells); no training was rerun.")
-        return write_outputs(stem, args.protocol, protocol, overrides, results, seconds, how=how)
-    if args.from_partial:
+        commands = [part["command"] for part in stored if "command" in part]
+        return write_outputs(stem, args.protocol, protocol, overrides, results, seconds, how=how,
+                             command=commands[0] if len(set(commands)) == 1 else None)
+    run_command = shlex.join(["python", "-m", "benchmarks.llm_learning", "run", "--protocol", args.protocol,
+                              *args.overrides])
+    if args.stage == "partial":
+        if not partial.is_file():
+            print(f"error: no cells finished so far: {partial} does not exist (run first)", file=sys.stderr)
+            return 2
         loaded = json.loads(partial.read_text())
         results = {env: {int(n): runs for n, runs in by_n.items()} for env, by_n in loaded["results"].items()}
-        return write_outputs(stem, args.protocol, protocol, overrides, results, loaded["seconds"], partial=True)
+        return write_outputs(stem, args.protocol, protocol, overrides, results, loaded["seconds"], partial=True,
+                             command=run_command)
     cells = [(env_label, n, method, seed, [*env_overrides, *overrides, f"group_size={n}", f"estimator={method}",
                                            f"seed={seed}"])
              for env_label, env_overrides in protocol.envs.items() for n in protocol.group_sizes
@@ -210,7 +254,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{summary['final_success']:.3f} (late {summary['late_success']:.3f}), "
                   f"{summary['seconds_per_iteration']:.0f}s/iteration", flush=True)
             write_text(partial, json.dumps({"seconds": time.perf_counter() - started, "results": results}))
-    write_outputs(stem, args.protocol, protocol, overrides, results, time.perf_counter() - started)
+    write_outputs(stem, args.protocol, protocol, overrides, results, time.perf_counter() - started,
+                  command=run_command)
     partial.unlink(missing_ok=True)
     return 0
 
@@ -251,10 +296,13 @@ def summaries_from_runs(folders: list[Path], methods: list[str]) -> tuple[dict, 
 
 
 def write_outputs(stem: Path, name: str, protocol: Protocol, overrides: list[str], results: dict, elapsed: float,
-                  partial: bool = False, how: str = "") -> int:
-    stem.with_suffix(".json").write_text(json.dumps({"protocol": name, "overrides": overrides, "seconds": elapsed,
-                                                     "complete": not partial, "results": results}, indent=1))
-    text = report(results, name, protocol, elapsed, how)
+                  partial: bool = False, how: str = "", command: str | None = None) -> int:
+    """The JSON (with ``command``, the run's command line, where known), the report and the figure at ``stem``."""
+    stored = {"protocol": name, "overrides": overrides, "seconds": elapsed, "complete": not partial}
+    stored |= {"command": command} if command else {}
+    stem.with_suffix(".json").write_text(json.dumps(stored | {"results": results}, indent=1))
+    text = report(results, name, protocol, elapsed, how or (f"Written by `{command}` in {elapsed / 60:.1f} min."
+                                                             if command else ""))
     if partial:
         text += ("\n**Partial run**: the protocol was stopped when its time budget ran out; the tables hold the "
                  "cells that finished (seed-major order, so each finished seed has every method up to the cut).\n")

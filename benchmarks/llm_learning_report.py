@@ -193,7 +193,7 @@ def success_said(results: dict) -> str:
 
 
 def report(results: dict, protocol_name: str, protocol: Any, elapsed: float, how: str = "") -> str:
-    how = how or f"Written by `python -m benchmarks.llm_learning --protocol {protocol_name}` in {elapsed / 60:.1f} min."
+    how = how or f"Written by `python -m benchmarks.llm_learning run --protocol {protocol_name}` in {elapsed / 60:.1f} min."
     parts = comparisons(results)
     lines = [f"# LLM learning: ECPO vs GiGPO w/std vs GRPO with a real small LM ({protocol_name} protocol)", "",
              (f"{how} "

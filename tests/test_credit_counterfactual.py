@@ -170,7 +170,7 @@ def test_quick_run_writes_a_report_whose_numbers_are_the_json(tmp_path):
     """``--quick`` on the tabular arms: GRPO checkpoints, paired batches, one JSON and a report that reads it."""
     cf = credit_counterfactual
     report = credit_counterfactual_report
-    args = ["--quick", "--arms", "tabular_corridor", "--workers", "1", "--out", str(tmp_path),
+    args = ["run", "--quick", "--arms", "tabular_corridor", "--workers", "1", "--out", str(tmp_path),
             "--runs-dir", str(tmp_path / "runs")]
     assert cf.main(args) == 0
     payload = read_json(tmp_path / "credit_counterfactual_quick.json.gz")
@@ -187,14 +187,22 @@ def test_quick_run_writes_a_report_whose_numbers_are_the_json(tmp_path):
     for part in payload["summary"]["comparisons"]:
         shown = report._scaled(part, report.SCALE.get(part["metric"], 1.0))
         assert f"{report.fmt_part(shown, 3)} | {report._percent(part['relative'])} | {part['verdict']} |" in text
-    assert cf.main(["--arms", "nope"]) == 2
+    assert cf.main(["run", "--arms", "nope"]) == 2
+    assert "run --quick --arms tabular_corridor`" in text  # the command that wrote it, as the run's protocol keeps it
+    assert payload["protocol"]["command"] == ("python -m benchmarks.credit_counterfactual run --quick --arms "
+                                              "tabular_corridor")
+    # the report again from the finished arm, without running: quoted as the report stage
+    assert cf.main(["report", "--from-raw", str(tmp_path / "runs" / "quick"), "--out", str(tmp_path / "again")]) == 0
+    again = (tmp_path / "again" / "credit_counterfactual_quick.md").read_text()
+    assert f"`python -m benchmarks.credit_counterfactual report --from-raw {tmp_path / 'runs' / 'quick'}`" in again
+    assert cf.main(["report", "--k", "3", "--from-raw", str(tmp_path)]) == 2  # a run option: refused, not ignored
 
 
 def test_checkpoint_seeds_and_batch_seed_base_reach_the_protocol(tmp_path):
     """``--checkpoint-seeds 3 4 --batch-seed-base 500``: one GRPO training run per seed, so distinct checkpoints,
     and every checkpoint's batches drawn from seeds 500, 501, ..."""
     cf = credit_counterfactual
-    args = ["--quick", "--arms", "tabular_corridor", "--workers", "1", "--k", "2", "--targets", "0.5",
+    args = ["run", "--quick", "--arms", "tabular_corridor", "--workers", "1", "--k", "2", "--targets", "0.5",
             "--checkpoint-seeds", "3", "4", "--batch-seed-base", "500", "--out", str(tmp_path),
             "--runs-dir", str(tmp_path / "runs")]
     assert cf.main(args) == 0

@@ -96,3 +96,33 @@ def test_a_recipe_chosen_on_seed_0_is_stated_and_every_result_is_also_given_with
     # another preset carries no selection note
     assert "Recipe selection" not in report.report(results, "x", SimpleNamespace(preset="corridor_llm", seeds=[0, 1, 2],
                                                                                   overrides=[]), 60.0)
+
+
+def test_the_report_stage_writes_the_committed_report_again_and_a_run_records_its_command(tmp_path, capsys,
+                                                                                           monkeypatch):
+    """``report --from-json`` on the committed results writes their JSON and report again as committed (the
+    committed report quotes the command of then: results stored before the stages keep it); results that record
+    their command are quoted in the stage form; an option of another stage is one line, exit 2."""
+    results = Path(llm_learning.__file__).parent / "results"
+    monkeypatch.chdir(results.parent.parent)  # (the committed report quotes the path from the repository root)
+    committed = results / "llm_learning.json"
+    stem = tmp_path / "llm_learning"
+    assert llm_learning.main(["report", "--protocol", "budget", "--from-json", "benchmarks/results/llm_learning.json",
+                              "--out", str(stem)]) == 0
+    assert stem.with_suffix(".json").read_bytes() == committed.read_bytes()
+    written = stem.with_suffix(".md").read_text()
+    assert (results / "llm_learning.md").read_text().startswith(written)  # (hand-written sections follow it)
+    assert "Re-reported by `python -m benchmarks.llm_learning --protocol budget --from-json" in written
+
+    stored = json.loads(committed.read_text()) | {"command": "python -m benchmarks.llm_learning run --protocol budget"}
+    (tmp_path / "new.json").write_text(json.dumps(stored))
+    assert llm_learning.main(["report", "--protocol", "budget", "--from-json", str(tmp_path / "new.json"),
+                              "--out", str(tmp_path / "again")]) == 0
+    assert "Re-reported by `python -m benchmarks.llm_learning report --protocol budget --from-json" in \
+        (tmp_path / "again.md").read_text()
+    assert json.loads((tmp_path / "again.json").read_text())["command"] == stored["command"]
+    capsys.readouterr()
+    assert llm_learning.main(["report", "--jobs", "2", "--from-json", str(committed)]) == 2
+    refusal = "error: report does not take --jobs (it takes --from-json, --from-runs)"
+    assert capsys.readouterr().err.strip().splitlines() == [refusal]
+    assert llm_learning.main(["report", "--protocol", "budget"]) == 2

@@ -322,3 +322,113 @@ def test_the_other_papers_estimators_train_natively(tmp_path, estimator):
     own = {"pgpo": "credit/pgpo_mean_weight", "hgpo": "credit/hgpo_no_group_fraction",
            "graphgpo": "credit/graph_success_group_fraction", "pace": "credit/pace_states"}[estimator]
     assert own in history[-1]
+
+
+def _same_batch(a, b):
+    for name in (*a.column_names(), "old_logprobs"):
+        assert np.array_equal(np.asarray(getattr(a, name)), np.asarray(getattr(b, name))), name
+    assert [list(map(list, x)) for x in (a.prompt_ids, a.response_ids)] == \
+        [list(map(list, x)) for x in (b.prompt_ids, b.response_ids)]
+
+
+def _same_state(got, want):
+    if isinstance(want, dict):
+        assert list(got) == list(want)
+        for key in want:
+            _same_state(got[key], want[key])
+    elif isinstance(want, torch.Tensor):
+        assert torch.equal(got, want)
+    else:
+        assert got == want
+
+
+def test_sample_and_update_from_outside_the_loop_are_the_iterations_own_steps(tmp_path):
+    """``Trainer.sample`` of the iteration's draw is the iteration's batch, and ``Trainer.update_policy`` with
+    its credit and shuffle leaves the policy exactly where the iteration leaves it (what a study's one-update
+    measurement relies on); neither moves the iteration count."""
+    from ecpo_train.core.iteration import credit_step, draw_iteration, shuffle_generator, update_plan
+
+    cfg = quick(tmp_path, "iterations=1", "estimator=ecpo")
+    seen = []
+    a = Trainer(cfg)
+    a.train_iteration(observe=lambda sampled, learned: seen.append(sampled.played.batch))
+    b = Trainer(cfg)
+    try:
+        tasks, env_seed = draw_iteration(cfg, b.train_tasks, b.rng, 0)
+        rollout = b.sample(tasks, env_seed)
+        _same_batch(rollout.batch, seen[0])
+        assert len(rollout.episodes) == cfg.n_groups * cfg.group_size
+        plan = update_plan(cfg, b.rng, [rollout.batch], 1)
+        advantages, _ = credit_step(cfg, plan.tables[0])
+        assert np.any(np.asarray(advantages) != 0)  # (the update moves the policy)
+        b.update_policy(plan.tables[0], advantages, shuffle_generator(plan.shuffle))
+        assert b.iteration == 0
+        _same_state(b.policy.state_dict(), a.policy.state_dict())
+    finally:
+        a.close()
+        b.close()
+
+
+def test_act_with_plays_the_iterations_with_another_actor_and_none_restores_the_policy(tmp_path):
+    class Counting:  # acts as the policy does, counting its calls
+        def __init__(self, policy):
+            self.policy, self.calls = policy, 0
+
+        def __getattr__(self, name):
+            if name == "policy":
+                raise AttributeError(name)
+            return getattr(self.policy, name)
+
+        def act(self, contexts, temperature=1.0):
+            self.calls += 1
+            return self.policy.act(contexts, temperature=temperature)
+
+    cfg = quick(tmp_path, "iterations=2")
+    plain, wrapped = Trainer(cfg), Trainer(cfg)
+    try:
+        wrapped.act_with(actor := Counting(wrapped.policy))
+        timeless = lambda m: {k: v for k, v in m.items() if not k.startswith("time/")}
+        assert timeless(wrapped.train_iteration()) == timeless(plain.train_iteration())
+        played = actor.calls
+        assert played > 0
+        wrapped.act_with(None)
+        wrapped.train_iteration()
+        assert actor.calls == played
+    finally:
+        plain.close()
+        wrapped.close()
+
+
+def test_optimizer_step_takes_its_lr_for_that_step_only_and_moments_can_be_cleared(tmp_path):
+    """A step at ``lr`` is the step of a trainer whose learning rate is ``lr``; the trainer's own rate is kept for
+    the next step; ``clear_optimizer_moments`` leaves no AdamW state in the checkpoint."""
+    def loss_of(trainer):
+        rollout = trainer.sample([trainer.train_tasks[0]] * trainer.config.n_groups, 7)
+        rows = rollout.batch
+        logp, mask, _ = trainer.policy.logprobs(list(rows.prompt_ids), list(rows.response_ids))
+        return -(logp * mask).sum()  # (a push toward the sampled actions)
+
+    fast, slow = Trainer(quick(tmp_path / "f", "lr=0.25")), Trainer(quick(tmp_path / "s", "lr=0.05"))
+    try:
+        fast.optimizer_step(loss_of(fast), lr=0.05)
+        slow.optimizer_step(loss_of(slow))
+        _same_state(fast.policy.state_dict(), slow.policy.state_dict())
+        assert [g["lr"] for g in fast.checkpoint_state()["optimizer"]["param_groups"]] == [0.25]
+        assert fast.checkpoint_state()["optimizer"]["state"]
+        fast.clear_optimizer_moments()
+        assert fast.checkpoint_state()["optimizer"]["state"] == {}
+    finally:
+        fast.close()
+        slow.close()
+
+
+def test_a_sampling_seed_fixes_the_batch_whatever_was_sampled_before(tmp_path):
+    trainer = Trainer(quick(tmp_path, "rollout_temperature=2.0"))
+    try:
+        tasks = [trainer.train_tasks[0]] * trainer.config.n_groups
+        first = trainer.sample(tasks, 3, sampling_seed=11).batch
+        unseeded = trainer.sample(tasks, 3).batch  # the policy's stream has moved on: another batch
+        assert list(unseeded.action_key) != list(first.action_key)
+        _same_batch(trainer.sample(tasks, 3, sampling_seed=11).batch, first)
+    finally:
+        trainer.close()

@@ -35,6 +35,7 @@ from ecpo_train.core.tasks import task_lists, validation_seed
 from ecpo_train.runtime.builders import (
     build_critic,
     build_policy,
+    update_on_table,
     validation_envs,
     validation_metrics,
     validation_outcome,
@@ -153,6 +154,60 @@ class Trainer:
                 sum(value * n for value, n in shares) / sum(n for _, n in shares)
         self.validation_episodes = list(episodes)
         return validation_metrics(episodes, exact), self.validation_episodes
+
+    # ------------------------------------------------------------------ one step at a time, for studies
+    def act_with(self, actor: Any = None) -> None:
+        """Step A of the coming iterations (and of :meth:`sample`) is played by ``actor``; ``None``: by the trained
+        policy again. ``actor`` must act and score as the trained policy does (e.g. a wrapper that rewrites some
+        actions before the env sees them): the update still runs on the trained policy."""
+        self.sampler.policy = self.policy if actor is None else actor
+
+    def sample(self, task_ids: Sequence[str], seed: int, sampling_seed: int | None = None) -> Any:
+        """Step A once, outside an iteration: one group of ``group_size`` copies per task of ``task_ids`` on this
+        process's environments, copy ``n`` of group ``g`` reset with ``seed + g * group_size + n``, at the rollout
+        temperature, exactly as an iteration samples the same draw (``core.iteration.draw_iteration``). Returns
+        the ``core.rollout.Rollout`` (its ``batch``, the ``TrajectoryBatch``, and its ``episodes``). It moves only
+        the sampling streams (the policy's, the envs'), not the trainer's iteration count or its task stream;
+        ``sampling_seed`` seeds them first (torch's and the policy's own generator), so that the batch is fixed
+        by the seeds alone, whatever was sampled before."""
+        if sampling_seed is not None:
+            torch.manual_seed(int(sampling_seed))
+            if isinstance(getattr(self.policy, "generator", None), torch.Generator):
+                self.policy.generator.manual_seed(int(sampling_seed))
+        return self.sampler.sample(lambda _: ([str(t) for t in task_ids], int(seed)), self.iteration).played
+
+    def update_policy(self, batch: Any, advantages: Any, generator: np.random.Generator) -> dict[str, float]:
+        """Step E once, outside an iteration: ``core.loss.policy_update`` on the rows of ``batch`` (a sampled
+        ``TrajectoryBatch``) with one advantage per row, this trainer's AdamW and reference, the rows shuffled by
+        ``generator``, exactly as the iteration's learner updates; returns the update's statistics. The iteration
+        count does not move."""
+        return update_on_table(self.policy, self.config, batch, torch.as_tensor(np.asarray(advantages),
+                               dtype=torch.float32), self.optimizer, generator, reference=self.reference,
+                               reducer=self.dp)
+
+    def optimizer_step(self, loss: torch.Tensor, lr: float | None = None) -> None:
+        """One step of this trainer's AdamW on ``loss``, a scalar of the policy's parameters (a study's own
+        objective, e.g. a supervised push): gradients zeroed, ``loss`` backpropagated, clipped to
+        ``max_grad_norm``, one step; ``lr`` replaces the learning rate for this step only. One process only: under
+        ``fsdp=true`` the gradient would be one shard's (a ``ValueError``)."""
+        if self.dp is not None:
+            raise ValueError("optimizer_step takes one process's loss: not under fsdp=true")
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_([p for p in self.policy.parameters() if p.requires_grad],
+                                       self.config.max_grad_norm)
+        groups = self.optimizer.param_groups
+        kept = [g["lr"] for g in groups]
+        for g in groups if lr is not None else ():
+            g["lr"] = lr
+        self.optimizer.step()
+        for g, value in zip(groups, kept):
+            g["lr"] = value
+
+    def clear_optimizer_moments(self) -> None:
+        """Forget AdamW's moments and step counts (the next step starts them afresh), e.g. so that no momentum of
+        a study's own steps carries into the training iterations after them."""
+        self.optimizer.state.clear()
 
     # ------------------------------------------------------------------ checkpoint / exact resume
     def checkpoint_state(self) -> dict[str, Any]:
