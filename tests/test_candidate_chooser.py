@@ -263,3 +263,17 @@ def test_a_native_scoring_run_resumes_its_chooser_stream_exactly(tiny_model_dir,
         got = again.engine.train_iteration()
     timeless = lambda m: {k: v for k, v in m.items() if not k.startswith("time/")}
     assert timeless(got) == timeless(expected)
+
+
+def test_a_tabular_run_validates_greedily(tmp_path):
+    """``val_temperature: 0`` on the tabular policy: validation plays the greedy choices and the exact success is
+    that of the greedy policy (the tabular policy refused ``T <= 0`` before, so this run stopped with an error)."""
+    from ecpo_train.runtime.config import load_config
+    from ecpo_train.runtime.run import train
+    from ecpo_train.runtime.trainer import Trainer
+
+    config = load_config("quickstart", [f"run_dir={tmp_path}", "progress=false", "tensorboard=false", "iterations=1",
+                                        "n_groups=2", "group_size=2", "val_episodes_per_task=2",
+                                        "val_every=1", "checkpoint_every=0", "val_temperature=0"])
+    (row,) = train(Trainer, config)
+    assert 0.0 <= row["val/exact_success"] <= 1.0 and 0.0 <= row["val/success"] <= 1.0
