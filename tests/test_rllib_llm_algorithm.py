@@ -147,14 +147,17 @@ def test_two_runners_are_the_native_update_on_their_own_sampling_streams(tiny_mo
 @pytest.mark.slow
 @pytest.mark.parametrize("device", DEVICES)
 def test_checkpoint_restore_continues_exactly(tiny_model_dir, tmp_path, ray_session, device):
-    """save_to_path -> Algorithm.from_checkpoint: the next iteration's metrics equal the uninterrupted run's."""
-    algo = algo_for(run_values(tiny_model_dir, tmp_path, device=device), num_env_runners=1)
+    """save_to_path -> Algorithm.from_checkpoint: the next iteration's metrics equal the uninterrupted run's. (Seed
+    7: that iteration updates, its returns not all equal, with the one candidate chooser's stream; seed 5's did only
+    with the stream before issue 72.)"""
+    algo = algo_for(run_values(tiny_model_dir, tmp_path, device=device, seed=7), num_env_runners=1)
     try:
         algo.train()
         algo.save_to_path(str(tmp_path / "ckpt"))
         uninterrupted = algo.train()["ecpo"]
     finally:
         algo.stop()
+    assert uninterrupted["update/optimizer_steps"] >= 1  # (the comparison covers an update)
     restored = ECPO.from_checkpoint(str(tmp_path / "ckpt"))
     try:
         assert restored.ecpo_iteration == 1
@@ -439,9 +442,10 @@ def test_text_policy_trains_with_two_runners_and_two_learners(tmp_path):
 def replay_runner_sampling(policy: Any, train_config: Any, task_ids: list[str], env_seed: int,
                            stream_seeds: list[int]) -> Any:
     """What the runners sample, replayed in one process (the test's independent account of it): group ``g`` is played alone (a one-group env, as a
-    runner given one group plays it), its actions drawn from a torch stream seeded ``stream_seeds[g]`` (runner
-    k's is ``seed + RUNNER_SEED_STRIDE * (k - 1)``), copy ``i`` reset with ``env_seed + g * N + i``; the rows
-    get the run's global ids and come back joined, as the learner receives them."""
+    runner given one group plays it), its actions chosen from the policy's own generator (``policies.choose``)
+    seeded ``stream_seeds[g]``, torch's stream seeded alike (runner k's seed is ``seed + RUNNER_SEED_STRIDE *
+    (k - 1)``), copy ``i`` reset with ``env_seed + g * N + i``; the rows get the run's global ids and come back
+    joined, as the learner receives them."""
     from ecpo_gym.group import GroupVectorEnv
     from ecpo_train.core.batch import TrajectoryBatch
     from ecpo_train.core.iteration import first_copy_seed
@@ -453,6 +457,7 @@ def replay_runner_sampling(policy: Any, train_config: Any, task_ids: list[str], 
     try:
         for g, stream_seed in enumerate(stream_seeds):
             torch.manual_seed(int(stream_seed))
+            policy.generator.manual_seed(int(stream_seed))
             rollout = training_rollout(envs, policy, task_ids[g:g + 1], tc, first_copy_seed(env_seed, g, n))
             parts.append(rollout.batch.renumbered(g, g * n))
     finally:
