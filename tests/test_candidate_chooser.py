@@ -24,7 +24,7 @@ TABULAR_LOGITS = [0.5, -0.3, 1.0, 0.0, 0.8]
 
 # ------------------------------------------------------------------ the three policy kinds, behind one face
 class Tabular:
-    actions = [f"a{i}" for i in range(len(TABULAR_LOGITS))]
+    actions = tuple(f"a{i}" for i in range(len(TABULAR_LOGITS)))
 
     def policy(self, seed):
         from ecpo_train.policies.tabular import TabularSoftmaxPolicy
