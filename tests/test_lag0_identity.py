@@ -2,7 +2,12 @@
 before the pipelined iteration existed: the same 3-iteration run (the tiny random Qwen2 scoring the corridors'
 doors, one env-runner actor, a local learner, seed 5) with the baseline commit's code, unpacked by ``git
 archive``, and with this checkout's, each in a fresh process on its own Ray session; every non-timing number of
-``result["ecpo"]`` that both report is equal (committed result: ``benchmarks/results/lag0_identity.json``)."""
+``result["ecpo"]`` that both report is equal (committed result: ``benchmarks/results/lag0_identity.json``).
+
+One line of the baseline is changed, the one that issue 72 changed on purpose: its scoring policy drew a sampled
+choice by ``torch.multinomial`` from torch's global stream; the one candidate chooser (``policies/choose.py``)
+takes one float64 uniform from the policy's own generator (seeded with the run's seed in the one runner) and picks
+by its inverse CDF. The baseline's line is replaced by that rule, so the comparison is still of the pipelining."""
 
 from __future__ import annotations
 
@@ -37,6 +42,20 @@ finally:
     ray.shutdown()
 print("RESULT " + json.dumps(rows))
 """
+
+
+# the baseline's sampled choice among candidates, and the one chooser's rule put in its place (module docstring)
+OLD_CHOICE = "index = int(torch.multinomial(logp.exp(), 1))"
+ONE_CHOOSER = ("index = inverse_cdf_index(logp.exp(), float(torch.rand((), dtype=torch.float64, generator="
+               "self.__dict__.setdefault('chooser', torch.Generator().manual_seed({seed})))))")
+
+
+def with_the_one_chooser(tree: Path, seed: int) -> None:
+    """The baseline ``tree``'s scoring policy choosing as ``policies.choose`` does (its one line replaced)."""
+    path = tree / "ecpo_train" / "policies" / "scoring.py"
+    text = path.read_text()
+    assert text.count(OLD_CHOICE) == 1, "the baseline's sampled choice is not the line this test replaces"
+    path.write_text(text.replace(OLD_CHOICE, ONE_CHOOSER.format(seed=int(seed))))
 
 
 def run_checkout(checkout: Path, values: dict, folder: Path, iterations: int) -> list[dict]:
@@ -90,6 +109,7 @@ def test_lag_zero_reproduces_the_lock_step_iterations_of_the_code_before_pipelin
     baseline_tree.mkdir()
     archive = subprocess.run(["git", "archive", BASELINE], cwd=ROOT, capture_output=True, check=True)
     subprocess.run(["tar", "-x", "-C", str(baseline_tree)], input=archive.stdout, check=True)
+    with_the_one_chooser(baseline_tree, run_values(tiny_model_dir, tmp_path)["seed"])
     runs = {}
     for label, checkout in (("baseline", baseline_tree), ("current", ROOT)):
         folder = tmp_path / f"run_{label}"

@@ -147,14 +147,17 @@ def test_two_runners_are_the_native_update_on_their_own_sampling_streams(tiny_mo
 @pytest.mark.slow
 @pytest.mark.parametrize("device", DEVICES)
 def test_checkpoint_restore_continues_exactly(tiny_model_dir, tmp_path, ray_session, device):
-    """save_to_path -> Algorithm.from_checkpoint: the next iteration's metrics equal the uninterrupted run's."""
-    algo = algo_for(run_values(tiny_model_dir, tmp_path, device=device), num_env_runners=1)
+    """save_to_path -> Algorithm.from_checkpoint: the next iteration's metrics equal the uninterrupted run's. (Seed
+    7: that iteration updates, its returns not all equal, with the one candidate chooser's stream; seed 5's did only
+    with the stream before issue 72.)"""
+    algo = algo_for(run_values(tiny_model_dir, tmp_path, device=device, seed=7), num_env_runners=1)
     try:
         algo.train()
         algo.save_to_path(str(tmp_path / "ckpt"))
         uninterrupted = algo.train()["ecpo"]
     finally:
         algo.stop()
+    assert uninterrupted["update/optimizer_steps"] >= 1  # (the comparison covers an update)
     restored = ECPO.from_checkpoint(str(tmp_path / "ckpt"))
     try:
         assert restored.ecpo.iteration == 1
@@ -364,8 +367,12 @@ def test_corridor_llm_learns_through_build_algo_with_two_runners(tiny_model_dir,
 @pytest.mark.slow
 def test_two_learners_give_one_learners_update(tiny_model_dir, tmp_path, ray_session):
     """Two learner actors (DDP over gloo, one group each) make the update one learner makes on both groups: the
-    token counts are all-reduced, so the averaged gradient is the whole batch's (one mini-batch, one step)."""
-    values = run_values(tiny_model_dir, tmp_path, mini_batch_size=2**31 - 1, num_epochs=1)
+    token counts are all-reduced, so the averaged gradient is the whole batch's (one mini-batch, one step). Seed
+    11: both groups' returns differ within the group under the one candidate chooser's stream. (With seed 5 under
+    that stream the two learners' ``pg_loss`` was exactly twice the one learner's, apparently because one group's
+    returns were all equal and the learner holding only zero-advantage rows logs no ``pg_loss``: a reporting gap
+    named in issue 72's item-2 report; seed 7's loss is near 0, -9e-4, where 1e-5 relative is float noise.)"""
+    values = run_values(tiny_model_dir, tmp_path, mini_batch_size=2**31 - 1, num_epochs=1, seed=11)
     outcome = {}
     for learners in (1, 2):
         algo = (ECPOConfig.from_train_config(make_config(values)).env_runners(num_env_runners=0)
@@ -439,9 +446,10 @@ def test_text_policy_trains_with_two_runners_and_two_learners(tmp_path):
 def replay_runner_sampling(policy: Any, train_config: Any, task_ids: list[str], env_seed: int,
                            stream_seeds: list[int]) -> Any:
     """What the runners sample, replayed in one process (the test's independent account of it): group ``g`` is played alone (a one-group env, as a
-    runner given one group plays it), its actions drawn from a torch stream seeded ``stream_seeds[g]`` (runner
-    k's is ``seed + RUNNER_SEED_STRIDE * (k - 1)``), copy ``i`` reset with ``env_seed + g * N + i``; the rows
-    get the run's global ids and come back joined, as the learner receives them."""
+    runner given one group plays it), its actions chosen from the policy's own generator (``policies.choose``)
+    seeded ``stream_seeds[g]``, torch's stream seeded alike (runner k's seed is ``seed + RUNNER_SEED_STRIDE *
+    (k - 1)``), copy ``i`` reset with ``env_seed + g * N + i``; the rows get the run's global ids and come back
+    joined, as the learner receives them."""
     from ecpo_gym.group import GroupVectorEnv
     from ecpo_train.core.batch import TrajectoryBatch
     from ecpo_train.core.iteration import first_copy_seed
@@ -453,6 +461,7 @@ def replay_runner_sampling(policy: Any, train_config: Any, task_ids: list[str], 
     try:
         for g, stream_seed in enumerate(stream_seeds):
             torch.manual_seed(int(stream_seed))
+            policy.generator.manual_seed(int(stream_seed))
             rollout = training_rollout(envs, policy, task_ids[g:g + 1], tc, first_copy_seed(env_seed, g, n))
             parts.append(rollout.batch.renumbered(g, g * n))
     finally:

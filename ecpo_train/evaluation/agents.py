@@ -104,7 +104,7 @@ class AgentPolicy:
 
 
 class PolicyAgent(Agent):
-    """A project ``Policy`` at a fixed temperature (``<= 0``: greedy; tabular policies then take the argmax)."""
+    """A project ``Policy`` at a fixed temperature (``<= 0``: greedy, ``policies.choose``)."""
 
     def __init__(self, policy: Policy, *, temperature: float = VALIDATION_TEMPERATURE,
                  name: str = "policy", weights: dict[str, Any] | None = None) -> None:
@@ -127,13 +127,6 @@ class PolicyAgent(Agent):
             generator.manual_seed(seed)
 
     def act(self, ctx: StepContext) -> str | None:
-        if self.temperature <= 0 and hasattr(self.policy, "action_probabilities"):
-            if not ctx.admissible_actions:
-                return None
-            probs = self.policy.action_probabilities(ctx.state_key, ctx.admissible_actions)
-            action = max(ctx.admissible_actions, key=lambda a: probs[a])
-            self._response = action
-            return action
         output = self.policy.act([ctx], temperature=self.temperature)
         self._response = output.responses[0]
         return output.actions[0]

@@ -29,7 +29,8 @@ class StepContext:
     admissible_actions: list[str]
     state_key: str
     # A uniform in [0, 1) for this step's choice (common random numbers, ``collect_rollout(draws_seed=...)``);
-    # None: the policy's own random stream. Policies choosing among candidates pick by ``inverse_cdf_index``.
+    # None: the policy's own random stream. Policies choosing among candidates pick by ``inverse_cdf_index``
+    # (``policies.choose``, the one candidate chooser).
     draw: float | None = None
 
 

@@ -8,7 +8,9 @@ with the assistant turn opened by ``<action>``):
     score(a | s) = sum_j log p_LM(c_j | prompt(s), c_<j),   c = tokens of ``a + "</action>"`` + EOS
     pi(a | s)    = softmax_a(score(a | s) / T)
 
-and samples from ``pi``. The sampled action is always admissible. ``logprobs`` recomputes the same
+and samples from ``pi`` (``policies.choose``, the one candidate chooser: a uniform from the step's
+common-random-number draw or the policy's own seeded generator, by inverse CDF; ``T <= 0`` is greedy). The sampled
+action is always admissible. ``logprobs`` recomputes the same
 candidate distribution with gradients, so the clipped objective (eq. ecpo_objective) and the KL term work
 unchanged: the ratio is ``pi_theta(a|s) / pi_old(a|s)`` over the candidate set, one "token" per step.
 
@@ -30,7 +32,8 @@ they are packed first-fit into sequences as long as the longest context, each it
 Exploration (``explore_epsilon`` = eps > 0): the policy is the mixture ``(1 - eps) pi + eps / |A|``. The
 untrained LM's prior over ALFWorld's admissible actions follows word overlap and is worse than uniform; the
 mixture keeps every action's probability at least ``eps / |A|``. It is the policy everywhere: sampling, the
-learner's log-probs (so the ratio and the KL are those of the mixture, exactly) and exact validation.
+learner's log-probs (so the ratio and the KL are those of the mixture, exactly) and exact validation (a greedy
+choice, ``T <= 0``, is the highest score's, without the mixture).
 
 A stored row packs its candidates into ``prompt_ids`` (``prompt + [-1] + c_0 + [-1] + c_1 ...``; -1 is no
 token id) and its ``response_ids`` is ``[index of the chosen candidate]``.
@@ -38,13 +41,13 @@ token id) and its ``response_ids`` is ``[index of the chosen candidate]``.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Sequence
 
 import torch
 
-from ecpo_train.policies.base import PolicyOutput, StepContext, inverse_cdf_index
+from ecpo_train.policies.base import PolicyOutput, StepContext
+from ecpo_train.policies.choose import choose, distribution, log_policy
 from ecpo_train.policies.llm import TransformersPolicy
 
 SEPARATOR = -1
@@ -126,6 +129,10 @@ class ScoringPolicy(TransformersPolicy):
     """A causal LM choosing among admissible actions by their continuation log-likelihood (module docstring)."""
 
     policy_mode = "score"
+
+    def __init__(self, *args, seed: int = 0, **kwargs) -> None:
+        super().__init__(*args, seed=seed, **kwargs)
+        self.generator = torch.Generator().manual_seed(int(seed))  # the choices' own stream (policies.choose)
 
     def prompt_text(self, ctx: StepContext) -> str:
         return super().prompt_text(ctx) + ACTION_OPEN
@@ -216,13 +223,8 @@ class ScoringPolicy(TransformersPolicy):
 
     def log_policy(self, score: torch.Tensor, temperature: float) -> torch.Tensor:
         """log pi(a | s) over one context's candidates: the tempered softmax of the scores, mixed with the
-        uniform distribution when ``explore_epsilon > 0`` (computed in log space: exact, and differentiable)."""
-        logp = torch.log_softmax(score / temperature if temperature > 0 else score, dim=-1)
-        eps = float(self.explore_epsilon)
-        if eps <= 0:
-            return logp
-        uniform = torch.full_like(logp, math.log(eps / len(score)))
-        return torch.logaddexp(logp + math.log1p(-eps), uniform)
+        uniform distribution when ``explore_epsilon > 0`` (``choose.log_policy``)."""
+        return log_policy(score, temperature, self.explore_epsilon)
 
     # ------------------------------------------------------------------ sampling
     def _scored_contexts(self, contexts: Sequence[StepContext]) -> list[tuple[list[str], tuple, torch.Tensor]]:
@@ -250,13 +252,8 @@ class ScoringPolicy(TransformersPolicy):
     def act(self, contexts: Sequence[StepContext], temperature: float = 1.0) -> PolicyOutput:
         out = PolicyOutput(actions=[], responses=[])
         for ctx, (actions, item, score) in zip(contexts, self._scored_contexts(contexts) if contexts else []):
-            logp = self.log_policy(score, temperature)
-            if temperature <= 0:
-                index = int(score.argmax())
-            elif ctx.draw is not None:
-                index = inverse_cdf_index(logp.exp(), ctx.draw)
-            else:
-                index = int(torch.multinomial(logp.exp(), 1))
+            index, logp = choose(score, temperature, draw=ctx.draw, generator=self.generator,
+                                 epsilon=self.explore_epsilon)
             out.actions.append(actions[index])
             out.responses.append(actions[index])
             out.prompt_ids.append(pack_candidates(*item))
@@ -269,10 +266,7 @@ class ScoringPolicy(TransformersPolicy):
         """``pi(a | s)`` over each context's admissible actions (for exact DP validation)."""
         out = []
         for ctx, (_, _, score) in zip(contexts, self._scored_contexts(contexts)):
-            if temperature > 0:
-                probs = self.log_policy(score, temperature).exp()
-            else:
-                probs = torch.nn.functional.one_hot(score.argmax(), len(score)).float()
+            probs = distribution(score, temperature, self.explore_epsilon)
             out.append(dict(zip(ctx.admissible_actions, probs.tolist())))
         return out
 
@@ -287,7 +281,7 @@ class ScoringPolicy(TransformersPolicy):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         items = [unpack_candidates(p) for p in prompt_ids]
         scores, order = self._unique_scores(items)
-        logps = [self.log_policy(s, temperature if temperature > 0 else 1.0) for s in scores]
+        logps = [self.log_policy(s, temperature) for s in scores]
         chosen = torch.stack([logps[slot][int(resp[0])] for slot, resp in zip(order, response_ids)])
         token_logp = chosen.unsqueeze(-1)
         mask = torch.ones_like(token_logp)

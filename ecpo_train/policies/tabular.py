@@ -5,7 +5,9 @@ initialised to zero (so an unseen state starts uniform). pi(a | s) is a softmax 
 admissible actions only. The policy speaks the same row format as the LLM policy: the "prompt" of a
 step is the list of parameter slots of its admissible actions and the "response" is one token, the
 position of the chosen action in that list, so the clipped objective of eq. ecpo_objective applies
-unchanged with every action a one-token sequence.
+unchanged with every action a one-token sequence. The choice is ``policies.choose``'s (the one candidate chooser:
+``T <= 0`` is greedy, ties to the first admissible action; else a uniform from the step's common-random-number
+draw or the policy's own seeded generator, by inverse CDF).
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from typing import Any
 
 import torch
 
-from ecpo_train.policies.base import Policy, PolicyOutput, StepContext, inverse_cdf_index
+from ecpo_train.policies.base import Policy, PolicyOutput, StepContext
+from ecpo_train.policies.choose import distribution, log_policy, pick
 
 
 def swap_grown_parameter(optimizer: torch.optim.Optimizer, old: list[torch.nn.Parameter],
@@ -88,17 +91,12 @@ class TabularSoftmaxPolicy(Policy):
     # ------------------------------------------------------------------ Policy API
     @torch.no_grad()
     def act(self, contexts: Sequence[StepContext], temperature: float = 1.0) -> PolicyOutput:
-        if temperature <= 0:
-            raise ValueError(f"temperature must be > 0, got {temperature}")
         slot_lists = [[self.slot(c.state_key, a) for a in c.admissible_actions] for c in contexts]
         out = PolicyOutput(actions=[], responses=[])
         if not contexts:
             return out
-        logits, valid = self._padded_logits(slot_lists)
-        logp = torch.log_softmax(logits / temperature, dim=-1)
-        has_actions = valid.any(dim=-1)
-        probs = torch.where(has_actions.unsqueeze(-1), logp.exp(), torch.ones_like(logp))
-        choice = torch.multinomial(probs, 1, generator=self.generator).squeeze(-1)
+        logits, _ = self._padded_logits(slot_lists)
+        logp = log_policy(logits, temperature)
         for row, ctx in enumerate(contexts):
             if not ctx.admissible_actions:  # nothing admissible: send text the env will treat as invalid
                 out.actions.append("")
@@ -107,8 +105,8 @@ class TabularSoftmaxPolicy(Policy):
                 out.response_ids.append([])
                 out.logprobs.append([])
                 continue
-            k = int(choice[row]) if ctx.draw is None else \
-                inverse_cdf_index(probs[row, : len(ctx.admissible_actions)], ctx.draw)
+            n = len(ctx.admissible_actions)
+            k = pick(logits[row, :n], logp[row, :n], temperature, draw=ctx.draw, generator=self.generator)
             action = ctx.admissible_actions[k]
             out.actions.append(action)
             out.responses.append(action)
@@ -126,7 +124,7 @@ class TabularSoftmaxPolicy(Policy):
         with_entropy: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         logits, valid = self._padded_logits(prompt_ids)
-        logp_all = torch.log_softmax(logits / temperature, dim=-1)
+        logp_all = log_policy(logits, temperature)
         chosen = torch.as_tensor([r[0] if r else 0 for r in response_ids], dtype=torch.long)
         mask = torch.as_tensor([1.0 if r else 0.0 for r in response_ids]).unsqueeze(-1)
         token_logp = logp_all.gather(1, chosen.unsqueeze(-1))
@@ -139,13 +137,12 @@ class TabularSoftmaxPolicy(Policy):
 
     def action_probabilities(self, state_key: str, admissible_actions: Sequence[str],
                              temperature: float = 1.0) -> dict[str, float]:
-        """pi(. | state) at ``temperature`` over the admissible actions (without creating slots)."""
-        if temperature <= 0:
-            raise ValueError(f"temperature must be > 0, got {temperature}")
+        """pi(. | state) at ``temperature`` over the admissible actions (without creating slots; ``T <= 0``: the
+        greedy one-hot, ``choose.distribution``)."""
         slots = [self.slots.get((state_key, a), self.logits.numel()) for a in admissible_actions]
         with torch.no_grad():
             logits, _ = self._padded_logits([slots])
-            probs = torch.softmax(logits[0] / temperature, dim=-1)
+            probs = distribution(logits[0], temperature)
         return {a: float(p) for a, p in zip(admissible_actions, probs)}
 
     def frozen_copy(self) -> TabularSoftmaxPolicy:

@@ -25,8 +25,9 @@ network). ``pi(a | s) = softmax(score / T)`` over the admissible commands.
 Rows: a step's stored "prompt" is ``scoring.pack_candidates(context ids, [feature + command ids, ...])`` and its
 "response" is ``[index of the chosen command]``, the scoring LLM's layout, so the rollout, the step-row table,
 the credit and the clipped objective run unchanged; ``logprobs`` recomputes the same softmax from the stored ids
-(the distribution ``act`` sampled from: tested). Sampling takes the step's common-random-number ``draw`` when it
-has one (``base.inverse_cdf_index``), else the policy's own generator; ``T <= 0`` is greedy.
+(the distribution ``act`` sampled from: tested). The choice is ``policies.choose``'s (the one candidate chooser:
+the step's common-random-number ``draw`` when it has one, else a uniform from the policy's own generator;
+``T <= 0`` is greedy).
 
 A folder made by ``save_pretrained`` (``ecpo sft`` writes one) holds ``text_policy.safetensors`` and
 ``text_policy.json`` (architecture and vocabulary); ``ecpo train policy=text model=DIR`` starts from it, and
@@ -55,7 +56,8 @@ import torch
 from torch import nn
 
 from ecpo_gym.kwargs import shown
-from ecpo_train.policies.base import Policy, PolicyOutput, StepContext, inverse_cdf_index
+from ecpo_train.policies.base import Policy, PolicyOutput, StepContext
+from ecpo_train.policies.choose import choose, distribution, log_policy
 from ecpo_train.policies.scoring import pack_candidates, unpack_candidates
 from ecpo_train.policies.text_vocabulary import DEFAULT_HASH_BUCKETS, Vocabulary
 from ecpo_train.policies.text_vocabulary import SPECIAL as SPECIAL_WORDS
@@ -278,14 +280,7 @@ class TextPolicy(Policy):
                 out.response_ids.append([])
                 out.logprobs.append([])
                 continue
-            score = scores[i]
-            logp = torch.log_softmax(score / temperature if temperature > 0 else score, dim=-1)
-            if temperature <= 0:
-                k = int(score.argmax())
-            elif ctx.draw is not None:
-                k = inverse_cdf_index(logp.exp(), ctx.draw)
-            else:
-                k = int(torch.multinomial(logp.exp(), 1, generator=self.generator))
+            k, logp = choose(scores[i], temperature, draw=ctx.draw, generator=self.generator)
             out.actions.append(listed[i][k])
             out.responses.append(listed[i][k])
             out.prompt_ids.append(pack_candidates(*items[i]))
@@ -304,9 +299,7 @@ class TextPolicy(Policy):
             if not ctx.admissible_actions:
                 out.append({})
                 continue
-            score = next(scores)
-            probs = torch.softmax(score / temperature, dim=-1) if temperature > 0 else \
-                torch.nn.functional.one_hot(score.argmax(), len(score)).float()
+            probs = distribution(next(scores), temperature)
             out.append(dict(zip(self.candidates(ctx), probs.tolist())))
         return out
 
@@ -321,12 +314,11 @@ class TextPolicy(Policy):
         rows = [i for i, r in enumerate(response_ids) if r]
         items = [unpack_candidates(prompt_ids[i]) for i in rows]
         scores = self._scores(items)
-        t = temperature if temperature > 0 else 1.0
         token_logp = torch.zeros(len(response_ids), 1)
         mask = torch.zeros(len(response_ids), 1)
         entropy = torch.zeros(len(response_ids), 1) if with_entropy else None
         if rows:
-            logps = [torch.log_softmax(s / t, dim=-1) for s in scores]
+            logps = [log_policy(s, temperature) for s in scores]
             index = torch.as_tensor(rows, dtype=torch.long)
             chosen = torch.stack([lp[int(response_ids[i][0])] for i, lp in zip(rows, logps)])
             token_logp = token_logp.index_put((index, torch.zeros_like(index)), chosen)

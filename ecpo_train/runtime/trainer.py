@@ -236,9 +236,16 @@ class Trainer:
             "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None,
             "python_rng": random.getstate(),
             "numpy_global_rng": np.random.get_state(),
+            "policy_rng": self._chooser_stream(policy_state),
             "task_memory": self.memory.state_dict() if self.memory is not None else None,
             "config": config_dict(cfg),
         }
+
+    def _chooser_stream(self, policy_state: dict[str, Any]) -> Any:
+        """The state of the policy's own generator (``policies.choose``) where its state dict does not carry it (the
+        scoring policy's; the text and tabular policies keep theirs in their ``_extra_state``), else ``None``."""
+        own = getattr(self.policy, "generator", None)
+        return own.get_state() if isinstance(own, torch.Generator) and "_extra_state" not in policy_state else None
 
     def save(self, checkpoint: Path) -> Path:
         """The state (:meth:`checkpoint_state`) into ``checkpoint`` (returned); under LoRA the adapter and the
@@ -298,8 +305,10 @@ class Trainer:
                 torch.cuda.set_rng_state_all(state["cuda_rng"])  # the LLM policy samples on the GPU
             random.setstate(state["python_rng"])
             np.random.set_state(state["numpy_global_rng"])
+            if state.get("policy_rng") is not None:  # (_chooser_stream)
+                self.policy.generator.set_state(state["policy_rng"])
             self.iteration = int(state["iteration"])
-        except (KeyError, TypeError, ValueError, RuntimeError, OverflowError) as err:
+        except (KeyError, TypeError, ValueError, RuntimeError, OverflowError, AttributeError) as err:
             raise ValueError(f"checkpoint {path}: its random streams cannot be restored ({type(err).__name__}: "
                              f"{' '.join(str(err).split())[:100]}): restore it from a copy, or delete it to start "
                              "over") from None

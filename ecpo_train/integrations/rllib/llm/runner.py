@@ -67,6 +67,9 @@ class LLMEnvRunner(EnvRunner):
             model_config={TRAIN_CONFIG: tc})
         self.module.eval()
         self.policy = self.module.policy
+        own = getattr(self.policy, "generator", None)
+        if isinstance(own, torch.Generator):  # the chooser's stream (policies.choose) is this runner's too
+            own.manual_seed(self.seed)
         self._weights_seq_no = 0
         if getattr(self.policy, "backend", None) is not None and self.policy.model is not None:
             print(f"LLMEnvRunner {index}: keeps a transformers copy of the model beside its vLLM engine: the "
