@@ -66,12 +66,17 @@ def read_json(path: Path) -> Any:
     return json.loads(data)
 
 
-def fail(message: str) -> None:
-    """A command's bad input: one ``error:`` line on stderr and exit status 2."""
+def refused(message: str) -> int:
+    """A command's bad input: one ``error:`` line on stderr; returns exit status 2 (for ``return refused(...)``)."""
     import sys
 
     print(f"error: {message}", file=sys.stderr)
-    raise SystemExit(2)
+    return 2
+
+
+def fail(message: str) -> None:
+    """A command's bad input: one ``error:`` line on stderr and exit status 2."""
+    raise SystemExit(refused(message))
 
 
 def chosen_parts(text: str, names: Sequence[str]) -> set[str] | None:

@@ -30,7 +30,6 @@ before the claim was written, so the power at them is optimistic; the power at h
 from __future__ import annotations
 
 import functools
-import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path

@@ -13,8 +13,10 @@ outlives a session keeps its finished jobs in a folder committed to git and rest
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +54,20 @@ def run_jobs(tasks: Iterable[Callable[[], None]], parallel: int) -> None:
         futures = [pool.submit(task) for task in tasks]
         for future in futures:
             future.result()
+
+
+def in_processes(function: Callable[[Any], Any], jobs: Iterable[Any], workers: int, ordered: bool = True
+                 ) -> Iterator[Any]:
+    """``function(job)`` of every job, ``workers`` spawned processes at a time (one OpenMP thread each unless the
+    environment says otherwise), each result as it comes (in job order where ``ordered``); in this process where
+    ``workers`` <= 1."""
+    jobs = list(jobs)
+    if workers <= 1 or not jobs:
+        yield from map(function, jobs)
+        return
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    with multiprocessing.get_context("spawn").Pool(min(workers, len(jobs))) as pool:
+        yield from (pool.imap if ordered else pool.imap_unordered)(function, jobs)
 
 
 def flags(options: Iterable[str]) -> str:
