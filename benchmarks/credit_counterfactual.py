@@ -38,7 +38,7 @@ from typing import Any
 from benchmarks import RESULTS, read_json, refused, write_json_gz, write_report
 from benchmarks.credit_counterfactual_claim import claim_markdown, claim_report
 from benchmarks.credit_counterfactual_protocol import ARMS, ESTIMATORS
-from benchmarks.credit_counterfactual_report import render, summarize
+from benchmarks.credit_counterfactual_report import render, replicates, summarize
 from ecpo_train.files.atomic import write_text
 
 FULL_K = {"tabular_corridor": 600, "tabular_noisy_wide": 600, "smollm2_corridor": 6}
@@ -130,11 +130,10 @@ def finished_arm(source: Path, name: str) -> list[dict[str, Any]]:
     keeps every arm's raw batches). Empty where it has none. A record without a checkpoint seed or batch seed
     base predates those options: seed 0, base 100000."""
     if source.is_file():
-        found = read_json(source).get("arms", {}).get(name, [])
-        records = [found] if isinstance(found, dict) else list(found)
+        records = replicates(read_json(source).get("arms", {}).get(name, []))
     else:
         paths = sorted(source.glob(f"{name}_ckpt*.json")) + [p for p in [source / f"{name}.json"] if p.exists()]
-        records = [json.loads(path.read_text()) for path in paths]
+        records = [read_json(path) for path in paths]
     for record in records:
         record["protocol"].setdefault("checkpoint_seed", 0)
         record["protocol"].setdefault("batch_seed_base", BATCH_SEED_BASE)

@@ -43,7 +43,10 @@ from benchmarks.study import in_processes
 from ecpo_train.files.atomic import write_text
 from ecpo_train.runtime.config_values import read_yaml
 
-RESULTS_DIR = RESULTS
+
+def cell_key(run: dict[str, Any]) -> tuple:
+    """A run's (or a spec's) cell: (env, method, N, seed)."""
+    return run["env_name"], run["method"], run["group_size"], run["seed"]
 
 
 def run_study(protocol: dict[str, Any], env_names: Sequence[str] | None = None, workers: int | None = None,
@@ -52,9 +55,8 @@ def run_study(protocol: dict[str, Any], env_names: Sequence[str] | None = None, 
     """Train every cell of the protocol over a process pool; results in spec order of completion. Cells already
     in ``done`` (finished runs, e.g. read back after an interruption) are not trained again and are returned with
     the rest; ``on_run`` sees each new run as it finishes (to keep it on disk at once)."""
-    cell = lambda r: (r["env_name"], r["method"], r["group_size"], r["seed"])
-    finished = {cell(r) for r in done}
-    specs = [spec for spec in run_specs(protocol, env_names) if cell(spec) not in finished]
+    finished = {cell_key(r) for r in done}
+    specs = [spec for spec in run_specs(protocol, env_names) if cell_key(spec) not in finished]
     workers = int(workers or protocol.get("workers", 2))
     runs = []
     started = time.perf_counter()
@@ -67,7 +69,7 @@ def run_study(protocol: dict[str, Any], env_names: Sequence[str] | None = None, 
                   f"seed={run['seed']}: final success {run['final_success']:.3f} "
                   f"({run['seconds']:.1f}s, {time.perf_counter() - started:.0f}s elapsed)", flush=True)
     runs = [*done, *runs]
-    runs.sort(key=lambda r: (r["env_name"], r["method"], r["group_size"], r["seed"]))
+    runs.sort(key=cell_key)
     return runs
 
 
@@ -106,9 +108,8 @@ def merge_studies(payloads: Sequence[dict[str, Any]], paths: Sequence[Path], met
         differs = [k for k in same if payload["protocol"].get(k) != first.get(k)]
         if differs:
             raise ValueError(f"{path} was run under a different protocol ({', '.join(differs)}); cannot merge")
-    cell = lambda r: (r["env_name"], r["method"], r["group_size"], r["seed"])
     runs = [run for payload in payloads for run in payload["runs"]]
-    if len({cell(r) for r in runs}) != len(runs):
+    if len({cell_key(r) for r in runs}) != len(runs):
         raise ValueError("the studies share (env, method, N, seed) cells; merge only studies of different methods")
     methods = {m for payload in payloads for m in payload["protocol"]["methods"]}
     protocol = dict(first) | {
@@ -133,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                            "finished studies' JSON, without training")
     command.add("--quick", action="store_const", const=True, help="run: tiny budget smoke run (CI)")
     command.add("--protocol", type=Path, default=PROTOCOL_PATH, common=True)
-    command.add("--out", type=Path, default=RESULTS_DIR, common=True)
+    command.add("--out", type=Path, default=RESULTS, common=True)
     command.add("--workers", type=int, help="run: processes (default: the protocol's)")
     command.add("--envs", nargs="*", help="run: subset of the protocol's env names")
     command.add("--from-json", type=Path, nargs="+",

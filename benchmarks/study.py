@@ -15,14 +15,13 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
-import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks import ArgumentParser
+from benchmarks import ArgumentParser, refused
 
 
 @dataclass(frozen=True)
@@ -100,8 +99,7 @@ class StudyCommand:
         unused = [option for option in self.options
                   if getattr(args, option) is not None and option not in self.stages[args.stage]]
         if unused:
-            print(f"error: {args.stage} does not take {flags(unused)} (it takes {flags(self.stages[args.stage])})",
-                  file=sys.stderr)
+            refused(f"{args.stage} does not take {flags(unused)} (it takes {flags(self.stages[args.stage])})")
             return None
         for option, default in self.defaults.items():
             if getattr(args, option) is None:
@@ -128,7 +126,6 @@ def run_stage(stage: Callable[[], Any], json_path: str | Path | None = None, def
     except (RuntimeError, ValueError, OSError) as err:
         from ecpo_train.evaluation.options import error_line
 
-        print(f"error: {error_line(err)}", file=sys.stderr)
-        return 2
+        return refused(error_line(err))
     print(text)
     return 0
