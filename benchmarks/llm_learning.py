@@ -240,7 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     run_dirs = [Path(args.runs_dir) / args.protocol / env_label / f"N{n}" / method / f"seed{seed}"
                 for env_label, n, method, seed, _ in cells]
     jobs = [(protocol.preset, cell[-1], run_dir, 1 if args.jobs > 1 else 0) for cell, run_dir in zip(cells, run_dirs)]
-    for (env_label, n, method, seed, _), run_dir, history in zip(cells, run_dirs, in_processes(run_cell, jobs, args.jobs)):
+    histories = in_processes(run_cell, jobs, args.jobs, spawn=True)  # (a cell's model never loads in this process)
+    for (env_label, n, method, seed, _), run_dir, history in zip(cells, run_dirs, histories):
         summary = summarise_run(history) | {"seed": seed, "episodes": validation_episodes(run_dir)}
         results.setdefault(env_label, {}).setdefault(n, {}).setdefault(method, []).append(summary)
         print(f"{env_label} N={n} {method} seed={seed}: success {summary['initial_success']:.3f} -> "

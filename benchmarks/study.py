@@ -55,17 +55,18 @@ def run_jobs(tasks: Iterable[Callable[[], None]], parallel: int) -> None:
             future.result()
 
 
-def in_processes(function: Callable[[Any], Any], jobs: Iterable[Any], workers: int, ordered: bool = True
-                 ) -> Iterator[Any]:
+def in_processes(function: Callable[[Any], Any], jobs: Iterable[Any], workers: int, ordered: bool = True,
+                 spawn: bool = False) -> Iterator[Any]:
     """``function(job)`` of every job, ``workers`` spawned processes at a time (one OpenMP thread each unless the
     environment says otherwise), each result as it comes (in job order where ``ordered``); in this process where
-    ``workers`` <= 1."""
+    ``workers`` <= 1 unless ``spawn`` (then in one spawned process, away from this one)."""
     jobs = list(jobs)
-    if workers <= 1 or not jobs:
+    if (workers <= 1 and not spawn) or not jobs:
         yield from map(function, jobs)
         return
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    with multiprocessing.get_context("spawn").Pool(min(workers, len(jobs))) as pool:
+    if workers > 1:
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
+    with multiprocessing.get_context("spawn").Pool(max(1, min(workers, len(jobs)))) as pool:
         yield from (pool.imap if ordered else pool.imap_unordered)(function, jobs)
 
 
