@@ -111,7 +111,7 @@ def rescore(path: Path, out: Path | None, needed: str | Callable[[dict], bool], 
     stored outcomes and written, with its markdown, to ``out`` (default: over itself); a file that cannot be read or holds
     no ``needed`` key (or fails the ``needed`` test) is the one-line exit 2 (``why`` says what is missing)."""
     try:
-        report = json.loads(path.read_text())
+        report = read_json(path)
         if not isinstance(report, dict) or not (needed(report) if callable(needed) else needed in report):
             raise ValueError(why)
     except (OSError, ValueError) as error:

@@ -15,6 +15,7 @@ lucky-singleton anchors is compared per batch. One job per file:
     python -m benchmarks.credit_counterfactual report --from-raw runs/credit_counterfactual/full   # finished arms
     python -m benchmarks.credit_counterfactual report --from-raw DIR1 DIR2   # an arm run at other targets, merged
     python -m benchmarks.credit_counterfactual run --checkpoint-seeds 0 1 2   # 3 checkpoints per cell (~5.3 h)
+    python -m benchmarks.credit_counterfactual claim   # the registered claim-level test of the committed report
 
 ``--checkpoint-seeds`` trains each arm's concentration checkpoints once per seed (distinct GRPO runs, so distinct
 checkpoints) and measures the same batches from each; ``--batch-seed-base B`` draws batch k from seed ``B + k``
@@ -35,7 +36,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks import RESULTS, read_json, refused, write_json_gz, write_report
+from benchmarks import RESULTS, read_json, refused, rescore, write_json_gz, write_report
 from benchmarks.credit_counterfactual_claim import claim_markdown, claim_report
 from benchmarks.credit_counterfactual_protocol import ARMS, ESTIMATORS
 from benchmarks.credit_counterfactual_report import render, replicates, summarize
@@ -203,9 +204,11 @@ STAGE_OPTIONS = {
     "run": ("quick", "arms", "k", "targets", "max_iterations", "checkpoint_seeds", "batch_seed_base", "workers",
             "runs_dir"),
     "report": ("from_raw", "arms", "quick"),
+    "claim": ("from_json",),
 }
 DEFAULTS = {"arms": list(ARMS), "checkpoint_seeds": [0], "batch_seed_base": BATCH_SEED_BASE, "workers": 2,
-            "runs_dir": Path("runs/credit_counterfactual"), "quick": False}
+            "runs_dir": Path("runs/credit_counterfactual"), "quick": False,
+            "from_json": RESULTS / "credit_counterfactual.json.gz"}
 
 
 def command_line(args: Any) -> str:
@@ -230,7 +233,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     command = StudyCommand(__spec__.name, __doc__.split("\n\n")[0], STAGE_OPTIONS,
                            "run: train the arms' checkpoints and measure their batches, then the report; report: "
-                           "the report again from finished arms (--from-raw), without running", DEFAULTS)
+                           "the report again from finished arms (--from-raw), without running; claim: the "
+                           "registered claim-level test of a written report (credit_counterfactual_claim)", DEFAULTS)
     command.add("--quick", action="store_const", const=True,
                 help="run: machinery smoke run (small K, two GRPO checkpoints); report: mark the report quick")
     command.add("--arms", nargs="+", help=f"subset of {', '.join(ARMS)}")
@@ -250,9 +254,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 help="report: the finished arms' <arm>_ckpt<seed>.json in these folders, or the arms of a written "
                      "report's JSON (e.g. the committed one); an arm found in several places (other targets, e.g. "
                      "a later run --targets) is merged, checkpoint by checkpoint")
+    command.add("--from-json", type=Path,
+                help="claim: a written report's JSON, whose summary the test reads (default: the committed one)")
     args = command.parse(argv)
     if args is None:
         return 2
+    if args.stage == "claim":  # the registered claim-level test, its power and the exploratory evaluation
+        rescore(args.from_json, args.out / "credit_counterfactual_claim.json", "summary", "no summary",
+                lambda report: claim_report(report["summary"]), claim_markdown)
+        return 0
     unknown = [a for a in args.arms if a not in ARMS]
     if unknown:
         return refused(f"unknown arm(s) {unknown}; valid: {', '.join(ARMS)}")
