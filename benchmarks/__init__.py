@@ -66,12 +66,17 @@ def read_json(path: Path) -> Any:
     return json.loads(data)
 
 
-def fail(message: str) -> None:
-    """A command's bad input: one ``error:`` line on stderr and exit status 2."""
+def refused(message: str) -> int:
+    """A command's bad input: one ``error:`` line on stderr; returns exit status 2 (for ``return refused(...)``)."""
     import sys
 
     print(f"error: {message}", file=sys.stderr)
-    raise SystemExit(2)
+    return 2
+
+
+def fail(message: str) -> None:
+    """A command's bad input: one ``error:`` line on stderr and exit status 2."""
+    raise SystemExit(refused(message))
 
 
 def chosen_parts(text: str, names: Sequence[str]) -> set[str] | None:
@@ -106,7 +111,7 @@ def rescore(path: Path, out: Path | None, needed: str | Callable[[dict], bool], 
     stored outcomes and written, with its markdown, to ``out`` (default: over itself); a file that cannot be read or holds
     no ``needed`` key (or fails the ``needed`` test) is the one-line exit 2 (``why`` says what is missing)."""
     try:
-        report = json.loads(path.read_text())
+        report = read_json(path)
         if not isinstance(report, dict) or not (needed(report) if callable(needed) else needed in report):
             raise ValueError(why)
     except (OSError, ValueError) as error:

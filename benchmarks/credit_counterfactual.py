@@ -15,6 +15,7 @@ lucky-singleton anchors is compared per batch. One job per file:
     python -m benchmarks.credit_counterfactual report --from-raw runs/credit_counterfactual/full   # finished arms
     python -m benchmarks.credit_counterfactual report --from-raw DIR1 DIR2   # an arm run at other targets, merged
     python -m benchmarks.credit_counterfactual run --checkpoint-seeds 0 1 2   # 3 checkpoints per cell (~5.3 h)
+    python -m benchmarks.credit_counterfactual claim   # the registered claim-level test of the committed report
 
 ``--checkpoint-seeds`` trains each arm's concentration checkpoints once per seed (distinct GRPO runs, so distinct
 checkpoints) and measures the same batches from each; ``--batch-seed-base B`` draws batch k from seed ``B + k``
@@ -29,19 +30,16 @@ records also go to ``<runs-dir>/<arm>_ckpt<seed>.json`` so a report can be rebui
 from __future__ import annotations
 
 import json
-import multiprocessing as mp
-import os
 import shlex
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks import RESULTS, read_json, write_json_gz, write_report
+from benchmarks import RESULTS, read_json, refused, rescore, write_json_gz, write_report
 from benchmarks.credit_counterfactual_claim import claim_markdown, claim_report
 from benchmarks.credit_counterfactual_protocol import ARMS, ESTIMATORS
-from benchmarks.credit_counterfactual_report import render, summarize
+from benchmarks.credit_counterfactual_report import render, replicates, summarize
 from ecpo_train.files.atomic import write_text
 
 FULL_K = {"tabular_corridor": 600, "tabular_noisy_wide": 600, "smollm2_corridor": 6}
@@ -89,6 +87,12 @@ def replicate_seed(record: dict[str, Any]) -> int:
     return int(record["protocol"].get("checkpoint_seed", 0))
 
 
+def _differing(a: dict[str, Any], b: dict[str, Any], free: Sequence[str]) -> list[str]:
+    """The protocol keys two arm records differ in, besides the ``free`` ones."""
+    return sorted(k for k in a["protocol"].keys() | b["protocol"].keys()
+                  if k not in free and a["protocol"].get(k) != b["protocol"].get(k))
+
+
 def merge_arm(parts: list[dict[str, Any]]) -> dict[str, Any]:
     """One arm's finished runs at different targets (from one checkpoint seed) as one record: checkpoints and
     batches joined by target, the arm time summed. Refuses runs whose protocols differ beyond ``MERGEABLE``, or
@@ -96,9 +100,7 @@ def merge_arm(parts: list[dict[str, Any]]) -> dict[str, Any]:
     first = parts[0]
     merged = json.loads(json.dumps(first))
     for part in parts[1:]:
-        differing = sorted(k for k in first["protocol"].keys() | part["protocol"].keys()
-                           if k not in MERGEABLE and first["protocol"].get(k) != part["protocol"].get(k))
-        if differing:
+        if differing := _differing(first, part, MERGEABLE):
             raise ValueError(f"arm {first['arm']}: runs differ in {differing}")
         shared = set(merged["batches"]) & set(part["batches"])
         if shared:
@@ -117,10 +119,7 @@ def merge_replicates(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     seeds = sorted({replicate_seed(p) for p in parts})
     merged = [merge_arm([p for p in parts if replicate_seed(p) == seed]) for seed in seeds]
     for other in merged[1:]:  # replicates: the same protocol but for the seed and where and how long they looked
-        differing = sorted(k for k in merged[0]["protocol"].keys() | other["protocol"].keys()
-                           if k not in (*MERGEABLE, "checkpoint_seed")
-                           and merged[0]["protocol"].get(k) != other["protocol"].get(k))
-        if differing:
+        if differing := _differing(merged[0], other, (*MERGEABLE, "checkpoint_seed")):
             raise ValueError(f"arm {other['arm']}: checkpoint seeds {replicate_seed(merged[0])} and "
                              f"{replicate_seed(other)} ran different protocols ({', '.join(differing)})")
     return merged
@@ -132,11 +131,10 @@ def finished_arm(source: Path, name: str) -> list[dict[str, Any]]:
     keeps every arm's raw batches). Empty where it has none. A record without a checkpoint seed or batch seed
     base predates those options: seed 0, base 100000."""
     if source.is_file():
-        found = read_json(source).get("arms", {}).get(name, [])
-        records = [found] if isinstance(found, dict) else list(found)
+        records = replicates(read_json(source).get("arms", {}).get(name, []))
     else:
         paths = sorted(source.glob(f"{name}_ckpt*.json")) + [p for p in [source / f"{name}.json"] if p.exists()]
-        records = [json.loads(path.read_text()) for path in paths]
+        records = [read_json(path) for path in paths]
     for record in records:
         record["protocol"].setdefault("checkpoint_seed", 0)
         record["protocol"].setdefault("batch_seed_base", BATCH_SEED_BASE)
@@ -206,9 +204,11 @@ STAGE_OPTIONS = {
     "run": ("quick", "arms", "k", "targets", "max_iterations", "checkpoint_seeds", "batch_seed_base", "workers",
             "runs_dir"),
     "report": ("from_raw", "arms", "quick"),
+    "claim": ("from_json",),
 }
 DEFAULTS = {"arms": list(ARMS), "checkpoint_seeds": [0], "batch_seed_base": BATCH_SEED_BASE, "workers": 2,
-            "runs_dir": Path("runs/credit_counterfactual"), "quick": False}
+            "runs_dir": Path("runs/credit_counterfactual"), "quick": False,
+            "from_json": RESULTS / "credit_counterfactual.json.gz"}
 
 
 def command_line(args: Any) -> str:
@@ -229,11 +229,12 @@ def command_line(args: Any) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from benchmarks.study import StudyCommand
+    from benchmarks.study import StudyCommand, in_processes
 
     command = StudyCommand(__spec__.name, __doc__.split("\n\n")[0], STAGE_OPTIONS,
                            "run: train the arms' checkpoints and measure their batches, then the report; report: "
-                           "the report again from finished arms (--from-raw), without running", DEFAULTS)
+                           "the report again from finished arms (--from-raw), without running; claim: the "
+                           "registered claim-level test of a written report (credit_counterfactual_claim)", DEFAULTS)
     command.add("--quick", action="store_const", const=True,
                 help="run: machinery smoke run (small K, two GRPO checkpoints); report: mark the report quick")
     command.add("--arms", nargs="+", help=f"subset of {', '.join(ARMS)}")
@@ -253,25 +254,26 @@ def main(argv: Sequence[str] | None = None) -> int:
                 help="report: the finished arms' <arm>_ckpt<seed>.json in these folders, or the arms of a written "
                      "report's JSON (e.g. the committed one); an arm found in several places (other targets, e.g. "
                      "a later run --targets) is merged, checkpoint by checkpoint")
+    command.add("--from-json", type=Path,
+                help="claim: a written report's JSON, whose summary the test reads (default: the committed one)")
     args = command.parse(argv)
     if args is None:
         return 2
+    if args.stage == "claim":  # the registered claim-level test, its power and the exploratory evaluation
+        rescore(args.from_json, args.out / "credit_counterfactual_claim.json", "summary", "no summary",
+                lambda report: claim_report(report["summary"]), claim_markdown)
+        return 0
     unknown = [a for a in args.arms if a not in ARMS]
     if unknown:
-        print(f"error: unknown arm(s) {unknown}; valid: {', '.join(ARMS)}", file=sys.stderr)
-        return 2
+        return refused(f"unknown arm(s) {unknown}; valid: {', '.join(ARMS)}")
     if len(set(args.checkpoint_seeds)) != len(args.checkpoint_seeds) or min(args.checkpoint_seeds) < 0:
-        print(f"error: --checkpoint-seeds must be distinct non-negative integers, got {args.checkpoint_seeds}",
-              file=sys.stderr)
-        return 2
+        return refused(f"--checkpoint-seeds must be distinct non-negative integers, got {args.checkpoint_seeds}")
     if args.batch_seed_base < 0:
-        print(f"error: --batch-seed-base must be >= 0, got {args.batch_seed_base}", file=sys.stderr)
-        return 2
+        return refused(f"--batch-seed-base must be >= 0, got {args.batch_seed_base}")
     base = {"quick": args.quick, "estimators": list(ESTIMATORS), "notes": NOTES, "command": command_line(args)}
     if args.stage == "report":
         if not args.from_raw:
-            print("error: report needs --from-raw DIR_OR_JSON [...]", file=sys.stderr)
-            return 2
+            return refused("report needs --from-raw DIR_OR_JSON [...]")
         results = []
         for a in args.arms:
             parts = [part for d in args.from_raw for part in finished_arm(d, a)]
@@ -279,11 +281,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 try:
                     results += merge_replicates(parts)
                 except ValueError as error:
-                    print(f"error: --from-raw: {error}", file=sys.stderr)
-                    return 2
+                    return refused(f"--from-raw: {error}")
         if not results:
-            print(f"error: no finished arm under {', '.join(map(str, args.from_raw))}", file=sys.stderr)
-            return 2
+            return refused(f"no finished arm under {', '.join(map(str, args.from_raw))}")
         base["quick"] = any(r["protocol"].get("quick") for r in results) or args.quick
         base["from_raw"] = [str(d) for d in args.from_raw]
         write_outputs(results, base, sum(r["seconds"] for r in results), args.out)
@@ -298,12 +298,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         arm["max_iterations"] = args.max_iterations or arm["max_iterations"]
     jobs.sort(key=lambda j: j[1]["policy"] == "tabular")  # the slow LLM arm first
     started = time.perf_counter()
-    if args.workers <= 1:
-        results = [run_arm(job) for job in jobs]
-    else:
-        os.environ.setdefault("OMP_NUM_THREADS", "1")
-        with mp.get_context("spawn").Pool(min(args.workers, len(jobs))) as pool:
-            results = pool.map(run_arm, jobs, chunksize=1)
+    results = list(in_processes(run_arm, jobs, args.workers))
     write_outputs(results, base, time.perf_counter() - started, args.out)
     return 0
 

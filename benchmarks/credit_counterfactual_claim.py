@@ -24,21 +24,18 @@ The power is computed before the run from the committed per-checkpoint values: e
 independently from a normal with that cell's mean and SD over its 3 checkpoints (``power``). Those means were seen
 before the claim was written, so the power at them is optimistic; the power at half of them is given beside it.
 
-    python -m benchmarks.credit_counterfactual_claim      # power, registration, exploratory evaluation on seeds 0-2
+    python -m benchmarks.credit_counterfactual claim   # power, registration, exploratory evaluation on seeds 0-2
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from benchmarks import RESULTS, ArgumentParser, read_json, write_report
 from benchmarks.stats import holm
 
 REGISTRATION: dict[str, Any] = {
@@ -198,18 +195,3 @@ def claim_lines(report: Mapping[str, Any]) -> list[str]:
 def claim_markdown(report: Mapping[str, Any]) -> str:
     return "# Counterfactual updates: the claim-level test\n\n" + "\n".join(claim_lines(report))
 
-
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = ArgumentParser(__spec__.name, description=__doc__.split("\n\n")[0])
-    parser.add_argument("--report", type=Path, default=RESULTS / "credit_counterfactual.json.gz",
-                        help="a credit_counterfactual JSON (its summary)")
-    parser.add_argument("--out", type=Path, default=RESULTS / "credit_counterfactual_claim.json")
-    args = parser.parse_args(argv)
-    report = claim_report(read_json(args.report)["summary"])
-    write_report(report, args.out, claim_markdown)
-    print("\n".join(claim_lines(report)))
-    return report
-
-
-if __name__ == "__main__":
-    main()

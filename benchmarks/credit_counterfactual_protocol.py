@@ -32,23 +32,20 @@ ESTIMATORS = ("grpo", "gigpo_std", "ecpo", "ecpo_anchor_scale", "ecpo_eca_only",
 
 # Corridors where the good door itself sometimes fails (good_prob < 1 and, for "noisy", a per-step hazard), so a
 # group often holds a failed good-door visit beside a rare door that got lucky.
+TABULAR = {  # the two tabular arms' trainer settings and search: they differ only in the corridor
+    "config": {"n_groups": 8, "group_size": 8, "lr": 0.3, "kl_coef": 0.01, "weight_decay": 0.0,
+               "mini_batch_size": 100000, "micro_batch_size": 100000, "max_grad_norm": 1000.0, "credit": {"d_min": 1}},
+    "targets": [0.5, 0.8, 0.95], "max_iterations": 2000,
+}
 ARMS: dict[str, dict[str, Any]] = {
     "tabular_corridor": {
         "policy": "tabular", "env_id": "ecpo/DivergentAnchor-v0",
         "env_kwargs": {"num_tasks": 1, "depth": 5, "good_prob": 0.85, "rare_prob": [0.4, 0.7]},
-        "config": {"n_groups": 8, "group_size": 8, "lr": 0.3, "kl_coef": 0.01, "weight_decay": 0.0,
-                   "mini_batch_size": 100000, "micro_batch_size": 100000, "max_grad_norm": 1000.0,
-                   "credit": {"d_min": 1}},
-        "targets": [0.5, 0.8, 0.95], "max_iterations": 2000,
-    },
+    } | TABULAR,
     "tabular_noisy_wide": {
         "policy": "tabular", "env_id": "ecpo/DivergentAnchorNoisy-v0",
         "env_kwargs": {"num_tasks": 1, "depth": 5, "branching": 5, "good_prob": 0.9, "rare_prob": [0.5, 0.8]},
-        "config": {"n_groups": 8, "group_size": 8, "lr": 0.3, "kl_coef": 0.01, "weight_decay": 0.0,
-                   "mini_batch_size": 100000, "micro_batch_size": 100000, "max_grad_norm": 1000.0,
-                   "credit": {"d_min": 1}},
-        "targets": [0.5, 0.8, 0.95], "max_iterations": 2000,
-    },
+    } | TABULAR,
     # SmolLM2-135M scoring the doors (the corridor_llm preset as it is: 4-room corridors, d_min 1, lr 2e-5, two
     # epochs), good door 0.85. GRPO does not get it to the targets on two cores: at lr 1e-4 one update already
     # lowered J (by 0.05 at pi(good) = 0.5) and GRPO drifted away from the good door; at the preset's 2e-5 it

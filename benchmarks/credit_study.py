@@ -21,15 +21,13 @@ budget (CI smoke) and writes ``credit_study_quick.*`` instead.
 from __future__ import annotations
 
 import json
-import multiprocessing as mp
-import os
 import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks import RESULTS
+from benchmarks import RESULTS, refused
 from benchmarks.credit_study_plots import plot_study
 from benchmarks.credit_study_protocol import (
     PROTOCOL_PATH,
@@ -41,14 +39,14 @@ from benchmarks.credit_study_protocol import (
 )
 from benchmarks.credit_study_report import render_report
 from benchmarks.credit_study_stats import summarize
+from benchmarks.study import in_processes
 from ecpo_train.files.atomic import write_text
 from ecpo_train.runtime.config_values import read_yaml
 
-RESULTS_DIR = RESULTS
 
-
-def _worker_init() -> None:
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
+def cell_key(run: dict[str, Any]) -> tuple:
+    """A run's (or a spec's) cell: (env, method, N, seed)."""
+    return run["env_name"], run["method"], run["group_size"], run["seed"]
 
 
 def run_study(protocol: dict[str, Any], env_names: Sequence[str] | None = None, workers: int | None = None,
@@ -57,33 +55,21 @@ def run_study(protocol: dict[str, Any], env_names: Sequence[str] | None = None, 
     """Train every cell of the protocol over a process pool; results in spec order of completion. Cells already
     in ``done`` (finished runs, e.g. read back after an interruption) are not trained again and are returned with
     the rest; ``on_run`` sees each new run as it finishes (to keep it on disk at once)."""
-    cell = lambda r: (r["env_name"], r["method"], r["group_size"], r["seed"])
-    finished = {cell(r) for r in done}
-    specs = [spec for spec in run_specs(protocol, env_names) if cell(spec) not in finished]
+    finished = {cell_key(r) for r in done}
+    specs = [spec for spec in run_specs(protocol, env_names) if cell_key(spec) not in finished]
     workers = int(workers or protocol.get("workers", 2))
     runs = []
     started = time.perf_counter()
-    if workers <= 1:
-        iterator = map(train_run, specs)
-        pool = None
-    else:
-        pool = mp.get_context("spawn").Pool(workers, initializer=_worker_init)
-        iterator = pool.imap_unordered(train_run, specs)
-    try:
-        for k, run in enumerate(iterator, 1):
-            runs.append(run)
-            if on_run is not None:
-                on_run(run)
-            if progress:
-                print(f"[{k}/{len(specs)}] {run['env_name']} {run['method']} N={run['group_size']} "
-                      f"seed={run['seed']}: final success {run['final_success']:.3f} "
-                      f"({run['seconds']:.1f}s, {time.perf_counter() - started:.0f}s elapsed)", flush=True)
-    finally:
-        if pool is not None:
-            pool.close()
-            pool.join()
+    for k, run in enumerate(in_processes(train_run, specs, workers, ordered=False), 1):
+        runs.append(run)
+        if on_run is not None:
+            on_run(run)
+        if progress:
+            print(f"[{k}/{len(specs)}] {run['env_name']} {run['method']} N={run['group_size']} "
+                  f"seed={run['seed']}: final success {run['final_success']:.3f} "
+                  f"({run['seconds']:.1f}s, {time.perf_counter() - started:.0f}s elapsed)", flush=True)
     runs = [*done, *runs]
-    runs.sort(key=lambda r: (r["env_name"], r["method"], r["group_size"], r["seed"]))
+    runs.sort(key=cell_key)
     return runs
 
 
@@ -122,9 +108,8 @@ def merge_studies(payloads: Sequence[dict[str, Any]], paths: Sequence[Path], met
         differs = [k for k in same if payload["protocol"].get(k) != first.get(k)]
         if differs:
             raise ValueError(f"{path} was run under a different protocol ({', '.join(differs)}); cannot merge")
-    cell = lambda r: (r["env_name"], r["method"], r["group_size"], r["seed"])
     runs = [run for payload in payloads for run in payload["runs"]]
-    if len({cell(r) for r in runs}) != len(runs):
+    if len({cell_key(r) for r in runs}) != len(runs):
         raise ValueError("the studies share (env, method, N, seed) cells; merge only studies of different methods")
     methods = {m for payload in payloads for m in payload["protocol"]["methods"]}
     protocol = dict(first) | {
@@ -149,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                            "finished studies' JSON, without training")
     command.add("--quick", action="store_const", const=True, help="run: tiny budget smoke run (CI)")
     command.add("--protocol", type=Path, default=PROTOCOL_PATH, common=True)
-    command.add("--out", type=Path, default=RESULTS_DIR, common=True)
+    command.add("--out", type=Path, default=RESULTS, common=True)
     command.add("--workers", type=int, help="run: processes (default: the protocol's)")
     command.add("--envs", nargs="*", help="run: subset of the protocol's env names")
     command.add("--from-json", type=Path, nargs="+",
@@ -160,13 +145,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.stage == "report":
         if not args.from_json:
-            print("error: report needs --from-json FILE [FILE ...]", file=sys.stderr)
-            return 2
+            return refused("report needs --from-json FILE [FILE ...]")
         missing = [str(path) for path in args.from_json if not path.exists()]
         if missing:
-            print(f"error: no study results at {', '.join(missing)}: run `python -m benchmarks.credit_study run` "
-                  "first", file=sys.stderr)
-            return 2
+            return refused(f"no study results at {', '.join(missing)}: run `python -m benchmarks.credit_study run` first")
         payload = merge_studies([json.loads(path.read_text()) for path in args.from_json], args.from_json,
                                 load_protocol(args.protocol)["methods"])
         protocol = payload["protocol"]
@@ -181,8 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name, why in skipped.items():
         print(f"skipping env {name}: {why}", file=sys.stderr)
     if not names:
-        print("error: no environment of the protocol can be built", file=sys.stderr)
-        return 2
+        return refused("no environment of the protocol can be built")
     started = time.perf_counter()
     runs = run_study(protocol, names, args.workers)
     write_outputs(runs, protocol, time.perf_counter() - started, args.out, skipped)

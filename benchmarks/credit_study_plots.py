@@ -21,6 +21,14 @@ def plot_study(runs: Sequence[dict[str, Any]], summary: dict[str, Any], prefix: 
     import matplotlib.pyplot as plt
 
     written = []
+
+    def save(fig, env: str, tag: str) -> None:
+        fig.tight_layout()
+        path = prefix.parent / f"{prefix.name}_{env}_{tag}.png"
+        fig.savefig(path, dpi=70)
+        plt.close(fig)
+        written.append(str(path))
+
     sizes, methods = summary["group_sizes"], summary["methods"]
     colors = dict(zip(METHOD_LABELS, ("#777777", "#d62728", "#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd")))
     for env in summary["envs"]:
@@ -44,11 +52,7 @@ def plot_study(runs: Sequence[dict[str, Any]], summary: dict[str, Any], prefix: 
                 ax.tick_params(labelsize=6)
             axes[0][0].set_ylabel(ylabel, fontsize=7)
             axes[0][-1].legend(fontsize=5, loc="best")
-            fig.tight_layout()
-            path = prefix.parent / f"{prefix.name}_{env}_{tag}.png"
-            fig.savefig(path, dpi=70)
-            plt.close(fig)
-            written.append(str(path))
+            save(fig, env, tag)
         fig, axes = plt.subplots(1, 3, figsize=(9.6, 2.6), squeeze=False)
         for ax, (metric, title) in zip(axes[0], (("mean_rho", "mean rho"), ("adv_range", "advantage range"),
                                                   ("late_reward_std", "late reward std"))):
@@ -65,9 +69,5 @@ def plot_study(runs: Sequence[dict[str, Any]], summary: dict[str, Any], prefix: 
             ax.set_title(f"{env}: {title}", fontsize=8)
             ax.tick_params(labelsize=6)
         axes[0][0].legend(fontsize=5)
-        fig.tight_layout()
-        path = prefix.parent / f"{prefix.name}_{env}_per_n.png"
-        fig.savefig(path, dpi=70)
-        plt.close(fig)
-        written.append(str(path))
+        save(fig, env, "per_n")
     return written

@@ -28,11 +28,6 @@ def fmt(cell: dict[str, float], scale: float = 1.0, digits: int = 3) -> str:
     return f"{mean:.{digits}f} ± {ci:.{digits}f}" if not math.isnan(ci) else f"{mean:.{digits}f}"
 
 
-def fmt_diff(part: dict[str, Any]) -> str:
-    """``+d [low, high]``, and ``(MDE m)`` beside a difference Holm does not find significant."""
-    return fmt_part(part)
-
-
 TABLE_METRICS = (
     ("final_success", "Final success (eval T=0.4)"),
     ("late_reward_std", "Late-stage train-return std (across iterations)"),
@@ -87,7 +82,7 @@ def render_report(summary: dict[str, Any], protocol: dict[str, Any], runtime_s: 
         lines += [f"### {claim['id']} ({claim['env']}): {claim['claim']} — {claim['verdict']}", "",
                   "| Comparison | N | Difference [95% CI] | Verdict |", "|---|---|---|---|"]
         for part in claim["parts"]:
-            lines.append(f"| {part['label']} | {part['N']} | {fmt_diff(part)} | {part['verdict']} |")
+            lines.append(f"| {part['label']} | {part['N']} | {fmt_part(part)} | {part['verdict']} |")
         lines.append("")
     lines += reading_section(summary.get("readings"))
     lines += gate_section(summary)
@@ -193,7 +188,7 @@ def reading_section(readings: dict[str, Any] | None) -> list[str]:
     lines = ["## Which ECPO reading?", "", reading_paragraph(readings), "",
              "| Comparison | Env | N | Difference [95% CI] | Verdict |", "|---|---|---|---|---|"]
     for part in readings["parts"]:
-        lines.append(f"| {part['label']} | {part['env']} | {part['N']} | {fmt_diff(part)} | {part['verdict']} |")
+        lines.append(f"| {part['label']} | {part['env']} | {part['N']} | {fmt_part(part)} | {part['verdict']} |")
     return lines + [""]
 
 

@@ -25,18 +25,16 @@ from __future__ import annotations
 
 import json
 import math
-import multiprocessing
 import shlex
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from benchmarks import RESULTS
-from benchmarks.llm_learning_report import plot, report
+from benchmarks import RESULTS, refused
+from benchmarks.llm_learning_report import all_runs, plot, report
 from ecpo_train.files.atomic import write_text
 
 
@@ -78,11 +76,19 @@ PROTOCOLS = {
 }
 
 
-def run_cell(preset: str, overrides: list[str], run_dir: Path, threads: int = 0) -> list[dict]:
+def finished_protocol(protocol: Protocol, results: dict, overrides: list[str]) -> Protocol:
+    """The protocol of the cells a report holds (finished or stored): their group sizes and seeds."""
+    return Protocol(protocol.preset, protocol.envs, sorted({n for by_n in results.values() for n in by_n}),
+                    protocol.methods, sorted({r["seed"] for r in all_runs(results)}), overrides)
+
+
+def run_cell(job: tuple[str, list[str], Path, int]) -> list[dict]:
+    """One cell's training, ``(preset, overrides, run_dir, torch threads or 0)``: its metrics history."""
     import torch
 
     from ecpo_train.runtime.config import load_config
 
+    preset, overrides, run_dir, threads = job
     if threads:
         torch.set_num_threads(threads)
     from ecpo_train.runtime.run import train
@@ -162,7 +168,7 @@ def reported_by(stage: str, protocol_name: str, sources: list[str], stored: list
 
 
 def main(argv: list[str] | None = None) -> int:
-    from benchmarks.study import StudyCommand
+    from benchmarks.study import StudyCommand, in_processes
 
     command = StudyCommand(__spec__.name, __doc__.split("\n")[0], STAGE_OPTIONS, STAGE_HELP,
                            defaults={"runs_dir": "runs/llm_learning", "jobs": 1})
@@ -179,12 +185,9 @@ def main(argv: list[str] | None = None) -> int:
     if args is None:
         return 2
     if args.overrides and args.stage == "report":
-        print("error: report takes no key=value overrides (the stored results keep the ones they ran with)",
-              file=sys.stderr)
-        return 2
+        return refused("report takes no key=value overrides (the stored results keep the ones they ran with)")
     if args.stage == "report" and (args.from_json is None) == (args.from_runs is None):
-        print("error: report needs one of --from-json FILE [FILE ...] or --from-runs DIR [DIR ...]", file=sys.stderr)
-        return 2
+        return refused("report needs one of --from-json FILE [FILE ...] or --from-runs DIR [DIR ...]")
     protocol = PROTOCOLS[args.protocol]
     overrides = protocol.overrides + list(args.overrides)
     stem = Path(args.out) if args.out else RESULTS / f"llm_learning_{args.protocol}"
@@ -194,9 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     partial = stem.with_suffix(".partial.json")
     if args.from_runs:
         results, seconds = summaries_from_runs([Path(d) for d in args.from_runs], protocol.methods)
-        protocol = Protocol(protocol.preset, protocol.envs, sorted({n for by_n in results.values() for n in by_n}),
-                            protocol.methods, sorted({r["seed"] for by_n in results.values() for ms in by_n.values()
-                                                      for rs in ms.values() for r in rs}), overrides)  # finished cells
+        protocol = finished_protocol(protocol, results, overrides)
         how = (f"Summarised by `{reported_by('from_runs', args.protocol, args.from_runs)}` from the finished cells of "
                f"those runs ({seconds / 60:.0f} min of training "
                "and validation summed over cells; cells ran one or two at a time, one torch thread each, on a shared "
@@ -208,8 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         stored = []
         for path in args.from_json:
             if not Path(path).is_file():
-                print(f"error: no stored results at {path[:200]}", file=sys.stderr)
-                return 2
+                return refused(f"no stored results at {path[:200]}")
             loaded = json.loads(Path(path).read_text())
             stored.append(loaded)
             seconds += loaded["seconds"]
@@ -217,9 +217,7 @@ def main(argv: list[str] | None = None) -> int:
                 for n, by_method in by_n.items():
                     results.setdefault(env, {})[int(n)] = {m: with_seed_ids(runs, protocol.seeds, f"{path} {env} N={n} {m}")
                                                            for m, runs in by_method.items()}
-        protocol = Protocol(protocol.preset, protocol.envs, sorted({n for by_n in results.values() for n in by_n}),
-                            protocol.methods, sorted({r["seed"] for by_n in results.values() for ms in by_n.values()
-                                                      for rs in ms.values() for r in rs}), overrides)  # those stored
+        protocol = finished_protocol(protocol, results, overrides)
         how = (f"Re-reported by `{reported_by('from_json', args.protocol, args.from_json, stored)}` from stored run "
                f"summaries ({seconds / 60:.0f} min of training and validation "
                "summed over cells); no training was rerun.")
@@ -230,8 +228,7 @@ def main(argv: list[str] | None = None) -> int:
                               *args.overrides])
     if args.stage == "partial":
         if not partial.is_file():
-            print(f"error: no cells finished so far: {partial} does not exist (run first)", file=sys.stderr)
-            return 2
+            return refused(f"no cells finished so far: {partial} does not exist (run first)")
         loaded = json.loads(partial.read_text())
         results = {env: {int(n): runs for n, runs in by_n.items()} for env, by_n in loaded["results"].items()}
         return write_outputs(stem, args.protocol, protocol, overrides, results, loaded["seconds"], partial=True,
@@ -240,20 +237,17 @@ def main(argv: list[str] | None = None) -> int:
                                            f"seed={seed}"])
              for env_label, env_overrides in protocol.envs.items() for n in protocol.group_sizes
              for seed in protocol.seeds for method in protocol.methods]  # seed-major: every seed compares all methods
-    threads = 1 if args.jobs > 1 else 0
-    jobs = []
-    with ProcessPoolExecutor(max_workers=args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        for env_label, n, method, seed, cell in cells:
-            run_dir = Path(args.runs_dir) / args.protocol / env_label / f"N{n}" / method / f"seed{seed}"
-            jobs.append(((env_label, n, method, seed, run_dir),
-                         pool.submit(run_cell, protocol.preset, cell, run_dir, threads)))
-        for (env_label, n, method, seed, run_dir), job in jobs:
-            summary = summarise_run(job.result()) | {"seed": seed, "episodes": validation_episodes(run_dir)}
-            results.setdefault(env_label, {}).setdefault(n, {}).setdefault(method, []).append(summary)
-            print(f"{env_label} N={n} {method} seed={seed}: success {summary['initial_success']:.3f} -> "
-                  f"{summary['final_success']:.3f} (late {summary['late_success']:.3f}), "
-                  f"{summary['seconds_per_iteration']:.0f}s/iteration", flush=True)
-            write_text(partial, json.dumps({"seconds": time.perf_counter() - started, "results": results}))
+    run_dirs = [Path(args.runs_dir) / args.protocol / env_label / f"N{n}" / method / f"seed{seed}"
+                for env_label, n, method, seed, _ in cells]
+    jobs = [(protocol.preset, cell[-1], run_dir, 1 if args.jobs > 1 else 0) for cell, run_dir in zip(cells, run_dirs)]
+    histories = in_processes(run_cell, jobs, args.jobs, spawn=True)  # (a cell's model never loads in this process)
+    for (env_label, n, method, seed, _), run_dir, history in zip(cells, run_dirs, histories):
+        summary = summarise_run(history) | {"seed": seed, "episodes": validation_episodes(run_dir)}
+        results.setdefault(env_label, {}).setdefault(n, {}).setdefault(method, []).append(summary)
+        print(f"{env_label} N={n} {method} seed={seed}: success {summary['initial_success']:.3f} -> "
+              f"{summary['final_success']:.3f} (late {summary['late_success']:.3f}), "
+              f"{summary['seconds_per_iteration']:.0f}s/iteration", flush=True)
+        write_text(partial, json.dumps({"seconds": time.perf_counter() - started, "results": results}))
     write_outputs(stem, args.protocol, protocol, overrides, results, time.perf_counter() - started,
                   command=run_command)
     partial.unlink(missing_ok=True)

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 from benchmarks.stats import (
     MIN_UNITS_FOR_MDE,
@@ -27,6 +26,7 @@ from benchmarks.stats import (
     fmt_clustered,
     fmt_part,
     keyed,
+    mean_ci,
     paired_diff,
     paired_outcomes,
     paired_values,
@@ -40,14 +40,14 @@ SELECTED_ON = {
 
 
 def interval(values: list[float]) -> tuple[float, float]:
-    """Mean and the half-width of its 95 % t-interval (0 for a single seed)."""
-    arr = np.asarray([v for v in values if math.isfinite(v)], dtype=float)
-    if arr.size == 0:
-        return float("nan"), float("nan")
-    if arr.size == 1:
-        return float(arr[0]), 0.0
-    half = stats.t.ppf(0.975, arr.size - 1) * arr.std(ddof=1) / math.sqrt(arr.size)
-    return float(arr.mean()), float(half)
+    """Mean and the half-width of its 95 % t-interval (``stats.mean_ci``; 0 for a single seed)."""
+    cell = mean_ci([v for v in values if math.isfinite(v)])
+    return cell["mean"], 0.0 if cell["n"] == 1 else cell["ci"]
+
+
+def all_runs(results: dict) -> list[dict]:
+    """Every run summary of ``results[env][N][method]``."""
+    return [r for by_n in results.values() for ms in by_n.values() for rs in ms.values() for r in rs]
 
 
 def late_sigma(run: dict) -> float:
@@ -93,7 +93,7 @@ def without_seed(results: dict, seed: Any) -> dict:
 def selection_seed(results: dict, protocol: Any) -> Any:
     """The seed a preset's recipe was chosen on (``SELECTED_ON``) when this report holds it, else None."""
     seed = SELECTED_ON.get(getattr(protocol, "preset", None), (None, ""))[0]
-    held = {r["seed"] for by_n in results.values() for ms in by_n.values() for rs in ms.values() for r in rs}
+    held = {r["seed"] for r in all_runs(results)}
     return seed if seed in held and len(held) > 1 else None
 
 
@@ -182,8 +182,7 @@ def _said(part: dict) -> str:
 
 
 def success_said(results: dict) -> str:
-    kinds = {r.get("success_kind", "exact") for by_n in results.values() for ms in by_n.values() for rs in ms.values()
-             for r in rs}
+    kinds = {r.get("success_kind", "exact") for r in all_runs(results)}
     exact = ("Success is the exact success probability at the validation temperature (DP over the corridor MDP with "
              "the LM's action distribution).")
     sampled = ("Success is the sampled validation success: the fraction of the fixed validation episodes won at the "
@@ -211,7 +210,7 @@ def report(results: dict, protocol_name: str, protocol: Any, elapsed: float, how
         lines += [(f"**Recipe selection.** Preset `{protocol.preset}`: {SELECTED_ON[protocol.preset][1]}. Every "
                    f"result that includes seed {seed} is also given without it (those comparisons Holm-corrected "
                    "as a family of their own)."), ""]
-    if any(r.get("seed_recovered") for by_n in results.values() for ms in by_n.values() for rs in ms.values() for r in rs):
+    if any(r.get("seed_recovered") for r in all_runs(results)):
         lines += [("Seed ids: the stored summaries predate seed recording; `--from-runs` had read each method's seed "
                   "folders in sorted order with every seed present, so the ids are recovered from that order."), ""]
     for env_label, by_n in results.items():

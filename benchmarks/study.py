@@ -13,14 +13,15 @@ outlives a session keeps its finished jobs in a folder committed to git and rest
 from __future__ import annotations
 
 import json
-import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import multiprocessing
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks import ArgumentParser
+from benchmarks import ArgumentParser, refused
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,21 @@ def run_jobs(tasks: Iterable[Callable[[], None]], parallel: int) -> None:
             future.result()
 
 
+def in_processes(function: Callable[[Any], Any], jobs: Iterable[Any], workers: int, ordered: bool = True,
+                 spawn: bool = False) -> Iterator[Any]:
+    """``function(job)`` of every job, ``workers`` spawned processes at a time (one OpenMP thread each unless the
+    environment says otherwise), each result as it comes (in job order where ``ordered``); in this process where
+    ``workers`` <= 1 unless ``spawn`` (then in one spawned process, away from this one)."""
+    jobs = list(jobs)
+    if (workers <= 1 and not spawn) or not jobs:
+        yield from map(function, jobs)
+        return
+    if workers > 1:
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
+    with multiprocessing.get_context("spawn").Pool(max(1, min(workers, len(jobs)))) as pool:
+        yield from (pool.imap if ordered else pool.imap_unordered)(function, jobs)
+
+
 def flags(options: Iterable[str]) -> str:
     return ", ".join("--" + option.replace("_", "-") for option in options)
 
@@ -84,8 +100,7 @@ class StudyCommand:
         unused = [option for option in self.options
                   if getattr(args, option) is not None and option not in self.stages[args.stage]]
         if unused:
-            print(f"error: {args.stage} does not take {flags(unused)} (it takes {flags(self.stages[args.stage])})",
-                  file=sys.stderr)
+            refused(f"{args.stage} does not take {flags(unused)} (it takes {flags(self.stages[args.stage])})")
             return None
         for option, default in self.defaults.items():
             if getattr(args, option) is None:
@@ -112,7 +127,6 @@ def run_stage(stage: Callable[[], Any], json_path: str | Path | None = None, def
     except (RuntimeError, ValueError, OSError) as err:
         from ecpo_train.evaluation.options import error_line
 
-        print(f"error: {error_line(err)}", file=sys.stderr)
-        return 2
+        return refused(error_line(err))
     print(text)
     return 0

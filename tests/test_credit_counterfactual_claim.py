@@ -66,3 +66,19 @@ def test_the_committed_report_is_the_claim_over_the_committed_checkpoints():
     text = render(summary, payload["protocol"], payload["runtime_s"], committed)
     assert text == (RESULTS / "credit_counterfactual.md").read_text()
     assert "**Exploratory (seeds seen before the claim was written; not evidence)**" in text
+
+
+def test_the_claim_stage_writes_the_committed_claim_files_again_and_refuses_a_missing_report(tmp_path, capsys):
+    """``python -m benchmarks.credit_counterfactual claim``: the committed claim report, byte for byte, from the
+    committed counterfactual report (gzipped); a report that is not there is the one-line refusal, exit 2."""
+    from benchmarks import credit_counterfactual as cf
+
+    assert cf.main(["claim", "--out", str(tmp_path)]) == 0
+    for name in ("credit_counterfactual_claim.json", "credit_counterfactual_claim.md"):
+        assert (tmp_path / name).read_bytes() == (RESULTS / name).read_bytes(), name
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stopped:
+        cf.main(["claim", "--from-json", str(tmp_path / "none.json.gz"), "--out", str(tmp_path)])
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --from-json ") and err.count("\n") == 1

@@ -203,12 +203,12 @@ def test_quick_run_writes_table_plots_and_a_report_that_matches_the_json(tmp_pat
     for claim in summary["claims"]:
         assert f"| {claim['id']}: {claim['claim']} | {claim['env']} | **{claim['verdict']}** |" in report
         for part in claim["parts"]:
-            assert f"| {part['label']} | {part['N']} | {report_of.fmt_diff(part)} | {part['verdict']} |" in report
+            assert f"| {part['label']} | {part['N']} | {report_of.fmt_part(part)} | {part['verdict']} |" in report
     # the paragraph on the two ECPO readings, and its comparisons, are the JSON's
     readings = summary["readings"]
     assert report_of.reading_paragraph(readings) in report
     for part in readings["parts"]:
-        assert f"| {part['label']} | {part['env']} | {part['N']} | {report_of.fmt_diff(part)} |" in report
+        assert f"| {part['label']} | {part['env']} | {part['N']} | {report_of.fmt_part(part)} |" in report
     # the same seeds reproduce the committed quick run's numbers (trained by the native trainer), run by run
     # (to float32 rounding of the policy's logits: reruns differ by ~1e-8, far below the 3 decimals reported)
     committed = json.loads((RESULTS / "credit_study_quick.json").read_text())
