@@ -136,6 +136,20 @@ def make_policy(model_dir: Path | str, **kwargs: Any) -> Any:
     return TransformersPolicy(str(model_dir), env_name=ENV_ID, max_prompt_length=64, max_response_length=6, **kwargs)
 
 
+def lora_policy(model_dir: Path | str, lora: dict[str, Any]) -> Any:
+    """:func:`make_policy` with LoRA adapters whose ``lora_B`` is drawn away from its zero start (seed 0), so that the
+    adapter changes what the model computes (a merged adapter at its start would equal the base model)."""
+    import torch
+
+    torch.manual_seed(0)
+    policy = make_policy(model_dir, lora=lora)
+    with torch.no_grad():
+        for name, param in policy.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.5)
+    return policy
+
+
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 now (for a process group's rendezvous)."""
     with socket.socket() as sock:

@@ -6,8 +6,7 @@ one line naming it, before peft reads it (before: the flipped weights were merge
 from __future__ import annotations
 
 import pytest
-import torch
-from conftest import make_policy
+from conftest import lora_policy
 
 from ecpo_train.files.checksums import CHECKSUM_FILE
 
@@ -26,12 +25,7 @@ def _flip_one_data_byte(path) -> None:
 def test_a_changed_adapter_file_is_one_line_before_it_is_merged(tiny_model_dir, tmp_path):
     from ecpo_train.policies.lora import merge_adapter, save_adapter
 
-    torch.manual_seed(0)
-    policy = make_policy(tiny_model_dir, lora=LORA)
-    with torch.no_grad():
-        for name, param in policy.named_parameters():
-            if "lora_B" in name:
-                param.normal_(0, 0.5)
+    policy = lora_policy(tiny_model_dir, LORA)
     adapter = save_adapter(policy.lora_model, tmp_path / "adapter")
     assert (adapter / CHECKSUM_FILE).is_file()
     merged = merge_adapter(tiny_model_dir, adapter, tmp_path / "merged")  # an intact adapter merges

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import ENV_ID, make_policy
+from conftest import ENV_ID, lora_policy, make_policy
 
 from ecpo_train.core.loss import UpdateSettings, policy_update
 from ecpo_train.core.micro_batches import pack_micro_batches
@@ -152,12 +152,7 @@ def test_lora_checkpoint_merges_to_a_plain_model_that_plays(tiny_model_dir, tmp_
     from ecpo_train.policies.base import StepContext
     from ecpo_train.policies.lora import save_lora_checkpoint
 
-    torch.manual_seed(0)
-    policy = make_policy(tiny_model_dir, lora=LORA)
-    with torch.no_grad():
-        for name, param in policy.named_parameters():
-            if "lora_B" in name:
-                param.normal_(0, 0.5)
+    policy = lora_policy(tiny_model_dir, LORA)
     merged_dir = save_lora_checkpoint(policy, tiny_model_dir, tmp_path / "adapter", tmp_path / "merged")
     adapter_bytes = sum(f.stat().st_size for f in (tmp_path / "adapter").iterdir())
     merged_bytes = sum(f.stat().st_size for f in merged_dir.glob("*.safetensors"))
