@@ -19,6 +19,7 @@ ray = pytest.importorskip("ray")
 
 from conftest import small_values
 
+from ecpo_gym.kwargs import shown
 from ecpo_train.integrations.rllib import ECPO, ECPOConfig
 from ecpo_train.runtime.config import TrainConfig, load_config, make_config, preset_values
 
@@ -82,8 +83,9 @@ def test_a_missing_model_is_one_line_before_ray(tmp_path):
     config = ECPOConfig.from_train_config(make_config(small_values(tmp_path / "no-model", tmp_path)))
     with pytest.raises(ValueError) as error:
         config.validate()
-    assert str(error.value) == (f"rl_module(model_config={{'model': '{tmp_path / 'no-model'}'}}): "
-                                f"'{tmp_path / 'no-model'}' does not exist; give a folder with the model's config.json, "
+    missing = shown(str(tmp_path / "no-model"))  # the path quoted as a bounded prefix (a long tmp path is cut)
+    assert str(error.value) == (f"rl_module(model_config={{'model': {missing}}}): "
+                                f"{missing} does not exist; give a folder with the model's config.json, "
                                 "weights and tokenizer (`ecpo models pull smollm2-135m-instruct`) or a hub id")
     assert not ray.is_initialized()
 
