@@ -28,6 +28,7 @@ from typing import Any
 
 from ecpo_train.evaluation.chat import ChatModel
 from ecpo_train.policies.base import Policy, PolicyOutput, StepContext
+from ecpo_train.policies.choose import seed_sampling
 from ecpo_train.policies.parsing import parse_action
 from ecpo_train.policies.prompting import render_prompt, template_name
 from ecpo_train.runtime import VALIDATION_TEMPERATURE
@@ -119,12 +120,7 @@ class PolicyAgent(Agent):
         return described | ({"weights": self.weights} if self.weights else {})
 
     def begin_episode(self, env: Any, observation: str, info: dict[str, Any], seed: int) -> None:
-        import torch
-
-        torch.manual_seed(seed)
-        generator = getattr(self.policy, "generator", None)
-        if generator is not None:
-            generator.manual_seed(seed)
+        seed_sampling(self.policy, seed)
 
     def act(self, ctx: StepContext) -> str | None:
         output = self.policy.act([ctx], temperature=self.temperature)

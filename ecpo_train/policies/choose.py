@@ -78,3 +78,18 @@ def choose(scores: torch.Tensor, temperature: float, *, draw: float | None, gene
     stored and learned under (``log_policy``; the stored log-prob is ``log pi[index]``)."""
     logp = log_policy(scores, temperature, epsilon)
     return pick(scores, logp, temperature, draw=draw, generator=generator), logp
+
+
+def own_generator(policy: object) -> torch.Generator | None:
+    """The policy's own seeded generator, the stream its sampled choices draw from (``None``: a policy that has none,
+    an LLM writing its text)."""
+    own = getattr(policy, "generator", None)
+    return own if isinstance(own, torch.Generator) else None
+
+
+def seed_sampling(policy: object, seed: int) -> None:
+    """Seed every stream the policy samples from: torch's and its own generator (:func:`own_generator`)."""
+    torch.manual_seed(int(seed))
+    own = own_generator(policy)
+    if own is not None:
+        own.manual_seed(int(seed))

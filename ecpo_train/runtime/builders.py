@@ -21,6 +21,7 @@ from ecpo_gym.kwargs import shown
 from ecpo_train.core.loss import UpdateSettings
 from ecpo_train.core.tasks import task_lists
 from ecpo_train.policies.base import Policy, StepContext
+from ecpo_train.policies.choose import own_generator
 from ecpo_train.runtime.config import TrainConfig
 from ecpo_train.runtime.models import check_model_folder, model_folder
 from ecpo_train.runtime.policy_kinds import policy_spec
@@ -257,8 +258,8 @@ def sampling_state_restored(policy: Any):
     """Put back every random stream a policy samples from (torch CPU/CUDA, a policy's own generator)."""
     cpu = torch.get_rng_state()
     cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
-    own = getattr(policy, "generator", None)
-    own_state = own.get_state() if isinstance(own, torch.Generator) else None
+    own = own_generator(policy)
+    own_state = own.get_state() if own is not None else None
     try:
         yield
     finally:

@@ -32,6 +32,7 @@ from ecpo_gym.group import GroupVectorEnv
 from ecpo_train.core.iteration import Observe, run_iteration, seed_streams
 from ecpo_train.core.task_memory import TaskGraphMemory, task_memory_for
 from ecpo_train.core.tasks import task_lists, validation_seed
+from ecpo_train.policies.choose import own_generator, seed_sampling
 from ecpo_train.runtime.builders import (
     build_critic,
     build_policy,
@@ -171,9 +172,7 @@ class Trainer:
         ``sampling_seed`` seeds them first (torch's and the policy's own generator), so that the batch is fixed
         by the seeds alone, whatever was sampled before."""
         if sampling_seed is not None:
-            torch.manual_seed(int(sampling_seed))
-            if isinstance(getattr(self.policy, "generator", None), torch.Generator):
-                self.policy.generator.manual_seed(int(sampling_seed))
+            seed_sampling(self.policy, sampling_seed)
         return self.sampler.sample(lambda _: ([str(t) for t in task_ids], int(seed)), self.iteration).played
 
     def update_policy(self, batch: Any, advantages: Any, generator: np.random.Generator) -> dict[str, float]:
@@ -244,8 +243,8 @@ class Trainer:
     def _chooser_stream(self, policy_state: dict[str, Any]) -> Any:
         """The state of the policy's own generator (``policies.choose``) where its state dict does not carry it (the
         scoring policy's; the text and tabular policies keep theirs in their ``_extra_state``), else ``None``."""
-        own = getattr(self.policy, "generator", None)
-        return own.get_state() if isinstance(own, torch.Generator) and "_extra_state" not in policy_state else None
+        own = own_generator(self.policy)
+        return own.get_state() if own is not None and "_extra_state" not in policy_state else None
 
     def save(self, checkpoint: Path) -> Path:
         """The state (:meth:`checkpoint_state`) into ``checkpoint`` (returned); under LoRA the adapter and the

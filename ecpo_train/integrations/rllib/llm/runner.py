@@ -38,6 +38,7 @@ from ecpo_train.core.iteration import ENV_SEED_BOUND, seed_streams
 from ecpo_train.core.rollout import training_rollout
 from ecpo_train.core.tasks import training_tasks
 from ecpo_train.integrations.rllib.llm.module import TRAIN_CONFIG, CausalLMRLModule, token_spaces
+from ecpo_train.policies.choose import own_generator
 from ecpo_train.runtime.threads import apply_threads
 
 # Runner k > 1 samples from seed + RUNNER_SEED_STRIDE * (k - 1): runner 1 (or the driver's) has the run's seed,
@@ -67,8 +68,8 @@ class LLMEnvRunner(EnvRunner):
             model_config={TRAIN_CONFIG: tc})
         self.module.eval()
         self.policy = self.module.policy
-        own = getattr(self.policy, "generator", None)
-        if isinstance(own, torch.Generator):  # the chooser's stream (policies.choose) is this runner's too
+        own = own_generator(self.policy)
+        if own is not None:  # the chooser's stream (policies.choose) is this runner's too
             own.manual_seed(self.seed)
         self._weights_seq_no = 0
         if getattr(self.policy, "backend", None) is not None and self.policy.model is not None:
@@ -139,8 +140,8 @@ class LLMEnvRunner(EnvRunner):
         the runner's numpy stream, and the policy's own generator where it samples from one (the text and tabular
         policies: the native checkpoint keeps it in the policy's state, which the module's weight sync leaves out)."""
         state = {"torch": torch.get_rng_state(), "numpy": self._rng.bit_generator.state}
-        own = getattr(self.policy, "generator", None)
-        if isinstance(own, torch.Generator):
+        own = own_generator(self.policy)
+        if own is not None:
             state["policy"] = own.get_state()
         return state
 
@@ -149,8 +150,8 @@ class LLMEnvRunner(EnvRunner):
             return
         torch.set_rng_state(state["torch"])
         self._rng.bit_generator.state = state["numpy"]
-        own = getattr(self.policy, "generator", None)
-        if isinstance(own, torch.Generator) and state.get("policy") is not None:
+        own = own_generator(self.policy)
+        if own is not None and state.get("policy") is not None:
             own.set_state(state["policy"])
 
     # ------------------------------------------------------------------ RLlib's EnvRunner contract
