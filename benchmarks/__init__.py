@@ -49,12 +49,9 @@ def write_json_gz(path: Path, payload: Any) -> Path:
     machine, carries."""
     import gzip
 
-    from ecpo_train.files.atomic import no_follow, replaced_file
+    from ecpo_train.files.atomic import write_bytes
 
-    data = gzip.compress(json.dumps(payload, separators=(",", ":")).encode("utf-8"), mtime=0)
-    with replaced_file(path) as partial, open(partial, "xb", opener=no_follow) as handle:
-        handle.write(data)
-    return Path(path)
+    return write_bytes(path, gzip.compress(json.dumps(payload, separators=(",", ":")).encode("utf-8"), mtime=0))
 
 
 def read_json(path: Path) -> Any:

@@ -38,7 +38,7 @@ import zlib
 from pathlib import Path
 from typing import Protocol
 
-from ecpo_train.files.atomic import no_follow, refuse_links, replaced_file
+from ecpo_train.files.atomic import no_follow, refuse_links, write_bytes
 
 WARM_FILES = ("sft.json", "text_policy.json", "text_policy.safetensors")
 POLICY, POLICY_FILES = "policy", ("text_policy.json", "text_policy.safetensors")  # a job's kept final policy
@@ -119,8 +119,7 @@ def _write(target: Path, data: bytes, root: Path) -> None:
     refuse_links(target, below=root)
     target.parent.mkdir(parents=True, exist_ok=True)
     refuse_links(target, below=root)
-    with replaced_file(target, below=root) as partial, open(partial, "xb", opener=no_follow) as out:
-        out.write(data)
+    write_bytes(target, data, below=root)
 
 
 def _gzip(source: Path, target: Path, out: Path, keep: Path) -> str:

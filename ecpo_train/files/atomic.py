@@ -196,6 +196,13 @@ def write_text(path: str | os.PathLike, text: str, below: str | os.PathLike | No
     return Path(path)
 
 
+def write_bytes(path: str | os.PathLike, data: bytes, below: str | os.PathLike | None = None) -> Path:
+    """Replace ``path`` with ``data`` whole (``below``: :func:`replaced_file`)."""
+    with replaced_file(path, below) as partial, open(partial, "xb", opener=no_follow) as handle:
+        handle.write(data)
+    return Path(path)
+
+
 def current_folder(path: str | os.PathLike) -> Path:
     """The whole version of a folder written by :func:`replaced_folder`: ``path``, or ``NAME.previous-<token>`` when
     a crash came between the two renames of a swap (the new version was not yet in place)."""
