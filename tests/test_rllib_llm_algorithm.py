@@ -368,11 +368,10 @@ def test_corridor_llm_learns_through_build_algo_with_two_runners(tiny_model_dir,
 def test_two_learners_give_one_learners_update(tiny_model_dir, tmp_path, ray_session):
     """Two learner actors (DDP over gloo, one group each) make the update one learner makes on both groups: the
     token counts are all-reduced, so the averaged gradient is the whole batch's (one mini-batch, one step). Seed
-    11: both groups' returns differ within the group under the one candidate chooser's stream. (With seed 5 under
-    that stream the two learners' ``pg_loss`` was exactly twice the one learner's, apparently because one group's
-    returns were all equal and the learner holding only zero-advantage rows logs no ``pg_loss``: a reporting gap
-    named in issue 72's item-2 report; seed 7's loss is near 0, -9e-4, where 1e-5 relative is float noise.)"""
-    values = run_values(tiny_model_dir, tmp_path, mini_batch_size=2**31 - 1, num_epochs=1, seed=11)
+    5: one group's returns are all equal, so one learner holds only zero-advantage rows; its statistics count as 0
+    in the learners' average (before, they were missing from it and ``pg_loss`` read twice the one learner's;
+    ``tests/test_loss_data_parallel.py`` pins the same on ``policy_update`` directly)."""
+    values = run_values(tiny_model_dir, tmp_path, mini_batch_size=2**31 - 1, num_epochs=1, seed=5)
     outcome = {}
     for learners in (1, 2):
         algo = (ECPOConfig.from_train_config(make_config(values)).env_runners(num_env_runners=0)

@@ -196,7 +196,10 @@ def policy_update(
                 continue
             computed_rows += len(active)
             computed_tokens += int(np.asarray(row_tokens)[active].sum())
+            # the statistics' denominator: the tokens of rows with gradient, over every process (as one process)
             active_tokens = float(old_mask[active].sum())
+            if reducer is not None:
+                active_tokens = reducer.sum(active_tokens) / world
             optimizer.zero_grad(set_to_none=True)
             micros = pack_micro_batches(active, row_tokens, settings.micro_batch_size,
                                         settings.max_tokens_per_micro_batch, row_keys)
@@ -219,12 +222,14 @@ def policy_update(
                 loss, stats = ecpo_objective_loss(
                     logp, old, ref, adv, mask, clip_eps=settings.clip_eps, kl_coef=settings.kl_coef,
                     entropy=entropy, entropy_coef=settings.entropy_coef, token_count=token_count,
-                    stats_token_count=active_tokens if reducer is None else None,
+                    stats_token_count=active_tokens,
                     prox_logp=None if prox_logp is None else prox_logp[rows, :width].to(logp.device),
                     is_weight_cap=settings.is_weight_cap,
                 )
                 (loss * weight if weight != 1.0 else loss).backward()
-                if weight == 0.0:
+                if weight == 0.0:  # a filler pass: this process holds no row with gradient; its sums are 0
+                    for key in stats:
+                        totals.setdefault(key, 0.0)
                     continue
                 for key, value in stats.items():
                     if key == "ratio_max_dev":
