@@ -17,20 +17,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from benchmarks import RESULTS
-from benchmarks.stats import (
-    ALPHA,
-    apply_holm,
-    detectable,
-    holm_adjusted,
-    holm_miss_text,
-    holm_p_text,
-    mde_from_none_won,
-    paired_diff,
-    paired_outcomes,
-    paired_values,
-    ratio_of_means,
-)
+from benchmarks import RESULTS, stats
 
 T_INTERVAL = "t-interval over seeds"
 BINARY_UNNAMED = "McNemar-consistent, conditional"  # a paired-binary interval from before the JSONs named theirs
@@ -64,9 +51,10 @@ def part(f: Mapping[str, Any], label: str = "", method: str | None = None, secon
     has one). A ``secondary`` part is shown beside the claim's verdict, not counted in it; ``short`` names it in the
     README's digest."""
     has_t = all(isinstance(f.get(k), (int, float)) and math.isfinite(f[k]) for k in ("se", "df"))
+    level = stats.ALPHA / max(1, int(f.get("m") or 1))  # the MDE at the JSON's own Holm level, by exact power
     out = {"label": label, "short": short or label, "estimate": f.get("diff"), "low": f.get("low"),
            "high": f.get("high"), "method": f.get("interval") or method or (BINARY_UNNAMED if "gained" in f else ""),
-           "mde": detectable(f, ALPHA / max(1, int(f.get("m") or 1))) if "gained" in f or has_t else f.get("mde"),
+           "mde": stats.detectable(f, level) if "gained" in f or has_t else f.get("mde"),
            "secondary": secondary, "p_holm": f.get("p_holm")}
     if f.get("se") == 0 and f.get("diff") == 0 and "gained" not in f:  # [0, 0] and MDE 0 would read as a measurement
         out |= {"estimate": None, "method": "the two arms are identical on every seed: nothing is compared", "mde": None}
@@ -94,7 +82,7 @@ def holm_family(family: list[dict[str, Any]]) -> list[dict[str, Any]]:
     stated = {p.get("m") for p in family} - {None}
     if stated and stated != {m}:
         raise ValueError(f"a Holm family of {m} comparisons whose parts state m = {sorted(stated)}")
-    for p, adjusted in zip(family, holm_adjusted(p_values)):
+    for p, adjusted in zip(family, stats.holm_adjusted(p_values)):
         p.setdefault("p_holm", adjusted)
     return family
 
@@ -129,7 +117,8 @@ def endpoints() -> list[dict[str, Any]]:
     return rows + [claim(
         "L4", "learning", "An LLM learns unseen households on a GPU (alfworld_gpu, 24 ECPO iterations)",
         scope(f"{POOL}, alfworld_gpu 16 x 8", device=H100), one_run, gpu["validation"]["episodes"],
-        [part(gpu["validation"], "unseen 400 households x 2"), part(gpu["training_tasks"], "training tasks", secondary=True)],
+        [part(gpu["validation"], "unseen 400 households x 2"),
+         part(gpu["training_tasks"], "training tasks", secondary=True)],
         +1, "gpu_run.json", ("Does an LLM learn unseen households on a GPU?", "SmolLM2, alfworld_gpu, T = 0.4, one H100"))]
 
 
@@ -152,7 +141,7 @@ def _seed_clustered_validation(a: str, b: str) -> dict[str, Any]:
     the cluster-robust interval of the pooled difference is the t-interval over the seeds' success rates."""
     runs = load("pipelined_learning.json")["runs"]
     by_arm = {arm: {r["seed"]: r["val_success_after"] for r in runs if r["arm"] == arm} for arm in (a, b)}
-    return paired_diff(list(paired_values(by_arm[a], by_arm[b], label=f"{a} - {b}")[1]))
+    return stats.paired_diff(list(stats.paired_values(by_arm[a], by_arm[b], label=f"{a} - {b}")[1]))
 
 
 def seed_comparisons() -> list[dict[str, Any]]:
@@ -163,7 +152,7 @@ def seed_comparisons() -> list[dict[str, Any]]:
         holm_family([c for c in pipelined if c["measure"] == measure])
     lag = next(p for p in pipelined if p["comparison"] == "ecpo_lag1 - gigpo_std_lag1"
                and p["measure"].startswith("final exact success"))
-    lag0 = [p for p in pipelined if p["comparison"] == "ecpo_lag1 - ecpo_lag0"][0]
+    lag0 = next(p for p in pipelined if p["comparison"] == "ecpo_lag1 - ecpo_lag0")
     pair_report = load("alfworld_cpu_pool_pair_seed0.json")
     pair = pair_report["paired"]
     pair_units = pair_report.get("units", "one pair of runs (one seed): no interval over seeds")
@@ -221,7 +210,8 @@ def grpo_rows(payload: Mapping[str, Any], envs: Mapping[str, dict[str, str]], fi
     family of their own (added after the study: not part of its registered family)."""
     questions = (("grpo", "gigpo_std", "final success, GRPO - GiGPO w/std", 0,
                   "GRPO against GiGPO w/std: a difference in final success? (added after the study)"),
-                 ("ecpo", "grpo", "final success, ECPO - GRPO", +1, "ECPO beats GRPO in final success (added after the study)"))
+                 ("ecpo", "grpo", "final success, ECPO - GRPO", +1,
+                  "ECPO beats GRPO in final success (added after the study)"))
     family = {}
     for env in envs:
         cells: dict[tuple[str, int], dict[Any, float]] = {}
@@ -230,9 +220,10 @@ def grpo_rows(payload: Mapping[str, Any], envs: Mapping[str, dict[str, str]], fi
                 cells.setdefault((r["method"], r["group_size"]), {})[r["seed"]] = r["final_success"]
         for a, b, label, direction, text in questions:
             family[env, a, b, direction, text] = [
-                {"label": label, "N": n, **paired_diff(list(paired_values(cells[(a, n)], cells[(b, n)])[1]))}
+                {"label": label, "N": n, **stats.paired_diff(list(stats.paired_values(cells[(a, n)], cells[(b, n)])[1]))}
                 for n in sorted({n for method, n in cells if method in (a, b)})]
-    apply_holm([p for parts in family.values() for p in parts], [key[3] or 1 for key, parts in family.items() for _ in parts])
+    stats.apply_holm([p for parts in family.values() for p in parts],
+                     [key[3] or 1 for key, parts in family.items() for _ in parts])
     return [claim(f"K{first + k}", "credit", text, envs[env], SEEDS, parts[0]["n"], _by_n(parts), direction,
                   "credit_study.json") for k, ((env, _a, _b, direction, text), parts) in enumerate(family.items())]
 
@@ -251,7 +242,8 @@ def credit() -> list[dict[str, Any]]:
     rows = []
     for c in study["claims"]:  # the credit study's claims C1-C7, each on each environment
         welch = all(str(p["a"]).startswith("N=") for p in c["parts"])  # C7: runs at two N share no training
-        unit, method = ("training runs (independent: N against N, Welch)", "Welch t-interval") if welch else (SEEDS, T_INTERVAL)
+        unit, method = (("training runs (independent: N against N, Welch)", "Welch t-interval") if welch else
+                        (SEEDS, T_INTERVAL))
         rows.append(claim(f"K{len(rows) + 1}", "credit", f"{c['id']}: {c['claim']}", envs[c["env"]], unit,
                           c["parts"][0]["n"], [part(p, f"{p['label']}, N = {p['N']}", method, short=f"N = {p['N']}")
                                                for p in c["parts"]],
@@ -262,8 +254,8 @@ def credit() -> list[dict[str, Any]]:
     seeds = f"{min(explore['seeds'])}-{max(explore['seeds'])}"
     parts = [measured(f"{explore[e]['cells_below']}/{explore[e]['cells']} below 0, p {explore[e]['p']:.3g}",
                       f"{e}, exploratory: seeds {seeds}", secondary=True) for e in reg["estimators"]]
-    rows.append(claim(f"K{len(rows) + 1}", "credit", "B1: one ECPO update raises log pi(rare|s) at lucky singletons less than "
-                      "GiGPO w/std's (registered claim-level test)",
+    rows.append(claim(f"K{len(rows) + 1}", "credit", "B1: one ECPO update raises log pi(rare|s) at lucky singletons "
+                      "less than GiGPO w/std's (registered claim-level test)",
                       scope("corridors (tabular, SmolLM2)", f"tabular, {SMOL}", "one update from the same checkpoint"),
                       f"training runs (arm x checkpoint seed; {3 * len(reg['checkpoint_seeds'])} planned)", 0, parts,
                       -1, "credit_counterfactual_claim.json",
@@ -282,8 +274,8 @@ def real_alfworld_text(agents: Mapping[str, list[dict[str, Any]]]) -> str:
     text = f"untrained {sum(g['success'] for g in untrained)}/{len(untrained)}"
     if warm is not None:
         won = {g["task_id"]: g["success"] for g in warm}
-        p = paired_outcomes({g["task_id"]: g["success"] for g in untrained}, won, label="S10")
-        detects = "" if any(g["success"] for g in untrained) else f"; detects {mde_from_none_won(len(won))[1]:.2f}"
+        p = stats.paired_outcomes({g["task_id"]: g["success"] for g in untrained}, won, label="S10")
+        detects = "" if any(g["success"] for g in untrained) else f"; detects {stats.mde_from_none_won(len(won))[1]:.2f}"
         text += (f", warm start {sum(won.values())}/{len(won)} ({p['diff']:+.2f} [{p['low']:+.2f}, {p['high']:+.2f}], "
                  f"p {p['p']:.2f}{detects})")
     return (text + f", expert {sum(g['success'] for g in agents['expert'])}/{len(agents['expert'])}; "
@@ -303,9 +295,10 @@ def speed() -> list[dict[str, Any]]:
     memory_k = load("candidate_memory.json")["figures"]
     peaks = {stage: max(f[stage]["peak_gb"] for f in memory_k.values()) for stage in ("sft after", "update after")}
     before_80 = {stage: memory_k["80"][stage]["peak_gb"] for stage in ("sft before", "update before")}
-    ratio = ratio_of_means(*(pipelined["lags"][k]["seconds_per_iteration"] for k in ("0", "1")))
+    ratio = stats.ratio_of_means(*(pipelined["lags"][k]["seconds_per_iteration"] for k in ("0", "1")))
     short = {"S9": f"{ratio['ratio']:.2f}x [{ratio['low']:.2f}, {ratio['high']:.2f}] (ratio of means)"}
-    gb_7b = next(c["total_gb"] for c in memory["computed"] if c["model"] == "Qwen2.5-7B" and c["setting"].startswith("FSDP2"))
+    gb_7b = next(c["total_gb"] for c in memory["computed"]
+                 if c["model"] == "Qwen2.5-7B" and c["setting"].startswith("FSDP2"))
     rows = [
         ("S1", "Credit's cost: ECPO's time over GiGPO w/std's", scope(f"{overhead['batch']['rows']:,}-row batch", "-",
          "numpy, 1 thread"), f"median of {overhead['reps']} repetitions", overhead["reps"],
@@ -346,7 +339,8 @@ def speed() -> list[dict[str, Any]]:
          ("Do pipelined rollouts speed an iteration up?", "SmolLM2, LLM corridor, RLlib, CPU")),
         ("S10", "Real ALFWorld games on the CPU: the untrained model, a CPU-sized warm start, episode time",
          scope(f"ALFWorld valid_seen, {len(untrained) // 6} games per task type, 50 steps"), "games (one episode each)",
-         len(untrained), real_alfworld_text(real), "paper_alfworld_cpu.json", ("SmolLM2 on real ALFWorld?", "valid_seen, CPU")),
+         len(untrained), real_alfworld_text(real), "paper_alfworld_cpu.json",
+         ("SmolLM2 on real ALFWorld?", "valid_seen, CPU")),
         ("S11", "Peak resident memory of `ecpo sft` and the scoring update on real ALFWorld steps, 5-80 candidates",
          scope("ALFWorld valid_seen steps, 2 rows", mode=SCORE + ", bounded forwards"), "candidate counts", len(memory_k),
          (f"at most {peaks['sft after']:.2f} GB (sft) and {peaks['update after']:.2f} GB (update); before the "
@@ -363,7 +357,7 @@ def pipelined_text(case: Mapping[str, Any]) -> str:
     interval and the Mann-Whitney p from the same iterations say what those data support. A re-measurement
     needs at least 20 interleaved iterations a lag (about 25 minutes of a 2-core machine); it was not run."""
     lag0, lag1 = (case["lags"][k]["seconds_per_iteration"] for k in ("0", "1"))
-    r = ratio_of_means(lag0, lag1)
+    r = stats.ratio_of_means(lag0, lag1)
     return (f"withdrawn: the 1.25x was a ratio of medians of {len(lag0)} iterations a lag; their ratio of means "
             f"(lag 0 over lag 1) is {r['ratio']:.2f} [{r['low']:.2f}, {r['high']:.2f}] (Fieller), Mann-Whitney p "
             f"{r['p']:.2f}; not re-measured (needs >= 20 interleaved iterations a lag)")
@@ -379,7 +373,7 @@ def estimator_table() -> dict[str, Any]:
     """Issue 57's comparison as the ledger shows it: one row per estimator, one column per testbed of the
     registered protocol (``benchmarks/estimator_comparison.yaml``), each cell the arm minus GiGPO w/std with its
     interval and verdict from ``estimator_comparison.json``, or why the cell has none."""
-    from benchmarks.estimator_comparison import NOT_RUN, RAW_RUNS, RESULT_JSON, load_protocol, machines_text
+    from benchmarks.estimator_comparison import NOT_RUN, RESULT_JSON, load_protocol, machines_text
 
     protocol = load_protocol()
     result = json.loads(RESULT_JSON.read_text()) if RESULT_JSON.is_file() else {}
@@ -388,14 +382,6 @@ def estimator_table() -> dict[str, Any]:
         holm_family([cells[testbed] for cells in table.values() if testbed in cells and not cells[testbed].get("reference")])
     testbeds = [t["name"] for t in protocol["testbeds"]]
     status = {t["name"]: t.get("status", NOT_RUN) for t in protocol["testbeds"]}
-    if not table and RAW_RUNS.is_file():  # runs under way or stopped: how far, and no verdict before the last seed
-        done: dict[str, int] = {}
-        for line in RAW_RUNS.read_text().splitlines():
-            run = json.loads(line)
-            done[run["env_name"]] = done.get(run["env_name"], 0) + 1
-        total = int(protocol["seeds"]) * len(protocol["arms"])
-        status |= {name: f"incomplete: {count} of {total} runs, no verdict before the registered seed count"
-                   for name, count in done.items()}
     rows = [(arm, [_estimator_cell(table.get(arm, {}).get(testbed), status[testbed]) for testbed in testbeds])
             for arm in protocol["arms"]]
     seeds = {t["name"]: t.get("seeds", protocol.get("seeds")) for t in protocol["testbeds"] if "status" not in t}
@@ -412,9 +398,10 @@ def _estimator_cell(p: Mapping[str, Any] | None, status: str) -> str:
         return status
     if p.get("reference"):
         return f"reference (mean {p['mean']:.3f})"
-    beside = [holm_miss_text(p) or holm_p_text(p)] + ([f"MDE {p['mde']:.3f}"] if not p["holm_significant"] and p.get("mde") else [])
-    beside_text = "; ".join(b for b in beside if b)
-    return f"{p['diff']:+.3f} [{p['low']:+.3f}, {p['high']:+.3f}]: {p['verdict']}" + (f" ({beside_text})" if beside_text else "")
+    beside = [stats.holm_miss_text(p) or stats.holm_p_text(p)]
+    beside += [f"MDE {p['mde']:.3f}"] if not p["holm_significant"] and p.get("mde") else []
+    text = f"{p['diff']:+.3f} [{p['low']:+.3f}, {p['high']:+.3f}]: {p['verdict']}"
+    return text + (f" ({beside_text})" if (beside_text := "; ".join(b for b in beside if b)) else "")
 
 
 def warm_start_text(table: Mapping[str, Any]) -> str:
