@@ -13,12 +13,11 @@ other, otherwise *not shown* with the MDE (what the run could have seen). A meas
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks import ArgumentParser
+from benchmarks import ArgumentParser, refused
 from benchmarks.claims_sources import all_claims, estimator_table
 from benchmarks.stats import holm_p_text
 
@@ -199,9 +198,8 @@ def main(argv: list[str] | None = None) -> int:
         rows = all_claims()
     except (ValueError, KeyError, TypeError, IndexError, AttributeError) as error:  # a result JSON not as written
         why = " ".join(str(error).split())[:200]
-        print(f"error: a result JSON the ledger reads is not as its benchmark wrote it ({type(error).__name__}: "
-              f"{why}); restore it, or rerun its benchmark", file=sys.stderr)
-        return 2  # (not 1: that is "stale")
+        return refused(f"a result JSON the ledger reads is not as its benchmark wrote it ({type(error).__name__}: "
+                       f"{why}); restore it, or rerun its benchmark")  # exit 2 (not 1: that is "stale")
     if args.check:
         behind = stale(rows)
         if behind:

@@ -12,12 +12,11 @@ exact power), not read from the JSON, whose older runs stored the normal-approxi
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from benchmarks import RESULTS, stats
+from benchmarks import RESULTS, read_json, stats
 
 T_INTERVAL = "t-interval over seeds"
 BINARY_UNNAMED = "McNemar-consistent, conditional"  # a paired-binary interval from before the JSONs named theirs
@@ -37,8 +36,8 @@ WITHDRAWN = {"S9"}  # a measurement its own data do not support
 def load(name: str) -> Any:
     """A result JSON; one that is cut, empty or not UTF-8 is a ``ValueError`` naming it."""
     try:
-        return json.loads((RESULTS / name).read_text())
-    except (ValueError, UnicodeDecodeError) as error:
+        return read_json(RESULTS / name)
+    except ValueError as error:  # a cut or empty file, or one not UTF-8
         raise ValueError(f"{RESULTS / name} cannot be read ({type(error).__name__}): restore it, or rerun its "
                          "benchmark") from None
 
@@ -376,7 +375,7 @@ def estimator_table() -> dict[str, Any]:
     from benchmarks.estimator_comparison import NOT_RUN, RESULT_JSON, load_protocol, machines_text
 
     protocol = load_protocol()
-    result = json.loads(RESULT_JSON.read_text()) if RESULT_JSON.is_file() else {}
+    result = read_json(RESULT_JSON) if RESULT_JSON.is_file() else {}
     table = result.get("table", {})
     for testbed in {bed for cells in table.values() for bed in cells}:  # each testbed's 8 comparisons: one family
         holm_family([cells[testbed] for cells in table.values() if testbed in cells and not cells[testbed].get("reference")])
