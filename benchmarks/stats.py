@@ -1,17 +1,12 @@
 """The statistics of the benchmark reports, in one module: pairing by seed id, paired and Welch t-intervals,
 Holm, the MDE by exact power, the intervals and power of paired binary outcomes (Tango's score interval,
 Newcombe's beside it, McNemar's exact p, the task-clustered interval), the interval of one success rate (Wilson),
-cell means over seeds, and the ratio of two means. docs/training.md ("How the reports compute intervals") gives
-the protocol and the choices; in brief:
-
-Methods of a study train on the same seeds, so their differences are paired: a one-sample t-interval over the
-per-seed differences, paired by the seed id stored with each value (never list position; misaligned cells are
-refused). The seed is the unit of a comparison of training procedures. Several comparisons in one report are
-corrected together by Holm (family-wise error 0.05), and beside every null stands the minimum detectable effect at
-Holm's first-step level by the exact power of the test (the normal-approximation formula gives 0.75-0.79 power at
-these levels); with fewer than ``MIN_UNITS_FOR_MDE`` units the report says "no MDE (n seeds)". Paired binary
-outcomes (one validation episode under two policies) are not t-tested: where few episodes change, the t-interval
-over mostly-zero differences is too narrow.
+cell means over seeds, and the ratio of two means. The protocol and the choices: docs/training.md ("How the
+reports compute intervals"). In brief: methods of a study train on the same seeds, so their differences are paired
+by the seed id stored with each value (never list position); the seed is the unit of a comparison of training
+procedures; a report's comparisons are corrected together by Holm, with the MDE at Holm's first-step level by the
+exact power of the test beside every null (the normal-approximation formula gives 0.75-0.79 power at these
+levels). Paired binary outcomes are not t-tested: where few episodes change, that interval is too narrow.
 """
 
 from __future__ import annotations
@@ -40,12 +35,8 @@ def paired_values(a: Mapping[Any, float], b: Mapping[Any, float], *, label: str 
         only_a, only_b = sorted(set(a) - set(b), key=str), sorted(set(b) - set(a), key=str)
         raise MisalignedCells(f"cannot pair {label or 'cells'}: seeds only in the first {only_a}, "
                               f"only in the second {only_b}")
-    seeds = [s for s in sorted(a, key=str) if _finite(a[s]) and _finite(b[s])]
+    seeds = [s for s in sorted(a, key=str) if all(x is not None and math.isfinite(float(x)) for x in (a[s], b[s]))]
     return seeds, np.asarray([float(a[s]) - float(b[s]) for s in seeds], dtype=float)
-
-
-def _finite(x: Any) -> bool:
-    return x is not None and math.isfinite(float(x))
 
 
 def keyed(values: Sequence[float], seeds: Sequence[Any]) -> dict[Any, float]:
