@@ -294,7 +294,7 @@ def speed() -> list[dict[str, Any]]:
     memory_k = load("candidate_memory.json")["figures"]
     peaks = {stage: max(f[stage]["peak_gb"] for f in memory_k.values()) for stage in ("sft after", "update after")}
     before_80 = {stage: memory_k["80"][stage]["peak_gb"] for stage in ("sft before", "update before")}
-    ratio = stats.ratio_of_means(*(pipelined["lags"][k]["seconds_per_iteration"] for k in ("0", "1")))
+    ratio = stats.ratio_of_means(*(pipelined["lags"][k]["seconds_per_iteration"] for k in ("0", "1")))  # lag 0 / 1
     short = {"S9": f"{ratio['ratio']:.2f}x [{ratio['low']:.2f}, {ratio['high']:.2f}] (ratio of means)"}
     gb_7b = next(c["total_gb"] for c in memory["computed"]
                  if c["model"] == "Qwen2.5-7B" and c["setting"].startswith("FSDP2"))
@@ -334,7 +334,7 @@ def speed() -> list[dict[str, Any]]:
          f"{webshop['step']['median_ms']:.2f} ms, p90 {webshop['step']['p90_ms']:.2f} ms"), "env_throughput_webshop.json"),
         ("S9", "Pipelined rollouts (lag 1) against lag 0: wall time per iteration, SmolLM2 on the LLM corridor",
          scope("LLM corridor", mode="RLlib, 2 env runners, one local learner"), "timed iterations per lag",
-         len(pipelined["lags"]["1"]["seconds_per_iteration"]), pipelined_text(pipelined), "pipelined_rollouts.json",
+         len(pipelined["lags"]["1"]["seconds_per_iteration"]), pipelined_text(ratio, pipelined), "pipelined_rollouts.json",
          ("Do pipelined rollouts speed an iteration up?", "SmolLM2, LLM corridor, RLlib, CPU")),
         ("S10", "Real ALFWorld games on the CPU: the untrained model, a CPU-sized warm start, episode time",
          scope(f"ALFWorld valid_seen, {len(untrained) // 6} games per task type, 50 steps"), "games (one episode each)",
@@ -351,15 +351,14 @@ def speed() -> list[dict[str, Any]]:
             for id_, text, scope_, unit, n, figure, source, *rest in rows]
 
 
-def pipelined_text(case: Mapping[str, Any]) -> str:
+def pipelined_text(r: Mapping[str, float], case: Mapping[str, Any]) -> str:
     """S9, withdrawn: the 1.25x was a ratio of medians of 4 iterations a lag; the ratio of means with Fieller's
     interval and the Mann-Whitney p from the same iterations say what those data support. A re-measurement
     needs at least 20 interleaved iterations a lag (about 25 minutes of a 2-core machine); it was not run."""
-    lag0, lag1 = (case["lags"][k]["seconds_per_iteration"] for k in ("0", "1"))
-    r = stats.ratio_of_means(lag0, lag1)
-    return (f"withdrawn: the 1.25x was a ratio of medians of {len(lag0)} iterations a lag; their ratio of means "
-            f"(lag 0 over lag 1) is {r['ratio']:.2f} [{r['low']:.2f}, {r['high']:.2f}] (Fieller), Mann-Whitney p "
-            f"{r['p']:.2f}; not re-measured (needs >= 20 interleaved iterations a lag)")
+    return (f"withdrawn: the 1.25x was a ratio of medians of {len(case['lags']['0']['seconds_per_iteration'])} "
+            f"iterations a lag; their ratio of means (lag 0 over lag 1) is {r['ratio']:.2f} [{r['low']:.2f}, "
+            f"{r['high']:.2f}] (Fieller), Mann-Whitney p {r['p']:.2f}; not re-measured (needs >= 20 interleaved "
+            "iterations a lag)")
 
 
 # What a verdict of a testbed of the estimator comparison covers where the protocol fixes more than the env: every
@@ -406,11 +405,8 @@ def _estimator_cell(p: Mapping[str, Any] | None, status: str) -> str:
 def warm_start_text(table: Mapping[str, Any]) -> str:
     """Why a households verdict holds for one warm start: the households pilot's warm start (``households_text.json``)
     and the study's, made by one command on two CPUs, order ECPO and GRPO the other way round (the pilot's paired
-    ECPO - GRPO against the difference of the study's arm means: descriptive, the pilot was not a comparison).
-    Empty before the households column is read."""
-    study = {arm: cells.get("households", {}).get("mean") for arm, cells in table.items() if arm in ("ecpo", "grpo")}
-    if None in study.values() or len(study) < 2:
-        return ""
+    ECPO - GRPO against the difference of the study's arm means: descriptive, the pilot was not a comparison)."""
+    study = {arm: table[arm]["households"]["mean"] for arm in ("ecpo", "grpo")}
     pilot = load("households_text.json")
     warm, diff = pilot["warm_start"]["by_type"], pilot["comparisons"]["ecpo - grpo"]["diff"]
     return (f"A verdict of alfworld_text or households holds for the one warm start its arms shared and those games: "
