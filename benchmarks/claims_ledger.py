@@ -13,12 +13,11 @@ other, otherwise *not shown* with the MDE (what the run could have seen). A meas
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks import ArgumentParser
+from benchmarks import ArgumentParser, refused
 from benchmarks.claims_sources import all_claims, estimator_table
 from benchmarks.stats import holm_p_text
 
@@ -169,21 +168,15 @@ def digest(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     return out
 
 
-def readme_with(text: str, table: list[str], estimators: list[str] | None = None) -> str:
-    """``text`` (the README) with the table under ``## Results`` replaced by ``table``, and the estimators' table
-    under its heading (added after the results table where absent) by ``estimators``."""
-    match = re.search(r"(## Results\n.*?\n)(\| question \|.*?\n)(?=\n)", text, flags=re.DOTALL)
-    if match is None:
-        raise ValueError("README.md has no results table under '## Results'")
-    text = text[:match.start(2)] + "\n".join(table) + "\n" + text[match.end(2):]
-    if estimators is None:
-        return text
-    block = f"{ESTIMATORS_HEAD}\n\n" + "\n".join(estimators) + "\n"
-    found = re.search(re.escape(ESTIMATORS_HEAD) + r"\n\n(\|.*?\n)(?=\n|$)", text, flags=re.DOTALL)
-    if found:
-        return text[:found.start()] + block + text[found.end():]
-    end = match.start(2) + len("\n".join(table)) + 1
-    return text[:end] + "\n" + block + text[end:]
+def readme_with(text: str, table: list[str], estimators: list[str]) -> str:
+    """``text`` (the README) with the table under ``## Results`` replaced by ``table``, and the one under
+    ``ESTIMATORS_HEAD`` by ``estimators``."""
+    for pattern, lines, where in ((r"## Results\n.*?\n(\| question \|.*?\n)(?=\n)", table, "## Results"),
+                                  (re.escape(ESTIMATORS_HEAD) + r"\n\n(\|.*?\n)(?=\n|$)", estimators, ESTIMATORS_HEAD)):
+        if (match := re.search(pattern, text, flags=re.DOTALL)) is None:
+            raise ValueError(f"README.md has no table under '{where}'")
+        text = text[:match.start(1)] + "\n".join(lines) + "\n" + text[match.end(1):]
+    return text
 
 
 def stale(rows: Sequence[Mapping[str, Any]], table: Mapping[str, Any] | None = None) -> list[str]:
@@ -205,9 +198,8 @@ def main(argv: list[str] | None = None) -> int:
         rows = all_claims()
     except (ValueError, KeyError, TypeError, IndexError, AttributeError) as error:  # a result JSON not as written
         why = " ".join(str(error).split())[:200]
-        print(f"error: a result JSON the ledger reads is not as its benchmark wrote it ({type(error).__name__}: "
-              f"{why}); restore it, or rerun its benchmark", file=sys.stderr)
-        return 2  # (not 1: that is "stale")
+        return refused(f"a result JSON the ledger reads is not as its benchmark wrote it ({type(error).__name__}: "
+                       f"{why}); restore it, or rerun its benchmark")  # exit 2 (not 1: that is "stale")
     if args.check:
         behind = stale(rows)
         if behind:

@@ -1,30 +1,12 @@
 """The statistics of the benchmark reports, in one module: pairing by seed id, paired and Welch t-intervals,
 Holm, the MDE by exact power, the intervals and power of paired binary outcomes (Tango's score interval,
 Newcombe's beside it, McNemar's exact p, the task-clustered interval), the interval of one success rate (Wilson),
-cell means over seeds, and the ratio of two means.
-
-Every method of a study trains on the same seeds (or, in the counterfactual benchmark, updates on the same
-batches), so method differences are paired: the interval of ``a - b`` is a one-sample t-interval over the
-per-seed differences, which removes the between-seed variance a Welch interval keeps. Pairing is by the seed
-id stored with each value, never by list position: a cell whose seeds do not match its partner's is refused.
-The seed is the unit of a comparison of training procedures; one training run is one unit, whatever number of
-episodes it validates.
-
-Several comparisons in one report are corrected together with Holm's step-down procedure (family-wise error
-0.05). Beside every "not significant" the report prints the minimum detectable effect (MDE): the true
-difference the comparison would detect with 80 % power at the (Bonferroni, i.e. Holm's first-step) level, from
-the exact power of the t-test (the noncentral t distribution, :func:`t_power`), not the normal-approximation
-formula ``(t_{1 - alpha/2m} + t_{0.8}) * se``, which gives 0.75-0.79 power at the levels these reports use. With
-fewer than ``MIN_UNITS_FOR_MDE`` units (seeds, checkpoints) the sample SD rests on too few degrees of freedom for
-that number to mean anything, and the report says "no MDE (n seeds)" instead.
-
-Paired binary outcomes (one validation episode before and after training, or under two methods) are not
-t-tested: where few episodes change, the t-interval over the mostly-zero differences is too narrow. Their
-interval is Tango's unconditional score interval (:func:`paired_binary`), their test McNemar's exact one, their
-power the exact one of the unconditional design (:func:`mcnemar_power`, :func:`mcnemar_mde`; Connor's formula,
-:func:`mcnemar_pairs_needed`, plans a sample size); where validation repeats
-tasks, the interval clustered by task stands beside it (:func:`clustered`). These cover the validation's draws
-for the policies trained, not the variance from one training run to another.
+cell means over seeds, and the ratio of two means. The protocol and the choices: docs/training.md ("How the
+reports compute intervals"). In brief: methods of a study train on the same seeds, so their differences are paired
+by the seed id stored with each value (never list position); the seed is the unit of a comparison of training
+procedures; a report's comparisons are corrected together by Holm, with the MDE at Holm's first-step level by the
+exact power of the test beside every null (the normal-approximation formula gives 0.75-0.79 power at these
+levels). Paired binary outcomes are not t-tested: where few episodes change, that interval is too narrow.
 """
 
 from __future__ import annotations
@@ -46,22 +28,15 @@ class MisalignedCells(ValueError):
 
 
 def paired_values(a: Mapping[Any, float], b: Mapping[Any, float], *, label: str = "") -> tuple[list, np.ndarray]:
-    """``(seeds, a[seed] - b[seed])`` over the seeds both cells hold, finite on both sides.
-
-    ``a`` and ``b`` map seed id -> value. Their seed sets must be equal: a seed one side lacks means the two
-    cells were not run on the same seeds, and pairing them would compare different things (raises
-    :class:`MisalignedCells`). A NaN on either side drops that seed's pair (a metric undefined for that batch).
-    """
+    """``(seeds, a[seed] - b[seed])`` over the seeds both cells (seed id -> value) hold, finite on both sides.
+    Unequal seed sets are refused (:class:`MisalignedCells`: the cells did not run on the same seeds); a NaN on
+    either side drops that seed's pair (a metric undefined for that batch)."""
     if set(a) != set(b):
         only_a, only_b = sorted(set(a) - set(b), key=str), sorted(set(b) - set(a), key=str)
         raise MisalignedCells(f"cannot pair {label or 'cells'}: seeds only in the first {only_a}, "
                               f"only in the second {only_b}")
-    seeds = [s for s in sorted(a, key=str) if _finite(a[s]) and _finite(b[s])]
+    seeds = [s for s in sorted(a, key=str) if all(x is not None and math.isfinite(float(x)) for x in (a[s], b[s]))]
     return seeds, np.asarray([float(a[s]) - float(b[s]) for s in seeds], dtype=float)
-
-
-def _finite(x: Any) -> bool:
-    return x is not None and math.isfinite(float(x))
 
 
 def keyed(values: Sequence[float], seeds: Sequence[Any]) -> dict[Any, float]:
@@ -74,20 +49,17 @@ def keyed(values: Sequence[float], seeds: Sequence[Any]) -> dict[Any, float]:
 
 
 def t_power(effect: float, se: float, df: float, alpha: float = ALPHA) -> float:
-    """The exact power of the two-sided t-test at level ``alpha`` against a true difference ``effect`` whose
-    estimate has standard error ``se`` on ``df`` degrees of freedom: the noncentral t's mass beyond
-    ``+-t_{1-alpha/2}`` (noncentrality ``effect / se``)."""
+    """The exact power of the two-sided t-test at level ``alpha`` against a true difference ``effect`` (standard
+    error ``se``, ``df`` degrees of freedom): the noncentral t's mass beyond ``+-t_{1-alpha/2}``."""
     crit, shift = float(stats.t.ppf(1 - alpha / 2, df)), effect / se
     lower = float(stats.nct.cdf(-crit, df, shift))
     return float(stats.nct.sf(crit, df, shift)) + (lower if math.isfinite(lower) else 0.0)
 
 
 def mde(se: float, df: float, alpha: float = ALPHA, power: float = POWER) -> float:
-    """Minimum detectable difference for a t-test with standard error ``se`` and ``df`` degrees of freedom:
-    the difference whose exact power (:func:`t_power`) at two-sided level ``alpha`` is ``power``. NaN below
-    ``MIN_UNITS_FOR_MDE - 1`` degrees of freedom: with 3-4 seeds the t quantiles and the SD are too unstable for
-    the number to say what a null result rules out; NaN too where ``se`` is 0 (two identical arms: nothing to
-    detect against)."""
+    """The difference whose exact power (:func:`t_power`) at two-sided level ``alpha`` is ``power``. NaN below
+    ``MIN_UNITS_FOR_MDE - 1`` degrees of freedom (with 3-4 seeds the SD is too unstable for the number to say what
+    a null rules out) and where ``se`` is 0 (two identical arms: nothing to detect against)."""
     if not (df >= MIN_UNITS_FOR_MDE - 1 and math.isfinite(se) and se > 0):
         return float("nan")
     approx = float((stats.t.ppf(1 - alpha / 2, df) + stats.t.ppf(power, df)) * se)  # within a few % of the root
@@ -95,9 +67,8 @@ def mde(se: float, df: float, alpha: float = ALPHA, power: float = POWER) -> flo
 
 
 def seeds_for_mde(sd: float, target: float, alpha: float = ALPHA, power: float = POWER, fewest: int = 2) -> int:
-    """The fewest units (seeds) whose paired t-test, with paired-difference SD ``sd``, has an exact-power MDE
-    (:func:`mde`) at two-sided level ``alpha`` of at most ``target``; at least ``fewest`` and
-    ``MIN_UNITS_FOR_MDE``."""
+    """The fewest seeds (at least ``fewest`` and ``MIN_UNITS_FOR_MDE``) whose paired t-test, with paired-difference
+    SD ``sd``, has an MDE (:func:`mde`) of at most ``target``."""
     n = max(fewest, MIN_UNITS_FOR_MDE)
     while mde(sd / math.sqrt(n), n - 1, alpha, power) > target:
         n += 1
@@ -106,16 +77,12 @@ def seeds_for_mde(sd: float, target: float, alpha: float = ALPHA, power: float =
 
 def _t_result(mean: float, se: float, df: float, n: int, sd: float, m: int) -> dict[str, float]:
     half = float(stats.t.ppf(0.975, df)) * se
-    if se > 0:
-        p = float(2 * stats.t.sf(abs(mean) / se, df))
-    else:
-        p = 0.0 if mean != 0 else 1.0
+    p = float(2 * stats.t.sf(abs(mean) / se, df)) if se > 0 else (0.0 if mean != 0 else 1.0)
     return {"diff": mean, "low": mean - half, "high": mean + half, "sd": sd, "se": se, "df": df, "n": n, "p": p,
             "mde": mde(se, df, ALPHA / max(1, m))}
 
 
-_NO_DATA = {"low": float("nan"), "high": float("nan"), "sd": float("nan"), "se": float("nan"), "df": float("nan"),
-            "p": float("nan"), "mde": float("nan")}
+_NO_DATA = dict.fromkeys(("low", "high", "sd", "se", "df", "p", "mde"), float("nan"))
 
 
 def paired_diff(diffs: Sequence[float], *, m: int = 1) -> dict[str, float]:
@@ -153,9 +120,8 @@ def holm(p_values: Sequence[float], alpha: float = ALPHA) -> list[bool]:
 
 
 def holm_adjusted(p_values: Sequence[float]) -> list[float]:
-    """Holm's adjusted p-values (the step-down ones: the k-th smallest p times ``m - k + 1``, made monotone and
-    capped at 1): ``holm`` rejects exactly the comparisons whose adjusted p is at most alpha. NaN stays NaN and does
-    not count in ``m``."""
+    """Holm's step-down adjusted p-values (the k-th smallest p times ``m - k + 1``, made monotone, capped at 1):
+    :func:`holm` rejects exactly those at most alpha. NaN stays NaN and does not count in ``m``."""
     order = sorted((p, i) for i, p in enumerate(p_values) if math.isfinite(p))
     m, running = len(order), 0.0
     adjusted = [float("nan")] * len(p_values)
@@ -177,17 +143,13 @@ def verdict(part: Mapping[str, float], direction: int, significant: bool) -> str
 
 
 def apply_holm(parts: list[dict[str, Any]], directions: Sequence[int] | None = None) -> list[dict[str, Any]]:
-    """Holm-correct a report's comparisons in place: each part gets ``holm_significant``, its Holm-adjusted p
-    (``p_holm``, :func:`holm_adjusted`), its ``verdict`` and the MDE at Holm's first-step level (``mde``,
-    :func:`detectable`), with ``m`` the number of comparisons corrected together."""
-    m = sum(math.isfinite(p.get("p", float("nan"))) for p in parts)
-    rejected = holm([p.get("p", float("nan")) for p in parts])
-    adjusted = holm_adjusted([p.get("p", float("nan")) for p in parts])
-    for k, (part, flag) in enumerate(zip(parts, rejected)):
+    """Holm-correct a report's comparisons in place: each part gets ``holm_significant``, ``p_holm``, ``m`` (the
+    comparisons corrected together), its ``verdict`` and the MDE at Holm's first-step level."""
+    p_values = [p.get("p", float("nan")) for p in parts]
+    m = sum(math.isfinite(p) for p in p_values)
+    for k, (part, flag, adjusted) in enumerate(zip(parts, holm(p_values), holm_adjusted(p_values))):
         direction = directions[k] if directions is not None else int(part.get("direction", 1))
-        part["holm_significant"] = bool(flag)
-        part["p_holm"] = adjusted[k]
-        part["m"] = m
+        part["holm_significant"], part["p_holm"], part["m"] = bool(flag), adjusted, m
         part["mde"] = detectable(part, ALPHA / max(1, m))
         part["verdict"] = verdict(part, direction, flag)
     return parts
@@ -207,9 +169,8 @@ def _excludes_zero(part: Mapping[str, Any]) -> bool:
 
 
 def holm_p_text(part: Mapping[str, Any]) -> str:
-    """``Holm-adjusted p 0.030`` beside an unadjusted 95 % interval that excludes 0 in a Holm family (``p_holm``
-    known): there the verdict is Holm's, not the interval's, and this is the figure it rests on (``p 0.070`` in a
-    family of one, where the two are the same). Empty where the interval holds 0 or the part has no adjusted p."""
+    """``Holm-adjusted p 0.030`` beside an unadjusted 95 % interval that excludes 0 (``p 0.070`` in a family of one):
+    the figure the verdict rests on. Empty where the interval holds 0 or the part has no ``p_holm``."""
     p_holm = part.get("p_holm")
     if p_holm is None or not math.isfinite(p_holm) or not _excludes_zero(part):
         return ""
@@ -218,9 +179,8 @@ def holm_p_text(part: Mapping[str, Any]) -> str:
 
 
 def holm_miss_text(part: Mapping[str, Any]) -> str:
-    """``p 0.041 misses Holm's level, Holm-adjusted p 0.287`` where a part of a Holm family has an unadjusted 95 %
-    interval that excludes 0 while Holm's procedure keeps the null (so it is not shown); the adjusted p where the
-    part carries it (``p_holm``); empty otherwise."""
+    """``p 0.041 misses Holm's level, Holm-adjusted p 0.287`` where an unadjusted 95 % interval excludes 0 while
+    Holm keeps the null; empty otherwise."""
     if part.get("holm_significant", True) or not _excludes_zero(part):
         return ""
     adjusted = holm_p_text(part)
@@ -228,9 +188,8 @@ def holm_miss_text(part: Mapping[str, Any]) -> str:
 
 
 def mde_text(part: Mapping[str, Any], digits: int = 3) -> str:
-    """``MDE 0.117``, or ``no MDE (3 seeds)`` where too few units allow none (``part["unit"]``, default seeds), or
-    ``no MDE (7 of 96 changed)`` where so few paired outcomes changed that even a difference as large as their
-    share is not detected with 80 % power; empty where there is no MDE for another reason (no data, none changed)."""
+    """``MDE 0.117``, ``no MDE (3 seeds)`` (too few units; ``part["unit"]``, default seeds), ``no MDE (7 of 96
+    changed)`` (too few paired outcomes changed for 80 % power), or empty (no data, none changed)."""
     if math.isfinite(part.get("mde", float("nan"))):
         return f"MDE {part['mde']:.{digits}f}"
     if "gained" in part and part["gained"] + part["lost"]:  # so few changed that no difference has 80 % power
@@ -242,8 +201,8 @@ def mde_text(part: Mapping[str, Any], digits: int = 3) -> str:
 
 
 def fmt_part(part: Mapping[str, Any], digits: int = 3) -> str:
-    """``+d [low, high]`` and, when not significant, the MDE (or why there is none) beside it; beside an interval
-    that excludes 0 in a Holm family, Holm's adjusted p (:func:`holm_p_text`), on which its verdict rests."""
+    """``+d [low, high]`` with Holm's adjusted p beside it (:func:`holm_p_text`) and, when not significant, the
+    MDE or why there is none."""
     if not math.isfinite(part.get("diff", float("nan"))):
         return "n/a"
     if not math.isfinite(part.get("low", float("nan"))):
@@ -256,8 +215,7 @@ def fmt_part(part: Mapping[str, Any], digits: int = 3) -> str:
 
 
 def fmt_clustered(part: Mapping[str, Any], digits: int = 3) -> str:
-    """``[low, high] (16 tasks, design effect 1.48)``: the task-clustered interval beside the primary one (empty
-    where no task repeats, so nothing is clustered)."""
+    """``[low, high] (16 tasks, design effect 1.48)``: the task-clustered interval (empty where none)."""
     c = part.get("clustered")
     if not c:
         return ""
@@ -266,10 +224,9 @@ def fmt_clustered(part: Mapping[str, Any], digits: int = 3) -> str:
 
 
 def claim_verdict(status: Sequence[str]) -> str:
-    """A claim over its parts' verdicts: *holds* (every part holds), *contradicted* (some part contradicted and
-    none holds), *mixed* (both), *partly holds* (some hold, none contradicted), and *not shown* when no part is
-    significant: a null at this power does not say the claimed effect is absent (the parts' MDEs say how large
-    an effect could have gone unseen). Parts marked ``saturated`` are not judged and do not count."""
+    """A claim over its parts' verdicts: *holds* (every part), *contradicted* (some, none holds), *mixed* (both),
+    *partly holds* (some hold, none contradicted), *not shown* when no part is significant (a null at this power
+    does not say the effect is absent). Parts marked ``saturated`` do not count."""
     status = [s for s in status if s != "saturated"]
     if status and all(s == "holds" for s in status):
         return "holds"
@@ -281,13 +238,10 @@ def claim_verdict(status: Sequence[str]) -> str:
 # ------------------------------------------------------------------------------------------ paired episodes
 def paired_outcomes(before: Mapping[Any, Any], after: Mapping[Any, Any], *, label: str = "",
                     task_of: Callable[[Any], Any] | None = None) -> dict[str, Any]:
-    """Two validations' binary outcomes paired episode by episode (``key -> won``; the keys must match).
-
-    Validation fixes every choice's uniform draw by (seed, copy, step), so the same episode under two policies
-    differs only where the policies do. Returned: :func:`paired_binary` of ``after - before`` (Tango's interval,
-    Newcombe's beside it, McNemar's exact p, the MDE) and, where ``task_of(key)`` names each episode's task, a
-    task holds more than one episode and there are at least two tasks (one task gives no spread between tasks to
-    measure), the task-clustered interval beside it (``clustered``: :func:`clustered`)."""
+    """Two validations' binary outcomes paired episode by episode (``key -> won``; the keys must match: validation
+    fixes every choice's uniform draw, so an episode differs only where the policies do): :func:`paired_binary` of
+    ``after - before`` and, where ``task_of(key)`` names each episode's task, some task repeats and there are two
+    tasks or more, the task-clustered interval (``clustered``)."""
     if set(before) != set(after):
         raise MisalignedCells(f"cannot pair {label or 'validations'}: {len(set(before) ^ set(after))} episodes "
                               "are in only one of them (pair only the same validation)")
@@ -304,17 +258,10 @@ def paired_outcomes(before: Mapping[Any, Any], after: Mapping[Any, Any], *, labe
 
 def paired_binary(gained: int, lost: int, n: int, *, both_won: int | None = None,
                   level: float = 1 - ALPHA) -> dict[str, Any]:
-    """A difference of paired success rates from its 2x2 table: ``gained`` pairs went 0 -> 1, ``lost`` 1 -> 0, of
-    ``n``; the difference is ``(gained - lost) / n``.
-
-    ``low``/``high``: Tango's (1998) score interval (:func:`tango`), unconditional: it lets the number of changed
-    pairs vary as well as their split, so it widens when many pairs change (the conditional Clopper-Pearson
-    interval of gained / changed, scaled by the observed share changed, held that share fixed and capped the upper
-    end: the pool's +0.348 read [+0.305, +0.366], Tango gives [+0.288, +0.410]). With ``both_won`` (the pairs won
-    on both sides, kept as ``both_won``) Newcombe's (1998) hybrid score interval, method 10, stands beside it
-    (``newcombe_low`` / ``newcombe_high``). ``p``: McNemar's exact test (two-sided binomial test of gained vs lost among the changed
-    pairs; 1 when none changed). ``mde``: :func:`mcnemar_mde` at level 0.05 for the observed share changing.
-    ``se``/``df`` are NaN: these intervals have none."""
+    """``(gained - lost) / n`` of a paired 2x2 table (``gained`` pairs went 0 -> 1, ``lost`` 1 -> 0): Tango's
+    unconditional score interval (``low``/``high``, :func:`tango`), with ``both_won`` Newcombe's hybrid score
+    interval beside it (``newcombe_low``/``newcombe_high``), McNemar's exact ``p`` (1 when none changed) and
+    :func:`mcnemar_mde` at the observed share changing; ``se``/``df`` are NaN (these intervals have none)."""
     if not (0 <= gained and 0 <= lost and gained + lost <= n and n >= 1):
         raise ValueError(f"discordant counts {gained} gained, {lost} lost do not fit {n} pairs")
     d = gained + lost
@@ -330,8 +277,8 @@ def paired_binary(gained: int, lost: int, n: int, *, both_won: int | None = None
 
 
 def _tango_z(delta: np.ndarray, b: np.ndarray, c: np.ndarray, n: np.ndarray) -> np.ndarray:
-    """Tango's score statistic of ``(b - c) / n = delta``: the restricted MLE of the 0 -> 1 cell's probability
-    given delta (the root of ``2 n q^2 + w q - c delta (1 - delta) = 0``) in the variance of ``b - c``."""
+    """Tango's score statistic of ``(b - c) / n = delta``, the variance of ``b - c`` at the restricted MLE of the
+    0 -> 1 cell's probability (the root of ``2 n q^2 + w q - c delta (1 - delta) = 0``)."""
     w = -b - c + (2 * n - b + c) * delta
     q = (-w + np.sqrt(np.maximum(w * w + 8 * n * c * delta * (1 - delta), 0.0))) / (4 * n)
     var = n * (2 * q + delta * (1 - delta))
@@ -342,9 +289,8 @@ def _tango_z(delta: np.ndarray, b: np.ndarray, c: np.ndarray, n: np.ndarray) -> 
 
 
 def _tango_bounds(b: Any, c: Any, n: Any, z: Any) -> tuple[np.ndarray, np.ndarray]:
-    """Both ends of Tango's interval by bisection (vectorised over arrays of tables): the statistic falls as delta
-    grows, so ``low`` solves Z = z on [-1, estimate] and ``high`` Z = -z on [estimate, 1] (an end at -1 or 1
-    where Z never reaches the bound). 60 halvings leave an error below 1e-17."""
+    """Both ends of Tango's interval by bisection, vectorised: the statistic falls as delta grows, so ``low`` solves
+    Z = z on [-1, estimate], ``high`` Z = -z on [estimate, 1]. 60 halvings leave an error below 1e-17."""
     b, c, n, z = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (b, c, n, z)))
     estimate = (b - c) / n
     ends = []
@@ -359,18 +305,15 @@ def _tango_bounds(b: Any, c: Any, n: Any, z: Any) -> tuple[np.ndarray, np.ndarra
 
 
 def tango(gained: Any, lost: Any, n: Any, level: float = 1 - ALPHA) -> tuple[Any, Any]:
-    """Tango's (1998) asymptotic score interval for a difference of paired proportions, ``(gained - lost) / n``:
-    every delta whose score statistic (:func:`_tango_z`) lies within the normal quantile. It stays inside
-    [-1, 1] and gives a proper interval with no changed pair (``±z^2 / (n + z^2)``). Checked against Tango's own
-    examples and R's ratesci / contingencytables (tests/test_stats.py). Arrays in, arrays out."""
+    """Tango's (1998) score interval for ``(gained - lost) / n``: every delta whose score statistic lies within the
+    normal quantile; inside [-1, 1], ``±z^2 / (n + z^2)`` with no changed pair. Arrays in, arrays out."""
     low, high = _tango_bounds(gained, lost, n, stats.norm.ppf(1 - (1 - level) / 2))
     return (float(low), float(high)) if low.ndim == 0 else (low, high)
 
 
 def newcombe_paired(both_won: int, gained: int, lost: int, n: int, level: float = 1 - ALPHA) -> tuple[float, float]:
-    """Newcombe's (1998) hybrid score interval for a paired difference (method 10, "square and add"): the Wilson
-    intervals of the two marginal rates combined with a correction phi for their correlation (phi from the 2x2
-    table, shrunk to 0 for ``0 <= ad - bc <= n/2``). After = first classification: p1 = (both + gained) / n."""
+    """Newcombe's (1998) hybrid score interval, method 10: the two marginal rates' Wilson intervals combined with
+    their correlation phi (shrunk to 0 for ``0 <= ad - bc <= n/2``); p1 = (both + gained) / n."""
     z = float(stats.norm.ppf(1 - (1 - level) / 2))
     both_lost = n - both_won - gained - lost
     p1, p2 = (both_won + gained) / n, (both_won + lost) / n
@@ -386,10 +329,9 @@ def newcombe_paired(both_won: int, gained: int, lost: int, n: int, level: float 
 
 
 def design_effect(diffs: Sequence[float], tasks: Sequence[Any]) -> float:
-    """How much repeating tasks inflates the variance of the mean paired difference: the cluster-robust variance
-    over tasks, ``G/(G-1) sum_k (S_k - n_k dbar)^2 / n^2``, over the independent one, ``sum_i (d_i - dbar)^2 /
-    (n (n - 1))``. Exactly 1 with one episode per task; floored at 1 (episodes of one task that disagree more than
-    chance does not earn a narrower interval); 1 when no pair differs."""
+    """The cluster-robust variance of the mean paired difference over tasks, ``G/(G-1) sum_k (S_k - n_k dbar)^2 /
+    n^2``, over the independent one; 1 with one episode per task or no pair differing, and floored at 1 (tasks
+    whose episodes disagree more than chance do not earn a narrower interval)."""
     d = np.asarray(diffs, dtype=float)
     index = {t: i for i, t in enumerate(dict.fromkeys(tasks))}
     labels = np.asarray([index[t] for t in tasks])
@@ -403,13 +345,10 @@ def design_effect(diffs: Sequence[float], tasks: Sequence[Any]) -> float:
 
 
 def clustered(diffs: Sequence[int], tasks: Sequence[Any], level: float = 1 - ALPHA) -> dict[str, Any]:
-    """The task-clustered interval of a paired difference (``diffs`` in {-1, 0, 1}, one per episode, ``tasks``
-    the task of each): Tango's interval on the table divided by the :func:`design_effect` (Rao & Scott's
-    adjustment: n / deff effectively independent pairs), at the t quantile with G - 1 degrees of freedom for
-    G tasks, since the design effect rests on G task totals. Chosen over a cluster bootstrap: it needs no seed,
-    keeps the score interval's range and asymmetry, is Tango's own interval with one episode per task (deff 1,
-    t with n - 1 df), and a bootstrap over 4 or 16 tasks is too coarse to trust. ``mde``: :func:`mcnemar_mde` at
-    the effective n. The GPU run's +0.174 (800 episodes, 400 households) reads [+0.130, +0.218] here."""
+    """The task-clustered interval of a paired difference (``diffs`` in {-1, 0, 1}, ``tasks`` the task of each):
+    Tango's interval on the table divided by the :func:`design_effect` (Rao & Scott), at the t quantile with G - 1
+    df for G tasks. Chosen over a cluster bootstrap: it needs no seed, keeps the score interval's range and
+    asymmetry, and a bootstrap over 4 or 16 tasks is too coarse to trust. ``mde`` at the effective n."""
     gained, lost, n = list(diffs).count(1), list(diffs).count(-1), len(diffs)
     g = len(set(tasks))
     deff = design_effect(diffs, tasks)
@@ -420,13 +359,9 @@ def clustered(diffs: Sequence[int], tasks: Sequence[Any], level: float = 1 - ALP
 
 
 def mcnemar_pairs_needed(diff: float, discordant_share: float, alpha: float = ALPHA, power: float = POWER) -> float:
-    """Pairs needed to detect a difference ``diff`` of paired success rates with ``power`` at two-sided level
-    ``alpha`` when a share ``discordant_share`` (psi) of pairs changes (Connor 1987):
-    ``n = (z_{1-alpha/2} sqrt(psi) + z_{power} sqrt(psi - diff^2))^2 / diff^2``. The design is unconditional, as
-    Tango's interval is: the number of changed pairs is Binomial(n, psi), not fixed, and the test is the score
-    test that Tango's interval inverts at 0 (McNemar's z). A 2-point gain when 12 % of episodes change: about
-    2,350 pairs (the interval's half-width +-0.02 needs only ~1,100: that is not power). ``|diff|`` cannot
-    exceed psi (every discordant pair one way); outside ``0 < |diff| <= psi`` it is NaN."""
+    """Pairs needed to detect ``diff`` with ``power`` when a share ``discordant_share`` (psi) of pairs changes, by
+    Connor's (1987) formula ``(z_{1-alpha/2} sqrt(psi) + z_{power} sqrt(psi - diff^2))^2 / diff^2`` (for planning:
+    a 2-point gain when 12 % change needs about 2,350 pairs). NaN outside ``0 < |diff| <= psi``."""
     if not (0 < abs(diff) <= discordant_share <= 1):
         return float("nan")
     z_a, z_b = stats.norm.ppf(1 - alpha / 2), stats.norm.ppf(power)
@@ -434,12 +369,10 @@ def mcnemar_pairs_needed(diff: float, discordant_share: float, alpha: float = AL
 
 
 def mcnemar_power(diff: float, n: float, discordant_share: float, alpha: float = ALPHA) -> float:
-    """The exact power of ``n`` independent pairs (rounded to a whole number), a share ``discordant_share`` (psi)
-    of which changes, to detect a true difference ``diff`` of paired success rates at two-sided level ``alpha``:
-    the probability that Tango's interval excludes 0. It excludes 0 exactly when McNemar's score statistic does,
-    ``|gained - lost| > z sqrt(gained + lost)`` (Tango's statistic at delta 0), so the power is a sum over the
-    unconditional design: changed pairs ``k ~ Binomial(n, psi)``, gains among them ``~ Binomial(k, (psi + diff) /
-    (2 psi))``. NaN outside ``0 < |diff| <= psi <= 1``."""
+    """The probability that Tango's interval over ``n`` pairs (rounded), a share psi of which changes, excludes 0
+    under a true difference ``diff``: it does exactly where ``|gained - lost| > z sqrt(gained + lost)``, summed
+    over changed pairs ``k ~ Binomial(n, psi)``, gains among them ``~ Binomial(k, (psi + diff) / (2 psi))``. NaN
+    outside ``0 < |diff| <= psi <= 1``."""
     n = int(round(n))
     if not (n >= 1 and 0 < abs(diff) <= discordant_share <= 1):
         return float("nan")
@@ -454,12 +387,9 @@ def mcnemar_power(diff: float, n: float, discordant_share: float, alpha: float =
 
 
 def mcnemar_mde(n: float, discordant_share: float, alpha: float = ALPHA, power: float = POWER) -> float:
-    """The minimum detectable effect of ``n`` pairs: the smallest true difference of paired success rates that a
-    validation of ``n`` independent pairs, a share ``discordant_share`` of which changes, detects (its interval
-    excludes 0) with probability ``power`` at two-sided level ``alpha``, by the exact power of the unconditional
-    design (:func:`mcnemar_power`; Connor's normal approximation, :func:`mcnemar_pairs_needed`, under-powers it by
-    a few points). It speaks of validation draws for the policies trained, not of a second training run. NaN when
-    nothing changes, or when even a difference of psi (every changing pair one way) is detected less often."""
+    """The smallest true difference that ``n`` pairs, a share psi of which changes, detect with ``power`` by the
+    exact power (:func:`mcnemar_power`; Connor's formula under-powers it by a few points). NaN when nothing
+    changes, or when even a difference of psi (every changing pair one way) is detected less often."""
     if not (n >= 1 and 0 < discordant_share <= 1):
         return float("nan")
     short = lambda d: mcnemar_power(d, n, discordant_share, alpha) - power
@@ -469,9 +399,8 @@ def mcnemar_mde(n: float, discordant_share: float, alpha: float = ALPHA, power: 
 
 
 def mde_from_none_won(n: int, alpha: float = ALPHA, power: float = POWER) -> tuple[int, float]:
-    """The MDE of ``n`` pairs whose first side won none: every changed pair is then a gain, ``gained ~
-    Binomial(n, d)``. Returned: the fewest gains that are shown (Tango's interval above 0 and McNemar's p below
-    ``alpha``) and the smallest rate ``d`` that reaches that many with probability ``power``."""
+    """For ``n`` pairs whose first side won none (``gained ~ Binomial(n, d)``): the fewest gains that are shown
+    (Tango's interval above 0, McNemar's p below ``alpha``) and the smallest ``d`` reaching them with ``power``."""
     shown = lambda part: part["low"] > 0 and part["p"] < alpha
     fewest = next((k for k in range(1, n + 1) if shown(paired_binary(k, 0, n, level=1 - alpha))), None)
     if fewest is None:
@@ -505,9 +434,8 @@ def pearson(x: Sequence[float], y: Sequence[float]) -> float:
 
 
 def ratio_of_means(a: Sequence[float], b: Sequence[float], level: float = 1 - ALPHA) -> dict[str, float]:
-    """``mean(a) / mean(b)`` of two independent samples (timings of two settings) with Fieller's interval
-    (unequal variances, Welch-Satterthwaite df on the two variances of the means), and the Mann-Whitney p
-    beside it. The interval is unbounded (NaN ends) when ``mean(b)`` is not clearly above 0."""
+    """``mean(a) / mean(b)`` of two independent samples with Fieller's interval (Welch-Satterthwaite df; NaN ends
+    when ``mean(b)`` is not clearly above 0) and the Mann-Whitney p."""
     x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     mx, my = float(x.mean()), float(y.mean())
     vx, vy = x.var(ddof=1) / len(x), y.var(ddof=1) / len(y)

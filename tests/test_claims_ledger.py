@@ -179,3 +179,15 @@ def test_a_holm_verdict_carries_its_adjusted_p_and_a_digest_null_its_mde(rows):
     digest = {line.rsplit("[", 1)[1][:3].rstrip("]"): line for line in claims_ledger.digest(rows)[2:]}
     assert "| not shown (MDE 0.101): +0.030 [-0.031, +0.091] |" in digest["E8"]
     assert "| not shown (MDE 0.077): +0.030 [-0.017, +0.077] |" in digest["E9"]
+
+
+@pytest.mark.parametrize("table", ["## Results", claims_ledger.ESTIMATORS_HEAD])
+def test_a_readme_without_one_of_its_tables_is_refused_naming_it(rows, table):
+    """Both README tables are replaced where they stand; a README that lost one is refused, naming its heading (the
+    estimators' table is no longer re-inserted after the results table)."""
+    text = claims_ledger.README.read_text()
+    block = re.search(re.escape(table) + r"\n.*?\n(\|.*?\n)(?=\n|$)", text, flags=re.DOTALL).group(1)
+    table_lines, estimators = claims_ledger.digest(rows), claims_ledger.estimator_lines(claims_ledger.estimator_table())
+    assert claims_ledger.readme_with(text, table_lines, estimators) == text
+    with pytest.raises(ValueError, match=re.escape(f"README.md has no table under '{table}'")):
+        claims_ledger.readme_with(text.replace(block, ""), table_lines, estimators)
