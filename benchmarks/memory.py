@@ -257,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--micro-batch", type=int, default=4)
     parser.add_argument("--out", default=str(RESULTS / "memory.json"))
     args = parser.parse_args(argv)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     return run_stage(lambda: update(args), args.out)
 
 

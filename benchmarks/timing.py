@@ -65,10 +65,8 @@ def write_json(path: Path | str, payload: Any, indent: int = 2) -> Path:
     """``payload`` replacing ``path`` whole (a stopped run leaves the previous figures)."""
     from ecpo_train.files.atomic import write_text
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_text(path, json.dumps(payload, indent=indent) + "\n")
-    return path
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    return write_text(path, json.dumps(payload, indent=indent) + "\n")
 
 
 class PeakSampler:
