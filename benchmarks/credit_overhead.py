@@ -1,4 +1,5 @@
-"""Advantage-computation overhead: GRPO vs GiGPO vs ECPO end to end on a verl-agent-shaped batch.
+"""Advantage-computation overhead (the ``credit`` stage of ``benchmarks.speed``): GRPO vs GiGPO vs ECPO end to end
+on a verl-agent-shaped batch.
 
 The batch mimics one ALFWorld iteration of the paper (App. A.1): 16 groups x 8 rollouts, up to 50 steps,
 long textual observations as anchor keys (~35-40% of rows on a shared anchor), reward 10 on success and
@@ -10,7 +11,7 @@ diagnostics every run logs beside its estimator (``core.credit.diagnostics``: EC
 distance to GiGPO w/std's and GRPO's advantages) are timed as a run pays them: on the rows a table coded once,
 given ECPO's advantages.
 
-    python -m benchmarks.credit_overhead [--reps 30] [--seed 0] [--out benchmarks/results/credit_overhead.json]
+    python -m benchmarks.speed credit [--reps 30] [--seed 0] [--out benchmarks/results/credit_overhead.json]
 """
 
 from __future__ import annotations
@@ -20,22 +21,19 @@ import os
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
-import json
 import math
 import platform
 import statistics
 import time
 from collections import defaultdict
-from pathlib import Path
 
 import numpy as np
 import torch
 
-from benchmarks import RESULTS, ArgumentParser
+from benchmarks.timing import machine
 from ecpo_gym.canonical import INVALID_ACTION
 from ecpo_train.core.credit import CreditConfig, compute_advantages, factorize_keys, prepare_rows
 from ecpo_train.core.credit.diagnostics import credit_diagnostics
-from ecpo_train.files.atomic import write_text
 
 RECEPTACLES = ["cabinet", "countertop", "drawer", "fridge", "garbagecan", "shelf", "sinkbasin", "stoveburner",
                "microwave", "coffeemachine", "toaster", "diningtable", "sidetable", "dresser", "bed", "desk"]
@@ -128,25 +126,16 @@ def loop_gigpo(cols: dict[str, list], gamma: float = 0.95, omega: float = 1.0, e
     return [episode[(cols["group_ids"][i], cols["traj_ids"][i])] + omega * step_adv[i] for i in range(n)]
 
 
-def _factorize_np_unique(keys: list[str]) -> np.ndarray:
-    return np.unique(np.array(keys), return_inverse=True)[1]
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = ArgumentParser(__spec__.name, description=__doc__.split("\n\n")[0])
-    parser.add_argument("--reps", type=int, default=30)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default=str(RESULTS / "credit_overhead.json"))
-    args = parser.parse_args(argv)
-    if args.reps < 1:
-        parser.error(f"--reps {args.reps}: at least one repetition is needed for a median")
-    if not Path(args.out).parent.is_dir():  # checked before the minutes of timing, and no folder is created
-        parser.error(f"--out {args.out}: the folder {Path(args.out).parent} does not exist")
+def measure(reps: int, seed: int) -> dict:
+    """Every method's median milliseconds over ``reps`` interleaved repetitions (after two warm-up ones) on
+    ``build_batch(seed)``, one thread on one core, and the ratios the targets are read from."""
+    if reps < 1:
+        raise ValueError(f"--reps {reps}: at least one repetition is needed for a median")
     torch.set_num_threads(1)
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 
-    cols = build_batch(args.seed)
+    cols = build_batch(seed)
     n_rows = len(cols["rewards"])
     _, diag = compute_advantages("ecpo", cols)
     reference = np.array(loop_gigpo(cols))
@@ -161,11 +150,11 @@ def main(argv: list[str] | None = None) -> None:
         "ecpo_torch_cpu": lambda c: compute_advantages("ecpo", c | {"rewards": torch.tensor(c["rewards"])}),
         "loop_gigpo_std": loop_gigpo,
         "factorize_dict": lambda c: factorize_keys(c["anchor_keys"]),
-        "factorize_np_unique": lambda c: _factorize_np_unique(c["anchor_keys"]),
+        "factorize_np_unique": lambda c: np.unique(np.array(c["anchor_keys"]), return_inverse=True)[1],
         "credit_diagnostics": lambda c: credit_diagnostics("ecpo", rows, CreditConfig(), ecpo_adv),
     }
     times: dict[str, list[float]] = {name: [] for name in methods}
-    for rep in range(args.reps + 2):  # two warm-up repetitions
+    for rep in range(reps + 2):  # two warm-up repetitions
         for name, fn in methods.items():
             batch = fresh_strings(cols)
             start = time.perf_counter()
@@ -190,21 +179,7 @@ def main(argv: list[str] | None = None) -> None:
         "targets": {"ecpo_over_gigpo_max": 1.3, "ecpo_ms_max": 25.0,
                     "met": median["ecpo"] / median["gigpo_std"] <= 1.3 and median["ecpo"] <= 25.0},
         "loop_vs_vectorised_max_abs_diff": max_diff,
-        "reps": args.reps, "threads": 1, "python": platform.python_version(), "numpy": np.__version__,
-        "torch": torch.__version__, "machine": platform.processor() or platform.machine(),
+        "reps": reps, "threads": 1, "python": platform.python_version(), "numpy": np.__version__,
+        "torch": torch.__version__, "machine": platform.processor() or platform.machine(), "host": machine(),
     }
-    print(f"batch: {n_rows} rows, {result['batch']['mean_state_key_chars']:.0f}-char state keys, "
-          f"anchor hit rate {diag['anchor_hit_rate']:.2f}, {diag['num_anchors']:.0f} anchors")
-    for name, value in median.items():
-        print(f"  {name:<22} {value:8.2f} ms (median of {args.reps})")
-    for name, value in result["ratios"].items():
-        print(f"  {name:<34} {value:6.2f}x")
-    print(f"  targets met (ECPO <= 1.3x GiGPO and <= 25 ms): {result['targets']['met']}")
-    print(f"  loop GiGPO vs vectorised GiGPO max |diff|: {max_diff:.2e}")
-    out = Path(args.out)
-    write_text(out, json.dumps(result, indent=2) + "\n")
-    print(f"wrote {out}")
-
-
-if __name__ == "__main__":
-    main()
+    return result

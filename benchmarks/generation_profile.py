@@ -1,10 +1,9 @@
 """Where the transformers sampler spends its time on a GPU, eager against static-cache CUDA-graph decoding.
 
-The first GPU run (one H100, ``benchmarks/results/gpu_run.md``) generated at 1,446 tokens/s: 88 ms per decoding
-step for 128 rows of Qwen2.5-1.5B, 78 % of the paper-shaped iteration. This script's first version found why: the
-step is host-bound (about 1,000-1,400 kernel launches per token, the GPU busy 40 % of the time, a third of the
-launches casting float32 master weights to bf16). ``decoding=graph`` (``ecpo_train/policies/decoding.py``) answers
-it; three parts measure it, each with the policy ``build_policy`` makes (bf16 autocast on CUDA, as trained):
+The first GPU run's decoding step was host-bound (``benchmarks/results/gpu_run.md``: 88 ms per step for 128 rows of
+Qwen2.5-1.5B; about 1,000-1,400 kernel launches per token, the GPU busy 40 % of the time, a third of the launches
+casting float32 master weights to bf16). ``decoding=graph`` (``ecpo_train/policies/decoding.py``) answers it; three
+parts measure it, each with the policy ``build_policy`` makes (bf16 autocast on CUDA, as trained):
 
 1. ``decode``: ``TransformersPolicy.sample`` at ``--rows`` x ``--tokens`` (128 x 512) after a ``--prompt``-token
    prompt, ``decoding=eager`` (float32 master weights under autocast) beside ``decoding=graph`` (bf16 sampling
@@ -44,22 +43,13 @@ from benchmarks.gpu_run import (
     sync_device,
     write_random_model,
 )
+from benchmarks.timing import seconds, write_json
 
-PARTS = ("decode", "paper", "scoring")
 PAPER_SECONDS = 302.8  # the paper's iteration at 50 steps on 8 A100s
 # SmolLM2-135M's shape (hidden, layers, heads) as a Qwen2 with the Qwen2.5 vocabulary (the tokenizer at hand)
 SMOLLM2_SHAPE = QWEN25_1_5B | {"hidden_size": 576, "num_hidden_layers": 30, "num_attention_heads": 9,
                                "num_key_value_heads": 3, "intermediate_size": 1536}
 LAUNCH_EVENTS = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cudaGraphLaunch")
-from ecpo_train.files.atomic import write_text
-
-
-def timed(call: Any, device: str) -> float:
-    sync_device(device)
-    started = time.perf_counter()
-    call()
-    sync_device(device)
-    return time.perf_counter() - started
 
 
 def profiled(call: Any, device: str, top: int) -> dict[str, Any]:
@@ -86,12 +76,6 @@ def profiled(call: Any, device: str, top: int) -> dict[str, Any]:
     return {"wall_s": wall, "device_busy_s": busy, "device_busy_share": busy / wall if cuda else None,
             "host_launches": sum(e.count for e in events if e.key in LAUNCH_EVENTS),
             "top_by_device_time": rows(device_key) if cuda else [], "top_by_host_time": rows("self_cpu_time_total")}
-
-
-def print_top(profile: dict[str, Any], top: int) -> None:
-    for row in (profile["top_by_device_time"] or profile["top_by_host_time"])[:top]:
-        print(f"    {row['name'][:60]:60s} {row['calls']:6d} calls  host {row['self_cpu_ms']:9.1f} ms  "
-              f"device {row['self_device_ms']:9.1f} ms")
 
 
 def fast_decoding(device: str) -> str:
@@ -137,14 +121,14 @@ def part_decode(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         policy.max_response_length = args.tokens if decoding != "eager" else min(args.tokens, 8)
         policy.sample(prompts, 1.0)
         policy.max_response_length = args.tokens
-        seconds = timed(lambda: policy.sample(prompts, 1.0), args.device)
+        took = seconds(lambda: policy.sample(prompts, 1.0), sync=lambda: sync_device(args.device))[0]
         profile_tokens = args.tokens if decoding != "eager" else min(args.tokens, args.profile_tokens)
         policy.max_response_length = profile_tokens  # eager: a short call (its trace is ~1,000 events per token)
         profile = profiled(lambda: policy.sample(prompts, 1.0), args.device, args.top)
         policy.max_response_length = args.tokens
         variants[decoding] = {
-            "seconds": seconds, "ms_per_step": 1e3 * seconds / args.tokens,
-            "tokens_per_s": args.rows * args.tokens / seconds, "profiled_tokens": profile_tokens,
+            "seconds": took, "ms_per_step": 1e3 * took / args.tokens,
+            "tokens_per_s": args.rows * args.tokens / took, "profiled_tokens": profile_tokens,
             "host_launches_per_token": profile["host_launches"] / profile_tokens,
             "graphs_used": bool(policy.decoder and policy.decoder.graphs) if decoding == "graph" else False,
             "profile": profile}
@@ -153,7 +137,6 @@ def part_decode(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         print(f"decode {decoding:6s}: {v['ms_per_step']:.2f} ms per step (prefill included), "
               f"{v['tokens_per_s']:,.0f} tok/s, {v['host_launches_per_token']:.0f} host launches per token"
               + (f", GPU busy {busy:.0%}" if busy is not None else ""), flush=True)
-        print_top(profile, args.top)
     eager, fast = variants["eager"], variants[fast_decoding(args.device)]
     return {"rows": args.rows, "prompt": args.prompt, "tokens": args.tokens, "variants": variants,
             "step_speedup": eager["ms_per_step"] / fast["ms_per_step"]}
@@ -214,9 +197,10 @@ def part_scoring(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     for decoding in ("eager", fast_decoding(args.device)):
         use_decoding(policy, decoding, config.mixed_precision)
         policy.act(contexts, temperature=1.0)  # warm-up (and the sampling copy)
-        seconds = min(timed(lambda: policy.act(contexts, temperature=1.0), args.device) for _ in range(args.repeats))
+        took = min(seconds(lambda: policy.act(contexts, temperature=1.0), args.repeats,
+                           sync=lambda: sync_device(args.device)))
         profile = profiled(lambda: policy.act(contexts, temperature=1.0), args.device, args.top)
-        variants[decoding] = {"decisions_per_s": len(contexts) / seconds, "seconds": seconds,
+        variants[decoding] = {"decisions_per_s": len(contexts) / took, "seconds": took,
                               "host_launches_per_decision": profile["host_launches"] / len(contexts),
                               "device_busy_share": profile["device_busy_share"], "profile": profile}
         v = variants[decoding]
@@ -228,11 +212,14 @@ def part_scoring(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             "distinct_contexts": len({(c.observation, tuple(c.history)) for c in contexts}), "variants": variants}
 
 
+PARTS = {"decode": part_decode, "paper": part_paper, "scoring": part_scoring}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = ArgumentParser(__spec__.name, description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--smoke", action="store_true", help="tiny models and sizes (any device; for the tests)")
-    parser.add_argument("--parts", default=",".join(PARTS), help=f"which parts, e.g. decode,scoring ({PARTS})")
+    parser.add_argument("--parts", default=",".join(PARTS), help=f"which parts, e.g. decode,scoring ({', '.join(PARTS)})")
     parser.add_argument("--rows", type=int, default=128)
     parser.add_argument("--prompt", type=int, default=300, help="prompt tokens per row")
     parser.add_argument("--tokens", type=int, default=512, help="decoding steps per call")
@@ -257,13 +244,11 @@ def main(argv: list[str] | None = None) -> int:
                        and not args.smoke else ROOT / "runs" / "generation_profile.json")
     started = time.monotonic()
     report: dict[str, Any] = {"environment": device_facts(args.device), "smoke": args.smoke, "parts": {}}
-    parts = {"decode": part_decode, "paper": part_paper, "scoring": part_scoring}
     with tempfile.TemporaryDirectory(prefix="generation_profile-") as tmp:
         for name in chosen:
-            report["parts"][name] = parts[name](args, Path(tmp))
+            report["parts"][name] = PARTS[name](args, Path(tmp))
             report["seconds"] = time.monotonic() - started
-            out.parent.mkdir(parents=True, exist_ok=True)
-            write_text(out, json.dumps(report, indent=1) + "\n")
+            write_json(out, report, indent=1)
     print(f"wrote {out} ({time.monotonic() - started:.0f} s)")
     return 0
 

@@ -22,25 +22,19 @@ import json
 import os
 import platform
 import socket
-import subprocess
 import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from benchmarks import RESULTS, ArgumentParser
-from ecpo_train.files.atomic import write_text
-
-ROOT = Path(__file__).resolve().parents[1]  # the checkout: each measurement is a fresh `python -m` there
+from benchmarks.study import run_stage
+from benchmarks.timing import GB, MB, PeakSampler, call_in_child, machine, timed, write_json
 
 VARIANTS = ("plain", "lora", "checkpointing", "fsdp2x2")
 LORA = {"r": 16, "alpha": 32, "dropout": 0.0}
-MB = 1 << 20
-GB = 1 << 30
 
 # ---------------------------------------------------------------------------------------------- computed
 # public config.json values of the two paper models
@@ -114,36 +108,6 @@ def computed_table(prompt: int = 2048, response: int = 512, micro_batch: int = 8
 
 
 # ---------------------------------------------------------------------------------------------- measured
-class PeakSampler:
-    """Highest RSS (CPU) seen by a thread polling every 2 ms, from ``start()`` to ``stop()``."""
-
-    def __init__(self) -> None:
-        import psutil
-
-        self.process = psutil.Process()
-        self.peak = 0
-        self._running = False
-
-    def rss(self) -> int:
-        return int(self.process.memory_info().rss)
-
-    def _poll(self) -> None:
-        while self._running:
-            self.peak = max(self.peak, self.rss())
-            time.sleep(0.002)
-
-    def start(self) -> None:
-        self.baseline = self.peak = self.rss()
-        self._running = True
-        self._thread = threading.Thread(target=self._poll, daemon=True)
-        self._thread.start()
-
-    def stop(self) -> int:
-        self._running = False
-        self._thread.join()
-        return max(self.peak, self.rss())
-
-
 def random_batch(vocab: int, rows: int, prompt: int, response: int, seed: int = 0) -> dict[str, Any]:
     import torch
 
@@ -180,13 +144,12 @@ def one_update(variant: str, model_dir: str, args: argparse.Namespace, dp: Any =
         rows = np.flatnonzero(np.isin(batch["group"], dp.local_share(sorted(set(batch["group"].tolist())))))
         dp.shard(policy.model)
         dp.shard(reference.model)
+    prompts, responses = [batch["prompts"][i] for i in rows], [batch["responses"][i] for i in rows]
     with torch.no_grad():
-        old = policy.logprobs([batch["prompts"][i] for i in rows], [batch["responses"][i] for i in rows])[0]
+        old = policy.logprobs(prompts, responses)[0]
     params = [p for p in policy.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=1e-6)
     settings = UpdateSettings(mini_batch_size=10_000, micro_batch_size=args.micro_batch, kl_coef=0.01)
-    prompts = [batch["prompts"][i] for i in rows]
-    responses = [batch["responses"][i] for i in rows]
 
     def ref_fn(idx):
         with torch.no_grad():
@@ -200,10 +163,8 @@ def one_update(variant: str, model_dir: str, args: argparse.Namespace, dp: Any =
         torch.cuda.reset_peak_memory_stats()
         start_bytes = torch.cuda.memory_allocated()
     sampler.start()
-    started = time.perf_counter()
-    policy_update(logprob_fn, ref_fn, params, optimizer, old, batch["old_mask"][rows],
-                  batch["advantages"][rows], settings, np.random.default_rng(0), reducer=dp)
-    seconds = time.perf_counter() - started
+    _, seconds = timed(policy_update, logprob_fn, ref_fn, params, optimizer, old, batch["old_mask"][rows],
+                       batch["advantages"][rows], settings, np.random.default_rng(0), reducer=dp)
     peak = sampler.stop()
     result = {"seconds": seconds, "trainable_params": float(sum(p.numel() for p in params))}
     if device == "cuda":
@@ -218,23 +179,21 @@ def one_update(variant: str, model_dir: str, args: argparse.Namespace, dp: Any =
 def _fsdp_worker(rank: int, port: int, model_dir: str, args: argparse.Namespace, out: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2",
                       LOCAL_RANK=str(rank))
+    import torch
+
     from ecpo_train.runtime.distributed import DataParallel
 
-    dp = DataParallel("cuda" if _has_cuda() else "cpu")
+    dp = DataParallel("cuda" if torch.cuda.is_available() else "cpu")
     try:
         result = one_update("fsdp2x2", model_dir, args, dp)
-        write_text(Path(out, f"rank{rank}.json"), json.dumps(result))
+        write_json(Path(out, f"rank{rank}.json"), result)
     finally:
         dp.close()
 
 
-def _has_cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
-def child(variant: str, model_dir: str, args: argparse.Namespace) -> dict[str, float]:
+def child(variant: str, model_dir: str, **shape: int) -> dict[str, float]:
+    """One variant's update (``fsdp2x2``: two processes, the larger one's figures), run in a fresh process."""
+    args = argparse.Namespace(**shape)
     if variant != "fsdp2x2":
         return one_update(variant, model_dir, args)
     import torch.multiprocessing as mp
@@ -268,8 +227,28 @@ def model_dirs(names: list[str]) -> dict[str, str]:
     return found
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = ArgumentParser(__spec__.name, description=__doc__.split("\n\n")[0])
+def update(args: Any) -> dict[str, Any]:
+    """Every model x variant measured in a fresh process, then the computed table."""
+    measured = []
+    for label, folder in model_dirs(args.models.split(",")).items():
+        for variant in args.variants.split(","):
+            try:
+                row = call_in_child("benchmarks.memory:child", variant=variant, model_dir=folder, rows=args.rows,
+                                    prompt=args.prompt, response=args.response, micro_batch=args.micro_batch)
+            except RuntimeError as err:
+                print(f"{label} {variant} failed:\n{err}")
+                continue
+            measured.append({"model": label, "variant": variant} | row)
+    import torch
+
+    shape = {"rows": args.rows, "prompt": args.prompt, "response": args.response, "micro_batch": args.micro_batch}
+    return {"device": "cuda" if torch.cuda.is_available() else "cpu", "platform": platform.platform(),
+            "torch": torch.__version__, "machine": machine(), "shape": shape, "measured": measured,
+            "computed": computed_table()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = ArgumentParser(__spec__.name if __spec__ else "benchmarks.memory", description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default="tiny,smollm2")
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--rows", type=int, default=16)
@@ -277,43 +256,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--response", type=int, default=64)
     parser.add_argument("--micro-batch", type=int, default=4)
     parser.add_argument("--out", default=str(RESULTS / "memory.json"))
-    parser.add_argument("--child", nargs=2, metavar=("VARIANT", "MODEL_DIR"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.child:
-        print(json.dumps(child(args.child[0], args.child[1], args)))
-        return
-
-    measured = []
-    for label, folder in model_dirs(args.models.split(",")).items():
-        for variant in args.variants.split(","):
-            command = [sys.executable, "-m", "benchmarks.memory", "--child", variant, folder, "--rows", str(args.rows),
-                       "--prompt", str(args.prompt), "--response", str(args.response),
-                       "--micro-batch", str(args.micro_batch)]
-            done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
-            if done.returncode != 0:
-                print(f"{label} {variant} failed:\n{done.stderr[-2000:]}")
-                continue
-            row = {"model": label, "variant": variant} | json.loads(done.stdout.strip().splitlines()[-1])
-            measured.append(row)
-            print(f"{label:14s} {variant:14s} update peak {row['peak_update_mb']:8.1f} MB   model+reference "
-                  f"{row['model_mb']:8.1f} MB   trainable {row['trainable_params'] / 1e6:8.2f} M   "
-                  f"{row['seconds']:.2f} s", flush=True)
-    computed = computed_table()
-    print("\ncomputed per-GPU memory, prompt 2048 + response 512 tokens, micro-batch 8 (GiB):")
-    print(f"{'model':14s} {'setting':36s} {'weights':>8s} {'grads':>7s} {'adam':>7s} {'ref':>6s} {'activ':>7s} {'total':>7s}")
-    for r in computed:
-        print(f"{r['model']:14s} {r['setting']:36s} {r['weights']:8.1f} {r['grads']:7.1f} {r['adam']:7.1f} "
-              f"{r['reference']:6.1f} {r['activations']:7.1f} {r['total_gb']:7.1f}")
-    import torch
-
-    report = {"device": "cuda" if torch.cuda.is_available() else "cpu", "platform": platform.platform(),
-              "torch": torch.__version__, "shape": {"rows": args.rows, "prompt": args.prompt,
-                                                     "response": args.response, "micro_batch": args.micro_batch},
-              "measured": measured, "computed": computed}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    write_text(Path(args.out), json.dumps(report, indent=2) + "\n")
-    print(f"\nwrote {args.out}")
+    return run_stage(lambda: update(args), args.out)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

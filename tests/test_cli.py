@@ -19,7 +19,7 @@ def test_help_lists_every_command():
 
 def test_bench_runs_a_benchmark_script_with_its_arguments(tmp_path):
     out_file = tmp_path / "overhead.json"
-    result = runner.invoke(app, ["bench", "credit_overhead", "--reps", "2", "--out", str(out_file)])
+    result = runner.invoke(app, ["bench", "speed", "credit", "--reps", "2", "--out", str(out_file)])
     assert result.exit_code == 0, result.output
     figures = json.loads(out_file.read_text())
     assert figures["reps"] == 2 and {"grpo", "gigpo_std", "ecpo"} <= set(figures["median_ms"])
@@ -32,7 +32,7 @@ def test_bench_rejects_unknown_names_in_one_line_listing_the_benchmarks():
         lines = result.output.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith(f"error: unknown benchmark {name!r}; choose one of ")
         listed = lines[0].split("choose one of ")[1].split(", ")
-        assert {"credit_overhead", "credit_study", "env_throughput", "gpu_run"} <= set(listed)
+        assert {"speed", "memory", "credit_study", "gpu_run"} <= set(listed)
         assert "stats" not in listed and "__init__" not in listed
 
 
@@ -40,7 +40,7 @@ def test_bench_outside_a_checkout_is_one_clear_line(tmp_path, monkeypatch):
     from ecpo_train.apps import bench
 
     monkeypatch.setattr(bench, "CHECKOUT", tmp_path)  # an installed wheel: no benchmarks/ beside ecpo_train
-    result = runner.invoke(app, ["bench", "credit_overhead"])
+    result = runner.invoke(app, ["bench", "speed", "credit"])
     assert result.exit_code == 2
     assert result.output.strip().splitlines() == [
         "error: ecpo bench runs the benchmarks of a source checkout, and this ecpo is installed without one (wheels "

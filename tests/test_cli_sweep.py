@@ -276,10 +276,10 @@ CASES = [
     ("eval-manifest-unknown", "eval {run} --manifest nope", "error"),
     # ---------------------------------------------------------------- bench
     ("bench-unknown", "bench nope", "error"),
-    ("bench-arg-text", "bench credit_overhead --reps abc", "error"),
-    ("bench-arg-unknown", "bench credit_overhead --nope", "error"),
-    ("bench-reps-zero", "bench credit_overhead --reps 0", "error"),
-    ("bench-out-missing-folder", "bench credit_overhead --out /nonexistent/dir/x.json", "error"),
+    ("bench-arg-text", "bench speed credit --reps abc", "error"),
+    ("bench-arg-unknown", "bench speed credit --nope", "error"),
+    ("bench-reps-zero", "bench speed credit --reps 0", "error"),
+    ("bench-out-missing-folder", "bench speed credit --out /nonexistent/dir/x.json", "error"),
     # ---------------------------------------------------------------- bench: issue 52.10
     ("bench-gpu-run-parts-zero", "bench gpu_run --device cpu --parts 0", "error"),
     ("bench-gpu-run-parts-negative", "bench gpu_run --device cpu --parts=-3", "error"),

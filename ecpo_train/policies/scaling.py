@@ -12,7 +12,7 @@ raises its mmap threshold (up to 32 MiB) each time a large mmapped block is free
 (megabytes each) are soon carved from the heap, and the small tensors that outlive them (LoRA's gradients,
 autograd nodes) pin each layer's freed block below the heap top. SmolLM2-135M, 8 x 300 tokens, LoRA r=16 +
 checkpointing: 0.45 GB of live tensors but 2.4 GB of freed-and-retained heap, a 3.5 GB peak RSS in one
-backward (benchmarks/llm_cpu_profile.py). Checkpointing a CPU model therefore manages glibc's mmap threshold
+backward (benchmarks/results/llm_cpu_profile.json). Checkpointing a CPU model therefore manages glibc's mmap threshold
 (``limit_cpu_allocator_retention``; a fixed threshold is never raised again): 128 KiB while gradients are
 recorded (activations are mmapped and unmapped when freed) and 4 MiB without them (sampling's per-token
 logits and KV-cache copies stay in the heap: mmapping them too cost ~40 % of the decoding speed). The pre-forward hook switches it when the grad mode changes. ``MALLOC_MMAP_THRESHOLD_`` in

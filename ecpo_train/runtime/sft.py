@@ -35,7 +35,7 @@ loss is backpropagated at once, and the summed gradient is divided by the batch'
 clipping: the same gradient as one forward of the whole batch, to float rounding. Decoder layers are also
 checkpointed (recomputed in backward, about a third more compute; ``checkpointing=False`` turns it off): a
 forward then keeps only each layer's input and one layer's activations at a time
-(``benchmarks/candidate_memory.py`` measures both).
+(``benchmarks/results/candidate_memory.json`` measured both).
 """
 
 from __future__ import annotations

@@ -1,0 +1,332 @@
+"""The speed benchmarks, one stage each (``benchmarks.timing`` is their harness):
+
+    python -m benchmarks.speed env --env alfworld|webshop|searchqa [--sizes 1000 100000]   # benchmarks.env_throughput
+    python -m benchmarks.speed openenv [--env ecpo/DivergentAnchor-v0] [--sessions 1 8 32] [--steps 600]
+    python -m benchmarks.speed text_policy [--model DIR] [--engines native rllib] [--threads 1 2]
+    python -m benchmarks.speed credit [--reps 30] [--seed 0]                            # benchmarks.credit_overhead
+
+Each stage prints its figures and writes its JSON (``--out``; default ``benchmarks/results/<stage's file>``), the
+machine's facts and load beside them. Speed targets live here and in the JSON, never in timed tests.
+
+``openenv``: environment steps per second through an ``ecpo serve`` server (a real child process on 127.0.0.1) at
+each ``--sessions`` count beside the same env stepped in process, in one run. The sessions are OpenEnv's own async
+client (``ECPOEnvClient``), all in this process's event loop, each playing episodes with a seeded random admissible
+action (an invalid text one step in ten). A level's ``--steps`` are split evenly over its sessions; its wall time
+counts everything from the first reset to the last step (resets included, connections opened before). Client and
+server share the machine, so the figures are a floor on a machine with spare cores.
+
+``text_policy``: how fast the small text policy (``policy: text``) decides, and how long one iteration of group RL on
+real ALFWorld games takes with it, environment steps included.
+
+1. Decisions per second: the contexts of one real-game rollout (the preset ``alfworld_text``'s ``Trainer.sample`` of
+   16 groups x 8 copies of train-split games; the policy's own play), replayed through ``act`` in batches of
+   ``--batch`` (128: one rollout step), at 1 and 2 torch threads. Target (real ALFWorld on one CPU): at least 5,000
+   decisions/s on 2 cores.
+2. Iteration time: ``--iterations`` iterations of the preset (16 x 8 episodes, 50-step limit, rollout, credit,
+   update), from ``--model`` (a warm start) or random weights; ``time/iteration`` of each and its split (generation,
+   env, update). Target: 30 s or less per iteration on 2 idle cores. ``--engines native rllib`` times both engines
+   one after the other (RLlib: 2 env-runner actors and 2 learner actors).
+3. ``--threads 1 2``: the thread rule of the text-policy recipe (docs/cpu_training.md). At each torch thread count in
+   turn: the native iteration (the preset with ``threads=N``) and the warm start's optimizer steps (``ecpo sft``'s
+   ``fine_tune``: batches of 64 expert steps of train-split games, AdamW) per second, with the load before and
+   after; under the key ``threads``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks import RESULTS, fail
+from benchmarks.study import StudyCommand, run_stage
+from benchmarks.timing import ROOT, load, machine, seconds, timed
+
+# ---------------------------------------------------------------------------------------------- openenv
+INVALID_SHARE = 0.1
+
+
+def choose(rng: random.Random, admissible: list[str]) -> str:
+    return "wander off" if rng.random() < INVALID_SHARE or not admissible else rng.choice(admissible)
+
+
+def in_process(env_id: str, env_kwargs: dict[str, Any], steps: int, seed: int) -> dict[str, Any]:
+    import gymnasium as gym
+
+    import ecpo_gym  # noqa: F401
+
+    env = gym.make(env_id, disable_env_checker=True, **env_kwargs)
+    rng, latencies, episodes = random.Random(seed), [], 1
+    start = time.perf_counter()
+    _, info = env.reset(seed=seed)
+    for _ in range(steps):
+        (_, _, terminated, truncated, info), elapsed = timed(env.step, choose(rng, info["admissible_actions"]))
+        latencies.append(elapsed)
+        if terminated or truncated:
+            _, info = env.reset(seed=rng.randrange(1 << 30))
+            episodes += 1
+    wall = time.perf_counter() - start
+    env.close()
+    return {"sessions": 0, "steps": steps, "episodes": episodes, "wall_s": wall, "steps_per_s": steps / wall,
+            "step_median_ms": 1000 * statistics.median(latencies)}
+
+
+async def _play(client: Any, steps: int, seed: int, latencies: list[float]) -> int:
+    rng, episodes = random.Random(seed), 1
+    result = await client.reset(seed=seed)
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        result = await client.step(choose(rng, result.observation.admissible_actions))
+        latencies.append(time.perf_counter() - t0)
+        if result.done:
+            result = await client.reset(seed=rng.randrange(1 << 30))
+            episodes += 1
+    return episodes
+
+
+async def through_server(url: str, sessions: int, steps: int, seed: int) -> dict[str, Any]:
+    from ecpo_train.integrations.openenv.client import ECPOEnvClient
+
+    per_session = max(1, steps // sessions)
+    latencies: list[float] = []
+    clients = [ECPOEnvClient(base_url=url, message_timeout_s=120) for _ in range(sessions)]
+    try:
+        await asyncio.gather(*(client.connect() for client in clients))  # connected before the clock starts
+        start = time.perf_counter()
+        episodes = await asyncio.gather(*(_play(client, per_session, seed + k, latencies)
+                                          for k, client in enumerate(clients)))
+        wall = time.perf_counter() - start
+    finally:
+        await asyncio.gather(*(client.close() for client in clients), return_exceptions=True)
+    total = per_session * sessions
+    return {"sessions": sessions, "steps": total, "episodes": sum(episodes), "wall_s": wall,
+            "steps_per_s": total / wall, "step_median_ms": 1000 * statistics.median(latencies),
+            "step_p90_ms": 1000 * sorted(latencies)[int(0.9 * (len(latencies) - 1))]}
+
+
+def start_server(env_id: str, env_kwargs: dict[str, Any], max_sessions: int) -> tuple[subprocess.Popen, str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "ecpo_train.apps.cli", "serve", env_id, "--port", "0", "--max-sessions",
+         str(max_sessions), "--env-kwargs", json.dumps(env_kwargs)],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = process.stdout.readline()
+    if not line.startswith("serving"):
+        process.kill()
+        raise RuntimeError(f"ecpo serve did not start: {line.strip() or process.stderr.read()[-500:]}")
+    return process, line.split(" on ", 1)[1].split()[0]
+
+
+def openenv(args: Any) -> dict[str, Any]:
+    try:
+        env_kwargs = json.loads(args.env_kwargs)
+    except ValueError as err:
+        raise ValueError(f"--env-kwargs: {err}") from None
+    if not isinstance(env_kwargs, dict):
+        raise ValueError("--env-kwargs must be a JSON object")  # noqa: TRY004 (the one refusal of bad input)
+    if args.steps < 1 or any(n < 1 or n > 4096 for n in args.sessions):
+        raise ValueError("--steps must be >= 1 and every --sessions in [1, 4096]")
+    load_before = load()
+    baseline = in_process(args.env, env_kwargs, args.steps, args.seed)
+    process, url = start_server(args.env, env_kwargs, max(args.sessions))
+    try:
+        levels = [asyncio.run(through_server(url, n, args.steps, args.seed)) for n in args.sessions]
+    finally:
+        process.terminate()
+        process.wait(timeout=60)
+    return {"env_id": args.env, "env_kwargs": env_kwargs, "invalid_share": INVALID_SHARE, "machine": machine(),
+            "load_average_1m_before": load_before, "load_average_1m_after": load(), "in_process": baseline,
+            "server": levels, "note": "client and server on the same machine; wall time includes resets"}
+
+
+# ---------------------------------------------------------------------------------------------- text policy
+def alfworld_text_config(model: str | None, *overrides: str) -> Any:
+    from ecpo_train.runtime.config import load_config
+
+    return load_config("alfworld_text", [*overrides, *([f"model={model}"] if model else [])])
+
+
+def recorded_contexts(model: str | None, groups: int = 16, copies: int = 8) -> tuple[Any, list[Any]]:
+    """The preset's policy (``--model`` or random weights) and the step contexts of one rollout of it:
+    ``Trainer.sample`` on the first ``groups`` training games, ``copies`` each, every batch recorded on its way to
+    the policy (``Trainer.act_with``)."""
+    from ecpo_train.runtime.trainer import Trainer
+
+    trainer = Trainer(alfworld_text_config(model, f"n_groups={groups}", f"group_size={copies}"))
+    contexts: list[Any] = []
+
+    class Recorder:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(trainer.policy, name)
+
+        def act(self, batch: Any, *args: Any, **kwargs: Any) -> Any:
+            contexts.extend(batch)
+            return trainer.policy.act(batch, *args, **kwargs)
+
+    trainer.act_with(Recorder())
+    try:
+        trainer.sample(trainer.train_tasks[:groups], seed=0)
+    finally:
+        trainer.close()
+    return trainer.policy, contexts
+
+
+def decisions_per_second(policy: Any, contexts: list[Any], batch: int, threads: int, repeats: int = 3) -> float:
+    """The best of ``repeats`` passes over the contexts (other processes only ever slow a pass down)."""
+    import torch
+
+    torch.set_num_threads(threads)
+    batches = [contexts[i : i + batch] for i in range(0, len(contexts), batch)]
+    policy.act(batches[0])
+    return len(contexts) / min(seconds(lambda: [policy.act(chunk) for chunk in batches], repeats))
+
+
+def iteration_times(model: str | None, iterations: int, engine: str = "native",
+                    threads: int | None = None) -> list[dict[str, float]]:
+    """``iterations`` iterations of the preset on ``engine``: ``native`` (this process) or ``rllib`` (2 env-runner
+    actors and 2 learner actors, DDP over gloo, half a CPU each); ``threads``: the preset's ``threads`` replaced."""
+    from ecpo_train.runtime.run import train
+
+    with tempfile.TemporaryDirectory() as folder:
+        config = alfworld_text_config(model, f"run_dir={folder}/run", f"iterations={iterations}", "val_every=0",
+                                      "progress=false", "tensorboard=false", "checkpoint_every=0",
+                                      *([f"threads={threads}"] if threads is not None else []))
+        if engine == "rllib":
+            from ecpo_train.integrations.rllib.llm.engine import RLlibEngine
+
+            history = train(RLlibEngine, config, num_env_runners=2, num_learners=2, actor_cpus=0.5)
+        else:
+            from ecpo_train.runtime.trainer import Trainer
+
+            history = train(Trainer, config)
+    keys = ("time/iteration", "time/generation", "time/env", "time/update", "success", "num_steps")
+    return [{key: float(h[key]) for key in keys if key in h} for h in history]
+
+
+def warm_start_steps_per_second(threads: int, steps: int, episodes: int = 64, batch: int = 64) -> float:
+    """``ecpo sft``'s optimizer steps per second at ``threads`` torch threads: ``fine_tune`` (AdamW, batches of
+    ``batch`` rows) of a fresh text policy on the expert's steps of ``episodes`` train-split games, ``steps`` steps
+    (the first, warming up, untimed)."""
+    import torch
+
+    from ecpo_train.runtime import sft
+
+    config = alfworld_text_config(None)
+    demonstrations = sft.expert_demonstrations(config.env_id, episodes=episodes, env_kwargs=config.env_kwargs,
+                                               history_length=config.history_length)
+    policy = sft.text_policy_for(config, demonstrations)
+    prompts, replies, _ = sft.text_rows(policy, demonstrations)
+    rows = (steps * batch) // len(prompts) + 1
+    prompts, replies = (prompts * rows)[: steps * batch], (replies * rows)[: steps * batch]
+    torch.set_num_threads(threads)
+    settings = {"epochs": 1, "lr": 1e-3, "batch_size": batch, "max_tokens": sft.TEXT_MAX_TOKENS}
+    sft.fine_tune(policy, prompts[:batch], replies[:batch], **settings)
+    return steps / timed(sft.fine_tune, policy, prompts, replies, **settings)[1]
+
+
+def text_policy(args: Any) -> dict[str, Any]:
+    if args.batch < 1 or args.iterations < 1 or args.sft_steps < 1 or any(t < 1 for t in args.threads):
+        raise ValueError("--batch, --iterations, --sft-steps and --threads must be >= 1")
+    load_before = load()
+    policy, contexts = recorded_contexts(args.model)
+    rates = {f"threads_{t}": decisions_per_second(policy, contexts, args.batch, t) for t in (1, 2)}
+    steps = {engine: iteration_times(args.model, args.iterations, engine) for engine in args.engines}
+    result = {
+        "machine": machine(), "model": Path(args.model).name if args.model else "random weights",
+        "load_average_1m": {"before": load_before, "after": load()},
+        "decisions": {"contexts": len(contexts), "batch": args.batch, "per_second": rates,
+                      "mean_commands": statistics.mean(len(c.admissible_actions) for c in contexts),
+                      "target_per_second": 5000},
+        "iteration": {"groups_x_copies": "16 x 8", "max_steps": 50, "target_seconds": 30,
+                      "engines": {engine: {"iterations": rows,
+                                           "median_seconds": statistics.median(r["time/iteration"] for r in rows)}
+                                  for engine, rows in steps.items()}},
+    }
+    if args.threads:  # per thread count, one after the other, with the load before and after
+        result["threads"] = {}
+        for threads in args.threads:
+            before = load()
+            rows = iteration_times(args.model, args.iterations, "native", threads=threads)
+            result["threads"][str(threads)] = {
+                "iteration_seconds": [r["time/iteration"] for r in rows],
+                "iteration_median_seconds": statistics.median(r["time/iteration"] for r in rows),
+                "sft_steps_per_second": warm_start_steps_per_second(threads, args.sft_steps),
+                "load_average_1m": {"before": before, "after": load()}}
+    return result
+
+
+# ---------------------------------------------------------------------------------------------- the command
+def env(args: Any) -> dict[str, Any]:
+    from benchmarks.env_throughput import SECTIONS
+
+    if args.env not in SECTIONS:
+        raise ValueError(f"--env {args.env!r}: choose from {', '.join(sorted(SECTIONS))}")
+    return {"env": args.env, "machine": machine(), **SECTIONS[args.env](args)}
+
+
+def credit(args: Any) -> dict[str, Any]:
+    from benchmarks.credit_overhead import measure
+
+    return measure(args.reps, args.seed)
+
+
+STAGES = {  # each stage's function and the options it reads, with their defaults (any other given is refused)
+    "env": (env, {"env": None, "sizes": [1000, 100000], "episodes": 300, "data_dir": None, "games": 20, "steps": 10,
+                  "groups": 2, "group_size": 4, "out": None}),
+    "openenv": (openenv, {"env": "ecpo/DivergentAnchor-v0", "env_kwargs": "{}", "sessions": [1, 8, 32], "steps": 600,
+                          "seed": 0, "out": RESULTS / "openenv_throughput.json"}),
+    "text_policy": (text_policy, {"model": None, "batch": 128, "iterations": 3, "engines": ["native"], "threads": [],
+                                  "sft_steps": 100, "out": RESULTS / "text_policy_speed.json"}),
+    "credit": (credit, {"reps": 30, "seed": 0, "out": RESULTS / "credit_overhead.json"}),
+}
+
+
+def command() -> StudyCommand:
+    cmd = StudyCommand(__spec__.name if __spec__ else "benchmarks.speed", __doc__.split("\n\n")[0],
+                       {stage: tuple(options) for stage, (_, options) in STAGES.items()})
+    cmd.add("--out", help="the figures' JSON (default: the stage's file in benchmarks/results/)")
+    cmd.add("--env", help="env: alfworld, webshop or searchqa; openenv: a registered id")
+    cmd.add("--sizes", type=int, nargs="+", help="env webshop: generated catalogue sizes")
+    cmd.add("--episodes", type=int, help="env: episodes timed per configuration")
+    cmd.add("--data-dir", help="env searchqa: the folder of hotpotqa_dev500_ircot.jsonl ($ECPO_DATA_DIR/searchqa)")
+    cmd.add("--games", type=int, help="env alfworld: games timed")
+    cmd.add("--steps", type=int, help="env alfworld: group-env steps per measurement; openenv: steps per level")
+    cmd.add("--groups", type=int, help="env alfworld: group-env groups")
+    cmd.add("--group-size", type=int, help="env alfworld: group-env copies per group")
+    cmd.add("--env-kwargs", help="openenv: constructor arguments (a JSON object)")
+    cmd.add("--sessions", type=int, nargs="+", help="openenv: concurrent sessions per level")
+    cmd.add("--seed", type=int)
+    cmd.add("--model", help="text_policy: a text-policy folder (ecpo sft output; default: random weights)")
+    cmd.add("--batch", type=int, help="text_policy: contexts per act call")
+    cmd.add("--iterations", type=int, help="text_policy: iterations timed per engine")
+    cmd.add("--engines", nargs="*", choices=["native", "rllib"], help="text_policy: engines timed (none: skip)")
+    cmd.add("--threads", nargs="+", type=int, help="text_policy: thread counts of the thread sweep (part 3)")
+    cmd.add("--sft-steps", type=int, help="text_policy: warm-start optimizer steps timed per thread count")
+    cmd.add("--reps", type=int, help="credit: repetitions (their median)")
+    return cmd
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = command().parse(argv)
+    if args is None:
+        return 2
+    stage, options = STAGES[args.stage]
+    for option, default in options.items():
+        if getattr(args, option) is None:
+            setattr(args, option, default)
+    args.out = args.out or RESULTS / f"env_throughput_{args.env}.json"  # (env: one file per environment)
+    if not Path(args.out).parent.is_dir():  # checked before the minutes of timing
+        fail(f"--out {args.out}: the folder {Path(args.out).parent} does not exist")
+    return run_stage(lambda: stage(args), args.out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
