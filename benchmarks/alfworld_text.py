@@ -354,7 +354,7 @@ def engines_side_by_side(out: Path, arm: str = "ecpo", seed: int = 1, png: Path 
     """The same arm and seed trained natively (``runs/ARM-sSEED``) and through the RLlib algorithm with 2 env-runner
     and 2 learner actors (``rllib/ARM-sSEED``, ``ecpo train --engine rllib --env-runners 2 --learners 2
     --actor-cpus 0.5``): each iteration's training success and seconds, and both curves in ``png``. The two runs'
-    seconds were taken at different times on a shared machine; ``text_policy_speed --engines native rllib`` times
+    seconds were taken at different times on a shared machine; ``speed text_policy --engines native rllib`` times
     both engines one after the other in one run."""
     from ecpo_train.runtime.run_dir import RunFolder, read_metrics
 
