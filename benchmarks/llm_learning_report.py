@@ -15,22 +15,14 @@ curse on that seed: the report says so beside every result, and gives each resul
 from __future__ import annotations
 
 import math
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from benchmarks.stats import (
-    MIN_UNITS_FOR_MDE,
-    apply_holm,
-    fmt_clustered,
-    fmt_part,
-    keyed,
-    mean_ci,
-    paired_diff,
-    paired_outcomes,
-    paired_values,
-)
+from benchmarks.stats import (MIN_UNITS_FOR_MDE, apply_holm, fmt_clustered, fmt_part, keyed, mean_ci, paired_diff,
+                              paired_outcomes, paired_values)
 
 # Presets whose recipe was chosen on one seed's own validation episodes: preset -> (that seed, how it was chosen).
 SELECTED_ON = {
@@ -97,13 +89,10 @@ def selection_seed(results: dict, protocol: Any) -> Any:
     return seed if seed in held and len(held) > 1 else None
 
 
-def _same_question(part: dict) -> tuple:
-    return part["env"], part["N"], part["kind"], part["a"], part["b"]
-
-
 def without_text(part: dict, others: list[dict], seed: Any) -> str:
     """``; without seed 0 (selection): ...`` beside a result whose comparison also ran without the selection seed."""
-    match = next((q for q in others if _same_question(q) == _same_question(part)), None)
+    question = itemgetter("env", "N", "kind", "a", "b")
+    match = next((q for q in others if question(q) == question(part)), None)
     if match is None or seed not in part.get("seeds", []):
         return ""
     counts = f"{match['gained']} gained, {match['lost']} lost, " if "gained" in match else ""
@@ -120,8 +109,9 @@ def episode_comparisons(results: dict) -> list[dict]:
     validation against its first, and ecpo vs gigpo_std at the final one. Validation draws are fixed by (seed,
     copy, step), so an episode pairs with itself across checkpoints and across methods of one seed. The test
     is conditional on the runs trained (McNemar on the discordant episodes); the seed-level verdicts above are
-    the ones that carry run-to-run variance."""
-    parts = []
+    the ones that carry run-to-run variance. Episodes ``(seed, task, copy)`` of one task, in any seed, form one
+    cluster."""
+    parts, task = [], itemgetter(1)
     for env_label, by_n in results.items():
         for n, by_method in by_n.items():
             where = {"env": env_label, "N": n}
@@ -130,20 +120,15 @@ def episode_comparisons(results: dict) -> list[dict]:
                 if runs:
                     parts.append(where | {"kind": "learned", "a": method, "b": "before", "seeds": [r["seed"] for r in runs]}
                                  | paired_outcomes(pooled_episodes(runs, "before"), pooled_episodes(runs, "after"),
-                                                   label=f"{env_label} N={n} {method} before/after", task_of=_task))
+                                                   label=f"{env_label} N={n} {method} before/after", task_of=task))
             a, b = with_episodes.get("ecpo", []), with_episodes.get("gigpo_std", [])
             shared = sorted({r["seed"] for r in a} & {r["seed"] for r in b})
             if shared:
                 a, b = ([r for r in runs if r["seed"] in shared] for runs in (a, b))
                 parts.append(where | {"kind": "vs", "a": "ecpo", "b": "gigpo_std", "seeds": shared}
                              | paired_outcomes(pooled_episodes(b, "after"), pooled_episodes(a, "after"),
-                                               label=f"{env_label} N={n} ecpo/gigpo_std", task_of=_task))
+                                               label=f"{env_label} N={n} ecpo/gigpo_std", task_of=task))
     return apply_holm(parts, [1] * len(parts))
-
-
-def _task(key: tuple) -> Any:
-    """The task of a pooled episode ``(seed, task, copy)``: episodes of one task, in any seed, form one cluster."""
-    return key[1]
 
 
 def episode_lines(parts: list[dict], without: list[dict] = (), seed: Any = None) -> list[str]:
@@ -274,12 +259,9 @@ def plot(results: dict, path: Path) -> None:
     fig, axes = plt.subplots(2, len(panels), figsize=(5 * len(panels), 7), squeeze=False)
     for col, (env, n) in enumerate(panels):
         for method, runs in results[env][n].items():
-            iters = [i for i, _ in runs[0]["curve"]]
-            curve = np.mean([[s for _, s in r["curve"]] for r in runs], axis=0)
-            axes[0][col].plot(iters, curve, marker="o", label=method)
-            div_iters = [i for i, _ in runs[0]["divergent_curve"]]
-            div = np.nanmean([[d for _, d in r["divergent_curve"]] for r in runs], axis=0)
-            axes[1][col].plot(div_iters, div, label=method)
+            for row, key in enumerate(("curve", "divergent_curve")):  # (success, then the divergent-anchor fraction)
+                mean = np.nanmean([[v for _, v in r[key]] for r in runs], axis=0)
+                axes[row][col].plot([i for i, _ in runs[0][key]], mean, label=method, marker="o" if row == 0 else None)
         axes[0][col].set(title=f"{env}, N={n}", xlabel="iteration", ylabel="success (mean over seeds)")
         axes[1][col].set(xlabel="iteration", ylabel="divergent-anchor fraction")
         axes[0][col].legend()
