@@ -1,10 +1,9 @@
 """Issue 57's pre-registered comparison of the step-credit estimators (GRPO, GiGPO w/std, ECPO and its ablations,
 PGPO, HGPO, GraphGPO, PACE), one protocol for all: ``benchmarks/estimator_comparison.yaml``, committed before the
-runs it covers. The corridor's runs are the credit study's (``credit_study.run_study``: native trainer runs of the
-tabular policy); a testbed with a ``program`` (real ALFWorld, generated households) is run by
-``benchmarks.alfworld_text`` with the protocol's arms, seeds and iterations. Each arm is compared with GiGPO w/std
-on the endpoint, paired by seed, Holm over the testbed's comparisons, with the exact-power MDE beside every null
-(``benchmarks.stats``).
+runs it covers. The corridor's runs are the credit study's (``credit_study.run_study``, the tabular policy); a
+testbed with a ``program`` (real ALFWorld, generated households) is run by ``benchmarks.alfworld_text`` with the
+protocol's arms, seeds and iterations. Each arm is compared with GiGPO w/std on the endpoint, paired by seed, Holm
+over the testbed's comparisons, with the exact-power MDE beside every null (``benchmarks.stats``).
 
     python -m benchmarks.estimator_comparison run        # the corridor's confirmatory runs (resumable), then the report
     python -m benchmarks.estimator_comparison run --testbed households --out DIR --jobs 2 [--keep KEPT]
@@ -64,23 +63,13 @@ def program_seeds(bed: dict[str, Any]) -> list[int]:
     return [int(bed["seed_offset"]) + 1 + i for i in range(int(bed["seeds"]))]
 
 
-def played_by(protocol: dict[str, Any], name: str) -> Any:
-    """The ``benchmarks.alfworld_text`` testbed of a program testbed's name (its preset, manifest, warm start and
-    results folder)."""
-    from benchmarks import alfworld_text
-
-    if testbed(protocol, name).get("program") != "benchmarks.alfworld_text":
-        raise ValueError(f"testbed {name!r} is not run by a program")
-    return alfworld_text.testbed_named(name)
-
-
 def program_runs(protocol: dict[str, Any], name: str, out: Path) -> list[dict[str, Any]]:
     """The runs of a program testbed in the credit study's shape (``env_name, method, seed, final_success``): each
     (arm, seed) whose evaluation covers every game the warm start's does."""
     from benchmarks import alfworld_text
     from benchmarks.study_keep import machine_of
 
-    played = played_by(protocol, name)
+    played = alfworld_text.testbed_named(name)  # (the program of every program testbed; any other name refused)
     games = len(alfworld_text.outcomes(out, alfworld_text.WARM, played))
     runs = []
     for seed in program_seeds(testbed(protocol, name)):
@@ -113,18 +102,13 @@ def program_column(protocol: dict[str, Any], name: str, folder: Path) -> list[di
     return runs
 
 
-def _cells(runs: list[dict[str, Any]], endpoint: str) -> dict[tuple[str, str], dict[Any, float]]:
-    cells: dict[tuple[str, str], dict[Any, float]] = {}
-    for run in runs:
-        cells.setdefault((run["env_name"], run["method"]), {})[run["seed"]] = float(run[endpoint])
-    return cells
-
-
 def compare(runs: list[dict[str, Any]], protocol: dict[str, Any]) -> dict[str, Any]:
     """Per testbed, each arm minus the reference on the endpoint, paired by seed; Holm over the testbed's arms.
     A cell's verdict: *better* / *worse* than GiGPO w/std where Holm rejects 0 on that side, else *no difference
     shown* with its MDE."""
-    cells = _cells(runs, protocol["endpoint"])
+    cells: dict[tuple[str, str], dict[Any, float]] = {}
+    for run in runs:
+        cells.setdefault((run["env_name"], run["method"]), {})[run["seed"]] = float(run[protocol["endpoint"]])
     reference = protocol["reference"]
     table: dict[str, dict[str, Any]] = {}
     for bed_name in dict.fromkeys(r["env_name"] for r in runs):  # (in the runs' order: the same JSON every time)
@@ -288,7 +272,7 @@ def stage(protocol: dict[str, Any], args: Any) -> None:
             raise ValueError("run --testbed needs --out (and reads no --program-out)")
         bed = testbed(protocol, args.testbed)
         alfworld_text.run(args.out, args.jobs, int(bed["iterations"]), list(protocol["arms"]), program_seeds(bed),
-                          played_by(protocol, args.testbed), args.keep)
+                          alfworld_text.testbed_named(args.testbed), args.keep)
         return
     columns = [run for name, folder in outs.items() for run in program_column(protocol, name, folder)]
     runs, runtime = finished_runs(args.from_json, protocol) if args.stage == "report" else run_corridor(protocol, args)

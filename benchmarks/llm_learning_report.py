@@ -176,6 +176,12 @@ def success_said(results: dict) -> str:
         "Success is exact (DP) where the environment allows it, else sampled validation success.")
 
 
+# The table's columns after the seed count: each run's figure (mean ± t-interval over seeds), at these digits.
+COLUMNS = [("initial_success", 3), ("final_success", 3), ("late_success", 3), ("late_sigma", 3), ("late_reward_std", 2),
+           ("divergent_fraction", 3), ("mean_rho", 3), ("mean_rho_strict_valid", 3), ("advantage_std", 2),
+           ("advantage_range", 2), ("seconds_per_iteration", 1)]
+
+
 def report(results: dict, protocol_name: str, protocol: Any, elapsed: float, how: str = "") -> str:
     how = how or f"Written by `python -m benchmarks.llm_learning run --protocol {protocol_name}` in {elapsed / 60:.1f} min."
     parts = comparisons(results)
@@ -205,25 +211,18 @@ def report(results: dict, protocol_name: str, protocol: Any, elapsed: float, how
                        "reward σ in a batch | divergent frac | mean ρ | mean ρ (StrictValid) | adv std | adv range | "
                        "s/iter |"), "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
             for method, runs in by_method.items():
-                def cell(key: str, digits: int = 3, runs: list = runs) -> str:
+                def cell(key: str, digits: int, runs: list = runs) -> str:
                     mean, half = interval(list(by_seed(runs, key).values()))
                     if not math.isfinite(mean):
                         return "—" if key != "mean_rho_strict_valid" else "not recorded"
                     return f"{mean:.{digits}f}" if len(runs) == 1 else f"{mean:.{digits}f} ± {half:.{digits}f}"
-                lines.append(f"| {method} | {len(runs)} | {cell('initial_success')} | {cell('final_success')} | "
-                             f"{cell('late_success')} | {cell('late_sigma')} | {cell('late_reward_std', 2)} | "
-                             f"{cell('divergent_fraction')} | {cell('mean_rho')} | {cell('mean_rho_strict_valid')} | "
-                             f"{cell('advantage_std', 2)} | {cell('advantage_range', 2)} | "
-                             f"{cell('seconds_per_iteration', 1)} |")
+                lines.append(f"| {method} | {len(runs)} | " + " | ".join(cell(*column) for column in COLUMNS) + " |")
             lines += ["", "Verdicts (paired by seed, late-stage success, Holm-corrected):", ""]
-            for part in parts:
-                if part["env"] == env_label and part["N"] == n and part["kind"] == "learned":
-                    lines.append(f"- {part['a']}, late − before ({part['n']} seeds): {fmt_part(part)} — "
-                                 f"{_said(part)}{without_text(part, without, seed)}")
-            for part in parts:
-                if part["env"] == env_label and part["N"] == n and part["kind"] == "vs":
-                    lines.append(f"- {part['a']} vs {part['b']}: {fmt_part(part)} — {_said(part)}"
-                                 f"{without_text(part, without, seed)}")
+            for part in parts:  # (each method's gain first, then the methods against one another)
+                if part["env"] == env_label and part["N"] == n and part["kind"] != "reading":
+                    what = (f"{part['a']}, late − before ({part['n']} seeds)" if part["kind"] == "learned"
+                            else f"{part['a']} vs {part['b']}")
+                    lines.append(f"- {what}: {fmt_part(part)} — {_said(part)}{without_text(part, without, seed)}")
             lines.append("")
     lines += episode_lines(episode_comparisons(results),
                            episode_comparisons(without_seed(results, seed)) if seed is not None else [], seed)

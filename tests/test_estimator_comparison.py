@@ -113,7 +113,7 @@ def test_a_households_study_folder_gives_its_runs(tmp_path):
     runs = ec.program_runs(protocol, "households", tmp_path)
     assert {(r["method"], r["seed"]): r["final_success"] for r in runs} == {key: n / 12 for key, n in won.items()}
     assert {r["env_name"] for r in runs} == {"households"}
-    with pytest.raises(ValueError, match="'corridor' is not run by a program"):
+    with pytest.raises(ValueError, match="has no testbed 'corridor'"):
         ec.program_runs(protocol, "corridor", tmp_path)
 
 
