@@ -21,8 +21,17 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.stats import (MIN_UNITS_FOR_MDE, apply_holm, fmt_clustered, fmt_part, keyed, mean_ci, paired_diff,
-                              paired_outcomes, paired_values)
+from benchmarks.stats import (
+    MIN_UNITS_FOR_MDE,
+    apply_holm,
+    fmt_clustered,
+    fmt_part,
+    keyed,
+    mean_ci,
+    paired_diff,
+    paired_outcomes,
+    paired_values,
+)
 
 # Presets whose recipe was chosen on one seed's own validation episodes: preset -> (that seed, how it was chosen).
 SELECTED_ON = {

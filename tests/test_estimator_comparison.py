@@ -155,3 +155,21 @@ def test_program_testbed_options_refuse_bad_input_in_one_line(tmp_path, capsys):
             code = exit_.code
         err = capsys.readouterr().err
         assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_the_report_stage_writes_the_committed_comparison_again(tmp_path, monkeypatch, capsys):
+    """The documented rerun: ``report --from-json`` on the committed JSON with both program columns (real ALFWorld
+    from its kept folder, households restored from its kept jobs) writes the committed JSON and report byte for
+    byte."""
+    from benchmarks import alfworld_text
+    from benchmarks.study_keep import restore_kept
+
+    monkeypatch.chdir(ec.RESULTS.parent.parent)
+    households = tmp_path / "households-study"
+    restore_kept(ec.RESULTS / "raw" / "estimators_households", households, alfworld_text.testbed_named("households"))
+    monkeypatch.setattr(ec, "RESULT_JSON", tmp_path / "estimator_comparison.json")
+    assert ec.main(["report", "--from-json", "benchmarks/results/estimator_comparison.json",
+                    "--program-out", "alfworld_text=benchmarks/results/raw/estimators_alfworld",
+                    "--program-out", f"households={households}"]) == 0
+    for name in ("estimator_comparison.json", "estimator_comparison.md"):
+        assert (tmp_path / name).read_bytes() == (ec.RESULTS / name).read_bytes(), name
