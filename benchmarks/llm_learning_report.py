@@ -15,6 +15,7 @@ curse on that seed: the report says so beside every result, and gives each resul
 from __future__ import annotations
 
 import math
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -97,13 +98,10 @@ def selection_seed(results: dict, protocol: Any) -> Any:
     return seed if seed in held and len(held) > 1 else None
 
 
-def _same_question(part: dict) -> tuple:
-    return part["env"], part["N"], part["kind"], part["a"], part["b"]
-
-
 def without_text(part: dict, others: list[dict], seed: Any) -> str:
     """``; without seed 0 (selection): ...`` beside a result whose comparison also ran without the selection seed."""
-    match = next((q for q in others if _same_question(q) == _same_question(part)), None)
+    question = itemgetter("env", "N", "kind", "a", "b")
+    match = next((q for q in others if question(q) == question(part)), None)
     if match is None or seed not in part.get("seeds", []):
         return ""
     counts = f"{match['gained']} gained, {match['lost']} lost, " if "gained" in match else ""
@@ -120,8 +118,9 @@ def episode_comparisons(results: dict) -> list[dict]:
     validation against its first, and ecpo vs gigpo_std at the final one. Validation draws are fixed by (seed,
     copy, step), so an episode pairs with itself across checkpoints and across methods of one seed. The test
     is conditional on the runs trained (McNemar on the discordant episodes); the seed-level verdicts above are
-    the ones that carry run-to-run variance."""
-    parts = []
+    the ones that carry run-to-run variance. Episodes ``(seed, task, copy)`` of one task, in any seed, form one
+    cluster."""
+    parts, task = [], itemgetter(1)
     for env_label, by_n in results.items():
         for n, by_method in by_n.items():
             where = {"env": env_label, "N": n}
@@ -130,20 +129,15 @@ def episode_comparisons(results: dict) -> list[dict]:
                 if runs:
                     parts.append(where | {"kind": "learned", "a": method, "b": "before", "seeds": [r["seed"] for r in runs]}
                                  | paired_outcomes(pooled_episodes(runs, "before"), pooled_episodes(runs, "after"),
-                                                   label=f"{env_label} N={n} {method} before/after", task_of=_task))
+                                                   label=f"{env_label} N={n} {method} before/after", task_of=task))
             a, b = with_episodes.get("ecpo", []), with_episodes.get("gigpo_std", [])
             shared = sorted({r["seed"] for r in a} & {r["seed"] for r in b})
             if shared:
                 a, b = ([r for r in runs if r["seed"] in shared] for runs in (a, b))
                 parts.append(where | {"kind": "vs", "a": "ecpo", "b": "gigpo_std", "seeds": shared}
                              | paired_outcomes(pooled_episodes(b, "after"), pooled_episodes(a, "after"),
-                                               label=f"{env_label} N={n} ecpo/gigpo_std", task_of=_task))
+                                               label=f"{env_label} N={n} ecpo/gigpo_std", task_of=task))
     return apply_holm(parts, [1] * len(parts))
-
-
-def _task(key: tuple) -> Any:
-    """The task of a pooled episode ``(seed, task, copy)``: episodes of one task, in any seed, form one cluster."""
-    return key[1]
 
 
 def episode_lines(parts: list[dict], without: list[dict] = (), seed: Any = None) -> list[str]:
@@ -191,6 +185,12 @@ def success_said(results: dict) -> str:
         "Success is exact (DP) where the environment allows it, else sampled validation success.")
 
 
+# The table's columns after the seed count: each run's figure (mean ± t-interval over seeds), at these digits.
+COLUMNS = [("initial_success", 3), ("final_success", 3), ("late_success", 3), ("late_sigma", 3), ("late_reward_std", 2),
+           ("divergent_fraction", 3), ("mean_rho", 3), ("mean_rho_strict_valid", 3), ("advantage_std", 2),
+           ("advantage_range", 2), ("seconds_per_iteration", 1)]
+
+
 def report(results: dict, protocol_name: str, protocol: Any, elapsed: float, how: str = "") -> str:
     how = how or f"Written by `python -m benchmarks.llm_learning run --protocol {protocol_name}` in {elapsed / 60:.1f} min."
     parts = comparisons(results)
@@ -220,25 +220,18 @@ def report(results: dict, protocol_name: str, protocol: Any, elapsed: float, how
                        "reward σ in a batch | divergent frac | mean ρ | mean ρ (StrictValid) | adv std | adv range | "
                        "s/iter |"), "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
             for method, runs in by_method.items():
-                def cell(key: str, digits: int = 3, runs: list = runs) -> str:
+                def cell(key: str, digits: int, runs: list = runs) -> str:
                     mean, half = interval(list(by_seed(runs, key).values()))
                     if not math.isfinite(mean):
                         return "—" if key != "mean_rho_strict_valid" else "not recorded"
                     return f"{mean:.{digits}f}" if len(runs) == 1 else f"{mean:.{digits}f} ± {half:.{digits}f}"
-                lines.append(f"| {method} | {len(runs)} | {cell('initial_success')} | {cell('final_success')} | "
-                             f"{cell('late_success')} | {cell('late_sigma')} | {cell('late_reward_std', 2)} | "
-                             f"{cell('divergent_fraction')} | {cell('mean_rho')} | {cell('mean_rho_strict_valid')} | "
-                             f"{cell('advantage_std', 2)} | {cell('advantage_range', 2)} | "
-                             f"{cell('seconds_per_iteration', 1)} |")
+                lines.append(f"| {method} | {len(runs)} | " + " | ".join(cell(*column) for column in COLUMNS) + " |")
             lines += ["", "Verdicts (paired by seed, late-stage success, Holm-corrected):", ""]
-            for part in parts:
-                if part["env"] == env_label and part["N"] == n and part["kind"] == "learned":
-                    lines.append(f"- {part['a']}, late − before ({part['n']} seeds): {fmt_part(part)} — "
-                                 f"{_said(part)}{without_text(part, without, seed)}")
-            for part in parts:
-                if part["env"] == env_label and part["N"] == n and part["kind"] == "vs":
-                    lines.append(f"- {part['a']} vs {part['b']}: {fmt_part(part)} — {_said(part)}"
-                                 f"{without_text(part, without, seed)}")
+            for part in parts:  # (each method's gain first, then the methods against one another)
+                if part["env"] == env_label and part["N"] == n and part["kind"] != "reading":
+                    what = (f"{part['a']}, late − before ({part['n']} seeds)" if part["kind"] == "learned"
+                            else f"{part['a']} vs {part['b']}")
+                    lines.append(f"- {what}: {fmt_part(part)} — {_said(part)}{without_text(part, without, seed)}")
             lines.append("")
     lines += episode_lines(episode_comparisons(results),
                            episode_comparisons(without_seed(results, seed)) if seed is not None else [], seed)
@@ -274,12 +267,9 @@ def plot(results: dict, path: Path) -> None:
     fig, axes = plt.subplots(2, len(panels), figsize=(5 * len(panels), 7), squeeze=False)
     for col, (env, n) in enumerate(panels):
         for method, runs in results[env][n].items():
-            iters = [i for i, _ in runs[0]["curve"]]
-            curve = np.mean([[s for _, s in r["curve"]] for r in runs], axis=0)
-            axes[0][col].plot(iters, curve, marker="o", label=method)
-            div_iters = [i for i, _ in runs[0]["divergent_curve"]]
-            div = np.nanmean([[d for _, d in r["divergent_curve"]] for r in runs], axis=0)
-            axes[1][col].plot(div_iters, div, label=method)
+            for row, key in enumerate(("curve", "divergent_curve")):  # (success, then the divergent-anchor fraction)
+                mean = np.nanmean([[v for _, v in r[key]] for r in runs], axis=0)
+                axes[row][col].plot([i for i, _ in runs[0][key]], mean, label=method, marker="o" if row == 0 else None)
         axes[0][col].set(title=f"{env}, N={n}", xlabel="iteration", ylabel="success (mean over seeds)")
         axes[1][col].set(xlabel="iteration", ylabel="divergent-anchor fraction")
         axes[0][col].legend()

@@ -13,14 +13,26 @@ from benchmarks import estimator_comparison as ec
 from benchmarks.stats import mde, seeds_for_mde
 
 
+def rule_seeds(sds: list[float], protocol: dict) -> int:
+    """The protocol's registered rule (the pilots that applied it are finished, their code gone): the fewest seeds
+    whose exact-power MDE at level alpha / m (m = the testbed's comparisons) is at most the target for the largest
+    pilot SD of (arm - reference), and never below 10."""
+    alpha = protocol["alpha"] / (len(protocol["arms"]) - 1)
+    return max(10, seeds_for_mde(max(sds), protocol["mde_target"], alpha, protocol["power"]))
+
+
 def test_the_protocols_seed_count_is_the_pilots_by_the_registered_rule():
     protocol = ec.load_protocol()
-    pilot = json.loads(ec.PILOT_JSON.read_text())
-    assert ec.pilot_seed_count(pilot["runs"], protocol)["seeds"] == pilot["seed_count"]["seeds"] == protocol["seeds"]
+    pilot = json.loads((ec.RESULTS / "estimator_comparison_pilot.json").read_text())
+    success = {(r["env_name"], r["method"], r["seed"]): r["final_success"] for r in pilot["runs"]}
+    seeds = sorted({seed for _, _, seed in success})
+    sds = {arm: np.std([success[("corridor", arm, s)] - success[("corridor", "gigpo_std", s)] for s in seeds], ddof=1)
+           for arm in protocol["arms"] if arm != "gigpo_std"}
+    assert pilot["seed_count"]["sd"] == pytest.approx({f"corridor|{arm}": sd for arm, sd in sds.items()})
+    assert rule_seeds(list(sds.values()), protocol) == pilot["seed_count"]["seeds"] == protocol["seeds"]
     sd, alpha = pilot["seed_count"]["largest_sd"], protocol["alpha"] / (len(protocol["arms"]) - 1)
     n = protocol["seeds"]
     assert mde(sd / math.sqrt(n), n - 1, alpha) <= 0.10 < mde(sd / math.sqrt(n - 1), n - 2, alpha)
-    assert seeds_for_mde(sd, 0.10, alpha) == n
 
 
 def test_verdicts_are_holms_on_the_paired_difference():
@@ -37,34 +49,20 @@ def test_verdicts_are_holms_on_the_paired_difference():
     assert table["gigpo_std"]["corridor"]["reference"]
 
 
-def test_the_real_alfworld_columns_seed_count_is_its_pilots_by_the_same_rule():
-    """The alfworld_text column's pilot is the registered alfworld_text study: the SD of each arm it ran minus
-    GiGPO w/std over its 5 seeds, then the corridor's rule (the floor of 10 where fewer seeds would do)."""
+@pytest.mark.parametrize(("name", "pilot", "seeds"), [("alfworld_text", "alfworld_text.json", 10),
+                                                     ("households", "households_text.json", 21)])
+def test_a_program_columns_seed_count_is_its_pilots_by_the_same_rule(name, pilot, seeds):
+    """A program testbed's pilot (``benchmarks.alfworld_text``'s report: ecpo, gigpo_std, grpo on seeds 1-5; for
+    real ALFWorld the registered alfworld_text study) sizes its column by the corridor's rule: the SD of each arm it
+    ran minus GiGPO w/std (the floor of 10 stands in for the arms it did not run); its seeds are 101 on."""
     protocol = ec.load_protocol()
-    count = ec.program_pilot_seed_count(protocol, "alfworld_text")
-    study = json.loads((ec.RESULTS / "alfworld_text.json").read_text())
-    success = {arm: [part["seeds"][str(s)]["by_type"]["All"] for s in range(1, 6)] for arm, part in study["arms"].items()}
-    by_hand = np.std(np.subtract(success["ecpo"], success["gigpo_std"]), ddof=1)
-    assert count["sd"]["alfworld_text|ecpo"] == pytest.approx(by_hand)
-    assert count["seeds"] == ec.testbed(protocol, "alfworld_text")["seeds"] == 10
-    assert ec.program_seeds(ec.testbed(protocol, "alfworld_text")) == list(range(101, 111))
-    assert json.loads(ec.pilot_json("alfworld_text").read_text())["seeds"] == count["seeds"]
-
-
-def test_the_households_columns_seed_count_is_its_pilots_by_the_same_rule():
-    """The households pilot (ecpo, gigpo_std, grpo on seeds 1-5, benchmarks/results/households_text.json) sizes the
-    households column: its committed seed count is the rule's for the pilot's largest SD, and its seeds are 101+."""
-    protocol = ec.load_protocol()
-    count = ec.program_pilot_seed_count(protocol, "households")
-    study = json.loads((ec.RESULTS / "households_text.json").read_text())
+    study = json.loads((ec.RESULTS / pilot).read_text())
     success = {arm: [part["seeds"][str(s)]["by_type"]["All"] for s in range(1, 6)] for arm, part in study["arms"].items()}
     sds = [np.std(np.subtract(success[arm], success["gigpo_std"]), ddof=1) for arm in ("ecpo", "grpo")]
-    assert count["largest_sd"] == pytest.approx(max(sds))
-    alpha = protocol["alpha"] / (len(protocol["arms"]) - 1)
-    assert count["seeds"] == seeds_for_mde(max(sds), protocol["mde_target"], alpha) == 21
-    assert ec.testbed(protocol, "households")["seeds"] == count["seeds"]
-    assert ec.program_seeds(ec.testbed(protocol, "households")) == list(range(101, 122))
-    assert json.loads(ec.pilot_json("households").read_text())["seeds"] == count["seeds"]
+    written = json.loads((ec.RESULTS / f"estimator_comparison_{name}_pilot.json").read_text())
+    assert written["largest_sd"] == pytest.approx(max(sds))
+    assert rule_seeds(sds, protocol) == written["seeds"] == ec.testbed(protocol, name)["seeds"] == seeds
+    assert ec.program_seeds(ec.testbed(protocol, name)) == list(range(101, 101 + seeds))
 
 
 def test_a_program_testbeds_runs_are_read_from_its_leaderboard_logs():
@@ -115,7 +113,7 @@ def test_a_households_study_folder_gives_its_runs(tmp_path):
     runs = ec.program_runs(protocol, "households", tmp_path)
     assert {(r["method"], r["seed"]): r["final_success"] for r in runs} == {key: n / 12 for key, n in won.items()}
     assert {r["env_name"] for r in runs} == {"households"}
-    with pytest.raises(ValueError, match="'corridor' is not run by a program"):
+    with pytest.raises(ValueError, match="has no testbed 'corridor'"):
         ec.program_runs(protocol, "corridor", tmp_path)
 
 
@@ -144,9 +142,13 @@ def test_program_testbed_options_refuse_bad_input_in_one_line(tmp_path, capsys):
                           (["report", "--program-out", f"kitchen={tmp_path}"], "'kitchen' is not a program testbed"),
                           (["run", "--testbed", "kitchen", "--out", str(tmp_path)], "'kitchen' is not a program testbed"),
                           (["run", "--keep", str(tmp_path)], "--keep goes with run --testbed"),
-                          (["pilot-seeds"], "pilot-seeds needs --testbed"),
-                          (["report", "--alfworld-out", str(tmp_path)], "report needs --from-json"),
-                          (["pilot", "--out", str(tmp_path)], "pilot does not take --out")):
+                          (["run", "--out", str(tmp_path)], "--out goes with run --testbed"),
+                          (["run", "--testbed", "households"], "run --testbed needs --out"),
+                          (["run", "--jobs", "0"], "--jobs must be >= 1"),
+                          (["report", "--program-out", f"households={tmp_path}"], "report needs --from-json"),
+                          (["report", "--from-json", str(tmp_path), "--program-out", f"households={tmp_path}",
+                            "--program-out", f"households={tmp_path}"], "testbed households is given twice"),
+                          (["report", "--out", str(tmp_path)], "report does not take --out")):
         try:  # refused by argparse (SystemExit) or by the stage's options (exit status returned)
             code = ec.main(argv)
         except SystemExit as exit_:
@@ -155,7 +157,19 @@ def test_program_testbed_options_refuse_bad_input_in_one_line(tmp_path, capsys):
         assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
 
 
-def test_a_pilot_without_its_results_names_the_commands_that_make_them(tmp_path):
-    protocol = ec.load_protocol()
-    with pytest.raises(ValueError, match="run `python -m benchmarks.alfworld_text run --testbed households"):
-        ec.program_pilot_seed_count(protocol, "households", root=tmp_path)
+def test_the_report_stage_writes_the_committed_comparison_again(tmp_path, monkeypatch, capsys):
+    """The documented rerun: ``report --from-json`` on the committed JSON with both program columns (real ALFWorld
+    from its kept folder, households restored from its kept jobs) writes the committed JSON and report byte for
+    byte."""
+    from benchmarks import alfworld_text
+    from benchmarks.study_keep import restore_kept
+
+    monkeypatch.chdir(ec.RESULTS.parent.parent)
+    households = tmp_path / "households-study"
+    restore_kept(ec.RESULTS / "raw" / "estimators_households", households, alfworld_text.testbed_named("households"))
+    monkeypatch.setattr(ec, "RESULT_JSON", tmp_path / "estimator_comparison.json")
+    assert ec.main(["report", "--from-json", "benchmarks/results/estimator_comparison.json",
+                    "--program-out", "alfworld_text=benchmarks/results/raw/estimators_alfworld",
+                    "--program-out", f"households={households}"]) == 0
+    for name in ("estimator_comparison.json", "estimator_comparison.md"):
+        assert (tmp_path / name).read_bytes() == (ec.RESULTS / name).read_bytes(), name

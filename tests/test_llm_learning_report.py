@@ -113,6 +113,10 @@ def test_the_report_stage_writes_the_committed_report_again_and_a_run_records_it
     written = stem.with_suffix(".md").read_text()
     assert (results / "llm_learning.md").read_text().startswith(written)  # (hand-written sections follow it)
     assert "Re-reported by `python -m benchmarks.llm_learning --protocol budget --from-json" in written
+    pairs = results / "llm_learning_alfworld_cpu_pairs.json"  # (its report's MDEs moved with stats.py's since)
+    assert llm_learning.main(["report", "--protocol", "alfworld_cpu_pairs", "--from-json",
+                              "benchmarks/results/llm_learning_alfworld_cpu_pairs.json", "--out", str(tmp_path / "p")]) == 0
+    assert (tmp_path / "p.json").read_bytes() == pairs.read_bytes()
 
     stored = json.loads(committed.read_text()) | {"command": "python -m benchmarks.llm_learning run --protocol budget"}
     (tmp_path / "new.json").write_text(json.dumps(stored))
@@ -126,3 +130,27 @@ def test_the_report_stage_writes_the_committed_report_again_and_a_run_records_it
     refusal = "error: report does not take --jobs (it takes --from-json, --from-runs)"
     assert capsys.readouterr().err.strip().splitlines() == [refusal]
     assert llm_learning.main(["report", "--protocol", "budget"]) == 2
+
+
+@pytest.mark.slow
+def test_run_trains_every_cell_then_passes_over_the_finished_ones(tmp_path, tiny_model_dir, capsys):
+    """``run`` (the ``quick`` protocol, a tiny model): each cell trained in its folder and reported; run again, every
+    finished cell is passed over (the run shell's resume-or-start) and the report is the same; a changed defining
+    key is one line, exit 2, and leaves the cells as they were."""
+    runs, stem = tmp_path / "runs", tmp_path / "quick"
+    argv = ["run", "--protocol", "quick", "--runs-dir", str(runs), "--out", str(stem), f"model={tiny_model_dir}",
+            "iterations=1", "val_every=1"]
+    assert llm_learning.main(argv) == 0
+    first = json.loads(stem.with_suffix(".json").read_text())
+    assert sorted(first["results"]["corridor"]["8"]) == ["ecpo", "gigpo_std"]
+    assert first["command"].startswith("python -m benchmarks.llm_learning run --protocol quick model=")
+    cell = runs / "quick" / "corridor" / "N8" / "ecpo" / "seed0"
+    metrics = (cell / "metrics.jsonl").read_bytes()
+    assert llm_learning.main(argv) == 0
+    assert json.loads(stem.with_suffix(".json").read_text()) == first
+    assert (cell / "metrics.jsonl").read_bytes() == metrics
+    capsys.readouterr()
+    assert llm_learning.main([*argv, "lr=1e-3"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "lr" in err[0], err
+    assert (cell / "metrics.jsonl").read_bytes() == metrics
