@@ -113,10 +113,11 @@ def test_the_report_stage_writes_the_committed_report_again_and_a_run_records_it
     written = stem.with_suffix(".md").read_text()
     assert (results / "llm_learning.md").read_text().startswith(written)  # (hand-written sections follow it)
     assert "Re-reported by `python -m benchmarks.llm_learning --protocol budget --from-json" in written
-    pairs = results / "llm_learning_alfworld_cpu_pairs.json"  # (its report's MDEs moved with stats.py's since)
+    pairs = results / "llm_learning_alfworld_cpu_pairs.json"
     assert llm_learning.main(["report", "--protocol", "alfworld_cpu_pairs", "--from-json",
                               "benchmarks/results/llm_learning_alfworld_cpu_pairs.json", "--out", str(tmp_path / "p")]) == 0
     assert (tmp_path / "p.json").read_bytes() == pairs.read_bytes()
+    assert (tmp_path / "p.md").read_bytes() == pairs.with_suffix(".md").read_bytes()
 
     stored = json.loads(committed.read_text()) | {"command": "python -m benchmarks.llm_learning run --protocol budget"}
     (tmp_path / "new.json").write_text(json.dumps(stored))
