@@ -10,11 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks import (
-    credit_counterfactual,
-    credit_counterfactual_protocol,
-    credit_counterfactual_report,
-)
+from benchmarks import credit_counterfactual, credit_counterfactual_report
 from benchmarks import read_json, write_json_gz
 from benchmarks import (
     stats as bench_stats,
@@ -81,7 +77,7 @@ def test_fig1_batch_drives_each_estimator_to_the_expected_sign_of_delta_log_pi_r
     `ecpo_anchor_scale`. With Adam's first step (an elementwise sign step) all push B by the same amount."""
     from ecpo_train.core.credit import compute_advantages
 
-    cf = credit_counterfactual_protocol
+    cf = credit_counterfactual
     trainer = _tabular_trainer(tmp_path, optimizer)
     try:
         rollout, wins = _fig1_rollout(trainer.policy)
@@ -182,7 +178,7 @@ def test_quick_run_writes_a_report_whose_numbers_are_the_json(tmp_path):
     assert all(c["concentration"] >= c["target"] for c in arm["checkpoints"])
     for batches in arm["batches"].values():
         assert [b["seed"] for b in batches] == list(range(100_000, 100_012))  # the same batch seeds per level
-        assert set(batches[0]["estimators"]) == set(credit_counterfactual_protocol.ESTIMATORS)
+        assert set(batches[0]["estimators"]) == set(credit_counterfactual.ESTIMATORS)
     assert payload["summary"] == json.loads(json.dumps(report.summarize(payload["arms"])))
     for part in payload["summary"]["comparisons"]:
         shown = report._scaled(part, report.SCALE.get(part["metric"], 1.0))
@@ -311,7 +307,7 @@ def test_the_llm_arm_reaches_a_concentration_by_supervised_steps_then_settles_wi
     """``reach: supervised``: steps of the trainer's AdamW on -log pi(good door) raise the scoring LM's mean
     pi(good | room); once the target is crossed, ``settle`` GRPO iterations run and the checkpoint (weights and
     AdamW state) records the concentration measured after them."""
-    protocol = credit_counterfactual_protocol
+    protocol = credit_counterfactual
     from ecpo_train.runtime.checkpoint_io import load_checkpoint
     from ecpo_train.runtime.trainer import Trainer
 
@@ -320,7 +316,7 @@ def test_the_llm_arm_reaches_a_concentration_by_supervised_steps_then_settles_wi
            "config": {"device": "cpu", "save_optimizer": True, "model": str(tiny_model_dir), "lr": 3e-3,
                       "n_groups": 1, "group_size": 4},
            "targets": [], "max_iterations": 40, "reach": "supervised", "settle": 1}
-    env = protocol._probe_env(arm)
+    env = protocol.probe_env(arm)
     good = protocol.good_doors(env)
     trainer = Trainer(protocol.arm_config(arm, str(tmp_path / "probe"), 0))
     try:
