@@ -34,7 +34,8 @@ replication.
 
 Writes ``benchmarks/results/credit_counterfactual{,_quick}.{md,json.gz}`` (the protocol records the command,
 ``command``, that the report quotes); each finished (arm, checkpoint seed)'s raw
-records also go to ``<runs-dir>/<arm>_ckpt<seed>.json`` so a report can be rebuilt from arms run separately.
+records also go to ``<runs-dir>/<arm>_ckpt<seed>.json`` so a report can be rebuilt from arms run separately, and a
+run stopped early, started again with the same options, skips the jobs kept there.
 """
 
 from __future__ import annotations
@@ -411,8 +412,8 @@ def measure_batch(trainer: Any, checkpoint: str, batch_seed: int, env: Any, good
 
 
 def run_arm(job: tuple[str, dict[str, Any], str]) -> dict[str, Any]:
-    """Checkpoints (trained from ``arm["checkpoint_seed"]``) and every batch of one arm (a process-pool job); also
-    saved as ``<runs_dir>/<arm>_ckpt<seed>.json``."""
+    """Checkpoints (trained from ``arm["checkpoint_seed"]``) and every batch of one arm (a process-pool job), kept
+    as ``<runs_dir>/<arm>_ckpt<seed>.json``; a job kept there under the same protocol is not run again (resume)."""
     import torch
 
     from ecpo_train.runtime.trainer import Trainer
@@ -420,6 +421,9 @@ def run_arm(job: tuple[str, dict[str, Any], str]) -> dict[str, Any]:
     torch.set_num_threads(1)
     name, arm, runs_dir = job
     seed = int(arm["checkpoint_seed"])
+    kept = Path(runs_dir) / f"{name}_ckpt{seed}.json"
+    if kept.is_file() and (finished := read_json(kept))["protocol"] == arm:
+        return finished
     folder = Path(runs_dir) / f"{name}_ckpt{seed}"
     started = time.perf_counter()
     log = lambda text: print(f"[{name} ckpt{seed}] {text}", flush=True)
@@ -440,7 +444,7 @@ def run_arm(job: tuple[str, dict[str, Any], str]) -> dict[str, Any]:
         trainer.close()
     result = {"arm": name, "protocol": arm, "checkpoints": checkpoints, "batches": batches,
               "seconds": time.perf_counter() - started}
-    write_text(Path(runs_dir) / f"{name}_ckpt{seed}.json", json.dumps(result))
+    write_text(kept, json.dumps(result))
     return result
 
 

@@ -212,6 +212,16 @@ def test_checkpoint_seeds_and_batch_seed_base_reach_the_protocol(tmp_path):
     assert any(not torch.equal(first[k], second[k]) for k in first)  # two GRPO runs, two different policies
     assert (tmp_path / "runs" / "quick" / "tabular_corridor_ckpt4.json").exists()
     assert cf.main(args[:-4] + ["--checkpoint-seeds", "1", "1"]) == 2
+    # resume: started again, a job kept under the same protocol is not run again (its record is reused as kept);
+    # one kept under another protocol is
+    for seed, change in ((3, {"K": 99}), (4, {})):
+        kept = tmp_path / "runs" / "quick" / f"tabular_corridor_ckpt{seed}.json"
+        record = json.loads(kept.read_text())
+        kept.write_text(json.dumps(record | {"seconds": 12345.0, "protocol": record["protocol"] | change}))
+    assert cf.main(args) == 0
+    records = read_json(tmp_path / "credit_counterfactual_quick.json.gz")["arms"]["tabular_corridor"]
+    assert [r["seconds"] == 12345.0 for r in records] == [False, True]
+    assert records[0]["protocol"]["K"] == 2 and len(records[0]["batches"]["0.50"]) == 2
 
 
 def _replicate(seed, diffs, exact_success=0.4, target=0.8):
