@@ -1,7 +1,8 @@
 """Counterfactual credit updates (issue 23): can one update tell ECPO from GiGPO on identical batches?
 
 End-to-end training comparisons at this budget have little power (a 5-point success difference is detected 7-15 %
-of the time). This benchmark measures instead what one update does. An arm is one policy on one corridor:
+of the time). This benchmark measures instead what one update does. An arm is one policy on one corridor
+(``credit_counterfactual.yaml``, the protocol: the arms, their K, targets and trainer settings, the notes):
 :func:`make_checkpoints` trains it with GRPO (the native ``Trainer``) and saves a ``Trainer.save`` (weights, AdamW
 state, RNGs) the first time its mean pi(good door | room) at T = 1 reaches each target concentration.
 :func:`measure_batch` then, for one checkpoint and one batch seed, loads the checkpoint, samples one rollout batch
@@ -55,71 +56,22 @@ import numpy as np
 from benchmarks import RESULTS, read_json, refused, rescore, write_json_gz, write_report
 from benchmarks.credit_counterfactual_claim import claim_markdown, claim_report
 from benchmarks.credit_counterfactual_report import render, replicates, summarize
+from benchmarks.credit_study import read_protocol
 from benchmarks.study import StudyCommand, in_processes
 from ecpo_train.files.atomic import write_text
 
-ESTIMATORS = ("grpo", "gigpo_std", "ecpo", "ecpo_anchor_scale", "ecpo_eca_only", "ecpo_anchor_scale_eca_only")
-
-# Corridors where the good door itself sometimes fails (good_prob < 1 and, for "noisy", a per-step hazard), so a
-# group often holds a failed good-door visit beside a rare door that got lucky.
-TABULAR = {  # the two tabular arms' trainer settings and search: they differ only in the corridor
-    "config": {"n_groups": 8, "group_size": 8, "lr": 0.3, "kl_coef": 0.01, "weight_decay": 0.0,
-               "mini_batch_size": 100000, "micro_batch_size": 100000, "max_grad_norm": 1000.0, "credit": {"d_min": 1}},
-    "targets": [0.5, 0.8, 0.95], "max_iterations": 2000,
-}
-ARMS: dict[str, dict[str, Any]] = {
-    "tabular_corridor": {
-        "policy": "tabular", "env_id": "ecpo/DivergentAnchor-v0",
-        "env_kwargs": {"num_tasks": 1, "depth": 5, "good_prob": 0.85, "rare_prob": [0.4, 0.7]},
-    } | TABULAR,
-    "tabular_noisy_wide": {
-        "policy": "tabular", "env_id": "ecpo/DivergentAnchorNoisy-v0",
-        "env_kwargs": {"num_tasks": 1, "depth": 5, "branching": 5, "good_prob": 0.9, "rare_prob": [0.5, 0.8]},
-    } | TABULAR,
-    # SmolLM2-135M scoring the doors (the corridor_llm preset as it is), good door 0.85. GRPO does not reach the
-    # targets on two cores, so this arm gets there by supervised steps, then settles with GRPO (why, with the
-    # numbers: docs/credit_experiments.md; the supervised momentum alone carried pi(good) 0.5 -> 0.82).
-    "smollm2_corridor": {
-        "policy": "llm", "preset": "corridor_llm", "env_id": "ecpo/DivergentAnchor-v0",
-        "env_kwargs": {"num_tasks": 2, "depth": 4, "good_prob": 0.85, "rare_prob": [0.4, 0.7]},
-        "config": {"device": "cpu", "save_optimizer": True},
-        "targets": [0.5, 0.8, 0.95], "max_iterations": 200, "reach": "supervised", "reach_lr": 2.0e-6, "settle": 2,
-    },
-}
-FULL_K = {"tabular_corridor": 600, "tabular_noisy_wide": 600, "smollm2_corridor": 6}
-BATCH_SEED_BASE = 100_000  # batch k of every checkpoint is drawn from seed BATCH_SEED_BASE + k unless told otherwise
-FULL_ARM_MINUTES = 106.4  # arm time of the committed full protocol for one checkpoint seed (all three arms)
-NOTES = [
-    ("The SmolLM2 arm (the corridor_llm preset as it is: lr 2e-5, two epochs) reaches its concentrations by "
-     "supervised steps at lr 2e-6, AdamW's moments cleared, then two GRPO iterations (`reach: supervised`, "
-     "docs/credit_experiments.md: GRPO at 2e-5 moved pi(good) 0.59 -> 0.63 in 20 iterations, and at 1e-4 drifted "
-     "away); the settled concentrations are 0.63, 0.76 and 0.95 for the targets 0.5, 0.8 and 0.95. It ran alone "
-     "with `--arms smollm2_corridor` (K = 6, 38 min on one core while another SmolLM2 job held the other) and "
-     "was merged with the tabular arms of the previous full run by `--from-raw`. With 0.3-0.5 lucky singletons "
-     "per batch it has 1-2 pairs for Delta log pi(rare|s): its intervals are wide and its MDEs say how large an "
-     "effect it could have seen; it extends the machinery to an LLM at high concentration, not the evidence."),
-    ("The tabular arms ran as `python -m benchmarks.credit_counterfactual` (K = 600 per checkpoint) side by side with "
-     "other jobs; arm time is summed over arms."),
-    ("Checkpoint seeds 1 and 2 of every arm ran later as `--checkpoint-seeds 1 2` (2 workers; the SmolLM2 jobs first, "
-     "beside another benchmark for their first hour, then the tabular jobs alone at about 5 min each) and were merged "
-     "with seed 0's arms from this report's JSON by `--from-raw`, which refuses replicates whose protocols differ."),
-    ("d_min = 1 on every arm: the corridors are 4-5 rooms long, and the paper's d_min = 7 would keep ECPO's gate "
-     "shut at most anchors (then ECPO = GRPO exactly; see the credit study's WebShop arm)."),
-    ("A lucky singleton: in one group at one room, a non-good door taken once in a won episode beside the good door "
-     "taken at least twice, at least once in a lost episode (fig. 1 of the paper). Delta log pi is at T = 1, "
-     "averaged over the batch's distinct (room, door) pairs; a batch without one has no value for that metric and "
-     "drops out of those pairs only."),
-]
+PROTOCOL_PATH = Path(__file__).with_name("credit_counterfactual.yaml")  # the arms, their K and targets, notes
+PROTOCOL = read_protocol(PROTOCOL_PATH, ("estimators", "arms", "quick", "notes", "batch_seed_base",
+                                         "full_arm_minutes"))
+ESTIMATORS: tuple[str, ...] = tuple(PROTOCOL["estimators"])
+ARMS: dict[str, dict[str, Any]] = PROTOCOL["arms"]
+BATCH_SEED_BASE = int(PROTOCOL["batch_seed_base"])
 
 
 def arm_protocol(name: str, quick: bool, k: int | None) -> dict[str, Any]:
-    arm = json.loads(json.dumps(ARMS[name]))
-    arm["K"] = int(k or (FULL_K[name] if not quick else (12 if arm["policy"] == "tabular" else 1)))
-    if quick:
-        if arm["policy"] == "tabular":
-            arm["targets"], arm["max_iterations"] = [0.5, 0.8], 300
-        else:  # one GRPO iteration and whatever concentration it reached: the machinery, not the regime
-            arm["targets"], arm["max_iterations"] = [0.0], 1
+    """Arm ``name`` as the protocol gives it, with ``quick``'s settings for its policy and ``K`` = ``k`` if given."""
+    arm = json.loads(json.dumps(ARMS[name] | (PROTOCOL["quick"][ARMS[name]["policy"]] if quick else {})))
+    arm["K"] = int(k or arm["K"])
     return arm
 
 
@@ -454,7 +406,7 @@ def write_outputs(results: Sequence[dict[str, Any]], protocol: dict[str, Any], r
     protocol = protocol | {"arms": {name: {k: v for k, v in records[0]["protocol"].items() if k != "checkpoint_seed"}
                                     | {"checkpoint_seeds": [replicate_seed(r) for r in records]}
                                     for name, records in arms.items()},
-                           "full_arm_minutes": FULL_ARM_MINUTES}
+                           "full_arm_minutes": PROTOCOL["full_arm_minutes"]}
     summary = summarize(arms)
     stem = out / ("credit_counterfactual_quick" if protocol.get("quick") else "credit_counterfactual")
     out.mkdir(parents=True, exist_ok=True)
@@ -540,7 +492,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return refused(f"--checkpoint-seeds must be distinct non-negative integers, got {args.checkpoint_seeds}")
     if args.batch_seed_base < 0:
         return refused(f"--batch-seed-base must be >= 0, got {args.batch_seed_base}")
-    base = {"quick": args.quick, "estimators": list(ESTIMATORS), "notes": NOTES, "command": command_line(args)}
+    base = {"quick": args.quick, "estimators": list(ESTIMATORS), "notes": PROTOCOL["notes"], "command": command_line(args)}
     if args.stage == "report":
         if not args.from_raw:
             return refused("report needs --from-raw DIR_OR_JSON [...]")

@@ -40,14 +40,20 @@ SEARCH_TEMPLATE = "search[<query>]"  # WebShop's open-ended admissible action
 PROTOCOL_PATH = Path(__file__).with_name("credit_study.yaml")
 
 
-def load_protocol(path: Path = PROTOCOL_PATH, *, quick: bool = False) -> dict[str, Any]:
-    """Read the YAML protocol; ``quick`` overrides seeds / group sizes / iterations with its ``quick`` block."""
+def read_protocol(path: Path, keys: Sequence[str]) -> dict[str, Any]:
+    """A study's YAML protocol (committed with the repository), refused where it lacks one of ``keys``."""
     if not path.exists():
-        raise FileNotFoundError(f"credit-study protocol not found at {path}; it ships with the repository")
+        raise FileNotFoundError(f"study protocol not found at {path}; it ships with the repository")
     protocol = read_yaml(path.read_text())
-    for key in ("methods", "group_sizes", "seeds", "credit", "optim", "envs"):
+    for key in keys:
         if key not in protocol:
             raise ValueError(f"{path}: protocol is missing the key {key!r}")
+    return protocol
+
+
+def load_protocol(path: Path = PROTOCOL_PATH, *, quick: bool = False) -> dict[str, Any]:
+    """Read the YAML protocol; ``quick`` overrides seeds / group sizes / iterations with its ``quick`` block."""
+    protocol = read_protocol(path, ("methods", "group_sizes", "seeds", "credit", "optim", "envs"))
     quick_block = protocol.pop("quick", None) or {}
     protocol["quick"] = bool(quick)
     if quick:
