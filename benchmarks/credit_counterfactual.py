@@ -28,15 +28,10 @@ The comparisons, verdicts and markdown are ``credit_counterfactual_report``'s; t
     python -m benchmarks.credit_counterfactual run --checkpoint-seeds 0 1 2   # 3 checkpoints per cell (~5.3 h)
     python -m benchmarks.credit_counterfactual claim   # the registered claim-level test of the committed report
 
-``--checkpoint-seeds`` trains each arm's concentration checkpoints once per seed (distinct GRPO runs, so distinct
-checkpoints) and measures the same batches from each; ``--batch-seed-base B`` draws batch k from seed ``B + k``
-(default 100000). With at least 3 checkpoints per cell the report's verdicts take the checkpoint as the unit of
-replication.
-
-Writes ``benchmarks/results/credit_counterfactual{,_quick}.{md,json.gz}`` (the protocol records the command,
-``command``, that the report quotes); each finished (arm, checkpoint seed)'s raw
-records also go to ``<runs-dir>/<arm>_ckpt<seed>.json`` so a report can be rebuilt from arms run separately, and a
-run stopped early, started again with the same options, skips the jobs kept there.
+``--checkpoint-seeds`` trains each arm's checkpoints once per seed (distinct GRPO runs) and measures the same batches
+from each. Writes ``benchmarks/results/credit_counterfactual{,_quick}.{md,json.gz}`` (the protocol records the
+``command`` the report quotes); each finished (arm, checkpoint seed) is kept as ``<runs-dir>/<arm>_ckpt<seed>.json``,
+so a report can be rebuilt from arms run separately and a run started again skips the jobs kept there.
 """
 
 from __future__ import annotations

@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks import credit_counterfactual, credit_counterfactual_report
-from benchmarks import read_json, write_json_gz
+from benchmarks import credit_counterfactual, credit_counterfactual_report, read_json, write_json_gz
 from benchmarks import (
     stats as bench_stats,
 )
