@@ -1,14 +1,25 @@
 """Counterfactual credit updates (issue 23): can one update tell ECPO from GiGPO on identical batches?
 
 End-to-end training comparisons at this budget have little power (a 5-point success difference is detected 7-15 %
-of the time). This benchmark measures instead what one update does: from the same weights and optimizer state
-(checkpoints at chosen policy concentrations, reached with GRPO), on the same rollout batch, with the same
-shuffle seed, each estimator applies one update, and the change in exact success and in log pi(rare | s) at
-lucky-singleton anchors is compared per batch. One job per file:
+of the time). This benchmark measures instead what one update does. An arm is one policy on one corridor
+(``credit_counterfactual.yaml``, the protocol: the arms, their K, targets and trainer settings, the notes):
+:func:`make_checkpoints` trains it with GRPO (the native ``Trainer``) and saves a ``Trainer.save`` (weights, AdamW
+state, RNGs) the first time its mean pi(good door | room) at T = 1 reaches each target concentration.
+:func:`measure_batch` then, for one checkpoint and one batch seed, loads the checkpoint, samples one rollout batch
+(``Trainer.sample``, the iteration's step A), and for every estimator reloads the checkpoint, computes that
+estimator's advantages on the *same* batch (``compute_advantages``) and applies one update
+(``Trainer.update_policy``, the iteration's step E) with the same shuffle seed. Measured per estimator:
 
-* ``credit_counterfactual_protocol.py``: the arms, the concentration checkpoints, one batch's measurements;
-* ``credit_counterfactual_report.py``: paired comparisons vs gigpo_std (``stats``), verdicts, markdown;
-* this file: the command line, the process pool over arms, the outputs.
+* ``delta_j``: change of the exact success probability (DP over the corridor's MDP) at the validation temperature;
+* ``lucky``: mean change of log pi(rare | s) at T = 1 over the batch's lucky-singleton anchors: a non-good door
+  taken exactly once in the group whose episode was won, beside the good door taken >= 2 times at least once in a
+  lost episode (the paper's fig. 1 situation); ``lucky_sv`` the same over those that are StrictValid (first
+  visited at step >= d_min, so ECPO's gate may open);
+* ``rare_sv``: mean change of log pi(a | s) over every non-good door sampled at a StrictValid anchor;
+* ``term_lucky``: the step term (the estimator's advantage minus GRPO's) at the lucky singleton's row.
+
+The comparisons, verdicts and markdown are ``credit_counterfactual_report``'s; the registered claim-level test is
+``credit_counterfactual_claim``'s.
 
     python -m benchmarks.credit_counterfactual run            # the committed protocol (~60 min niced, 2 cores)
     python -m benchmarks.credit_counterfactual run --quick    # machinery smoke (< 10 min)
@@ -17,65 +28,45 @@ lucky-singleton anchors is compared per batch. One job per file:
     python -m benchmarks.credit_counterfactual run --checkpoint-seeds 0 1 2   # 3 checkpoints per cell (~5.3 h)
     python -m benchmarks.credit_counterfactual claim   # the registered claim-level test of the committed report
 
-``--checkpoint-seeds`` trains each arm's concentration checkpoints once per seed (distinct GRPO runs, so distinct
-checkpoints) and measures the same batches from each; ``--batch-seed-base B`` draws batch k from seed ``B + k``
-(default 100000). With at least 3 checkpoints per cell the report's verdicts take the checkpoint as the unit of
-replication (``credit_counterfactual_report``).
-
-Writes ``benchmarks/results/credit_counterfactual{,_quick}.{md,json.gz}`` (the protocol records the command,
-``command``, that the report quotes); each finished (arm, checkpoint seed)'s raw
-records also go to ``<runs-dir>/<arm>_ckpt<seed>.json`` so a report can be rebuilt from arms run separately.
+``--checkpoint-seeds`` trains each arm's checkpoints once per seed (distinct GRPO runs) and measures the same batches
+from each. Writes ``benchmarks/results/credit_counterfactual{,_quick}.{md,json.gz}`` (the protocol records the
+``command`` the report quotes); each finished (arm, checkpoint seed) is kept as ``<runs-dir>/<arm>_ckpt<seed>.json``,
+so a report can be rebuilt from arms run separately and a run started again skips the jobs kept there.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import math
 import shlex
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from benchmarks import RESULTS, read_json, refused, rescore, write_json_gz, write_report
 from benchmarks.credit_counterfactual_claim import claim_markdown, claim_report
-from benchmarks.credit_counterfactual_protocol import ARMS, ESTIMATORS
 from benchmarks.credit_counterfactual_report import render, replicates, summarize
+from benchmarks.credit_study import read_protocol
+from benchmarks.study import StudyCommand, in_processes
 from ecpo_train.files.atomic import write_text
 
-FULL_K = {"tabular_corridor": 600, "tabular_noisy_wide": 600, "smollm2_corridor": 6}
-BATCH_SEED_BASE = 100_000  # batch k of every checkpoint is drawn from seed BATCH_SEED_BASE + k unless told otherwise
-FULL_ARM_MINUTES = 106.4  # arm time of the committed full protocol for one checkpoint seed (all three arms)
-NOTES = [
-    ("The SmolLM2 arm (the corridor_llm preset as it is: lr 2e-5, two epochs) reaches its concentrations by "
-     "supervised steps at lr 2e-6, AdamW's moments cleared, then two GRPO iterations (`reach: supervised`, "
-     "docs/credit_experiments.md: GRPO at 2e-5 moved pi(good) 0.59 -> 0.63 in 20 iterations, and at 1e-4 drifted "
-     "away); the settled concentrations are 0.63, 0.76 and 0.95 for the targets 0.5, 0.8 and 0.95. It ran alone "
-     "with `--arms smollm2_corridor` (K = 6, 38 min on one core while another SmolLM2 job held the other) and "
-     "was merged with the tabular arms of the previous full run by `--from-raw`. With 0.3-0.5 lucky singletons "
-     "per batch it has 1-2 pairs for Delta log pi(rare|s): its intervals are wide and its MDEs say how large an "
-     "effect it could have seen; it extends the machinery to an LLM at high concentration, not the evidence."),
-    ("The tabular arms ran as `python -m benchmarks.credit_counterfactual` (K = 600 per checkpoint) side by side with "
-     "other jobs; arm time is summed over arms."),
-    ("Checkpoint seeds 1 and 2 of every arm ran later as `--checkpoint-seeds 1 2` (2 workers; the SmolLM2 jobs first, "
-     "beside another benchmark for their first hour, then the tabular jobs alone at about 5 min each) and were merged "
-     "with seed 0's arms from this report's JSON by `--from-raw`, which refuses replicates whose protocols differ."),
-    ("d_min = 1 on every arm: the corridors are 4-5 rooms long, and the paper's d_min = 7 would keep ECPO's gate "
-     "shut at most anchors (then ECPO = GRPO exactly; see the credit study's WebShop arm)."),
-    ("A lucky singleton: in one group at one room, a non-good door taken once in a won episode beside the good door "
-     "taken at least twice, at least once in a lost episode (fig. 1 of the paper). Delta log pi is at T = 1, "
-     "averaged over the batch's distinct (room, door) pairs; a batch without one has no value for that metric and "
-     "drops out of those pairs only."),
-]
+PROTOCOL_PATH = Path(__file__).with_name("credit_counterfactual.yaml")  # the arms, their K and targets, notes
+PROTOCOL = read_protocol(PROTOCOL_PATH, ("estimators", "arms", "quick", "notes", "batch_seed_base",
+                                         "full_arm_minutes"))
+ESTIMATORS: tuple[str, ...] = tuple(PROTOCOL["estimators"])
+ARMS: dict[str, dict[str, Any]] = PROTOCOL["arms"]
+BATCH_SEED_BASE = int(PROTOCOL["batch_seed_base"])
 
 
 def arm_protocol(name: str, quick: bool, k: int | None) -> dict[str, Any]:
-    arm = json.loads(json.dumps(ARMS[name]))
-    arm["K"] = int(k or (FULL_K[name] if not quick else (12 if arm["policy"] == "tabular" else 1)))
-    if quick:
-        if arm["policy"] == "tabular":
-            arm["targets"], arm["max_iterations"] = [0.5, 0.8], 300
-        else:  # one GRPO iteration and whatever concentration it reached: the machinery, not the regime
-            arm["targets"], arm["max_iterations"] = [0.0], 1
+    """Arm ``name`` as the protocol gives it, with ``quick``'s settings for its policy and ``K`` = ``k`` if given."""
+    arm = json.loads(json.dumps(ARMS[name] | (PROTOCOL["quick"][ARMS[name]["policy"]] if quick else {})))
+    arm["K"] = int(k or arm["K"])
     return arm
 
 
@@ -141,38 +132,266 @@ def finished_arm(source: Path, name: str) -> list[dict[str, Any]]:
     return records
 
 
+def arm_config(arm: dict[str, Any], run_dir: str, seed: int) -> Any:
+    """The native ``TrainConfig`` of an arm (GRPO; the estimator is chosen per update, not here)."""
+    from ecpo_train.runtime.config import load_config, make_config
+
+    values = {"run_dir": run_dir, "seed": seed, "estimator": "grpo", "env_id": arm["env_id"],
+              "env_kwargs": dict(arm["env_kwargs"]), "val_every": 0, "checkpoint_every": 0, "tensorboard": False,
+              "progress": False, "val_temperature": 0.4, "rollout_temperature": 1.0, **arm["config"]}
+    if arm["policy"] == "tabular":
+        return make_config({"policy": "tabular", "device": "cpu", **values})
+    base = load_config(arm["preset"])
+    from ecpo_train.runtime.config import config_dict
+
+    merged = config_dict(base) | values
+    merged["credit"] = dict(config_dict(base)["credit"]) | dict(arm["config"].get("credit", {}))
+    return make_config(merged)
+
+
+def good_doors(env: Any) -> dict[str, str]:
+    """state_key -> the good door of that room, for every room of every task of a corridor env."""
+    out = {}
+    for task in env.task_ids:
+        layout = env.layout(task)
+        for room, (doors, good) in enumerate(zip(layout.doors, layout.good_door)):
+            out[f"{task}:room{room}"] = doors[good]
+    return out
+
+
+def state_distributions(policy: Any, env: Any, temperature: float, env_name: str = "") -> dict[str, dict[str, float]]:
+    """pi(. | s) at ``temperature`` in every room: the tabular policy's table, or the scoring LM on the room's
+    context as the env shows it (history-free prompts, as ``builders.exact_success`` uses them)."""
+    from ecpo_train.runtime.builders import context_distributions
+
+    states = [s for task in env.task_ids for s in env.transition_model(task)]
+    if hasattr(policy, "action_probabilities"):
+        return {s: policy.action_probabilities(s, env.state_view(s)["admissible_actions"], temperature=temperature)
+                for s in states}
+    return context_distributions(policy, env, env_name, states, temperature)
+
+
+def concentration(policy: Any, env: Any, good: dict[str, str], env_name: str = "") -> float:
+    """Mean over rooms of pi(good door | room) at T = 1."""
+    dist = state_distributions(policy, env, 1.0, env_name)
+    return float(np.mean([dist[s][good[s]] for s in good]))
+
+
+def exact_j(trainer: Any) -> float:
+    from ecpo_train.runtime.builders import exact_success
+
+    cfg = trainer.config
+    value = exact_success(trainer.policy, cfg.env_id, cfg.env_kwargs, trainer.train_tasks, cfg.val_temperature,
+                          history_length=cfg.history_length)
+    if value is None:
+        raise ValueError(f"{cfg.env_id} with this policy has no exact success (needs history_length=0 for an LLM)")
+    return float(value)
+
+
+def supervised_step(trainer: Any, env: Any, good: dict[str, str], env_name: str, lr: float | None = None) -> float:
+    """One step of the trainer's AdamW (at ``lr`` for this step only) on -mean over rooms of log pi(good door |
+    room) at T = 1, the scoring LM on history-free prompts; returns the loss before the step."""
+    from ecpo_train.runtime.builders import state_contexts
+    from ecpo_train.runtime.sft import Demonstration, candidate_rows, reply_cross_entropy
+
+    policy, states = trainer.policy, list(good)
+    demos = [Demonstration(ctx, good[s]) for ctx, s in zip(state_contexts(env, env_name, states), states)]
+    rows, chosen, _ = candidate_rows(policy, demos)  # the good door is always admissible: nothing is left out
+    nll, count = reply_cross_entropy(policy, rows, chosen)
+    loss = nll / count
+    trainer.optimizer_step(loss, lr)
+    return float(loss.detach())
+
+
+def make_checkpoints(arm: dict[str, Any], folder: Path, seed: int = 0, log: Any = print) -> list[dict[str, Any]]:
+    """Train the arm and save a checkpoint the first time mean pi(good) reaches each target: by GRPO iterations
+    (``arm["reach"]`` ``"grpo"``, the default) or by :func:`supervised_step` at ``arm["reach_lr"]``, then AdamW's
+    moments cleared and ``arm["settle"]`` GRPO iterations (``"supervised"``; the concentration saved is the one
+    measured after them)."""
+    from ecpo_train.runtime.run import open_run
+    from ecpo_train.runtime.trainer import Trainer
+
+    folder.mkdir(parents=True, exist_ok=True)
+    run = open_run(Trainer, arm_config(arm, str(folder / "train"), seed), overwrite=True)  # (this search's own folder)
+    trainer = run.engine
+    env = probe_env(arm)
+    good = good_doors(env)
+    supervised = arm.get("reach", "grpo") == "supervised"
+    saved, targets, steps = [], list(arm["targets"]), 0
+
+    def save(level: float) -> None:
+        path = trainer.save(folder / f"pi{targets[0]:.2f}.pt")
+        saved.append({"target": targets[0], "concentration": level, "iteration": trainer.iteration,
+                      "supervised_steps": steps, "exact_success": exact_j(trainer), "path": str(path)})
+        log(f"  checkpoint pi(good) >= {targets[0]}: {level:.3f} at GRPO iteration {trainer.iteration}"
+            + (f", after {steps} supervised steps" if supervised else ""))
+        targets.pop(0)
+
+    def reached(_: dict[str, float]) -> bool:  # the run shell's stop hook: after each GRPO iteration
+        level = concentration(trainer.policy, env, good, arm["env_id"])
+        if trainer.iteration % 10 == 0:
+            log(f"  GRPO iteration {trainer.iteration}: mean pi(good) = {level:.3f}")
+        while targets and level >= targets[0]:
+            save(level)
+        return not targets
+
+    with run, contextlib.redirect_stderr(io.StringIO()):
+        if not supervised:
+            run.train(arm["max_iterations"], stop=reached)
+        while supervised and targets and steps < arm["max_iterations"]:
+            supervised_step(trainer, env, good, arm["env_id"], arm.get("reach_lr"))
+            steps += 1
+            level = concentration(trainer.policy, env, good, arm["env_id"])
+            if level >= targets[0]:  # settle, then save whatever concentration the settling left
+                trainer.clear_optimizer_moments()  # no supervised momentum may carry into the GRPO steps
+                if int(arm.get("settle", 0)):
+                    run.train(int(arm["settle"]))
+                save(concentration(trainer.policy, env, good, arm["env_id"]))
+    for target in targets:
+        log(f"  target pi(good) = {target} not reached in {arm['max_iterations']} iterations")
+    return saved
+
+
+def probe_env(arm: dict[str, Any]) -> Any:
+    import ecpo_gym  # noqa: F401
+    from ecpo_gym.group_workers import make_env
+
+    return make_env(arm["env_id"], dict(arm["env_kwargs"])).unwrapped
+
+
+def lucky_singletons(batch: Any, good: dict[str, str], won: dict[int, bool], d_min: int) -> list[dict[str, Any]]:
+    """The batch's lucky-singleton anchors: per (group, state), a non-good door with one visit, in a won episode,
+    beside the good door with >= 2 visits, at least one in a lost episode. ``won``: traj id -> episode won."""
+    visits: dict[tuple, list[tuple[str, int, int, int]]] = {}
+    for row, (g, t, step, s, a) in enumerate(zip(batch.group_id, batch.traj_id, batch.step, batch.anchor_key,
+                                                 batch.action_key)):
+        visits.setdefault((int(g), str(s)), []).append((str(a), int(t), int(step), row))
+    found = []
+    for (g, s), rows in visits.items():
+        if s not in good:
+            continue
+        first_step = min(step for _, _, step, _ in rows)
+        good_rows = [r for r in rows if r[0] == good[s]]
+        if len(good_rows) < 2 or all(won[t] for _, t, _, _ in good_rows):
+            continue
+        for action in {a for a, *_ in rows if a != good[s]}:
+            taken = [r for r in rows if r[0] == action]
+            if len(taken) == 1 and won[taken[0][1]]:
+                found.append({"group": g, "state": s, "rare": action, "good": good[s], "row": taken[0][3],
+                              "strict_valid": first_step >= d_min})
+    return found
+
+
+def rare_at_strict_valid(batch: Any, good: dict[str, str], d_min: int) -> set[tuple[str, str]]:
+    """(state, non-good door) pairs sampled at anchors (>= 2 visits, >= 2 distinct doors) first visited at step
+    >= d_min in their group: where ECPO's gate can open."""
+    visits: dict[tuple, list[tuple[str, int]]] = {}
+    for g, step, s, a in zip(batch.group_id, batch.step, batch.anchor_key, batch.action_key):
+        visits.setdefault((int(g), str(s)), []).append((str(a), int(step)))
+    pairs = set()
+    for (_, s), rows in visits.items():
+        if s in good and len(rows) >= 2 and len({a for a, _ in rows}) >= 2 and min(t for _, t in rows) >= d_min:
+            pairs |= {(s, a) for a, _ in rows if a != good[s]}
+    return pairs
+
+
+def _mean_delta(before: dict, after: dict, pairs: Any) -> float:
+    values = [math.log(after[s][a]) - math.log(before[s][a]) for s, a in pairs]
+    return float(np.mean(values)) if values else float("nan")
+
+
+def one_update_each(trainer: Any, checkpoint: str, rollout: Any, advantages: dict[str, np.ndarray],
+                    probe: Any, shuffle_seed: int = 12345) -> dict[str, Any]:
+    """For each estimator: reload ``checkpoint`` (weights + optimizer state), apply ONE update
+    (``Trainer.update_policy``) with its advantages and the same shuffle seed, and return ``probe(trainer)``.
+    Identical advantage vectors give an identical update, so their probe is computed once."""
+    done: dict[bytes, Any] = {}
+    out = {}
+    for name, adv in advantages.items():
+        key = np.asarray(adv, dtype=np.float64).tobytes()
+        if key not in done:
+            trainer.load(Path(checkpoint))
+            with contextlib.redirect_stderr(io.StringIO()):
+                trainer.update_policy(rollout.batch, adv, np.random.default_rng(shuffle_seed))
+            done[key] = probe(trainer)
+        out[name] = done[key]
+    return out
+
+
+def measure_batch(trainer: Any, checkpoint: str, batch_seed: int, env: Any, good: dict[str, str],
+                  estimators: tuple[str, ...] = ESTIMATORS, shuffle_seed: int = 12345) -> dict[str, Any]:
+    """One batch (seeded by ``batch_seed``) at one checkpoint: every estimator's one-update effects."""
+    from ecpo_train.core.credit import compute_advantages
+    from ecpo_train.core.iteration import draw_iteration
+
+    cfg = trainer.config
+    trainer.load(Path(checkpoint))
+    tasks, env_seed = draw_iteration(cfg, trainer.train_tasks, np.random.default_rng(batch_seed), iteration=0)
+    rollout = trainer.sample(tasks, env_seed, sampling_seed=batch_seed)
+    batch = rollout.batch
+    won = {int(e.traj_id): bool(e.won) for e in rollout.episodes}
+    d_min = int(cfg.credit.d_min)
+    lucky = lucky_singletons(batch, good, won, d_min)
+    pairs = {"lucky": {(x["state"], x["rare"]) for x in lucky},
+             "lucky_sv": {(x["state"], x["rare"]) for x in lucky if x["strict_valid"]},
+             "rare_sv": rare_at_strict_valid(batch, good, d_min)}
+    before = state_distributions(trainer.policy, env, 1.0, cfg.env_id)
+    j_before = exact_j(trainer)
+    rows = batch.credit_rows()
+    hyper = cfg.credit_hyperparameters()
+    advantages = {name: np.asarray(compute_advantages(name, rows, hyper)[0]) for name in estimators}
+
+    def probe(updated: Any) -> dict[str, float]:
+        after = state_distributions(updated.policy, env, 1.0, cfg.env_id)
+        return {"delta_j": exact_j(updated) - j_before} | {k: _mean_delta(before, after, v) for k, v in pairs.items()}
+
+    effects = one_update_each(trainer, checkpoint, rollout, advantages, probe, shuffle_seed)
+    out: dict[str, Any] = {"seed": batch_seed, "j_before": j_before, "n_lucky": len(lucky),
+                           "n_lucky_sv": sum(x["strict_valid"] for x in lucky), "n_rare_sv": len(pairs["rare_sv"]),
+                           "success": float(np.mean(list(won.values()))), "estimators": {}}
+    for name in estimators:
+        term = advantages[name] - advantages["grpo"]
+        out["estimators"][name] = dict(effects[name]) | {
+            "term_lucky": float(np.mean([term[x["row"]] for x in lucky])) if lucky else float("nan"),
+            "term_lucky_sv": float(np.mean([term[x["row"]] for x in lucky if x["strict_valid"]]))
+            if any(x["strict_valid"] for x in lucky) else float("nan")}
+    return out
+
+
 def run_arm(job: tuple[str, dict[str, Any], str]) -> dict[str, Any]:
-    """Checkpoints (trained from ``arm["checkpoint_seed"]``) and every batch of one arm (a process-pool job); also
-    saved as ``<runs_dir>/<arm>_ckpt<seed>.json``."""
+    """Checkpoints (trained from ``arm["checkpoint_seed"]``) and every batch of one arm (a process-pool job), kept
+    as ``<runs_dir>/<arm>_ckpt<seed>.json``; a job kept there under the same protocol is not run again (resume)."""
     import torch
 
-    from benchmarks import credit_counterfactual_protocol as protocol
     from ecpo_train.runtime.trainer import Trainer
 
     torch.set_num_threads(1)
     name, arm, runs_dir = job
     seed = int(arm["checkpoint_seed"])
+    kept = Path(runs_dir) / f"{name}_ckpt{seed}.json"
+    if kept.is_file() and (finished := read_json(kept))["protocol"] == arm:
+        return finished
     folder = Path(runs_dir) / f"{name}_ckpt{seed}"
     started = time.perf_counter()
     log = lambda text: print(f"[{name} ckpt{seed}] {text}", flush=True)
-    checkpoints = protocol.make_checkpoints(arm, folder, seed=seed, log=log)
-    env = protocol._probe_env(arm)
-    good = protocol.good_doors(env)
-    trainer = Trainer(protocol.arm_config(arm, str(folder / "measure"), seed))
+    checkpoints = make_checkpoints(arm, folder, seed=seed, log=log)
+    env = probe_env(arm)
+    good = good_doors(env)
+    trainer = Trainer(arm_config(arm, str(folder / "measure"), seed))
     batches: dict[str, list[dict[str, Any]]] = {}
     try:
         for level in checkpoints:
             key = f"{level['target']:.2f}"
             for k in range(arm["K"]):
                 batch_seed = int(arm["batch_seed_base"]) + k  # the same batch seeds at every checkpoint
-                batches.setdefault(key, []).append(protocol.measure_batch(trainer, level["path"], batch_seed, env, good))
+                batches.setdefault(key, []).append(measure_batch(trainer, level["path"], batch_seed, env, good))
                 if arm["policy"] != "tabular" or (k + 1) % 100 == 0:
                     log(f"pi(good) {key}: batch {k + 1}/{arm['K']} ({time.perf_counter() - started:.0f}s)")
     finally:
         trainer.close()
     result = {"arm": name, "protocol": arm, "checkpoints": checkpoints, "batches": batches,
               "seconds": time.perf_counter() - started}
-    write_text(Path(runs_dir) / f"{name}_ckpt{seed}.json", json.dumps(result))
+    write_text(kept, json.dumps(result))
     return result
 
 
@@ -182,7 +401,7 @@ def write_outputs(results: Sequence[dict[str, Any]], protocol: dict[str, Any], r
     protocol = protocol | {"arms": {name: {k: v for k, v in records[0]["protocol"].items() if k != "checkpoint_seed"}
                                     | {"checkpoint_seeds": [replicate_seed(r) for r in records]}
                                     for name, records in arms.items()},
-                           "full_arm_minutes": FULL_ARM_MINUTES}
+                           "full_arm_minutes": PROTOCOL["full_arm_minutes"]}
     summary = summarize(arms)
     stem = out / ("credit_counterfactual_quick" if protocol.get("quick") else "credit_counterfactual")
     out.mkdir(parents=True, exist_ok=True)
@@ -229,8 +448,6 @@ def command_line(args: Any) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from benchmarks.study import StudyCommand, in_processes
-
     command = StudyCommand(__spec__.name, __doc__.split("\n\n")[0], STAGE_OPTIONS,
                            "run: train the arms' checkpoints and measure their batches, then the report; report: "
                            "the report again from finished arms (--from-raw), without running; claim: the "
@@ -270,7 +487,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return refused(f"--checkpoint-seeds must be distinct non-negative integers, got {args.checkpoint_seeds}")
     if args.batch_seed_base < 0:
         return refused(f"--batch-seed-base must be >= 0, got {args.batch_seed_base}")
-    base = {"quick": args.quick, "estimators": list(ESTIMATORS), "notes": NOTES, "command": command_line(args)}
+    base = {"quick": args.quick, "estimators": list(ESTIMATORS), "notes": PROTOCOL["notes"], "command": command_line(args)}
     if args.stage == "report":
         if not args.from_raw:
             return refused("report needs --from-raw DIR_OR_JSON [...]")

@@ -20,9 +20,8 @@ App. C analyses; Holm over the two):
 - data: only checkpoint seeds not yet run (``REGISTRATION['checkpoint_seeds']``, batch seeds from the protocol's
   base): seeds 0-2 shaped the claim and are evaluated here as *exploratory* only.
 
-The power is computed before the run from the committed per-checkpoint values: each run's cell values drawn
-independently from a normal with that cell's mean and SD over its 3 checkpoints (``power``). Those means were seen
-before the claim was written, so the power at them is optimistic; the power at half of them is given beside it.
+The power (``power``) is computed before the run from the committed per-checkpoint means and SDs; those means were
+seen before the claim was written, so it is optimistic, and the power at half of them is given beside it.
 
     python -m benchmarks.credit_counterfactual claim   # power, registration, exploratory evaluation on seeds 0-2
 """

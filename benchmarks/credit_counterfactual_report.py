@@ -230,9 +230,9 @@ def render(summary: dict[str, Any], protocol: dict[str, Any], runtime_s: float,
             lines += [f"**Saturated** ({cell['saturated']}): not judged.", ""]
         over = [p for p in summary.get("over_checkpoints", []) if p["arm"] == arm and p["target"] == target]
         if over:
-            lines += [f"Over the {len(cell['checkpoints'])} checkpoints (estimator − gigpo_std, the checkpoint as "
-                      "the unit):", "", "| comparison | checkpoints | per checkpoint | difference [95% CI] | of own | "
-                      "verdict |", "|---|---|---|---|---|---|"]
+            lines += [(f"Over the {len(cell['checkpoints'])} checkpoints (estimator − gigpo_std, the checkpoint as "
+                       "the unit):"), "", ("| comparison | checkpoints | per checkpoint | difference [95% CI] | of own | "
+                                            "verdict |"), "|---|---|---|---|---|---|"]
             for part in over:
                 shown = _scaled(part, SCALE.get(part["metric"], 1.0))
                 per = ", ".join(f"{x:+.3f}" for x in shown["per_checkpoint"])

@@ -1,13 +1,14 @@
 """Credit study (issue 9): do the paper's claims about divergent anchors and ECPO hold on cheap, exact MDPs?
 
 For every (environment, estimator, group size N, seed) cell of the protocol in ``credit_study.yaml`` this trains a
-fresh tabular softmax policy as a native ``ecpo_train.runtime.trainer.Trainer`` run, then writes the summary, the figures
-and a report with a verdict per paper claim. One job per file:
+fresh tabular softmax policy as a native ``ecpo_train.runtime.trainer.Trainer`` run (its rollout, credit estimator
+and clipped update; nothing here re-implements them), measuring between iterations, then writes the summary, the
+figures and a report with a verdict per paper claim (``credit_study_report``: statistics, markdown, PNGs).
 
-* ``credit_study_protocol.py``: the protocol and one training run (the trainer, plus what is measured);
-* ``credit_study_stats.py``: per-run scalars, intervals over seeds, verdicts (scipy.stats quantiles);
-* ``credit_study_report.py``: the markdown report; ``credit_study_plots.py``: the PNGs;
-* this file: the process pool, the outputs and the command line.
+Measured per iteration: training success and mean episode return, evaluation success (exact by dynamic programming
+on the diagnostic MDPs, sampled on embedded real environments), the estimator's diagnostics and, where the true
+action values are known, how often a truly worse ("rare lucky") action got a larger advantage than the truly best
+action at the same anchor (App. C's over-rewarding event).
 
 Outputs (``benchmarks/results/``): ``credit_study.json`` (raw per-run curves + the summary), ``credit_study.md``
 (every number read from the JSON summary) and ``credit_study_*.png``. ``run --quick`` runs the same path on a tiny
@@ -21,27 +22,300 @@ budget (CI smoke) and writes ``credit_study_quick.*`` instead.
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks import RESULTS, refused
-from benchmarks.credit_study_plots import plot_study
-from benchmarks.credit_study_protocol import (
-    PROTOCOL_PATH,
-    available_envs,
-    load_protocol,
-    reference_success,
-    run_specs,
-    train_run,
-)
-from benchmarks.credit_study_report import render_report
-from benchmarks.credit_study_stats import summarize
-from benchmarks.study import in_processes
+import numpy as np
+
+from benchmarks import RESULTS, read_json, refused
+from benchmarks.study import StudyCommand, in_processes
 from ecpo_train.files.atomic import write_text
 from ecpo_train.runtime.config_values import read_yaml
+
+SEARCH_TEMPLATE = "search[<query>]"  # WebShop's open-ended admissible action
+PROTOCOL_PATH = Path(__file__).with_name("credit_study.yaml")
+
+
+def read_protocol(path: Path, keys: Sequence[str]) -> dict[str, Any]:
+    """A study's YAML protocol (committed with the repository), refused where it lacks one of ``keys``."""
+    if not path.exists():
+        raise FileNotFoundError(f"study protocol not found at {path}; it ships with the repository")
+    protocol = read_yaml(path.read_text())
+    for key in keys:
+        if key not in protocol:
+            raise ValueError(f"{path}: protocol is missing the key {key!r}")
+    return protocol
+
+
+def load_protocol(path: Path = PROTOCOL_PATH, *, quick: bool = False) -> dict[str, Any]:
+    """Read the YAML protocol; ``quick`` overrides seeds / group sizes / iterations with its ``quick`` block."""
+    protocol = read_protocol(path, ("methods", "group_sizes", "seeds", "credit", "optim", "envs"))
+    quick_block = protocol.pop("quick", None) or {}
+    protocol["quick"] = bool(quick)
+    if quick:
+        protocol["seeds"] = int(quick_block.get("seeds", 2))
+        protocol["group_sizes"] = list(quick_block.get("group_sizes", protocol["group_sizes"]))
+        for env in protocol["envs"]:
+            env["iterations"] = int(quick_block.get("iterations", 6))
+            env["eval_episodes"] = int(quick_block.get("eval_episodes", env.get("eval_episodes", 64)))
+            env["final_eval_episodes"] = env["eval_episodes"]
+    return protocol
+
+
+def run_specs(protocol: dict[str, Any], env_names: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """One spec per (env, method, N, seed) cell, heaviest first so the pool's tail is short."""
+    specs = []
+    offset = int(protocol.get("seed_offset", 0))  # a pilot's seeds lie apart from the study's
+    for env in protocol["envs"]:
+        if env_names and env["name"] not in env_names:
+            continue
+        for n in protocol["group_sizes"]:
+            for method in protocol["methods"]:
+                for seed in range(offset, offset + int(protocol["seeds"])):
+                    specs.append({
+                        "env_name": env["name"], "env_id": env["id"], "env_kwargs": env.get("kwargs") or {},
+                        "iterations": int(env["iterations"]), "groups_per_batch": int(env["groups_per_batch"]),
+                        "eval": env.get("eval", "rollouts"), "eval_episodes": int(env.get("eval_episodes", 64)),
+                        "tasks": env.get("tasks"),
+                        "final_eval_episodes": int(env.get("final_eval_episodes", env.get("eval_episodes", 64))),
+                        "method": method, "group_size": int(n), "seed": seed,
+                        "credit": dict(protocol["credit"]), "optim": dict(protocol["optim"]),
+                        "rollout_temperature": float(protocol.get("rollout_temperature", 1.0)),
+                        "eval_temperature": float(protocol.get("eval_temperature", 0.4)),
+                    })
+    specs.sort(key=lambda s: -s["group_size"] * s["iterations"] * (20 if s["eval"] == "rollouts" else 1))
+    return specs
+
+
+class InstructionQueryPolicy:
+    """Wraps a tabular policy for WebShop: it cannot write text, so its ``search[<query>]`` template action is
+    sent as a search for the task instruction itself. Everything else (ids, log-probs, parameters, slots) is the
+    wrapped policy's, so the trainer can play with it (``Trainer.act_with``) and update the wrapped policy."""
+
+    def __init__(self, policy) -> None:
+        self.policy = policy
+
+    def __getattr__(self, name: str):
+        if name == "policy":  # not set yet (copy / unpickling): no recursion
+            raise AttributeError(name)
+        return getattr(self.policy, name)
+
+    def act(self, contexts, temperature: float = 1.0):
+        out = self.policy.act(contexts, temperature=temperature)
+        for k, ctx in enumerate(contexts):
+            if out.actions[k] == SEARCH_TEMPLATE:
+                query = ctx.task.replace("[", " ").replace("]", " ")[:200]
+                out.actions[k] = f"search[{query}]"
+        return out
+
+
+def exact_success_and_return_std(env, policy, temperature: float, task_ids: Sequence[str]) -> tuple[float, float]:
+    """Exact evaluation on a diagnostic MDP (tasks uniform over ``task_ids``): the success probability p (DP) and
+    the std of the episode return. Non-terminal steps pay 0 and a tabular policy never acts invalidly, so the
+    return is ``reward_success`` with probability p, else ``reward_failure``: its std is
+    ``|reward_success - reward_failure| * sqrt(p (1 - p))``."""
+    from ecpo_gym.diagnostic import exact_success
+
+    success = float(exact_success(env, list(task_ids), lambda state, actions: policy.action_probabilities(
+        state, actions, temperature=temperature)))
+    spread = abs(float(env.reward_success) - float(env.reward_failure))
+    return success, spread * math.sqrt(max(0.0, success * (1.0 - success)))
+
+
+def best_actions(env) -> dict[str, set[str]]:
+    """For a diagnostic MDP: the truly best action(s) of every anchor state, by DP under the optimal policy."""
+    from ecpo_gym.diagnostic import action_values
+
+    best: dict[str, set[str]] = {}
+    for task_id in env.task_ids:
+        q = action_values(env.transition_model(task_id), gamma=1.0, horizon=env.max_steps).q
+        for state, row in q.items():
+            best[state] = {a for a, v in row.items() if v >= max(row.values()) - 1e-12}
+    return best
+
+
+def best_action_probability(policy, actions_of: dict[str, list[str]], best: dict[str, set[str]]) -> float:
+    """pi(best | s) at temperature 1, averaged over the anchor states ``actions_of`` (state -> admissible
+    actions; states never visited count as uniform)."""
+    values = [sum(p for a, p in policy.action_probabilities(state, actions).items() if a in best[state])
+              for state, actions in actions_of.items()]
+    return float(np.mean(values)) if values else float("nan")
+
+
+def misranked_anchor_fraction(rows: dict[str, Any], advantages: np.ndarray, best: dict[str, set[str]]) -> float:
+    """App. C's over-rewarding event, measured: among anchors (group, state) where the truly best action and
+    some worse action were both sampled, the fraction where a worse action's mean advantage exceeds the
+    best action's. NaN when no such anchor occurred in the batch."""
+    sums: dict[tuple, list[float]] = {}
+    for g, s, a, adv in zip(rows["group_ids"], rows["anchor_keys"], rows["action_keys"], advantages):
+        if s in best:
+            entry = sums.setdefault((g, s, a in best[s], a), [0.0, 0])
+            entry[0] += float(adv)
+            entry[1] += 1
+    by_anchor: dict[tuple, dict[str, list[float]]] = {}
+    for (g, s, is_best, a), (total, count) in sums.items():
+        by_anchor.setdefault((g, s), {"best": [], "worse": []})["best" if is_best else "worse"].append(total / count)
+    compared = [v for v in by_anchor.values() if v["best"] and v["worse"]]
+    return float(np.mean([max(v["worse"]) > max(v["best"]) for v in compared])) if compared else float("nan")
+
+
+def diagnostic_values(diag: dict[str, float]) -> dict[str, float]:
+    """The study's per-batch diagnostics from ``compute_advantages``' dict (NaN where an estimator has none)."""
+    nan = float("nan")
+    return {
+        "divergent_fraction": float(diag.get("divergent_anchor_fraction", nan)),
+        "mean_rho": float(diag.get("mean_rho", nan)),
+        "mean_rho_strict_valid": float(diag.get("mean_rho_strict_valid", nan)),
+        "adv_std": float(diag.get("advantage_std", nan)),
+        "adv_range": float(diag.get("advantage_max", nan)) - float(diag.get("advantage_min", nan)),
+    }
+
+
+CURVE_KEYS = ("train_success", "train_return", "eval_success", "eval_return_std", "misranked_fraction",
+              "best_action_prob", "divergent_fraction", "mean_rho", "mean_rho_strict_valid", "adv_std", "adv_range")
+
+
+def cell_config(spec: dict[str, Any], run_dir: str, task_pool: Sequence[str]):
+    """The native trainer's ``TrainConfig`` for one cell: the tabular policy on the cell's env, method, N, credit
+    and optimiser settings; no validation, checkpoint, TensorBoard or progress bar (the study evaluates)."""
+    from ecpo_train.runtime.config import TrainConfig
+
+    seed, n, optim = spec["seed"], spec["group_size"], spec["optim"]
+    return TrainConfig(
+        run_dir=run_dir, seed=1_000_003 * seed + 7_919 * n + 17, iterations=spec["iterations"], device="cpu",
+        env_id=spec["env_id"], env_kwargs=dict(spec["env_kwargs"]), train_tasks=list(task_pool),
+        val_every=0, n_groups=spec["groups_per_batch"], group_size=n,
+        rollout_temperature=spec["rollout_temperature"], val_temperature=spec["eval_temperature"],
+        policy="tabular", estimator=spec["method"], credit=dict(spec["credit"]),
+        lr=float(optim["learning_rate"]), weight_decay=0.0, kl_coef=float(optim["kl_coef"]),
+        clip_eps=float(optim["clip_eps"]), num_epochs=int(optim["epochs"]),
+        mini_batch_size=int(optim["mini_batch_size"]), micro_batch_size=int(optim["micro_batch_size"]),
+        max_grad_norm=float(optim["max_grad_norm"]), checkpoint_every=0, tensorboard=False, progress=False,
+    )
+
+
+def train_run(spec: dict[str, Any]) -> dict[str, Any]:
+    """Train one fresh tabular policy for one cell with the native trainer; per-iteration curves (measured through
+    the run shell's ``observe`` hook) and summary numbers."""
+    import contextlib
+    import io
+    import tempfile
+
+    import torch
+
+    import ecpo_gym  # noqa: F401
+    from ecpo_gym.group import GroupVectorEnv
+    from ecpo_gym.group_workers import make_env
+    from ecpo_train.core.rollout import collect_rollout
+    from ecpo_train.runtime.run import open_run
+    from ecpo_train.runtime.trainer import Trainer
+
+    torch.set_num_threads(1)
+    started = time.perf_counter()
+    probe = make_env(spec["env_id"], spec["env_kwargs"]).unwrapped  # for the exact model and DP values
+    all_tasks = [str(t) for t in probe.task_ids]
+    task_pool = all_tasks[: spec["tasks"]] if spec.get("tasks") else all_tasks
+    exact = spec["eval"] == "exact"
+    best = best_actions(probe) if exact else {}
+    actions_of = ({state: list(actions) for task in task_pool for state, actions in probe.transition_model(task).items()}
+                  if exact else {})
+    eval_envs = None
+    if not exact:
+        eval_envs = GroupVectorEnv(spec["env_id"], num_groups=spec["eval_episodes"], group_size=1, num_workers=0,
+                                   env_kwargs=spec["env_kwargs"])
+    curves: dict[str, list[float]] = {k: [] for k in CURVE_KEYS}
+    with tempfile.TemporaryDirectory(prefix="credit_study_cell_") as run_dir:
+        run = open_run(Trainer, cell_config(spec, run_dir, task_pool))
+        trainer = run.engine
+        policy = trainer.policy
+        trainer.act_with(actor := InstructionQueryPolicy(policy))  # acts as the tabular policy
+
+        def evaluate(iteration: int, repeats: int = 1) -> tuple[float, float]:
+            """Evaluation success and the std of evaluation episode returns: exact by DP on diagnostic MDPs,
+            else ``repeats`` batches of ``eval_episodes`` sampled episodes on tasks drawn from the pool."""
+            if exact:
+                return exact_success_and_return_std(probe, policy, spec["eval_temperature"], task_pool)
+            episodes = []
+            for r in range(repeats):
+                eval_seed = 10_000 + 1_000 * r + iteration
+                eval_rng = np.random.default_rng(eval_seed)
+                tasks = [task_pool[i] for i in eval_rng.integers(len(task_pool), size=spec["eval_episodes"])]
+                episodes += collect_rollout(eval_envs, actor, tasks, env_name=spec["env_name"],
+                                            temperature=spec["eval_temperature"], seed=eval_seed).episodes
+            return (float(np.mean([e.won for e in episodes])), float(np.std([e.total_reward for e in episodes])))
+
+        def measure(sampled: Any, learned: Any) -> None:
+            """After each iteration's update (the observe hook): its rollout's success, return and credit
+            diagnostics, the misranked-anchor fraction of its advantages, and the updated policy's evaluation."""
+            curves["train_success"].append(float(sampled.metrics["success"]))
+            curves["train_return"].append(float(sampled.metrics["reward_mean"]))
+            for name, value in diagnostic_values({k: float(v) for k, v in learned.credit.items()}).items():
+                curves[name].append(value)
+            curves["misranked_fraction"].append(
+                misranked_anchor_fraction(sampled.played.batch.credit_arrays(), learned.advantages, best)
+                if exact else float("nan"))
+            success, return_std = evaluate(trainer.iteration)  # (the iterations done before this one)
+            curves["eval_success"].append(success)
+            curves["eval_return_std"].append(return_std)
+            curves["best_action_prob"].append(best_action_probability(policy, actions_of, best) if exact
+                                              else float("nan"))
+
+        # the trainer warns on every all-zero-advantage iteration; on a sparse corridor that is most early
+        # iterations of many cells, and the study records it anyway (adv_std = 0)
+        with run, contextlib.redirect_stderr(io.StringIO()):
+            run.train(observe=measure)
+    # the final policy, evaluated once more with a larger sample where evaluation is sampled
+    final_success = curves["eval_success"][-1] if exact else evaluate(
+        spec["iterations"], repeats=max(1, spec["final_eval_episodes"] // spec["eval_episodes"]))[0]
+    probe.close()
+    if eval_envs is not None:
+        eval_envs.close()
+    return {key: spec[key] for key in ("env_name", "env_id", "method", "group_size", "seed", "iterations")} | {
+        "curves": curves, "final_success": final_success, "seconds": time.perf_counter() - started}
+
+
+def available_envs(protocol: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
+    """Envs of the protocol that can be built here, and why the others were skipped."""
+    import gymnasium as gym
+
+    import ecpo_gym  # noqa: F401
+    from ecpo_gym.group_workers import make_env
+
+    usable, skipped = [], {}
+    for env in protocol["envs"]:
+        try:
+            make_env(env["id"], env.get("kwargs") or {}).close()
+            usable.append(env["name"])
+        except (ImportError, gym.error.Error, FileNotFoundError, ValueError, AttributeError) as exc:
+            skipped[env["name"]] = f"{env['id']} could not be built: {type(exc).__name__}: {exc}"
+    return usable, skipped
+
+
+def reference_success(protocol: dict[str, Any], names: Sequence[str]) -> dict[str, dict[str, float]]:
+    """Exact success of the uniform and of the optimal policy on the protocol's exactly evaluated envs."""
+    import ecpo_gym  # noqa: F401
+    from ecpo_gym.diagnostic import success_probability
+    from ecpo_gym.group_workers import make_env
+
+    out = {}
+    for env_spec in protocol["envs"]:
+        if env_spec["name"] not in names or env_spec.get("eval") != "exact":
+            continue
+        env = make_env(env_spec["id"], env_spec.get("kwargs") or {}).unwrapped
+        tasks = list(env.task_ids)[: env_spec["tasks"]] if env_spec.get("tasks") else list(env.task_ids)
+        uniform, optimal = [], []
+        for task in tasks:
+            model, start = env.transition_model(task), env.initial_state(task)
+            uniform.append(success_probability(model, start, horizon=env.max_steps,
+                                               policy={s: dict.fromkeys(a, 1.0) for s, a in model.items()}))
+            optimal.append(success_probability(model, start, horizon=env.max_steps))
+        out[env_spec["name"]] = {"uniform": float(np.mean(uniform)), "optimal": float(np.mean(optimal))}
+        env.close()
+    return out
 
 
 def cell_key(run: dict[str, Any]) -> tuple:
@@ -52,15 +326,14 @@ def cell_key(run: dict[str, Any]) -> tuple:
 def run_study(protocol: dict[str, Any], env_names: Sequence[str] | None = None, workers: int | None = None,
               progress: bool = True, done: Sequence[dict[str, Any]] = (),
               on_run: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
-    """Train every cell of the protocol over a process pool; results in spec order of completion. Cells already
-    in ``done`` (finished runs, e.g. read back after an interruption) are not trained again and are returned with
-    the rest; ``on_run`` sees each new run as it finishes (to keep it on disk at once)."""
+    """Train every cell of the protocol over a process pool; the runs sorted by cell. Cells already in ``done``
+    (finished runs, e.g. read back after an interruption) are not trained again and are returned with the rest;
+    ``on_run`` sees each new run as it finishes (to keep it on disk at once)."""
     finished = {cell_key(r) for r in done}
     specs = [spec for spec in run_specs(protocol, env_names) if cell_key(spec) not in finished]
-    workers = int(workers or protocol.get("workers", 2))
-    runs = []
-    started = time.perf_counter()
-    for k, run in enumerate(in_processes(train_run, specs, workers, ordered=False), 1):
+    runs, started = [], time.perf_counter()
+    for k, run in enumerate(in_processes(train_run, specs, int(workers or protocol.get("workers", 2)),
+                                         ordered=False), 1):
         runs.append(run)
         if on_run is not None:
             on_run(run)
@@ -68,14 +341,14 @@ def run_study(protocol: dict[str, Any], env_names: Sequence[str] | None = None, 
             print(f"[{k}/{len(specs)}] {run['env_name']} {run['method']} N={run['group_size']} "
                   f"seed={run['seed']}: final success {run['final_success']:.3f} "
                   f"({run['seconds']:.1f}s, {time.perf_counter() - started:.0f}s elapsed)", flush=True)
-    runs = [*done, *runs]
-    runs.sort(key=cell_key)
-    return runs
+    return sorted([*done, *runs], key=cell_key)
 
 
 def write_outputs(runs: Sequence[dict[str, Any]], protocol: dict[str, Any], runtime: float, out: Path,
                   skipped: dict[str, str]) -> dict[str, Any]:
     """Summary, figures, JSON and markdown report of a finished study; returns the summary."""
+    from benchmarks.credit_study_report import plot_study, render_report, summarize
+
     summary = summarize(runs, protocol)
     summary["skipped_envs"] = skipped
     summary["reference"] = reference_success(protocol, summary["envs"])
@@ -95,62 +368,26 @@ def write_outputs(runs: Sequence[dict[str, Any]], protocol: dict[str, Any], runt
     return summary
 
 
-def merge_studies(payloads: Sequence[dict[str, Any]], paths: Sequence[Path], method_order: Sequence[str]
-                  ) -> dict[str, Any]:
-    """One study from finished studies that trained different methods under the same protocol (seeds, group
-    sizes, credit, optimiser, envs): their runs side by side, methods in ``method_order``, wall times added.
-    The merged protocol records where each method's runs came from (the report says so)."""
-    if len(payloads) == 1:
-        return payloads[0]
-    same = ("seeds", "group_sizes", "credit", "optim", "envs", "quick", "rollout_temperature", "eval_temperature")
-    first = payloads[0]["protocol"]
-    for payload, path in zip(payloads[1:], paths[1:]):
-        differs = [k for k in same if payload["protocol"].get(k) != first.get(k)]
-        if differs:
-            raise ValueError(f"{path} was run under a different protocol ({', '.join(differs)}); cannot merge")
-    runs = [run for payload in payloads for run in payload["runs"]]
-    if len({cell_key(r) for r in runs}) != len(runs):
-        raise ValueError("the studies share (env, method, N, seed) cells; merge only studies of different methods")
-    methods = {m for payload in payloads for m in payload["protocol"]["methods"]}
-    protocol = dict(first) | {
-        "methods": [m for m in method_order if m in methods] + sorted(methods - set(method_order)),
-        "merged_from": [{"file": path.name, "methods": payload["protocol"]["methods"],
-                         "runtime_s": float(payload["runtime_s"])} for payload, path in zip(payloads, paths)],
-    }
-    skipped = {k: v for payload in payloads for k, v in payload["summary"].get("skipped_envs", {}).items()}
-    return {"protocol": protocol, "runtime_s": sum(float(p["runtime_s"]) for p in payloads), "runs": runs,
-            "summary": {"skipped_envs": skipped}}
-
-
-# The options each stage reads besides --protocol and --out: any other given is refused in one line.
-STAGE_OPTIONS = {"run": ("quick", "workers", "envs"), "report": ("from_json",)}
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    from benchmarks.study import StudyCommand
-
-    command = StudyCommand(__spec__.name, __doc__.split("\n\n")[0], STAGE_OPTIONS,
+    command = StudyCommand(__spec__.name, __doc__.split("\n\n")[0],
+                           {"run": ("quick", "workers", "envs"), "report": ("from_json",)},
                            "run: train every cell of the protocol, then the report; report: the report again from "
-                           "finished studies' JSON, without training")
+                           "a finished study's JSON, without training")
     command.add("--quick", action="store_const", const=True, help="run: tiny budget smoke run (CI)")
     command.add("--protocol", type=Path, default=PROTOCOL_PATH, common=True)
     command.add("--out", type=Path, default=RESULTS, common=True)
     command.add("--workers", type=int, help="run: processes (default: the protocol's)")
     command.add("--envs", nargs="*", help="run: subset of the protocol's env names")
-    command.add("--from-json", type=Path, nargs="+",
-                help="report: finished studies' JSON (runs and protocol); several files (same protocol, different "
-                     "methods) are merged into one study")
+    command.add("--from-json", type=Path, help="report: a finished study's JSON (its runs and protocol)")
     args = command.parse(argv)
     if args is None:
         return 2
     if args.stage == "report":
         if not args.from_json:
-            return refused("report needs --from-json FILE [FILE ...]")
-        missing = [str(path) for path in args.from_json if not path.exists()]
-        if missing:
-            return refused(f"no study results at {', '.join(missing)}: run `python -m benchmarks.credit_study run` first")
-        payload = merge_studies([json.loads(path.read_text()) for path in args.from_json], args.from_json,
-                                load_protocol(args.protocol)["methods"])
+            return refused("report needs --from-json FILE")
+        if not args.from_json.exists():
+            return refused(f"no study results at {args.from_json}: run `python -m benchmarks.credit_study run` first")
+        payload = read_json(args.from_json)
         protocol = payload["protocol"]
         if "notes" not in protocol:  # notes written after the run are prose only, never numbers of the run
             protocol["notes"] = read_yaml(args.protocol.read_text()).get("notes", [])

@@ -10,12 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks import (
-    credit_counterfactual,
-    credit_counterfactual_protocol,
-    credit_counterfactual_report,
-)
-from benchmarks import read_json, write_json_gz
+from benchmarks import credit_counterfactual, credit_counterfactual_report, read_json, write_json_gz
 from benchmarks import (
     stats as bench_stats,
 )
@@ -81,7 +76,7 @@ def test_fig1_batch_drives_each_estimator_to_the_expected_sign_of_delta_log_pi_r
     `ecpo_anchor_scale`. With Adam's first step (an elementwise sign step) all push B by the same amount."""
     from ecpo_train.core.credit import compute_advantages
 
-    cf = credit_counterfactual_protocol
+    cf = credit_counterfactual
     trainer = _tabular_trainer(tmp_path, optimizer)
     try:
         rollout, wins = _fig1_rollout(trainer.policy)
@@ -182,7 +177,7 @@ def test_quick_run_writes_a_report_whose_numbers_are_the_json(tmp_path):
     assert all(c["concentration"] >= c["target"] for c in arm["checkpoints"])
     for batches in arm["batches"].values():
         assert [b["seed"] for b in batches] == list(range(100_000, 100_012))  # the same batch seeds per level
-        assert set(batches[0]["estimators"]) == set(credit_counterfactual_protocol.ESTIMATORS)
+        assert set(batches[0]["estimators"]) == set(credit_counterfactual.ESTIMATORS)
     assert payload["summary"] == json.loads(json.dumps(report.summarize(payload["arms"])))
     for part in payload["summary"]["comparisons"]:
         shown = report._scaled(part, report.SCALE.get(part["metric"], 1.0))
@@ -216,6 +211,16 @@ def test_checkpoint_seeds_and_batch_seed_base_reach_the_protocol(tmp_path):
     assert any(not torch.equal(first[k], second[k]) for k in first)  # two GRPO runs, two different policies
     assert (tmp_path / "runs" / "quick" / "tabular_corridor_ckpt4.json").exists()
     assert cf.main(args[:-4] + ["--checkpoint-seeds", "1", "1"]) == 2
+    # resume: started again, a job kept under the same protocol is not run again (its record is reused as kept);
+    # one kept under another protocol is
+    for seed, change in ((3, {"K": 99}), (4, {})):
+        kept = tmp_path / "runs" / "quick" / f"tabular_corridor_ckpt{seed}.json"
+        record = json.loads(kept.read_text())
+        kept.write_text(json.dumps(record | {"seconds": 12345.0, "protocol": record["protocol"] | change}))
+    assert cf.main(args) == 0
+    records = read_json(tmp_path / "credit_counterfactual_quick.json.gz")["arms"]["tabular_corridor"]
+    assert [r["seconds"] == 12345.0 for r in records] == [False, True]
+    assert records[0]["protocol"]["K"] == 2 and len(records[0]["batches"]["0.50"]) == 2
 
 
 def _replicate(seed, diffs, exact_success=0.4, target=0.8):
@@ -311,7 +316,7 @@ def test_the_llm_arm_reaches_a_concentration_by_supervised_steps_then_settles_wi
     """``reach: supervised``: steps of the trainer's AdamW on -log pi(good door) raise the scoring LM's mean
     pi(good | room); once the target is crossed, ``settle`` GRPO iterations run and the checkpoint (weights and
     AdamW state) records the concentration measured after them."""
-    protocol = credit_counterfactual_protocol
+    protocol = credit_counterfactual
     from ecpo_train.runtime.checkpoint_io import load_checkpoint
     from ecpo_train.runtime.trainer import Trainer
 
@@ -320,7 +325,7 @@ def test_the_llm_arm_reaches_a_concentration_by_supervised_steps_then_settles_wi
            "config": {"device": "cpu", "save_optimizer": True, "model": str(tiny_model_dir), "lr": 3e-3,
                       "n_groups": 1, "group_size": 4},
            "targets": [], "max_iterations": 40, "reach": "supervised", "settle": 1}
-    env = protocol._probe_env(arm)
+    env = protocol.probe_env(arm)
     good = protocol.good_doors(env)
     trainer = Trainer(protocol.arm_config(arm, str(tmp_path / "probe"), 0))
     try:

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks import credit_study, credit_study_protocol, credit_study_report, credit_study_stats
+from benchmarks import credit_study, credit_study_report
 from benchmarks import stats as bench_stats
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
@@ -25,7 +25,7 @@ def test_cell_statistics_match_textbook_values():
 
 
 def test_reading_verdict_uses_the_claims_rule():
-    cs = credit_study_stats
+    cs = credit_study_report
     part = lambda verdict: {"verdict": verdict, "metric": "final_success", "diff": 0.0}
     assert cs.reading_verdict([part("holds"), part("not significant")])["favours"] == "ecpo_anchor_scale"
     assert cs.reading_verdict([part("contradicted"), part("not supported")])["favours"] == "ecpo"
@@ -49,7 +49,7 @@ def _toy_runs(order=None):
 
 
 def test_method_differences_are_paired_by_seed_id_and_holm_corrected():
-    cs = credit_study_stats
+    cs = credit_study_report
     protocol = {"envs": [{"name": "diagnostic"}], "methods": ["gigpo_std", "ecpo"], "seeds": 4}
     summary = cs.summarize(_toy_runs(), protocol)
     c3 = next(c for c in summary["claims"] if c["id"] == "C3")["parts"][0]
@@ -64,8 +64,8 @@ def test_method_differences_are_paired_by_seed_id_and_holm_corrected():
 
 
 def test_misaligned_seed_cells_are_refused():
-    cs = credit_study_stats
-    ps = credit_study_stats.MisalignedCells
+    cs = credit_study_report
+    ps = credit_study_report.MisalignedCells
     protocol = {"envs": [{"name": "diagnostic"}], "methods": ["gigpo_std", "ecpo"], "seeds": 4}
     runs = _toy_runs()
     runs[0]["seed"] = 9  # gigpo_std ran seeds {9, 1, 2, 3}, ecpo {0, 1, 2, 3}
@@ -93,7 +93,7 @@ def test_mean_rho_strict_valid_averages_rho_over_strict_valid_anchors_only():
 
 
 def test_misranked_anchor_fraction_counts_lucky_rare_actions():
-    cs = credit_study_protocol
+    cs = credit_study
     rows = {"group_ids": [0, 0, 0, 0, 1, 1], "anchor_keys": ["s", "s", "s", "s", "s", "s"],
             "action_keys": ["good", "good", "rare", "rare", "good", "rare"]}
     best = {"s": {"good"}}
@@ -110,7 +110,7 @@ def test_exact_evaluation_matches_sampled_episodes():
     from ecpo_gym.group_workers import make_env
     from ecpo_train.policies.tabular import TabularSoftmaxPolicy
 
-    cs = credit_study_protocol
+    cs = credit_study
     env = make_env("ecpo/DivergentAnchor-v0", {"num_tasks": 1, "depth": 6, "rare_prob": (0.4, 0.8)}).unwrapped
     task = env.task_ids[0]
     policy = TabularSoftmaxPolicy(seed=0)
@@ -150,7 +150,7 @@ def test_a_cell_is_a_native_trainer_run(tmp_path):
     from ecpo_train.runtime.run import train
     from ecpo_train.runtime.trainer import Trainer
 
-    cs = credit_study_protocol
+    cs = credit_study
     protocol = cs.load_protocol(quick=True)
     spec = next(s for s in cs.run_specs(protocol, ["diagnostic"]) if s["method"] == "ecpo" and s["group_size"] == 4)
     run = cs.train_run(spec)
@@ -170,7 +170,7 @@ def test_webshop_search_template_becomes_the_instruction_query():
     from ecpo_train.policies.base import StepContext
     from ecpo_train.policies.tabular import TabularSoftmaxPolicy
 
-    cs = credit_study_protocol
+    cs = credit_study
     actor = cs.InstructionQueryPolicy(TabularSoftmaxPolicy(seed=0))
     ctx = StepContext("webshop", "i want [red] shoes", 0, [], "home", [cs.SEARCH_TEMPLATE], "home")
     out = actor.act([ctx, ctx])
@@ -180,7 +180,7 @@ def test_webshop_search_template_becomes_the_instruction_query():
 
 @pytest.mark.slow
 def test_quick_run_writes_table_plots_and_a_report_that_matches_the_json(tmp_path):
-    cs, stats, report_of = credit_study, credit_study_stats, credit_study_report
+    cs, stats, report_of = credit_study, credit_study_report, credit_study_report
     assert cs.main(["run", "--quick", "--out", str(tmp_path), "--envs", "diagnostic"]) == 0
     payload = json.loads((tmp_path / "credit_study_quick.json").read_text())
     report = (tmp_path / "credit_study_quick.md").read_text()
@@ -240,23 +240,11 @@ def test_quick_run_writes_table_plots_and_a_report_that_matches_the_json(tmp_pat
     assert (again / "credit_study_quick.md").read_text() == report
 
 
-def test_studies_of_different_methods_merge_into_the_study_of_all(tmp_path):
-    """``--from-json A B``: a study split by method and merged back summarises exactly like the whole one."""
-    cs = credit_study
-    whole = json.loads((RESULTS / "credit_study_quick.json").read_text())
-    paths = []
-    for name, keep in (("rest", lambda m: m != "ecpo_anchor_scale"), ("anchor", lambda m: m == "ecpo_anchor_scale")):
-        part = {"protocol": whole["protocol"] | {"methods": [m for m in whole["protocol"]["methods"] if keep(m)]},
-                "runtime_s": whole["runtime_s"] / 2, "summary": {"skipped_envs": {}},
-                "runs": [r for r in whole["runs"] if keep(r["method"])]}
-        paths.append(tmp_path / f"{name}.json")
-        paths[-1].write_text(json.dumps(part))
-    out = tmp_path / "merged"
-    assert cs.main(["report", "--from-json", *map(str, paths), "--out", str(out)]) == 0
-    merged = json.loads((out / "credit_study_quick.json").read_text())
-    assert merged["protocol"]["methods"] == whole["protocol"]["methods"]
-    for key in ("cells", "claims", "readings"):
-        assert json.dumps(merged["summary"][key]) == json.dumps(whole["summary"][key]), key  # NaN MDEs compare
-    assert "Merged from separate runs" in (out / "credit_study_quick.md").read_text()
-    with pytest.raises(ValueError, match="share"):
-        cs.main(["report", "--from-json", str(paths[0]), str(paths[0]), "--out", str(out)])
+@pytest.mark.parametrize("stem", ["credit_study", "credit_study_quick"])
+def test_the_report_stage_writes_the_committed_report_again_byte_for_byte(tmp_path, stem):
+    """``report --from-json benchmarks/results/credit_study.json`` (and the quick one): the committed markdown and
+    JSON again, byte for byte, from the committed runs, without training."""
+    assert credit_study.main(["report", "--from-json", str(RESULTS / f"{stem}.json"), "--out", str(tmp_path)]) == 0
+    for name in (f"{stem}.md", f"{stem}.json"):
+        assert (tmp_path / name).read_bytes() == (RESULTS / name).read_bytes(), name
+    assert credit_study.main(["report", "--from-json", str(tmp_path / "none.json"), "--out", str(tmp_path)]) == 2
