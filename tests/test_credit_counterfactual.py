@@ -345,3 +345,15 @@ def test_the_llm_arm_reaches_a_concentration_by_supervised_steps_then_settles_wi
     unsettled = protocol.make_checkpoints(arm | {"settle": 0}, tmp_path / "unsettled", log=lambda _: None)
     assert unsettled[0]["supervised_steps"] >= 1
     assert load_checkpoint(Path(unsettled[0]["path"]))["optimizer"]["state"] == {}
+
+
+@pytest.mark.parametrize("name", ["credit_counterfactual", "credit_counterfactual_quick"])
+def test_the_committed_report_regenerates_byte_identical_from_its_kept_records(name, tmp_path, monkeypatch):
+    """``report --from-raw`` on a committed report's gzipped JSON (its arms keep every raw batch) writes that JSON and
+    its markdown again, byte for byte: the committed numbers are today's code's on the kept records."""
+    results = Path(credit_counterfactual.__file__).parent / "results"
+    monkeypatch.chdir(results.parent.parent)  # (the report quotes its input's path from the repository root)
+    assert credit_counterfactual.main(["report", "--from-raw", f"benchmarks/results/{name}.json.gz",
+                                       "--out", str(tmp_path)]) == 0
+    for suffix in (".json.gz", ".md"):
+        assert (tmp_path / f"{name}{suffix}").read_bytes() == (results / f"{name}{suffix}").read_bytes(), suffix
