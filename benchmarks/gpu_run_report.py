@@ -1,27 +1,22 @@
-"""The report of ``benchmarks/gpu_run.py``: paired before/after statistics and the markdown, from its JSON.
+"""The reports of ``benchmarks/gpu_run.py``: paired before/after statistics and the markdown of each stage's JSON.
 
-No torch: the GPU machine writes it after every part, and here it re-renders the files a run brought back, merged
-part by part (the two commands of docs/gpu.md each bring one JSON), with the paired tests filled in (they need
-scipy, which the GPU machine may lack):
-
-    python -m benchmarks.gpu_run_report FIRST.json [SECOND.json ...] --out benchmarks/results/gpu_run.json
-
-A later file's part replaces an earlier file's part of the same name; the environment part is kept per command.
+No torch: the GPU machine writes them after every part, and here ``gpu_run report`` re-renders the files a run
+brought back, merged part by part, with the paired tests filled in (they need scipy, which the GPU machine may lack).
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import math
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from benchmarks import ArgumentParser, write_report
+from benchmarks import write_report
 
-PART_NAMES = ("environment", "credit", "paper_iteration", "learning")
+PART_NAMES = ("environment", "credit", "paper_iteration", "learning")  # learning: the finished part 4 (gpu_run.py)
+RLLIB_PARTS = ("environment", "first_iteration", "gpu_runners", "lag", "cpu_runners")
+PHASES = ("sampling", "credit", "update", "sync")  # an iteration's time split, both engines (gpu_run.time_split)
 PAPER_ITERATION_SECONDS = {"ECPO paper, Qwen2.5-1.5B, 8x A100": 302.8, "GiGPO, Qwen2.5-1.5B, 2x H100": 362.8}
 
 
@@ -44,7 +39,7 @@ def paired_test(before: list[list], after: list[list]) -> dict[str, Any]:
     try:
         from benchmarks.stats import paired_outcomes
     except ImportError:  # no scipy here
-        return out | {"test": "not computed (no scipy): re-render with benchmarks/gpu_run_report.py"}
+        return out | {"test": "not computed (no scipy): re-render here (report --from-json)"}
     return out | paired_outcomes(first, second, label="the validations before and after training",
                                  task_of=lambda key: key[0])
 
@@ -191,6 +186,49 @@ def _learning_lines(part: Mapping[str, Any]) -> list[str]:
     return lines + [""]
 
 
+# ---------------------------------------------------------------------------------------------- rllib
+def render_rllib(report: dict[str, Any]) -> str:
+    """The report's markdown: both engines' time split, the checkpoint round trip, the runner cases."""
+    parts = report["parts"]
+    device = parts.get("environment", {}).get("gpu") or parts.get("environment", {}).get("device", "?")
+    lines = [f"# The RLlib engine on one GPU ({device})", "",
+             (f"`python -m benchmarks.gpu_run rllib`{' --smoke' if report.get('smoke') else ''}; "
+              f"{report.get('seconds', 0):.0f} s. JSON beside this file."), ""]
+    first = parts.get("first_iteration", {})
+    if "time_split" in first:
+        ck = first["checkpoint"]
+        lines += ["## Native vs RLlib (one runner, the learner and the runner on the device)", "",
+                  (f"- checkpoint saved from the learner in {ck['save_seconds']:.1f} s, restored in "
+                   f"{ck['restore_seconds']:.1f} s, iteration {ck['resumed_iteration']:.0f} run from it"), ""]
+        split = first["time_split"]
+        lines += ["| seconds per iteration | " + " | ".join(PHASES) + " | iteration |",
+                  "|---|" + "---:|" * (len(PHASES) + 1)]
+        for engine in ("native", "rllib"):
+            lines.append(f"| {engine} | " + " | ".join(f"{split[engine][p]:.3f}" for p in (*PHASES, "iteration")) + " |")
+        lines += ["", f"RLlib / native iteration time: **{split['rllib_over_native']:.2f}x** (goal <= 1.2x)", ""]
+        memory = first.get("memory", {})
+        peaks = [(role, m.get("peak_gib")) for role, m in memory.items() if isinstance(m, dict)]
+        peaks += [(f"runner {k + 1}", m.get("peak_gib")) for k, m in enumerate(memory.get("runners") or [])]
+        lines += ["Peak GPU memory (torch, per process): " + ", ".join(
+            f"{role} {'-' if gib is None else f'{gib:.2f} GiB'}" for role, gib in peaks), ""]
+    for name, title in (("gpu_runners", "runners sharing the GPU"), ("lag", "max_policy_lag=1"),
+                        ("cpu_runners", "runners on CPU cores")):
+        part = parts.get(name, {})
+        if "time_split" in part:
+            split = part["time_split"]
+            shares = part["gpu_shares"]
+            lines.append(f"- {title} ({part['runners']} runners, GPU shares: learner "
+                         f"{shares['num_gpus_per_learner']:g}, runner {shares['num_gpus_per_env_runner']:g}): "
+                         + ", ".join(f"{p} {split[p]:.3f} s" for p in (*PHASES, "iteration")))
+    if "time_split" in parts.get("lag", {}) and "time_split" in parts.get("gpu_runners", {}):
+        ratio = parts["gpu_runners"]["time_split"]["iteration"] / max(parts["lag"]["time_split"]["iteration"], 1e-9)
+        lines.append(f"- lag 1 speed-up over lag 0: {ratio:.2f}x (the CPU measured 1.25x)")
+    for name, part in parts.items():
+        if "error" in part:
+            lines.append(f"\n**Part {name} failed:** `{part['error']}`")
+    return "\n".join(lines) + "\n"
+
+
 # ---------------------------------------------------------------------------------------------- merge
 def merge(reports: list[Mapping[str, Any]]) -> dict[str, Any]:
     """Later reports' parts replace earlier ones of the same name; each command's environment is kept."""
@@ -205,24 +243,3 @@ def merge(reports: list[Mapping[str, Any]]) -> dict[str, Any]:
 def write(report: Mapping[str, Any], out: Path) -> None:
     """``out`` (JSON) and the markdown beside it (same name, ``.md``), each replaced whole."""
     write_report(report, out, render)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(__spec__.name, description=__doc__.split("\n\n")[0])
-    parser.add_argument("reports", nargs="+", type=Path, help="gpu_run JSON files, in the order they were run")
-    parser.add_argument("--out", type=Path, required=True, help="merged JSON (the markdown goes beside it)")
-    args = parser.parse_args(argv)
-    loaded = []
-    for path in args.reports:
-        try:
-            loaded.append(json.loads(path.read_text()))
-        except (OSError, json.JSONDecodeError) as err:
-            print(f"error: {path} is not a gpu_run JSON ({err})", file=sys.stderr)
-            return 2
-    write(fill_tests(merge(loaded)), args.out)
-    print(f"wrote {args.out} and {args.out.with_suffix('.md')}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
