@@ -1,44 +1,29 @@
-"""The GPU program (docs/gpu.md): the device and the native trainer on it (stage ``native``), the RLlib engine with its
-learner on the GPU beside the native trainer (stage ``rllib``), and the report of returned files (stage ``report``).
+"""The GPU program (docs/gpu.md gives its commands, the data and the expected minutes): the device and the native
+trainer on it (stage ``native``), and the RLlib engine with its learner on the GPU beside the native trainer (stage
+``rllib``). Each part is written to the JSON and its markdown (``benchmarks/gpu_run_report.py``) as soon as it ends,
+so a command stopped early returns what it did and a failed part records its error; an existing file at ``--out``
+keeps the parts this command does not run.
 
-``native``, three parts:
+``native``: 1. ``environment``, the device, the versions, the distributions imported, and the suite's CUDA tests
+(``pytest -k cuda`` on ``CUDA_TESTS``); 2. ``paper_iteration``, one native-trainer iteration of Qwen2.5-1.5B's
+architecture (random weights), 16 groups x 8 on ``ecpo/ALFWorldGen-v0``, 512-token replies, bf16 autocast and
+gradient checkpointing on CUDA, its rates carried to the paper's 50 steps. (The first run's other two parts, credit on
+CUDA against numpy and SmolLM2 learning ``alfworld_gpu``, ran once: their results stay in
+``benchmarks/results/gpu_run.{json,md}``, their program at commit 1fdf708, docs/benchmarks.md.)
 
-1. ``environment``: the device, torch / CUDA / transformers versions, the distributions the run imported, and the
-   suite's CUDA tests (``pytest -k cuda`` on the test files that hold them, ``CUDA_TESTS``);
-2. ``credit``: ``compute_advantages("ecpo", ...)`` on a paper-shaped batch (16 groups x 8 rollouts x up to 50
-   steps, ``benchmarks/credit_overhead.build_batch``) with device tensors against numpy on the CPU;
-3. ``paper_iteration``: one native-trainer iteration of a model with Qwen2.5-1.5B's architecture (random weights,
-   the Qwen2.5 tokenizer), 16 groups x 8 on ``ecpo/ALFWorldGen-v0``, 512-token responses, bf16 autocast and
-   gradient checkpointing on CUDA: the time split, peak memory, tokens/s, and the same rates carried to the
-   paper's 50-step horizon beside the paper's 302.8 s (8x A100) and GiGPO's 362.8 s (2x H100).
+``rllib``: ``alfworld_gpu`` through ``ECPOConfig``, RLlib's local learner on the GPU (``num_learners=0``: the
+driver), the runners on the same GPU by fractional shares (``gpu_shares``) or on CPU cores: 1. ``environment``;
+2. ``first_iteration``, one runner, both engines' time split (sampling / credit / update / sync) and every process's
+peak GPU memory, then ``save_to_path`` from the CUDA learner, ``from_checkpoint`` and one more iteration, timed (the
+engines' equality and exact resume are tested: tests/test_rllib_llm_algorithm.py); 3. ``gpu_runners``,
+``--runners`` runners on the GPU at ``max_policy_lag`` 0; 4. ``lag``, the same at lag 1; 5. ``cpu_runners``.
 
-(Part 4, SmolLM2 learning ``alfworld_gpu`` from an ``ecpo sft`` warm start, ran once, on 2026-11-26; its results
-stay in ``benchmarks/results/gpu_run.json``, its program at commit 1fdf708 (docs/benchmarks.md); the same warm
-start, validations and ECPO iterations run beside GiGPO w/std's in ``benchmarks/gpu_comparison.py``.)
-
-``rllib``: ``alfworld_gpu`` through ``ECPOConfig`` with RLlib's local learner on the GPU (``num_learners=0``, the
-driver), the runners on the same GPU by fractional shares (``gpu_shares``) or on CPU cores; five parts:
-
-1. ``environment``: the device, torch / CUDA / transformers / Ray versions;
-2. ``first_iteration``: one runner on the GPU (a ``--runner-gpu-share``), both engines' iterations: the time split
-   sampling / credit / update / sync side by side and the peak GPU memory of every process; then ``save_to_path``
-   from the CUDA learner, ``from_checkpoint`` and one more iteration, timed (whether the engines' iterations are
-   equal, and a restored run's next iteration the uninterrupted one's, is tested: tests/test_rllib_llm_algorithm.py);
-3. ``gpu_runners``: ``--runners`` runners sharing the GPU, ``max_policy_lag`` 0;
-4. ``lag``: the same with ``max_policy_lag=1``;
-5. ``cpu_runners``: ``--cpu-runners`` runners on CPU cores (the learner still on the GPU).
-
-Each part is written to the JSON and its markdown (``benchmarks/gpu_run_report.py``) as soon as it ends, so a command
-stopped early returns what it did and a part that failed records its error; an existing file at ``--out`` keeps the
-parts this command does not run.
-
-    python -m benchmarks.gpu_run native [--parts 1,2,3] [--out FILE.json]
+    python -m benchmarks.gpu_run native [--parts 1,2] [--out FILE.json]
     python -m benchmarks.gpu_run rllib [--parts 1,2,3,4,5] [--model DIR] [--iterations 3] [--out FILE.json]
     python -m benchmarks.gpu_run native|rllib --device cpu --smoke     # every part on tiny sizes, on the CPU
-    python -m benchmarks.gpu_run report --from-json FIRST.json [SECOND.json ...] --out benchmarks/results/gpu_run.json
 
-Needs CUDA unless ``--device cpu`` (exit 2 with one line). Results go to ``benchmarks/results/gpu_run.json``
-(``rllib_gpu.json``) on CUDA and to ``runs/gpu_run/gpu_run.json`` (``runs/rllib_gpu/``) otherwise.
+Needs CUDA unless ``--device cpu`` (exit 2 with one line). Results go to ``benchmarks/results/gpu_native.json``
+(``rllib_gpu.json``) on CUDA and to ``runs/gpu_native/gpu_native.json`` (``runs/rllib_gpu/``) otherwise.
 """
 
 from __future__ import annotations
@@ -60,12 +45,11 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import RESULTS, chosen_parts, read_json, refuse_without_cuda, refused, write_report
+from benchmarks import RESULTS, chosen_parts, refuse_without_cuda, refused, write_report
 from benchmarks.gpu_learning import DEFAULT_MODEL, ROOT, iteration_figures, tokenizer_dir
-from benchmarks.gpu_run_report import PART_NAMES, RLLIB_PARTS, fill_tests, merge, render, render_rllib, write
+from benchmarks.gpu_run_report import PART_NAMES, RLLIB_PARTS, render, render_rllib
 from benchmarks.study import StudyCommand
 
-NATIVE_PARTS = PART_NAMES[:3]  # the report's fourth, "learning", is the finished part 4's
 # the files holding CUDA-only tests (skipif(not cuda), named *cuda*)
 CUDA_TESTS = ("tests/test_credit_api.py", "tests/test_static_decoding.py")
 # Qwen2.5-1.5B's public config.json
@@ -155,38 +139,6 @@ def part_environment(device: str) -> dict[str, Any]:
         "seconds": time.perf_counter() - started}}
 
 
-def part_credit(device: str, reps: int, smoke: bool) -> dict[str, Any]:
-    """ECPO credit on a paper-shaped batch: numpy on the CPU vs torch tensors on ``device``."""
-    import torch
-
-    from benchmarks.credit_overhead import build_batch
-    from ecpo_train.core.credit import compute_advantages, factorize_keys
-
-    cols = build_batch(0, groups=2 if smoke else 16, rollouts=8, max_steps=50)
-    codes = {key: factorize_keys(cols[key], key)[0] for key in ("group_ids", "anchor_keys", "action_keys")}
-    host = {"group_ids": codes["group_ids"], "traj_ids": np.asarray(cols["traj_ids"]),
-            "steps": np.asarray(cols["steps"]), "anchor_keys": codes["anchor_keys"],
-            "action_keys": codes["action_keys"], "rewards": np.asarray(cols["rewards"])}
-    on_device = {k: torch.as_tensor(v, device=device) for k, v in host.items()}
-
-    def timed(arrays: dict[str, Any]) -> float:
-        compute_advantages("ecpo", arrays)  # warm-up (CUDA context, kernels)
-        times = []
-        for _ in range(reps):
-            sync_device(device)
-            started = time.perf_counter()
-            compute_advantages("ecpo", arrays)
-            sync_device(device)
-            times.append(time.perf_counter() - started)
-        return float(np.median(times))
-
-    cpu_adv = np.asarray(compute_advantages("ecpo", host)[0])
-    dev_adv = compute_advantages("ecpo", on_device)[0]
-    dev_adv = dev_adv.cpu().numpy() if hasattr(dev_adv, "cpu") else np.asarray(dev_adv)
-    return {"device": device, "rows": len(cols["rewards"]), "cpu_seconds": timed(host),
-            "device_seconds": timed(on_device), "max_abs_difference": float(np.abs(cpu_adv - dev_adv).max())}
-
-
 def write_random_model(out_dir: Path, architecture: dict[str, Any], tokenizer: Path) -> Path:
     """A randomly initialised Qwen2 of ``architecture`` with the Qwen2.5 tokenizer, as a transformers folder."""
     import torch
@@ -206,7 +158,7 @@ def write_random_model(out_dir: Path, architecture: dict[str, Any], tokenizer: P
 
 
 def part_paper_iteration(args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    """One native-trainer iteration of the paper's shape (module docstring, part 3)."""
+    """One native-trainer iteration of the paper's shape (module docstring, native part 2)."""
     from ecpo_train.runtime.config import make_config
     from ecpo_train.runtime.trainer import Trainer
 
@@ -483,24 +435,18 @@ def run_parts(report: dict[str, Any], out: Path, names: tuple[str, ...], chosen:
 
 # ---------------------------------------------------------------------------------------------- the stages
 def native(args: argparse.Namespace) -> int:
-    chosen = chosen_parts(args.parts or "1,2,3", NATIVE_PARTS)
+    chosen = chosen_parts(args.parts or "1,2", PART_NAMES)
     if chosen is None or refuse_without_cuda(args.device, "gpu_run"):
         return 2
-    if args.smoke:
-        args.credit_reps = 2
-    out = args.out or default_out(args.device, args.smoke)
+    out = args.out or default_out(args.device, args.smoke, "gpu_native")  # results/gpu_run.*: the first run's
     report = kept_report(out, chosen, args.smoke)
     if report is None:
         return 2
 
     def run(name: str, work: Path) -> dict[str, Any]:
-        if name == "environment":
-            return part_environment(args.device)
-        if name == "credit":
-            return part_credit(args.device, args.credit_reps, args.smoke)
-        return part_paper_iteration(args, work)
+        return part_environment(args.device) if name == "environment" else part_paper_iteration(args, work)
 
-    return run_parts(fill_tests(report), out, NATIVE_PARTS, chosen, run, device_facts(args.device), render)
+    return run_parts(report, out, PART_NAMES, chosen, run, device_facts(args.device), render)
 
 
 def rllib(args: argparse.Namespace) -> int:
@@ -543,37 +489,19 @@ def rllib(args: argparse.Namespace) -> int:
         ray.shutdown()
 
 
-def report_stage(args: argparse.Namespace) -> int:
-    """The returned ``native`` JSON files merged (a later file's part replaces an earlier one's; each command's
-    environment is kept) and written with their paired tests filled in (scipy, which the GPU machine may lack)."""
-    if not args.from_json or not args.out:
-        return refused("report takes --from-json FILE [FILE ...] and --out FILE.json")
-    loaded = []
-    for path in args.from_json:
-        try:
-            loaded.append(read_json(path))
-        except (OSError, ValueError) as err:
-            return refused(f"{path} is not a gpu_run JSON ({' '.join(str(err).split())})")
-    write(fill_tests(merge(loaded)), args.out)
-    print(f"wrote {args.out} and {args.out.with_suffix('.md')}")
-    return 0
-
-
 def main(argv: list[str] | None = None) -> int:
     command = StudyCommand(__spec__.name, __doc__.split("\n\n")[0], {
-        "native": ("device", "smoke", "parts", "paper_steps", "credit_reps"),
+        "native": ("device", "smoke", "parts", "paper_steps"),
         "rllib": ("device", "smoke", "parts", "model", "preset", "seed", "iterations", "runners", "runner_gpu_share",
-                  "cpu_runners", "cpu_iterations"),
-        "report": ("from_json",)},
-        defaults={"device": "cuda", "smoke": False, "paper_steps": 2, "credit_reps": 20, "model": str(DEFAULT_MODEL),
+                  "cpu_runners", "cpu_iterations")},
+        defaults={"device": "cuda", "smoke": False, "paper_steps": 2, "model": str(DEFAULT_MODEL),
                   "preset": "alfworld_gpu", "seed": 0, "iterations": 3, "runners": 4, "runner_gpu_share": 0.2,
                   "cpu_runners": 7, "cpu_iterations": 2})
     command.add("--device", help="cuda (default), or cpu with --smoke")
     command.add("--smoke", action="store_const", const=True, help="every part on tiny sizes (any device; for tests)")
     command.add("--parts", help="which parts to run, e.g. 1,2 (default: all of the stage's)")
     command.add("--out", type=Path, common=True, default=None, help="JSON path (the markdown goes beside it)")
-    command.add("--paper-steps", type=int, help="native part 3: environment steps per episode (2)")
-    command.add("--credit-reps", type=int, help="native part 2: timed repetitions (20)")
+    command.add("--paper-steps", type=int, help="native part 2: environment steps per episode (2)")
     command.add("--model", help="rllib: the SmolLM2 folder (scripts/device_bundle.py model)")
     command.add("--preset", help="rllib: the preset run (alfworld_gpu)")
     command.add("--seed", type=int, help="rllib: the runs' seed (0)")
@@ -582,11 +510,10 @@ def main(argv: list[str] | None = None) -> int:
     command.add("--runner-gpu-share", type=float, help="rllib: GPU share of one runner (0.2)")
     command.add("--cpu-runners", type=int, help="rllib part 5: runners on CPU cores, 2 each (7)")
     command.add("--cpu-iterations", type=int, help="rllib part 5: iterations, about 1 min each (2)")
-    command.add("--from-json", type=Path, nargs="+", help="report: the returned native JSON files, in run order")
     args = command.parse(argv)
     if args is None:
         return 2
-    return {"native": native, "rllib": rllib, "report": report_stage}[args.stage](args)
+    return {"native": native, "rllib": rllib}[args.stage](args)
 
 
 if __name__ == "__main__":
