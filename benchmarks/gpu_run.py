@@ -1,29 +1,29 @@
-"""One command for the GPU run: the device, credit on it, the paper-shaped iteration, and SmolLM2 learning.
+"""The GPU program (docs/gpu.md gives its commands, the data and the expected minutes): the device and the native
+trainer on it (stage ``native``), and the RLlib engine with its learner on the GPU beside the native trainer (stage
+``rllib``). Each part is written to the JSON and its markdown (``benchmarks/gpu_run_report.py``) as soon as it ends,
+so a command stopped early returns what it did and a failed part records its error; an existing file at ``--out``
+keeps the parts this command does not run.
 
-Four parts, each written to the JSON and its markdown (``benchmarks/gpu_run_report.py``) as soon as it is done,
-so a command stopped early still returns what it did:
+``native``: 1. ``environment``, the device, the versions, the distributions imported, and the suite's CUDA tests
+(``pytest -k cuda`` on ``CUDA_TESTS``); 2. ``paper_iteration``, one native-trainer iteration of Qwen2.5-1.5B's
+architecture (random weights), 16 groups x 8 on ``ecpo/ALFWorldGen-v0``, 512-token replies, bf16 autocast and
+gradient checkpointing on CUDA, its rates carried to the paper's 50 steps. (The first run's other two parts, credit on
+CUDA against numpy and SmolLM2 learning ``alfworld_gpu``, ran once: their results stay in
+``benchmarks/results/gpu_run.{json,md}``, their program at commit 1fdf708, docs/benchmarks.md.)
 
-1. ``environment``: the device, torch / CUDA / transformers versions, the distributions the run imported, and the
-   suite's CUDA tests (``pytest -k cuda`` on the test files that hold them, ``CUDA_TESTS``);
-2. ``credit``: ``compute_advantages("ecpo", ...)`` on a paper-shaped batch (16 groups x 8 rollouts x up to 50
-   steps, ``benchmarks/credit_overhead.build_batch``) with device tensors against numpy on the CPU;
-3. ``paper_iteration``: one native-trainer iteration of a model with Qwen2.5-1.5B's architecture (random weights,
-   the Qwen2.5 tokenizer), 16 groups x 8 on ``ecpo/ALFWorldGen-v0`` (native engine), 512-token responses, bf16
-   autocast and gradient checkpointing on CUDA: the time split generation / env / credit / update, peak memory,
-   tokens/s, and the same rates carried to the paper's 50-step horizon beside the paper's 302.8 s (8x A100)
-   and GiGPO's 362.8 s (2x H100);
-4. ``learning``: SmolLM2-135M-Instruct (``--model``, converted by ``scripts/device_bundle.py model``) on the
-   ``alfworld_gpu`` preset: ``ecpo sft``'s expert warm start on training tasks, validation on the preset's
-   unseen tasks and on training tasks, ECPO iterations for as long as the time limit allows (sized from the
-   first iteration), validation again; paired before/after statistics, decisions/s, update tokens/s, rows
-   per iteration and the time split beside the CPU runs of the same recipe.
+``rllib``: ``alfworld_gpu`` through ``ECPOConfig``, RLlib's local learner on the GPU (``num_learners=0``: the
+driver), the runners on the same GPU by fractional shares (``gpu_shares``) or on CPU cores: 1. ``environment``;
+2. ``first_iteration``, one runner, both engines' time split (sampling / credit / update / sync) and every process's
+peak GPU memory, then ``save_to_path`` from the CUDA learner, ``from_checkpoint`` and one more iteration, timed (the
+engines' equality and exact resume are tested: tests/test_rllib_llm_algorithm.py); 3. ``gpu_runners``,
+``--runners`` runners on the GPU at ``max_policy_lag`` 0; 4. ``lag``, the same at lag 1; 5. ``cpu_runners``.
 
-    python -m benchmarks.gpu_run [--parts 1,2,3,4] [--time-limit 480] [--model DIR] [--out FILE.json]
-    python -m benchmarks.gpu_run --device cpu --smoke        # every part on tiny sizes (about 2 minutes here)
+    python -m benchmarks.gpu_run native [--parts 1,2] [--out FILE.json]
+    python -m benchmarks.gpu_run rllib [--parts 1,2,3,4,5] [--model DIR] [--iterations 3] [--out FILE.json]
+    python -m benchmarks.gpu_run native|rllib --device cpu --smoke     # every part on tiny sizes, on the CPU
 
-Needs CUDA unless ``--device cpu`` (exit 2 with one line). Results go to ``benchmarks/results/gpu_run.json`` on
-CUDA and to ``runs/gpu_run/gpu_run.json`` otherwise; an existing file at ``--out`` keeps the parts this command
-does not run (the second command of docs/gpu.md adds part 4 to the first one's file).
+Needs CUDA unless ``--device cpu`` (exit 2 with one line). Results go to ``benchmarks/results/gpu_native.json``
+(``rllib_gpu.json``) on CUDA and to ``runs/gpu_native/gpu_native.json`` (``runs/rllib_gpu/``) otherwise.
 """
 
 from __future__ import annotations
@@ -39,14 +39,16 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from benchmarks import RESULTS, ArgumentParser, chosen_parts, refuse_without_cuda
-from benchmarks.gpu_learning import DEFAULT_MODEL, ROOT, iteration_figures, part_learning, tokenizer_dir
-from benchmarks.gpu_run_report import PART_NAMES, fill_tests, write
+from benchmarks import RESULTS, chosen_parts, refuse_without_cuda, refused, write_report
+from benchmarks.gpu_learning import DEFAULT_MODEL, ROOT, iteration_figures, tokenizer_dir
+from benchmarks.gpu_run_report import PART_NAMES, RLLIB_PARTS, render, render_rllib
+from benchmarks.study import StudyCommand
 
 # the files holding CUDA-only tests (skipif(not cuda), named *cuda*)
 CUDA_TESTS = ("tests/test_credit_api.py", "tests/test_static_decoding.py")
@@ -57,8 +59,16 @@ QWEN25_1_5B = {"hidden_size": 1536, "num_hidden_layers": 28, "num_attention_head
 QWEN25_SMOKE = QWEN25_1_5B | {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
                               "intermediate_size": 128}
 PAPER_STEPS = 50  # ALFWorld's horizon in the paper
+# rllib --smoke: small corridors whose groups differ in return from the first iteration (an update to time)
+SMOKE_RUN = {"env_id": "ecpo/DivergentAnchor-v0", "env_kwargs": {"num_tasks": 2, "depth": 4, "rare_prob": [0.4, 0.7]},
+             "val_tasks": None, "n_groups": 2, "group_size": 4, "history_length": 0, "credit": {"d_min": 1},
+             "lr": 1e-3, "lr_warmup_steps": 0, "kl_coef": 0.0, "mini_batch_size": 8, "micro_batch_size": 4,
+             "num_epochs": 2, "mixed_precision": "none", "explore_epsilon": 0.0, "rollout_temperature": 1.0,
+             "threads": 1, "seed": 5}
+CPU_RUNNER_CORES = 2  # rllib part 5: cores (and torch threads) of one runner on the CPU
 
 
+# ---------------------------------------------------------------------------------------------- device facts
 def sync_device(device: str) -> None:
     import torch
 
@@ -66,21 +76,32 @@ def sync_device(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def _reset_peak(device: str) -> None:
+def reset_peak() -> None:
     import torch
 
-    if device.startswith("cuda"):
+    if torch.cuda.is_available():
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
 
 
-def _peak_gib(device: str) -> float | None:
+def process_memory() -> dict[str, Any]:
+    """This process's peak GPU memory (torch's allocator; ``None`` without CUDA), in the driver or a runner actor."""
     import torch
 
-    return torch.cuda.max_memory_allocated() / (1 << 30) if device.startswith("cuda") else None
+    peak = torch.cuda.max_memory_allocated() / (1 << 30) if torch.cuda.is_available() else None
+    return {"pid": os.getpid(), "peak_gib": peak}
 
 
-# ---------------------------------------------------------------------------------------------- part 1
+def gpu_processes() -> list[dict[str, Any]] | None:
+    """Every process on the GPU with the memory it holds (``nvidia-smi``: the CUDA context included)."""
+    if shutil.which("nvidia-smi") is None:
+        return None
+    done = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                          capture_output=True, text=True, check=False)
+    rows = [line.split(",") for line in done.stdout.strip().splitlines() if "," in line]
+    return [{"pid": int(pid), "used_mib": float(mib)} for pid, mib in rows]
+
+
 def loaded_distributions() -> dict[str, str]:
     """``{distribution: version}`` of every installed distribution this process has imported from."""
     from importlib.metadata import PackageNotFoundError, packages_distributions, version
@@ -106,6 +127,7 @@ def device_facts(device: str) -> dict[str, Any]:
             "python": platform.python_version(), "platform": platform.platform()}
 
 
+# ---------------------------------------------------------------------------------------------- native parts
 def part_environment(device: str) -> dict[str, Any]:
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "cuda", *CUDA_TESTS]
     started = time.perf_counter()
@@ -117,40 +139,6 @@ def part_environment(device: str) -> dict[str, Any]:
         "seconds": time.perf_counter() - started}}
 
 
-# ---------------------------------------------------------------------------------------------- part 2
-def part_credit(device: str, reps: int, smoke: bool) -> dict[str, Any]:
-    """ECPO credit on a paper-shaped batch: numpy on the CPU vs torch tensors on ``device``."""
-    import torch
-
-    from benchmarks.credit_overhead import build_batch
-    from ecpo_train.core.credit import compute_advantages, factorize_keys
-
-    cols = build_batch(0, groups=2 if smoke else 16, rollouts=8, max_steps=50)
-    codes = {key: factorize_keys(cols[key], key)[0] for key in ("group_ids", "anchor_keys", "action_keys")}
-    host = {"group_ids": codes["group_ids"], "traj_ids": np.asarray(cols["traj_ids"]),
-            "steps": np.asarray(cols["steps"]), "anchor_keys": codes["anchor_keys"],
-            "action_keys": codes["action_keys"], "rewards": np.asarray(cols["rewards"])}
-    on_device = {k: torch.as_tensor(v, device=device) for k, v in host.items()}
-
-    def timed(arrays: dict[str, Any]) -> float:
-        compute_advantages("ecpo", arrays)  # warm-up (CUDA context, kernels)
-        times = []
-        for _ in range(reps):
-            sync_device(device)
-            started = time.perf_counter()
-            compute_advantages("ecpo", arrays)
-            sync_device(device)
-            times.append(time.perf_counter() - started)
-        return float(np.median(times))
-
-    cpu_adv = np.asarray(compute_advantages("ecpo", host)[0])
-    dev_adv = compute_advantages("ecpo", on_device)[0]
-    dev_adv = dev_adv.cpu().numpy() if hasattr(dev_adv, "cpu") else np.asarray(dev_adv)
-    return {"device": device, "rows": len(cols["rewards"]), "cpu_seconds": timed(host),
-            "device_seconds": timed(on_device), "max_abs_difference": float(np.abs(cpu_adv - dev_adv).max())}
-
-
-# ---------------------------------------------------------------------------------------------- part 3
 def write_random_model(out_dir: Path, architecture: dict[str, Any], tokenizer: Path) -> Path:
     """A randomly initialised Qwen2 of ``architecture`` with the Qwen2.5 tokenizer, as a transformers folder."""
     import torch
@@ -170,7 +158,7 @@ def write_random_model(out_dir: Path, architecture: dict[str, Any], tokenizer: P
 
 
 def part_paper_iteration(args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    """One native-trainer iteration of the paper's shape (module docstring, part 3)."""
+    """One native-trainer iteration of the paper's shape (module docstring, native part 2)."""
     from ecpo_train.runtime.config import make_config
     from ecpo_train.runtime.trainer import Trainer
 
@@ -178,7 +166,7 @@ def part_paper_iteration(args: argparse.Namespace, work: Path) -> dict[str, Any]
     model_dir = write_random_model(work / "paper_model", QWEN25_SMOKE if args.smoke else QWEN25_1_5B, tokenizer_dir())
     shape = {"groups": 2, "group_size": 2, "response": 4, "steps": 1} if args.smoke else \
         {"groups": 16, "group_size": 8, "response": 512, "steps": args.paper_steps}
-    _reset_peak(args.device)
+    reset_peak()
     config = make_config({
         "run_dir": str(work / "paper_run"), "model": str(model_dir), "device": args.device,
         "env_id": "ecpo/ALFWorldGen-v0", "env_kwargs": {"max_steps": shape["steps"]},
@@ -206,11 +194,155 @@ def part_paper_iteration(args: argparse.Namespace, work: Path) -> dict[str, Any]
         "paper_steps": PAPER_STEPS, "generation_tokens_per_s": responses / max(metrics["time/generation"], 1e-9),
         "projected_iteration_seconds": per_step_acting * PAPER_STEPS + per_row_update * rows_at_horizon,
         "mixed_precision": config.mixed_precision, "decoding": trainer.policy.decoding, "attention": attention,
-        "peak_memory_gib": _peak_gib(args.device),
+        "peak_memory_gib": process_memory()["peak_gib"] if cuda else None,
     }
 
 
-# ---------------------------------------------------------------------------------------------- main
+# ---------------------------------------------------------------------------------------------- rllib parts
+def time_split(metrics: dict[str, float]) -> dict[str, float]:
+    """An iteration's seconds by phase, one vocabulary for both engines: ``sampling`` (the native rollout:
+    generation + env; RLlib: the runners' sampling as the driver waited for it), ``credit``, ``update`` (without
+    the credit), ``sync`` (weights to the runners; none natively) and ``iteration``."""
+    if "time/sampling" in metrics:  # the RLlib engine
+        sampling = metrics.get("time/sampling_wait", metrics["time/sampling"])
+    else:
+        sampling = metrics["time/generation"] + metrics["time/env"]
+    return {"sampling": sampling, "credit": metrics["time/credit"], "update": metrics["time/update"],
+            "sync": metrics.get("time/sync", 0.0), "iteration": metrics["time/iteration"]}
+
+
+def mean_split(splits: list[dict[str, float]]) -> dict[str, float]:
+    """The mean time split of the iterations after the first (the first pays for warm-up), or the first alone."""
+    kept = splits[1:] or splits
+    return {key: float(np.mean([s[key] for s in kept])) for key in kept[0]}
+
+
+def run_values(args: argparse.Namespace, work: Path, name: str) -> dict[str, Any]:
+    """The ``alfworld_gpu`` preset on ``args.device`` (tiny sizes under ``--smoke``), as native config values."""
+    from ecpo_train.runtime.config import config_dict, load_config
+
+    values = config_dict(load_config(args.preset)) | {
+        "run_dir": str(work / name), "model": str(args.model), "device": args.device, "val_every": 0,
+        "val_before_training": False, "checkpoint_every": 0, "tensorboard": False, "progress": False,
+        "iterations": args.iterations, "seed": args.seed}
+    return values | SMOKE_RUN if args.smoke else values
+
+
+def gpu_shares(runners: int, runner_share: float) -> tuple[float, float]:
+    """(the learner's share, each runner's) of one GPU: the runners ``runner_share`` each (at most an equal split
+    with the learner), the learner what they leave; the whole GPU for the learner beside CPU runners (0 runners
+    on the GPU). Shares that add up to one GPU are what ``validate()`` accepts on a one-GPU machine."""
+    if runners == 0:
+        return 1.0, 0.0
+    share = min(runner_share, (1000 // (runners + 1)) / 1000)  # whole thousandths, never above the learner's
+    return round(1.0 - runners * share, 3), share
+
+
+def build_rllib(args: argparse.Namespace, values: dict[str, Any], runners: int, lag: int = 0,
+                runner_cpu: bool = False) -> tuple[Any, dict[str, float]]:
+    """The algorithm of ``values`` (the local learner on the GPU when there is one, ``runners`` runners on it by
+    fractional shares or on CPU cores: ``runner_cpu``, their policy built on the CPU) and the shares it asked for."""
+    from ecpo_train.rllib import ECPOConfig
+    from ecpo_train.runtime.config import make_config
+
+    cuda = values["device"].startswith("cuda")
+    learner_gpu, runner_gpu = gpu_shares(0 if runner_cpu else runners, args.runner_gpu_share) if cuda else (0, 0)
+    train = make_config(values | {"device": "cpu", "threads": CPU_RUNNER_CORES} if runner_cpu else values)
+    config = (ECPOConfig.from_train_config(train)
+              .learners(num_learners=0, num_gpus_per_learner=learner_gpu)
+              .env_runners(num_env_runners=runners, num_cpus_per_env_runner=CPU_RUNNER_CORES if runner_cpu else 1,
+                           num_gpus_per_env_runner=runner_gpu)
+              .training(max_policy_lag=lag))
+    return config.build_algo(), {"num_gpus_per_learner": learner_gpu, "num_gpus_per_env_runner": runner_gpu}
+
+
+def native_iterations(values: dict[str, Any], iterations: int) -> dict[str, Any]:
+    """The native trainer's first iteration's metrics, every iteration's time split, the driver's peak memory."""
+    from ecpo_train.runtime.config import make_config
+    from ecpo_train.runtime.run import open_run
+    from ecpo_train.runtime.trainer import Trainer
+
+    reset_peak()
+    out: dict[str, Any] = {"splits": []}
+
+    def kept(metrics: dict[str, float]) -> bool:  # the run shell's stop hook, after each iteration
+        out.setdefault("first", metrics)
+        out["splits"].append(time_split(metrics))
+        return False
+
+    with open_run(Trainer, make_config(values), overwrite=True) as run:
+        run.train(iterations, stop=kept)
+    return out | {"memory": process_memory()}
+
+
+def rllib_iterations(algo: Any, iterations: int, checkpoint: Path | None = None) -> dict[str, Any]:
+    """``iterations`` iterations of a built algorithm: the first's metrics, every time split, the peak GPU memory
+    of the driver (the learner) and of each runner; with ``checkpoint``, ``save_to_path`` after the first."""
+    out: dict[str, Any] = {"splits": [], "policy_lag_max": 0.0}
+    for k in range(iterations):
+        metrics = {key: float(v) for key, v in algo.train()["ecpo"].items() if isinstance(v, (int, float))}
+        out["splits"].append(time_split(metrics))
+        out["policy_lag_max"] = max(out["policy_lag_max"], metrics.get("sampling/policy_lag_max", 0.0))
+        if k == 0:
+            out["first"] = metrics
+            if checkpoint is not None:
+                started = time.perf_counter()
+                algo.save_to_path(str(checkpoint))
+                out["save_seconds"] = time.perf_counter() - started
+    group = algo.env_runner_group
+    runners = group.foreach_env_runner(lambda runner: process_memory(), local_env_runner=False) \
+        if group.num_remote_env_runners() else []
+    out["memory"] = {"driver (learner)": process_memory(), "runners": runners, "nvidia_smi": gpu_processes()}
+    return out
+
+
+def part_first_iteration(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """Part 2 (module docstring): time split, checkpoint round trip, memory; one runner on the GPU."""
+    from ecpo_train.rllib import ECPO
+
+    values = run_values(args, work, "first_iteration")
+    native = native_iterations(values, args.iterations)
+    reset_peak()
+    algo, shares = build_rllib(args, values, runners=1)
+    try:
+        rllib = rllib_iterations(algo, max(args.iterations, 2), checkpoint=work / "checkpoint")
+    finally:
+        algo.stop()
+    started = time.perf_counter()
+    restored = ECPO.from_checkpoint(str(work / "checkpoint"))
+    try:
+        restore_seconds = time.perf_counter() - started
+        resumed = restored.train()["ecpo"]["iteration"]
+    finally:
+        restored.stop()
+    native_mean, rllib_mean = mean_split(native["splits"]), mean_split(rllib["splits"])
+    return {"runners": 1, "gpu_shares": shares,
+            "checkpoint": {"save_seconds": rllib["save_seconds"], "restore_seconds": restore_seconds,
+                           "resumed_iteration": float(resumed)},
+            "time_split": {"native": native_mean, "rllib": rllib_mean,  # the goal: RLlib / native <= 1.2
+                           "rllib_over_native": rllib_mean["iteration"] / max(native_mean["iteration"], 1e-9)},
+            "memory": {"native driver": native["memory"]} | rllib["memory"],
+            "rows_per_iteration": native["first"]["num_steps"]}
+
+
+def part_runners(args: argparse.Namespace, work: Path, name: str, runners: int, lag: int = 0,
+                 runner_cpu: bool = False) -> dict[str, Any]:
+    """Parts 3-5: ``runners`` runners (GPU shares, or CPU cores), ``lag``; the time split of ``--iterations``
+    (``--cpu-iterations`` on CPU runners: SmolLM2 scores about 2.4 decisions/s on 2 cores, a GPU 350)."""
+    values = run_values(args, work, name)
+    reset_peak()
+    algo, shares = build_rllib(args, values, runners, lag=lag, runner_cpu=runner_cpu)
+    try:
+        rllib = rllib_iterations(algo, args.cpu_iterations if runner_cpu else args.iterations)
+    finally:
+        algo.stop()
+    return {"runners": runners, "gpu_shares": shares, "runners_on": "cpu" if runner_cpu else args.device,
+            "max_policy_lag": lag, "time_split": mean_split(rllib["splits"]), "iterations": rllib["splits"],
+            "memory": rllib["memory"], "rows_per_iteration": rllib["first"]["num_steps"],
+            "policy_lag_max": rllib["policy_lag_max"]}
+
+
+# ---------------------------------------------------------------------------------------------- the parts' run
 WORK_PREFIX = "gpu_run-"  # the work folders (models of 30-78 MB) in the temp folder: gpu_run-<pid>-<random>
 
 
@@ -248,92 +380,140 @@ def default_out(device: str, smoke: bool, name: str = "gpu_run") -> Path:
     return ROOT / "runs" / name / f"{name}.json"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(__spec__.name, description=__doc__.split("\n\n")[0])
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--smoke", action="store_true", help="every part on tiny sizes (any device; for tests)")
-    parser.add_argument("--parts", default="1,2,3,4", help="which parts to run, e.g. 1,2,3 or 4")
-    parser.add_argument("--time-limit", type=float, default=480.0, help="seconds for the whole command")
-    parser.add_argument("--out", type=Path, default=None, help="JSON path (the markdown goes beside it)")
-    parser.add_argument("--model", default=str(DEFAULT_MODEL), help="part 4's SmolLM2 folder")
-    parser.add_argument("--preset", default="alfworld_gpu")
-    parser.add_argument("--paper-steps", type=int, default=2, help="part 3: environment steps per episode")
-    parser.add_argument("--credit-reps", type=int, default=20)
-    parser.add_argument("--sft-episodes", type=int, default=96)
-    parser.add_argument("--sft-epochs", type=int, default=2)
-    parser.add_argument("--sft-lr", type=float, default=1e-5)
-    parser.add_argument("--train-val-tasks", type=int, default=100, help="part 4: training tasks validated x 2")
-    parser.add_argument("--max-iterations", type=int, default=200)
-    parser.add_argument("--score-batch", type=int, default=64, help="part 4 on CUDA: items per scoring forward")
-    args = parser.parse_args(argv)
-    started = time.monotonic()
-    deadline = started + args.time_limit
-    chosen = chosen_parts(args.parts, PART_NAMES)
-    if chosen is None:
-        return 2
-    if refuse_without_cuda(args.device, "gpu_run"):
-        return 2
-    if args.smoke:
-        args.credit_reps, args.sft_episodes, args.sft_epochs, args.train_val_tasks = 2, 2, 1, 2
-        args.max_iterations = 2
-    out = args.out or default_out(args.device, args.smoke)
-    report: dict[str, Any] = {"smoke": args.smoke, "time_limit": args.time_limit, "parts": {}}
-    if out.is_file():  # the parts an earlier command wrote here (docs/gpu.md: the second command adds part 4)
+def kept_report(out: Path, chosen: set[str], smoke: bool) -> dict[str, Any] | None:
+    """The report a command starts from: the parts an earlier command wrote at ``out`` that this one does not run
+    (a file holding a smoke part stays marked smoke); ``None``, after one error line, where ``out`` holds something
+    other than such a report."""
+    report: dict[str, Any] = {"smoke": smoke, "parts": {}}
+    if out.is_file():
         try:
-            earlier = json.loads(out.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            earlier = {}  # a file cut by a crash: rewritten
-        if not isinstance(earlier, dict) or not isinstance(earlier.get("parts", {}), dict):
-            print(f"error: --out {out} holds JSON that is not a gpu_run report: choose another --out", file=sys.stderr)
-            return 2
-        report["parts"] = {k: v for k, v in earlier.get("parts", {}).items() if k not in chosen}
-        # a file holding any smoke part stays marked smoke (its banner says: not a measurement)
-        report["smoke"] = args.smoke or bool(report["parts"] and earlier.get("smoke"))
+            kept = json.loads(out.read_text())
+            if not isinstance(kept, dict) or not isinstance(kept.get("parts", {}), dict):
+                raise ValueError("not a report")  # noqa: TRY004 (one refusal below)
+        except (ValueError, UnicodeDecodeError):
+            refused(f"--out {out} holds something other than this program's report: give another --out, or delete it")
+            return None
+        report["parts"] = {k: v for k, v in kept.get("parts", {}).items() if k not in chosen}
+        report["smoke"] = smoke or bool(report["parts"] and kept.get("smoke"))
+    return report
+
+
+def run_parts(report: dict[str, Any], out: Path, names: tuple[str, ...], chosen: set[str],
+              run: Callable[[str, Path], dict[str, Any]], facts: dict[str, Any],
+              render_report: Callable[[Any], str]) -> int:
+    """Run the ``chosen`` parts in order (``run(name, work)``, in a work folder removed at the end, even on
+    SIGTERM), writing the report after each; a part that raises records its error and the others still run
+    (one failed part must not cost the others a lease). Exit status 1 where any part failed."""
+    started = time.monotonic()
     remove_abandoned_work()
-
-    facts = device_facts(args.device)
-
-    def save(name: str, part: dict[str, Any], running: bool = True) -> None:
-        report["parts"][name] = part
-        report["running"] = name if running else None
-        environment = report["parts"].setdefault("environment", {})
-        environment.update(facts)
-        if not running or "distributions" not in environment:  # ~2-4 s a call: not after every iteration
-            environment["distributions"] = loaded_distributions()
-        report["seconds"] = time.monotonic() - started
-        write(fill_tests(report), out)
-
     failed: list[str] = []
-    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)  # a stopped command still removes its work folder
+    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         with tempfile.TemporaryDirectory(prefix=f"{WORK_PREFIX}{os.getpid()}-") as tmp:
-            work = Path(tmp)
-            for name in PART_NAMES:
-                if name not in chosen:
-                    continue
-                print(f"[{time.monotonic() - started:6.0f} s] part {PART_NAMES.index(name) + 1}: {name}", flush=True)
+            for number, name in ((k + 1, n) for k, n in enumerate(names) if n in chosen):
+                part_started = time.monotonic()
+                print(f"[{part_started - started:6.0f} s] part {number}: {name}", flush=True)
                 try:
-                    if name == "environment":
-                        part = part_environment(args.device)
-                    elif name == "credit":
-                        part = part_credit(args.device, args.credit_reps, args.smoke)
-                    elif name == "paper_iteration":
-                        part = part_paper_iteration(args, work)
-                    else:
-                        part = part_learning(args, work, deadline, lambda p: save("learning", p))
-                except Exception as err:  # noqa: BLE001 -- one failed part must not cost the others a lease: record it
+                    part = run(name, Path(tmp))
+                except Exception as err:  # noqa: BLE001 -- recorded, and said at the end
                     traceback.print_exc()
                     failed.append(name)
-                    part = dict(report["parts"].get(name) or {}) | {"error": f"{type(err).__name__}: {err}"}
-                save(name, part, running=False)
+                    part = {"error": f"{type(err).__name__}: {err}"}
+                report["parts"][name] = part | {"seconds": time.monotonic() - part_started}
+                environment = report["parts"].setdefault("environment", {})
+                environment.update(facts | {"distributions": loaded_distributions()})  # what device_bundle ships
+                report["seconds"] = time.monotonic() - started
+                write_report(report, out, render_report)
     finally:
         signal.signal(signal.SIGTERM, previous)
     print(f"wrote {out} and {out.with_suffix('.md')} ({time.monotonic() - started:.0f} s)")
     if failed:
-        print(f"error: part(s) {', '.join(failed)} failed; the JSON records each error, the others are complete",
-              file=sys.stderr)
+        refused(f"part(s) {', '.join(failed)} failed; the JSON records each error, the others are complete")
         return 1
     return 0
+
+
+# ---------------------------------------------------------------------------------------------- the stages
+def native(args: argparse.Namespace) -> int:
+    chosen = chosen_parts(args.parts or "1,2", PART_NAMES)
+    if chosen is None or refuse_without_cuda(args.device, "gpu_run"):
+        return 2
+    out = args.out or default_out(args.device, args.smoke, "gpu_native")  # results/gpu_run.*: the first run's
+    report = kept_report(out, chosen, args.smoke)
+    if report is None:
+        return 2
+
+    def run(name: str, work: Path) -> dict[str, Any]:
+        return part_environment(args.device) if name == "environment" else part_paper_iteration(args, work)
+
+    return run_parts(report, out, PART_NAMES, chosen, run, device_facts(args.device), render)
+
+
+def rllib(args: argparse.Namespace) -> int:
+    chosen = chosen_parts(args.parts or "1,2,3,4,5", RLLIB_PARTS)
+    if chosen is None:
+        return 2
+    counts = {"--iterations": args.iterations, "--runners": args.runners, "--cpu-runners": args.cpu_runners,
+              "--cpu-iterations": args.cpu_iterations}
+    bad = next((name for name, value in counts.items() if value < 1), None)
+    if bad:
+        return refused(f"{bad} {counts[bad]}: give a count >= 1")
+    if not 0 < args.runner_gpu_share <= 1:
+        return refused(f"--runner-gpu-share {args.runner_gpu_share}: give a share in (0, 1]")
+    if refuse_without_cuda(args.device, "gpu_run rllib"):
+        return 2
+    if args.smoke:
+        args.iterations, args.cpu_iterations, args.runners, args.cpu_runners = 2, 2, 1, 1
+    if not Path(args.model).expanduser().is_dir():
+        return refused(f"no model folder at {args.model}: run `python3 scripts/device_bundle.py model` (docs/gpu.md) "
+                       "or pass --model")
+    out = args.out or default_out(args.device, args.smoke, "rllib_gpu")
+    report = kept_report(out, chosen, args.smoke)
+    if report is None:
+        return 2
+    import ray
+    import torch
+
+    runs = {"environment": lambda work: {"learner": f"local (num_learners=0), on {args.device}"},
+            "first_iteration": lambda work: part_first_iteration(args, work),
+            "gpu_runners": lambda work: part_runners(args, work, "gpu_runners", args.runners),
+            "lag": lambda work: part_runners(args, work, "lag", args.runners, lag=1),
+            "cpu_runners": lambda work: part_runners(args, work, "cpu_runners", args.cpu_runners, runner_cpu=True)}
+    gpus = torch.cuda.device_count() if args.device.startswith("cuda") else 0  # said, not left to Ray's detection
+    ray.init(num_cpus=max(os.cpu_count() or 1, CPU_RUNNER_CORES * args.cpu_runners), num_gpus=gpus,
+             include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        facts = device_facts(args.device) | {"ray": ray.__version__, "cpus": os.cpu_count()}
+        return run_parts(report, out, RLLIB_PARTS, chosen, lambda name, work: runs[name](work), facts, render_rllib)
+    finally:
+        ray.shutdown()
+
+
+def main(argv: list[str] | None = None) -> int:
+    command = StudyCommand(__spec__.name, __doc__.split("\n\n")[0], {
+        "native": ("device", "smoke", "parts", "paper_steps"),
+        "rllib": ("device", "smoke", "parts", "model", "preset", "seed", "iterations", "runners", "runner_gpu_share",
+                  "cpu_runners", "cpu_iterations")},
+        defaults={"device": "cuda", "smoke": False, "paper_steps": 2, "model": str(DEFAULT_MODEL),
+                  "preset": "alfworld_gpu", "seed": 0, "iterations": 3, "runners": 4, "runner_gpu_share": 0.2,
+                  "cpu_runners": 7, "cpu_iterations": 2})
+    command.add("--device", help="cuda (default), or cpu with --smoke")
+    command.add("--smoke", action="store_const", const=True, help="every part on tiny sizes (any device; for tests)")
+    command.add("--parts", help="which parts to run, e.g. 1,2 (default: all of the stage's)")
+    command.add("--out", type=Path, common=True, default=None, help="JSON path (the markdown goes beside it)")
+    command.add("--paper-steps", type=int, help="native part 2: environment steps per episode (2)")
+    command.add("--model", help="rllib: the SmolLM2 folder (scripts/device_bundle.py model)")
+    command.add("--preset", help="rllib: the preset run (alfworld_gpu)")
+    command.add("--seed", type=int, help="rllib: the runs' seed (0)")
+    command.add("--iterations", type=int, help="rllib: per engine and part, the first is warm-up (3)")
+    command.add("--runners", type=int, help="rllib parts 3-4: runners sharing the GPU (4)")
+    command.add("--runner-gpu-share", type=float, help="rllib: GPU share of one runner (0.2)")
+    command.add("--cpu-runners", type=int, help="rllib part 5: runners on CPU cores, 2 each (7)")
+    command.add("--cpu-iterations", type=int, help="rllib part 5: iterations, about 1 min each (2)")
+    args = command.parse(argv)
+    if args is None:
+        return 2
+    return {"native": native, "rllib": rllib}[args.stage](args)
 
 
 if __name__ == "__main__":

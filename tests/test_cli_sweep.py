@@ -281,8 +281,8 @@ CASES = [
     ("bench-reps-zero", "bench speed credit --reps 0", "error"),
     ("bench-out-missing-folder", "bench speed credit --out /nonexistent/dir/x.json", "error"),
     # ---------------------------------------------------------------- bench: issue 52.10
-    ("bench-gpu-run-parts-zero", "bench gpu_run --device cpu --parts 0", "error"),
-    ("bench-gpu-run-parts-negative", "bench gpu_run --device cpu --parts=-3", "error"),
+    ("bench-gpu-run-parts-zero", "bench gpu_run native --device cpu --parts 0", "error"),
+    ("bench-gpu-run-parts-negative", "bench gpu_run native --device cpu --parts=-3", "error"),
     # ---------------------------------------------------------------- demo
     ("demo-tabular-overrides", "demo --tabular iterations=3", "error"),
     ("demo-unknown-key", "demo nope=1", "error"),

@@ -33,19 +33,20 @@ def cli_line(argv: list[str]) -> str:
 
 @pytest.mark.parametrize("parts", ["0", "-4", "1,9", "x"])
 def test_rllib_gpu_refuses_part_numbers_out_of_range(capsys, parts):
-    from benchmarks import rllib_gpu
+    from benchmarks import gpu_run
 
-    assert "give part numbers 1-5" in one_line(capsys, rllib_gpu.main, ["--device", "cpu", "--smoke", "--parts", parts])
+    assert "give part numbers 1-5" in one_line(capsys, gpu_run.main,
+                                               ["rllib", "--device", "cpu", "--smoke", "--parts", parts])
 
 
 @pytest.mark.parametrize("held", ["[]", "{\"parts\": [1]}", "{cut"])
 def test_rllib_gpu_refuses_an_out_file_that_is_not_its_report(capsys, tmp_path, held):
-    from benchmarks import rllib_gpu
+    from benchmarks import gpu_run
 
     (tmp_path / "model").mkdir()
     (tmp_path / "out.json").write_text(held)
-    err = one_line(capsys, rllib_gpu.main, ["--device", "cpu", "--smoke", "--parts", "1", "--model",
-                                            str(tmp_path / "model"), "--out", str(tmp_path / "out.json")])
+    err = one_line(capsys, gpu_run.main, ["rllib", "--device", "cpu", "--smoke", "--parts", "1", "--model",
+                                          str(tmp_path / "model"), "--out", str(tmp_path / "out.json")])
     assert f"--out {tmp_path / 'out.json'} holds something other than this program's report" in err
     assert (tmp_path / "out.json").read_text() == held
 

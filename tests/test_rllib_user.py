@@ -161,6 +161,8 @@ def test_rllib_result_keys_after_one_llm_iteration(tiny_model_dir, tmp_path, ray
     timers = result["timers"]
     assert timers["env_runner_sampling_timer"] == pytest.approx(ecpo["time/sampling"])
     assert timers["learner_update_timer"] == pytest.approx(ecpo["time/update"])
+    # the learners' credit step is its own phase, outside time/update, as on the native trainer
+    assert 0 < ecpo["time/credit"] and ecpo["time/credit"] + ecpo["time/update"] < ecpo["time/iteration"]
     assert timers["synch_weights"] == pytest.approx(ecpo["time/sync"])
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -14,6 +15,8 @@ from ecpo_train.core.iteration import credit_step
 # The learner results' key of the credit diagnostics, each under its own name (core.iteration.iteration_metrics
 # names them credit/<name> in the iteration's metrics, for both engines)
 CREDIT_RESULTS = "credit"
+# ... and of the credit step's seconds (the iteration's ``time/credit``, outside ``time/update`` as on the native path)
+CREDIT_SECONDS = "credit_seconds"
 
 
 class StepTableCredit(ConnectorV2):
@@ -45,9 +48,11 @@ class StepTableCredit(ConnectorV2):
         if partial:
             raise ValueError(f"ECPO needs complete groups of {self.group_size} trajectories; got sizes {partial}")
         device = getattr(rl_module, "device", None) if rl_module is not None else None
+        started = time.perf_counter()
         advantages, diagnostics = credit_step(self.train_config, table, device=device)
         batch[self.module_id] = {"table": table, Postprocessing.ADVANTAGES: np.asarray(advantages, np.float64)}
         if metrics is not None:
+            metrics.log_value((self.module_id, CREDIT_SECONDS), time.perf_counter() - started, window=1)
             for name, value in diagnostics.items():
                 if np.isscalar(value) and np.isfinite(float(value)):
                     reduce = "sum" if str(name).startswith("num_") else "mean"

@@ -20,7 +20,7 @@ import numpy as np
 import ray
 
 from ecpo_train.core.iteration import Learned, UpdatePlan, run_iteration
-from ecpo_train.integrations.rllib.llm.connector import CREDIT_RESULTS
+from ecpo_train.integrations.rllib.llm.connector import CREDIT_RESULTS, CREDIT_SECONDS
 from ecpo_train.integrations.rllib.llm.learner import NONZERO_ADVANTAGES, UPDATE_RESULTS
 from ecpo_train.integrations.rllib.llm.results import log_iteration
 from ecpo_train.integrations.rllib.llm.sampler import RunnerPoolSampler
@@ -47,8 +47,9 @@ class LearnerGroupLearner:
                 raise ValueError(f"{len(per_group)} groups cannot feed {self.num_learners} learners")
             self.results = learner_group.update(episodes_refs=[ray.put(g) for g in per_group], shuffle=shuffle)
         credit, update = learner_metrics(self.results)
-        return Learned(credit, update, {"update": time.perf_counter() - started},
-                       int(sum(_learner_value(result, NONZERO_ADVANTAGES) for result in self.results)))
+        seconds = max((_learner_value(result, CREDIT_SECONDS) for result in self.results), default=0.0)
+        return Learned(credit, update, {"credit": seconds, "update": time.perf_counter() - started - seconds},
+                       int(sum(_learner_value(result, CREDIT_RESULTS, NONZERO_ADVANTAGES) for result in self.results)))
 
 
 def llm_training_step(algo: Any) -> dict[str, float]:
@@ -68,10 +69,13 @@ def llm_training_step(algo: Any) -> dict[str, float]:
     return metrics
 
 
-def _learner_value(result: Any, key: str) -> float:
+def _learner_value(result: Any, *path: str) -> float:
+    """A learner result's value at ``path`` under the module (0 where absent)."""
     from ray.rllib.core import DEFAULT_MODULE_ID
 
-    value = result.get(DEFAULT_MODULE_ID, {}).get(CREDIT_RESULTS, {}).get(key, 0.0)
+    value = result.get(DEFAULT_MODULE_ID, {})
+    for key in path:
+        value = value.get(key, 0.0) if isinstance(value, dict) else 0.0
     return float(value.peek() if hasattr(value, "peek") else value)
 
 
