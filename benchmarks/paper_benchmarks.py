@@ -58,8 +58,6 @@ read once, on the JSON the GPU run returns (``report --from-json``).
     python -m benchmarks.paper_benchmarks run --env alfworld --out DIR [--time-limit 540] [--total-time 540]
     python -m benchmarks.paper_benchmarks run --env alfworld --out DIR     # again: continues what DIR holds
     python -m benchmarks.paper_benchmarks report --from-json DIR/report.json --out benchmarks/results/paper_alfworld.json
-    python -m benchmarks.paper_benchmarks baselines --env alfworld --device cpu --leaderboard-games 4 --sft-per-type 1 \\
-        --out DIR        # the CPU baselines: the untrained model and a warm start through `ecpo leaderboard`
     python -m benchmarks.paper_benchmarks run --env alfworld --device cpu --smoke --out DIR   # tiny sizes (tests)
 
 docs/gpu.md ("The paper's benchmarks on one GPU") gives the order, the files each needs and their minutes.
@@ -436,22 +434,20 @@ def run(args: argparse.Namespace) -> Failure | None:
 # The options each stage reads: any other given is refused in one line (benchmarks.study).
 RUN_OPTIONS = ("env", "out", "device", "smoke", "arms", "time_limit", "total_time", "max_iterations", "model",
                "train_data", "seed", "val_episodes", "sft_per_type", "sft_epochs", "sft_lr", "sft_batch", "score_batch")
-STAGE_OPTIONS = {"run": RUN_OPTIONS, "baselines": (*RUN_OPTIONS, "leaderboard_games", "report_only"),
-                 "report": ("from_json", "out")}
+STAGE_OPTIONS = {"run": RUN_OPTIONS, "report": ("from_json", "out")}
 DEFAULTS = {"env": "alfworld", "device": "cuda", "smoke": False, "arms": ["ecpo", "gigpo_std"], "time_limit": 540.0,
             "max_iterations": 200, "model": str(DEFAULT_MODEL), "seed": 0, "val_episodes": 2, "sft_epochs": 2,
-            "sft_lr": 1e-5, "sft_batch": 2, "score_batch": 64, "report_only": False}
+            "sft_lr": 1e-5, "sft_batch": 2, "score_batch": 64}
 
 
 def main(argv: list[str] | None = None) -> int:
     from benchmarks.study import StudyCommand
 
     command = StudyCommand(__spec__.name, __doc__.split("\n\n")[0], STAGE_OPTIONS,
-                           "run: warm start, validation, the arms side by side, validation after (resumable); "
-                           "baselines: instead of training, the CPU baselines through `ecpo leaderboard`; report: a "
-                           "returned report.json's paired tests again (where scipy is)", DEFAULTS)
+                           "run: warm start, validation, the arms side by side, validation after (resumable); report: "
+                           "a returned report.json's paired tests again (where scipy is)", DEFAULTS)
     command.add("--env", choices=sorted(BENCHMARKS), help="default alfworld")
-    command.add("--out", type=Path, help="run, baselines: the out folder (a second command continues it); report: "
+    command.add("--out", type=Path, help="run: the out folder (a second command continues it); report: "
                                          "where the rescored report goes")
     command.add("--device", help="default cuda")
     command.add("--smoke", action="store_const", const=True, help="tiny sizes on any device (for tests)")
@@ -469,9 +465,6 @@ def main(argv: list[str] | None = None) -> int:
     command.add("--sft-lr", type=float, help="default 1e-5")
     command.add("--sft-batch", type=int, help="expert steps per optimizer step of the warm start (default 2)")
     command.add("--score-batch", type=int, help="on CUDA: items per scoring forward (default 64)")
-    command.add("--leaderboard-games", type=int, help="baselines: this many valid_seen games per task type")
-    command.add("--report-only", action="store_const", const=True,
-                help="baselines: only rewrite OUT/baselines.json from the episodes played")
     command.add("--from-json", type=Path, metavar="JSON", help="report: a returned report.json")
     args = command.parse(argv)
     if args is None:
@@ -481,8 +474,6 @@ def main(argv: list[str] | None = None) -> int:
             fail("report needs --from-json JSON")
         rescore(args.from_json, args.out, "episodes", "it holds no validation episodes", score, render)
         return 0
-    if args.stage == "baselines" and args.leaderboard_games is None:
-        fail("baselines needs --leaderboard-games K")
     if args.out is None:
         fail("--out DIR: the folder the program writes (and a second command continues)")
     from ecpo_train.core.credit.registry import available_estimators
@@ -502,17 +493,6 @@ def main(argv: list[str] | None = None) -> int:
     lock = None
     try:  # one command per --out at a time: a second one is refused naming the first (the run folder's lock)
         lock = acquire_run_lock(args.out, engine="paper_benchmarks", label=f"--out {args.out}")
-        if args.stage == "baselines":
-            from benchmarks.paper_baselines import leaderboard_baselines
-
-            if args.env != "alfworld":
-                fail("baselines evaluates real ALFWorld games: give --env alfworld")
-            config, _ = load_configs(args, args.out)
-            spec = BENCHMARKS[args.env]
-            sft_tasks = [] if args.report_only else warm_start_tasks(spec, training_tasks(config, spec),
-                                                                     args.sft_per_type)
-            leaderboard_baselines(args, config, sft_tasks)
-            return 0
         failed = run(args)
     except (ValueError, OSError) as error:  # the library's refusal: a damaged checkpoint, a model that won't load
         fail(" ".join(str(error).split()))

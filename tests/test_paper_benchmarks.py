@@ -81,7 +81,6 @@ def test_arms_that_ran_different_iterations_are_not_compared():
     (["run", "--device", "cpu", "--smoke", "--out", "x", "--arms", "ecpo", "ecpo"], "give different estimators"),
     (["run", "--device", "cpu", "--smoke", "--out", "x", "--arms", "ecpo", "nope"], "give different estimators"),
     (["run", "--env", "nope"], "invalid choice: 'nope'"),
-    (["baselines", "--out", "x"], "baselines needs --leaderboard-games K"),
     (["report", "--out", "x"], "report needs --from-json JSON"),
 ])
 def test_bad_arguments_are_one_line(capsys, argv, words):
