@@ -1,24 +1,21 @@
-"""Arms run from one warm start, the one way every comparison program runs them (``gpu_comparison``,
-``paper_benchmarks``): each arm in a process of its own so that several share one GPU side by side, or one after
-the other in this process.
+"""Arms run from one warm start, the one way both comparison programs (``gpu_comparison``, ``paper_benchmarks``) plan,
+run and size them: each arm in a process of its own so that several share one GPU side by side, or one after the
+other in this process; and what those programs share about them (their presets, the arms given, the time left).
 
 An arm is a program's module-level function ``runner(spec, plan) -> result`` (the arm process imports it by name;
 ``spec``: a JSON dict holding at least ``arm``, ``deadline`` (``time.time()``) and ``reserve``, the seconds of its
-closing validation). It runs its first
-iteration, then calls ``plan(first_wall, build_seconds)`` for ``(N, seconds the arms after it still need)``: N
-is decided once for every arm, so the arms pair, by the program's ``decide(first_walls, builds)``.
-:func:`train_arm` runs an arm's iterations within its deadline (a resumed arm continues its rows).
+closing validation). It runs its first iteration, then calls ``plan(first_wall, build_seconds)`` for ``(N, seconds
+the arms after it still need)`` (:func:`train_planned`): N is decided once for every arm, so the arms pair, by the
+program's ``decide(first_walls, builds)``.
 
 - Side by side (:func:`run_side_by_side`): each arm process (``python -m benchmarks.arms SPEC``) writes its first
   iteration's time to ``ARM.first`` and waits for ``ARM.plan``, which the launcher writes once every arm still
   running has reported (``decide`` sees them all: the slowest sizes N). An arm that fails stops the others, and
-  the failure names the arm with its log's last line (a library's ``ValueError``/``OSError`` is one
-  ``error: ...`` line, exit 2); arms still running 60 s past their deadline are stopped too. Each arm's output goes to ``LOGS-ARM.log`` (appended: a resumed program keeps
-  the earlier commands' lines).
+  the failure names the arm with its log's last line (a library's ``ValueError``/``OSError`` is one ``error: ...``
+  line, exit 2); arms still running 60 s past their deadline are stopped too. Each arm's output goes to
+  ``LOGS-ARM.log`` (appended: a resumed program keeps the earlier commands' lines).
 - One after the other (:func:`run_one_after_another`): the first arm's plan decides N; each arm is told the
   seconds the later arms need (a build, N iterations, a closing validation each).
-
-    python -m benchmarks.arms SPEC.json     # one arm process (the launcher starts it)
 """
 
 from __future__ import annotations
@@ -35,9 +32,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from benchmarks.gpu_learning import ROOT, iteration_figures
+from benchmarks import fail
+from benchmarks.gpu_learning import ROOT, iteration_figures, learning_overrides
 
 POLL_SECONDS = 0.2
+CLOSING_MARGIN = 1.15  # a closing validation's time, as a multiple of the one before training (plus 10 s)
 HEADER = "\n== "  # opens each command's lines in an arm's log
 # a plan: (first iteration's wall seconds, the trainer's build seconds) -> (N, seconds the later arms still need)
 Plan = Callable[[float, float], tuple[int, float]]
@@ -55,6 +54,51 @@ class Failure(NamedTuple):
 
     def __str__(self) -> str:
         return f"{self.arm}: its process exited {self.code} ({self.line})"
+
+
+def check_arms(arms: list[str], fewest: int = 1) -> None:
+    """``--arms``: ``fewest`` or more different registered estimators, else the one-line exit 2."""
+    from ecpo_train.core.credit.registry import available_estimators
+
+    if len(arms) < fewest or len(set(arms)) != len(arms):
+        fail(f"--arms {' '.join(arms)}: give {'two or more ' if fewest > 1 else ''}different estimators, the first "
+             "the one the others are compared with")
+    unknown = [a for a in arms if a not in available_estimators()]
+    if unknown:
+        fail(f"--arms: unknown estimator {unknown[0]!r}; valid: {', '.join(available_estimators())}")
+
+
+def run_overrides(args: Any, work: Path) -> list[str]:
+    """The arms' overrides of a learning run (``gpu_learning.learning_overrides``); a missing model is the one-line
+    exit 2."""
+    try:
+        return learning_overrides(args, work)[1]
+    except FileNotFoundError as error:
+        fail(f"--model: {error}")
+
+
+def load_preset(flag: str, preset: str, overrides: list[str]) -> Any:
+    """``preset`` with ``overrides``; a preset not found or an override it refuses is the one-line exit 2 under
+    ``flag``, before any model loads."""
+    from ecpo_train.runtime.config import load_config
+
+    try:
+        return load_config(preset, overrides)
+    except (FileNotFoundError, ValueError) as error:
+        fail(f"{flag}: {' '.join(str(error).split())}")
+
+
+def closing_seconds(validation: float) -> float:
+    """What to keep for a closing validation that took ``validation`` seconds before training (and the writes)."""
+    return CLOSING_MARGIN * validation + 10.0
+
+
+def iterations_that_fit(left: float, first_wall: float, validation: float, build: float, arms: int) -> int:
+    """N, the iterations every arm can run: the first arm has run 1 of them; what is ``left`` must hold its other
+    N - 1, then for each later arm a trainer's build, N iterations, and every arm's closing validation (arms side
+    by side: ``arms=1``, ``build=0``, with the slowest arm's first iteration)."""
+    n = (left - arms * closing_seconds(validation) - (arms - 1) * build + first_wall) / (arms * first_wall)
+    return max(1, int(n))
 
 
 def open_arm(spec: dict[str, Any], *, resume: bool | str = False, overwrite: bool = False,
@@ -100,6 +144,15 @@ def train_arm(run: Any, rows: list[dict[str, float]], iterations: int, deadline:
     if len(rows) < iterations and not too_late():
         run.train(iterations - len(rows), stop=stop)
     return why[0] if why else None
+
+
+def train_planned(run: Any, rows: list[dict[str, float]], spec: dict[str, Any], plan: Plan,
+                  build: float) -> tuple[int, str | None]:
+    """An arm's first iteration (where ``rows`` holds none), its plan, then the planned iterations within its
+    deadline less what the later arms need: ``(N, why it stopped early, if it did)``."""
+    train_arm(run, rows, 1, spec["deadline"], spec["reserve"])
+    iterations, later_seconds = plan(rows[0]["wall"], build)
+    return iterations, train_arm(run, rows, iterations, spec["deadline"] - later_seconds, spec["reserve"])
 
 
 def run_one_after_another(specs: list[dict[str, Any]], runner: Runner, decide: Decide, keep: Keep) -> None:

@@ -1,23 +1,17 @@
 """The paper's benchmarks with SmolLM2-135M-Instruct on one GPU: real ALFWorld games, WebShop, search-QA.
 
-One program, three environments (``--env``), each run the same way in commands of at most ~9.5 minutes:
-
-1. warm start: ``ecpo sft`` (``run_sft``) on the expert play of training tasks chosen by a fixed rule
-   (``warm_start_tasks``): ALFWorld, K games of each of the six task types of the ``train`` split, each type's
-   games in a permutation of seed 0 (``--sft-per-type``, 16 on CUDA: 96 games); WebShop and search-QA, the
-   first K x 6 training tasks in a permutation of seed 0;
-2. validation before training on the benchmark's validation episodes, ``--val-episodes`` per task (2), every
-   choice's random draw fixed by (seed, copy, step) before the run (``builders.validation_outcome``), so before
-   and after pair episode by episode;
-3. for each arm (``--arms``, default ``ecpo gigpo_std``), a trainer from the warm start with that estimator and
-   the same seed, at the paper's shape (16 groups x 8; ALFWorld's 50 steps), in its own process beside the
-   others on the same device (the sampler is host-bound: ``benchmarks/results/generation_profile.json``), through
-   the arms' launcher ``gpu_comparison`` shares (``benchmarks/arms.py``; each arm's output in ``OUT/arm-ARM.log``;
-   an arm that fails stops the others). The slowest arm's first iteration sizes the iterations of every arm, so
-   that every arm and its closing validation end inside ``--total-time`` (``gpu_comparison.iterations_that_fit``);
-4. validation after, on the same episodes; the paper's table (ALFWorld: Pick, Clean, Cool, Look, Heat, Pick2,
-   All; WebShop: score / success; search-QA: exact match per set) before and after, each change with its
-   paired interval (``paper_benchmarks_report``).
+One program, three environments (``--env``), each run the same way in commands of at most ~9.5 minutes: the warm
+start (``ecpo sft`` on the expert play of training tasks chosen by a fixed rule, :func:`warm_start_tasks`: ALFWorld,
+K games of each of the six task types of the ``train`` split, ``--sft-per-type``, 16 on CUDA: 96 games; WebShop and
+search-QA, the first K x 6 training tasks; each in a permutation of seed 0); the validation before training on the
+benchmark's validation episodes (``--val-episodes`` per task, every choice's random draw fixed by (seed, copy, step),
+so before and after pair episode by episode); each arm (``--arms``, default ``ecpo gigpo_std``) from the warm start
+with the same seed at the paper's shape (16 groups x 8; ALFWorld's 50 steps), side by side on the one device (the
+sampler is host-bound: ``results/generation_profile.json``; ``benchmarks/arms.py``, each arm's output in
+``OUT/arm-ARM.log``) for the iterations the slowest arm's first one sizes, so that every arm and its closing
+validation end inside ``--total-time``; the validation after; the paper's table (ALFWorld: Pick, Clean, Cool, Look,
+Heat, Pick2, All; WebShop: score / success; search-QA: exact match per set) before and after, each change with its
+paired interval (``benchmarks/paired_report.py``).
 
 Every stage writes ``OUT/report.json`` (and ``report.md``); the arms log and then checkpoint every iteration in
 their run folders (``OUT/run_<arm>``), and an arm's progress is its run folder's (:func:`arm_progress`), so a
@@ -76,13 +70,10 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import fail, refuse_without_cuda, rescore, write_report
-from benchmarks.arms import Failure, Plan, arm_row, open_arm, run_side_by_side, train_arm
-from benchmarks.gpu_comparison import iterations_that_fit
-from benchmarks.gpu_learning import DEFAULT_MODEL, learning_overrides, mean_figures, write_smoke_model
+from benchmarks import arms, fail, refuse_without_cuda, rescore, write_report
+from benchmarks.gpu_learning import DEFAULT_MODEL, mean_figures, write_smoke_model
 from benchmarks.gpu_run import device_facts
-from benchmarks.gpu_window import closing_seconds
-from benchmarks.paper_benchmarks_report import render, score
+from benchmarks.paired_report import ALFWORLD_COLUMNS, render_table, score_table
 
 REPORT = "report.json"  # the program's stages so far (the arm reads its training tasks there)
 PLAN = "plan.json"  # the iterations every arm runs, fixed once by the slowest arm's first iteration
@@ -159,7 +150,6 @@ def warm_start_tasks(spec: Benchmark, train_ids: list[str], per_type: int) -> li
     order = [train_ids[i] for i in np.random.default_rng(0).permutation(len(train_ids))]
     if not spec.type_balanced:
         return order[: 6 * per_type]
-    from benchmarks.paper_benchmarks_report import ALFWORLD_COLUMNS
     from ecpo_gym.alfworld.game_files import subtask_of
 
     by_type = {t: [g for g in order if subtask_of(g) == t][:per_type] for t in ALFWORLD_COLUMNS[:-1]}
@@ -169,14 +159,9 @@ def warm_start_tasks(spec: Benchmark, train_ids: list[str], per_type: int) -> li
 def load_configs(args: argparse.Namespace, work: Path) -> tuple[Any, list[str]]:
     """The arms' config (the benchmark's preset with its overrides, the model, the device, the smoke sizes) and
     its override list; a bad value or a missing model is the one-line exit 2, before any model loads."""
-    from ecpo_train.runtime.config import load_config
-
     spec = BENCHMARKS[args.env]
-    try:
-        _, base = learning_overrides(args, work)
-    except FileNotFoundError as error:
-        fail(f"--model: {error}")
-    base = [o for o in base if not o.startswith(("env_kwargs=", "val_tasks="))]  # the generated households' sizes
+    base = [o for o in arms.run_overrides(args, work)
+            if not o.startswith(("env_kwargs=", "val_tasks="))]  # (the generated households' sizes)
     overrides = [*spec.overrides, *base]
     if args.smoke:
         overrides += [*SMOKE_SIZES, *spec.smoke]
@@ -185,10 +170,7 @@ def load_configs(args: argparse.Namespace, work: Path) -> tuple[Any, list[str]]:
     if args.train_data:
         overrides.append(f"env_kwargs.data_dir={args.train_data}")
     overrides += [f"seed={args.seed}", f"val_episodes_per_task={args.val_episodes}"]
-    try:
-        return load_config(spec.preset, [*overrides, f"run_dir={work / 'arm'}"]), overrides
-    except (FileNotFoundError, ValueError) as error:
-        fail(f"--env {args.env}: {' '.join(str(error).split())}")
+    return arms.load_preset(f"--env {args.env}", spec.preset, [*overrides, f"run_dir={work / 'arm'}"]), overrides
 
 
 def training_tasks(config: Any, spec: Benchmark) -> list[str]:
@@ -226,7 +208,7 @@ class Stages:
                 self.report.setdefault("episodes", {})[f"after_{arm}"] = after
             else:
                 self.report.get("episodes", {}).pop(f"after_{arm}", None)
-        write_report(score(self.report), self.path, render)
+        write_report(score_table(self.report), self.path, render_table)
 
     def plan(self) -> int | None:
         record = read_record(self.out / PLAN, ("iterations",))
@@ -247,7 +229,7 @@ class Stages:
 def validate(run: Any, sets: dict[str, tuple[str, dict, list[str]]]) -> tuple[list[dict], float]:
     """Every validation set once, through the native validation pass (``builders.validation_outcome``: the
     validation temperature, the draws fixed by (seed, copy, step)), each set on its own environment; the
-    episodes (``paper_benchmarks_report`` module docstring) and the seconds taken. Each set is also recorded
+    episodes (``paired_report`` module docstring) and the seconds taken. Each set is also recorded
     in the run's ``validation.jsonl`` under its name (the run shell's log)."""
     from ecpo_gym.group import GroupVectorEnv
     from ecpo_train.core.tasks import validation_seed
@@ -305,7 +287,7 @@ def arm_progress(run_dir: Path) -> list[dict[str, float]]:
     if any("time/iteration" not in row for row in rows):
         raise ValueError(f"{folder.metrics} holds iterations without time/iteration: not an arm of this program; "
                          "give another --out")
-    return [arm_row(row) for row in rows]
+    return [arms.arm_row(row) for row in rows]
 
 
 def arm_result(out: Path, arm: str) -> dict[str, Any]:
@@ -319,7 +301,7 @@ def arm_result(out: Path, arm: str) -> dict[str, Any]:
             | ({"after": record["after"]} if current and "after" in record else {}))
 
 
-def run_arm(spec: dict[str, Any], plan: Plan) -> dict[str, Any]:
+def run_arm(spec: dict[str, Any], plan: arms.Plan) -> dict[str, Any]:
     """One arm, run by ``benchmarks.arms`` in a process of its own (``spec``: the arms' config, the out folder, the
     validation ``sets``): a run from the warm start in ``OUT/run_<arm>``, started or resumed by the run shell
     (``runtime.run.open_run``: its lock, its checkpoint, its metrics cut back to it), iterations up to the plan
@@ -338,7 +320,7 @@ def run_arm(spec: dict[str, Any], plan: Plan) -> dict[str, Any]:
     train_tasks = read_record(out / REPORT, ("train_tasks",))["train_tasks"]
     # a folder holding the arm's first lines but no checkpoint (killed in its first iteration) starts over
     fresh = holds_run(run_dir) and not RunFolder(run_dir).checkpoint().is_file()
-    run, _ = open_arm(spec, resume=False if fresh else RESUME_OR_START, overwrite=fresh,
+    run, _ = arms.open_arm(spec, resume=False if fresh else RESUME_OR_START, overwrite=fresh,
                       model=str(out / "sft_model"), estimator=arm, run_dir=str(run_dir), train_tasks=train_tasks,
                       checkpoint_every=1)
 
@@ -351,9 +333,7 @@ def run_arm(spec: dict[str, Any], plan: Plan) -> dict[str, Any]:
         if len(rows) != run.engine.iteration:
             raise ValueError(f"{run_dir} logs {len(rows)} iterations and its checkpoint holds {run.engine.iteration}: "
                              "not an arm of this program; give another --out")
-        train_arm(run, rows, 1, spec["deadline"], spec["reserve"])
-        planned, _ = plan(rows[0]["wall"], 0.0)
-        stopped = train_arm(run, rows, planned, spec["deadline"], spec["reserve"])
+        _, stopped = arms.train_planned(run, rows, spec, plan, 0.0)
         if stopped:
             return record(stopped=f"{stopped}: run the command again to continue")
         after, _ = validate(run, spec["sets"])
@@ -361,7 +341,7 @@ def run_arm(spec: dict[str, Any], plan: Plan) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------- the program
-def run(args: argparse.Namespace) -> Failure | None:
+def run(args: argparse.Namespace) -> arms.Failure | None:
     """Every stage not yet in ``OUT`` (module docstring), the arms side by side (``benchmarks.arms``); an arm's
     failure, if one (the others were stopped)."""
     from ecpo_train.files.atomic import write_text
@@ -401,7 +381,7 @@ def run(args: argparse.Namespace) -> Failure | None:
                 "seconds": time.time() - sft_started}
             stages.save()
         if "before" not in report.get("episodes", {}):
-            run, _ = open_arm(base, overwrite=True, model=str(out / "sft_model"), run_dir=str(out / "run_before"))
+            run, _ = arms.open_arm(base, overwrite=True, model=str(out / "sft_model"), run_dir=str(out / "run_before"))
             with run:
                 before, seconds = validate(run, sets)
             report.setdefault("episodes", {})["before"] = before
@@ -412,15 +392,15 @@ def run(args: argparse.Namespace) -> Failure | None:
             """N from the slowest arm's first iteration, once (``OUT/plan.json``; a second command keeps it)."""
             if stages.plan() is None:
                 left = args.total_time - report["seconds_spent"] - (time.time() - started)
-                n = iterations_that_fit(left, max(walls), report["validation_seconds"], 0.0, 1)
+                n = arms.iterations_that_fit(left, max(walls), report["validation_seconds"], 0.0, 1)
                 write_text(out / PLAN, json.dumps({"iterations": min(args.max_iterations, n)}) + "\n")
             return stages.plan()
 
-        arms = [base | {"arm": arm, "out": str(out), "sets": sets,
-                        "deadline": started + args.time_limit, "reserve": closing_seconds(report["validation_seconds"])}
-                for arm in args.arms]
+        reserve = arms.closing_seconds(report["validation_seconds"])
+        specs = [base | {"arm": arm, "out": str(out), "sets": sets, "deadline": started + args.time_limit,
+                         "reserve": reserve} for arm in args.arms]
         report.pop("arm_errors", None)  # (an earlier command's: this one runs the arms again)
-        failed = run_side_by_side(arms, run_arm, out / "arms", decide, out / "arm", lambda arm, result: None)
+        failed = arms.run_side_by_side(specs, run_arm, out / "arms", decide, out / "arm", lambda arm, result: None)
         if failed:
             report["arm_errors"] = {failed.arm: str(failed)}
     finally:
@@ -472,15 +452,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.stage == "report":
         if args.from_json is None:
             fail("report needs --from-json JSON")
-        rescore(args.from_json, args.out, "episodes", "it holds no validation episodes", score, render)
+        rescore(args.from_json, args.out, "episodes", "it holds no validation episodes", score_table, render_table)
         return 0
     if args.out is None:
         fail("--out DIR: the folder the program writes (and a second command continues)")
-    from ecpo_train.core.credit.registry import available_estimators
-
-    unknown = [a for a in args.arms if a not in available_estimators()]
-    if unknown or len(set(args.arms)) != len(args.arms):
-        fail(f"--arms {' '.join(args.arms)}: give different estimators among {', '.join(available_estimators())}")
+    arms.check_arms(args.arms)
     if refuse_without_cuda(args.device, "paper_benchmarks"):
         return 2
     args.total_time = args.total_time or args.time_limit

@@ -1,7 +1,7 @@
-"""benchmarks/gpu_comparison.py: the iterations every arm can run, the seed pairs one GPU window holds at the first
-run's rates, its one-line refusals, and smoke runs in which both arms start from the same warm start and seed (their
-first iterations play the same episodes) and are compared on the same validation episodes, at T = 0.4 and greedily,
-one after the other or side by side in two processes (the same figures either way)."""
+"""benchmarks/gpu_comparison.py: the iterations every arm can run, its one-line refusals, and smoke runs in which both
+arms start from the same warm start and seed (their first iterations play the same episodes) and are compared on the
+same validation episodes, at T = 0.4 and greedily, one after the other or side by side in two processes (the same
+figures either way)."""
 
 from __future__ import annotations
 
@@ -10,42 +10,21 @@ import json
 import pytest
 from conftest import TOKENIZER_DIR
 
-from benchmarks import gpu_comparison, gpu_window
-from benchmarks.arms import run_side_by_side
+from benchmarks import gpu_comparison
+from benchmarks.arms import iterations_that_fit, run_side_by_side
 from benchmarks.gpu_comparison import run_arm
-from benchmarks.gpu_comparison_report import households, split_parts
+from benchmarks.paired_report import households, split_parts
 
 
 def test_iterations_that_fit_leaves_every_arm_its_iterations_and_closing_validation():
     # 400 s left after arm 1's first 10-s iteration; validation 20 s (closing: 1.15 x 20 + 10 = 33 s), build 5 s:
     # 2 arms need (N - 1) x 10 + 33 + 5 + N x 10 + 33 <= 400, so N <= 16.95
-    assert gpu_comparison.iterations_that_fit(400.0, 10.0, 20.0, 5.0, 2) == 16
+    assert iterations_that_fit(400.0, 10.0, 20.0, 5.0, 2) == 16
     n = 16
     assert (n - 1) * 10 + 33 + 5 + n * 10 + 33 <= 400 < n * 10 + 33 + 5 + (n + 1) * 10 + 33
-    assert gpu_comparison.iterations_that_fit(50.0, 10.0, 20.0, 5.0, 2) == 1  # at least the iteration already run
+    assert iterations_that_fit(50.0, 10.0, 20.0, 5.0, 2) == 1  # at least the iteration already run
     # side by side: one arm's other N - 1 iterations and its closing validation: (N - 1) x 10 + 33 <= 400
-    assert gpu_comparison.iterations_that_fit(400.0, 10.0, 20.0, 0.0, 1) == 37
-
-
-def test_window_plan_counts_seed_pairs_from_the_first_gpu_runs_rates():
-    # gpu_run.json part 4 (one H100): warm start 45.30 s for 96 episodes, validation 23.45 s for 800 episodes, an
-    # iteration 7.548 s for alfworld_gpu's 16 x 8 episodes, the part 406.37 s of a 612-s lease (setup 205.6 s)
-    rates = gpu_window.first_run_rates()
-    assert rates["setup"] == pytest.approx(612 - 406.365, abs=0.01)
-    sizes = {"iterations": 20, "episodes_per_iteration": 128, "validation_episodes": 800, "sft_episodes": 96}
-    shared = 45.301 + 5 + 2 * 23.455  # warm start, the before-validation's build, T = 0.4 and greedy
-    arm = 5 + 20 * 7.5477 + 1.15 * 2 * 23.455 + 10  # build, iterations, both closing validations
-    assert gpu_window.pair_seconds(rates, **sizes) == pytest.approx(shared + 2 * arm, abs=0.05)
-    assert gpu_window.pair_seconds(rates, contention=1.5, **sizes) == pytest.approx(shared + 1.5 * arm, abs=0.05)
-    plan = gpu_window.window_plan(rates, **sizes)  # (900 - 205.6) s left: 537 s a pair alone, 317-537 side by side
-    assert [plan[k]["pairs"] for k in ("sequential", "parallel_contention_1", "parallel_contention_2")] == [1, 2, 1]
-    assert "holds 1 seed pair(s) one arm after the other" in gpu_window.plan_text(plan)
-
-
-def test_plan_prints_the_window_for_a_presets_sizes(capsys):
-    assert gpu_comparison.main(["plan", "--preset", "alfworld_cpu_pool", "--iterations", "16",
-                                "--sft-episodes", "48"]) == 0
-    assert "one 15-minute window (NVIDIA H100 80GB HBM3 rates" in capsys.readouterr().out
+    assert iterations_that_fit(400.0, 10.0, 20.0, 0.0, 1) == 37
 
 
 @pytest.mark.parametrize("arms, words", [(["ecpo"], "give two or more different estimators"),
