@@ -5,8 +5,8 @@ before training on the preset's validation episodes (``alfworld_gpu``: 400 unsee
 draw fixed by (seed, copy, step)) at the preset's temperature (T = 0.4) and again greedily (T = 0): it does not depend
 on the estimator, so one serves every arm; each arm (``--arms``, default ``ecpo gigpo_std``; ``--registered``: issue
 57's nine, GiGPO w/std first) from the warm start with the same seed (the first iteration's rollouts are the same in
-every arm) for the same N iterations, sized from the first iteration so that every arm and its closing validations
-fit ``--time-limit`` (``--iterations`` fixes it), side by side on CUDA (``--parallel``) or one after the other
+every arm) for the same N iterations, sized from the slowest arm's first iteration so that every arm and its closing
+validations fit ``--time-limit`` (``--iterations`` fixes it), side by side, a process each on the one device
 (``benchmarks/arms.py``); then both validations again. The report (``benchmarks/paired_report.py``): each arm's
 success before and after, each later arm against the first, at both temperatures; each arm's regime (gate-open
 share, lucky singletons per batch); the outcomes per household.
@@ -31,11 +31,11 @@ run the protocol's ECPO vs GiGPO w/std pairs seed by seed.
     python -m benchmarks.gpu_comparison run [--arms ecpo gigpo_std] [--time-limit 450] [--model DIR] [--out FILE]
     python -m benchmarks.gpu_comparison run --preset alfworld_cpu_pool --sft-preset alfworld_cpu --sft-episodes 48 \
         --iterations 16 --seed 1
-    python -m benchmarks.gpu_comparison run --device cpu --smoke [--parallel]    # every step on tiny sizes
+    python -m benchmarks.gpu_comparison run --device cpu --smoke    # every step on tiny sizes
 
 Results go to ``benchmarks/results/gpu_comparison.{json,md}`` on CUDA (``runs/gpu_comparison.json`` otherwise),
-written after every stage, so a command stopped early returns what it finished; side by side, each arm's output
-goes to ``OUT-ARM.log`` beside them.
+written after every stage, so a command stopped early returns what it finished; each arm's output goes to
+``OUT-ARM.log`` beside them.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import RESULTS, arms, fail, refuse_without_cuda, rescore, write_report
-from benchmarks.gpu_learning import DEFAULT_MODEL, ROOT, mean_figures, validate_on, write_smoke_model
+from benchmarks.gpu_learning import ROOT, mean_figures, validate_on, write_smoke_model
 from benchmarks.gpu_run import device_facts
 from benchmarks.paired_report import regime, render_pair, score_pair, summarise_reports
 
@@ -76,7 +76,7 @@ def run_arm(spec: dict[str, Any], plan: arms.Plan) -> dict[str, Any]:
     run, build = arms.open_arm(spec, overwrite=True)  # (an arm's folder is this command's: a rerun starts it over)
     with run:
         rows: list[dict[str, float]] = []
-        iterations, stopped = arms.train_planned(run, rows, spec, plan, build)
+        iterations, stopped = arms.train_planned(run, rows, spec, plan)
         outcomes, seconds = validate_both(run)
     result = {"iterations_planned": iterations, "iterations_done": len(rows), "per_iteration": rows,
               "rates": mean_figures(rows), "build_seconds": build, "closing_validation_seconds": seconds}
@@ -118,8 +118,7 @@ def run(args: argparse.Namespace, work: Path, out: Path, configs: tuple[Any, Any
     report: dict[str, Any] = {"smoke": args.smoke, "preset": args.preset, "arms": args.arms, "overrides": overrides,
                               "environment": device_facts(args.device), "time_limit": args.time_limit,
                               "seed": config.seed, "sft_preset": args.sft_preset or args.preset,
-                              "sft_seed": sft_config.seed, "parallel": args.parallel, "results": {},
-                              "comparisons": {}}
+                              "sft_seed": sft_config.seed, "results": {}, "comparisons": {}}
     if trained:
         report |= {"train_task_count": len(trained), "train_tasks": sorted(trained), "by_part": {}}
     report["sft"] = run_sft(sft_config, episodes=args.sft_episodes, epochs=args.sft_epochs, lr=args.sft_lr,
@@ -141,14 +140,11 @@ def run(args: argparse.Namespace, work: Path, out: Path, configs: tuple[Any, Any
     write_report(report, out, render_pair)
 
     # side by side, each arm may be up to len(arms) times slower than alone: its closing validations too
-    reserve = arms.closing_seconds(seconds * (len(args.arms) if args.parallel else 1))
+    reserve = arms.closing_seconds(seconds * len(args.arms))
     specs = [spec | {"reserve": reserve} for spec in specs]
 
-    def decide(walls: list[float], builds: list[float]) -> int:
-        if args.parallel:  # the slowest arm's first iteration; the closing validations side by side
-            n = arms.iterations_that_fit(deadline - time.time(), max(walls), seconds * len(args.arms), 0.0, 1)
-        else:  # the first arm's; the later arms each build, run N iterations and validate after it
-            n = arms.iterations_that_fit(deadline - time.time(), walls[0], seconds, builds[0], len(args.arms))
+    def decide(walls: list[float]) -> int:
+        n = arms.iterations_that_fit(deadline - time.time(), max(walls), seconds * len(args.arms))
         report["iterations"] = args.iterations or min(args.max_iterations, n)
         return report["iterations"]
 
@@ -161,12 +157,9 @@ def run(args: argparse.Namespace, work: Path, out: Path, configs: tuple[Any, Any
             report["stopped"] = f"{arm}: {result['stopped']}"
         write_report(score_pair(report), out, render_pair)
 
-    if args.parallel:
-        failed = arms.run_side_by_side(specs, run_arm, work, decide, out.with_suffix(""), keep)
-        if failed:
-            report["stopped"] = str(failed)
-    else:
-        arms.run_one_after_another(specs, run_arm, decide, keep)
+    failed = arms.run_side_by_side(specs, run_arm, work, decide, out.with_suffix(""), keep)
+    if failed:
+        report["stopped"] = str(failed)
     report["seconds"] = time.monotonic() - started
     write_report(score_pair(report), out, render_pair)
     return report
@@ -174,11 +167,9 @@ def run(args: argparse.Namespace, work: Path, out: Path, configs: tuple[Any, Any
 
 # The options each stage reads: any other given is refused in one line (benchmarks.study).
 RUN_OPTIONS = ("device", "smoke", "arms", "registered", "time_limit", "iterations", "max_iterations", "model", "preset",
-               "sft_preset", "seed", "sft_episodes", "sft_epochs", "sft_lr", "score_batch", "parallel", "out")
+               "sft_preset", "seed", "sft_episodes", "sft_epochs", "sft_lr", "score_batch", "out")
 STAGE_OPTIONS = {"run": RUN_OPTIONS, "report": ("from_json", "out"), "seeds": ("from_json", "out")}
-DEFAULTS = {"device": "cuda", "smoke": False, "arms": ["ecpo", "gigpo_std"], "registered": False,
-            "time_limit": 450.0, "max_iterations": 200, "model": str(DEFAULT_MODEL), "preset": "alfworld_gpu",
-            "sft_episodes": 96, "sft_epochs": 2, "sft_lr": 1e-5, "score_batch": 64}
+DEFAULTS = arms.DEFAULTS | {"registered": False, "time_limit": 450.0, "preset": "alfworld_gpu", "sft_episodes": 96}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -188,25 +179,16 @@ def main(argv: list[str] | None = None) -> int:
                            "run: one seed's pair; report: a returned report's paired tests again (where scipy is); "
                            "seeds: the reports of one protocol, one per seed, summarised (the seed as the unit)",
                            DEFAULTS)
-    command.add("--device", help="run: default cuda")
-    command.add("--smoke", action="store_const", const=True, help="run: tiny sizes on any device (for tests)")
-    command.add("--arms", nargs="+", help="run: credit estimators, first = ECPO (default ecpo gigpo_std)")
+    arms.add_options(command)
     command.add("--registered", action="store_const", const=True,
                 help="run: the arms of issue 57's registered comparison (benchmarks/estimator_comparison.yaml), "
                      "its reference GiGPO w/std first; replaces --arms")
     command.add("--time-limit", type=float, help="run: seconds for the whole command (default 450)")
     command.add("--iterations", type=int, help="run: iterations per arm (default: what fits)")
-    command.add("--max-iterations", type=int, help="run: default 200")
-    command.add("--model", help="run: SmolLM2 folder")
     command.add("--preset", help="run: default alfworld_gpu")
     command.add("--sft-preset", help="run: the preset whose task order and seed make the warm start (default: --preset)")
     command.add("--seed", type=int, help="run: the arms' seed (default: the preset's)")
     command.add("--sft-episodes", type=int, help="run: default 96")
-    command.add("--sft-epochs", type=int, help="run: default 2")
-    command.add("--sft-lr", type=float, help="run: default 1e-5")
-    command.add("--score-batch", type=int, help="run, on CUDA: items per scoring forward (default 64)")
-    command.add("--parallel", action=argparse.BooleanOptionalAction,
-                help="run: the arms side by side, a process each on the one device (default: on CUDA)")
     command.add("--out", type=Path, help="run: the report (default benchmarks/results/gpu_comparison.json on CUDA); "
                                          "report: where the rescored report goes (default: over itself); seeds: the "
                                          "summary's JSON (its markdown beside it)")
@@ -229,8 +211,6 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     args.arms = registered_arms() if args.registered else args.arms
     arms.check_arms(args.arms, fewest=2)
-    if args.parallel is None:
-        args.parallel = args.device.startswith("cuda")
     if refuse_without_cuda(args.device, "gpu_comparison"):
         return 2
     if args.smoke:

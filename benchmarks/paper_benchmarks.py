@@ -71,7 +71,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks import arms, fail, refuse_without_cuda, rescore, write_report
-from benchmarks.gpu_learning import DEFAULT_MODEL, mean_figures, write_smoke_model
+from benchmarks.gpu_learning import mean_figures, write_smoke_model
 from benchmarks.gpu_run import device_facts
 from benchmarks.paired_report import ALFWORLD_COLUMNS, render_table, score_table
 
@@ -122,8 +122,6 @@ BENCHMARKS = {
          "searchqa_gen_two_hop": ValidationSet("searchqa_gen", "two_hop")}, train_after=100,
         smoke=("env_kwargs.max_steps=2",)),
 }
-SMOKE_SIZES = ("n_groups=2", "group_size=2", "mixed_precision=none", "micro_batch_size=4", "mini_batch_size=8",
-               "threads=1")
 
 
 # ---------------------------------------------------------------------------------------------- setup
@@ -157,18 +155,16 @@ def warm_start_tasks(spec: Benchmark, train_ids: list[str], per_type: int) -> li
 
 
 def load_configs(args: argparse.Namespace, work: Path) -> tuple[Any, list[str]]:
-    """The arms' config (the benchmark's preset with its overrides, the model, the device, the smoke sizes) and
-    its override list; a bad value or a missing model is the one-line exit 2, before any model loads."""
+    """The arms' config (the benchmark's preset with its overrides, then the model, the device and the smoke sizes
+    of ``arms.run_overrides``, less its generated households) and its override list; a bad value or a missing model
+    is the one-line exit 2, before any model loads."""
     spec = BENCHMARKS[args.env]
-    base = [o for o in arms.run_overrides(args, work)
-            if not o.startswith(("env_kwargs=", "val_tasks="))]  # (the generated households' sizes)
-    overrides = [*spec.overrides, *base]
+    overrides = [*spec.overrides, *(o for o in arms.run_overrides(args, work)
+                                    if not o.startswith(("env_kwargs=", "val_tasks=")))]
     if args.smoke:
-        overrides += [*SMOKE_SIZES, *spec.smoke]
+        overrides += spec.smoke
     elif not args.device.startswith("cuda"):
         overrides.append("mixed_precision=none")  # bf16 autocast is the GPU's
-    if args.train_data:
-        overrides.append(f"env_kwargs.data_dir={args.train_data}")
     overrides += [f"seed={args.seed}", f"val_episodes_per_task={args.val_episodes}"]
     return arms.load_preset(f"--env {args.env}", spec.preset, [*overrides, f"run_dir={work / 'arm'}"]), overrides
 
@@ -321,8 +317,8 @@ def run_arm(spec: dict[str, Any], plan: arms.Plan) -> dict[str, Any]:
     # a folder holding the arm's first lines but no checkpoint (killed in its first iteration) starts over
     fresh = holds_run(run_dir) and not RunFolder(run_dir).checkpoint().is_file()
     run, _ = arms.open_arm(spec, resume=False if fresh else RESUME_OR_START, overwrite=fresh,
-                      model=str(out / "sft_model"), estimator=arm, run_dir=str(run_dir), train_tasks=train_tasks,
-                      checkpoint_every=1)
+                           model=str(out / "sft_model"), estimator=arm, run_dir=str(run_dir),
+                           train_tasks=train_tasks, checkpoint_every=1)
 
     def record(**fields: Any) -> dict[str, Any]:
         write_text(path, json.dumps({"iteration": run.engine.iteration} | fields, indent=1) + "\n")
@@ -333,7 +329,7 @@ def run_arm(spec: dict[str, Any], plan: arms.Plan) -> dict[str, Any]:
         if len(rows) != run.engine.iteration:
             raise ValueError(f"{run_dir} logs {len(rows)} iterations and its checkpoint holds {run.engine.iteration}: "
                              "not an arm of this program; give another --out")
-        _, stopped = arms.train_planned(run, rows, spec, plan, 0.0)
+        _, stopped = arms.train_planned(run, rows, spec, plan)
         if stopped:
             return record(stopped=f"{stopped}: run the command again to continue")
         after, _ = validate(run, spec["sets"])
@@ -388,11 +384,11 @@ def run(args: argparse.Namespace) -> arms.Failure | None:
             report["validation_seconds"] = seconds
         stages.save()  # the arm processes read the stages so far
 
-        def decide(walls: list[float], builds: list[float]) -> int:
+        def decide(walls: list[float]) -> int:
             """N from the slowest arm's first iteration, once (``OUT/plan.json``; a second command keeps it)."""
             if stages.plan() is None:
                 left = args.total_time - report["seconds_spent"] - (time.time() - started)
-                n = arms.iterations_that_fit(left, max(walls), report["validation_seconds"], 0.0, 1)
+                n = arms.iterations_that_fit(left, max(walls), report["validation_seconds"])
                 write_text(out / PLAN, json.dumps({"iterations": min(args.max_iterations, n)}) + "\n")
             return stages.plan()
 
@@ -412,12 +408,10 @@ def run(args: argparse.Namespace) -> arms.Failure | None:
 
 # ---------------------------------------------------------------------------------------------- main
 # The options each stage reads: any other given is refused in one line (benchmarks.study).
-RUN_OPTIONS = ("env", "out", "device", "smoke", "arms", "time_limit", "total_time", "max_iterations", "model",
-               "train_data", "seed", "val_episodes", "sft_per_type", "sft_epochs", "sft_lr", "sft_batch", "score_batch")
+RUN_OPTIONS = ("env", "out", "device", "smoke", "arms", "time_limit", "total_time", "max_iterations", "model", "seed",
+               "val_episodes", "sft_per_type", "sft_epochs", "sft_lr", "sft_batch", "score_batch")
 STAGE_OPTIONS = {"run": RUN_OPTIONS, "report": ("from_json", "out")}
-DEFAULTS = {"env": "alfworld", "device": "cuda", "smoke": False, "arms": ["ecpo", "gigpo_std"], "time_limit": 540.0,
-            "max_iterations": 200, "model": str(DEFAULT_MODEL), "seed": 0, "val_episodes": 2, "sft_epochs": 2,
-            "sft_lr": 1e-5, "sft_batch": 2, "score_batch": 64}
+DEFAULTS = arms.DEFAULTS | {"env": "alfworld", "time_limit": 540.0, "seed": 0, "val_episodes": 2, "sft_batch": 2}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -429,22 +423,14 @@ def main(argv: list[str] | None = None) -> int:
     command.add("--env", choices=sorted(BENCHMARKS), help="default alfworld")
     command.add("--out", type=Path, help="run: the out folder (a second command continues it); report: "
                                          "where the rescored report goes")
-    command.add("--device", help="default cuda")
-    command.add("--smoke", action="store_const", const=True, help="tiny sizes on any device (for tests)")
-    command.add("--arms", nargs="+", help="credit estimators, first = ECPO (default ecpo gigpo_std)")
+    arms.add_options(command)
     command.add("--time-limit", type=float, help="seconds for this command (default 540)")
     command.add("--total-time", type=float, help="seconds for the whole program over its commands (default: "
                                                  "--time-limit)")
-    command.add("--max-iterations", type=int, help="default 200")
-    command.add("--model", help="SmolLM2 folder")
-    command.add("--train-data", help="data_dir of the training environment (default: its own)")
     command.add("--seed", type=int, help="default 0")
     command.add("--val-episodes", type=int, help="validation episodes per task (default 2)")
     command.add("--sft-per-type", type=int, help="warm-start tasks per type (16 CUDA, 2 CPU)")
-    command.add("--sft-epochs", type=int, help="default 2")
-    command.add("--sft-lr", type=float, help="default 1e-5")
     command.add("--sft-batch", type=int, help="expert steps per optimizer step of the warm start (default 2)")
-    command.add("--score-batch", type=int, help="on CUDA: items per scoring forward (default 64)")
     command.add("--from-json", type=Path, metavar="JSON", help="report: a returned report.json")
     args = command.parse(argv)
     if args is None:
