@@ -2,23 +2,20 @@
 outcomes a run stored, every test ``gpu_run_report.paired_test``. No torch: the GPU machine writes them after every
 stage (without scipy there, the tests read "not computed"), and ``report --from-json`` scores them again here.
 
-- One ``gpu_comparison`` report (:func:`score_pair`, :func:`render_pair`) is one seed's pair, validated at the
-  preset's temperature (T = 0.4: primary) and greedily (T = 0, beside it). Its episode-level McNemar lines are
-  conditional on this seed's two trained policies: which of the two won more of the same episodes, not what another
-  seed would do.
-- Over seeds (``gpu_comparison seeds``, :func:`summarise`), the reports of one protocol (others are refused; a
-  report whose arms did not finish every iteration is left out, named): the first arm minus the second after
-  training, the seed as the unit (the mean of the per-seed differences, its t-interval, the MDE from five seeds on:
-  ``stats.mde``), the answer about the two training procedures and the line a report states as its result; per
-  seed, on every episode and on trained and unseen tasks apart (Tango, McNemar, by task): one pair of runs, the
-  validation's draws, not run-to-run variance; the episodes pooled over seeds, secondary and conditional on these
-  trained pairs; the greedy (T = 0) validation across seeds, secondary (a report written before the greedy pass
-  holds none, and the line says so).
+- A ``gpu_comparison`` report (:func:`score_pair`, :func:`render_pair`) is one seed's pair, validated at the
+  preset's temperature (T = 0.4: primary) and greedily (T = 0). Its episode-level McNemar lines are conditional on
+  this seed's two trained policies: which won more of the same episodes, not what another seed would do.
+- Over seeds (``gpu_comparison seeds``, :func:`summarise`: one protocol's reports, one per seed; a seed whose arms
+  stopped early is left out, named): the first arm minus the second after training with the seed as the unit (the
+  mean of the per-seed differences, its t-interval, the MDE from five seeds on), the answer about the two training
+  procedures; per seed, on all episodes and on trained and unseen tasks apart (Tango, McNemar, by task), covering
+  the validation's draws, not run-to-run variance; secondary, the episodes pooled over seeds (conditional on these
+  pairs) and the greedy validation across seeds (absent, and said to be, in reports written before it existed).
 - A ``paper_benchmarks`` report (:func:`score_table`, :func:`render_table`): the paper's table before and after
   training and the registered endpoint. An episode is stored as ``{"set", "task", "copy", "type", "won", "score",
-  "invalid", "steps"}``: its validation set, task id and copy (the pair key: before and after play the same
-  ``(set, task, copy)`` with the same draws), the task's type (ALFWorld's subtask), success, the environment's graded
-  score (WebShop's purchase score, search-QA's exact match; success elsewhere), its invalid actions and its steps.
+  "invalid", "steps"}``: the pair key ``(set, task, copy)`` (before and after play the same ones with the same
+  draws), the task's type (ALFWorld's subtask), success, the graded score (WebShop's purchase score, search-QA's
+  exact match; success elsewhere), its invalid actions and its steps.
 """
 
 from __future__ import annotations

@@ -13,30 +13,24 @@ validation end inside ``--total-time``; the validation after; the paper's table 
 Heat, Pick2, All; WebShop: score / success; search-QA: exact match per set) before and after, each change with its
 paired interval (``benchmarks/paired_report.py``).
 
-Every stage writes ``OUT/report.json`` (and ``report.md``); the arms log and then checkpoint every iteration in
-their run folders (``OUT/run_<arm>``), and an arm's progress is its run folder's (:func:`arm_progress`), so a
-kill at any instant neither loses nor repeats an iteration. One command owns ``OUT`` at a time (``OUT/run.lock``,
-the run folders' lock): a second one is refused in one line naming the first.
-A command stopped by its ``--time-limit`` leaves what it finished, and the same command again continues from
-``OUT`` (the warm start, the validation before and the plan are kept; each arm resumes from its checkpoint; a
-resumed arm restarts AdamW's moments: the presets save no optimizer state).
+Every stage writes ``OUT/report.json`` (and ``report.md``); the arms log and checkpoint every iteration in their
+run folders (``OUT/run_<arm>``), whose progress is the arm's (:func:`arm_progress`): a kill at any instant neither
+loses nor repeats an iteration. One command owns ``OUT`` at a time (``OUT/run.lock``): a second one is refused in
+one line naming the first. A command stopped by its ``--time-limit`` leaves what it finished, and the same command
+again continues it (a resumed arm restarts AdamW's moments: the presets save no optimizer state).
 
 The benchmarks (``BENCHMARKS``):
 
-- ``alfworld``: real ALFWorld games, ``ecpo/ALFWorld-v0``: training on the ``train`` split (3,553 games, all six
-  task types, 50 steps), validation on ``valid_seen`` (the 140 games of the committed manifest
-  ``alfworld_valid_seen``). The ``alfworld_gpu`` recipe (scoring the admissible actions, compact prompt, its
-  update), with the paper's depth threshold for 50 steps (``d_min`` 7).
-- ``webshop``: the generated catalogue in WebShop's schema (``ecpo/WebShopGen-v0``; the real product files
-  cannot be had), training on its goals 100 onwards, validation on the held-out goals of the ``webshop_gen``
-  manifest (goal_0..goal_99); the ``webshop_cpu`` recipe (LoRA, compact-actions prompt with 6 past actions) at
-  the paper's shape and WebShop's 15 steps; score and success.
-- ``searchqa``: HotpotQA dev500 with the corpus it ships, over bm25s, on the Search-R1 protocol
-  (``ecpo/SearchQA-v0``): training on questions 100-499 of the manifest's order, validation on the first 100;
-  the generated world (``SearchQAGen-v0``, the ``searchqa_gen`` manifest's 100 questions) as the second set.
-  Free generation (the answer is open text a scoring policy cannot choose among), 96-token replies; exact match.
-  Where the model cannot make the format work, the report gives its invalid-action rate instead of a learning
-  figure.
+- ``alfworld``: real games (``ecpo/ALFWorld-v0``), trained on the ``train`` split (3,553 games, six task types, 50
+  steps), validated on ``valid_seen``'s 140 games (manifest ``alfworld_valid_seen``); the ``alfworld_gpu`` recipe
+  (scoring the admissible actions) with the paper's depth threshold for 50 steps (``d_min`` 7).
+- ``webshop``: the generated catalogue in WebShop's schema (the real product files cannot be had), trained on its
+  goals 100 onwards, validated on the ``webshop_gen`` manifest's held-out goal_0..goal_99; the ``webshop_cpu``
+  recipe (LoRA, compact-actions prompt) at WebShop's 15 steps; score and success.
+- ``searchqa``: HotpotQA dev500 with the corpus it ships, over bm25s, on the Search-R1 protocol: trained on
+  questions 100-499, validated on the first 100 and the generated world's 100 (``searchqa_gen``). Free generation
+  (the answer is open text a scoring policy cannot choose among), 96-token replies; exact match, or the
+  invalid-action rate where the model cannot make the format work.
 
 **Registered endpoints, fixed 2026-11-27 before any GPU run of this program.** Primary, for each benchmark: the
 first arm's (ECPO's) success on all validation episodes after training minus before (ALFWorld: ``valid_seen``
@@ -185,8 +179,8 @@ def training_tasks(config: Any, spec: Benchmark) -> list[str]:
 
 # ---------------------------------------------------------------------------------------------- stages
 class Stages:
-    """The out folder: ``report.json`` (every stage's results) and the files beside it (the warm start's model,
-    the plan, each arm's run folder and ``arm_<name>.json``)."""
+    """The out folder: ``report.json`` (every stage's results), the warm start's model, the plan, each arm's run
+    folder and ``arm_<name>.json``."""
 
     def __init__(self, out: Path) -> None:
         self.out = out
@@ -218,15 +212,10 @@ class Stages:
 
 
 # ---------------------------------------------------------------------------------------------- the arms
-# The validation pass every stage uses, and one arm (a trainer from the warm start with one credit estimator,
-# resumed from its checkpoint across commands), which ``benchmarks.arms`` runs side by side with the others.
-
-
 def validate(run: Any, sets: dict[str, tuple[str, dict, list[str]]]) -> tuple[list[dict], float]:
-    """Every validation set once, through the native validation pass (``builders.validation_outcome``: the
-    validation temperature, the draws fixed by (seed, copy, step)), each set on its own environment; the
-    episodes (``paired_report`` module docstring) and the seconds taken. Each set is also recorded
-    in the run's ``validation.jsonl`` under its name (the run shell's log)."""
+    """Every validation set once, each on its own environment, through the native validation pass
+    (``builders.validation_outcome``: the draws fixed by (seed, copy, step)), recorded in the run's
+    ``validation.jsonl`` under its name; the episodes (``paired_report``) and the seconds taken."""
     from ecpo_gym.group import GroupVectorEnv
     from ecpo_train.core.tasks import validation_seed
     from ecpo_train.runtime.builders import validation_outcome
@@ -298,13 +287,11 @@ def arm_result(out: Path, arm: str) -> dict[str, Any]:
 
 
 def run_arm(spec: dict[str, Any], plan: arms.Plan) -> dict[str, Any]:
-    """One arm, run by ``benchmarks.arms`` in a process of its own (``spec``: the arms' config, the out folder, the
-    validation ``sets``): a run from the warm start in ``OUT/run_<arm>``, started or resumed by the run shell
-    (``runtime.run.open_run``: its lock, its checkpoint, its metrics cut back to it), iterations up to the plan
-    (decided once for every arm from their first iterations), each logged and checkpointed (``checkpoint_every``
-    1), and the closing validation once the plan is done. The arm's progress is its run folder's
-    (:func:`arm_progress`); ``OUT/arm_<arm>.json`` (written whole) only records, at an iteration, why the arm
-    stopped or its closing validation. Returns the arm's result (:func:`arm_result`)."""
+    """One arm (``benchmarks.arms`` runs it; ``spec``: the arms' config, the out folder, the validation ``sets``): a
+    run from the warm start in ``OUT/run_<arm>``, started or resumed by the run shell (``runtime.run.open_run``: its
+    lock, its checkpoint, its metrics cut back to it), iterations up to the plan, each checkpointed, then the
+    closing validation. ``OUT/arm_<arm>.json`` (written whole) only records, at an iteration, why the arm stopped or
+    its closing validation. Returns the arm's result (:func:`arm_result`)."""
     from ecpo_train.files.atomic import write_text
     from ecpo_train.runtime.resume import RESUME_OR_START
     from ecpo_train.runtime.run_dir import RunFolder, holds_run
@@ -338,8 +325,7 @@ def run_arm(spec: dict[str, Any], plan: arms.Plan) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------------------------- the program
 def run(args: argparse.Namespace) -> arms.Failure | None:
-    """Every stage not yet in ``OUT`` (module docstring), the arms side by side (``benchmarks.arms``); an arm's
-    failure, if one (the others were stopped)."""
+    """Every stage not yet in ``OUT`` (module docstring); an arm's failure, if one (the others were stopped)."""
     from ecpo_train.files.atomic import write_text
     from ecpo_train.runtime.sft import SFT_SUMMARY, run_sft
 

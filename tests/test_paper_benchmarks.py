@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import paper_benchmarks as program
 from benchmarks import paired_report as report_module
+from benchmarks import paper_benchmarks as program
 
 TOKENIZER_DIR = Path(os.environ.get("ECPO_TOKENIZER_DIR", "")).expanduser()
 ROOT = Path(__file__).resolve().parents[1]
