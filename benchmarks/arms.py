@@ -1,24 +1,18 @@
-"""Arms run from one warm start, the one way every comparison program runs them (``gpu_comparison``,
-``paper_benchmarks``): each arm in a process of its own so that several share one GPU side by side, or one after
-the other in this process.
+"""Arms run side by side from one warm start, the one way both comparison programs (``gpu_comparison``,
+``paper_benchmarks``) plan, run and size them, each arm in a process of its own on the one device; and what those
+programs share about their arms (their options, presets, the arms given, the time left).
 
 An arm is a program's module-level function ``runner(spec, plan) -> result`` (the arm process imports it by name;
 ``spec``: a JSON dict holding at least ``arm``, ``deadline`` (``time.time()``) and ``reserve``, the seconds of its
-closing validation). It runs its first
-iteration, then calls ``plan(first_wall, build_seconds)`` for ``(N, seconds the arms after it still need)``: N
-is decided once for every arm, so the arms pair, by the program's ``decide(first_walls, builds)``.
-:func:`train_arm` runs an arm's iterations within its deadline (a resumed arm continues its rows).
+closing validation). It runs its first iteration, then calls ``plan(first_wall)`` for N (:func:`train_planned`):
+N is decided once for every arm, so the arms pair, by the program's ``decide(first_walls)``.
 
-- Side by side (:func:`run_side_by_side`): each arm process (``python -m benchmarks.arms SPEC``) writes its first
-  iteration's time to ``ARM.first`` and waits for ``ARM.plan``, which the launcher writes once every arm still
-  running has reported (``decide`` sees them all: the slowest sizes N). An arm that fails stops the others, and
-  the failure names the arm with its log's last line (a library's ``ValueError``/``OSError`` is one
-  ``error: ...`` line, exit 2); arms still running 60 s past their deadline are stopped too. Each arm's output goes to ``LOGS-ARM.log`` (appended: a resumed program keeps
-  the earlier commands' lines).
-- One after the other (:func:`run_one_after_another`): the first arm's plan decides N; each arm is told the
-  seconds the later arms need (a build, N iterations, a closing validation each).
-
-    python -m benchmarks.arms SPEC.json     # one arm process (the launcher starts it)
+Each arm process (``python -m benchmarks.arms SPEC``, :func:`run_side_by_side`) writes its first iteration's time to
+``ARM.first`` and waits for ``ARM.plan``, which the launcher writes once every arm still running has reported
+(``decide`` sees them all: the slowest sizes N). An arm that fails stops the others, and the failure names the arm
+with its log's last line (a library's ``ValueError``/``OSError`` is one ``error: ...`` line, exit 2); arms still
+running 60 s past their deadline are stopped too. Each arm's output goes to ``LOGS-ARM.log`` (appended: a resumed
+program keeps the earlier commands' lines).
 """
 
 from __future__ import annotations
@@ -35,14 +29,15 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from benchmarks.gpu_learning import ROOT, iteration_figures
+from benchmarks import fail
+from benchmarks.gpu_learning import DEFAULT_MODEL, ROOT, iteration_figures, learning_overrides
 
 POLL_SECONDS = 0.2
+CLOSING_MARGIN = 1.15  # a closing validation's time, as a multiple of the one before training (plus 10 s)
 HEADER = "\n== "  # opens each command's lines in an arm's log
-# a plan: (first iteration's wall seconds, the trainer's build seconds) -> (N, seconds the later arms still need)
-Plan = Callable[[float, float], tuple[int, float]]
+Plan = Callable[[float], int]  # an arm's first iteration's wall seconds -> N
 Runner = Callable[[dict[str, Any], Plan], dict[str, Any]]
-Decide = Callable[[list[float], list[float]], int]
+Decide = Callable[[list[float]], int]  # every arm's first iteration's wall seconds -> N
 Keep = Callable[[str, dict[str, Any]], None]
 
 
@@ -55,6 +50,66 @@ class Failure(NamedTuple):
 
     def __str__(self) -> str:
         return f"{self.arm}: its process exited {self.code} ({self.line})"
+
+
+# The options both programs' ``run`` reads the same way, and their defaults.
+DEFAULTS = {"device": "cuda", "smoke": False, "arms": ["ecpo", "gigpo_std"], "max_iterations": 200,
+            "model": str(DEFAULT_MODEL), "sft_epochs": 2, "sft_lr": 1e-5, "score_batch": 64}
+
+
+def add_options(command: Any) -> None:
+    """``command`` (a ``study.StudyCommand``) takes the options of :data:`DEFAULTS`."""
+    command.add("--device", help="run: default cuda")
+    command.add("--smoke", action="store_const", const=True, help="run: tiny sizes on any device (for tests)")
+    command.add("--arms", nargs="+", help="run: credit estimators, first = ECPO (default ecpo gigpo_std)")
+    command.add("--max-iterations", type=int, help="run: default 200")
+    command.add("--model", help="run: SmolLM2 folder")
+    command.add("--sft-epochs", type=int, help="run: default 2")
+    command.add("--sft-lr", type=float, help="run: default 1e-5")
+    command.add("--score-batch", type=int, help="run, on CUDA: items per scoring forward (default 64)")
+
+
+def check_arms(arms: list[str], fewest: int = 1) -> None:
+    """``--arms``: ``fewest`` or more different registered estimators, else the one-line exit 2."""
+    from ecpo_train.core.credit.registry import available_estimators
+
+    if len(arms) < fewest or len(set(arms)) != len(arms):
+        fail(f"--arms {' '.join(arms)}: give {'two or more ' if fewest > 1 else ''}different estimators, the first "
+             "the one the others are compared with")
+    unknown = [a for a in arms if a not in available_estimators()]
+    if unknown:
+        fail(f"--arms: unknown estimator {unknown[0]!r}; valid: {', '.join(available_estimators())}")
+
+
+def run_overrides(args: Any, work: Path) -> list[str]:
+    """The arms' overrides of a learning run (``gpu_learning.learning_overrides``); a missing model is the one-line
+    exit 2."""
+    try:
+        return learning_overrides(args, work)[1]
+    except FileNotFoundError as error:
+        fail(f"--model: {error}")
+
+
+def load_preset(flag: str, preset: str, overrides: list[str]) -> Any:
+    """``preset`` with ``overrides``; a preset not found or an override it refuses is the one-line exit 2 under
+    ``flag``, before any model loads."""
+    from ecpo_train.runtime.config import load_config
+
+    try:
+        return load_config(preset, overrides)
+    except (FileNotFoundError, ValueError) as error:
+        fail(f"{flag}: {' '.join(str(error).split())}")
+
+
+def closing_seconds(validation: float) -> float:
+    """What to keep for a closing validation that took ``validation`` seconds before training (and the writes)."""
+    return CLOSING_MARGIN * validation + 10.0
+
+
+def iterations_that_fit(left: float, first_wall: float, validation: float) -> int:
+    """N, the iterations every arm can run: each has run 1 of them; what is ``left`` must hold the other N - 1 of
+    the slowest (its first one took ``first_wall``) and the closing validation (one took ``validation`` seconds)."""
+    return max(1, int((left - closing_seconds(validation) + first_wall) / first_wall))
 
 
 def open_arm(spec: dict[str, Any], *, resume: bool | str = False, overwrite: bool = False,
@@ -102,24 +157,18 @@ def train_arm(run: Any, rows: list[dict[str, float]], iterations: int, deadline:
     return why[0] if why else None
 
 
-def run_one_after_another(specs: list[dict[str, Any]], runner: Runner, decide: Decide, keep: Keep) -> None:
-    """Each spec's arm in this process, in order, ``keep(arm, result)`` after each; the first arm's plan decides
-    N (``decide([first_wall], [build])``); arm k is told the seconds the arms after it need."""
-    decided: list[int] = []
-    for k, spec in enumerate(specs):
-        def plan(first_wall: float, build: float, later: int = len(specs) - k - 1,
-                 reserve: float = spec["reserve"]) -> tuple[int, float]:
-            if not decided:
-                decided.append(decide([first_wall], [build]))
-            return decided[0], later * (decided[0] * first_wall + reserve + build)
-
-        keep(spec["arm"], runner(spec, plan))
+def train_planned(run: Any, rows: list[dict[str, float]], spec: dict[str, Any], plan: Plan) -> tuple[int, str | None]:
+    """An arm's first iteration (where ``rows`` holds none), its plan, then the planned iterations within its
+    deadline: ``(N, why it stopped early, if it did)``."""
+    train_arm(run, rows, 1, spec["deadline"], spec["reserve"])
+    iterations = plan(rows[0]["wall"])
+    return iterations, train_arm(run, rows, iterations, spec["deadline"], spec["reserve"])
 
 
 def run_side_by_side(specs: list[dict[str, Any]], runner: Runner, work: Path, decide: Decide, logs: Path,
                      keep: Keep) -> Failure | None:
     """Each spec's arm in a process of its own, all at once (their handshake files in ``work``); once every arm
-    still running has run its first iteration, ``decide(first_walls, builds)`` gives N and every arm is told it.
+    still running has run its first iteration, ``decide(first_walls)`` gives N and every arm is told it.
     ``keep(arm, result)`` for each arm that finished; returns the first failure, if one (the others are then
     stopped)."""
     procs: dict[str, subprocess.Popen] = {}
@@ -143,8 +192,7 @@ def run_side_by_side(specs: list[dict[str, Any]], runner: Runner, work: Path, de
         reported = [work / f"{arm}.first" for arm, p in procs.items() if p.poll() is None or
                     (work / f"{arm}.first").exists()]  # an arm a resumed program had finished reports nothing
         if failed is None and not planned and reported and all(f.exists() for f in reported):
-            walls, builds = zip(*(json.loads(f.read_text()) for f in reported))
-            n = decide(list(walls), list(builds))
+            n = decide([json.loads(f.read_text()) for f in reported])
             for arm in procs:
                 _write(work / f"{arm}.plan", n)
             planned = True
@@ -193,9 +241,9 @@ def main(argv: list[str] | None = None) -> int:
     module, name = spec["runner"].split(":")
     runner = getattr(importlib.import_module(module), name)
 
-    def plan(first_wall: float, build: float) -> tuple[int, float]:
-        _write(work / f"{arm}.first", [first_wall, build])
-        return int(_wait_for(work / f"{arm}.plan", spec["deadline"])), 0.0
+    def plan(first_wall: float) -> int:
+        _write(work / f"{arm}.first", first_wall)
+        return int(_wait_for(work / f"{arm}.plan", spec["deadline"]))
 
     try:
         result = runner(spec, plan)

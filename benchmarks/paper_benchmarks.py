@@ -1,48 +1,36 @@
 """The paper's benchmarks with SmolLM2-135M-Instruct on one GPU: real ALFWorld games, WebShop, search-QA.
 
-One program, three environments (``--env``), each run the same way in commands of at most ~9.5 minutes:
+One program, three environments (``--env``), each run the same way in commands of at most ~9.5 minutes: the warm
+start (``ecpo sft`` on the expert play of training tasks chosen by a fixed rule, :func:`warm_start_tasks`: ALFWorld,
+K games of each of the six task types of the ``train`` split, ``--sft-per-type``, 16 on CUDA: 96 games; WebShop and
+search-QA, the first K x 6 training tasks; each in a permutation of seed 0); the validation before training on the
+benchmark's validation episodes (``--val-episodes`` per task, every choice's random draw fixed by (seed, copy, step),
+so before and after pair episode by episode); each arm (``--arms``, default ``ecpo gigpo_std``) from the warm start
+with the same seed at the paper's shape (16 groups x 8; ALFWorld's 50 steps), side by side on the one device (the
+sampler is host-bound: ``results/generation_profile.json``; ``benchmarks/arms.py``, each arm's output in
+``OUT/arm-ARM.log``) for the iterations the slowest arm's first one sizes, so that every arm and its closing
+validation end inside ``--total-time``; the validation after; the paper's table (ALFWorld: Pick, Clean, Cool, Look,
+Heat, Pick2, All; WebShop: score / success; search-QA: exact match per set) before and after, each change with its
+paired interval (``benchmarks/paired_report.py``).
 
-1. warm start: ``ecpo sft`` (``run_sft``) on the expert play of training tasks chosen by a fixed rule
-   (``warm_start_tasks``): ALFWorld, K games of each of the six task types of the ``train`` split, each type's
-   games in a permutation of seed 0 (``--sft-per-type``, 16 on CUDA: 96 games); WebShop and search-QA, the
-   first K x 6 training tasks in a permutation of seed 0;
-2. validation before training on the benchmark's validation episodes, ``--val-episodes`` per task (2), every
-   choice's random draw fixed by (seed, copy, step) before the run (``builders.validation_outcome``), so before
-   and after pair episode by episode;
-3. for each arm (``--arms``, default ``ecpo gigpo_std``), a trainer from the warm start with that estimator and
-   the same seed, at the paper's shape (16 groups x 8; ALFWorld's 50 steps), in its own process beside the
-   others on the same device (the sampler is host-bound: ``benchmarks/results/generation_profile.json``), through
-   the arms' launcher ``gpu_comparison`` shares (``benchmarks/arms.py``; each arm's output in ``OUT/arm-ARM.log``;
-   an arm that fails stops the others). The slowest arm's first iteration sizes the iterations of every arm, so
-   that every arm and its closing validation end inside ``--total-time`` (``gpu_comparison.iterations_that_fit``);
-4. validation after, on the same episodes; the paper's table (ALFWorld: Pick, Clean, Cool, Look, Heat, Pick2,
-   All; WebShop: score / success; search-QA: exact match per set) before and after, each change with its
-   paired interval (``paper_benchmarks_report``).
-
-Every stage writes ``OUT/report.json`` (and ``report.md``); the arms log and then checkpoint every iteration in
-their run folders (``OUT/run_<arm>``), and an arm's progress is its run folder's (:func:`arm_progress`), so a
-kill at any instant neither loses nor repeats an iteration. One command owns ``OUT`` at a time (``OUT/run.lock``,
-the run folders' lock): a second one is refused in one line naming the first.
-A command stopped by its ``--time-limit`` leaves what it finished, and the same command again continues from
-``OUT`` (the warm start, the validation before and the plan are kept; each arm resumes from its checkpoint; a
-resumed arm restarts AdamW's moments: the presets save no optimizer state).
+Every stage writes ``OUT/report.json`` (and ``report.md``); the arms log and checkpoint every iteration in their
+run folders (``OUT/run_<arm>``), whose progress is the arm's (:func:`arm_progress`): a kill at any instant neither
+loses nor repeats an iteration. One command owns ``OUT`` at a time (``OUT/run.lock``): a second one is refused in
+one line naming the first. A command stopped by its ``--time-limit`` leaves what it finished, and the same command
+again continues it (a resumed arm restarts AdamW's moments: the presets save no optimizer state).
 
 The benchmarks (``BENCHMARKS``):
 
-- ``alfworld``: real ALFWorld games, ``ecpo/ALFWorld-v0``: training on the ``train`` split (3,553 games, all six
-  task types, 50 steps), validation on ``valid_seen`` (the 140 games of the committed manifest
-  ``alfworld_valid_seen``). The ``alfworld_gpu`` recipe (scoring the admissible actions, compact prompt, its
-  update), with the paper's depth threshold for 50 steps (``d_min`` 7).
-- ``webshop``: the generated catalogue in WebShop's schema (``ecpo/WebShopGen-v0``; the real product files
-  cannot be had), training on its goals 100 onwards, validation on the held-out goals of the ``webshop_gen``
-  manifest (goal_0..goal_99); the ``webshop_cpu`` recipe (LoRA, compact-actions prompt with 6 past actions) at
-  the paper's shape and WebShop's 15 steps; score and success.
-- ``searchqa``: HotpotQA dev500 with the corpus it ships, over bm25s, on the Search-R1 protocol
-  (``ecpo/SearchQA-v0``): training on questions 100-499 of the manifest's order, validation on the first 100;
-  the generated world (``SearchQAGen-v0``, the ``searchqa_gen`` manifest's 100 questions) as the second set.
-  Free generation (the answer is open text a scoring policy cannot choose among), 96-token replies; exact match.
-  Where the model cannot make the format work, the report gives its invalid-action rate instead of a learning
-  figure.
+- ``alfworld``: real games (``ecpo/ALFWorld-v0``), trained on the ``train`` split (3,553 games, six task types, 50
+  steps), validated on ``valid_seen``'s 140 games (manifest ``alfworld_valid_seen``); the ``alfworld_gpu`` recipe
+  (scoring the admissible actions) with the paper's depth threshold for 50 steps (``d_min`` 7).
+- ``webshop``: the generated catalogue in WebShop's schema (the real product files cannot be had), trained on its
+  goals 100 onwards, validated on the ``webshop_gen`` manifest's held-out goal_0..goal_99; the ``webshop_cpu``
+  recipe (LoRA, compact-actions prompt) at WebShop's 15 steps; score and success.
+- ``searchqa``: HotpotQA dev500 with the corpus it ships, over bm25s, on the Search-R1 protocol: trained on
+  questions 100-499, validated on the first 100 and the generated world's 100 (``searchqa_gen``). Free generation
+  (the answer is open text a scoring policy cannot choose among), 96-token replies; exact match, or the
+  invalid-action rate where the model cannot make the format work.
 
 **Registered endpoints, fixed 2026-11-27 before any GPU run of this program.** Primary, for each benchmark: the
 first arm's (ECPO's) success on all validation episodes after training minus before (ALFWorld: ``valid_seen``
@@ -58,8 +46,6 @@ read once, on the JSON the GPU run returns (``report --from-json``).
     python -m benchmarks.paper_benchmarks run --env alfworld --out DIR [--time-limit 540] [--total-time 540]
     python -m benchmarks.paper_benchmarks run --env alfworld --out DIR     # again: continues what DIR holds
     python -m benchmarks.paper_benchmarks report --from-json DIR/report.json --out benchmarks/results/paper_alfworld.json
-    python -m benchmarks.paper_benchmarks baselines --env alfworld --device cpu --leaderboard-games 4 --sft-per-type 1 \\
-        --out DIR        # the CPU baselines: the untrained model and a warm start through `ecpo leaderboard`
     python -m benchmarks.paper_benchmarks run --env alfworld --device cpu --smoke --out DIR   # tiny sizes (tests)
 
 docs/gpu.md ("The paper's benchmarks on one GPU") gives the order, the files each needs and their minutes.
@@ -78,13 +64,10 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import fail, refuse_without_cuda, rescore, write_report
-from benchmarks.arms import Failure, Plan, arm_row, open_arm, run_side_by_side, train_arm
-from benchmarks.gpu_comparison import iterations_that_fit
-from benchmarks.gpu_learning import DEFAULT_MODEL, learning_overrides, mean_figures, write_smoke_model
+from benchmarks import arms, fail, refuse_without_cuda, rescore, write_report
+from benchmarks.gpu_learning import mean_figures, write_smoke_model
 from benchmarks.gpu_run import device_facts
-from benchmarks.gpu_window import closing_seconds
-from benchmarks.paper_benchmarks_report import render, score
+from benchmarks.paired_report import ALFWORLD_COLUMNS, render_table, score_table
 
 REPORT = "report.json"  # the program's stages so far (the arm reads its training tasks there)
 PLAN = "plan.json"  # the iterations every arm runs, fixed once by the slowest arm's first iteration
@@ -133,8 +116,6 @@ BENCHMARKS = {
          "searchqa_gen_two_hop": ValidationSet("searchqa_gen", "two_hop")}, train_after=100,
         smoke=("env_kwargs.max_steps=2",)),
 }
-SMOKE_SIZES = ("n_groups=2", "group_size=2", "mixed_precision=none", "micro_batch_size=4", "mini_batch_size=8",
-               "threads=1")
 
 
 # ---------------------------------------------------------------------------------------------- setup
@@ -161,7 +142,6 @@ def warm_start_tasks(spec: Benchmark, train_ids: list[str], per_type: int) -> li
     order = [train_ids[i] for i in np.random.default_rng(0).permutation(len(train_ids))]
     if not spec.type_balanced:
         return order[: 6 * per_type]
-    from benchmarks.paper_benchmarks_report import ALFWORLD_COLUMNS
     from ecpo_gym.alfworld.game_files import subtask_of
 
     by_type = {t: [g for g in order if subtask_of(g) == t][:per_type] for t in ALFWORLD_COLUMNS[:-1]}
@@ -169,28 +149,18 @@ def warm_start_tasks(spec: Benchmark, train_ids: list[str], per_type: int) -> li
 
 
 def load_configs(args: argparse.Namespace, work: Path) -> tuple[Any, list[str]]:
-    """The arms' config (the benchmark's preset with its overrides, the model, the device, the smoke sizes) and
-    its override list; a bad value or a missing model is the one-line exit 2, before any model loads."""
-    from ecpo_train.runtime.config import load_config
-
+    """The arms' config (the benchmark's preset with its overrides, then the model, the device and the smoke sizes
+    of ``arms.run_overrides``, less its generated households) and its override list; a bad value or a missing model
+    is the one-line exit 2, before any model loads."""
     spec = BENCHMARKS[args.env]
-    try:
-        _, base = learning_overrides(args, work)
-    except FileNotFoundError as error:
-        fail(f"--model: {error}")
-    base = [o for o in base if not o.startswith(("env_kwargs=", "val_tasks="))]  # the generated households' sizes
-    overrides = [*spec.overrides, *base]
+    overrides = [*spec.overrides, *(o for o in arms.run_overrides(args, work)
+                                    if not o.startswith(("env_kwargs=", "val_tasks=")))]
     if args.smoke:
-        overrides += [*SMOKE_SIZES, *spec.smoke]
+        overrides += spec.smoke
     elif not args.device.startswith("cuda"):
         overrides.append("mixed_precision=none")  # bf16 autocast is the GPU's
-    if args.train_data:
-        overrides.append(f"env_kwargs.data_dir={args.train_data}")
     overrides += [f"seed={args.seed}", f"val_episodes_per_task={args.val_episodes}"]
-    try:
-        return load_config(spec.preset, [*overrides, f"run_dir={work / 'arm'}"]), overrides
-    except (FileNotFoundError, ValueError) as error:
-        fail(f"--env {args.env}: {' '.join(str(error).split())}")
+    return arms.load_preset(f"--env {args.env}", spec.preset, [*overrides, f"run_dir={work / 'arm'}"]), overrides
 
 
 def training_tasks(config: Any, spec: Benchmark) -> list[str]:
@@ -209,8 +179,8 @@ def training_tasks(config: Any, spec: Benchmark) -> list[str]:
 
 # ---------------------------------------------------------------------------------------------- stages
 class Stages:
-    """The out folder: ``report.json`` (every stage's results) and the files beside it (the warm start's model,
-    the plan, each arm's run folder and ``arm_<name>.json``)."""
+    """The out folder: ``report.json`` (every stage's results), the warm start's model, the plan, each arm's run
+    folder and ``arm_<name>.json``."""
 
     def __init__(self, out: Path) -> None:
         self.out = out
@@ -228,7 +198,7 @@ class Stages:
                 self.report.setdefault("episodes", {})[f"after_{arm}"] = after
             else:
                 self.report.get("episodes", {}).pop(f"after_{arm}", None)
-        write_report(score(self.report), self.path, render)
+        write_report(score_table(self.report), self.path, render_table)
 
     def plan(self) -> int | None:
         record = read_record(self.out / PLAN, ("iterations",))
@@ -242,15 +212,10 @@ class Stages:
 
 
 # ---------------------------------------------------------------------------------------------- the arms
-# The validation pass every stage uses, and one arm (a trainer from the warm start with one credit estimator,
-# resumed from its checkpoint across commands), which ``benchmarks.arms`` runs side by side with the others.
-
-
 def validate(run: Any, sets: dict[str, tuple[str, dict, list[str]]]) -> tuple[list[dict], float]:
-    """Every validation set once, through the native validation pass (``builders.validation_outcome``: the
-    validation temperature, the draws fixed by (seed, copy, step)), each set on its own environment; the
-    episodes (``paper_benchmarks_report`` module docstring) and the seconds taken. Each set is also recorded
-    in the run's ``validation.jsonl`` under its name (the run shell's log)."""
+    """Every validation set once, each on its own environment, through the native validation pass
+    (``builders.validation_outcome``: the draws fixed by (seed, copy, step)), recorded in the run's
+    ``validation.jsonl`` under its name; the episodes (``paired_report``) and the seconds taken."""
     from ecpo_gym.group import GroupVectorEnv
     from ecpo_train.core.tasks import validation_seed
     from ecpo_train.runtime.builders import validation_outcome
@@ -307,7 +272,7 @@ def arm_progress(run_dir: Path) -> list[dict[str, float]]:
     if any("time/iteration" not in row for row in rows):
         raise ValueError(f"{folder.metrics} holds iterations without time/iteration: not an arm of this program; "
                          "give another --out")
-    return [arm_row(row) for row in rows]
+    return [arms.arm_row(row) for row in rows]
 
 
 def arm_result(out: Path, arm: str) -> dict[str, Any]:
@@ -321,14 +286,12 @@ def arm_result(out: Path, arm: str) -> dict[str, Any]:
             | ({"after": record["after"]} if current and "after" in record else {}))
 
 
-def run_arm(spec: dict[str, Any], plan: Plan) -> dict[str, Any]:
-    """One arm, run by ``benchmarks.arms`` in a process of its own (``spec``: the arms' config, the out folder, the
-    validation ``sets``): a run from the warm start in ``OUT/run_<arm>``, started or resumed by the run shell
-    (``runtime.run.open_run``: its lock, its checkpoint, its metrics cut back to it), iterations up to the plan
-    (decided once for every arm from their first iterations), each logged and checkpointed (``checkpoint_every``
-    1), and the closing validation once the plan is done. The arm's progress is its run folder's
-    (:func:`arm_progress`); ``OUT/arm_<arm>.json`` (written whole) only records, at an iteration, why the arm
-    stopped or its closing validation. Returns the arm's result (:func:`arm_result`)."""
+def run_arm(spec: dict[str, Any], plan: arms.Plan) -> dict[str, Any]:
+    """One arm (``benchmarks.arms`` runs it; ``spec``: the arms' config, the out folder, the validation ``sets``): a
+    run from the warm start in ``OUT/run_<arm>``, started or resumed by the run shell (``runtime.run.open_run``: its
+    lock, its checkpoint, its metrics cut back to it), iterations up to the plan, each checkpointed, then the
+    closing validation. ``OUT/arm_<arm>.json`` (written whole) only records, at an iteration, why the arm stopped or
+    its closing validation. Returns the arm's result (:func:`arm_result`)."""
     from ecpo_train.files.atomic import write_text
     from ecpo_train.runtime.resume import RESUME_OR_START
     from ecpo_train.runtime.run_dir import RunFolder, holds_run
@@ -340,9 +303,9 @@ def run_arm(spec: dict[str, Any], plan: Plan) -> dict[str, Any]:
     train_tasks = read_record(out / REPORT, ("train_tasks",))["train_tasks"]
     # a folder holding the arm's first lines but no checkpoint (killed in its first iteration) starts over
     fresh = holds_run(run_dir) and not RunFolder(run_dir).checkpoint().is_file()
-    run, _ = open_arm(spec, resume=False if fresh else RESUME_OR_START, overwrite=fresh,
-                      model=str(out / "sft_model"), estimator=arm, run_dir=str(run_dir), train_tasks=train_tasks,
-                      checkpoint_every=1)
+    run, _ = arms.open_arm(spec, resume=False if fresh else RESUME_OR_START, overwrite=fresh,
+                           model=str(out / "sft_model"), estimator=arm, run_dir=str(run_dir),
+                           train_tasks=train_tasks, checkpoint_every=1)
 
     def record(**fields: Any) -> dict[str, Any]:
         write_text(path, json.dumps({"iteration": run.engine.iteration} | fields, indent=1) + "\n")
@@ -353,9 +316,7 @@ def run_arm(spec: dict[str, Any], plan: Plan) -> dict[str, Any]:
         if len(rows) != run.engine.iteration:
             raise ValueError(f"{run_dir} logs {len(rows)} iterations and its checkpoint holds {run.engine.iteration}: "
                              "not an arm of this program; give another --out")
-        train_arm(run, rows, 1, spec["deadline"], spec["reserve"])
-        planned, _ = plan(rows[0]["wall"], 0.0)
-        stopped = train_arm(run, rows, planned, spec["deadline"], spec["reserve"])
+        _, stopped = arms.train_planned(run, rows, spec, plan)
         if stopped:
             return record(stopped=f"{stopped}: run the command again to continue")
         after, _ = validate(run, spec["sets"])
@@ -363,9 +324,8 @@ def run_arm(spec: dict[str, Any], plan: Plan) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------- the program
-def run(args: argparse.Namespace) -> Failure | None:
-    """Every stage not yet in ``OUT`` (module docstring), the arms side by side (``benchmarks.arms``); an arm's
-    failure, if one (the others were stopped)."""
+def run(args: argparse.Namespace) -> arms.Failure | None:
+    """Every stage not yet in ``OUT`` (module docstring); an arm's failure, if one (the others were stopped)."""
     from ecpo_train.files.atomic import write_text
     from ecpo_train.runtime.sft import SFT_SUMMARY, run_sft
 
@@ -403,26 +363,26 @@ def run(args: argparse.Namespace) -> Failure | None:
                 "seconds": time.time() - sft_started}
             stages.save()
         if "before" not in report.get("episodes", {}):
-            run, _ = open_arm(base, overwrite=True, model=str(out / "sft_model"), run_dir=str(out / "run_before"))
+            run, _ = arms.open_arm(base, overwrite=True, model=str(out / "sft_model"), run_dir=str(out / "run_before"))
             with run:
                 before, seconds = validate(run, sets)
             report.setdefault("episodes", {})["before"] = before
             report["validation_seconds"] = seconds
         stages.save()  # the arm processes read the stages so far
 
-        def decide(walls: list[float], builds: list[float]) -> int:
+        def decide(walls: list[float]) -> int:
             """N from the slowest arm's first iteration, once (``OUT/plan.json``; a second command keeps it)."""
             if stages.plan() is None:
                 left = args.total_time - report["seconds_spent"] - (time.time() - started)
-                n = iterations_that_fit(left, max(walls), report["validation_seconds"], 0.0, 1)
+                n = arms.iterations_that_fit(left, max(walls), report["validation_seconds"])
                 write_text(out / PLAN, json.dumps({"iterations": min(args.max_iterations, n)}) + "\n")
             return stages.plan()
 
-        arms = [base | {"arm": arm, "out": str(out), "sets": sets,
-                        "deadline": started + args.time_limit, "reserve": closing_seconds(report["validation_seconds"])}
-                for arm in args.arms]
+        reserve = arms.closing_seconds(report["validation_seconds"])
+        specs = [base | {"arm": arm, "out": str(out), "sets": sets, "deadline": started + args.time_limit,
+                         "reserve": reserve} for arm in args.arms]
         report.pop("arm_errors", None)  # (an earlier command's: this one runs the arms again)
-        failed = run_side_by_side(arms, run_arm, out / "arms", decide, out / "arm", lambda arm, result: None)
+        failed = arms.run_side_by_side(specs, run_arm, out / "arms", decide, out / "arm", lambda arm, result: None)
         if failed:
             report["arm_errors"] = {failed.arm: str(failed)}
     finally:
@@ -434,44 +394,29 @@ def run(args: argparse.Namespace) -> Failure | None:
 
 # ---------------------------------------------------------------------------------------------- main
 # The options each stage reads: any other given is refused in one line (benchmarks.study).
-RUN_OPTIONS = ("env", "out", "device", "smoke", "arms", "time_limit", "total_time", "max_iterations", "model",
-               "train_data", "seed", "val_episodes", "sft_per_type", "sft_epochs", "sft_lr", "sft_batch", "score_batch")
-STAGE_OPTIONS = {"run": RUN_OPTIONS, "baselines": (*RUN_OPTIONS, "leaderboard_games", "report_only"),
-                 "report": ("from_json", "out")}
-DEFAULTS = {"env": "alfworld", "device": "cuda", "smoke": False, "arms": ["ecpo", "gigpo_std"], "time_limit": 540.0,
-            "max_iterations": 200, "model": str(DEFAULT_MODEL), "seed": 0, "val_episodes": 2, "sft_epochs": 2,
-            "sft_lr": 1e-5, "sft_batch": 2, "score_batch": 64, "report_only": False}
+RUN_OPTIONS = ("env", "out", "device", "smoke", "arms", "time_limit", "total_time", "max_iterations", "model", "seed",
+               "val_episodes", "sft_per_type", "sft_epochs", "sft_lr", "sft_batch", "score_batch")
+STAGE_OPTIONS = {"run": RUN_OPTIONS, "report": ("from_json", "out")}
+DEFAULTS = arms.DEFAULTS | {"env": "alfworld", "time_limit": 540.0, "seed": 0, "val_episodes": 2, "sft_batch": 2}
 
 
 def main(argv: list[str] | None = None) -> int:
     from benchmarks.study import StudyCommand
 
     command = StudyCommand(__spec__.name, __doc__.split("\n\n")[0], STAGE_OPTIONS,
-                           "run: warm start, validation, the arms side by side, validation after (resumable); "
-                           "baselines: instead of training, the CPU baselines through `ecpo leaderboard`; report: a "
-                           "returned report.json's paired tests again (where scipy is)", DEFAULTS)
+                           "run: warm start, validation, the arms side by side, validation after (resumable); report: "
+                           "a returned report.json's paired tests again (where scipy is)", DEFAULTS)
     command.add("--env", choices=sorted(BENCHMARKS), help="default alfworld")
-    command.add("--out", type=Path, help="run, baselines: the out folder (a second command continues it); report: "
+    command.add("--out", type=Path, help="run: the out folder (a second command continues it); report: "
                                          "where the rescored report goes")
-    command.add("--device", help="default cuda")
-    command.add("--smoke", action="store_const", const=True, help="tiny sizes on any device (for tests)")
-    command.add("--arms", nargs="+", help="credit estimators, first = ECPO (default ecpo gigpo_std)")
+    arms.add_options(command)
     command.add("--time-limit", type=float, help="seconds for this command (default 540)")
     command.add("--total-time", type=float, help="seconds for the whole program over its commands (default: "
                                                  "--time-limit)")
-    command.add("--max-iterations", type=int, help="default 200")
-    command.add("--model", help="SmolLM2 folder")
-    command.add("--train-data", help="data_dir of the training environment (default: its own)")
     command.add("--seed", type=int, help="default 0")
     command.add("--val-episodes", type=int, help="validation episodes per task (default 2)")
     command.add("--sft-per-type", type=int, help="warm-start tasks per type (16 CUDA, 2 CPU)")
-    command.add("--sft-epochs", type=int, help="default 2")
-    command.add("--sft-lr", type=float, help="default 1e-5")
     command.add("--sft-batch", type=int, help="expert steps per optimizer step of the warm start (default 2)")
-    command.add("--score-batch", type=int, help="on CUDA: items per scoring forward (default 64)")
-    command.add("--leaderboard-games", type=int, help="baselines: this many valid_seen games per task type")
-    command.add("--report-only", action="store_const", const=True,
-                help="baselines: only rewrite OUT/baselines.json from the episodes played")
     command.add("--from-json", type=Path, metavar="JSON", help="report: a returned report.json")
     args = command.parse(argv)
     if args is None:
@@ -479,17 +424,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.stage == "report":
         if args.from_json is None:
             fail("report needs --from-json JSON")
-        rescore(args.from_json, args.out, "episodes", "it holds no validation episodes", score, render)
+        rescore(args.from_json, args.out, "episodes", "it holds no validation episodes", score_table, render_table)
         return 0
-    if args.stage == "baselines" and args.leaderboard_games is None:
-        fail("baselines needs --leaderboard-games K")
     if args.out is None:
         fail("--out DIR: the folder the program writes (and a second command continues)")
-    from ecpo_train.core.credit.registry import available_estimators
-
-    unknown = [a for a in args.arms if a not in available_estimators()]
-    if unknown or len(set(args.arms)) != len(args.arms):
-        fail(f"--arms {' '.join(args.arms)}: give different estimators among {', '.join(available_estimators())}")
+    arms.check_arms(args.arms)
     if refuse_without_cuda(args.device, "paper_benchmarks"):
         return 2
     args.total_time = args.total_time or args.time_limit
@@ -502,17 +441,6 @@ def main(argv: list[str] | None = None) -> int:
     lock = None
     try:  # one command per --out at a time: a second one is refused naming the first (the run folder's lock)
         lock = acquire_run_lock(args.out, engine="paper_benchmarks", label=f"--out {args.out}")
-        if args.stage == "baselines":
-            from benchmarks.paper_baselines import leaderboard_baselines
-
-            if args.env != "alfworld":
-                fail("baselines evaluates real ALFWorld games: give --env alfworld")
-            config, _ = load_configs(args, args.out)
-            spec = BENCHMARKS[args.env]
-            sft_tasks = [] if args.report_only else warm_start_tasks(spec, training_tasks(config, spec),
-                                                                     args.sft_per_type)
-            leaderboard_baselines(args, config, sft_tasks)
-            return 0
         failed = run(args)
     except (ValueError, OSError) as error:  # the library's refusal: a damaged checkpoint, a model that won't load
         fail(" ".join(str(error).split()))

@@ -1,7 +1,7 @@
-"""benchmarks/arms.py, the one launcher of a comparison's arms: one after the other, N is decided once and each arm
-is told what the later arms need; side by side, every arm reports its first iteration, N is decided once on all of
-them (the slowest sizes it) and every arm gets the same N; an arm that fails stops the others, named with its log's
-last line. (Both programs' smoke runs go through it: tests/test_gpu_comparison.py, tests/test_paper_benchmarks.py.)"""
+"""benchmarks/arms.py, the one launcher of a comparison's arms: side by side, every arm reports its first iteration,
+N is decided once on all of them (the slowest sizes it) and every arm gets the same N; an arm that fails stops the
+others, named with its log's last line. (Both programs' smoke runs go through it: tests/test_gpu_comparison.py,
+tests/test_paper_benchmarks.py.)"""
 
 from __future__ import annotations
 
@@ -9,35 +9,19 @@ import os
 import time
 from pathlib import Path
 
-from benchmarks.arms import run_one_after_another, run_side_by_side
+from benchmarks.arms import run_side_by_side
 
 FIRST_WALLS = {"fast": 1.0, "slow": 3.0}  # what each arm's first iteration "took"
 
 
 def reporting_arm(spec: dict, plan) -> dict:
     """An arm whose first iteration took ``FIRST_WALLS[arm]`` seconds; it fails after the plan where told to."""
-    n, later = plan(FIRST_WALLS[spec["arm"]], 0.5)
+    n = plan(FIRST_WALLS[spec["arm"]])
     if spec.get("fail"):
         raise RuntimeError(f"{spec['arm']} broke after its plan of {n}")
     if spec.get("hang"):
         time.sleep(600)
-    return {"n": n, "later": later, "pid": os.getpid()}
-
-
-def test_one_after_another_decides_n_once_and_tells_each_arm_what_the_later_arms_need():
-    seen, kept = [], {}
-
-    def decide(walls, builds):
-        seen.append((walls, builds))
-        return 5
-
-    specs = [{"arm": "fast", "reserve": 10.0}, {"arm": "slow", "reserve": 10.0}]
-    run_one_after_another(specs, reporting_arm, decide, kept.__setitem__)
-    assert seen == [([1.0], [0.5])]  # the first arm's first iteration, once
-    # the first arm leaves the second its build, N iterations at the first one's pace, and its closing validation
-    assert (kept["fast"]["n"], kept["fast"]["later"]) == (5, 0.5 + 5 * 1.0 + 10.0)
-    assert (kept["slow"]["n"], kept["slow"]["later"]) == (5, 0.0)
-    assert kept["fast"]["pid"] == kept["slow"]["pid"] == os.getpid()
+    return {"n": n, "pid": os.getpid()}
 
 
 def test_side_by_side_sizes_n_on_every_arms_first_iteration_and_a_failure_stops_the_others(tmp_path, monkeypatch):
@@ -45,7 +29,7 @@ def test_side_by_side_sizes_n_on_every_arms_first_iteration_and_a_failure_stops_
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (tests, os.environ.get("PYTHONPATH")) if p))
     seen, kept = [], {}
 
-    def decide(walls, builds):
+    def decide(walls):
         seen.append(sorted(walls))
         return int(10 // max(walls))
 

@@ -1,4 +1,4 @@
-"""`gpu_comparison seeds` (benchmarks/comparison_seeds.py): gpu_comparison reports of one protocol summarised over
+"""`gpu_comparison seeds` (benchmarks/paired_report.py): gpu_comparison reports of one protocol summarised over
 seeds (the seed as the
 unit, and the episodes pooled), incomplete pairs left out by name, other protocols refused in one line."""
 
@@ -33,12 +33,18 @@ def _report(tmp_path, seed, ecpo_won, gigpo_won, iterations_done=16, preset="alf
     return path
 
 
+def seeds(paths: list[str], out) -> dict:
+    """``gpu_comparison seeds --from-json PATHS --out OUT`` (exit 0), and the summary it wrote."""
+    assert gpu_comparison.main(["seeds", "--from-json", *paths, "--out", str(out)]) == 0
+    return json.loads(out.read_text())
+
+
 def test_summary_over_seeds_by_hand(tmp_path):
     paths = [_report(tmp_path, 1, [1, 1, 0, 0], [0, 1, 0, 0]),   # trained: ECPO won 1; unseen: equal
              _report(tmp_path, 2, [1, 0, 1, 0], [0, 0, 0, 0]),   # trained: won 1; unseen: won 1
              _report(tmp_path, 3, [0, 0, 0, 0], [1, 0, 0, 0]),   # trained: lost 1
              _report(tmp_path, 4, [1, 1, 1, 1], [1, 1, 1, 1], iterations_done=9)]  # stopped early: not a pair
-    summary = gpu_comparison.main(["seeds", "--from-json"] + [str(p) for p in paths] + ["--out", str(tmp_path / "s.json")])
+    summary = seeds([str(p) for p in paths], tmp_path / "s.json")
     assert summary["seeds"] == [1, 2, 3] and [x["seed"] for x in summary["left_out"]] == [4]
     trained = summary["across_seeds"]["trained"]
     assert trained["diff"] == pytest.approx((0.5 + 0.5 - 0.5) / 3) and trained["n"] == 3
@@ -66,7 +72,7 @@ def test_other_protocols_and_repeated_seeds_are_one_line(tmp_path, capsys, seed,
 def test_the_seed_is_the_unit_and_one_pair_says_it_cannot_speak_to_run_to_run_variance(tmp_path):
     """The across-seed line comes first; one pair gets no interval over seeds; the pooled episodes are a secondary,
     conditional line; per-seed rows carry Tango's interval and the by-task one (tasks repeat: 2 copies each)."""
-    one = gpu_comparison.main(["seeds", "--from-json", str(_report(tmp_path, 1, [1, 1, 0, 0], [0, 0, 0, 0])), "--out", str(tmp_path / "o.json")])
+    one = seeds([str(_report(tmp_path, 1, [1, 1, 0, 0], [0, 0, 0, 0]))], tmp_path / "o.json")
     text = (tmp_path / "o.md").read_text()
     assert ("**Across seeds (T = 0.4, primary; the seed as the unit, 1 seed pair): +0.500 (one pair of runs: "
             "no interval over seeds") in text
@@ -82,7 +88,7 @@ def test_greedy_across_seeds_is_a_secondary_line_beside_the_primary_one(tmp_path
     paths = [_report(tmp_path, 1, [1, 1, 0, 0], [0, 1, 0, 0], greedy=([1, 1, 0, 0], [0, 1, 0, 0])),
              _report(tmp_path, 2, [1, 0, 1, 0], [0, 0, 0, 0], greedy=([1, 1, 0, 0], [0, 0, 0, 0])),
              _report(tmp_path, 3, [0, 0, 0, 0], [1, 0, 0, 0], greedy=([0, 0, 1, 1], [0, 0, 1, 1]))]
-    summary = gpu_comparison.main(["seeds", "--from-json"] + [str(p) for p in paths] + ["--out", str(tmp_path / "g.json")])
+    summary = seeds([str(p) for p in paths], tmp_path / "g.json")
     greedy = summary["greedy"]
     assert greedy["seeds"] == [1, 2, 3] and greedy["without_greedy"] == [] and "absent" not in greedy
     assert greedy["per_seed_diff"]["all episodes"] == pytest.approx([0.25, 0.5, 0.0])
@@ -107,13 +113,13 @@ def test_greedy_across_seeds_is_a_secondary_line_beside_the_primary_one(tmp_path
 
 def test_reports_from_before_the_greedy_pass_are_read_and_the_greedy_line_says_it_is_absent(tmp_path):
     old = [_report(tmp_path, 1, [1, 1, 0, 0], [0, 1, 0, 0]), _report(tmp_path, 2, [1, 0, 1, 0], [0, 0, 0, 0])]
-    summary = gpu_comparison.main(["seeds", "--from-json"] + [str(p) for p in old] + ["--out", str(tmp_path / "old.json")])
+    summary = seeds([str(p) for p in old], tmp_path / "old.json")
     assert summary["seeds"] == [1, 2] and summary["across_seeds"]["all episodes"]["diff"] == pytest.approx(0.375)
     assert summary["greedy"]["across_seeds"] == {} and "before the greedy pass" in summary["greedy"]["absent"]
     assert "- Secondary, the greedy (T = 0) validation of the same episodes: absent (" in (tmp_path / "old.md").read_text()
     # one old report beside a new one: the greedy line covers the seed that holds it and names the other
     mixed = [old[0], _report(tmp_path, 3, [1, 1, 0, 0], [0, 0, 0, 0], greedy=([1, 0, 0, 0], [0, 0, 0, 0]))]
-    summary = gpu_comparison.main(["seeds", "--from-json"] + [str(p) for p in mixed] + ["--out", str(tmp_path / "mixed.json")])
+    summary = seeds([str(p) for p in mixed], tmp_path / "mixed.json")
     assert summary["greedy"]["seeds"] == [3] and summary["greedy"]["without_greedy"] == [1]
     assert summary["greedy"]["across_seeds"]["all episodes"]["diff"] == pytest.approx(0.25)
     assert "seeds [1] left out: their report holds no greedy validation" in (tmp_path / "mixed.md").read_text()

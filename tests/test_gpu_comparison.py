@@ -1,7 +1,6 @@
-"""benchmarks/gpu_comparison.py: the iterations every arm can run, the seed pairs one GPU window holds at the first
-run's rates, its one-line refusals, and smoke runs in which both arms start from the same warm start and seed (their
-first iterations play the same episodes) and are compared on the same validation episodes, at T = 0.4 and greedily,
-one after the other or side by side in two processes (the same figures either way)."""
+"""benchmarks/gpu_comparison.py: the iterations every arm can run, its one-line refusals, and smoke runs in which both
+arms start from the same warm start and seed (their first iterations play the same episodes), side by side in two
+processes, and are compared on the same validation episodes, at T = 0.4 and greedily."""
 
 from __future__ import annotations
 
@@ -10,42 +9,18 @@ import json
 import pytest
 from conftest import TOKENIZER_DIR
 
-from benchmarks import gpu_comparison, gpu_window
-from benchmarks.arms import run_side_by_side
+from benchmarks import gpu_comparison
+from benchmarks.arms import iterations_that_fit, run_side_by_side
 from benchmarks.gpu_comparison import run_arm
-from benchmarks.gpu_comparison_report import households, split_parts
+from benchmarks.paired_report import households, split_parts
 
 
 def test_iterations_that_fit_leaves_every_arm_its_iterations_and_closing_validation():
-    # 400 s left after arm 1's first 10-s iteration; validation 20 s (closing: 1.15 x 20 + 10 = 33 s), build 5 s:
-    # 2 arms need (N - 1) x 10 + 33 + 5 + N x 10 + 33 <= 400, so N <= 16.95
-    assert gpu_comparison.iterations_that_fit(400.0, 10.0, 20.0, 5.0, 2) == 16
-    n = 16
-    assert (n - 1) * 10 + 33 + 5 + n * 10 + 33 <= 400 < n * 10 + 33 + 5 + (n + 1) * 10 + 33
-    assert gpu_comparison.iterations_that_fit(50.0, 10.0, 20.0, 5.0, 2) == 1  # at least the iteration already run
-    # side by side: one arm's other N - 1 iterations and its closing validation: (N - 1) x 10 + 33 <= 400
-    assert gpu_comparison.iterations_that_fit(400.0, 10.0, 20.0, 0.0, 1) == 37
-
-
-def test_window_plan_counts_seed_pairs_from_the_first_gpu_runs_rates():
-    # gpu_run.json part 4 (one H100): warm start 45.30 s for 96 episodes, validation 23.45 s for 800 episodes, an
-    # iteration 7.548 s for alfworld_gpu's 16 x 8 episodes, the part 406.37 s of a 612-s lease (setup 205.6 s)
-    rates = gpu_window.first_run_rates()
-    assert rates["setup"] == pytest.approx(612 - 406.365, abs=0.01)
-    sizes = {"iterations": 20, "episodes_per_iteration": 128, "validation_episodes": 800, "sft_episodes": 96}
-    shared = 45.301 + 5 + 2 * 23.455  # warm start, the before-validation's build, T = 0.4 and greedy
-    arm = 5 + 20 * 7.5477 + 1.15 * 2 * 23.455 + 10  # build, iterations, both closing validations
-    assert gpu_window.pair_seconds(rates, **sizes) == pytest.approx(shared + 2 * arm, abs=0.05)
-    assert gpu_window.pair_seconds(rates, contention=1.5, **sizes) == pytest.approx(shared + 1.5 * arm, abs=0.05)
-    plan = gpu_window.window_plan(rates, **sizes)  # (900 - 205.6) s left: 537 s a pair alone, 317-537 side by side
-    assert [plan[k]["pairs"] for k in ("sequential", "parallel_contention_1", "parallel_contention_2")] == [1, 2, 1]
-    assert "holds 1 seed pair(s) one arm after the other" in gpu_window.plan_text(plan)
-
-
-def test_plan_prints_the_window_for_a_presets_sizes(capsys):
-    assert gpu_comparison.main(["plan", "--preset", "alfworld_cpu_pool", "--iterations", "16",
-                                "--sft-episodes", "48"]) == 0
-    assert "one 15-minute window (NVIDIA H100 80GB HBM3 rates" in capsys.readouterr().out
+    # 400 s left after the slowest arm's first 10-s iteration; validation 20 s (closing: 1.15 x 20 + 10 = 33 s):
+    # its other N - 1 iterations and its closing validation: (N - 1) x 10 + 33 <= 400, so N <= 37.7
+    assert iterations_that_fit(400.0, 10.0, 20.0) == 37
+    assert 36 * 10 + 33 <= 400 < 37 * 10 + 33
+    assert iterations_that_fit(30.0, 10.0, 20.0) == 1  # at least the iteration already run
 
 
 @pytest.mark.parametrize("arms, words", [(["ecpo"], "give two or more different estimators"),
@@ -87,24 +62,14 @@ def test_smoke_trains_both_arms_from_one_warm_start_and_pairs_them(tmp_path):
     assert "regime, mean over iterations: the gate open at" in text
     assert "**ecpo - gigpo_std after training (T = 0.4, primary)**: ecpo" in text
     assert "**ecpo - gigpo_std after training (greedy, T = 0)**" in text
-    # side by side (two processes) the arms play and score exactly what they played one after the other
-    assert gpu_comparison.main(["run", "--device", "cpu", "--smoke", "--parallel", "--out", str(tmp_path / "par.json")]) == 0
-    parallel = json.loads((tmp_path / "par.json").read_text())
-    assert parallel["parallel"] and parallel["outcomes"] == report["outcomes"]
-    for arm in report["arms"]:
-        for alone, beside in zip(report["results"][arm]["per_iteration"], parallel["results"][arm]["per_iteration"]):
-            assert {k: v for k, v in alone.items() if k in STEADY} == {k: v for k, v in beside.items() if k in STEADY}
-    assert (tmp_path / "par-ecpo.log").is_file() and (tmp_path / "par-gigpo_std.log").is_file()
-
-
-STEADY = ("num_steps", "success", "credit/gated_fraction", "credit/num_lucky_singletons", "update/rows_computed")
+    assert (tmp_path / "cmp-ecpo.log").is_file() and (tmp_path / "cmp-gigpo_std.log").is_file()  # a process each
 
 
 def test_an_arm_process_that_fails_is_reported_in_one_line(tmp_path):
     spec = {"arm": "ecpo", "preset": "no_such_preset", "overrides": [], "device": "cpu", "score_batch": 8,
             "deadline": 1e12, "reserve": 0.0}
     kept = {}
-    failed = run_side_by_side([spec], run_arm, tmp_path, lambda walls, builds: 1, tmp_path / "out", kept.__setitem__)
+    failed = run_side_by_side([spec], run_arm, tmp_path, lambda walls: 1, tmp_path / "out", kept.__setitem__)
     # the library's refusal is the arm's one `error:` line and exit 2, named in the launcher's one line
     assert kept == {} and str(failed).startswith("ecpo: its process exited 2 (error: ") and "no_such_preset" in str(failed)
 
