@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 RESULTS = Path(__file__).resolve().parent / "results"  # committed data (*.json) and reports (*.md)
-RAW_RESULTS = RESULTS / "raw"  # the raw files of individual runs, one folder per name
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -79,27 +78,14 @@ def fail(message: str) -> None:
 def chosen_parts(text: str, names: Sequence[str]) -> set[str] | None:
     """``--parts 1,3``: the parts of a GPU command, numbered from 1; anything else (0 and -4 would index from the end)
     prints the one-line refusal and gives None (exit 2 follows)."""
-    import sys
-
     try:
         numbers = [int(k) for k in text.split(",")]
     except ValueError:
         numbers = []
     if not numbers or any(not 1 <= k <= len(names) for k in numbers):
-        print(f"error: --parts {text!r}: give part numbers 1-{len(names)} separated by commas", file=sys.stderr)
+        refused(f"--parts {text!r}: give part numbers 1-{len(names)} separated by commas")
         return None
     return {names[k - 1] for k in numbers}
-
-
-def require_model(model: str) -> None:
-    """``--model`` names a usable model (the library's one check, ``check_model_folder``), else one line and exit 2
-    saying how to get one."""
-    from ecpo_train.runtime.models import check_model_folder
-
-    try:
-        check_model_folder(model)
-    except ValueError as error:
-        fail(f"--model: {error}")
 
 
 def rescore(path: Path, out: Path | None, needed: str | Callable[[dict], bool], why: str,

@@ -35,14 +35,10 @@ class Job:
     start: Any = None
 
 
-def arm_seed_name(start: Any, arm: str, seed: int) -> str:
-    return f"{arm}-s{seed}"
-
-
 def arms_by_seeds(arms: Sequence[str], seeds: Sequence[int], starts: Sequence[Any] = (None,),
-                  name: Callable[[Any, str, int], str] = arm_seed_name) -> list[Job]:
+                  name: Callable[[Any, str, int], str] = lambda start, arm, seed: f"{arm}-s{seed}") -> list[Job]:
     """Every (start, arm, seed), seed-major: every arm of a seed (on each start) before the next seed, so that a study
-    stopped early holds whole seeds."""
+    stopped early holds whole seeds; ``name(start, arm, seed)`` names each job (default ``ARM-sSEED``)."""
     return [Job(name(start, arm, seed), arm, seed, start) for seed in seeds for start in starts for arm in arms]
 
 
@@ -108,22 +104,19 @@ class StudyCommand:
         return args
 
 
-def run_stage(stage: Callable[[], Any], json_path: str | Path | None = None, default: Callable[[Any], Any] = float,
-              atomic: bool = True) -> int:
+def run_stage(stage: Callable[[], Any], json_path: str | Path | None = None, default: Callable[[Any], Any] = float
+              ) -> int:
     """Run one stage: its result (a JSON-ready dict, or ``None`` for a stage that only prints) printed and, with
-    ``json_path``, written there (whole: ``atomic``); bad input one ``error:`` line and exit status 2."""
+    ``json_path``, written there whole; bad input one ``error:`` line and exit status 2."""
+    from ecpo_train.files.atomic import write_text
+
     try:
         result = stage()
         if result is None:
             return 0
         text = json.dumps(result, indent=1, default=default)
         if json_path:
-            if atomic:
-                from ecpo_train.files.atomic import write_text
-
-                write_text(Path(json_path), text + "\n")
-            else:
-                Path(json_path).write_text(text + "\n", encoding="utf-8")
+            write_text(Path(json_path), text + "\n")
     except (RuntimeError, ValueError, OSError) as err:
         from ecpo_train.evaluation.options import error_line
 
