@@ -14,7 +14,6 @@ Layout of a kept folder, for a testbed ``bed`` (its ``folder`` and ``manifest``)
     warm/sft.json, text_policy.json, text_policy.safetensors
     <bed.folder>/<policy>/<manifest>.jsonl.gz, machine.json
     runs/<policy>/metrics.jsonl.gz, config.yaml.gz
-    runs/<policy>/policy/text_policy.json, text_policy.safetensors   (where the schedule kept the final policy)
 
 A testbed with several warm starts (``bed.warm_folders``) keeps each of their folders instead of ``warm/``.
 
@@ -41,7 +40,6 @@ from typing import Protocol
 from ecpo_train.files.atomic import no_follow, refuse_links, write_bytes
 
 WARM_FILES = ("sft.json", "text_policy.json", "text_policy.safetensors")
-POLICY, POLICY_FILES = "policy", ("text_policy.json", "text_policy.safetensors")  # a job's kept final policy
 RUN_FILES = ("metrics.jsonl", "config.yaml")  # kept gzipped
 MACHINE = "machine.json"
 SUMS = "SHA256SUMS"
@@ -51,6 +49,7 @@ MAX_UNPACKED = 64 << 20  # bytes a kept .gz may unpack to (an episode log of 140
 class Played(Protocol):
     folder: str  # the run folder's subfolder of the endpoint's episode logs
     manifest: str  # the endpoint's leaderboard manifest
+    warm_folders: tuple[str, ...]  # the warm starts' folders
 
 
 def manifest_games(bed: Played) -> int:
@@ -122,11 +121,10 @@ def _write(target: Path, data: bytes, root: Path) -> None:
     write_bytes(target, data, below=root)
 
 
-def _gzip(source: Path, target: Path, out: Path, keep: Path) -> str:
-    """``source`` (under ``out``) gzipped into ``target`` (under ``keep``); returns the kept file's sha256."""
-    data = gzip.compress(_read(source, out), mtime=0)  # mtime 0: the same log gives the same bytes
+def _put(data: bytes, target: Path, keep: Path, sums: dict[str, str]) -> None:
+    """``data`` kept as ``target`` (under ``keep``), its sha256 recorded in ``sums``."""
     _write(target, data, keep)
-    return hashlib.sha256(data).hexdigest()
+    sums[target.relative_to(keep).as_posix()] = hashlib.sha256(data).hexdigest()
 
 
 def _gunzip(source: Path, keep: Path) -> bytes:
@@ -159,14 +157,6 @@ def _games(data: bytes, bed: Played) -> int:
         if seed == 0 and manifest == bed.manifest:
             games.add((group, task))
     return len(games)
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb", opener=no_follow) as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def read_sums(keep: Path) -> dict[str, str]:
@@ -213,28 +203,10 @@ def check_kept(keep: Path, dropped_ok: bool = False) -> dict[str, str]:
             continue
         if not path.is_file():
             raise ValueError(f"{path} is listed in {keep / SUMS} but missing: check the folder out of git again")
-        refuse_links(path, below=keep)
-        if _sha256(path) != digest:
+        if hashlib.sha256(_read(path, keep)).hexdigest() != digest:
             raise ValueError(f"{path} does not match its sha256 in {keep / SUMS}: the kept file was changed; "
                              "check it out of git again")
     return sums
-
-
-def seal(keep: Path) -> dict[str, str]:
-    """Write ``SHA256SUMS`` for what ``keep`` holds now (a folder kept before checksums were: check its reports
-    regenerate first); returns the checksums."""
-    sums = {}
-    for path in sorted(keep.rglob("*")):
-        if path.is_symlink():
-            raise ValueError(f"{path} is a symlink: a kept folder holds none; delete it")
-        if path.is_file() and path.name != SUMS:
-            sums[path.relative_to(keep).as_posix()] = _sha256(path)
-    _write_sums(keep, sums)
-    return sums
-
-
-def _warm_folders(bed: Played) -> tuple[str, ...]:
-    return tuple(getattr(bed, "warm_folders", ("warm",)))
 
 
 def _warm(source: Path, target: Path, source_root: Path, target_root: Path, folders: tuple[str, ...] = ("warm",)
@@ -278,27 +250,18 @@ def keep_finished(out: Path, keep: Path, bed: Played) -> list[str]:
     ``keep`` does not hold complete yet, with its curve and the machine it ran on, each file's sha256 added to
     ``SHA256SUMS``; returns the policies copied. ``keep`` is checked first (``check_kept``)."""
     sums = check_kept(keep, dropped_ok=True)
-    for name, data in _warm(out, keep, out, keep, _warm_folders(bed)):
+    for name, data in _warm(out, keep, out, keep, bed.warm_folders):
         sums[name] = hashlib.sha256(data).hexdigest()
     _write_sums(keep, sums)
     copied = []
     for name in _policies(out, bed):
         if not evaluation_complete(keep, name, bed, kept=True) and evaluation_complete(out, name, bed):
-            for plain in (out / "runs" / name / f for f in RUN_FILES):
+            for plain in (out / "runs" / name / f for f in RUN_FILES):  # (gzip's mtime 0: the same bytes each time)
                 if plain.is_file() or plain.is_symlink():
-                    target = keep / "runs" / name / f"{plain.name}.gz"
-                    sums[target.relative_to(keep).as_posix()] = _gzip(plain, target, out, keep)
-            policy = out / "runs" / name / POLICY
-            for file in POLICY_FILES if (policy / POLICY_FILES[0]).is_file() else ():
-                data = _read(policy / file, out)
-                _write(keep / "runs" / name / POLICY / file, data, keep)
-                sums[f"runs/{name}/{POLICY}/{file}"] = hashlib.sha256(data).hexdigest()
-            record = (json.dumps(machine(), indent=1) + "\n").encode()
-            _write(_job(keep, name, bed) / MACHINE, record, keep)
-            sums[(_job(keep, name, bed) / MACHINE).relative_to(keep).as_posix()] = hashlib.sha256(record).hexdigest()
-            log = _log(keep, name, bed, kept=True)
-            digest = _gzip(_log(out, name, bed, kept=False), log, out, keep)  # last: it marks the job kept
-            sums[log.relative_to(keep).as_posix()] = digest
+                    _put(gzip.compress(_read(plain, out), mtime=0), keep / "runs" / name / f"{plain.name}.gz", keep, sums)
+            _put((json.dumps(machine(), indent=1) + "\n").encode(), _job(keep, name, bed) / MACHINE, keep, sums)
+            log = gzip.compress(_read(_log(out, name, bed, kept=False), out), mtime=0)
+            _put(log, _log(keep, name, bed, kept=True), keep, sums)  # last: it marks the job kept
             _write_sums(keep, sums)
             copied.append(name)
     return copied
@@ -311,7 +274,7 @@ def restore_kept(keep: Path, out: Path, bed: Played) -> list[str]:
     check_kept(keep)
     for name in _policies(keep, bed):  # every kept machine record read before anything is written
         machine_of(keep, name, bed)
-    _warm(keep, out, keep, out, _warm_folders(bed))
+    _warm(keep, out, keep, out, bed.warm_folders)
     restored = []
     for name in _policies(keep, bed):
         if evaluation_complete(keep, name, bed, kept=True) and not evaluation_complete(out, name, bed):
