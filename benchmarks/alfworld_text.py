@@ -55,7 +55,7 @@ MANIFEST = "alfworld_valid_seen_by_type"
 ARMS = ("ecpo", "gigpo_std", "grpo")
 SEEDS = (1, 2, 3, 4, 5)
 ITERATIONS = 20
-WARM_START = ["--episodes", "3553", "--epochs", "6", "--lr", "1e-3", "--batch-size", "64"]
+WARM_START = ("--episodes", "3553", "--epochs", "6", "--lr", "1e-3", "--batch-size", "64")
 TEMPERATURE = 0.4
 WARM = "warm-start"
 TYPES = ALFWORLD_COLUMNS[:-1]  # every task type in the paper's column order, without "All"
@@ -117,17 +117,17 @@ def job_name(warm: WarmStart, arm: str, seed: int) -> str:
 ARM_SETTINGS = {"ecpo_d1": ("estimator=ecpo", "credit.d_min=1")}
 
 
-ALFWORLD = Testbed("alfworld_text", PRESET, MANIFEST, tuple(WARM_START), "valid_seen", PUBLISHED)
+ALFWORLD = Testbed("alfworld_text", PRESET, MANIFEST, WARM_START, "valid_seen", PUBLISHED)
 # Generated households: the alfworld_text recipe with its env changed (ecpo_train/runtime/configs/households_text.yaml).
 # The warm start is alfworld_text's with the episodes set to the training households: each of the 3,600 played once
 # by the generator's expert (as alfworld_text plays each of its 3,553 train games once), the same epochs, lr and batch.
-HOUSEHOLDS = Testbed("households", "households_text", "alfworld_gen",
-                     ("--episodes", "3600", "--epochs", "6", "--lr", "1e-3", "--batch-size", "64"), "alfworld_gen")
+HOUSEHOLDS = Testbed("households", "households_text", "alfworld_gen", ("--episodes", "3600", *WARM_START[2:]),
+                     "alfworld_gen")
 # Issue 71's regime study (benchmarks/regime_study.yaml): the paper's length (preset alfworld_text_paper, 150
 # iterations), two independently trained warm starts (sft seeds 0 and 1), with the open command set (the study) or
 # the admissible commands (the regime curves).
 REGIME_WARM_STARTS = (WarmStart("a", "warm-a", "warm-a", ("seed=0",)), WarmStart("b", "warm-b", "warm-b", ("seed=1",)))
-REGIME_OPEN = Testbed("regime_open", "alfworld_text_paper", MANIFEST, tuple(WARM_START), "valid_seen", PUBLISHED,
+REGIME_OPEN = Testbed("regime_open", "alfworld_text_paper", MANIFEST, WARM_START, "valid_seen", PUBLISHED,
                       REGIME_WARM_STARTS, ("command_set=open",), iterations=150)
 REGIME_ADMISSIBLE = replace(REGIME_OPEN, name="regime_admissible", overrides=())
 TESTBEDS = {bed.name: bed for bed in (ALFWORLD, HOUSEHOLDS, REGIME_OPEN, REGIME_ADMISSIBLE)}
@@ -188,15 +188,12 @@ def run(out: Path, jobs: int, iterations: int, arms: list[str], seeds: list[int]
     from benchmarks.study_keep import evaluation_complete, keep_finished, restore_kept
 
     (out / "logs").mkdir(parents=True, exist_ok=True)
-    if keep is not None:
-        restored = restore_kept(keep, out, bed)
-        if restored:
-            print(f"restored from {keep}: {len(restored)} finished evaluations", flush=True)
+    if keep is not None and (restored := restore_kept(keep, out, bed)):
+        print(f"restored from {keep}: {len(restored)} finished evaluations", flush=True)
     starts = [w for w in bed.warm_starts if warm_labels is None or w.label in warm_labels]
     for start in starts:
-        warm = out / start.folder
-        if not (warm / "sft.json").is_file():
-            ecpo(*warm_start_command(warm, bed, start), log=out / "logs" / f"{start.folder}.log")
+        if not (out / start.folder / "sft.json").is_file():
+            ecpo(*warm_start_command(out / start.folder, bed, start), log=out / "logs" / f"{start.folder}.log")
     keeping = threading.Lock()
 
     def evaluate(checkpoint: Path, name: str) -> None:
@@ -261,14 +258,13 @@ def table(result: dict[str, Any], published: dict[str, dict[str, int]] = PUBLISH
     """The paper's table layout: success % per task type on the endpoint's games (arms: the mean over their seeds),
     then the ``published`` rows."""
     lines = ["| policy | " + " | ".join(TYPES) + " | All | games |", "|---|" + ":-:|" * (len(TYPES) + 2)]
-    rows = [("warm start (text policy, not an LM)", result["warm_start"]["by_type"], "1 run")]
+    rows = [("warm start (text policy, not an LM)", result["warm_start"]["by_type"])]
     for arm, part in result["arms"].items():
         seeds = [entry["by_type"] for entry in part["seeds"].values()]
         if seeds:
             mean = {k: sum(s[k] for s in seeds) / len(seeds) for k in (*TYPES, "All")}
-            rows.append((f"{arm} (text policy, mean of {len(seeds)} seeds)", mean | {"games": seeds[0]["games"]},
-                         f"{len(seeds)} seeds"))
-    for row_name, row, _ in rows:
+            rows.append((f"{arm} (text policy, mean of {len(seeds)} seeds)", mean | {"games": seeds[0]["games"]}))
+    for row_name, row in rows:
         lines.append(f"| {row_name} | " + " | ".join(f"{100 * row[k]:.1f}" for k in (*TYPES, "All"))
                      + f" | {row['games']} |")
     for name, row in published.items():

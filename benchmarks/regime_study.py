@@ -25,7 +25,6 @@ from typing import Any
 from benchmarks import alfworld_text as program  # (the protocol's program)
 
 PROTOCOL = Path(__file__).with_name("regime_study.yaml")
-PROBE_ITERATIONS = 3
 VALIDATION_KEYS = ("val/success", "val/invalid_action_rate")
 
 
@@ -64,7 +63,7 @@ def diagnostics_summary(lines: list[dict[str, float]]) -> dict[str, float]:
 
 
 # ---------------------------------------------------------------------------------------------- probe
-def probe(out: Path, bed_name: str, iterations: int = PROBE_ITERATIONS, labels: list[str] | None = None
+def probe(out: Path, bed_name: str, iterations: int = 3, labels: list[str] | None = None
           ) -> dict[str, Any]:
     """Each registered arm trained ``iterations`` iterations from each warm start (seed 0, not a study seed), and the
     mean of its diagnostics over them. Warm starts are made first where missing (the study's own commands)."""

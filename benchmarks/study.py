@@ -1,13 +1,9 @@
 """The study runner every registered study shares: its jobs (arms x seeds, from each of its starting points), run a
-few at a time and skipped where finished (resume), and one command line of subcommands (stages).
-
-A study is a protocol (a YAML file committed before its runs, or the constants of its module's docstring), its jobs
-and its stages: ``python -m benchmarks.NAME STAGE --out DIR [options]``. Each stage declares the options it reads;
-any other option given is refused in one line (exit 2), not silently ignored, and bad input (a ``ValueError``,
-``RuntimeError`` or ``OSError`` raised by the stage) is one ``error:`` line and exit 2. A stage returns its result, a
-JSON-ready dict: printed, and written to ``--json`` where the stage takes it (one report shape). A study that
-outlives a session keeps its finished jobs in a folder committed to git and restores them first
-(``benchmarks.study_keep``: ``keep`` and ``restore`` stages).
+few at a time and skipped where finished (resume), and one command line of subcommands (stages): a protocol (a YAML
+file committed before its runs, or the constants of its module's docstring), its jobs and its stages,
+``python -m benchmarks.NAME STAGE --out DIR [options]``. The rules a stage keeps (the options it reads, bad input as
+one ``error:`` line and exit 2, its result printed and written to ``--json``): docs/benchmarks.md. A study that
+outlives a session keeps its finished jobs in git (``benchmarks.study_keep``).
 """
 
 from __future__ import annotations
@@ -46,8 +42,7 @@ def run_jobs(tasks: Iterable[Callable[[], None]], parallel: int) -> None:
     """``tasks`` (each finished is skipped by the task itself: resume), ``parallel`` at a time, in order of submission;
     the first failure is raised once every started task has ended."""
     with ThreadPoolExecutor(max_workers=parallel) as pool:
-        futures = [pool.submit(task) for task in tasks]
-        for future in futures:
+        for future in [pool.submit(task) for task in tasks]:
             future.result()
 
 
