@@ -1,24 +1,20 @@
-"""The project's benchmarks: measurements and studies run from a source checkout, one module per job.
-
-A runnable benchmark is a module with ``main(argv=None)``; run it from the repository root as
-``python -m benchmarks.NAME [args]`` or as ``ecpo bench NAME [args]``. A study runs on ``study`` (its jobs, its
-stages as subcommands, its report) and ``study_keep`` (what outlives a session). The other modules are what they
-share (``stats``, a study's protocol, statistics and report). Results go to ``benchmarks/results/``: committed data
-(``*.json``) and reports (``*.md``, figures) there, raw run folders under ``results/raw/<name>/``.
-
-The package is a repository tool: wheels ship ``ecpo_gym`` and ``ecpo_train`` only.
+"""The project's benchmarks, run from a source checkout (wheels ship ``ecpo_gym`` and ``ecpo_train`` only): a module
+with ``main(argv=None)`` runs as ``python -m benchmarks.NAME [args]`` or ``ecpo bench NAME [args]``; studies run on
+``study`` and ``study_keep``; results go to ``benchmarks/results/`` (docs/benchmarks.md). Here: what every benchmark
+shares (its command line, its one-line refusals, its result files).
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 RESULTS = Path(__file__).resolve().parent / "results"  # committed data (*.json) and reports (*.md)
-RAW_RESULTS = RESULTS / "raw"  # the raw files of individual runs, one folder per name
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -47,8 +43,6 @@ def write_json_gz(path: Path, payload: Any) -> Path:
     """``payload`` as compact JSON, gzipped (mtime 0: the same payload gives the same bytes), replacing ``path`` whole:
     for results of many MB (a report's raw records), which every checkout, and every command sent to an offline GPU
     machine, carries."""
-    import gzip
-
     from ecpo_train.files.atomic import write_bytes
 
     return write_bytes(path, gzip.compress(json.dumps(payload, separators=(",", ":")).encode("utf-8"), mtime=0))
@@ -56,17 +50,12 @@ def write_json_gz(path: Path, payload: Any) -> Path:
 
 def read_json(path: Path) -> Any:
     """A JSON file, gzipped where its name ends in ``.gz`` (:func:`write_json_gz`)."""
-    import gzip
-
-    path = Path(path)
-    data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
-    return json.loads(data)
+    data = Path(path).read_bytes()
+    return json.loads(gzip.decompress(data) if Path(path).suffix == ".gz" else data)
 
 
 def refused(message: str) -> int:
     """A command's bad input: one ``error:`` line on stderr; returns exit status 2 (for ``return refused(...)``)."""
-    import sys
-
     print(f"error: {message}", file=sys.stderr)
     return 2
 
@@ -79,27 +68,14 @@ def fail(message: str) -> None:
 def chosen_parts(text: str, names: Sequence[str]) -> set[str] | None:
     """``--parts 1,3``: the parts of a GPU command, numbered from 1; anything else (0 and -4 would index from the end)
     prints the one-line refusal and gives None (exit 2 follows)."""
-    import sys
-
     try:
         numbers = [int(k) for k in text.split(",")]
     except ValueError:
         numbers = []
     if not numbers or any(not 1 <= k <= len(names) for k in numbers):
-        print(f"error: --parts {text!r}: give part numbers 1-{len(names)} separated by commas", file=sys.stderr)
+        refused(f"--parts {text!r}: give part numbers 1-{len(names)} separated by commas")
         return None
     return {names[k - 1] for k in numbers}
-
-
-def require_model(model: str) -> None:
-    """``--model`` names a usable model (the library's one check, ``check_model_folder``), else one line and exit 2
-    saying how to get one."""
-    from ecpo_train.runtime.models import check_model_folder
-
-    try:
-        check_model_folder(model)
-    except ValueError as error:
-        fail(f"--model: {error}")
 
 
 def rescore(path: Path, out: Path | None, needed: str | Callable[[dict], bool], why: str,
@@ -120,8 +96,6 @@ def rescore(path: Path, out: Path | None, needed: str | Callable[[dict], bool], 
 
 def refuse_without_cuda(device: str, command: str) -> bool:
     """A GPU command asked for CUDA where torch sees none: print the one-line refusal and say so (exit 2 follows)."""
-    import sys
-
     import torch
 
     if device.startswith("cuda") and not torch.cuda.is_available():

@@ -44,7 +44,7 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +55,7 @@ MANIFEST = "alfworld_valid_seen_by_type"
 ARMS = ("ecpo", "gigpo_std", "grpo")
 SEEDS = (1, 2, 3, 4, 5)
 ITERATIONS = 20
-WARM_START = ["--episodes", "3553", "--epochs", "6", "--lr", "1e-3", "--batch-size", "64"]
+WARM_START = ("--episodes", "3553", "--epochs", "6", "--lr", "1e-3", "--batch-size", "64")
 TEMPERATURE = 0.4
 WARM = "warm-start"
 TYPES = ALFWORLD_COLUMNS[:-1]  # every task type in the paper's column order, without "All"
@@ -90,7 +90,7 @@ class Testbed:
     manifest of the endpoint and the study folder's subfolder its episode logs go to; the published rows of the
     report's table (``PUBLISHED`` for real ALFWorld's valid_seen, none for generated households); its warm starts
     (one, in ``warm/``, unless it says otherwise); the overrides every ``ecpo sft`` and ``ecpo train`` of it takes
-    (``command_set=open``); how many of each arm's first seeds keep their final policy (``kept_policies``)."""
+    (``command_set=open``)."""
 
     name: str  # the testbed's name in benchmarks/estimator_comparison.yaml
     preset: str
@@ -100,7 +100,6 @@ class Testbed:
     published: dict[str, dict[str, int]] = field(default_factory=dict)
     warm_starts: tuple[WarmStart, ...] = ONE_WARM_START
     overrides: tuple[str, ...] = ()
-    kept_policies: int = 0
     iterations: int = ITERATIONS  # the schedule's default
 
     @property
@@ -118,24 +117,19 @@ def job_name(warm: WarmStart, arm: str, seed: int) -> str:
 ARM_SETTINGS = {"ecpo_d1": ("estimator=ecpo", "credit.d_min=1")}
 
 
-def arm_settings(arm: str) -> tuple[str, ...]:
-    return ARM_SETTINGS.get(arm, (f"estimator={arm}",))
-
-
-ALFWORLD = Testbed("alfworld_text", PRESET, MANIFEST, tuple(WARM_START), "valid_seen", PUBLISHED)
+ALFWORLD = Testbed("alfworld_text", PRESET, MANIFEST, WARM_START, "valid_seen", PUBLISHED)
 # Generated households: the alfworld_text recipe with its env changed (ecpo_train/runtime/configs/households_text.yaml).
 # The warm start is alfworld_text's with the episodes set to the training households: each of the 3,600 played once
 # by the generator's expert (as alfworld_text plays each of its 3,553 train games once), the same epochs, lr and batch.
-HOUSEHOLDS = Testbed("households", "households_text", "alfworld_gen",
-                     ("--episodes", "3600", "--epochs", "6", "--lr", "1e-3", "--batch-size", "64"), "alfworld_gen")
+HOUSEHOLDS = Testbed("households", "households_text", "alfworld_gen", ("--episodes", "3600", *WARM_START[2:]),
+                     "alfworld_gen")
 # Issue 71's regime study (benchmarks/regime_study.yaml): the paper's length (preset alfworld_text_paper, 150
 # iterations), two independently trained warm starts (sft seeds 0 and 1), with the open command set (the study) or
-# the admissible commands (the regime curves); the final policies of each arm's first two seeds are kept.
+# the admissible commands (the regime curves).
 REGIME_WARM_STARTS = (WarmStart("a", "warm-a", "warm-a", ("seed=0",)), WarmStart("b", "warm-b", "warm-b", ("seed=1",)))
-REGIME_OPEN = Testbed("regime_open", "alfworld_text_paper", MANIFEST, tuple(WARM_START), "valid_seen", PUBLISHED,
-                      REGIME_WARM_STARTS, ("command_set=open",), kept_policies=0, iterations=150)
-REGIME_ADMISSIBLE = Testbed("regime_admissible", "alfworld_text_paper", MANIFEST, tuple(WARM_START), "valid_seen",
-                            PUBLISHED, REGIME_WARM_STARTS, (), kept_policies=0, iterations=150)
+REGIME_OPEN = Testbed("regime_open", "alfworld_text_paper", MANIFEST, WARM_START, "valid_seen", PUBLISHED,
+                      REGIME_WARM_STARTS, ("command_set=open",), iterations=150)
+REGIME_ADMISSIBLE = replace(REGIME_OPEN, name="regime_admissible", overrides=())
 TESTBEDS = {bed.name: bed for bed in (ALFWORLD, HOUSEHOLDS, REGIME_OPEN, REGIME_ADMISSIBLE)}
 
 
@@ -157,12 +151,11 @@ def ecpo(*args: str, log: Path) -> None:
         raise RuntimeError(f"ecpo {args[0]} failed (exit {code}): {tail[0] if tail else ''} (log: {log})")
 
 
-def finished_iterations(run_dir: Path) -> int:
+def metrics_of(run_dir: Path) -> list[dict[str, float]]:
+    """A run's metrics lines (none where it has written none)."""
     from ecpo_train.runtime.run_dir import RunFolder, read_metrics
 
-    if not RunFolder(run_dir).metrics.is_file():
-        return 0
-    return max((int(line["iteration"]) for line in read_metrics(run_dir)), default=0)
+    return read_metrics(run_dir) if RunFolder(run_dir).metrics.is_file() else []
 
 
 # The schedule's three commands (``ecpo`` arguments), apart from running them so a test can read them.
@@ -175,41 +168,14 @@ def train_command(run_dir: Path, warm: Path, arm: str, seed: int, iterations: in
     # a checkpoint: continue it; a run stopped before its first checkpoint: start it over (the same seed plays
     # the same iterations again); nothing there: start
     resume = ["--resume"] if (run_dir / "checkpoint.pt").is_file() else ["--overwrite"] if run_dir.is_dir() else []
-    return ["train", "--config", bed.preset, *resume, f"model={warm}", *arm_settings(arm), f"seed={seed}",
-            f"run_dir={run_dir}", f"iterations={iterations}", "threads=1", "progress=false", *bed.overrides]
+    return ["train", "--config", bed.preset, *resume, f"model={warm}", *ARM_SETTINGS.get(arm, (f"estimator={arm}",)),
+            f"seed={seed}", f"run_dir={run_dir}", f"iterations={iterations}", "threads=1", "progress=false",
+            *bed.overrides]
 
 
 def evaluate_command(out: Path, checkpoint: Path, name: str, bed: Testbed = ALFWORLD) -> list[str]:
     return ["leaderboard", "--agent", "checkpoint", "--checkpoint", str(checkpoint), "--manifest", bed.manifest,
             "--seeds", "1", "--temperature", str(TEMPERATURE), "--out-dir", str(out / bed.folder), "--name", name]
-
-
-def train_arm(out: Path, warm: Path, arm: str, seed: int, iterations: int, bed: Testbed = ALFWORLD,
-              name: str | None = None) -> Path:
-    name = name or f"{arm}-s{seed}"
-    run_dir = out / "runs" / name
-    if finished_iterations(run_dir) < iterations:
-        ecpo(*train_command(run_dir, warm, arm, seed, iterations, bed), log=out / "logs" / f"{name}.log")
-    return run_dir
-
-
-def keep_policy(run_dir: Path) -> Path:
-    """The run's final policy as a text-policy folder in half precision (``run_dir/policy``: a few MB, kept in git so
-    anyone can evaluate it on any split without retraining; ``ecpo leaderboard --agent checkpoint --checkpoint``
-    reads it). Rounded to float16, its choices can differ from the run's float32 weights in rare near-ties."""
-    from ecpo_train.evaluation.agents import load_checkpoint_policy
-    from ecpo_train.files.atomic import replaced_folder
-
-    folder = run_dir / "policy"
-    if not (folder / "text_policy.json").is_file():
-        policy, _ = load_checkpoint_policy(run_dir)
-        with replaced_folder(folder, below=run_dir) as partial:  # the one way a folder is written whole
-            policy.save_pretrained(partial, half=True)
-    return folder
-
-
-def evaluate(out: Path, checkpoint: Path, name: str, bed: Testbed = ALFWORLD) -> None:
-    ecpo(*evaluate_command(out, checkpoint, name, bed), log=out / "logs" / f"eval-{name}.log")
 
 
 def run(out: Path, jobs: int, iterations: int, arms: list[str], seeds: list[int], bed: Testbed = ALFWORLD,
@@ -222,37 +188,33 @@ def run(out: Path, jobs: int, iterations: int, arms: list[str], seeds: list[int]
     from benchmarks.study_keep import evaluation_complete, keep_finished, restore_kept
 
     (out / "logs").mkdir(parents=True, exist_ok=True)
-    if keep is not None:
-        restored = restore_kept(keep, out, bed)
-        if restored:
-            print(f"restored from {keep}: {len(restored)} finished evaluations", flush=True)
+    if keep is not None and (restored := restore_kept(keep, out, bed)):
+        print(f"restored from {keep}: {len(restored)} finished evaluations", flush=True)
     starts = [w for w in bed.warm_starts if warm_labels is None or w.label in warm_labels]
     for start in starts:
-        warm = out / start.folder
-        if not (warm / "sft.json").is_file():
-            ecpo(*warm_start_command(warm, bed, start), log=out / "logs" / f"{start.folder}.log")
+        if not (out / start.folder / "sft.json").is_file():
+            ecpo(*warm_start_command(out / start.folder, bed, start), log=out / "logs" / f"{start.folder}.log")
     keeping = threading.Lock()
 
-    def kept() -> None:
+    def evaluate(checkpoint: Path, name: str) -> None:
+        ecpo(*evaluate_command(out, checkpoint, name, bed), log=out / "logs" / f"eval-{name}.log")
         if keep is not None:
             with keeping:
                 keep_finished(out, keep, bed)
 
     def warm_job(start: WarmStart) -> None:
         if not evaluation_complete(out, start.name, bed):
-            evaluate(out, out / start.folder, start.name, bed)
-            kept()
+            evaluate(out / start.folder, start.name)
 
     def arm_job(job: Any) -> None:
-        started = time.time()
+        started, run_dir = time.time(), out / "runs" / job.name
         if evaluation_complete(out, job.name, bed):
             print(f"{job.name}: finished before", flush=True)
             return
-        run_dir = train_arm(out, out / job.start.folder, job.arm, job.seed, iterations, bed, job.name)
-        if job.seed in seeds[:bed.kept_policies]:
-            keep_policy(run_dir)
-        evaluate(out, run_dir, job.name, bed)
-        kept()
+        if max((int(line["iteration"]) for line in metrics_of(run_dir)), default=0) < iterations:
+            ecpo(*train_command(run_dir, out / job.start.folder, job.arm, job.seed, iterations, bed),
+                 log=out / "logs" / f"{job.name}.log")
+        evaluate(run_dir, job.name)
         print(f"{job.name}: done in {time.time() - started:.0f} s", flush=True)
 
     run_jobs([*(lambda start=start: warm_job(start) for start in starts),
@@ -296,14 +258,13 @@ def table(result: dict[str, Any], published: dict[str, dict[str, int]] = PUBLISH
     """The paper's table layout: success % per task type on the endpoint's games (arms: the mean over their seeds),
     then the ``published`` rows."""
     lines = ["| policy | " + " | ".join(TYPES) + " | All | games |", "|---|" + ":-:|" * (len(TYPES) + 2)]
-    rows = [("warm start (text policy, not an LM)", result["warm_start"]["by_type"], "1 run")]
+    rows = [("warm start (text policy, not an LM)", result["warm_start"]["by_type"])]
     for arm, part in result["arms"].items():
         seeds = [entry["by_type"] for entry in part["seeds"].values()]
         if seeds:
             mean = {k: sum(s[k] for s in seeds) / len(seeds) for k in (*TYPES, "All")}
-            rows.append((f"{arm} (text policy, mean of {len(seeds)} seeds)", mean | {"games": seeds[0]["games"]},
-                         f"{len(seeds)} seeds"))
-    for row_name, row, _ in rows:
+            rows.append((f"{arm} (text policy, mean of {len(seeds)} seeds)", mean | {"games": seeds[0]["games"]}))
+    for row_name, row in rows:
         lines.append(f"| {row_name} | " + " | ".join(f"{100 * row[k]:.1f}" for k in (*TYPES, "All"))
                      + f" | {row['games']} |")
     for name, row in published.items():
@@ -350,43 +311,9 @@ def report(out: Path, arms: list[str], seeds: list[int], bed: Testbed = ALFWORLD
     return result
 
 
-def engines_side_by_side(out: Path, arm: str = "ecpo", seed: int = 1, png: Path | None = None) -> dict[str, Any]:
-    """The same arm and seed trained natively (``runs/ARM-sSEED``) and through the RLlib algorithm with 2 env-runner
-    and 2 learner actors (``rllib/ARM-sSEED``, ``ecpo train --engine rllib --env-runners 2 --learners 2
-    --actor-cpus 0.5``): each iteration's training success and seconds, and both curves in ``png``. The two runs'
-    seconds were taken at different times on a shared machine; ``speed text_policy --engines native rllib`` times
-    both engines one after the other in one run."""
-    from ecpo_train.runtime.run_dir import RunFolder, read_metrics
-
-    curves = {}
-    for engine, folder in (("native", out / "runs" / f"{arm}-s{seed}"), ("rllib", out / "rllib" / f"{arm}-s{seed}")):
-        if not RunFolder(folder).metrics.is_file():
-            continue
-        lines = read_metrics(folder)
-        curves[engine] = {"iteration": [int(x["iteration"]) for x in lines],
-                          "success": [float(x["success"]) for x in lines],
-                          "seconds": [float(x["time/iteration"]) for x in lines]}
-    if png is not None and curves:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        figure, axis = plt.subplots(figsize=(6, 3.5))
-        for engine, curve in curves.items():
-            axis.plot(curve["iteration"], curve["success"], label=engine, marker=".")
-        axis.set(xlabel="iteration", ylabel="training success (16 x 8 episodes)",
-                 title=f"{arm}, seed {seed}: native vs RLlib (text policy, real ALFWorld)")
-        axis.legend()
-        figure.tight_layout()
-        figure.savefig(png, dpi=120)
-        plt.close(figure)
-    return curves
-
-
 # The options each stage reads (besides --out and --testbed): any other given is an error, not silently ignored.
 STAGE_OPTIONS = {"run": ("jobs", "iterations", "arms", "seeds", "keep", "warm_starts"),
-                 "report": ("arms", "seeds", "json", "engines_png"),
+                 "report": ("arms", "seeds", "json"),
                  "keep": ("keep",), "restore": ("keep",)}
 DEFAULTS = {"jobs": 2, "arms": list(ARMS), "seeds": list(SEEDS)}  # filled in once allowed; --iterations: the bed's
 
@@ -409,35 +336,27 @@ def main(argv: list[str] | None = None) -> int:
     command.add("--json", help="write the report here")
     command.add("--keep", help="a folder (committed to git) that holds the finished jobs across sessions: run restores "
                                "them from it first and copies each job into it as it finishes")
-    command.add("--engines-png", help="also compare the native and RLlib runs of ECPO seed 1; their curves here")
     args = command.parse(argv)
     if args is None:
         return 2
-    if args.iterations is None:
-        args.iterations = TESTBEDS[args.testbed].iterations
-    if args.jobs < 1 or args.iterations < 1:
-        print("error: --jobs and --iterations must be >= 1", file=sys.stderr)
-        return 2
     out, bed = Path(args.out), TESTBEDS[args.testbed]
+    if args.iterations is None:
+        args.iterations = bed.iterations
 
     def stage() -> dict[str, Any] | None:
+        from benchmarks.study_keep import keep_finished, restore_kept
+
         check_study_input(args)
         keep = Path(args.keep) if args.keep else None
-        if args.stage in ("keep", "restore"):
-            from benchmarks.study_keep import keep_finished, restore_kept
-
-            if args.stage == "keep":
-                print(f"kept in {keep}: {len(keep_finished(out, keep, bed))} newly finished evaluations")
-            else:
-                print(f"restored into {out}: {len(restore_kept(keep, out, bed))} finished evaluations")
-            return None
-        if args.stage == "run":
+        if args.stage == "keep":
+            print(f"kept in {keep}: {len(keep_finished(out, keep, bed))} newly finished evaluations")
+        elif args.stage == "restore":
+            print(f"restored into {out}: {len(restore_kept(keep, out, bed))} finished evaluations")
+        elif args.stage == "run":
             run(out, args.jobs, args.iterations, args.arms, args.seeds, bed, keep, args.warm_starts)
-            return None
-        result = report(out, args.arms, args.seeds, bed)
-        if args.engines_png:
-            result["engines"] = engines_side_by_side(out, png=Path(args.engines_png))
-        return result
+        else:
+            return report(out, args.arms, args.seeds, bed)
+        return None
 
     return run_stage(stage, args.json)
 
@@ -447,6 +366,8 @@ def check_study_input(args: argparse.Namespace) -> None:
     report's ``--json`` before it is computed): a ``ValueError`` naming the option."""
     from ecpo_train.core.credit.registry import available_estimators
 
+    if args.jobs < 1 or args.iterations < 1:
+        raise ValueError("--jobs and --iterations must be >= 1")
     known = available_estimators()
     for arm in args.arms:
         if arm not in known and arm not in ARM_SETTINGS:

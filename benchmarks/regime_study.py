@@ -22,8 +22,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from benchmarks import alfworld_text as program  # (the protocol's program)
+
 PROTOCOL = Path(__file__).with_name("regime_study.yaml")
-PROBE_ITERATIONS = 3
 VALIDATION_KEYS = ("val/success", "val/invalid_action_rate")
 
 
@@ -34,18 +35,24 @@ def protocol() -> dict[str, Any]:
 
 
 def _bed(name: str) -> Any:
-    from benchmarks.alfworld_text import testbed_named
-
-    bed = testbed_named(name)
     if not name.startswith("regime_"):
-        raise ValueError(f"regime_study reads the regime testbeds, not {name!r}")
-    return bed
+        raise ValueError(f"regime_study reads the regime testbeds, not {name[:80]!r}")
+    return program.testbed_named(name)
 
 
-def metrics_of(run_dir: Path) -> list[dict[str, float]]:
-    from ecpo_train.runtime.run_dir import RunFolder, read_metrics
+def jobs(bed: Any, seeds: list[int], labels: list[str] | None = None, arms: list[str] | None = None
+         ) -> list[tuple[Any, str, int]]:
+    """Every (warm start, arm, seed) on ``bed`` of ``arms`` (default: the protocol's); only the warm starts ``labels``
+    where given."""
+    return [(start, arm, seed) for start in bed.warm_starts if labels is None or start.label in labels
+            for arm in arms or protocol()["arms"] for seed in seeds]
 
-    return read_metrics(run_dir) if RunFolder(run_dir).metrics.is_file() else []
+
+def paired(values: dict[str, dict[tuple[str, int], float]], arm: str, reference: str
+           ) -> tuple[list[tuple[str, int]], list[float]]:
+    """The (warm start, seed) units ``arm`` shares with ``reference``, and ``arm - reference`` on each."""
+    units = sorted(set(values.get(arm, {})) & set(values.get(reference, {})))
+    return units, [values[arm][u] - values[reference][u] for u in units]
 
 
 def diagnostics_summary(lines: list[dict[str, float]]) -> dict[str, float]:
@@ -56,12 +63,10 @@ def diagnostics_summary(lines: list[dict[str, float]]) -> dict[str, float]:
 
 
 # ---------------------------------------------------------------------------------------------- probe
-def probe(out: Path, bed_name: str, iterations: int = PROBE_ITERATIONS, labels: list[str] | None = None
+def probe(out: Path, bed_name: str, iterations: int = 3, labels: list[str] | None = None
           ) -> dict[str, Any]:
     """Each registered arm trained ``iterations`` iterations from each warm start (seed 0, not a study seed), and the
     mean of its diagnostics over them. Warm starts are made first where missing (the study's own commands)."""
-    from benchmarks.alfworld_text import ecpo, train_command, warm_start_command
-
     bed, arms = _bed(bed_name), protocol()["arms"]
     (out / "logs").mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {"testbed": bed_name, "iterations": iterations, "arms": {}}
@@ -70,16 +75,16 @@ def probe(out: Path, bed_name: str, iterations: int = PROBE_ITERATIONS, labels: 
             continue
         warm = out / start.folder
         if not (warm / "sft.json").is_file():
-            ecpo(*warm_start_command(warm, bed, start), log=out / "logs" / f"{start.folder}.log")
+            program.ecpo(*program.warm_start_command(warm, bed, start), log=out / "logs" / f"{start.folder}.log")
         for arm in arms:
             run_dir = out / "runs" / f"{start.label}-{arm}-probe"
-            if len(metrics_of(run_dir)) < iterations:
+            if len(program.metrics_of(run_dir)) < iterations:
                 # the warm start validated before training (iteration 0) and the run after its last iteration, on
                 # the preset's 48 train games: their success and invalid-action rate
-                command = train_command(run_dir, warm, arm, 0, iterations, bed) + [
+                command = program.train_command(run_dir, warm, arm, 0, iterations, bed) + [
                     "val_before_training=true", "val_after_first=false", "val_every=1000"]
-                ecpo(*command, log=out / "logs" / f"{start.label}-{arm}-probe.log")
-            lines = metrics_of(run_dir)
+                program.ecpo(*command, log=out / "logs" / f"{start.label}-{arm}-probe.log")
+            lines = program.metrics_of(run_dir)
             validated = {int(line["iteration"]): {k: v for k, v in line.items() if k in VALIDATION_KEYS}
                          for line in lines if "val/success" in line}
             result["arms"].setdefault(arm, {})[start.label] = diagnostics_summary(
@@ -95,10 +100,9 @@ def pilot_seeds(out: Path) -> dict[str, Any]:
     spec = protocol()
     bed = _bed(spec["testbeds"]["study"])
     success = endpoint_success(out, bed, spec["pilot"]["seeds"], spec["pilot"]["warm_starts"])
-    family, sds = spec["family"], {}
-    for arm in family:
-        units = sorted(set(success.get(arm, {})) & set(success.get(spec["reference"], {})))
-        diffs = [success[arm][u] - success[spec["reference"]][u] for u in units]
+    sds = {}
+    for arm in spec["family"]:
+        diffs = paired(success, arm, spec["reference"])[1]
         sds[arm] = float(np.std(diffs, ddof=1)) if len(diffs) > 1 else float("nan")
     return {"sd": sds} | seed_count(list(sds.values()), spec)
 
@@ -120,56 +124,42 @@ def seed_count(sds: list[float], spec: dict[str, Any]) -> dict[str, Any]:
 def endpoint_success(out: Path, bed: Any, seeds: list[int], labels: list[str] | None = None
                      ) -> dict[str, dict[tuple[str, int], float]]:
     """``arm -> (warm start, seed) -> share of the endpoint's games won``, for every run evaluated on all of them."""
-    from benchmarks.alfworld_text import job_name, outcomes
     from benchmarks.study_keep import manifest_games
 
-    games = manifest_games(bed)
-    success: dict[str, dict[tuple[str, int], float]] = {}
-    for start in bed.warm_starts:
-        if labels is not None and start.label not in labels:
-            continue
-        for arm in protocol()["arms"]:
-            for seed in seeds:
-                records = outcomes(out, job_name(start, arm, seed), bed)
-                if len(records) == games:
-                    success.setdefault(arm, {})[(start.label, seed)] = sum(bool(r["success"]) for r in records.values()) / games
+    games, success = manifest_games(bed), {}
+    for start, arm, seed in jobs(bed, seeds, labels):
+        records = program.outcomes(out, program.job_name(start, arm, seed), bed)
+        if len(records) == games:
+            success.setdefault(arm, {})[(start.label, seed)] = sum(bool(r["success"]) for r in records.values()) / games
     return success
 
 
 def validation_auc(out: Path, bed: Any, seeds: list[int]) -> dict[str, dict[tuple[str, int], float]]:
     """``arm -> (warm start, seed) -> mean val/success over the run's validation points`` (runs that finished)."""
-    from benchmarks.alfworld_text import job_name
-
     iterations, auc = protocol()["iterations"], {}
-    for start in bed.warm_starts:
-        for arm in protocol()["arms"]:
-            for seed in seeds:
-                lines = metrics_of(out / "runs" / job_name(start, arm, seed))
-                points = [float(line["val/success"]) for line in lines if "val/success" in line]
-                if lines and int(lines[-1]["iteration"]) == iterations and points:
-                    auc.setdefault(arm, {})[(start.label, seed)] = sum(points) / len(points)
+    for start, arm, seed in jobs(bed, seeds):
+        lines = program.metrics_of(out / "runs" / program.job_name(start, arm, seed))
+        points = [float(line["val/success"]) for line in lines if "val/success" in line]
+        if lines and int(lines[-1]["iteration"]) == iterations and points:
+            auc.setdefault(arm, {})[(start.label, seed)] = sum(points) / len(points)
     return auc
 
 
 def compare(values: dict[str, dict[tuple[str, int], float]]) -> dict[str, Any]:
     """The registered comparisons: each family arm minus the reference, paired by (warm start, seed), Holm over the
     family; each warm start's mean beside it."""
-    from benchmarks.alfworld_text import verdict_text
     from benchmarks.stats import apply_holm, paired_diff
 
-    spec = protocol()
-    reference, parts = values.get(spec["reference"], {}), []
+    spec, parts = protocol(), []
     for arm in spec["family"]:
-        units = sorted(set(values.get(arm, {})) & set(reference))
-        diffs = [values[arm][u] - reference[u] for u in units]
+        units, diffs = paired(values, arm, spec["reference"])
         part = paired_diff(diffs, m=len(spec["family"])) if len(diffs) > 1 else {}
         by_warm = {label: sum(d for (w, _), d in zip(units, diffs) if w == label)
                    / max(1, sum(w == label for w, _ in units)) for label in sorted({w for w, _ in units})}
         parts.append(part | {"label": f"{arm} - {spec['reference']}", "units": len(units), "by_warm_start": by_warm})
     held = [p for p in parts if "diff" in p]
-    judged = {p["label"]: p for p in apply_holm(held)} if held else {}
-    return {p["label"]: judged.get(p["label"], p) | ({"verdict": verdict_text(judged[p["label"]])}
-                                                      if p["label"] in judged else {}) for p in parts}
+    judged = {p["label"]: p | {"verdict": program.verdict_text(p)} for p in apply_holm(held)} if held else {}
+    return {p["label"]: judged.get(p["label"], p) for p in parts}
 
 
 def study_seeds(spec: dict[str, Any]) -> list[int]:
@@ -180,13 +170,11 @@ def study_seeds(spec: dict[str, Any]) -> list[int]:
 
 def report(out: Path) -> dict[str, Any]:
     """The registered report of the study testbed (read once, after the last run)."""
-    from benchmarks.alfworld_text import job_name
-
     spec = protocol()
     bed, seeds = _bed(spec["testbeds"]["study"]), study_seeds(spec)
     endpoint, auc = endpoint_success(out, bed, seeds), validation_auc(out, bed, seeds)
-    diagnostics = {arm: diagnostics_summary([line for start in bed.warm_starts for seed in seeds
-                                             for line in metrics_of(out / "runs" / job_name(start, arm, seed))])
+    diagnostics = {arm: diagnostics_summary([line for job in jobs(bed, seeds, arms=[arm])
+                                             for line in program.metrics_of(out / "runs" / program.job_name(*job))])
                    for arm in spec["arms"]}
     return {"protocol": str(PROTOCOL.name), "policy": "small text policy (policies/text.py), not a language model",
             "testbed": bed.name, "seeds": seeds,
@@ -212,16 +200,13 @@ def figure(out: Path, bed_name: str, png: Path, seeds: list[int], keys: tuple[st
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from benchmarks.alfworld_text import job_name
-
     spec, bed = protocol(), _bed(bed_name)
     figure_, axes = plt.subplots(1, len(keys), figsize=(4 * len(keys), 3.4))
     for axis, key in zip(axes, keys):
         for arm in spec["arms"]:
-            curves = [metrics_of(out / "runs" / job_name(start, arm, seed)) for start in bed.warm_starts for seed in seeds]
             by_iteration: dict[int, list[float]] = {}
-            for lines in curves:
-                for line in lines:
+            for job in jobs(bed, seeds, arms=[arm]):
+                for line in program.metrics_of(out / "runs" / program.job_name(*job)):
                     if key in line:
                         by_iteration.setdefault(int(line["iteration"]), []).append(float(line[key]))
             if by_iteration:

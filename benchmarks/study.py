@@ -1,13 +1,9 @@
 """The study runner every registered study shares: its jobs (arms x seeds, from each of its starting points), run a
-few at a time and skipped where finished (resume), and one command line of subcommands (stages).
-
-A study is a protocol (a YAML file committed before its runs, or the constants of its module's docstring), its jobs
-and its stages: ``python -m benchmarks.NAME STAGE --out DIR [options]``. Each stage declares the options it reads;
-any other option given is refused in one line (exit 2), not silently ignored, and bad input (a ``ValueError``,
-``RuntimeError`` or ``OSError`` raised by the stage) is one ``error:`` line and exit 2. A stage returns its result, a
-JSON-ready dict: printed, and written to ``--json`` where the stage takes it (one report shape). A study that
-outlives a session keeps its finished jobs in a folder committed to git and restores them first
-(``benchmarks.study_keep``: ``keep`` and ``restore`` stages).
+few at a time and skipped where finished (resume), and one command line of subcommands (stages): a protocol (a YAML
+file committed before its runs, or the constants of its module's docstring), its jobs and its stages,
+``python -m benchmarks.NAME STAGE --out DIR [options]``. The rules a stage keeps (the options it reads, bad input as
+one ``error:`` line and exit 2, its result printed and written to ``--json``): docs/benchmarks.md. A study that
+outlives a session keeps its finished jobs in git (``benchmarks.study_keep``).
 """
 
 from __future__ import annotations
@@ -35,14 +31,10 @@ class Job:
     start: Any = None
 
 
-def arm_seed_name(start: Any, arm: str, seed: int) -> str:
-    return f"{arm}-s{seed}"
-
-
 def arms_by_seeds(arms: Sequence[str], seeds: Sequence[int], starts: Sequence[Any] = (None,),
-                  name: Callable[[Any, str, int], str] = arm_seed_name) -> list[Job]:
+                  name: Callable[[Any, str, int], str] = lambda start, arm, seed: f"{arm}-s{seed}") -> list[Job]:
     """Every (start, arm, seed), seed-major: every arm of a seed (on each start) before the next seed, so that a study
-    stopped early holds whole seeds."""
+    stopped early holds whole seeds; ``name(start, arm, seed)`` names each job (default ``ARM-sSEED``)."""
     return [Job(name(start, arm, seed), arm, seed, start) for seed in seeds for start in starts for arm in arms]
 
 
@@ -50,8 +42,7 @@ def run_jobs(tasks: Iterable[Callable[[], None]], parallel: int) -> None:
     """``tasks`` (each finished is skipped by the task itself: resume), ``parallel`` at a time, in order of submission;
     the first failure is raised once every started task has ended."""
     with ThreadPoolExecutor(max_workers=parallel) as pool:
-        futures = [pool.submit(task) for task in tasks]
-        for future in futures:
+        for future in [pool.submit(task) for task in tasks]:
             future.result()
 
 
@@ -108,22 +99,19 @@ class StudyCommand:
         return args
 
 
-def run_stage(stage: Callable[[], Any], json_path: str | Path | None = None, default: Callable[[Any], Any] = float,
-              atomic: bool = True) -> int:
+def run_stage(stage: Callable[[], Any], json_path: str | Path | None = None, default: Callable[[Any], Any] = float
+              ) -> int:
     """Run one stage: its result (a JSON-ready dict, or ``None`` for a stage that only prints) printed and, with
-    ``json_path``, written there (whole: ``atomic``); bad input one ``error:`` line and exit status 2."""
+    ``json_path``, written there whole; bad input one ``error:`` line and exit status 2."""
+    from ecpo_train.files.atomic import write_text
+
     try:
         result = stage()
         if result is None:
             return 0
         text = json.dumps(result, indent=1, default=default)
         if json_path:
-            if atomic:
-                from ecpo_train.files.atomic import write_text
-
-                write_text(Path(json_path), text + "\n")
-            else:
-                Path(json_path).write_text(text + "\n", encoding="utf-8")
+            write_text(Path(json_path), text + "\n")
     except (RuntimeError, ValueError, OSError) as err:
         from ecpo_train.evaluation.options import error_line
 

@@ -1,30 +1,21 @@
-"""A study longer than a session keeps what it has finished in a folder committed to git (``--keep``).
+"""A study longer than a session keeps what it has finished in a folder committed to git (``--keep``; why, and what
+the committed studies kept: docs/cpu_training.md, "A study longer than a session").
 
-A session's machine, and the run folder on it, may be new the next time; git is what outlives it. For every policy
-whose evaluation covers every game of the endpoint's manifest, the kept folder holds its episode log and its training
-run's curve and config (gzipped: a study's 189 jobs would otherwise add some 14 MB to a checkout that every device
-command copies) and the CPU it ran on; and, once, the warm start's model that every arm of the study starts from.
-``restore_kept`` puts them back into a run folder (the episode logs as the leaderboard writes them), where the schedule
-skips every job whose evaluation is complete: the one rule for "finished". Checkpoints are not kept: a job not
-finished is played again from its seed.
-
-Layout of a kept folder, for a testbed ``bed`` (its ``folder`` and ``manifest``)::
+For every policy whose evaluation covers every game of the endpoint's manifest, the kept folder holds its episode log,
+its training run's curve and config (gzipped: 189 jobs would add some 14 MB to a checkout that every device command
+copies) and the CPU it ran on; and, once, each warm start's model. ``restore_kept`` puts them back into a run folder
+(the episode logs as the leaderboard writes them), where the schedule skips every job whose evaluation is complete:
+the one rule for "finished". Checkpoints are not kept. Layout, for a testbed ``bed``::
 
     SHA256SUMS                  the sha256 of every other kept file (``sha256sum -c`` reads it)
-    warm/sft.json, text_policy.json, text_policy.safetensors
+    <warm folder>/sft.json, text_policy.json, text_policy.safetensors   (each of ``bed.warm_folders``)
     <bed.folder>/<policy>/<manifest>.jsonl.gz, machine.json
     runs/<policy>/metrics.jsonl.gz, config.yaml.gz
-    runs/<policy>/policy/text_policy.json, text_policy.safetensors   (where the schedule kept the final policy)
 
-A testbed with several warm starts (``bed.warm_folders``) keeps each of their folders instead of ``warm/``.
-
-Kept results are checked before they are used: ``keep`` records each file's sha256 in ``SHA256SUMS`` as it writes it,
-and ``restore`` (and ``keep``, before adding to the folder) refuses a kept folder whose files differ from it (an edited
-or damaged log, a file keep did not write, one listed but gone), in one line naming the file. A kept ``.gz`` is
-unpacked to at most ``MAX_UNPACKED`` bytes, and a restored log must hold every game of the manifest. Nothing is read
-or written through a link on either side (``ecpo_train/files/atomic.refuse_links``): a symlink placed in ``--out`` or in the
-kept folder is refused, so neither a file of the machine is copied into the committed folder nor one outside
-``--out`` overwritten.
+Kept results are checked before they are used, each refusal one line naming the file: ``keep`` records each file's
+sha256 as it writes it, and ``restore`` (and ``keep``, before adding) refuses a file that differs from it, is not
+listed or is gone; a kept ``.gz`` unpacks to at most ``MAX_UNPACKED`` bytes; a restored log must hold every game.
+Nothing is read or written through a link on either side (``ecpo_train/files/atomic.refuse_links``).
 """
 
 from __future__ import annotations
@@ -41,7 +32,6 @@ from typing import Protocol
 from ecpo_train.files.atomic import no_follow, refuse_links, write_bytes
 
 WARM_FILES = ("sft.json", "text_policy.json", "text_policy.safetensors")
-POLICY, POLICY_FILES = "policy", ("text_policy.json", "text_policy.safetensors")  # a job's kept final policy
 RUN_FILES = ("metrics.jsonl", "config.yaml")  # kept gzipped
 MACHINE = "machine.json"
 SUMS = "SHA256SUMS"
@@ -51,6 +41,7 @@ MAX_UNPACKED = 64 << 20  # bytes a kept .gz may unpack to (an episode log of 140
 class Played(Protocol):
     folder: str  # the run folder's subfolder of the endpoint's episode logs
     manifest: str  # the endpoint's leaderboard manifest
+    warm_folders: tuple[str, ...]  # the warm starts' folders
 
 
 def manifest_games(bed: Played) -> int:
@@ -74,8 +65,7 @@ def _job(root: Path, name: str, bed: Played) -> Path:
 def _log(root: Path, name: str, bed: Played, kept: bool) -> Path:
     from ecpo_train.evaluation.runner import safe_name
 
-    path = _job(root, name, bed) / f"{safe_name(bed.manifest)}.jsonl"
-    return path.with_name(path.name + ".gz") if kept else path
+    return _job(root, name, bed) / f"{safe_name(bed.manifest)}.jsonl{'.gz' if kept else ''}"
 
 
 def evaluation_complete(root: Path, name: str, bed: Played, kept: bool = False) -> bool:
@@ -122,11 +112,10 @@ def _write(target: Path, data: bytes, root: Path) -> None:
     write_bytes(target, data, below=root)
 
 
-def _gzip(source: Path, target: Path, out: Path, keep: Path) -> str:
-    """``source`` (under ``out``) gzipped into ``target`` (under ``keep``); returns the kept file's sha256."""
-    data = gzip.compress(_read(source, out), mtime=0)  # mtime 0: the same log gives the same bytes
+def _put(data: bytes, target: Path, keep: Path, sums: dict[str, str]) -> None:
+    """``data`` kept as ``target`` (under ``keep``), its sha256 recorded in ``sums``."""
     _write(target, data, keep)
-    return hashlib.sha256(data).hexdigest()
+    sums[target.relative_to(keep).as_posix()] = hashlib.sha256(data).hexdigest()
 
 
 def _gunzip(source: Path, keep: Path) -> bytes:
@@ -161,28 +150,6 @@ def _games(data: bytes, bed: Played) -> int:
     return len(games)
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb", opener=no_follow) as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def read_sums(keep: Path) -> dict[str, str]:
-    """``keep``'s ``SHA256SUMS``: relative path -> sha256 (none where the file is not there)."""
-    path = keep / SUMS
-    if not (path.exists() or path.is_symlink()):
-        return {}
-    sums = {}
-    for number, line in enumerate(_read(path, keep).decode("utf-8", "replace").splitlines(), 1):
-        digest, sep, name = line.partition("  ")
-        if not sep or len(digest) != 64 or not name or name.startswith("/") or ".." in Path(name).parts:
-            raise ValueError(f"{path} line {number} is not '<sha256>  <path>': check it out of git again")
-        sums[name] = digest
-    return sums
-
-
 def _write_sums(keep: Path, sums: dict[str, str]) -> None:
     _write(keep / SUMS, "".join(f"{digest}  {name}\n" for name, digest in sorted(sums.items())).encode(), keep)
 
@@ -193,9 +160,14 @@ def check_kept(keep: Path, dropped_ok: bool = False) -> dict[str, str]:
     ``dropped_ok``: a listed file that is gone is left out of the checksums returned (keep writes it again)."""
     if not keep.is_dir():
         return {}
-    refuse_links(keep / SUMS, below=keep)
-    sums = read_sums(keep)
-    found = []
+    listing, sums, found = keep / SUMS, {}, []
+    refuse_links(listing, below=keep)
+    lines = _read(listing, keep).decode("utf-8", "replace").splitlines() if listing.exists() else []
+    for number, line in enumerate(lines, 1):
+        digest, sep, name = line.partition("  ")
+        if not sep or len(digest) != 64 or not name or name.startswith("/") or ".." in Path(name).parts:
+            raise ValueError(f"{listing} line {number} is not '<sha256>  <path>': check it out of git again")
+        sums[name] = digest
     for folder, folders, files in os.walk(keep):
         for name in sorted(folders + files):
             path = Path(folder) / name
@@ -213,44 +185,23 @@ def check_kept(keep: Path, dropped_ok: bool = False) -> dict[str, str]:
             continue
         if not path.is_file():
             raise ValueError(f"{path} is listed in {keep / SUMS} but missing: check the folder out of git again")
-        refuse_links(path, below=keep)
-        if _sha256(path) != digest:
+        if hashlib.sha256(_read(path, keep)).hexdigest() != digest:
             raise ValueError(f"{path} does not match its sha256 in {keep / SUMS}: the kept file was changed; "
                              "check it out of git again")
     return sums
 
 
-def seal(keep: Path) -> dict[str, str]:
-    """Write ``SHA256SUMS`` for what ``keep`` holds now (a folder kept before checksums were: check its reports
-    regenerate first); returns the checksums."""
-    sums = {}
-    for path in sorted(keep.rglob("*")):
-        if path.is_symlink():
-            raise ValueError(f"{path} is a symlink: a kept folder holds none; delete it")
-        if path.is_file() and path.name != SUMS:
-            sums[path.relative_to(keep).as_posix()] = _sha256(path)
-    _write_sums(keep, sums)
-    return sums
-
-
-def _warm_folders(bed: Played) -> tuple[str, ...]:
-    return tuple(getattr(bed, "warm_folders", ("warm",)))
-
-
-def _warm(source: Path, target: Path, source_root: Path, target_root: Path, folders: tuple[str, ...] = ("warm",)
-          ) -> list[tuple[str, bytes]]:
-    """The warm starts' files copied from ``source/<folder>`` into ``target/<folder>`` where ``target`` has none
-    (``folders``: the testbed's warm-start folders); returns what was copied (each file's name under ``target`` and
-    its bytes)."""
-    copied = []
+def _warm(source: Path, target: Path, folders: tuple[str, ...], sums: dict[str, str] | None = None) -> None:
+    """The warm starts' files copied from ``source/<folder>`` into ``target/<folder>`` (each of ``folders``) where
+    ``target`` has none; with ``sums`` (``target`` is the kept folder), each copy's sha256 recorded there."""
     for warm in folders:
         if (source / warm / "sft.json").is_file() and not (target / warm / "sft.json").is_file():
             for name in WARM_FILES:
                 if (source / warm / name).is_file() or (source / warm / name).is_symlink():
-                    data = _read(source / warm / name, source_root)
-                    _write(target / warm / name, data, target_root)
-                    copied.append((f"{warm}/{name}", data))
-    return copied
+                    data = _read(source / warm / name, source)
+                    _write(target / warm / name, data, target)
+                    if sums is not None:
+                        sums[f"{warm}/{name}"] = hashlib.sha256(data).hexdigest()
 
 
 def _policies(root: Path, bed: Played) -> list[str]:
@@ -278,27 +229,18 @@ def keep_finished(out: Path, keep: Path, bed: Played) -> list[str]:
     ``keep`` does not hold complete yet, with its curve and the machine it ran on, each file's sha256 added to
     ``SHA256SUMS``; returns the policies copied. ``keep`` is checked first (``check_kept``)."""
     sums = check_kept(keep, dropped_ok=True)
-    for name, data in _warm(out, keep, out, keep, _warm_folders(bed)):
-        sums[name] = hashlib.sha256(data).hexdigest()
+    _warm(out, keep, bed.warm_folders, sums)
     _write_sums(keep, sums)
     copied = []
     for name in _policies(out, bed):
         if not evaluation_complete(keep, name, bed, kept=True) and evaluation_complete(out, name, bed):
-            for plain in (out / "runs" / name / f for f in RUN_FILES):
+            for plain in (out / "runs" / name / f for f in RUN_FILES):  # (gzip's mtime 0: the same bytes each time)
                 if plain.is_file() or plain.is_symlink():
-                    target = keep / "runs" / name / f"{plain.name}.gz"
-                    sums[target.relative_to(keep).as_posix()] = _gzip(plain, target, out, keep)
-            policy = out / "runs" / name / POLICY
-            for file in POLICY_FILES if (policy / POLICY_FILES[0]).is_file() else ():
-                data = _read(policy / file, out)
-                _write(keep / "runs" / name / POLICY / file, data, keep)
-                sums[f"runs/{name}/{POLICY}/{file}"] = hashlib.sha256(data).hexdigest()
-            record = (json.dumps(machine(), indent=1) + "\n").encode()
-            _write(_job(keep, name, bed) / MACHINE, record, keep)
-            sums[(_job(keep, name, bed) / MACHINE).relative_to(keep).as_posix()] = hashlib.sha256(record).hexdigest()
-            log = _log(keep, name, bed, kept=True)
-            digest = _gzip(_log(out, name, bed, kept=False), log, out, keep)  # last: it marks the job kept
-            sums[log.relative_to(keep).as_posix()] = digest
+                    _put(gzip.compress(_read(plain, out), mtime=0), keep / "runs" / name / f"{plain.name}.gz", keep,
+                         sums)
+            _put((json.dumps(machine(), indent=1) + "\n").encode(), _job(keep, name, bed) / MACHINE, keep, sums)
+            log = gzip.compress(_read(_log(out, name, bed, kept=False), out), mtime=0)
+            _put(log, _log(keep, name, bed, kept=True), keep, sums)  # last: it marks the job kept
             _write_sums(keep, sums)
             copied.append(name)
     return copied
@@ -311,7 +253,7 @@ def restore_kept(keep: Path, out: Path, bed: Played) -> list[str]:
     check_kept(keep)
     for name in _policies(keep, bed):  # every kept machine record read before anything is written
         machine_of(keep, name, bed)
-    _warm(keep, out, keep, out, _warm_folders(bed))
+    _warm(keep, out, bed.warm_folders)
     restored = []
     for name in _policies(keep, bed):
         if evaluation_complete(keep, name, bed, kept=True) and not evaluation_complete(out, name, bed):

@@ -9,6 +9,7 @@ Each refusal is one ``error:`` line, exit 2, and the file it protects keeps its 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import os
 import shutil
@@ -313,8 +314,8 @@ def test_restore_refuses_a_kept_file_keep_did_not_write(kept, tmp_path, capsys, 
 
 @pytest.mark.parametrize("damage", ["truncated", "bomb", "incomplete", "machine {}", "machine []"])
 def test_a_damaged_kept_file_is_one_line_and_restores_nothing(kept, tmp_path, capsys, damage):
-    """Damage that keep itself sealed (``seal``: a folder kept before checksums) is still found: a truncated .gz,
-    one unpacking past the bound, a log without every game, a machine record naming no CPU."""
+    """Damage whose checksums were written after it (as for a folder kept before checksums) is still found: a
+    truncated .gz, one unpacking past the bound, a log without every game, a machine record naming no CPU."""
     job = kept / BED.folder / "ecpo-s101"
     log = job / f"{BED.manifest}.jsonl.gz"
     if damage == "truncated":
@@ -325,7 +326,8 @@ def test_a_damaged_kept_file_is_one_line_and_restores_nothing(kept, tmp_path, ca
         log.write_bytes(gzip.compress(gzip.decompress(log.read_bytes()).split(b"\n", 5)[-1], mtime=0))
     else:
         (job / "machine.json").write_text(damage.split()[1])
-    getattr(keeping, "seal", lambda keep: None)(kept)  # (sealed: the damage is not a checksum's to find)
+    keeping._write_sums(kept, {p.relative_to(kept).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+                               for p in kept.rglob("*") if p.is_file() and p.name != keeping.SUMS})  # (not a checksum's)
     fresh = tmp_path / "fresh"
     code, err = stage(capsys, "restore", "--testbed", BED.name, "--out", str(fresh), "--keep", str(kept))
     one_error_line(err, str(job), code=code)
