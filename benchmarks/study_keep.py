@@ -248,7 +248,8 @@ def keep_finished(out: Path, keep: Path, bed: Played) -> list[str]:
 
 def restore_kept(keep: Path, out: Path, bed: Played) -> list[str]:
     """Put ``keep``'s warm start and complete evaluations back into ``out`` where ``out`` lacks them (each episode log
-    as the leaderboard writes it); returns the policies restored. ``keep`` is checked first (``check_kept``: an
+    as the leaderboard writes it, and its training run's curve and config, which the reports of a study's curves and
+    diagnostics read); returns the policies whose log was restored. ``keep`` is checked first (``check_kept``: an
     edited, damaged or unlisted file is a ``ValueError``), and each restored log must cover every game."""
     check_kept(keep)
     for name in _policies(keep, bed):  # every kept machine record read before anything is written
@@ -266,4 +267,9 @@ def restore_kept(keep: Path, out: Path, bed: Played) -> list[str]:
             if (_job(keep, name, bed) / MACHINE).is_file():
                 _write(_job(out, name, bed) / MACHINE, _read(_job(keep, name, bed) / MACHINE, keep), out)
             restored.append(name)
+        if evaluation_complete(keep, name, bed, kept=True):
+            for file in RUN_FILES:
+                kept_run, plain = keep / "runs" / name / f"{file}.gz", out / "runs" / name / file
+                if kept_run.is_file() and not plain.exists():
+                    _write(plain, _gunzip(kept_run, keep), out)
     return restored

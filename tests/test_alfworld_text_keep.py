@@ -73,7 +73,15 @@ def test_a_fresh_machine_gets_the_kept_jobs_back_and_plays_none_of_them_again(tm
     for name in (study.WARM, "ecpo-s101"):
         assert study.outcomes(fresh, name, BED) == study.outcomes(out, name, BED)  # the report reads them as before
     assert not (fresh / BED.folder / "grpo-s101").exists()
+    # the finished run's curve and config come back too (the reports of curves and diagnostics read them), not its
+    # checkpoint (not kept)
+    run = fresh / "runs" / "ecpo-s101"
+    assert sorted(p.name for p in run.iterdir()) == sorted(keeping.RUN_FILES)
+    assert all((run / name).read_bytes() == (out / "runs" / "ecpo-s101" / name).read_bytes() for name in keeping.RUN_FILES)
     assert keeping.restore_kept(keep, fresh, BED) == []  # restoring twice copies nothing
+    (run / "metrics.jsonl").write_text("this machine's own\n")
+    keeping.restore_kept(keep, fresh, BED)
+    assert (run / "metrics.jsonl").read_text() == "this machine's own\n"  # a run folder's own file is never replaced
 
 
 def test_a_torn_last_line_is_not_a_finished_game(tmp_path):
