@@ -1,20 +1,12 @@
 """Where the transformers sampler spends its time on a GPU, eager against static-cache CUDA-graph decoding.
 
-The first GPU run's decoding step was host-bound (``benchmarks/results/gpu_run.md``: 88 ms per step for 128 rows of
-Qwen2.5-1.5B; about 1,000-1,400 kernel launches per token, the GPU busy 40 % of the time, a third of the launches
-casting float32 master weights to bf16). ``decoding=graph`` (``ecpo_train/policies/decoding.py``) answers it; three
-parts measure it, each with the policy ``build_policy`` makes (bf16 autocast on CUDA, as trained):
-
-1. ``decode``: ``TransformersPolicy.sample`` at ``--rows`` x ``--tokens`` (128 x 512) after a ``--prompt``-token
-   prompt, ``decoding=eager`` (float32 master weights under autocast) beside ``decoding=graph`` (bf16 sampling
-   copy, static KV cache, one CUDA graph replay per token): ms per step, tokens/s, and one profiled call each
-   (host launches per token, the GPU's busy share, the top operators);
-2. ``paper``: one native-trainer iteration of the paper's shape (``gpu_run``'s part 3, ``decoding=graph``): its
-   generation time, tokens/s and that generation carried to the paper's 50 steps;
-3. ``scoring``: ``ScoringPolicy.act`` (``policy_mode=score``, the ``alfworld_gpu`` preset; a random model of
-   SmolLM2-135M's shape unless ``--scoring-model``) on 16 groups x 8 ALFWorld contexts: decisions/s, host
-   launches per decision and the GPU's busy share, eager (score batches of 64, as the GPU learning run) beside
-   the fast path (bf16 sampling copy, one packed forward per 128 distinct contexts).
+The first GPU run's decoding step was host-bound (docs/gpu.md, "What the first run measured"); ``decoding=graph``
+answers it (docs/gpu.md, "Fast sampling on one GPU", gives the parts, the shapes and the goals). Three parts, each
+with the policy ``build_policy`` makes (bf16 autocast on CUDA, as trained), ``decoding=eager`` beside the fast path:
+``decode`` (``TransformersPolicy.sample`` at ``--rows`` x ``--tokens``: ms per step, tokens/s, one profiled call
+each), ``paper`` (``gpu_run``'s paper-shaped iteration, its generation carried to the paper's 50 steps) and
+``scoring`` (``ScoringPolicy.act`` of the ``alfworld_gpu`` preset on 16 groups x 8 ALFWorld contexts; a random model
+of SmolLM2-135M's shape unless ``--scoring-model``).
 
     python -m benchmarks.generation_profile                         # on one GPU, alone: about 2-3 minutes
     python -m benchmarks.generation_profile --device cpu --smoke    # tiny sizes, any machine (static, no graph)
@@ -82,6 +74,10 @@ def fast_decoding(device: str) -> str:
     return "graph" if device.startswith("cuda") else "static"
 
 
+def busy_text(share: float | None) -> str:
+    return "" if share is None else f", GPU busy {share:.0%}"
+
+
 def llm_config(model_dir: Path, args: argparse.Namespace, preset: str | None = None, **values: Any) -> Any:
     from ecpo_train.runtime.config import load_config
 
@@ -126,17 +122,15 @@ def part_decode(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         policy.max_response_length = profile_tokens  # eager: a short call (its trace is ~1,000 events per token)
         profile = profiled(lambda: policy.sample(prompts, 1.0), args.device, args.top)
         policy.max_response_length = args.tokens
-        variants[decoding] = {
+        v = variants[decoding] = {
             "seconds": took, "ms_per_step": 1e3 * took / args.tokens,
             "tokens_per_s": args.rows * args.tokens / took, "profiled_tokens": profile_tokens,
             "host_launches_per_token": profile["host_launches"] / profile_tokens,
             "graphs_used": bool(policy.decoder and policy.decoder.graphs) if decoding == "graph" else False,
             "profile": profile}
-        v = variants[decoding]
-        busy = profile["device_busy_share"]
         print(f"decode {decoding:6s}: {v['ms_per_step']:.2f} ms per step (prefill included), "
               f"{v['tokens_per_s']:,.0f} tok/s, {v['host_launches_per_token']:.0f} host launches per token"
-              + (f", GPU busy {busy:.0%}" if busy is not None else ""), flush=True)
+              + busy_text(profile["device_busy_share"]), flush=True)
     eager, fast = variants["eager"], variants[fast_decoding(args.device)]
     return {"rows": args.rows, "prompt": args.prompt, "tokens": args.tokens, "variants": variants,
             "step_speedup": eager["ms_per_step"] / fast["ms_per_step"]}
@@ -200,14 +194,12 @@ def part_scoring(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         took = min(seconds(lambda: policy.act(contexts, temperature=1.0), args.repeats,
                            sync=lambda: sync_device(args.device)))
         profile = profiled(lambda: policy.act(contexts, temperature=1.0), args.device, args.top)
-        variants[decoding] = {"decisions_per_s": len(contexts) / took, "seconds": took,
-                              "host_launches_per_decision": profile["host_launches"] / len(contexts),
-                              "device_busy_share": profile["device_busy_share"], "profile": profile}
-        v = variants[decoding]
+        v = variants[decoding] = {"decisions_per_s": len(contexts) / took, "seconds": took,
+                                  "host_launches_per_decision": profile["host_launches"] / len(contexts),
+                                  "device_busy_share": profile["device_busy_share"], "profile": profile}
         print(f"scoring {decoding:6s}: {v['decisions_per_s']:,.0f} decisions/s, "
               f"{v['host_launches_per_decision']:.1f} host launches per decision"
-              + (f", GPU busy {v['device_busy_share']:.0%}" if v["device_busy_share"] is not None else ""),
-              flush=True)
+              + busy_text(v["device_busy_share"]), flush=True)
     return {"model": str(args.scoring_model or "SmolLM2-135M's shape, random weights"), "contexts": len(contexts),
             "distinct_contexts": len({(c.observation, tuple(c.history)) for c in contexts}), "variants": variants}
 

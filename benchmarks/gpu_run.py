@@ -1,22 +1,12 @@
-"""The GPU program (docs/gpu.md gives its commands, the data and the expected minutes): the device and the native
-trainer on it (stage ``native``), and the RLlib engine with its learner on the GPU beside the native trainer (stage
-``rllib``). Each part is written to the JSON and its markdown (``benchmarks/gpu_run_report.py``) as soon as it ends,
-so a command stopped early returns what it did and a failed part records its error; an existing file at ``--out``
-keeps the parts this command does not run.
+"""The GPU program, two stages (docs/gpu.md gives their parts, the data and the expected minutes).
 
-``native``: 1. ``environment``, the device, the versions, the distributions imported, and the suite's CUDA tests
-(``pytest -k cuda`` on ``CUDA_TESTS``); 2. ``paper_iteration``, one native-trainer iteration of Qwen2.5-1.5B's
-architecture (random weights), 16 groups x 8 on ``ecpo/ALFWorldGen-v0``, 512-token replies, bf16 autocast and
-gradient checkpointing on CUDA, its rates carried to the paper's 50 steps. (The first run's other two parts, credit on
-CUDA against numpy and SmolLM2 learning ``alfworld_gpu``, ran once: their results stay in
-``benchmarks/results/gpu_run.{json,md}``, their program at commit 1fdf708, docs/benchmarks.md.)
-
-``rllib``: ``alfworld_gpu`` through ``ECPOConfig``, RLlib's local learner on the GPU (``num_learners=0``: the
-driver), the runners on the same GPU by fractional shares (``gpu_shares``) or on CPU cores: 1. ``environment``;
-2. ``first_iteration``, one runner, both engines' time split (sampling / credit / update / sync) and every process's
-peak GPU memory, then ``save_to_path`` from the CUDA learner, ``from_checkpoint`` and one more iteration, timed (the
-engines' equality and exact resume are tested: tests/test_rllib_llm_algorithm.py); 3. ``gpu_runners``,
-``--runners`` runners on the GPU at ``max_policy_lag`` 0; 4. ``lag``, the same at lag 1; 5. ``cpu_runners``.
+``native`` (docs/gpu.md, "4. Run"): the device, the versions and the suite's CUDA tests (``CUDA_TESTS``), then one
+native-trainer iteration of the paper's shape (Qwen2.5-1.5B's architecture, random weights) carried to the paper's 50
+steps. ``rllib`` (docs/gpu.md, "The RLlib engine on one GPU"): ``alfworld_gpu`` through ``ECPOConfig`` with RLlib's
+local learner on the GPU beside the native trainer, the runners on GPU shares (``gpu_shares``) or on CPU cores, at lag
+0 and 1. Each part is written to the JSON and its markdown (``benchmarks/gpu_run_report.py``) as soon as it ends, so
+a command stopped early returns what it did and a failed part records its error; an existing file at ``--out`` keeps
+the parts this command does not run. (The first run's credit and learning parts: docs/benchmarks.md, at 1fdf708.)
 
     python -m benchmarks.gpu_run native [--parts 1,2] [--out FILE.json]
     python -m benchmarks.gpu_run rllib [--parts 1,2,3,4,5] [--model DIR] [--iterations 3] [--out FILE.json]
@@ -49,6 +39,7 @@ from benchmarks import RESULTS, chosen_parts, refuse_without_cuda, refused, writ
 from benchmarks.gpu_learning import DEFAULT_MODEL, ROOT, iteration_figures, tokenizer_dir
 from benchmarks.gpu_run_report import PART_NAMES, RLLIB_PARTS, render, render_rllib
 from benchmarks.study import StudyCommand
+from benchmarks.timing import timed
 
 # the files holding CUDA-only tests (skipif(not cuda), named *cuda*)
 CUDA_TESTS = ("tests/test_credit_api.py", "tests/test_static_decoding.py")
@@ -130,13 +121,12 @@ def device_facts(device: str) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------- native parts
 def part_environment(device: str) -> dict[str, Any]:
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "cuda", *CUDA_TESTS]
-    started = time.perf_counter()
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
+    done, seconds = timed(subprocess.run, command, cwd=ROOT, capture_output=True, text=True, check=False)
     tail = [line for line in done.stdout.strip().splitlines() if line.strip()]
     summary = tail[-1] if tail else (done.stderr.strip().splitlines() or [""])[-1]
     return device_facts(device) | {"cuda_tests": {
         "command": " ".join(["python", *command[1:]]), "exit_code": done.returncode, "summary": summary,
-        "seconds": time.perf_counter() - started}}
+        "seconds": seconds}}
 
 
 def write_random_model(out_dir: Path, architecture: dict[str, Any], tokenizer: Path) -> Path:
@@ -153,7 +143,6 @@ def write_random_model(out_dir: Path, architecture: dict[str, Any], tokenizer: P
     model.generation_config = GenerationConfig(eos_token_id=eos, pad_token_id=pad)
     model.save_pretrained(out_dir)
     tok.save_pretrained(out_dir)
-    del model
     return out_dir
 
 
@@ -286,9 +275,7 @@ def rllib_iterations(algo: Any, iterations: int, checkpoint: Path | None = None)
         if k == 0:
             out["first"] = metrics
             if checkpoint is not None:
-                started = time.perf_counter()
-                algo.save_to_path(str(checkpoint))
-                out["save_seconds"] = time.perf_counter() - started
+                out["save_seconds"] = timed(algo.save_to_path, str(checkpoint))[1]
     group = algo.env_runner_group
     runners = group.foreach_env_runner(lambda runner: process_memory(), local_env_runner=False) \
         if group.num_remote_env_runners() else []
@@ -308,10 +295,8 @@ def part_first_iteration(args: argparse.Namespace, work: Path) -> dict[str, Any]
         rllib = rllib_iterations(algo, max(args.iterations, 2), checkpoint=work / "checkpoint")
     finally:
         algo.stop()
-    started = time.perf_counter()
-    restored = ECPO.from_checkpoint(str(work / "checkpoint"))
+    restored, restore_seconds = timed(ECPO.from_checkpoint, str(work / "checkpoint"))
     try:
-        restore_seconds = time.perf_counter() - started
         resumed = restored.train()["ecpo"]["iteration"]
     finally:
         restored.stop()
@@ -346,34 +331,22 @@ def part_runners(args: argparse.Namespace, work: Path, name: str, runners: int, 
 WORK_PREFIX = "gpu_run-"  # the work folders (models of 30-78 MB) in the temp folder: gpu_run-<pid>-<random>
 
 
-def _exit_on_sigterm(signum: int, frame: Any) -> None:
-    raise SystemExit(128 + signum)
-
-
 def remove_abandoned_work(temp: Path | None = None) -> list[Path]:
     """Delete the work folders of gpu_run commands that were killed (``kill -9`` leaves them): those whose pid
     no longer runs."""
+    import psutil  # (peft requires it: the GPU machine has it)
+
     removed = []
     for folder in Path(temp or tempfile.gettempdir()).glob(f"{WORK_PREFIX}*-*"):
         pid = folder.name.removeprefix(WORK_PREFIX).split("-", 1)[0]
-        if not pid.isdigit() or not folder.is_dir() or _running(int(pid)):
+        if not pid.isdigit() or not folder.is_dir() or psutil.pid_exists(int(pid)):
             continue
         shutil.rmtree(folder, ignore_errors=True)
         removed.append(folder)
     return removed
 
 
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
-
-
-def default_out(device: str, smoke: bool, name: str = "gpu_run") -> Path:
+def default_out(device: str, smoke: bool, name: str) -> Path:
     """Where a GPU command writes: ``benchmarks/results/<name>.json`` on CUDA, ``runs/<name>/`` otherwise."""
     if device.startswith("cuda") and not smoke:
         return RESULTS / f"{name}.json"
@@ -407,7 +380,7 @@ def run_parts(report: dict[str, Any], out: Path, names: tuple[str, ...], chosen:
     started = time.monotonic()
     remove_abandoned_work()
     failed: list[str] = []
-    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    previous = signal.signal(signal.SIGTERM, lambda signum, _: sys.exit(128 + signum))
     try:
         with tempfile.TemporaryDirectory(prefix=f"{WORK_PREFIX}{os.getpid()}-") as tmp:
             for number, name in ((k + 1, n) for k, n in enumerate(names) if n in chosen):

@@ -6,10 +6,8 @@ random Qwen2 and, when pulled (``ecpo models pull smollm2-135m-instruct``), Smol
 ``checkpointing`` (gradient checkpointing of every decoder layer) and ``fsdp2x2`` (two gloo processes
 sharding policy and reference with FSDP2; per-process figure). Every setting runs in a fresh process.
 On the CPU the figure is the RSS growth during the update (sampled every 2 ms; ``model_mb`` is what loading
-the policy and its reference added); on a GPU it is ``torch.cuda.max_memory_allocated``.
-
-Computed: what Qwen2.5-1.5B and 7B need for the paper's shapes (prompt 2048 + response 512 tokens, micro-batch
-8 rows): weights, gradients, AdamW states and activations for full fine-tuning, LoRA, and FSDP over 8 GPUs.
+the policy and its reference added); on a GPU it is ``torch.cuda.max_memory_allocated``. Computed: what Qwen2.5-1.5B
+and 7B need per GPU for the paper's shapes, in docs/scaling.md's table.
 
     python -m benchmarks.memory [--models tiny,smollm2] [--rows 16] [--prompt 192] [--response 64]
                                 [--out benchmarks/results/memory.json]
@@ -85,10 +83,11 @@ def computed_table(prompt: int = 2048, response: int = 512, micro_batch: int = 8
         n = parameter_count(arch)
         n_lora = lora_parameter_count(arch)
         layer_params = (n - arch["vocab"] * arch["hidden"] * (1 if arch["tied"] else 2)) / arch["layers"]
+        full = {"weights": 4 * n, "grads": 4 * n, "adam": 8 * n, "reference": 2 * n}
         settings = {
             # fp32 master + fp32 grads + AdamW m, v (16 B/param); bf16 reference copy (2 B/param)
-            "full FT, 1 GPU": {"weights": 4 * n, "grads": 4 * n, "adam": 8 * n, "reference": 2 * n, "ckpt": False},
-            "full FT + checkpointing, 1 GPU": {"weights": 4 * n, "grads": 4 * n, "adam": 8 * n, "reference": 2 * n, "ckpt": True},
+            "full FT, 1 GPU": full | {"ckpt": False},
+            "full FT + checkpointing, 1 GPU": full | {"ckpt": True},
             # frozen base in bf16; fp32 adapter + its grads + AdamW; the reference is the base (no copy)
             "LoRA r=16 + checkpointing, 1 GPU": {"weights": 2 * n + 4 * n_lora, "grads": 4 * n_lora, "adam": 8 * n_lora,
                                                      "reference": 0, "ckpt": True},
@@ -108,19 +107,6 @@ def computed_table(prompt: int = 2048, response: int = 512, micro_batch: int = 8
 
 
 # ---------------------------------------------------------------------------------------------- measured
-def random_batch(vocab: int, rows: int, prompt: int, response: int, seed: int = 0) -> dict[str, Any]:
-    import torch
-
-    rng = np.random.default_rng(seed)
-    return {
-        "group": np.arange(rows) // 4,
-        "prompts": [rng.integers(0, vocab, size=prompt).tolist() for _ in range(rows)],
-        "responses": [rng.integers(0, vocab, size=response).tolist() for _ in range(rows)],
-        "old_mask": torch.ones(rows, response),
-        "advantages": torch.as_tensor(rng.normal(size=rows), dtype=torch.float32),
-    }
-
-
 def one_update(variant: str, model_dir: str, args: argparse.Namespace, dp: Any = None) -> dict[str, float]:
     """Build the policy in ``variant``'s setting, then measure one update's peak memory."""
     import torch
@@ -138,13 +124,16 @@ def one_update(variant: str, model_dir: str, args: argparse.Namespace, dp: Any =
     reference = policy.frozen_copy()
     if variant == "checkpointing":
         enable_gradient_checkpointing(policy.model)
-    batch = random_batch(policy.model.config.vocab_size, args.rows, args.prompt, args.response)
+    rng, vocab, groups = np.random.default_rng(0), policy.model.config.vocab_size, np.arange(args.rows) // 4
+    prompts = [rng.integers(0, vocab, size=args.prompt).tolist() for _ in range(args.rows)]  # a random batch
+    responses = [rng.integers(0, vocab, size=args.response).tolist() for _ in range(args.rows)]
+    advantages = torch.as_tensor(rng.normal(size=args.rows), dtype=torch.float32)
     rows = np.arange(args.rows)
     if dp is not None:
-        rows = np.flatnonzero(np.isin(batch["group"], dp.local_share(sorted(set(batch["group"].tolist())))))
+        rows = np.flatnonzero(np.isin(groups, dp.local_share(sorted(set(groups.tolist())))))
         dp.shard(policy.model)
         dp.shard(reference.model)
-    prompts, responses = [batch["prompts"][i] for i in rows], [batch["responses"][i] for i in rows]
+    prompts, responses = [prompts[i] for i in rows], [responses[i] for i in rows]
     with torch.no_grad():
         old = policy.logprobs(prompts, responses)[0]
     params = [p for p in policy.parameters() if p.requires_grad]
@@ -163,8 +152,8 @@ def one_update(variant: str, model_dir: str, args: argparse.Namespace, dp: Any =
         torch.cuda.reset_peak_memory_stats()
         start_bytes = torch.cuda.memory_allocated()
     sampler.start()
-    _, seconds = timed(policy_update, logprob_fn, ref_fn, params, optimizer, old, batch["old_mask"][rows],
-                       batch["advantages"][rows], settings, np.random.default_rng(0), reducer=dp)
+    _, seconds = timed(policy_update, logprob_fn, ref_fn, params, optimizer, old, torch.ones(len(rows), args.response),
+                       advantages[rows], settings, np.random.default_rng(0), reducer=dp)
     peak = sampler.stop()
     result = {"seconds": seconds, "trainable_params": float(sum(p.numel() for p in params))}
     if device == "cuda":

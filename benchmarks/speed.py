@@ -8,28 +8,19 @@
 Each stage prints its figures and writes its JSON (``--out``; default ``benchmarks/results/<stage's file>``), the
 machine's facts and load beside them. Speed targets live here and in the JSON, never in timed tests.
 
-``openenv``: environment steps per second through an ``ecpo serve`` server (a real child process on 127.0.0.1) at
-each ``--sessions`` count beside the same env stepped in process, in one run. The sessions are OpenEnv's own async
-client (``ECPOEnvClient``), all in this process's event loop, each playing episodes with a seeded random admissible
-action (an invalid text one step in ten). A level's ``--steps`` are split evenly over its sessions; its wall time
-counts everything from the first reset to the last step (resets included, connections opened before). Client and
-server share the machine, so the figures are a floor on a machine with spare cores.
+``openenv`` (docs/openenv.md): environment steps per second through an ``ecpo serve`` server (a child process on
+127.0.0.1) at each ``--sessions`` count beside the same env stepped in process. The sessions are OpenEnv's async
+client (``ECPOEnvClient``) in this process's event loop, each playing a seeded random admissible action (an invalid
+one step in ten); a level's ``--steps`` are split over its sessions, its wall time runs from the first reset to the
+last step (connections opened before). Client and server share the machine: the figures are a floor.
 
-``text_policy``: how fast the small text policy (``policy: text``) decides, and how long one iteration of group RL on
-real ALFWorld games takes with it, environment steps included.
-
-1. Decisions per second: the contexts of one real-game rollout (the preset ``alfworld_text``'s ``Trainer.sample`` of
-   16 groups x 8 copies of train-split games; the policy's own play), replayed through ``act`` in batches of
-   ``--batch`` (128: one rollout step), at 1 and 2 torch threads. Target (real ALFWorld on one CPU): at least 5,000
-   decisions/s on 2 cores.
-2. Iteration time: ``--iterations`` iterations of the preset (16 x 8 episodes, 50-step limit, rollout, credit,
-   update), from ``--model`` (a warm start) or random weights; ``time/iteration`` of each and its split (generation,
-   env, update). Target: 30 s or less per iteration on 2 idle cores. ``--engines native rllib`` times both engines
-   one after the other (RLlib: 2 env-runner actors and 2 learner actors).
-3. ``--threads 1 2``: the thread rule of the text-policy recipe (docs/cpu_training.md). At each torch thread count in
-   turn: the native iteration (the preset with ``threads=N``) and the warm start's optimizer steps (``ecpo sft``'s
-   ``fine_tune``: batches of 64 expert steps of train-split games, AdamW) per second, with the load before and
-   after; under the key ``threads``.
+``text_policy`` (docs/cpu_training.md): the small text policy (preset ``alfworld_text``) on real ALFWorld games.
+1. Decisions per second: the contexts of one rollout (16 groups x 8 train-split games, the policy's own play)
+replayed through ``act`` in batches of ``--batch`` at 1 and 2 torch threads (target: 5,000/s on 2 cores).
+2. ``--iterations`` iterations of the preset (rollout, credit, update) from ``--model`` or random weights on each of
+``--engines`` (RLlib: 2 env-runner and 2 learner actors), their time split (target: 30 s on 2 idle cores).
+3. ``--threads N ...``: at each thread count the native iteration and ``ecpo sft``'s optimizer steps per second
+(``fine_tune``, batches of 64 expert steps, AdamW), with the load before and after (the key ``threads``).
 """
 
 from __future__ import annotations
