@@ -24,13 +24,12 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 import math
 import platform
 import statistics
-import time
 from collections import defaultdict
 
 import numpy as np
 import torch
 
-from benchmarks.timing import machine
+from benchmarks.timing import machine, timed
 from ecpo_gym.canonical import INVALID_ACTION
 from ecpo_train.core.credit import CreditConfig, compute_advantages, factorize_keys, prepare_rows
 from ecpo_train.core.credit.diagnostics import credit_diagnostics
@@ -136,12 +135,9 @@ def measure(reps: int, seed: int) -> dict:
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 
     cols = build_batch(seed)
-    n_rows = len(cols["rewards"])
-    _, diag = compute_advantages("ecpo", cols)
-    reference = np.array(loop_gigpo(cols))
-    vectorised, _ = compute_advantages("gigpo_std", cols)
-    max_diff = float(np.abs(reference - vectorised).max())
-    rows, ecpo_adv = prepare_rows(*cols.values()), compute_advantages("ecpo", cols)[0]
+    ecpo_adv, diag = compute_advantages("ecpo", cols)
+    max_diff = float(np.abs(np.array(loop_gigpo(cols)) - compute_advantages("gigpo_std", cols)[0]).max())
+    rows = prepare_rows(*cols.values())
 
     methods = {
         "grpo": lambda c: compute_advantages("grpo", c),
@@ -156,15 +152,12 @@ def measure(reps: int, seed: int) -> dict:
     times: dict[str, list[float]] = {name: [] for name in methods}
     for rep in range(reps + 2):  # two warm-up repetitions
         for name, fn in methods.items():
-            batch = fresh_strings(cols)
-            start = time.perf_counter()
-            fn(batch)
-            elapsed = time.perf_counter() - start
+            elapsed = timed(fn, fresh_strings(cols))[1]  # (the fresh strings made before the clock starts)
             if rep >= 2:
                 times[name].append(elapsed * 1e3)
     median = {name: statistics.median(values) for name, values in times.items()}
-    result = {
-        "batch": {"rows": n_rows, "groups": 16, "rollouts_per_group": 8, "max_steps": 50,
+    return {
+        "batch": {"rows": len(cols["rewards"]), "groups": 16, "rollouts_per_group": 8, "max_steps": 50,
                   "mean_state_key_chars": float(np.mean([len(s) for s in cols["anchor_keys"]])),
                   "anchor_hit_rate": diag["anchor_hit_rate"], "num_anchors": diag["num_anchors"],
                   "divergent_anchor_fraction": diag["divergent_anchor_fraction"]},
@@ -182,4 +175,3 @@ def measure(reps: int, seed: int) -> dict:
         "reps": reps, "threads": 1, "python": platform.python_version(), "numpy": np.__version__,
         "torch": torch.__version__, "machine": platform.processor() or platform.machine(), "host": machine(),
     }
-    return result

@@ -6,6 +6,7 @@ owner adds its own.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import time
@@ -45,47 +46,38 @@ def webshop_section(args: argparse.Namespace) -> dict:
             smallest = (products, goals)
 
         rng = np.random.default_rng(0)
-        resets, steps = [], []
-        by_kind: dict[str, list[float]] = {"search": [], "click": [], "buy": [], "invalid": []}
+        resets, by_kind = [], {"search": [], "click": [], "buy": [], "invalid": []}
         for episode in range(args.episodes):
             task_id = env.task_ids[int(rng.integers(len(env.task_ids)))]
             (_, info), elapsed = timed(env.reset, options={"task_id": task_id})
             resets.append(elapsed)
-            if episode % 2 == 0:
-                actions = expert_actions_for_task(env, task_id)
-            else:  # random shopper: the goal query, then random admissible clicks
-                actions = [f"search[{env.goal.query}]"]
-            done, index = False, 0
-            while not done:
+            # the expert's actions; or a random shopper's: the goal query, then random admissible clicks
+            actions = expert_actions_for_task(env, task_id) if episode % 2 == 0 else [f"search[{env.goal.query}]"]
+            for index in itertools.count():
                 if index < len(actions):
                     action = actions[index]
-                else:
+                else:  # (the search box searches the goal's query; one action in ten is invalid)
                     admissible = info["admissible_actions"]
                     action = admissible[int(rng.integers(len(admissible)))]
-                    if action == "search[<query>]":
-                        action = f"search[{env.goal.query}]"
-                    if rng.random() < 0.1:
-                        action = "click[nothing here]"
-                index += 1
+                    action = f"search[{env.goal.query}]" if action == "search[<query>]" else action
+                    action = "click[nothing here]" if rng.random() < 0.1 else action
                 (_, _, terminated, truncated, info), elapsed = timed(env.step, action)
-                steps.append(elapsed)
                 kind = ("invalid" if not info["is_action_valid"] else "search" if action.startswith("search")
                         else "buy" if action == "click[buy now]" else "click")
                 by_kind[kind].append(elapsed)
-                done = terminated or truncated
+                if terminated or truncated:
+                    break
         search = env.catalogue.retriever.search  # uncached searches: one distinct query each
         fresh = [timed(search, g.instruction_text.split(", and price")[0])[1] for g in goals[:200]]
         results[str(size)] = {
             "num_products": size, "uncached_search": latency(fresh), "num_goals": len(goals),
             "generate_s": generate_s, "load_and_goals_s": load_s + goals_s, "index_build_s": index_s,
             "first_env_s": first_env_s, "cached_env_s": cached_env_s,
-            "reset": latency(resets), "step": latency(steps),
+            "reset": latency(resets), "step": latency([t for times in by_kind.values() for t in times]),
             "step_by_kind": {k: latency(v) for k, v in by_kind.items() if v},
         }
-    payload: dict[str, typing.Any] = {"target": "median step < 1 ms at 1000 products", "episodes": args.episodes,
-                                      "sizes": results}
-    payload[f"lucene_{min(args.sizes)}"] = webshop_lucene_row(*smallest, args.episodes)
-    return payload
+    return {"target": "median step < 1 ms at 1000 products", "episodes": args.episodes, "sizes": results,
+            f"lucene_{min(args.sizes)}": webshop_lucene_row(*smallest, args.episodes)}
 
 
 def webshop_lucene_row(products: list[typing.Any], goals: list[typing.Any], queries: int) -> dict[str, typing.Any]:
@@ -136,16 +128,16 @@ def searchqa_section(args: argparse.Namespace) -> dict:
     data_dir = args.data_dir or os.path.join(os.environ.get("ECPO_DATA_DIR", "../shared/data"), "searchqa")
     data = load_dataset("hotpotqa", "dev500", data_dir=data_dir)
     examples, corpus = data.examples, data.corpus
-    results: dict[str, dict] = {}
+    retrievers: dict[str, dict] = {}
+    envs: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as cache_dir:
         bm25, build_s = timed(BM25sRetriever, corpus, cache_dir=cache_dir)
         _, load_s = timed(BM25sRetriever, corpus, cache_dir=cache_dir)
         measure(bm25, examples[:50])  # warm-up
-        row = {"index_build_s": build_s, "index_load_from_cache_s": load_s, "k1": bm25.k1, "b": bm25.b,
-               **measure(bm25, examples)}
-        _, batched_s = timed(bm25.batch_search, [e.question for e in examples], 3)
-        row["batched_per_query_ms"] = batched_s * 1000.0 / len(examples)
-        results["bm25s"] = row
+        retrievers["bm25s"] = {"index_build_s": build_s, "index_load_from_cache_s": load_s, "k1": bm25.k1,
+                               "b": bm25.b, **measure(bm25, examples)}
+        batched_s = timed(bm25.batch_search, [e.question for e in examples], 3)[1]
+        retrievers["bm25s"]["batched_per_query_ms"] = batched_s * 1000.0 / len(examples)
 
         from ecpo_gym.lucene import lucene_available
         from ecpo_gym.searchqa.retrievers.lucene import LuceneRetriever
@@ -154,25 +146,23 @@ def searchqa_section(args: argparse.Namespace) -> dict:
         if ok:
             lucene, build_s = timed(LuceneRetriever, corpus, cache_dir=cache_dir)
             measure(lucene, examples[:50])
-            results["lucene"] = {"jvm_start_s": jvm_s, "index_build_s": build_s, "k1": 0.9, "b": 0.4,
-                                 **measure(lucene, examples)}
+            retrievers["lucene"] = {"jvm_start_s": jvm_s, "index_build_s": build_s, "k1": 0.9, "b": 0.4,
+                                    **measure(lucene, examples)}
             lucene.close()
         else:
-            results["lucene"] = {"skipped": why}
+            retrievers["lucene"] = {"skipped": why}
 
-        env = SearchQAEnv(data_dir=data_dir, cache_dir=cache_dir)
-        gen = SearchQAGenEnv()
-        for name, environment in (("env_hotpotqa_bm25s", env), ("env_generated", gen)):
+        for name, environment in (("env_hotpotqa_bm25s", SearchQAEnv(data_dir=data_dir, cache_dir=cache_dir)),
+                                  ("env_generated", SearchQAGenEnv())):
             resets, steps = [], []
             for task_id in environment.task_ids[: args.episodes]:
                 (_, info), elapsed = timed(environment.reset, options={"task_id": task_id})
                 resets.append(elapsed)
                 for action in (f"<think>look</think><search>{info['task']}</search>", "<answer>unknown</answer>"):
                     steps.append(timed(environment.step, action)[1])
-            results[name] = {"reset": latency(resets, 95), "step": latency(steps, 95)}
+            envs[name] = {"reset": latency(resets, 95), "step": latency(steps, 95)}
     return {"corpus": {"name": corpus.name, "documents": len(corpus)}, "questions": len(examples),
-            "retrievers": {k: v for k, v in results.items() if not k.startswith("env_")},
-            "env": {k: v for k, v in results.items() if k.startswith("env_")}}
+            "retrievers": retrievers, "env": envs}
 
 
 # ---------------------------------------------------------------------------------------------- ALFWorld
@@ -262,10 +252,8 @@ def _group_steps_per_second(env_id: str, task_ids: list[str], workers: int, step
     stepped = 0
     t0 = time.perf_counter()
     for _ in range(steps):
-        actions = []
-        for i, info in enumerate(infos):
-            options = info["admissible_actions"]
-            actions.append(None if done[i] else options[int(rng.integers(len(options)))])
+        actions = [None if finished else info["admissible_actions"][int(rng.integers(len(info["admissible_actions"])))]
+                   for finished, info in zip(done, infos)]
         stepped += sum(a is not None for a in actions)
         out = envs.step(actions)
         infos = [s.info for s in out]

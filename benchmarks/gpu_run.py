@@ -245,23 +245,15 @@ def build_rllib(args: argparse.Namespace, values: dict[str, Any], runners: int, 
     return config.build_algo(), {"num_gpus_per_learner": learner_gpu, "num_gpus_per_env_runner": runner_gpu}
 
 
-def native_iterations(values: dict[str, Any], iterations: int) -> dict[str, Any]:
+def native_iterations(values: dict[str, Any]) -> dict[str, Any]:
     """The native trainer's first iteration's metrics, every iteration's time split, the driver's peak memory."""
     from ecpo_train.runtime.config import make_config
-    from ecpo_train.runtime.run import open_run
+    from ecpo_train.runtime.run import train
     from ecpo_train.runtime.trainer import Trainer
 
     reset_peak()
-    out: dict[str, Any] = {"splits": []}
-
-    def kept(metrics: dict[str, float]) -> bool:  # the run shell's stop hook, after each iteration
-        out.setdefault("first", metrics)
-        out["splits"].append(time_split(metrics))
-        return False
-
-    with open_run(Trainer, make_config(values), overwrite=True) as run:
-        run.train(iterations, stop=kept)
-    return out | {"memory": process_memory()}
+    history = train(Trainer, make_config(values), overwrite=True)
+    return {"first": history[0], "splits": [time_split(m) for m in history], "memory": process_memory()}
 
 
 def rllib_iterations(algo: Any, iterations: int, checkpoint: Path | None = None) -> dict[str, Any]:
@@ -288,7 +280,7 @@ def part_first_iteration(args: argparse.Namespace, work: Path) -> dict[str, Any]
     from ecpo_train.rllib import ECPO
 
     values = run_values(args, work, "first_iteration")
-    native = native_iterations(values, args.iterations)
+    native = native_iterations(values)
     reset_peak()
     algo, shares = build_rllib(args, values, runners=1)
     try:
