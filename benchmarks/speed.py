@@ -2,7 +2,7 @@
 
     python -m benchmarks.speed env --env alfworld|webshop|searchqa [--sizes 1000 100000]   # benchmarks.env_throughput
     python -m benchmarks.speed openenv [--env ecpo/DivergentAnchor-v0] [--sessions 1 8 32] [--steps 600]
-    python -m benchmarks.speed text_policy [--model DIR] [--engines native rllib] [--threads 1 2]
+    python -m benchmarks.speed text_policy [--model DIR] [--engines native rllib]
     python -m benchmarks.speed credit [--reps 30] [--seed 0]                            # benchmarks.credit_overhead
 
 Each stage prints its figures and writes its JSON (``--out``; default ``benchmarks/results/<stage's file>``), the
@@ -19,8 +19,7 @@ last step (connections opened before). Client and server share the machine: the 
 replayed through ``act`` in batches of ``--batch`` at 1 and 2 torch threads (target: 5,000/s on 2 cores).
 2. ``--iterations`` iterations of the preset (rollout, credit, update) from ``--model`` or random weights on each of
 ``--engines`` (RLlib: 2 env-runner and 2 learner actors), their time split (target: 30 s on 2 idle cores).
-3. ``--threads N ...``: at each thread count the native iteration and ``ecpo sft``'s optimizer steps per second
-(``fine_tune``, batches of 64 expert steps, AdamW), with the load before and after (the key ``threads``).
+(The thread sweep of the recipe's thread rule, ``--threads``, is a finished one-off: docs/benchmarks.md.)
 """
 
 from __future__ import annotations
@@ -180,16 +179,14 @@ def decisions_per_second(policy: Any, contexts: list[Any], batch: int, threads: 
     return len(contexts) / min(seconds(lambda: [policy.act(chunk) for chunk in batches], repeats))
 
 
-def iteration_times(model: str | None, iterations: int, engine: str = "native",
-                    threads: int | None = None) -> list[dict[str, float]]:
+def iteration_times(model: str | None, iterations: int, engine: str = "native") -> list[dict[str, float]]:
     """``iterations`` iterations of the preset on ``engine``: ``native`` (this process) or ``rllib`` (2 env-runner
-    actors and 2 learner actors, DDP over gloo, half a CPU each); ``threads``: the preset's ``threads`` replaced."""
+    actors and 2 learner actors, DDP over gloo, half a CPU each)."""
     from ecpo_train.runtime.run import train
 
     with tempfile.TemporaryDirectory() as folder:
         config = alfworld_text_config(model, f"run_dir={folder}/run", f"iterations={iterations}", "val_every=0",
-                                      "progress=false", "tensorboard=false", "checkpoint_every=0",
-                                      *([f"threads={threads}"] if threads is not None else []))
+                                      "progress=false", "tensorboard=false", "checkpoint_every=0")
         if engine == "rllib":
             from ecpo_train.integrations.rllib.llm.engine import RLlibEngine
 
@@ -202,35 +199,14 @@ def iteration_times(model: str | None, iterations: int, engine: str = "native",
     return [{key: float(h[key]) for key in keys if key in h} for h in history]
 
 
-def warm_start_steps_per_second(threads: int, steps: int, episodes: int = 64, batch: int = 64) -> float:
-    """``ecpo sft``'s optimizer steps per second at ``threads`` torch threads: ``fine_tune`` (AdamW, batches of
-    ``batch`` rows) of a fresh text policy on the expert's steps of ``episodes`` train-split games, ``steps`` steps
-    (the first, warming up, untimed)."""
-    import torch
-
-    from ecpo_train.runtime import sft
-
-    config = alfworld_text_config(None)
-    demonstrations = sft.expert_demonstrations(config.env_id, episodes=episodes, env_kwargs=config.env_kwargs,
-                                               history_length=config.history_length)
-    policy = sft.text_policy_for(config, demonstrations)
-    prompts, replies, _ = sft.text_rows(policy, demonstrations)
-    rows = (steps * batch) // len(prompts) + 1
-    prompts, replies = (prompts * rows)[: steps * batch], (replies * rows)[: steps * batch]
-    torch.set_num_threads(threads)
-    settings = {"epochs": 1, "lr": 1e-3, "batch_size": batch, "max_tokens": sft.TEXT_MAX_TOKENS}
-    sft.fine_tune(policy, prompts[:batch], replies[:batch], **settings)
-    return steps / timed(sft.fine_tune, policy, prompts, replies, **settings)[1]
-
-
 def text_policy(args: Any) -> dict[str, Any]:
-    if args.batch < 1 or args.iterations < 1 or args.sft_steps < 1 or any(t < 1 for t in args.threads):
-        raise ValueError("--batch, --iterations, --sft-steps and --threads must be >= 1")
+    if args.batch < 1 or args.iterations < 1:
+        raise ValueError("--batch and --iterations must be >= 1")
     load_before = load()
     policy, contexts = recorded_contexts(args.model)
     rates = {f"threads_{t}": decisions_per_second(policy, contexts, args.batch, t) for t in (1, 2)}
     steps = {engine: iteration_times(args.model, args.iterations, engine) for engine in args.engines}
-    result = {
+    return {
         "machine": machine(), "model": Path(args.model).name if args.model else "random weights",
         "load_average_1m": {"before": load_before, "after": load()},
         "decisions": {"contexts": len(contexts), "batch": args.batch, "per_second": rates,
@@ -241,17 +217,6 @@ def text_policy(args: Any) -> dict[str, Any]:
                                            "median_seconds": statistics.median(r["time/iteration"] for r in rows)}
                                   for engine, rows in steps.items()}},
     }
-    if args.threads:  # per thread count, one after the other, with the load before and after
-        result["threads"] = {}
-        for threads in args.threads:
-            before = load()
-            rows = iteration_times(args.model, args.iterations, "native", threads=threads)
-            result["threads"][str(threads)] = {
-                "iteration_seconds": [r["time/iteration"] for r in rows],
-                "iteration_median_seconds": statistics.median(r["time/iteration"] for r in rows),
-                "sft_steps_per_second": warm_start_steps_per_second(threads, args.sft_steps),
-                "load_average_1m": {"before": before, "after": load()}}
-    return result
 
 
 # ---------------------------------------------------------------------------------------------- the command
@@ -274,8 +239,8 @@ STAGES = {  # each stage's function and the options it reads, with their default
                   "groups": 2, "group_size": 4, "out": None}),
     "openenv": (openenv, {"env": "ecpo/DivergentAnchor-v0", "env_kwargs": "{}", "sessions": [1, 8, 32], "steps": 600,
                           "seed": 0, "out": RESULTS / "openenv_throughput.json"}),
-    "text_policy": (text_policy, {"model": None, "batch": 128, "iterations": 3, "engines": ["native"], "threads": [],
-                                  "sft_steps": 100, "out": RESULTS / "text_policy_speed.json"}),
+    "text_policy": (text_policy, {"model": None, "batch": 128, "iterations": 3, "engines": ["native"],
+                                  "out": RESULTS / "text_policy_speed.json"}),
     "credit": (credit, {"reps": 30, "seed": 0, "out": RESULTS / "credit_overhead.json"}),
 }
 
@@ -299,8 +264,6 @@ def command() -> StudyCommand:
     cmd.add("--batch", type=int, help="text_policy: contexts per act call")
     cmd.add("--iterations", type=int, help="text_policy: iterations timed per engine")
     cmd.add("--engines", nargs="*", choices=["native", "rllib"], help="text_policy: engines timed (none: skip)")
-    cmd.add("--threads", nargs="+", type=int, help="text_policy: thread counts of the thread sweep (part 3)")
-    cmd.add("--sft-steps", type=int, help="text_policy: warm-start optimizer steps timed per thread count")
     cmd.add("--reps", type=int, help="credit: repetitions (their median)")
     return cmd
 
