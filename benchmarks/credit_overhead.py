@@ -80,10 +80,7 @@ def build_batch(seed: int, groups: int = 16, rollouts: int = 8, max_steps: int =
 
 def fresh_strings(cols: dict[str, list]) -> dict[str, list]:
     """New str objects for every key (a new rollout's strings carry no cached hash)."""
-    out = dict(cols)
-    for key in ("group_ids", "anchor_keys", "action_keys"):
-        out[key] = [(s + "\x00")[:-1] for s in cols[key]]
-    return out
+    return cols | {key: [(s + "\x00")[:-1] for s in cols[key]] for key in ("group_ids", "anchor_keys", "action_keys")}
 
 
 def loop_gigpo(cols: dict[str, list], gamma: float = 0.95, omega: float = 1.0, eps: float = 1e-6) -> list[float]:

@@ -256,22 +256,30 @@ def native_iterations(values: dict[str, Any]) -> dict[str, Any]:
     return {"first": history[0], "splits": [time_split(m) for m in history], "memory": process_memory()}
 
 
-def rllib_iterations(algo: Any, iterations: int, checkpoint: Path | None = None) -> dict[str, Any]:
-    """``iterations`` iterations of a built algorithm: the first's metrics, every time split, the peak GPU memory
-    of the driver (the learner) and of each runner; with ``checkpoint``, ``save_to_path`` after the first."""
-    out: dict[str, Any] = {"splits": [], "policy_lag_max": 0.0}
-    for k in range(iterations):
-        metrics = {key: float(v) for key, v in algo.train()["ecpo"].items() if isinstance(v, (int, float))}
-        out["splits"].append(time_split(metrics))
-        out["policy_lag_max"] = max(out["policy_lag_max"], metrics.get("sampling/policy_lag_max", 0.0))
-        if k == 0:
-            out["first"] = metrics
-            if checkpoint is not None:
-                out["save_seconds"] = timed(algo.save_to_path, str(checkpoint))[1]
-    group = algo.env_runner_group
-    runners = group.foreach_env_runner(lambda runner: process_memory(), local_env_runner=False) \
-        if group.num_remote_env_runners() else []
-    out["memory"] = {"driver (learner)": process_memory(), "runners": runners, "nvidia_smi": gpu_processes()}
+def rllib_iterations(args: argparse.Namespace, values: dict[str, Any], iterations: int, runners: int, lag: int = 0,
+                     runner_cpu: bool = False, checkpoint: Path | None = None) -> dict[str, Any]:
+    """``iterations`` iterations of ``build_rllib``'s algorithm: the GPU shares, the first's metrics, every time
+    split, the peak GPU memory of the driver (the learner) and of each runner; with ``checkpoint``, ``save_to_path``
+    after the first."""
+    reset_peak()
+    algo, shares = build_rllib(args, values, runners, lag=lag, runner_cpu=runner_cpu)
+    out: dict[str, Any] = {"gpu_shares": shares, "splits": [], "policy_lag_max": 0.0}
+    try:
+        for k in range(iterations):
+            metrics = {key: float(v) for key, v in algo.train()["ecpo"].items() if isinstance(v, (int, float))}
+            out["splits"].append(time_split(metrics))
+            out["policy_lag_max"] = max(out["policy_lag_max"], metrics.get("sampling/policy_lag_max", 0.0))
+            if k == 0:
+                out["first"] = metrics
+                if checkpoint is not None:
+                    out["save_seconds"] = timed(algo.save_to_path, str(checkpoint))[1]
+        group = algo.env_runner_group
+        runners_memory = group.foreach_env_runner(lambda runner: process_memory(), local_env_runner=False) \
+            if group.num_remote_env_runners() else []
+        out["memory"] = {"driver (learner)": process_memory(), "runners": runners_memory,
+                         "nvidia_smi": gpu_processes()}
+    finally:
+        algo.stop()
     return out
 
 
@@ -281,19 +289,14 @@ def part_first_iteration(args: argparse.Namespace, work: Path) -> dict[str, Any]
 
     values = run_values(args, work, "first_iteration")
     native = native_iterations(values)
-    reset_peak()
-    algo, shares = build_rllib(args, values, runners=1)
-    try:
-        rllib = rllib_iterations(algo, max(args.iterations, 2), checkpoint=work / "checkpoint")
-    finally:
-        algo.stop()
+    rllib = rllib_iterations(args, values, max(args.iterations, 2), 1, checkpoint=work / "checkpoint")
     restored, restore_seconds = timed(ECPO.from_checkpoint, str(work / "checkpoint"))
     try:
         resumed = restored.train()["ecpo"]["iteration"]
     finally:
         restored.stop()
     native_mean, rllib_mean = mean_split(native["splits"]), mean_split(rllib["splits"])
-    return {"runners": 1, "gpu_shares": shares,
+    return {"runners": 1, "gpu_shares": rllib["gpu_shares"],
             "checkpoint": {"save_seconds": rllib["save_seconds"], "restore_seconds": restore_seconds,
                            "resumed_iteration": float(resumed)},
             "time_split": {"native": native_mean, "rllib": rllib_mean,  # the goal: RLlib / native <= 1.2
@@ -306,14 +309,9 @@ def part_runners(args: argparse.Namespace, work: Path, name: str, runners: int, 
                  runner_cpu: bool = False) -> dict[str, Any]:
     """Parts 3-5: ``runners`` runners (GPU shares, or CPU cores), ``lag``; the time split of ``--iterations``
     (``--cpu-iterations`` on CPU runners: SmolLM2 scores about 2.4 decisions/s on 2 cores, a GPU 350)."""
-    values = run_values(args, work, name)
-    reset_peak()
-    algo, shares = build_rllib(args, values, runners, lag=lag, runner_cpu=runner_cpu)
-    try:
-        rllib = rllib_iterations(algo, args.cpu_iterations if runner_cpu else args.iterations)
-    finally:
-        algo.stop()
-    return {"runners": runners, "gpu_shares": shares, "runners_on": "cpu" if runner_cpu else args.device,
+    rllib = rllib_iterations(args, run_values(args, work, name), args.cpu_iterations if runner_cpu else args.iterations,
+                             runners, lag, runner_cpu)
+    return {"runners": runners, "gpu_shares": rllib["gpu_shares"], "runners_on": "cpu" if runner_cpu else args.device,
             "max_policy_lag": lag, "time_split": mean_split(rllib["splits"]), "iterations": rllib["splits"],
             "memory": rllib["memory"], "rows_per_iteration": rllib["first"]["num_steps"],
             "policy_lag_max": rllib["policy_lag_max"]}

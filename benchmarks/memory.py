@@ -40,7 +40,6 @@ QWEN25 = {
     "Qwen2.5-1.5B": {"hidden": 1536, "layers": 28, "heads": 12, "kv_heads": 2, "intermediate": 8960, "vocab": 151936, "tied": True},
     "Qwen2.5-7B": {"hidden": 3584, "layers": 28, "heads": 28, "kv_heads": 4, "intermediate": 18944, "vocab": 152064, "tied": False},
 }
-LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
 
 
 def parameter_count(arch: dict[str, Any]) -> int:
@@ -55,8 +54,8 @@ def lora_parameter_count(arch: dict[str, Any], r: int = 16) -> int:
     h, inter = arch["hidden"], arch["intermediate"]
     kv = h // arch["heads"] * arch["kv_heads"]
     shapes = {"q": (h, h), "k": (h, kv), "v": (h, kv), "o": (h, h), "gate": (h, inter), "up": (h, inter),
-              "down": (inter, h)}
-    return arch["layers"] * sum(r * (a + b) for a, b in (shapes[t] for t in LORA_TARGETS))
+              "down": (inter, h)}  # the adapted projections
+    return arch["layers"] * sum(r * (a + b) for a, b in shapes.values())
 
 
 def activation_bytes(arch: dict[str, Any], tokens: int, checkpointing: bool, response_tokens: int) -> float:

@@ -8,11 +8,10 @@
 Each stage prints its figures and writes its JSON (``--out``; default ``benchmarks/results/<stage's file>``), the
 machine's facts and load beside them. Speed targets live here and in the JSON, never in timed tests.
 
-``openenv`` (docs/openenv.md): environment steps per second through an ``ecpo serve`` server (a child process on
-127.0.0.1) at each ``--sessions`` count beside the same env stepped in process. The sessions are OpenEnv's async
-client (``ECPOEnvClient``) in this process's event loop, each playing a seeded random admissible action (an invalid
-one step in ten); a level's ``--steps`` are split over its sessions, its wall time runs from the first reset to the
-last step (connections opened before). Client and server share the machine: the figures are a floor.
+``openenv`` (docs/openenv.md): environment steps per second through an ``ecpo serve`` child process at each
+``--sessions`` count (OpenEnv's async client, each session playing seeded random admissible actions, an invalid one
+step in ten; a level's ``--steps`` split over its sessions, timed from the first reset, connections opened before)
+beside the same env stepped in process.
 
 ``text_policy`` (docs/cpu_training.md): the small text policy (preset ``alfworld_text``) on real ALFWorld games.
 1. Decisions per second: the contexts of one rollout (16 groups x 8 train-split games, the policy's own play)
@@ -245,7 +244,7 @@ STAGES = {  # each stage's function and the options it reads, with their default
 }
 
 
-def command() -> StudyCommand:
+def main(argv: list[str] | None = None) -> int:
     cmd = StudyCommand(__spec__.name if __spec__ else "benchmarks.speed", __doc__.split("\n\n")[0],
                        {stage: tuple(options) for stage, (_, options) in STAGES.items()})
     cmd.add("--out", help="the figures' JSON (default: the stage's file in benchmarks/results/)")
@@ -265,11 +264,7 @@ def command() -> StudyCommand:
     cmd.add("--iterations", type=int, help="text_policy: iterations timed per engine")
     cmd.add("--engines", nargs="*", choices=["native", "rllib"], help="text_policy: engines timed (none: skip)")
     cmd.add("--reps", type=int, help="credit: repetitions (their median)")
-    return cmd
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = command().parse(argv)
+    args = cmd.parse(argv)
     if args is None:
         return 2
     stage, options = STAGES[args.stage]
