@@ -7,14 +7,11 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import os
 import time
 import typing
 from collections.abc import Callable
-from functools import partial
 
-from benchmarks.study import in_processes
 from benchmarks.timing import latency, timed
 
 
@@ -181,60 +178,22 @@ def _alfworld_games(count: int) -> tuple[str, list[str]]:
     return "ecpo/ALFWorld-v0", ids[::step][:count]
 
 
-def _game_sources(env_id: str, task_ids: list[str]) -> list[tuple[typing.Any, list[str]]]:
-    """Per game, what raw textworld loads (a path or an in-memory dict) and the commands to play."""
-    from ecpo_gym.alfworld.env import ALFWorldEnv, ALFWorldGenEnv
+def _time_env(env_id: str, task_ids: list[str]) -> dict[str, list[float]]:
+    """Load (first reset), reset and play each game's expert commands on ecpo's env (its default engine)."""
+    import gymnasium as gym
 
-    if env_id == "ecpo/ALFWorld-v0":
-        split_dir = ALFWorldEnv().split_dir
-        return [(str(split_dir / t), json.loads((split_dir / t).read_text())["walkthrough"]) for t in task_ids]
-    env = ALFWorldGenEnv()
-    sources = []
-    for task_id in task_ids:
-        env.reset(options={"task_id": task_id})
-        sources.append((env.game(task_id).game, env.expert_plan()))
-    env.close()
-    return sources
+    import ecpo_gym  # noqa: F401
+    from ecpo_gym.alfworld.expert import expert_plan
 
-
-ENGINES = ("raw_textworld", "raw_textworld_with_ecpo_memos", "ecpo_env")
-
-
-def _time_engine(env_id: str, task_ids: list[str], engine: str) -> dict[str, list[float]]:
-    """Load (first reset), reset and play each game's expert commands on one of ``ENGINES``: textworld's PddlEnv +
-    AlfredDemangler directly (with or without ecpo's memos) or ecpo's env; run in a spawned process (its engine
-    patches stay there)."""
     times: dict[str, list[float]] = {"first_reset": [], "reset": [], "step": []}
-    if engine == "ecpo_env":
-        import gymnasium as gym
-
-        import ecpo_gym  # noqa: F401
-        from ecpo_gym.alfworld.expert import expert_plan
-
-        env = gym.make(env_id, disable_env_checker=True).unwrapped
-        for task_id in task_ids:
-            if env_id != "ecpo/ALFWorld-v0":  # generation time is not engine time: generate before timing
-                env.game(task_id)
-            for key in ("first_reset", "reset"):
-                times[key].append(timed(env.reset, options={"task_id": task_id})[1])
-            times["step"] += [timed(env.step, command)[1] for command in expert_plan(env)]
-        env.close()
-        return times
-    import textworld
-    import textworld.envs.pddl
-    from alfworld.agents.environment.alfred_tw_env import AlfredDemangler
-
-    if engine == "raw_textworld_with_ecpo_memos":
-        from ecpo_gym.alfworld.engine import install_grammar_parse_memo, install_translation_memo
-
-        install_translation_memo()
-        install_grammar_parse_memo()
-    for source, commands in _game_sources(env_id, task_ids):
-        game = AlfredDemangler(shuffle=False)(
-            textworld.envs.pddl.PddlEnv(textworld.EnvInfos(admissible_commands=True, won=True)))
-        times["first_reset"].append(timed(game.load, source)[1] + timed(game.reset)[1])
-        times["reset"].append(timed(game.reset)[1])
-        times["step"] += [timed(game.step, command)[1] for command in commands]
+    env = gym.make(env_id, disable_env_checker=True).unwrapped
+    for task_id in task_ids:
+        if env_id != "ecpo/ALFWorld-v0":  # generation time is not engine time: generate before timing
+            env.game(task_id)
+        for key in ("first_reset", "reset"):
+            times[key].append(timed(env.reset, options={"task_id": task_id})[1])
+        times["step"] += [timed(env.step, command)[1] for command in expert_plan(env)]
+    env.close()
     return times
 
 
@@ -267,17 +226,13 @@ def _group_steps_per_second(env_id: str, task_ids: list[str], workers: int, step
 
 
 def alfworld_section(args: argparse.Namespace) -> dict[str, typing.Any]:
-    """Raw textworld versus ecpo's ALFWorld env on the same games (each measurement in a fresh process, so engine
-    patches never leak between them), and the group env's steps/s with 1 and 2 workers."""
+    """ecpo's ALFWorld env on the chosen games, and the group env's steps/s with 1 and 2 workers. (Its comparison
+    with raw TextWorld, which the native engine superseded, is a finished one-off: docs/benchmarks.md.)"""
     env_id, task_ids = _alfworld_games(args.games)
-    table = {engine: {k: latency(v, 95) for k, v in next(in_processes(
-        partial(_time_engine, env_id, task_ids), [engine], 1, spawn=True)).items()} for engine in ENGINES}
-    overhead = table["ecpo_env"]["step"]["median_ms"] / table["raw_textworld_with_ecpo_memos"]["step"]["median_ms"] - 1
-    speedup = table["raw_textworld"]["step"]["median_ms"] / table["ecpo_env"]["step"]["median_ms"]
+    table = {"ecpo_env": {k: latency(v, 95) for k, v in _time_env(env_id, task_ids).items()}}
     group = [_group_steps_per_second(env_id, task_ids, workers, args.steps, args.groups, args.group_size)
              for workers in (1, 2)]
-    return {"env_id": env_id, "games": task_ids, "latency": table, "wrapper_step_overhead": overhead,
-            "target": "wrapper step overhead <= +5%", "step_speedup_vs_stock_textworld": speedup, "group_env": group}
+    return {"env_id": env_id, "games": task_ids, "latency": table, "group_env": group}
 
 
 SECTIONS: dict[str, Callable[[argparse.Namespace], dict]] = {
