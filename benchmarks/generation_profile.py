@@ -11,8 +11,8 @@ of SmolLM2-135M's shape unless ``--scoring-model``).
     python -m benchmarks.generation_profile                         # on one GPU, alone: about 2-3 minutes
     python -m benchmarks.generation_profile --device cpu --smoke    # tiny sizes, any machine (static, no graph)
 
-It prints the figures and writes JSON naming the device (on CUDA to ``benchmarks/results/decoding_profile.json``;
-``generation_profile.json`` there is the first, eager-only profile of 2026-11-26).
+It prints the figures and writes JSON naming the device: on CUDA to ``benchmarks/results/decoding_profile.json``
+(``generation_profile.json`` there is the first, eager-only profile of 2026-11-26), else to ``runs/decoding_profile/``.
 """
 
 from __future__ import annotations
@@ -25,23 +25,31 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import ArgumentParser, fail, refuse_without_cuda
-from benchmarks.gpu_learning import ROOT, tokenizer_dir
+from benchmarks.gpu_learning import tokenizer_dir
 from benchmarks.gpu_run import (
     PAPER_STEPS,
     QWEN25_1_5B,
     QWEN25_SMOKE,
+    default_out,
     device_facts,
     part_paper_iteration,
-    sync_device,
     write_random_model,
 )
+from benchmarks.gpu_run_report import PAPER_ITERATION_SECONDS
 from benchmarks.timing import seconds, write_json
 
-PAPER_SECONDS = 302.8  # the paper's iteration at 50 steps on 8 A100s
+PAPER_SECONDS = PAPER_ITERATION_SECONDS["ECPO paper, Qwen2.5-1.5B, 8x A100"]  # at 50 steps
 # SmolLM2-135M's shape (hidden, layers, heads) as a Qwen2 with the Qwen2.5 vocabulary (the tokenizer at hand)
 SMOLLM2_SHAPE = QWEN25_1_5B | {"hidden_size": 576, "num_hidden_layers": 30, "num_attention_heads": 9,
                                "num_key_value_heads": 3, "intermediate_size": 1536}
 LAUNCH_EVENTS = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cudaGraphLaunch")
+
+
+def sync_device(device: str) -> None:
+    import torch
+
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
 
 
 def profiled(call: Any, device: str, top: int) -> dict[str, Any]:
@@ -138,9 +146,7 @@ def part_decode(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
 def part_paper(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     """Part 2: the paper-shaped iteration with fast decoding (``gpu_run``'s part 3), generation carried to 50 steps."""
-    figures = part_paper_iteration(argparse.Namespace(device=args.device, smoke=args.smoke,
-                                                      paper_steps=args.paper_steps,
-                                                      decoding=fast_decoding(args.device)), work)
+    figures = part_paper_iteration(argparse.Namespace(**vars(args), decoding=fast_decoding(args.device)), work)
     generation_at_50 = figures["time/generation"] / figures["steps"] * PAPER_STEPS
     print(f"paper iteration ({figures['decoding']}): generation {figures['time/generation']:.1f} s for "
           f"{figures['steps']} steps, {figures['generation_tokens_per_s']:,.0f} tok/s; at {PAPER_STEPS} steps: "
@@ -232,8 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.smoke:
         args.rows, args.prompt, args.tokens, args.profile_tokens, args.repeats = 4, 16, 4, 4, 1
-    out = args.out or (ROOT / "benchmarks" / "results" / "decoding_profile.json" if args.device.startswith("cuda")
-                       and not args.smoke else ROOT / "runs" / "generation_profile.json")
+    out = args.out or default_out(args.device, args.smoke, "decoding_profile")
     started = time.monotonic()
     report: dict[str, Any] = {"environment": device_facts(args.device), "smoke": args.smoke, "parts": {}}
     with tempfile.TemporaryDirectory(prefix="generation_profile-") as tmp:

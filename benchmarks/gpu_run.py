@@ -60,13 +60,6 @@ CPU_RUNNER_CORES = 2  # rllib part 5: cores (and torch threads) of one runner on
 
 
 # ---------------------------------------------------------------------------------------------- device facts
-def sync_device(device: str) -> None:
-    import torch
-
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-
-
 def reset_peak() -> None:
     import torch
 
@@ -361,10 +354,9 @@ def kept_report(out: Path, chosen: set[str], smoke: bool) -> dict[str, Any] | No
     return report
 
 
-def run_parts(report: dict[str, Any], out: Path, names: tuple[str, ...], chosen: set[str],
-              run: Callable[[str, Path], dict[str, Any]], facts: dict[str, Any],
-              render_report: Callable[[Any], str]) -> int:
-    """Run the ``chosen`` parts in order (``run(name, work)``, in a work folder removed at the end, even on
+def run_parts(report: dict[str, Any], out: Path, parts: dict[str, Callable[[Path], dict[str, Any]]],
+              chosen: set[str], facts: dict[str, Any], render_report: Callable[[Any], str]) -> int:
+    """Run the ``chosen`` of ``parts`` in order (``parts[name](work)``, in a work folder removed at the end, even on
     SIGTERM), writing the report after each; a part that raises records its error and the others still run
     (one failed part must not cost the others a lease). Exit status 1 where any part failed."""
     started = time.monotonic()
@@ -373,11 +365,11 @@ def run_parts(report: dict[str, Any], out: Path, names: tuple[str, ...], chosen:
     previous = signal.signal(signal.SIGTERM, lambda signum, _: sys.exit(128 + signum))
     try:
         with tempfile.TemporaryDirectory(prefix=f"{WORK_PREFIX}{os.getpid()}-") as tmp:
-            for number, name in ((k + 1, n) for k, n in enumerate(names) if n in chosen):
+            for number, name in ((k + 1, n) for k, n in enumerate(parts) if n in chosen):
                 part_started = time.monotonic()
                 print(f"[{part_started - started:6.0f} s] part {number}: {name}", flush=True)
                 try:
-                    part = run(name, Path(tmp))
+                    part = parts[name](Path(tmp))
                 except Exception as err:  # noqa: BLE001 -- recorded, and said at the end
                     traceback.print_exc()
                     failed.append(name)
@@ -405,11 +397,9 @@ def native(args: argparse.Namespace) -> int:
     report = kept_report(out, chosen, args.smoke)
     if report is None:
         return 2
-
-    def run(name: str, work: Path) -> dict[str, Any]:
-        return part_environment(args.device) if name == "environment" else part_paper_iteration(args, work)
-
-    return run_parts(report, out, PART_NAMES, chosen, run, device_facts(args.device), render)
+    parts = {"environment": lambda work: part_environment(args.device),
+             "paper_iteration": lambda work: part_paper_iteration(args, work)}  # (PART_NAMES, in order)
+    return run_parts(report, out, parts, chosen, device_facts(args.device), render)
 
 
 def rllib(args: argparse.Namespace) -> int:
@@ -447,7 +437,7 @@ def rllib(args: argparse.Namespace) -> int:
              include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
         facts = device_facts(args.device) | {"ray": ray.__version__, "cpus": os.cpu_count()}
-        return run_parts(report, out, RLLIB_PARTS, chosen, lambda name, work: runs[name](work), facts, render_rllib)
+        return run_parts(report, out, runs, chosen, facts, render_rllib)
     finally:
         ray.shutdown()
 

@@ -14,7 +14,6 @@ PHASES = ("sampling", "credit", "update", "sync")  # an iteration's time split, 
 PAPER_ITERATION_SECONDS = {"ECPO paper, Qwen2.5-1.5B, 8x A100": 302.8, "GiGPO, Qwen2.5-1.5B, 2x H100": 362.8}
 
 
-# ---------------------------------------------------------------------------------------------- statistics
 def outcomes(validation_line: Mapping[str, Any]) -> list[list]:
     """``[[task_id, copy, won], ...]`` of one ``validation.jsonl`` line (JSON-friendly; keyed by task and copy)."""
     return [[t, c, int(w)] for t, c, w in zip(validation_line["task_ids"], validation_line["copies"],
@@ -38,7 +37,6 @@ def paired_test(before: list[list], after: list[list]) -> dict[str, Any]:
                                  task_of=lambda key: key[0])
 
 
-# ---------------------------------------------------------------------------------------------- markdown
 def _num(value: Any, digits: int = 2) -> str:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "n/a"
@@ -85,7 +83,6 @@ def render(report: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-# ---------------------------------------------------------------------------------------------- rllib
 def render_rllib(report: dict[str, Any]) -> str:
     """The report's markdown: both engines' time split, the checkpoint round trip, the runner cases."""
     parts = report["parts"]

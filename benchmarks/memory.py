@@ -34,7 +34,6 @@ from benchmarks.timing import GB, MB, PeakSampler, call_in_child, machine, timed
 VARIANTS = ("plain", "lora", "checkpointing", "fsdp2x2")
 LORA = {"r": 16, "alpha": 32, "dropout": 0.0}
 
-# ---------------------------------------------------------------------------------------------- computed
 # public config.json values of the two paper models
 QWEN25 = {
     "Qwen2.5-1.5B": {"hidden": 1536, "layers": 28, "heads": 12, "kv_heads": 2, "intermediate": 8960, "vocab": 151936, "tied": True},
@@ -105,7 +104,6 @@ def computed_table(prompt: int = 2048, response: int = 512, micro_batch: int = 8
     return rows
 
 
-# ---------------------------------------------------------------------------------------------- measured
 def one_update(variant: str, model_dir: str, args: argparse.Namespace, dp: Any = None) -> dict[str, float]:
     """Build the policy in ``variant``'s setting, then measure one update's peak memory."""
     import torch
@@ -154,14 +152,10 @@ def one_update(variant: str, model_dir: str, args: argparse.Namespace, dp: Any =
     _, seconds = timed(policy_update, logprob_fn, ref_fn, params, optimizer, old, torch.ones(len(rows), args.response),
                        advantages[rows], settings, np.random.default_rng(0), reducer=dp)
     peak = sampler.stop()
-    result = {"seconds": seconds, "trainable_params": float(sum(p.numel() for p in params))}
-    if device == "cuda":
-        result["model_mb"] = start_bytes / MB
-        result["peak_update_mb"] = (torch.cuda.max_memory_allocated() - start_bytes) / MB
-    else:
-        result["model_mb"] = (sampler.baseline - before_model) / MB  # policy + reference + batch, resident
-        result["peak_update_mb"] = (peak - sampler.baseline) / MB
-    return result
+    model, update = ((start_bytes, torch.cuda.max_memory_allocated() - start_bytes) if device == "cuda" else
+                     (sampler.baseline - before_model, peak - sampler.baseline))  # CPU: resident, the batch's too
+    return {"seconds": seconds, "trainable_params": float(sum(p.numel() for p in params)), "model_mb": model / MB,
+            "peak_update_mb": update / MB}
 
 
 def _fsdp_worker(rank: int, port: int, model_dir: str, args: argparse.Namespace, out: str) -> None:
@@ -201,10 +195,9 @@ def model_dirs(names: list[str]) -> dict[str, str]:
     found = {}
     for name in names:
         if name == "tiny":
-            tokenizer = os.environ.get("ECPO_TOKENIZER_DIR") or ""
             folder = Path(tempfile.gettempdir()) / "ecpo-memory-tiny"
-            if not (folder / "config.json").exists():
-                write_tiny_model(folder, tokenizer_path=tokenizer if tokenizer and Path(tokenizer).is_dir() else None)
+            if not (folder / "config.json").exists():  # (the tokenizer: $ECPO_TOKENIZER_DIR, else a small one)
+                write_tiny_model(folder)
             found["tiny"] = str(folder)
         elif name == "smollm2":
             folder = default_cache_dir() / "smollm2-135m-instruct"
@@ -217,19 +210,17 @@ def model_dirs(names: list[str]) -> dict[str, str]:
 
 def update(args: Any) -> dict[str, Any]:
     """Every model x variant measured in a fresh process, then the computed table."""
-    measured = []
+    measured, shape = [], {key: getattr(args, key) for key in ("rows", "prompt", "response", "micro_batch")}
     for label, folder in model_dirs(args.models.split(",")).items():
         for variant in args.variants.split(","):
             try:
-                row = call_in_child("benchmarks.memory:child", variant=variant, model_dir=folder, rows=args.rows,
-                                    prompt=args.prompt, response=args.response, micro_batch=args.micro_batch)
+                row = call_in_child("benchmarks.memory:child", variant=variant, model_dir=folder, **shape)
             except RuntimeError as err:
                 print(f"{label} {variant} failed:\n{err}")
                 continue
             measured.append({"model": label, "variant": variant} | row)
     import torch
 
-    shape = {"rows": args.rows, "prompt": args.prompt, "response": args.response, "micro_batch": args.micro_batch}
     return {"device": "cuda" if torch.cuda.is_available() else "cpu", "platform": platform.platform(),
             "torch": torch.__version__, "machine": machine(), "shape": shape, "measured": measured,
             "computed": computed_table()}

@@ -192,19 +192,14 @@ def decisions_per_second(policy: Any, contexts: list[Any], batch: int, threads: 
 def iteration_times(model: str | None, iterations: int, engine: str = "native") -> list[dict[str, float]]:
     """``iterations`` iterations of the preset on ``engine``: ``native`` (this process) or ``rllib`` (2 env-runner
     actors and 2 learner actors, DDP over gloo, half a CPU each)."""
+    from ecpo_train.runtime.engines import engine_spec
     from ecpo_train.runtime.run import train
 
+    actors = {"num_env_runners": 2, "num_learners": 2, "actor_cpus": 0.5} if engine == "rllib" else {}
     with tempfile.TemporaryDirectory() as folder:
         config = alfworld_text_config(model, f"run_dir={folder}/run", f"iterations={iterations}", "val_every=0",
                                       "progress=false", "tensorboard=false", "checkpoint_every=0")
-        if engine == "rllib":
-            from ecpo_train.integrations.rllib.llm.engine import RLlibEngine
-
-            history = train(RLlibEngine, config, num_env_runners=2, num_learners=2, actor_cpus=0.5)
-        else:
-            from ecpo_train.runtime.trainer import Trainer
-
-            history = train(Trainer, config)
+        history = train(engine_spec(engine).engine_class(), config, **actors)
     keys = ("time/iteration", "time/generation", "time/env", "time/update", "success", "num_steps")
     return [{key: float(h[key]) for key in keys if key in h} for h in history]
 
@@ -325,9 +320,8 @@ def loop_gigpo(cols: dict[str, list], gamma: float = 0.95, omega: float = 1.0, e
 def credit(args: Any) -> dict[str, Any]:
     """Every method's median milliseconds over ``--reps`` interleaved repetitions (after two warm-up ones) on
     ``build_batch(--seed)``, one thread on one core, and the ratios the targets are read from."""
-    reps, seed = args.reps, args.seed
-    if reps < 1:
-        raise ValueError(f"--reps {reps}: at least one repetition is needed for a median")
+    if args.reps < 1:
+        raise ValueError(f"--reps {args.reps}: at least one repetition is needed for a median")
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):  # before numpy and torch load
         os.environ.setdefault(var, "1")
     import numpy as np
@@ -340,7 +334,7 @@ def credit(args: Any) -> dict[str, Any]:
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 
-    cols = build_batch(seed)
+    cols = build_batch(args.seed)
     ecpo_adv, diag = compute_advantages("ecpo", cols)
     max_diff = float(np.abs(np.array(loop_gigpo(cols)) - compute_advantages("gigpo_std", cols)[0]).max())
     rows = prepare_rows(*cols.values())
@@ -356,7 +350,7 @@ def credit(args: Any) -> dict[str, Any]:
         "credit_diagnostics": lambda c: credit_diagnostics("ecpo", rows, CreditConfig(), ecpo_adv),
     }
     times: dict[str, list[float]] = {name: [] for name in methods}
-    for rep in range(reps + 2):  # two warm-up repetitions
+    for rep in range(args.reps + 2):  # two warm-up repetitions
         for name, fn in methods.items():
             elapsed = timed(fn, fresh_strings(cols))[1]  # (the fresh strings made before the clock starts)
             if rep >= 2:
@@ -378,7 +372,7 @@ def credit(args: Any) -> dict[str, Any]:
         "targets": {"ecpo_over_gigpo_max": 1.3, "ecpo_ms_max": 25.0,
                     "met": median["ecpo"] / median["gigpo_std"] <= 1.3 and median["ecpo"] <= 25.0},
         "loop_vs_vectorised_max_abs_diff": max_diff,
-        "reps": reps, "threads": 1, "python": platform.python_version(), "numpy": np.__version__,
+        "reps": args.reps, "threads": 1, "python": platform.python_version(), "numpy": np.__version__,
         "torch": torch.__version__, "machine": platform.processor() or platform.machine(), "host": machine(),
     }
 
