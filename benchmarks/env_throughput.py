@@ -15,7 +15,6 @@ from collections.abc import Callable
 from benchmarks.timing import latency, timed
 
 
-# ---------------------------------------------------------------------------------------------- webshop
 def webshop_section(args: argparse.Namespace) -> dict:
     """Generated catalogue: build/index time, reset median, step median (expert + random actions)."""
     import numpy as np
@@ -103,7 +102,6 @@ def webshop_lucene_row(products: list[typing.Any], goals: list[typing.Any], quer
             "target_in_top10": {k: v / len(pairs) for k, v in hits.items()}, "pairs": len(pairs)}
 
 
-# ---------------------------------------------------------------------------------------------- searchqa
 def searchqa_section(args: argparse.Namespace) -> dict:
     """HotpotQA paragraph corpus: index build time, per-query retrieval latency and recall@3 for bm25s and
     Lucene (skipped with a note when the ``lucene`` extra is missing), plus env reset/step latency."""
@@ -162,7 +160,6 @@ def searchqa_section(args: argparse.Namespace) -> dict:
             "retrievers": retrievers, "env": envs}
 
 
-# ---------------------------------------------------------------------------------------------- ALFWorld
 def _alfworld_games(count: int) -> tuple[str, list[str]]:
     """Real valid_seen games when data is configured, else generated ones."""
     from ecpo_gym.alfworld.engine import SUBTASKS

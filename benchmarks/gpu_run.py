@@ -19,6 +19,7 @@ Needs CUDA unless ``--device cpu`` (exit 2 with one line). Results go to ``bench
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -59,7 +60,6 @@ SMOKE_RUN = {"env_id": "ecpo/DivergentAnchor-v0", "env_kwargs": {"num_tasks": 2,
 CPU_RUNNER_CORES = 2  # rllib part 5: cores (and torch threads) of one runner on the CPU
 
 
-# ---------------------------------------------------------------------------------------------- device facts
 def reset_peak() -> None:
     import torch
 
@@ -90,14 +90,10 @@ def loaded_distributions() -> dict[str, str]:
     """``{distribution: version}`` of every installed distribution this process has imported from."""
     from importlib.metadata import PackageNotFoundError, packages_distributions, version
 
-    owners = packages_distributions()
-    found = {}
-    for module in list(sys.modules):
-        for dist in owners.get(module.partition(".")[0], []):
-            try:
-                found[dist.lower().replace("_", "-")] = version(dist)
-            except PackageNotFoundError:  # a distribution without metadata
-                continue
+    owners, found = packages_distributions(), {}
+    for dist in {dist for module in list(sys.modules) for dist in owners.get(module.partition(".")[0], [])}:
+        with contextlib.suppress(PackageNotFoundError):  # a distribution without metadata
+            found[dist.lower().replace("_", "-")] = version(dist)
     return dict(sorted(found.items()))
 
 
@@ -111,7 +107,6 @@ def device_facts(device: str) -> dict[str, Any]:
             "python": platform.python_version(), "platform": platform.platform()}
 
 
-# ---------------------------------------------------------------------------------------------- native parts
 def part_environment(device: str) -> dict[str, Any]:
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "cuda", *CUDA_TESTS]
     done, seconds = timed(subprocess.run, command, cwd=ROOT, capture_output=True, text=True, check=False)
@@ -180,7 +175,6 @@ def part_paper_iteration(args: argparse.Namespace, work: Path) -> dict[str, Any]
     }
 
 
-# ---------------------------------------------------------------------------------------------- rllib parts
 def time_split(metrics: dict[str, float]) -> dict[str, float]:
     """An iteration's seconds by phase, one vocabulary for both engines: ``sampling`` (the native rollout:
     generation + env; RLlib: the runners' sampling as the driver waited for it), ``credit``, ``update`` (without
@@ -310,7 +304,6 @@ def part_runners(args: argparse.Namespace, work: Path, name: str, runners: int, 
             "policy_lag_max": rllib["policy_lag_max"]}
 
 
-# ---------------------------------------------------------------------------------------------- the parts' run
 WORK_PREFIX = "gpu_run-"  # the work folders (models of 30-78 MB) in the temp folder: gpu_run-<pid>-<random>
 
 
@@ -388,7 +381,6 @@ def run_parts(report: dict[str, Any], out: Path, parts: dict[str, Callable[[Path
     return 0
 
 
-# ---------------------------------------------------------------------------------------------- the stages
 def native(args: argparse.Namespace) -> int:
     chosen = chosen_parts(args.parts or "1,2", PART_NAMES)
     if chosen is None or refuse_without_cuda(args.device, "gpu_run"):

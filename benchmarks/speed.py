@@ -13,20 +13,16 @@ machine's facts and load beside them. Speed targets live here and in the JSON, n
 step in ten; a level's ``--steps`` split over its sessions, timed from the first reset, connections opened before)
 beside the same env stepped in process.
 
-``text_policy`` (docs/cpu_training.md): the small text policy (preset ``alfworld_text``) on real ALFWorld games.
-1. Decisions per second: the contexts of one rollout (16 groups x 8 train-split games, the policy's own play)
-replayed through ``act`` in batches of ``--batch`` at 1 and 2 torch threads (target: 5,000/s on 2 cores).
-2. ``--iterations`` iterations of the preset (rollout, credit, update) from ``--model`` or random weights on each of
-``--engines`` (RLlib: 2 env-runner and 2 learner actors), their time split (target: 30 s on 2 idle cores).
-(The thread sweep of the recipe's thread rule, ``--threads``, is a finished one-off: docs/benchmarks.md.)
+``text_policy`` (docs/cpu_training.md): the small text policy (preset ``alfworld_text``) on real ALFWorld games:
+its decisions per second, the contexts of one rollout (16 groups x 8, its own play) replayed through ``act`` in
+batches of ``--batch`` at 1 and 2 torch threads (target: 5,000/s on 2 cores), and ``--iterations`` iterations of the
+preset from ``--model`` or random weights on each of ``--engines`` (target: 30 s on 2 idle cores).
 
 ``credit``: GRPO vs GiGPO w/std vs ECPO end to end on a verl-agent-shaped batch that mimics one ALFWorld iteration of
-the paper (App. A.1: 16 groups x 8 rollouts, up to 50 steps, long textual observations as anchor keys, ~35-40 % of
-rows on a shared anchor, reward 10 on success and -0.1 per invalid action). Each timing starts from raw per-step
-Python strings (fresh string objects every repetition, so no cached hashes) and ends with the advantage array; the
-methods are interleaved per repetition on one thread. Timed beside them on the same batch: a plain dict-of-lists
-GiGPO (verl-agent's style), the two key factorisations, and the credit diagnostics every run logs beside its
-estimator (``core.credit.diagnostics``), as a run pays them (on rows coded once, given ECPO's advantages).
+the paper (App. A.1: 16 groups x 8 rollouts, up to 50 steps, long observations as anchor keys, ~35-40 % of rows on a
+shared anchor, reward 10 on success, -0.1 per invalid action), each timing from fresh per-step Python strings (no
+cached hashes) to the advantage array, the methods interleaved on one thread; beside them a plain dict-of-lists GiGPO
+(verl-agent's style), the two key factorisations, and the credit diagnostics every run logs, as a run pays them.
 """
 
 from __future__ import annotations
@@ -50,7 +46,6 @@ from benchmarks import RESULTS, fail
 from benchmarks.study import StudyCommand, run_stage
 from benchmarks.timing import ROOT, load, machine, seconds, timed
 
-# ---------------------------------------------------------------------------------------------- openenv
 INVALID_SHARE = 0.1
 
 
@@ -147,7 +142,6 @@ def openenv(args: Any) -> dict[str, Any]:
             "server": levels, "note": "client and server on the same machine; wall time includes resets"}
 
 
-# ---------------------------------------------------------------------------------------------- text policy
 def alfworld_text_config(model: str | None, *overrides: str) -> Any:
     from ecpo_train.runtime.config import load_config
 
@@ -224,7 +218,6 @@ def text_policy(args: Any) -> dict[str, Any]:
     }
 
 
-# ---------------------------------------------------------------------------------------------- credit
 RECEPTACLES = ["cabinet", "countertop", "drawer", "fridge", "garbagecan", "shelf", "sinkbasin", "stoveburner",
                "microwave", "coffeemachine", "toaster", "diningtable", "sidetable", "dresser", "bed", "desk"]
 OBJECTS = ["apple", "mug", "knife", "potato", "lettuce", "soapbar", "cellphone", "book", "pencil", "plate",
@@ -377,7 +370,6 @@ def credit(args: Any) -> dict[str, Any]:
     }
 
 
-# ---------------------------------------------------------------------------------------------- the command
 def env(args: Any) -> dict[str, Any]:
     from benchmarks.env_throughput import SECTIONS
 
