@@ -6,18 +6,15 @@ owner adds its own.
 from __future__ import annotations
 
 import argparse
-import json
+import itertools
 import os
 import time
 import typing
 from collections.abc import Callable
-from functools import partial
 
-from benchmarks.study import in_processes
 from benchmarks.timing import latency, timed
 
 
-# ---------------------------------------------------------------------------------------------- webshop
 def webshop_section(args: argparse.Namespace) -> dict:
     """Generated catalogue: build/index time, reset median, step median (expert + random actions)."""
     import numpy as np
@@ -45,47 +42,38 @@ def webshop_section(args: argparse.Namespace) -> dict:
             smallest = (products, goals)
 
         rng = np.random.default_rng(0)
-        resets, steps = [], []
-        by_kind: dict[str, list[float]] = {"search": [], "click": [], "buy": [], "invalid": []}
+        resets, by_kind = [], {"search": [], "click": [], "buy": [], "invalid": []}
         for episode in range(args.episodes):
             task_id = env.task_ids[int(rng.integers(len(env.task_ids)))]
             (_, info), elapsed = timed(env.reset, options={"task_id": task_id})
             resets.append(elapsed)
-            if episode % 2 == 0:
-                actions = expert_actions_for_task(env, task_id)
-            else:  # random shopper: the goal query, then random admissible clicks
-                actions = [f"search[{env.goal.query}]"]
-            done, index = False, 0
-            while not done:
+            # the expert's actions; or a random shopper's: the goal query, then random admissible clicks
+            actions = expert_actions_for_task(env, task_id) if episode % 2 == 0 else [f"search[{env.goal.query}]"]
+            for index in itertools.count():
                 if index < len(actions):
                     action = actions[index]
-                else:
+                else:  # (the search box searches the goal's query; one action in ten is invalid)
                     admissible = info["admissible_actions"]
                     action = admissible[int(rng.integers(len(admissible)))]
-                    if action == "search[<query>]":
-                        action = f"search[{env.goal.query}]"
-                    if rng.random() < 0.1:
-                        action = "click[nothing here]"
-                index += 1
+                    action = f"search[{env.goal.query}]" if action == "search[<query>]" else action
+                    action = "click[nothing here]" if rng.random() < 0.1 else action
                 (_, _, terminated, truncated, info), elapsed = timed(env.step, action)
-                steps.append(elapsed)
                 kind = ("invalid" if not info["is_action_valid"] else "search" if action.startswith("search")
                         else "buy" if action == "click[buy now]" else "click")
                 by_kind[kind].append(elapsed)
-                done = terminated or truncated
+                if terminated or truncated:
+                    break
         search = env.catalogue.retriever.search  # uncached searches: one distinct query each
         fresh = [timed(search, g.instruction_text.split(", and price")[0])[1] for g in goals[:200]]
         results[str(size)] = {
             "num_products": size, "uncached_search": latency(fresh), "num_goals": len(goals),
             "generate_s": generate_s, "load_and_goals_s": load_s + goals_s, "index_build_s": index_s,
             "first_env_s": first_env_s, "cached_env_s": cached_env_s,
-            "reset": latency(resets), "step": latency(steps),
+            "reset": latency(resets), "step": latency([t for times in by_kind.values() for t in times]),
             "step_by_kind": {k: latency(v) for k, v in by_kind.items() if v},
         }
-    payload: dict[str, typing.Any] = {"target": "median step < 1 ms at 1000 products", "episodes": args.episodes,
-                                      "sizes": results}
-    payload[f"lucene_{min(args.sizes)}"] = webshop_lucene_row(*smallest, args.episodes)
-    return payload
+    return {"target": "median step < 1 ms at 1000 products", "episodes": args.episodes, "sizes": results,
+            f"lucene_{min(args.sizes)}": webshop_lucene_row(*smallest, args.episodes)}
 
 
 def webshop_lucene_row(products: list[typing.Any], goals: list[typing.Any], queries: int) -> dict[str, typing.Any]:
@@ -114,7 +102,6 @@ def webshop_lucene_row(products: list[typing.Any], goals: list[typing.Any], quer
             "target_in_top10": {k: v / len(pairs) for k, v in hits.items()}, "pairs": len(pairs)}
 
 
-# ---------------------------------------------------------------------------------------------- searchqa
 def searchqa_section(args: argparse.Namespace) -> dict:
     """HotpotQA paragraph corpus: index build time, per-query retrieval latency and recall@3 for bm25s and
     Lucene (skipped with a note when the ``lucene`` extra is missing), plus env reset/step latency."""
@@ -136,16 +123,16 @@ def searchqa_section(args: argparse.Namespace) -> dict:
     data_dir = args.data_dir or os.path.join(os.environ.get("ECPO_DATA_DIR", "../shared/data"), "searchqa")
     data = load_dataset("hotpotqa", "dev500", data_dir=data_dir)
     examples, corpus = data.examples, data.corpus
-    results: dict[str, dict] = {}
+    retrievers: dict[str, dict] = {}
+    envs: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as cache_dir:
         bm25, build_s = timed(BM25sRetriever, corpus, cache_dir=cache_dir)
         _, load_s = timed(BM25sRetriever, corpus, cache_dir=cache_dir)
         measure(bm25, examples[:50])  # warm-up
-        row = {"index_build_s": build_s, "index_load_from_cache_s": load_s, "k1": bm25.k1, "b": bm25.b,
-               **measure(bm25, examples)}
-        _, batched_s = timed(bm25.batch_search, [e.question for e in examples], 3)
-        row["batched_per_query_ms"] = batched_s * 1000.0 / len(examples)
-        results["bm25s"] = row
+        retrievers["bm25s"] = {"index_build_s": build_s, "index_load_from_cache_s": load_s, "k1": bm25.k1,
+                               "b": bm25.b, **measure(bm25, examples)}
+        batched_s = timed(bm25.batch_search, [e.question for e in examples], 3)[1]
+        retrievers["bm25s"]["batched_per_query_ms"] = batched_s * 1000.0 / len(examples)
 
         from ecpo_gym.lucene import lucene_available
         from ecpo_gym.searchqa.retrievers.lucene import LuceneRetriever
@@ -154,28 +141,25 @@ def searchqa_section(args: argparse.Namespace) -> dict:
         if ok:
             lucene, build_s = timed(LuceneRetriever, corpus, cache_dir=cache_dir)
             measure(lucene, examples[:50])
-            results["lucene"] = {"jvm_start_s": jvm_s, "index_build_s": build_s, "k1": 0.9, "b": 0.4,
-                                 **measure(lucene, examples)}
+            retrievers["lucene"] = {"jvm_start_s": jvm_s, "index_build_s": build_s, "k1": 0.9, "b": 0.4,
+                                    **measure(lucene, examples)}
             lucene.close()
         else:
-            results["lucene"] = {"skipped": why}
+            retrievers["lucene"] = {"skipped": why}
 
-        env = SearchQAEnv(data_dir=data_dir, cache_dir=cache_dir)
-        gen = SearchQAGenEnv()
-        for name, environment in (("env_hotpotqa_bm25s", env), ("env_generated", gen)):
+        for name, environment in (("env_hotpotqa_bm25s", SearchQAEnv(data_dir=data_dir, cache_dir=cache_dir)),
+                                  ("env_generated", SearchQAGenEnv())):
             resets, steps = [], []
             for task_id in environment.task_ids[: args.episodes]:
                 (_, info), elapsed = timed(environment.reset, options={"task_id": task_id})
                 resets.append(elapsed)
                 for action in (f"<think>look</think><search>{info['task']}</search>", "<answer>unknown</answer>"):
                     steps.append(timed(environment.step, action)[1])
-            results[name] = {"reset": latency(resets, 95), "step": latency(steps, 95)}
+            envs[name] = {"reset": latency(resets, 95), "step": latency(steps, 95)}
     return {"corpus": {"name": corpus.name, "documents": len(corpus)}, "questions": len(examples),
-            "retrievers": {k: v for k, v in results.items() if not k.startswith("env_")},
-            "env": {k: v for k, v in results.items() if k.startswith("env_")}}
+            "retrievers": retrievers, "env": envs}
 
 
-# ---------------------------------------------------------------------------------------------- ALFWorld
 def _alfworld_games(count: int) -> tuple[str, list[str]]:
     """Real valid_seen games when data is configured, else generated ones."""
     from ecpo_gym.alfworld.engine import SUBTASKS
@@ -191,60 +175,22 @@ def _alfworld_games(count: int) -> tuple[str, list[str]]:
     return "ecpo/ALFWorld-v0", ids[::step][:count]
 
 
-def _game_sources(env_id: str, task_ids: list[str]) -> list[tuple[typing.Any, list[str]]]:
-    """Per game, what raw textworld loads (a path or an in-memory dict) and the commands to play."""
-    from ecpo_gym.alfworld.env import ALFWorldEnv, ALFWorldGenEnv
+def _time_env(env_id: str, task_ids: list[str]) -> dict[str, list[float]]:
+    """Load (first reset), reset and play each game's expert commands on ecpo's env (its default engine)."""
+    import gymnasium as gym
 
-    if env_id == "ecpo/ALFWorld-v0":
-        split_dir = ALFWorldEnv().split_dir
-        return [(str(split_dir / t), json.loads((split_dir / t).read_text())["walkthrough"]) for t in task_ids]
-    env = ALFWorldGenEnv()
-    sources = []
-    for task_id in task_ids:
-        env.reset(options={"task_id": task_id})
-        sources.append((env.game(task_id).game, env.expert_plan()))
-    env.close()
-    return sources
+    import ecpo_gym  # noqa: F401
+    from ecpo_gym.alfworld.expert import expert_plan
 
-
-ENGINES = ("raw_textworld", "raw_textworld_with_ecpo_memos", "ecpo_env")
-
-
-def _time_engine(env_id: str, task_ids: list[str], engine: str) -> dict[str, list[float]]:
-    """Load (first reset), reset and play each game's expert commands on one of ``ENGINES``: textworld's PddlEnv +
-    AlfredDemangler directly (with or without ecpo's memos) or ecpo's env; run in a spawned process (its engine
-    patches stay there)."""
     times: dict[str, list[float]] = {"first_reset": [], "reset": [], "step": []}
-    if engine == "ecpo_env":
-        import gymnasium as gym
-
-        import ecpo_gym  # noqa: F401
-        from ecpo_gym.alfworld.expert import expert_plan
-
-        env = gym.make(env_id, disable_env_checker=True).unwrapped
-        for task_id in task_ids:
-            if env_id != "ecpo/ALFWorld-v0":  # generation time is not engine time: generate before timing
-                env.game(task_id)
-            for key in ("first_reset", "reset"):
-                times[key].append(timed(env.reset, options={"task_id": task_id})[1])
-            times["step"] += [timed(env.step, command)[1] for command in expert_plan(env)]
-        env.close()
-        return times
-    import textworld
-    import textworld.envs.pddl
-    from alfworld.agents.environment.alfred_tw_env import AlfredDemangler
-
-    if engine == "raw_textworld_with_ecpo_memos":
-        from ecpo_gym.alfworld.engine import install_grammar_parse_memo, install_translation_memo
-
-        install_translation_memo()
-        install_grammar_parse_memo()
-    for source, commands in _game_sources(env_id, task_ids):
-        game = AlfredDemangler(shuffle=False)(
-            textworld.envs.pddl.PddlEnv(textworld.EnvInfos(admissible_commands=True, won=True)))
-        times["first_reset"].append(timed(game.load, source)[1] + timed(game.reset)[1])
-        times["reset"].append(timed(game.reset)[1])
-        times["step"] += [timed(game.step, command)[1] for command in commands]
+    env = gym.make(env_id, disable_env_checker=True).unwrapped
+    for task_id in task_ids:
+        if env_id != "ecpo/ALFWorld-v0":  # generation time is not engine time: generate before timing
+            env.game(task_id)
+        for key in ("first_reset", "reset"):
+            times[key].append(timed(env.reset, options={"task_id": task_id})[1])
+        times["step"] += [timed(env.step, command)[1] for command in expert_plan(env)]
+    env.close()
     return times
 
 
@@ -262,10 +208,8 @@ def _group_steps_per_second(env_id: str, task_ids: list[str], workers: int, step
     stepped = 0
     t0 = time.perf_counter()
     for _ in range(steps):
-        actions = []
-        for i, info in enumerate(infos):
-            options = info["admissible_actions"]
-            actions.append(None if done[i] else options[int(rng.integers(len(options)))])
+        actions = [None if finished else info["admissible_actions"][int(rng.integers(len(info["admissible_actions"])))]
+                   for finished, info in zip(done, infos)]
         stepped += sum(a is not None for a in actions)
         out = envs.step(actions)
         infos = [s.info for s in out]
@@ -279,17 +223,13 @@ def _group_steps_per_second(env_id: str, task_ids: list[str], workers: int, step
 
 
 def alfworld_section(args: argparse.Namespace) -> dict[str, typing.Any]:
-    """Raw textworld versus ecpo's ALFWorld env on the same games (each measurement in a fresh process, so engine
-    patches never leak between them), and the group env's steps/s with 1 and 2 workers."""
+    """ecpo's ALFWorld env on the chosen games, and the group env's steps/s with 1 and 2 workers. (Its comparison
+    with raw TextWorld, which the native engine superseded, is a finished one-off: docs/benchmarks.md.)"""
     env_id, task_ids = _alfworld_games(args.games)
-    table = {engine: {k: latency(v, 95) for k, v in next(in_processes(
-        partial(_time_engine, env_id, task_ids), [engine], 1, spawn=True)).items()} for engine in ENGINES}
-    overhead = table["ecpo_env"]["step"]["median_ms"] / table["raw_textworld_with_ecpo_memos"]["step"]["median_ms"] - 1
-    speedup = table["raw_textworld"]["step"]["median_ms"] / table["ecpo_env"]["step"]["median_ms"]
+    table = {"ecpo_env": {k: latency(v, 95) for k, v in _time_env(env_id, task_ids).items()}}
     group = [_group_steps_per_second(env_id, task_ids, workers, args.steps, args.groups, args.group_size)
              for workers in (1, 2)]
-    return {"env_id": env_id, "games": task_ids, "latency": table, "wrapper_step_overhead": overhead,
-            "target": "wrapper step overhead <= +5%", "step_speedup_vs_stock_textworld": speedup, "group_env": group}
+    return {"env_id": env_id, "games": task_ids, "latency": table, "group_env": group}
 
 
 SECTIONS: dict[str, Callable[[argparse.Namespace], dict]] = {

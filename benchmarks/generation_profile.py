@@ -1,26 +1,18 @@
 """Where the transformers sampler spends its time on a GPU, eager against static-cache CUDA-graph decoding.
 
-The first GPU run's decoding step was host-bound (``benchmarks/results/gpu_run.md``: 88 ms per step for 128 rows of
-Qwen2.5-1.5B; about 1,000-1,400 kernel launches per token, the GPU busy 40 % of the time, a third of the launches
-casting float32 master weights to bf16). ``decoding=graph`` (``ecpo_train/policies/decoding.py``) answers it; three
-parts measure it, each with the policy ``build_policy`` makes (bf16 autocast on CUDA, as trained):
-
-1. ``decode``: ``TransformersPolicy.sample`` at ``--rows`` x ``--tokens`` (128 x 512) after a ``--prompt``-token
-   prompt, ``decoding=eager`` (float32 master weights under autocast) beside ``decoding=graph`` (bf16 sampling
-   copy, static KV cache, one CUDA graph replay per token): ms per step, tokens/s, and one profiled call each
-   (host launches per token, the GPU's busy share, the top operators);
-2. ``paper``: one native-trainer iteration of the paper's shape (``gpu_run``'s part 3, ``decoding=graph``): its
-   generation time, tokens/s and that generation carried to the paper's 50 steps;
-3. ``scoring``: ``ScoringPolicy.act`` (``policy_mode=score``, the ``alfworld_gpu`` preset; a random model of
-   SmolLM2-135M's shape unless ``--scoring-model``) on 16 groups x 8 ALFWorld contexts: decisions/s, host
-   launches per decision and the GPU's busy share, eager (score batches of 64, as the GPU learning run) beside
-   the fast path (bf16 sampling copy, one packed forward per 128 distinct contexts).
+The first GPU run's decoding step was host-bound (docs/gpu.md, "What the first run measured"); ``decoding=graph``
+answers it (docs/gpu.md, "Fast sampling on one GPU", gives the parts, the shapes and the goals). Three parts, each
+with the policy ``build_policy`` makes (bf16 autocast on CUDA, as trained), ``decoding=eager`` beside the fast path:
+``decode`` (``TransformersPolicy.sample`` at ``--rows`` x ``--tokens``: ms per step, tokens/s, one profiled call
+each), ``paper`` (``gpu_run``'s paper-shaped iteration, its generation carried to the paper's 50 steps) and
+``scoring`` (``ScoringPolicy.act`` of the ``alfworld_gpu`` preset on 16 groups x 8 ALFWorld contexts; a random model
+of SmolLM2-135M's shape unless ``--scoring-model``).
 
     python -m benchmarks.generation_profile                         # on one GPU, alone: about 2-3 minutes
     python -m benchmarks.generation_profile --device cpu --smoke    # tiny sizes, any machine (static, no graph)
 
-It prints the figures and writes JSON naming the device (on CUDA to ``benchmarks/results/decoding_profile.json``;
-``generation_profile.json`` there is the first, eager-only profile of 2026-11-26).
+It prints the figures and writes JSON naming the device: on CUDA to ``benchmarks/results/decoding_profile.json``
+(``generation_profile.json`` there is the first, eager-only profile of 2026-11-26), else to ``runs/decoding_profile/``.
 """
 
 from __future__ import annotations
@@ -33,23 +25,31 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import ArgumentParser, fail, refuse_without_cuda
-from benchmarks.gpu_learning import ROOT, tokenizer_dir
+from benchmarks.gpu_learning import tokenizer_dir
 from benchmarks.gpu_run import (
     PAPER_STEPS,
     QWEN25_1_5B,
     QWEN25_SMOKE,
+    default_out,
     device_facts,
     part_paper_iteration,
-    sync_device,
     write_random_model,
 )
+from benchmarks.gpu_run_report import PAPER_ITERATION_SECONDS
 from benchmarks.timing import seconds, write_json
 
-PAPER_SECONDS = 302.8  # the paper's iteration at 50 steps on 8 A100s
+PAPER_SECONDS = PAPER_ITERATION_SECONDS["ECPO paper, Qwen2.5-1.5B, 8x A100"]  # at 50 steps
 # SmolLM2-135M's shape (hidden, layers, heads) as a Qwen2 with the Qwen2.5 vocabulary (the tokenizer at hand)
 SMOLLM2_SHAPE = QWEN25_1_5B | {"hidden_size": 576, "num_hidden_layers": 30, "num_attention_heads": 9,
                                "num_key_value_heads": 3, "intermediate_size": 1536}
 LAUNCH_EVENTS = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cudaGraphLaunch")
+
+
+def sync_device(device: str) -> None:
+    import torch
+
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
 
 
 def profiled(call: Any, device: str, top: int) -> dict[str, Any]:
@@ -80,6 +80,10 @@ def profiled(call: Any, device: str, top: int) -> dict[str, Any]:
 
 def fast_decoding(device: str) -> str:
     return "graph" if device.startswith("cuda") else "static"
+
+
+def busy_text(share: float | None) -> str:
+    return "" if share is None else f", GPU busy {share:.0%}"
 
 
 def llm_config(model_dir: Path, args: argparse.Namespace, preset: str | None = None, **values: Any) -> Any:
@@ -126,17 +130,15 @@ def part_decode(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         policy.max_response_length = profile_tokens  # eager: a short call (its trace is ~1,000 events per token)
         profile = profiled(lambda: policy.sample(prompts, 1.0), args.device, args.top)
         policy.max_response_length = args.tokens
-        variants[decoding] = {
+        v = variants[decoding] = {
             "seconds": took, "ms_per_step": 1e3 * took / args.tokens,
             "tokens_per_s": args.rows * args.tokens / took, "profiled_tokens": profile_tokens,
             "host_launches_per_token": profile["host_launches"] / profile_tokens,
             "graphs_used": bool(policy.decoder and policy.decoder.graphs) if decoding == "graph" else False,
             "profile": profile}
-        v = variants[decoding]
-        busy = profile["device_busy_share"]
         print(f"decode {decoding:6s}: {v['ms_per_step']:.2f} ms per step (prefill included), "
               f"{v['tokens_per_s']:,.0f} tok/s, {v['host_launches_per_token']:.0f} host launches per token"
-              + (f", GPU busy {busy:.0%}" if busy is not None else ""), flush=True)
+              + busy_text(profile["device_busy_share"]), flush=True)
     eager, fast = variants["eager"], variants[fast_decoding(args.device)]
     return {"rows": args.rows, "prompt": args.prompt, "tokens": args.tokens, "variants": variants,
             "step_speedup": eager["ms_per_step"] / fast["ms_per_step"]}
@@ -144,9 +146,7 @@ def part_decode(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
 def part_paper(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     """Part 2: the paper-shaped iteration with fast decoding (``gpu_run``'s part 3), generation carried to 50 steps."""
-    figures = part_paper_iteration(argparse.Namespace(device=args.device, smoke=args.smoke,
-                                                      paper_steps=args.paper_steps,
-                                                      decoding=fast_decoding(args.device)), work)
+    figures = part_paper_iteration(argparse.Namespace(**vars(args), decoding=fast_decoding(args.device)), work)
     generation_at_50 = figures["time/generation"] / figures["steps"] * PAPER_STEPS
     print(f"paper iteration ({figures['decoding']}): generation {figures['time/generation']:.1f} s for "
           f"{figures['steps']} steps, {figures['generation_tokens_per_s']:,.0f} tok/s; at {PAPER_STEPS} steps: "
@@ -200,14 +200,12 @@ def part_scoring(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         took = min(seconds(lambda: policy.act(contexts, temperature=1.0), args.repeats,
                            sync=lambda: sync_device(args.device)))
         profile = profiled(lambda: policy.act(contexts, temperature=1.0), args.device, args.top)
-        variants[decoding] = {"decisions_per_s": len(contexts) / took, "seconds": took,
-                              "host_launches_per_decision": profile["host_launches"] / len(contexts),
-                              "device_busy_share": profile["device_busy_share"], "profile": profile}
-        v = variants[decoding]
+        v = variants[decoding] = {"decisions_per_s": len(contexts) / took, "seconds": took,
+                                  "host_launches_per_decision": profile["host_launches"] / len(contexts),
+                                  "device_busy_share": profile["device_busy_share"], "profile": profile}
         print(f"scoring {decoding:6s}: {v['decisions_per_s']:,.0f} decisions/s, "
               f"{v['host_launches_per_decision']:.1f} host launches per decision"
-              + (f", GPU busy {v['device_busy_share']:.0%}" if v["device_busy_share"] is not None else ""),
-              flush=True)
+              + busy_text(v["device_busy_share"]), flush=True)
     return {"model": str(args.scoring_model or "SmolLM2-135M's shape, random weights"), "contexts": len(contexts),
             "distinct_contexts": len({(c.observation, tuple(c.history)) for c in contexts}), "variants": variants}
 
@@ -240,8 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.smoke:
         args.rows, args.prompt, args.tokens, args.profile_tokens, args.repeats = 4, 16, 4, 4, 1
-    out = args.out or (ROOT / "benchmarks" / "results" / "decoding_profile.json" if args.device.startswith("cuda")
-                       and not args.smoke else ROOT / "runs" / "generation_profile.json")
+    out = args.out or default_out(args.device, args.smoke, "decoding_profile")
     started = time.monotonic()
     report: dict[str, Any] = {"environment": device_facts(args.device), "smoke": args.smoke, "parts": {}}
     with tempfile.TemporaryDirectory(prefix="generation_profile-") as tmp:

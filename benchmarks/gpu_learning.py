@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from benchmarks.gpu_run_report import outcomes
+from benchmarks.timing import timed
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_MODEL = ROOT / "device_bundle" / "models" / "smollm2-135m-instruct"
@@ -26,7 +26,6 @@ def tokenizer_dir() -> Path:
     raise FileNotFoundError("no Qwen2.5 tokenizer: set ECPO_TOKENIZER_DIR or run scripts/device_bundle.py install")
 
 
-# ---------------------------------------------------------------------------------------------- trainer helpers
 # the credit regime of an iteration: the share of anchors ECPO's gate shut (absent for estimators without one),
 # lucky singletons in the batch, the share of anchors whose visits diverge
 REGIME_KEYS = ("credit/gated_fraction", "credit/num_lucky_singletons", "credit/divergent_anchor_fraction")
@@ -50,16 +49,13 @@ def mean_figures(rows: list[dict[str, float]]) -> dict[str, float]:
     return {k: float(np.mean([r[k] for r in rows])) for k in sorted(keys)}
 
 
-# ---------------------------------------------------------------------------------------------- learning runs
 def validate_on(run: Any, tasks: list[str] | None = None, label: str | None = None) -> tuple[dict, float]:
     """Validate a started run's policy (``runtime.run.Run.validate``: the configured validation tasks, or
     ``tasks`` recorded under ``label``) and return ``([[task, copy, won], ...], seconds)``."""
     from ecpo_train.runtime.run_dir import VALIDATION_TASKS, read_validation_file
 
     label = label or VALIDATION_TASKS
-    started = time.perf_counter()
-    run.validate(tasks, label)
-    seconds = time.perf_counter() - started
+    seconds = timed(run.validate, tasks, label)[1]
     return outcomes(read_validation_file(run.run_dir / "validation.jsonl", tasks=label)[-1]), seconds
 
 

@@ -1,22 +1,12 @@
-"""The GPU program (docs/gpu.md gives its commands, the data and the expected minutes): the device and the native
-trainer on it (stage ``native``), and the RLlib engine with its learner on the GPU beside the native trainer (stage
-``rllib``). Each part is written to the JSON and its markdown (``benchmarks/gpu_run_report.py``) as soon as it ends,
-so a command stopped early returns what it did and a failed part records its error; an existing file at ``--out``
-keeps the parts this command does not run.
+"""The GPU program, two stages (docs/gpu.md gives their parts, the data and the expected minutes).
 
-``native``: 1. ``environment``, the device, the versions, the distributions imported, and the suite's CUDA tests
-(``pytest -k cuda`` on ``CUDA_TESTS``); 2. ``paper_iteration``, one native-trainer iteration of Qwen2.5-1.5B's
-architecture (random weights), 16 groups x 8 on ``ecpo/ALFWorldGen-v0``, 512-token replies, bf16 autocast and
-gradient checkpointing on CUDA, its rates carried to the paper's 50 steps. (The first run's other two parts, credit on
-CUDA against numpy and SmolLM2 learning ``alfworld_gpu``, ran once: their results stay in
-``benchmarks/results/gpu_run.{json,md}``, their program at commit 1fdf708, docs/benchmarks.md.)
-
-``rllib``: ``alfworld_gpu`` through ``ECPOConfig``, RLlib's local learner on the GPU (``num_learners=0``: the
-driver), the runners on the same GPU by fractional shares (``gpu_shares``) or on CPU cores: 1. ``environment``;
-2. ``first_iteration``, one runner, both engines' time split (sampling / credit / update / sync) and every process's
-peak GPU memory, then ``save_to_path`` from the CUDA learner, ``from_checkpoint`` and one more iteration, timed (the
-engines' equality and exact resume are tested: tests/test_rllib_llm_algorithm.py); 3. ``gpu_runners``,
-``--runners`` runners on the GPU at ``max_policy_lag`` 0; 4. ``lag``, the same at lag 1; 5. ``cpu_runners``.
+``native`` (docs/gpu.md, "4. Run"): the device, the versions and the suite's CUDA tests (``CUDA_TESTS``), then one
+native-trainer iteration of the paper's shape (Qwen2.5-1.5B's architecture, random weights) carried to the paper's 50
+steps. ``rllib`` (docs/gpu.md, "The RLlib engine on one GPU"): ``alfworld_gpu`` through ``ECPOConfig`` with RLlib's
+local learner on the GPU beside the native trainer, the runners on GPU shares (``gpu_shares``) or on CPU cores, at lag
+0 and 1. Each part is written to the JSON and its markdown (``benchmarks/gpu_run_report.py``) as soon as it ends, so
+a command stopped early returns what it did and a failed part records its error; an existing file at ``--out`` keeps
+the parts this command does not run. (The first run's credit and learning parts: docs/benchmarks.md, at 1fdf708.)
 
     python -m benchmarks.gpu_run native [--parts 1,2] [--out FILE.json]
     python -m benchmarks.gpu_run rllib [--parts 1,2,3,4,5] [--model DIR] [--iterations 3] [--out FILE.json]
@@ -29,6 +19,7 @@ Needs CUDA unless ``--device cpu`` (exit 2 with one line). Results go to ``bench
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -49,6 +40,7 @@ from benchmarks import RESULTS, chosen_parts, refuse_without_cuda, refused, writ
 from benchmarks.gpu_learning import DEFAULT_MODEL, ROOT, iteration_figures, tokenizer_dir
 from benchmarks.gpu_run_report import PART_NAMES, RLLIB_PARTS, render, render_rllib
 from benchmarks.study import StudyCommand
+from benchmarks.timing import timed
 
 # the files holding CUDA-only tests (skipif(not cuda), named *cuda*)
 CUDA_TESTS = ("tests/test_credit_api.py", "tests/test_static_decoding.py")
@@ -66,14 +58,6 @@ SMOKE_RUN = {"env_id": "ecpo/DivergentAnchor-v0", "env_kwargs": {"num_tasks": 2,
              "num_epochs": 2, "mixed_precision": "none", "explore_epsilon": 0.0, "rollout_temperature": 1.0,
              "threads": 1, "seed": 5}
 CPU_RUNNER_CORES = 2  # rllib part 5: cores (and torch threads) of one runner on the CPU
-
-
-# ---------------------------------------------------------------------------------------------- device facts
-def sync_device(device: str) -> None:
-    import torch
-
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
 
 
 def reset_peak() -> None:
@@ -106,14 +90,10 @@ def loaded_distributions() -> dict[str, str]:
     """``{distribution: version}`` of every installed distribution this process has imported from."""
     from importlib.metadata import PackageNotFoundError, packages_distributions, version
 
-    owners = packages_distributions()
-    found = {}
-    for module in list(sys.modules):
-        for dist in owners.get(module.partition(".")[0], []):
-            try:
-                found[dist.lower().replace("_", "-")] = version(dist)
-            except PackageNotFoundError:  # a distribution without metadata
-                continue
+    owners, found = packages_distributions(), {}
+    for dist in {dist for module in list(sys.modules) for dist in owners.get(module.partition(".")[0], [])}:
+        with contextlib.suppress(PackageNotFoundError):  # a distribution without metadata
+            found[dist.lower().replace("_", "-")] = version(dist)
     return dict(sorted(found.items()))
 
 
@@ -127,16 +107,14 @@ def device_facts(device: str) -> dict[str, Any]:
             "python": platform.python_version(), "platform": platform.platform()}
 
 
-# ---------------------------------------------------------------------------------------------- native parts
 def part_environment(device: str) -> dict[str, Any]:
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "cuda", *CUDA_TESTS]
-    started = time.perf_counter()
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
+    done, seconds = timed(subprocess.run, command, cwd=ROOT, capture_output=True, text=True, check=False)
     tail = [line for line in done.stdout.strip().splitlines() if line.strip()]
     summary = tail[-1] if tail else (done.stderr.strip().splitlines() or [""])[-1]
     return device_facts(device) | {"cuda_tests": {
         "command": " ".join(["python", *command[1:]]), "exit_code": done.returncode, "summary": summary,
-        "seconds": time.perf_counter() - started}}
+        "seconds": seconds}}
 
 
 def write_random_model(out_dir: Path, architecture: dict[str, Any], tokenizer: Path) -> Path:
@@ -153,7 +131,6 @@ def write_random_model(out_dir: Path, architecture: dict[str, Any], tokenizer: P
     model.generation_config = GenerationConfig(eos_token_id=eos, pad_token_id=pad)
     model.save_pretrained(out_dir)
     tok.save_pretrained(out_dir)
-    del model
     return out_dir
 
 
@@ -198,7 +175,6 @@ def part_paper_iteration(args: argparse.Namespace, work: Path) -> dict[str, Any]
     }
 
 
-# ---------------------------------------------------------------------------------------------- rllib parts
 def time_split(metrics: dict[str, float]) -> dict[str, float]:
     """An iteration's seconds by phase, one vocabulary for both engines: ``sampling`` (the native rollout:
     generation + env; RLlib: the runners' sampling as the driver waited for it), ``credit``, ``update`` (without
@@ -256,43 +232,41 @@ def build_rllib(args: argparse.Namespace, values: dict[str, Any], runners: int, 
     return config.build_algo(), {"num_gpus_per_learner": learner_gpu, "num_gpus_per_env_runner": runner_gpu}
 
 
-def native_iterations(values: dict[str, Any], iterations: int) -> dict[str, Any]:
+def native_iterations(values: dict[str, Any]) -> dict[str, Any]:
     """The native trainer's first iteration's metrics, every iteration's time split, the driver's peak memory."""
     from ecpo_train.runtime.config import make_config
-    from ecpo_train.runtime.run import open_run
+    from ecpo_train.runtime.run import train
     from ecpo_train.runtime.trainer import Trainer
 
     reset_peak()
-    out: dict[str, Any] = {"splits": []}
-
-    def kept(metrics: dict[str, float]) -> bool:  # the run shell's stop hook, after each iteration
-        out.setdefault("first", metrics)
-        out["splits"].append(time_split(metrics))
-        return False
-
-    with open_run(Trainer, make_config(values), overwrite=True) as run:
-        run.train(iterations, stop=kept)
-    return out | {"memory": process_memory()}
+    history = train(Trainer, make_config(values), overwrite=True)
+    return {"first": history[0], "splits": [time_split(m) for m in history], "memory": process_memory()}
 
 
-def rllib_iterations(algo: Any, iterations: int, checkpoint: Path | None = None) -> dict[str, Any]:
-    """``iterations`` iterations of a built algorithm: the first's metrics, every time split, the peak GPU memory
-    of the driver (the learner) and of each runner; with ``checkpoint``, ``save_to_path`` after the first."""
-    out: dict[str, Any] = {"splits": [], "policy_lag_max": 0.0}
-    for k in range(iterations):
-        metrics = {key: float(v) for key, v in algo.train()["ecpo"].items() if isinstance(v, (int, float))}
-        out["splits"].append(time_split(metrics))
-        out["policy_lag_max"] = max(out["policy_lag_max"], metrics.get("sampling/policy_lag_max", 0.0))
-        if k == 0:
-            out["first"] = metrics
-            if checkpoint is not None:
-                started = time.perf_counter()
-                algo.save_to_path(str(checkpoint))
-                out["save_seconds"] = time.perf_counter() - started
-    group = algo.env_runner_group
-    runners = group.foreach_env_runner(lambda runner: process_memory(), local_env_runner=False) \
-        if group.num_remote_env_runners() else []
-    out["memory"] = {"driver (learner)": process_memory(), "runners": runners, "nvidia_smi": gpu_processes()}
+def rllib_iterations(args: argparse.Namespace, values: dict[str, Any], iterations: int, runners: int, lag: int = 0,
+                     runner_cpu: bool = False, checkpoint: Path | None = None) -> dict[str, Any]:
+    """``iterations`` iterations of ``build_rllib``'s algorithm: the GPU shares, the first's metrics, every time
+    split, the peak GPU memory of the driver (the learner) and of each runner; with ``checkpoint``, ``save_to_path``
+    after the first."""
+    reset_peak()
+    algo, shares = build_rllib(args, values, runners, lag=lag, runner_cpu=runner_cpu)
+    out: dict[str, Any] = {"gpu_shares": shares, "splits": [], "policy_lag_max": 0.0}
+    try:
+        for k in range(iterations):
+            metrics = {key: float(v) for key, v in algo.train()["ecpo"].items() if isinstance(v, (int, float))}
+            out["splits"].append(time_split(metrics))
+            out["policy_lag_max"] = max(out["policy_lag_max"], metrics.get("sampling/policy_lag_max", 0.0))
+            if k == 0:
+                out["first"] = metrics
+                if checkpoint is not None:
+                    out["save_seconds"] = timed(algo.save_to_path, str(checkpoint))[1]
+        group = algo.env_runner_group
+        runners_memory = group.foreach_env_runner(lambda runner: process_memory(), local_env_runner=False) \
+            if group.num_remote_env_runners() else []
+        out["memory"] = {"driver (learner)": process_memory(), "runners": runners_memory,
+                         "nvidia_smi": gpu_processes()}
+    finally:
+        algo.stop()
     return out
 
 
@@ -301,22 +275,15 @@ def part_first_iteration(args: argparse.Namespace, work: Path) -> dict[str, Any]
     from ecpo_train.rllib import ECPO
 
     values = run_values(args, work, "first_iteration")
-    native = native_iterations(values, args.iterations)
-    reset_peak()
-    algo, shares = build_rllib(args, values, runners=1)
+    native = native_iterations(values)
+    rllib = rllib_iterations(args, values, max(args.iterations, 2), 1, checkpoint=work / "checkpoint")
+    restored, restore_seconds = timed(ECPO.from_checkpoint, str(work / "checkpoint"))
     try:
-        rllib = rllib_iterations(algo, max(args.iterations, 2), checkpoint=work / "checkpoint")
-    finally:
-        algo.stop()
-    started = time.perf_counter()
-    restored = ECPO.from_checkpoint(str(work / "checkpoint"))
-    try:
-        restore_seconds = time.perf_counter() - started
         resumed = restored.train()["ecpo"]["iteration"]
     finally:
         restored.stop()
     native_mean, rllib_mean = mean_split(native["splits"]), mean_split(rllib["splits"])
-    return {"runners": 1, "gpu_shares": shares,
+    return {"runners": 1, "gpu_shares": rllib["gpu_shares"],
             "checkpoint": {"save_seconds": rllib["save_seconds"], "restore_seconds": restore_seconds,
                            "resumed_iteration": float(resumed)},
             "time_split": {"native": native_mean, "rllib": rllib_mean,  # the goal: RLlib / native <= 1.2
@@ -329,51 +296,33 @@ def part_runners(args: argparse.Namespace, work: Path, name: str, runners: int, 
                  runner_cpu: bool = False) -> dict[str, Any]:
     """Parts 3-5: ``runners`` runners (GPU shares, or CPU cores), ``lag``; the time split of ``--iterations``
     (``--cpu-iterations`` on CPU runners: SmolLM2 scores about 2.4 decisions/s on 2 cores, a GPU 350)."""
-    values = run_values(args, work, name)
-    reset_peak()
-    algo, shares = build_rllib(args, values, runners, lag=lag, runner_cpu=runner_cpu)
-    try:
-        rllib = rllib_iterations(algo, args.cpu_iterations if runner_cpu else args.iterations)
-    finally:
-        algo.stop()
-    return {"runners": runners, "gpu_shares": shares, "runners_on": "cpu" if runner_cpu else args.device,
+    rllib = rllib_iterations(args, run_values(args, work, name), args.cpu_iterations if runner_cpu else args.iterations,
+                             runners, lag, runner_cpu)
+    return {"runners": runners, "gpu_shares": rllib["gpu_shares"], "runners_on": "cpu" if runner_cpu else args.device,
             "max_policy_lag": lag, "time_split": mean_split(rllib["splits"]), "iterations": rllib["splits"],
             "memory": rllib["memory"], "rows_per_iteration": rllib["first"]["num_steps"],
             "policy_lag_max": rllib["policy_lag_max"]}
 
 
-# ---------------------------------------------------------------------------------------------- the parts' run
 WORK_PREFIX = "gpu_run-"  # the work folders (models of 30-78 MB) in the temp folder: gpu_run-<pid>-<random>
-
-
-def _exit_on_sigterm(signum: int, frame: Any) -> None:
-    raise SystemExit(128 + signum)
 
 
 def remove_abandoned_work(temp: Path | None = None) -> list[Path]:
     """Delete the work folders of gpu_run commands that were killed (``kill -9`` leaves them): those whose pid
     no longer runs."""
+    import psutil  # (peft requires it: the GPU machine has it)
+
     removed = []
     for folder in Path(temp or tempfile.gettempdir()).glob(f"{WORK_PREFIX}*-*"):
         pid = folder.name.removeprefix(WORK_PREFIX).split("-", 1)[0]
-        if not pid.isdigit() or not folder.is_dir() or _running(int(pid)):
+        if not pid.isdigit() or not folder.is_dir() or psutil.pid_exists(int(pid)):
             continue
         shutil.rmtree(folder, ignore_errors=True)
         removed.append(folder)
     return removed
 
 
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
-
-
-def default_out(device: str, smoke: bool, name: str = "gpu_run") -> Path:
+def default_out(device: str, smoke: bool, name: str) -> Path:
     """Where a GPU command writes: ``benchmarks/results/<name>.json`` on CUDA, ``runs/<name>/`` otherwise."""
     if device.startswith("cuda") and not smoke:
         return RESULTS / f"{name}.json"
@@ -398,23 +347,22 @@ def kept_report(out: Path, chosen: set[str], smoke: bool) -> dict[str, Any] | No
     return report
 
 
-def run_parts(report: dict[str, Any], out: Path, names: tuple[str, ...], chosen: set[str],
-              run: Callable[[str, Path], dict[str, Any]], facts: dict[str, Any],
-              render_report: Callable[[Any], str]) -> int:
-    """Run the ``chosen`` parts in order (``run(name, work)``, in a work folder removed at the end, even on
+def run_parts(report: dict[str, Any], out: Path, parts: dict[str, Callable[[Path], dict[str, Any]]],
+              chosen: set[str], facts: dict[str, Any], render_report: Callable[[Any], str]) -> int:
+    """Run the ``chosen`` of ``parts`` in order (``parts[name](work)``, in a work folder removed at the end, even on
     SIGTERM), writing the report after each; a part that raises records its error and the others still run
     (one failed part must not cost the others a lease). Exit status 1 where any part failed."""
     started = time.monotonic()
     remove_abandoned_work()
     failed: list[str] = []
-    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    previous = signal.signal(signal.SIGTERM, lambda signum, _: sys.exit(128 + signum))
     try:
         with tempfile.TemporaryDirectory(prefix=f"{WORK_PREFIX}{os.getpid()}-") as tmp:
-            for number, name in ((k + 1, n) for k, n in enumerate(names) if n in chosen):
+            for number, name in ((k + 1, n) for k, n in enumerate(parts) if n in chosen):
                 part_started = time.monotonic()
                 print(f"[{part_started - started:6.0f} s] part {number}: {name}", flush=True)
                 try:
-                    part = run(name, Path(tmp))
+                    part = parts[name](Path(tmp))
                 except Exception as err:  # noqa: BLE001 -- recorded, and said at the end
                     traceback.print_exc()
                     failed.append(name)
@@ -433,7 +381,6 @@ def run_parts(report: dict[str, Any], out: Path, names: tuple[str, ...], chosen:
     return 0
 
 
-# ---------------------------------------------------------------------------------------------- the stages
 def native(args: argparse.Namespace) -> int:
     chosen = chosen_parts(args.parts or "1,2", PART_NAMES)
     if chosen is None or refuse_without_cuda(args.device, "gpu_run"):
@@ -442,11 +389,9 @@ def native(args: argparse.Namespace) -> int:
     report = kept_report(out, chosen, args.smoke)
     if report is None:
         return 2
-
-    def run(name: str, work: Path) -> dict[str, Any]:
-        return part_environment(args.device) if name == "environment" else part_paper_iteration(args, work)
-
-    return run_parts(report, out, PART_NAMES, chosen, run, device_facts(args.device), render)
+    parts = {"environment": lambda work: part_environment(args.device),
+             "paper_iteration": lambda work: part_paper_iteration(args, work)}  # (PART_NAMES, in order)
+    return run_parts(report, out, parts, chosen, device_facts(args.device), render)
 
 
 def rllib(args: argparse.Namespace) -> int:
@@ -484,7 +429,7 @@ def rllib(args: argparse.Namespace) -> int:
              include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
         facts = device_facts(args.device) | {"ray": ray.__version__, "cpus": os.cpu_count()}
-        return run_parts(report, out, RLLIB_PARTS, chosen, lambda name, work: runs[name](work), facts, render_rllib)
+        return run_parts(report, out, runs, chosen, facts, render_rllib)
     finally:
         ray.shutdown()
 

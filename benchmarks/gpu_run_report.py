@@ -14,7 +14,6 @@ PHASES = ("sampling", "credit", "update", "sync")  # an iteration's time split, 
 PAPER_ITERATION_SECONDS = {"ECPO paper, Qwen2.5-1.5B, 8x A100": 302.8, "GiGPO, Qwen2.5-1.5B, 2x H100": 362.8}
 
 
-# ---------------------------------------------------------------------------------------------- statistics
 def outcomes(validation_line: Mapping[str, Any]) -> list[list]:
     """``[[task_id, copy, won], ...]`` of one ``validation.jsonl`` line (JSON-friendly; keyed by task and copy)."""
     return [[t, c, int(w)] for t, c, w in zip(validation_line["task_ids"], validation_line["copies"],
@@ -38,22 +37,10 @@ def paired_test(before: list[list], after: list[list]) -> dict[str, Any]:
                                  task_of=lambda key: key[0])
 
 
-# ---------------------------------------------------------------------------------------------- markdown
 def _num(value: Any, digits: int = 2) -> str:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "n/a"
     return f"{value:,.{digits}f}" if isinstance(value, float) else str(value)
-
-
-def _split_table(rows: list[tuple[str, Mapping[str, Any]]]) -> list[str]:
-    keys = ("generation", "env", "credit", "update")
-    lines = ["| run | " + " | ".join(f"{k} s" for k in keys) + " | iteration s | rows/iter | decisions/s | "
-             "update tok/s |", "|---" * (len(keys) + 5) + "|"]
-    for name, r in rows:
-        lines.append(f"| {name} | " + " | ".join(_num(r.get(f"time/{k}")) for k in keys) +
-                     f" | {_num(r.get('time/iteration'))} | {_num(r.get('rows_per_iteration'), 1)} | "
-                     f"{_num(r.get('decisions_per_s'))} | {_num(r.get('update_tokens_per_s'), 0)} |")
-    return lines
 
 
 def render(report: Mapping[str, Any]) -> str:
@@ -80,19 +67,22 @@ def render(report: Mapping[str, Any]) -> str:
                   (f"{p['model']}, {p['groups']} groups x {p['group_size']} on {p['env_id']} (native engine), "
                    f"{p['response']}-token responses (random weights never stop early: every reply is "
                    f"{p['response']} tokens), {p['steps']} environment steps per episode, {p['rows']} rows."), ""]
-        lines += _split_table([("measured", p)])
-        lines += ["", (f"{p.get('mixed_precision')} mixed precision, {p.get('attention')} attention. Peak memory "
-                       f"{_num(p.get('peak_memory_gib'))} GiB; generation {_num(p.get('generation_tokens_per_s'), 0)} "
-                       f"tok/s, update {_num(p.get('update_tokens_per_s'), 0)} tok/s."), "",
+        keys = ("generation", "env", "credit", "update")
+        lines += ["| run | " + " | ".join(f"{k} s" for k in keys) + " | iteration s | rows/iter | decisions/s | "
+                  "update tok/s |", "|---" * (len(keys) + 5) + "|",
+                  "| measured | " + " | ".join(_num(p.get(f"time/{k}")) for k in keys) +
+                  f" | {_num(p.get('time/iteration'))} | {_num(p.get('rows_per_iteration'), 1)} | "
+                  f"{_num(p.get('decisions_per_s'))} | {_num(p.get('update_tokens_per_s'), 0)} |", "",
+                  (f"{p.get('mixed_precision')} mixed precision, {p.get('attention')} attention. Peak memory "
+                   f"{_num(p.get('peak_memory_gib'))} GiB; generation {_num(p.get('generation_tokens_per_s'), 0)} "
+                   f"tok/s, update {_num(p.get('update_tokens_per_s'), 0)} tok/s."), "",
                   (f"At {p['paper_steps']} steps per episode (the paper's horizon, every step taken, every reply "
                    f"{p['response']} tokens) the same rates give {_num(p.get('projected_iteration_seconds'), 1)} s "
-                   "per iteration; beside it:")]
-        lines += [f"- {name}: {seconds} s per iteration" for name, seconds in PAPER_ITERATION_SECONDS.items()]
-        lines.append("")
+                   "per iteration; beside it:"),
+                  *(f"- {name}: {seconds} s per iteration" for name, seconds in PAPER_ITERATION_SECONDS.items()), ""]
     return "\n".join(lines) + "\n"
 
 
-# ---------------------------------------------------------------------------------------------- rllib
 def render_rllib(report: dict[str, Any]) -> str:
     """The report's markdown: both engines' time split, the checkpoint round trip, the runner cases."""
     parts = report["parts"]
@@ -102,16 +92,15 @@ def render_rllib(report: dict[str, Any]) -> str:
               f"{report.get('seconds', 0):.0f} s. JSON beside this file."), ""]
     first = parts.get("first_iteration", {})
     if "time_split" in first:
-        ck = first["checkpoint"]
+        ck, split = first["checkpoint"], first["time_split"]
         lines += ["## Native vs RLlib (one runner, the learner and the runner on the device)", "",
                   (f"- checkpoint saved from the learner in {ck['save_seconds']:.1f} s, restored in "
-                   f"{ck['restore_seconds']:.1f} s, iteration {ck['resumed_iteration']:.0f} run from it"), ""]
-        split = first["time_split"]
-        lines += ["| seconds per iteration | " + " | ".join(PHASES) + " | iteration |",
-                  "|---|" + "---:|" * (len(PHASES) + 1)]
-        for engine in ("native", "rllib"):
-            lines.append(f"| {engine} | " + " | ".join(f"{split[engine][p]:.3f}" for p in (*PHASES, "iteration")) + " |")
-        lines += ["", f"RLlib / native iteration time: **{split['rllib_over_native']:.2f}x** (goal <= 1.2x)", ""]
+                   f"{ck['restore_seconds']:.1f} s, iteration {ck['resumed_iteration']:.0f} run from it"), "",
+                  "| seconds per iteration | " + " | ".join(PHASES) + " | iteration |",
+                  "|---|" + "---:|" * (len(PHASES) + 1),
+                  *(f"| {engine} | " + " | ".join(f"{split[engine][p]:.3f}" for p in (*PHASES, "iteration")) + " |"
+                    for engine in ("native", "rllib")),
+                  "", f"RLlib / native iteration time: **{split['rllib_over_native']:.2f}x** (goal <= 1.2x)", ""]
         memory = first.get("memory", {})
         peaks = [(role, m.get("peak_gib")) for role, m in memory.items() if isinstance(m, dict)]
         peaks += [(f"runner {k + 1}", m.get("peak_gib")) for k, m in enumerate(memory.get("runners") or [])]
@@ -121,8 +110,7 @@ def render_rllib(report: dict[str, Any]) -> str:
                         ("cpu_runners", "runners on CPU cores")):
         part = parts.get(name, {})
         if "time_split" in part:
-            split = part["time_split"]
-            shares = part["gpu_shares"]
+            split, shares = part["time_split"], part["gpu_shares"]
             lines.append(f"- {title} ({part['runners']} runners, GPU shares: learner "
                          f"{shares['num_gpus_per_learner']:g}, runner {shares['num_gpus_per_env_runner']:g}): "
                          + ", ".join(f"{p} {split[p]:.3f} s" for p in (*PHASES, "iteration")))

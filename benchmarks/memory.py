@@ -6,10 +6,8 @@ random Qwen2 and, when pulled (``ecpo models pull smollm2-135m-instruct``), Smol
 ``checkpointing`` (gradient checkpointing of every decoder layer) and ``fsdp2x2`` (two gloo processes
 sharding policy and reference with FSDP2; per-process figure). Every setting runs in a fresh process.
 On the CPU the figure is the RSS growth during the update (sampled every 2 ms; ``model_mb`` is what loading
-the policy and its reference added); on a GPU it is ``torch.cuda.max_memory_allocated``.
-
-Computed: what Qwen2.5-1.5B and 7B need for the paper's shapes (prompt 2048 + response 512 tokens, micro-batch
-8 rows): weights, gradients, AdamW states and activations for full fine-tuning, LoRA, and FSDP over 8 GPUs.
+the policy and its reference added); on a GPU it is ``torch.cuda.max_memory_allocated``. Computed: what Qwen2.5-1.5B
+and 7B need per GPU for the paper's shapes, in docs/scaling.md's table.
 
     python -m benchmarks.memory [--models tiny,smollm2] [--rows 16] [--prompt 192] [--response 64]
                                 [--out benchmarks/results/memory.json]
@@ -36,13 +34,11 @@ from benchmarks.timing import GB, MB, PeakSampler, call_in_child, machine, timed
 VARIANTS = ("plain", "lora", "checkpointing", "fsdp2x2")
 LORA = {"r": 16, "alpha": 32, "dropout": 0.0}
 
-# ---------------------------------------------------------------------------------------------- computed
 # public config.json values of the two paper models
 QWEN25 = {
     "Qwen2.5-1.5B": {"hidden": 1536, "layers": 28, "heads": 12, "kv_heads": 2, "intermediate": 8960, "vocab": 151936, "tied": True},
     "Qwen2.5-7B": {"hidden": 3584, "layers": 28, "heads": 28, "kv_heads": 4, "intermediate": 18944, "vocab": 152064, "tied": False},
 }
-LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
 
 
 def parameter_count(arch: dict[str, Any]) -> int:
@@ -57,8 +53,8 @@ def lora_parameter_count(arch: dict[str, Any], r: int = 16) -> int:
     h, inter = arch["hidden"], arch["intermediate"]
     kv = h // arch["heads"] * arch["kv_heads"]
     shapes = {"q": (h, h), "k": (h, kv), "v": (h, kv), "o": (h, h), "gate": (h, inter), "up": (h, inter),
-              "down": (inter, h)}
-    return arch["layers"] * sum(r * (a + b) for a, b in (shapes[t] for t in LORA_TARGETS))
+              "down": (inter, h)}  # the adapted projections
+    return arch["layers"] * sum(r * (a + b) for a, b in shapes.values())
 
 
 def activation_bytes(arch: dict[str, Any], tokens: int, checkpointing: bool, response_tokens: int) -> float:
@@ -85,10 +81,11 @@ def computed_table(prompt: int = 2048, response: int = 512, micro_batch: int = 8
         n = parameter_count(arch)
         n_lora = lora_parameter_count(arch)
         layer_params = (n - arch["vocab"] * arch["hidden"] * (1 if arch["tied"] else 2)) / arch["layers"]
+        full = {"weights": 4 * n, "grads": 4 * n, "adam": 8 * n, "reference": 2 * n}
         settings = {
             # fp32 master + fp32 grads + AdamW m, v (16 B/param); bf16 reference copy (2 B/param)
-            "full FT, 1 GPU": {"weights": 4 * n, "grads": 4 * n, "adam": 8 * n, "reference": 2 * n, "ckpt": False},
-            "full FT + checkpointing, 1 GPU": {"weights": 4 * n, "grads": 4 * n, "adam": 8 * n, "reference": 2 * n, "ckpt": True},
+            "full FT, 1 GPU": full | {"ckpt": False},
+            "full FT + checkpointing, 1 GPU": full | {"ckpt": True},
             # frozen base in bf16; fp32 adapter + its grads + AdamW; the reference is the base (no copy)
             "LoRA r=16 + checkpointing, 1 GPU": {"weights": 2 * n + 4 * n_lora, "grads": 4 * n_lora, "adam": 8 * n_lora,
                                                      "reference": 0, "ckpt": True},
@@ -105,20 +102,6 @@ def computed_table(prompt: int = 2048, response: int = 512, micro_batch: int = 8
                          **{k: s[k] / GB for k in ("weights", "grads", "adam", "reference")},
                          "activations": act / GB, "total_gb": total / GB})
     return rows
-
-
-# ---------------------------------------------------------------------------------------------- measured
-def random_batch(vocab: int, rows: int, prompt: int, response: int, seed: int = 0) -> dict[str, Any]:
-    import torch
-
-    rng = np.random.default_rng(seed)
-    return {
-        "group": np.arange(rows) // 4,
-        "prompts": [rng.integers(0, vocab, size=prompt).tolist() for _ in range(rows)],
-        "responses": [rng.integers(0, vocab, size=response).tolist() for _ in range(rows)],
-        "old_mask": torch.ones(rows, response),
-        "advantages": torch.as_tensor(rng.normal(size=rows), dtype=torch.float32),
-    }
 
 
 def one_update(variant: str, model_dir: str, args: argparse.Namespace, dp: Any = None) -> dict[str, float]:
@@ -138,13 +121,16 @@ def one_update(variant: str, model_dir: str, args: argparse.Namespace, dp: Any =
     reference = policy.frozen_copy()
     if variant == "checkpointing":
         enable_gradient_checkpointing(policy.model)
-    batch = random_batch(policy.model.config.vocab_size, args.rows, args.prompt, args.response)
+    rng, vocab, groups = np.random.default_rng(0), policy.model.config.vocab_size, np.arange(args.rows) // 4
+    prompts = [rng.integers(0, vocab, size=args.prompt).tolist() for _ in range(args.rows)]  # a random batch
+    responses = [rng.integers(0, vocab, size=args.response).tolist() for _ in range(args.rows)]
+    advantages = torch.as_tensor(rng.normal(size=args.rows), dtype=torch.float32)
     rows = np.arange(args.rows)
     if dp is not None:
-        rows = np.flatnonzero(np.isin(batch["group"], dp.local_share(sorted(set(batch["group"].tolist())))))
+        rows = np.flatnonzero(np.isin(groups, dp.local_share(sorted(set(groups.tolist())))))
         dp.shard(policy.model)
         dp.shard(reference.model)
-    prompts, responses = [batch["prompts"][i] for i in rows], [batch["responses"][i] for i in rows]
+    prompts, responses = [prompts[i] for i in rows], [responses[i] for i in rows]
     with torch.no_grad():
         old = policy.logprobs(prompts, responses)[0]
     params = [p for p in policy.parameters() if p.requires_grad]
@@ -163,17 +149,13 @@ def one_update(variant: str, model_dir: str, args: argparse.Namespace, dp: Any =
         torch.cuda.reset_peak_memory_stats()
         start_bytes = torch.cuda.memory_allocated()
     sampler.start()
-    _, seconds = timed(policy_update, logprob_fn, ref_fn, params, optimizer, old, batch["old_mask"][rows],
-                       batch["advantages"][rows], settings, np.random.default_rng(0), reducer=dp)
+    _, seconds = timed(policy_update, logprob_fn, ref_fn, params, optimizer, old, torch.ones(len(rows), args.response),
+                       advantages[rows], settings, np.random.default_rng(0), reducer=dp)
     peak = sampler.stop()
-    result = {"seconds": seconds, "trainable_params": float(sum(p.numel() for p in params))}
-    if device == "cuda":
-        result["model_mb"] = start_bytes / MB
-        result["peak_update_mb"] = (torch.cuda.max_memory_allocated() - start_bytes) / MB
-    else:
-        result["model_mb"] = (sampler.baseline - before_model) / MB  # policy + reference + batch, resident
-        result["peak_update_mb"] = (peak - sampler.baseline) / MB
-    return result
+    model, update = ((start_bytes, torch.cuda.max_memory_allocated() - start_bytes) if device == "cuda" else
+                     (sampler.baseline - before_model, peak - sampler.baseline))  # CPU: resident, the batch's too
+    return {"seconds": seconds, "trainable_params": float(sum(p.numel() for p in params)), "model_mb": model / MB,
+            "peak_update_mb": update / MB}
 
 
 def _fsdp_worker(rank: int, port: int, model_dir: str, args: argparse.Namespace, out: str) -> None:
@@ -213,10 +195,9 @@ def model_dirs(names: list[str]) -> dict[str, str]:
     found = {}
     for name in names:
         if name == "tiny":
-            tokenizer = os.environ.get("ECPO_TOKENIZER_DIR") or ""
             folder = Path(tempfile.gettempdir()) / "ecpo-memory-tiny"
-            if not (folder / "config.json").exists():
-                write_tiny_model(folder, tokenizer_path=tokenizer if tokenizer and Path(tokenizer).is_dir() else None)
+            if not (folder / "config.json").exists():  # (the tokenizer: $ECPO_TOKENIZER_DIR, else a small one)
+                write_tiny_model(folder)
             found["tiny"] = str(folder)
         elif name == "smollm2":
             folder = default_cache_dir() / "smollm2-135m-instruct"
@@ -229,19 +210,17 @@ def model_dirs(names: list[str]) -> dict[str, str]:
 
 def update(args: Any) -> dict[str, Any]:
     """Every model x variant measured in a fresh process, then the computed table."""
-    measured = []
+    measured, shape = [], {key: getattr(args, key) for key in ("rows", "prompt", "response", "micro_batch")}
     for label, folder in model_dirs(args.models.split(",")).items():
         for variant in args.variants.split(","):
             try:
-                row = call_in_child("benchmarks.memory:child", variant=variant, model_dir=folder, rows=args.rows,
-                                    prompt=args.prompt, response=args.response, micro_batch=args.micro_batch)
+                row = call_in_child("benchmarks.memory:child", variant=variant, model_dir=folder, **shape)
             except RuntimeError as err:
                 print(f"{label} {variant} failed:\n{err}")
                 continue
             measured.append({"model": label, "variant": variant} | row)
     import torch
 
-    shape = {"rows": args.rows, "prompt": args.prompt, "response": args.response, "micro_batch": args.micro_batch}
     return {"device": "cuda" if torch.cuda.is_available() else "cpu", "platform": platform.platform(),
             "torch": torch.__version__, "machine": machine(), "shape": shape, "measured": measured,
             "computed": computed_table()}

@@ -2,47 +2,43 @@
 
     python -m benchmarks.speed env --env alfworld|webshop|searchqa [--sizes 1000 100000]   # benchmarks.env_throughput
     python -m benchmarks.speed openenv [--env ecpo/DivergentAnchor-v0] [--sessions 1 8 32] [--steps 600]
-    python -m benchmarks.speed text_policy [--model DIR] [--engines native rllib] [--threads 1 2]
-    python -m benchmarks.speed credit [--reps 30] [--seed 0]                            # benchmarks.credit_overhead
+    python -m benchmarks.speed text_policy [--model DIR] [--engines native rllib]
+    python -m benchmarks.speed credit [--reps 30] [--seed 0]
 
 Each stage prints its figures and writes its JSON (``--out``; default ``benchmarks/results/<stage's file>``), the
 machine's facts and load beside them. Speed targets live here and in the JSON, never in timed tests.
 
-``openenv``: environment steps per second through an ``ecpo serve`` server (a real child process on 127.0.0.1) at
-each ``--sessions`` count beside the same env stepped in process, in one run. The sessions are OpenEnv's own async
-client (``ECPOEnvClient``), all in this process's event loop, each playing episodes with a seeded random admissible
-action (an invalid text one step in ten). A level's ``--steps`` are split evenly over its sessions; its wall time
-counts everything from the first reset to the last step (resets included, connections opened before). Client and
-server share the machine, so the figures are a floor on a machine with spare cores.
+``openenv`` (docs/openenv.md): environment steps per second through an ``ecpo serve`` child process at each
+``--sessions`` count (OpenEnv's async client, each session playing seeded random admissible actions, an invalid one
+step in ten; a level's ``--steps`` split over its sessions, timed from the first reset, connections opened before)
+beside the same env stepped in process.
 
-``text_policy``: how fast the small text policy (``policy: text``) decides, and how long one iteration of group RL on
-real ALFWorld games takes with it, environment steps included.
+``text_policy`` (docs/cpu_training.md): the small text policy (preset ``alfworld_text``) on real ALFWorld games:
+its decisions per second, the contexts of one rollout (16 groups x 8, its own play) replayed through ``act`` in
+batches of ``--batch`` at 1 and 2 torch threads (target: 5,000/s on 2 cores), and ``--iterations`` iterations of the
+preset from ``--model`` or random weights on each of ``--engines`` (target: 30 s on 2 idle cores).
 
-1. Decisions per second: the contexts of one real-game rollout (the preset ``alfworld_text``'s ``Trainer.sample`` of
-   16 groups x 8 copies of train-split games; the policy's own play), replayed through ``act`` in batches of
-   ``--batch`` (128: one rollout step), at 1 and 2 torch threads. Target (real ALFWorld on one CPU): at least 5,000
-   decisions/s on 2 cores.
-2. Iteration time: ``--iterations`` iterations of the preset (16 x 8 episodes, 50-step limit, rollout, credit,
-   update), from ``--model`` (a warm start) or random weights; ``time/iteration`` of each and its split (generation,
-   env, update). Target: 30 s or less per iteration on 2 idle cores. ``--engines native rllib`` times both engines
-   one after the other (RLlib: 2 env-runner actors and 2 learner actors).
-3. ``--threads 1 2``: the thread rule of the text-policy recipe (docs/cpu_training.md). At each torch thread count in
-   turn: the native iteration (the preset with ``threads=N``) and the warm start's optimizer steps (``ecpo sft``'s
-   ``fine_tune``: batches of 64 expert steps of train-split games, AdamW) per second, with the load before and
-   after; under the key ``threads``.
+``credit``: GRPO vs GiGPO w/std vs ECPO end to end on a verl-agent-shaped batch that mimics one ALFWorld iteration of
+the paper (App. A.1: 16 groups x 8 rollouts, up to 50 steps, long observations as anchor keys, ~35-40 % of rows on a
+shared anchor, reward 10 on success, -0.1 per invalid action), each timing from fresh per-step Python strings (no
+cached hashes) to the advantage array, the methods interleaved on one thread; beside them a plain dict-of-lists GiGPO
+(verl-agent's style), the two key factorisations, and the credit diagnostics every run logs, as a run pays them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
+import platform
 import random
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +46,6 @@ from benchmarks import RESULTS, fail
 from benchmarks.study import StudyCommand, run_stage
 from benchmarks.timing import ROOT, load, machine, seconds, timed
 
-# ---------------------------------------------------------------------------------------------- openenv
 INVALID_SHARE = 0.1
 
 
@@ -147,7 +142,6 @@ def openenv(args: Any) -> dict[str, Any]:
             "server": levels, "note": "client and server on the same machine; wall time includes resets"}
 
 
-# ---------------------------------------------------------------------------------------------- text policy
 def alfworld_text_config(model: str | None, *overrides: str) -> Any:
     from ecpo_train.runtime.config import load_config
 
@@ -189,57 +183,29 @@ def decisions_per_second(policy: Any, contexts: list[Any], batch: int, threads: 
     return len(contexts) / min(seconds(lambda: [policy.act(chunk) for chunk in batches], repeats))
 
 
-def iteration_times(model: str | None, iterations: int, engine: str = "native",
-                    threads: int | None = None) -> list[dict[str, float]]:
+def iteration_times(model: str | None, iterations: int, engine: str = "native") -> list[dict[str, float]]:
     """``iterations`` iterations of the preset on ``engine``: ``native`` (this process) or ``rllib`` (2 env-runner
-    actors and 2 learner actors, DDP over gloo, half a CPU each); ``threads``: the preset's ``threads`` replaced."""
+    actors and 2 learner actors, DDP over gloo, half a CPU each)."""
+    from ecpo_train.runtime.engines import engine_spec
     from ecpo_train.runtime.run import train
 
+    actors = {"num_env_runners": 2, "num_learners": 2, "actor_cpus": 0.5} if engine == "rllib" else {}
     with tempfile.TemporaryDirectory() as folder:
         config = alfworld_text_config(model, f"run_dir={folder}/run", f"iterations={iterations}", "val_every=0",
-                                      "progress=false", "tensorboard=false", "checkpoint_every=0",
-                                      *([f"threads={threads}"] if threads is not None else []))
-        if engine == "rllib":
-            from ecpo_train.integrations.rllib.llm.engine import RLlibEngine
-
-            history = train(RLlibEngine, config, num_env_runners=2, num_learners=2, actor_cpus=0.5)
-        else:
-            from ecpo_train.runtime.trainer import Trainer
-
-            history = train(Trainer, config)
+                                      "progress=false", "tensorboard=false", "checkpoint_every=0")
+        history = train(engine_spec(engine).engine_class(), config, **actors)
     keys = ("time/iteration", "time/generation", "time/env", "time/update", "success", "num_steps")
     return [{key: float(h[key]) for key in keys if key in h} for h in history]
 
 
-def warm_start_steps_per_second(threads: int, steps: int, episodes: int = 64, batch: int = 64) -> float:
-    """``ecpo sft``'s optimizer steps per second at ``threads`` torch threads: ``fine_tune`` (AdamW, batches of
-    ``batch`` rows) of a fresh text policy on the expert's steps of ``episodes`` train-split games, ``steps`` steps
-    (the first, warming up, untimed)."""
-    import torch
-
-    from ecpo_train.runtime import sft
-
-    config = alfworld_text_config(None)
-    demonstrations = sft.expert_demonstrations(config.env_id, episodes=episodes, env_kwargs=config.env_kwargs,
-                                               history_length=config.history_length)
-    policy = sft.text_policy_for(config, demonstrations)
-    prompts, replies, _ = sft.text_rows(policy, demonstrations)
-    rows = (steps * batch) // len(prompts) + 1
-    prompts, replies = (prompts * rows)[: steps * batch], (replies * rows)[: steps * batch]
-    torch.set_num_threads(threads)
-    settings = {"epochs": 1, "lr": 1e-3, "batch_size": batch, "max_tokens": sft.TEXT_MAX_TOKENS}
-    sft.fine_tune(policy, prompts[:batch], replies[:batch], **settings)
-    return steps / timed(sft.fine_tune, policy, prompts, replies, **settings)[1]
-
-
 def text_policy(args: Any) -> dict[str, Any]:
-    if args.batch < 1 or args.iterations < 1 or args.sft_steps < 1 or any(t < 1 for t in args.threads):
-        raise ValueError("--batch, --iterations, --sft-steps and --threads must be >= 1")
+    if args.batch < 1 or args.iterations < 1:
+        raise ValueError("--batch and --iterations must be >= 1")
     load_before = load()
     policy, contexts = recorded_contexts(args.model)
     rates = {f"threads_{t}": decisions_per_second(policy, contexts, args.batch, t) for t in (1, 2)}
     steps = {engine: iteration_times(args.model, args.iterations, engine) for engine in args.engines}
-    result = {
+    return {
         "machine": machine(), "model": Path(args.model).name if args.model else "random weights",
         "load_average_1m": {"before": load_before, "after": load()},
         "decisions": {"contexts": len(contexts), "batch": args.batch, "per_second": rates,
@@ -250,20 +216,160 @@ def text_policy(args: Any) -> dict[str, Any]:
                                            "median_seconds": statistics.median(r["time/iteration"] for r in rows)}
                                   for engine, rows in steps.items()}},
     }
-    if args.threads:  # per thread count, one after the other, with the load before and after
-        result["threads"] = {}
-        for threads in args.threads:
-            before = load()
-            rows = iteration_times(args.model, args.iterations, "native", threads=threads)
-            result["threads"][str(threads)] = {
-                "iteration_seconds": [r["time/iteration"] for r in rows],
-                "iteration_median_seconds": statistics.median(r["time/iteration"] for r in rows),
-                "sft_steps_per_second": warm_start_steps_per_second(threads, args.sft_steps),
-                "load_average_1m": {"before": before, "after": load()}}
-    return result
 
 
-# ---------------------------------------------------------------------------------------------- the command
+RECEPTACLES = ["cabinet", "countertop", "drawer", "fridge", "garbagecan", "shelf", "sinkbasin", "stoveburner",
+               "microwave", "coffeemachine", "toaster", "diningtable", "sidetable", "dresser", "bed", "desk"]
+OBJECTS = ["apple", "mug", "knife", "potato", "lettuce", "soapbar", "cellphone", "book", "pencil", "plate",
+           "spatula", "tomato", "egg", "bowl", "keychain", "creditcard"]
+
+
+def _observation(rng: Any, task: int, detail: str) -> str:
+    """An ALFWorld-like observation (~0.8-1.5k characters): room description, task, admissible actions."""
+    seen = ", ".join(f"a {RECEPTACLES[i % 16]} {1 + i // 16}" for i in rng.permutation(40)[:30])
+    admissible = "\n ".join(
+        f"go to {RECEPTACLES[i % 16]} {1 + i // 16}" for i in rng.permutation(40)[:20]
+    )
+    return (
+        "-= Welcome to TextWorld, ALFRED! =-\n\nYou are in the middle of a room. Looking quickly around you, "
+        f"you see {seen}.\n\nYour task is to: put a clean {OBJECTS[task % 16]} in {RECEPTACLES[task % 16]}.\n"
+        f"{detail}\nYour admissible actions of the current situation are: [\n {admissible}\n]."
+    )
+
+
+def build_batch(seed: int, groups: int = 16, rollouts: int = 8, max_steps: int = 50, shared_prob: float = 0.38):
+    """Rows (group_ids, traj_ids, steps, anchor_keys, action_keys, rewards) as Python lists."""
+    import numpy as np
+
+    from ecpo_gym.canonical import INVALID_ACTION
+
+    rng = np.random.default_rng(seed)
+    cols: dict[str, list] = {k: [] for k in ("group_ids", "traj_ids", "steps", "anchor_keys", "action_keys", "rewards")}
+    for group in range(groups):
+        shared_states = [_observation(rng, group, f"You arrive at {RECEPTACLES[j]} {j}.") for j in range(12)]
+        actions = [f"go to {RECEPTACLES[j]} {1 + j % 3}" for j in range(10)] + [f"take {OBJECTS[group]} 1 from shelf 1"]
+        action_weights = np.array([2.0**-j for j in range(len(actions))])
+        action_weights /= action_weights.sum()
+        for traj in range(rollouts):
+            success = rng.random() < 0.5
+            length = int(rng.integers(15, max_steps + 1)) if success else max_steps
+            for step in range(1, length + 1):
+                if rng.random() < shared_prob:
+                    state = shared_states[int(rng.integers(len(shared_states)))]
+                else:
+                    state = _observation(rng, group, f"You are at step {step} of rollout {traj}; nothing happens.")
+                invalid = rng.random() < 0.1
+                action = INVALID_ACTION if invalid else actions[int(rng.choice(len(actions), p=action_weights))]
+                reward = (10.0 if success and step == length else 0.0) - (0.1 if invalid else 0.0)
+                for key, value in zip(cols, (f"task-{group}", traj, step, state, action, reward)):
+                    cols[key].append(value)
+    return cols
+
+
+def fresh_strings(cols: dict[str, list]) -> dict[str, list]:
+    """New str objects for every key (a new rollout's strings carry no cached hash)."""
+    return cols | {key: [(s + "\x00")[:-1] for s in cols[key]] for key in ("group_ids", "anchor_keys", "action_keys")}
+
+
+def loop_gigpo(cols: dict[str, list], gamma: float = 0.95, omega: float = 1.0, eps: float = 1e-6) -> list[float]:
+    """Straightforward dict-of-lists GiGPO_w/std (per-trajectory return loops, per-group anchor dicts)."""
+    n = len(cols["rewards"])
+    by_traj: dict[tuple, list[int]] = defaultdict(list)
+    for i in range(n):
+        by_traj[(cols["group_ids"][i], cols["traj_ids"][i])].append(i)
+    g_return = [0.0] * n
+    traj_return = {}
+    for key, rows in by_traj.items():
+        rows.sort(key=lambda i: cols["steps"][i])
+        running = 0.0
+        for i in reversed(rows):
+            running = cols["rewards"][i] + gamma * running
+            g_return[i] = running
+        traj_return[key] = sum(cols["rewards"][i] for i in rows)
+    by_group: dict[str, list[float]] = defaultdict(list)
+    for (group, _), value in traj_return.items():
+        by_group[group].append(value)
+    episode = {}
+    for key, value in traj_return.items():
+        values = by_group[key[0]]
+        mean = sum(values) / len(values)
+        std = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1)) if len(values) > 1 else 0.0
+        episode[key] = 0.0 if std == 0.0 else (value - mean) / (std + eps)
+    anchors: dict[tuple, list[int]] = defaultdict(list)
+    for i in range(n):
+        anchors[(cols["group_ids"][i], cols["anchor_keys"][i])].append(i)
+    step_adv = [0.0] * n
+    for rows in anchors.values():
+        if len(rows) < 2:
+            continue
+        values = [g_return[i] for i in rows]
+        mean = sum(values) / len(values)
+        std = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+        for i in rows:
+            step_adv[i] = 0.0 if std == 0.0 else (g_return[i] - mean) / (std + eps)
+    return [episode[(cols["group_ids"][i], cols["traj_ids"][i])] + omega * step_adv[i] for i in range(n)]
+
+
+def credit(args: Any) -> dict[str, Any]:
+    """Every method's median milliseconds over ``--reps`` interleaved repetitions (after two warm-up ones) on
+    ``build_batch(--seed)``, one thread on one core, and the ratios the targets are read from."""
+    if args.reps < 1:
+        raise ValueError(f"--reps {args.reps}: at least one repetition is needed for a median")
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):  # before numpy and torch load
+        os.environ.setdefault(var, "1")
+    import numpy as np
+    import torch
+
+    from ecpo_train.core.credit import CreditConfig, compute_advantages, factorize_keys, prepare_rows
+    from ecpo_train.core.credit.diagnostics import credit_diagnostics
+
+    torch.set_num_threads(1)
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+
+    cols = build_batch(args.seed)
+    ecpo_adv, diag = compute_advantages("ecpo", cols)
+    max_diff = float(np.abs(np.array(loop_gigpo(cols)) - compute_advantages("gigpo_std", cols)[0]).max())
+    rows = prepare_rows(*cols.values())
+
+    methods = {
+        "grpo": lambda c: compute_advantages("grpo", c),
+        "gigpo_std": lambda c: compute_advantages("gigpo_std", c),
+        "ecpo": lambda c: compute_advantages("ecpo", c),
+        "ecpo_torch_cpu": lambda c: compute_advantages("ecpo", c | {"rewards": torch.tensor(c["rewards"])}),
+        "loop_gigpo_std": loop_gigpo,
+        "factorize_dict": lambda c: factorize_keys(c["anchor_keys"]),
+        "factorize_np_unique": lambda c: np.unique(np.array(c["anchor_keys"]), return_inverse=True)[1],
+        "credit_diagnostics": lambda c: credit_diagnostics("ecpo", rows, CreditConfig(), ecpo_adv),
+    }
+    times: dict[str, list[float]] = {name: [] for name in methods}
+    for rep in range(args.reps + 2):  # two warm-up repetitions
+        for name, fn in methods.items():
+            elapsed = timed(fn, fresh_strings(cols))[1]  # (the fresh strings made before the clock starts)
+            if rep >= 2:
+                times[name].append(elapsed * 1e3)
+    median = {name: statistics.median(values) for name, values in times.items()}
+    return {
+        "batch": {"rows": len(cols["rewards"]), "groups": 16, "rollouts_per_group": 8, "max_steps": 50,
+                  "mean_state_key_chars": float(np.mean([len(s) for s in cols["anchor_keys"]])),
+                  "anchor_hit_rate": diag["anchor_hit_rate"], "num_anchors": diag["num_anchors"],
+                  "divergent_anchor_fraction": diag["divergent_anchor_fraction"]},
+        "median_ms": median,
+        "ratios": {
+            "ecpo_over_gigpo": median["ecpo"] / median["gigpo_std"],
+            "gigpo_over_grpo": median["gigpo_std"] / median["grpo"],
+            "loop_gigpo_over_vectorised_gigpo": median["loop_gigpo_std"] / median["gigpo_std"],
+            "np_unique_over_dict_factorize": median["factorize_np_unique"] / median["factorize_dict"],
+            "diagnostics_over_ecpo": median["credit_diagnostics"] / median["ecpo"],
+        },
+        "targets": {"ecpo_over_gigpo_max": 1.3, "ecpo_ms_max": 25.0,
+                    "met": median["ecpo"] / median["gigpo_std"] <= 1.3 and median["ecpo"] <= 25.0},
+        "loop_vs_vectorised_max_abs_diff": max_diff,
+        "reps": args.reps, "threads": 1, "python": platform.python_version(), "numpy": np.__version__,
+        "torch": torch.__version__, "machine": platform.processor() or platform.machine(), "host": machine(),
+    }
+
+
 def env(args: Any) -> dict[str, Any]:
     from benchmarks.env_throughput import SECTIONS
 
@@ -272,24 +378,18 @@ def env(args: Any) -> dict[str, Any]:
     return {"env": args.env, "machine": machine(), **SECTIONS[args.env](args)}
 
 
-def credit(args: Any) -> dict[str, Any]:
-    from benchmarks.credit_overhead import measure
-
-    return measure(args.reps, args.seed)
-
-
 STAGES = {  # each stage's function and the options it reads, with their defaults (any other given is refused)
     "env": (env, {"env": None, "sizes": [1000, 100000], "episodes": 300, "data_dir": None, "games": 20, "steps": 10,
                   "groups": 2, "group_size": 4, "out": None}),
     "openenv": (openenv, {"env": "ecpo/DivergentAnchor-v0", "env_kwargs": "{}", "sessions": [1, 8, 32], "steps": 600,
                           "seed": 0, "out": RESULTS / "openenv_throughput.json"}),
-    "text_policy": (text_policy, {"model": None, "batch": 128, "iterations": 3, "engines": ["native"], "threads": [],
-                                  "sft_steps": 100, "out": RESULTS / "text_policy_speed.json"}),
+    "text_policy": (text_policy, {"model": None, "batch": 128, "iterations": 3, "engines": ["native"],
+                                  "out": RESULTS / "text_policy_speed.json"}),
     "credit": (credit, {"reps": 30, "seed": 0, "out": RESULTS / "credit_overhead.json"}),
 }
 
 
-def command() -> StudyCommand:
+def main(argv: list[str] | None = None) -> int:
     cmd = StudyCommand(__spec__.name if __spec__ else "benchmarks.speed", __doc__.split("\n\n")[0],
                        {stage: tuple(options) for stage, (_, options) in STAGES.items()})
     cmd.add("--out", help="the figures' JSON (default: the stage's file in benchmarks/results/)")
@@ -308,14 +408,8 @@ def command() -> StudyCommand:
     cmd.add("--batch", type=int, help="text_policy: contexts per act call")
     cmd.add("--iterations", type=int, help="text_policy: iterations timed per engine")
     cmd.add("--engines", nargs="*", choices=["native", "rllib"], help="text_policy: engines timed (none: skip)")
-    cmd.add("--threads", nargs="+", type=int, help="text_policy: thread counts of the thread sweep (part 3)")
-    cmd.add("--sft-steps", type=int, help="text_policy: warm-start optimizer steps timed per thread count")
     cmd.add("--reps", type=int, help="credit: repetitions (their median)")
-    return cmd
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = command().parse(argv)
+    args = cmd.parse(argv)
     if args is None:
         return 2
     stage, options = STAGES[args.stage]

@@ -29,10 +29,9 @@ def load() -> float:
 
 def machine() -> dict[str, Any]:
     """The facts a figure is read with: platform, Python, CPU model, cores (and those usable), the load now."""
-    model = ""
-    if Path("/proc/cpuinfo").is_file():
-        model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                      if line.startswith("model name")), "")
+    info = Path("/proc/cpuinfo")
+    model = next((line.split(":", 1)[1].strip() for line in info.read_text().splitlines()
+                  if line.startswith("model name")), "") if info.is_file() else ""
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return {"platform": platform.platform(), "python": platform.python_version(), "cpu": model,
             "cpus": os.cpu_count(), "usable_cpus": usable, "load_average_1m": load()}

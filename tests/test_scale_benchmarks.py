@@ -21,7 +21,7 @@ def test_memory_benchmark_counts_the_published_parameter_numbers():
     (["env", "--env", "nope"], "--env 'nope': choose from alfworld, searchqa, webshop"),
     (["openenv", "--env-kwargs", "[1]"], "--env-kwargs must be a JSON object"),
     (["openenv", "--sessions", "0"], "every --sessions in [1, 4096]"),
-    (["text_policy", "--batch", "0"], "--batch, --iterations, --sft-steps and --threads must be >= 1"),
+    (["text_policy", "--batch", "0"], "--batch and --iterations must be >= 1"),
     (["credit", "--reps", "0"], "--reps 0: at least one repetition is needed for a median"),
 ])
 def test_a_speed_stage_refuses_bad_input_in_one_line_and_writes_nothing(capsys, tmp_path, argv, words):

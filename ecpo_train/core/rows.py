@@ -30,7 +30,7 @@ def factorize_keys(keys: Any, name: str = "keys") -> tuple[np.ndarray, int]:
 
     Integer arrays/tensors go through ``np.unique``; anything else (strings, mixed ids) through one dict
     pass, which hashes each Python string once -- measured faster than ``np.unique`` on a fixed-width
-    unicode array for long observation strings (see ``benchmarks/credit_overhead.py``).
+    unicode array for long observation strings (see ``benchmarks/speed.py``, ``credit``).
     """
     keys = host_values(keys, name)
     if isinstance(keys, np.ndarray):
