@@ -85,14 +85,11 @@ def machine() -> dict[str, str]:
     """The CPU a kept job ran on: float results differ between CPUs (a study's warm start, made again on another
     machine from the same command and seed, won 29 of 120 households where the pilot's had won 45), so a job's record
     names it."""
-    import platform
-
     import torch
 
-    info = Path("/proc/cpuinfo")
-    name = next((line.split(":", 1)[1].strip() for line in info.read_text().splitlines()
-                 if line.startswith("model name")), "") if info.is_file() else ""
-    return {"cpu": name or platform.processor() or platform.machine(), "cores": str(os.cpu_count()),
+    from benchmarks.timing import cpu_model
+
+    return {"cpu": cpu_model(), "cores": str(os.cpu_count()),
             "torch": torch.__version__, "torch_cpu_capability": torch.backends.cpu.get_cpu_capability()}
 
 

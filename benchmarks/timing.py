@@ -27,11 +27,17 @@ def load() -> float:
     return os.getloadavg()[0]
 
 
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else what ``platform`` says of it."""
+    info = Path("/proc/cpuinfo")
+    name = next((line.split(":", 1)[1].strip() for line in info.read_text().splitlines()
+                 if line.startswith("model name")), "") if info.is_file() else ""
+    return name or platform.processor() or platform.machine()
+
+
 def machine() -> dict[str, Any]:
     """The facts a figure is read with: platform, Python, CPU model, cores (and those usable), the load now."""
-    info = Path("/proc/cpuinfo")
-    model = next((line.split(":", 1)[1].strip() for line in info.read_text().splitlines()
-                  if line.startswith("model name")), "") if info.is_file() else ""
+    model = cpu_model()
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return {"platform": platform.platform(), "python": platform.python_version(), "cpu": model,
             "cpus": os.cpu_count(), "usable_cpus": usable, "load_average_1m": load()}
