@@ -4,6 +4,7 @@ as the unit across seeds, ECPO against the other arms paired by seed, and the pa
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -212,3 +213,13 @@ def test_the_regime_seed_rule_is_the_registered_one():
     assert large["seeds"] == max(5, -(-n // 2))
     with pytest.raises(ValueError, match="lacks a paired difference"):
         seed_count([0.1, float("nan"), 0.1], spec)
+
+
+def test_the_committed_study_regenerates_byte_identical_from_its_kept_episode_logs(tmp_path, monkeypatch):
+    """``report`` on the kept folder (``benchmarks/results/raw/alfworld_text``: the 16 policies' episode logs on all
+    140 valid_seen games) writes the committed ``alfworld_text.json`` again, byte for byte."""
+    results = Path(study.__file__).parent / "results"
+    monkeypatch.chdir(results.parent.parent)
+    out = tmp_path / "alfworld_text.json"
+    assert study.main(["report", "--out", "benchmarks/results/raw/alfworld_text", "--json", str(out)]) == 0
+    assert out.read_bytes() == (results / "alfworld_text.json").read_bytes()
