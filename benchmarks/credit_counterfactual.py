@@ -1,25 +1,14 @@
 """Counterfactual credit updates (issue 23): can one update tell ECPO from GiGPO on identical batches?
 
-End-to-end training comparisons at this budget have little power (a 5-point success difference is detected 7-15 %
-of the time). This benchmark measures instead what one update does. An arm is one policy on one corridor
-(``credit_counterfactual.yaml``, the protocol: the arms, their K, targets and trainer settings, the notes):
-:func:`make_checkpoints` trains it with GRPO (the native ``Trainer``) and saves a ``Trainer.save`` (weights, AdamW
-state, RNGs) the first time its mean pi(good door | room) at T = 1 reaches each target concentration.
-:func:`measure_batch` then, for one checkpoint and one batch seed, loads the checkpoint, samples one rollout batch
-(``Trainer.sample``, the iteration's step A), and for every estimator reloads the checkpoint, computes that
-estimator's advantages on the *same* batch (``compute_advantages``) and applies one update
-(``Trainer.update_policy``, the iteration's step E) with the same shuffle seed. Measured per estimator:
-
-* ``delta_j``: change of the exact success probability (DP over the corridor's MDP) at the validation temperature;
-* ``lucky``: mean change of log pi(rare | s) at T = 1 over the batch's lucky-singleton anchors: a non-good door
-  taken exactly once in the group whose episode was won, beside the good door taken >= 2 times at least once in a
-  lost episode (the paper's fig. 1 situation); ``lucky_sv`` the same over those that are StrictValid (first
-  visited at step >= d_min, so ECPO's gate may open);
-* ``rare_sv``: mean change of log pi(a | s) over every non-good door sampled at a StrictValid anchor;
-* ``term_lucky``: the step term (the estimator's advantage minus GRPO's) at the lucky singleton's row.
-
-The comparisons, verdicts and markdown are ``credit_counterfactual_report``'s; the registered claim-level test is
-``credit_counterfactual_claim``'s.
+End-to-end comparisons at this budget have little power; this measures what one update does (the design and what it
+cannot tell: docs/credit_experiments.md, "Counterfactual updates"). Per arm of ``credit_counterfactual.yaml``,
+:func:`make_checkpoints` saves a GRPO checkpoint at each target concentration; :func:`measure_batch` samples one
+batch from a checkpoint and applies every estimator's ONE update to it from the same state. Measured per estimator:
+``delta_j`` (exact success at the validation temperature), ``lucky`` and ``lucky_sv`` (log pi(rare | s) at T = 1 at
+the batch's lucky singletons, :func:`lucky_singletons`, and at those that are StrictValid), ``rare_sv`` (log pi(a | s)
+of every non-good door sampled at a StrictValid anchor) and ``term_lucky`` (the step term: the estimator's advantage
+minus GRPO's, at the lucky singleton's row). The statistics and markdown are ``credit_counterfactual_report``'s, the
+registered claim-level test ``credit_counterfactual_claim``'s.
 
     python -m benchmarks.credit_counterfactual run            # the committed protocol (~60 min niced, 2 cores)
     python -m benchmarks.credit_counterfactual run --quick    # machinery smoke (< 10 min)
@@ -28,10 +17,8 @@ The comparisons, verdicts and markdown are ``credit_counterfactual_report``'s; t
     python -m benchmarks.credit_counterfactual run --checkpoint-seeds 0 1 2   # 3 checkpoints per cell (~5.3 h)
     python -m benchmarks.credit_counterfactual claim   # the registered claim-level test of the committed report
 
-``--checkpoint-seeds`` trains each arm's checkpoints once per seed (distinct GRPO runs) and measures the same batches
-from each. Writes ``benchmarks/results/credit_counterfactual{,_quick}.{md,json.gz}`` (the protocol records the
-``command`` the report quotes); each finished (arm, checkpoint seed) is kept as ``<runs-dir>/<arm>_ckpt<seed>.json``,
-so a report can be rebuilt from arms run separately and a run started again skips the jobs kept there.
+Writes ``benchmarks/results/credit_counterfactual{,_quick}.{md,json.gz}``; ``run`` keeps each finished (arm,
+checkpoint seed) as ``<runs-dir>/<arm>_ckpt<seed>.json`` and, started again, skips it.
 """
 
 from __future__ import annotations
@@ -50,7 +37,7 @@ import numpy as np
 
 from benchmarks import RESULTS, read_json, refused, rescore, write_json_gz, write_report
 from benchmarks.credit_counterfactual_claim import claim_markdown, claim_report
-from benchmarks.credit_counterfactual_report import render, replicates, summarize
+from benchmarks.credit_counterfactual_report import render, summarize
 from benchmarks.credit_study import read_protocol
 from benchmarks.study import StudyCommand, in_processes
 from ecpo_train.files.atomic import write_text
@@ -74,8 +61,7 @@ MERGEABLE = ("targets", "K", "max_iterations")  # what a later run of an arm may
 
 
 def replicate_seed(record: dict[str, Any]) -> int:
-    """The checkpoint seed of one arm record (records written before the option existed used seed 0)."""
-    return int(record["protocol"].get("checkpoint_seed", 0))
+    return int(record["protocol"]["checkpoint_seed"])
 
 
 def _differing(a: dict[str, Any], b: dict[str, Any], free: Sequence[str]) -> list[str]:
@@ -117,36 +103,24 @@ def merge_replicates(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def finished_arm(source: Path, name: str) -> list[dict[str, Any]]:
-    """Arm ``name``'s records as finished runs left them: ``<source>/<name>_ckpt<seed>.json`` (and the older
-    ``<name>.json``) for a runs folder, or the records under ``arms`` when ``source`` is a report's JSON (which
-    keeps every arm's raw batches). Empty where it has none. A record without a checkpoint seed or batch seed
-    base predates those options: seed 0, base 100000."""
+    """Arm ``name``'s records as finished runs left them (``<source>/<name>_ckpt<seed>.json``), or those under
+    ``arms`` when ``source`` is a report's JSON (which keeps every arm's raw batches); empty where it has none."""
     if source.is_file():
-        records = replicates(read_json(source).get("arms", {}).get(name, []))
-    else:
-        paths = sorted(source.glob(f"{name}_ckpt*.json")) + [p for p in [source / f"{name}.json"] if p.exists()]
-        records = [read_json(path) for path in paths]
-    for record in records:
-        record["protocol"].setdefault("checkpoint_seed", 0)
-        record["protocol"].setdefault("batch_seed_base", BATCH_SEED_BASE)
-    return records
+        return read_json(source).get("arms", {}).get(name, [])
+    return [read_json(path) for path in sorted(source.glob(f"{name}_ckpt*.json"))]
 
 
 def arm_config(arm: dict[str, Any], run_dir: str, seed: int) -> Any:
     """The native ``TrainConfig`` of an arm (GRPO; the estimator is chosen per update, not here)."""
-    from ecpo_train.runtime.config import load_config, make_config
+    from ecpo_train.runtime.config import config_dict, load_config, make_config
 
     values = {"run_dir": run_dir, "seed": seed, "estimator": "grpo", "env_id": arm["env_id"],
               "env_kwargs": dict(arm["env_kwargs"]), "val_every": 0, "checkpoint_every": 0, "tensorboard": False,
               "progress": False, "val_temperature": 0.4, "rollout_temperature": 1.0, **arm["config"]}
     if arm["policy"] == "tabular":
         return make_config({"policy": "tabular", "device": "cpu", **values})
-    base = load_config(arm["preset"])
-    from ecpo_train.runtime.config import config_dict
-
-    merged = config_dict(base) | values
-    merged["credit"] = dict(config_dict(base)["credit"]) | dict(arm["config"].get("credit", {}))
-    return make_config(merged)
+    base = config_dict(load_config(arm["preset"]))
+    return make_config(base | values | {"credit": dict(base["credit"]) | dict(arm["config"].get("credit", {}))})
 
 
 def good_doors(env: Any) -> dict[str, str]:
