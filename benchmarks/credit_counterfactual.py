@@ -50,11 +50,13 @@ ARMS: dict[str, dict[str, Any]] = PROTOCOL["arms"]
 BATCH_SEED_BASE = int(PROTOCOL["batch_seed_base"])
 
 
-def arm_protocol(name: str, quick: bool, k: int | None) -> dict[str, Any]:
-    """Arm ``name`` as the protocol gives it, with ``quick``'s settings for its policy and ``K`` = ``k`` if given."""
-    arm = json.loads(json.dumps(ARMS[name] | (PROTOCOL["quick"][ARMS[name]["policy"]] if quick else {})))
-    arm["K"] = int(k or arm["K"])
-    return arm
+def arm_protocol(name: str, args: Any, seed: int) -> dict[str, Any]:
+    """Arm ``name`` as the protocol gives it (with ``--quick``'s settings for its policy), as ``run``'s options
+    change it, from checkpoint seed ``seed``."""
+    arm = json.loads(json.dumps(ARMS[name] | (PROTOCOL["quick"][ARMS[name]["policy"]] if args.quick else {})))
+    return arm | {"K": int(args.k or arm["K"]), "targets": sorted(args.targets) if args.targets else arm["targets"],
+                  "max_iterations": args.max_iterations or arm["max_iterations"], "quick": args.quick,
+                  "checkpoint_seed": seed, "batch_seed_base": args.batch_seed_base}
 
 
 MERGEABLE = ("targets", "K", "max_iterations")  # what a later run of an arm may change: where and how long it looks
@@ -392,11 +394,10 @@ def write_outputs(results: Sequence[dict[str, Any]], protocol: dict[str, Any], r
     return summary
 
 
-# The options each stage reads besides --out: any other given is refused in one line.
-STAGE_OPTIONS = {
+STAGE_OPTIONS = {  # (besides --out)
     "run": ("quick", "arms", "k", "targets", "max_iterations", "checkpoint_seeds", "batch_seed_base", "workers",
             "runs_dir"),
-    "report": ("from_raw", "arms", "quick"),
+    "report": ("from_raw", "arms"),
     "claim": ("from_json",),
 }
 DEFAULTS = {"arms": list(ARMS), "checkpoint_seeds": [0], "batch_seed_base": BATCH_SEED_BASE, "workers": 2,
@@ -427,8 +428,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                            "the report again from finished arms (--from-raw), without running; claim: the "
                            "registered claim-level test of a written report (credit_counterfactual_claim)", DEFAULTS)
     command.add("--quick", action="store_const", const=True,
-                help="run: machinery smoke run (small K, two GRPO checkpoints); report: mark the report quick")
-    command.add("--arms", nargs="+", help=f"subset of {', '.join(ARMS)}")
+                help="run: machinery smoke run (small K, two GRPO checkpoints)")
+    command.add("--arms", nargs="+", choices=list(ARMS), help="a subset of the protocol's arms")
     command.add("--k", type=int, help="run: batches per checkpoint (default: the protocol's)")
     command.add("--targets", type=float, nargs="+", help="run: pi(good) targets of the checkpoints (default: the arm's)")
     command.add("--max-iterations", type=int,
@@ -454,9 +455,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         rescore(args.from_json, args.out / "credit_counterfactual_claim.json", "summary", "no summary",
                 lambda report: claim_report(report["summary"]), claim_markdown)
         return 0
-    unknown = [a for a in args.arms if a not in ARMS]
-    if unknown:
-        return refused(f"unknown arm(s) {unknown}; valid: {', '.join(ARMS)}")
     if len(set(args.checkpoint_seeds)) != len(args.checkpoint_seeds) or min(args.checkpoint_seeds) < 0:
         return refused(f"--checkpoint-seeds must be distinct non-negative integers, got {args.checkpoint_seeds}")
     if args.batch_seed_base < 0:
@@ -475,18 +473,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                     return refused(f"--from-raw: {error}")
         if not results:
             return refused(f"no finished arm under {', '.join(map(str, args.from_raw))}")
-        base["quick"] = any(r["protocol"].get("quick") for r in results) or args.quick
+        base["quick"] = any(r["protocol"]["quick"] for r in results)
         base["from_raw"] = [str(d) for d in args.from_raw]
         write_outputs(results, base, sum(r["seconds"] for r in results), args.out)
         return 0
     runs_dir = args.runs_dir / ("quick" if args.quick else "full")
     runs_dir.mkdir(parents=True, exist_ok=True)
-    jobs = [(a, arm_protocol(a, args.quick, args.k) | {"quick": args.quick, "checkpoint_seed": seed,
-                                                         "batch_seed_base": args.batch_seed_base}, str(runs_dir))
-            for a in args.arms for seed in args.checkpoint_seeds]
-    for _, arm, _ in jobs:
-        arm["targets"] = sorted(args.targets) if args.targets else arm["targets"]
-        arm["max_iterations"] = args.max_iterations or arm["max_iterations"]
+    jobs = [(a, arm_protocol(a, args, seed), str(runs_dir)) for a in args.arms for seed in args.checkpoint_seeds]
     jobs.sort(key=lambda j: j[1]["policy"] == "tabular")  # the slow LLM arm first
     started = time.perf_counter()
     results = list(in_processes(run_arm, jobs, args.workers))
