@@ -81,8 +81,7 @@ def merge_arm(parts: list[dict[str, Any]]) -> dict[str, Any]:
     for part in parts[1:]:
         if differing := _differing(first, part, MERGEABLE):
             raise ValueError(f"arm {first['arm']}: runs differ in {differing}")
-        shared = set(merged["batches"]) & set(part["batches"])
-        if shared:
+        if shared := set(merged["batches"]) & set(part["batches"]):
             raise ValueError(f"arm {first['arm']}: target(s) {sorted(shared)} are in two runs")
         merged["checkpoints"] += part["checkpoints"]
         merged["batches"] |= part["batches"]
@@ -271,13 +270,15 @@ def rare_at_strict_valid(batch: Any, good: dict[str, str], d_min: int) -> set[tu
     return pairs
 
 
-def _mean_delta(before: dict, after: dict, pairs: Any) -> float:
-    values = [math.log(after[s][a]) - math.log(before[s][a]) for s, a in pairs]
-    return float(np.mean(values)) if values else float("nan")
+def _mean(values: Sequence[float]) -> float:
+    return float(np.mean(values)) if len(values) else float("nan")
+
+
+SHUFFLE_SEED = 12345  # every estimator's one update shuffles the batch alike
 
 
 def one_update_each(trainer: Any, checkpoint: str, rollout: Any, advantages: dict[str, np.ndarray],
-                    probe: Any, shuffle_seed: int = 12345) -> dict[str, Any]:
+                    probe: Any) -> dict[str, Any]:
     """For each estimator: reload ``checkpoint`` (weights + optimizer state), apply ONE update
     (``Trainer.update_policy``) with its advantages and the same shuffle seed, and return ``probe(trainer)``.
     Identical advantage vectors give an identical update, so their probe is computed once."""
@@ -288,14 +289,13 @@ def one_update_each(trainer: Any, checkpoint: str, rollout: Any, advantages: dic
         if key not in done:
             trainer.load(Path(checkpoint))
             with contextlib.redirect_stderr(io.StringIO()):
-                trainer.update_policy(rollout.batch, adv, np.random.default_rng(shuffle_seed))
+                trainer.update_policy(rollout.batch, adv, np.random.default_rng(SHUFFLE_SEED))
             done[key] = probe(trainer)
         out[name] = done[key]
     return out
 
 
-def measure_batch(trainer: Any, checkpoint: str, batch_seed: int, env: Any, good: dict[str, str],
-                  estimators: tuple[str, ...] = ESTIMATORS, shuffle_seed: int = 12345) -> dict[str, Any]:
+def measure_batch(trainer: Any, checkpoint: str, batch_seed: int, env: Any, good: dict[str, str]) -> dict[str, Any]:
     """One batch (seeded by ``batch_seed``) at one checkpoint: every estimator's one-update effects."""
     from ecpo_train.core.credit import compute_advantages
     from ecpo_train.core.iteration import draw_iteration
@@ -315,22 +315,22 @@ def measure_batch(trainer: Any, checkpoint: str, batch_seed: int, env: Any, good
     j_before = exact_j(trainer)
     rows = batch.credit_rows()
     hyper = cfg.credit_hyperparameters()
-    advantages = {name: np.asarray(compute_advantages(name, rows, hyper)[0]) for name in estimators}
+    advantages = {name: np.asarray(compute_advantages(name, rows, hyper)[0]) for name in ESTIMATORS}
 
     def probe(updated: Any) -> dict[str, float]:
         after = state_distributions(updated.policy, env, 1.0, cfg.env_id)
-        return {"delta_j": exact_j(updated) - j_before} | {k: _mean_delta(before, after, v) for k, v in pairs.items()}
+        return {"delta_j": exact_j(updated) - j_before} | {
+            k: _mean([math.log(after[s][a]) - math.log(before[s][a]) for s, a in v]) for k, v in pairs.items()}
 
-    effects = one_update_each(trainer, checkpoint, rollout, advantages, probe, shuffle_seed)
+    effects = one_update_each(trainer, checkpoint, rollout, advantages, probe)
     out: dict[str, Any] = {"seed": batch_seed, "j_before": j_before, "n_lucky": len(lucky),
                            "n_lucky_sv": sum(x["strict_valid"] for x in lucky), "n_rare_sv": len(pairs["rare_sv"]),
                            "success": float(np.mean(list(won.values()))), "estimators": {}}
-    for name in estimators:
+    for name in ESTIMATORS:
         term = advantages[name] - advantages["grpo"]
         out["estimators"][name] = dict(effects[name]) | {
-            "term_lucky": float(np.mean([term[x["row"]] for x in lucky])) if lucky else float("nan"),
-            "term_lucky_sv": float(np.mean([term[x["row"]] for x in lucky if x["strict_valid"]]))
-            if any(x["strict_valid"] for x in lucky) else float("nan")}
+            "term_lucky": _mean([term[x["row"]] for x in lucky]),
+            "term_lucky_sv": _mean([term[x["row"]] for x in lucky if x["strict_valid"]])}
     return out
 
 

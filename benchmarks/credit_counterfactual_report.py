@@ -41,9 +41,8 @@ def column(batches: Sequence[dict[str, Any]], estimator: str, metric: str) -> di
 
 def cell_mean(values: dict[Any, float]) -> dict[str, float]:
     x = np.asarray([v for v in values.values() if math.isfinite(v)], dtype=float)
-    if len(x) < 2:
-        return {"mean": float(x.mean()) if len(x) else float("nan"), "sd": float("nan"), "n": len(x)}
-    return {"mean": float(x.mean()), "sd": float(x.std(ddof=1)), "n": len(x)}
+    return {"mean": float(x.mean()) if len(x) else float("nan"), "sd": float(x.std(ddof=1)) if len(x) > 1 else float("nan"),
+            "n": len(x)}
 
 
 def checkpoint_cell(level: dict[str, Any], batches: Sequence[dict[str, Any]], seed: int) -> dict[str, Any]:
@@ -166,9 +165,8 @@ def render(summary: dict[str, Any], protocol: dict[str, Any], runtime_s: float,
         "# Counterfactual credit updates: ECPO vs GiGPO on identical batches", "",
         (f"Run: **{quick}**, {runtime_s / 60:.1f} min of arm time (arms run side by side, niced, on a shared 2-core "
          f"machine); written by `{protocol['command']}`{stored} (raw per-batch records in the JSON next to this "
-         "file). Checkpoint "
-         f"seeds {seeds} ({', '.join(map(str, per_cell))} checkpoint(s) per cell), batch seeds from "
-         f"{', '.join(map(str, sorted(base)))}."), ""]
+         f"file). Checkpoint seeds {seeds} ({', '.join(map(str, per_cell))} checkpoint(s) per cell), batch seeds "
+         f"from {', '.join(map(str, sorted(base)))}."), ""]
     lines += scope_note(summary, protocol)
     lines += [
         ("Protocol: each arm (a policy on a corridor whose good door itself sometimes fails) is trained with GRPO by "
@@ -187,14 +185,13 @@ def render(summary: dict[str, Any], protocol: dict[str, Any], runtime_s: float,
          f"A cell is *saturated*, and not judged, when its exact success is at least {SATURATED_SUCCESS} or GiGPO "
          f"w/std's own |Delta J| is below {DELTA_J_FLOOR:.0e} (0.05 points of success): there a 'significant' "
          "difference in Delta J is a few millionths."), ""]
-    unit = summary["verdict_unit"]
     if claim_test is not None:
         lines += claim_lines(claim_test)
     lines += ["## Per-cell verdicts (uninformative by design at 3 checkpoints: 2 degrees of freedom)"
               if claim_test is not None and min(per_cell) == MIN_CHECKPOINTS else "## Verdicts", "",
               (f"Over checkpoints: each of the {min(per_cell)}+ checkpoints of a cell is one value (its mean paired "
                f"difference over batches), Holm-corrected across the {summary['m_over']} comparisons over "
-               "checkpoints." if unit == "checkpoints" else
+               "checkpoints." if summary["verdict_unit"] == "checkpoints" else
                "Per checkpoint (batches as the unit): these verdicts hold for the checkpoint each cell was measured "
                f"from, not for the training procedure; fewer than {MIN_CHECKPOINTS} checkpoints per cell allow no "
                "verdict over checkpoints."), "",
@@ -241,8 +238,7 @@ def render(summary: dict[str, Any], protocol: dict[str, Any], runtime_s: float,
                 if part["arm"] == arm and part["target"] == target and part["checkpoint_seed"] == seed:
                     shown = _scaled(part, SCALE.get(part["metric"], 1.0))
                     lines.append(f"| {part['a']}: {LABELS[part['metric']]} | {part['n']} | {shown['sd']:.3f} | "
-                                 f"{fmt_part(shown, 3)} | {_percent(part['relative'])} | "
-                                 f"{part['verdict']} |")
+                                 f"{fmt_part(shown, 3)} | {_percent(part['relative'])} | {part['verdict']} |")
             lines.append("")
     lines += ["## Arms", ""]
     for name, arm in protocol["arms"].items():
@@ -268,9 +264,8 @@ def scope_note(summary: dict[str, Any], protocol: dict[str, Any]) -> list[str]:
                  f"checkpoint per cell. {rerun}"), ""]
     if min(per_cell) < MIN_CHECKPOINTS:
         return [(f"**Scope.** {min(per_cell)} checkpoint per cell: every verdict below is conditional on that "
-                 "checkpoint (issue 34's review reran from another checkpoint with other batches: 44 of 60 cell verdicts "
-                 "agreed). "
-                 f"{rerun}"), ""]
+                 "checkpoint (issue 34's review reran from another checkpoint with other batches: 44 of 60 cell "
+                 f"verdicts agreed). {rerun}"), ""]
     return []
 
 

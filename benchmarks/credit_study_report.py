@@ -211,12 +211,11 @@ METHOD_LABELS = {
 }
 
 
-def fmt(cell: dict[str, float], scale: float = 1.0, digits: int = 3) -> str:
+def fmt(cell: dict[str, float]) -> str:
     """``mean ± ci`` as written in the report (the test re-derives these strings from the JSON)."""
-    mean, ci = cell["mean"] * scale, cell["ci"] * scale
-    if math.isnan(mean):
+    if math.isnan(cell["mean"]):
         return "n/a"
-    return f"{mean:.{digits}f} ± {ci:.{digits}f}" if not math.isnan(ci) else f"{mean:.{digits}f}"
+    return f"{cell['mean']:.3f}" + ("" if math.isnan(cell["ci"]) else f" ± {cell['ci']:.3f}")
 
 
 TABLE_METRICS = (
