@@ -372,8 +372,8 @@ def run_arm(job: tuple[str, dict[str, Any], str]) -> dict[str, Any]:
 
 
 def write_outputs(results: Sequence[dict[str, Any]], protocol: dict[str, Any], runtime: float, out: Path) -> dict:
-    names = list(dict.fromkeys(r["arm"] for r in results))
-    arms = {name: sorted((r for r in results if r["arm"] == name), key=replicate_seed) for name in names}
+    arms = {name: sorted((r for r in results if r["arm"] == name), key=replicate_seed)
+            for name in dict.fromkeys(r["arm"] for r in results)}
     protocol = protocol | {"arms": {name: {k: v for k, v in records[0]["protocol"].items() if k != "checkpoint_seed"}
                                     | {"checkpoint_seeds": [replicate_seed(r) for r in records]}
                                     for name, records in arms.items()},

@@ -84,8 +84,7 @@ def summarize(arms: dict[str, Any]) -> dict[str, Any]:
             seed = int(record["protocol"]["checkpoint_seed"])
             for level in record["checkpoints"]:
                 key = f"{level['target']:.2f}"
-                batches = record["batches"].get(key, [])
-                if not batches:
+                if not (batches := record["batches"].get(key)):
                     continue
                 cell = cells.setdefault(f"{arm}|{key}", {"arm": arm, "target": key, "checkpoints": []})
                 cell["checkpoints"].append(checkpoint_cell(level, batches, seed))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -301,9 +302,7 @@ def reference_success(protocol: dict[str, Any], names: Sequence[str]) -> dict[st
     return out
 
 
-def cell_key(run: dict[str, Any]) -> tuple:
-    """A run's (or a spec's) cell: (env, method, N, seed)."""
-    return run["env_name"], run["method"], run["group_size"], run["seed"]
+cell_key = operator.itemgetter("env_name", "method", "group_size", "seed")  # a run's (or a spec's) cell
 
 
 def run_study(protocol: dict[str, Any], env_names: Sequence[str] | None = None, workers: int | None = None,

@@ -303,8 +303,7 @@ def render_report(summary: dict[str, Any], protocol: dict[str, Any], runtime_s: 
                      + ("exact (DP)" if env.get("eval") == "exact" else
                         f"{env.get('eval_episodes')} sampled episodes per iteration, "
                         f"{env.get('final_eval_episodes', env.get('eval_episodes'))} for the final policy") + ".")
-        ref = summary.get("reference", {}).get(env["name"])
-        if ref:
+        if ref := summary["reference"].get(env["name"]):
             lines.append(f"  Exact success at T=0.4 of the uniform policy: {ref['uniform']:.3f}; of the optimal "
                          f"policy: {ref['optimal']:.3f} (the ceiling of every curve).")
     lines += [""] + [f"- {note}" for note in protocol.get("notes", [])] + [""]
