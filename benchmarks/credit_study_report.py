@@ -193,11 +193,10 @@ def reading_verdict(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
     reading when it *holds* (its interval lies on the anchor scale's better side of 0), for ``ecpo`` when it is
     *contradicted*; the rest are within noise. Favoured: the reading with significant parts when only one has
     any; "mixed" when both do; "cannot tell" when none is significant."""
-    for_anchor = sum(p["verdict"] == "holds" for p in parts)
-    for_paper = sum(p["verdict"] == "contradicted" for p in parts)
-    favours = ("mixed" if for_anchor and for_paper else ANCHOR_READING if for_anchor else
-               PAPER_READING if for_paper else "cannot tell")
-    return {"parts": list(parts), "favours": favours, "for_anchor_scale": for_anchor, "for_ecpo": for_paper,
+    favours = {"mixed": "mixed", "contradicted": PAPER_READING, "not shown": "cannot tell"}.get(
+        claim_verdict([p["verdict"] for p in parts]), ANCHOR_READING)  # (holds, partly holds: the anchor scale)
+    return {"parts": list(parts), "favours": favours, "for_anchor_scale": sum(p["verdict"] == "holds" for p in parts),
+            "for_ecpo": sum(p["verdict"] == "contradicted" for p in parts),
             "total": sum(p["verdict"] != "no data" for p in parts)}
 
 
