@@ -429,7 +429,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                            "registered claim-level test of a written report (credit_counterfactual_claim)", DEFAULTS)
     command.add("--quick", action="store_const", const=True,
                 help="run: machinery smoke run (small K, two GRPO checkpoints)")
-    command.add("--arms", nargs="+", choices=list(ARMS), help="a subset of the protocol's arms")
+    command.add("--arms", nargs="+", choices=list(ARMS), metavar="ARM", help=f"a subset of {', '.join(ARMS)}")
     command.add("--k", type=int, help="run: batches per checkpoint (default: the protocol's)")
     command.add("--targets", type=float, nargs="+", help="run: pi(good) targets of the checkpoints (default: the arm's)")
     command.add("--max-iterations", type=int,
