@@ -1,25 +1,14 @@
 """Counterfactual credit updates (issue 23): can one update tell ECPO from GiGPO on identical batches?
 
-End-to-end training comparisons at this budget have little power (a 5-point success difference is detected 7-15 %
-of the time). This benchmark measures instead what one update does. An arm is one policy on one corridor
-(``credit_counterfactual.yaml``, the protocol: the arms, their K, targets and trainer settings, the notes):
-:func:`make_checkpoints` trains it with GRPO (the native ``Trainer``) and saves a ``Trainer.save`` (weights, AdamW
-state, RNGs) the first time its mean pi(good door | room) at T = 1 reaches each target concentration.
-:func:`measure_batch` then, for one checkpoint and one batch seed, loads the checkpoint, samples one rollout batch
-(``Trainer.sample``, the iteration's step A), and for every estimator reloads the checkpoint, computes that
-estimator's advantages on the *same* batch (``compute_advantages``) and applies one update
-(``Trainer.update_policy``, the iteration's step E) with the same shuffle seed. Measured per estimator:
-
-* ``delta_j``: change of the exact success probability (DP over the corridor's MDP) at the validation temperature;
-* ``lucky``: mean change of log pi(rare | s) at T = 1 over the batch's lucky-singleton anchors: a non-good door
-  taken exactly once in the group whose episode was won, beside the good door taken >= 2 times at least once in a
-  lost episode (the paper's fig. 1 situation); ``lucky_sv`` the same over those that are StrictValid (first
-  visited at step >= d_min, so ECPO's gate may open);
-* ``rare_sv``: mean change of log pi(a | s) over every non-good door sampled at a StrictValid anchor;
-* ``term_lucky``: the step term (the estimator's advantage minus GRPO's) at the lucky singleton's row.
-
-The comparisons, verdicts and markdown are ``credit_counterfactual_report``'s; the registered claim-level test is
-``credit_counterfactual_claim``'s.
+End-to-end comparisons at this budget have little power; this measures what one update does (the design and what it
+cannot tell: docs/credit_experiments.md, "Counterfactual updates"). Per arm of ``credit_counterfactual.yaml``,
+:func:`make_checkpoints` saves a GRPO checkpoint at each target concentration; :func:`measure_batch` samples one
+batch from a checkpoint and applies every estimator's ONE update to it from the same state. Measured per estimator:
+``delta_j`` (exact success at the validation temperature), ``lucky`` and ``lucky_sv`` (log pi(rare | s) at T = 1 at
+the batch's lucky singletons, :func:`lucky_singletons`, and at those that are StrictValid), ``rare_sv`` (log pi(a | s)
+of every non-good door sampled at a StrictValid anchor) and ``term_lucky`` (the step term: the estimator's advantage
+minus GRPO's, at the lucky singleton's row). The statistics and markdown are ``credit_counterfactual_report``'s, the
+registered claim-level test ``credit_counterfactual_claim``'s.
 
     python -m benchmarks.credit_counterfactual run            # the committed protocol (~60 min niced, 2 cores)
     python -m benchmarks.credit_counterfactual run --quick    # machinery smoke (< 10 min)
@@ -28,10 +17,8 @@ The comparisons, verdicts and markdown are ``credit_counterfactual_report``'s; t
     python -m benchmarks.credit_counterfactual run --checkpoint-seeds 0 1 2   # 3 checkpoints per cell (~5.3 h)
     python -m benchmarks.credit_counterfactual claim   # the registered claim-level test of the committed report
 
-``--checkpoint-seeds`` trains each arm's checkpoints once per seed (distinct GRPO runs) and measures the same batches
-from each. Writes ``benchmarks/results/credit_counterfactual{,_quick}.{md,json.gz}`` (the protocol records the
-``command`` the report quotes); each finished (arm, checkpoint seed) is kept as ``<runs-dir>/<arm>_ckpt<seed>.json``,
-so a report can be rebuilt from arms run separately and a run started again skips the jobs kept there.
+Writes ``benchmarks/results/credit_counterfactual{,_quick}.{md,json.gz}``; ``run`` keeps each finished (arm,
+checkpoint seed) as ``<runs-dir>/<arm>_ckpt<seed>.json`` and, started again, skips it.
 """
 
 from __future__ import annotations
@@ -50,7 +37,7 @@ import numpy as np
 
 from benchmarks import RESULTS, read_json, refused, rescore, write_json_gz, write_report
 from benchmarks.credit_counterfactual_claim import claim_markdown, claim_report
-from benchmarks.credit_counterfactual_report import render, replicates, summarize
+from benchmarks.credit_counterfactual_report import render, summarize
 from benchmarks.credit_study import read_protocol
 from benchmarks.study import StudyCommand, in_processes
 from ecpo_train.files.atomic import write_text
@@ -63,19 +50,20 @@ ARMS: dict[str, dict[str, Any]] = PROTOCOL["arms"]
 BATCH_SEED_BASE = int(PROTOCOL["batch_seed_base"])
 
 
-def arm_protocol(name: str, quick: bool, k: int | None) -> dict[str, Any]:
-    """Arm ``name`` as the protocol gives it, with ``quick``'s settings for its policy and ``K`` = ``k`` if given."""
-    arm = json.loads(json.dumps(ARMS[name] | (PROTOCOL["quick"][ARMS[name]["policy"]] if quick else {})))
-    arm["K"] = int(k or arm["K"])
-    return arm
+def arm_protocol(name: str, args: Any, seed: int) -> dict[str, Any]:
+    """Arm ``name`` as the protocol gives it (with ``--quick``'s settings for its policy), as ``run``'s options
+    change it, from checkpoint seed ``seed``."""
+    arm = json.loads(json.dumps(ARMS[name] | (PROTOCOL["quick"][ARMS[name]["policy"]] if args.quick else {})))
+    return arm | {"K": int(args.k or arm["K"]), "targets": sorted(args.targets) if args.targets else arm["targets"],
+                  "max_iterations": args.max_iterations or arm["max_iterations"], "quick": args.quick,
+                  "checkpoint_seed": seed, "batch_seed_base": args.batch_seed_base}
 
 
 MERGEABLE = ("targets", "K", "max_iterations")  # what a later run of an arm may change: where and how long it looks
 
 
 def replicate_seed(record: dict[str, Any]) -> int:
-    """The checkpoint seed of one arm record (records written before the option existed used seed 0)."""
-    return int(record["protocol"].get("checkpoint_seed", 0))
+    return int(record["protocol"]["checkpoint_seed"])
 
 
 def _differing(a: dict[str, Any], b: dict[str, Any], free: Sequence[str]) -> list[str]:
@@ -93,8 +81,7 @@ def merge_arm(parts: list[dict[str, Any]]) -> dict[str, Any]:
     for part in parts[1:]:
         if differing := _differing(first, part, MERGEABLE):
             raise ValueError(f"arm {first['arm']}: runs differ in {differing}")
-        shared = set(merged["batches"]) & set(part["batches"])
-        if shared:
+        if shared := set(merged["batches"]) & set(part["batches"]):
             raise ValueError(f"arm {first['arm']}: target(s) {sorted(shared)} are in two runs")
         merged["checkpoints"] += part["checkpoints"]
         merged["batches"] |= part["batches"]
@@ -117,36 +104,24 @@ def merge_replicates(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def finished_arm(source: Path, name: str) -> list[dict[str, Any]]:
-    """Arm ``name``'s records as finished runs left them: ``<source>/<name>_ckpt<seed>.json`` (and the older
-    ``<name>.json``) for a runs folder, or the records under ``arms`` when ``source`` is a report's JSON (which
-    keeps every arm's raw batches). Empty where it has none. A record without a checkpoint seed or batch seed
-    base predates those options: seed 0, base 100000."""
+    """Arm ``name``'s records as finished runs left them (``<source>/<name>_ckpt<seed>.json``), or those under
+    ``arms`` when ``source`` is a report's JSON (which keeps every arm's raw batches); empty where it has none."""
     if source.is_file():
-        records = replicates(read_json(source).get("arms", {}).get(name, []))
-    else:
-        paths = sorted(source.glob(f"{name}_ckpt*.json")) + [p for p in [source / f"{name}.json"] if p.exists()]
-        records = [read_json(path) for path in paths]
-    for record in records:
-        record["protocol"].setdefault("checkpoint_seed", 0)
-        record["protocol"].setdefault("batch_seed_base", BATCH_SEED_BASE)
-    return records
+        return read_json(source).get("arms", {}).get(name, [])
+    return [read_json(path) for path in sorted(source.glob(f"{name}_ckpt*.json"))]
 
 
 def arm_config(arm: dict[str, Any], run_dir: str, seed: int) -> Any:
     """The native ``TrainConfig`` of an arm (GRPO; the estimator is chosen per update, not here)."""
-    from ecpo_train.runtime.config import load_config, make_config
+    from ecpo_train.runtime.config import config_dict, load_config, make_config
 
     values = {"run_dir": run_dir, "seed": seed, "estimator": "grpo", "env_id": arm["env_id"],
               "env_kwargs": dict(arm["env_kwargs"]), "val_every": 0, "checkpoint_every": 0, "tensorboard": False,
               "progress": False, "val_temperature": 0.4, "rollout_temperature": 1.0, **arm["config"]}
     if arm["policy"] == "tabular":
         return make_config({"policy": "tabular", "device": "cpu", **values})
-    base = load_config(arm["preset"])
-    from ecpo_train.runtime.config import config_dict
-
-    merged = config_dict(base) | values
-    merged["credit"] = dict(config_dict(base)["credit"]) | dict(arm["config"].get("credit", {}))
-    return make_config(merged)
+    base = config_dict(load_config(arm["preset"]))
+    return make_config(base | values | {"credit": dict(base["credit"]) | dict(arm["config"].get("credit", {}))})
 
 
 def good_doors(env: Any) -> dict[str, str]:
@@ -295,13 +270,15 @@ def rare_at_strict_valid(batch: Any, good: dict[str, str], d_min: int) -> set[tu
     return pairs
 
 
-def _mean_delta(before: dict, after: dict, pairs: Any) -> float:
-    values = [math.log(after[s][a]) - math.log(before[s][a]) for s, a in pairs]
-    return float(np.mean(values)) if values else float("nan")
+def _mean(values: Sequence[float]) -> float:
+    return float(np.mean(values)) if len(values) else float("nan")
+
+
+SHUFFLE_SEED = 12345  # every estimator's one update shuffles the batch alike
 
 
 def one_update_each(trainer: Any, checkpoint: str, rollout: Any, advantages: dict[str, np.ndarray],
-                    probe: Any, shuffle_seed: int = 12345) -> dict[str, Any]:
+                    probe: Any) -> dict[str, Any]:
     """For each estimator: reload ``checkpoint`` (weights + optimizer state), apply ONE update
     (``Trainer.update_policy``) with its advantages and the same shuffle seed, and return ``probe(trainer)``.
     Identical advantage vectors give an identical update, so their probe is computed once."""
@@ -312,14 +289,13 @@ def one_update_each(trainer: Any, checkpoint: str, rollout: Any, advantages: dic
         if key not in done:
             trainer.load(Path(checkpoint))
             with contextlib.redirect_stderr(io.StringIO()):
-                trainer.update_policy(rollout.batch, adv, np.random.default_rng(shuffle_seed))
+                trainer.update_policy(rollout.batch, adv, np.random.default_rng(SHUFFLE_SEED))
             done[key] = probe(trainer)
         out[name] = done[key]
     return out
 
 
-def measure_batch(trainer: Any, checkpoint: str, batch_seed: int, env: Any, good: dict[str, str],
-                  estimators: tuple[str, ...] = ESTIMATORS, shuffle_seed: int = 12345) -> dict[str, Any]:
+def measure_batch(trainer: Any, checkpoint: str, batch_seed: int, env: Any, good: dict[str, str]) -> dict[str, Any]:
     """One batch (seeded by ``batch_seed``) at one checkpoint: every estimator's one-update effects."""
     from ecpo_train.core.credit import compute_advantages
     from ecpo_train.core.iteration import draw_iteration
@@ -339,22 +315,22 @@ def measure_batch(trainer: Any, checkpoint: str, batch_seed: int, env: Any, good
     j_before = exact_j(trainer)
     rows = batch.credit_rows()
     hyper = cfg.credit_hyperparameters()
-    advantages = {name: np.asarray(compute_advantages(name, rows, hyper)[0]) for name in estimators}
+    advantages = {name: np.asarray(compute_advantages(name, rows, hyper)[0]) for name in ESTIMATORS}
 
     def probe(updated: Any) -> dict[str, float]:
         after = state_distributions(updated.policy, env, 1.0, cfg.env_id)
-        return {"delta_j": exact_j(updated) - j_before} | {k: _mean_delta(before, after, v) for k, v in pairs.items()}
+        return {"delta_j": exact_j(updated) - j_before} | {
+            k: _mean([math.log(after[s][a]) - math.log(before[s][a]) for s, a in v]) for k, v in pairs.items()}
 
-    effects = one_update_each(trainer, checkpoint, rollout, advantages, probe, shuffle_seed)
+    effects = one_update_each(trainer, checkpoint, rollout, advantages, probe)
     out: dict[str, Any] = {"seed": batch_seed, "j_before": j_before, "n_lucky": len(lucky),
                            "n_lucky_sv": sum(x["strict_valid"] for x in lucky), "n_rare_sv": len(pairs["rare_sv"]),
                            "success": float(np.mean(list(won.values()))), "estimators": {}}
-    for name in estimators:
+    for name in ESTIMATORS:
         term = advantages[name] - advantages["grpo"]
         out["estimators"][name] = dict(effects[name]) | {
-            "term_lucky": float(np.mean([term[x["row"]] for x in lucky])) if lucky else float("nan"),
-            "term_lucky_sv": float(np.mean([term[x["row"]] for x in lucky if x["strict_valid"]]))
-            if any(x["strict_valid"] for x in lucky) else float("nan")}
+            "term_lucky": _mean([term[x["row"]] for x in lucky]),
+            "term_lucky_sv": _mean([term[x["row"]] for x in lucky if x["strict_valid"]])}
     return out
 
 
@@ -396,8 +372,8 @@ def run_arm(job: tuple[str, dict[str, Any], str]) -> dict[str, Any]:
 
 
 def write_outputs(results: Sequence[dict[str, Any]], protocol: dict[str, Any], runtime: float, out: Path) -> dict:
-    names = list(dict.fromkeys(r["arm"] for r in results))
-    arms = {name: sorted((r for r in results if r["arm"] == name), key=replicate_seed) for name in names}
+    arms = {name: sorted((r for r in results if r["arm"] == name), key=replicate_seed)
+            for name in dict.fromkeys(r["arm"] for r in results)}
     protocol = protocol | {"arms": {name: {k: v for k, v in records[0]["protocol"].items() if k != "checkpoint_seed"}
                                     | {"checkpoint_seeds": [replicate_seed(r) for r in records]}
                                     for name, records in arms.items()},
@@ -418,11 +394,10 @@ def write_outputs(results: Sequence[dict[str, Any]], protocol: dict[str, Any], r
     return summary
 
 
-# The options each stage reads besides --out: any other given is refused in one line.
-STAGE_OPTIONS = {
+STAGE_OPTIONS = {  # (besides --out)
     "run": ("quick", "arms", "k", "targets", "max_iterations", "checkpoint_seeds", "batch_seed_base", "workers",
             "runs_dir"),
-    "report": ("from_raw", "arms", "quick"),
+    "report": ("from_raw", "arms"),
     "claim": ("from_json",),
 }
 DEFAULTS = {"arms": list(ARMS), "checkpoint_seeds": [0], "batch_seed_base": BATCH_SEED_BASE, "workers": 2,
@@ -453,8 +428,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                            "the report again from finished arms (--from-raw), without running; claim: the "
                            "registered claim-level test of a written report (credit_counterfactual_claim)", DEFAULTS)
     command.add("--quick", action="store_const", const=True,
-                help="run: machinery smoke run (small K, two GRPO checkpoints); report: mark the report quick")
-    command.add("--arms", nargs="+", help=f"subset of {', '.join(ARMS)}")
+                help="run: machinery smoke run (small K, two GRPO checkpoints)")
+    command.add("--arms", nargs="+", choices=list(ARMS), metavar="ARM", help=f"a subset of {', '.join(ARMS)}")
     command.add("--k", type=int, help="run: batches per checkpoint (default: the protocol's)")
     command.add("--targets", type=float, nargs="+", help="run: pi(good) targets of the checkpoints (default: the arm's)")
     command.add("--max-iterations", type=int,
@@ -480,9 +455,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         rescore(args.from_json, args.out / "credit_counterfactual_claim.json", "summary", "no summary",
                 lambda report: claim_report(report["summary"]), claim_markdown)
         return 0
-    unknown = [a for a in args.arms if a not in ARMS]
-    if unknown:
-        return refused(f"unknown arm(s) {unknown}; valid: {', '.join(ARMS)}")
     if len(set(args.checkpoint_seeds)) != len(args.checkpoint_seeds) or min(args.checkpoint_seeds) < 0:
         return refused(f"--checkpoint-seeds must be distinct non-negative integers, got {args.checkpoint_seeds}")
     if args.batch_seed_base < 0:
@@ -501,18 +473,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                     return refused(f"--from-raw: {error}")
         if not results:
             return refused(f"no finished arm under {', '.join(map(str, args.from_raw))}")
-        base["quick"] = any(r["protocol"].get("quick") for r in results) or args.quick
+        base["quick"] = any(r["protocol"]["quick"] for r in results)
         base["from_raw"] = [str(d) for d in args.from_raw]
         write_outputs(results, base, sum(r["seconds"] for r in results), args.out)
         return 0
     runs_dir = args.runs_dir / ("quick" if args.quick else "full")
     runs_dir.mkdir(parents=True, exist_ok=True)
-    jobs = [(a, arm_protocol(a, args.quick, args.k) | {"quick": args.quick, "checkpoint_seed": seed,
-                                                         "batch_seed_base": args.batch_seed_base}, str(runs_dir))
-            for a in args.arms for seed in args.checkpoint_seeds]
-    for _, arm, _ in jobs:
-        arm["targets"] = sorted(args.targets) if args.targets else arm["targets"]
-        arm["max_iterations"] = args.max_iterations or arm["max_iterations"]
+    jobs = [(a, arm_protocol(a, args, seed), str(runs_dir)) for a in args.arms for seed in args.checkpoint_seeds]
     jobs.sort(key=lambda j: j[1]["policy"] == "tabular")  # the slow LLM arm first
     started = time.perf_counter()
     results = list(in_processes(run_arm, jobs, args.workers))

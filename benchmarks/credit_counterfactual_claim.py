@@ -1,27 +1,13 @@
 """The counterfactual benchmark's claim-level test, registered before its next run, and its power.
 
-Over 3 checkpoints per cell the report's per-cell verdicts have 2 degrees of freedom: a t-interval excludes 0 only
-where |t| > 4.30, and after Holm over 80 comparisons only where |t| > ~40. "None of 80 significant" was certain
-before the data, so that analysis is uninformative by design, not a failure to replicate the one-checkpoint
-verdicts. This module asks one question across cells instead.
-
-**Registered 2026-11-27, before any further run** (``REGISTRATION``): App. C's bound at lucky singletons (claim B1):
-after one update from the same state on the same batch, ECPO raises log pi(rare | s) at lucky singletons *less*
-than GiGPO w/std. For each reading of ECPO (``ecpo``, the equation as written; ``ecpo_anchor_scale``, the reading
-App. C analyses; Holm over the two):
-
-- value: per (cell, checkpoint), the checkpoint's mean paired difference ECPO - GiGPO w/std in Delta log pi(rare|s)
-  at lucky singletons over its batches; saturated cells are left out by the report's rule;
-- unit: the training run (an arm's GRPO run for one checkpoint seed), since a run's checkpoints at 0.5, 0.8 and
-  0.95 are one trajectory. A run scores the sum of its cells' signs (above 0 minus below 0);
-- test: the exact sign-flip permutation test on the runs' scores (a run's score changes sign as a whole under the
-  null of no difference; scipy's ``permutation_test`` gives the same p where it can enumerate), one-sided for a sum
-  below 0. This is the sign test over cells x checkpoints with each run's cells kept together;
-- data: only checkpoint seeds not yet run (``REGISTRATION['checkpoint_seeds']``, batch seeds from the protocol's
-  base): seeds 0-2 shaped the claim and are evaluated here as *exploratory* only.
-
-The power (``power``) is computed before the run from the committed per-checkpoint means and SDs; those means were
-seen before the claim was written, so it is optimistic, and the power at half of them is given beside it.
+Over 3 checkpoints per cell the report's per-cell verdicts have 2 degrees of freedom (|t| > 4.30 needed, ~40 after
+Holm over 80): "none of 80 significant" was certain before the data, an analysis uninformative by design, not a
+failure to replicate. This module asks one question across cells instead: claim B1 (App. C's bound at lucky
+singletons), **registered 2026-11-27, before any further run** (``REGISTRATION``: the claim, the unit, the test and
+the checkpoint seeds not yet run; the value and the test set out in docs/credit_experiments.md, "The claim-level
+test"). Seeds 0-2 shaped the claim and are evaluated here as *exploratory* only. The power (``power``) is computed
+before the run from the committed per-checkpoint means and SDs; those were seen before the claim was written, so it
+is optimistic, and the power at half of them is given beside it.
 
     python -m benchmarks.credit_counterfactual claim   # power, registration, exploratory evaluation on seeds 0-2
 """
@@ -52,17 +38,19 @@ POWER_SEEDS = (3, 5, 8)  # checkpoint seeds per arm at which the power is comput
 SIMULATIONS = 2000
 
 
-def run_scores(comparisons: Iterable[Mapping[str, Any]], estimator: str, seeds: Sequence[int],
-               metric: str = REGISTRATION["metric"]) -> dict[str, int]:
-    """Per training run ("arm/seed"): the sum of the signs of its unsaturated cells' values (above 0 minus below 0): ``estimator`` - baseline's
-    per-checkpoint mean difference in ``metric`` (a checkpoint whose batches never define it drops out)."""
+def tested(comparisons: Iterable[Mapping[str, Any]], estimator: str, seeds: Sequence[int]) -> list[Mapping[str, Any]]:
+    """The values the test reads: per unsaturated (cell, checkpoint) of ``seeds``, ``estimator`` - baseline's mean
+    difference in the registered metric over the checkpoint's batches (one whose batches never define it drops out)."""
+    return [part for part in comparisons
+            if (part["a"], part["b"], part["metric"]) == (estimator, REGISTRATION["baseline"], REGISTRATION["metric"])
+            and part["checkpoint_seed"] in seeds and part["verdict"] != "saturated" and math.isfinite(part["diff"])]
+
+
+def run_scores(comparisons: Iterable[Mapping[str, Any]], estimator: str, seeds: Sequence[int]) -> dict[str, int]:
+    """Per training run ("arm/seed"): the sum of the signs of its :func:`tested` values (above 0 minus below 0)."""
     scores: dict[str, int] = {}
-    for part in comparisons:
-        if (part["a"], part["b"], part["metric"]) != (estimator, REGISTRATION["baseline"], metric) \
-                or part.get("checkpoint_seed", 0) not in seeds or part.get("verdict") == "saturated" \
-                or not math.isfinite(part["diff"]):
-            continue
-        run = f"{part['arm']}/{part.get('checkpoint_seed', 0)}"
+    for part in tested(comparisons, estimator, seeds):
+        run = f"{part['arm']}/{part['checkpoint_seed']}"
         scores[run] = scores.get(run, 0) + int(np.sign(part["diff"]))
     return scores
 
@@ -124,13 +112,10 @@ def evaluate(summary: Mapping[str, Any], seeds: Sequence[int]) -> dict[str, Any]
     rows = {}
     for estimator in REGISTRATION["estimators"]:
         scores = run_scores(summary["comparisons"], estimator, seeds)
-        rows[estimator] = {"scores": scores, "p": cluster_sign_test(list(scores.values()), REGISTRATION["direction"])}
-        parts = [p for p in summary["comparisons"] if p["a"] == estimator and p["metric"] == REGISTRATION["metric"]
-                 and p.get("checkpoint_seed", 0) in seeds and p.get("verdict") != "saturated"
-                 and math.isfinite(p["diff"])]
-        rows[estimator] |= {"cells": len(parts), "cells_below": sum(p["diff"] < 0 for p in parts)}
-    decisions = holm([rows[e]["p"] for e in rows], REGISTRATION["alpha"])
-    for estimator, shown in zip(rows, decisions):
+        parts = tested(summary["comparisons"], estimator, seeds)
+        rows[estimator] = {"scores": scores, "p": cluster_sign_test(list(scores.values()), REGISTRATION["direction"]),
+                           "cells": len(parts), "cells_below": sum(p["diff"] < 0 for p in parts)}
+    for estimator, shown in zip(rows, holm([rows[e]["p"] for e in rows], REGISTRATION["alpha"])):
         rows[estimator]["shown"] = bool(shown)
     return rows
 
@@ -143,12 +128,12 @@ def sign_kept(over_checkpoints: Iterable[Mapping[str, Any]]) -> tuple[int, int]:
 
 
 def claim_report(summary: Mapping[str, Any]) -> dict[str, Any]:
-    seeds = sorted({p.get("checkpoint_seed", 0) for p in summary["comparisons"]})
+    seeds = sorted({p["checkpoint_seed"] for p in summary["comparisons"]})
     registered = [s for s in seeds if s in REGISTRATION["checkpoint_seeds"]]
-    kept, total = sign_kept(summary.get("over_checkpoints", []))
+    kept, total = sign_kept(summary["over_checkpoints"])
     report: dict[str, Any] = {"registration": REGISTRATION, "sign_kept": {"kept": kept, "of": total}, "power": {}}
     for estimator in REGISTRATION["estimators"]:
-        spread = cell_spread(summary.get("over_checkpoints", []), estimator)
+        spread = cell_spread(summary["over_checkpoints"], estimator)
         report["power"][estimator] = {f"{n} seeds": {f"x{scale:g}": power(spread, n, REGISTRATION["alpha"] / 2, scale)
                                                     for scale in (1.0, 0.5)} for n in POWER_SEEDS}
     exploratory = [s for s in seeds if s in EXPLORATORY_SEEDS]

@@ -1,14 +1,6 @@
-"""Counterfactual credit updates, the statistics and the report.
-
-Per (arm, concentration) cell and per checkpoint: each estimator's paired comparison against gigpo_std over that
-checkpoint's batches (paired SD, 95 % interval, MDE), Holm-corrected across the report. Those say what one update
-does *from that checkpoint*. Where a cell holds at least ``MIN_CHECKPOINTS`` checkpoints (``--checkpoint-seeds``),
-the verdicts take the checkpoint as the unit of replication: each checkpoint's mean difference is one value, and
-the interval is a t-interval over checkpoints (a Holm family of its own). Every difference is also given as a
-fraction of GiGPO w/std's own effect on the same metric (for Delta J: the update's own Delta J). A cell whose
-success is saturated (exact success >= ``SATURATED_SUCCESS``, or GiGPO w/std's own |Delta J| below
-``DELTA_J_FLOOR``, so that any difference in Delta J is a few millionths) is flagged *saturated* and not judged.
-"""
+"""Counterfactual credit updates, the statistics and the report: each estimator against GiGPO w/std per checkpoint
+(paired over its batches) and, from ``MIN_CHECKPOINTS`` checkpoints per cell, over checkpoints; saturated cells are
+not judged (the rules: docs/credit_experiments.md, "Counterfactual updates")."""
 
 from __future__ import annotations
 
@@ -49,14 +41,8 @@ def column(batches: Sequence[dict[str, Any]], estimator: str, metric: str) -> di
 
 def cell_mean(values: dict[Any, float]) -> dict[str, float]:
     x = np.asarray([v for v in values.values() if math.isfinite(v)], dtype=float)
-    if len(x) < 2:
-        return {"mean": float(x.mean()) if len(x) else float("nan"), "sd": float("nan"), "n": len(x)}
-    return {"mean": float(x.mean()), "sd": float(x.std(ddof=1)), "n": len(x)}
-
-
-def replicates(records: Any) -> list[dict[str, Any]]:
-    """An arm's records, one per checkpoint seed (a single record, as older reports stored it, is seed 0)."""
-    return [records] if isinstance(records, dict) else list(records)
+    return {"mean": float(x.mean()) if len(x) else float("nan"), "sd": float(x.std(ddof=1)) if len(x) > 1 else float("nan"),
+            "n": len(x)}
 
 
 def checkpoint_cell(level: dict[str, Any], batches: Sequence[dict[str, Any]], seed: int) -> dict[str, Any]:
@@ -94,12 +80,11 @@ def summarize(arms: dict[str, Any]) -> dict[str, Any]:
     from the comparisons over checkpoints when every judged cell has them (``verdict_unit``)."""
     cells, parts = {}, []
     for arm, records in arms.items():
-        for record in replicates(records):
-            seed = int(record.get("protocol", {}).get("checkpoint_seed", 0))
+        for record in records:  # one per checkpoint seed
+            seed = int(record["protocol"]["checkpoint_seed"])
             for level in record["checkpoints"]:
                 key = f"{level['target']:.2f}"
-                batches = record["batches"].get(key, [])
-                if not batches:
+                if not (batches := record["batches"].get(key)):
                     continue
                 cell = cells.setdefault(f"{arm}|{key}", {"arm": arm, "target": key, "checkpoints": []})
                 cell["checkpoints"].append(checkpoint_cell(level, batches, seed))
@@ -171,20 +156,16 @@ def render(summary: dict[str, Any], protocol: dict[str, Any], runtime_s: float,
     verdicts: the registered claim-level test, and the per-cell verdicts over checkpoints after it, as what they
     are at 3 checkpoints."""
     quick = "QUICK SMOKE RUN (tiny budget, not evidence)" if protocol.get("quick") else "committed protocol"
-    seeds = sorted({s for arm in protocol["arms"].values() for s in arm.get("checkpoint_seeds", [0])})
-    base = {arm.get("batch_seed_base", 100_000) for arm in protocol["arms"].values()}
-    per_cell = summary.get("checkpoints_per_cell", [1])
-    command = protocol.get("command") or (  # a protocol written before the stages: the flags of then
-        "python -m benchmarks.credit_counterfactual" + (" --quick" if protocol.get("quick") else "")
-        + (f" --checkpoint-seeds {' '.join(map(str, seeds))}" if seeds != [0] else "")
-        + (f" --from-raw {' '.join(protocol['from_raw'])}" if protocol.get("from_raw") else ""))
+    seeds = sorted({s for arm in protocol["arms"].values() for s in arm["checkpoint_seeds"]})
+    base = {arm["batch_seed_base"] for arm in protocol["arms"].values()}
+    per_cell = summary["checkpoints_per_cell"]
+    stored = " from the stored arms (no arm rerun)" if protocol.get("from_raw") else ""
     lines = [
         "# Counterfactual credit updates: ECPO vs GiGPO on identical batches", "",
         (f"Run: **{quick}**, {runtime_s / 60:.1f} min of arm time (arms run side by side, niced, on a shared 2-core "
-         f"machine); written by `{command}`{' from the stored arms (no arm rerun)' if protocol.get('from_raw') else ''} "
-         "(raw per-batch records in the JSON next to this file). Checkpoint "
-         f"seeds {seeds} ({', '.join(map(str, per_cell))} checkpoint(s) per cell), batch seeds from "
-         f"{', '.join(map(str, sorted(base)))}."), ""]
+         f"machine); written by `{protocol['command']}`{stored} (raw per-batch records in the JSON next to this "
+         f"file). Checkpoint seeds {seeds} ({', '.join(map(str, per_cell))} checkpoint(s) per cell), batch seeds "
+         f"from {', '.join(map(str, sorted(base)))}."), ""]
     lines += scope_note(summary, protocol)
     lines += [
         ("Protocol: each arm (a policy on a corridor whose good door itself sometimes fails) is trained with GRPO by "
@@ -203,14 +184,13 @@ def render(summary: dict[str, Any], protocol: dict[str, Any], runtime_s: float,
          f"A cell is *saturated*, and not judged, when its exact success is at least {SATURATED_SUCCESS} or GiGPO "
          f"w/std's own |Delta J| is below {DELTA_J_FLOOR:.0e} (0.05 points of success): there a 'significant' "
          "difference in Delta J is a few millionths."), ""]
-    unit = summary.get("verdict_unit", "batches")
     if claim_test is not None:
         lines += claim_lines(claim_test)
     lines += ["## Per-cell verdicts (uninformative by design at 3 checkpoints: 2 degrees of freedom)"
               if claim_test is not None and min(per_cell) == MIN_CHECKPOINTS else "## Verdicts", "",
               (f"Over checkpoints: each of the {min(per_cell)}+ checkpoints of a cell is one value (its mean paired "
-               f"difference over batches), Holm-corrected across the {summary.get('m_over', 0)} comparisons over "
-               "checkpoints." if unit == "checkpoints" else
+               f"difference over batches), Holm-corrected across the {summary['m_over']} comparisons over "
+               "checkpoints." if summary["verdict_unit"] == "checkpoints" else
                "Per checkpoint (batches as the unit): these verdicts hold for the checkpoint each cell was measured "
                f"from, not for the training procedure; fewer than {MIN_CHECKPOINTS} checkpoints per cell allow no "
                "verdict over checkpoints."), "",
@@ -228,7 +208,7 @@ def render(summary: dict[str, Any], protocol: dict[str, Any], runtime_s: float,
         lines += [f"## {arm}, pi(good) target {target}", ""]
         if cell["saturated"]:
             lines += [f"**Saturated** ({cell['saturated']}): not judged.", ""]
-        over = [p for p in summary.get("over_checkpoints", []) if p["arm"] == arm and p["target"] == target]
+        over = [p for p in summary["over_checkpoints"] if p["arm"] == arm and p["target"] == target]
         if over:
             lines += [(f"Over the {len(cell['checkpoints'])} checkpoints (estimator − gigpo_std, the checkpoint as "
                        "the unit):"), "", ("| comparison | checkpoints | per checkpoint | difference [95% CI] | of own | "
@@ -254,11 +234,10 @@ def render(summary: dict[str, Any], protocol: dict[str, Any], runtime_s: float,
                       "| comparison | n | paired SD | difference [95% CI] | of own | Holm verdict |",
                       "|---|---|---|---|---|---|"]
             for part in summary["comparisons"]:
-                if part["arm"] == arm and part["target"] == target and part.get("checkpoint_seed", 0) == seed:
+                if part["arm"] == arm and part["target"] == target and part["checkpoint_seed"] == seed:
                     shown = _scaled(part, SCALE.get(part["metric"], 1.0))
                     lines.append(f"| {part['a']}: {LABELS[part['metric']]} | {part['n']} | {shown['sd']:.3f} | "
-                                 f"{fmt_part(shown, 3)} | {_percent(part.get('relative', float('nan')))} | "
-                                 f"{part['verdict']} |")
+                                 f"{fmt_part(shown, 3)} | {_percent(part['relative'])} | {part['verdict']} |")
             lines.append("")
     lines += ["## Arms", ""]
     for name, arm in protocol["arms"].items():
@@ -273,10 +252,9 @@ def render(summary: dict[str, Any], protocol: dict[str, Any], runtime_s: float,
 def scope_note(summary: dict[str, Any], protocol: dict[str, Any]) -> list[str]:
     """What the report's verdicts rest on, and, below ``MIN_CHECKPOINTS`` checkpoints or in a quick run, the
     command (and its cost) that would give the full protocol its verdicts over checkpoints."""
-    per_cell = summary.get("checkpoints_per_cell", [1])
-    minutes = protocol.get("full_arm_minutes", 106.4) * MIN_CHECKPOINTS
-    stage = " run" if "command" in protocol else ""  # (a protocol written before the stages: the flags of then)
-    rerun = (f"`python -m benchmarks.credit_counterfactual{stage} --checkpoint-seeds 0 1 2` would give the full protocol "
+    per_cell = summary["checkpoints_per_cell"]
+    minutes = protocol["full_arm_minutes"] * MIN_CHECKPOINTS
+    rerun = (f"`python -m benchmarks.credit_counterfactual run --checkpoint-seeds 0 1 2` would give the full protocol "
              f"{MIN_CHECKPOINTS} checkpoints per cell: about {minutes / 60:.1f} h of arm time ({minutes / 120:.1f} h "
              "on two free cores), not run yet.")
     if protocol.get("quick"):
@@ -285,9 +263,8 @@ def scope_note(summary: dict[str, Any], protocol: dict[str, Any]) -> list[str]:
                  f"checkpoint per cell. {rerun}"), ""]
     if min(per_cell) < MIN_CHECKPOINTS:
         return [(f"**Scope.** {min(per_cell)} checkpoint per cell: every verdict below is conditional on that "
-                 "checkpoint (issue 34's review reran from another checkpoint with other batches: 44 of 60 cell verdicts "
-                 "agreed). "
-                 f"{rerun}"), ""]
+                 "checkpoint (issue 34's review reran from another checkpoint with other batches: 44 of 60 cell "
+                 f"verdicts agreed). {rerun}"), ""]
     return []
 
 

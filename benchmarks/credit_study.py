@@ -1,18 +1,11 @@
 """Credit study (issue 9): do the paper's claims about divergent anchors and ECPO hold on cheap, exact MDPs?
 
 For every (environment, estimator, group size N, seed) cell of the protocol in ``credit_study.yaml`` this trains a
-fresh tabular softmax policy as a native ``ecpo_train.runtime.trainer.Trainer`` run (its rollout, credit estimator
-and clipped update; nothing here re-implements them), measuring between iterations, then writes the summary, the
-figures and a report with a verdict per paper claim (``credit_study_report``: statistics, markdown, PNGs).
-
-Measured per iteration: training success and mean episode return, evaluation success (exact by dynamic programming
-on the diagnostic MDPs, sampled on embedded real environments), the estimator's diagnostics and, where the true
-action values are known, how often a truly worse ("rare lucky") action got a larger advantage than the truly best
-action at the same anchor (App. C's over-rewarding event).
-
-Outputs (``benchmarks/results/``): ``credit_study.json`` (raw per-run curves + the summary), ``credit_study.md``
-(every number read from the JSON summary) and ``credit_study_*.png``. ``run --quick`` runs the same path on a tiny
-budget (CI smoke) and writes ``credit_study_quick.*`` instead.
+fresh tabular softmax policy as a native ``ecpo_train.runtime.trainer.Trainer`` run (nothing here re-implements its
+rollout, credit or update), measuring between iterations (``CURVE_KEYS``: the report's Definitions say what each
+is), then writes ``benchmarks/results/credit_study.{json,md}`` (raw per-run curves and the summary; the report, a
+verdict per paper claim, every number read from that summary) and ``credit_study_*.png`` (``credit_study_report``).
+``run --quick`` runs the same path on a tiny budget (CI smoke) and writes ``credit_study_quick.*`` instead.
 
     python -m benchmarks.credit_study run            # the protocol (~30 min on 2 cores)
     python -m benchmarks.credit_study run --quick    # smoke
@@ -23,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -163,20 +157,11 @@ def misranked_anchor_fraction(rows: dict[str, Any], advantages: np.ndarray, best
     return float(np.mean([max(v["worse"]) > max(v["best"]) for v in compared])) if compared else float("nan")
 
 
-def diagnostic_values(diag: dict[str, float]) -> dict[str, float]:
-    """The study's per-batch diagnostics from ``compute_advantages``' dict (NaN where an estimator has none)."""
-    nan = float("nan")
-    return {
-        "divergent_fraction": float(diag.get("divergent_anchor_fraction", nan)),
-        "mean_rho": float(diag.get("mean_rho", nan)),
-        "mean_rho_strict_valid": float(diag.get("mean_rho_strict_valid", nan)),
-        "adv_std": float(diag.get("advantage_std", nan)),
-        "adv_range": float(diag.get("advantage_max", nan)) - float(diag.get("advantage_min", nan)),
-    }
-
-
 CURVE_KEYS = ("train_success", "train_return", "eval_success", "eval_return_std", "misranked_fraction",
               "best_action_prob", "divergent_fraction", "mean_rho", "mean_rho_strict_valid", "adv_std", "adv_range")
+# curve -> the credit diagnostic of ``compute_advantages`` it records per batch (NaN where an estimator has none)
+DIAGNOSTICS = {"divergent_fraction": "divergent_anchor_fraction", "mean_rho": "mean_rho",
+               "mean_rho_strict_valid": "mean_rho_strict_valid", "adv_std": "advantage_std"}
 
 
 def cell_config(spec: dict[str, Any], run_dir: str, task_pool: Sequence[str]):
@@ -217,16 +202,13 @@ def train_run(spec: dict[str, Any]) -> dict[str, Any]:
     torch.set_num_threads(1)
     started = time.perf_counter()
     probe = make_env(spec["env_id"], spec["env_kwargs"]).unwrapped  # for the exact model and DP values
-    all_tasks = [str(t) for t in probe.task_ids]
-    task_pool = all_tasks[: spec["tasks"]] if spec.get("tasks") else all_tasks
+    task_pool = [str(t) for t in probe.task_ids][: spec["tasks"]]  # (all where the protocol names no pool)
     exact = spec["eval"] == "exact"
     best = best_actions(probe) if exact else {}
     actions_of = ({state: list(actions) for task in task_pool for state, actions in probe.transition_model(task).items()}
                   if exact else {})
-    eval_envs = None
-    if not exact:
-        eval_envs = GroupVectorEnv(spec["env_id"], num_groups=spec["eval_episodes"], group_size=1, num_workers=0,
-                                   env_kwargs=spec["env_kwargs"])
+    eval_envs = None if exact else GroupVectorEnv(spec["env_id"], num_groups=spec["eval_episodes"], group_size=1,
+                                                  num_workers=0, env_kwargs=spec["env_kwargs"])
     curves: dict[str, list[float]] = {k: [] for k in CURVE_KEYS}
     with tempfile.TemporaryDirectory(prefix="credit_study_cell_") as run_dir:
         run = open_run(Trainer, cell_config(spec, run_dir, task_pool))
@@ -253,8 +235,10 @@ def train_run(spec: dict[str, Any]) -> dict[str, Any]:
             diagnostics, the misranked-anchor fraction of its advantages, and the updated policy's evaluation."""
             curves["train_success"].append(float(sampled.metrics["success"]))
             curves["train_return"].append(float(sampled.metrics["reward_mean"]))
-            for name, value in diagnostic_values({k: float(v) for k, v in learned.credit.items()}).items():
-                curves[name].append(value)
+            credit = {k: float(v) for k, v in learned.credit.items()}
+            for name, key in DIAGNOSTICS.items():
+                curves[name].append(credit.get(key, float("nan")))
+            curves["adv_range"].append(credit.get("advantage_max", math.nan) - credit.get("advantage_min", math.nan))
             curves["misranked_fraction"].append(
                 misranked_anchor_fraction(sampled.played.batch.credit_arrays(), learned.advantages, best)
                 if exact else float("nan"))
@@ -306,7 +290,7 @@ def reference_success(protocol: dict[str, Any], names: Sequence[str]) -> dict[st
         if env_spec["name"] not in names or env_spec.get("eval") != "exact":
             continue
         env = make_env(env_spec["id"], env_spec.get("kwargs") or {}).unwrapped
-        tasks = list(env.task_ids)[: env_spec["tasks"]] if env_spec.get("tasks") else list(env.task_ids)
+        tasks = list(env.task_ids)[: env_spec.get("tasks")]
         uniform, optimal = [], []
         for task in tasks:
             model, start = env.transition_model(task), env.initial_state(task)
@@ -318,14 +302,11 @@ def reference_success(protocol: dict[str, Any], names: Sequence[str]) -> dict[st
     return out
 
 
-def cell_key(run: dict[str, Any]) -> tuple:
-    """A run's (or a spec's) cell: (env, method, N, seed)."""
-    return run["env_name"], run["method"], run["group_size"], run["seed"]
+cell_key = operator.itemgetter("env_name", "method", "group_size", "seed")  # a run's (or a spec's) cell
 
 
 def run_study(protocol: dict[str, Any], env_names: Sequence[str] | None = None, workers: int | None = None,
-              progress: bool = True, done: Sequence[dict[str, Any]] = (),
-              on_run: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+              done: Sequence[dict[str, Any]] = (), on_run: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
     """Train every cell of the protocol over a process pool; the runs sorted by cell. Cells already in ``done``
     (finished runs, e.g. read back after an interruption) are not trained again and are returned with the rest;
     ``on_run`` sees each new run as it finishes (to keep it on disk at once)."""
@@ -337,10 +318,9 @@ def run_study(protocol: dict[str, Any], env_names: Sequence[str] | None = None, 
         runs.append(run)
         if on_run is not None:
             on_run(run)
-        if progress:
-            print(f"[{k}/{len(specs)}] {run['env_name']} {run['method']} N={run['group_size']} "
-                  f"seed={run['seed']}: final success {run['final_success']:.3f} "
-                  f"({run['seconds']:.1f}s, {time.perf_counter() - started:.0f}s elapsed)", flush=True)
+        print(f"[{k}/{len(specs)}] {run['env_name']} {run['method']} N={run['group_size']} seed={run['seed']}: "
+              f"final success {run['final_success']:.3f} ({run['seconds']:.1f}s, "
+              f"{time.perf_counter() - started:.0f}s elapsed)", flush=True)
     return sorted([*done, *runs], key=cell_key)
 
 
@@ -370,15 +350,16 @@ def write_outputs(runs: Sequence[dict[str, Any]], protocol: dict[str, Any], runt
 
 def main(argv: Sequence[str] | None = None) -> int:
     command = StudyCommand(__spec__.name, __doc__.split("\n\n")[0],
-                           {"run": ("quick", "workers", "envs"), "report": ("from_json",)},
+                           {"run": ("quick", "workers", "envs", "protocol"), "report": ("from_json",)},
                            "run: train every cell of the protocol, then the report; report: the report again from "
-                           "a finished study's JSON, without training")
+                           "a finished study's JSON (its runs and protocol), without training",
+                           {"protocol": PROTOCOL_PATH, "quick": False})
     command.add("--quick", action="store_const", const=True, help="run: tiny budget smoke run (CI)")
-    command.add("--protocol", type=Path, default=PROTOCOL_PATH, common=True)
+    command.add("--protocol", type=Path, help="run: the protocol (default: the committed credit_study.yaml)")
     command.add("--out", type=Path, default=RESULTS, common=True)
     command.add("--workers", type=int, help="run: processes (default: the protocol's)")
     command.add("--envs", nargs="*", help="run: subset of the protocol's env names")
-    command.add("--from-json", type=Path, help="report: a finished study's JSON (its runs and protocol)")
+    command.add("--from-json", type=Path, help="report: a finished study's JSON")
     args = command.parse(argv)
     if args is None:
         return 2
@@ -388,13 +369,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.from_json.exists():
             return refused(f"no study results at {args.from_json}: run `python -m benchmarks.credit_study run` first")
         payload = read_json(args.from_json)
-        protocol = payload["protocol"]
-        if "notes" not in protocol:  # notes written after the run are prose only, never numbers of the run
-            protocol["notes"] = read_yaml(args.protocol.read_text()).get("notes", [])
-        write_outputs(payload["runs"], protocol, float(payload["runtime_s"]), args.out,
-                      payload["summary"].get("skipped_envs", {}))
+        write_outputs(payload["runs"], payload["protocol"], float(payload["runtime_s"]), args.out,
+                      payload["summary"]["skipped_envs"])
         return 0
-    protocol = load_protocol(args.protocol, quick=bool(args.quick))
+    protocol = load_protocol(args.protocol, quick=args.quick)
     usable, skipped = available_envs(protocol)
     names = [n for n in usable if not args.envs or n in args.envs]
     for name, why in skipped.items():

@@ -1,12 +1,6 @@
 """Credit study, the report: per-run scalars, mean and 95% intervals over seeds, a verdict per paper claim, the
-markdown page (every number read from the summary stored in the JSON) and the figures.
-
-Cell intervals are Student-t intervals over seeds (``benchmarks.stats.mean_ci``). Methods of one (env, N) train
-on the same seed ids, so a method difference is a *paired* interval over the per-seed differences, paired by the
-seed id stored with each run (``benchmarks.stats``; misaligned cells are refused); differences across N are Welch.
-All comparisons of a summary form one Holm family: a comparison *holds* when Holm rejects 0 on the claimed side,
-is *contradicted* when Holm rejects it on the other side, and is otherwise *not significant* (right sign) or *not
-supported* (wrong sign), with the minimum detectable effect stored beside it.
+markdown page (every number read from the summary stored in the JSON) and the figures. The statistics' rules (paired
+by seed id, one Holm family, MDEs): docs/credit_experiments.md, "End-to-end training", and ``benchmarks.stats``.
 """
 
 from __future__ import annotations
@@ -37,34 +31,28 @@ from benchmarks.stats import (
 PAPER_READING, ANCHOR_READING = "ecpo", "ecpo_anchor_scale"
 
 
-def _segment(curve: Sequence[float], fraction: float, late: bool) -> np.ndarray:
-    x = np.asarray(curve, dtype=float)
-    k = max(2, round(len(x) * fraction))
-    return x[-k:] if late else x[:k]
+def _nanmean(x: Sequence[float]) -> float:
+    x = np.asarray(x, dtype=float)
+    return float(np.nanmean(x)) if np.isfinite(x).any() else float("nan")
 
 
 def run_metrics(run: dict[str, Any], early_fraction: float, late_fraction: float) -> dict[str, float]:
-    """Per-run scalars: final success, late-stage reward std, diagnostics averaged over training."""
+    """Per-run scalars: final success, late-stage spreads, diagnostics averaged over training (or its first or last
+    ``fraction`` of iterations, at least 2)."""
     c = run["curves"]
-
-    def nanmean(x):
-        x = np.asarray(x, dtype=float)
-        return float(np.nanmean(x)) if np.isfinite(x).any() else float("nan")
-
+    early = lambda name: np.asarray(c[name], dtype=float)[: max(2, round(len(c[name]) * early_fraction))]
+    late = lambda name: np.asarray(c[name], dtype=float)[-max(2, round(len(c[name]) * late_fraction)):]
     return {
-        "final_success": float(run.get("final_success", c["eval_success"][-1])),
-        "late_reward_std": float(np.std(_segment(c["train_return"], late_fraction, True), ddof=1)),
-        "late_eval_std": float(np.std(_segment(c["eval_success"], late_fraction, True), ddof=1)),
-        "late_eval_return_std": nanmean(_segment(c.get("eval_return_std", [float("nan")] * 2), late_fraction, True)),
-        "final_best_prob": float(c["best_action_prob"][-1]) if c.get("best_action_prob") else float("nan"),
-        "divergent_early": nanmean(_segment(c["divergent_fraction"], early_fraction, False)),
-        "divergent_late": nanmean(_segment(c["divergent_fraction"], late_fraction, True)),
-        "mean_rho": nanmean(c["mean_rho"]),
-        "mean_rho_strict_valid": nanmean(c.get("mean_rho_strict_valid", [float("nan")])),
-        "adv_range": nanmean(c["adv_range"]),
-        "adv_std": nanmean(c["adv_std"]),
-        "misranked": nanmean(c["misranked_fraction"]),
-        "misranked_late": nanmean(_segment(c["misranked_fraction"], late_fraction, True)),
+        "final_success": float(run["final_success"]),
+        "late_reward_std": float(np.std(late("train_return"), ddof=1)),
+        "late_eval_std": float(np.std(late("eval_success"), ddof=1)),
+        "late_eval_return_std": _nanmean(late("eval_return_std")),
+        "final_best_prob": float(c["best_action_prob"][-1]),
+        "divergent_early": _nanmean(early("divergent_fraction")),
+        "divergent_late": _nanmean(late("divergent_fraction")),
+        **{name: _nanmean(c[name]) for name in ("mean_rho", "mean_rho_strict_valid", "adv_range", "adv_std")},
+        "misranked": _nanmean(c["misranked_fraction"]),
+        "misranked_late": _nanmean(late("misranked_fraction")),
     }
 
 
@@ -96,15 +84,10 @@ def summarize(runs: Sequence[dict[str, Any]], protocol: dict[str, Any]) -> dict[
         return {seed: m[name] for seed, m in metrics.get((env, method, n), {}).items()}
 
     cells = {}
-    for env in envs:
-        for method in methods:
-            for n in sizes:
-                if (env, method, n) not in metrics:
-                    continue
-                names = next(iter(metrics[(env, method, n)].values())).keys()
-                cells[f"{env}|{method}|{n}"] = {name: mean_ci(list(col(env, method, n, name).values()))
-                                                for name in names}
-                cells[f"{env}|{method}|{n}"]["seeds"] = sorted(metrics[(env, method, n)], key=str)
+    for env, method, n in itertools.product(envs, methods, sizes):
+        if by_seed := metrics.get((env, method, n)):
+            cells[f"{env}|{method}|{n}"] = {name: mean_ci([m[name] for m in by_seed.values()])
+                                            for name in next(iter(by_seed.values()))} | {"seeds": sorted(by_seed, key=str)}
 
     claims, family = [], []
 
@@ -210,11 +193,10 @@ def reading_verdict(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
     reading when it *holds* (its interval lies on the anchor scale's better side of 0), for ``ecpo`` when it is
     *contradicted*; the rest are within noise. Favoured: the reading with significant parts when only one has
     any; "mixed" when both do; "cannot tell" when none is significant."""
-    for_anchor = sum(p["verdict"] == "holds" for p in parts)
-    for_paper = sum(p["verdict"] == "contradicted" for p in parts)
-    favours = ("mixed" if for_anchor and for_paper else ANCHOR_READING if for_anchor else
-               PAPER_READING if for_paper else "cannot tell")
-    return {"parts": list(parts), "favours": favours, "for_anchor_scale": for_anchor, "for_ecpo": for_paper,
+    favours = {"mixed": "mixed", "contradicted": PAPER_READING, "not shown": "cannot tell"}.get(
+        claim_verdict([p["verdict"] for p in parts]), ANCHOR_READING)  # (holds, partly holds: the anchor scale)
+    return {"parts": list(parts), "favours": favours, "for_anchor_scale": sum(p["verdict"] == "holds" for p in parts),
+            "for_ecpo": sum(p["verdict"] == "contradicted" for p in parts),
             "total": sum(p["verdict"] != "no data" for p in parts)}
 
 
@@ -228,12 +210,11 @@ METHOD_LABELS = {
 }
 
 
-def fmt(cell: dict[str, float], scale: float = 1.0, digits: int = 3) -> str:
+def fmt(cell: dict[str, float]) -> str:
     """``mean ± ci`` as written in the report (the test re-derives these strings from the JSON)."""
-    mean, ci = cell["mean"] * scale, cell["ci"] * scale
-    if math.isnan(mean):
+    if math.isnan(cell["mean"]):
         return "n/a"
-    return f"{mean:.{digits}f} ± {ci:.{digits}f}" if not math.isnan(ci) else f"{mean:.{digits}f}"
+    return f"{cell['mean']:.3f}" + ("" if math.isnan(cell["ci"]) else f" ± {cell['ci']:.3f}")
 
 
 TABLE_METRICS = (
@@ -321,8 +302,7 @@ def render_report(summary: dict[str, Any], protocol: dict[str, Any], runtime_s: 
                      + ("exact (DP)" if env.get("eval") == "exact" else
                         f"{env.get('eval_episodes')} sampled episodes per iteration, "
                         f"{env.get('final_eval_episodes', env.get('eval_episodes'))} for the final policy") + ".")
-        ref = summary.get("reference", {}).get(env["name"])
-        if ref:
+        if ref := summary["reference"].get(env["name"]):
             lines.append(f"  Exact success at T=0.4 of the uniform policy: {ref['uniform']:.3f}; of the optimal "
                          f"policy: {ref['optimal']:.3f} (the ceiling of every curve).")
     lines += [""] + [f"- {note}" for note in protocol.get("notes", [])] + [""]

@@ -147,15 +147,16 @@ def test_counterfactual_summary_pairs_estimators_by_batch_seed():
         return {"seed": seed, "n_lucky": 1, "success": 0.5, "estimators": {
             "gigpo_std": values, "ecpo": values | {"lucky": ecpo_lucky}}}
 
-    arms = {"arm": {"checkpoints": [{"target": 0.8, "concentration": 0.81, "exact_success": 0.4, "iteration": 3}],
-                    "batches": {"0.80": [batch(s, 0.2 + 0.1 * (s % 3) + 0.05) for s in range(12)]}}}
+    arms = {"arm": [{"protocol": {"checkpoint_seed": 0},
+                     "checkpoints": [{"target": 0.8, "concentration": 0.81, "exact_success": 0.4, "iteration": 3}],
+                     "batches": {"0.80": [batch(s, 0.2 + 0.1 * (s % 3) + 0.05) for s in range(12)]}}]}
     summary = report.summarize(arms)
     part = next(p for p in summary["comparisons"] if p["a"] == "ecpo" and p["metric"] == "lucky")
     assert part["seeds"] == sorted(range(12), key=str) and part["n"] == 12
     assert part["diff"] == pytest.approx(np.mean([0.1 * (s % 3) + 0.05 for s in range(12)]))
     assert part["verdict"] == "contradicted"  # ECPO raised log pi(rare) more than GiGPO on every batch
     assert summary["claims"][0]["verdicts"]["ecpo"] == "contradicted"
-    arms["arm"]["batches"]["0.80"][0]["seed"] = 5  # two batches now claim seed 5
+    arms["arm"][0]["batches"]["0.80"][0]["seed"] = 5  # two batches now claim seed 5
     with pytest.raises(ps.MisalignedCells):
         report.summarize(arms)
 
@@ -182,7 +183,9 @@ def test_quick_run_writes_a_report_whose_numbers_are_the_json(tmp_path):
     for part in payload["summary"]["comparisons"]:
         shown = report._scaled(part, report.SCALE.get(part["metric"], 1.0))
         assert f"{report.fmt_part(shown, 3)} | {report._percent(part['relative'])} | {part['verdict']} |" in text
-    assert cf.main(["run", "--arms", "nope"]) == 2
+    with pytest.raises(SystemExit) as refused:  # an arm the protocol lacks: argparse's one error line
+        cf.main(["run", "--arms", "nope"])
+    assert refused.value.code == 2
     assert "run --quick --arms tabular_corridor`" in text  # the command that wrote it, as the run's protocol keeps it
     assert payload["protocol"]["command"] == ("python -m benchmarks.credit_counterfactual run --quick --arms "
                                               "tabular_corridor")
@@ -268,7 +271,7 @@ def test_an_arm_run_at_other_targets_later_merges_and_a_clash_is_refused():
     is refused rather than silently mixed."""
     cf = credit_counterfactual
     merge_arm = cf.merge_arm
-    protocol = {"policy": "llm", "lr": 1e-4, "targets": [0.5], "K": 4}
+    protocol = {"policy": "llm", "lr": 1e-4, "targets": [0.5], "K": 4, "checkpoint_seed": 0}
     early = {"arm": "a", "protocol": protocol, "checkpoints": [{"target": 0.5}], "batches": {"0.50": [1, 2]},
              "seconds": 10.0}
     late = {"arm": "a", "protocol": protocol | {"targets": [0.8, 0.95], "K": 2},
@@ -290,24 +293,21 @@ def test_an_arm_run_at_other_targets_later_merges_and_a_clash_is_refused():
 
 
 def test_a_finished_arm_is_read_from_a_runs_folder_or_from_a_written_reports_json(tmp_path):
-    """``--from-raw`` takes a runs folder (``<arm>.json``) or a report's JSON, whose ``arms`` keep every arm's raw
-    batches: so the committed tabular arms can be re-reported beside a new LLM arm without rerunning them."""
+    """``--from-raw`` takes a runs folder (``<arm>_ckpt<seed>.json``) or a report's JSON, whose ``arms`` keep every
+    arm's raw batches: so the committed tabular arms can be re-reported beside a new LLM arm without rerunning them."""
     finished_arm = credit_counterfactual.finished_arm
-    record = {"arm": "tabular_corridor", "protocol": {"targets": [0.5]}, "checkpoints": [], "batches": {},
-              "seconds": 1.0}
+    record = {"arm": "tabular_corridor", "protocol": {"targets": [0.5], "checkpoint_seed": 0}, "checkpoints": [],
+              "batches": {}, "seconds": 1.0}
     (tmp_path / "runs").mkdir()
-    (tmp_path / "runs" / "tabular_corridor.json").write_text(json.dumps(record))
-    (tmp_path / "report.json").write_text(json.dumps({"summary": {}, "arms": {"tabular_corridor": record}}))
-    # a record from before --checkpoint-seeds / --batch-seed-base: checkpoint seed 0, batch seeds from 100000
-    legacy = record | {"protocol": {"targets": [0.5], "checkpoint_seed": 0, "batch_seed_base": 100_000}}
-    assert finished_arm(tmp_path / "runs", "tabular_corridor") == [legacy]
-    assert finished_arm(tmp_path / "report.json", "tabular_corridor") == [legacy]
+    for seed in (2, 0):
+        (tmp_path / "runs" / f"tabular_corridor_ckpt{seed}.json").write_text(json.dumps(
+            record | {"protocol": {"targets": [0.5], "checkpoint_seed": seed}}))
+    assert [r["protocol"]["checkpoint_seed"] for r in finished_arm(tmp_path / "runs", "tabular_corridor")] == [0, 2]
+    (tmp_path / "report.json").write_text(json.dumps({"summary": {}, "arms": {"tabular_corridor": [record]}}))
+    assert finished_arm(tmp_path / "report.json", "tabular_corridor") == [record]
     # the report as the program writes it: gzipped (benchmarks.write_json_gz)
-    write_json_gz(tmp_path / "report.json.gz", {"summary": {}, "arms": {"tabular_corridor": record}})
-    assert finished_arm(tmp_path / "report.json.gz", "tabular_corridor") == [legacy]
-    (tmp_path / "runs" / "tabular_corridor_ckpt2.json").write_text(json.dumps(
-        record | {"protocol": {"targets": [0.5], "checkpoint_seed": 2, "batch_seed_base": 7}}))
-    assert [r["protocol"]["checkpoint_seed"] for r in finished_arm(tmp_path / "runs", "tabular_corridor")] == [2, 0]
+    write_json_gz(tmp_path / "report.json.gz", {"summary": {}, "arms": {"tabular_corridor": [record]}})
+    assert finished_arm(tmp_path / "report.json.gz", "tabular_corridor") == [record]
     assert finished_arm(tmp_path / "runs", "smollm2_corridor") == []
     assert finished_arm(tmp_path / "report.json", "smollm2_corridor") == []
 

@@ -42,7 +42,8 @@ def _toy_runs(order=None):
             curve = [0.2 + 0.05 * seed + shift] * 8
             runs.append({"env_name": "diagnostic", "method": method, "group_size": 4, "seed": seed,
                          "final_success": curve[-1], "curves": {
-                             "eval_success": curve, "train_return": curve, "divergent_fraction": [0.1] * 8,
+                             "eval_success": curve, "train_return": curve, "eval_return_std": [0.3] * 8,
+                             "divergent_fraction": [0.1] * 8,
                              "mean_rho": [0.2] * 8, "mean_rho_strict_valid": [0.4] * 8, "adv_range": [1.0] * 8,
                              "adv_std": [0.5] * 8, "misranked_fraction": [0.1] * 8, "best_action_prob": [0.9] * 8}})
     return [runs[i] for i in order] if order else runs
