@@ -108,20 +108,14 @@ def welch_diff(a: Sequence[float], b: Sequence[float], *, m: int = 1) -> dict[st
 
 
 def holm(p_values: Sequence[float], alpha: float = ALPHA) -> list[bool]:
-    """Holm's step-down rejections (family-wise error ``alpha``); NaN p-values are never rejected."""
-    order = sorted((p, i) for i, p in enumerate(p_values) if math.isfinite(p))
-    m = len(order)
-    rejected = [False] * len(p_values)
-    for rank, (p, i) in enumerate(order):
-        if p > alpha / (m - rank):
-            break
-        rejected[i] = True
-    return rejected
+    """Holm's step-down rejections (family-wise error ``alpha``): the adjusted p (:func:`holm_adjusted`) at most
+    ``alpha``; NaN p-values are never rejected."""
+    return [p <= alpha for p in holm_adjusted(p_values)]
 
 
 def holm_adjusted(p_values: Sequence[float]) -> list[float]:
-    """Holm's step-down adjusted p-values (the k-th smallest p times ``m - k + 1``, made monotone, capped at 1):
-    :func:`holm` rejects exactly those at most alpha. NaN stays NaN and does not count in ``m``."""
+    """Holm's step-down adjusted p-values (the k-th smallest p times ``m - k + 1``, made monotone, capped at 1);
+    NaN stays NaN and does not count in ``m``."""
     order = sorted((p, i) for i, p in enumerate(p_values) if math.isfinite(p))
     m, running = len(order), 0.0
     adjusted = [float("nan")] * len(p_values)
