@@ -83,7 +83,7 @@ ESTIMATORS_HEAD = "### Step-credit estimators under one protocol"
 def estimator_lines(table: Mapping[str, Any]) -> list[str]:
     """Issue 57's table: one row per estimator, one column per testbed, each cell the arm minus GiGPO w/std
     (95 % interval, paired by seed) and its verdict (Holm over the testbed's 8 comparisons), or why it is empty."""
-    out = ["| estimator | " + " | ".join(table.get("headers", table["testbeds"])) + " |",
+    out = ["| estimator | " + " | ".join(table["headers"]) + " |",
            "| --- |" + " --- |" * len(table["testbeds"])]
     out += [f"| {arm} | " + " | ".join(_cell(c) for c in cells) + " |" for arm, cells in table["rows"]]
     return out
@@ -112,8 +112,7 @@ def ledger(rows: Sequence[Mapping[str, Any]], table: Mapping[str, Any] | None = 
                          f"{row['n']} | {shown} | {verdict(row)} | [{Path(row['source']).name}](../{row['source']}) |")
         lines.append("")
     if table is not None:
-        seeds = ", ".join(f"{count} seeds an arm on {name}" if count else f"{name}: the seed count from its pilot"
-                          for name, count in table["seeds"].items())
+        seeds = ", ".join(f"{count} seeds an arm on {name}" for name, count in table["seeds"].items())
         lines += ["## Step-credit estimators under one protocol (issue 57)", "",
                   ("Registered in `benchmarks/estimator_comparison.yaml` before its runs (" + seeds + ", N = 8; the "
                    "endpoint: the final policy's exact success on the corridor, its share of the 140 valid_seen games "

@@ -371,31 +371,25 @@ def estimator_table() -> dict[str, Any]:
     """Issue 57's comparison as the ledger shows it: one row per estimator, one column per testbed of the
     registered protocol (``benchmarks/estimator_comparison.yaml``), each cell the arm minus GiGPO w/std with its
     interval and verdict from ``estimator_comparison.json``, or why the cell has none."""
-    from benchmarks.estimator_comparison import NOT_RUN, RESULT_JSON, load_protocol, machines_text
+    from benchmarks.estimator_comparison import RESULT_JSON, cell, load_protocol, machines_text
 
-    protocol = load_protocol()
-    result = read_json(RESULT_JSON) if RESULT_JSON.is_file() else {}
-    table = result.get("table", {})
+    protocol, result = load_protocol(), load(RESULT_JSON.name)
+    table = result["table"]
     for testbed in {bed for cells in table.values() for bed in cells}:  # each testbed's 8 comparisons: one family
         holm_family([cells[testbed] for cells in table.values() if testbed in cells and not cells[testbed].get("reference")])
     testbeds = [t["name"] for t in protocol["testbeds"]]
-    status = {t["name"]: t.get("status", NOT_RUN) for t in protocol["testbeds"]}
-    rows = [(arm, [_estimator_cell(table.get(arm, {}).get(testbed), status[testbed]) for testbed in testbeds])
+    rows = [(arm, [cell(table.get(arm, {}).get(testbed), _estimator_cell) for testbed in testbeds])
             for arm in protocol["arms"]]
-    seeds = {t["name"]: t.get("seeds", protocol.get("seeds")) for t in protocol["testbeds"] if "status" not in t}
+    seeds = {t["name"]: t.get("seeds", protocol.get("seeds")) for t in protocol["testbeds"]}
     headers = [f"{name} ({ESTIMATOR_SCOPE[name]})" if name in ESTIMATOR_SCOPE else name for name in testbeds]
     return {"testbeds": testbeds, "headers": headers, "rows": rows, "seeds": seeds,
-            "machines": machines_text(result.get("runs", []), testbeds), "source": RESULT_JSON.name,
+            "machines": machines_text(result["runs"], testbeds), "source": RESULT_JSON.name,
             "warm_starts": warm_start_text(table)}
 
 
-def _estimator_cell(p: Mapping[str, Any] | None, status: str) -> str:
-    """A cell: the difference, its unadjusted interval and verdict, and beside an interval that excludes 0 the
+def _estimator_cell(p: Mapping[str, Any]) -> str:
+    """An arm's cell: the difference, its unadjusted interval and verdict, and beside an interval that excludes 0 the
     Holm-adjusted p the verdict rests on (or that it misses Holm's level), the MDE beside a null."""
-    if p is None:
-        return status
-    if p.get("reference"):
-        return f"reference (mean {p['mean']:.3f})"
     beside = [stats.holm_miss_text(p) or stats.holm_p_text(p)]
     beside += [f"MDE {p['mde']:.3f}"] if not p["holm_significant"] and p.get("mde") else []
     text = f"{p['diff']:+.3f} [{p['low']:+.3f}, {p['high']:+.3f}]: {p['verdict']}"

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ from ecpo_train.runtime.config_values import read_yaml
 PROTOCOL = Path(__file__).with_name("estimator_comparison.yaml")
 RESULT_JSON = RESULTS / "estimator_comparison.json"
 RAW_RUNS = RESULTS / "raw" / "estimator_comparison" / "runs.jsonl"  # one finished run a line, kept as it finishes
-NOT_RUN = "registered, not run yet"  # a testbed's cell before its column is read (and where it names no status)
+NOT_RUN = "registered, not run yet"  # a testbed's cell before its column is read
 KEPT = ("env_name", "method", "group_size", "seed", "final_success", "seconds", "iterations", "cpu")
 
 
@@ -175,18 +176,18 @@ def render(table: dict[str, Any], protocol: dict[str, Any], runs: list[dict[str,
     machines = machines_text(runs, bed_names)
     lines += [machines, ""] if machines else []
     lines += ["| estimator | " + " | ".join(bed_names) + " |", "| --- |" + " --- |" * len(bed_names)]
-    for arm in protocol["arms"]:
-        row = []
-        for bed_name in bed_names:
-            part = table.get(arm, {}).get(bed_name)
-            if part is None:
-                row.append(NOT_RUN)
-            elif part.get("reference"):
-                row.append(f"reference (mean {part['mean']:.3f})")
-            else:
-                row.append(f"{fmt_part(part)}: {part['verdict']} (mean {part['mean']:.3f})")
-        lines.append(f"| {arm} | " + " | ".join(row) + " |")
+    said = lambda part: f"{fmt_part(part)}: {part['verdict']} (mean {part['mean']:.3f})"
+    lines += [f"| {arm} | " + " | ".join(cell(table.get(arm, {}).get(name), said) for name in bed_names) + " |"
+              for arm in protocol["arms"]]
     return "\n".join(lines) + "\n"
+
+
+def cell(part: dict[str, Any] | None, said: Callable[[dict[str, Any]], str]) -> str:
+    """A cell of the table (here and in the claims ledger): ``NOT_RUN`` without a result, the reference arm's mean,
+    else the arm's result as ``said`` words it."""
+    if part is None:
+        return NOT_RUN
+    return f"reference (mean {part['mean']:.3f})" if part.get("reference") else said(part)
 
 
 def finished_runs(path: Path, protocol: dict[str, Any]) -> tuple[list[dict[str, Any]], float]:

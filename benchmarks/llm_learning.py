@@ -1,11 +1,7 @@
 """The paper's central comparison with an LLM policy: ECPO vs GiGPO w/std (and GRPO) training a real small LM.
 
 Every cell (environment x group size N x method x seed) is one native training run from the same preset and the
-same hyperparameters; only ``estimator`` (and the seed) change. The report (``benchmarks.llm_learning_report``) gives
-per method success before and after training and late in it (the second half), with 95 % t-intervals over seeds,
-and the credit diagnostics; success is *exact* (dynamic programming over the corridor's MDP with the LLM's action
-distribution at the validation temperature) where the environment allows it, so seeds differ only in what they
-learned, else the sampled validation success.
+same hyperparameters; only ``estimator`` (and the seed) change. The report: ``benchmarks.llm_learning_report``.
 
     python -m benchmarks.llm_learning run                      # the CPU protocol (see PROTOCOLS)
     python -m benchmarks.llm_learning run --protocol quick     # a few minutes: one seed, two methods
@@ -27,7 +23,7 @@ import json
 import math
 import shlex
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -73,12 +69,6 @@ PROTOCOLS = {
                          "iterations=60", "val_every=10"],
     }, [4, 8], ["ecpo", "gigpo_std", "grpo", "ecpo_anchor_scale"], [0, 1, 2, 3, 4]),
 }
-
-
-def finished_protocol(protocol: Protocol, results: dict, overrides: list[str]) -> Protocol:
-    """The protocol of the cells a report holds (finished or stored): their group sizes and seeds."""
-    return Protocol(protocol.preset, protocol.envs, sorted({n for by_n in results.values() for n in by_n}),
-                    protocol.methods, sorted({r["seed"] for r in all_runs(results)}), overrides)
 
 
 def run_cell(job: tuple[str, list[str], Path, int]) -> list[dict]:
@@ -232,7 +222,8 @@ def write_outputs(stem: Path, name: str, protocol: Protocol, overrides: list[str
     stored |= {"command": command} if command else {}
     stem.parent.mkdir(parents=True, exist_ok=True)
     stem.with_suffix(".json").write_text(json.dumps(stored | {"results": results}, indent=1))
-    text = report(results, name, finished_protocol(protocol, results, overrides), seconds, how)
+    held = replace(protocol, seeds=sorted({r["seed"] for r in all_runs(results)}), overrides=overrides)
+    text = report(results, name, held, seconds, how)
     write_text(stem.with_suffix(".md"), text)
     plot(results, stem.with_suffix(".png"))
     print(text)
