@@ -19,7 +19,6 @@ from typing import Any
 from benchmarks import RESULTS, read_json, stats
 
 T_INTERVAL = "t-interval over seeds"
-BINARY_UNNAMED = "McNemar-consistent, conditional"  # a paired-binary interval from before the JSONs named theirs
 SMOL = "SmolLM2-135M-Instruct"
 TEXT = "small text policy (policies/text.py), not a language model"
 CPU = "2-core CPU"
@@ -52,7 +51,7 @@ def part(f: Mapping[str, Any], label: str = "", method: str | None = None, secon
     has_t = all(isinstance(f.get(k), (int, float)) and math.isfinite(f[k]) for k in ("se", "df"))
     level = stats.ALPHA / max(1, int(f.get("m") or 1))  # the MDE at the JSON's own Holm level, by exact power
     out = {"label": label, "short": short or label, "estimate": f.get("diff"), "low": f.get("low"),
-           "high": f.get("high"), "method": f.get("interval") or method or (BINARY_UNNAMED if "gained" in f else ""),
+           "high": f.get("high"), "method": f.get("interval") or method or "",
            "mde": stats.detectable(f, level) if "gained" in f or has_t else f.get("mde"),
            "secondary": secondary, "p_holm": f.get("p_holm")}
     if f.get("se") == 0 and f.get("diff") == 0 and "gained" not in f:  # [0, 0] and MDE 0 would read as a measurement
@@ -122,13 +121,13 @@ def endpoints() -> list[dict[str, Any]]:
 
 
 def _llm(name: str, kind: str, a: str, b: str | None = None, without: bool = False) -> list[dict[str, Any]]:
-    """The LLM study's comparisons of ``kind`` for method ``a`` (against ``b``) in result JSON ``name``, with the
-    selection seed's runs left out where ``without``."""
+    """The LLM study's comparisons of ``kind`` for method ``a`` (against ``b``) in result JSON ``name``, by N, with
+    the selection seed's runs left out where ``without``."""
     from benchmarks.llm_learning_report import comparisons, without_seed
 
     results = load(name)["results"]
     parts = comparisons(without_seed(results, SELECTION_SEED) if without else results)
-    return [p for p in parts if (p["kind"], p["a"]) == (kind, a) and b in (None, p["b"])]
+    return sorted((p for p in parts if (p["kind"], p["a"]) == (kind, a) and b in (None, p["b"])), key=lambda p: int(p["N"]))
 
 
 def _by_n(parts: list[dict[str, Any]], suffix: str = "", secondary: bool = False) -> list[dict[str, Any]]:
@@ -145,7 +144,6 @@ def _seed_clustered_validation(a: str, b: str) -> dict[str, Any]:
 
 def seed_comparisons() -> list[dict[str, Any]]:
     llm, alf = "llm_learning.json", "llm_learning_alfworld_cpu_pairs.json"
-    corridor = {p["N"]: p for p in _llm(llm, "vs", "ecpo", "gigpo_std")}
     pipelined = load("pipelined_learning.json")["comparisons"]
     for measure in dict.fromkeys(c["measure"] for c in pipelined):  # a Holm family per measure (m = 2 each)
         holm_family([c for c in pipelined if c["measure"] == measure])
@@ -158,10 +156,11 @@ def seed_comparisons() -> list[dict[str, Any]]:
     rllib = {c["claim"]: c for c in holm_family(load("rllib_llm_learning.json")["comparisons"])}
     corridor_scope = scope("4-room LLM corridor (corridor_llm)", mode="native trainer, exact success")
     learned, grpo = _llm(llm, "learned", "ecpo"), _llm(llm, "vs", "grpo", "gigpo_std")
+    corridor = _llm(llm, "vs", "ecpo", "gigpo_std")
     alf_learned, alf_vs = _llm(alf, "learned", "ecpo"), _llm(alf, "vs", "ecpo", "gigpo_std")
     return [
         claim("L5", "learning", "ECPO training of an LLM raises late success over the start (corridor)",
-              corridor_scope, SEEDS, learned[0]["n"], _by_n(sorted(learned, key=lambda p: int(p["N"]))), +1, llm,
+              corridor_scope, SEEDS, learned[0]["n"], _by_n(learned), +1, llm,
               ("Does ECPO training of an LLM learn the corridor?", "SmolLM2, LLM corridor, CPU")),
         claim("L6", "learning", "ECPO raises success on unseen small ALFWorld households (alfworld_cpu, 6 iterations; "
               f"the recipe was chosen on seed {SELECTION_SEED})", scope(POOL), SEEDS, alf_learned[0]["n"],
@@ -174,11 +173,11 @@ def seed_comparisons() -> list[dict[str, Any]]:
                     "seed (the seed's success rate as the unit)", T_INTERVAL, secondary=True)],
               0, "pipelined_learning.json"),
         claim("E1", "comparison", "ECPO beats GiGPO w/std in late success (corridor, N = 4 and 8)", corridor_scope,
-              SEEDS, corridor[max(corridor)]["n"], _by_n([corridor[n] for n in sorted(corridor)]), +1, llm,
+              SEEDS, corridor[0]["n"], _by_n(corridor), +1, llm,
               ("Does ECPO beat GiGPO w/std when training an LLM?", "SmolLM2, LLM corridor, CPU")),
         claim("E7", "comparison", "GRPO against GiGPO w/std in late success (corridor): a difference either way? "
               "(in the LLM study's Holm family; 3 seeds)", corridor_scope, SEEDS, grpo[0]["n"],
-              _by_n(sorted(grpo, key=lambda p: int(p["N"]))), 0, llm,
+              _by_n(grpo), 0, llm,
               ("Does GRPO differ from GiGPO w/std when training an LLM?", "SmolLM2, LLM corridor, CPU")),
         claim("E2", "comparison", "ECPO beats GiGPO w/std in final exact success, 10 seeds (pipelined RLlib, lag 1)",
               corridor_scope | {"mode": "RLlib, 2 runners, pipelined (lag 1)"}, SEEDS, lag["n"],
@@ -263,10 +262,8 @@ def credit() -> list[dict[str, Any]]:
 
 
 def real_alfworld_text(agents: Mapping[str, list[dict[str, Any]]]) -> str:
-    """S10's figures: each agent's wins, the warm start minus the untrained model on the same games (paired by
-    game: one seed, the same episode draws; Tango's interval, McNemar's p; where the untrained model won
-    none, the gain the design detects with 80 % power: ``stats.mde_from_none_won``), the median seconds
-    an untrained episode took (its range and the load beside them in the JSON)."""
+    """S10's figures: each agent's wins, the warm start minus the untrained model paired by game (one seed, the same
+    episode draws), the median seconds of an untrained episode."""
     untrained = next(games for name, games in agents.items() if "untrained" in name)
     warm = next((games for name, games in agents.items() if "warm start" in name), None)
     seconds = sorted(g["seconds"] for g in untrained)
@@ -397,9 +394,7 @@ def _estimator_cell(p: Mapping[str, Any]) -> str:
 
 
 def warm_start_text(table: Mapping[str, Any]) -> str:
-    """Why a households verdict holds for one warm start: the households pilot's warm start (``households_text.json``)
-    and the study's, made by one command on two CPUs, order ECPO and GRPO the other way round (the pilot's paired
-    ECPO - GRPO against the difference of the study's arm means: descriptive, the pilot was not a comparison)."""
+    """Why a households verdict holds for one warm start (the pilot's and the study's order ECPO and GRPO apart)."""
     study = {arm: table[arm]["households"]["mean"] for arm in ("ecpo", "grpo")}
     pilot = load("households_text.json")
     warm, diff = pilot["warm_start"]["by_type"], pilot["comparisons"]["ecpo - grpo"]["diff"]
@@ -432,11 +427,8 @@ def _minus_warm_start(result: Mapping[str, Any], first: int, text: str, env: str
 
 
 def text_policy_alfworld() -> list[dict[str, Any]]:
-    """The real-ALFWorld study of the small text policy (``benchmarks/alfworld_text.py``, registered before its runs):
-    each arm minus the shared warm start on all 140 valid_seen games (the seed as the unit: the mean of the per-seed
-    paired differences), ECPO against GiGPO w/std and GRPO (paired by seed, Holm over the two), and the policy's
-    decision rate and iteration time; and the same schedule's pilot on generated households
-    (``--testbed households``, ``households_text.json``): each arm minus its warm start on 120 held-out households."""
+    """The small text policy's studies (``benchmarks/alfworld_text.py``, registered before their runs): real ALFWorld
+    (each arm minus the warm start, ECPO against the others), its households pilot, and its speed."""
     study, speed_ = load("alfworld_text.json"), load("text_policy_speed.json")
     rows = _minus_warm_start(study, 7, "Real ALFWorld on one CPU: {} from the warm start wins more valid_seen games "
                              "than the warm start", "ALFWorld valid_seen, all {games} games, 50 steps, T = 0.4",
