@@ -62,7 +62,8 @@ def part(f: Mapping[str, Any], label: str = "", method: str | None = None, secon
     p_ok = f.get("p") is None or (isinstance(f["p"], float) and f["p"] < 0.05)
     decided = f.get("holm_significant") if f.get("holm_significant") is not None else f.get("shown")
     out["significant"] = bool(decided) if decided is not None else bool(excludes and p_ok)
-    return out
+    return out | {k: None for k in ("estimate", "low", "high", "mde")  # (a NaN figure is shown as none)
+                  if isinstance(out[k], float) and not math.isfinite(out[k])}
 
 
 def measured(figure: str, label: str = "", **extra: Any) -> dict[str, Any]:
@@ -468,10 +469,4 @@ SOURCES: tuple[Callable[[], list[dict[str, Any]]], ...] = (endpoints, seed_compa
 
 
 def all_claims() -> list[dict[str, Any]]:
-    rows = [row for source in SOURCES for row in source()]
-    for row in rows:
-        for p in row["parts"]:
-            for key in ("estimate", "low", "high", "mde"):
-                if isinstance(p.get(key), float) and not math.isfinite(p[key]):
-                    p[key] = None
-    return rows
+    return [row for source in SOURCES for row in source()]

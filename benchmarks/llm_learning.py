@@ -9,12 +9,9 @@ same hyperparameters; only ``estimator`` (and the seed) change. The report: ``be
     python -m benchmarks.llm_learning report --protocol P --from-runs runs/llm_learning/P   # the cells finished so far
     python -m benchmarks.llm_learning report --protocol budget --from-json benchmarks/results/llm_learning.json
 
-``run`` trains the cells seed-major (``benchmarks.study``), each in ``<runs-dir>/<protocol>/<env>/N<n>/<method>/seed<k>``
-by the run shell's resume-or-start (a finished cell is passed over, one whose defining keys changed is refused), then
-reports every finished cell of the protocol's folder. Extra ``key=value`` arguments override the training preset
-(e.g. ``iterations=30``), so a GPU run scales by config alone. Writes
-``benchmarks/results/llm_learning_<protocol>.{md,json,png}``; the JSON of a run records its command (``command``),
-which a report of it quotes.
+``run`` trains the cells seed-major (``benchmarks.study``), each by the run shell's resume-or-start, then reports the
+finished cells; ``key=value`` arguments override the preset (a GPU run scales by config alone). Writes
+``benchmarks/results/llm_learning_<protocol>.{md,json,png}``; a run's JSON records its command, which its report quotes.
 """
 
 from __future__ import annotations
@@ -43,31 +40,27 @@ class Protocol:
     overrides: list[str] = field(default_factory=list)
 
 
+CORRIDOR, ALL = {"corridor": []}, ["ecpo", "gigpo_std", "grpo", "ecpo_anchor_scale"]
 PROTOCOLS = {
     # two cores: the corridor task only; ~2 hours when the machine is otherwise idle
-    "cpu": Protocol("corridor_llm", {"corridor": []}, [8, 4], ["ecpo", "gigpo_std", "grpo", "ecpo_anchor_scale"],
-                    [0, 1, 2]),
+    "cpu": Protocol("corridor_llm", CORRIDOR, [8, 4], ALL, [0, 1, 2]),
     # what fitted this session's shared two cores (see the report): N = 8, 8 iterations, all four methods, 3 seeds
-    "budget": Protocol("corridor_llm", {"corridor": []}, [8], ["ecpo", "gigpo_std", "grpo", "ecpo_anchor_scale"],
-                       [0, 1, 2], ["iterations=8", "val_every=4"]),
-    "budget_n4": Protocol("corridor_llm", {"corridor": []}, [4], ["ecpo", "gigpo_std", "grpo", "ecpo_anchor_scale"],
-                          [0, 1, 2], ["iterations=8", "val_every=4"]),
-    "quick": Protocol("corridor_llm", {"corridor": []}, [8], ["ecpo", "gigpo_std"], [0],
-                      ["iterations=4", "val_every=2"]),
+    "budget": Protocol("corridor_llm", CORRIDOR, [8], ALL, [0, 1, 2], ["iterations=8", "val_every=4"]),
+    "budget_n4": Protocol("corridor_llm", CORRIDOR, [4], ALL, [0, 1, 2], ["iterations=8", "val_every=4"]),
+    "quick": Protocol("corridor_llm", CORRIDOR, [8], ["ecpo", "gigpo_std"], [0], ["iterations=4", "val_every=2"]),
     # small households on two cores (issue 22): the presets alfworld_cpu / webshop_cpu as they are (ECPO, one seed),
     # and ECPO vs GiGPO w/std on the ALFWorld one with paired seeds (as many as fit: `report --from-runs` reports
     # them) (N = 4: the presets' own 4 groups x 4, the recipe they were tuned at)
     "alfworld_cpu": Protocol("alfworld_cpu", {"alfworld_small": []}, [4], ["ecpo"], [0]),
     "webshop_cpu": Protocol("webshop_cpu", {"webshop_small": []}, [4], ["ecpo"], [0]),
-    "alfworld_cpu_pairs": Protocol("alfworld_cpu", {"alfworld_small": []}, [4], ["ecpo", "gigpo_std"],
-                                   [0, 1, 2, 3, 4, 5]),
+    "alfworld_cpu_pairs": Protocol("alfworld_cpu", {"alfworld_small": []}, [4], ["ecpo", "gigpo_std"], [0, 1, 2, 3, 4, 5]),
     # a GPU: the corridor and an ALFWorldGen subset (free generation would need a larger model), N = 4 and 8, 5 seeds
     "gpu": Protocol("corridor_llm", {
         "corridor": [],
         "alfworld_gen": ["env_id=ecpo/ALFWorldGen-v0", "env_kwargs={max_steps: 20}", "train_tasks=null",
                          "n_groups=8", "val_num_tasks=16", "val_episodes_per_task=2", "credit.d_min=7",
                          "iterations=60", "val_every=10"],
-    }, [4, 8], ["ecpo", "gigpo_std", "grpo", "ecpo_anchor_scale"], [0, 1, 2, 3, 4]),
+    }, [4, 8], ALL, [0, 1, 2, 3, 4]),
 }
 
 
