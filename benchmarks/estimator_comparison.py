@@ -1,9 +1,6 @@
 """Issue 57's pre-registered comparison of the step-credit estimators (GRPO, GiGPO w/std, ECPO and its ablations,
-PGPO, HGPO, GraphGPO, PACE), one protocol for all: ``benchmarks/estimator_comparison.yaml``, committed before the
-runs it covers. The corridor's runs are the credit study's (``credit_study.run_study``, the tabular policy); a
-testbed with a ``program`` (real ALFWorld, generated households) is run by ``benchmarks.alfworld_text`` with the
-protocol's arms, seeds and iterations. Each arm is compared with GiGPO w/std on the endpoint, paired by seed, Holm
-over the testbed's comparisons, with the exact-power MDE beside every null (``benchmarks.stats``).
+PGPO, HGPO, GraphGPO, PACE) under one protocol, ``benchmarks/estimator_comparison.yaml``, committed before its runs:
+the corridor's by the credit study's runner, a testbed with a ``program`` by ``benchmarks.alfworld_text``.
 
     python -m benchmarks.estimator_comparison run        # the corridor's confirmatory runs (resumable), then the report
     python -m benchmarks.estimator_comparison run --testbed households --out DIR --jobs 2 [--keep KEPT]
@@ -11,9 +8,7 @@ over the testbed's comparisons, with the exact-power MDE beside every null (``be
         [--program-out alfworld_text=DIR] [--program-out households=DIR]
 
 Outputs: ``raw/estimator_comparison/runs.jsonl`` (each corridor run as it finishes; a rerun resumes from it),
-``estimator_comparison.json`` and ``.md`` (one row per estimator, one column per testbed: interval and verdict).
-The pilots that sized each testbed's seed count by the protocol's rule are finished (their results and the commit
-that ran them: docs/benchmarks.md; ``tests/test_estimator_comparison.py`` checks the committed counts by the rule).
+``estimator_comparison.json`` and ``.md``. The stages and the finished pilots: docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -104,9 +99,8 @@ def program_column(protocol: dict[str, Any], name: str, folder: Path) -> list[di
 
 
 def compare(runs: list[dict[str, Any]], protocol: dict[str, Any]) -> dict[str, Any]:
-    """Per testbed, each arm minus the reference on the endpoint, paired by seed; Holm over the testbed's arms.
-    A cell's verdict: *better* / *worse* than GiGPO w/std where Holm rejects 0 on that side, else *no difference
-    shown* with its MDE."""
+    """Per testbed, each arm minus the reference on the endpoint, paired by seed, Holm over the testbed's arms: *better*
+    / *worse* where Holm rejects 0 on that side, else *no difference shown*."""
     cells: dict[tuple[str, str], dict[Any, float]] = {}
     for run in runs:
         cells.setdefault((run["env_name"], run["method"]), {})[run["seed"]] = float(run[protocol["endpoint"]])
@@ -242,9 +236,8 @@ def write_comparison(protocol: dict[str, Any], runs: list[dict[str, Any]], runti
 
 
 def stage(protocol: dict[str, Any], args: Any) -> None:
-    """Every input checked before any work (the options, the columns' folders, the JSON re-analysed), then the
-    stage: a program testbed's runs (``run --testbed``), or the corridor's runs or the stored ones, with the columns
-    of the program testbeds' folders, compared and written."""
+    """Every input checked before any work, then the stage: a program testbed's runs (``run --testbed``), or the
+    corridor's runs (or the stored ones) with the program testbeds' columns, compared and written."""
     programs = program_testbeds(protocol)
     if args.jobs < 1:
         raise ValueError("--jobs must be >= 1")

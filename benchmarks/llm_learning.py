@@ -222,16 +222,14 @@ def write_outputs(stem: Path, name: str, protocol: Protocol, overrides: list[str
     print(text)
 
 
-STAGE_HELP = ("run: train every cell of the protocol (resumable), then its report; report: the report of finished "
-              "results (--from-json) or of the finished cells in runs folders (--from-runs, also while a run goes on), "
-              "without training")
-
-
 def main(argv: list[str] | None = None) -> int:
     from benchmarks.study import StudyCommand, run_stage
 
     command = StudyCommand(__spec__.name, __doc__.split("\n")[0],
-                           {"run": ("runs_dir", "jobs"), "report": ("from_json", "from_runs")}, STAGE_HELP,
+                           {"run": ("runs_dir", "jobs"), "report": ("from_json", "from_runs")},
+                           "run: train every cell of the protocol (resumable), then its report; report: the report of "
+                           "finished results (--from-json) or of the finished cells in runs folders (--from-runs, also "
+                           "while a run goes on), without training",
                            defaults={"runs_dir": "runs/llm_learning", "jobs": 1})
     command.add("--protocol", choices=sorted(PROTOCOLS), default="cpu", common=True)
     command.add("--out", default=None, common=True,
