@@ -211,16 +211,13 @@ def grpo_rows(payload: Mapping[str, Any], envs: Mapping[str, dict[str, str]], fi
                   "GRPO against GiGPO w/std: a difference in final success? (added after the study)"),
                  ("ecpo", "grpo", "final success, ECPO - GRPO", +1,
                   "ECPO beats GRPO in final success (added after the study)"))
-    family = {}
-    for env in envs:
-        cells: dict[tuple[str, int], dict[Any, float]] = {}
-        for r in payload["runs"]:
-            if r["env_name"] == env:
-                cells.setdefault((r["method"], r["group_size"]), {})[r["seed"]] = r["final_success"]
-        for a, b, label, direction, text in questions:
-            family[env, a, b, direction, text] = [
-                {"label": label, "N": n, **stats.paired_diff(list(stats.paired_values(cells[(a, n)], cells[(b, n)])[1]))}
-                for n in sorted({n for method, n in cells if method in (a, b)})]
+    cells: dict[tuple[str, str, int], dict[Any, float]] = {}
+    for r in payload["runs"]:
+        cells.setdefault((r["env_name"], r["method"], r["group_size"]), {})[r["seed"]] = r["final_success"]
+    family = {(env, a, b, direction, text): [
+        {"label": label, "N": n, **stats.paired_diff(list(stats.paired_values(cells[env, a, n], cells[env, b, n])[1]))}
+        for n in sorted({n for e, method, n in cells if e == env and method in (a, b)})]
+        for env in envs for a, b, label, direction, text in questions}
     stats.apply_holm([p for parts in family.values() for p in parts],
                      [key[3] or 1 for key, parts in family.items() for _ in parts])
     return [claim(f"K{first + k}", "credit", text, envs[env], SEEDS, parts[0]["n"], _by_n(parts), direction,

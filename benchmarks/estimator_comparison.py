@@ -113,7 +113,7 @@ def compare(runs: list[dict[str, Any]], protocol: dict[str, Any]) -> dict[str, A
                 continue
             seeds, diffs = paired_values(cells[(bed_name, arm)], cells[(bed_name, reference)], label=f"{bed_name} {arm}")
             parts.append({"arm": arm, "seeds": seeds, **paired_diff(list(diffs))})
-        apply_holm(parts, [1] * len(parts))
+        apply_holm(parts)
         for part in parts:
             significant = part["holm_significant"]
             part["verdict"] = ("better" if part["diff"] > 0 else "worse") if significant else "no difference shown"

@@ -73,7 +73,7 @@ def comparisons(results: dict) -> list[dict]:
                                                  by_seed(by_method[b], "late_success"), label=f"{env_label} N={n} {a}-{b}")
                     parts.append(where | {"kind": "reading" if b == "ecpo" else "vs", "a": a, "b": b, "seeds": seeds,
                                           **paired_diff(diffs)})
-    return apply_holm(parts, [1] * len(parts))
+    return apply_holm(parts)
 
 
 def without_seed(results: dict, seed: Any) -> dict:
@@ -126,7 +126,7 @@ def episode_comparisons(results: dict) -> list[dict]:
                 parts.append(where | {"kind": "vs", "a": "ecpo", "b": "gigpo_std", "seeds": shared}
                              | paired_outcomes(pooled_episodes(b, "after"), pooled_episodes(a, "after"),
                                                label=f"{env_label} N={n} ecpo/gigpo_std", task_of=task))
-    return apply_holm(parts, [1] * len(parts))
+    return apply_holm(parts)
 
 
 def episode_lines(parts: list[dict], without: list[dict] = (), seed: Any = None) -> list[str]:
@@ -236,8 +236,7 @@ def reading_paragraph(parts: list[dict]) -> list[str]:
     if not verdicts:
         return []
     significant = [p for p in verdicts if p["holm_significant"]]
-    detail = "; ".join(f"{p['env']} N={p['N']}: {fmt_part(p)} ({_said(p)})"
-                       for p in verdicts)
+    detail = "; ".join(f"{p['env']} N={p['N']}: {fmt_part(p)} ({_said(p)})" for p in verdicts)
     finding = (f"the evidence cannot tell them apart: none of the {len(verdicts)} comparisons is Holm-significant"
                if not significant else f"{len(significant)} of {len(verdicts)} comparisons are Holm-significant")
     return ["## Which ECPO reading?", "",
