@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from benchmarks import RESULTS, read_json, stats
+from benchmarks.llm_learning_report import SELECTED_ON, comparisons, without_seed
 
 T_INTERVAL = "t-interval over seeds"
 SMOL = "SmolLM2-135M-Instruct"
@@ -27,7 +28,7 @@ POOL = "ALFWorld generated Look/Pick households, 4-5 receptacles"
 SCORE = "native trainer, scoring the admissible actions, T = 0.4"
 SEEDS = "training seeds (paired by seed)"
 ONE_RUN = "one run: covers validation draws, not run-to-run variance"  # where a JSON does not state its units
-SELECTION_SEED = 0  # alfworld_cpu's recipe was chosen on this seed's own validation (llm_learning_report.SELECTED_ON)
+SELECTION_SEED = SELECTED_ON["alfworld_cpu"][0]  # alfworld_cpu's recipe was chosen on this seed's own validation
 WITHOUT = f", without seed {SELECTION_SEED} (the selection seed)"
 WITHDRAWN = {"S9"}  # a measurement its own data do not support
 
@@ -124,8 +125,6 @@ def endpoints() -> list[dict[str, Any]]:
 def _llm(name: str, kind: str, a: str, b: str | None = None, without: bool = False) -> list[dict[str, Any]]:
     """The LLM study's comparisons of ``kind`` for method ``a`` (against ``b``) in result JSON ``name``, by N, with
     the selection seed's runs left out where ``without``."""
-    from benchmarks.llm_learning_report import comparisons, without_seed
-
     results = load(name)["results"]
     parts = comparisons(without_seed(results, SELECTION_SEED) if without else results)
     return sorted((p for p in parts if (p["kind"], p["a"]) == (kind, a) and b in (None, p["b"])), key=lambda p: int(p["N"]))
