@@ -139,9 +139,7 @@ def unit_short(row: Mapping[str, Any]) -> str:
 def digest(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     """The README's results table: one short row per claim with a ``digest`` (question, scope)."""
     out = list(TABLE_HEAD)
-    for row in rows:
-        if not row["digest"]:
-            continue
+    for row in (r for r in rows if r["digest"]):
         question, scope = row["digest"]
         primary = [p for p in row["parts"] if not p.get("secondary")]
         if not primary:  # registered, not run: an exploratory line stays in the ledger, out of the digest

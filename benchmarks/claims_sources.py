@@ -434,10 +434,10 @@ def text_policy_alfworld() -> list[dict[str, Any]]:
                              "Does {} from a warm start win real ALFWorld games?", "valid_seen")
     holm_family(list(study["comparisons"].values()))  # Holm over the two
     for k, other in enumerate(("gigpo_std", "grpo")):
-        figures = study["comparisons"].get(f"ecpo - {other}", {"diff": float("nan")})
+        figures = study["comparisons"][f"ecpo - {other}"]
         rows.append(claim(f"E{8 + k}", "comparison", f"Real ALFWorld, text policy: ECPO against {ARMS[other]} in "
                           "valid_seen success", rows[0]["scope"], "training seeds (paired by seed; Holm over 2)",
-                          int(figures.get("n") or 0), [part(figures, f"ECPO - {ARMS[other]}")], +1, "alfworld_text.json",
+                          figures["n"], [part(figures, f"ECPO - {ARMS[other]}")], +1, "alfworld_text.json",
                           (f"ECPO vs {ARMS[other]} on real ALFWorld (text policy)?",
                            "small text policy (not an LM), valid_seen, CPU")))
     rows += _minus_warm_start(load("households_text.json"), 10, "Generated households on one CPU: {} from the warm "

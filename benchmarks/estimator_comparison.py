@@ -287,9 +287,8 @@ def main(argv: list[str] | None = None) -> int:
     command.add("--testbed", help=f"run: a program testbed's runs ({programs}); without it: the tabular testbeds")
     command.add("--out", type=Path, help="run --testbed: the program testbed's study folder")
     command.add("--jobs", type=int, help="run --testbed: runs at a time (default 1)")
-    command.add("--keep", type=Path, help="run --testbed: a folder committed to git that keeps each finished job (its "
-                                          "evaluation's episode log, its curve, the warm start) and restores them into "
-                                          "--out first, so a study longer than a session resumes on a fresh machine")
+    command.add("--keep", type=Path, help="run --testbed: a folder in git keeping each finished job, restored into --out "
+                                          "first (a study longer than a session resumes on a fresh machine)")
     command.add("--program-out", action="append", metavar="TESTBED=DIR",
                 help=f"run, report: add a program testbed's column ({programs}) from its study folder; repeatable; "
                      "with report, a program testbed's column comes from its folder only")
