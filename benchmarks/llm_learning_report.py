@@ -32,8 +32,8 @@ from benchmarks.stats import (
 
 # Presets whose recipe was chosen on one seed's own validation episodes: preset -> (that seed, how it was chosen).
 SELECTED_ON = {
-    "alfworld_cpu": (0, "the recipe (lr 3e-6 with a 9-step warm-up) was the best of about 6 tried on seed 0's own "
-                        "96 validation episodes, and ECPO seed 0 is that run (winner's curse)"),
+    "alfworld_cpu": (0, ("the recipe (lr 3e-6 with a 9-step warm-up) was the best of about 6 tried on seed 0's own "
+                         "96 validation episodes, and ECPO seed 0 is that run (winner's curse)")),
 }
 
 
