@@ -328,7 +328,11 @@ def speed() -> list[dict[str, Any]]:
          f"{webshop['step']['median_ms']:.2f} ms, p90 {webshop['step']['p90_ms']:.2f} ms"), "env_throughput_webshop.json"),
         ("S9", "Pipelined rollouts (lag 1) against lag 0: wall time per iteration, SmolLM2 on the LLM corridor",
          scope("LLM corridor", mode="RLlib, 2 env runners, one local learner"), "timed iterations per lag",
-         len(pipelined["lags"]["1"]["seconds_per_iteration"]), pipelined_text(ratio, pipelined), "pipelined_rollouts.json",
+         len(pipelined["lags"]["1"]["seconds_per_iteration"]),  # (20 iterations a lag: ~25 min of a 2-core machine)
+         (f"withdrawn: the 1.25x was a ratio of medians of {len(pipelined['lags']['0']['seconds_per_iteration'])} "
+          f"iterations a lag; their ratio of means (lag 0 over lag 1) is {ratio['ratio']:.2f} [{ratio['low']:.2f}, "
+          f"{ratio['high']:.2f}] (Fieller), Mann-Whitney p {ratio['p']:.2f}; not re-measured (needs >= 20 interleaved "
+          "iterations a lag)"), "pipelined_rollouts.json",
          ("Do pipelined rollouts speed an iteration up?", "SmolLM2, LLM corridor, RLlib, CPU")),
         ("S10", "Real ALFWorld games on the CPU: the untrained model, a CPU-sized warm start, episode time",
          scope(f"ALFWorld valid_seen, {len(untrained) // 6} games per task type, 50 steps"), "games (one episode each)",
@@ -343,16 +347,6 @@ def speed() -> list[dict[str, Any]]:
     return [claim(id_, "speed", text, scope_, unit, n, [measured(figure, digest=short.get(id_, figure))], 0, source,
                   rest[0] if rest else None, **({"status": "withdrawn"} if id_ in WITHDRAWN else {}))
             for id_, text, scope_, unit, n, figure, source, *rest in rows]
-
-
-def pipelined_text(r: Mapping[str, float], case: Mapping[str, Any]) -> str:
-    """S9, withdrawn: the 1.25x was a ratio of medians of 4 iterations a lag; the ratio of means with Fieller's
-    interval and the Mann-Whitney p from the same iterations say what those data support. A re-measurement
-    needs at least 20 interleaved iterations a lag (about 25 minutes of a 2-core machine); it was not run."""
-    return (f"withdrawn: the 1.25x was a ratio of medians of {len(case['lags']['0']['seconds_per_iteration'])} "
-            f"iterations a lag; their ratio of means (lag 0 over lag 1) is {r['ratio']:.2f} [{r['low']:.2f}, "
-            f"{r['high']:.2f}] (Fieller), Mann-Whitney p {r['p']:.2f}; not re-measured (needs >= 20 interleaved "
-            "iterations a lag)")
 
 
 # What a verdict of a testbed of the estimator comparison covers where the protocol fixes more than the env: every
