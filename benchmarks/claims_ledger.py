@@ -1,10 +1,7 @@
 """The ledger of every claim the project makes about learning, credit and speed: ``docs/claims.md``, and the README's
 results table as its digest, both written from the result JSONs (``benchmarks/claims_sources.py`` reads them).
 
-Each claim has its scope (env, model, mode, device), unit and n, estimate with its interval, and a verdict by one
-rule (``verdict``): *shown* where its test is significant on the claimed side, *contradicted* where it is on the
-other, otherwise *not shown* with the MDE (what the run could have seen). A measurement (speed, memory) is
-*measured*, on the device named. A claim registered but not yet run says so.
+The verdict rule: :func:`verdict` (stated in the ledger's head).
 
     python -m benchmarks.claims_ledger            # rewrite docs/claims.md and the README's results table
     python -m benchmarks.claims_ledger --check    # exit 1 if either is stale (the suite runs this)
@@ -86,7 +83,7 @@ ESTIMATORS_HEAD = "### Step-credit estimators under one protocol"
 def estimator_lines(table: Mapping[str, Any]) -> list[str]:
     """Issue 57's table: one row per estimator, one column per testbed, each cell the arm minus GiGPO w/std
     (95 % interval, paired by seed) and its verdict (Holm over the testbed's 8 comparisons), or why it is empty."""
-    out = ["| estimator | " + " | ".join(table.get("headers", table["testbeds"])) + " |",
+    out = ["| estimator | " + " | ".join(table["headers"]) + " |",
            "| --- |" + " --- |" * len(table["testbeds"])]
     out += [f"| {arm} | " + " | ".join(_cell(c) for c in cells) + " |" for arm, cells in table["rows"]]
     return out
@@ -115,8 +112,7 @@ def ledger(rows: Sequence[Mapping[str, Any]], table: Mapping[str, Any] | None = 
                          f"{row['n']} | {shown} | {verdict(row)} | [{Path(row['source']).name}](../{row['source']}) |")
         lines.append("")
     if table is not None:
-        seeds = ", ".join(f"{count} seeds an arm on {name}" if count else f"{name}: the seed count from its pilot"
-                          for name, count in table["seeds"].items())
+        seeds = ", ".join(f"{count} seeds an arm on {name}" for name, count in table["seeds"].items())
         lines += ["## Step-credit estimators under one protocol (issue 57)", "",
                   ("Registered in `benchmarks/estimator_comparison.yaml` before its runs (" + seeds + ", N = 8; the "
                    "endpoint: the final policy's exact success on the corridor, its share of the 140 valid_seen games "
@@ -140,19 +136,10 @@ def unit_short(row: Mapping[str, Any]) -> str:
     return template.format(n=row["n"], unit=row["unit"], planned=planned.group(1) if planned else "?")
 
 
-def digest_verdict(row: Mapping[str, Any]) -> str:
-    """The verdict as the README's digest gives it: with its MDE beside a null (``not shown (MDE 0.101)``), without
-    the longer notes (why there is no MDE, the device of a measurement), which the ledger's row keeps."""
-    text = verdict(row)
-    return text if " (MDE " in text else text.split(" (")[0]
-
-
 def digest(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     """The README's results table: one short row per claim with a ``digest`` (question, scope)."""
     out = list(TABLE_HEAD)
-    for row in rows:
-        if not row["digest"]:
-            continue
+    for row in (r for r in rows if r["digest"]):
         question, scope = row["digest"]
         primary = [p for p in row["parts"] if not p.get("secondary")]
         if not primary:  # registered, not run: an exploratory line stays in the ledger, out of the digest
@@ -163,7 +150,8 @@ def digest(rows: Sequence[Mapping[str, Any]]) -> list[str]:
             p.get("digest", p["method"]) + (f" ({p['label']})" if p["label"] else "")
         label = f"{p.get('short') or p['label']} (1 of {len(primary)} in the ledger): " if len(primary) > 1 else ""
         short = short.replace("Holm-adjusted p", "Holm p")
-        out.append(f"| {_cell(question)} | {digest_verdict(row)}: {label}{_cell(short)} | {unit_short(row)}; {scope} | "
+        said = verdict(row) if " (MDE " in verdict(row) else verdict(row).split(" (")[0]  # (the ledger keeps the notes)
+        out.append(f"| {_cell(question)} | {said}: {label}{_cell(short)} | {unit_short(row)}; {scope} | "
                    f"[{row['id']}](docs/claims.md) |")
     return out
 
@@ -179,15 +167,16 @@ def readme_with(text: str, table: list[str], estimators: list[str]) -> str:
     return text
 
 
-def stale(rows: Sequence[Mapping[str, Any]], table: Mapping[str, Any] | None = None) -> list[str]:
+def generated(rows: Sequence[Mapping[str, Any]]) -> dict[str, tuple[Path, str]]:
+    """Each generated file (named as ``--check`` names it): its path and the text the JSONs give it."""
+    table = estimator_table()
+    return {"docs/claims.md": (LEDGER, ledger(rows, table)),
+            "README.md (results table)": (README, readme_with(README.read_text(), digest(rows), estimator_lines(table)))}
+
+
+def stale(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     """Which of the generated files differ from what the JSONs give."""
-    out = []
-    table = table if table is not None else estimator_table()
-    if not LEDGER.is_file() or LEDGER.read_text() != ledger(rows, table):
-        out.append("docs/claims.md")
-    if README.read_text() != readme_with(README.read_text(), digest(rows), estimator_lines(table)):
-        out.append("README.md (results table)")
-    return out
+    return [name for name, (path, text) in generated(rows).items() if not path.is_file() or path.read_text() != text]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -207,9 +196,8 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         print(f"docs/claims.md and the README's results table agree with the JSONs ({len(rows)} claims)")
         return 0
-    table = estimator_table()
-    LEDGER.write_text(ledger(rows, table))
-    README.write_text(readme_with(README.read_text(), digest(rows), estimator_lines(table)))
+    for path, text in generated(rows).values():
+        path.write_text(text)
     print(f"wrote docs/claims.md and the README's results table ({len(rows)} claims)")
     return 0
 

@@ -1,9 +1,6 @@
 """Issue 57's pre-registered comparison of the step-credit estimators (GRPO, GiGPO w/std, ECPO and its ablations,
-PGPO, HGPO, GraphGPO, PACE), one protocol for all: ``benchmarks/estimator_comparison.yaml``, committed before the
-runs it covers. The corridor's runs are the credit study's (``credit_study.run_study``, the tabular policy); a
-testbed with a ``program`` (real ALFWorld, generated households) is run by ``benchmarks.alfworld_text`` with the
-protocol's arms, seeds and iterations. Each arm is compared with GiGPO w/std on the endpoint, paired by seed, Holm
-over the testbed's comparisons, with the exact-power MDE beside every null (``benchmarks.stats``).
+PGPO, HGPO, GraphGPO, PACE) under one protocol, ``benchmarks/estimator_comparison.yaml``, committed before its runs:
+the corridor's by the credit study's runner, a testbed with a ``program`` by ``benchmarks.alfworld_text``.
 
     python -m benchmarks.estimator_comparison run        # the corridor's confirmatory runs (resumable), then the report
     python -m benchmarks.estimator_comparison run --testbed households --out DIR --jobs 2 [--keep KEPT]
@@ -11,15 +8,14 @@ over the testbed's comparisons, with the exact-power MDE beside every null (``be
         [--program-out alfworld_text=DIR] [--program-out households=DIR]
 
 Outputs: ``raw/estimator_comparison/runs.jsonl`` (each corridor run as it finishes; a rerun resumes from it),
-``estimator_comparison.json`` and ``.md`` (one row per estimator, one column per testbed: interval and verdict).
-The pilots that sized each testbed's seed count by the protocol's rule are finished (their results and the commit
-that ran them: docs/benchmarks.md; ``tests/test_estimator_comparison.py`` checks the committed counts by the rule).
+``estimator_comparison.json`` and ``.md``. The stages and the finished pilots: docs/benchmarks.md.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +30,7 @@ from ecpo_train.runtime.config_values import read_yaml
 PROTOCOL = Path(__file__).with_name("estimator_comparison.yaml")
 RESULT_JSON = RESULTS / "estimator_comparison.json"
 RAW_RUNS = RESULTS / "raw" / "estimator_comparison" / "runs.jsonl"  # one finished run a line, kept as it finishes
-NOT_RUN = "registered, not run yet"  # a testbed's cell before its column is read (and where it names no status)
+NOT_RUN = "registered, not run yet"  # a testbed's cell before its column is read
 KEPT = ("env_name", "method", "group_size", "seed", "final_success", "seconds", "iterations", "cpu")
 
 
@@ -103,9 +99,8 @@ def program_column(protocol: dict[str, Any], name: str, folder: Path) -> list[di
 
 
 def compare(runs: list[dict[str, Any]], protocol: dict[str, Any]) -> dict[str, Any]:
-    """Per testbed, each arm minus the reference on the endpoint, paired by seed; Holm over the testbed's arms.
-    A cell's verdict: *better* / *worse* than GiGPO w/std where Holm rejects 0 on that side, else *no difference
-    shown* with its MDE."""
+    """Per testbed, each arm minus the reference on the endpoint, paired by seed, Holm over the testbed's arms: *better*
+    / *worse* where Holm rejects 0 on that side, else *no difference shown*."""
     cells: dict[tuple[str, str], dict[Any, float]] = {}
     for run in runs:
         cells.setdefault((run["env_name"], run["method"]), {})[run["seed"]] = float(run[protocol["endpoint"]])
@@ -118,7 +113,7 @@ def compare(runs: list[dict[str, Any]], protocol: dict[str, Any]) -> dict[str, A
                 continue
             seeds, diffs = paired_values(cells[(bed_name, arm)], cells[(bed_name, reference)], label=f"{bed_name} {arm}")
             parts.append({"arm": arm, "seeds": seeds, **paired_diff(list(diffs))})
-        apply_holm(parts, [1] * len(parts))
+        apply_holm(parts)
         for part in parts:
             significant = part["holm_significant"]
             part["verdict"] = ("better" if part["diff"] > 0 else "worse") if significant else "no difference shown"
@@ -175,18 +170,18 @@ def render(table: dict[str, Any], protocol: dict[str, Any], runs: list[dict[str,
     machines = machines_text(runs, bed_names)
     lines += [machines, ""] if machines else []
     lines += ["| estimator | " + " | ".join(bed_names) + " |", "| --- |" + " --- |" * len(bed_names)]
-    for arm in protocol["arms"]:
-        row = []
-        for bed_name in bed_names:
-            part = table.get(arm, {}).get(bed_name)
-            if part is None:
-                row.append(NOT_RUN)
-            elif part.get("reference"):
-                row.append(f"reference (mean {part['mean']:.3f})")
-            else:
-                row.append(f"{fmt_part(part)}: {part['verdict']} (mean {part['mean']:.3f})")
-        lines.append(f"| {arm} | " + " | ".join(row) + " |")
+    said = lambda part: f"{fmt_part(part)}: {part['verdict']} (mean {part['mean']:.3f})"
+    lines += [f"| {arm} | " + " | ".join(cell(table.get(arm, {}).get(name), said) for name in bed_names) + " |"
+              for arm in protocol["arms"]]
     return "\n".join(lines) + "\n"
+
+
+def cell(part: dict[str, Any] | None, said: Callable[[dict[str, Any]], str]) -> str:
+    """A cell of the table (here and in the claims ledger): ``NOT_RUN`` without a result, the reference arm's mean,
+    else the arm's result as ``said`` words it."""
+    if part is None:
+        return NOT_RUN
+    return f"reference (mean {part['mean']:.3f})" if part.get("reference") else said(part)
 
 
 def finished_runs(path: Path, protocol: dict[str, Any]) -> tuple[list[dict[str, Any]], float]:
@@ -241,9 +236,8 @@ def write_comparison(protocol: dict[str, Any], runs: list[dict[str, Any]], runti
 
 
 def stage(protocol: dict[str, Any], args: Any) -> None:
-    """Every input checked before any work (the options, the columns' folders, the JSON re-analysed), then the
-    stage: a program testbed's runs (``run --testbed``), or the corridor's runs or the stored ones, with the columns
-    of the program testbeds' folders, compared and written."""
+    """Every input checked before any work, then the stage: a program testbed's runs (``run --testbed``), or the
+    corridor's runs (or the stored ones) with the program testbeds' columns, compared and written."""
     programs = program_testbeds(protocol)
     if args.jobs < 1:
         raise ValueError("--jobs must be >= 1")
@@ -293,9 +287,8 @@ def main(argv: list[str] | None = None) -> int:
     command.add("--testbed", help=f"run: a program testbed's runs ({programs}); without it: the tabular testbeds")
     command.add("--out", type=Path, help="run --testbed: the program testbed's study folder")
     command.add("--jobs", type=int, help="run --testbed: runs at a time (default 1)")
-    command.add("--keep", type=Path, help="run --testbed: a folder committed to git that keeps each finished job (its "
-                                          "evaluation's episode log, its curve, the warm start) and restores them into "
-                                          "--out first, so a study longer than a session resumes on a fresh machine")
+    command.add("--keep", type=Path, help="run --testbed: a folder in git keeping each finished job, restored into --out "
+                                          "first (a study longer than a session resumes on a fresh machine)")
     command.add("--program-out", action="append", metavar="TESTBED=DIR",
                 help=f"run, report: add a program testbed's column ({programs}) from its study folder; repeatable; "
                      "with report, a program testbed's column comes from its folder only")

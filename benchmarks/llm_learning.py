@@ -1,11 +1,7 @@
 """The paper's central comparison with an LLM policy: ECPO vs GiGPO w/std (and GRPO) training a real small LM.
 
 Every cell (environment x group size N x method x seed) is one native training run from the same preset and the
-same hyperparameters; only ``estimator`` (and the seed) change. The report (``benchmarks.llm_learning_report``) gives
-per method success before and after training and late in it (the second half), with 95 % t-intervals over seeds,
-and the credit diagnostics; success is *exact* (dynamic programming over the corridor's MDP with the LLM's action
-distribution at the validation temperature) where the environment allows it, so seeds differ only in what they
-learned, else the sampled validation success.
+same hyperparameters; only ``estimator`` (and the seed) change. The report: ``benchmarks.llm_learning_report``.
 
     python -m benchmarks.llm_learning run                      # the CPU protocol (see PROTOCOLS)
     python -m benchmarks.llm_learning run --protocol quick     # a few minutes: one seed, two methods
@@ -13,12 +9,9 @@ learned, else the sampled validation success.
     python -m benchmarks.llm_learning report --protocol P --from-runs runs/llm_learning/P   # the cells finished so far
     python -m benchmarks.llm_learning report --protocol budget --from-json benchmarks/results/llm_learning.json
 
-``run`` trains the cells seed-major (``benchmarks.study``), each in ``<runs-dir>/<protocol>/<env>/N<n>/<method>/seed<k>``
-by the run shell's resume-or-start (a finished cell is passed over, one whose defining keys changed is refused), then
-reports every finished cell of the protocol's folder. Extra ``key=value`` arguments override the training preset
-(e.g. ``iterations=30``), so a GPU run scales by config alone. Writes
-``benchmarks/results/llm_learning_<protocol>.{md,json,png}``; the JSON of a run records its command (``command``),
-which a report of it quotes.
+``run`` trains the cells seed-major (``benchmarks.study``), each by the run shell's resume-or-start, then reports the
+finished cells; ``key=value`` arguments override the preset (a GPU run scales by config alone). Writes
+``benchmarks/results/llm_learning_<protocol>.{md,json,png}``; a run's JSON records its command, which its report quotes.
 """
 
 from __future__ import annotations
@@ -27,7 +20,7 @@ import json
 import math
 import shlex
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -47,38 +40,28 @@ class Protocol:
     overrides: list[str] = field(default_factory=list)
 
 
+CORRIDOR, ALL = {"corridor": []}, ["ecpo", "gigpo_std", "grpo", "ecpo_anchor_scale"]
 PROTOCOLS = {
     # two cores: the corridor task only; ~2 hours when the machine is otherwise idle
-    "cpu": Protocol("corridor_llm", {"corridor": []}, [8, 4], ["ecpo", "gigpo_std", "grpo", "ecpo_anchor_scale"],
-                    [0, 1, 2]),
+    "cpu": Protocol("corridor_llm", CORRIDOR, [8, 4], ALL, [0, 1, 2]),
     # what fitted this session's shared two cores (see the report): N = 8, 8 iterations, all four methods, 3 seeds
-    "budget": Protocol("corridor_llm", {"corridor": []}, [8], ["ecpo", "gigpo_std", "grpo", "ecpo_anchor_scale"],
-                       [0, 1, 2], ["iterations=8", "val_every=4"]),
-    "budget_n4": Protocol("corridor_llm", {"corridor": []}, [4], ["ecpo", "gigpo_std", "grpo", "ecpo_anchor_scale"],
-                          [0, 1, 2], ["iterations=8", "val_every=4"]),
-    "quick": Protocol("corridor_llm", {"corridor": []}, [8], ["ecpo", "gigpo_std"], [0],
-                      ["iterations=4", "val_every=2"]),
+    "budget": Protocol("corridor_llm", CORRIDOR, [8], ALL, [0, 1, 2], ["iterations=8", "val_every=4"]),
+    "budget_n4": Protocol("corridor_llm", CORRIDOR, [4], ALL, [0, 1, 2], ["iterations=8", "val_every=4"]),
+    "quick": Protocol("corridor_llm", CORRIDOR, [8], ["ecpo", "gigpo_std"], [0], ["iterations=4", "val_every=2"]),
     # small households on two cores (issue 22): the presets alfworld_cpu / webshop_cpu as they are (ECPO, one seed),
     # and ECPO vs GiGPO w/std on the ALFWorld one with paired seeds (as many as fit: `report --from-runs` reports
     # them) (N = 4: the presets' own 4 groups x 4, the recipe they were tuned at)
     "alfworld_cpu": Protocol("alfworld_cpu", {"alfworld_small": []}, [4], ["ecpo"], [0]),
     "webshop_cpu": Protocol("webshop_cpu", {"webshop_small": []}, [4], ["ecpo"], [0]),
-    "alfworld_cpu_pairs": Protocol("alfworld_cpu", {"alfworld_small": []}, [4], ["ecpo", "gigpo_std"],
-                                   [0, 1, 2, 3, 4, 5]),
+    "alfworld_cpu_pairs": Protocol("alfworld_cpu", {"alfworld_small": []}, [4], ["ecpo", "gigpo_std"], [0, 1, 2, 3, 4, 5]),
     # a GPU: the corridor and an ALFWorldGen subset (free generation would need a larger model), N = 4 and 8, 5 seeds
     "gpu": Protocol("corridor_llm", {
         "corridor": [],
         "alfworld_gen": ["env_id=ecpo/ALFWorldGen-v0", "env_kwargs={max_steps: 20}", "train_tasks=null",
                          "n_groups=8", "val_num_tasks=16", "val_episodes_per_task=2", "credit.d_min=7",
                          "iterations=60", "val_every=10"],
-    }, [4, 8], ["ecpo", "gigpo_std", "grpo", "ecpo_anchor_scale"], [0, 1, 2, 3, 4]),
+    }, [4, 8], ALL, [0, 1, 2, 3, 4]),
 }
-
-
-def finished_protocol(protocol: Protocol, results: dict, overrides: list[str]) -> Protocol:
-    """The protocol of the cells a report holds (finished or stored): their group sizes and seeds."""
-    return Protocol(protocol.preset, protocol.envs, sorted({n for by_n in results.values() for n in by_n}),
-                    protocol.methods, sorted({r["seed"] for r in all_runs(results)}), overrides)
 
 
 def run_cell(job: tuple[str, list[str], Path, int]) -> list[dict]:
@@ -232,22 +215,21 @@ def write_outputs(stem: Path, name: str, protocol: Protocol, overrides: list[str
     stored |= {"command": command} if command else {}
     stem.parent.mkdir(parents=True, exist_ok=True)
     stem.with_suffix(".json").write_text(json.dumps(stored | {"results": results}, indent=1))
-    text = report(results, name, finished_protocol(protocol, results, overrides), seconds, how)
+    held = replace(protocol, seeds=sorted({r["seed"] for r in all_runs(results)}), overrides=overrides)
+    text = report(results, name, held, seconds, how)
     write_text(stem.with_suffix(".md"), text)
     plot(results, stem.with_suffix(".png"))
     print(text)
-
-
-STAGE_HELP = ("run: train every cell of the protocol (resumable), then its report; report: the report of finished "
-              "results (--from-json) or of the finished cells in runs folders (--from-runs, also while a run goes on), "
-              "without training")
 
 
 def main(argv: list[str] | None = None) -> int:
     from benchmarks.study import StudyCommand, run_stage
 
     command = StudyCommand(__spec__.name, __doc__.split("\n")[0],
-                           {"run": ("runs_dir", "jobs"), "report": ("from_json", "from_runs")}, STAGE_HELP,
+                           {"run": ("runs_dir", "jobs"), "report": ("from_json", "from_runs")},
+                           "run: train every cell of the protocol (resumable), then its report; report: the report of "
+                           "finished results (--from-json) or of the finished cells in runs folders (--from-runs, also "
+                           "while a run goes on), without training",
                            defaults={"runs_dir": "runs/llm_learning", "jobs": 1})
     command.add("--protocol", choices=sorted(PROTOCOLS), default="cpu", common=True)
     command.add("--out", default=None, common=True,

@@ -1,12 +1,9 @@
 """The report of ``benchmarks/llm_learning.py``: from the per-run summaries (``results[env][N][method]`` = list
 of run summaries with their seed ids) to the comparisons, the markdown and the plot.
 
-Two families of comparisons, each Holm-corrected on its own: by seed (each method's late-stage success against
-its first validation, and the methods against one another, paired by seed id), and, where the runs kept their
-``validation.jsonl``, by episode pooled over seeds (each validation episode pairs with itself before and after
-training and across the methods of one seed, since validation fixes every draw by (seed, copy, step)), with
-Tango's interval, McNemar's exact p, the interval clustered by task and the MDE (``stats.paired_outcomes``):
-a secondary, conditional line beside the seed-level verdicts, which carry the run-to-run variance.
+Two families of comparisons, each Holm-corrected on its own: by seed (:func:`comparisons`), and, where the runs
+kept their ``validation.jsonl``, by episode pooled over seeds (:func:`episode_comparisons`): a secondary,
+conditional line beside the seed-level verdicts, which carry the run-to-run variance.
 
 A preset whose recipe was chosen by looking at one seed's own validation (``SELECTED_ON``) carries a winner's
 curse on that seed: the report says so beside every result, and gives each result again without that seed.
@@ -35,15 +32,9 @@ from benchmarks.stats import (
 
 # Presets whose recipe was chosen on one seed's own validation episodes: preset -> (that seed, how it was chosen).
 SELECTED_ON = {
-    "alfworld_cpu": (0, "the recipe (lr 3e-6 with a 9-step warm-up) was the best of about 6 tried on seed 0's own "
-                        "96 validation episodes, and ECPO seed 0 is that run (winner's curse)"),
+    "alfworld_cpu": (0, ("the recipe (lr 3e-6 with a 9-step warm-up) was the best of about 6 tried on seed 0's own "
+                         "96 validation episodes, and ECPO seed 0 is that run (winner's curse)")),
 }
-
-
-def interval(values: list[float]) -> tuple[float, float]:
-    """Mean and the half-width of its 95 % t-interval (``stats.mean_ci``; 0 for a single seed)."""
-    cell = mean_ci([v for v in values if math.isfinite(v)])
-    return cell["mean"], 0.0 if cell["n"] == 1 else cell["ci"]
 
 
 def all_runs(results: dict) -> list[dict]:
@@ -82,7 +73,7 @@ def comparisons(results: dict) -> list[dict]:
                                                  by_seed(by_method[b], "late_success"), label=f"{env_label} N={n} {a}-{b}")
                     parts.append(where | {"kind": "reading" if b == "ecpo" else "vs", "a": a, "b": b, "seeds": seeds,
                                           **paired_diff(diffs)})
-    return apply_holm(parts, [1] * len(parts))
+    return apply_holm(parts)
 
 
 def without_seed(results: dict, seed: Any) -> dict:
@@ -114,12 +105,10 @@ def pooled_episodes(runs: list[dict], which: str) -> dict:
 
 
 def episode_comparisons(results: dict) -> list[dict]:
-    """The same questions at the episode level, pooled over seeds (a second Holm family): each method's final
-    validation against its first, and ecpo vs gigpo_std at the final one. Validation draws are fixed by (seed,
-    copy, step), so an episode pairs with itself across checkpoints and across methods of one seed. The test
-    is conditional on the runs trained (McNemar on the discordant episodes); the seed-level verdicts above are
-    the ones that carry run-to-run variance. Episodes ``(seed, task, copy)`` of one task, in any seed, form one
-    cluster."""
+    """The same questions at the episode level, pooled over seeds (a second Holm family; ``stats.paired_outcomes``):
+    each method's final validation against its first, and ecpo vs gigpo_std at the final one. Validation draws are
+    fixed by (seed, copy, step), so an episode pairs with itself across checkpoints and across methods of one seed.
+    Episodes ``(seed, task, copy)`` of one task, in any seed, form one cluster."""
     parts, task = [], itemgetter(1)
     for env_label, by_n in results.items():
         for n, by_method in by_n.items():
@@ -137,7 +126,7 @@ def episode_comparisons(results: dict) -> list[dict]:
                 parts.append(where | {"kind": "vs", "a": "ecpo", "b": "gigpo_std", "seeds": shared}
                              | paired_outcomes(pooled_episodes(b, "after"), pooled_episodes(a, "after"),
                                                label=f"{env_label} N={n} ecpo/gigpo_std", task_of=task))
-    return apply_holm(parts, [1] * len(parts))
+    return apply_holm(parts)
 
 
 def episode_lines(parts: list[dict], without: list[dict] = (), seed: Any = None) -> list[str]:
@@ -220,11 +209,12 @@ def report(results: dict, protocol_name: str, protocol: Any, elapsed: float, how
                        "reward σ in a batch | divergent frac | mean ρ | mean ρ (StrictValid) | adv std | adv range | "
                        "s/iter |"), "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
             for method, runs in by_method.items():
-                def cell(key: str, digits: int, runs: list = runs) -> str:
-                    mean, half = interval(list(by_seed(runs, key).values()))
-                    if not math.isfinite(mean):
+                def cell(key: str, digits: int, runs: list = runs) -> str:  # mean ± 95 % t-interval over seeds
+                    c = mean_ci([v for v in by_seed(runs, key).values() if math.isfinite(v)])
+                    if not math.isfinite(c["mean"]):
                         return "—" if key != "mean_rho_strict_valid" else "not recorded"
-                    return f"{mean:.{digits}f}" if len(runs) == 1 else f"{mean:.{digits}f} ± {half:.{digits}f}"
+                    half = 0.0 if c["n"] == 1 else c["ci"]
+                    return f"{c['mean']:.{digits}f}" + (f" ± {half:.{digits}f}" if len(runs) > 1 else "")
                 lines.append(f"| {method} | {len(runs)} | " + " | ".join(cell(*column) for column in COLUMNS) + " |")
             lines += ["", "Verdicts (paired by seed, late-stage success, Holm-corrected):", ""]
             for part in parts:  # (each method's gain first, then the methods against one another)
@@ -246,8 +236,7 @@ def reading_paragraph(parts: list[dict]) -> list[str]:
     if not verdicts:
         return []
     significant = [p for p in verdicts if p["holm_significant"]]
-    detail = "; ".join(f"{p['env']} N={p['N']}: {fmt_part(p)} ({_said(p)})"
-                       for p in verdicts)
+    detail = "; ".join(f"{p['env']} N={p['N']}: {fmt_part(p)} ({_said(p)})" for p in verdicts)
     finding = (f"the evidence cannot tell them apart: none of the {len(verdicts)} comparisons is Holm-significant"
                if not significant else f"{len(significant)} of {len(verdicts)} comparisons are Holm-significant")
     return ["## Which ECPO reading?", "",

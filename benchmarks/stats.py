@@ -1,12 +1,12 @@
-"""The statistics of the benchmark reports, in one module: pairing by seed id, paired and Welch t-intervals,
-Holm, the MDE by exact power, the intervals and power of paired binary outcomes (Tango's score interval,
-Newcombe's beside it, McNemar's exact p, the task-clustered interval), the interval of one success rate (Wilson),
-cell means over seeds, and the ratio of two means. The protocol and the choices: docs/training.md ("How the
-reports compute intervals"). In brief: methods of a study train on the same seeds, so their differences are paired
-by the seed id stored with each value (never list position); the seed is the unit of a comparison of training
-procedures; a report's comparisons are corrected together by Holm, with the MDE at Holm's first-step level by the
-exact power of the test beside every null (the normal-approximation formula gives 0.75-0.79 power at these
-levels). Paired binary outcomes are not t-tested: where few episodes change, that interval is too narrow.
+"""The statistics of the benchmark reports, in one module: pairing by seed id, paired and Welch t-intervals, Holm, the
+MDE by exact power, the intervals and power of paired binary outcomes (Tango's score interval, Newcombe's beside
+it, McNemar's exact p, the task-clustered interval), cell means over seeds, and the ratio of two means. The
+protocol and the choices: docs/training.md ("How the reports compute intervals"). In brief: methods of a study
+train on the same seeds, so their differences are paired by the seed id stored with each value (never list
+position); the seed is the unit of a comparison of training procedures; a report's comparisons are corrected
+together by Holm, with the MDE at Holm's first-step level by the exact power of the test beside every null (the
+normal-approximation formula gives 0.75-0.79 power at these levels). Paired binary outcomes are not t-tested: where
+few episodes change, that interval is too narrow.
 """
 
 from __future__ import annotations
@@ -108,20 +108,14 @@ def welch_diff(a: Sequence[float], b: Sequence[float], *, m: int = 1) -> dict[st
 
 
 def holm(p_values: Sequence[float], alpha: float = ALPHA) -> list[bool]:
-    """Holm's step-down rejections (family-wise error ``alpha``); NaN p-values are never rejected."""
-    order = sorted((p, i) for i, p in enumerate(p_values) if math.isfinite(p))
-    m = len(order)
-    rejected = [False] * len(p_values)
-    for rank, (p, i) in enumerate(order):
-        if p > alpha / (m - rank):
-            break
-        rejected[i] = True
-    return rejected
+    """Holm's step-down rejections (family-wise error ``alpha``): the adjusted p (:func:`holm_adjusted`) at most
+    ``alpha``; NaN p-values are never rejected."""
+    return [p <= alpha for p in holm_adjusted(p_values)]
 
 
 def holm_adjusted(p_values: Sequence[float]) -> list[float]:
-    """Holm's step-down adjusted p-values (the k-th smallest p times ``m - k + 1``, made monotone, capped at 1):
-    :func:`holm` rejects exactly those at most alpha. NaN stays NaN and does not count in ``m``."""
+    """Holm's step-down adjusted p-values (the k-th smallest p times ``m - k + 1``, made monotone, capped at 1);
+    NaN stays NaN and does not count in ``m``."""
     order = sorted((p, i) for i, p in enumerate(p_values) if math.isfinite(p))
     m, running = len(order), 0.0
     adjusted = [float("nan")] * len(p_values)
@@ -317,7 +311,13 @@ def newcombe_paired(both_won: int, gained: int, lost: int, n: int, level: float 
     z = float(stats.norm.ppf(1 - (1 - level) / 2))
     both_lost = n - both_won - gained - lost
     p1, p2 = (both_won + gained) / n, (both_won + lost) / n
-    (l1, u1), (l2, u2) = wilson(both_won + gained, n, z), wilson(both_won + lost, n, z)
+
+    def wilson(p: float) -> tuple[float, float]:  # Wilson's score interval of a rate p over the n pairs
+        centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+        half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+        return centre - half, centre + half
+
+    (l1, u1), (l2, u2) = wilson(p1), wilson(p2)
     margins = (both_won + gained) * (lost + both_lost) * (both_won + lost) * (gained + both_lost)
     a = both_won * both_lost - gained * lost
     phi = 0.0
@@ -449,14 +449,3 @@ def ratio_of_means(a: Sequence[float], b: Sequence[float], level: float = 1 - AL
         half = t / my * math.sqrt(vx + centre * centre * vy - g * vx)
         out["low"], out["high"] = (centre - half) / (1 - g), (centre + half) / (1 - g)
     return out
-
-
-def wilson(successes: float, n: int, z: float = 1.96) -> tuple[float, float]:
-    """Wilson score interval of the proportion ``successes / n`` (``(0, 1)`` without trials)."""
-    if n == 0:
-        return (0.0, 1.0)
-    p = successes / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return (centre - half, centre + half)
-
