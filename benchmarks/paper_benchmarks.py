@@ -67,7 +67,8 @@ import numpy as np
 from benchmarks import arms, fail, refuse_without_cuda, rescore, write_report
 from benchmarks.gpu_learning import mean_figures, write_smoke_model
 from benchmarks.gpu_run import device_facts
-from benchmarks.paired_report import ALFWORLD_COLUMNS, render_table, score_table
+from benchmarks.paired_report import render_table, score_table
+from ecpo_train.evaluation.tables import ALFWORLD_COLUMNS
 
 REPORT = "report.json"  # the program's stages so far (the arm reads its training tasks there)
 PLAN = "plan.json"  # the iterations every arm runs, fixed once by the slowest arm's first iteration
