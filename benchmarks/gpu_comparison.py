@@ -52,8 +52,6 @@ from benchmarks.gpu_learning import ROOT, mean_figures, validate_on, write_smoke
 from benchmarks.gpu_run import device_facts
 from benchmarks.paired_report import regime, render_pair, score_pair, summarise_reports
 
-GREEDY_LABEL = "validation_greedy"  # the greedy pass's label in the run folder's validation.jsonl
-
 
 def validate_both(run: Any) -> tuple[dict[str, list[list]], float]:
     """A started run's configured validation at the preset's temperature, then the same episodes (tasks, copies,
@@ -63,7 +61,7 @@ def validate_both(run: Any) -> tuple[dict[str, list[list]], float]:
     config = engine.config
     engine.config = dataclasses.replace(config, val_temperature=0.0)  # the engine's validation reads its config
     try:
-        greedy, greedy_seconds = validate_on(run, list(engine.val_tasks), GREEDY_LABEL)
+        greedy, greedy_seconds = validate_on(run, list(engine.val_tasks), "validation_greedy")  # its label
     finally:
         engine.config = config
     return {"sampled": sampled, "greedy": greedy}, seconds + greedy_seconds
@@ -125,9 +123,8 @@ def run(args: argparse.Namespace, work: Path, out: Path, configs: tuple[Any, Any
                             out=work / "sft_model") | {"seconds": time.monotonic() - started}
     write_report(report, out, render_pair)
 
-    seed = [f"seed={args.seed}"] if args.seed is not None else []
     specs = [{"arm": arm, "preset": args.preset, "device": args.device, "score_batch": args.score_batch,
-              "deadline": deadline, "overrides": [*overrides, *seed, f"model={work / 'sft_model'}",
+              "deadline": deadline, "overrides": [*overrides, f"seed={config.seed}", f"model={work / 'sft_model'}",
                                                   f"estimator={arm}", f"run_dir={work / f'arm{k}'}"]}
              for k, arm in enumerate(args.arms)]
     run, _ = arms.open_arm(specs[0] | {"overrides": [*specs[0]["overrides"], f"run_dir={work / 'before'}"]},

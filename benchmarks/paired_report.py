@@ -96,8 +96,17 @@ def regime(rates: dict[str, float]) -> dict[str, float]:
     return {k: v for k, v in named.items() if v is not None}
 
 
-def _paired(test: dict[str, Any], head: str, unchanged: str, split_words: str) -> str:
-    """A paired test's line: ``head``, then the test (or why there is none), its counts in ``split_words``."""
+def _paired(test: dict[str, Any], name: str | None = None) -> str:
+    """A paired test's line (or why there is none): an arm's after - before, or the arms ``name`` ("first -
+    other") after training."""
+    if name is None:
+        head = f"{test['success_before']:.3f} -> {test['success_after']:.3f} on {test['episodes']} paired episodes"
+        unchanged, split_words = "no episode changed its outcome", "{gained} gained, {lost} lost"
+    else:
+        first, other = name.split(" - ")
+        head = f"{first} {test['success_after']:.3f}, {other} {test['success_before']:.3f} on {test['episodes']} episodes"
+        unchanged = "no episode differs between the two"
+        split_words = f"{first} won {{gained}} episodes {other} lost, {{lost}} the other way"
     if "gained" not in test:
         return f"{head}; paired test {test.get('test', 'not computed')}"
     if test["gained"] + test["lost"] == 0:
@@ -109,18 +118,6 @@ def _paired(test: dict[str, Any], head: str, unchanged: str, split_words: str) -
         c = test["clustered"]
         text += f", by household ({c['clusters']}) [{c['low']:+.3f}, {c['high']:+.3f}]"
     return f"{text}, p = {test['p']:.3g}, MDE {test['mde']:.3f}"
-
-
-def _gain(test: dict[str, Any]) -> str:
-    head = f"{test['success_before']:.3f} -> {test['success_after']:.3f} on {test['episodes']} paired episodes"
-    return _paired(test, head, "no episode changed its outcome", "{gained} gained, {lost} lost")
-
-
-def _comparison(name: str, test: dict[str, Any]) -> str:
-    first, other = name.split(" - ")
-    head = f"{first} {test['success_after']:.3f}, {other} {test['success_before']:.3f} on {test['episodes']} episodes"
-    return _paired(test, head, "no episode differs between the two",
-                   f"{first} won {{gained}} episodes {other} lost, {{lost}} the other way")
 
 
 def _household_lines(report: dict[str, Any]) -> list[str]:
@@ -158,7 +155,7 @@ def render_pair(report: dict[str, Any]) -> str:
             continue
         for prefix, at in TEMPERATURES.items():
             if result.get(f"{prefix}gain"):
-                lines.append(f"- {arm} ({result['iterations_done']} iterations), {at}: {_gain(result[f'{prefix}gain'])}")
+                lines.append(f"- {arm} ({result['iterations_done']} iterations), {at}: {_paired(result[f'{prefix}gain'])}")
             elif not prefix:
                 lines.append(f"- {arm}: {result['iterations_done']} iterations done, closing validation not reached")
         if result.get("regime"):
@@ -166,13 +163,13 @@ def render_pair(report: dict[str, Any]) -> str:
                          + ", ".join(REGIME_WORDS[k].format(v) for k, v in result["regime"].items()))
     for prefix, at in TEMPERATURES.items():
         for name, test in report.get(f"{prefix}comparisons", {}).items():
-            lines += ["", f"**{name} after training ({at}{'' if prefix else ', primary'})**: {_comparison(name, test)}."]
+            lines += ["", f"**{name} after training ({at}{'' if prefix else ', primary'})**: {_paired(test, name)}."]
     lines += _household_lines(report)
     if report.get("by_part"):
         lines += ["", (f"By part of the validation at T = 0.4 ({report.get('train_task_count')} trained tasks; "
                       "the rest unseen):")]
         for name, parts in report["by_part"].items():
-            lines += [f"- {name}, {PARTS.get(part, part)}: {_gain(test)}" for part, test in parts.items()]
+            lines += [f"- {name}, {PARTS.get(part, part)}: {_paired(test)}" for part, test in parts.items()]
     if report.get("stopped"):
         lines += ["", f"Stopped early: {report['stopped']}"]
     return "\n".join(lines) + "\n"
