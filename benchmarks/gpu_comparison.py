@@ -50,7 +50,7 @@ from typing import Any
 from benchmarks import RESULTS, arms, fail, refuse_without_cuda, rescore, write_report
 from benchmarks.gpu_learning import ROOT, mean_figures, validate_on, write_smoke_model
 from benchmarks.gpu_run import device_facts
-from benchmarks.paired_report import regime, render_pair, score_pair, summarise_reports
+from benchmarks.paired_report import read_reports, regime, render_pair, render_seeds, score_pair, summarise
 
 
 def validate_both(run: Any) -> tuple[dict[str, list[list]], float]:
@@ -197,7 +197,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.stage in ("report", "seeds") and not args.from_json:
         fail(f"{args.stage} needs --from-json JSON")
     if args.stage == "seeds":
-        summarise_reports(args.from_json, args.out)
+        summary = summarise(read_reports(args.from_json))
+        print(render_seeds(summary), end="")
+        if args.out:
+            write_report(summary, args.out, render_seeds)
         return 0
     if args.stage == "report":
         if len(args.from_json) != 1:

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks import fail, write_report
+from benchmarks import fail
 from benchmarks.gpu_run_report import paired_test
 from benchmarks.stats import fmt_clustered, fmt_part, paired_binary, paired_diff
 from ecpo_train.evaluation.tables import ALFWORLD_COLUMNS
@@ -302,16 +302,6 @@ def render_seeds(summary: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def summarise_reports(paths: list[Path], out: Path | None = None) -> dict[str, Any]:
-    """``gpu_comparison seeds``: the summary of these reports, printed as markdown and, with ``out``, written (its
-    markdown beside it)."""
-    summary = summarise(read_reports(paths))
-    print(render_seeds(summary), end="")
-    if out:
-        write_report(summary, out, render_seeds)
-    return summary
-
-
 # ---------------------------------------------------------------------------------------------- the paper's table
 FORMAT_FAILS_AT = 0.5  # an invalid-action share above this, before and after: the format does not work
 
@@ -379,10 +369,7 @@ def score_table(report: dict[str, Any]) -> dict[str, Any]:
 
 
 def endpoint(report: Mapping[str, Any]) -> dict[str, Any]:
-    """The registered endpoint read from the tables: the first arm's All after - before (``shown`` where the
-    interval lies above 0), the comparison with the second arm where both ran, and where the format does not
-    work (invalid-action share above ``FORMAT_FAILS_AT`` before and after) that rate instead of a learning
-    figure."""
+    """The registered endpoint (``paper_benchmarks``' docstring) read from the tables."""
     arms = report.get("arms", [])
     first = report["tables"].get(arms[0], {}).get("All") if arms else None
     if first is None:

@@ -320,8 +320,7 @@ def run(args: argparse.Namespace) -> arms.Failure | None:
     from ecpo_train.files.atomic import write_text
     from ecpo_train.runtime.sft import SFT_SUMMARY, run_sft
 
-    out: Path = args.out
-    out.mkdir(parents=True, exist_ok=True)
+    out: Path = args.out  # (made by main's lock)
     stages = Stages(out)
     report = stages.report
     config, overrides = load_configs(args, out)
