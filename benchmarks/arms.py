@@ -2,17 +2,15 @@
 ``paper_benchmarks``) plan, run and size them, each arm in a process of its own on the one device; and what those
 programs share about their arms (their options, presets, the arms given, the time left).
 
-An arm is a program's module-level function ``runner(spec, plan) -> result`` (the arm process imports it by name;
-``spec``: a JSON dict holding at least ``arm``, ``deadline`` (``time.time()``) and ``reserve``, the seconds of its
-closing validation). It runs its first iteration, then calls ``plan(first_wall)`` for N (:func:`train_planned`):
-N is decided once for every arm, so the arms pair, by the program's ``decide(first_walls)``.
-
-Each arm process (``python -m benchmarks.arms SPEC``, :func:`run_side_by_side`) writes its first iteration's time to
-``ARM.first`` and waits for ``ARM.plan``, which the launcher writes once every arm still running has reported
-(``decide`` sees them all: the slowest sizes N). An arm that fails stops the others, and the failure names the arm
-with its log's last line (a library's ``ValueError``/``OSError`` is one ``error: ...`` line, exit 2); arms still
-running 60 s past their deadline are stopped too. Each arm's output goes to ``LOGS-ARM.log`` (appended: a resumed
-program keeps the earlier commands' lines).
+An arm is a program's module-level function ``runner(spec, plan) -> result`` (the arm process, ``python -m
+benchmarks.arms SPEC``, imports it by name; ``spec``: a JSON dict holding at least ``arm``, ``deadline``
+(``time.time()``) and ``reserve``, the seconds of its closing validation). It runs its first iteration, then calls
+``plan(first_wall)`` for N (:func:`train_planned`): its process writes that time to ``ARM.first`` and waits for
+``ARM.plan``, which the launcher (:func:`run_side_by_side`) writes once every arm still running has reported; the
+program's ``decide(first_walls)`` sees them all (the slowest sizes N), so every arm runs the same N and the arms
+pair. An arm that fails stops the others, and the failure names the arm with its log's last line (a library's
+``ValueError``/``OSError`` is one ``error: ...`` line, exit 2); arms still running 60 s past their deadline are
+stopped too. Each arm's output goes to ``LOGS-ARM.log`` (appended: a resumed program keeps the earlier commands').
 """
 
 from __future__ import annotations
