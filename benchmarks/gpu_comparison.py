@@ -61,7 +61,7 @@ def validate_both(run: Any) -> tuple[dict[str, list[list]], float]:
     config = engine.config
     engine.config = dataclasses.replace(config, val_temperature=0.0)  # the engine's validation reads its config
     try:
-        greedy, greedy_seconds = validate_on(run, list(engine.val_tasks), "validation_greedy")  # its label
+        greedy, greedy_seconds = validate_on(run, list(engine.val_tasks), "validation_greedy")
     finally:
         engine.config = config
     return {"sampled": sampled, "greedy": greedy}, seconds + greedy_seconds
