@@ -2,17 +2,15 @@
 ``paper_benchmarks``) plan, run and size them, each arm in a process of its own on the one device; and what those
 programs share about their arms (their options, presets, the arms given, the time left).
 
-An arm is a program's module-level function ``runner(spec, plan) -> result`` (the arm process imports it by name;
-``spec``: a JSON dict holding at least ``arm``, ``deadline`` (``time.time()``) and ``reserve``, the seconds of its
-closing validation). It runs its first iteration, then calls ``plan(first_wall)`` for N (:func:`train_planned`):
-N is decided once for every arm, so the arms pair, by the program's ``decide(first_walls)``.
-
-Each arm process (``python -m benchmarks.arms SPEC``, :func:`run_side_by_side`) writes its first iteration's time to
-``ARM.first`` and waits for ``ARM.plan``, which the launcher writes once every arm still running has reported
-(``decide`` sees them all: the slowest sizes N). An arm that fails stops the others, and the failure names the arm
-with its log's last line (a library's ``ValueError``/``OSError`` is one ``error: ...`` line, exit 2); arms still
-running 60 s past their deadline are stopped too. Each arm's output goes to ``LOGS-ARM.log`` (appended: a resumed
-program keeps the earlier commands' lines).
+An arm is a program's module-level function ``runner(spec, plan) -> result`` (the arm process, ``python -m
+benchmarks.arms SPEC``, imports it by name; ``spec``: a JSON dict holding at least ``arm``, ``deadline``
+(``time.time()``) and ``reserve``, the seconds of its closing validation). It runs its first iteration, then calls
+``plan(first_wall)`` for N (:func:`train_planned`): its process writes that time to ``ARM.first`` and waits for
+``ARM.plan``, which the launcher (:func:`run_side_by_side`) writes once every arm still running has reported; the
+program's ``decide(first_walls)`` sees them all (the slowest sizes N), so every arm runs the same N and the arms
+pair. An arm that fails stops the others, and the failure names the arm with its log's last line (a library's
+``ValueError``/``OSError`` is one ``error: ...`` line, exit 2); arms still running 60 s past their deadline are
+stopped too. Each arm's output goes to ``LOGS-ARM.log`` (appended: a resumed program keeps the earlier commands').
 """
 
 from __future__ import annotations
@@ -135,42 +133,37 @@ def arm_row(metrics: dict[str, float]) -> dict[str, float]:
     return iteration_figures(metrics) | {"wall": float(metrics["time/iteration"])}
 
 
-def train_arm(run: Any, rows: list[dict[str, float]], iterations: int, deadline: float, reserve: float) -> str | None:
-    """Iterations of a started run (``run.train``, the run shell's loop: each logged, checkpointed on the run's
-    cadence) until ``rows`` (each iteration's :func:`arm_row`, appended in place; a resumed arm's earlier ones
-    too) holds ``iterations``, stopping early where the next one (at the mean wall so far) and ``reserve`` would
-    pass ``deadline`` (``time.time()``). Returns why it stopped early, if it did."""
+def train_planned(run: Any, rows: list[dict[str, float]], spec: dict[str, Any], plan: Plan) -> tuple[int, str | None]:
+    """An arm's first iteration (where ``rows`` holds none), its plan N, then iterations of the started run
+    (``run.train``, the run shell's loop: each logged, checkpointed on the run's cadence) until ``rows`` (each
+    iteration's :func:`arm_row`, appended in place; a resumed arm's earlier ones too) holds N, stopping early where
+    the next one (at the mean wall so far) and the ``reserve`` would pass the ``deadline`` (``time.time()``):
+    ``(N, why it stopped early, if it did)``."""
     why: list[str] = []
 
-    def too_late() -> bool:
-        if rows and time.time() + float(np.mean([r["wall"] for r in rows])) + reserve > deadline:
-            why.append(f"time limit after {len(rows)} of {iterations} iterations")
-            return True
-        return False
+    def train(iterations: int) -> None:
+        def too_late() -> bool:
+            if rows and time.time() + float(np.mean([r["wall"] for r in rows])) + spec["reserve"] > spec["deadline"]:
+                why.append(f"time limit after {len(rows)} of {iterations} iterations")
+            return bool(why)
 
-    def stop(metrics: dict[str, float]) -> bool:
-        rows.append(arm_row(metrics))
-        return len(rows) >= iterations or too_late()
+        def stop(metrics: dict[str, float]) -> bool:
+            rows.append(arm_row(metrics))
+            return len(rows) >= iterations or too_late()
 
-    if len(rows) < iterations and not too_late():
-        run.train(iterations - len(rows), stop=stop)
-    return why[0] if why else None
+        if len(rows) < iterations and not too_late():
+            run.train(iterations - len(rows), stop=stop)
 
-
-def train_planned(run: Any, rows: list[dict[str, float]], spec: dict[str, Any], plan: Plan) -> tuple[int, str | None]:
-    """An arm's first iteration (where ``rows`` holds none), its plan, then the planned iterations within its
-    deadline: ``(N, why it stopped early, if it did)``."""
-    train_arm(run, rows, 1, spec["deadline"], spec["reserve"])
+    train(1)
     iterations = plan(rows[0]["wall"])
-    return iterations, train_arm(run, rows, iterations, spec["deadline"], spec["reserve"])
+    train(iterations)
+    return iterations, why[0] if why else None
 
 
 def run_side_by_side(specs: list[dict[str, Any]], runner: Runner, work: Path, decide: Decide, logs: Path,
                      keep: Keep) -> Failure | None:
-    """Each spec's arm in a process of its own, all at once (their handshake files in ``work``); once every arm
-    still running has run its first iteration, ``decide(first_walls)`` gives N and every arm is told it.
-    ``keep(arm, result)`` for each arm that finished; returns the first failure, if one (the others are then
-    stopped)."""
+    """Each spec's arm in a process of its own (module docstring; the handshake files in ``work``): ``keep(arm,
+    result)`` for each arm that finished; returns the first failure, if one (the others are then stopped)."""
     procs: dict[str, subprocess.Popen] = {}
     work.mkdir(parents=True, exist_ok=True)
     for spec in specs:
@@ -219,14 +212,6 @@ def _write(path: Path, value: Any) -> None:
     write_text(path, json.dumps(value))
 
 
-def _wait_for(path: Path, deadline: float) -> Any:
-    while not path.exists():
-        if time.time() > deadline:
-            raise TimeoutError(f"no {path.name} by the deadline")
-        time.sleep(POLL_SECONDS)
-    return json.loads(path.read_text())
-
-
 def _last_line(logs: Path, arm: str) -> str:
     """The last line this command's arm process wrote (after its header; earlier commands' lines come before)."""
     lines = Path(f"{logs}-{arm}.log").read_text().split(HEADER)[-1].strip().splitlines()[1:]
@@ -243,7 +228,11 @@ def main(argv: list[str] | None = None) -> int:
 
     def plan(first_wall: float) -> int:
         _write(work / f"{arm}.first", first_wall)
-        return int(_wait_for(work / f"{arm}.plan", spec["deadline"]))
+        while not (work / f"{arm}.plan").exists():
+            if time.time() > spec["deadline"]:
+                raise TimeoutError(f"no {arm}.plan by the deadline")
+            time.sleep(POLL_SECONDS)
+        return int(json.loads((work / f"{arm}.plan").read_text()))
 
     try:
         result = runner(spec, plan)

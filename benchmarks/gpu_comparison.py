@@ -50,9 +50,7 @@ from typing import Any
 from benchmarks import RESULTS, arms, fail, refuse_without_cuda, rescore, write_report
 from benchmarks.gpu_learning import ROOT, mean_figures, validate_on, write_smoke_model
 from benchmarks.gpu_run import device_facts
-from benchmarks.paired_report import regime, render_pair, score_pair, summarise_reports
-
-GREEDY_LABEL = "validation_greedy"  # the greedy pass's label in the run folder's validation.jsonl
+from benchmarks.paired_report import read_reports, regime, render_pair, render_seeds, score_pair, summarise
 
 
 def validate_both(run: Any) -> tuple[dict[str, list[list]], float]:
@@ -63,7 +61,7 @@ def validate_both(run: Any) -> tuple[dict[str, list[list]], float]:
     config = engine.config
     engine.config = dataclasses.replace(config, val_temperature=0.0)  # the engine's validation reads its config
     try:
-        greedy, greedy_seconds = validate_on(run, list(engine.val_tasks), GREEDY_LABEL)
+        greedy, greedy_seconds = validate_on(run, list(engine.val_tasks), "validation_greedy")
     finally:
         engine.config = config
     return {"sampled": sampled, "greedy": greedy}, seconds + greedy_seconds
@@ -125,9 +123,8 @@ def run(args: argparse.Namespace, work: Path, out: Path, configs: tuple[Any, Any
                             out=work / "sft_model") | {"seconds": time.monotonic() - started}
     write_report(report, out, render_pair)
 
-    seed = [f"seed={args.seed}"] if args.seed is not None else []
     specs = [{"arm": arm, "preset": args.preset, "device": args.device, "score_batch": args.score_batch,
-              "deadline": deadline, "overrides": [*overrides, *seed, f"model={work / 'sft_model'}",
+              "deadline": deadline, "overrides": [*overrides, f"seed={config.seed}", f"model={work / 'sft_model'}",
                                                   f"estimator={arm}", f"run_dir={work / f'arm{k}'}"]}
              for k, arm in enumerate(args.arms)]
     run, _ = arms.open_arm(specs[0] | {"overrides": [*specs[0]["overrides"], f"run_dir={work / 'before'}"]},
@@ -200,7 +197,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.stage in ("report", "seeds") and not args.from_json:
         fail(f"{args.stage} needs --from-json JSON")
     if args.stage == "seeds":
-        summarise_reports(args.from_json, args.out)
+        summary = summarise(read_reports(args.from_json))
+        print(render_seeds(summary), end="")
+        if args.out:
+            write_report(summary, args.out, render_seeds)
         return 0
     if args.stage == "report":
         if len(args.from_json) != 1:

@@ -2,17 +2,10 @@
 outcomes a run stored, every test ``gpu_run_report.paired_test``. No torch: the GPU machine writes them after every
 stage (without scipy there, the tests read "not computed"), and ``report --from-json`` scores them again here.
 
-- A ``gpu_comparison`` report (:func:`score_pair`, :func:`render_pair`) is one seed's pair, validated at the
-  preset's temperature (T = 0.4: primary) and greedily (T = 0). Its episode-level McNemar lines are conditional on
-  this seed's two trained policies: which won more of the same episodes, not what another seed would do.
-- Over seeds (``gpu_comparison seeds``, :func:`summarise`: one protocol's reports, one per seed; a seed whose arms
-  stopped early is left out, named): the first arm minus the second after training with the seed as the unit (the
-  mean of the per-seed differences, its t-interval, the MDE from five seeds on), the answer about the two training
-  procedures; per seed, on all episodes and on trained and unseen tasks apart (Tango, McNemar, by task), covering
-  the validation's draws, not run-to-run variance; secondary, the episodes pooled over seeds (conditional on these
-  pairs) and the greedy validation across seeds (absent, and said to be, in reports written before it existed).
-- A ``paper_benchmarks`` report (:func:`score_table`, :func:`render_table`): the paper's table before and after
-  training and the registered endpoint. An episode is stored as ``{"set", "task", "copy", "type", "won", "score",
+- ``gpu_comparison`` (its docstring has the protocol and the registered endpoint): one seed's pair
+  (:func:`score_pair`, :func:`render_pair`) and one protocol's pairs over seeds (:func:`summarise`).
+- ``paper_benchmarks`` (:func:`score_table`, :func:`render_table`): the paper's table before and after training and
+  the registered endpoint. An episode is stored as ``{"set", "task", "copy", "type", "won", "score",
   "invalid", "steps"}``: the pair key ``(set, task, copy)`` (before and after play the same ones with the same
   draws), the task's type (ALFWorld's subtask), success, the graded score (WebShop's purchase score, search-QA's
   exact match; success elsewhere), its invalid actions and its steps.
@@ -26,21 +19,18 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks import fail, write_report
+from benchmarks import fail
 from benchmarks.gpu_run_report import paired_test
 from benchmarks.stats import fmt_clustered, fmt_part, paired_binary, paired_diff
+from ecpo_train.evaluation.tables import ALFWORLD_COLUMNS
 
 # ---------------------------------------------------------------------------------------------- one seed's pair
-# the outcomes' keys: the validation before training and each arm's after, at the preset's temperature and greedy
-TEMPERATURES = {"sampled": "", "greedy": "greedy_"}
+# the outcomes' keys (the validation before training and each arm's after) at the preset's temperature and greedy,
+# and how the report names each temperature
+TEMPERATURES = {"": "T = 0.4", "greedy_": "greedy, T = 0"}
 # A preset with a training pool (``alfworld_cpu_pool``) validates on its pool's tasks (primary) and on unseen
-# tasks (secondary); every split of a validation takes these two names.
-PARTS = ("trained", "unseen")
-
-
-def label(part: str) -> str:
-    """How a report heads a part: "trained tasks", "unseen tasks" (other names as they are)."""
-    return f"{part} tasks" if part in PARTS else part
+# tasks (secondary); every split of a validation takes these two names, and a report these heads.
+PARTS = {"trained": "trained tasks", "unseen": "unseen tasks"}
 
 
 def split_parts(trained: frozenset[str], first: list[list], second: list[list]) -> dict[str, dict[str, Any]]:
@@ -72,7 +62,7 @@ def score_pair(report: dict[str, Any]) -> dict[str, Any]:
     outcomes = report.get("outcomes", {})
     arms = report.get("arms", [])
     trained = frozenset(report.get("train_tasks") or [])
-    for prefix in TEMPERATURES.values():
+    for prefix in TEMPERATURES:
         before = outcomes.get(f"{prefix}before")
         done = [a for a in arms if f"{prefix}after_{a}" in outcomes and a in report.get("results", {})]
         comparisons = report.setdefault(f"{prefix}comparisons", {})
@@ -92,6 +82,11 @@ def score_pair(report: dict[str, Any]) -> dict[str, Any]:
     return report
 
 
+REGIME_WORDS = {"gate_open_share": "the gate open at {:.2f} of anchors",
+                "lucky_singletons_per_batch": "{:.1f} lucky singletons per batch",
+                "divergent_anchor_share": "{:.2f} of anchors divergent"}
+
+
 def regime(rates: dict[str, float]) -> dict[str, float]:
     """Whether the arm ran where ECPO should differ: the share of anchors whose gate was open (estimators without
     a gate have none), lucky singletons per batch, the share of anchors whose visits diverge."""
@@ -101,15 +96,17 @@ def regime(rates: dict[str, float]) -> dict[str, float]:
     return {k: v for k, v in named.items() if v is not None}
 
 
-def _regime_text(figures: dict[str, float]) -> str:
-    words = {"gate_open_share": "the gate open at {:.2f} of anchors",
-             "lucky_singletons_per_batch": "{:.1f} lucky singletons per batch",
-             "divergent_anchor_share": "{:.2f} of anchors divergent"}
-    return ", ".join(words[k].format(v) for k, v in figures.items())
-
-
-def _paired(test: dict[str, Any], head: str, unchanged: str, split_words: str) -> str:
-    """A paired test's line: ``head``, then the test (or why there is none), its counts in ``split_words``."""
+def _paired(test: dict[str, Any], name: str | None = None) -> str:
+    """A paired test's line (or why there is none): an arm's after - before, or the arms ``name`` ("first -
+    other") after training."""
+    if name is None:
+        head = f"{test['success_before']:.3f} -> {test['success_after']:.3f} on {test['episodes']} paired episodes"
+        unchanged, split_words = "no episode changed its outcome", "{gained} gained, {lost} lost"
+    else:
+        first, other = name.split(" - ")
+        head = f"{first} {test['success_after']:.3f}, {other} {test['success_before']:.3f} on {test['episodes']} episodes"
+        unchanged = "no episode differs between the two"
+        split_words = f"{first} won {{gained}} episodes {other} lost, {{lost}} the other way"
     if "gained" not in test:
         return f"{head}; paired test {test.get('test', 'not computed')}"
     if test["gained"] + test["lost"] == 0:
@@ -121,18 +118,6 @@ def _paired(test: dict[str, Any], head: str, unchanged: str, split_words: str) -
         c = test["clustered"]
         text += f", by household ({c['clusters']}) [{c['low']:+.3f}, {c['high']:+.3f}]"
     return f"{text}, p = {test['p']:.3g}, MDE {test['mde']:.3f}"
-
-
-def _gain(test: dict[str, Any]) -> str:
-    head = f"{test['success_before']:.3f} -> {test['success_after']:.3f} on {test['episodes']} paired episodes"
-    return _paired(test, head, "no episode changed its outcome", "{gained} gained, {lost} lost")
-
-
-def _comparison(name: str, test: dict[str, Any]) -> str:
-    first, other = name.split(" - ")
-    head = f"{first} {test['success_after']:.3f}, {other} {test['success_before']:.3f} on {test['episodes']} episodes"
-    return _paired(test, head, "no episode differs between the two",
-                   f"{first} won {{gained}} episodes {other} lost, {{lost}} the other way")
 
 
 def _household_lines(report: dict[str, Any]) -> list[str]:
@@ -168,25 +153,23 @@ def render_pair(report: dict[str, Any]) -> str:
         result = report.get("results", {}).get(arm)
         if result is None:
             continue
-        for temperature, prefix in TEMPERATURES.items():
-            test = result.get(f"{prefix}gain")
-            at = "T = 0.4" if temperature == "sampled" else "greedy, T = 0"
-            if test:
-                lines.append(f"- {arm} ({result['iterations_done']} iterations), {at}: {_gain(test)}")
-            elif temperature == "sampled":
+        for prefix, at in TEMPERATURES.items():
+            if result.get(f"{prefix}gain"):
+                lines.append(f"- {arm} ({result['iterations_done']} iterations), {at}: {_paired(result[f'{prefix}gain'])}")
+            elif not prefix:
                 lines.append(f"- {arm}: {result['iterations_done']} iterations done, closing validation not reached")
         if result.get("regime"):
-            lines.append(f"  - regime, mean over iterations: {_regime_text(result['regime'])}")
-    for temperature, prefix in TEMPERATURES.items():
-        at = "T = 0.4, primary" if temperature == "sampled" else "greedy, T = 0"
+            lines.append("  - regime, mean over iterations: "
+                         + ", ".join(REGIME_WORDS[k].format(v) for k, v in result["regime"].items()))
+    for prefix, at in TEMPERATURES.items():
         for name, test in report.get(f"{prefix}comparisons", {}).items():
-            lines += ["", f"**{name} after training ({at})**: {_comparison(name, test)}."]
+            lines += ["", f"**{name} after training ({at}{'' if prefix else ', primary'})**: {_paired(test, name)}."]
     lines += _household_lines(report)
     if report.get("by_part"):
         lines += ["", (f"By part of the validation at T = 0.4 ({report.get('train_task_count')} trained tasks; "
                       "the rest unseen):")]
         for name, parts in report["by_part"].items():
-            lines += [f"- {name}, {label(part)}: {_gain(test)}" for part, test in parts.items()]
+            lines += [f"- {name}, {PARTS.get(part, part)}: {_paired(test)}" for part, test in parts.items()]
     if report.get("stopped"):
         lines += ["", f"Stopped early: {report['stopped']}"]
     return "\n".join(lines) + "\n"
@@ -230,29 +213,28 @@ def _tests(pairs: list[dict[str, Any]], name: str, prefix: str) -> dict[str, lis
     return tests
 
 
-def _across(tests: list[dict[str, Any]]) -> dict[str, Any]:
-    """The seed as the unit: the mean of the per-seed differences, its t-interval and MDE."""
-    return paired_diff([t["diff"] for t in tests]) | {"unit": "seeds"}
-
-
 def _greedy(pairs: list[dict[str, Any]], name: str) -> dict[str, Any]:
     """The secondary line: across seeds on the greedy (T = 0) validation, over the pairs whose report holds it."""
-    prefix = TEMPERATURES["greedy"]
-    held = [r for r in pairs if name in r.get(f"{prefix}comparisons", {})]
+    held = [r for r in pairs if name in r.get("greedy_comparisons", {})]
     greedy: dict[str, Any] = {"endpoint": "secondary: the greedy validation (T = 0)",
                               "seeds": [r.get("seed") for r in held],
-                              "without_greedy": [r.get("seed") for r in pairs
-                                                 if name not in r.get(f"{prefix}comparisons", {})], "across_seeds": {}}
+                              "without_greedy": [r.get("seed") for r in pairs if r not in held], "across_seeds": {}}
     if not held:
         return greedy | {"absent": "no report holds a greedy (T = 0) validation (written before the greedy pass)"}
-    tests = _tests(held, name, prefix)
-    greedy["across_seeds"] = {part: _across(rows) for part, rows in tests.items()}
+    tests = _tests(held, name, "greedy_")
+    greedy["across_seeds"] = {part: paired_diff([t["diff"] for t in rows]) | {"unit": "seeds"}
+                              for part, rows in tests.items()}
     greedy["per_seed_diff"] = {part: [t["diff"] for t in rows] for part, rows in tests.items()}
     return greedy
 
 
 def summarise(reports: list[dict[str, Any]]) -> dict[str, Any]:
-    """The first arm minus the second over the seeds of these reports (module docstring)."""
+    """``gpu_comparison seeds``: the first arm minus the second after training over one protocol's pairs, one per
+    seed (a seed whose arms stopped early is left out, named). The seed is the unit (the mean of the per-seed
+    differences, its t-interval, the MDE from five seeds on): the answer about the two training procedures. Per seed,
+    on all episodes and on trained and unseen tasks apart (Tango, McNemar, by task): the validation's draws, not
+    run-to-run variance; secondary, the episodes pooled over seeds (conditional on these pairs) and the greedy
+    validation across seeds (absent, and said to be, in reports written before it existed)."""
     arms = reports[0]["arms"]
     name = f"{arms[0]} - {arms[1]}"
     pairs, left_out = [], []
@@ -270,9 +252,9 @@ def summarise(reports: list[dict[str, Any]]) -> dict[str, Any]:
                                "per_seed": {}, "across_seeds": {}, "pooled_episodes": {}}
     if not pairs:
         return summary
-    for part, tests in _tests(pairs, name, TEMPERATURES["sampled"]).items():
+    for part, tests in _tests(pairs, name, "").items():
         summary["per_seed"][part] = [{"seed": r.get("seed")} | t for r, t in zip(pairs, tests)]
-        summary["across_seeds"][part] = _across(tests)
+        summary["across_seeds"][part] = paired_diff([t["diff"] for t in tests]) | {"unit": "seeds"}
         both = [t.get("both_won") for t in tests]
         summary["pooled_episodes"][part] = paired_binary(
             sum(t["gained"] for t in tests), sum(t["lost"] for t in tests), sum(t["episodes"] for t in tests),
@@ -308,7 +290,7 @@ def render_seeds(summary: dict[str, Any]) -> str:
     lines += [f"- left out: seed {item['seed']} ({item['path']}): {item['why']}" for item in summary["left_out"]]
     for part, rows in summary["per_seed"].items():
         across, pooled = summary["across_seeds"][part], summary["pooled_episodes"][part]
-        lines += ["", f"## {label(part)}", "", f"- **Across seeds (T = 0.4, primary; {_across_text(across)}.**",
+        lines += ["", f"## {PARTS.get(part, part)}", "", f"- **Across seeds (T = 0.4, primary; {_across_text(across)}.**",
                   _greedy_text(summary["greedy"], part), "",
                   "| seed | episodes | won / lost | difference (Tango 95 %; one pair, validation draws only) | by task |",
                   "|---|---|---|---|---|"]
@@ -320,18 +302,7 @@ def render_seeds(summary: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def summarise_reports(paths: list[Path], out: Path | None = None) -> dict[str, Any]:
-    """``gpu_comparison seeds``: the summary of these reports, printed as markdown and, with ``out``, written (its
-    markdown beside it)."""
-    summary = summarise(read_reports(paths))
-    print(render_seeds(summary), end="")
-    if out:
-        write_report(summary, out, render_seeds)
-    return summary
-
-
 # ---------------------------------------------------------------------------------------------- the paper's table
-ALFWORLD_COLUMNS = ("Pick", "Clean", "Cool", "Look", "Heat", "Pick2", "All")  # the paper's table 1
 FORMAT_FAILS_AT = 0.5  # an invalid-action share above this, before and after: the format does not work
 
 
@@ -381,32 +352,24 @@ def compare(benchmark: str, before: Sequence[Mapping[str, Any]], after: Sequence
 def score_table(report: dict[str, Any]) -> dict[str, Any]:
     """Fill in every paired comparison of ``report`` from its stored episodes (in place; returns it): each arm's
     after - before by column, and the first arm against each later one that ran as many iterations."""
-    episodes, arms = report.get("episodes", {}), report.get("arms", [])
-    before = episodes.get("before")
+    episodes, arms, runs = report.get("episodes", {}), report.get("arms", []), report.get("arm_results", {})
     report["tables"], report["comparisons"] = {}, {}
-    if before is None:
+    if "before" not in episodes:
         return report
     done = [a for a in arms if f"after_{a}" in episodes]
     for arm in done:
-        report["tables"][arm] = compare(report["benchmark"], before, episodes[f"after_{arm}"])
-    first = arms[0] if arms else None
-    runs = report.get("arm_results", {})
-    for arm in done:
-        if arm == first or first not in done:
-            continue
-        same = runs.get(arm, {}).get("iterations_done") == runs.get(first, {}).get("iterations_done")
-        report["comparisons"][f"{first} - {arm}"] = (
-            compare(report["benchmark"], episodes[f"after_{arm}"], episodes[f"after_{first}"]) if same
-            else {"not compared": "the arms ran different numbers of iterations"})
+        report["tables"][arm] = compare(report["benchmark"], episodes["before"], episodes[f"after_{arm}"])
+        if arm != arms[0] and arms[0] in done:
+            same = runs.get(arm, {}).get("iterations_done") == runs.get(arms[0], {}).get("iterations_done")
+            report["comparisons"][f"{arms[0]} - {arm}"] = (
+                compare(report["benchmark"], episodes[f"after_{arm}"], episodes[f"after_{arms[0]}"]) if same
+                else {"not compared": "the arms ran different numbers of iterations"})
     report["endpoint"] = endpoint(report)
     return report
 
 
 def endpoint(report: Mapping[str, Any]) -> dict[str, Any]:
-    """The registered endpoint read from the tables: the first arm's All after - before (``shown`` where the
-    interval lies above 0), the comparison with the second arm where both ran, and where the format does not
-    work (invalid-action share above ``FORMAT_FAILS_AT`` before and after) that rate instead of a learning
-    figure."""
+    """The registered endpoint (``paper_benchmarks``' docstring) read from the tables."""
     arms = report.get("arms", [])
     first = report["tables"].get(arms[0], {}).get("All") if arms else None
     if first is None:

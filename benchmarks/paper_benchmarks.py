@@ -58,7 +58,7 @@ import dataclasses
 import json
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +67,8 @@ import numpy as np
 from benchmarks import arms, fail, refuse_without_cuda, rescore, write_report
 from benchmarks.gpu_learning import mean_figures, write_smoke_model
 from benchmarks.gpu_run import device_facts
-from benchmarks.paired_report import ALFWORLD_COLUMNS, render_table, score_table
+from benchmarks.paired_report import render_table, score_table
+from ecpo_train.evaluation.tables import ALFWORLD_COLUMNS
 
 REPORT = "report.json"  # the program's stages so far (the arm reads its training tasks there)
 PLAN = "plan.json"  # the iterations every arm runs, fixed once by the slowest arm's first iteration
@@ -90,7 +91,7 @@ class Benchmark:
     validation: dict[str, ValidationSet]
     train_after: int = 0  # train on the environment's tasks from this position on (the earlier ones are held out)
     type_balanced: bool = False  # the warm start takes K tasks of each task type (ALFWorld), else 6 K tasks
-    smoke: tuple[str, ...] = field(default=())  # the environment's tiny sizes under --smoke
+    smoke_steps: int = 3  # an episode's steps under --smoke
 
 
 PAPER_SHAPE = ("n_groups=16", "group_size=8", "val_before_training=false", "val_every=0", "checkpoint_every=0")
@@ -98,13 +99,11 @@ BENCHMARKS = {
     "alfworld": Benchmark(
         "Real ALFWorld games", "alfworld_gpu",
         (*PAPER_SHAPE, "env_id=ecpo/ALFWorld-v0", "env_kwargs={split: train}", "val_tasks=null", "credit={d_min: 7}"),
-        {"valid_seen": ValidationSet("alfworld_valid_seen", "valid_seen")}, type_balanced=True,
-        smoke=("env_kwargs.max_steps=3",)),
+        {"valid_seen": ValidationSet("alfworld_valid_seen", "valid_seen")}, type_balanced=True),
     "webshop": Benchmark(
         "WebShop (generated catalogue)", "webshop_cpu",
         (*PAPER_SHAPE, "env_kwargs={}", "train_tasks=null", "val_tasks=null"),
-        {"webshop_gen": ValidationSet("webshop_gen", "gen")}, train_after=100,
-        smoke=("env_kwargs.max_steps=3",)),
+        {"webshop_gen": ValidationSet("webshop_gen", "gen")}, train_after=100),
     "searchqa": Benchmark(
         "Search-QA (HotpotQA dev500 and the generated world)", "searchqa",
         (*PAPER_SHAPE, "env_id=ecpo/SearchQA-v0", "env_kwargs={dataset: hotpotqa, split: dev500}",
@@ -113,8 +112,7 @@ BENCHMARKS = {
          "lr_warmup_steps=9", "kl_coef=0.0", "rollout_temperature=0.4", "env_workers=0", "val_tasks=null"),
         {"hotpotqa": ValidationSet("searchqa", "hotpotqa", first=100),
          "searchqa_gen_single_hop": ValidationSet("searchqa_gen", "single_hop"),
-         "searchqa_gen_two_hop": ValidationSet("searchqa_gen", "two_hop")}, train_after=100,
-        smoke=("env_kwargs.max_steps=2",)),
+         "searchqa_gen_two_hop": ValidationSet("searchqa_gen", "two_hop")}, train_after=100, smoke_steps=2),
 }
 
 
@@ -156,7 +154,7 @@ def load_configs(args: argparse.Namespace, work: Path) -> tuple[Any, list[str]]:
     overrides = [*spec.overrides, *(o for o in arms.run_overrides(args, work)
                                     if not o.startswith(("env_kwargs=", "val_tasks=")))]
     if args.smoke:
-        overrides += spec.smoke
+        overrides.append(f"env_kwargs.max_steps={spec.smoke_steps}")
     elif not args.device.startswith("cuda"):
         overrides.append("mixed_precision=none")  # bf16 autocast is the GPU's
     overrides += [f"seed={args.seed}", f"val_episodes_per_task={args.val_episodes}"]
@@ -170,11 +168,8 @@ def training_tasks(config: Any, spec: Benchmark) -> list[str]:
 
     import ecpo_gym  # noqa: F401  (registers the ids)
 
-    env = gym.make(config.env_id, disable_env_checker=True, **config.env_kwargs)
-    try:
+    with gym.make(config.env_id, disable_env_checker=True, **config.env_kwargs) as env:
         return [str(t) for t in env.unwrapped.task_ids][spec.train_after:]
-    finally:
-        env.close()
 
 
 # ---------------------------------------------------------------------------------------------- stages
@@ -202,13 +197,10 @@ class Stages:
 
     def plan(self) -> int | None:
         record = read_record(self.out / PLAN, ("iterations",))
-        if record is None:
-            return None
-        if not isinstance(record["iterations"], int) or isinstance(record["iterations"], bool) or \
-                record["iterations"] < 1:
-            raise ValueError(f"{self.out / PLAN}: iterations={record['iterations']!r} is not a count; delete it to "
-                             "plan again")
-        return record["iterations"]
+        n = record and record["iterations"]
+        if record and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
+            raise ValueError(f"{self.out / PLAN}: iterations={n!r} is not a count; delete it to plan again")
+        return n
 
 
 # ---------------------------------------------------------------------------------------------- the arms
@@ -288,10 +280,9 @@ def arm_result(out: Path, arm: str) -> dict[str, Any]:
 
 def run_arm(spec: dict[str, Any], plan: arms.Plan) -> dict[str, Any]:
     """One arm (``benchmarks.arms`` runs it; ``spec``: the arms' config, the out folder, the validation ``sets``): a
-    run from the warm start in ``OUT/run_<arm>``, started or resumed by the run shell (``runtime.run.open_run``: its
-    lock, its checkpoint, its metrics cut back to it), iterations up to the plan, each checkpointed, then the
-    closing validation. ``OUT/arm_<arm>.json`` (written whole) only records, at an iteration, why the arm stopped or
-    its closing validation. Returns the arm's result (:func:`arm_result`)."""
+    run from the warm start in ``OUT/run_<arm>``, started or resumed by the run shell (``runtime.run.open_run``),
+    iterations up to the plan, each checkpointed, then the closing validation. ``OUT/arm_<arm>.json`` (written
+    whole) only records, at an iteration, why the arm stopped or its closing validation."""
     from ecpo_train.files.atomic import write_text
     from ecpo_train.runtime.resume import RESUME_OR_START
     from ecpo_train.runtime.run_dir import RunFolder, holds_run
@@ -329,8 +320,7 @@ def run(args: argparse.Namespace) -> arms.Failure | None:
     from ecpo_train.files.atomic import write_text
     from ecpo_train.runtime.sft import SFT_SUMMARY, run_sft
 
-    out: Path = args.out
-    out.mkdir(parents=True, exist_ok=True)
+    out: Path = args.out  # (made by main's lock)
     stages = Stages(out)
     report = stages.report
     config, overrides = load_configs(args, out)
