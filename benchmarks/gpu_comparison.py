@@ -1,15 +1,8 @@
 """ECPO against GiGPO w/std on one GPU: the same warm start, the same rollout seeds, the same validation episodes.
 
-One command is one seed's pair (docs/gpu.md), in at most 10 minutes: ``ecpo sft``'s expert warm start; the validation
-before training on the preset's validation episodes (``alfworld_gpu``: 400 unseen tasks x 2, every choice's random
-draw fixed by (seed, copy, step)) at the preset's temperature (T = 0.4) and again greedily (T = 0): it does not depend
-on the estimator, so one serves every arm; each arm (``--arms``, default ``ecpo gigpo_std``; ``--registered``: issue
-57's nine, GiGPO w/std first) from the warm start with the same seed (the first iteration's rollouts are the same in
-every arm) for the same N iterations, sized from the slowest arm's first iteration so that every arm and its closing
-validations fit ``--time-limit`` (``--iterations`` fixes it), side by side, a process each on the one device
-(``benchmarks/arms.py``); then both validations again. The report (``benchmarks/paired_report.py``): each arm's
-success before and after, each later arm against the first, at both temperatures; each arm's regime (gate-open
-share, lucky singletons per batch); the outcomes per household.
+One command is one seed's pair: the stages, the report and the commands are in docs/gpu.md ("ECPO against GiGPO
+w/std"). One validation before training serves every arm (it does not depend on the estimator). The report is
+written after every stage, so a command stopped early returns what it finished.
 
 **Registered endpoint** (fixed 2026-11-26 before any run of this command; the unit revised 2026-11-27, still
 before any run): success on the preset's validation episodes after N iterations at T = 0.4, first arm (ECPO) minus
@@ -27,15 +20,6 @@ episodes of the trained tasks (primary, as in that preset's registered endpoint)
 ``--sft-preset alfworld_cpu --sft-episodes 48`` makes that preset's warm start (its task order, not the pool's),
 and ``--seed`` gives the arms a seed other than the preset's (the warm start keeps its preset's), so a lease can
 run the protocol's ECPO vs GiGPO w/std pairs seed by seed.
-
-    python -m benchmarks.gpu_comparison run [--arms ecpo gigpo_std] [--time-limit 450] [--model DIR] [--out FILE]
-    python -m benchmarks.gpu_comparison run --preset alfworld_cpu_pool --sft-preset alfworld_cpu --sft-episodes 48 \
-        --iterations 16 --seed 1
-    python -m benchmarks.gpu_comparison run --device cpu --smoke    # every step on tiny sizes
-
-Results go to ``benchmarks/results/gpu_comparison.{json,md}`` on CUDA (``runs/gpu_comparison.json`` otherwise),
-written after every stage, so a command stopped early returns what it finished; each arm's output goes to
-``OUT-ARM.log`` beside them.
 """
 
 from __future__ import annotations

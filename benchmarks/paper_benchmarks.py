@@ -1,36 +1,11 @@
 """The paper's benchmarks with SmolLM2-135M-Instruct on one GPU: real ALFWorld games, WebShop, search-QA.
 
-One program, three environments (``--env``), each run the same way in commands of at most ~9.5 minutes: the warm
-start (``ecpo sft`` on the expert play of training tasks chosen by a fixed rule, :func:`warm_start_tasks`: ALFWorld,
-K games of each of the six task types of the ``train`` split, ``--sft-per-type``, 16 on CUDA: 96 games; WebShop and
-search-QA, the first K x 6 training tasks; each in a permutation of seed 0); the validation before training on the
-benchmark's validation episodes (``--val-episodes`` per task, every choice's random draw fixed by (seed, copy, step),
-so before and after pair episode by episode); each arm (``--arms``, default ``ecpo gigpo_std``) from the warm start
-with the same seed at the paper's shape (16 groups x 8; ALFWorld's 50 steps), side by side on the one device (the
-sampler is host-bound: ``results/generation_profile.json``; ``benchmarks/arms.py``, each arm's output in
-``OUT/arm-ARM.log``) for the iterations the slowest arm's first one sizes, so that every arm and its closing
-validation end inside ``--total-time``; the validation after; the paper's table (ALFWorld: Pick, Clean, Cool, Look,
-Heat, Pick2, All; WebShop: score / success; search-QA: exact match per set) before and after, each change with its
-paired interval (``benchmarks/paired_report.py``).
-
-Every stage writes ``OUT/report.json`` (and ``report.md``); the arms log and checkpoint every iteration in their
-run folders (``OUT/run_<arm>``), whose progress is the arm's (:func:`arm_progress`): a kill at any instant neither
-loses nor repeats an iteration. One command owns ``OUT`` at a time (``OUT/run.lock``): a second one is refused in
-one line naming the first. A command stopped by its ``--time-limit`` leaves what it finished, and the same command
-again continues it (a resumed arm restarts AdamW's moments: the presets save no optimizer state).
-
-The benchmarks (``BENCHMARKS``):
-
-- ``alfworld``: real games (``ecpo/ALFWorld-v0``), trained on the ``train`` split (3,553 games, six task types, 50
-  steps), validated on ``valid_seen``'s 140 games (manifest ``alfworld_valid_seen``); the ``alfworld_gpu`` recipe
-  (scoring the admissible actions) with the paper's depth threshold for 50 steps (``d_min`` 7).
-- ``webshop``: the generated catalogue in WebShop's schema (the real product files cannot be had), trained on its
-  goals 100 onwards, validated on the ``webshop_gen`` manifest's held-out goal_0..goal_99; the ``webshop_cpu``
-  recipe (LoRA, compact-actions prompt) at WebShop's 15 steps; score and success.
-- ``searchqa``: HotpotQA dev500 with the corpus it ships, over bm25s, on the Search-R1 protocol: trained on
-  questions 100-499, validated on the first 100 and the generated world's 100 (``searchqa_gen``). Free generation
-  (the answer is open text a scoring policy cannot choose among), 96-token replies; exact match, or the
-  invalid-action rate where the model cannot make the format work.
+The stages, each ``--env``'s training and validation tasks (``BENCHMARKS`` below), the commands, the files each
+needs and their minutes: docs/gpu.md ("The paper's benchmarks on one GPU"). Found only here: one command owns ``OUT``
+at a time (``OUT/run.lock``: a second one is refused in one line naming the first); a resumed arm restarts AdamW's
+moments (the presets save no optimizer state); WebShop runs on the generated catalogue because the real product
+files cannot be had; search-QA generates its replies (the answer is open text a scoring policy cannot choose among);
+the arms run side by side because the sampler is host-bound (``results/generation_profile.json``).
 
 **Registered endpoints, fixed 2026-11-27 before any GPU run of this program.** Primary, for each benchmark: the
 first arm's (ECPO's) success on all validation episodes after training minus before (ALFWorld: ``valid_seen``
@@ -42,13 +17,6 @@ w/std's after, on the same episodes, read the same way (ECPO better only where t
 where the invalid-action rate exceeds 0.5 both before and after, no learning figure is read; the rate is the
 result. The per-column changes (task types, WebShop's score, the separate QA sets) are secondary. The report is
 read once, on the JSON the GPU run returns (``report --from-json``).
-
-    python -m benchmarks.paper_benchmarks run --env alfworld --out DIR [--time-limit 540] [--total-time 540]
-    python -m benchmarks.paper_benchmarks run --env alfworld --out DIR     # again: continues what DIR holds
-    python -m benchmarks.paper_benchmarks report --from-json DIR/report.json --out benchmarks/results/paper_alfworld.json
-    python -m benchmarks.paper_benchmarks run --env alfworld --device cpu --smoke --out DIR   # tiny sizes (tests)
-
-docs/gpu.md ("The paper's benchmarks on one GPU") gives the order, the files each needs and their minutes.
 """
 
 from __future__ import annotations
@@ -135,7 +103,7 @@ def validation_tasks(spec: Benchmark, smoke: bool) -> dict[str, tuple[str, dict,
 
 
 def warm_start_tasks(spec: Benchmark, train_ids: list[str], per_type: int) -> list[str]:
-    """The warm start's training tasks (module docstring, stage 1): in a permutation of seed 0, ``per_type`` of
+    """The warm start's training tasks (docs/gpu.md): in a permutation of seed 0, ``per_type`` of
     each ALFWorld task type (interleaved type by type), or ``6 * per_type`` tasks of the others."""
     order = [train_ids[i] for i in np.random.default_rng(0).permutation(len(train_ids))]
     if not spec.type_balanced:
@@ -316,7 +284,7 @@ def run_arm(spec: dict[str, Any], plan: arms.Plan) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------------------------- the program
 def run(args: argparse.Namespace) -> arms.Failure | None:
-    """Every stage not yet in ``OUT`` (module docstring); an arm's failure, if one (the others were stopped)."""
+    """Every stage not yet in ``OUT`` (docs/gpu.md); an arm's failure, if one (the others were stopped)."""
     from ecpo_train.files.atomic import write_text
     from ecpo_train.runtime.sft import SFT_SUMMARY, run_sft
 
