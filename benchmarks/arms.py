@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from benchmarks import fail
-from benchmarks.gpu_learning import DEFAULT_MODEL, ROOT, iteration_figures, learning_overrides
+from benchmarks.gpu_learning import DEFAULT_MODEL, ROOT, iteration_figures
 
 POLL_SECONDS = 0.2
 CLOSING_MARGIN = 1.15  # a closing validation's time, as a multiple of the one before training (plus 10 s)
@@ -80,12 +80,19 @@ def check_arms(arms: list[str], fewest: int = 1) -> None:
 
 
 def run_overrides(args: Any, work: Path) -> list[str]:
-    """The arms' overrides of a learning run (``gpu_learning.learning_overrides``); a missing model is the one-line
-    exit 2."""
-    try:
-        return learning_overrides(args, work)[1]
-    except FileNotFoundError as error:
-        fail(f"--model: {error}")
+    """The preset overrides of a learning run: SmolLM2's folder (under ``--smoke`` the tiny random model's, which
+    ``gpu_learning.write_smoke_model`` writes), the device, no progress line, no periodic validation, and the smoke
+    sizes. A missing model is the one-line exit 2 naming the command that converts it. Nothing is written, so a
+    command checks its configs before it builds anything."""
+    base = str(work / "tiny") if args.smoke else args.model
+    if not args.smoke and not (Path(base) / "config.json").is_file():
+        fail(f"--model: no model at {base}: run `python scripts/device_bundle.py model` (docs/gpu.md) or pass --model")
+    overrides = [f"model={base}", f"device={args.device}", "progress=false", "val_every=0"]
+    if args.smoke:
+        overrides += ["n_groups=2", "group_size=2", "val_tasks=[gen/Look/10000,gen/Pick/10000]", "mixed_precision=none",
+                      "micro_batch_size=4", "mini_batch_size=8", "threads=1",
+                      "env_kwargs={task_types: [Look, Pick], num_receptacles: [4, 5], max_steps: 4, num_tasks: 8}"]
+    return overrides
 
 
 def load_preset(flag: str, preset: str, overrides: list[str]) -> Any:

@@ -1,18 +1,11 @@
 """Where the transformers sampler spends its time on a GPU, eager against static-cache CUDA-graph decoding.
 
 The first GPU run's decoding step was host-bound (docs/gpu.md, "What the first run measured"); ``decoding=graph``
-answers it (docs/gpu.md, "Fast sampling on one GPU", gives the parts, the shapes and the goals). Three parts, each
-with the policy ``build_policy`` makes (bf16 autocast on CUDA, as trained), ``decoding=eager`` beside the fast path:
-``decode`` (``TransformersPolicy.sample`` at ``--rows`` x ``--tokens``: ms per step, tokens/s, one profiled call
-each), ``paper`` (``gpu_run``'s paper-shaped iteration, its generation carried to the paper's 50 steps) and
-``scoring`` (``ScoringPolicy.act`` of the ``alfworld_gpu`` preset on 16 groups x 8 ALFWorld contexts; a random model
-of SmolLM2-135M's shape unless ``--scoring-model``).
-
-    python -m benchmarks.generation_profile                         # on one GPU, alone: about 2-3 minutes
-    python -m benchmarks.generation_profile --device cpu --smoke    # tiny sizes, any machine (static, no graph)
-
-It prints the figures and writes JSON naming the device: on CUDA to ``benchmarks/results/decoding_profile.json``
-(``generation_profile.json`` there is the first, eager-only profile of 2026-11-26), else to ``runs/decoding_profile/``.
+answers it. The parts (``decode``, ``paper``, ``scoring``), the shapes, the goals and the commands: docs/gpu.md ("Fast
+sampling on one GPU"). Each part runs the policy ``build_policy`` makes (bf16 autocast on CUDA, as trained),
+``decoding=eager`` beside the fast path. JSON naming the device goes where ``gpu_run.default_out`` says
+(``benchmarks/results/decoding_profile.json`` on CUDA; ``generation_profile.json`` there is the first, eager-only
+profile of 2026-11-26).
 """
 
 from __future__ import annotations

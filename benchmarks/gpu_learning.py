@@ -59,25 +59,8 @@ def validate_on(run: Any, tasks: list[str] | None = None, label: str | None = No
     return outcomes(read_validation_file(run.run_dir / "validation.jsonl", tasks=label)[-1]), seconds
 
 
-def learning_overrides(args: argparse.Namespace, work: Path) -> tuple[str, list[str]]:
-    """SmolLM2's folder (under ``--smoke`` the tiny random model's, which :func:`write_smoke_model` writes) and the
-    preset overrides of a learning run: the model, the device, no progress line, no periodic validation, and the
-    smoke sizes. A missing model is a ``FileNotFoundError`` naming the command that converts it. Nothing is
-    written, so a command checks its configs before it builds anything."""
-    base = str(work / "tiny") if args.smoke else args.model
-    if not args.smoke and not (Path(base) / "config.json").is_file():
-        raise FileNotFoundError(f"no model at {base}: run `python scripts/device_bundle.py model` (docs/gpu.md) or "
-                                "pass --model")
-    overrides = [f"model={base}", f"device={args.device}", "progress=false", "val_every=0"]
-    if args.smoke:
-        overrides += ["n_groups=2", "group_size=2", "val_tasks=[gen/Look/10000,gen/Pick/10000]", "mixed_precision=none",
-                      "micro_batch_size=4", "mini_batch_size=8", "threads=1",
-                      "env_kwargs={task_types: [Look, Pick], num_receptacles: [4, 5], max_steps: 4, num_tasks: 8}"]
-    return base, overrides
-
-
 def write_smoke_model(args: argparse.Namespace, work: Path) -> None:
-    """Under ``--smoke``, write the tiny random model :func:`learning_overrides` names (otherwise nothing)."""
+    """Under ``--smoke``, write the tiny random model ``arms.run_overrides`` names (otherwise nothing)."""
     if args.smoke:
         from ecpo_train.runtime.models import write_tiny_model
 

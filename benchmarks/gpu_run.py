@@ -8,12 +8,8 @@ local learner on the GPU beside the native trainer, the runners on GPU shares (`
 a command stopped early returns what it did and a failed part records its error; an existing file at ``--out`` keeps
 the parts this command does not run. (The first run's credit and learning parts: docs/benchmarks.md, at 1fdf708.)
 
-    python -m benchmarks.gpu_run native [--parts 1,2] [--out FILE.json]
-    python -m benchmarks.gpu_run rllib [--parts 1,2,3,4,5] [--model DIR] [--iterations 3] [--out FILE.json]
-    python -m benchmarks.gpu_run native|rllib --device cpu --smoke     # every part on tiny sizes, on the CPU
-
-Needs CUDA unless ``--device cpu`` (exit 2 with one line). Results go to ``benchmarks/results/gpu_native.json``
-(``rllib_gpu.json``) on CUDA and to ``runs/gpu_native/gpu_native.json`` (``runs/rllib_gpu/``) otherwise.
+The commands: docs/gpu.md. Needs CUDA unless ``--device cpu`` (exit 2 with one line); where results go:
+:func:`default_out`.
 """
 
 from __future__ import annotations

@@ -140,15 +140,12 @@ def render_pair(report: dict[str, Any]) -> str:
     """The markdown of a ``gpu_comparison`` JSON (whatever stages it holds)."""
     env = report.get("environment", {})
     smoke = " (smoke sizes: not a measurement)" if report.get("smoke") else ""
-    mode = "one after the other" if report.get("parallel") is False else "side by side (a process each)"
     lines = [f"# ECPO against GiGPO w/std on one GPU ({env.get('gpu') or env.get('device', 'unknown device')})", "",
              (f"Written by `benchmarks/gpu_comparison.py`{smoke}. Preset `{report.get('preset')}`, seed "
               f"{report.get('seed')}, warm start {(report.get('sft') or {}).get('steps', 'n/a')} expert steps; "
-              f"{report.get('iterations', 'n/a')} iterations per arm, the arms {mode}."),
+              f"{report.get('iterations', 'n/a')} iterations per arm, the arms side by side (a process each)."),
              ("One seed: one unit of the registered comparison over seeds (`gpu_comparison seeds`); the "
               "episode-level lines below are conditional on this seed's trained pair."), ""]
-    if report.get("window_plan"):
-        lines += [f"Window plan: {report['window_plan']['text']}.", ""]
     for arm in report.get("arms", []):
         result = report.get("results", {}).get(arm)
         if result is None:
