@@ -37,7 +37,7 @@ def paired_test(before: list[list], after: list[list]) -> dict[str, Any]:
                                  task_of=lambda key: key[0])
 
 
-def _num(value: Any, digits: int = 2) -> str:
+def num(value: Any, digits: int = 2) -> str:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "n/a"
     return f"{value:,.{digits}f}" if isinstance(value, float) else str(value)
@@ -70,14 +70,14 @@ def render(report: Mapping[str, Any]) -> str:
         keys = ("generation", "env", "credit", "update")
         lines += ["| run | " + " | ".join(f"{k} s" for k in keys) + " | iteration s | rows/iter | decisions/s | "
                   "update tok/s |", "|---" * (len(keys) + 5) + "|",
-                  "| measured | " + " | ".join(_num(p.get(f"time/{k}")) for k in keys) +
-                  f" | {_num(p.get('time/iteration'))} | {_num(p.get('rows_per_iteration'), 1)} | "
-                  f"{_num(p.get('decisions_per_s'))} | {_num(p.get('update_tokens_per_s'), 0)} |", "",
+                  "| measured | " + " | ".join(num(p.get(f"time/{k}")) for k in keys) +
+                  f" | {num(p.get('time/iteration'))} | {num(p.get('rows_per_iteration'), 1)} | "
+                  f"{num(p.get('decisions_per_s'))} | {num(p.get('update_tokens_per_s'), 0)} |", "",
                   (f"{p.get('mixed_precision')} mixed precision, {p.get('attention')} attention. Peak memory "
-                   f"{_num(p.get('peak_memory_gib'))} GiB; generation {_num(p.get('generation_tokens_per_s'), 0)} "
-                   f"tok/s, update {_num(p.get('update_tokens_per_s'), 0)} tok/s."), "",
+                   f"{num(p.get('peak_memory_gib'))} GiB; generation {num(p.get('generation_tokens_per_s'), 0)} "
+                   f"tok/s, update {num(p.get('update_tokens_per_s'), 0)} tok/s."), "",
                   (f"At {p['paper_steps']} steps per episode (the paper's horizon, every step taken, every reply "
-                   f"{p['response']} tokens) the same rates give {_num(p.get('projected_iteration_seconds'), 1)} s "
+                   f"{p['response']} tokens) the same rates give {num(p.get('projected_iteration_seconds'), 1)} s "
                    "per iteration; beside it:"),
                   *(f"- {name}: {seconds} s per iteration" for name, seconds in PAPER_ITERATION_SECONDS.items()), ""]
     return "\n".join(lines) + "\n"

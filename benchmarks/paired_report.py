@@ -2,13 +2,11 @@
 outcomes a run stored, every test ``gpu_run_report.paired_test``. No torch: the GPU machine writes them after every
 stage (without scipy there, the tests read "not computed"), and ``report --from-json`` scores them again here.
 
-- ``gpu_comparison`` (its docstring has the protocol and the registered endpoint): one seed's pair
-  (:func:`score_pair`, :func:`render_pair`) and one protocol's pairs over seeds (:func:`summarise`).
-- ``paper_benchmarks`` (:func:`score_table`, :func:`render_table`): the paper's table before and after training and
-  the registered endpoint. An episode is stored as ``{"set", "task", "copy", "type", "won", "score",
-  "invalid", "steps"}``: the pair key ``(set, task, copy)`` (before and after play the same ones with the same
-  draws), the task's type (ALFWorld's subtask), success, the graded score (WebShop's purchase score, search-QA's
-  exact match; success elsewhere), its invalid actions and its steps.
+Sections: ``gpu_comparison``'s one seed's pair and a protocol's pairs over seeds, then ``paper_benchmarks``' table.
+A ``paper_benchmarks`` episode is stored as ``{"set", "task", "copy", "type", "won", "score", "invalid", "steps"}``:
+the pair key ``(set, task, copy)`` (before and after play the same ones with the same draws), the task's type
+(ALFWorld's subtask), success, the graded score (WebShop's purchase score, search-QA's exact match; success
+elsewhere), its invalid actions and its steps.
 """
 
 from __future__ import annotations
@@ -20,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import fail
-from benchmarks.gpu_run_report import paired_test
+from benchmarks.gpu_run_report import num, paired_test
 from benchmarks.stats import fmt_clustered, fmt_part, paired_binary, paired_diff
 from ecpo_train.evaluation.tables import ALFWORLD_COLUMNS
 
@@ -389,13 +387,7 @@ def _verdict(test: Mapping[str, Any], positive: str) -> str:
     if not (math.isfinite(low) and math.isfinite(high)):
         return "+0.000: no episode differs"
     word = positive if low > 0 else ("worse" if high < 0 else "not shown")
-    return f"{test['diff']:+.3f} [{low:+.3f}, {high:+.3f}], {word} (MDE {_num(test.get('mde'))})"
-
-
-def _num(value: Any, digits: int = 3) -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "n/a"
-    return f"{value:.{digits}f}"
+    return f"{test['diff']:+.3f} [{low:+.3f}, {high:+.3f}], {word} (MDE {num(test.get('mde'), 3)})"
 
 
 def _cell(test: Mapping[str, Any], side: str, benchmark: str) -> str:
@@ -431,7 +423,7 @@ def table(report: Mapping[str, Any]) -> list[str]:
     lines += [f"| {name}, after | " + " | ".join(_change(t[c]) for c in cols) + " |"
               for name, t in report.get("comparisons", {}).items() if "All" in t]
     lines.append("| invalid actions per step, before -> after | " + " | ".join(
-        f"{_num(first[c]['invalid_before'], 2)} -> {_num(first[c]['invalid_after'], 2)}" for c in cols) + " |")
+        f"{num(first[c]['invalid_before'])} -> {num(first[c]['invalid_after'])}" for c in cols) + " |")
     return lines
 
 
