@@ -11,7 +11,6 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.gpu_run_report import outcomes
 from benchmarks.timing import timed
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,7 +55,8 @@ def validate_on(run: Any, tasks: list[str] | None = None, label: str | None = No
 
     label = label or VALIDATION_TASKS
     seconds = timed(run.validate, tasks, label)[1]
-    return outcomes(read_validation_file(run.run_dir / "validation.jsonl", tasks=label)[-1]), seconds
+    line = read_validation_file(run.run_dir / "validation.jsonl", tasks=label)[-1]  # JSON-friendly, by task and copy
+    return [[t, c, int(w)] for t, c, w in zip(line["task_ids"], line["copies"], line["won"])], seconds
 
 
 def write_smoke_model(args: argparse.Namespace, work: Path) -> None:

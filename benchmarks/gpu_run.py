@@ -1,15 +1,9 @@
 """The GPU program, two stages (docs/gpu.md gives their parts, the data and the expected minutes).
 
-``native`` (docs/gpu.md, "4. Run"): the device, the versions and the suite's CUDA tests (``CUDA_TESTS``), then one
-native-trainer iteration of the paper's shape (Qwen2.5-1.5B's architecture, random weights) carried to the paper's 50
-steps. ``rllib`` (docs/gpu.md, "The RLlib engine on one GPU"): ``alfworld_gpu`` through ``ECPOConfig`` with RLlib's
-local learner on the GPU beside the native trainer, the runners on GPU shares (``gpu_shares``) or on CPU cores, at lag
-0 and 1. Each part is written to the JSON and its markdown (``benchmarks/gpu_run_report.py``) as soon as it ends, so
-a command stopped early returns what it did and a failed part records its error; an existing file at ``--out`` keeps
-the parts this command does not run. (The first run's credit and learning parts: docs/benchmarks.md, at 1fdf708.)
-
-The commands: docs/gpu.md. Needs CUDA unless ``--device cpu`` (exit 2 with one line); where results go:
-:func:`default_out`.
+``native`` (docs/gpu.md, "4. Run") and ``rllib`` (docs/gpu.md, "The RLlib engine on one GPU"); each part is written
+to the JSON and its markdown (``benchmarks/gpu_run_report.py``) as it ends. Needs CUDA unless ``--device cpu`` (exit 2
+with one line); where results go: :func:`default_out`. (The first run's credit and learning parts: docs/benchmarks.md,
+at 1fdf708.)
 """
 
 from __future__ import annotations
@@ -131,7 +125,7 @@ def write_random_model(out_dir: Path, architecture: dict[str, Any], tokenizer: P
 
 
 def part_paper_iteration(args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    """One native-trainer iteration of the paper's shape (module docstring, native part 2)."""
+    """One native-trainer iteration of the paper's shape (docs/gpu.md, "4. Run", part 2)."""
     from ecpo_train.runtime.config import make_config
     from ecpo_train.runtime.trainer import Trainer
 
@@ -267,7 +261,7 @@ def rllib_iterations(args: argparse.Namespace, values: dict[str, Any], iteration
 
 
 def part_first_iteration(args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    """Part 2 (module docstring): time split, checkpoint round trip, memory; one runner on the GPU."""
+    """Part 2 (docs/gpu.md, "The RLlib engine on one GPU"): time split, checkpoint round trip, memory; one runner on the GPU."""
     from ecpo_train.rllib import ECPO
 
     values = run_values(args, work, "first_iteration")

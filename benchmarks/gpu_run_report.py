@@ -14,12 +14,6 @@ PHASES = ("sampling", "credit", "update", "sync")  # an iteration's time split, 
 PAPER_ITERATION_SECONDS = {"ECPO paper, Qwen2.5-1.5B, 8x A100": 302.8, "GiGPO, Qwen2.5-1.5B, 2x H100": 362.8}
 
 
-def outcomes(validation_line: Mapping[str, Any]) -> list[list]:
-    """``[[task_id, copy, won], ...]`` of one ``validation.jsonl`` line (JSON-friendly; keyed by task and copy)."""
-    return [[t, c, int(w)] for t, c, w in zip(validation_line["task_ids"], validation_line["copies"],
-                                              validation_line["won"])]
-
-
 def paired_test(before: list[list], after: list[list]) -> dict[str, Any]:
     """Success before and after on the same episodes, and, where scipy is installed, the paired test of
     ``benchmarks/stats.paired_outcomes`` (Tango's interval, Newcombe's, McNemar's p, the MDE, and the
