@@ -31,9 +31,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks import RESULTS, arms, fail, refuse_without_cuda, rescore, write_report
-from benchmarks.gpu_learning import ROOT, mean_figures, validate_on, write_smoke_model
-from benchmarks.gpu_run import device_facts
+from benchmarks import arms, fail, refuse_without_cuda, rescore, write_report
+from benchmarks.gpu_learning import mean_figures, validate_on, write_smoke_model
+from benchmarks.gpu_run import default_out, device_facts
 from benchmarks.paired_report import read_reports, regime, render_pair, render_seeds, score_pair, summarise
 
 
@@ -199,8 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.smoke:
         args.sft_episodes, args.sft_epochs, args.max_iterations = 2, 1, min(args.max_iterations, 2)
-    out = args.out or (RESULTS / "gpu_comparison.json" if args.device.startswith("cuda") and not args.smoke
-                       else ROOT / "runs" / "gpu_comparison.json")
+    out = args.out or default_out(args.device, args.smoke, "gpu_comparison")
     with tempfile.TemporaryDirectory(prefix="gpu_comparison-") as tmp:
         run(args, Path(tmp), out, arm_configs(args, Path(tmp)))
     print(f"wrote {out} and {out.with_suffix('.md')}")
