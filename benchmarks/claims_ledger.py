@@ -1,10 +1,6 @@
 """The ledger of every claim the project makes about learning, credit and speed: ``docs/claims.md``, and the README's
 results table as its digest, both written from the result JSONs (``benchmarks/claims_sources.py`` reads them).
-
-The verdict rule: :func:`verdict` (stated in the ledger's head).
-
-    python -m benchmarks.claims_ledger            # rewrite docs/claims.md and the README's results table
-    python -m benchmarks.claims_ledger --check    # exit 1 if either is stale (the suite runs this)
+The verdict rule: :func:`verdict` (stated in the ledger's head); ``--check`` (the suite runs it): docs/benchmarks.md.
 """
 
 from __future__ import annotations

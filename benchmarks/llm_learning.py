@@ -2,12 +2,7 @@
 
 Every cell (environment x group size N x method x seed) is one native training run from the same preset and the
 same hyperparameters; only ``estimator`` (and the seed) change. The report: ``benchmarks.llm_learning_report``.
-
-    python -m benchmarks.llm_learning run                      # the CPU protocol (see PROTOCOLS)
-    python -m benchmarks.llm_learning run --protocol quick     # a few minutes: one seed, two methods
-    python -m benchmarks.llm_learning run --protocol gpu model=/path/to/Qwen2.5-1.5B-Instruct device=cuda
-    python -m benchmarks.llm_learning report --protocol P --from-runs runs/llm_learning/P   # the cells finished so far
-    python -m benchmarks.llm_learning report --protocol budget --from-json benchmarks/results/llm_learning.json
+Commands: docs/benchmarks.md and ``--help``.
 
 ``run`` trains the cells seed-major (``benchmarks.study``), each by the run shell's resume-or-start, then reports the
 finished cells; ``key=value`` arguments override the preset (a GPU run scales by config alone). Writes

@@ -8,9 +8,6 @@ sharding policy and reference with FSDP2; per-process figure). Every setting run
 On the CPU the figure is the RSS growth during the update (sampled every 2 ms; ``model_mb`` is what loading
 the policy and its reference added); on a GPU it is ``torch.cuda.max_memory_allocated``. Computed: what Qwen2.5-1.5B
 and 7B need per GPU for the paper's shapes, in docs/scaling.md's table.
-
-    python -m benchmarks.memory [--models tiny,smollm2] [--rows 16] [--prompt 192] [--response 64]
-                                [--out benchmarks/results/memory.json]
 """
 
 from __future__ import annotations
