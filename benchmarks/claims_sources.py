@@ -27,7 +27,6 @@ H100 = "one NVIDIA H100"
 POOL = "ALFWorld generated Look/Pick households, 4-5 receptacles"
 SCORE = "native trainer, scoring the admissible actions, T = 0.4"
 SEEDS = "training seeds (paired by seed)"
-ONE_RUN = "one run: covers validation draws, not run-to-run variance"  # where a JSON does not state its units
 SELECTION_SEED = SELECTED_ON["alfworld_cpu"][0]  # alfworld_cpu's recipe was chosen on this seed's own validation
 WITHOUT = f", without seed {SELECTION_SEED} (the selection seed)"
 WITHDRAWN = {"S9"}  # a measurement its own data do not support
@@ -98,7 +97,7 @@ def scope(env: str, model: str = SMOL, mode: str = SCORE, device: str = CPU) -> 
 
 
 def endpoints() -> list[dict[str, Any]]:
-    one_run = f"paired validation episodes; {load('alfworld_cpu_pool_endpoint.json')[0].get('units', ONE_RUN)}"
+    one_run = f"paired validation episodes; {load('alfworld_cpu_pool_endpoint.json')[0]['units']}"
     pool, rows = f"{POOL}; a pool of 16", []
     for id_, text, env, source, labels, digest in (
             ("L1", "Positive control: the update learns its own 4 training households (10 iterations)",
@@ -149,7 +148,6 @@ def seed_comparisons() -> list[dict[str, Any]]:
     lag0_by_seed = stats.paired_diff(list(stats.paired_values(*final.values(), label="ecpo_lag1 - ecpo_lag0")[1]))
     pair_report = load("alfworld_cpu_pool_pair_seed0.json")
     pair = pair_report["paired"]
-    pair_units = pair_report.get("units", "one pair of runs (one seed): no interval over seeds")
     rllib = {c["claim"]: c for c in holm_family(load("rllib_llm_learning.json")["comparisons"])}
     corridor_scope = scope("4-room LLM corridor (corridor_llm)", mode="native trainer, exact success")
     learned, grpo = _llm(llm, "learned", "ecpo"), _llm(llm, "vs", "grpo", "gigpo_std")
@@ -184,7 +182,7 @@ def seed_comparisons() -> list[dict[str, Any]]:
               f"chosen on seed {SELECTION_SEED})", scope(POOL), SEEDS, alf_vs[0]["n"],
               _by_n(alf_vs) + _by_n(_llm(alf, "vs", "ecpo", "gigpo_std", without=True), WITHOUT, True), +1, alf),
         claim("E4", "comparison", "ECPO beats GiGPO w/std on the pool: one seed pair (conditional on that pair)",
-              scope(f"{POOL}; a pool of 16"), f"paired validation episodes; {pair_units}", pair["trained"]["episodes"],
+              scope(f"{POOL}; a pool of 16"), f"paired validation episodes; {pair_report['units']}", pair["trained"]["episodes"],
               [part(pair["trained"], "the pool") | {"mde": None},
                part(pair["unseen"], "unseen", secondary=True) | {"mde": None}], +1, "alfworld_cpu_pool_pair_seed0.json",
               ("ECPO vs GiGPO w/std on the ALFWorld pool?", "SmolLM2, ALFWorld pool, CPU"),
@@ -223,7 +221,7 @@ def grpo_rows(payload: Mapping[str, Any], envs: Mapping[str, dict[str, str]], fi
 def credit() -> list[dict[str, Any]]:
     payload = load("credit_study.json")
     study = payload["summary"]
-    holm_family([p for c in study["claims"] for p in c["parts"]] + (study.get("readings") or {}).get("parts", []))
+    holm_family([p for c in study["claims"] for p in c["parts"]] + study["readings"]["parts"])
     same = study["same_as_grpo"]["webshop"]
     envs = {"diagnostic": scope("diagnostic corridor (tabular)", "tabular policy", "native trainer"),
             "webshop": scope(f"WebShop (tabular, d_min = 7 on 8-step episodes: rho ~ 0; ECPO = GRPO in {same['equal']}/"

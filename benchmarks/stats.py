@@ -1,12 +1,9 @@
-"""The statistics of the benchmark reports, in one module: pairing by seed id, paired and Welch t-intervals, Holm, the
-MDE by exact power, the intervals and power of paired binary outcomes (Tango's score interval, Newcombe's beside
-it, McNemar's exact p, the task-clustered interval), cell means over seeds, and the ratio of two means. The
-protocol and the choices: docs/training.md ("How the reports compute intervals"). In brief: methods of a study
-train on the same seeds, so their differences are paired by the seed id stored with each value (never list
-position); the seed is the unit of a comparison of training procedures; a report's comparisons are corrected
-together by Holm, with the MDE at Holm's first-step level by the exact power of the test beside every null (the
-normal-approximation formula gives 0.75-0.79 power at these levels). Paired binary outcomes are not t-tested: where
-few episodes change, that interval is too narrow.
+"""The statistics of the benchmark reports, in one module. The protocol and the choices: docs/training.md ("How the
+reports compute intervals"). In brief: methods of a study train on the same seeds, so their differences are paired by
+the seed id stored with each value (never list position); the seed is the unit of a comparison of training
+procedures; a report's comparisons are corrected together by Holm, with the MDE at Holm's first-step level by the
+exact power of the test beside every null (the normal-approximation formula gives 0.75-0.79 power at these levels).
+Paired binary outcomes are not t-tested: where few episodes change, that interval is too narrow.
 """
 
 from __future__ import annotations
@@ -252,10 +249,8 @@ def paired_outcomes(before: Mapping[Any, Any], after: Mapping[Any, Any], *, labe
 
 def paired_binary(gained: int, lost: int, n: int, *, both_won: int | None = None,
                   level: float = 1 - ALPHA) -> dict[str, Any]:
-    """``(gained - lost) / n`` of a paired 2x2 table (``gained`` pairs went 0 -> 1, ``lost`` 1 -> 0): Tango's
-    unconditional score interval (``low``/``high``, :func:`tango`), with ``both_won`` Newcombe's hybrid score
-    interval beside it (``newcombe_low``/``newcombe_high``), McNemar's exact ``p`` (1 when none changed) and
-    :func:`mcnemar_mde` at the observed share changing; ``se``/``df`` are NaN (these intervals have none)."""
+    """``(gained - lost) / n`` of a paired 2x2 table (``gained`` pairs went 0 -> 1, ``lost`` 1 -> 0) with the fields
+    docs/training.md names (McNemar's ``p`` is 1 when none changed); ``se``/``df`` are NaN (these intervals have none)."""
     if not (0 <= gained and 0 <= lost and gained + lost <= n and n >= 1):
         raise ValueError(f"discordant counts {gained} gained, {lost} lost do not fit {n} pairs")
     d = gained + lost
