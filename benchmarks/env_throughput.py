@@ -1,7 +1,5 @@
-"""Environment throughput, one section per environment (``python -m benchmarks.speed env --env NAME``, written to
-``benchmarks/results/env_throughput_<env>.json``): plain functions registered in ``SECTIONS``; each environment's
-owner adds its own.
-"""
+"""Environment throughput, one section per environment (``benchmarks.speed env --env NAME``; docs/benchmarks.md):
+plain functions registered in ``SECTIONS``; each environment's owner adds its own."""
 
 from __future__ import annotations
 

@@ -55,8 +55,7 @@ def t_power(effect: float, se: float, df: float, alpha: float = ALPHA) -> float:
 
 def mde(se: float, df: float, alpha: float = ALPHA, power: float = POWER) -> float:
     """The difference whose exact power (:func:`t_power`) at two-sided level ``alpha`` is ``power``. NaN below
-    ``MIN_UNITS_FOR_MDE - 1`` degrees of freedom (with 3-4 seeds the SD is too unstable for the number to say what
-    a null rules out) and where ``se`` is 0 (two identical arms: nothing to detect against)."""
+    ``MIN_UNITS_FOR_MDE - 1`` degrees of freedom (docs/training.md, "Units") and where ``se`` is 0 (nothing to detect)."""
     if not (df >= MIN_UNITS_FOR_MDE - 1 and math.isfinite(se) and se > 0):
         return float("nan")
     approx = float((stats.t.ppf(1 - alpha / 2, df) + stats.t.ppf(power, df)) * se)  # within a few % of the root
@@ -229,10 +228,9 @@ def claim_verdict(status: Sequence[str]) -> str:
 # ------------------------------------------------------------------------------------------ paired episodes
 def paired_outcomes(before: Mapping[Any, Any], after: Mapping[Any, Any], *, label: str = "",
                     task_of: Callable[[Any], Any] | None = None) -> dict[str, Any]:
-    """Two validations' binary outcomes paired episode by episode (``key -> won``; the keys must match: validation
-    fixes every choice's uniform draw, so an episode differs only where the policies do): :func:`paired_binary` of
-    ``after - before`` and, where ``task_of(key)`` names each episode's task, some task repeats and there are two
-    tasks or more, the task-clustered interval (``clustered``)."""
+    """Two validations' binary outcomes paired episode by episode (``key -> won``; the keys must match):
+    :func:`paired_binary` of ``after - before`` and, where ``task_of(key)`` names each episode's task, some task
+    repeats and there are two tasks or more, the task-clustered interval (``clustered``)."""
     if set(before) != set(after):
         raise MisalignedCells(f"cannot pair {label or 'validations'}: {len(set(before) ^ set(after))} episodes "
                               "are in only one of them (pair only the same validation)")
@@ -340,10 +338,9 @@ def design_effect(diffs: Sequence[float], tasks: Sequence[Any]) -> float:
 
 
 def clustered(diffs: Sequence[int], tasks: Sequence[Any], level: float = 1 - ALPHA) -> dict[str, Any]:
-    """The task-clustered interval of a paired difference (``diffs`` in {-1, 0, 1}, ``tasks`` the task of each):
-    Tango's interval on the table divided by the :func:`design_effect` (Rao & Scott), at the t quantile with G - 1
-    df for G tasks. Chosen over a cluster bootstrap: it needs no seed, keeps the score interval's range and
-    asymmetry, and a bootstrap over 4 or 16 tasks is too coarse to trust. ``mde`` at the effective n."""
+    """The task-clustered interval of a paired difference (``diffs`` in {-1, 0, 1}, ``tasks`` the task of each), as
+    docs/training.md describes it. Chosen over a cluster bootstrap: it needs no seed, keeps the score interval's
+    range and asymmetry, and a bootstrap over 4 or 16 tasks is too coarse to trust. ``mde`` at the effective n."""
     gained, lost, n = list(diffs).count(1), list(diffs).count(-1), len(diffs)
     g = len(set(tasks))
     deff = design_effect(diffs, tasks)
@@ -383,8 +380,7 @@ def mcnemar_power(diff: float, n: float, discordant_share: float, alpha: float =
 
 def mcnemar_mde(n: float, discordant_share: float, alpha: float = ALPHA, power: float = POWER) -> float:
     """The smallest true difference that ``n`` pairs, a share psi of which changes, detect with ``power`` by the
-    exact power (:func:`mcnemar_power`; Connor's formula under-powers it by a few points). NaN when nothing
-    changes, or when even a difference of psi (every changing pair one way) is detected less often."""
+    exact power (:func:`mcnemar_power`). NaN when nothing changes, or when even a difference of psi falls short."""
     if not (n >= 1 and 0 < discordant_share <= 1):
         return float("nan")
     short = lambda d: mcnemar_power(d, n, discordant_share, alpha) - power
