@@ -147,7 +147,7 @@ def seed_comparisons() -> list[dict[str, Any]]:
              for arm in ("ecpo_lag1", "ecpo_lag0")}
     lag0_by_seed = stats.paired_diff(list(stats.paired_values(*final.values(), label="ecpo_lag1 - ecpo_lag0")[1]))
     pair_report = load("alfworld_cpu_pool_pair_seed0.json")
-    pair = pair_report["paired"]
+    pair, pair_units = pair_report["paired"], pair_report["units"]
     rllib = {c["claim"]: c for c in holm_family(load("rllib_llm_learning.json")["comparisons"])}
     corridor_scope = scope("4-room LLM corridor (corridor_llm)", mode="native trainer, exact success")
     learned, grpo = _llm(llm, "learned", "ecpo"), _llm(llm, "vs", "grpo", "gigpo_std")
@@ -182,7 +182,7 @@ def seed_comparisons() -> list[dict[str, Any]]:
               f"chosen on seed {SELECTION_SEED})", scope(POOL), SEEDS, alf_vs[0]["n"],
               _by_n(alf_vs) + _by_n(_llm(alf, "vs", "ecpo", "gigpo_std", without=True), WITHOUT, True), +1, alf),
         claim("E4", "comparison", "ECPO beats GiGPO w/std on the pool: one seed pair (conditional on that pair)",
-              scope(f"{POOL}; a pool of 16"), f"paired validation episodes; {pair_report['units']}", pair["trained"]["episodes"],
+              scope(f"{POOL}; a pool of 16"), f"paired validation episodes; {pair_units}", pair["trained"]["episodes"],
               [part(pair["trained"], "the pool") | {"mde": None},
                part(pair["unseen"], "unseen", secondary=True) | {"mde": None}], +1, "alfworld_cpu_pool_pair_seed0.json",
               ("ECPO vs GiGPO w/std on the ALFWorld pool?", "SmolLM2, ALFWorld pool, CPU"),

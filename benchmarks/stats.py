@@ -55,7 +55,7 @@ def t_power(effect: float, se: float, df: float, alpha: float = ALPHA) -> float:
 
 def mde(se: float, df: float, alpha: float = ALPHA, power: float = POWER) -> float:
     """The difference whose exact power (:func:`t_power`) at two-sided level ``alpha`` is ``power``. NaN below
-    ``MIN_UNITS_FOR_MDE - 1`` degrees of freedom (docs/training.md, "Units") and where ``se`` is 0 (nothing to detect)."""
+    ``MIN_UNITS_FOR_MDE - 1`` degrees of freedom (docs/training.md, "Units") and where ``se`` is 0."""
     if not (df >= MIN_UNITS_FOR_MDE - 1 and math.isfinite(se) and se > 0):
         return float("nan")
     approx = float((stats.t.ppf(1 - alpha / 2, df) + stats.t.ppf(power, df)) * se)  # within a few % of the root
@@ -248,7 +248,7 @@ def paired_outcomes(before: Mapping[Any, Any], after: Mapping[Any, Any], *, labe
 def paired_binary(gained: int, lost: int, n: int, *, both_won: int | None = None,
                   level: float = 1 - ALPHA) -> dict[str, Any]:
     """``(gained - lost) / n`` of a paired 2x2 table (``gained`` pairs went 0 -> 1, ``lost`` 1 -> 0) with the fields
-    docs/training.md names (McNemar's ``p`` is 1 when none changed); ``se``/``df`` are NaN (these intervals have none)."""
+    docs/training.md names (McNemar's ``p`` is 1 when none changed); ``se``/``df`` are NaN."""
     if not (0 <= gained and 0 <= lost and gained + lost <= n and n >= 1):
         raise ValueError(f"discordant counts {gained} gained, {lost} lost do not fit {n} pairs")
     d = gained + lost
