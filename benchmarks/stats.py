@@ -361,10 +361,8 @@ def mcnemar_pairs_needed(diff: float, discordant_share: float, alpha: float = AL
 
 
 def mcnemar_power(diff: float, n: float, discordant_share: float, alpha: float = ALPHA) -> float:
-    """The probability that Tango's interval over ``n`` pairs (rounded), a share psi of which changes, excludes 0
-    under a true difference ``diff``: it does exactly where ``|gained - lost| > z sqrt(gained + lost)``, summed
-    over changed pairs ``k ~ Binomial(n, psi)``, gains among them ``~ Binomial(k, (psi + diff) / (2 psi))``. NaN
-    outside ``0 < |diff| <= psi <= 1``."""
+    """The exact power of Tango's interval over ``n`` pairs (rounded), a share psi of which changes (docs/training.md):
+    it excludes 0 exactly where ``|gained - lost| > z sqrt(gained + lost)``. NaN outside ``0 < |diff| <= psi <= 1``."""
     n = int(round(n))
     if not (n >= 1 and 0 < abs(diff) <= discordant_share <= 1):
         return float("nan")
