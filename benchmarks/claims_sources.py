@@ -1,13 +1,11 @@
 """Where each claim of ``docs/claims.md`` comes from: one function per group of result JSONs that reads its figures.
 
-Every claim is a dict (:func:`claim`): ``id``, ``area`` (learning, comparison, credit, speed), ``claim`` (the
-question it answers), ``scope`` (env, model, mode, device), ``unit`` and ``n``, ``parts`` (each an estimate with its
-interval, MDE and whether it is significant, from the JSON's own fields: :func:`part`; or a measurement:
-:func:`measured`), ``direction`` (+1: the claim says higher; -1: lower; 0: a difference either way, or a
-measurement), ``source``, for the README's digest ``digest`` (a short question and scope), and where the verdict is
-not the rule's own, ``status`` (a withdrawn measurement) or ``no_mde`` (why the design has no MDE). A t-based MDE is
-recomputed here from the JSON's standard error, degrees of freedom and Holm count (``benchmarks.stats.detectable``:
-exact power), not read from the JSON, whose older runs stored the normal-approximation MDE.
+Every claim is a dict (:func:`claim`): its ``parts`` are estimates (:func:`part`) or measurements (:func:`measured`),
+``direction`` +1 where the claim says higher, -1 lower, 0 a difference either way or a measurement, and where the
+verdict is not the rule's own, ``status`` (a withdrawn measurement) or ``no_mde`` (why the design has no MDE). A
+t-based MDE is recomputed here from the JSON's standard error, degrees of freedom and Holm count
+(``benchmarks.stats.detectable``: exact power), not read from the JSON, whose older runs stored the
+normal-approximation MDE.
 """
 
 from __future__ import annotations
@@ -43,11 +41,9 @@ def load(name: str) -> Any:
 
 def part(f: Mapping[str, Any], label: str = "", method: str | None = None, secondary: bool = False,
          short: str | None = None) -> dict[str, Any]:
-    """One estimate of a JSON (``benchmarks.stats``' field names) as the ledger shows it: estimate, interval and its
-    method, MDE, the clustered interval where the JSON has one, and whether the JSON's test calls it significant
-    (Holm's decision where the JSON made one, else the interval excluding 0, with McNemar's p below 0.05 where it
-    has one). A ``secondary`` part is shown beside the claim's verdict, not counted in it; ``short`` names it in the
-    README's digest."""
+    """One estimate of a JSON (``benchmarks.stats``' field names) as the ledger shows it, significant by Holm's
+    decision where the JSON made one, else by the interval excluding 0 (and McNemar's p below 0.05 where it has one).
+    A ``secondary`` part is shown beside the claim's verdict, not counted in it; ``short`` names it in the digest."""
     has_t = all(isinstance(f.get(k), (int, float)) and math.isfinite(f[k]) for k in ("se", "df"))
     level = stats.ALPHA / max(1, int(f.get("m") or 1))  # the MDE at the JSON's own Holm level, by exact power
     out = {"label": label, "short": short or label, "estimate": f.get("diff"), "low": f.get("low"),

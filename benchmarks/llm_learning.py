@@ -4,9 +4,7 @@ Every cell (environment x group size N x method x seed) is one native training r
 same hyperparameters; only ``estimator`` (and the seed) change. The report: ``benchmarks.llm_learning_report``.
 Commands: docs/benchmarks.md and ``--help``.
 
-``run`` trains the cells seed-major (``benchmarks.study``), each by the run shell's resume-or-start, then reports the
-finished cells; ``key=value`` arguments override the preset (a GPU run scales by config alone). Writes
-``benchmarks/results/llm_learning_<protocol>.{md,json,png}``; a run's JSON records its command, which its report quotes.
+``run`` trains the cells seed-major (``benchmarks.study``); a GPU run scales by ``key=value`` overrides alone.
 """
 
 from __future__ import annotations

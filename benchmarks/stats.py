@@ -322,9 +322,8 @@ def newcombe_paired(both_won: int, gained: int, lost: int, n: int, level: float 
 
 
 def design_effect(diffs: Sequence[float], tasks: Sequence[Any]) -> float:
-    """The cluster-robust variance of the mean paired difference over tasks, ``G/(G-1) sum_k (S_k - n_k dbar)^2 /
-    n^2``, over the independent one; 1 with one episode per task or no pair differing, and floored at 1 (tasks
-    whose episodes disagree more than chance do not earn a narrower interval)."""
+    """docs/training.md's design effect, ``G/(G-1) sum_k (S_k - n_k dbar)^2 / n^2`` over the independent variance; 1
+    with one episode per task or no pair differing, and floored at 1 (disagreeing tasks earn no narrower interval)."""
     d = np.asarray(diffs, dtype=float)
     index = {t: i for i, t in enumerate(dict.fromkeys(tasks))}
     labels = np.asarray([index[t] for t in tasks])
