@@ -367,8 +367,7 @@ def estimator_table() -> dict[str, Any]:
 
 
 def _estimator_cell(p: Mapping[str, Any]) -> str:
-    """An arm's cell: the difference, its unadjusted interval and verdict, and beside an interval that excludes 0 the
-    Holm-adjusted p the verdict rests on (or that it misses Holm's level), the MDE beside a null."""
+    """An arm's cell: the difference, its unadjusted interval and verdict, what the ledger's head puts beside it."""
     beside = [stats.holm_miss_text(p) or stats.holm_p_text(p)]
     beside += [f"MDE {p['mde']:.3f}"] if not p["holm_significant"] and p.get("mde") else []
     text = f"{p['diff']:+.3f} [{p['low']:+.3f}, {p['high']:+.3f}]: {p['verdict']}"

@@ -55,8 +55,7 @@ def activation_bytes(arch: dict[str, Any], tokens: int, checkpointing: bool, res
 
     Per token and layer the saved tensors are ~ 8h + 3 kv_dim + 4 intermediate values (norm inputs/outputs,
     q/k/v and their rotary forms, attention output, the SwiGLU branches). With checkpointing only each
-    layer's input (h values) is kept, plus one layer's full set during its recomputation. The LM head runs
-    on response positions only: float32 logits and log-softmax over the vocabulary.
+    layer's input (h values) is kept, plus one layer's full set during its recomputation (LM head: docs/scaling.md).
     """
     h, inter = arch["hidden"], arch["intermediate"]
     kv = h // arch["heads"] * arch["kv_heads"]

@@ -4,8 +4,7 @@ what each measures and writes: docs/benchmarks.md, docs/openenv.md, docs/cpu_tra
 Speed targets live here and in the JSON, never in timed tests. ``openenv``: each session plays seeded random
 admissible actions, an invalid one step in ten, a level's ``--steps`` split over its sessions, timed from the first
 reset with the connections opened before. ``credit``: each method timed from fresh per-step Python strings (no cached
-hashes) to the advantage array, the methods interleaved on one thread, beside a plain dict-of-lists GiGPO (verl-agent's
-style), the two key factorisations and the credit diagnostics every run logs, as a run pays them.
+hashes) to the advantage array, the methods interleaved on one thread, as a run pays them.
 """
 
 from __future__ import annotations
@@ -296,8 +295,7 @@ def loop_gigpo(cols: dict[str, list], gamma: float = 0.95, omega: float = 1.0, e
 
 
 def credit(args: Any) -> dict[str, Any]:
-    """Every method's median milliseconds over ``--reps`` interleaved repetitions (after two warm-up ones) on
-    ``build_batch(--seed)``, one thread on one core, and the ratios the targets are read from."""
+    """Every method's median milliseconds over ``--reps`` repetitions on ``build_batch(--seed)``, and the ratios."""
     if args.reps < 1:
         raise ValueError(f"--reps {args.reps}: at least one repetition is needed for a median")
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):  # before numpy and torch load
