@@ -253,15 +253,13 @@ def real_alfworld_text(agents: Mapping[str, list[dict[str, Any]]]) -> str:
     """S10's figures: each agent's wins, the warm start minus the untrained model paired by game (one seed, the same
     episode draws), the median seconds of an untrained episode."""
     untrained = next(games for name, games in agents.items() if "untrained" in name)
-    warm = next((games for name, games in agents.items() if "warm start" in name), None)
+    warm = next(games for name, games in agents.items() if "warm start" in name)
     seconds = sorted(g["seconds"] for g in untrained)
-    text = f"untrained {sum(g['success'] for g in untrained)}/{len(untrained)}"
-    if warm is not None:
-        won = {g["task_id"]: g["success"] for g in warm}
-        p = stats.paired_outcomes({g["task_id"]: g["success"] for g in untrained}, won, label="S10")
-        detects = "" if any(g["success"] for g in untrained) else f"; detects {stats.mde_from_none_won(len(won))[1]:.2f}"
-        text += (f", warm start {sum(won.values())}/{len(won)} ({p['diff']:+.2f} [{p['low']:+.2f}, {p['high']:+.2f}], "
-                 f"p {p['p']:.2f}{detects})")
+    won = {g["task_id"]: g["success"] for g in warm}
+    p = stats.paired_outcomes({g["task_id"]: g["success"] for g in untrained}, won, label="S10")
+    detects = "" if any(g["success"] for g in untrained) else f"; detects {stats.mde_from_none_won(len(won))[1]:.2f}"
+    text = (f"untrained {sum(g['success'] for g in untrained)}/{len(untrained)}, warm start {sum(won.values())}/"
+            f"{len(won)} ({p['diff']:+.2f} [{p['low']:+.2f}, {p['high']:+.2f}], p {p['p']:.2f}{detects})")
     return (text + f", expert {sum(g['success'] for g in agents['expert'])}/{len(agents['expert'])}; "
             f"{seconds[len(seconds) // 2]:.0f} s/episode")
 
