@@ -345,9 +345,8 @@ ESTIMATOR_SCOPE = {"alfworld_text": "one warm start, the 140 valid_seen games",
 
 
 def estimator_table() -> dict[str, Any]:
-    """Issue 57's comparison as the ledger shows it: one row per estimator, one column per testbed of the
-    registered protocol (``benchmarks/estimator_comparison.yaml``), each cell the arm minus GiGPO w/std with its
-    interval and verdict from ``estimator_comparison.json``, or why the cell has none."""
+    """Issue 57's comparison as the ledger shows it (its head says what a cell holds): one row per estimator, one
+    column per testbed of the registered protocol (``benchmarks/estimator_comparison.yaml``)."""
     from benchmarks.estimator_comparison import RESULT_JSON, cell, load_protocol, machines_text
 
     protocol, result = load_protocol(), load(RESULT_JSON.name)

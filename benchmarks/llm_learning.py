@@ -177,8 +177,7 @@ def from_runs(args, protocol: Protocol, folders: list[Path] | None = None,
 
 def from_json(args, protocol: Protocol) -> tuple[dict, float, str, str | None]:
     """Finished results merged into one (e.g. the N=8 and N=4 runs), with the command they record where they
-    record one and the same. Results stored before the stages record none: the report quotes the flags of then, as
-    the committed reports do, so that they regenerate byte-identical."""
+    record one and the same (the command a report quotes, and for older results none: docs/benchmarks.md)."""
     results: dict = {}
     seconds, stored = 0.0, []
     for path in args.from_json:

@@ -223,8 +223,7 @@ def report(results: dict, protocol_name: str, protocol: Any, elapsed: float, how
 
 
 def reading_paragraph(parts: list[dict]) -> list[str]:
-    """Issue 17's question on this benchmark: ``ecpo`` (eq. eca_adv as written, sigma_act) or
-    ``ecpo_anchor_scale`` (App. C's reading, GiGPO's occurrence-level sigma_s)? Paired late-stage success."""
+    """Issue 17's question, ``ecpo`` or ``ecpo_anchor_scale`` (the paragraph says how they differ)."""
     verdicts = [p for p in parts if p["kind"] == "reading"]
     if not verdicts:
         return []
