@@ -69,9 +69,8 @@ def measured(figure: str, label: str = "", **extra: Any) -> dict[str, Any]:
 
 
 def holm_family(family: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """A JSON's Holm family (every comparison its benchmark corrected together), each part given its Holm-adjusted p
-    (``p_holm``) where the JSON did not store one: the figure a Holm verdict beside an unadjusted interval rests on.
-    A family whose size is not the ``m`` its parts state is not the JSON's family (``ValueError``)."""
+    """A JSON's Holm family (what its benchmark corrected together), each part given its Holm-adjusted p ``p_holm``
+    where the JSON stored none (a ``ValueError`` where the ``m`` its parts state is not the family's size)."""
     p_values = [p.get("p", float("nan")) for p in family]
     m = sum(math.isfinite(x) for x in p_values)
     stated = {p.get("m") for p in family} - {None}
@@ -118,8 +117,7 @@ def endpoints() -> list[dict[str, Any]]:
 
 
 def _llm(name: str, kind: str, a: str, b: str | None = None, without: bool = False) -> list[dict[str, Any]]:
-    """The LLM study's comparisons of ``kind`` for method ``a`` (against ``b``) in result JSON ``name``, by N, with
-    the selection seed's runs left out where ``without``."""
+    """``kind`` comparisons for ``a`` (against ``b``) in LLM-study JSON ``name`` by N, ``without`` the selection seed."""
     results = load(name)["results"]
     parts = comparisons(without_seed(results, SELECTION_SEED) if without else results)
     return sorted((p for p in parts if (p["kind"], p["a"]) == (kind, a) and b in (None, p["b"])), key=lambda p: int(p["N"]))

@@ -131,9 +131,8 @@ def alfworld_text_config(model: str | None, *overrides: str) -> Any:
 
 
 def recorded_contexts(model: str | None, groups: int = 16, copies: int = 8) -> tuple[Any, list[Any]]:
-    """The preset's policy (``--model`` or random weights) and the step contexts of one rollout of it:
-    ``Trainer.sample`` on the first ``groups`` training games, ``copies`` each, every batch recorded on its way to
-    the policy (``Trainer.act_with``)."""
+    """The preset's policy (``--model`` or random weights) and the step contexts of its rollout on the first ``groups``
+    training games, ``copies`` each, every batch recorded on its way to the policy."""
     from ecpo_train.runtime.trainer import Trainer
 
     trainer = Trainer(alfworld_text_config(model, f"n_groups={groups}", f"group_size={copies}"))
