@@ -117,7 +117,7 @@ def endpoints() -> list[dict[str, Any]]:
 
 
 def _llm(name: str, kind: str, a: str, b: str | None = None, without: bool = False) -> list[dict[str, Any]]:
-    """``kind`` comparisons for ``a`` (against ``b``) in LLM-study JSON ``name`` by N, ``without`` the selection seed."""
+    """``kind`` comparisons for ``a`` (against ``b``) in the LLM JSON ``name`` by N, ``without`` the selection seed."""
     results = load(name)["results"]
     parts = comparisons(without_seed(results, SELECTION_SEED) if without else results)
     return sorted((p for p in parts if (p["kind"], p["a"]) == (kind, a) and b in (None, p["b"])), key=lambda p: int(p["N"]))
