@@ -403,7 +403,7 @@ def _minus_warm_start(result: Mapping[str, Any], first: int, text: str, env: str
 
 
 def text_policy_alfworld() -> list[dict[str, Any]]:
-    """The small text policy's registered studies (``benchmarks/alfworld_text.py``): real ALFWorld, households, speed."""
+    """The small text policy's registered studies (``benchmarks/alfworld_text.py``): ALFWorld, households, speed."""
     study, speed_ = load("alfworld_text.json"), load("text_policy_speed.json")
     rows = _minus_warm_start(study, 7, "Real ALFWorld on one CPU: {} from the warm start wins more valid_seen games "
                              "than the warm start", "ALFWorld valid_seen, all {games} games, 50 steps, T = 0.4",
