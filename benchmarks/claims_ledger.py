@@ -1,10 +1,6 @@
 """The ledger of every claim the project makes about learning, credit and speed: ``docs/claims.md``, and the README's
 results table as its digest, both written from the result JSONs (``benchmarks/claims_sources.py`` reads them).
-
-The verdict rule: :func:`verdict` (stated in the ledger's head).
-
-    python -m benchmarks.claims_ledger            # rewrite docs/claims.md and the README's results table
-    python -m benchmarks.claims_ledger --check    # exit 1 if either is stale (the suite runs this)
+The verdict rule: :func:`verdict` (stated in the ledger's head); ``--check`` (the suite runs it): docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -31,8 +27,7 @@ def _num(x: float | None) -> str:
 
 
 def figure(p: Mapping[str, Any]) -> str:
-    """An estimate as the ledger prints it: ``+0.348 [+0.288, +0.410] (Tango score), by task [...]; MDE``, and
-    beside an unadjusted interval that excludes 0 in a Holm family, the Holm-adjusted p its verdict rests on."""
+    """An estimate as the ledger prints it (its head says what stands beside it): ``+0.348 [+0.288, +0.410] ...``."""
     if p["estimate"] is None:
         return p["method"]
     text = f"{_num(p['estimate'])} [{_num(p['low'])}, {_num(p['high'])}]"
@@ -81,8 +76,7 @@ ESTIMATORS_HEAD = "### Step-credit estimators under one protocol"
 
 
 def estimator_lines(table: Mapping[str, Any]) -> list[str]:
-    """Issue 57's table: one row per estimator, one column per testbed, each cell the arm minus GiGPO w/std
-    (95 % interval, paired by seed) and its verdict (Holm over the testbed's 8 comparisons), or why it is empty."""
+    """Issue 57's table (:func:`benchmarks.claims_sources.estimator_table`) as markdown lines."""
     out = ["| estimator | " + " | ".join(table["headers"]) + " |",
            "| --- |" + " --- |" * len(table["testbeds"])]
     out += [f"| {arm} | " + " | ".join(_cell(c) for c in cells) + " |" for arm, cells in table["rows"]]

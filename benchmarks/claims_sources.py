@@ -1,13 +1,11 @@
 """Where each claim of ``docs/claims.md`` comes from: one function per group of result JSONs that reads its figures.
 
-Every claim is a dict (:func:`claim`): ``id``, ``area`` (learning, comparison, credit, speed), ``claim`` (the
-question it answers), ``scope`` (env, model, mode, device), ``unit`` and ``n``, ``parts`` (each an estimate with its
-interval, MDE and whether it is significant, from the JSON's own fields: :func:`part`; or a measurement:
-:func:`measured`), ``direction`` (+1: the claim says higher; -1: lower; 0: a difference either way, or a
-measurement), ``source``, for the README's digest ``digest`` (a short question and scope), and where the verdict is
-not the rule's own, ``status`` (a withdrawn measurement) or ``no_mde`` (why the design has no MDE). A t-based MDE is
-recomputed here from the JSON's standard error, degrees of freedom and Holm count (``benchmarks.stats.detectable``:
-exact power), not read from the JSON, whose older runs stored the normal-approximation MDE.
+Every claim is a dict (:func:`claim`): its ``parts`` are estimates (:func:`part`) or measurements (:func:`measured`),
+``direction`` +1 where the claim says higher, -1 lower, 0 a difference either way or a measurement, and where the
+verdict is not the rule's own, ``status`` (a withdrawn measurement) or ``no_mde`` (why the design has no MDE). A
+t-based MDE is recomputed here from the JSON's standard error, degrees of freedom and Holm count
+(``benchmarks.stats.detectable``: exact power), not read from the JSON, whose older runs stored the
+normal-approximation MDE.
 """
 
 from __future__ import annotations
@@ -27,7 +25,6 @@ H100 = "one NVIDIA H100"
 POOL = "ALFWorld generated Look/Pick households, 4-5 receptacles"
 SCORE = "native trainer, scoring the admissible actions, T = 0.4"
 SEEDS = "training seeds (paired by seed)"
-ONE_RUN = "one run: covers validation draws, not run-to-run variance"  # where a JSON does not state its units
 SELECTION_SEED = SELECTED_ON["alfworld_cpu"][0]  # alfworld_cpu's recipe was chosen on this seed's own validation
 WITHOUT = f", without seed {SELECTION_SEED} (the selection seed)"
 WITHDRAWN = {"S9"}  # a measurement its own data do not support
@@ -44,11 +41,9 @@ def load(name: str) -> Any:
 
 def part(f: Mapping[str, Any], label: str = "", method: str | None = None, secondary: bool = False,
          short: str | None = None) -> dict[str, Any]:
-    """One estimate of a JSON (``benchmarks.stats``' field names) as the ledger shows it: estimate, interval and its
-    method, MDE, the clustered interval where the JSON has one, and whether the JSON's test calls it significant
-    (Holm's decision where the JSON made one, else the interval excluding 0, with McNemar's p below 0.05 where it
-    has one). A ``secondary`` part is shown beside the claim's verdict, not counted in it; ``short`` names it in the
-    README's digest."""
+    """One estimate of a JSON (``benchmarks.stats``' field names) as the ledger shows it, significant by Holm's
+    decision where the JSON made one, else by the interval excluding 0 (and McNemar's p below 0.05 where it has one).
+    A ``secondary`` part is shown beside the claim's verdict, not counted in it; ``short`` names it in the digest."""
     has_t = all(isinstance(f.get(k), (int, float)) and math.isfinite(f[k]) for k in ("se", "df"))
     level = stats.ALPHA / max(1, int(f.get("m") or 1))  # the MDE at the JSON's own Holm level, by exact power
     out = {"label": label, "short": short or label, "estimate": f.get("diff"), "low": f.get("low"),
@@ -74,9 +69,8 @@ def measured(figure: str, label: str = "", **extra: Any) -> dict[str, Any]:
 
 
 def holm_family(family: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """A JSON's Holm family (every comparison its benchmark corrected together), each part given its Holm-adjusted p
-    (``p_holm``) where the JSON did not store one: the figure a Holm verdict beside an unadjusted interval rests on.
-    A family whose size is not the ``m`` its parts state is not the JSON's family (``ValueError``)."""
+    """A JSON's Holm family (what its benchmark corrected together), each part given its Holm-adjusted p ``p_holm``
+    where the JSON stored none (a ``ValueError`` where the ``m`` its parts state is not the family's size)."""
     p_values = [p.get("p", float("nan")) for p in family]
     m = sum(math.isfinite(x) for x in p_values)
     stated = {p.get("m") for p in family} - {None}
@@ -98,7 +92,7 @@ def scope(env: str, model: str = SMOL, mode: str = SCORE, device: str = CPU) -> 
 
 
 def endpoints() -> list[dict[str, Any]]:
-    one_run = f"paired validation episodes; {load('alfworld_cpu_pool_endpoint.json')[0].get('units', ONE_RUN)}"
+    one_run = f"paired validation episodes; {load('alfworld_cpu_pool_endpoint.json')[0]['units']}"
     pool, rows = f"{POOL}; a pool of 16", []
     for id_, text, env, source, labels, digest in (
             ("L1", "Positive control: the update learns its own 4 training households (10 iterations)",
@@ -123,8 +117,7 @@ def endpoints() -> list[dict[str, Any]]:
 
 
 def _llm(name: str, kind: str, a: str, b: str | None = None, without: bool = False) -> list[dict[str, Any]]:
-    """The LLM study's comparisons of ``kind`` for method ``a`` (against ``b``) in result JSON ``name``, by N, with
-    the selection seed's runs left out where ``without``."""
+    """``kind`` comparisons for ``a`` (against ``b``) in the LLM JSON ``name`` by N, ``without`` the selection seed."""
     results = load(name)["results"]
     parts = comparisons(without_seed(results, SELECTION_SEED) if without else results)
     return sorted((p for p in parts if (p["kind"], p["a"]) == (kind, a) and b in (None, p["b"])), key=lambda p: int(p["N"]))
@@ -148,8 +141,7 @@ def seed_comparisons() -> list[dict[str, Any]]:
              for arm in ("ecpo_lag1", "ecpo_lag0")}
     lag0_by_seed = stats.paired_diff(list(stats.paired_values(*final.values(), label="ecpo_lag1 - ecpo_lag0")[1]))
     pair_report = load("alfworld_cpu_pool_pair_seed0.json")
-    pair = pair_report["paired"]
-    pair_units = pair_report.get("units", "one pair of runs (one seed): no interval over seeds")
+    pair, pair_units = pair_report["paired"], pair_report["units"]
     rllib = {c["claim"]: c for c in holm_family(load("rllib_llm_learning.json")["comparisons"])}
     corridor_scope = scope("4-room LLM corridor (corridor_llm)", mode="native trainer, exact success")
     learned, grpo = _llm(llm, "learned", "ecpo"), _llm(llm, "vs", "grpo", "gigpo_std")
@@ -223,7 +215,7 @@ def grpo_rows(payload: Mapping[str, Any], envs: Mapping[str, dict[str, str]], fi
 def credit() -> list[dict[str, Any]]:
     payload = load("credit_study.json")
     study = payload["summary"]
-    holm_family([p for c in study["claims"] for p in c["parts"]] + (study.get("readings") or {}).get("parts", []))
+    holm_family([p for c in study["claims"] for p in c["parts"]] + study["readings"]["parts"])
     same = study["same_as_grpo"]["webshop"]
     envs = {"diagnostic": scope("diagnostic corridor (tabular)", "tabular policy", "native trainer"),
             "webshop": scope(f"WebShop (tabular, d_min = 7 on 8-step episodes: rho ~ 0; ECPO = GRPO in {same['equal']}/"
@@ -259,15 +251,13 @@ def real_alfworld_text(agents: Mapping[str, list[dict[str, Any]]]) -> str:
     """S10's figures: each agent's wins, the warm start minus the untrained model paired by game (one seed, the same
     episode draws), the median seconds of an untrained episode."""
     untrained = next(games for name, games in agents.items() if "untrained" in name)
-    warm = next((games for name, games in agents.items() if "warm start" in name), None)
+    warm = next(games for name, games in agents.items() if "warm start" in name)
     seconds = sorted(g["seconds"] for g in untrained)
-    text = f"untrained {sum(g['success'] for g in untrained)}/{len(untrained)}"
-    if warm is not None:
-        won = {g["task_id"]: g["success"] for g in warm}
-        p = stats.paired_outcomes({g["task_id"]: g["success"] for g in untrained}, won, label="S10")
-        detects = "" if any(g["success"] for g in untrained) else f"; detects {stats.mde_from_none_won(len(won))[1]:.2f}"
-        text += (f", warm start {sum(won.values())}/{len(won)} ({p['diff']:+.2f} [{p['low']:+.2f}, {p['high']:+.2f}], "
-                 f"p {p['p']:.2f}{detects})")
+    won = {g["task_id"]: g["success"] for g in warm}
+    p = stats.paired_outcomes({g["task_id"]: g["success"] for g in untrained}, won, label="S10")
+    detects = "" if any(g["success"] for g in untrained) else f"; detects {stats.mde_from_none_won(len(won))[1]:.2f}"
+    text = (f"untrained {sum(g['success'] for g in untrained)}/{len(untrained)}, warm start {sum(won.values())}/"
+            f"{len(won)} ({p['diff']:+.2f} [{p['low']:+.2f}, {p['high']:+.2f}], p {p['p']:.2f}{detects})")
     return (text + f", expert {sum(g['success'] for g in agents['expert'])}/{len(agents['expert'])}; "
             f"{seconds[len(seconds) // 2]:.0f} s/episode")
 
@@ -353,9 +343,8 @@ ESTIMATOR_SCOPE = {"alfworld_text": "one warm start, the 140 valid_seen games",
 
 
 def estimator_table() -> dict[str, Any]:
-    """Issue 57's comparison as the ledger shows it: one row per estimator, one column per testbed of the
-    registered protocol (``benchmarks/estimator_comparison.yaml``), each cell the arm minus GiGPO w/std with its
-    interval and verdict from ``estimator_comparison.json``, or why the cell has none."""
+    """Issue 57's comparison as the ledger shows it (its head says what a cell holds): one row per estimator, one
+    column per testbed of the registered protocol (``benchmarks/estimator_comparison.yaml``)."""
     from benchmarks.estimator_comparison import RESULT_JSON, cell, load_protocol, machines_text
 
     protocol, result = load_protocol(), load(RESULT_JSON.name)
@@ -373,8 +362,7 @@ def estimator_table() -> dict[str, Any]:
 
 
 def _estimator_cell(p: Mapping[str, Any]) -> str:
-    """An arm's cell: the difference, its unadjusted interval and verdict, and beside an interval that excludes 0 the
-    Holm-adjusted p the verdict rests on (or that it misses Holm's level), the MDE beside a null."""
+    """An arm's cell: the difference, its unadjusted interval and verdict, what the ledger's head puts beside it."""
     beside = [stats.holm_miss_text(p) or stats.holm_p_text(p)]
     beside += [f"MDE {p['mde']:.3f}"] if not p["holm_significant"] and p.get("mde") else []
     text = f"{p['diff']:+.3f} [{p['low']:+.3f}, {p['high']:+.3f}]: {p['verdict']}"
@@ -415,8 +403,7 @@ def _minus_warm_start(result: Mapping[str, Any], first: int, text: str, env: str
 
 
 def text_policy_alfworld() -> list[dict[str, Any]]:
-    """The small text policy's studies (``benchmarks/alfworld_text.py``, registered before their runs): real ALFWorld
-    (each arm minus the warm start, ECPO against the others), its households pilot, and its speed."""
+    """The small text policy's registered studies (``benchmarks/alfworld_text.py``): ALFWorld, households, speed."""
     study, speed_ = load("alfworld_text.json"), load("text_policy_speed.json")
     rows = _minus_warm_start(study, 7, "Real ALFWorld on one CPU: {} from the warm start wins more valid_seen games "
                              "than the warm start", "ALFWorld valid_seen, all {games} games, 50 steps, T = 0.4",

@@ -1,13 +1,10 @@
-"""Environment throughput, one section per environment (``python -m benchmarks.speed env --env NAME``, written to
-``benchmarks/results/env_throughput_<env>.json``): plain functions registered in ``SECTIONS``; each environment's
-owner adds its own.
-"""
+"""Environment throughput, one section per environment (``benchmarks.speed env --env NAME``; docs/benchmarks.md):
+plain functions registered in ``SECTIONS``; each environment's owner adds its own."""
 
 from __future__ import annotations
 
 import argparse
 import itertools
-import os
 import time
 import typing
 from collections.abc import Callable
@@ -120,8 +117,7 @@ def searchqa_section(args: argparse.Namespace) -> dict:
             recall += len(found) / len(example.supporting_doc_ids)
         return {"query": latency(times, 95), "recall_at_3": recall / len(examples)}
 
-    data_dir = args.data_dir or os.path.join(os.environ.get("ECPO_DATA_DIR", "../shared/data"), "searchqa")
-    data = load_dataset("hotpotqa", "dev500", data_dir=data_dir)
+    data = load_dataset("hotpotqa", "dev500", data_dir=args.data_dir)
     examples, corpus = data.examples, data.corpus
     retrievers: dict[str, dict] = {}
     envs: dict[str, dict] = {}
@@ -147,7 +143,7 @@ def searchqa_section(args: argparse.Namespace) -> dict:
         else:
             retrievers["lucene"] = {"skipped": why}
 
-        for name, environment in (("env_hotpotqa_bm25s", SearchQAEnv(data_dir=data_dir, cache_dir=cache_dir)),
+        for name, environment in (("env_hotpotqa_bm25s", SearchQAEnv(data_dir=args.data_dir, cache_dir=cache_dir)),
                                   ("env_generated", SearchQAGenEnv())):
             resets, steps = [], []
             for task_id in environment.task_ids[: args.episodes]:

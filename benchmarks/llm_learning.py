@@ -2,16 +2,9 @@
 
 Every cell (environment x group size N x method x seed) is one native training run from the same preset and the
 same hyperparameters; only ``estimator`` (and the seed) change. The report: ``benchmarks.llm_learning_report``.
+Commands: docs/benchmarks.md and ``--help``.
 
-    python -m benchmarks.llm_learning run                      # the CPU protocol (see PROTOCOLS)
-    python -m benchmarks.llm_learning run --protocol quick     # a few minutes: one seed, two methods
-    python -m benchmarks.llm_learning run --protocol gpu model=/path/to/Qwen2.5-1.5B-Instruct device=cuda
-    python -m benchmarks.llm_learning report --protocol P --from-runs runs/llm_learning/P   # the cells finished so far
-    python -m benchmarks.llm_learning report --protocol budget --from-json benchmarks/results/llm_learning.json
-
-``run`` trains the cells seed-major (``benchmarks.study``), each by the run shell's resume-or-start, then reports the
-finished cells; ``key=value`` arguments override the preset (a GPU run scales by config alone). Writes
-``benchmarks/results/llm_learning_<protocol>.{md,json,png}``; a run's JSON records its command, which its report quotes.
+``run`` trains the cells seed-major (``benchmarks.study``); a GPU run scales by ``key=value`` overrides alone.
 """
 
 from __future__ import annotations
@@ -184,8 +177,7 @@ def from_runs(args, protocol: Protocol, folders: list[Path] | None = None,
 
 def from_json(args, protocol: Protocol) -> tuple[dict, float, str, str | None]:
     """Finished results merged into one (e.g. the N=8 and N=4 runs), with the command they record where they
-    record one and the same. Results stored before the stages record none: the report quotes the flags of then, as
-    the committed reports do, so that they regenerate byte-identical."""
+    record one and the same (the command a report quotes, and for older results none: docs/benchmarks.md)."""
     results: dict = {}
     seconds, stored = 0.0, []
     for path in args.from_json:

@@ -1,12 +1,6 @@
 """The report of ``benchmarks/llm_learning.py``: from the per-run summaries (``results[env][N][method]`` = list
-of run summaries with their seed ids) to the comparisons, the markdown and the plot.
-
-Two families of comparisons, each Holm-corrected on its own: by seed (:func:`comparisons`), and, where the runs
-kept their ``validation.jsonl``, by episode pooled over seeds (:func:`episode_comparisons`): a secondary,
-conditional line beside the seed-level verdicts, which carry the run-to-run variance.
-
-A preset whose recipe was chosen by looking at one seed's own validation (``SELECTED_ON``) carries a winner's
-curse on that seed: the report says so beside every result, and gives each result again without that seed.
+of run summaries with their seed ids) to the comparisons, the markdown and the plot. Its two Holm families, by seed
+and (secondary) by episode pooled over seeds: docs/training.md ("Units"); ``SELECTED_ON``: a winner's curse.
 """
 
 from __future__ import annotations
@@ -106,9 +100,8 @@ def pooled_episodes(runs: list[dict], which: str) -> dict:
 
 def episode_comparisons(results: dict) -> list[dict]:
     """The same questions at the episode level, pooled over seeds (a second Holm family; ``stats.paired_outcomes``):
-    each method's final validation against its first, and ecpo vs gigpo_std at the final one. Validation draws are
-    fixed by (seed, copy, step), so an episode pairs with itself across checkpoints and across methods of one seed.
-    Episodes ``(seed, task, copy)`` of one task, in any seed, form one cluster."""
+    each method's final validation against its first, and ecpo vs gigpo_std at the final one (why an episode pairs
+    with itself: the report's paragraph). Episodes ``(seed, task, copy)`` of one task, in any seed, form one cluster."""
     parts, task = [], itemgetter(1)
     for env_label, by_n in results.items():
         for n, by_method in by_n.items():
@@ -230,8 +223,7 @@ def report(results: dict, protocol_name: str, protocol: Any, elapsed: float, how
 
 
 def reading_paragraph(parts: list[dict]) -> list[str]:
-    """Issue 17's question on this benchmark: ``ecpo`` (eq. eca_adv as written, sigma_act) or
-    ``ecpo_anchor_scale`` (App. C's reading, GiGPO's occurrence-level sigma_s)? Paired late-stage success."""
+    """Issue 17's question, ``ecpo`` or ``ecpo_anchor_scale`` (the paragraph says how they differ)."""
     verdicts = [p for p in parts if p["kind"] == "reading"]
     if not verdicts:
         return []

@@ -1,16 +1,9 @@
 """Peak memory of one policy update: measured for small models, computed for the paper's Qwen2.5 models.
 
-Measured: one ``loss.policy_update`` (AdamW, k3 KL to the reference, one mini-batch of every row) of the tiny
-random Qwen2 and, when pulled (``ecpo models pull smollm2-135m-instruct``), SmolLM2-135M, in each setting:
-``plain`` (full fine-tuning, deep-copied reference), ``lora`` (peft adapter, reference = adapter off),
-``checkpointing`` (gradient checkpointing of every decoder layer) and ``fsdp2x2`` (two gloo processes
-sharding policy and reference with FSDP2; per-process figure). Every setting runs in a fresh process.
-On the CPU the figure is the RSS growth during the update (sampled every 2 ms; ``model_mb`` is what loading
-the policy and its reference added); on a GPU it is ``torch.cuda.max_memory_allocated``. Computed: what Qwen2.5-1.5B
-and 7B need per GPU for the paper's shapes, in docs/scaling.md's table.
-
-    python -m benchmarks.memory [--models tiny,smollm2] [--rows 16] [--prompt 192] [--response 64]
-                                [--out benchmarks/results/memory.json]
+Measured (docs/scaling.md): one ``loss.policy_update`` (AdamW, k3 KL to the reference, one mini-batch of every row)
+of the tiny random Qwen2 and, when pulled (``ecpo models pull smollm2-135m-instruct``), SmolLM2-135M, in each of
+``VARIANTS``, each in a fresh process; on a GPU the figure is ``torch.cuda.max_memory_allocated``. Computed: what
+Qwen2.5-1.5B and 7B need per GPU for the paper's shapes, in docs/scaling.md's table.
 """
 
 from __future__ import annotations
@@ -62,8 +55,7 @@ def activation_bytes(arch: dict[str, Any], tokens: int, checkpointing: bool, res
 
     Per token and layer the saved tensors are ~ 8h + 3 kv_dim + 4 intermediate values (norm inputs/outputs,
     q/k/v and their rotary forms, attention output, the SwiGLU branches). With checkpointing only each
-    layer's input (h values) is kept, plus one layer's full set during its recomputation. The LM head runs
-    on response positions only: float32 logits and log-softmax over the vocabulary.
+    layer's input (h values) is kept, plus one layer's full set during its recomputation (LM head: docs/scaling.md).
     """
     h, inter = arch["hidden"], arch["intermediate"]
     kv = h // arch["heads"] * arch["kv_heads"]

@@ -1,28 +1,10 @@
-"""The speed benchmarks, one stage each (``benchmarks.timing`` is their harness):
+"""The speed benchmarks, one stage each (``env|openenv|text_policy|credit``; ``benchmarks.timing`` is their harness;
+what each measures and writes: docs/benchmarks.md, docs/openenv.md, docs/cpu_training.md).
 
-    python -m benchmarks.speed env --env alfworld|webshop|searchqa [--sizes 1000 100000]   # benchmarks.env_throughput
-    python -m benchmarks.speed openenv [--env ecpo/DivergentAnchor-v0] [--sessions 1 8 32] [--steps 600]
-    python -m benchmarks.speed text_policy [--model DIR] [--engines native rllib]
-    python -m benchmarks.speed credit [--reps 30] [--seed 0]
-
-Each stage prints its figures and writes its JSON (``--out``; default ``benchmarks/results/<stage's file>``), the
-machine's facts and load beside them. Speed targets live here and in the JSON, never in timed tests.
-
-``openenv`` (docs/openenv.md): environment steps per second through an ``ecpo serve`` child process at each
-``--sessions`` count (OpenEnv's async client, each session playing seeded random admissible actions, an invalid one
-step in ten; a level's ``--steps`` split over its sessions, timed from the first reset, connections opened before)
-beside the same env stepped in process.
-
-``text_policy`` (docs/cpu_training.md): the small text policy (preset ``alfworld_text``) on real ALFWorld games:
-its decisions per second, the contexts of one rollout (16 groups x 8, its own play) replayed through ``act`` in
-batches of ``--batch`` at 1 and 2 torch threads (target: 5,000/s on 2 cores), and ``--iterations`` iterations of the
-preset from ``--model`` or random weights on each of ``--engines`` (target: 30 s on 2 idle cores).
-
-``credit``: GRPO vs GiGPO w/std vs ECPO end to end on a verl-agent-shaped batch that mimics one ALFWorld iteration of
-the paper (App. A.1: 16 groups x 8 rollouts, up to 50 steps, long observations as anchor keys, ~35-40 % of rows on a
-shared anchor, reward 10 on success, -0.1 per invalid action), each timing from fresh per-step Python strings (no
-cached hashes) to the advantage array, the methods interleaved on one thread; beside them a plain dict-of-lists GiGPO
-(verl-agent's style), the two key factorisations, and the credit diagnostics every run logs, as a run pays them.
+Speed targets live here and in the JSON, never in timed tests. ``openenv``: each session plays seeded random
+admissible actions, an invalid one step in ten, a level's ``--steps`` split over its sessions, timed from the first
+reset with the connections opened before. ``credit``: each method timed from fresh per-step Python strings (no cached
+hashes) to the advantage array, the methods interleaved on one thread, as a run pays them.
 """
 
 from __future__ import annotations
@@ -149,9 +131,8 @@ def alfworld_text_config(model: str | None, *overrides: str) -> Any:
 
 
 def recorded_contexts(model: str | None, groups: int = 16, copies: int = 8) -> tuple[Any, list[Any]]:
-    """The preset's policy (``--model`` or random weights) and the step contexts of one rollout of it:
-    ``Trainer.sample`` on the first ``groups`` training games, ``copies`` each, every batch recorded on its way to
-    the policy (``Trainer.act_with``)."""
+    """The preset's policy (``--model`` or random weights) and the step contexts of its rollout on the first ``groups``
+    training games, ``copies`` each, every batch recorded on its way to the policy."""
     from ecpo_train.runtime.trainer import Trainer
 
     trainer = Trainer(alfworld_text_config(model, f"n_groups={groups}", f"group_size={copies}"))
@@ -238,7 +219,9 @@ def _observation(rng: Any, task: int, detail: str) -> str:
 
 
 def build_batch(seed: int, groups: int = 16, rollouts: int = 8, max_steps: int = 50, shared_prob: float = 0.38):
-    """Rows (group_ids, traj_ids, steps, anchor_keys, action_keys, rewards) as Python lists."""
+    """Rows (group_ids, traj_ids, steps, anchor_keys, action_keys, rewards) as Python lists that mimic one ALFWorld
+    iteration of the paper (App. A.1: 16 groups x 8 rollouts, up to 50 steps, long observations as anchor keys,
+    ~35-40 % of rows on a shared anchor, reward 10 on success, -0.1 per invalid action)."""
     import numpy as np
 
     from ecpo_gym.canonical import INVALID_ACTION
@@ -311,8 +294,7 @@ def loop_gigpo(cols: dict[str, list], gamma: float = 0.95, omega: float = 1.0, e
 
 
 def credit(args: Any) -> dict[str, Any]:
-    """Every method's median milliseconds over ``--reps`` interleaved repetitions (after two warm-up ones) on
-    ``build_batch(--seed)``, one thread on one core, and the ratios the targets are read from."""
+    """Every method's median milliseconds over ``--reps`` repetitions on ``build_batch(--seed)``, and the ratios."""
     if args.reps < 1:
         raise ValueError(f"--reps {args.reps}: at least one repetition is needed for a median")
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):  # before numpy and torch load

@@ -1,12 +1,9 @@
-"""The statistics of the benchmark reports, in one module: pairing by seed id, paired and Welch t-intervals, Holm, the
-MDE by exact power, the intervals and power of paired binary outcomes (Tango's score interval, Newcombe's beside
-it, McNemar's exact p, the task-clustered interval), cell means over seeds, and the ratio of two means. The
-protocol and the choices: docs/training.md ("How the reports compute intervals"). In brief: methods of a study
-train on the same seeds, so their differences are paired by the seed id stored with each value (never list
-position); the seed is the unit of a comparison of training procedures; a report's comparisons are corrected
-together by Holm, with the MDE at Holm's first-step level by the exact power of the test beside every null (the
-normal-approximation formula gives 0.75-0.79 power at these levels). Paired binary outcomes are not t-tested: where
-few episodes change, that interval is too narrow.
+"""The statistics of the benchmark reports, in one module. The protocol and the choices: docs/training.md ("How the
+reports compute intervals"). In brief: methods of a study train on the same seeds, so their differences are paired by
+the seed id stored with each value (never list position); the seed is the unit of a comparison of training
+procedures; a report's comparisons are corrected together by Holm, with the MDE at Holm's first-step level by the
+exact power of the test beside every null (the normal-approximation formula gives 0.75-0.79 power at these levels).
+Paired binary outcomes are not t-tested: where few episodes change, that interval is too narrow.
 """
 
 from __future__ import annotations
@@ -58,8 +55,7 @@ def t_power(effect: float, se: float, df: float, alpha: float = ALPHA) -> float:
 
 def mde(se: float, df: float, alpha: float = ALPHA, power: float = POWER) -> float:
     """The difference whose exact power (:func:`t_power`) at two-sided level ``alpha`` is ``power``. NaN below
-    ``MIN_UNITS_FOR_MDE - 1`` degrees of freedom (with 3-4 seeds the SD is too unstable for the number to say what
-    a null rules out) and where ``se`` is 0 (two identical arms: nothing to detect against)."""
+    ``MIN_UNITS_FOR_MDE - 1`` degrees of freedom (docs/training.md, "Units") and where ``se`` is 0."""
     if not (df >= MIN_UNITS_FOR_MDE - 1 and math.isfinite(se) and se > 0):
         return float("nan")
     approx = float((stats.t.ppf(1 - alpha / 2, df) + stats.t.ppf(power, df)) * se)  # within a few % of the root
@@ -232,10 +228,9 @@ def claim_verdict(status: Sequence[str]) -> str:
 # ------------------------------------------------------------------------------------------ paired episodes
 def paired_outcomes(before: Mapping[Any, Any], after: Mapping[Any, Any], *, label: str = "",
                     task_of: Callable[[Any], Any] | None = None) -> dict[str, Any]:
-    """Two validations' binary outcomes paired episode by episode (``key -> won``; the keys must match: validation
-    fixes every choice's uniform draw, so an episode differs only where the policies do): :func:`paired_binary` of
-    ``after - before`` and, where ``task_of(key)`` names each episode's task, some task repeats and there are two
-    tasks or more, the task-clustered interval (``clustered``)."""
+    """Two validations' binary outcomes paired episode by episode (``key -> won``; the keys must match):
+    :func:`paired_binary` of ``after - before`` and, where ``task_of(key)`` names each episode's task, some task
+    repeats and there are two tasks or more, the task-clustered interval (``clustered``)."""
     if set(before) != set(after):
         raise MisalignedCells(f"cannot pair {label or 'validations'}: {len(set(before) ^ set(after))} episodes "
                               "are in only one of them (pair only the same validation)")
@@ -252,10 +247,8 @@ def paired_outcomes(before: Mapping[Any, Any], after: Mapping[Any, Any], *, labe
 
 def paired_binary(gained: int, lost: int, n: int, *, both_won: int | None = None,
                   level: float = 1 - ALPHA) -> dict[str, Any]:
-    """``(gained - lost) / n`` of a paired 2x2 table (``gained`` pairs went 0 -> 1, ``lost`` 1 -> 0): Tango's
-    unconditional score interval (``low``/``high``, :func:`tango`), with ``both_won`` Newcombe's hybrid score
-    interval beside it (``newcombe_low``/``newcombe_high``), McNemar's exact ``p`` (1 when none changed) and
-    :func:`mcnemar_mde` at the observed share changing; ``se``/``df`` are NaN (these intervals have none)."""
+    """``(gained - lost) / n`` of a paired 2x2 table (``gained`` pairs went 0 -> 1, ``lost`` 1 -> 0) with the fields
+    docs/training.md names (McNemar's ``p`` is 1 when none changed); ``se``/``df`` are NaN."""
     if not (0 <= gained and 0 <= lost and gained + lost <= n and n >= 1):
         raise ValueError(f"discordant counts {gained} gained, {lost} lost do not fit {n} pairs")
     d = gained + lost
@@ -329,9 +322,8 @@ def newcombe_paired(both_won: int, gained: int, lost: int, n: int, level: float 
 
 
 def design_effect(diffs: Sequence[float], tasks: Sequence[Any]) -> float:
-    """The cluster-robust variance of the mean paired difference over tasks, ``G/(G-1) sum_k (S_k - n_k dbar)^2 /
-    n^2``, over the independent one; 1 with one episode per task or no pair differing, and floored at 1 (tasks
-    whose episodes disagree more than chance do not earn a narrower interval)."""
+    """docs/training.md's design effect, ``G/(G-1) sum_k (S_k - n_k dbar)^2 / n^2`` over the independent variance; 1
+    with one episode per task or no pair differing, and floored at 1 (disagreeing tasks earn no narrower interval)."""
     d = np.asarray(diffs, dtype=float)
     index = {t: i for i, t in enumerate(dict.fromkeys(tasks))}
     labels = np.asarray([index[t] for t in tasks])
@@ -345,10 +337,9 @@ def design_effect(diffs: Sequence[float], tasks: Sequence[Any]) -> float:
 
 
 def clustered(diffs: Sequence[int], tasks: Sequence[Any], level: float = 1 - ALPHA) -> dict[str, Any]:
-    """The task-clustered interval of a paired difference (``diffs`` in {-1, 0, 1}, ``tasks`` the task of each):
-    Tango's interval on the table divided by the :func:`design_effect` (Rao & Scott), at the t quantile with G - 1
-    df for G tasks. Chosen over a cluster bootstrap: it needs no seed, keeps the score interval's range and
-    asymmetry, and a bootstrap over 4 or 16 tasks is too coarse to trust. ``mde`` at the effective n."""
+    """The task-clustered interval of a paired difference (``diffs`` in {-1, 0, 1}, ``tasks`` the task of each), as
+    docs/training.md describes it. Chosen over a cluster bootstrap: it needs no seed, keeps the score interval's
+    range and asymmetry, and a bootstrap over 4 or 16 tasks is too coarse to trust. ``mde`` at the effective n."""
     gained, lost, n = list(diffs).count(1), list(diffs).count(-1), len(diffs)
     g = len(set(tasks))
     deff = design_effect(diffs, tasks)
@@ -369,10 +360,8 @@ def mcnemar_pairs_needed(diff: float, discordant_share: float, alpha: float = AL
 
 
 def mcnemar_power(diff: float, n: float, discordant_share: float, alpha: float = ALPHA) -> float:
-    """The probability that Tango's interval over ``n`` pairs (rounded), a share psi of which changes, excludes 0
-    under a true difference ``diff``: it does exactly where ``|gained - lost| > z sqrt(gained + lost)``, summed
-    over changed pairs ``k ~ Binomial(n, psi)``, gains among them ``~ Binomial(k, (psi + diff) / (2 psi))``. NaN
-    outside ``0 < |diff| <= psi <= 1``."""
+    """The exact power of Tango's interval over ``n`` pairs (rounded), a share psi of which changes (docs/training.md):
+    it excludes 0 exactly where ``|gained - lost| > z sqrt(gained + lost)``. NaN outside ``0 < |diff| <= psi <= 1``."""
     n = int(round(n))
     if not (n >= 1 and 0 < abs(diff) <= discordant_share <= 1):
         return float("nan")
@@ -388,8 +377,7 @@ def mcnemar_power(diff: float, n: float, discordant_share: float, alpha: float =
 
 def mcnemar_mde(n: float, discordant_share: float, alpha: float = ALPHA, power: float = POWER) -> float:
     """The smallest true difference that ``n`` pairs, a share psi of which changes, detect with ``power`` by the
-    exact power (:func:`mcnemar_power`; Connor's formula under-powers it by a few points). NaN when nothing
-    changes, or when even a difference of psi (every changing pair one way) is detected less often."""
+    exact power (:func:`mcnemar_power`). NaN when nothing changes, or when even a difference of psi falls short."""
     if not (n >= 1 and 0 < discordant_share <= 1):
         return float("nan")
     short = lambda d: mcnemar_power(d, n, discordant_share, alpha) - power

@@ -1,8 +1,4 @@
-"""The harness every speed and memory benchmark shares (``benchmarks.speed``, ``benchmarks.memory``,
-``benchmarks.generation_profile``): timing loops with warm-up, latency summaries, the machine's facts and load
-beside every figure, peak memory sampled in the measured process or a fresh child process, and the figures' JSON
-written to ``benchmarks/results/``.
-"""
+"""The harness every speed and memory benchmark shares (what it gives each figure: docs/benchmarks.md)."""
 
 from __future__ import annotations
 
