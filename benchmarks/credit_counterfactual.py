@@ -1,24 +1,11 @@
 """Counterfactual credit updates (issue 23): can one update tell ECPO from GiGPO on identical batches?
 
-End-to-end comparisons at this budget have little power; this measures what one update does (the design and what it
-cannot tell: docs/credit_experiments.md, "Counterfactual updates"). Per arm of ``credit_counterfactual.yaml``,
-:func:`make_checkpoints` saves a GRPO checkpoint at each target concentration; :func:`measure_batch` samples one
-batch from a checkpoint and applies every estimator's ONE update to it from the same state. Measured per estimator:
-``delta_j`` (exact success at the validation temperature), ``lucky`` and ``lucky_sv`` (log pi(rare | s) at T = 1 at
-the batch's lucky singletons, :func:`lucky_singletons`, and at those that are StrictValid), ``rare_sv`` (log pi(a | s)
-of every non-good door sampled at a StrictValid anchor) and ``term_lucky`` (the step term: the estimator's advantage
-minus GRPO's, at the lucky singleton's row). The statistics and markdown are ``credit_counterfactual_report``'s, the
-registered claim-level test ``credit_counterfactual_claim``'s.
-
-    python -m benchmarks.credit_counterfactual run            # the committed protocol (~60 min niced, 2 cores)
-    python -m benchmarks.credit_counterfactual run --quick    # machinery smoke (< 10 min)
-    python -m benchmarks.credit_counterfactual report --from-raw runs/credit_counterfactual/full   # finished arms
-    python -m benchmarks.credit_counterfactual report --from-raw DIR1 DIR2   # an arm run at other targets, merged
-    python -m benchmarks.credit_counterfactual run --checkpoint-seeds 0 1 2   # 3 checkpoints per cell (~5.3 h)
-    python -m benchmarks.credit_counterfactual claim   # the registered claim-level test of the committed report
-
-Writes ``benchmarks/results/credit_counterfactual{,_quick}.{md,json.gz}``; ``run`` keeps each finished (arm,
-checkpoint seed) as ``<runs-dir>/<arm>_ckpt<seed>.json`` and, started again, skips it.
+The design, the effects measured and what they cannot tell: docs/credit_experiments.md, "Counterfactual updates";
+the commands: docs/benchmarks.md. Per arm of ``credit_counterfactual.yaml``, :func:`make_checkpoints` saves a GRPO
+checkpoint at each target concentration; :func:`measure_batch` samples one batch from a checkpoint and applies every
+estimator's ONE update to it from the same state (the metrics: ``credit_counterfactual_report.LABELS``). The
+statistics and markdown are ``credit_counterfactual_report``'s, the registered claim-level test
+``credit_counterfactual_claim``'s.
 """
 
 from __future__ import annotations
@@ -59,48 +46,22 @@ def arm_protocol(name: str, args: Any, seed: int) -> dict[str, Any]:
                   "checkpoint_seed": seed, "batch_seed_base": args.batch_seed_base}
 
 
-MERGEABLE = ("targets", "K", "max_iterations")  # what a later run of an arm may change: where and how long it looks
-
-
 def replicate_seed(record: dict[str, Any]) -> int:
     return int(record["protocol"]["checkpoint_seed"])
 
 
-def _differing(a: dict[str, Any], b: dict[str, Any], free: Sequence[str]) -> list[str]:
-    """The protocol keys two arm records differ in, besides the ``free`` ones."""
-    return sorted(k for k in a["protocol"].keys() | b["protocol"].keys()
-                  if k not in free and a["protocol"].get(k) != b["protocol"].get(k))
-
-
-def merge_arm(parts: list[dict[str, Any]]) -> dict[str, Any]:
-    """One arm's finished runs at different targets (from one checkpoint seed) as one record: checkpoints and
-    batches joined by target, the arm time summed. Refuses runs whose protocols differ beyond ``MERGEABLE``, or
-    that share a target."""
-    first = parts[0]
-    merged = json.loads(json.dumps(first))
-    for part in parts[1:]:
-        if differing := _differing(first, part, MERGEABLE):
-            raise ValueError(f"arm {first['arm']}: runs differ in {differing}")
-        if shared := set(merged["batches"]) & set(part["batches"]):
-            raise ValueError(f"arm {first['arm']}: target(s) {sorted(shared)} are in two runs")
-        merged["checkpoints"] += part["checkpoints"]
-        merged["batches"] |= part["batches"]
-        merged["seconds"] += part["seconds"]
-        merged["protocol"]["targets"] = sorted(merged["protocol"]["targets"] + part["protocol"]["targets"])
-    merged["checkpoints"].sort(key=lambda c: c["target"])
-    return merged
-
-
-def merge_replicates(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """An arm's finished records, one merged record per checkpoint seed (:func:`merge_arm`), by seed; refused
-    where two seeds' protocols differ beyond the seed and ``MERGEABLE`` (they would not be replicates)."""
-    seeds = sorted({replicate_seed(p) for p in parts})
-    merged = [merge_arm([p for p in parts if replicate_seed(p) == seed]) for seed in seeds]
-    for other in merged[1:]:  # replicates: the same protocol but for the seed and where and how long they looked
-        if differing := _differing(merged[0], other, (*MERGEABLE, "checkpoint_seed")):
-            raise ValueError(f"arm {other['arm']}: checkpoint seeds {replicate_seed(merged[0])} and "
+def replicates(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """An arm's finished records by checkpoint seed; refused where a seed comes twice, or where two seeds'
+    protocols differ beyond the seed (they would not be replicates)."""
+    parts = sorted(parts, key=replicate_seed)
+    for first, other in zip(parts, parts[1:]):
+        if replicate_seed(first) == replicate_seed(other):
+            raise ValueError(f"arm {other['arm']}: checkpoint seed {replicate_seed(other)} is in two runs")
+        if differing := sorted(k for k in first["protocol"].keys() | other["protocol"].keys()
+                               if k != "checkpoint_seed" and first["protocol"].get(k) != other["protocol"].get(k)):
+            raise ValueError(f"arm {other['arm']}: checkpoint seeds {replicate_seed(first)} and "
                              f"{replicate_seed(other)} ran different protocols ({', '.join(differing)})")
-    return merged
+    return parts
 
 
 def finished_arm(source: Path, name: str) -> list[dict[str, Any]]:
@@ -444,8 +405,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     command.add("--out", type=Path, default=RESULTS, common=True)
     command.add("--from-raw", type=Path, nargs="+",
                 help="report: the finished arms' <arm>_ckpt<seed>.json in these folders, or the arms of a written "
-                     "report's JSON (e.g. the committed one); an arm found in several places (other targets, e.g. "
-                     "a later run --targets) is merged, checkpoint by checkpoint")
+                     "report's JSON (e.g. the committed one); an arm's checkpoint seeds from several places are "
+                     "reported together")
     command.add("--from-json", type=Path,
                 help="claim: a written report's JSON, whose summary the test reads (default: the committed one)")
     args = command.parse(argv)
@@ -468,7 +429,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             parts = [part for d in args.from_raw for part in finished_arm(d, a)]
             if parts:
                 try:
-                    results += merge_replicates(parts)
+                    results += replicates(parts)
                 except ValueError as error:
                     return refused(f"--from-raw: {error}")
         if not results:
