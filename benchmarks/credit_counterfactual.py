@@ -26,6 +26,7 @@ from benchmarks import RESULTS, read_json, refused, rescore, write_json_gz, writ
 from benchmarks.credit_counterfactual_claim import claim_markdown, claim_report
 from benchmarks.credit_counterfactual_report import render, summarize
 from benchmarks.credit_study import read_protocol
+from benchmarks.credit_study_report import nanmean
 from benchmarks.study import StudyCommand, in_processes
 from ecpo_train.files.atomic import write_text
 
@@ -231,10 +232,6 @@ def rare_at_strict_valid(batch: Any, good: dict[str, str], d_min: int) -> set[tu
     return pairs
 
 
-def _mean(values: Sequence[float]) -> float:
-    return float(np.mean(values)) if len(values) else float("nan")
-
-
 SHUFFLE_SEED = 12345  # every estimator's one update shuffles the batch alike
 
 
@@ -281,7 +278,7 @@ def measure_batch(trainer: Any, checkpoint: str, batch_seed: int, env: Any, good
     def probe(updated: Any) -> dict[str, float]:
         after = state_distributions(updated.policy, env, 1.0, cfg.env_id)
         return {"delta_j": exact_j(updated) - j_before} | {
-            k: _mean([math.log(after[s][a]) - math.log(before[s][a]) for s, a in v]) for k, v in pairs.items()}
+            k: nanmean([math.log(after[s][a]) - math.log(before[s][a]) for s, a in v]) for k, v in pairs.items()}
 
     effects = one_update_each(trainer, checkpoint, rollout, advantages, probe)
     out: dict[str, Any] = {"seed": batch_seed, "j_before": j_before, "n_lucky": len(lucky),
@@ -290,8 +287,8 @@ def measure_batch(trainer: Any, checkpoint: str, batch_seed: int, env: Any, good
     for name in ESTIMATORS:
         term = advantages[name] - advantages["grpo"]
         out["estimators"][name] = dict(effects[name]) | {
-            "term_lucky": _mean([term[x["row"]] for x in lucky]),
-            "term_lucky_sv": _mean([term[x["row"]] for x in lucky if x["strict_valid"]])}
+            "term_lucky": nanmean([term[x["row"]] for x in lucky]),
+            "term_lucky_sv": nanmean([term[x["row"]] for x in lucky if x["strict_valid"]])}
     return out
 
 

@@ -1,15 +1,10 @@
 """Credit study (issue 9): do the paper's claims about divergent anchors and ECPO hold on cheap, exact MDPs?
 
-For every (environment, estimator, group size N, seed) cell of the protocol in ``credit_study.yaml`` this trains a
-fresh tabular softmax policy as a native ``ecpo_train.runtime.trainer.Trainer`` run (nothing here re-implements its
-rollout, credit or update), measuring between iterations (``CURVE_KEYS``: the report's Definitions say what each
-is), then writes ``benchmarks/results/credit_study.{json,md}`` (raw per-run curves and the summary; the report, a
-verdict per paper claim, every number read from that summary) and ``credit_study_*.png`` (``credit_study_report``).
-``run --quick`` runs the same path on a tiny budget (CI smoke) and writes ``credit_study_quick.*`` instead.
-
-    python -m benchmarks.credit_study run            # the protocol (~30 min on 2 cores)
-    python -m benchmarks.credit_study run --quick    # smoke
-    python -m benchmarks.credit_study report --from-json benchmarks/results/credit_study.json   # no training
+Every (environment, estimator, group size N, seed) cell of ``credit_study.yaml`` trains a fresh tabular softmax
+policy as a native ``Trainer`` run (nothing here re-implements its rollout, credit or update), measuring
+``CURVE_KEYS`` between iterations (the report's Definitions say what each is); ``credit_study_report`` makes the
+summary, the markdown and the figures. Commands and outputs: docs/benchmarks.md; the statistics:
+docs/credit_experiments.md, "End-to-end training".
 """
 
 from __future__ import annotations

@@ -31,7 +31,8 @@ from benchmarks.stats import (
 PAPER_READING, ANCHOR_READING = "ecpo", "ecpo_anchor_scale"
 
 
-def _nanmean(x: Sequence[float]) -> float:
+def nanmean(x: Sequence[float]) -> float:
+    """``np.nanmean``, NaN (without numpy's warning) where no value is finite."""
     x = np.asarray(x, dtype=float)
     return float(np.nanmean(x)) if np.isfinite(x).any() else float("nan")
 
@@ -46,13 +47,13 @@ def run_metrics(run: dict[str, Any], early_fraction: float, late_fraction: float
         "final_success": float(run["final_success"]),
         "late_reward_std": float(np.std(late("train_return"), ddof=1)),
         "late_eval_std": float(np.std(late("eval_success"), ddof=1)),
-        "late_eval_return_std": _nanmean(late("eval_return_std")),
+        "late_eval_return_std": nanmean(late("eval_return_std")),
         "final_best_prob": float(c["best_action_prob"][-1]),
-        "divergent_early": _nanmean(early("divergent_fraction")),
-        "divergent_late": _nanmean(late("divergent_fraction")),
-        **{name: _nanmean(c[name]) for name in ("mean_rho", "mean_rho_strict_valid", "adv_range", "adv_std")},
-        "misranked": _nanmean(c["misranked_fraction"]),
-        "misranked_late": _nanmean(late("misranked_fraction")),
+        "divergent_early": nanmean(early("divergent_fraction")),
+        "divergent_late": nanmean(late("divergent_fraction")),
+        **{name: nanmean(c[name]) for name in ("mean_rho", "mean_rho_strict_valid", "adv_range", "adv_std")},
+        "misranked": nanmean(c["misranked_fraction"]),
+        "misranked_late": nanmean(late("misranked_fraction")),
     }
 
 
