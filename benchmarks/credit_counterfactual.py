@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import json
 import math
 import shlex
@@ -55,7 +56,7 @@ def replicates(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """An arm's finished records by checkpoint seed; refused where a seed comes twice, or where two seeds'
     protocols differ beyond the seed (they would not be replicates)."""
     parts = sorted(parts, key=replicate_seed)
-    for first, other in zip(parts, parts[1:]):
+    for first, other in itertools.pairwise(parts):
         if replicate_seed(first) == replicate_seed(other):
             raise ValueError(f"arm {other['arm']}: checkpoint seed {replicate_seed(other)} is in two runs")
         if differing := sorted(k for k in first["protocol"].keys() | other["protocol"].keys()
@@ -141,10 +142,8 @@ def supervised_step(trainer: Any, env: Any, good: dict[str, str], env_name: str,
 
 
 def make_checkpoints(arm: dict[str, Any], folder: Path, seed: int = 0, log: Any = print) -> list[dict[str, Any]]:
-    """Train the arm and save a checkpoint the first time mean pi(good) reaches each target: by GRPO iterations
-    (``arm["reach"]`` ``"grpo"``, the default) or by :func:`supervised_step` at ``arm["reach_lr"]``, then AdamW's
-    moments cleared and ``arm["settle"]`` GRPO iterations (``"supervised"``; the concentration saved is the one
-    measured after them)."""
+    """Train the arm and save a checkpoint the first time mean pi(good) reaches each target, by GRPO or by
+    supervised steps then settling (``arm["reach"]``; docs/credit_experiments.md, "Counterfactual updates")."""
     from ecpo_train.runtime.run import open_run
     from ecpo_train.runtime.trainer import Trainer
 

@@ -74,10 +74,8 @@ def relative(diff: float, own: float) -> float:
 
 
 def summarize(arms: dict[str, Any]) -> dict[str, Any]:
-    """Per (arm, concentration) cell: each checkpoint's estimator means and paired comparisons vs gigpo_std over
-    its batches (one Holm family over the report's unsaturated cells), and, where a cell has at least
-    ``MIN_CHECKPOINTS`` checkpoints, the comparisons over checkpoints (a second family); a verdict per claim,
-    from the comparisons over checkpoints when every judged cell has them (``verdict_unit``)."""
+    """Per (arm, concentration) cell, each checkpoint's estimator means and paired comparisons vs gigpo_std, the
+    comparisons over checkpoints (:func:`over_checkpoints`), and a verdict per claim on the ``verdict_unit``."""
     cells, parts = {}, []
     for arm, records in arms.items():
         for record in records:  # one per checkpoint seed
@@ -152,9 +150,7 @@ def over_checkpoints(cells: dict[str, Any], judged: Sequence[dict[str, Any]]) ->
 
 def render(summary: dict[str, Any], protocol: dict[str, Any], runtime_s: float,
            claim_test: dict[str, Any] | None = None) -> str:
-    """The report's markdown; ``claim_test`` (``credit_counterfactual_claim.claim_report``), where given, heads the
-    verdicts: the registered claim-level test, and the per-cell verdicts over checkpoints after it, as what they
-    are at 3 checkpoints."""
+    """The report's markdown, headed where given by ``claim_test`` (``credit_counterfactual_claim.claim_report``)."""
     quick = "QUICK SMOKE RUN (tiny budget, not evidence)" if protocol.get("quick") else "committed protocol"
     seeds = sorted({s for arm in protocol["arms"].values() for s in arm["checkpoint_seeds"]})
     base = {arm["batch_seed_base"] for arm in protocol["arms"].values()}

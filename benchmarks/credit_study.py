@@ -212,8 +212,7 @@ def train_run(spec: dict[str, Any]) -> dict[str, Any]:
         trainer.act_with(actor := InstructionQueryPolicy(policy))  # acts as the tabular policy
 
         def evaluate(iteration: int, repeats: int = 1) -> tuple[float, float]:
-            """Evaluation success and the std of evaluation episode returns: exact by DP on diagnostic MDPs,
-            else ``repeats`` batches of ``eval_episodes`` sampled episodes on tasks drawn from the pool."""
+            """Success and the std of episode returns: exact by DP, else ``repeats`` x ``eval_episodes`` episodes."""
             if exact:
                 return exact_success_and_return_std(probe, policy, spec["eval_temperature"], task_pool)
             episodes = []
@@ -226,8 +225,7 @@ def train_run(spec: dict[str, Any]) -> dict[str, Any]:
             return (float(np.mean([e.won for e in episodes])), float(np.std([e.total_reward for e in episodes])))
 
         def measure(sampled: Any, learned: Any) -> None:
-            """After each iteration's update (the observe hook): its rollout's success, return and credit
-            diagnostics, the misranked-anchor fraction of its advantages, and the updated policy's evaluation."""
+            """The observe hook: after each iteration's update, its ``CURVE_KEYS``."""
             curves["train_success"].append(float(sampled.metrics["success"]))
             curves["train_return"].append(float(sampled.metrics["reward_mean"]))
             credit = {k: float(v) for k, v in learned.credit.items()}

@@ -70,11 +70,8 @@ def _cells_by_seed(runs: Sequence[dict[str, Any]], early: float, late: float) ->
 
 
 def summarize(runs: Sequence[dict[str, Any]], protocol: dict[str, Any]) -> dict[str, Any]:
-    """Table cells (mean, 95% CI per env x method x N, with the seeds), the verdict of every paper claim.
-
-    Methods of one (env, N) share their seed ids, so method comparisons are paired by seed id (cells whose seeds
-    differ are refused); comparisons across N are Welch (different runs). Every comparison of the summary (claims
-    and the ECPO-readings section) is one Holm family."""
+    """Table cells (mean, 95% CI per env x method x N, with the seeds), the verdict of every paper claim: methods
+    paired by seed id, N against N by Welch (different runs), every comparison (the readings' too) one Holm family."""
     early, late = float(protocol.get("early_fraction", 0.25)), float(protocol.get("late_fraction", 0.25))
     metrics = _cells_by_seed(runs, early, late)
     envs = sorted({k[0] for k in metrics}, key=lambda e: [x["name"] for x in protocol["envs"]].index(e))
