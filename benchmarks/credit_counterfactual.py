@@ -40,8 +40,7 @@ BATCH_SEED_BASE = int(PROTOCOL["batch_seed_base"])
 
 
 def arm_protocol(name: str, args: Any, seed: int) -> dict[str, Any]:
-    """Arm ``name`` as the protocol gives it (with ``--quick``'s settings for its policy), as ``run``'s options
-    change it, from checkpoint seed ``seed``."""
+    """Arm ``name`` (with ``--quick``'s settings) as ``run``'s options change it, from checkpoint seed ``seed``."""
     arm = json.loads(json.dumps(ARMS[name] | (PROTOCOL["quick"][ARMS[name]["policy"]] if args.quick else {})))
     return arm | {"K": int(args.k or arm["K"]), "targets": sorted(args.targets) if args.targets else arm["targets"],
                   "max_iterations": args.max_iterations or arm["max_iterations"], "quick": args.quick,
@@ -87,14 +86,15 @@ def arm_config(arm: dict[str, Any], run_dir: str, seed: int) -> Any:
     return make_config(base | values | {"credit": dict(base["credit"]) | dict(arm["config"].get("credit", {}))})
 
 
-def good_doors(env: Any) -> dict[str, str]:
-    """state_key -> the good door of that room, for every room of every task of a corridor env."""
-    out = {}
-    for task in env.task_ids:
-        layout = env.layout(task)
-        for room, (doors, good) in enumerate(zip(layout.doors, layout.good_door)):
-            out[f"{task}:room{room}"] = doors[good]
-    return out
+def probe_env(arm: dict[str, Any]) -> tuple[Any, dict[str, str]]:
+    """The arm's corridor env, and state_key -> the good door of that room for every room of every task."""
+    import ecpo_gym  # noqa: F401
+    from ecpo_gym.group_workers import make_env
+
+    env = make_env(arm["env_id"], dict(arm["env_kwargs"])).unwrapped
+    layouts = {task: env.layout(task) for task in env.task_ids}
+    return env, {f"{task}:room{room}": doors[good] for task, layout in layouts.items()
+                 for room, (doors, good) in enumerate(zip(layout.doors, layout.good_door))}
 
 
 def state_distributions(policy: Any, env: Any, temperature: float, env_name: str = "") -> dict[str, dict[str, float]]:
@@ -150,8 +150,7 @@ def make_checkpoints(arm: dict[str, Any], folder: Path, seed: int = 0, log: Any 
     folder.mkdir(parents=True, exist_ok=True)
     run = open_run(Trainer, arm_config(arm, str(folder / "train"), seed), overwrite=True)  # (this search's own folder)
     trainer = run.engine
-    env = probe_env(arm)
-    good = good_doors(env)
+    env, good = probe_env(arm)
     supervised = arm.get("reach", "grpo") == "supervised"
     saved, targets, steps = [], list(arm["targets"]), 0
 
@@ -186,13 +185,6 @@ def make_checkpoints(arm: dict[str, Any], folder: Path, seed: int = 0, log: Any 
     for target in targets:
         log(f"  target pi(good) = {target} not reached in {arm['max_iterations']} iterations")
     return saved
-
-
-def probe_env(arm: dict[str, Any]) -> Any:
-    import ecpo_gym  # noqa: F401
-    from ecpo_gym.group_workers import make_env
-
-    return make_env(arm["env_id"], dict(arm["env_kwargs"])).unwrapped
 
 
 def lucky_singletons(batch: Any, good: dict[str, str], won: dict[int, bool], d_min: int) -> list[dict[str, Any]]:
@@ -231,9 +223,6 @@ def rare_at_strict_valid(batch: Any, good: dict[str, str], d_min: int) -> set[tu
     return pairs
 
 
-SHUFFLE_SEED = 12345  # every estimator's one update shuffles the batch alike
-
-
 def one_update_each(trainer: Any, checkpoint: str, rollout: Any, advantages: dict[str, np.ndarray],
                     probe: Any) -> dict[str, Any]:
     """For each estimator: reload ``checkpoint`` (weights + optimizer state), apply ONE update
@@ -246,7 +235,7 @@ def one_update_each(trainer: Any, checkpoint: str, rollout: Any, advantages: dic
         if key not in done:
             trainer.load(Path(checkpoint))
             with contextlib.redirect_stderr(io.StringIO()):
-                trainer.update_policy(rollout.batch, adv, np.random.default_rng(SHUFFLE_SEED))
+                trainer.update_policy(rollout.batch, adv, np.random.default_rng(12345))  # the same shuffle for all
             done[key] = probe(trainer)
         out[name] = done[key]
     return out
@@ -292,8 +281,7 @@ def measure_batch(trainer: Any, checkpoint: str, batch_seed: int, env: Any, good
 
 
 def run_arm(job: tuple[str, dict[str, Any], str]) -> dict[str, Any]:
-    """Checkpoints (trained from ``arm["checkpoint_seed"]``) and every batch of one arm (a process-pool job), kept
-    as ``<runs_dir>/<arm>_ckpt<seed>.json``; a job kept there under the same protocol is not run again (resume)."""
+    """One arm's checkpoints and batches (a process-pool job), kept in ``runs_dir`` (not run again)."""
     import torch
 
     from ecpo_train.runtime.trainer import Trainer
@@ -308,8 +296,7 @@ def run_arm(job: tuple[str, dict[str, Any], str]) -> dict[str, Any]:
     started = time.perf_counter()
     log = lambda text: print(f"[{name} ckpt{seed}] {text}", flush=True)
     checkpoints = make_checkpoints(arm, folder, seed=seed, log=log)
-    env = probe_env(arm)
-    good = good_doors(env)
+    env, good = probe_env(arm)
     trainer = Trainer(arm_config(arm, str(folder / "measure"), seed))
     batches: dict[str, list[dict[str, Any]]] = {}
     try:
@@ -363,8 +350,7 @@ DEFAULTS = {"arms": list(ARMS), "checkpoint_seeds": [0], "batch_seed_base": BATC
 
 
 def command_line(args: Any) -> str:
-    """The stage's command as the report quotes it: the options that shape its numbers (not where it writes, nor
-    how many processes), defaults left out."""
+    """The stage's command as the report quotes it: the options that shape its numbers, defaults left out."""
     words = ["python", "-m", "benchmarks.credit_counterfactual", args.stage] + (["--quick"] if args.quick else [])
     if args.stage == "report":
         words += ["--from-raw", *map(str, args.from_raw)]

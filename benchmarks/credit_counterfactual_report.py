@@ -156,6 +156,7 @@ def render(summary: dict[str, Any], protocol: dict[str, Any], runtime_s: float,
     base = {arm["batch_seed_base"] for arm in protocol["arms"].values()}
     per_cell = summary["checkpoints_per_cell"]
     stored = " from the stored arms (no arm rerun)" if protocol.get("from_raw") else ""
+    estimators = sorted({e for c in summary["claims"] for e in c["verdicts"]})
     lines = [
         "# Counterfactual credit updates: ECPO vs GiGPO on identical batches", "",
         (f"Run: **{quick}**, {runtime_s / 60:.1f} min of arm time (arms run side by side, niced, on a shared 2-core "
@@ -190,10 +191,10 @@ def render(summary: dict[str, Any], protocol: dict[str, Any], runtime_s: float,
                "Per checkpoint (batches as the unit): these verdicts hold for the checkpoint each cell was measured "
                f"from, not for the training procedure; fewer than {MIN_CHECKPOINTS} checkpoints per cell allow no "
                "verdict over checkpoints."), "",
-              "| Claim | " + " | ".join(_estimators(summary)) + " |", "|---|" + "---|" * len(_estimators(summary))]
+              "| Claim | " + " | ".join(estimators) + " |", "|---|" + "---|" * len(estimators)]
     for claim in summary["claims"]:
         lines.append(f"| {claim['id']}: {claim['claim']} | "
-                     + " | ".join(claim["verdicts"].get(e, "—") for e in _estimators(summary)) + " |")
+                     + " | ".join(claim["verdicts"].get(e, "—") for e in estimators) + " |")
     lines += ["", ("A claim *holds* for an estimator when every unsaturated (arm, concentration) comparison is "
                    "Holm-significant on the claimed side, *partly holds* when some are and none contradicts, "
                    "*contradicted* when significant ones lie on the other side only, *mixed* when both, and is "
@@ -262,10 +263,6 @@ def scope_note(summary: dict[str, Any], protocol: dict[str, Any]) -> list[str]:
                  "checkpoint (issue 34's review reran from another checkpoint with other batches: 44 of 60 cell "
                  f"verdicts agreed). {rerun}"), ""]
     return []
-
-
-def _estimators(summary: dict[str, Any]) -> list[str]:
-    return sorted({e for c in summary["claims"] for e in c["verdicts"]})
 
 
 def _scaled(part: dict[str, Any], scale: float) -> dict[str, Any]:

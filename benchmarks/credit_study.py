@@ -136,9 +136,8 @@ def best_action_probability(policy, actions_of: dict[str, list[str]], best: dict
 
 
 def misranked_anchor_fraction(rows: dict[str, Any], advantages: np.ndarray, best: dict[str, set[str]]) -> float:
-    """App. C's over-rewarding event, measured: among anchors (group, state) where the truly best action and
-    some worse action were both sampled, the fraction where a worse action's mean advantage exceeds the
-    best action's. NaN when no such anchor occurred in the batch."""
+    """App. C's over-rewarding event (the report's Definitions): of the anchors where the truly best and a worse
+    action were both sampled, the share where a worse one's mean advantage is the higher; NaN where none was."""
     sums: dict[tuple, list[float]] = {}
     for g, s, a, adv in zip(rows["group_ids"], rows["anchor_keys"], rows["action_keys"], advantages):
         if s in best:
@@ -160,8 +159,7 @@ DIAGNOSTICS = {"divergent_fraction": "divergent_anchor_fraction", "mean_rho": "m
 
 
 def cell_config(spec: dict[str, Any], run_dir: str, task_pool: Sequence[str]):
-    """The native trainer's ``TrainConfig`` for one cell: the tabular policy on the cell's env, method, N, credit
-    and optimiser settings; no validation, checkpoint, TensorBoard or progress bar (the study evaluates)."""
+    """The native trainer's ``TrainConfig`` for one cell; no validation, checkpoint or TensorBoard (the study's)."""
     from ecpo_train.runtime.config import TrainConfig
 
     seed, n, optim = spec["seed"], spec["group_size"], spec["optim"]
@@ -179,8 +177,7 @@ def cell_config(spec: dict[str, Any], run_dir: str, task_pool: Sequence[str]):
 
 
 def train_run(spec: dict[str, Any]) -> dict[str, Any]:
-    """Train one fresh tabular policy for one cell with the native trainer; per-iteration curves (measured through
-    the run shell's ``observe`` hook) and summary numbers."""
+    """One cell: a fresh tabular policy trained by the native trainer, its curves and its final success."""
     import contextlib
     import io
     import tempfile
@@ -300,9 +297,8 @@ cell_key = operator.itemgetter("env_name", "method", "group_size", "seed")  # a 
 
 def run_study(protocol: dict[str, Any], env_names: Sequence[str] | None = None, workers: int | None = None,
               done: Sequence[dict[str, Any]] = (), on_run: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
-    """Train every cell of the protocol over a process pool; the runs sorted by cell. Cells already in ``done``
-    (finished runs, e.g. read back after an interruption) are not trained again and are returned with the rest;
-    ``on_run`` sees each new run as it finishes (to keep it on disk at once)."""
+    """Every cell's run, sorted by cell: ``done``'s finished ones as they are, the others trained over a process
+    pool; ``on_run`` sees each new run as it finishes (to keep it on disk at once)."""
     finished = {cell_key(r) for r in done}
     specs = [spec for spec in run_specs(protocol, env_names) if cell_key(spec) not in finished]
     runs, started = [], time.perf_counter()

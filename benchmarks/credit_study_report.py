@@ -26,8 +26,7 @@ from benchmarks.stats import (
     welch_diff,
 )
 
-# The two readings of ECPO's eq. eca_adv (issue 17): sigma_act as written, and the anchor's occurrence-level std
-# (the scale App. C's bound is stated on). Compared head to head by summarize()'s "readings" entry.
+# eq. eca_adv's two readings (issue 17), compared head to head by summarize()'s "readings": see reading_paragraph
 PAPER_READING, ANCHOR_READING = "ecpo", "ecpo_anchor_scale"
 
 

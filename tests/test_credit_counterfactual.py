@@ -312,8 +312,7 @@ def test_the_llm_arm_reaches_a_concentration_by_supervised_steps_then_settles_wi
            "config": {"device": "cpu", "save_optimizer": True, "model": str(tiny_model_dir), "lr": 3e-3,
                       "n_groups": 1, "group_size": 4},
            "targets": [], "max_iterations": 40, "reach": "supervised", "settle": 1}
-    env = protocol.probe_env(arm)
-    good = protocol.good_doors(env)
+    env, good = protocol.probe_env(arm)
     trainer = Trainer(protocol.arm_config(arm, str(tmp_path / "probe"), 0))
     try:
         start = protocol.concentration(trainer.policy, env, good, arm["env_id"])
