@@ -125,9 +125,8 @@ def summarize(arms: dict[str, Any]) -> dict[str, Any]:
 
 
 def over_checkpoints(cells: dict[str, Any], judged: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per unsaturated cell with at least ``MIN_CHECKPOINTS`` checkpoints and per (estimator, metric): the mean
-    over checkpoints of each checkpoint's mean paired difference, its t-interval with the checkpoint as the unit,
-    and that mean as a fraction of GiGPO w/std's own mean effect; Holm-corrected as a family of their own."""
+    """Per unsaturated cell of ``MIN_CHECKPOINTS``+ checkpoints, per (estimator, metric): the comparison with the
+    checkpoint as the unit, "of own" beside it, a Holm family of its own (docs/credit_experiments.md)."""
     out = []
     for key, cell in cells.items():
         if cell["saturated"] or len(cell["checkpoints"]) < MIN_CHECKPOINTS:
