@@ -1,30 +1,18 @@
 """Counterfactual credit updates (issue 23): can one update tell ECPO from GiGPO on identical batches?
 
-End-to-end comparisons at this budget have little power; this measures what one update does (the design and what it
-cannot tell: docs/credit_experiments.md, "Counterfactual updates"). Per arm of ``credit_counterfactual.yaml``,
-:func:`make_checkpoints` saves a GRPO checkpoint at each target concentration; :func:`measure_batch` samples one
-batch from a checkpoint and applies every estimator's ONE update to it from the same state. Measured per estimator:
-``delta_j`` (exact success at the validation temperature), ``lucky`` and ``lucky_sv`` (log pi(rare | s) at T = 1 at
-the batch's lucky singletons, :func:`lucky_singletons`, and at those that are StrictValid), ``rare_sv`` (log pi(a | s)
-of every non-good door sampled at a StrictValid anchor) and ``term_lucky`` (the step term: the estimator's advantage
-minus GRPO's, at the lucky singleton's row). The statistics and markdown are ``credit_counterfactual_report``'s, the
-registered claim-level test ``credit_counterfactual_claim``'s.
-
-    python -m benchmarks.credit_counterfactual run            # the committed protocol (~60 min niced, 2 cores)
-    python -m benchmarks.credit_counterfactual run --quick    # machinery smoke (< 10 min)
-    python -m benchmarks.credit_counterfactual report --from-raw runs/credit_counterfactual/full   # finished arms
-    python -m benchmarks.credit_counterfactual report --from-raw DIR1 DIR2   # an arm run at other targets, merged
-    python -m benchmarks.credit_counterfactual run --checkpoint-seeds 0 1 2   # 3 checkpoints per cell (~5.3 h)
-    python -m benchmarks.credit_counterfactual claim   # the registered claim-level test of the committed report
-
-Writes ``benchmarks/results/credit_counterfactual{,_quick}.{md,json.gz}``; ``run`` keeps each finished (arm,
-checkpoint seed) as ``<runs-dir>/<arm>_ckpt<seed>.json`` and, started again, skips it.
+The design, the effects measured and what they cannot tell: docs/credit_experiments.md, "Counterfactual updates";
+the commands: docs/benchmarks.md. Per arm of ``credit_counterfactual.yaml``, :func:`make_checkpoints` saves a GRPO
+checkpoint at each target concentration; :func:`measure_batch` samples one batch from a checkpoint and applies every
+estimator's ONE update to it from the same state (the metrics: ``credit_counterfactual_report.LABELS``). The
+statistics and markdown are ``credit_counterfactual_report``'s, the registered claim-level test
+``credit_counterfactual_claim``'s.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import json
 import math
 import shlex
@@ -39,6 +27,7 @@ from benchmarks import RESULTS, read_json, refused, rescore, write_json_gz, writ
 from benchmarks.credit_counterfactual_claim import claim_markdown, claim_report
 from benchmarks.credit_counterfactual_report import render, summarize
 from benchmarks.credit_study import read_protocol
+from benchmarks.credit_study_report import nanmean
 from benchmarks.study import StudyCommand, in_processes
 from ecpo_train.files.atomic import write_text
 
@@ -51,56 +40,29 @@ BATCH_SEED_BASE = int(PROTOCOL["batch_seed_base"])
 
 
 def arm_protocol(name: str, args: Any, seed: int) -> dict[str, Any]:
-    """Arm ``name`` as the protocol gives it (with ``--quick``'s settings for its policy), as ``run``'s options
-    change it, from checkpoint seed ``seed``."""
+    """Arm ``name`` (with ``--quick``'s settings) as ``run``'s options change it, from checkpoint seed ``seed``."""
     arm = json.loads(json.dumps(ARMS[name] | (PROTOCOL["quick"][ARMS[name]["policy"]] if args.quick else {})))
     return arm | {"K": int(args.k or arm["K"]), "targets": sorted(args.targets) if args.targets else arm["targets"],
                   "max_iterations": args.max_iterations or arm["max_iterations"], "quick": args.quick,
                   "checkpoint_seed": seed, "batch_seed_base": args.batch_seed_base}
 
 
-MERGEABLE = ("targets", "K", "max_iterations")  # what a later run of an arm may change: where and how long it looks
-
-
 def replicate_seed(record: dict[str, Any]) -> int:
     return int(record["protocol"]["checkpoint_seed"])
 
 
-def _differing(a: dict[str, Any], b: dict[str, Any], free: Sequence[str]) -> list[str]:
-    """The protocol keys two arm records differ in, besides the ``free`` ones."""
-    return sorted(k for k in a["protocol"].keys() | b["protocol"].keys()
-                  if k not in free and a["protocol"].get(k) != b["protocol"].get(k))
-
-
-def merge_arm(parts: list[dict[str, Any]]) -> dict[str, Any]:
-    """One arm's finished runs at different targets (from one checkpoint seed) as one record: checkpoints and
-    batches joined by target, the arm time summed. Refuses runs whose protocols differ beyond ``MERGEABLE``, or
-    that share a target."""
-    first = parts[0]
-    merged = json.loads(json.dumps(first))
-    for part in parts[1:]:
-        if differing := _differing(first, part, MERGEABLE):
-            raise ValueError(f"arm {first['arm']}: runs differ in {differing}")
-        if shared := set(merged["batches"]) & set(part["batches"]):
-            raise ValueError(f"arm {first['arm']}: target(s) {sorted(shared)} are in two runs")
-        merged["checkpoints"] += part["checkpoints"]
-        merged["batches"] |= part["batches"]
-        merged["seconds"] += part["seconds"]
-        merged["protocol"]["targets"] = sorted(merged["protocol"]["targets"] + part["protocol"]["targets"])
-    merged["checkpoints"].sort(key=lambda c: c["target"])
-    return merged
-
-
-def merge_replicates(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """An arm's finished records, one merged record per checkpoint seed (:func:`merge_arm`), by seed; refused
-    where two seeds' protocols differ beyond the seed and ``MERGEABLE`` (they would not be replicates)."""
-    seeds = sorted({replicate_seed(p) for p in parts})
-    merged = [merge_arm([p for p in parts if replicate_seed(p) == seed]) for seed in seeds]
-    for other in merged[1:]:  # replicates: the same protocol but for the seed and where and how long they looked
-        if differing := _differing(merged[0], other, (*MERGEABLE, "checkpoint_seed")):
-            raise ValueError(f"arm {other['arm']}: checkpoint seeds {replicate_seed(merged[0])} and "
+def replicates(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """An arm's finished records by checkpoint seed; refused where a seed comes twice, or where two seeds'
+    protocols differ beyond the seed (they would not be replicates)."""
+    parts = sorted(parts, key=replicate_seed)
+    for first, other in itertools.pairwise(parts):
+        if replicate_seed(first) == replicate_seed(other):
+            raise ValueError(f"arm {other['arm']}: checkpoint seed {replicate_seed(other)} is in two runs")
+        if differing := sorted(k for k in first["protocol"].keys() | other["protocol"].keys()
+                               if k != "checkpoint_seed" and first["protocol"].get(k) != other["protocol"].get(k)):
+            raise ValueError(f"arm {other['arm']}: checkpoint seeds {replicate_seed(first)} and "
                              f"{replicate_seed(other)} ran different protocols ({', '.join(differing)})")
-    return merged
+    return parts
 
 
 def finished_arm(source: Path, name: str) -> list[dict[str, Any]]:
@@ -124,14 +86,15 @@ def arm_config(arm: dict[str, Any], run_dir: str, seed: int) -> Any:
     return make_config(base | values | {"credit": dict(base["credit"]) | dict(arm["config"].get("credit", {}))})
 
 
-def good_doors(env: Any) -> dict[str, str]:
-    """state_key -> the good door of that room, for every room of every task of a corridor env."""
-    out = {}
-    for task in env.task_ids:
-        layout = env.layout(task)
-        for room, (doors, good) in enumerate(zip(layout.doors, layout.good_door)):
-            out[f"{task}:room{room}"] = doors[good]
-    return out
+def probe_env(arm: dict[str, Any]) -> tuple[Any, dict[str, str]]:
+    """The arm's corridor env, and state_key -> the good door of that room for every room of every task."""
+    import ecpo_gym  # noqa: F401
+    from ecpo_gym.group_workers import make_env
+
+    env = make_env(arm["env_id"], dict(arm["env_kwargs"])).unwrapped
+    layouts = {task: env.layout(task) for task in env.task_ids}
+    return env, {f"{task}:room{room}": doors[good] for task, layout in layouts.items()
+                 for room, (doors, good) in enumerate(zip(layout.doors, layout.good_door))}
 
 
 def state_distributions(policy: Any, env: Any, temperature: float, env_name: str = "") -> dict[str, dict[str, float]]:
@@ -179,18 +142,15 @@ def supervised_step(trainer: Any, env: Any, good: dict[str, str], env_name: str,
 
 
 def make_checkpoints(arm: dict[str, Any], folder: Path, seed: int = 0, log: Any = print) -> list[dict[str, Any]]:
-    """Train the arm and save a checkpoint the first time mean pi(good) reaches each target: by GRPO iterations
-    (``arm["reach"]`` ``"grpo"``, the default) or by :func:`supervised_step` at ``arm["reach_lr"]``, then AdamW's
-    moments cleared and ``arm["settle"]`` GRPO iterations (``"supervised"``; the concentration saved is the one
-    measured after them)."""
+    """Train the arm and save a checkpoint the first time mean pi(good) reaches each target, by GRPO or by
+    supervised steps then settling (``arm["reach"]``; docs/credit_experiments.md, "Counterfactual updates")."""
     from ecpo_train.runtime.run import open_run
     from ecpo_train.runtime.trainer import Trainer
 
     folder.mkdir(parents=True, exist_ok=True)
     run = open_run(Trainer, arm_config(arm, str(folder / "train"), seed), overwrite=True)  # (this search's own folder)
     trainer = run.engine
-    env = probe_env(arm)
-    good = good_doors(env)
+    env, good = probe_env(arm)
     supervised = arm.get("reach", "grpo") == "supervised"
     saved, targets, steps = [], list(arm["targets"]), 0
 
@@ -225,13 +185,6 @@ def make_checkpoints(arm: dict[str, Any], folder: Path, seed: int = 0, log: Any 
     for target in targets:
         log(f"  target pi(good) = {target} not reached in {arm['max_iterations']} iterations")
     return saved
-
-
-def probe_env(arm: dict[str, Any]) -> Any:
-    import ecpo_gym  # noqa: F401
-    from ecpo_gym.group_workers import make_env
-
-    return make_env(arm["env_id"], dict(arm["env_kwargs"])).unwrapped
 
 
 def lucky_singletons(batch: Any, good: dict[str, str], won: dict[int, bool], d_min: int) -> list[dict[str, Any]]:
@@ -270,13 +223,6 @@ def rare_at_strict_valid(batch: Any, good: dict[str, str], d_min: int) -> set[tu
     return pairs
 
 
-def _mean(values: Sequence[float]) -> float:
-    return float(np.mean(values)) if len(values) else float("nan")
-
-
-SHUFFLE_SEED = 12345  # every estimator's one update shuffles the batch alike
-
-
 def one_update_each(trainer: Any, checkpoint: str, rollout: Any, advantages: dict[str, np.ndarray],
                     probe: Any) -> dict[str, Any]:
     """For each estimator: reload ``checkpoint`` (weights + optimizer state), apply ONE update
@@ -289,7 +235,7 @@ def one_update_each(trainer: Any, checkpoint: str, rollout: Any, advantages: dic
         if key not in done:
             trainer.load(Path(checkpoint))
             with contextlib.redirect_stderr(io.StringIO()):
-                trainer.update_policy(rollout.batch, adv, np.random.default_rng(SHUFFLE_SEED))
+                trainer.update_policy(rollout.batch, adv, np.random.default_rng(12345))  # the same shuffle for all
             done[key] = probe(trainer)
         out[name] = done[key]
     return out
@@ -320,7 +266,7 @@ def measure_batch(trainer: Any, checkpoint: str, batch_seed: int, env: Any, good
     def probe(updated: Any) -> dict[str, float]:
         after = state_distributions(updated.policy, env, 1.0, cfg.env_id)
         return {"delta_j": exact_j(updated) - j_before} | {
-            k: _mean([math.log(after[s][a]) - math.log(before[s][a]) for s, a in v]) for k, v in pairs.items()}
+            k: nanmean([math.log(after[s][a]) - math.log(before[s][a]) for s, a in v]) for k, v in pairs.items()}
 
     effects = one_update_each(trainer, checkpoint, rollout, advantages, probe)
     out: dict[str, Any] = {"seed": batch_seed, "j_before": j_before, "n_lucky": len(lucky),
@@ -329,14 +275,13 @@ def measure_batch(trainer: Any, checkpoint: str, batch_seed: int, env: Any, good
     for name in ESTIMATORS:
         term = advantages[name] - advantages["grpo"]
         out["estimators"][name] = dict(effects[name]) | {
-            "term_lucky": _mean([term[x["row"]] for x in lucky]),
-            "term_lucky_sv": _mean([term[x["row"]] for x in lucky if x["strict_valid"]])}
+            "term_lucky": nanmean([term[x["row"]] for x in lucky]),
+            "term_lucky_sv": nanmean([term[x["row"]] for x in lucky if x["strict_valid"]])}
     return out
 
 
 def run_arm(job: tuple[str, dict[str, Any], str]) -> dict[str, Any]:
-    """Checkpoints (trained from ``arm["checkpoint_seed"]``) and every batch of one arm (a process-pool job), kept
-    as ``<runs_dir>/<arm>_ckpt<seed>.json``; a job kept there under the same protocol is not run again (resume)."""
+    """One arm's checkpoints and batches (a process-pool job), kept in ``runs_dir`` (not run again)."""
     import torch
 
     from ecpo_train.runtime.trainer import Trainer
@@ -351,8 +296,7 @@ def run_arm(job: tuple[str, dict[str, Any], str]) -> dict[str, Any]:
     started = time.perf_counter()
     log = lambda text: print(f"[{name} ckpt{seed}] {text}", flush=True)
     checkpoints = make_checkpoints(arm, folder, seed=seed, log=log)
-    env = probe_env(arm)
-    good = good_doors(env)
+    env, good = probe_env(arm)
     trainer = Trainer(arm_config(arm, str(folder / "measure"), seed))
     batches: dict[str, list[dict[str, Any]]] = {}
     try:
@@ -406,8 +350,7 @@ DEFAULTS = {"arms": list(ARMS), "checkpoint_seeds": [0], "batch_seed_base": BATC
 
 
 def command_line(args: Any) -> str:
-    """The stage's command as the report quotes it: the options that shape its numbers (not where it writes, nor
-    how many processes), defaults left out."""
+    """The stage's command as the report quotes it: the options that shape its numbers, defaults left out."""
     words = ["python", "-m", "benchmarks.credit_counterfactual", args.stage] + (["--quick"] if args.quick else [])
     if args.stage == "report":
         words += ["--from-raw", *map(str, args.from_raw)]
@@ -444,8 +387,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     command.add("--out", type=Path, default=RESULTS, common=True)
     command.add("--from-raw", type=Path, nargs="+",
                 help="report: the finished arms' <arm>_ckpt<seed>.json in these folders, or the arms of a written "
-                     "report's JSON (e.g. the committed one); an arm found in several places (other targets, e.g. "
-                     "a later run --targets) is merged, checkpoint by checkpoint")
+                     "report's JSON (e.g. the committed one); an arm's checkpoint seeds from several places are "
+                     "reported together")
     command.add("--from-json", type=Path,
                 help="claim: a written report's JSON, whose summary the test reads (default: the committed one)")
     args = command.parse(argv)
@@ -468,7 +411,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             parts = [part for d in args.from_raw for part in finished_arm(d, a)]
             if parts:
                 try:
-                    results += merge_replicates(parts)
+                    results += replicates(parts)
                 except ValueError as error:
                     return refused(f"--from-raw: {error}")
         if not results:

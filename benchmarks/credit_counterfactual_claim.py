@@ -8,8 +8,6 @@ the checkpoint seeds not yet run; the value and the test set out in docs/credit_
 test"). Seeds 0-2 shaped the claim and are evaluated here as *exploratory* only. The power (``power``) is computed
 before the run from the committed per-checkpoint means and SDs; those were seen before the claim was written, so it
 is optimistic, and the power at half of them is given beside it.
-
-    python -m benchmarks.credit_counterfactual claim   # power, registration, exploratory evaluation on seeds 0-2
 """
 
 from __future__ import annotations

@@ -74,10 +74,8 @@ def relative(diff: float, own: float) -> float:
 
 
 def summarize(arms: dict[str, Any]) -> dict[str, Any]:
-    """Per (arm, concentration) cell: each checkpoint's estimator means and paired comparisons vs gigpo_std over
-    its batches (one Holm family over the report's unsaturated cells), and, where a cell has at least
-    ``MIN_CHECKPOINTS`` checkpoints, the comparisons over checkpoints (a second family); a verdict per claim,
-    from the comparisons over checkpoints when every judged cell has them (``verdict_unit``)."""
+    """Per (arm, concentration) cell, each checkpoint's estimator means and paired comparisons vs gigpo_std, the
+    comparisons over checkpoints (:func:`over_checkpoints`), and a verdict per claim on the ``verdict_unit``."""
     cells, parts = {}, []
     for arm, records in arms.items():
         for record in records:  # one per checkpoint seed
@@ -127,9 +125,8 @@ def summarize(arms: dict[str, Any]) -> dict[str, Any]:
 
 
 def over_checkpoints(cells: dict[str, Any], judged: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per unsaturated cell with at least ``MIN_CHECKPOINTS`` checkpoints and per (estimator, metric): the mean
-    over checkpoints of each checkpoint's mean paired difference, its t-interval with the checkpoint as the unit,
-    and that mean as a fraction of GiGPO w/std's own mean effect; Holm-corrected as a family of their own."""
+    """Per unsaturated cell of ``MIN_CHECKPOINTS``+ checkpoints, per (estimator, metric): the comparison with the
+    checkpoint as the unit, "of own" beside it, a Holm family of its own (docs/credit_experiments.md)."""
     out = []
     for key, cell in cells.items():
         if cell["saturated"] or len(cell["checkpoints"]) < MIN_CHECKPOINTS:
@@ -152,14 +149,13 @@ def over_checkpoints(cells: dict[str, Any], judged: Sequence[dict[str, Any]]) ->
 
 def render(summary: dict[str, Any], protocol: dict[str, Any], runtime_s: float,
            claim_test: dict[str, Any] | None = None) -> str:
-    """The report's markdown; ``claim_test`` (``credit_counterfactual_claim.claim_report``), where given, heads the
-    verdicts: the registered claim-level test, and the per-cell verdicts over checkpoints after it, as what they
-    are at 3 checkpoints."""
+    """The report's markdown, headed where given by ``claim_test`` (``credit_counterfactual_claim.claim_report``)."""
     quick = "QUICK SMOKE RUN (tiny budget, not evidence)" if protocol.get("quick") else "committed protocol"
     seeds = sorted({s for arm in protocol["arms"].values() for s in arm["checkpoint_seeds"]})
     base = {arm["batch_seed_base"] for arm in protocol["arms"].values()}
     per_cell = summary["checkpoints_per_cell"]
     stored = " from the stored arms (no arm rerun)" if protocol.get("from_raw") else ""
+    estimators = sorted({e for c in summary["claims"] for e in c["verdicts"]})
     lines = [
         "# Counterfactual credit updates: ECPO vs GiGPO on identical batches", "",
         (f"Run: **{quick}**, {runtime_s / 60:.1f} min of arm time (arms run side by side, niced, on a shared 2-core "
@@ -194,10 +190,10 @@ def render(summary: dict[str, Any], protocol: dict[str, Any], runtime_s: float,
                "Per checkpoint (batches as the unit): these verdicts hold for the checkpoint each cell was measured "
                f"from, not for the training procedure; fewer than {MIN_CHECKPOINTS} checkpoints per cell allow no "
                "verdict over checkpoints."), "",
-              "| Claim | " + " | ".join(_estimators(summary)) + " |", "|---|" + "---|" * len(_estimators(summary))]
+              "| Claim | " + " | ".join(estimators) + " |", "|---|" + "---|" * len(estimators)]
     for claim in summary["claims"]:
         lines.append(f"| {claim['id']}: {claim['claim']} | "
-                     + " | ".join(claim["verdicts"].get(e, "—") for e in _estimators(summary)) + " |")
+                     + " | ".join(claim["verdicts"].get(e, "—") for e in estimators) + " |")
     lines += ["", ("A claim *holds* for an estimator when every unsaturated (arm, concentration) comparison is "
                    "Holm-significant on the claimed side, *partly holds* when some are and none contradicts, "
                    "*contradicted* when significant ones lie on the other side only, *mixed* when both, and is "
@@ -266,10 +262,6 @@ def scope_note(summary: dict[str, Any], protocol: dict[str, Any]) -> list[str]:
                  "checkpoint (issue 34's review reran from another checkpoint with other batches: 44 of 60 cell "
                  f"verdicts agreed). {rerun}"), ""]
     return []
-
-
-def _estimators(summary: dict[str, Any]) -> list[str]:
-    return sorted({e for c in summary["claims"] for e in c["verdicts"]})
 
 
 def _scaled(part: dict[str, Any], scale: float) -> dict[str, Any]:

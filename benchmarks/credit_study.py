@@ -1,15 +1,10 @@
 """Credit study (issue 9): do the paper's claims about divergent anchors and ECPO hold on cheap, exact MDPs?
 
-For every (environment, estimator, group size N, seed) cell of the protocol in ``credit_study.yaml`` this trains a
-fresh tabular softmax policy as a native ``ecpo_train.runtime.trainer.Trainer`` run (nothing here re-implements its
-rollout, credit or update), measuring between iterations (``CURVE_KEYS``: the report's Definitions say what each
-is), then writes ``benchmarks/results/credit_study.{json,md}`` (raw per-run curves and the summary; the report, a
-verdict per paper claim, every number read from that summary) and ``credit_study_*.png`` (``credit_study_report``).
-``run --quick`` runs the same path on a tiny budget (CI smoke) and writes ``credit_study_quick.*`` instead.
-
-    python -m benchmarks.credit_study run            # the protocol (~30 min on 2 cores)
-    python -m benchmarks.credit_study run --quick    # smoke
-    python -m benchmarks.credit_study report --from-json benchmarks/results/credit_study.json   # no training
+Every (environment, estimator, group size N, seed) cell of ``credit_study.yaml`` trains a fresh tabular softmax
+policy as a native ``Trainer`` run (nothing here re-implements its rollout, credit or update), measuring
+``CURVE_KEYS`` between iterations (the report's Definitions say what each is); ``credit_study_report`` makes the
+summary, the markdown and the figures. Commands and outputs: docs/benchmarks.md; the statistics:
+docs/credit_experiments.md, "End-to-end training".
 """
 
 from __future__ import annotations
@@ -141,9 +136,8 @@ def best_action_probability(policy, actions_of: dict[str, list[str]], best: dict
 
 
 def misranked_anchor_fraction(rows: dict[str, Any], advantages: np.ndarray, best: dict[str, set[str]]) -> float:
-    """App. C's over-rewarding event, measured: among anchors (group, state) where the truly best action and
-    some worse action were both sampled, the fraction where a worse action's mean advantage exceeds the
-    best action's. NaN when no such anchor occurred in the batch."""
+    """App. C's over-rewarding event (the report's Definitions): of the anchors where the truly best and a worse
+    action were both sampled, the share where a worse one's mean advantage is the higher; NaN where none was."""
     sums: dict[tuple, list[float]] = {}
     for g, s, a, adv in zip(rows["group_ids"], rows["anchor_keys"], rows["action_keys"], advantages):
         if s in best:
@@ -165,8 +159,7 @@ DIAGNOSTICS = {"divergent_fraction": "divergent_anchor_fraction", "mean_rho": "m
 
 
 def cell_config(spec: dict[str, Any], run_dir: str, task_pool: Sequence[str]):
-    """The native trainer's ``TrainConfig`` for one cell: the tabular policy on the cell's env, method, N, credit
-    and optimiser settings; no validation, checkpoint, TensorBoard or progress bar (the study evaluates)."""
+    """The native trainer's ``TrainConfig`` for one cell; no validation, checkpoint or TensorBoard (the study's)."""
     from ecpo_train.runtime.config import TrainConfig
 
     seed, n, optim = spec["seed"], spec["group_size"], spec["optim"]
@@ -184,8 +177,7 @@ def cell_config(spec: dict[str, Any], run_dir: str, task_pool: Sequence[str]):
 
 
 def train_run(spec: dict[str, Any]) -> dict[str, Any]:
-    """Train one fresh tabular policy for one cell with the native trainer; per-iteration curves (measured through
-    the run shell's ``observe`` hook) and summary numbers."""
+    """One cell: a fresh tabular policy trained by the native trainer, its curves and its final success."""
     import contextlib
     import io
     import tempfile
@@ -217,8 +209,7 @@ def train_run(spec: dict[str, Any]) -> dict[str, Any]:
         trainer.act_with(actor := InstructionQueryPolicy(policy))  # acts as the tabular policy
 
         def evaluate(iteration: int, repeats: int = 1) -> tuple[float, float]:
-            """Evaluation success and the std of evaluation episode returns: exact by DP on diagnostic MDPs,
-            else ``repeats`` batches of ``eval_episodes`` sampled episodes on tasks drawn from the pool."""
+            """Success and the std of episode returns: exact by DP, else ``repeats`` x ``eval_episodes`` episodes."""
             if exact:
                 return exact_success_and_return_std(probe, policy, spec["eval_temperature"], task_pool)
             episodes = []
@@ -231,8 +222,7 @@ def train_run(spec: dict[str, Any]) -> dict[str, Any]:
             return (float(np.mean([e.won for e in episodes])), float(np.std([e.total_reward for e in episodes])))
 
         def measure(sampled: Any, learned: Any) -> None:
-            """After each iteration's update (the observe hook): its rollout's success, return and credit
-            diagnostics, the misranked-anchor fraction of its advantages, and the updated policy's evaluation."""
+            """The observe hook: after each iteration's update, its ``CURVE_KEYS``."""
             curves["train_success"].append(float(sampled.metrics["success"]))
             curves["train_return"].append(float(sampled.metrics["reward_mean"]))
             credit = {k: float(v) for k, v in learned.credit.items()}
@@ -307,9 +297,8 @@ cell_key = operator.itemgetter("env_name", "method", "group_size", "seed")  # a 
 
 def run_study(protocol: dict[str, Any], env_names: Sequence[str] | None = None, workers: int | None = None,
               done: Sequence[dict[str, Any]] = (), on_run: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
-    """Train every cell of the protocol over a process pool; the runs sorted by cell. Cells already in ``done``
-    (finished runs, e.g. read back after an interruption) are not trained again and are returned with the rest;
-    ``on_run`` sees each new run as it finishes (to keep it on disk at once)."""
+    """Every cell's run, sorted by cell: ``done``'s finished ones as they are, the others trained over a process
+    pool; ``on_run`` sees each new run as it finishes (to keep it on disk at once)."""
     finished = {cell_key(r) for r in done}
     specs = [spec for spec in run_specs(protocol, env_names) if cell_key(spec) not in finished]
     runs, started = [], time.perf_counter()

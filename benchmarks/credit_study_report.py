@@ -26,12 +26,12 @@ from benchmarks.stats import (
     welch_diff,
 )
 
-# The two readings of ECPO's eq. eca_adv (issue 17): sigma_act as written, and the anchor's occurrence-level std
-# (the scale App. C's bound is stated on). Compared head to head by summarize()'s "readings" entry.
+# eq. eca_adv's two readings (issue 17), compared head to head by summarize()'s "readings": see reading_paragraph
 PAPER_READING, ANCHOR_READING = "ecpo", "ecpo_anchor_scale"
 
 
-def _nanmean(x: Sequence[float]) -> float:
+def nanmean(x: Sequence[float]) -> float:
+    """``np.nanmean``, NaN (without numpy's warning) where no value is finite."""
     x = np.asarray(x, dtype=float)
     return float(np.nanmean(x)) if np.isfinite(x).any() else float("nan")
 
@@ -46,13 +46,13 @@ def run_metrics(run: dict[str, Any], early_fraction: float, late_fraction: float
         "final_success": float(run["final_success"]),
         "late_reward_std": float(np.std(late("train_return"), ddof=1)),
         "late_eval_std": float(np.std(late("eval_success"), ddof=1)),
-        "late_eval_return_std": _nanmean(late("eval_return_std")),
+        "late_eval_return_std": nanmean(late("eval_return_std")),
         "final_best_prob": float(c["best_action_prob"][-1]),
-        "divergent_early": _nanmean(early("divergent_fraction")),
-        "divergent_late": _nanmean(late("divergent_fraction")),
-        **{name: _nanmean(c[name]) for name in ("mean_rho", "mean_rho_strict_valid", "adv_range", "adv_std")},
-        "misranked": _nanmean(c["misranked_fraction"]),
-        "misranked_late": _nanmean(late("misranked_fraction")),
+        "divergent_early": nanmean(early("divergent_fraction")),
+        "divergent_late": nanmean(late("divergent_fraction")),
+        **{name: nanmean(c[name]) for name in ("mean_rho", "mean_rho_strict_valid", "adv_range", "adv_std")},
+        "misranked": nanmean(c["misranked_fraction"]),
+        "misranked_late": nanmean(late("misranked_fraction")),
     }
 
 
@@ -69,11 +69,8 @@ def _cells_by_seed(runs: Sequence[dict[str, Any]], early: float, late: float) ->
 
 
 def summarize(runs: Sequence[dict[str, Any]], protocol: dict[str, Any]) -> dict[str, Any]:
-    """Table cells (mean, 95% CI per env x method x N, with the seeds), the verdict of every paper claim.
-
-    Methods of one (env, N) share their seed ids, so method comparisons are paired by seed id (cells whose seeds
-    differ are refused); comparisons across N are Welch (different runs). Every comparison of the summary (claims
-    and the ECPO-readings section) is one Holm family."""
+    """Table cells (mean, 95% CI per env x method x N, with the seeds), the verdict of every paper claim: methods
+    paired by seed id, N against N by Welch (different runs), every comparison (the readings' too) one Holm family."""
     early, late = float(protocol.get("early_fraction", 0.25)), float(protocol.get("late_fraction", 0.25))
     metrics = _cells_by_seed(runs, early, late)
     envs = sorted({k[0] for k in metrics}, key=lambda e: [x["name"] for x in protocol["envs"]].index(e))

@@ -265,31 +265,18 @@ def test_verdicts_over_checkpoints_take_the_checkpoint_as_the_unit():
     assert two["verdict_unit"] == "batches" and two["over_checkpoints"] == []
 
 
-def test_an_arm_run_at_other_targets_later_merges_and_a_clash_is_refused():
-    """``--from-raw DIR1 DIR2``: one arm's runs at different targets become one record (checkpoints and batches
-    joined by target, arm time summed); a target in both runs, or a protocol that differs beyond targets and K,
-    is refused rather than silently mixed."""
+def test_an_arms_checkpoint_seeds_are_reported_together_and_a_clash_is_refused():
+    """``--from-raw DIR1 DIR2``: an arm's records from several places are its replicates, by checkpoint seed; a
+    seed found twice, or a replicate that ran another protocol, is refused (naming the key), never silently mixed."""
     cf = credit_counterfactual
-    merge_arm = cf.merge_arm
-    protocol = {"policy": "llm", "lr": 1e-4, "targets": [0.5], "K": 4, "checkpoint_seed": 0}
-    early = {"arm": "a", "protocol": protocol, "checkpoints": [{"target": 0.5}], "batches": {"0.50": [1, 2]},
-             "seconds": 10.0}
-    late = {"arm": "a", "protocol": protocol | {"targets": [0.8, 0.95], "K": 2},
-            "checkpoints": [{"target": 0.95}, {"target": 0.8}], "batches": {"0.80": [3], "0.95": [4]}, "seconds": 5.0}
-    merged = merge_arm([late, early])
-    assert [c["target"] for c in merged["checkpoints"]] == [0.5, 0.8, 0.95]
-    assert merged["batches"] == {"0.50": [1, 2], "0.80": [3], "0.95": [4]}
-    assert merged["seconds"] == 15.0 and merged["protocol"]["targets"] == [0.5, 0.8, 0.95]
-    with pytest.raises(ValueError, match=r"target\(s\) \['0.50'\] are in two runs"):
-        merge_arm([early, early])
-    with pytest.raises(ValueError, match=r"differ in \['lr'\]"):
-        merge_arm([early, late | {"protocol": late["protocol"] | {"lr": 1e-5}}])
-    # runs from another checkpoint seed are another replicate, never merged into this one
-    other = early | {"protocol": protocol | {"checkpoint_seed": 1}}
-    assert [cf.replicate_seed(r) for r in cf.merge_replicates([late, other, early])] == [0, 1]
-    # ... and a replicate must have run the same protocol (here another learning rate): refused, naming the key
-    with pytest.raises(ValueError, match=r"checkpoint seeds 0 and 1 ran different protocols \(lr\)"):
-        cf.merge_replicates([early, other | {"protocol": other["protocol"] | {"lr": 1e-5}}])
+    protocol = {"policy": "llm", "lr": 1e-4, "targets": [0.5], "K": 4, "checkpoint_seed": 1}
+    late = {"arm": "a", "protocol": protocol, "checkpoints": [], "batches": {}, "seconds": 5.0}
+    early = late | {"protocol": protocol | {"checkpoint_seed": 0}}
+    assert [cf.replicate_seed(r) for r in cf.replicates([late, early])] == [0, 1]
+    with pytest.raises(ValueError, match=r"checkpoint seed 0 is in two runs"):
+        cf.replicates([early, late, early])
+    with pytest.raises(ValueError, match=r"checkpoint seeds 0 and 1 ran different protocols \(K, targets\)"):
+        cf.replicates([early, late | {"protocol": protocol | {"targets": [0.8], "K": 2}}])
 
 
 def test_a_finished_arm_is_read_from_a_runs_folder_or_from_a_written_reports_json(tmp_path):
@@ -325,8 +312,7 @@ def test_the_llm_arm_reaches_a_concentration_by_supervised_steps_then_settles_wi
            "config": {"device": "cpu", "save_optimizer": True, "model": str(tiny_model_dir), "lr": 3e-3,
                       "n_groups": 1, "group_size": 4},
            "targets": [], "max_iterations": 40, "reach": "supervised", "settle": 1}
-    env = protocol.probe_env(arm)
-    good = protocol.good_doors(env)
+    env, good = protocol.probe_env(arm)
     trainer = Trainer(protocol.arm_config(arm, str(tmp_path / "probe"), 0))
     try:
         start = protocol.concentration(trainer.policy, env, good, arm["env_id"])
