@@ -206,7 +206,7 @@ def write_outputs(stem: Path, name: str, protocol: Protocol, overrides: list[str
     stored = {"protocol": name, "overrides": overrides, "seconds": seconds, "complete": True}
     stored |= {"command": command} if command else {}
     stem.parent.mkdir(parents=True, exist_ok=True)
-    stem.with_suffix(".json").write_text(json.dumps(stored | {"results": results}, indent=1))
+    write_text(stem.with_suffix(".json"), json.dumps(stored | {"results": results}, indent=1))
     held = replace(protocol, seeds=sorted({r["seed"] for r in all_runs(results)}), overrides=overrides)
     text = report(results, name, held, seconds, how)
     write_text(stem.with_suffix(".md"), text)

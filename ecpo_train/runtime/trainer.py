@@ -305,7 +305,7 @@ class Trainer:
             random.setstate(state["python_rng"])
             np.random.set_state(state["numpy_global_rng"])
             if state.get("policy_rng") is not None:  # (_chooser_stream)
-                self.policy.generator.set_state(state["policy_rng"])
+                own_generator(self.policy).set_state(state["policy_rng"])
             self.iteration = int(state["iteration"])
         except (KeyError, TypeError, ValueError, RuntimeError, OverflowError, AttributeError) as err:
             raise ValueError(f"checkpoint {path}: its random streams cannot be restored ({type(err).__name__}: "
