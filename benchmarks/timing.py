@@ -33,10 +33,10 @@ def cpu_model() -> str:
 
 def machine() -> dict[str, Any]:
     """The facts a figure is read with: platform, Python, CPU model, cores (and those usable), the load now."""
-    model = cpu_model()
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return {"platform": platform.platform(), "python": platform.python_version(), "cpu": model,
-            "cpus": os.cpu_count(), "usable_cpus": usable, "load_average_1m": load()}
+    from ecpo_train.runtime.limits import usable_cores
+
+    return {"platform": platform.platform(), "python": platform.python_version(), "cpu": cpu_model(),
+            "cpus": os.cpu_count(), "usable_cpus": usable_cores(), "load_average_1m": load()}
 
 
 def latency(seconds: list[float], tail: int = 90) -> dict[str, float]:
