@@ -27,7 +27,7 @@ from benchmarks import RESULTS, read_json, refused, rescore, write_json_gz, writ
 from benchmarks.credit_counterfactual_claim import claim_markdown, claim_report
 from benchmarks.credit_counterfactual_report import render, summarize
 from benchmarks.credit_study import read_protocol
-from benchmarks.credit_study_report import nanmean
+from benchmarks.stats import nanmean
 from benchmarks.study import StudyCommand, in_processes
 from ecpo_train.files.atomic import write_text
 

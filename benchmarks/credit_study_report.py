@@ -19,6 +19,7 @@ from benchmarks.stats import (
     claim_verdict,
     fmt_part,
     mean_ci,
+    nanmean,
     paired_diff,
     paired_values,
     pearson,
@@ -28,12 +29,6 @@ from benchmarks.stats import (
 
 # eq. eca_adv's two readings (issue 17), compared head to head by summarize()'s "readings": see reading_paragraph
 PAPER_READING, ANCHOR_READING = "ecpo", "ecpo_anchor_scale"
-
-
-def nanmean(x: Sequence[float]) -> float:
-    """``np.nanmean``, NaN (without numpy's warning) where no value is finite."""
-    x = np.asarray(x, dtype=float)
-    return float(np.nanmean(x)) if np.isfinite(x).any() else float("nan")
 
 
 def run_metrics(run: dict[str, Any], early_fraction: float, late_fraction: float) -> dict[str, float]:

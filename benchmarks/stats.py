@@ -397,6 +397,12 @@ def mde_from_none_won(n: int, alpha: float = ALPHA, power: float = POWER) -> tup
 
 
 # ------------------------------------------------------------------------------- cells and independent rates
+def nanmean(x: Sequence[float]) -> float:
+    """``np.nanmean``, NaN (without numpy's warning) where no value is finite."""
+    x = np.asarray(x, dtype=float)
+    return float(np.nanmean(x)) if np.isfinite(x).any() else float("nan")
+
+
 def t975(df: int) -> float:
     """Two-sided 95% Student-t quantile with ``df`` degrees of freedom (NaN below 1)."""
     return float(stats.t.ppf(0.975, df)) if df >= 1 else float("nan")
