@@ -12,6 +12,9 @@ the one rule for "finished". Checkpoints are not kept. Layout, for a testbed ``b
     <bed.folder>/<policy>/<manifest>.jsonl.gz, machine.json
     runs/<policy>/metrics.jsonl.gz, config.yaml.gz
 
+A study whose runs play no endpoint keeps only each finished run's curve and config, ``runs/<run>/...gz`` as above
+(``keep_runs``; ``restore_runs`` puts them back).
+
 Kept results are checked before they are used, each refusal one line naming the file: ``keep`` records each file's
 sha256 as it writes it, and ``restore`` (and ``keep``, before adding) refuses a file that differs from it, is not
 listed or is gone; a kept ``.gz`` unpacks to at most ``MAX_UNPACKED`` bytes; a restored log must hold every game.
@@ -231,10 +234,7 @@ def keep_finished(out: Path, keep: Path, bed: Played) -> list[str]:
     copied = []
     for name in _policies(out, bed):
         if not evaluation_complete(keep, name, bed, kept=True) and evaluation_complete(out, name, bed):
-            for plain in (out / "runs" / name / f for f in RUN_FILES):  # (gzip's mtime 0: the same bytes each time)
-                if plain.is_file() or plain.is_symlink():
-                    _put(gzip.compress(_read(plain, out), mtime=0), keep / "runs" / name / f"{plain.name}.gz", keep,
-                         sums)
+            _keep_run(out, keep, name, sums)
             _put((json.dumps(machine(), indent=1) + "\n").encode(), _job(keep, name, bed) / MACHINE, keep, sums)
             log = gzip.compress(_read(_log(out, name, bed, kept=False), out), mtime=0)
             _put(log, _log(keep, name, bed, kept=True), keep, sums)  # last: it marks the job kept
@@ -265,8 +265,48 @@ def restore_kept(keep: Path, out: Path, bed: Played) -> list[str]:
                 _write(_job(out, name, bed) / MACHINE, _read(_job(keep, name, bed) / MACHINE, keep), out)
             restored.append(name)
         if evaluation_complete(keep, name, bed, kept=True):
-            for file in RUN_FILES:
-                kept_run, plain = keep / "runs" / name / f"{file}.gz", out / "runs" / name / file
-                if kept_run.is_file() and not plain.exists():
-                    _write(plain, _gunzip(kept_run, keep), out)
+            _restore_run(keep, out, name)
     return restored
+
+
+def _keep_run(out: Path, keep: Path, name: str, sums: dict[str, str]) -> None:
+    """The training run ``out/runs/<name>``'s curve and config, gzipped into ``keep/runs/<name>/``."""
+    for plain in (out / "runs" / name / f for f in reversed(RUN_FILES)):  # the curve last: it marks the run kept
+        if plain.is_file() or plain.is_symlink():  # (gzip's mtime 0: the same bytes each time)
+            _put(gzip.compress(_read(plain, out), mtime=0), keep / "runs" / name / f"{plain.name}.gz", keep, sums)
+
+
+def _restore_run(keep: Path, out: Path, name: str) -> None:
+    """``keep``'s curve and config of the training run ``name`` put back into ``out/runs/<name>`` where it lacks them."""
+    for file in RUN_FILES:
+        kept_run, plain = keep / "runs" / name / f"{file}.gz", out / "runs" / name / file
+        if kept_run.is_file() and not plain.exists():
+            _write(plain, _gunzip(kept_run, keep), out)
+
+
+def run_kept(keep: Path, name: str) -> bool:
+    """Whether ``keep`` holds the training run ``name``'s curve (kept after its config: the curve marks it)."""
+    return (keep / "runs" / name / f"{RUN_FILES[0]}.gz").is_file()
+
+
+def keep_runs(out: Path, keep: Path, names: list[str]) -> list[str]:
+    """Copy into ``keep`` the curve and config of each training run ``out/runs/<name>`` of ``names`` that ``keep`` does
+    not hold yet (a study whose runs play no endpoint, such as the regime study's recipe tuning: the caller keeps a run
+    once it has finished), each file's sha256 added to ``SHA256SUMS``; returns the runs copied. ``keep`` is checked
+    first (``check_kept``)."""
+    sums = check_kept(keep, dropped_ok=True)
+    copied = [name for name in names if not run_kept(keep, name) and (out / "runs" / name / RUN_FILES[0]).is_file()]
+    for name in copied:
+        _keep_run(out, keep, name, sums)
+        _write_sums(keep, sums)
+    return copied
+
+
+def restore_runs(keep: Path, out: Path, names: list[str]) -> list[str]:
+    """Put ``keep``'s curve and config of each training run of ``names`` back into ``out/runs/<name>`` where ``out``
+    lacks them; returns the runs ``keep`` holds. ``keep`` is checked first (``check_kept``)."""
+    check_kept(keep)
+    held = [name for name in names if run_kept(keep, name)]
+    for name in held:
+        _restore_run(keep, out, name)
+    return held
