@@ -8,11 +8,16 @@ the runs are ``benchmarks.alfworld_text``'s schedule on the testbeds ``regime_op
     python -m benchmarks.regime_study pilot-seeds --out runs/regime          # the seed count, by the registered rule
     python -m benchmarks.regime_study report --out runs/regime --json benchmarks/results/regime_study.json
     python -m benchmarks.regime_study figure --out runs/regime --png benchmarks/results/regime_diagnostics.png
+    python -m benchmarks.regime_study tune --out runs/regime-tuning [--round 2] [--jobs 2]   # the recipe's tuning
+    python -m benchmarks.regime_study tune-report --out runs/regime-tuning [--round 2] --json FILE   # its rule
 
 ``probe`` trains each arm a few iterations from each warm start and prints the credit diagnostics (StrictValid share,
 the share of rows whose advantage differs from GRPO's, the invalid-action rate): the regime before any study run. It
 plays no ``valid_seen`` game. ``report`` reads the endpoint (read once, after the last run) and the validation curves;
 ``figure`` draws each arm's training success and diagnostics over the iterations beside the paper's noise proxy.
+``tune`` trains the protocol's tuning round (each candidate recipe x ``tuning.arms``, train games only: no
+``valid_seen`` game) and keeps each finished run's metrics and config in ``tuning.keep``; ``tune-report`` applies the
+registered rule to them against the registered recipe's pilot runs (seed 1).
 """
 
 from __future__ import annotations
@@ -134,13 +139,24 @@ def endpoint_success(out: Path, bed: Any, seeds: list[int], labels: list[str] | 
     return success
 
 
+def finished(lines: list[dict[str, float]], iterations: int) -> bool:
+    """Whether a run's metrics ``lines`` reach its last iteration, ``iterations``: the run has finished."""
+    return bool(lines) and int(lines[-1]["iteration"]) == iterations
+
+
+def validation_points(lines: list[dict[str, float]], iterations: int) -> list[float] | None:
+    """val/success at each of a run's validation points, in order; ``None`` for a run that has not finished or has no
+    validation point."""
+    points = [float(line["val/success"]) for line in lines if "val/success" in line]
+    return points if finished(lines, iterations) and points else None
+
+
 def validation_auc(out: Path, bed: Any, seeds: list[int]) -> dict[str, dict[tuple[str, int], float]]:
     """``arm -> (warm start, seed) -> mean val/success over the run's validation points`` (runs that finished)."""
     iterations, auc = protocol()["iterations"], {}
     for start, arm, seed in jobs(bed, seeds):
-        lines = program.metrics_of(out / "runs" / program.job_name(start, arm, seed))
-        points = [float(line["val/success"]) for line in lines if "val/success" in line]
-        if lines and int(lines[-1]["iteration"]) == iterations and points:
+        points = validation_points(program.metrics_of(out / "runs" / program.job_name(start, arm, seed)), iterations)
+        if points:
             auc.setdefault(arm, {})[(start.label, seed)] = sum(points) / len(points)
     return auc
 
@@ -224,17 +240,194 @@ def figure(out: Path, bed_name: str, png: Path, seeds: list[int], keys: tuple[st
     return png
 
 
-# The options each stage reads besides --out and --testbed (probe, figure); --json: every stage's result written too.
-STAGE_OPTIONS = {"probe": ("json", "warm_starts"), "pilot-seeds": ("json",), "report": ("json",),
-                 "figure": ("json", "png", "seeds")}
+# ---------------------------------------------------------------------------------------------- tuning
+# The recipe's tuning (regime_study.yaml's `tuning`, registered before its runs): each candidate recipe (the registered
+# one with the candidate's overrides) trains the arms `tuning.arms` from one warm start at one seed; validated on the
+# preset's 48 train games only (no valid_seen game is played); judged by the registered rule (`choose`).
+ROUNDS = {1: "candidates", 2: "second_round"}
+
+
+def tuning_candidates(spec: dict[str, Any], round_: int) -> dict[str, list[str]]:
+    """``candidate -> its overrides`` of the tuning's round ``round_`` (1: ``candidates``, 2: ``second_round``)."""
+    if round_ not in ROUNDS:
+        raise ValueError(f"--round {round_}: the registered tuning has rounds {sorted(ROUNDS)}")
+    return {str(name): [str(o) for o in overrides] for name, overrides in spec["tuning"][ROUNDS[round_]].items()}
+
+
+def tuning_name(candidate: str, arm: str, seed: int) -> str:
+    """A tuning run's folder under ``runs/`` (and in the kept folder): ``CANDIDATE-ARM-sSEED``."""
+    return f"{candidate}-{arm}-s{seed}"
+
+
+def tuning_warm(spec: dict[str, Any]) -> Any:
+    """The study testbed's warm start the tuning trains from (``tuning.warm_start``)."""
+    bed = _bed(spec["testbeds"]["study"])
+    return next(start for start in bed.warm_starts if start.label == spec["tuning"]["warm_start"])
+
+
+def repo_path(path: str) -> Path:
+    """A folder the protocol names (relative to the repository's root)."""
+    return Path(path) if Path(path).is_absolute() else PROTOCOL.parent.parent / path
+
+
+def tune_command(out: Path, spec: dict[str, Any], candidate: str, arm: str, overrides: list[str]) -> list[str] | None:
+    """The ``ecpo`` arguments that train ``arm`` under ``candidate``'s recipe in ``out``: the schedule's training
+    command (``alfworld_text.train_command``: it resumes a run with a checkpoint) and the candidate's overrides after
+    it; ``None`` where the run has finished (it is not trained again)."""
+    tuning, bed = spec["tuning"], _bed(spec["testbeds"]["study"])
+    run_dir = out / "runs" / tuning_name(candidate, arm, tuning["seed"])
+    if finished(program.metrics_of(run_dir), tuning["iterations"]):
+        return None
+    return program.train_command(run_dir, out / tuning_warm(spec).folder, arm, tuning["seed"], tuning["iterations"],
+                                 bed) + overrides
+
+
+def tune(out: Path, round_: int, parallel: int, keep: Path, spec: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Every (candidate, arm) of the round trained in ``out`` where not finished, ``parallel`` at a time, from the
+    warm start (made first where missing); each finished run's curve and config kept in ``keep`` as it finishes
+    (``study_keep.keep_runs``). No run plays a valid_seen game."""
+    import threading
+
+    from benchmarks.study import run_jobs
+    from benchmarks.study_keep import check_kept, keep_runs
+    from ecpo_train.runtime.config import load_config
+
+    spec = spec or protocol()
+    tuning, bed, warm = spec["tuning"], _bed(spec["testbeds"]["study"]), tuning_warm(spec)
+    candidates = tuning_candidates(spec, round_)
+    if parallel < 1:
+        raise ValueError(f"--jobs {parallel}: give a count >= 1")
+    for candidate, overrides in candidates.items():  # a bad override is refused before any work
+        try:
+            load_config(bed.preset, [*bed.overrides, *overrides])
+        except (ValueError, TypeError) as err:
+            raise ValueError(f"tuning candidate {candidate[:80]!r}: {str(err)[:200]}") from None
+    check_kept(keep, dropped_ok=True)  # a damaged kept folder is refused before the hours of training
+    (out / "logs").mkdir(parents=True, exist_ok=True)
+    if not (out / warm.folder / "sft.json").is_file():
+        program.ecpo(*program.warm_start_command(out / warm.folder, bed, warm), log=out / "logs" / f"{warm.folder}.log")
+    keeping, trained = threading.Lock(), {}
+
+    def job(candidate: str, arm: str, overrides: list[str]) -> None:
+        name = tuning_name(candidate, arm, tuning["seed"])
+        command = tune_command(out, spec, candidate, arm, overrides)
+        if command is not None:
+            program.ecpo(*command, log=out / "logs" / f"{name}.log")
+        if not finished(program.metrics_of(out / "runs" / name), tuning["iterations"]):
+            raise RuntimeError(f"tuning run {name} stopped before iteration {tuning['iterations']} (log: "
+                               f"{out / 'logs' / name}.log)")
+        with keeping:
+            keep_runs(out, keep, [name])
+        trained[name] = "trained" if command is not None else "finished before"
+        print(f"{name}: {trained[name]}", flush=True)
+
+    run_jobs([lambda c=candidate, a=arm, o=overrides: job(c, a, o)
+              for candidate, overrides in candidates.items() for arm in tuning["arms"]], parallel)
+    return {"round": round_, "keep": str(keep), "runs": trained}
+
+
+def run_lines(name: str, out: Path | None, keep: Path) -> list[dict[str, float]]:
+    """A run's metrics lines: ``out/runs/<name>``'s where ``out`` holds them, else ``keep``'s (checked first and read
+    through a scratch folder: nothing is written to ``out``); a run neither holds is a ``ValueError`` naming it."""
+    import tempfile
+
+    from benchmarks.study_keep import restore_runs
+
+    if out is not None and (lines := program.metrics_of(out / "runs" / name)):
+        return lines
+    with tempfile.TemporaryDirectory() as scratch:
+        restore_runs(keep, Path(scratch), [name])
+        if lines := program.metrics_of(Path(scratch) / "runs" / name):
+            return lines
+    where = f"{str(out / 'runs')[:200]} nor {str(keep)[:200]}" if out is not None else str(keep)[:200]
+    raise ValueError(f"run {name} is missing: {'neither ' if out is not None else ''}{where} holds its metrics")
+
+
+def curve_summary(lines: list[dict[str, float]], iterations: int, name: str) -> dict[str, Any]:
+    """A finished run's validation AUC (the mean of val/success over its validation points), its first and last
+    point, and whether it collapsed (its last point below half its first); a run not finished, or never validated, is
+    a ``ValueError`` naming it."""
+    points = validation_points(lines, iterations)
+    if points is None and finished(lines, iterations):
+        raise ValueError(f"run {name} has no validation point (val/success): it was not validated")
+    if points is None:
+        end = int(lines[-1]["iteration"]) if lines else 0
+        raise ValueError(f"run {name} has not finished: its metrics end at iteration {end} of {iterations}")
+    first, last = points[0], points[-1]
+    return {"run": name, "auc": sum(points) / len(points), "first": first, "last": last,
+            "collapsed": last < 0.5 * first, "points": len(points)}
+
+
+def choose(scores: dict[str, float], collapsed: dict[str, list[str]], registered: float, round_: int
+           ) -> tuple[str, str]:
+    """The registered rule: the candidate with the highest score is chosen if it beats the registered recipe's score
+    and none of its arms collapsed (``collapsed[candidate]``: those that did); otherwise a second round follows (after
+    round 1) or nothing is chosen (after round 2). Returns the choice and the reason in words."""
+    otherwise = "none: run round 2" if round_ == 1 else "none"
+    then = ("; the second round (tuning.second_round) follows" if round_ == 1
+            else "; round 2 was the last registered round: no recipe is chosen")
+    best = max(scores.values())
+    top = [name for name, score in scores.items() if score == best]
+    if len(top) > 1:
+        return otherwise, f"{' and '.join(top)} tie at the highest score {best:.4f}: the rule names one" + then
+    name = top[0]
+    if not best > registered:
+        return otherwise, (f"the highest-scoring candidate, {name} ({best:.4f}, the lower of its arms' validation AUC), "
+                           f"does not beat the registered recipe's {registered:.4f}" + then)
+    if collapsed[name]:
+        return otherwise, (f"the highest-scoring candidate, {name} ({best:.4f}), beats the registered recipe's "
+                           f"{registered:.4f}, but its {', '.join(collapsed[name])} collapsed (last validation point "
+                           "below half its first)" + then)
+    return name, (f"{name} has the highest score, {best:.4f} (the lower of its arms' validation AUC), beats the "
+                  f"registered recipe's {registered:.4f}, and none of its arms collapsed")
+
+
+def tune_report(out: Path | None, round_: int, keep: Path, spec: dict[str, Any] | None = None,
+                registered_keep: Path | None = None) -> dict[str, Any]:
+    """The registered rule on the round's runs (read from ``out``, else ``keep``) against the registered recipe's
+    (the pilot's seed-1 runs of the tuning's arms, kept in the study testbed's kept folder, or ``registered_keep``)."""
+    spec = spec or protocol()
+    tuning, warm = spec["tuning"], tuning_warm(spec)
+    registered_keep = registered_keep or repo_path(spec["keep"][spec["testbeds"]["study"]])
+    pilot_seed = spec["pilot"]["seeds"][0]
+    candidates = {}
+    for candidate, overrides in tuning_candidates(spec, round_).items():
+        arms = {arm: curve_summary(run_lines(name, out, keep), tuning["iterations"], name)
+                for arm in tuning["arms"] for name in [tuning_name(candidate, arm, tuning["seed"])]}
+        candidates[candidate] = {"overrides": overrides, "arms": arms,
+                                 "score": min(part["auc"] for part in arms.values())}
+    arms = {arm: curve_summary(run_lines(name, None, registered_keep), spec["iterations"], name)
+            for arm in tuning["arms"] for name in [program.job_name(warm, arm, pilot_seed)]}
+    registered = {"arms": arms, "score": min(part["auc"] for part in arms.values())}
+    scores = {candidate: part["score"] for candidate, part in candidates.items()}
+    chosen, reason = choose(scores, {candidate: [arm for arm, p in part["arms"].items() if p["collapsed"]]
+                                     for candidate, part in candidates.items()}, registered["score"], round_)
+    return {"protocol": PROTOCOL.name, "round": round_,
+            "policy": "small text policy (policies/text.py), not a language model",
+            "validation": "in-run validation on the preset's 48 train games; no valid_seen game was played",
+            "warm_start": warm.label, "seed": tuning["seed"], "iterations": tuning["iterations"],
+            "rule": "score = the lowest of the arms' validation AUC; the highest score is chosen if it beats the "
+                    "registered recipe's and no arm of it ends below half its first validation point",
+            "candidates": candidates, "scores": scores, "registered": registered, "chosen": chosen, "reason": reason}
+
+
+# The options each stage reads besides --out; --json: every stage's result written too.
+STAGE_OPTIONS = {"probe": ("json", "warm_starts", "testbed"), "pilot-seeds": ("json",), "report": ("json",),
+                 "figure": ("json", "png", "seeds", "testbed"), "tune": ("json", "round", "jobs", "keep"),
+                 "tune-report": ("json", "round", "keep")}
+DEFAULTS = {"testbed": "regime_open", "round": 1, "jobs": 2}  # filled in once allowed; --keep: the protocol's
 
 
 def main(argv: list[str] | None = None) -> int:
     from benchmarks.study import StudyCommand, run_stage
 
-    command = StudyCommand(__spec__.name, __doc__.split("\n\n")[0], STAGE_OPTIONS)
+    command = StudyCommand(__spec__.name, __doc__.split("\n\n")[0], STAGE_OPTIONS, defaults=DEFAULTS)
     command.add("--out", required=True, common=True, help="the study folder (alfworld_text run's --out)")
-    command.add("--testbed", default="regime_open", common=True, help="probe, figure: regime_open or regime_admissible")
+    command.add("--testbed", help="probe, figure: regime_open (default) or regime_admissible")
+    command.add("--round", type=int, choices=sorted(ROUNDS), help="tune, tune-report: the tuning's round (default 1)")
+    command.add("--jobs", type=int, help=f"tune: runs in parallel (default {DEFAULTS['jobs']})")
+    command.add("--keep", help="tune, tune-report: the folder that keeps the tuning runs' metrics and configs "
+                               "(default: the protocol's tuning.keep)")
     command.add("--json", help="write the result here as well")
     command.add("--png", help="figure: the image to write")
     command.add("--seeds", nargs="+", type=int, help="figure: the runs' seeds (default: the study's)")
@@ -251,6 +444,11 @@ def main(argv: list[str] | None = None) -> int:
             return pilot_seeds(out)
         if args.stage == "report":
             return report(out)
+        if args.stage in ("tune", "tune-report"):
+            keep = Path(args.keep) if args.keep else repo_path(protocol()["tuning"]["keep"])
+            if args.stage == "tune":
+                return tune(out, args.round, args.jobs, keep)
+            return tune_report(out, args.round, keep)
         if not args.png:
             raise ValueError("figure needs --png")
         return {"png": str(figure(out, args.testbed, Path(args.png), args.seeds or study_seeds(protocol())))}
