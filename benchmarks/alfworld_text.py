@@ -231,13 +231,9 @@ def outcomes(out: Path, name: str, bed: Testbed = ALFWORLD) -> dict[str, dict[st
 
 
 def by_type(records: dict[str, dict[str, Any]]) -> dict[str, float]:
-    row = {}
-    for kind in TYPES:
-        won = [bool(r["success"]) for r in records.values() if r["task_type"] == kind]
-        row[kind] = sum(won) / len(won) if won else float("nan")
-    row["All"] = sum(bool(r["success"]) for r in records.values()) / max(len(records), 1)
-    row["games"] = len(records)
-    return row
+    won = {kind: [bool(r["success"]) for r in records.values() if r["task_type"] == kind] for kind in TYPES}
+    return {kind: sum(w) / len(w) if w else float("nan") for kind, w in won.items()} | {
+        "All": sum(bool(r["success"]) for r in records.values()) / max(len(records), 1), "games": len(records)}
 
 
 def verdict_text(part: dict[str, Any]) -> str:
