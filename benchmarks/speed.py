@@ -208,9 +208,7 @@ OBJECTS = ["apple", "mug", "knife", "potato", "lettuce", "soapbar", "cellphone",
 def _observation(rng: Any, task: int, detail: str) -> str:
     """An ALFWorld-like observation (~0.8-1.5k characters): room description, task, admissible actions."""
     seen = ", ".join(f"a {RECEPTACLES[i % 16]} {1 + i // 16}" for i in rng.permutation(40)[:30])
-    admissible = "\n ".join(
-        f"go to {RECEPTACLES[i % 16]} {1 + i // 16}" for i in rng.permutation(40)[:20]
-    )
+    admissible = "\n ".join(f"go to {RECEPTACLES[i % 16]} {1 + i // 16}" for i in rng.permutation(40)[:20])
     return (
         "-= Welcome to TextWorld, ALFRED! =-\n\nYou are in the middle of a room. Looking quickly around you, "
         f"you see {seen}.\n\nYour task is to: put a clean {OBJECTS[task % 16]} in {RECEPTACLES[task % 16]}.\n"
