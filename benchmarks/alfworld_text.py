@@ -294,13 +294,11 @@ def report(out: Path, arms: list[str], seeds: list[int], bed: Testbed = ALFWORLD
             success.setdefault(arm, {})[seed] = by_type(after)["All"]
         across = paired_diff(gains)
         result["arms"][arm] = {"seeds": per_seed, "minus_warm_start": across | {"verdict": verdict_text(across)}}
-    parts = []
-    for other in ("gigpo_std", "grpo"):
-        if "ecpo" in success and other in success:
-            common = sorted(set(success["ecpo"]) & set(success[other]))
-            part = paired_diff([success["ecpo"][s] - success[other][s] for s in common], m=2)
-            parts.append(part | {"label": f"ecpo - {other}", "seeds": common})
-    for part in apply_holm(parts) if parts else []:
+    common = {other: sorted(set(success["ecpo"]) & set(success[other])) for other in ("gigpo_std", "grpo")
+              if "ecpo" in success and other in success}
+    parts = [paired_diff([success["ecpo"][s] - success[other][s] for s in seeds], m=2)
+             | {"label": f"ecpo - {other}", "seeds": seeds} for other, seeds in common.items()]
+    for part in apply_holm(parts):
         result["comparisons"][part["label"]] = part | {"verdict_text": verdict_text(part)}
     result["published"] = bed.published
     result["table"] = table(result, bed.published)
