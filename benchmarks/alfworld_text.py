@@ -231,13 +231,9 @@ def outcomes(out: Path, name: str, bed: Testbed = ALFWORLD) -> dict[str, dict[st
 
 
 def by_type(records: dict[str, dict[str, Any]]) -> dict[str, float]:
-    row = {}
-    for kind in TYPES:
-        won = [bool(r["success"]) for r in records.values() if r["task_type"] == kind]
-        row[kind] = sum(won) / len(won) if won else float("nan")
-    row["All"] = sum(bool(r["success"]) for r in records.values()) / max(len(records), 1)
-    row["games"] = len(records)
-    return row
+    won = {kind: [bool(r["success"]) for r in records.values() if r["task_type"] == kind] for kind in TYPES}
+    return {kind: sum(w) / len(w) if w else float("nan") for kind, w in won.items()} | {
+        "All": sum(bool(r["success"]) for r in records.values()) / max(len(records), 1), "games": len(records)}
 
 
 def verdict_text(part: dict[str, Any]) -> str:
@@ -298,13 +294,11 @@ def report(out: Path, arms: list[str], seeds: list[int], bed: Testbed = ALFWORLD
             success.setdefault(arm, {})[seed] = by_type(after)["All"]
         across = paired_diff(gains)
         result["arms"][arm] = {"seeds": per_seed, "minus_warm_start": across | {"verdict": verdict_text(across)}}
-    parts = []
-    for other in ("gigpo_std", "grpo"):
-        if "ecpo" in success and other in success:
-            common = sorted(set(success["ecpo"]) & set(success[other]))
-            part = paired_diff([success["ecpo"][s] - success[other][s] for s in common], m=2)
-            parts.append(part | {"label": f"ecpo - {other}", "seeds": common})
-    for part in apply_holm(parts) if parts else []:
+    common = {other: sorted(set(success["ecpo"]) & set(success[other])) for other in ("gigpo_std", "grpo")
+              if "ecpo" in success and other in success}
+    parts = [paired_diff([success["ecpo"][s] - success[other][s] for s in seeds], m=2)
+             | {"label": f"ecpo - {other}", "seeds": seeds} for other, seeds in common.items()]
+    for part in apply_holm(parts):
         result["comparisons"][part["label"]] = part | {"verdict_text": verdict_text(part)}
     result["published"] = bed.published
     result["table"] = table(result, bed.published)

@@ -407,13 +407,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.from_raw:
             return refused("report needs --from-raw DIR_OR_JSON [...]")
         results = []
-        for a in args.arms:
-            parts = [part for d in args.from_raw for part in finished_arm(d, a)]
-            if parts:
-                try:
-                    results += replicates(parts)
-                except ValueError as error:
-                    return refused(f"--from-raw: {error}")
+        for a in args.arms:  # (an arm with no finished record adds none)
+            try:
+                results += replicates([part for d in args.from_raw for part in finished_arm(d, a)])
+            except ValueError as error:
+                return refused(f"--from-raw: {error}")
         if not results:
             return refused(f"no finished arm under {', '.join(map(str, args.from_raw))}")
         base["quick"] = any(r["protocol"]["quick"] for r in results)

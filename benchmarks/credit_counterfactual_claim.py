@@ -79,12 +79,10 @@ def _exact_p(scores: tuple[int, ...], direction: int) -> float:
 
 def cell_spread(over_checkpoints: Iterable[Mapping[str, Any]], estimator: str) -> dict[str, tuple[float, float]]:
     """Per unsaturated cell ("arm|target"): the mean and SD over its checkpoints of ECPO - GiGPO w/std."""
-    out = {}
-    for part in over_checkpoints:
-        if (part["a"], part["metric"]) == (estimator, REGISTRATION["metric"]) and len(part["per_checkpoint"]) >= 2:
-            values = np.asarray(part["per_checkpoint"], dtype=float)
-            out[f"{part['arm']}|{part['target']}"] = (float(values.mean()), float(values.std(ddof=1)))
-    return out
+    return {f"{p['arm']}|{p['target']}": (float(np.mean(p["per_checkpoint"])),
+                                         float(np.std(p["per_checkpoint"], ddof=1)))
+            for p in over_checkpoints
+            if (p["a"], p["metric"]) == (estimator, REGISTRATION["metric"]) and len(p["per_checkpoint"]) >= 2}
 
 
 def power(spread: Mapping[str, tuple[float, float]], seeds_per_arm: int, alpha: float, effect_scale: float = 1.0,

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.credit_counterfactual_claim import claim_lines
-from benchmarks.stats import apply_holm, claim_verdict, fmt_part, keyed, paired_diff, paired_values
+from benchmarks.stats import apply_holm, claim_verdict, fmt_part, keyed, nanmean, paired_diff, paired_values
 
 BASELINE = "gigpo_std"
 METRICS = ("delta_j", "lucky", "lucky_sv", "rare_sv", "term_lucky")
@@ -60,7 +60,7 @@ def saturation(checkpoints: Sequence[dict[str, Any]]) -> str:
     """Why a cell is saturated ("" when it is not): its mean exact success, or GiGPO w/std's own mean |Delta J|."""
     success = float(np.mean([c["exact_success"] for c in checkpoints]))
     own = [c["estimators"].get(BASELINE, {}).get("delta_j", {}).get("mean", float("nan")) for c in checkpoints]
-    own_dj = abs(float(np.nanmean(own))) if any(math.isfinite(x) for x in own) else float("nan")
+    own_dj = abs(nanmean(own))
     if success >= SATURATED_SUCCESS:
         return f"exact success {success:.3f} >= {SATURATED_SUCCESS}"
     if math.isfinite(own_dj) and own_dj < DELTA_J_FLOOR:

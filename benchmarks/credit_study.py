@@ -34,9 +34,8 @@ def read_protocol(path: Path, keys: Sequence[str]) -> dict[str, Any]:
     if not path.exists():
         raise FileNotFoundError(f"study protocol not found at {path}; it ships with the repository")
     protocol = read_yaml(path.read_text())
-    for key in keys:
-        if key not in protocol:
-            raise ValueError(f"{path}: protocol is missing the key {key!r}")
+    if missing := [key for key in keys if key not in protocol]:
+        raise ValueError(f"{path}: protocol is missing the key {missing[0]!r}")
     return protocol
 
 
@@ -57,25 +56,19 @@ def load_protocol(path: Path = PROTOCOL_PATH, *, quick: bool = False) -> dict[st
 
 def run_specs(protocol: dict[str, Any], env_names: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """One spec per (env, method, N, seed) cell, heaviest first so the pool's tail is short."""
-    specs = []
     offset = int(protocol.get("seed_offset", 0))  # a pilot's seeds lie apart from the study's
-    for env in protocol["envs"]:
-        if env_names and env["name"] not in env_names:
-            continue
-        for n in protocol["group_sizes"]:
-            for method in protocol["methods"]:
-                for seed in range(offset, offset + int(protocol["seeds"])):
-                    specs.append({
-                        "env_name": env["name"], "env_id": env["id"], "env_kwargs": env.get("kwargs") or {},
-                        "iterations": int(env["iterations"]), "groups_per_batch": int(env["groups_per_batch"]),
-                        "eval": env.get("eval", "rollouts"), "eval_episodes": int(env.get("eval_episodes", 64)),
-                        "tasks": env.get("tasks"),
-                        "final_eval_episodes": int(env.get("final_eval_episodes", env.get("eval_episodes", 64))),
-                        "method": method, "group_size": int(n), "seed": seed,
-                        "credit": dict(protocol["credit"]), "optim": dict(protocol["optim"]),
-                        "rollout_temperature": float(protocol.get("rollout_temperature", 1.0)),
-                        "eval_temperature": float(protocol.get("eval_temperature", 0.4)),
-                    })
+    specs = [{"env_name": env["name"], "env_id": env["id"], "env_kwargs": env.get("kwargs") or {},
+              "iterations": int(env["iterations"]), "groups_per_batch": int(env["groups_per_batch"]),
+              "eval": env.get("eval", "rollouts"), "eval_episodes": int(env.get("eval_episodes", 64)),
+              "tasks": env.get("tasks"),
+              "final_eval_episodes": int(env.get("final_eval_episodes", env.get("eval_episodes", 64))),
+              "method": method, "group_size": int(n), "seed": seed,
+              "credit": dict(protocol["credit"]), "optim": dict(protocol["optim"]),
+              "rollout_temperature": float(protocol.get("rollout_temperature", 1.0)),
+              "eval_temperature": float(protocol.get("eval_temperature", 0.4))}
+             for env in protocol["envs"] if not env_names or env["name"] in env_names
+             for n in protocol["group_sizes"] for method in protocol["methods"]
+             for seed in range(offset, offset + int(protocol["seeds"]))]
     specs.sort(key=lambda s: -s["group_size"] * s["iterations"] * (20 if s["eval"] == "rollouts" else 1))
     return specs
 
@@ -138,15 +131,14 @@ def best_action_probability(policy, actions_of: dict[str, list[str]], best: dict
 def misranked_anchor_fraction(rows: dict[str, Any], advantages: np.ndarray, best: dict[str, set[str]]) -> float:
     """App. C's over-rewarding event (the report's Definitions): of the anchors where the truly best and a worse
     action were both sampled, the share where a worse one's mean advantage is the higher; NaN where none was."""
-    sums: dict[tuple, list[float]] = {}
+    taken: dict[tuple, list[float]] = {}
     for g, s, a, adv in zip(rows["group_ids"], rows["anchor_keys"], rows["action_keys"], advantages):
         if s in best:
-            entry = sums.setdefault((g, s, a in best[s], a), [0.0, 0])
-            entry[0] += float(adv)
-            entry[1] += 1
+            taken.setdefault((g, s, a), []).append(float(adv))
     by_anchor: dict[tuple, dict[str, list[float]]] = {}
-    for (g, s, is_best, a), (total, count) in sums.items():
-        by_anchor.setdefault((g, s), {"best": [], "worse": []})["best" if is_best else "worse"].append(total / count)
+    for (g, s, a), advs in taken.items():
+        by_anchor.setdefault((g, s), {"best": [], "worse": []})["best" if a in best[s] else "worse"].append(
+            sum(advs) / len(advs))
     compared = [v for v in by_anchor.values() if v["best"] and v["worse"]]
     return float(np.mean([max(v["worse"]) > max(v["best"]) for v in compared])) if compared else float("nan")
 

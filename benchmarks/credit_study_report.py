@@ -101,13 +101,11 @@ def summarize(runs: Sequence[dict[str, Any]], protocol: dict[str, Any]) -> dict[
     for env in envs:
         has = lambda m: m in methods
         if has("gigpo_std"):
-            parts = []
-            for n in sizes:
-                seeds, diffs = paired_values(col(env, "gigpo_std", n, "divergent_late"),
-                                             col(env, "gigpo_std", n, "divergent_early"))
-                parts.append(part("GiGPO divergent-anchor fraction, late - early", n, "divergent_late-early", "late",
-                                  "early", +1, paired_diff(diffs), seeds))
-            add("C1", "Divergent anchors become more frequent as training proceeds", env, parts)
+            pairs = {n: paired_values(col(env, "gigpo_std", n, "divergent_late"),
+                                      col(env, "gigpo_std", n, "divergent_early")) for n in sizes}
+            add("C1", "Divergent anchors become more frequent as training proceeds", env,
+                [part("GiGPO divergent-anchor fraction, late - early", n, "divergent_late-early", "late", "early", +1,
+                      paired_diff(diffs), seeds) for n, (seeds, diffs) in pairs.items()])
         if has("gigpo_std") and has("ecpo") and env == "diagnostic":
             add("C2", "GiGPO over-rewards rare lucky actions (a truly worse action out-scores the best one at an "
                       "anchor more often than under ECPO)", env,
@@ -125,24 +123,20 @@ def summarize(runs: Sequence[dict[str, Any]], protocol: dict[str, Any]) -> dict[
                 [compare(env, n, "adv_range", "ecpo", "gigpo_std", -1, "advantage range, ECPO - GiGPO")
                  for n in sizes])
         if all(has(m) for m in ("gigpo_std", "ecpo", "ecpo_eca_only", "ecpo_vargate_only")):
-            parts = []
-            for n in sizes:
-                for a, b, label in (("ecpo_eca_only", "gigpo_std", "ECA-only - GiGPO"),
-                                    ("ecpo_vargate_only", "gigpo_std", "VarGate-only - GiGPO"),
-                                    ("ecpo", "ecpo_eca_only", "ECPO - ECA-only"),
-                                    ("ecpo", "ecpo_vargate_only", "ECPO - VarGate-only")):
-                    parts.append(compare(env, n, "final_success", a, b, +1, f"final success, {label}"))
-            add("C4", "ECA-only and VarGate-only each beat GiGPO, and ECPO beats both", env, parts)
+            add("C4", "ECA-only and VarGate-only each beat GiGPO, and ECPO beats both", env,
+                [compare(env, n, "final_success", a, b, +1, f"final success, {label}") for n in sizes
+                 for a, b, label in (("ecpo_eca_only", "gigpo_std", "ECA-only - GiGPO"),
+                                     ("ecpo_vargate_only", "gigpo_std", "VarGate-only - GiGPO"),
+                                     ("ecpo", "ecpo_eca_only", "ECPO - ECA-only"),
+                                     ("ecpo", "ecpo_vargate_only", "ECPO - VarGate-only"))])
         if has("ecpo") and len(sizes) >= 2:
-            parts = []
-            for small, large in itertools.pairwise(sizes):
-                for name, what in (("mean_rho", "mean rho, all anchors"),
-                                   ("mean_rho_strict_valid", "mean rho, StrictValid anchors")):
-                    d = welch_diff(list(col(env, "ecpo", large, name).values()),
-                                   list(col(env, "ecpo", small, name).values()))
-                    parts.append(part(f"ECPO {what}, N={large} - N={small}", small, name, f"N={large}",
-                                      f"N={small}", +1, d))
-            add("C7", "VarGate's mean rho is lower at smaller N", env, parts)
+            add("C7", "VarGate's mean rho is lower at smaller N", env,
+                [part(f"ECPO {what}, N={large} - N={small}", small, name, f"N={large}", f"N={small}", +1,
+                      welch_diff(list(col(env, "ecpo", large, name).values()),
+                                 list(col(env, "ecpo", small, name).values())))
+                 for small, large in itertools.pairwise(sizes)
+                 for name, what in (("mean_rho", "mean rho, all anchors"),
+                                    ("mean_rho_strict_valid", "mean rho, StrictValid anchors"))])
     readings_parts = []
     if PAPER_READING in methods and ANCHOR_READING in methods:
         readings_parts = [{"env": env, **compare(env, n, "final_success", ANCHOR_READING, PAPER_READING, +1,

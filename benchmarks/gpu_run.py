@@ -169,10 +169,8 @@ def time_split(metrics: dict[str, float]) -> dict[str, float]:
     """An iteration's seconds by phase, one vocabulary for both engines: ``sampling`` (the native rollout:
     generation + env; RLlib: the runners' sampling as the driver waited for it), ``credit``, ``update`` (without
     the credit), ``sync`` (weights to the runners; none natively) and ``iteration``."""
-    if "time/sampling" in metrics:  # the RLlib engine
-        sampling = metrics.get("time/sampling_wait", metrics["time/sampling"])
-    else:
-        sampling = metrics["time/generation"] + metrics["time/env"]
+    sampling = (metrics.get("time/sampling_wait", metrics["time/sampling"]) if "time/sampling" in metrics  # RLlib
+                else metrics["time/generation"] + metrics["time/env"])
     return {"sampling": sampling, "credit": metrics["time/credit"], "update": metrics["time/update"],
             "sync": metrics.get("time/sync", 0.0), "iteration": metrics["time/iteration"]}
 
@@ -302,13 +300,11 @@ def remove_abandoned_work(temp: Path | None = None) -> list[Path]:
     no longer runs."""
     import psutil  # (peft requires it: the GPU machine has it)
 
-    removed = []
-    for folder in Path(temp or tempfile.gettempdir()).glob(f"{WORK_PREFIX}*-*"):
-        pid = folder.name.removeprefix(WORK_PREFIX).split("-", 1)[0]
-        if not pid.isdigit() or not folder.is_dir() or psutil.pid_exists(int(pid)):
-            continue
+    pid = lambda folder: folder.name.removeprefix(WORK_PREFIX).split("-", 1)[0]
+    removed = [folder for folder in Path(temp or tempfile.gettempdir()).glob(f"{WORK_PREFIX}*-*")
+               if pid(folder).isdigit() and folder.is_dir() and not psutil.pid_exists(int(pid(folder)))]
+    for folder in removed:
         shutil.rmtree(folder, ignore_errors=True)
-        removed.append(folder)
     return removed
 
 

@@ -137,14 +137,13 @@ def episode_lines(parts: list[dict], without: list[dict] = (), seed: Any = None)
               "variance."), ""]
     for part in parts:
         what = f"{part['a']}, final − first" if part["kind"] == "learned" else f"{part['a']} − {part['b']}, final"
+        head = f"- {part['env']} N={part['N']} {what} ({part['episodes']} episodes, seeds {part['seeds']}): "
         if part["gained"] + part["lost"] == 0:
-            lines.append(f"- {part['env']} N={part['N']} {what} ({part['episodes']} episodes, seeds {part['seeds']}): "
-                         "no episode changed its outcome")
+            lines.append(head + "no episode changed its outcome")
             continue
         by_task = f", by task {fmt_clustered(part)}" if part.get("clustered") else ""
         scope = " (one run: covers validation draws, not run-to-run variance)" if len(part["seeds"]) == 1 else ""
-        lines.append(f"- {part['env']} N={part['N']} {what} ({part['episodes']} episodes, seeds {part['seeds']}): "
-                     f"{part['gained']} gained, {part['lost']} lost, {fmt_part(part)}{by_task}, McNemar p "
+        lines.append(f"{head}{part['gained']} gained, {part['lost']} lost, {fmt_part(part)}{by_task}, McNemar p "
                      f"{part['p']:.3g} — {_said(part)}{scope}{without_text(part, list(without), seed)}")
     return lines + [""]
 

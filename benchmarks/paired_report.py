@@ -34,12 +34,9 @@ PARTS = {"trained": "trained tasks", "unseen": "unseen tasks"}
 def split_parts(trained: frozenset[str], first: list[list], second: list[list]) -> dict[str, dict[str, Any]]:
     """``paired_test(first, second)`` on the episodes of the trained tasks and on the others (a part that holds no
     episode is left out)."""
-    parts = {}
-    for part in PARTS:
-        sides = [[o for o in side if (o[0] in trained) == (part == "trained")] for side in (first, second)]
-        if sides[0]:
-            parts[part] = paired_test(*sides)
-    return parts
+    sides = {part: [[o for o in side if (o[0] in trained) == (part == "trained")] for side in (first, second)]
+             for part in PARTS}
+    return {part: paired_test(*pair) for part, pair in sides.items() if pair[0]}
 
 
 def households(outcomes: dict[str, list[list]]) -> dict[str, dict[str, int]]:

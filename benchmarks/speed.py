@@ -208,9 +208,7 @@ OBJECTS = ["apple", "mug", "knife", "potato", "lettuce", "soapbar", "cellphone",
 def _observation(rng: Any, task: int, detail: str) -> str:
     """An ALFWorld-like observation (~0.8-1.5k characters): room description, task, admissible actions."""
     seen = ", ".join(f"a {RECEPTACLES[i % 16]} {1 + i // 16}" for i in rng.permutation(40)[:30])
-    admissible = "\n ".join(
-        f"go to {RECEPTACLES[i % 16]} {1 + i // 16}" for i in rng.permutation(40)[:20]
-    )
+    admissible = "\n ".join(f"go to {RECEPTACLES[i % 16]} {1 + i // 16}" for i in rng.permutation(40)[:20])
     return (
         "-= Welcome to TextWorld, ALFRED! =-\n\nYou are in the middle of a room. Looking quickly around you, "
         f"you see {seen}.\n\nYour task is to: put a clean {OBJECTS[task % 16]} in {RECEPTACLES[task % 16]}.\n"
@@ -373,7 +371,7 @@ STAGES = {  # each stage's function and the options it reads, with their default
 
 def main(argv: list[str] | None = None) -> int:
     cmd = StudyCommand(__spec__.name if __spec__ else "benchmarks.speed", __doc__.split("\n\n")[0],
-                       {stage: tuple(options) for stage, (_, options) in STAGES.items()})
+                       {stage: options for stage, (_, options) in STAGES.items()})
     cmd.add("--out", help="the figures' JSON (default: the stage's file in benchmarks/results/)")
     cmd.add("--env", help="env: alfworld, webshop or searchqa; openenv: a registered id")
     cmd.add("--sizes", type=int, nargs="+", help="env webshop: generated catalogue sizes")
@@ -394,14 +392,10 @@ def main(argv: list[str] | None = None) -> int:
     args = cmd.parse(argv)
     if args is None:
         return 2
-    stage, options = STAGES[args.stage]
-    for option, default in options.items():
-        if getattr(args, option) is None:
-            setattr(args, option, default)
     args.out = args.out or RESULTS / f"env_throughput_{args.env}.json"  # (env: one file per environment)
     if not Path(args.out).parent.is_dir():  # checked before the minutes of timing
         fail(f"--out {args.out}: the folder {Path(args.out).parent} does not exist")
-    return run_stage(lambda: stage(args), args.out)
+    return run_stage(lambda: STAGES[args.stage][0](args), args.out)
 
 
 if __name__ == "__main__":

@@ -67,16 +67,18 @@ def flags(options: Iterable[str]) -> str:
 
 class StudyCommand:
     """A study's command line: ``STAGE`` then options; ``stages`` maps each stage to the options it reads (besides the
-    ones every stage reads, added with ``common=True``). Options of the stages default to ``None`` so that one given
-    to a stage that does not read it is seen and refused; ``defaults`` fills them in afterwards."""
+    ones every stage reads, added with ``common=True``), or to ``{option: its default in this stage}``. Options of the
+    stages default to ``None`` so that one given to a stage that does not read it is seen and refused; ``defaults``
+    (then the stage's own) fills them in afterwards."""
 
-    def __init__(self, module: str, description: str, stages: Mapping[str, Sequence[str]], stage_help: str = "",
-                 defaults: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, module: str, description: str, stages: Mapping[str, Sequence[str] | Mapping[str, Any]],
+                 stage_help: str = "", defaults: Mapping[str, Any] | None = None) -> None:
         self.parser = ArgumentParser(module, description=description)
         self.parser.add_argument("stage", choices=list(stages), help=stage_help or None)
         self.stages = {stage: tuple(options) for stage, options in stages.items()}
         self.options = tuple(dict.fromkeys(option for options in self.stages.values() for option in options))
-        self.defaults = dict(defaults or {})
+        self.defaults = {stage: dict(defaults or {}) | (dict(options) if isinstance(options, Mapping) else {})
+                         for stage, options in stages.items()}
 
     def add(self, *names: str, **kwargs: Any) -> None:
         """An option: one of the stages' (its default is ``None`` unless ``common`` is given: read by every stage)."""
@@ -93,7 +95,7 @@ class StudyCommand:
         if unused:
             refused(f"{args.stage} does not take {flags(unused)} (it takes {flags(self.stages[args.stage])})")
             return None
-        for option, default in self.defaults.items():
+        for option, default in self.defaults[args.stage].items():
             if getattr(args, option) is None:
                 setattr(args, option, default)
         return args

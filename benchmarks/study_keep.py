@@ -112,10 +112,11 @@ def _write(target: Path, data: bytes, root: Path) -> None:
     write_bytes(target, data, below=root)
 
 
-def _put(data: bytes, target: Path, keep: Path, sums: dict[str, str]) -> None:
-    """``data`` kept as ``target`` (under ``keep``), its sha256 recorded in ``sums``."""
+def _put(data: bytes, target: Path, keep: Path, sums: dict[str, str] | None) -> None:
+    """``data`` kept as ``target`` (under ``keep``), its sha256 recorded in ``sums`` (where given)."""
     _write(target, data, keep)
-    sums[target.relative_to(keep).as_posix()] = hashlib.sha256(data).hexdigest()
+    if sums is not None:
+        sums[target.relative_to(keep).as_posix()] = hashlib.sha256(data).hexdigest()
 
 
 def _gunzip(source: Path, keep: Path) -> bytes:
@@ -198,10 +199,7 @@ def _warm(source: Path, target: Path, folders: tuple[str, ...], sums: dict[str, 
         if (source / warm / "sft.json").is_file() and not (target / warm / "sft.json").is_file():
             for name in WARM_FILES:
                 if (source / warm / name).is_file() or (source / warm / name).is_symlink():
-                    data = _read(source / warm / name, source)
-                    _write(target / warm / name, data, target)
-                    if sums is not None:
-                        sums[f"{warm}/{name}"] = hashlib.sha256(data).hexdigest()
+                    _put(_read(source / warm / name, source), target / warm / name, target, sums)
 
 
 def _policies(root: Path, bed: Played) -> list[str]:
