@@ -2,7 +2,6 @@
 every run's credit diagnostics kept. The protocol is ``benchmarks/regime_study.yaml`` (registered before its runs);
 the runs are ``benchmarks.alfworld_text``'s schedule on the testbeds ``regime_open`` and ``regime_admissible``.
 
-    python -m benchmarks.regime_study probe --testbed regime_open --out runs/regime-probe       # 3 iterations per arm
     python -m benchmarks.alfworld_text run --testbed regime_open --out runs/regime --warm-starts a \\
         --arms grpo gigpo_std ecpo ecpo_d1 --seeds 1 2 3 --keep benchmarks/results/raw/regime_open   # the pilot
     python -m benchmarks.regime_study pilot-seeds --out runs/regime          # the seed count, by the registered rule
@@ -11,9 +10,7 @@ the runs are ``benchmarks.alfworld_text``'s schedule on the testbeds ``regime_op
     python -m benchmarks.regime_study tune --out runs/regime-tuning [--round 2] [--jobs 2]   # the recipe's tuning
     python -m benchmarks.regime_study tune-report --out runs/regime-tuning [--round 2] --json FILE   # its rule
 
-``probe`` trains each arm a few iterations from each warm start and prints the credit diagnostics (StrictValid share,
-the share of rows whose advantage differs from GRPO's, the invalid-action rate): the regime before any study run. It
-plays no ``valid_seen`` game. ``report`` reads the endpoint (read once, after the last run) and the validation curves;
+``report`` reads the endpoint (read once, after the last run) and the validation curves;
 ``figure`` draws each arm's training success and diagnostics over the iterations beside the paper's noise proxy.
 ``tune`` trains the protocol's tuning round (each candidate recipe x ``tuning.arms``, train games only: no
 ``valid_seen`` game) and keeps each finished run's metrics and config in ``tuning.keep``; ``tune-report`` applies the
@@ -30,7 +27,6 @@ from typing import Any
 from benchmarks import alfworld_text as program  # (the protocol's program)
 
 PROTOCOL = Path(__file__).with_name("regime_study.yaml")
-VALIDATION_KEYS = ("val/success", "val/invalid_action_rate")
 
 
 def protocol() -> dict[str, Any]:
@@ -65,36 +61,6 @@ def diagnostics_summary(lines: list[dict[str, float]]) -> dict[str, float]:
     keys = ["success", "invalid_action_rate"] + sorted({k for line in lines for k in line if k.startswith("credit/")})
     return {key: sum(float(line[key]) for line in lines if key in line) / max(1, sum(key in line for line in lines))
             for key in keys if any(key in line for line in lines)}
-
-
-# ---------------------------------------------------------------------------------------------- probe
-def probe(out: Path, bed_name: str, iterations: int = 3, labels: list[str] | None = None
-          ) -> dict[str, Any]:
-    """Each registered arm trained ``iterations`` iterations from each warm start (seed 0, not a study seed), and the
-    mean of its diagnostics over them. Warm starts are made first where missing (the study's own commands)."""
-    bed, arms = _bed(bed_name), protocol()["arms"]
-    (out / "logs").mkdir(parents=True, exist_ok=True)
-    result: dict[str, Any] = {"testbed": bed_name, "iterations": iterations, "arms": {}}
-    for start in bed.warm_starts:
-        if labels is not None and start.label not in labels:
-            continue
-        warm = out / start.folder
-        if not (warm / "sft.json").is_file():
-            program.ecpo(*program.warm_start_command(warm, bed, start), log=out / "logs" / f"{start.folder}.log")
-        for arm in arms:
-            run_dir = out / "runs" / f"{start.label}-{arm}-probe"
-            if len(program.metrics_of(run_dir)) < iterations:
-                # the warm start validated before training (iteration 0) and the run after its last iteration, on
-                # the preset's 48 train games: their success and invalid-action rate
-                command = program.train_command(run_dir, warm, arm, 0, iterations, bed) + [
-                    "val_before_training=true", "val_after_first=false", "val_every=1000"]
-                program.ecpo(*command, log=out / "logs" / f"{start.label}-{arm}-probe.log")
-            lines = program.metrics_of(run_dir)
-            validated = {int(line["iteration"]): {k: v for k, v in line.items() if k in VALIDATION_KEYS}
-                         for line in lines if "val/success" in line}
-            result["arms"].setdefault(arm, {})[start.label] = diagnostics_summary(
-                [line for line in lines if int(line["iteration"]) > 0]) | {"validation": validated}
-    return result
 
 
 # ---------------------------------------------------------------------------------------------- seeds
@@ -412,7 +378,7 @@ def tune_report(out: Path | None, round_: int, keep: Path, spec: dict[str, Any] 
 
 
 # The options each stage reads besides --out; --json: every stage's result written too.
-STAGE_OPTIONS = {"probe": ("json", "warm_starts", "testbed"), "pilot-seeds": ("json",), "report": ("json",),
+STAGE_OPTIONS = {"pilot-seeds": ("json",), "report": ("json",),
                  "figure": ("json", "png", "seeds", "testbed"), "tune": ("json", "round", "jobs", "keep"),
                  "tune-report": ("json", "round", "keep")}
 DEFAULTS = {"testbed": "regime_open", "round": 1, "jobs": 2}  # filled in once allowed; --keep: the protocol's
@@ -423,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
 
     command = StudyCommand(__spec__.name, __doc__.split("\n\n")[0], STAGE_OPTIONS, defaults=DEFAULTS)
     command.add("--out", required=True, common=True, help="the study folder (alfworld_text run's --out)")
-    command.add("--testbed", help="probe, figure: regime_open (default) or regime_admissible")
+    command.add("--testbed", help="figure: regime_open (default) or regime_admissible")
     command.add("--round", type=int, choices=sorted(ROUNDS), help="tune, tune-report: the tuning's round (default 1)")
     command.add("--jobs", type=int, help=f"tune: runs in parallel (default {DEFAULTS['jobs']})")
     command.add("--keep", help="tune, tune-report: the folder that keeps the tuning runs' metrics and configs "
@@ -431,15 +397,12 @@ def main(argv: list[str] | None = None) -> int:
     command.add("--json", help="write the result here as well")
     command.add("--png", help="figure: the image to write")
     command.add("--seeds", nargs="+", type=int, help="figure: the runs' seeds (default: the study's)")
-    command.add("--warm-starts", nargs="+", help="probe: only these warm starts (a, b; default both)")
     args = command.parse(argv)
     if args is None:
         return 2
     out = Path(args.out)
 
     def stage() -> dict[str, Any]:
-        if args.stage == "probe":
-            return probe(out, args.testbed, labels=args.warm_starts)
         if args.stage == "pilot-seeds":
             return pilot_seeds(out)
         if args.stage == "report":
