@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+ROOT = Path(__file__).resolve().parents[1]  # the checkout (its code, docs and benchmarks)
 RESULTS = Path(__file__).resolve().parent / "results"  # committed data (*.json) and reports (*.md)
 
 

@@ -10,11 +10,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks import ArgumentParser, refused
+from benchmarks import ROOT, ArgumentParser, refused
 from benchmarks.claims_sources import all_claims, estimator_table
 from benchmarks.stats import holm_p_text
 
-ROOT = Path(__file__).resolve().parents[1]
 LEDGER = ROOT / "docs" / "claims.md"
 README = ROOT / "README.md"
 TABLE_HEAD = ("| question | answer: estimate [95 % interval] | unit, n; scope | ledger |", "| --- | --- | --- | --- |")

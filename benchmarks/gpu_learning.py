@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks import ROOT
 from benchmarks.timing import timed
 
-ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_MODEL = ROOT / "device_bundle" / "models" / "smollm2-135m-instruct"
 
 

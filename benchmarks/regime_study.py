@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from benchmarks import ROOT
 from benchmarks import alfworld_text as program  # (the protocol's program)
 
 PROTOCOL = Path(__file__).with_name("regime_study.yaml")
@@ -233,7 +234,7 @@ def tuning_warm(spec: dict[str, Any]) -> Any:
 
 def repo_path(path: str) -> Path:
     """A folder the protocol names (relative to the repository's root)."""
-    return Path(path) if Path(path).is_absolute() else PROTOCOL.parent.parent / path
+    return Path(path) if Path(path).is_absolute() else ROOT / path
 
 
 def tune_command(out: Path, spec: dict[str, Any], candidate: str, arm: str, overrides: list[str]) -> list[str] | None:

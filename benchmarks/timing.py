@@ -14,7 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]  # the checkout: child processes run its code
+from benchmarks import ROOT  # the checkout: child processes run its code
+
 MB, GB = 1 << 20, 1 << 30
 
 
