@@ -293,21 +293,23 @@ def tune(out: Path, round_: int, parallel: int, keep: Path, spec: dict[str, Any]
     return {"round": round_, "keep": str(keep), "runs": trained}
 
 
-def run_lines(name: str, out: Path | None, keep: Path) -> list[dict[str, float]]:
-    """A run's metrics lines: ``out/runs/<name>``'s where ``out`` holds them, else ``keep``'s (checked first and read
+def run_lines(names: list[str], out: Path | None, keep: Path) -> dict[str, list[dict[str, float]]]:
+    """Each run's metrics lines: ``out/runs/<name>``'s where ``out`` holds them, else ``keep``'s (checked once and read
     through a scratch folder: nothing is written to ``out``); a run neither holds is a ``ValueError`` naming it."""
     import tempfile
 
     from benchmarks.study_keep import restore_runs
 
-    if out is not None and (lines := program.metrics_of(out / "runs" / name)):
-        return lines
-    with tempfile.TemporaryDirectory() as scratch:
-        restore_runs(keep, Path(scratch), [name])
-        if lines := program.metrics_of(Path(scratch) / "runs" / name):
-            return lines
-    where = f"{str(out / 'runs')[:200]} nor {str(keep)[:200]}" if out is not None else str(keep)[:200]
-    raise ValueError(f"run {name} is missing: {'neither ' if out is not None else ''}{where} holds its metrics")
+    lines = {name: program.metrics_of(out / "runs" / name) if out is not None else [] for name in names}
+    if missing := [name for name in names if not lines[name]]:
+        with tempfile.TemporaryDirectory() as scratch:
+            restore_runs(keep, Path(scratch), missing)
+            lines |= {name: program.metrics_of(Path(scratch) / "runs" / name) for name in missing}
+    for name in names:
+        if not lines[name]:
+            where = f"{str(out / 'runs')[:200]} nor {str(keep)[:200]}" if out is not None else str(keep)[:200]
+            raise ValueError(f"run {name} is missing: {'neither ' if out is not None else ''}{where} holds its metrics")
+    return lines
 
 
 def curve_summary(lines: list[dict[str, float]], iterations: int, name: str) -> dict[str, Any]:
@@ -359,12 +361,14 @@ def tune_report(out: Path | None, round_: int, keep: Path, spec: dict[str, Any] 
     pilot_seed = spec["pilot"]["seeds"][0]
     candidates = {}
     for candidate, overrides in tuning_candidates(spec, round_).items():
-        arms = {arm: curve_summary(run_lines(name, out, keep), tuning["iterations"], name)
-                for arm in tuning["arms"] for name in [tuning_name(candidate, arm, tuning["seed"])]}
+        names = {arm: tuning_name(candidate, arm, tuning["seed"]) for arm in tuning["arms"]}
+        lines = run_lines(list(names.values()), out, keep)
+        arms = {arm: curve_summary(lines[name], tuning["iterations"], name) for arm, name in names.items()}
         candidates[candidate] = {"overrides": overrides, "arms": arms,
                                  "score": min(part["auc"] for part in arms.values())}
-    arms = {arm: curve_summary(run_lines(name, None, registered_keep), spec["iterations"], name)
-            for arm in tuning["arms"] for name in [program.job_name(warm, arm, pilot_seed)]}
+    names = {arm: program.job_name(warm, arm, pilot_seed) for arm in tuning["arms"]}
+    lines = run_lines(list(names.values()), None, registered_keep)
+    arms = {arm: curve_summary(lines[name], spec["iterations"], name) for arm, name in names.items()}
     registered = {"arms": arms, "score": min(part["auc"] for part in arms.values())}
     scores = {candidate: part["score"] for candidate, part in candidates.items()}
     chosen, reason = choose(scores, {candidate: [arm for arm, p in part["arms"].items() if p["collapsed"]]
