@@ -101,6 +101,7 @@ class Testbed:
     warm_starts: tuple[WarmStart, ...] = ONE_WARM_START
     overrides: tuple[str, ...] = ()
     iterations: int = ITERATIONS  # the schedule's default
+    recipe: tuple[str, ...] = ()  # overrides of ``ecpo train`` alone (not the warm start's): a tuned recipe's changes
 
     @property
     def warm_folders(self) -> tuple[str, ...]:
@@ -170,7 +171,7 @@ def train_command(run_dir: Path, warm: Path, arm: str, seed: int, iterations: in
     resume = ["--resume"] if (run_dir / "checkpoint.pt").is_file() else ["--overwrite"] if run_dir.is_dir() else []
     return ["train", "--config", bed.preset, *resume, f"model={warm}", *ARM_SETTINGS.get(arm, (f"estimator={arm}",)),
             f"seed={seed}", f"run_dir={run_dir}", f"iterations={iterations}", "threads=1", "progress=false",
-            *bed.overrides]
+            *bed.overrides, *bed.recipe]
 
 
 def evaluate_command(out: Path, checkpoint: Path, name: str, bed: Testbed = ALFWORLD) -> list[str]:

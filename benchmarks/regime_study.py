@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -246,7 +247,7 @@ def tune_command(out: Path, spec: dict[str, Any], candidate: str, arm: str, over
     if finished(program.metrics_of(run_dir), tuning["iterations"]):
         return None
     return program.train_command(run_dir, out / tuning_warm(spec).folder, arm, tuning["seed"], tuning["iterations"],
-                                 bed) + overrides
+                                 replace(bed, recipe=())) + overrides  # candidates change the recipe as registered
 
 
 def tune(out: Path, round_: int, parallel: int, keep: Path, spec: dict[str, Any] | None = None) -> dict[str, Any]:
