@@ -20,6 +20,7 @@ import numpy as np
 
 from benchmarks import RESULTS, refused
 from benchmarks.llm_learning_report import all_runs, plot, report
+from benchmarks.study import StudyCommand, arms_by_seeds, finished, in_processes, run_stage
 from ecpo_train.files.atomic import write_text
 
 
@@ -132,7 +133,7 @@ def summaries_from_runs(folders: list[Path], methods: list[str]) -> tuple[dict, 
         for run in sorted(folder.glob("*/N*/*/seed*")):
             config = read_saved_config(run / "config.yaml")
             history = read_metrics(run) if config and (run / "metrics.jsonl").is_file() else []
-            if not history or int(history[-1]["iteration"]) < int(config["iterations"]):
+            if not config or not finished(history, int(config["iterations"])):
                 continue  # unfinished cell
             env_label, n, method = run.parts[-4], int(run.parts[-3][1:]), run.parts[-2]
             results.setdefault(env_label, {}).setdefault(n, {}).setdefault(method, []).append(
@@ -148,8 +149,6 @@ def summaries_from_runs(folders: list[Path], methods: list[str]) -> tuple[dict, 
 def run(args, protocol: Protocol) -> tuple[dict, float, str, str]:
     """``run``: every cell, a few at a time (``--jobs``, each in a spawned process: no model loads here), then the
     finished cells of the protocol's folder."""
-    from benchmarks.study import arms_by_seeds, in_processes
-
     folder = Path(args.runs_dir) / args.protocol
     starts = [(env, n) for env in protocol.envs for n in protocol.group_sizes]
     jobs = arms_by_seeds(protocol.methods, protocol.seeds, starts, lambda s, arm, seed: f"{s[0]}/N{s[1]}/{arm}/seed{seed}")
@@ -215,8 +214,6 @@ def write_outputs(stem: Path, name: str, protocol: Protocol, overrides: list[str
 
 
 def main(argv: list[str] | None = None) -> int:
-    from benchmarks.study import StudyCommand, run_stage
-
     command = StudyCommand(__spec__.name, __doc__.split("\n")[0],
                            {"run": ("runs_dir", "jobs"), "report": ("from_json", "from_runs")},
                            "run: train every cell of the protocol (resumable), then its report; report: the report of "

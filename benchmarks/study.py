@@ -46,6 +46,12 @@ def run_jobs(tasks: Iterable[Callable[[], None]], parallel: int) -> None:
             future.result()
 
 
+def finished(lines: Sequence[Mapping[str, Any]], iterations: int) -> bool:
+    """Whether a training run whose metrics lines are ``lines`` has finished: its last line reaches
+    ``iterations`` (a run's lines are in order: resuming cuts them back to its checkpoint first)."""
+    return bool(lines) and int(lines[-1]["iteration"]) >= iterations
+
+
 def in_processes(function: Callable[[Any], Any], jobs: Iterable[Any], workers: int, ordered: bool = True,
                  spawn: bool = False) -> Iterator[Any]:
     """``function(job)`` of every job, ``workers`` spawned processes at a time (one OpenMP thread each unless the
