@@ -21,22 +21,11 @@ from typing import Any
 import numpy as np
 
 from benchmarks import RESULTS, read_json, refused
-from benchmarks.study import StudyCommand, in_processes
+from benchmarks.study import StudyCommand, in_processes, read_protocol
 from ecpo_train.files.atomic import write_text
-from ecpo_train.runtime.config_values import read_yaml
 
 SEARCH_TEMPLATE = "search[<query>]"  # WebShop's open-ended admissible action
 PROTOCOL_PATH = Path(__file__).with_name("credit_study.yaml")
-
-
-def read_protocol(path: Path, keys: Sequence[str]) -> dict[str, Any]:
-    """A study's YAML protocol (committed with the repository), refused where it lacks one of ``keys``."""
-    if not path.exists():
-        raise FileNotFoundError(f"study protocol not found at {path}; it ships with the repository")
-    protocol = read_yaml(path.read_text())
-    if missing := [key for key in keys if key not in protocol]:
-        raise ValueError(f"{path}: protocol is missing the key {missing[0]!r}")
-    return protocol
 
 
 def load_protocol(path: Path = PROTOCOL_PATH, *, quick: bool = False) -> dict[str, Any]:

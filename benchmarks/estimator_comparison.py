@@ -20,8 +20,8 @@ import numpy as np
 
 from benchmarks import RESULTS
 from benchmarks.stats import apply_holm, fmt_part, paired_diff, paired_values
+from benchmarks.study import StudyCommand, read_protocol, run_stage
 from ecpo_train.files.atomic import write_text
-from ecpo_train.runtime.config_values import read_yaml
 
 PROTOCOL = Path(__file__).with_name("estimator_comparison.yaml")
 RESULT_JSON = RESULTS / "estimator_comparison.json"
@@ -30,7 +30,7 @@ KEPT = ("env_name", "method", "group_size", "seed", "final_success", "seconds", 
 
 
 def load_protocol(path: Path = PROTOCOL) -> dict[str, Any]:
-    return read_yaml(path.read_text())
+    return read_protocol(path)
 
 
 def runnable(protocol: dict[str, Any]) -> list[dict[str, Any]]:
@@ -236,8 +236,6 @@ def stage(protocol: dict[str, Any], args: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from benchmarks.study import StudyCommand, run_stage
-
     protocol = load_protocol()
     programs = ", ".join(program_testbeds(protocol))
     command = StudyCommand(__spec__.name, __doc__.split("\n\n")[0], {"report": ("from_json", "program_out")},

@@ -26,16 +26,14 @@ from typing import Any
 
 from benchmarks import ROOT
 from benchmarks import alfworld_text as program  # (the protocol's program)
-from benchmarks.study import StudyCommand, finished, run_jobs, run_stage
+from benchmarks.study import StudyCommand, finished, read_protocol, run_jobs, run_stage
 from benchmarks.study_keep import check_kept, keep_runs, manifest_games, restore_runs
 
 PROTOCOL = Path(__file__).with_name("regime_study.yaml")
 
 
 def protocol() -> dict[str, Any]:
-    from ecpo_train.runtime.config_values import read_yaml
-
-    return read_yaml(PROTOCOL.read_text(encoding="utf-8"))
+    return read_protocol(PROTOCOL)
 
 
 def _bed(name: str) -> Any:

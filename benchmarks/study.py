@@ -31,6 +31,18 @@ class Job:
     start: Any = None
 
 
+def read_protocol(path: Path, keys: Sequence[str] = ()) -> dict[str, Any]:
+    """A study's YAML protocol (committed with the repository), refused where it lacks one of ``keys``."""
+    from ecpo_train.runtime.config_values import read_yaml
+
+    if not path.exists():
+        raise FileNotFoundError(f"study protocol not found at {path}; it ships with the repository")
+    protocol = read_yaml(path.read_text(encoding="utf-8"))
+    if missing := [key for key in keys if key not in protocol]:
+        raise ValueError(f"{path}: protocol is missing the key {missing[0]!r}")
+    return protocol
+
+
 def arms_by_seeds(arms: Sequence[str], seeds: Sequence[int], starts: Sequence[Any] = (None,),
                   name: Callable[[Any, str, int], str] = lambda start, arm, seed: f"{arm}-s{seed}") -> list[Job]:
     """Every (start, arm, seed), seed-major: every arm of a seed (on each start) before the next seed, so that a study
