@@ -247,5 +247,6 @@ def main(argv: list[str] | None = None) -> int:
     args = command.parse(argv)
     return 2 if args is None else run_stage(lambda: stage(protocol, args))
 
+
 if __name__ == "__main__":
     raise SystemExit(main())
