@@ -27,9 +27,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from benchmarks import fail
+from benchmarks import fail, write_json
 from benchmarks.gpu_learning import DEFAULT_MODEL, ROOT, iteration_figures
-from benchmarks.timing import write_json
 
 POLL_SECONDS = 0.2
 CLOSING_MARGIN = 1.15  # a closing validation's time, as a multiple of the one before training (plus 10 s)
