@@ -10,16 +10,14 @@ Commands: docs/benchmarks.md and ``--help``.
 from __future__ import annotations
 
 import json
-import math
 import shlex
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import numpy as np
-
 from benchmarks import RESULTS, refused
 from benchmarks.llm_learning_report import all_runs, plot, report
+from benchmarks.stats import nanmean
 from benchmarks.study import StudyCommand, arms_by_seeds, finished, in_processes, run_stage
 from ecpo_train.files.atomic import write_text
 
@@ -83,24 +81,19 @@ def summarise_run(history: list[dict]) -> dict:
     last = max((int(m["iteration"]) for m in history), default=0)
     late = [s for i, s in series if i >= last / 2]
     late_iters = [m for m in history if int(m["iteration"]) >= max(1, last / 2)]
-
-    def mean_of(key: str, rows: list[dict]) -> float:
-        values = [m[key] for m in rows if key in m and math.isfinite(m[key])]
-        return float(np.mean(values)) if values else float("nan")
-
+    mean_of = lambda key, rows: nanmean([m[key] for m in rows if key in m])  # (NaN where no row defines it)
     return {
         "success_kind": "exact" if key == "val/exact_success" else "sampled",
         "initial_success": series[0][1] if series else float("nan"),
         "final_success": series[-1][1] if series else float("nan"),
-        "late_success": float(np.mean(late)) if late else float("nan"),
+        "late_success": nanmean(late),
         "late_reward_std": mean_of("reward_std", late_iters),
         "divergent_fraction": mean_of("credit/divergent_anchor_fraction", history),
         "mean_rho": mean_of("credit/mean_rho", history),
         "mean_rho_strict_valid": mean_of("credit/mean_rho_strict_valid", history),
         "advantage_std": mean_of("credit/advantage_std", history),
-        "advantage_range": float(np.mean(ranges)) if (ranges := [m["credit/advantage_max"] - m["credit/advantage_min"]
-                                                                  for m in history if "credit/advantage_max" in m])
-        else float("nan"),
+        "advantage_range": nanmean([m["credit/advantage_max"] - m["credit/advantage_min"]
+                                    for m in history if "credit/advantage_max" in m]),
         "seconds_per_iteration": mean_of("time/iteration", history),
         "curve": series,
         "divergent_curve": [(int(m["iteration"]), m.get("credit/divergent_anchor_fraction", float("nan")))
