@@ -30,14 +30,22 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(2, f"error: {self.prog}: {message}\n")
 
 
-def write_report(report: Any, out: Path, render: Callable[[Any], str]) -> None:
-    """``out`` (the JSON of ``report``) and the markdown beside it (same name, ``.md``: ``render(report)``), each
-    replaced whole (``ecpo_train.files.atomic``), so a command stopped mid-write leaves the previous files."""
+def write_json(path: Path | str, payload: Any, indent: int | None = 2) -> Path:
+    """``payload`` as JSON (and a newline), replacing ``path`` whole (``ecpo_train.files.atomic``: a command
+    stopped mid-write leaves the previous file; the other side of a handshake never reads half of it)."""
     from ecpo_train.files.atomic import write_text
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    for path, text in ((out, json.dumps(report, indent=1) + "\n"), (out.with_suffix(".md"), render(report))):
-        write_text(path, text)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    return write_text(path, json.dumps(payload, indent=indent) + "\n")
+
+
+def write_report(report: Any, out: Path, render: Callable[[Any], str]) -> None:
+    """``out`` (the JSON of ``report``) and the markdown beside it (same name, ``.md``: ``render(report)``), each
+    replaced whole (:func:`write_json`)."""
+    from ecpo_train.files.atomic import write_text
+
+    write_json(out, report, indent=1)
+    write_text(out.with_suffix(".md"), render(report))
 
 
 def write_json_gz(path: Path, payload: Any) -> Path:

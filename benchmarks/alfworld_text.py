@@ -48,6 +48,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from benchmarks.study import StudyCommand, arms_by_seeds, finished, run_jobs, run_stage
+from benchmarks.study_keep import evaluation_complete, keep_finished, restore_kept
 from ecpo_train.evaluation.tables import ALFWORLD_COLUMNS
 
 PRESET = "alfworld_text"
@@ -185,9 +187,6 @@ def run(out: Path, jobs: int, iterations: int, arms: list[str], seeds: list[int]
     every finished job is kept. ``warm_labels``: only the warm starts with these labels (default: all the bed's)."""
     import threading
 
-    from benchmarks.study import arms_by_seeds, run_jobs
-    from benchmarks.study_keep import evaluation_complete, keep_finished, restore_kept
-
     (out / "logs").mkdir(parents=True, exist_ok=True)
     if keep is not None and (restored := restore_kept(keep, out, bed)):
         print(f"restored from {keep}: {len(restored)} finished evaluations", flush=True)
@@ -212,7 +211,7 @@ def run(out: Path, jobs: int, iterations: int, arms: list[str], seeds: list[int]
         if evaluation_complete(out, job.name, bed):
             print(f"{job.name}: finished before", flush=True)
             return
-        if max((int(line["iteration"]) for line in metrics_of(run_dir)), default=0) < iterations:
+        if not finished(metrics_of(run_dir), iterations):
             ecpo(*train_command(run_dir, out / job.start.folder, job.arm, job.seed, iterations, bed),
                  log=out / "logs" / f"{job.name}.log")
         evaluate(run_dir, job.name)
@@ -314,8 +313,6 @@ DEFAULTS = {"jobs": 2, "arms": list(ARMS), "seeds": list(SEEDS)}  # filled in on
 
 
 def main(argv: list[str] | None = None) -> int:
-    from benchmarks.study import StudyCommand, run_stage
-
     command = StudyCommand(__spec__.name, __doc__.split("\n\n")[0],
                            STAGE_OPTIONS, "keep: copy the finished evaluations of --out into --keep now; restore: put "
                                           "--keep's back into --out (then report reads them)", DEFAULTS)
@@ -339,8 +336,6 @@ def main(argv: list[str] | None = None) -> int:
         args.iterations = bed.iterations
 
     def stage() -> dict[str, Any] | None:
-        from benchmarks.study_keep import keep_finished, restore_kept
-
         check_study_input(args)
         keep = Path(args.keep) if args.keep else None
         if args.stage == "keep":

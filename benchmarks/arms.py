@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from benchmarks import fail
+from benchmarks import fail, write_json
 from benchmarks.gpu_learning import DEFAULT_MODEL, ROOT, iteration_figures
 
 POLL_SECONDS = 0.2
@@ -177,7 +177,7 @@ def run_side_by_side(specs: list[dict[str, Any]], runner: Runner, work: Path, de
         arm = spec["arm"]
         for suffix in ("first", "plan", "result"):  # a folder a previous command used
             (work / f"{arm}.{suffix}").unlink(missing_ok=True)
-        _write(work / f"{arm}.spec", spec | {"runner": _name_of(runner)})
+        write_json(work / f"{arm}.spec", spec | {"runner": _name_of(runner)})
         with open(f"{logs}-{arm}.log", "a") as log:
             log.write(f"{HEADER}{time.strftime('%Y-%m-%d %H:%M:%S')}: arm {arm}\n")
             log.flush()
@@ -194,7 +194,7 @@ def run_side_by_side(specs: list[dict[str, Any]], runner: Runner, work: Path, de
         if failed is None and not planned and reported and all(f.exists() for f in reported):
             n = decide([json.loads(f.read_text()) for f in reported])
             for arm in procs:
-                _write(work / f"{arm}.plan", n)
+                write_json(work / f"{arm}.plan", n)
             planned = True
         time.sleep(POLL_SECONDS)
     for p in procs.values():
@@ -212,13 +212,6 @@ def _name_of(runner: Runner) -> str:
     return f"{sys.modules[runner.__module__].__spec__.name}:{runner.__qualname__}"
 
 
-def _write(path: Path, value: Any) -> None:
-    """``value`` as JSON, the file replaced whole: the other side never reads half of it."""
-    from ecpo_train.files.atomic import write_text
-
-    write_text(path, json.dumps(value))
-
-
 def _last_line(logs: Path, arm: str) -> str:
     """The last line this command's arm process wrote (after its header; earlier commands' lines come before)."""
     lines = Path(f"{logs}-{arm}.log").read_text().split(HEADER)[-1].strip().splitlines()[1:]
@@ -234,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     runner = getattr(importlib.import_module(module), name)
 
     def plan(first_wall: float) -> int:
-        _write(work / f"{arm}.first", first_wall)
+        write_json(work / f"{arm}.first", first_wall)
         while not (work / f"{arm}.plan").exists():
             if time.time() > spec["deadline"]:
                 raise TimeoutError(f"no {arm}.plan by the deadline")
@@ -246,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError) as error:  # the library's refusal (a damaged checkpoint, a preset not found)
         print(f"error: {' '.join(str(error).split())}", flush=True)
         return 2
-    _write(work / f"{arm}.result", result)
+    write_json(work / f"{arm}.result", result)
     return 0
 
 

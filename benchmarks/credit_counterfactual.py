@@ -26,9 +26,8 @@ import numpy as np
 from benchmarks import RESULTS, read_json, refused, rescore, write_json_gz, write_report
 from benchmarks.credit_counterfactual_claim import claim_markdown, claim_report
 from benchmarks.credit_counterfactual_report import render, summarize
-from benchmarks.credit_study import read_protocol
 from benchmarks.stats import nanmean
-from benchmarks.study import StudyCommand, in_processes
+from benchmarks.study import StudyCommand, in_processes, read_protocol
 from ecpo_train.files.atomic import write_text
 
 PROTOCOL_PATH = Path(__file__).with_name("credit_counterfactual.yaml")  # the arms, their K and targets, notes

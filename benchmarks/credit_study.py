@@ -14,29 +14,18 @@ import math
 import operator
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from benchmarks import RESULTS, read_json, refused
-from benchmarks.study import StudyCommand, in_processes
+from benchmarks.study import StudyCommand, in_processes, read_protocol
 from ecpo_train.files.atomic import write_text
-from ecpo_train.runtime.config_values import read_yaml
 
 SEARCH_TEMPLATE = "search[<query>]"  # WebShop's open-ended admissible action
 PROTOCOL_PATH = Path(__file__).with_name("credit_study.yaml")
-
-
-def read_protocol(path: Path, keys: Sequence[str]) -> dict[str, Any]:
-    """A study's YAML protocol (committed with the repository), refused where it lacks one of ``keys``."""
-    if not path.exists():
-        raise FileNotFoundError(f"study protocol not found at {path}; it ships with the repository")
-    protocol = read_yaml(path.read_text())
-    if missing := [key for key in keys if key not in protocol]:
-        raise ValueError(f"{path}: protocol is missing the key {missing[0]!r}")
-    return protocol
 
 
 def load_protocol(path: Path = PROTOCOL_PATH, *, quick: bool = False) -> dict[str, Any]:
@@ -56,7 +45,6 @@ def load_protocol(path: Path = PROTOCOL_PATH, *, quick: bool = False) -> dict[st
 
 def run_specs(protocol: dict[str, Any], env_names: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """One spec per (env, method, N, seed) cell, heaviest first so the pool's tail is short."""
-    offset = int(protocol.get("seed_offset", 0))  # a pilot's seeds lie apart from the study's
     specs = [{"env_name": env["name"], "env_id": env["id"], "env_kwargs": env.get("kwargs") or {},
               "iterations": int(env["iterations"]), "groups_per_batch": int(env["groups_per_batch"]),
               "eval": env.get("eval", "rollouts"), "eval_episodes": int(env.get("eval_episodes", 64)),
@@ -68,7 +56,7 @@ def run_specs(protocol: dict[str, Any], env_names: Sequence[str] | None = None) 
               "eval_temperature": float(protocol.get("eval_temperature", 0.4))}
              for env in protocol["envs"] if not env_names or env["name"] in env_names
              for n in protocol["group_sizes"] for method in protocol["methods"]
-             for seed in range(offset, offset + int(protocol["seeds"]))]
+             for seed in range(int(protocol["seeds"]))]
     specs.sort(key=lambda s: -s["group_size"] * s["iterations"] * (20 if s["eval"] == "rollouts" else 1))
     return specs
 
@@ -284,25 +272,18 @@ def reference_success(protocol: dict[str, Any], names: Sequence[str]) -> dict[st
     return out
 
 
-cell_key = operator.itemgetter("env_name", "method", "group_size", "seed")  # a run's (or a spec's) cell
-
-
-def run_study(protocol: dict[str, Any], env_names: Sequence[str] | None = None, workers: int | None = None,
-              done: Sequence[dict[str, Any]] = (), on_run: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
-    """Every cell's run, sorted by cell: ``done``'s finished ones as they are, the others trained over a process
-    pool; ``on_run`` sees each new run as it finishes (to keep it on disk at once)."""
-    finished = {cell_key(r) for r in done}
-    specs = [spec for spec in run_specs(protocol, env_names) if cell_key(spec) not in finished]
+def run_study(protocol: dict[str, Any], env_names: Sequence[str] | None = None, workers: int | None = None
+              ) -> list[dict[str, Any]]:
+    """Every cell's run, trained over a process pool, sorted by cell."""
+    specs = run_specs(protocol, env_names)
     runs, started = [], time.perf_counter()
     for k, run in enumerate(in_processes(train_run, specs, int(workers or protocol.get("workers", 2)),
                                          ordered=False), 1):
         runs.append(run)
-        if on_run is not None:
-            on_run(run)
         print(f"[{k}/{len(specs)}] {run['env_name']} {run['method']} N={run['group_size']} seed={run['seed']}: "
               f"final success {run['final_success']:.3f} ({run['seconds']:.1f}s, "
               f"{time.perf_counter() - started:.0f}s elapsed)", flush=True)
-    return sorted([*done, *runs], key=cell_key)
+    return sorted(runs, key=operator.itemgetter("env_name", "method", "group_size", "seed"))
 
 
 def write_outputs(runs: Sequence[dict[str, Any]], protocol: dict[str, Any], runtime: float, out: Path,

@@ -2,19 +2,16 @@
 PGPO, HGPO, GraphGPO, PACE) under one protocol, ``benchmarks/estimator_comparison.yaml``, committed before its runs:
 the corridor's by the credit study's runner, a testbed with a ``program`` by ``benchmarks.alfworld_text``.
 
-    python -m benchmarks.estimator_comparison run        # the corridor's confirmatory runs (resumable), then the report
-    python -m benchmarks.estimator_comparison run --testbed households --out DIR --jobs 2 [--keep KEPT]
     python -m benchmarks.estimator_comparison report --from-json benchmarks/results/estimator_comparison.json \
         [--program-out alfworld_text=DIR] [--program-out households=DIR]
 
-Outputs: ``raw/estimator_comparison/runs.jsonl`` (each corridor run as it finishes; a rerun resumes from it),
-``estimator_comparison.json`` and ``.md``. The stages and the finished pilots: docs/benchmarks.md.
+writes ``estimator_comparison.json`` and ``.md`` again from the finished study's runs. Every column is read:
+the stages that ran them (``run``, ``run --testbed``) and the pilots are retired (docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,20 +19,18 @@ from typing import Any
 import numpy as np
 
 from benchmarks import RESULTS
-from benchmarks.credit_study import run_study
 from benchmarks.stats import apply_holm, fmt_part, paired_diff, paired_values
+from benchmarks.study import StudyCommand, read_protocol, run_stage
 from ecpo_train.files.atomic import write_text
-from ecpo_train.runtime.config_values import read_yaml
 
 PROTOCOL = Path(__file__).with_name("estimator_comparison.yaml")
 RESULT_JSON = RESULTS / "estimator_comparison.json"
-RAW_RUNS = RESULTS / "raw" / "estimator_comparison" / "runs.jsonl"  # one finished run a line, kept as it finishes
 NOT_RUN = "registered, not run yet"  # a testbed's cell before its column is read
 KEPT = ("env_name", "method", "group_size", "seed", "final_success", "seconds", "iterations", "cpu")
 
 
 def load_protocol(path: Path = PROTOCOL) -> dict[str, Any]:
-    return read_yaml(path.read_text())
+    return read_protocol(path)
 
 
 def runnable(protocol: dict[str, Any]) -> list[dict[str, Any]]:
@@ -209,26 +204,9 @@ def finished_runs(path: Path, protocol: dict[str, Any]) -> tuple[list[dict[str, 
     return kept, float(runtime)
 
 
-def run_corridor(protocol: dict[str, Any], args: Any) -> tuple[list[dict[str, Any]], float]:
-    """``run``: the credit study's runner trains every (testbed, arm, seed) not in ``RAW_RUNS`` yet, each run kept
-    there as it finishes (an interrupted study resumes from it)."""
-    started = time.perf_counter()
-    done = [json.loads(line) for line in RAW_RUNS.read_text().splitlines()] if RAW_RUNS.is_file() else []
-    RAW_RUNS.parent.mkdir(parents=True, exist_ok=True)
-    study = {"methods": list(protocol["arms"]), "group_sizes": [int(protocol["group_size"])], "seeds": protocol["seeds"],
-             "seed_offset": protocol["seed_offset"], "credit": dict(protocol["credit"]), "optim": dict(protocol["optim"]),
-             "envs": runnable(protocol), "rollout_temperature": protocol["rollout_temperature"],
-             "eval_temperature": protocol["eval_temperature"], "workers": protocol["workers"], "quick": False}
-    with RAW_RUNS.open("a") as raw:  # (only what a run keeps: the rest of the credit study's curves would be ~10 MB)
-        keep = lambda run: {key: run[key] for key in KEPT if key in run} | {"eval_success": run["curves"]["eval_success"]}
-        runs = run_study(study, workers=args.workers, done=done,
-                         on_run=lambda run: (raw.write(json.dumps(keep(run)) + "\n"), raw.flush()))
-    return runs, time.perf_counter() - started + sum(float(r.get("seconds", 0.0)) for r in done) / 2
-
-
 def write_comparison(protocol: dict[str, Any], runs: list[dict[str, Any]], runtime: float) -> None:
     table = compare(runs, protocol)
-    runs = [{key: run[key] for key in KEPT if key in run} for run in runs]  # the curves stay in RAW_RUNS
+    runs = [{key: run[key] for key in KEPT if key in run} for run in runs]  # (a run's curve is not kept here)
     write_text(RESULT_JSON, json.dumps({"protocol": protocol, "table": table, "runs": runs, "runtime_s": runtime},
                                        separators=(",", ":"), allow_nan=True))
     write_text(RESULT_JSON.with_suffix(".md"), render(table, protocol, runs, runtime))
@@ -236,16 +214,9 @@ def write_comparison(protocol: dict[str, Any], runs: list[dict[str, Any]], runti
 
 
 def stage(protocol: dict[str, Any], args: Any) -> None:
-    """Every input checked before any work, then the stage: a program testbed's runs (``run --testbed``), or the
-    corridor's runs (or the stored ones) with the program testbeds' columns, compared and written."""
+    """Every input checked before any work, then the report: the finished study's runs (``--from-json``) with
+    the program testbeds' columns (``--program-out``), compared and written."""
     programs = program_testbeds(protocol)
-    if args.jobs < 1:
-        raise ValueError("--jobs must be >= 1")
-    if args.testbed is not None and args.testbed not in programs:
-        raise ValueError(f"--testbed {args.testbed[:80]!r} is not a program testbed of the protocol ({programs})")
-    for option, value in (("--keep", args.keep), ("--out", args.out)):
-        if value is not None and args.testbed is None:
-            raise ValueError(f"{option} goes with run --testbed")
     outs: dict[str, Path] = {}
     for value in args.program_out:
         name, sep, folder = value.partition("=")
@@ -257,43 +228,22 @@ def stage(protocol: dict[str, Any], args: Any) -> None:
         if name in outs:
             raise ValueError(f"--program-out: testbed {name} is given twice")
         outs[name] = Path(folder)
-    if args.stage == "report" and args.from_json is None:
-        raise ValueError("report needs --from-json (run writes the report after its runs)")
-    if args.testbed is not None:
-        from benchmarks import alfworld_text
-
-        if args.out is None or outs:
-            raise ValueError("run --testbed needs --out (and reads no --program-out)")
-        bed = testbed(protocol, args.testbed)
-        alfworld_text.run(args.out, args.jobs, int(bed["iterations"]), list(protocol["arms"]), program_seeds(bed),
-                          alfworld_text.testbed_named(args.testbed), args.keep)
-        return
+    if args.from_json is None:
+        raise ValueError("report needs --from-json (the finished study's JSON)")
     columns = [run for name, folder in outs.items() for run in program_column(protocol, name, folder)]
-    runs, runtime = finished_runs(args.from_json, protocol) if args.stage == "report" else run_corridor(protocol, args)
+    runs, runtime = finished_runs(args.from_json, protocol)
     write_comparison(protocol, runs + columns, runtime)
 
 
 def main(argv: list[str] | None = None) -> int:
-    from benchmarks.study import StudyCommand, run_stage
-
     protocol = load_protocol()
     programs = ", ".join(program_testbeds(protocol))
-    command = StudyCommand(__spec__.name, __doc__.split("\n\n")[0],
-                           {"run": ("testbed", "out", "jobs", "keep", "workers", "program_out"),
-                            "report": ("from_json", "program_out")},
-                           "run: the corridor's confirmatory runs (resumable), then the report; run --testbed: a "
-                           "program testbed's runs (resumable); report: the report again from a finished study's JSON",
-                           {"jobs": 1, "program_out": []})
-    command.add("--testbed", help=f"run: a program testbed's runs ({programs}); without it: the tabular testbeds")
-    command.add("--out", type=Path, help="run --testbed: the program testbed's study folder")
-    command.add("--jobs", type=int, help="run --testbed: runs at a time (default 1)")
-    command.add("--keep", type=Path, help="run --testbed: a folder in git keeping each finished job, restored into --out "
-                                          "first (a study longer than a session resumes on a fresh machine)")
+    command = StudyCommand(__spec__.name, __doc__.split("\n\n")[0], {"report": ("from_json", "program_out")},
+                           "report: the report again from a finished study's JSON", {"program_out": []})
     command.add("--program-out", action="append", metavar="TESTBED=DIR",
-                help=f"run, report: add a program testbed's column ({programs}) from its study folder; repeatable; "
-                     "with report, a program testbed's column comes from its folder only")
-    command.add("--from-json", type=Path, help="report: the finished study's JSON to re-analyse")
-    command.add("--workers", type=int, help="run: processes of the tabular runs")
+                help=f"add a program testbed's column ({programs}) from its study folder; repeatable; a "
+                     "program testbed's column comes from its folder only")
+    command.add("--from-json", type=Path, help="the finished study's JSON to re-analyse")
     args = command.parse(argv)
     return 2 if args is None else run_stage(lambda: stage(protocol, args))
 

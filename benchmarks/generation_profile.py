@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks import ArgumentParser, fail, refuse_without_cuda
+from benchmarks import ArgumentParser, fail, refuse_without_cuda, write_json
 from benchmarks.gpu_learning import tokenizer_dir
 from benchmarks.gpu_run import (
     PAPER_STEPS,
@@ -29,7 +29,7 @@ from benchmarks.gpu_run import (
     write_random_model,
 )
 from benchmarks.gpu_run_report import PAPER_ITERATION_SECONDS
-from benchmarks.timing import seconds, write_json
+from benchmarks.timing import seconds
 
 PAPER_SECONDS = PAPER_ITERATION_SECONDS["ECPO paper, Qwen2.5-1.5B, 8x A100"]  # at 50 steps
 # SmolLM2-135M's shape (hidden, layers, heads) as a Qwen2 with the Qwen2.5 vocabulary (the tokenizer at hand)

@@ -10,16 +10,15 @@ Commands: docs/benchmarks.md and ``--help``.
 from __future__ import annotations
 
 import json
-import math
 import shlex
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import numpy as np
-
 from benchmarks import RESULTS, refused
 from benchmarks.llm_learning_report import all_runs, plot, report
+from benchmarks.stats import nanmean
+from benchmarks.study import StudyCommand, arms_by_seeds, finished, in_processes, run_stage
 from ecpo_train.files.atomic import write_text
 
 
@@ -82,24 +81,19 @@ def summarise_run(history: list[dict]) -> dict:
     last = max((int(m["iteration"]) for m in history), default=0)
     late = [s for i, s in series if i >= last / 2]
     late_iters = [m for m in history if int(m["iteration"]) >= max(1, last / 2)]
-
-    def mean_of(key: str, rows: list[dict]) -> float:
-        values = [m[key] for m in rows if key in m and math.isfinite(m[key])]
-        return float(np.mean(values)) if values else float("nan")
-
+    mean_of = lambda key, rows: nanmean([m[key] for m in rows if key in m])  # (NaN where no row defines it)
     return {
         "success_kind": "exact" if key == "val/exact_success" else "sampled",
         "initial_success": series[0][1] if series else float("nan"),
         "final_success": series[-1][1] if series else float("nan"),
-        "late_success": float(np.mean(late)) if late else float("nan"),
+        "late_success": nanmean(late),
         "late_reward_std": mean_of("reward_std", late_iters),
         "divergent_fraction": mean_of("credit/divergent_anchor_fraction", history),
         "mean_rho": mean_of("credit/mean_rho", history),
         "mean_rho_strict_valid": mean_of("credit/mean_rho_strict_valid", history),
         "advantage_std": mean_of("credit/advantage_std", history),
-        "advantage_range": float(np.mean(ranges)) if (ranges := [m["credit/advantage_max"] - m["credit/advantage_min"]
-                                                                  for m in history if "credit/advantage_max" in m])
-        else float("nan"),
+        "advantage_range": nanmean([m["credit/advantage_max"] - m["credit/advantage_min"]
+                                    for m in history if "credit/advantage_max" in m]),
         "seconds_per_iteration": mean_of("time/iteration", history),
         "curve": series,
         "divergent_curve": [(int(m["iteration"]), m.get("credit/divergent_anchor_fraction", float("nan")))
@@ -132,7 +126,7 @@ def summaries_from_runs(folders: list[Path], methods: list[str]) -> tuple[dict, 
         for run in sorted(folder.glob("*/N*/*/seed*")):
             config = read_saved_config(run / "config.yaml")
             history = read_metrics(run) if config and (run / "metrics.jsonl").is_file() else []
-            if not history or int(history[-1]["iteration"]) < int(config["iterations"]):
+            if not config or not finished(history, int(config["iterations"])):
                 continue  # unfinished cell
             env_label, n, method = run.parts[-4], int(run.parts[-3][1:]), run.parts[-2]
             results.setdefault(env_label, {}).setdefault(n, {}).setdefault(method, []).append(
@@ -148,8 +142,6 @@ def summaries_from_runs(folders: list[Path], methods: list[str]) -> tuple[dict, 
 def run(args, protocol: Protocol) -> tuple[dict, float, str, str]:
     """``run``: every cell, a few at a time (``--jobs``, each in a spawned process: no model loads here), then the
     finished cells of the protocol's folder."""
-    from benchmarks.study import arms_by_seeds, in_processes
-
     folder = Path(args.runs_dir) / args.protocol
     starts = [(env, n) for env in protocol.envs for n in protocol.group_sizes]
     jobs = arms_by_seeds(protocol.methods, protocol.seeds, starts, lambda s, arm, seed: f"{s[0]}/N{s[1]}/{arm}/seed{seed}")
@@ -215,8 +207,6 @@ def write_outputs(stem: Path, name: str, protocol: Protocol, overrides: list[str
 
 
 def main(argv: list[str] | None = None) -> int:
-    from benchmarks.study import StudyCommand, run_stage
-
     command = StudyCommand(__spec__.name, __doc__.split("\n")[0],
                            {"run": ("runs_dir", "jobs"), "report": ("from_json", "from_runs")},
                            "run: train every cell of the protocol (resumable), then its report; report: the report of "

@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import RESULTS, ArgumentParser
+from benchmarks import RESULTS, ArgumentParser, write_json
 from benchmarks.study import run_stage
-from benchmarks.timing import GB, MB, PeakSampler, call_in_child, machine, timed, write_json
+from benchmarks.timing import GB, MB, PeakSampler, call_in_child, machine, timed
 
 VARIANTS = ("plain", "lora", "checkpointing", "fsdp2x2")
 LORA = {"r": 16, "alpha": 32, "dropout": 0.0}

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import arms, fail, refuse_without_cuda, rescore, write_report
+from benchmarks import arms, fail, refuse_without_cuda, rescore, write_json, write_report
 from benchmarks.gpu_learning import mean_figures, write_smoke_model
 from benchmarks.gpu_run import device_facts
 from benchmarks.paired_report import render_table, score_table
@@ -251,7 +251,6 @@ def run_arm(spec: dict[str, Any], plan: arms.Plan) -> dict[str, Any]:
     run from the warm start in ``OUT/run_<arm>``, started or resumed by the run shell (``runtime.run.open_run``),
     iterations up to the plan, each checkpointed, then the closing validation. ``OUT/arm_<arm>.json`` (written
     whole) only records, at an iteration, why the arm stopped or its closing validation."""
-    from ecpo_train.files.atomic import write_text
     from ecpo_train.runtime.resume import RESUME_OR_START
     from ecpo_train.runtime.run_dir import RunFolder, holds_run
 
@@ -267,7 +266,7 @@ def run_arm(spec: dict[str, Any], plan: arms.Plan) -> dict[str, Any]:
                            train_tasks=train_tasks, checkpoint_every=1)
 
     def record(**fields: Any) -> dict[str, Any]:
-        write_text(path, json.dumps({"iteration": run.engine.iteration} | fields, indent=1) + "\n")
+        write_json(path, {"iteration": run.engine.iteration} | fields, indent=1)
         return arm_result(out, arm)
 
     with run:
@@ -285,7 +284,6 @@ def run_arm(spec: dict[str, Any], plan: arms.Plan) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------- the program
 def run(args: argparse.Namespace) -> arms.Failure | None:
     """Every stage not yet in ``OUT`` (docs/gpu.md); an arm's failure, if one (the others were stopped)."""
-    from ecpo_train.files.atomic import write_text
     from ecpo_train.runtime.sft import SFT_SUMMARY, run_sft
 
     out: Path = args.out  # (made by main's lock)
@@ -333,7 +331,7 @@ def run(args: argparse.Namespace) -> arms.Failure | None:
             if stages.plan() is None:
                 left = args.total_time - report["seconds_spent"] - (time.time() - started)
                 n = arms.iterations_that_fit(left, max(walls), report["validation_seconds"])
-                write_text(out / PLAN, json.dumps({"iterations": min(args.max_iterations, n)}) + "\n")
+                write_json(out / PLAN, {"iterations": min(args.max_iterations, n)}, indent=None)
             return stages.plan()
 
         reserve = arms.closing_seconds(report["validation_seconds"])

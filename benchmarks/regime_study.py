@@ -27,14 +27,14 @@ from typing import Any
 
 from benchmarks import ROOT
 from benchmarks import alfworld_text as program  # (the protocol's program)
+from benchmarks.study import StudyCommand, finished, read_protocol, run_jobs, run_stage
+from benchmarks.study_keep import check_kept, keep_runs, manifest_games, restore_runs
 
 PROTOCOL = Path(__file__).with_name("regime_study.yaml")
 
 
 def protocol() -> dict[str, Any]:
-    from ecpo_train.runtime.config_values import read_yaml
-
-    return read_yaml(PROTOCOL.read_text(encoding="utf-8"))
+    return read_protocol(PROTOCOL)
 
 
 def _bed(name: str) -> Any:
@@ -97,19 +97,12 @@ def seed_count(sds: list[float], spec: dict[str, Any]) -> dict[str, Any]:
 def endpoint_success(out: Path, bed: Any, seeds: list[int], labels: list[str] | None = None
                      ) -> dict[str, dict[tuple[str, int], float]]:
     """``arm -> (warm start, seed) -> share of the endpoint's games won``, for every run evaluated on all of them."""
-    from benchmarks.study_keep import manifest_games
-
     games, success = manifest_games(bed), {}
     for start, arm, seed in jobs(bed, seeds, labels):
         records = program.outcomes(out, program.job_name(start, arm, seed), bed)
         if len(records) == games:
             success.setdefault(arm, {})[(start.label, seed)] = sum(bool(r["success"]) for r in records.values()) / games
     return success
-
-
-def finished(lines: list[dict[str, float]], iterations: int) -> bool:
-    """Whether a run's metrics ``lines`` reach its last iteration, ``iterations``: the run has finished."""
-    return bool(lines) and int(lines[-1]["iteration"]) == iterations
 
 
 def validation_points(lines: list[dict[str, float]], iterations: int) -> list[float] | None:
@@ -256,8 +249,6 @@ def tune(out: Path, round_: int, parallel: int, keep: Path, spec: dict[str, Any]
     (``study_keep.keep_runs``). No run plays a valid_seen game."""
     import threading
 
-    from benchmarks.study import run_jobs
-    from benchmarks.study_keep import check_kept, keep_runs
     from ecpo_train.runtime.config import load_config
 
     spec = spec or protocol()
@@ -298,8 +289,6 @@ def run_lines(names: list[str], out: Path | None, keep: Path) -> dict[str, list[
     """Each run's metrics lines: ``out/runs/<name>``'s where ``out`` holds them, else ``keep``'s (checked once and read
     through a scratch folder: nothing is written to ``out``); a run neither holds is a ``ValueError`` naming it."""
     import tempfile
-
-    from benchmarks.study_keep import restore_runs
 
     lines = {name: program.metrics_of(out / "runs" / name) if out is not None else [] for name in names}
     if missing := [name for name in names if not lines[name]]:
@@ -391,8 +380,6 @@ DEFAULTS = {"testbed": "regime_open", "round": 1, "jobs": 2}  # filled in once a
 
 
 def main(argv: list[str] | None = None) -> int:
-    from benchmarks.study import StudyCommand, run_stage
-
     command = StudyCommand(__spec__.name, __doc__.split("\n\n")[0], STAGE_OPTIONS, defaults=DEFAULTS)
     command.add("--out", required=True, common=True, help="the study folder (alfworld_text run's --out)")
     command.add("--testbed", help="figure: regime_open (default) or regime_admissible")

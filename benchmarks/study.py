@@ -31,6 +31,18 @@ class Job:
     start: Any = None
 
 
+def read_protocol(path: Path, keys: Sequence[str] = ()) -> dict[str, Any]:
+    """A study's YAML protocol (committed with the repository), refused where it lacks one of ``keys``."""
+    from ecpo_train.runtime.config_values import read_yaml
+
+    if not path.exists():
+        raise FileNotFoundError(f"study protocol not found at {path}; it ships with the repository")
+    protocol = read_yaml(path.read_text(encoding="utf-8"))
+    if missing := [key for key in keys if key not in protocol]:
+        raise ValueError(f"{path}: protocol is missing the key {missing[0]!r}")
+    return protocol
+
+
 def arms_by_seeds(arms: Sequence[str], seeds: Sequence[int], starts: Sequence[Any] = (None,),
                   name: Callable[[Any, str, int], str] = lambda start, arm, seed: f"{arm}-s{seed}") -> list[Job]:
     """Every (start, arm, seed), seed-major: every arm of a seed (on each start) before the next seed, so that a study
@@ -44,6 +56,12 @@ def run_jobs(tasks: Iterable[Callable[[], None]], parallel: int) -> None:
     with ThreadPoolExecutor(max_workers=parallel) as pool:
         for future in [pool.submit(task) for task in tasks]:
             future.result()
+
+
+def finished(lines: Sequence[Mapping[str, Any]], iterations: int) -> bool:
+    """Whether a training run whose metrics lines are ``lines`` has finished: its last line reaches
+    ``iterations`` (a run's lines are in order: resuming cuts them back to its checkpoint first)."""
+    return bool(lines) and int(lines[-1]["iteration"]) >= iterations
 
 
 def in_processes(function: Callable[[Any], Any], jobs: Iterable[Any], workers: int, ordered: bool = True,

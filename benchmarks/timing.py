@@ -63,14 +63,6 @@ def seconds(call: Callable[[], Any], repeats: int = 1, sync: Callable[[], None] 
     return [timed(lambda: (call(), sync()))[1] for _ in range(repeats)]
 
 
-def write_json(path: Path | str, payload: Any, indent: int = 2) -> Path:
-    """``payload`` replacing ``path`` whole (a stopped run leaves the previous figures)."""
-    from ecpo_train.files.atomic import write_text
-
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    return write_text(path, json.dumps(payload, indent=indent) + "\n")
-
-
 class PeakSampler:
     """Highest RSS of this process seen by a thread polling every 2 ms, from ``start()`` to ``stop()``."""
 

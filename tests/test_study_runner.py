@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.alfworld_text import REGIME_OPEN, job_name
-from benchmarks.study import StudyCommand, arms_by_seeds, run_jobs
+from benchmarks.study import StudyCommand, arms_by_seeds, finished, run_jobs
 
 
 def test_jobs_are_seed_major_under_the_names_a_kept_study_holds():
@@ -14,6 +14,14 @@ def test_jobs_are_seed_major_under_the_names_a_kept_study_holds():
     assert [job.name for job in jobs] == ["a-grpo-s1", "a-ecpo-s1", "b-grpo-s1", "b-ecpo-s1",
                                           "a-grpo-s2", "a-ecpo-s2", "b-grpo-s2", "b-ecpo-s2"]
     assert [job.name for job in arms_by_seeds(["ecpo"], [3])] == ["ecpo-s3"]
+
+
+def test_a_run_is_finished_once_its_metrics_reach_its_iterations():
+    """The one rule every study's resume reads (alfworld_text's schedule, the regime tuning, llm_learning's
+    --from-runs): not started, stopped early, at the target, past it (trained longer)."""
+    lines = [{"iteration": i} for i in range(1, 6)]
+    assert [finished(lines[:n], 5) for n in (0, 4, 5)] == [False, False, True]
+    assert finished(lines, 4)
 
 
 def test_a_failed_job_is_raised_after_the_others_finished():
