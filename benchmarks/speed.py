@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import os
 import platform
 import random
@@ -20,7 +19,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -252,45 +250,6 @@ def fresh_strings(cols: dict[str, list]) -> dict[str, list]:
     return cols | {key: [(s + "\x00")[:-1] for s in cols[key]] for key in ("group_ids", "anchor_keys", "action_keys")}
 
 
-def loop_gigpo(cols: dict[str, list], gamma: float = 0.95, omega: float = 1.0, eps: float = 1e-6) -> list[float]:
-    """Straightforward dict-of-lists GiGPO_w/std (per-trajectory return loops, per-group anchor dicts)."""
-    n = len(cols["rewards"])
-    by_traj: dict[tuple, list[int]] = defaultdict(list)
-    for i in range(n):
-        by_traj[(cols["group_ids"][i], cols["traj_ids"][i])].append(i)
-    g_return = [0.0] * n
-    traj_return = {}
-    for key, rows in by_traj.items():
-        rows.sort(key=lambda i: cols["steps"][i])
-        running = 0.0
-        for i in reversed(rows):
-            running = cols["rewards"][i] + gamma * running
-            g_return[i] = running
-        traj_return[key] = sum(cols["rewards"][i] for i in rows)
-    by_group: dict[str, list[float]] = defaultdict(list)
-    for (group, _), value in traj_return.items():
-        by_group[group].append(value)
-    episode = {}
-    for key, value in traj_return.items():
-        values = by_group[key[0]]
-        mean = sum(values) / len(values)
-        std = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1)) if len(values) > 1 else 0.0
-        episode[key] = 0.0 if std == 0.0 else (value - mean) / (std + eps)
-    anchors: dict[tuple, list[int]] = defaultdict(list)
-    for i in range(n):
-        anchors[(cols["group_ids"][i], cols["anchor_keys"][i])].append(i)
-    step_adv = [0.0] * n
-    for rows in anchors.values():
-        if len(rows) < 2:
-            continue
-        values = [g_return[i] for i in rows]
-        mean = sum(values) / len(values)
-        std = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
-        for i in rows:
-            step_adv[i] = 0.0 if std == 0.0 else (g_return[i] - mean) / (std + eps)
-    return [episode[(cols["group_ids"][i], cols["traj_ids"][i])] + omega * step_adv[i] for i in range(n)]
-
-
 def credit(args: Any) -> dict[str, Any]:
     """Every method's median milliseconds over ``--reps`` repetitions on ``build_batch(--seed)``, and the ratios."""
     if args.reps < 1:
@@ -300,7 +259,7 @@ def credit(args: Any) -> dict[str, Any]:
     import numpy as np
     import torch
 
-    from ecpo_train.core.credit import CreditConfig, compute_advantages, factorize_keys, prepare_rows
+    from ecpo_train.core.credit import CreditConfig, compute_advantages, prepare_rows
     from ecpo_train.core.credit.diagnostics import credit_diagnostics
 
     torch.set_num_threads(1)
@@ -309,7 +268,6 @@ def credit(args: Any) -> dict[str, Any]:
 
     cols = build_batch(args.seed)
     ecpo_adv, diag = compute_advantages("ecpo", cols)
-    max_diff = float(np.abs(np.array(loop_gigpo(cols)) - compute_advantages("gigpo_std", cols)[0]).max())
     rows = prepare_rows(*cols.values())
 
     methods = {
@@ -317,9 +275,6 @@ def credit(args: Any) -> dict[str, Any]:
         "gigpo_std": lambda c: compute_advantages("gigpo_std", c),
         "ecpo": lambda c: compute_advantages("ecpo", c),
         "ecpo_torch_cpu": lambda c: compute_advantages("ecpo", c | {"rewards": torch.tensor(c["rewards"])}),
-        "loop_gigpo_std": loop_gigpo,
-        "factorize_dict": lambda c: factorize_keys(c["anchor_keys"]),
-        "factorize_np_unique": lambda c: np.unique(np.array(c["anchor_keys"]), return_inverse=True)[1],
         "credit_diagnostics": lambda c: credit_diagnostics("ecpo", rows, CreditConfig(), ecpo_adv),
     }
     times: dict[str, list[float]] = {name: [] for name in methods}
@@ -338,13 +293,10 @@ def credit(args: Any) -> dict[str, Any]:
         "ratios": {
             "ecpo_over_gigpo": median["ecpo"] / median["gigpo_std"],
             "gigpo_over_grpo": median["gigpo_std"] / median["grpo"],
-            "loop_gigpo_over_vectorised_gigpo": median["loop_gigpo_std"] / median["gigpo_std"],
-            "np_unique_over_dict_factorize": median["factorize_np_unique"] / median["factorize_dict"],
             "diagnostics_over_ecpo": median["credit_diagnostics"] / median["ecpo"],
         },
         "targets": {"ecpo_over_gigpo_max": 1.3, "ecpo_ms_max": 25.0,
                     "met": median["ecpo"] / median["gigpo_std"] <= 1.3 and median["ecpo"] <= 25.0},
-        "loop_vs_vectorised_max_abs_diff": max_diff,
         "reps": args.reps, "threads": 1, "python": platform.python_version(), "numpy": np.__version__,
         "torch": torch.__version__, "machine": platform.processor() or platform.machine(), "host": machine(),
     }
