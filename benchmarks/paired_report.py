@@ -206,18 +206,16 @@ def _tests(pairs: list[dict[str, Any]], name: str, prefix: str) -> dict[str, lis
 
 
 def _greedy(pairs: list[dict[str, Any]], name: str) -> dict[str, Any]:
-    """The secondary line: across seeds on the greedy (T = 0) validation, over the pairs whose report holds it."""
-    held = [r for r in pairs if name in r.get("greedy_comparisons", {})]
-    greedy: dict[str, Any] = {"endpoint": "secondary: the greedy validation (T = 0)",
-                              "seeds": [r.get("seed") for r in held],
-                              "without_greedy": [r.get("seed") for r in pairs if r not in held], "across_seeds": {}}
-    if not held:
-        return greedy | {"absent": "no report holds a greedy (T = 0) validation (written before the greedy pass)"}
-    tests = _tests(held, name, "greedy_")
-    greedy["across_seeds"] = {part: paired_diff([t["diff"] for t in rows]) | {"unit": "seeds"}
-                              for part, rows in tests.items()}
-    greedy["per_seed_diff"] = {part: [t["diff"] for t in rows] for part, rows in tests.items()}
-    return greedy
+    """The secondary line: across seeds on the greedy (T = 0) validation, which every ``gpu_comparison`` report holds
+    (a report without it is refused in one line)."""
+    for report in pairs:
+        if name not in report.get("greedy_comparisons", {}):
+            fail(f"{report['path']}: no greedy (T = 0) validation of {name}: not a gpu_comparison report")
+    tests = _tests(pairs, name, "greedy_")
+    return {"endpoint": "secondary: the greedy validation (T = 0)", "seeds": [r.get("seed") for r in pairs],
+            "across_seeds": {part: paired_diff([t["diff"] for t in rows]) | {"unit": "seeds"}
+                             for part, rows in tests.items()},
+            "per_seed_diff": {part: [t["diff"] for t in rows] for part, rows in tests.items()}}
 
 
 def summarise(reports: list[dict[str, Any]]) -> dict[str, Any]:
@@ -226,7 +224,7 @@ def summarise(reports: list[dict[str, Any]]) -> dict[str, Any]:
     differences, its t-interval, the MDE from five seeds on): the answer about the two training procedures. Per seed,
     on all episodes and on trained and unseen tasks apart (Tango, McNemar, by task): the validation's draws, not
     run-to-run variance; secondary, the episodes pooled over seeds (conditional on these pairs) and the greedy
-    validation across seeds (absent, and said to be, in reports written before it existed)."""
+    validation across seeds."""
     arms = reports[0]["arms"]
     name = f"{arms[0]} - {arms[1]}"
     pairs, left_out = [], []
@@ -264,13 +262,9 @@ def _across_text(across: dict[str, Any]) -> str:
 
 def _greedy_text(greedy: dict[str, Any], part: str) -> str:
     head = "- Secondary, the greedy (T = 0) validation of the same episodes"
-    if greedy.get("absent"):
-        return f"{head}: absent ({greedy['absent']})."
     if part not in greedy["across_seeds"]:
         return f"{head}: absent for this part."
-    lacking = (f"; seeds {greedy['without_greedy']} left out: their report holds no greedy validation"
-               if greedy["without_greedy"] else "")
-    return f"{head} (across seeds, {_across_text(greedy['across_seeds'][part])}{lacking}."
+    return f"{head} (across seeds, {_across_text(greedy['across_seeds'][part])}."
 
 
 def render_seeds(summary: dict[str, Any]) -> str:

@@ -16,7 +16,7 @@ from benchmarks import gpu_comparison
 def _report(tmp_path, seed, ecpo_won, gigpo_won, iterations_done=16, preset="alfworld_cpu_pool", name=None,
             greedy=None):
     """A gpu_comparison report of four episodes (tasks a, a, u, u; a trained); ``greedy``: the two arms' greedy
-    (T = 0) outcomes, or None for a report written before the greedy pass."""
+    (T = 0) outcomes (default: those of T = 0.4), ``False``: none (not a gpu_comparison report)."""
     tasks = ["a", "a", "u", "u"]
     keys = [[t, c] for t, c in zip(tasks, [0, 1, 0, 1])]
     report = {"preset": preset, "arms": ["ecpo", "gigpo_std"], "iterations": 16, "train_tasks": ["a"],
@@ -25,7 +25,8 @@ def _report(tmp_path, seed, ecpo_won, gigpo_won, iterations_done=16, preset="alf
               "outcomes": {"before": [k + [0] for k in keys],
                            "after_ecpo": [k + [w] for k, w in zip(keys, ecpo_won)],
                            "after_gigpo_std": [k + [w] for k, w in zip(keys, gigpo_won)]}}
-    if greedy is not None:
+    greedy = (ecpo_won, gigpo_won) if greedy is None else greedy
+    if greedy:
         report["outcomes"] |= {"greedy_before": [k + [0] for k in keys]} | {
             f"greedy_after_{arm}": [k + [w] for k, w in zip(keys, won)] for arm, won in zip(report["arms"], greedy)}
     path = tmp_path / (name or f"seed{seed}.json")
@@ -90,7 +91,7 @@ def test_greedy_across_seeds_is_a_secondary_line_beside_the_primary_one(tmp_path
              _report(tmp_path, 3, [0, 0, 0, 0], [1, 0, 0, 0], greedy=([0, 0, 1, 1], [0, 0, 1, 1]))]
     summary = seeds([str(p) for p in paths], tmp_path / "g.json")
     greedy = summary["greedy"]
-    assert greedy["seeds"] == [1, 2, 3] and greedy["without_greedy"] == [] and "absent" not in greedy
+    assert greedy["seeds"] == [1, 2, 3]
     assert greedy["per_seed_diff"]["all episodes"] == pytest.approx([0.25, 0.5, 0.0])
     everything = greedy["across_seeds"]["all episodes"]
     assert everything["diff"] == pytest.approx(0.25) and everything["n"] == 3
@@ -111,15 +112,12 @@ def test_greedy_across_seeds_is_a_secondary_line_beside_the_primary_one(tmp_path
     assert primary < secondary < section.index("| seed |")
 
 
-def test_reports_from_before_the_greedy_pass_are_read_and_the_greedy_line_says_it_is_absent(tmp_path):
-    old = [_report(tmp_path, 1, [1, 1, 0, 0], [0, 1, 0, 0]), _report(tmp_path, 2, [1, 0, 1, 0], [0, 0, 0, 0])]
-    summary = seeds([str(p) for p in old], tmp_path / "old.json")
-    assert summary["seeds"] == [1, 2] and summary["across_seeds"]["all episodes"]["diff"] == pytest.approx(0.375)
-    assert summary["greedy"]["across_seeds"] == {} and "before the greedy pass" in summary["greedy"]["absent"]
-    assert "- Secondary, the greedy (T = 0) validation of the same episodes: absent (" in (tmp_path / "old.md").read_text()
-    # one old report beside a new one: the greedy line covers the seed that holds it and names the other
-    mixed = [old[0], _report(tmp_path, 3, [1, 1, 0, 0], [0, 0, 0, 0], greedy=([1, 0, 0, 0], [0, 0, 0, 0]))]
-    summary = seeds([str(p) for p in mixed], tmp_path / "mixed.json")
-    assert summary["greedy"]["seeds"] == [3] and summary["greedy"]["without_greedy"] == [1]
-    assert summary["greedy"]["across_seeds"]["all episodes"]["diff"] == pytest.approx(0.25)
-    assert "seeds [1] left out: their report holds no greedy validation" in (tmp_path / "mixed.md").read_text()
+def test_a_report_without_the_greedy_validation_is_refused_in_one_line(tmp_path, capsys):
+    """Every gpu_comparison report holds the greedy (T = 0) validation; a file without it is not one of them."""
+    paths = [_report(tmp_path, 1, [1, 1, 0, 0], [0, 1, 0, 0]), _report(tmp_path, 2, [1, 0, 1, 0], [0, 0, 0, 0],
+                                                                      greedy=False)]
+    with pytest.raises(SystemExit) as stop:
+        gpu_comparison.main(["seeds", "--from-json", *map(str, paths)])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "seed2.json: no greedy (T = 0) validation of ecpo - gigpo_std" in err
