@@ -46,13 +46,6 @@ PROTOCOLS = {
     "alfworld_cpu": Protocol("alfworld_cpu", {"alfworld_small": []}, [4], ["ecpo"], [0]),
     "webshop_cpu": Protocol("webshop_cpu", {"webshop_small": []}, [4], ["ecpo"], [0]),
     "alfworld_cpu_pairs": Protocol("alfworld_cpu", {"alfworld_small": []}, [4], ["ecpo", "gigpo_std"], [0, 1, 2, 3, 4, 5]),
-    # a GPU: the corridor and an ALFWorldGen subset (free generation would need a larger model), N = 4 and 8, 5 seeds
-    "gpu": Protocol("corridor_llm", {
-        "corridor": [],
-        "alfworld_gen": ["env_id=ecpo/ALFWorldGen-v0", "env_kwargs={max_steps: 20}", "train_tasks=null",
-                         "n_groups=8", "val_num_tasks=16", "val_episodes_per_task=2", "credit.d_min=7",
-                         "iterations=60", "val_every=10"],
-    }, [4, 8], ALL, [0, 1, 2, 3, 4]),
 }
 
 
