@@ -329,8 +329,6 @@ def main(argv: list[str] | None = None) -> int:
     command.add("--keep", help="a folder (committed to git) that holds the finished jobs across sessions: run restores "
                                "them from it first and copies each job into it as it finishes")
     args = command.parse(argv)
-    if args is None:
-        return 2
     out, bed = Path(args.out), TESTBEDS[args.testbed]
     if args.iterations is None:
         args.iterations = bed.iterations

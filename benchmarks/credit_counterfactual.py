@@ -391,8 +391,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     command.add("--from-json", type=Path,
                 help="claim: a written report's JSON, whose summary the test reads (default: the committed one)")
     args = command.parse(argv)
-    if args is None:
-        return 2
     if args.stage == "claim":  # the registered claim-level test, its power and the exploratory evaluation
         rescore(args.from_json, args.out / "credit_counterfactual_claim.json", "summary", "no summary",
                 lambda report: claim_report(report["summary"]), claim_markdown)

@@ -323,8 +323,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     command.add("--envs", nargs="*", help="run: subset of the protocol's env names")
     command.add("--from-json", type=Path, help="report: a finished study's JSON")
     args = command.parse(argv)
-    if args is None:
-        return 2
     if args.stage == "report":
         if not args.from_json:
             return refused("report needs --from-json FILE")

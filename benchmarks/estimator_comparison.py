@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
                      "program testbed's column comes from its folder only")
     command.add("--from-json", type=Path, help="the finished study's JSON to re-analyse")
     args = command.parse(argv)
-    return 2 if args is None else run_stage(lambda: stage(protocol, args))
+    return run_stage(lambda: stage(protocol, args))
 
 
 if __name__ == "__main__":

@@ -176,8 +176,6 @@ def main(argv: list[str] | None = None) -> int:
     command.add("--from-json", type=Path, nargs="+", metavar="JSON",
                 help="report: a returned report (one); seeds: gpu_comparison reports, one per seed")
     args = command.parse(argv)
-    if args is None:
-        return 2
     if args.stage in ("report", "seeds") and not args.from_json:
         fail(f"{args.stage} needs --from-json JSON")
     if args.stage == "seeds":

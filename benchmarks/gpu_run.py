@@ -442,8 +442,6 @@ def main(argv: list[str] | None = None) -> int:
     command.add("--cpu-runners", type=int, help="rllib part 5: runners on CPU cores, 2 each (7)")
     command.add("--cpu-iterations", type=int, help="rllib part 5: iterations, about 1 min each (2)")
     args = command.parse(argv)
-    if args is None:
-        return 2
     return {"native": native, "rllib": rllib}[args.stage](args)
 
 

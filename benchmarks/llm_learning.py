@@ -217,8 +217,6 @@ def main(argv: list[str] | None = None) -> int:
     command.add("--from-json", nargs="+", help="report: merge finished results (e.g. the N=8 and N=4 runs) into one")
     command.parser.parse_args = command.parser.parse_intermixed_args  # (key=value after the options too)
     args = command.parse(argv)
-    if args is None:
-        return 2
     if args.overrides and args.stage == "report":
         return refused("report takes no key=value overrides (the stored results keep the ones they ran with)")
     if args.stage == "report" and (args.from_json is None) == (args.from_runs is None):

@@ -375,8 +375,6 @@ def main(argv: list[str] | None = None) -> int:
     command.add("--sft-batch", type=int, help="expert steps per optimizer step of the warm start (default 2)")
     command.add("--from-json", type=Path, metavar="JSON", help="report: a returned report.json")
     args = command.parse(argv)
-    if args is None:
-        return 2
     if args.stage == "report":
         if args.from_json is None:
             fail("report needs --from-json JSON")

@@ -391,8 +391,6 @@ def main(argv: list[str] | None = None) -> int:
     command.add("--png", help="figure: the image to write")
     command.add("--seeds", nargs="+", type=int, help="figure: the runs' seeds (default: the study's)")
     args = command.parse(argv)
-    if args is None:
-        return 2
     out = Path(args.out)
 
     def stage() -> dict[str, Any]:

@@ -342,8 +342,6 @@ def main(argv: list[str] | None = None) -> int:
     cmd.add("--engines", nargs="*", choices=["native", "rllib"], help="text_policy: engines timed (none: skip)")
     cmd.add("--reps", type=int, help="credit: repetitions (their median)")
     args = cmd.parse(argv)
-    if args is None:
-        return 2
     args.out = args.out or RESULTS / f"env_throughput_{args.env}.json"  # (env: one file per environment)
     if not Path(args.out).parent.is_dir():  # checked before the minutes of timing
         fail(f"--out {args.out}: the folder {Path(args.out).parent} does not exist")

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks import ArgumentParser, refused
+from benchmarks import ArgumentParser, fail, refused
 
 
 @dataclass(frozen=True)
@@ -104,15 +104,14 @@ class StudyCommand:
             kwargs["default"] = None
         self.parser.add_argument(*names, **kwargs)
 
-    def parse(self, argv: Sequence[str] | None) -> Any | None:
-        """The parsed arguments, with the defaults of the options the stage reads; ``None`` (after one error line)
-        where an option is given that the stage does not read: the caller returns exit status 2."""
+    def parse(self, argv: Sequence[str] | None) -> Any:
+        """The parsed arguments, with the defaults of the options the stage reads; an option given that the stage does
+        not read is refused as argparse refuses bad input: one error line and exit status 2 (``SystemExit``)."""
         args = self.parser.parse_args(argv)
         unused = [option for option in self.options
                   if getattr(args, option) is not None and option not in self.stages[args.stage]]
         if unused:
-            refused(f"{args.stage} does not take {flags(unused)} (it takes {flags(self.stages[args.stage])})")
-            return None
+            fail(f"{args.stage} does not take {flags(unused)} (it takes {flags(self.stages[args.stage])})")
         for option, default in self.defaults[args.stage].items():
             if getattr(args, option) is None:
                 setattr(args, option, default)

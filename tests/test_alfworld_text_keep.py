@@ -7,6 +7,8 @@ from __future__ import annotations
 import gzip
 import json
 
+import pytest
+
 from benchmarks import alfworld_text as study
 from benchmarks import study_keep as keeping
 from ecpo_train.evaluation.manifests import load_manifest
@@ -92,15 +94,19 @@ def test_a_torn_last_line_is_not_a_finished_game(tmp_path):
 
 
 def test_a_stage_refuses_the_options_it_does_not_read(tmp_path, capsys):
-    assert study.main(["report", "--testbed", "households", "--out", str(tmp_path), "--keep", str(tmp_path)]) == 2
-    assert "report does not take --keep" in capsys.readouterr().err
+    def refused(argv: list[str]) -> str:
+        with pytest.raises(SystemExit) as stop:
+            study.main(argv)
+        assert stop.value.code == 2
+        return capsys.readouterr().err
+
+    assert "report does not take --keep" in refused(["report", "--testbed", "households", "--out", str(tmp_path),
+                                                      "--keep", str(tmp_path)])
     for stage in ("keep", "restore"):
         given = [stage, "--testbed", "households", "--out", str(tmp_path), "--keep", str(tmp_path), "--seeds", "101",
                  "--jobs", "2"]
-        assert study.main(given) == 2
-        assert f"{stage} does not take --jobs, --seeds" in capsys.readouterr().err
-    assert study.main(["run", "--out", str(tmp_path), "--json", str(tmp_path / "r.json")]) == 2
-    assert "run does not take --json" in capsys.readouterr().err
+        assert f"{stage} does not take --jobs, --seeds" in refused(given)
+    assert "run does not take --json" in refused(["run", "--out", str(tmp_path), "--json", str(tmp_path / "r.json")])
     assert not (tmp_path / "r.json").exists() and not (tmp_path / "warm").exists()  # refused before any work
     for stage in ("keep", "restore"):
         assert study.main([stage, "--testbed", "households", "--out", str(tmp_path)]) == 2

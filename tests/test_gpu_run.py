@@ -35,7 +35,9 @@ def test_bad_parts_are_one_line(capsys, parts):
 
 
 def test_an_option_of_another_stage_is_refused_in_one_line(capsys):
-    assert gpu_run.main(["native", "--device", "cpu", "--runners", "2"]) == 2
+    with pytest.raises(SystemExit) as stop:
+        gpu_run.main(["native", "--device", "cpu", "--runners", "2"])
+    assert stop.value.code == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("error: native does not take --runners")
 

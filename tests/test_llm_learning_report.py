@@ -127,7 +127,9 @@ def test_the_report_stage_writes_the_committed_report_again_and_a_run_records_it
         (tmp_path / "again.md").read_text()
     assert json.loads((tmp_path / "again.json").read_text())["command"] == stored["command"]
     capsys.readouterr()
-    assert llm_learning.main(["report", "--jobs", "2", "--from-json", str(committed)]) == 2
+    with pytest.raises(SystemExit) as stop:
+        llm_learning.main(["report", "--jobs", "2", "--from-json", str(committed)])
+    assert stop.value.code == 2
     refusal = "error: report does not take --jobs (it takes --from-json, --from-runs)"
     assert capsys.readouterr().err.strip().splitlines() == [refusal]
     assert llm_learning.main(["report", "--protocol", "budget"]) == 2

@@ -166,8 +166,11 @@ def test_a_report_refuses_an_unfinished_or_missing_run_naming_it(tmp_path, capsy
 
 
 def test_an_option_a_tuning_stage_does_not_read_is_refused(tmp_path, capsys):
-    assert regime_study.main(["tune-report", "--out", str(tmp_path), "--jobs", "2"]) == 2
-    assert regime_study.main(["tune", "--out", str(tmp_path), "--testbed", "regime_admissible"]) == 2
+    for argv in (["tune-report", "--out", str(tmp_path), "--jobs", "2"],
+                 ["tune", "--out", str(tmp_path), "--testbed", "regime_admissible"]):
+        with pytest.raises(SystemExit) as stop:
+            regime_study.main(argv)
+        assert stop.value.code == 2
     errors = capsys.readouterr().err.strip().splitlines()
     assert errors == ["error: tune-report does not take --jobs (it takes --json, --round, --keep)",
                       "error: tune does not take --testbed (it takes --json, --round, --jobs, --keep)"]

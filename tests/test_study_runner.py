@@ -41,7 +41,9 @@ def test_an_option_the_stage_does_not_read_is_one_line_and_defaults_fill_the_res
     command.add("--out", required=True, common=True)
     command.add("--jobs", type=int)
     command.add("--json")
-    assert command.parse(["report", "--out", "d", "--jobs", "3"]) is None
+    with pytest.raises(SystemExit) as stop:
+        command.parse(["report", "--out", "d", "--jobs", "3"])
+    assert stop.value.code == 2
     assert capsys.readouterr().err.strip() == "error: report does not take --jobs (it takes --json)"
     args = command.parse(["run", "--out", "d"])
     assert (args.stage, args.jobs, args.json) == ("run", 2, None)
