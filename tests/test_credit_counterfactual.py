@@ -193,7 +193,9 @@ def test_quick_run_writes_a_report_whose_numbers_are_the_json(tmp_path):
     assert cf.main(["report", "--from-raw", str(tmp_path / "runs" / "quick"), "--out", str(tmp_path / "again")]) == 0
     again = (tmp_path / "again" / "credit_counterfactual_quick.md").read_text()
     assert f"`python -m benchmarks.credit_counterfactual report --from-raw {tmp_path / 'runs' / 'quick'}`" in again
-    assert cf.main(["report", "--k", "3", "--from-raw", str(tmp_path)]) == 2  # a run option: refused, not ignored
+    with pytest.raises(SystemExit) as refused:  # a run option: refused, not ignored
+        cf.main(["report", "--k", "3", "--from-raw", str(tmp_path)])
+    assert refused.value.code == 2
 
 
 def test_checkpoint_seeds_and_batch_seed_base_reach_the_protocol(tmp_path):
