@@ -344,11 +344,12 @@ def choose(scores: dict[str, float], collapsed: dict[str, list[str]], registered
 def tune_report(out: Path | None, round_: int, keep: Path, spec: dict[str, Any] | None = None,
                 registered_keep: Path | None = None) -> dict[str, Any]:
     """The registered rule on the round's runs (read from ``out``, else ``keep``) against the registered recipe's
-    (the pilot's seed-1 runs of the tuning's arms, kept in the study testbed's kept folder, or ``registered_keep``)."""
+    (the first pilot's runs of the tuning's arms at ``tuning.baseline_seed``, kept in the study testbed's kept folder,
+    or ``registered_keep``)."""
     spec = spec or protocol()
     tuning, warm = spec["tuning"], tuning_warm(spec)
     registered_keep = registered_keep or repo_path(spec["keep"][spec["testbeds"]["study"]])
-    pilot_seed = spec["pilot"]["seeds"][0]
+    pilot_seed = tuning["baseline_seed"]
     candidates = {}
     for candidate, overrides in tuning_candidates(spec, round_).items():
         names = {arm: tuning_name(candidate, arm, tuning["seed"]) for arm in tuning["arms"]}
