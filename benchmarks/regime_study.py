@@ -13,8 +13,8 @@ the runs are ``benchmarks.alfworld_text``'s schedule on the testbeds ``regime_op
 ``report`` reads the endpoint (read once, after the last run) and the validation curves;
 ``figure`` draws each arm's training success and diagnostics over the iterations beside the paper's noise proxy.
 ``tune`` trains the protocol's tuning round (each candidate recipe x ``tuning.arms``, train games only: no
-``valid_seen`` game) and keeps each finished run's metrics and config in ``tuning.keep``; ``tune-report`` applies the
-registered rule to them against the registered recipe's pilot runs (seed 1).
+``valid_seen`` game) and keeps each finished run's metrics, config and validation outcomes in ``tuning.keep``;
+``tune-report`` applies the registered rule to them against the registered recipe's pilot runs (seed 1).
 """
 
 from __future__ import annotations

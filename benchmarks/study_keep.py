@@ -10,7 +10,7 @@ the one rule for "finished". Checkpoints are not kept. Layout, for a testbed ``b
     SHA256SUMS                  the sha256 of every other kept file (``sha256sum -c`` reads it)
     <warm folder>/sft.json, text_policy.json, text_policy.safetensors   (each of ``bed.warm_folders``)
     <bed.folder>/<policy>/<manifest>.jsonl.gz, machine.json
-    runs/<policy>/metrics.jsonl.gz, config.yaml.gz
+    runs/<policy>/metrics.jsonl.gz, config.yaml.gz, validation.jsonl.gz (every validation episode's outcome)
 
 A study whose runs play no endpoint keeps only each finished run's curve and config, ``runs/<run>/...gz`` as above
 (``keep_runs``; ``restore_runs`` puts them back).
@@ -35,7 +35,7 @@ from typing import Protocol
 from ecpo_train.files.atomic import no_follow, refuse_links, write_bytes
 
 WARM_FILES = ("sft.json", "text_policy.json", "text_policy.safetensors")
-RUN_FILES = ("metrics.jsonl", "config.yaml")  # kept gzipped
+RUN_FILES = ("metrics.jsonl", "config.yaml", "validation.jsonl")  # kept gzipped (the last where the run wrote it)
 MACHINE = "machine.json"
 SUMS = "SHA256SUMS"
 MAX_UNPACKED = 64 << 20  # bytes a kept .gz may unpack to (an episode log of 140 games is some 100 KB)

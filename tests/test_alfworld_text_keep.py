@@ -54,7 +54,8 @@ def test_only_evaluations_of_every_game_are_kept_gzipped_with_the_warm_start(tmp
     assert json.loads((kept / "machine.json").read_text())["torch"]  # where it ran
     assert keeping.evaluation_complete(keep, "ecpo-s101", BED, kept=True)
     assert not (keep / BED.folder / "grpo-s101").exists()  # unfinished: played again from its seed
-    assert sorted(p.name for p in (keep / "runs" / "ecpo-s101").iterdir()) == ["config.yaml.gz", "metrics.jsonl.gz"]
+    assert sorted(p.name for p in (keep / "runs" / "ecpo-s101").iterdir()) == ["config.yaml.gz", "metrics.jsonl.gz",
+                                                                              "validation.jsonl.gz"]
     assert sorted(p.name for p in (keep / "warm").iterdir()) == sorted(keeping.WARM_FILES)
     first = (kept / f"{BED.manifest}.jsonl.gz").read_bytes()
     assert keeping.keep_finished(out, keep, BED) == []  # what is kept already is not copied again
