@@ -71,6 +71,23 @@ def test_a_tuning_job_is_the_schedules_training_command_with_the_candidates_over
     assert regime_study.tune_command(out, SPEC, "lr", "grpo", ["lr=1.0e-4"]) is None
 
 
+def test_a_registered_recipe_reaches_every_training_command_but_not_the_warm_start_nor_the_tuning(tmp_path,
+                                                                                            monkeypatch):
+    """A testbed's ``recipe`` (the tuned recipe once registered) ends every ``ecpo train`` of the schedule; the warm
+    start's ``ecpo sft`` does not take it, and the tuning's commands stay as they ran (the recipe at tuning time)."""
+    from dataclasses import replace
+
+    from benchmarks import alfworld_text
+
+    tuned = replace(REGIME_OPEN, recipe=("kl_coef=0.3",))
+    command = train_command(tmp_path / "r", tmp_path / "warm-a", "ecpo_d1", 11, 150, tuned)
+    assert command[-3:] == ["progress=false", "command_set=open", "kl_coef=0.3"] and "credit.d_min=1" in command
+    assert "kl_coef=0.3" not in alfworld_text.warm_start_command(tmp_path / "warm-a", tuned, tuned.warm_starts[0])
+    monkeypatch.setitem(alfworld_text.TESTBEDS, "regime_open", tuned)
+    assert regime_study.tune_command(tmp_path, SPEC, "kl", "grpo", ["kl_coef=0.1"])[-2:] == ["command_set=open",
+                                                                                            "kl_coef=0.1"]
+
+
 def test_tune_trains_no_finished_run_and_keeps_each_runs_metrics_and_config(tmp_path):
     """Every run of round 1 finished: `tune` runs no `ecpo` command (no log written) and keeps each run's metrics
     and config gzipped, with their sha256, as the pilot's runs are kept."""
