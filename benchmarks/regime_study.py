@@ -341,6 +341,12 @@ def choose(scores: dict[str, float], collapsed: dict[str, list[str]], registered
                   f"registered recipe's {registered:.4f}, and none of its arms collapsed")
 
 
+def arm_curves(names: dict[str, str], out: Path | None, keep: Path, iterations: int) -> dict[str, dict[str, Any]]:
+    """``arm -> curve_summary`` of each arm's run (``names``: arm -> run), read together (``run_lines``)."""
+    lines = run_lines(list(names.values()), out, keep)
+    return {arm: curve_summary(lines[name], iterations, name) for arm, name in names.items()}
+
+
 def tune_report(out: Path | None, round_: int, keep: Path, spec: dict[str, Any] | None = None,
                 registered_keep: Path | None = None) -> dict[str, Any]:
     """The registered rule on the round's runs (read from ``out``, else ``keep``) against the registered recipe's
@@ -352,14 +358,12 @@ def tune_report(out: Path | None, round_: int, keep: Path, spec: dict[str, Any] 
     pilot_seed = tuning["baseline_seed"]
     candidates = {}
     for candidate, overrides in tuning_candidates(spec, round_).items():
-        names = {arm: tuning_name(candidate, arm, tuning["seed"]) for arm in tuning["arms"]}
-        lines = run_lines(list(names.values()), out, keep)
-        arms = {arm: curve_summary(lines[name], tuning["iterations"], name) for arm, name in names.items()}
+        arms = arm_curves({arm: tuning_name(candidate, arm, tuning["seed"]) for arm in tuning["arms"]}, out, keep,
+                          tuning["iterations"])
         candidates[candidate] = {"overrides": overrides, "arms": arms,
                                  "score": min(part["auc"] for part in arms.values())}
-    names = {arm: program.job_name(warm, arm, pilot_seed) for arm in tuning["arms"]}
-    lines = run_lines(list(names.values()), None, registered_keep)
-    arms = {arm: curve_summary(lines[name], spec["iterations"], name) for arm, name in names.items()}
+    arms = arm_curves({arm: program.job_name(warm, arm, pilot_seed) for arm in tuning["arms"]}, None, registered_keep,
+                      spec["iterations"])
     registered = {"arms": arms, "score": min(part["auc"] for part in arms.values())}
     scores = {candidate: part["score"] for candidate, part in candidates.items()}
     chosen, reason = choose(scores, {candidate: [arm for arm, p in part["arms"].items() if p["collapsed"]]
