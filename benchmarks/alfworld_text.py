@@ -130,8 +130,9 @@ HOUSEHOLDS = Testbed("households", "households_text", "alfworld_gen", ("--episod
 # iterations), two independently trained warm starts (sft seeds 0 and 1), with the open command set (the study) or
 # the admissible commands (the regime curves).
 REGIME_WARM_STARTS = (WarmStart("a", "warm-a", "warm-a", ("seed=0",)), WarmStart("b", "warm-b", "warm-b", ("seed=1",)))
+# The recipe is the one regime_study.yaml registers (its tuning chose kl_coef=0.3, round 2, on train games only).
 REGIME_OPEN = Testbed("regime_open", "alfworld_text_paper", MANIFEST, WARM_START, "valid_seen", PUBLISHED,
-                      REGIME_WARM_STARTS, ("command_set=open",), iterations=150)
+                      REGIME_WARM_STARTS, ("command_set=open",), iterations=150, recipe=("kl_coef=0.3",))
 REGIME_ADMISSIBLE = replace(REGIME_OPEN, name="regime_admissible", overrides=())
 TESTBEDS = {bed.name: bed for bed in (ALFWORLD, HOUSEHOLDS, REGIME_OPEN, REGIME_ADMISSIBLE)}
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import gzip
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -60,7 +61,8 @@ def test_a_tuning_job_is_the_schedules_training_command_with_the_candidates_over
     out = tmp_path / "out"
     run_dir = out / "runs" / "kl-grpo-s301"
     command = regime_study.tune_command(out, SPEC, "kl", "grpo", ["kl_coef=0.1"])
-    assert command == train_command(run_dir, out / "warm-a", "grpo", 301, 150, REGIME_OPEN) + ["kl_coef=0.1"]
+    untuned = replace(REGIME_OPEN, recipe=())  # the recipe at tuning time
+    assert command == train_command(run_dir, out / "warm-a", "grpo", 301, 150, untuned) + ["kl_coef=0.1"]
     assert command == ["train", "--config", "alfworld_text_paper", f"model={out / 'warm-a'}", "estimator=grpo",
                        "seed=301", f"run_dir={run_dir}", "iterations=150", "threads=1", "progress=false",
                        "command_set=open", "kl_coef=0.1"]
@@ -75,8 +77,6 @@ def test_a_registered_recipe_reaches_every_training_command_but_not_the_warm_sta
                                                                                             monkeypatch):
     """A testbed's ``recipe`` (the tuned recipe once registered) ends every ``ecpo train`` of the schedule; the warm
     start's ``ecpo sft`` does not take it, and the tuning's commands stay as they ran (the recipe at tuning time)."""
-    from dataclasses import replace
-
     from benchmarks import alfworld_text
 
     tuned = replace(REGIME_OPEN, recipe=("kl_coef=0.3",))
@@ -86,6 +86,21 @@ def test_a_registered_recipe_reaches_every_training_command_but_not_the_warm_sta
     monkeypatch.setitem(alfworld_text.TESTBEDS, "regime_open", tuned)
     assert regime_study.tune_command(tmp_path, SPEC, "kl", "grpo", ["kl_coef=0.1"])[-2:] == ["command_set=open",
                                                                                             "kl_coef=0.1"]
+
+
+def test_the_registered_recipe_is_the_tunings_choice_on_both_regime_testbeds_and_the_new_pilot_reuses_no_seed():
+    """regime_study.yaml's `recipe` is what both regime testbeds train with, and it is the candidate that round 2's
+    kept report chose; the new pilot's seeds are none of the first pilot's, the tuning's or the study's."""
+    from benchmarks.alfworld_text import REGIME_ADMISSIBLE
+    from benchmarks import ROOT
+
+    chosen = json.loads((ROOT / "benchmarks/results/regime_tuning_round2.json").read_text())["chosen"]
+    assert SPEC["recipe"] == SPEC["tuning"]["second_round"][chosen] == ["kl_coef=0.3"]
+    assert list(REGIME_OPEN.recipe) == list(REGIME_ADMISSIBLE.recipe) == SPEC["recipe"]
+    assert SPEC["pilot"] == {"seeds": [11, 12, 13], "warm_starts": ["a"]}
+    first_pilot, study_low = {1, 2, 3}, SPEC["seed_offset"] + 1
+    assert not set(SPEC["pilot"]["seeds"]) & (first_pilot | {SPEC["tuning"]["seed"]}) and \
+        max(SPEC["pilot"]["seeds"]) < study_low
 
 
 def test_tune_trains_no_finished_run_and_keeps_each_runs_metrics_and_config(tmp_path):
