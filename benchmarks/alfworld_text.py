@@ -104,6 +104,7 @@ class Testbed:
     overrides: tuple[str, ...] = ()
     iterations: int = ITERATIONS  # the schedule's default
     recipe: tuple[str, ...] = ()  # overrides of ``ecpo train`` alone (not the warm start's): a tuned recipe's changes
+    policy_seeds: tuple[int, ...] = ()  # the seeds whose final policies are kept (study_keep: float16, as differences)
 
     @property
     def warm_folders(self) -> tuple[str, ...]:
@@ -113,6 +114,17 @@ class Testbed:
 def job_name(warm: WarmStart, arm: str, seed: int) -> str:
     """A trained policy's name: its run folder under ``runs/`` and its evaluation's name."""
     return f"{warm.label}-{arm}-s{seed}" if warm.label else f"{arm}-s{seed}"
+
+
+def kept_policy_warm(bed: Testbed, name: str) -> str | None:
+    """The warm-start folder of the job ``name`` (``job_name``'s) where ``bed`` keeps its final policy (its seed is
+    one of ``bed.policy_seeds``), else ``None``."""
+    for warm in bed.warm_starts:
+        for seed in bed.policy_seeds:
+            prefix, suffix = f"{warm.label}-" if warm.label else "", f"-s{seed}"
+            if name.startswith(prefix) and name.endswith(suffix) and len(name) > len(prefix) + len(suffix):
+                return warm.folder
+    return None
 
 
 # An arm is an estimator name, or one of these: an estimator with other credit settings (ECPO with StrictValid's
@@ -132,8 +144,9 @@ HOUSEHOLDS = Testbed("households", "households_text", "alfworld_gen", ("--episod
 REGIME_WARM_STARTS = (WarmStart("a", "warm-a", "warm-a", ("seed=0",)), WarmStart("b", "warm-b", "warm-b", ("seed=1",)))
 # The recipe is the one regime_study.yaml registers (its tuning chose kl_coef=0.3, round 2, on train games only).
 REGIME_OPEN = Testbed("regime_open", "alfworld_text_paper", MANIFEST, WARM_START, "valid_seen", PUBLISHED,
-                      REGIME_WARM_STARTS, ("command_set=open",), iterations=150, recipe=("kl_coef=0.3",))
-REGIME_ADMISSIBLE = replace(REGIME_OPEN, name="regime_admissible", overrides=())
+                      REGIME_WARM_STARTS, ("command_set=open",), iterations=150, recipe=("kl_coef=0.3",),
+                      policy_seeds=(101, 102))  # the study's first two seeds (its seeds are 101, 102, ...)
+REGIME_ADMISSIBLE = replace(REGIME_OPEN, name="regime_admissible", overrides=(), policy_seeds=(1,))  # its one seed
 TESTBEDS = {bed.name: bed for bed in (ALFWORLD, HOUSEHOLDS, REGIME_OPEN, REGIME_ADMISSIBLE)}
 
 
@@ -201,7 +214,7 @@ def run(out: Path, jobs: int, iterations: int, arms: list[str], seeds: list[int]
         ecpo(*evaluate_command(out, checkpoint, name, bed), log=out / "logs" / f"eval-{name}.log")
         if keep is not None:
             with keeping:
-                keep_finished(out, keep, bed)
+                keep_finished(out, keep, bed, lambda name: kept_policy_warm(bed, name))
 
     def warm_job(start: WarmStart) -> None:
         if not evaluation_complete(out, start.name, bed):
@@ -338,7 +351,8 @@ def main(argv: list[str] | None = None) -> int:
         check_study_input(args)
         keep = Path(args.keep) if args.keep else None
         if args.stage == "keep":
-            print(f"kept in {keep}: {len(keep_finished(out, keep, bed))} newly finished evaluations")
+            kept = keep_finished(out, keep, bed, lambda name: kept_policy_warm(bed, name))
+            print(f"kept in {keep}: {len(kept)} newly finished evaluations")
         elif args.stage == "restore":
             print(f"restored into {out}: {len(restore_kept(keep, out, bed))} finished evaluations")
         elif args.stage == "run":

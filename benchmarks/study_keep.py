@@ -12,6 +12,15 @@ the one rule for "finished". Checkpoints are not kept. Layout, for a testbed ``b
     <bed.folder>/<policy>/<manifest>.jsonl.gz, machine.json
     runs/<policy>/metrics.jsonl.gz, config.yaml.gz, validation.jsonl.gz (every validation episode's outcome)
 
+    policies/<policy>/text_policy.delta.safetensors, text_policy.json, checksums.sha256   (``policies`` names them)
+
+The final policies a testbed keeps (``keep_finished``'s ``policies``: a job's warm-start folder, or ``None``) are
+float16 text-policy folders, each kept as its difference from its warm start (``ecpo_train/files/weights_delta.py``:
+some 0.5 MB of its 2.6) with the folder's own ``checksums.sha256``; ``restore_kept`` rebuilds ``runs/<policy>/policy``
+and refuses one whose rebuilt bytes differ from those checksums. ``ecpo leaderboard --agent checkpoint --checkpoint
+runs/<policy>/policy`` evaluates it on any split. Rounded to float16, its choices can differ from the run's float32
+weights (which played the endpoint) in rare near-ties.
+
 A study whose runs play no endpoint keeps only each finished run's curve and config, ``runs/<run>/...gz`` as above
 (``keep_runs``; ``restore_runs`` puts them back).
 
@@ -29,6 +38,7 @@ import hashlib
 import json
 import os
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -36,6 +46,8 @@ from ecpo_train.files.atomic import no_follow, refuse_links, write_bytes
 
 WARM_FILES = ("sft.json", "text_policy.json", "text_policy.safetensors")
 RUN_FILES = ("metrics.jsonl", "config.yaml", "validation.jsonl")  # kept gzipped (the last where the run wrote it)
+POLICY_FILES = ("text_policy.json", "checksums.sha256")  # a final policy's folder: these as they are, and
+DELTA = "text_policy.delta.safetensors"  # its weights (text_policy.safetensors) as their difference from the warm start
 MACHINE = "machine.json"
 SUMS = "SHA256SUMS"
 MAX_UNPACKED = 64 << 20  # bytes a kept .gz may unpack to (an episode log of 140 games is some 100 KB)
@@ -222,10 +234,12 @@ def machine_of(root: Path, name: str, bed: Played) -> str | None:
     return cpu
 
 
-def keep_finished(out: Path, keep: Path, bed: Played) -> list[str]:
+def keep_finished(out: Path, keep: Path, bed: Played, policies: Callable[[str], str | None] = lambda name: None
+                  ) -> list[str]:
     """Copy into ``keep`` the warm start's model (once) and every policy evaluated on every game in ``out`` that
     ``keep`` does not hold complete yet, with its curve and the machine it ran on, each file's sha256 added to
-    ``SHA256SUMS``; returns the policies copied. ``keep`` is checked first (``check_kept``)."""
+    ``SHA256SUMS``; returns the policies copied. ``policies(name)``: the warm-start folder of a job whose final policy
+    is kept too (``None``: not kept). ``keep`` is checked first (``check_kept``)."""
     sums = check_kept(keep, dropped_ok=True)
     _warm(out, keep, bed.warm_folders, sums)
     _write_sums(keep, sums)
@@ -238,7 +252,64 @@ def keep_finished(out: Path, keep: Path, bed: Played) -> list[str]:
             _put(log, _log(keep, name, bed, kept=True), keep, sums)  # last: it marks the job kept
             _write_sums(keep, sums)
             copied.append(name)
+    for name in _policies(keep, bed):
+        warm = policies(name)
+        if warm is not None and not (keep / "policies" / name / DELTA).is_file():
+            _keep_policy(final_policy(out / "runs" / name), keep, name, warm, sums)
+            _write_sums(keep, sums)
     return copied
+
+
+def final_policy(run_dir: Path) -> Path:
+    """The run's final policy as a text-policy folder in float16, ``run_dir/policy`` (written from its checkpoint
+    where it is not there yet)."""
+    from ecpo_train.evaluation.agents import load_checkpoint_policy
+    from ecpo_train.files.atomic import replaced_folder
+
+    folder = run_dir / "policy"
+    if not (folder / "text_policy.json").is_file():
+        policy, _ = load_checkpoint_policy(run_dir)
+        with replaced_folder(folder, below=run_dir) as partial:
+            policy.save_pretrained(partial, half=True)
+    return folder
+
+
+def _keep_policy(folder: Path, keep: Path, name: str, warm: str, sums: dict[str, str]) -> None:
+    """The policy folder ``folder`` kept in ``keep/policies/<name>/``: its weights as their difference from ``keep``'s
+    warm start ``warm``, its config and checksums as they are; the difference last (it marks the policy kept)."""
+    from ecpo_train.files.weights_delta import difference
+
+    target = keep / "policies" / name
+    for file in POLICY_FILES:
+        _put(_read(folder / file, folder), target / file, keep, sums)
+    weights = _read(folder / "text_policy.safetensors", folder)
+    _put(difference(weights, _read(keep / warm / "text_policy.safetensors", keep), warm), target / DELTA, keep, sums)
+
+
+def _restore_policy(keep: Path, out: Path, name: str, bed: Played) -> None:
+    """``keep``'s final policy ``name`` rebuilt into ``out/runs/<name>/policy`` where that has none; rebuilt bytes
+    that differ from the folder's kept checksums are a ``ValueError`` naming the kept file (nothing is written)."""
+    from ecpo_train.files.atomic import replaced_folder
+    from ecpo_train.files.checksums import CHECKSUM_FILE
+    from ecpo_train.files.weights_delta import base_of, rebuild
+
+    kept, folder = keep / "policies" / name, out / "runs" / name / "policy"
+    if (folder / "text_policy.json").is_file():
+        return
+    delta = _read(kept / DELTA, keep)
+    warm = base_of(delta)
+    if warm not in bed.warm_folders:
+        raise ValueError(f"{kept / DELTA} was taken from {warm[:80]!r}, not one of the warm starts {bed.warm_folders}")
+    weights = rebuild(delta, _read(keep / warm / "text_policy.safetensors", keep))
+    listed = {line.partition("  ")[2]: line.partition("  ")[0]
+              for line in _read(kept / CHECKSUM_FILE, keep).decode("utf-8", "replace").splitlines()}
+    if listed.get("text_policy.safetensors") != hashlib.sha256(weights).hexdigest():
+        raise ValueError(f"{kept / DELTA} does not rebuild the policy its {CHECKSUM_FILE} lists: check the folder "
+                         "out of git again")
+    with replaced_folder(folder, below=out) as partial:
+        (partial / "text_policy.safetensors").write_bytes(weights)
+        for file in POLICY_FILES:
+            (partial / file).write_bytes(_read(kept / file, keep))
 
 
 def restore_kept(keep: Path, out: Path, bed: Played) -> list[str]:
@@ -264,6 +335,8 @@ def restore_kept(keep: Path, out: Path, bed: Played) -> list[str]:
             restored.append(name)
         if evaluation_complete(keep, name, bed, kept=True):
             _restore_run(keep, out, name)
+        if (keep / "policies" / name / DELTA).is_file():
+            _restore_policy(keep, out, name, bed)
     return restored
 
 

@@ -112,3 +112,119 @@ def test_a_stage_refuses_the_options_it_does_not_read(tmp_path, capsys):
     for stage in ("keep", "restore"):
         assert study.main([stage, "--testbed", "households", "--out", str(tmp_path)]) == 2
         assert f"{stage} needs --keep DIR" in capsys.readouterr().err
+
+
+PLAYED = ("task_id", "success", "steps", "reward", "invalid_actions")  # what an episode record says was played
+
+
+def policy_study(out):
+    """``finished_study`` whose warm start is a real text policy (float32) and whose finished job ``ecpo-s101`` has a
+    final policy (float16) that moved a few rows of the word table and every weight of its scorer."""
+    import torch
+
+    from ecpo_train.policies.text import TextPolicy
+
+    finished_study(out)
+    warm = TextPolicy(seed=3)
+    warm.save_pretrained(out / "warm")
+    with torch.no_grad():
+        warm.model.words.weight[[5, 6, 900]] += 0.1
+        warm.model.score[0].weight += 0.01
+    (out / "runs" / "ecpo-s101" / "policy").mkdir()
+    warm.save_pretrained(out / "runs" / "ecpo-s101" / "policy", half=True)
+    return out / "runs" / "ecpo-s101" / "policy"
+
+
+def test_a_kept_final_policy_comes_back_byte_for_byte_from_its_difference_to_the_warm_start(tmp_path):
+    """A testbed that keeps seed 101's final policy keeps it as its difference from the warm start (a fraction of
+    the folder); a fresh machine gets the same folder back, which the text policy loads."""
+    from dataclasses import replace
+
+    from ecpo_train.policies.text import TextPolicy
+
+    bed = replace(BED, policy_seeds=(101,))
+    out, keep, fresh = tmp_path / "out", tmp_path / "keep", tmp_path / "fresh"
+    folder = policy_study(out)
+    keeping.keep_finished(out, keep, bed, lambda name: study.kept_policy_warm(bed, name))
+    kept = keep / "policies" / "ecpo-s101"
+    assert sorted(p.name for p in kept.iterdir()) == sorted([*keeping.POLICY_FILES, keeping.DELTA])
+    assert (kept / keeping.DELTA).stat().st_size < (folder / "text_policy.safetensors").stat().st_size / 4
+    keeping.check_kept(keep)  # every kept file listed with its sha256
+    keeping.restore_kept(keep, fresh, bed)
+    restored = fresh / "runs" / "ecpo-s101" / "policy"
+    assert sorted(p.name for p in restored.iterdir()) == sorted(p.name for p in folder.iterdir())
+    assert all((restored / p.name).read_bytes() == p.read_bytes() for p in folder.iterdir())
+    TextPolicy.from_pretrained(restored)  # its own checksums hold
+    assert not (keep / "policies" / study.WARM).exists()  # a job whose seed is not kept keeps no policy
+
+
+def test_a_kept_difference_that_does_not_rebuild_the_policy_is_refused_and_nothing_is_written(tmp_path):
+    """A difference replaced together with its line in SHA256SUMS (so the kept folder's own check passes) but taken
+    from other weights: the rebuilt bytes differ from the policy folder's kept checksums, and restore says so."""
+    import hashlib
+    from dataclasses import replace
+
+    from ecpo_train.files.weights_delta import difference
+
+    bed = replace(BED, policy_seeds=(101,))
+    out, keep, fresh = tmp_path / "out", tmp_path / "keep", tmp_path / "fresh"
+    policy_study(out)
+    keeping.keep_finished(out, keep, bed, lambda name: study.kept_policy_warm(bed, name))
+    warm = (out / "warm" / "text_policy.safetensors").read_bytes()
+    other = difference(warm, warm, "warm")  # the warm start itself, as a difference
+    (keep / "policies" / "ecpo-s101" / keeping.DELTA).write_bytes(other)
+    sums = keep / keeping.SUMS
+    name = f"policies/ecpo-s101/{keeping.DELTA}"
+    sums.write_text("".join(f"{hashlib.sha256(other).hexdigest()}  {name}\n" if line.endswith(f"  {name}") else
+                            line + "\n" for line in sums.read_text().splitlines()))
+    with pytest.raises(ValueError, match="does not rebuild the policy"):
+        keeping.restore_kept(keep, fresh, bed)
+    assert not (fresh / "runs" / "ecpo-s101" / "policy").exists()
+
+
+def test_the_regime_study_keeps_the_final_policies_of_its_first_two_seeds_on_both_warm_starts():
+    bed = study.REGIME_OPEN
+    assert [study.kept_policy_warm(bed, name) for name in
+            ("a-ecpo-s101", "b-ecpo_d1-s102", "a-gigpo_std-s102", "a-ecpo-s103", "a-ecpo-s11", "a-grpo-s1",
+             "warm-a", "c-ecpo-s101")] == ["warm-a", "warm-b", "warm-a", None, None, None, None, None]
+    assert study.kept_policy_warm(study.REGIME_ADMISSIBLE, "a-grpo-s1") == "warm-a"
+    assert study.kept_policy_warm(study.ALFWORLD, "ecpo-s101") is None  # the earlier studies keep none
+
+
+def test_a_runs_final_policy_is_its_checkpoints_policy_in_float16_and_plays_from_its_kept_difference(tmp_path,
+                                                                                                   monkeypatch):
+    """``final_policy`` writes a trained run's policy (its checkpoint) as a float16 text-policy folder; kept as a
+    difference and rebuilt on a fresh machine, the leaderboard plays it as it plays the folder it was taken from."""
+    from dataclasses import replace
+
+    import torch
+    from typer.testing import CliRunner
+
+    from ecpo_train.apps.cli import app
+    from ecpo_train.evaluation.agents import load_checkpoint_policy
+    from ecpo_train.policies.text import TextPolicy
+
+    def ecpo(*args):
+        done = CliRunner().invoke(app, list(args))
+        assert done.exit_code == 0, done.output[-2000:]
+
+    monkeypatch.chdir(tmp_path)
+    bed = replace(BED, policy_seeds=(101,))
+    finished_study(tmp_path / "out")
+    TextPolicy(seed=3).save_pretrained(tmp_path / "out" / "warm")
+    run = tmp_path / "out" / "runs" / "ecpo-s101"
+    ecpo("train", "--config", "households_text", "--overwrite", "model=out/warm", "run_dir=out/runs/ecpo-s101",
+         "iterations=1", "n_groups=2", "group_size=2", "val_every=0", "progress=false", "threads=1")
+    folder = keeping.final_policy(run)
+    trained, _ = load_checkpoint_policy(run)
+    saved = TextPolicy.from_pretrained(folder)
+    assert all(torch.equal(saved.model.state_dict()[k], v.half().float()) for k, v in trained.model.state_dict().items())
+    keeping.keep_finished(tmp_path / "out", tmp_path / "keep", bed, lambda name: study.kept_policy_warm(bed, name))
+    keeping.restore_kept(tmp_path / "keep", tmp_path / "fresh", bed)
+    for source, name in ((folder, "taken"), (tmp_path / "fresh" / "runs" / "ecpo-s101" / "policy", "rebuilt")):
+        ecpo("leaderboard", "--agent", "checkpoint", "--checkpoint", str(source), "--manifest", "alfworld_gen",
+             "--seeds", "1", "--limit", "4", "--out-dir", "lb", "--name", name)
+    logs = {name: sorted((tmp_path / "lb").rglob(f"*{name}*/*.jsonl")) for name in ("taken", "rebuilt")}
+    played = {name: [{k: v for k, v in json.loads(line).items() if k in PLAYED}
+                     for path in logs[name] for line in path.read_text().splitlines()] for name in logs}
+    assert len(played["taken"]) == 4 and played["taken"] == played["rebuilt"]
