@@ -254,8 +254,10 @@ def keep_finished(out: Path, keep: Path, bed: Played, policies: Callable[[str], 
             copied.append(name)
     for name in _policies(keep, bed):
         warm = policies(name)
-        if warm is not None and not (keep / "policies" / name / DELTA).is_file():
-            _keep_policy(final_policy(out / "runs" / name), keep, name, warm, sums)
+        run_dir = out / "runs" / name  # (a job restored from keep on another machine has no checkpoint here)
+        has_policy = (run_dir / "checkpoint.pt").is_file() or (run_dir / "policy" / "text_policy.json").is_file()
+        if warm is not None and has_policy and not (keep / "policies" / name / DELTA).is_file():
+            _keep_policy(final_policy(run_dir), keep, name, warm, sums)
             _write_sums(keep, sums)
     return copied
 

@@ -228,3 +228,17 @@ def test_a_runs_final_policy_is_its_checkpoints_policy_in_float16_and_plays_from
     played = {name: [{k: v for k, v in json.loads(line).items() if k in PLAYED}
                      for path in logs[name] for line in path.read_text().splitlines()] for name in logs}
     assert len(played["taken"]) == 4 and played["taken"] == played["rebuilt"]
+
+
+def test_a_job_restored_without_its_checkpoint_keeps_no_policy_and_breaks_nothing(tmp_path):
+    """On a fresh machine a kept job has its logs back but not its checkpoint: keeping again copies nothing (there is
+    no final policy to keep) rather than failing the study."""
+    from dataclasses import replace
+
+    out, keep, fresh = tmp_path / "out", tmp_path / "keep", tmp_path / "fresh"
+    finished_study(out)
+    keeping.keep_finished(out, keep, BED)  # kept before its testbed kept policies
+    keeping.restore_kept(keep, fresh, BED)
+    bed = replace(BED, policy_seeds=(101,))
+    assert keeping.keep_finished(fresh, keep, bed, lambda name: study.kept_policy_warm(bed, name)) == []
+    assert not (keep / "policies").exists()
