@@ -1,0 +1,103 @@
+"""Issue 71's registered read (``regime_study report``) and seed rule (``pilot-seeds``) on hand-built study folders:
+which runs count, the endpoint's share of the 140 games, the validation AUC over the 16 points, the pairing by
+(warm start, seed) and the diagnostics, each number against a hand computation (no training)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from benchmarks import alfworld_text as program
+from benchmarks import regime_study
+from ecpo_train.evaluation.manifests import load_manifest
+
+BED = program.REGIME_OPEN
+GAMES = [(g.name, t) for g in load_manifest(BED.manifest).groups for t in g.task_ids]
+VALIDATED = [1, *range(10, 151, 10)]
+
+
+def endpoint(out, name, wins, games=GAMES):
+    """``name``'s leaderboard log: the first ``wins`` of ``games`` won, the rest lost."""
+    folder = out / BED.folder / name
+    folder.mkdir(parents=True)
+    lines = [json.dumps({"manifest": BED.manifest, "group": group, "task_id": task, "seed": 0, "task_type": "Pick",
+                         "success": i < wins}) for i, (group, task) in enumerate(games)]
+    (folder / f"{BED.manifest}.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def curve(out, name, points, last=150, strict=0.5):
+    run = out / "runs" / name
+    run.mkdir(parents=True)
+    by_iteration = dict(zip(VALIDATED, points))
+    lines = [{"iteration": i, "success": 0.3, "invalid_action_rate": 0.7, "credit/strict_valid_fraction": strict}
+             | ({"val/success": by_iteration[i]} if i in by_iteration else {}) for i in range(1, last + 1)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
+@pytest.fixture
+def spec(monkeypatch):
+    """The registered protocol with two study seeds (101, 102) set, as `pilot-seeds` would have them committed."""
+    registered = regime_study.protocol() | {"seeds": 2}
+    monkeypatch.setattr(regime_study, "protocol", lambda: registered)
+    return registered
+
+
+WINS = {"grpo": 60, "gigpo_std": 56, "ecpo": 63, "ecpo_d1": 50}  # games won of 140; each unit adds its offset
+
+
+def test_the_report_reads_every_finished_unit_pairs_it_and_leaves_out_what_is_not_finished(tmp_path, spec):
+    out = tmp_path
+    offsets = {("a", 101): 0, ("a", 102): 2, ("b", 101): -3, ("b", 102): 5}
+    for (label, seed), offset in offsets.items():
+        for arm, wins in WINS.items():
+            name = f"{label}-{arm}-s{seed}"
+            endpoint(out, name, wins + offset + (seed % 2) * (arm == "ecpo"))
+            curve(out, name, [(wins + offset) / 140] * 16, strict=0.5 if arm != "ecpo_d1" else 0.8)
+    endpoint(out, "a-ecpo-s103", 140)  # a seed beyond the registered two: not read
+    (out / BED.folder / "b-grpo-s102" / f"{BED.manifest}.jsonl").write_text(  # evaluated on 139 games only
+        "\n".join(json.dumps({"manifest": BED.manifest, "group": g, "task_id": t, "seed": 0, "success": True})
+                  for g, t in GAMES[:139]) + "\n")
+    result = regime_study.report(out)
+    assert result["seeds"] == [101, 102]
+    success = result["endpoint"]["success"]
+    assert success["gigpo_std"] == pytest.approx(np.mean([(56 + o) / 140 for o in offsets.values()]))
+    assert success["grpo"] == pytest.approx(np.mean([(60 + o) / 140 for u, o in offsets.items() if u != ("b", 102)]))
+    ecpo = result["endpoint"]["comparisons"]["ecpo - gigpo_std"]
+    diffs = [(63 - 56 + (seed % 2)) / 140 for _, seed in offsets]  # ecpo - gigpo_std in each unit
+    assert ecpo["units"] == 4 and ecpo["diff"] == pytest.approx(np.mean(diffs))
+    assert ecpo["sd"] == pytest.approx(np.std(diffs, ddof=1))
+    assert ecpo["by_warm_start"] == pytest.approx({"a": np.mean(diffs[:2]), "b": np.mean(diffs[2:])})
+    assert result["endpoint"]["comparisons"]["grpo - gigpo_std"]["units"] == 3  # the unit without a whole log is out
+    assert ecpo["verdict"] == "shown: a gain"  # 7-8 games of 140 in every unit: Holm rejects
+    auc = result["validation_auc"]["mean"]
+    assert auc["ecpo_d1"] == pytest.approx(np.mean([(50 + o) / 140 for o in offsets.values()]))
+    assert result["diagnostics"]["ecpo_d1"]["credit/strict_valid_fraction"] == pytest.approx(0.8)
+    assert result["diagnostics"]["grpo"]["invalid_action_rate"] == pytest.approx(0.7)
+
+
+def test_an_unfinished_run_has_no_validation_auc(tmp_path, spec):
+    curve(tmp_path, "a-ecpo-s101", [0.5] * 15, last=149)  # stopped one iteration short
+    curve(tmp_path, "a-gigpo_std-s101", [0.25] * 16)
+    auc = regime_study.validation_auc(tmp_path, BED, [101])
+    assert auc == {"gigpo_std": {("a", 101): 0.25}}
+
+
+def test_the_pilot_seed_rule_reads_the_new_pilot_only(tmp_path):
+    """`pilot-seeds` reads seeds 11-13 of warm start a (the registered new pilot), not the first pilot's seeds 1-3,
+    and sets the count from the largest SD of the three paired differences."""
+    diffs = {"grpo": [4, -2, 7], "ecpo": [10, 0, 2], "ecpo_d1": [-6, 8, 1]}  # games, each minus gigpo_std's 60
+    for k, seed in enumerate((11, 12, 13)):
+        endpoint(tmp_path, f"a-gigpo_std-s{seed}", 60)
+        for arm, by_seed in diffs.items():
+            endpoint(tmp_path, f"a-{arm}-s{seed}", 60 + by_seed[k])
+    endpoint(tmp_path, "a-ecpo-s1", 140)  # the first pilot's: not read
+    endpoint(tmp_path, "a-gigpo_std-s1", 0)
+    result = regime_study.pilot_seeds(tmp_path)
+    sds = {arm: float(np.std(np.array(d) / 140, ddof=1)) for arm, d in diffs.items()}
+    assert result["sd"] == pytest.approx(sds)
+    rule = regime_study.seed_count(list(sds.values()), regime_study.protocol())
+    assert (result["units"], result["seeds"]) == (rule["units"], rule["seeds"]) and result["seeds"] >= 5
+    assert result["largest_sd"] == pytest.approx(max(sds.values())) and math.isfinite(result["units"])
