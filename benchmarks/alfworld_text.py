@@ -110,21 +110,20 @@ class Testbed:
     def warm_folders(self) -> tuple[str, ...]:
         return tuple(warm.folder for warm in self.warm_starts)
 
+    def kept_policy_warm(self, name: str) -> str | None:
+        """The warm-start folder of the job ``name`` (``job_name``'s) whose final policy this testbed keeps (its seed
+        is one of ``policy_seeds``), else ``None``."""
+        for warm in self.warm_starts:
+            for seed in self.policy_seeds:
+                prefix, suffix = f"{warm.label}-" if warm.label else "", f"-s{seed}"
+                if name.startswith(prefix) and name.endswith(suffix) and len(name) > len(prefix) + len(suffix):
+                    return warm.folder
+        return None
+
 
 def job_name(warm: WarmStart, arm: str, seed: int) -> str:
     """A trained policy's name: its run folder under ``runs/`` and its evaluation's name."""
     return f"{warm.label}-{arm}-s{seed}" if warm.label else f"{arm}-s{seed}"
-
-
-def kept_policy_warm(bed: Testbed, name: str) -> str | None:
-    """The warm-start folder of the job ``name`` (``job_name``'s) where ``bed`` keeps its final policy (its seed is
-    one of ``bed.policy_seeds``), else ``None``."""
-    for warm in bed.warm_starts:
-        for seed in bed.policy_seeds:
-            prefix, suffix = f"{warm.label}-" if warm.label else "", f"-s{seed}"
-            if name.startswith(prefix) and name.endswith(suffix) and len(name) > len(prefix) + len(suffix):
-                return warm.folder
-    return None
 
 
 # An arm is an estimator name, or one of these: an estimator with other credit settings (ECPO with StrictValid's
@@ -214,7 +213,7 @@ def run(out: Path, jobs: int, iterations: int, arms: list[str], seeds: list[int]
         ecpo(*evaluate_command(out, checkpoint, name, bed), log=out / "logs" / f"eval-{name}.log")
         if keep is not None:
             with keeping:
-                keep_finished(out, keep, bed, lambda name: kept_policy_warm(bed, name))
+                keep_finished(out, keep, bed)
 
     def warm_job(start: WarmStart) -> None:
         if not evaluation_complete(out, start.name, bed):
@@ -351,8 +350,7 @@ def main(argv: list[str] | None = None) -> int:
         check_study_input(args)
         keep = Path(args.keep) if args.keep else None
         if args.stage == "keep":
-            kept = keep_finished(out, keep, bed, lambda name: kept_policy_warm(bed, name))
-            print(f"kept in {keep}: {len(kept)} newly finished evaluations")
+            print(f"kept in {keep}: {len(keep_finished(out, keep, bed))} newly finished evaluations")
         elif args.stage == "restore":
             print(f"restored into {out}: {len(restore_kept(keep, out, bed))} finished evaluations")
         elif args.stage == "run":

@@ -12,9 +12,9 @@ the one rule for "finished". Checkpoints are not kept. Layout, for a testbed ``b
     <bed.folder>/<policy>/<manifest>.jsonl.gz, machine.json
     runs/<policy>/metrics.jsonl.gz, config.yaml.gz, validation.jsonl.gz (every validation episode's outcome)
 
-    policies/<policy>/text_policy.delta.safetensors, text_policy.json, checksums.sha256   (``policies`` names them)
+    policies/<policy>/text_policy.delta.safetensors, text_policy.json, checksums.sha256
 
-The final policies a testbed keeps (``keep_finished``'s ``policies``: a job's warm-start folder, or ``None``) are
+The final policies a testbed keeps (``bed.kept_policy_warm(name)``: a job's warm-start folder, or ``None``) are
 float16 text-policy folders, each kept as its difference from its warm start (``ecpo_train/files/weights_delta.py``:
 some 0.5 MB of its 2.6) with the folder's own ``checksums.sha256``; ``restore_kept`` rebuilds ``runs/<policy>/policy``
 and refuses one whose rebuilt bytes differ from those checksums. ``ecpo leaderboard --agent checkpoint --checkpoint
@@ -38,7 +38,6 @@ import hashlib
 import json
 import os
 import zlib
-from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -57,6 +56,8 @@ class Played(Protocol):
     folder: str  # the run folder's subfolder of the endpoint's episode logs
     manifest: str  # the endpoint's leaderboard manifest
     warm_folders: tuple[str, ...]  # the warm starts' folders
+
+    def kept_policy_warm(self, name: str) -> str | None: ...  # the warm folder of a job whose final policy is kept
 
 
 def manifest_games(bed: Played) -> int:
@@ -234,12 +235,11 @@ def machine_of(root: Path, name: str, bed: Played) -> str | None:
     return cpu
 
 
-def keep_finished(out: Path, keep: Path, bed: Played, policies: Callable[[str], str | None] = lambda name: None
-                  ) -> list[str]:
+def keep_finished(out: Path, keep: Path, bed: Played) -> list[str]:
     """Copy into ``keep`` the warm start's model (once) and every policy evaluated on every game in ``out`` that
     ``keep`` does not hold complete yet, with its curve and the machine it ran on, each file's sha256 added to
-    ``SHA256SUMS``; returns the policies copied. ``policies(name)``: the warm-start folder of a job whose final policy
-    is kept too (``None``: not kept). ``keep`` is checked first (``check_kept``)."""
+    ``SHA256SUMS``, and the final policy of each such job the testbed keeps (``bed.kept_policy_warm``); returns the
+    policies copied. ``keep`` is checked first (``check_kept``)."""
     sums = check_kept(keep, dropped_ok=True)
     _warm(out, keep, bed.warm_folders, sums)
     _write_sums(keep, sums)
@@ -253,7 +253,7 @@ def keep_finished(out: Path, keep: Path, bed: Played, policies: Callable[[str], 
             _write_sums(keep, sums)
             copied.append(name)
     for name in _policies(keep, bed):
-        warm = policies(name)
+        warm = bed.kept_policy_warm(name)
         run_dir = out / "runs" / name  # (a job restored from keep on another machine has no checkpoint here)
         has_policy = (run_dir / "checkpoint.pt").is_file() or (run_dir / "policy" / "text_policy.json").is_file()
         if warm is not None and has_policy and not (keep / "policies" / name / DELTA).is_file():
@@ -285,33 +285,30 @@ def _keep_policy(folder: Path, keep: Path, name: str, warm: str, sums: dict[str,
     for file in POLICY_FILES:
         _put(_read(folder / file, folder), target / file, keep, sums)
     weights = _read(folder / "text_policy.safetensors", folder)
-    _put(difference(weights, _read(keep / warm / "text_policy.safetensors", keep), warm), target / DELTA, keep, sums)
+    _put(difference(weights, _read(keep / warm / "text_policy.safetensors", keep)), target / DELTA, keep, sums)
 
 
 def _restore_policy(keep: Path, out: Path, name: str, bed: Played) -> None:
-    """``keep``'s final policy ``name`` rebuilt into ``out/runs/<name>/policy`` where that has none; rebuilt bytes
-    that differ from the folder's kept checksums are a ``ValueError`` naming the kept file (nothing is written)."""
+    """``keep``'s final policy ``name`` rebuilt into ``out/runs/<name>/policy`` where that has none, from the warm
+    start the testbed names for it; a rebuilt folder that does not match its kept checksums is a ``ValueError`` naming
+    the kept difference, and nothing is written."""
     from ecpo_train.files.atomic import replaced_folder
-    from ecpo_train.files.checksums import CHECKSUM_FILE
-    from ecpo_train.files.weights_delta import base_of, rebuild
+    from ecpo_train.files.checksums import check_folder_checksums
+    from ecpo_train.files.weights_delta import rebuild
 
-    kept, folder = keep / "policies" / name, out / "runs" / name / "policy"
+    kept, folder, warm = keep / "policies" / name, out / "runs" / name / "policy", bed.kept_policy_warm(name)
     if (folder / "text_policy.json").is_file():
         return
-    delta = _read(kept / DELTA, keep)
-    warm = base_of(delta)
-    if warm not in bed.warm_folders:
-        raise ValueError(f"{kept / DELTA} was taken from {warm[:80]!r}, not one of the warm starts {bed.warm_folders}")
-    weights = rebuild(delta, _read(keep / warm / "text_policy.safetensors", keep))
-    listed = {line.partition("  ")[2]: line.partition("  ")[0]
-              for line in _read(kept / CHECKSUM_FILE, keep).decode("utf-8", "replace").splitlines()}
-    if listed.get("text_policy.safetensors") != hashlib.sha256(weights).hexdigest():
-        raise ValueError(f"{kept / DELTA} does not rebuild the policy its {CHECKSUM_FILE} lists: check the folder "
-                         "out of git again")
-    with replaced_folder(folder, below=out) as partial:
+    if warm is None:
+        raise ValueError(f"{kept} holds a final policy its testbed does not keep: delete it, or check the folder out "
+                         "of git again")
+    weights = rebuild(_read(kept / DELTA, keep), _read(keep / warm / "text_policy.safetensors", keep))
+    with replaced_folder(folder, below=out) as partial:  # (a failed check inside removes the partial folder)
         (partial / "text_policy.safetensors").write_bytes(weights)
         for file in POLICY_FILES:
             (partial / file).write_bytes(_read(kept / file, keep))
+        check_folder_checksums(partial, f"{kept / DELTA} does not rebuild the policy its checksums list",
+                               fix="check the folder out of git again")
 
 
 def restore_kept(keep: Path, out: Path, bed: Played) -> list[str]:

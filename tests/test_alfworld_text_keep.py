@@ -145,7 +145,7 @@ def test_a_kept_final_policy_comes_back_byte_for_byte_from_its_difference_to_the
     bed = replace(BED, policy_seeds=(101,))
     out, keep, fresh = tmp_path / "out", tmp_path / "keep", tmp_path / "fresh"
     folder = policy_study(out)
-    keeping.keep_finished(out, keep, bed, lambda name: study.kept_policy_warm(bed, name))
+    keeping.keep_finished(out, keep, bed)
     kept = keep / "policies" / "ecpo-s101"
     assert sorted(p.name for p in kept.iterdir()) == sorted([*keeping.POLICY_FILES, keeping.DELTA])
     assert (kept / keeping.DELTA).stat().st_size < (folder / "text_policy.safetensors").stat().st_size / 4
@@ -169,9 +169,9 @@ def test_a_kept_difference_that_does_not_rebuild_the_policy_is_refused_and_nothi
     bed = replace(BED, policy_seeds=(101,))
     out, keep, fresh = tmp_path / "out", tmp_path / "keep", tmp_path / "fresh"
     policy_study(out)
-    keeping.keep_finished(out, keep, bed, lambda name: study.kept_policy_warm(bed, name))
+    keeping.keep_finished(out, keep, bed)
     warm = (out / "warm" / "text_policy.safetensors").read_bytes()
-    other = difference(warm, warm, "warm")  # the warm start itself, as a difference
+    other = difference(warm, warm)  # the warm start itself, as a difference
     (keep / "policies" / "ecpo-s101" / keeping.DELTA).write_bytes(other)
     sums = keep / keeping.SUMS
     name = f"policies/ecpo-s101/{keeping.DELTA}"
@@ -184,11 +184,11 @@ def test_a_kept_difference_that_does_not_rebuild_the_policy_is_refused_and_nothi
 
 def test_the_regime_study_keeps_the_final_policies_of_its_first_two_seeds_on_both_warm_starts():
     bed = study.REGIME_OPEN
-    assert [study.kept_policy_warm(bed, name) for name in
+    assert [bed.kept_policy_warm(name) for name in
             ("a-ecpo-s101", "b-ecpo_d1-s102", "a-gigpo_std-s102", "a-ecpo-s103", "a-ecpo-s11", "a-grpo-s1",
              "warm-a", "c-ecpo-s101")] == ["warm-a", "warm-b", "warm-a", None, None, None, None, None]
-    assert study.kept_policy_warm(study.REGIME_ADMISSIBLE, "a-grpo-s1") == "warm-a"
-    assert study.kept_policy_warm(study.ALFWORLD, "ecpo-s101") is None  # the earlier studies keep none
+    assert study.REGIME_ADMISSIBLE.kept_policy_warm("a-grpo-s1") == "warm-a"
+    assert study.ALFWORLD.kept_policy_warm("ecpo-s101") is None  # the earlier studies keep none
 
 
 def test_a_runs_final_policy_is_its_checkpoints_policy_in_float16_and_plays_from_its_kept_difference(tmp_path,
@@ -219,7 +219,7 @@ def test_a_runs_final_policy_is_its_checkpoints_policy_in_float16_and_plays_from
     trained, _ = load_checkpoint_policy(run)
     saved = TextPolicy.from_pretrained(folder)
     assert all(torch.equal(saved.model.state_dict()[k], v.half().float()) for k, v in trained.model.state_dict().items())
-    keeping.keep_finished(tmp_path / "out", tmp_path / "keep", bed, lambda name: study.kept_policy_warm(bed, name))
+    keeping.keep_finished(tmp_path / "out", tmp_path / "keep", bed)
     keeping.restore_kept(tmp_path / "keep", tmp_path / "fresh", bed)
     for source, name in ((folder, "taken"), (tmp_path / "fresh" / "runs" / "ecpo-s101" / "policy", "rebuilt")):
         ecpo("leaderboard", "--agent", "checkpoint", "--checkpoint", str(source), "--manifest", "alfworld_gen",
@@ -228,6 +228,8 @@ def test_a_runs_final_policy_is_its_checkpoints_policy_in_float16_and_plays_from
     played = {name: [{k: v for k, v in json.loads(line).items() if k in PLAYED}
                      for path in logs[name] for line in path.read_text().splitlines()] for name in logs}
     assert len(played["taken"]) == 4 and played["taken"] == played["rebuilt"]
+    rebuilt = tmp_path / "fresh" / "runs" / "ecpo-s101" / "policy"  # (the same episodes because the same weights:)
+    assert all((rebuilt / p.name).read_bytes() == p.read_bytes() for p in folder.iterdir())
 
 
 def test_a_job_restored_without_its_checkpoint_keeps_no_policy_and_breaks_nothing(tmp_path):
@@ -240,5 +242,5 @@ def test_a_job_restored_without_its_checkpoint_keeps_no_policy_and_breaks_nothin
     keeping.keep_finished(out, keep, BED)  # kept before its testbed kept policies
     keeping.restore_kept(keep, fresh, BED)
     bed = replace(BED, policy_seeds=(101,))
-    assert keeping.keep_finished(fresh, keep, bed, lambda name: study.kept_policy_warm(bed, name)) == []
+    assert keeping.keep_finished(fresh, keep, bed) == []
     assert not (keep / "policies").exists()

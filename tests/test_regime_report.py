@@ -64,6 +64,7 @@ def test_the_report_reads_every_finished_unit_pairs_it_and_leaves_out_what_is_no
     assert result["seeds"] == [101, 102]
     success = result["endpoint"]["success"]
     assert success["gigpo_std"] == pytest.approx(np.mean([(56 + o) / 140 for o in offsets.values()]))
+    assert success["ecpo"] == pytest.approx(np.mean([(63 + o + u[1] % 2) / 140 for u, o in offsets.items()]))  # not s103
     assert success["grpo"] == pytest.approx(np.mean([(60 + o) / 140 for u, o in offsets.items() if u != ("b", 102)]))
     ecpo = result["endpoint"]["comparisons"]["ecpo - gigpo_std"]
     diffs = [(63 - 56 + (seed % 2)) / 140 for _, seed in offsets]  # ecpo - gigpo_std in each unit
