@@ -102,3 +102,18 @@ def test_the_pilot_seed_rule_reads_the_new_pilot_only(tmp_path):
     rule = regime_study.seed_count(list(sds.values()), regime_study.protocol())
     assert (result["units"], result["seeds"]) == (rule["units"], rule["seeds"]) and result["seeds"] >= 5
     assert result["largest_sd"] == pytest.approx(max(sds.values())) and math.isfinite(result["units"])
+
+
+def test_the_registered_seed_count_is_the_rule_applied_to_the_kept_new_pilot(tmp_path):
+    """regime_study.yaml's `seeds` is what `pilot-seeds` gives on the new pilot's runs as kept in git (restored into a
+    scratch folder), and the kept result JSON says the same: anyone can recompute the study's size."""
+    from benchmarks import ROOT
+
+    keep = ROOT / "benchmarks/results/raw/regime_open"
+    program.restore_kept(keep, tmp_path, program.REGIME_OPEN)
+    result = regime_study.pilot_seeds(tmp_path)
+    kept = json.loads((ROOT / "benchmarks/results/regime_pilot_seeds.json").read_text())
+    assert result["sd"] == pytest.approx(kept["sd"])
+    assert (result["units"], result["seeds"]) == (kept["units"], kept["seeds"])
+    assert regime_study.protocol()["seeds"] == result["seeds"] == 5
+    assert regime_study.study_seeds(regime_study.protocol()) == [101, 102, 103, 104, 105]
