@@ -119,7 +119,8 @@ def ledger(rows: Sequence[Mapping[str, Any]], table: Mapping[str, Any] | None = 
 
 UNIT_SHORT = (("paired validation episodes; one run", "1 run, {n} episodes"),
               ("paired validation episodes; one pair of runs", "1 seed pair, {n} episodes"),
-              ("training seeds", "{n} seeds"), ("training runs", "{planned} runs planned"),
+              ("training seeds", "{n} seeds"), ("training runs paired by", "{n} of {planned} pairs"),
+              ("training runs", "{planned} runs planned"),
               ("games (one episode each)", "{n} games"))
 
 

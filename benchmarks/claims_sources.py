@@ -438,8 +438,43 @@ def text_policy_alfworld() -> list[dict[str, Any]]:
     return rows
 
 
+REGIME_ARMS = {"ecpo": "ECPO (d_min 7)", "ecpo_d1": "ECPO (d_min 1)", "grpo": "GRPO"}  # the family, each - GiGPO w/std
+
+
+def regime_study() -> list[dict[str, Any]]:
+    """Issue 71's registered comparison where ECPO's step credit engages (``benchmarks/regime_study.yaml``): each arm
+    of the family minus GiGPO w/std in valid_seen success at the final iteration (Holm over the family), the validation
+    AUC beside it (its own Holm family; shown, not counted). Until the study's report is committed (it is read once,
+    after the last run) each claim stands registered, with no figure, its source the pilot's seed count."""
+    from benchmarks.regime_study import RESULT_JSON, protocol, study_seeds
+
+    spec = protocol()
+    result = load(RESULT_JSON) if (RESULTS / RESULT_JSON).is_file() else None
+    planned = len(spec["warm_starts"]) * len(study_seeds(spec))
+    scope_ = scope(f"ALFWorld valid_seen, all 140 games, 50 steps, T = 0.4, open command set (invalid commands: "
+                   f"reward -0.1, canonical <invalid>)", TEXT, f"{len(spec['warm_starts'])} warm starts (expert, open "
+                   f"command set) then {spec['iterations']} iterations of group RL ({', '.join(spec['recipe'])})")
+    rows = []
+    for k, (arm, label) in enumerate(REGIME_ARMS.items()):
+        key = f"{arm} - {spec['reference']}"
+        parts, n = [], 0
+        if result is not None:
+            endpoint, auc = result["endpoint"]["comparisons"][key], result["validation_auc"]["comparisons"][key]
+            parts, n = [part(endpoint, f"{label} - GiGPO w/std", T_INTERVAL),
+                        part(auc, "validation AUC (secondary)", T_INTERVAL, secondary=True)], endpoint["units"]
+        rows.append(claim(f"E{10 + k}", "comparison", f"Real ALFWorld with invalid commands (where ECPO's step credit "
+                          f"engages), text policy: {label} against GiGPO w/std in valid_seen success after "
+                          f"{spec['iterations']} iterations", scope_,
+                          f"training runs paired by (warm start, seed), each arm's run against GiGPO w/std's; "
+                          f"Holm over {len(spec['family'])}; {planned} planned", n, parts, 0 if arm == "grpo" else +1,
+                          RESULT_JSON if result is not None else "regime_pilot_seeds.json",  # (the planned count's)
+                          (f"{label} vs GiGPO w/std, open commands?",
+                           f"text policy, valid_seen, {spec['iterations']} iterations, CPU")))
+    return rows
+
+
 SOURCES: tuple[Callable[[], list[dict[str, Any]]], ...] = (endpoints, seed_comparisons, credit, speed,
-                                                         text_policy_alfworld)
+                                                         text_policy_alfworld, regime_study)
 
 
 def all_claims() -> list[dict[str, Any]]:

@@ -31,6 +31,7 @@ from benchmarks.study import StudyCommand, finished, read_protocol, run_jobs, ru
 from benchmarks.study_keep import check_kept, keep_runs, manifest_games, restore_runs
 
 PROTOCOL = Path(__file__).with_name("regime_study.yaml")
+RESULT_JSON = "regime_study.json"  # the report, in benchmarks/results/ (written once, after the last run)
 
 
 def protocol() -> dict[str, Any]:

@@ -48,10 +48,13 @@ def spec(monkeypatch):
 WINS = {"grpo": 60, "gigpo_std": 56, "ecpo": 63, "ecpo_d1": 50}  # games won of 140; each unit adds its offset
 
 
-def test_the_report_reads_every_finished_unit_pairs_it_and_leaves_out_what_is_not_finished(tmp_path, spec):
-    out = tmp_path
-    offsets = {("a", 101): 0, ("a", 102): 2, ("b", 101): -3, ("b", 102): 5}
-    for (label, seed), offset in offsets.items():
+OFFSETS = {("a", 101): 0, ("a", 102): 2, ("b", 101): -3, ("b", 102): 5}  # each unit's games won beside WINS
+
+
+def build_study(out):
+    """Seeds 101-102 on both warm starts, every arm (ECPO wins one more game at odd seeds); a seed past them; one run
+    evaluated on 139 games only."""
+    for (label, seed), offset in OFFSETS.items():
         for arm, wins in WINS.items():
             name = f"{label}-{arm}-s{seed}"
             endpoint(out, name, wins + offset + (seed % 2) * (arm == "ecpo"))
@@ -60,6 +63,11 @@ def test_the_report_reads_every_finished_unit_pairs_it_and_leaves_out_what_is_no
     (out / BED.folder / "b-grpo-s102" / f"{BED.manifest}.jsonl").write_text(  # evaluated on 139 games only
         "\n".join(json.dumps({"manifest": BED.manifest, "group": g, "task_id": t, "seed": 0, "success": True})
                   for g, t in GAMES[:139]) + "\n")
+
+
+def test_the_report_reads_every_finished_unit_pairs_it_and_leaves_out_what_is_not_finished(tmp_path, spec):
+    out, offsets = tmp_path, OFFSETS
+    build_study(out)
     result = regime_study.report(out)
     assert result["seeds"] == [101, 102]
     success = result["endpoint"]["success"]
@@ -117,3 +125,32 @@ def test_the_registered_seed_count_is_the_rule_applied_to_the_kept_new_pilot(tmp
     assert (result["units"], result["seeds"]) == (kept["units"], kept["seeds"])
     assert regime_study.protocol()["seeds"] == result["seeds"] == 5
     assert regime_study.study_seeds(regime_study.protocol()) == [101, 102, 103, 104, 105]
+
+
+def test_the_ledger_holds_the_studys_claims_registered_until_its_report_is_committed(tmp_path, spec, monkeypatch):
+    """E10-E12 (each family arm minus GiGPO w/std) stand registered with no figure while benchmarks/results has no
+    report; once it has, each shows the report's paired difference, its Holm verdict by the ledger's rule, and the
+    validation AUC beside it, not counted."""
+    from benchmarks import claims_ledger, claims_sources
+
+    results = tmp_path / "results"
+    results.mkdir()
+    monkeypatch.setattr(claims_sources, "RESULTS", results)
+    rows = claims_sources.regime_study()
+    assert [r["id"] for r in rows] == ["E10", "E11", "E12"] and {r["n"] for r in rows} == {0}
+    assert [claims_ledger.verdict(r) for r in rows] == ["registered, not run yet"] * 3
+    assert claims_ledger.unit_short(rows[0]) == "0 of 4 pairs"  # 2 warm starts x the fixture's 2 seeds
+    assert rows[0]["source"] == "benchmarks/results/regime_pilot_seeds.json"  # the registration's count, committed
+    build_study(tmp_path / "study")
+    report = regime_study.report(tmp_path / "study")
+    (results / regime_study.RESULT_JSON).write_text(json.dumps(report))
+    ecpo, ecpo_d1, grpo = claims_sources.regime_study()
+    primary, auc = ecpo["parts"]
+    assert primary["estimate"] == pytest.approx(report["endpoint"]["comparisons"]["ecpo - gigpo_std"]["diff"])
+    assert auc["secondary"] and auc["estimate"] == pytest.approx(
+        report["validation_auc"]["comparisons"]["ecpo - gigpo_std"]["diff"])
+    assert ecpo["n"] == 4 and grpo["n"] == 3 and claims_ledger.unit_short(ecpo) == "4 of 4 pairs"
+    assert ecpo["source"] == f"benchmarks/results/{regime_study.RESULT_JSON}"
+    assert claims_ledger.verdict(ecpo) == "shown"  # +7-8 games of 140 in every unit
+    assert claims_ledger.verdict(ecpo_d1) == "contradicted"  # -6 games in every unit, against the paper's direction
+    assert claims_ledger.verdict(grpo) == "a difference shown"  # +4 games, either direction counts
