@@ -451,8 +451,8 @@ def regime_study() -> list[dict[str, Any]]:
     spec = protocol()
     result = load(RESULT_JSON) if (RESULTS / RESULT_JSON).is_file() else None
     planned = len(spec["warm_starts"]) * len(study_seeds(spec))
-    scope_ = scope(f"ALFWorld valid_seen, all 140 games, 50 steps, T = 0.4, open command set (invalid commands: "
-                   f"reward -0.1, canonical <invalid>)", TEXT, f"{len(spec['warm_starts'])} warm starts (expert, open "
+    scope_ = scope("ALFWorld valid_seen, all 140 games, 50 steps, T = 0.4, open command set (invalid commands: "
+                   "reward -0.1, canonical <invalid>)", TEXT, f"{len(spec['warm_starts'])} warm starts (expert, open "
                    f"command set) then {spec['iterations']} iterations of group RL ({', '.join(spec['recipe'])})")
     rows = []
     for k, (arm, label) in enumerate(REGIME_ARMS.items()):
