@@ -446,12 +446,15 @@ def regime_study() -> list[dict[str, Any]]:
     of the family minus GiGPO w/std in valid_seen success at the final iteration (Holm over the family), the validation
     AUC beside it (its own Holm family; shown, not counted). Until the study's report is committed (it is read once,
     after the last run) each claim stands registered, with no figure, its source the pilot's seed count."""
+    from benchmarks.alfworld_text import testbed_named
     from benchmarks.regime_study import RESULT_JSON, protocol, study_seeds
+    from benchmarks.study_keep import manifest_games
 
     spec = protocol()
     result = load(RESULT_JSON) if (RESULTS / RESULT_JSON).is_file() else None
     planned = len(spec["warm_starts"]) * len(study_seeds(spec))
-    scope_ = scope("ALFWorld valid_seen, all 140 games, 50 steps, T = 0.4, open command set (invalid commands: "
+    games = manifest_games(testbed_named(spec["testbeds"]["study"]))  # the endpoint's games
+    scope_ = scope(f"ALFWorld valid_seen, all {games} games, 50 steps, T = 0.4, open command set (invalid commands: "
                    "reward -0.1, canonical <invalid>)", TEXT, f"{len(spec['warm_starts'])} warm starts (expert, open "
                    f"command set) then {spec['iterations']} iterations of group RL ({', '.join(spec['recipe'])})")
     rows = []
