@@ -91,7 +91,7 @@ def make_rollout_func(url: str, env_id: str, max_turns: int, max_new_tokens: int
     """TRL's ``rollout_func``: plays one episode per prompt through the server, all of a batch in lockstep."""
     import torch
 
-    from ecpo_gym.canonical import INVALID_ACTION
+    from ecpo_train.core.rollout import sent_action
     from ecpo_train.integrations.openenv.client import ECPOEnvClient
     from ecpo_train.integrations.trl_credit import TURNS_FIELD
     from ecpo_train.policies.parsing import parse_action
@@ -135,7 +135,7 @@ def make_rollout_func(url: str, env_id: str, max_turns: int, max_new_tokens: int
                     reply = tokenizer.decode(reply_ids, skip_special_tokens=True)
                     action = parse_action(reply, env_id)
                     before = results[i].observation.state_key
-                    results[i] = clients[i].step(action if action is not None else INVALID_ACTION)
+                    results[i] = clients[i].step(sent_action(action))
                     reward = float(results[i].reward or 0.0)
                     returns[i] += reward
                     turns[i].append({"state_key": before, "action_key": results[i].observation.action_key,
