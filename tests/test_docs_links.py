@@ -115,33 +115,42 @@ def test_every_ecpo_command_the_pages_show_exists():
     assert seen > 100  # the pattern still finds the commands
 
 
-def benchmark_source(name: str, seen: set[str] | None = None) -> str:
-    """The source of ``benchmarks/NAME.py`` and of the benchmarks modules it imports (where its options are
-    declared)."""
+def program_source(folder: str, name: str, seen: set[str] | None = None) -> str:
+    """The source of ``FOLDER/NAME.py`` (``benchmarks`` or ``scripts``) and of the modules of that folder it
+    imports (where its options may be declared)."""
     seen = set() if seen is None else seen
-    path = ROOT / "benchmarks" / f"{name}.py"
+    path = ROOT / folder / f"{name}.py"
     if name in seen or not path.is_file():
         return ""
     seen.add(name)
     text = path.read_text(encoding="utf-8")
-    imported = re.findall(r"^from benchmarks\.(\w+) import", text, re.M) + ["__init__"] + [
-        item.strip() for names in re.findall(r"^from benchmarks import \(?([\w, \n]+)\)?", text, re.M)
-        for item in names.split(",")]
-    return text + "".join(benchmark_source(module, seen) for module in imported)
+    if folder == "benchmarks":
+        imported = re.findall(r"^from benchmarks\.(\w+) import", text, re.M) + ["__init__"] + [
+            item.strip() for names in re.findall(r"^from benchmarks import \(?([\w, \n]+)\)?", text, re.M)
+            for item in names.split(",")]
+    else:  # scripts import each other by name
+        imported = re.findall(r"^(?:from (\w+) import|import (\w+))", text, re.M)
+        imported = [module for pair in imported for module in pair if module]
+    return text + "".join(program_source(folder, module, seen) for module in imported)
 
 
-def test_every_benchmark_command_the_pages_show_exists():
-    """`python -m benchmarks.NAME [STAGE] [--option ...]` in a code block or a command table: the module exists and
-    declares the stage and every option (finished one-offs are quoted in prose, with the commit that holds them)."""
+PROGRAM = re.compile(r"python3? (?:-m benchmarks\.(\w+)|scripts/(\w+)\.py)([^#;&>]*)")
+
+
+def test_every_program_command_the_pages_show_exists():
+    """`python -m benchmarks.NAME [STAGE] [--option ...]` and `python scripts/NAME.py [STEP] [--option ...]` in a
+    code block or a command table: the program exists and declares the stage and every option (finished one-offs
+    are quoted in prose, with the commit that holds them)."""
     wrong, seen = [], 0
     for page in COMMAND_PAGES:
         for line in block_lines(page):
-            for name, rest in re.findall(r"python3? -m benchmarks\.(\w+)([^#;&>]*)", line.replace("\\|", "/")):
+            for benchmark, script, rest in PROGRAM.findall(line.replace("\\|", "/")):
                 seen += 1
                 where = f"{page.relative_to(ROOT)}: {line.strip()[:100]}"
-                source = benchmark_source(name)
+                folder, name = ("benchmarks", benchmark) if benchmark else ("scripts", script)
+                source = program_source(folder, name)
                 if not source:
-                    wrong.append(f"{where} (no module benchmarks/{name}.py)")
+                    wrong.append(f"{where} (no program {folder}/{name}.py)")
                     continue
                 words = rest.split()
                 stages = words[0].split("/") if words and re.fullmatch(r"[a-z][a-z_/-]*", words[0]) else []
@@ -149,7 +158,7 @@ def test_every_benchmark_command_the_pages_show_exists():
                     if f'"{word}"' not in source and f"'{word}'" not in source:
                         wrong.append(f"{where} ({word})")
     assert wrong == [], "\n".join(wrong)
-    assert seen > 30  # the pattern still finds the commands
+    assert seen > 40  # the pattern still finds the commands
 
 
 def test_every_test_the_pages_name_exists():
