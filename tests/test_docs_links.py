@@ -1,8 +1,8 @@
 """Every relative link in README.md and docs/*.md points to a file that exists, and a `#heading` part to a
 heading of that file (GitHub's anchor spelling), so a reader who follows the README never lands on nothing; and
 every command the pages show (README.md, docs/*.md, examples/*/README.md) names what exists: an `ecpo` verb, its
-options, config keys, presets and manifests; a `python -m benchmarks.NAME` module, its stage and its options; a
-test file and test function."""
+options, config keys, presets and manifests; a `python -m benchmarks.NAME` module or `scripts/NAME.py`, its stage
+and its options; a test file and test function."""
 
 from __future__ import annotations
 
