@@ -47,6 +47,17 @@ def test_a_bare_llm_config_trains_with_the_native_defaults(tiny_model_dir):
     assert (rllib.lr, rllib.num_epochs, rllib.max_grad_norm) == (TrainConfig.lr, 1, 1.0)
 
 
+def test_the_readme_states_the_defaults_of_a_bare_config():
+    """The README's comment on ``ECPOConfig()`` names its defaults, the clip among them as the gradient-norm clip
+    (``grad_clip``; PPO's ratio clip, ``clip_param``, is 0.2)."""
+    line = next(line for line in readme_example().splitlines() if "defaults:" in line)
+    stated = re.search(r"\(lr (\S+), (\d+) epoch, mini-batch (\d+), grad clip (\S+), KL (\S+)\)", line)
+    assert stated is not None, line
+    config = ECPOConfig()
+    assert (config.lr, config.num_epochs, config.minibatch_size, config.grad_clip, config.kl_coeff) == (
+        float(stated[1]), int(stated[2]), int(stated[3]), float(stated[4]), float(stated[5]))
+
+
 def test_the_readme_example_is_the_corridor_llm_preset():
     """The README says its example is the run `ecpo train --config corridor_llm --engine rllib` makes."""
     code = readme_example().split("algo = ")[0]  # the config, without building it

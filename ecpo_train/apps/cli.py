@@ -77,7 +77,8 @@ def _with_engine_options(command: Any) -> Any:
 @_with_engine_options
 def train(
     ctx: typer.Context,
-    config: str = typer.Option(..., help="YAML preset path or name: alfworld | webshop | searchqa | quickstart"),
+    config: str = typer.Option(..., help="YAML preset path or name (a file of ecpo_train/runtime/configs/, e.g. "
+                                         "quickstart, corridor_llm, alfworld_text, alfworld)"),
     resume: bool = typer.Option(False, help="continue the run in run_dir from its checkpoint (keys that define "
                                             "the run must not change; iterations and logging may); refused where "
                                             "run_dir holds no run"),
