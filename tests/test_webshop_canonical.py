@@ -106,3 +106,22 @@ def test_data_dir_may_be_the_benchmark_data_folder(tmp_path):
     (tmp_path / "webshop").mkdir()
     assert resolve_data_files(tmp_path)["products"] == tmp_path / "webshop" / "items_shuffle_1000.json"
     assert resolve_data_files(tmp_path / "webshop")["products"] == tmp_path / "webshop" / "items_shuffle_1000.json"
+
+
+def test_without_data_dir_webshop_reads_the_benchmark_data_folder(tmp_path, monkeypatch):
+    """ECPO_DATA_DIR is where every env finds its data: WebShop reads its webshop/ when nothing nearer is named;
+    $ECPO_WEBSHOP_DATA and data_dir= still win."""
+    from ecpo_gym.webshop.products import resolve_data_files
+
+    (tmp_path / "bench" / "webshop").mkdir(parents=True)
+    (tmp_path / "own").mkdir()
+    monkeypatch.delenv("ECPO_WEBSHOP_DATA", raising=False)
+    monkeypatch.setenv("ECPO_DATA_DIR", str(tmp_path / "bench"))
+    assert resolve_data_files()["attributes"] == tmp_path / "bench" / "webshop" / "items_ins_v2_1000.json"
+    monkeypatch.setenv("ECPO_WEBSHOP_DATA", str(tmp_path / "own"))
+    assert resolve_data_files()["attributes"] == tmp_path / "own" / "items_ins_v2_1000.json"
+    assert resolve_data_files(tmp_path / "bench")["products"] == tmp_path / "bench" / "webshop" / "items_shuffle_1000.json"
+    monkeypatch.delenv("ECPO_WEBSHOP_DATA")
+    monkeypatch.delenv("ECPO_DATA_DIR")
+    with pytest.raises(FileNotFoundError, match="ECPO_DATA_DIR"):
+        resolve_data_files()

@@ -20,6 +20,7 @@ FALLBACK_PRICE = 100.0
 DUMMY_ATTRIBUTE = "DUMMY_ATTR"
 WEBSHOP_DATA_URL = "https://github.com/princeton-nlp/WebShop#-setup (setup.sh -d small|all downloads the data files)"
 DATA_DIR_ENV = "ECPO_WEBSHOP_DATA"
+BENCHMARK_DATA_ENV = "ECPO_DATA_DIR"  # the benchmark data folder every env reads (its webshop/)
 
 
 @dataclass
@@ -177,17 +178,18 @@ def resolve_data_files(data_dir: str | os.PathLike | None = None, *, small: bool
     """Paths of the product, attribute and (optional) human-instruction files.
 
     Explicit file paths win; otherwise they are looked up in ``data_dir`` (WebShop's folder, or the benchmark
-    data folder holding ``webshop/``), else ``$ECPO_WEBSHOP_DATA``
-    (``items_shuffle_1000.json`` / ``items_ins_v2_1000.json`` when ``small``, else the full files).
+    data folder holding ``webshop/``), else ``$ECPO_WEBSHOP_DATA`` (either), else ``$ECPO_DATA_DIR/webshop``, as
+    every env reads the benchmark data folder (``items_shuffle_1000.json`` / ``items_ins_v2_1000.json`` when
+    ``small``, else the full files).
     """
-    base = data_dir or os.environ.get(DATA_DIR_ENV)
+    base = data_dir or os.environ.get(DATA_DIR_ENV) or os.environ.get(BENCHMARK_DATA_ENV)
     if base is not None and (Path(base) / "webshop").is_dir():  # the benchmark data folder, as for every env
         base = Path(base) / "webshop"
     if base is None and (products_file is None or attributes_file is None):
         raise FileNotFoundError(
             f"WebShop data location unknown: pass data_dir=... or set ${DATA_DIR_ENV} to the folder holding "
             f"items_shuffle{'_1000' if small else ''}.json and items_ins_v2{'_1000' if small else ''}.json "
-            f"(get them from {WEBSHOP_DATA_URL})."
+            f"(or ${BENCHMARK_DATA_ENV} to the folder holding webshop/; get them from {WEBSHOP_DATA_URL})."
         )
     suffix = "_1000" if small else ""
     root = Path(base) if base is not None else Path(".")
