@@ -1,7 +1,9 @@
 # The two commands the README opens with: `make demo` and `make test`.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
-# CPU torch by default; a torch already in the venv (e.g. your CUDA build) is kept.
+# The pinned torch, from the index pip is set up with; a torch already in the venv (e.g. your CUDA build) is kept.
+# TORCH_INDEX picks the wheel index (e.g. https://download.pytorch.org/whl/cpu for the CPU-only build on Linux).
 TORCH ?= torch==2.13.0
+TORCH_INDEX ?=
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
@@ -12,7 +14,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	# torch first: letting the resolver pick one pulls GBs of CUDA wheels on a CPU machine.
-	$(PY) -c "import torch" 2>/dev/null || $(PIP) install -q $(TORCH)
+	$(PY) -c "import torch" 2>/dev/null || $(PIP) install -q $(TORCH) $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(PIP) install -q -e .
 	touch $@
 
