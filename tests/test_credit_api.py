@@ -222,6 +222,24 @@ def test_values_go_only_to_an_estimator_that_asks_for_them():
         compute_advantages("ppo", PPO_COLUMNS, values=PPO_VALUES[:4])
 
 
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_ppo_refuses_a_value_that_is_not_finite_rather_than_returning_nan_advantages(bad):
+    """One nan V(s) made every advantage nan (the whitening mixes them): it is one ValueError naming values=."""
+    values = PPO_VALUES.copy()
+    values[2] = bad
+    with pytest.raises(ValueError, match=f"values must be finite; row 2 holds {bad}"):
+        compute_advantages("ppo", PPO_COLUMNS, values=values)
+    with pytest.raises(ValueError, match="values must be finite"):
+        gae_targets(prepare_rows(*PPO_COLUMNS.values()), torch.tensor(values), CreditConfig(), 0.9)
+
+
+def test_values_and_hidden_states_that_are_not_numbers_are_named():
+    with pytest.raises(ValueError, match="values must be numbers, got dtype <U1"):
+        compute_advantages("ppo", PPO_COLUMNS, values=["a"] * 5)
+    with pytest.raises(ValueError, match=r"hidden_states has shape \(5, 1\) \(<U1\), expected \(5, d\) finite"):
+        compute_advantages("pace", PPO_COLUMNS, hidden_states=[["a"]] * 5)
+
+
 def test_the_credit_config_travels_as_one_object():
     """``compute_advantages(name, rows, CreditConfig(...))`` is the same as its fields as a mapping; passing something
     else is one clear error."""

@@ -130,6 +130,16 @@ class CreditRows:
         return depth
 
 
+def check_finite_numbers(values: np.ndarray, name: str) -> None:
+    """``ValueError`` naming ``name`` unless the host array ``values`` holds only finite numbers (a column of the
+    step rows: the rewards, a critic's values)."""
+    if values.dtype.kind not in "fiub":
+        raise ValueError(f"{name} must be numbers, got dtype {values.dtype}")
+    finite = np.isfinite(values.astype(np.float64))
+    if not finite.all():
+        raise ValueError(f"{name} must be finite; row {int(np.argmin(finite))} holds {values[~finite][0]}")
+
+
 def _as_steps(steps: Any, n: int) -> np.ndarray:
     steps = np.asarray(host_values(steps, "steps"))
     if steps.shape != (n,):
@@ -166,11 +176,7 @@ def prepare_rows(
     lengths = {name: len(values) for name, values in host.items()} | {"rewards": n}
     if len(set(lengths.values())) != 1:
         raise ValueError(f"columns must have one entry per step row; got lengths {lengths}")
-    if reward_host.dtype.kind not in "fiub":
-        raise ValueError(f"rewards must be numbers, got dtype {reward_host.dtype}")
-    finite = np.isfinite(reward_host.astype(np.float64))
-    if not finite.all():
-        raise ValueError(f"rewards must be finite; row {int(np.argmin(finite))} holds {reward_host[~finite][0]}")
+    check_finite_numbers(reward_host, "rewards")
     step = _as_steps(steps, n)
 
     group, _ = factorize_keys(host["group_ids"], "group_ids")
