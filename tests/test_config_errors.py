@@ -49,6 +49,24 @@ def test_bad_override_is_one_error_line_and_exit_2(tmp_path, override, named):
     assert not (tmp_path / "run" / "metrics.jsonl").exists()  # no work started
 
 
+@pytest.mark.parametrize(("kind", "words"), [
+    ("folder", "is a folder: give a YAML file or a preset name"), ("binary", "cannot be read: it is not UTF-8 text"),
+    ("empty", "config '' not found (presets in"),
+])
+def test_a_config_that_is_not_a_readable_file_is_named(tmp_path, kind, words):
+    """``--config DIR`` said '.../DIR: Is a directory' (``--config ''`` '.: Is a directory'), a binary file a
+    'utf-8' codec error: neither named --config."""
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "binary").write_bytes(b"lr: 1\n\xd0\xff\xfe\n")
+    path = "" if kind == "empty" else str(tmp_path / kind)
+    for verb in (["train", "--config", path], ["sft", "--config", path, "--out", str(tmp_path / "out")]):
+        result = CliRunner().invoke(app, verb)
+        lines = result.output.splitlines()
+        assert result.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: config "), result.output
+        assert words in lines[0]
+    assert not (tmp_path / "out").exists()
+
+
 def test_bad_yaml_file_and_unwritable_run_dir(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("lr: [1, 2\npolicy: tabular\n")

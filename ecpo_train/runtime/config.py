@@ -430,11 +430,19 @@ def preset_values(path: str | Path, chain: tuple[str, ...] = ()) -> dict[str, An
     file = Path(path)
     if not os.path.exists(file) and os.path.exists(CONFIG_DIR / f"{path}.yaml"):  # (False for a name too long)
         file = CONFIG_DIR / f"{path}.yaml"
-    if not os.path.exists(file):
+    if not str(path).strip() or not os.path.exists(file):  # ('' would be the current folder)
         presets = ", ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.yaml")))
-        raise FileNotFoundError(f"config {str(path)[:200]} not found (presets in {CONFIG_DIR}: {presets})")
+        name = str(path)[:200] if str(path).strip() else repr(str(path))
+        raise FileNotFoundError(f"config {name} not found (presets in {CONFIG_DIR}: {presets})")
+    if file.is_dir():
+        raise ValueError(f"config {shown(str(path))} is a folder: give a YAML file or a preset name")
     try:
-        values = read_yaml(file.read_text()) or {}
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        why = err.strerror if isinstance(err, OSError) and err.strerror else "it is not UTF-8 text"
+        raise ValueError(f"config {shown(str(path))} cannot be read: {why}") from None
+    try:
+        values = read_yaml(text) or {}
     except yaml.YAMLError as err:
         where = getattr(err, "problem_mark", None)
         line = f" at line {where.line + 1}" if where is not None else ""
