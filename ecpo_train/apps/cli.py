@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
+from ecpo_gym.kwargs import shown
 from ecpo_train.evaluation.command import leaderboard_command
 from ecpo_train.evaluation.options import LeaderboardOptions, cut_long_words, error_line, typer_command
 from ecpo_train.runtime.engines import DEFAULT_ENGINE, ENGINES, engine_spec
@@ -334,7 +335,11 @@ def serve(
     except ImportError as err:
         raise fail(f"ecpo serve needs the openenv extra (pip install 'ecpo[openenv]'): {err}") from None
     try:
-        kwargs = json.loads(env_kwargs)
+        try:
+            kwargs = json.loads(env_kwargs)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"--env-kwargs {shown(env_kwargs)} is not JSON ({err.msg}, at character {err.pos})"
+                             ) from None
         if not isinstance(kwargs, dict):
             raise TypeError(f"--env-kwargs must be a JSON object, got {env_kwargs[:80]!r}")
         serve_env(env_id, kwargs, host=host, port=port, max_sessions=max_sessions,
