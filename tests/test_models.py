@@ -204,8 +204,8 @@ def test_models_tiny_refuses_an_empty_folder_name_rather_than_writing_the_curren
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(app, ["models", "tiny", ""])
     lines = [line for line in result.output.splitlines() if line.strip()]
-    assert result.exit_code == 2 and lines == ["error: model folder '' is empty, which would mean the current folder: "
-                                               "give the folder (. for the current one)"], result.output
+    expected = "error: model folder '' is empty, which would mean the current folder: give the folder (. for the current one)"
+    assert result.exit_code == 2 and lines == [expected], result.output
     assert list(tmp_path.iterdir()) == []
     pulled = CliRunner().invoke(app, ["models", "pull", "smollm2-135m-instruct", "--cache-dir", ""])
     assert pulled.exit_code == 2 and pulled.output.strip() == ("error: cache folder '' is empty, which would mean the "
