@@ -128,11 +128,21 @@ def train(
         import sys
 
         try:  # the config and the run folder are checked here, once, before K processes start
-            from ecpo_train.runtime.distributed import check_fsdp_run
+            from ecpo_train.runtime.config_values import read_yaml
+            from ecpo_train.runtime.distributed import check_fsdp_launch
 
+            def says_true(raw: str) -> bool:
+                try:
+                    return read_yaml(raw) is True
+                except Exception:  # noqa: BLE001  (not YAML: not true)
+                    return False
+
+            against = [arg for arg in ctx.args if arg.startswith("fsdp=") and not says_true(arg[5:])]
+            if against:  # --nproc K sets fsdp=true: another value would be dropped silently
+                raise ValueError(f"{shown(against[0])}: --nproc {nproc} runs FSDP (fsdp=true); leave it out, or "
+                                 "leave --nproc out for one process")
             cfg = load_config(config, [arg for arg in ctx.args if not arg.startswith("fsdp=")])
-            check_fsdp_run(cfg.estimator, cfg.policy)  # (a tabular preset: refused here, not in K tracebacks)
-            cfg.resolved_device()
+            check_fsdp_launch(cfg, nproc)  # (a tabular preset, K > the GPUs: refused here, not in K tracebacks)
             plan_start(Path(cfg.run_dir), config_dict(cfg) | {"fsdp": True}, resume=resume, overwrite=overwrite,
                        engine=engine)
         except _input_errors() as err:
