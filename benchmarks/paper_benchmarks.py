@@ -32,7 +32,17 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import arms, count, fail, natural, positive, refuse_without_cuda, rescore, write_json, write_report
+from benchmarks import (
+    arms,
+    count,
+    fail,
+    natural,
+    positive,
+    refuse_without_cuda,
+    rescore,
+    write_json,
+    write_report,
+)
 from benchmarks.gpu_learning import mean_figures, write_smoke_model
 from benchmarks.gpu_run import device_facts
 from benchmarks.paired_report import render_table, score_table
