@@ -114,3 +114,17 @@ def test_eval_takes_env_arguments_as_the_leaderboard_does(tmp_path):
 def test_eval_of_a_folder_without_a_run_is_a_clear_error(tmp_path):
     result = runner.invoke(app, ["eval", str(tmp_path)])
     assert result.exit_code == 2 and "config.yaml" in result.output
+
+
+def test_demo_refuses_a_run_dir_or_model_it_would_overwrite_or_mislabel(tmp_path, monkeypatch):
+    """``ecpo demo run_dir=R`` replaced the run in R (the demo starts with --overwrite: its own folder), and
+    ``model=M`` trained M under SmolLM2's name after pulling SmolLM2: both are refused before any download."""
+    from ecpo_train.apps import demo
+
+    monkeypatch.setattr(demo, "main", lambda **kwargs: (_ for _ in ()).throw(AssertionError("the demo started")))
+    for override in (f"run_dir={tmp_path / 'mine'}", "model=some/model"):
+        result = runner.invoke(app, ["demo", override])
+        lines = result.output.splitlines()
+        assert result.exit_code == 2 and len(lines) == 1, result.output
+        assert lines[0].startswith(f"error: {override}: ecpo demo trains") and "ecpo train --config corridor_llm" in lines[0]
+    assert not (tmp_path / "mine").exists()

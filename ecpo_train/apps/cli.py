@@ -33,6 +33,9 @@ def _input_errors() -> tuple[type[BaseException], ...]:
     return ValueError, TypeError, KeyError, OSError, gym.error.Error
 
 
+DEMO_OWN_KEYS = ("run_dir", "model")  # what `ecpo demo` sets itself: an override of them is refused
+
+
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def demo(
     ctx: typer.Context,
@@ -50,6 +53,11 @@ def demo(
         if overrides and tabular:
             raise ValueError(f"ecpo demo --tabular takes no overrides (got {' '.join(overrides)}): it runs the "
                              "quickstart preset as is; use `ecpo train --config quickstart KEY=VALUE` instead")
+        own = [item for item in overrides if item.split("=", 1)[0].strip() in DEMO_OWN_KEYS]
+        if own:  # the demo replaces its own run folder with SmolLM2's run: never another folder, never another model
+            raise ValueError(f"{cut_long_words(own[0])}: ecpo demo trains {DEMO_MODEL} in runs/demo-llm (replacing "
+                             "its earlier run there); for another model or folder use `ecpo train --config "
+                             "corridor_llm model=... run_dir=...`")
         if overrides:  # checked before the credit tables and the model pull, not after them
             from ecpo_train.runtime.config import load_config
 
