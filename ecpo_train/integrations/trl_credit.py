@@ -29,7 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from ecpo_train.core.credit import compute_advantages
+from ecpo_gym.kwargs import shown
+from ecpo_train.core.credit import check_credit, compute_advantages
 
 TURNS_FIELD = "ecpo_turns"
 _TURN_KEYS = ("state_key", "action_key", "reward", "start", "end")
@@ -93,6 +94,20 @@ def token_advantages(episodes: Sequence[Sequence[Mapping[str, Any]]], advantages
     return out
 
 
+def check_trl_credit(estimator: str, credit_options: Mapping[str, Any] | None) -> None:
+    """``ValueError`` for a credit the drop-in cannot compute, found when the trainer is built rather than after the
+    first batch's generation: an unknown estimator, a hyperparameter it refuses, or one that needs what a TRL row
+    does not carry (critic values, a task's history across updates)."""
+    if credit_options is not None and not isinstance(credit_options, Mapping):
+        raise ValueError(f"credit_options must be a dict of credit hyperparameters, got {type(credit_options).__name__}")
+    spec, _, _ = check_credit(estimator, dict(credit_options or {}))
+    needs = [what for what, needed in (("critic values", spec.needs_values), ("a task history", spec.keeps_state))
+             if needed]
+    if needs:
+        raise ValueError(f"credit_estimator={shown(estimator)} needs {' and '.join(needs)}, which ECPOGRPOTrainer's rows do "
+                         "not carry: use a critic-free estimator (ecpo, gigpo, grpo, ...)")
+
+
 def ecpo_grpo_trainer() -> type:
     """:class:`ECPOGRPOTrainer` (TRL is imported here, on first use: the credit functions above need no TRL)."""
     from trl import GRPOTrainer
@@ -104,6 +119,7 @@ def ecpo_grpo_trainer() -> type:
 
         def __init__(self, *args: Any, credit_estimator: str = "ecpo",
                      credit_options: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+            check_trl_credit(credit_estimator, credit_options)  # before the model loads, not after the first batch
             super().__init__(*args, **kwargs)
             if self.accelerator.num_processes > 1:
                 raise ValueError("ECPOGRPOTrainer runs on one process: TRL spreads a GRPO group over processes and "
