@@ -93,6 +93,20 @@ def test_bad_turns_are_refused_with_one_line() -> None:
         turn_advantages([0, 0, 1], episodes)
 
 
+
+@pytest.mark.parametrize(("key", "value", "words"), [
+    ("start", 1.7, "start=1.7 is not a token index"), ("end", None, "end=None is not a token index"),
+    ("start", True, "start=True is not a token index"), ("reward", "1", "reward='1' is not a number"),
+    ("reward", None, "reward=None is not a number"),
+])
+def test_a_turn_field_of_the_wrong_type_is_named(key, value, words) -> None:
+    """A span of 1.7 was cut to 1 (the turn's advantage on the wrong tokens) and None was a TypeError naming nothing."""
+    groups, episodes = play_groups(n_groups=1, group_size=2)
+    broken = [episodes[0], [episodes[1][0] | {key: value}, *episodes[1][1:]]]
+    with pytest.raises(ValueError, match=f"{TURNS_FIELD} of row 1, turn 1: {words}".replace("(", r"\(")):
+        turn_advantages(groups, broken)
+
+
 @pytest.mark.parametrize(("estimator", "options", "words"), [
     ("ecpp", {}, "unknown advantage estimator 'ecpp'"),
     ("ecpo", {"kapa": 2.0}, "unknown credit hyperparameter(s) ['kapa']"),
