@@ -48,10 +48,10 @@ def _checked_turns(episodes: Sequence[Sequence[Mapping[str, Any]]]) -> list[list
                 raise ValueError(f"{TURNS_FIELD} of row {row}, turn {k + 1} lacks {', '.join(missing)}")
             for key in ("start", "end"):  # (1.7 was cut to 1, None a TypeError naming nothing)
                 if isinstance(turn[key], bool) or not isinstance(turn[key], (int, np.integer)):
-                    raise ValueError(f"{TURNS_FIELD} of row {row}, turn {k + 1}: {key}={shown(turn[key])} is not a "
+                    raise ValueError(f"{TURNS_FIELD} of row {row}, turn {k + 1}: {key}={shown(turn[key])} is not a "  # noqa: TRY004
                                      "token index")
             if isinstance(turn["reward"], bool) or not isinstance(turn["reward"], (int, float, np.number)):
-                raise ValueError(f"{TURNS_FIELD} of row {row}, turn {k + 1}: reward={shown(turn['reward'])} is not a "
+                raise ValueError(f"{TURNS_FIELD} of row {row}, turn {k + 1}: reward={shown(turn['reward'])} is not a "  # noqa: TRY004
                                  "number")
             if not 0 <= int(turn["start"]) <= int(turn["end"]):
                 raise ValueError(f"{TURNS_FIELD} of row {row}, turn {k + 1}: span [{turn['start']}, {turn['end']}) "
