@@ -120,3 +120,14 @@ def test_an_empty_leaderboard_option_is_refused_not_taken_for_left_out(tmp_path,
     line = refused(["leaderboard", *agent, option, "", "--out-dir", str(tmp_path / "lb")])
     assert line == f"error: {option} '' is empty: give a value, or leave the option out"
     assert not (tmp_path / "lb").exists()
+
+
+def test_sft_refuses_no_checkpointing_for_a_policy_without_decoder_layers(tmp_path, monkeypatch):
+    """``ecpo sft --no-checkpointing`` of the text policy (no transformer layers to recompute) was ignored."""
+    from ecpo_train.runtime import sft
+
+    monkeypatch.setattr(sft, "_run_sft", lambda *a, **k: (_ for _ in ()).throw(AssertionError("sft ran")))
+    line = refused(["sft", "--config", "households_text", "--out", str(tmp_path / "out"), "--no-checkpointing"])
+    assert line == ("error: --no-checkpointing: policy=text has no decoder layers to recompute (only policy=llm), so "
+                    "it would be ignored; leave it out")
+    assert not (tmp_path / "out").exists()
