@@ -111,7 +111,11 @@ class LeaderboardOptions:
 
 
 def check_output_folder(path: str | Path) -> None:
-    """``ValueError`` when ``path`` cannot become a folder: it, or a folder above it, is a file."""
+    """``ValueError`` when ``path`` cannot become a folder: it, or a folder above it, is a file, or the name is too long
+    or holds a NUL character (``run_dir.check_path_length``)."""
+    from ecpo_train.runtime.run_dir import check_path_length
+
+    check_path_length(Path(path), f"--out-dir {shown(str(path))}")
     probe = Path(path).absolute()
     while not os.path.exists(probe):  # (False, not an OSError, for a name too long for a path)
         probe = probe.parent

@@ -271,12 +271,15 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, float]]:
 
 def check_path_length(path: Path, label: str) -> None:
     """``ValueError`` naming ``label`` when ``path`` is too long for the OS (``OSError``, whose message would quote
-    the path whole: a 10 MB ``run_dir`` a 10 MB error line)."""
+    the path whole: a 10 MB ``run_dir`` a 10 MB error line) or holds a NUL character (no path can: Python's own
+    ``ValueError`` says only 'embedded null byte')."""
     try:
         path.lstat()
     except OSError as err:
         if err.errno == errno.ENAMETOOLONG:
             raise ValueError(f"{label} cannot be a folder ({err.strerror})") from None
+    except ValueError:
+        raise ValueError(f"{label} cannot be a folder (it holds a NUL character)") from None
 
 
 def check_writable_folder(path: str | Path, label: str) -> None:

@@ -373,7 +373,7 @@ def check_sft_out(out: str | Path, model: str) -> Path:
     if not str(out).strip():
         raise ValueError("--out is empty: give the folder to write the fine-tuned model to")
     path = Path(out).expanduser()
-    check_writable_folder(path, f"--out {out}")
+    check_writable_folder(path, f"--out {shown(str(out))}")
     if path.is_symlink():
         raise ValueError(f"--out {out} is a symlink: give the folder itself (nothing is written through a link)")
     model_folder = Path(os.path.expanduser(model))
