@@ -296,7 +296,9 @@ def evaluate_run(
             raise ValueError(f"{run_folder.config}: env_kwargs must be a mapping")  # noqa: TRY004
         # the run's env and its arguments, each --env-kwarg over them; --env or --manifest: as `ecpo leaderboard`
         own = options.env is None and not options.manifest
-        env_kwargs = [f"{key}={json.dumps(value)}" for key, value in (config.get("env_kwargs") or {}).items()]
+        given = {pair.partition("=")[0].strip() for pair in options.env_kwarg or []}  # (these replace the run's)
+        env_kwargs = [f"{key}={json.dumps(value)}" for key, value in (config.get("env_kwargs") or {}).items()
+                      if key not in given]
         if not options.out_dir:  # the run's own eval/: never a link out of the run folder
             from ecpo_train.files.atomic import refuse_links
 
