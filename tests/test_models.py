@@ -211,3 +211,10 @@ def test_models_tiny_refuses_an_empty_folder_name_rather_than_writing_the_curren
     assert pulled.exit_code == 2 and pulled.output.strip() == ("error: cache folder '' is empty, which would mean the "
                                                               "current folder: give the folder (. for the current one)")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_models_tiny_refuses_an_empty_tokenizer_rather_than_training_one(tmp_path):
+    """``--tokenizer ''`` was taken for "no tokenizer given": a tokenizer was trained instead, silently."""
+    result = CliRunner().invoke(app, ["models", "tiny", str(tmp_path / "model"), "--tokenizer", ""])
+    assert result.exit_code == 2 and result.output.strip().startswith("error: tokenizer folder '' is empty"), result.output
+    assert not (tmp_path / "model").exists()

@@ -291,7 +291,11 @@ def check_model_folder(model: str | Path) -> None:
 
 
 def resolve_tokenizer_dir(tokenizer_path: str | Path | None) -> Path | None:
-    """The tokenizer folder to use: the argument, else ``$ECPO_TOKENIZER_DIR``, else ``None``."""
+    """The tokenizer folder to use: the argument, else ``$ECPO_TOKENIZER_DIR``, else ``None``. An empty argument is
+    refused (it would have meant "train one", silently)."""
+    if tokenizer_path is not None and not str(tokenizer_path).strip():
+        raise ValueError("tokenizer folder '' is empty: give a folder, or leave --tokenizer out (then "
+                         f"${TOKENIZER_ENV_VAR}, else a small tokenizer trained on the fly)")
     candidate = tokenizer_path if tokenizer_path is not None else os.environ.get(TOKENIZER_ENV_VAR)
     if not candidate:
         return None
