@@ -257,3 +257,9 @@ def test_the_credit_config_travels_as_one_object():
     np.testing.assert_array_equal(by_object, by_fields)
     with pytest.raises(TypeError, match="a CreditConfig or a mapping of its fields"):
         compute_advantages("ecpo", columns, [("kappa", 3.0)])
+
+
+def test_steps_that_are_booleans_are_refused():
+    """A column of flags passed as ``steps`` read True as step 1 (every row a first step)."""
+    with pytest.raises(ValueError, match="steps must be integers, got dtype bool"):
+        compute_advantages("grpo", PPO_COLUMNS | {"steps": [True] * 5})

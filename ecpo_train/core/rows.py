@@ -147,7 +147,7 @@ def _as_steps(steps: Any, n: int) -> np.ndarray:
     if steps.dtype.kind == "f":
         if not np.all(np.isfinite(steps)) or not np.all(steps == np.round(steps)):
             raise ValueError("steps must be whole numbers (1-based step index)")
-    elif steps.dtype.kind not in "iub":
+    elif steps.dtype.kind not in "iu":  # (a bool is no step number: True was read as step 1)
         raise ValueError(f"steps must be integers, got dtype {steps.dtype}")
     steps = steps.astype(np.int64)
     if n and steps.min() < 1:
