@@ -263,3 +263,14 @@ def test_steps_that_are_booleans_are_refused():
     """A column of flags passed as ``steps`` read True as step 1 (every row a first step)."""
     with pytest.raises(ValueError, match="steps must be integers, got dtype bool"):
         compute_advantages("grpo", PPO_COLUMNS | {"steps": [True] * 5})
+
+
+@pytest.mark.parametrize("column", ["group_ids", "traj_ids", "anchor_keys", "action_keys"])
+@pytest.mark.parametrize("missing", [None, float("nan")])
+def test_a_missing_id_or_key_is_refused_not_taken_for_one_id(column, missing):
+    """``None`` anchor keys were one anchor (rows whose state key went missing shared evidence); a NaN id made a
+    misleading 'steps 1..T' error."""
+    values = list(PPO_COLUMNS[column])
+    values[1] = missing
+    with pytest.raises(ValueError, match=f"{column} must hold ids \\(str or int\\), and one is {missing}"):
+        compute_advantages("grpo", PPO_COLUMNS | {column: values})

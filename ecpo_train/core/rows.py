@@ -44,6 +44,9 @@ def factorize_keys(keys: Any, name: str = "keys") -> tuple[np.ndarray, int]:
         lookup = dict.fromkeys(keys)
     except TypeError as err:
         raise ValueError(f"{name} must hold hashable ids (str or int): {err}") from None
+    missing = next((key for key in lookup if key is None or (isinstance(key, float) and key != key)), False)
+    if missing is not False:  # (every None would be one id: rows of missing keys shared one anchor)
+        raise ValueError(f"{name} must hold ids (str or int), and one is {missing}: a missing key is no id")
     for code, key in enumerate(lookup):
         lookup[key] = code
     codes = np.fromiter(map(lookup.__getitem__, keys), dtype=np.int64, count=len(keys))
