@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -44,7 +45,7 @@ def factorize_keys(keys: Any, name: str = "keys") -> tuple[np.ndarray, int]:
         lookup = dict.fromkeys(keys)
     except TypeError as err:
         raise ValueError(f"{name} must hold hashable ids (str or int): {err}") from None
-    missing = next((key for key in lookup if key is None or (isinstance(key, float) and key != key)), False)
+    missing = next((key for key in lookup if key is None or (isinstance(key, float) and math.isnan(key))), False)
     if missing is not False:  # (every None would be one id: rows of missing keys shared one anchor)
         raise ValueError(f"{name} must hold ids (str or int), and one is {missing}: a missing key is no id")
     for code, key in enumerate(lookup):
