@@ -30,6 +30,40 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(2, f"error: {self.prog}: {message}\n")
 
 
+def _number(kind: Callable[[str], Any], text: str, within: Callable[[Any], bool], wanted: str) -> Any:
+    """``text`` as a ``kind`` (int or float) for which ``within`` holds, else argparse's refusal of the option
+    (``argument --k: '0' is not a whole number >= 1``: one line, exit 2)."""
+    import math
+
+    try:
+        value = kind(text)
+    except ValueError:
+        value = None
+    if value is None or not math.isfinite(value) or not within(value):
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not {wanted}")
+    return value
+
+
+def count(text: str) -> int:
+    """An option's type: a whole number >= 1 (jobs, iterations, episodes, batches); 0 is not read as "the default"."""
+    return _number(int, text, lambda v: v >= 1, "a whole number >= 1")
+
+
+def natural(text: str) -> int:
+    """An option's type: a whole number >= 0 (a seed)."""
+    return _number(int, text, lambda v: v >= 0, "a whole number >= 0")
+
+
+def positive(text: str) -> float:
+    """An option's type: a finite number > 0 (seconds, a learning rate)."""
+    return _number(float, text, lambda v: v > 0, "a finite number > 0")
+
+
+def fraction(text: str) -> float:
+    """An option's type: a number in [0, 1] (a probability)."""
+    return _number(float, text, lambda v: 0 <= v <= 1, "a number in [0, 1]")
+
+
 def write_json(path: Path | str, payload: Any, indent: int | None = 2) -> Path:
     """``payload`` as JSON (and a newline), replacing ``path`` whole (``ecpo_train.files.atomic``: a command
     stopped mid-write leaves the previous file; the other side of a handshake never reads half of it)."""

@@ -388,6 +388,13 @@ def check_study_input(args: argparse.Namespace) -> None:
             raise ValueError(f"--json {args.json[:200]}: its folder does not exist")
     if args.stage in ("keep", "restore") and args.keep is None:
         raise ValueError(f"{args.stage} needs --keep DIR")
+    if args.keep is not None and Path(args.keep).exists() and not Path(args.keep).is_dir():
+        raise ValueError(f"--keep {args.keep[:200]} is a file, not a folder")
+    # (a misspelt folder restored or kept nothing, and said so with exit status 0)
+    if args.stage == "restore" and not Path(args.keep).is_dir():
+        raise ValueError(f"restore --keep {args.keep[:200]}: no such folder, so nothing to restore")
+    if args.stage == "keep" and not Path(args.out).is_dir():
+        raise ValueError(f"keep --out {args.out[:200]}: no such folder, so nothing to keep")
 
 
 if __name__ == "__main__":

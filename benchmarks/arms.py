@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from benchmarks import fail, write_json
+from benchmarks import ArgumentParser, count, fail, positive, refused, write_json
 from benchmarks.gpu_learning import DEFAULT_MODEL, ROOT, iteration_figures
 
 POLL_SECONDS = 0.2
@@ -60,11 +60,11 @@ def add_options(command: Any) -> None:
     command.add("--device", help="run: default cuda")
     command.add("--smoke", action="store_const", const=True, help="run: tiny sizes on any device (for tests)")
     command.add("--arms", nargs="+", help="run: credit estimators, first = ECPO (default ecpo gigpo_std)")
-    command.add("--max-iterations", type=int, help="run: default 200")
+    command.add("--max-iterations", type=count, help="run: default 200")
     command.add("--model", help="run: SmolLM2 folder")
-    command.add("--sft-epochs", type=int, help="run: default 2")
-    command.add("--sft-lr", type=float, help="run: default 1e-5")
-    command.add("--score-batch", type=int, help="run, on CUDA: items per scoring forward (default 64)")
+    command.add("--sft-epochs", type=count, help="run: default 2")
+    command.add("--sft-lr", type=positive, help="run: default 1e-5")
+    command.add("--score-batch", type=count, help="run, on CUDA: items per scoring forward (default 64)")
 
 
 def check_arms(arms: list[str], fewest: int = 1) -> None:
@@ -220,11 +220,19 @@ def _last_line(logs: Path, arm: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """One arm process: its spec's runner, with its plan from the launcher; its result beside the spec."""
-    spec_path = Path((argv or sys.argv[1:])[0])
-    spec = json.loads(spec_path.read_text())
-    work, arm = spec_path.parent, spec["arm"]
-    module, name = spec["runner"].split(":")
-    runner = getattr(importlib.import_module(module), name)
+    parser = ArgumentParser(__spec__.name if __spec__ else "benchmarks.arms",
+                            description="one arm of a comparison, as its launcher (gpu_comparison, paper_benchmarks) "
+                                        "starts it")
+    parser.add_argument("spec", type=Path, help="the arm's spec (JSON) the launcher wrote")
+    spec_path = parser.parse_args(argv).spec
+    try:
+        spec = json.loads(spec_path.read_text())
+        work, arm = spec_path.parent, spec["arm"]
+        module, name = spec["runner"].split(":")
+        runner = getattr(importlib.import_module(module), name)
+    except (OSError, ValueError, TypeError, KeyError, ImportError, AttributeError) as error:  # (no launcher's spec)
+        return refused(f"spec {str(spec_path)[:200]}: not an arm's spec ({type(error).__name__}: "
+                       f"{' '.join(str(error).split())[:200]})")
 
     def plan(first_wall: float) -> int:
         write_json(work / f"{arm}.first", first_wall)

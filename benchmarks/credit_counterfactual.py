@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import RESULTS, read_json, refused, rescore, write_json_gz, write_report
+from benchmarks import RESULTS, count, fraction, read_json, refused, rescore, write_json_gz, write_report
 from benchmarks.credit_counterfactual_claim import claim_markdown, claim_report
 from benchmarks.credit_counterfactual_report import render, summarize
 from benchmarks.stats import nanmean
@@ -372,16 +372,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     command.add("--quick", action="store_const", const=True,
                 help="run: machinery smoke run (small K, two GRPO checkpoints)")
     command.add("--arms", nargs="+", choices=list(ARMS), metavar="ARM", help=f"a subset of {', '.join(ARMS)}")
-    command.add("--k", type=int, help="run: batches per checkpoint (default: the protocol's)")
-    command.add("--targets", type=float, nargs="+", help="run: pi(good) targets of the checkpoints (default: the arm's)")
-    command.add("--max-iterations", type=int,
+    command.add("--k", type=count, help="run: batches per checkpoint (default: the protocol's)")
+    command.add("--targets", type=fraction, nargs="+", help="run: pi(good) targets of the checkpoints (default: the arm's)")
+    command.add("--max-iterations", type=count,
                 help="run: GRPO iterations allowed to reach the targets (default: the arm's protocol)")
     command.add("--checkpoint-seeds", type=int, nargs="+",
                 help="run: train each arm's checkpoints once per seed (default 0); verdicts take the checkpoint as "
                      "the unit from 3 seeds on")
     command.add("--batch-seed-base", type=int,
                 help=f"run: batch k is drawn from seed BASE + k at every checkpoint (default {BATCH_SEED_BASE})")
-    command.add("--workers", type=int, help="run: processes (default 2)")
+    command.add("--workers", type=count, help="run: processes (default 2)")
     command.add("--runs-dir", type=Path, help="run: the arms' folders (default runs/credit_counterfactual)")
     command.add("--out", type=Path, default=RESULTS, common=True)
     command.add("--from-raw", type=Path, nargs="+",

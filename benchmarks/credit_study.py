@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import RESULTS, read_json, refused
+from benchmarks import RESULTS, count, read_json, refused
 from benchmarks.study import StudyCommand, in_processes, read_protocol
 from ecpo_train.files.atomic import write_text
 
@@ -319,7 +319,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     command.add("--quick", action="store_const", const=True, help="run: tiny budget smoke run (CI)")
     command.add("--protocol", type=Path, help="run: the protocol (default: the committed credit_study.yaml)")
     command.add("--out", type=Path, default=RESULTS, common=True)
-    command.add("--workers", type=int, help="run: processes (default: the protocol's)")
+    command.add("--workers", type=count, help="run: processes (default: the protocol's)")
     command.add("--envs", nargs="*", help="run: subset of the protocol's env names")
     command.add("--from-json", type=Path, help="report: a finished study's JSON")
     args = command.parse(argv)
@@ -333,6 +333,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                       payload["summary"]["skipped_envs"])
         return 0
     protocol = load_protocol(args.protocol, quick=args.quick)
+    declared = [env["name"] for env in protocol["envs"]]
+    unknown = [name for name in args.envs or () if name not in declared]
+    if unknown:  # (a misspelt name was dropped and the others ran)
+        return refused(f"--envs: the protocol has no env {unknown[0][:80]!r}; its envs: {', '.join(declared)}")
     usable, skipped = available_envs(protocol)
     names = [n for n in usable if not args.envs or n in args.envs]
     for name, why in skipped.items():

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks import arms, fail, refuse_without_cuda, rescore, write_report
+from benchmarks import arms, count, fail, natural, positive, refuse_without_cuda, rescore, write_report
 from benchmarks.gpu_learning import mean_figures, validate_on, write_smoke_model
 from benchmarks.gpu_run import default_out, device_facts
 from benchmarks.paired_report import read_reports, regime, render_pair, render_seeds, score_pair, summarise
@@ -164,12 +164,12 @@ def main(argv: list[str] | None = None) -> int:
     command.add("--registered", action="store_const", const=True,
                 help="run: the arms of issue 57's registered comparison (benchmarks/estimator_comparison.yaml), "
                      "its reference GiGPO w/std first; replaces --arms")
-    command.add("--time-limit", type=float, help="run: seconds for the whole command (default 450)")
-    command.add("--iterations", type=int, help="run: iterations per arm (default: what fits)")
+    command.add("--time-limit", type=positive, help="run: seconds for the whole command (default 450)")
+    command.add("--iterations", type=count, help="run: iterations per arm (default: what fits)")
     command.add("--preset", help="run: default alfworld_gpu")
     command.add("--sft-preset", help="run: the preset whose task order and seed make the warm start (default: --preset)")
-    command.add("--seed", type=int, help="run: the arms' seed (default: the preset's)")
-    command.add("--sft-episodes", type=int, help="run: default 96")
+    command.add("--seed", type=natural, help="run: the arms' seed (default: the preset's)")
+    command.add("--sft-episodes", type=count, help="run: default 96")
     command.add("--out", type=Path, help="run: the report (default benchmarks/results/gpu_comparison.json on CUDA); "
                                          "report: where the rescored report goes (default: over itself); seeds: the "
                                          "summary's JSON (its markdown beside it)")

@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from benchmarks import RESULTS, refused
+from benchmarks import RESULTS, count, refused
 from benchmarks.llm_learning_report import all_runs, plot, report
 from benchmarks.stats import nanmean
 from benchmarks.study import StudyCommand, arms_by_seeds, finished, in_processes, run_stage
@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     command.add("--out", default=None, common=True,
                 help="results file stem (default benchmarks/results/llm_learning_<protocol>)")
     command.add("--runs-dir", help="run: the cells' run folders (default runs/llm_learning)")
-    command.add("--jobs", type=int, help="run: cells trained at once, each on one torch thread (2 on a 2-core machine)")
+    command.add("--jobs", type=count, help="run: cells trained at once, each on one torch thread (2 on a 2-core machine)")
     command.add("overrides", nargs="*", common=True, help="run: key=value overrides of the training preset")
     command.add("--from-runs", nargs="+",
                 help="report: summarise the finished cells under these runs folders (<dir>/<env>/N<n>/<method>/seed<k>)")

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import RESULTS, ArgumentParser, write_json
+from benchmarks import RESULTS, ArgumentParser, count, write_json
 from benchmarks.study import run_stage
 from benchmarks.timing import GB, MB, PeakSampler, call_in_child, machine, timed
 
@@ -222,10 +222,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = ArgumentParser(__spec__.name if __spec__ else "benchmarks.memory", description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default="tiny,smollm2")
     parser.add_argument("--variants", default=",".join(VARIANTS))
-    parser.add_argument("--rows", type=int, default=16)
-    parser.add_argument("--prompt", type=int, default=192)
-    parser.add_argument("--response", type=int, default=64)
-    parser.add_argument("--micro-batch", type=int, default=4)
+    parser.add_argument("--rows", type=count, default=16)
+    parser.add_argument("--prompt", type=count, default=192)
+    parser.add_argument("--response", type=count, default=64)
+    parser.add_argument("--micro-batch", type=count, default=4)
     parser.add_argument("--out", default=str(RESULTS / "memory.json"))
     args = parser.parse_args(argv)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -32,7 +32,17 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import arms, fail, refuse_without_cuda, rescore, write_json, write_report
+from benchmarks import (
+    arms,
+    count,
+    fail,
+    natural,
+    positive,
+    refuse_without_cuda,
+    rescore,
+    write_json,
+    write_report,
+)
 from benchmarks.gpu_learning import mean_figures, write_smoke_model
 from benchmarks.gpu_run import device_facts
 from benchmarks.paired_report import render_table, score_table
@@ -366,13 +376,13 @@ def main(argv: list[str] | None = None) -> int:
     command.add("--out", type=Path, help="run: the out folder (a second command continues it); report: "
                                          "where the rescored report goes")
     arms.add_options(command)
-    command.add("--time-limit", type=float, help="seconds for this command (default 540)")
-    command.add("--total-time", type=float, help="seconds for the whole program over its commands (default: "
+    command.add("--time-limit", type=positive, help="seconds for this command (default 540)")
+    command.add("--total-time", type=positive, help="seconds for the whole program over its commands (default: "
                                                  "--time-limit)")
-    command.add("--seed", type=int, help="default 0")
-    command.add("--val-episodes", type=int, help="validation episodes per task (default 2)")
-    command.add("--sft-per-type", type=int, help="warm-start tasks per type (16 CUDA, 2 CPU)")
-    command.add("--sft-batch", type=int, help="expert steps per optimizer step of the warm start (default 2)")
+    command.add("--seed", type=natural, help="default 0")
+    command.add("--val-episodes", type=count, help="validation episodes per task (default 2)")
+    command.add("--sft-per-type", type=count, help="warm-start tasks per type (16 CUDA, 2 CPU)")
+    command.add("--sft-batch", type=count, help="expert steps per optimizer step of the warm start (default 2)")
     command.add("--from-json", type=Path, metavar="JSON", help="report: a returned report.json")
     args = command.parse(argv)
     if args.stage == "report":

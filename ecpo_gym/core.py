@@ -32,6 +32,8 @@ from gymnasium.vector.utils.shared_memory import (
 from ecpo_gym.canonical import INVALID_ACTION, ActionCanonicalizer, normalize_text
 from ecpo_gym.kwargs import check_count, check_real, shown
 
+RESET_OPTIONS = ("task_id",)  # the keys reset(options=...) reads
+
 MAX_TEXT_LENGTH = 1 << 20
 # Every environment's step limit is at most this (the base class checks it, so no id or constructor can skip it): an
 # episode must end, and the credit's dense per-step tables are sized by the longest one. The diagnostic corridors'
@@ -265,12 +267,17 @@ class TextAgentEnv(gym.Env[str, str], abc.ABC):
     # ------------------------------------------------------------------ gymnasium API
     @staticmethod
     def _check_options(options: Any) -> dict[str, Any]:
-        """``options`` as a dict (``None`` is empty); anything else is a ``TypeError`` that says what to pass."""
+        """``options`` as a dict (``None`` is empty); anything else, or a key other than ``task_id`` (a misspelt one
+        would play a random task), is a ``TypeError`` that says what to pass."""
         if options is None:
             return {}
         if not isinstance(options, dict):
             raise TypeError(f"reset(options=...) takes a dict such as {{'task_id': ...}} or None, "
                             f"got {type(options).__name__}")
+        unknown = [key for key in options if key not in RESET_OPTIONS]
+        if unknown:
+            raise TypeError(f"reset(options=...) reads only {', '.join(map(repr, RESET_OPTIONS))}; got "
+                            f"{', '.join(shown(key) for key in unknown[:3])}{' ...' if len(unknown) > 3 else ''}")
         return options
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict]:

@@ -54,7 +54,17 @@ def make_env(env: EnvSpec, env_kwargs: dict[str, Any] | None = None, *, env_chec
             raise  # a module the environment itself imports: not the id's
         raise ValueError(f"env_id {shown(env)}: there is no module {shown(module)} to import (the part before ':' "
                          "names the module that declares the id; a registered id, ecpo/..., needs none)") from None
-    except (TypeError, OSError, gym.error.Error) as err:
+    except gym.error.UnregisteredEnv as err:  # (gymnasium's message names the id's parts, not the setting)
+        raise type(err)(f"env_id {shown(env)} is not a registered id: {cut_long_words(str(err))}") from None
+    except gym.error.Error as err:
+        if not str(err).startswith("Malformed environment ID"):
+            bounded = _bounded_error(err, kwargs)
+            if bounded is None:
+                raise
+            raise bounded from None
+        raise type(err)(f"env_id {shown(env)} is not an id: ids look like ecpo/ALFWorldGen-v0 "
+                        "([namespace/]name-vN)") from None
+    except (TypeError, OSError) as err:
         bounded = _bounded_error(err, kwargs)
         if bounded is None:
             raise

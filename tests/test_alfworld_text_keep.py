@@ -114,6 +114,22 @@ def test_a_stage_refuses_the_options_it_does_not_read(tmp_path, capsys):
         assert f"{stage} needs --keep DIR" in capsys.readouterr().err
 
 
+def test_keep_and_restore_refuse_a_folder_that_is_not_there_or_is_a_file(tmp_path, capsys):
+    """``restore --keep TYPO`` restored nothing and ``keep --out TYPO`` kept nothing, each with exit status 0; a
+    --keep that is a file was '<file>/SHA256SUMS: Not a directory'."""
+    (tmp_path / "file").write_text("x")
+    for argv, words in (
+            (["restore", "--out", str(tmp_path / "out"), "--keep", str(tmp_path / "typo")],
+             f"restore --keep {tmp_path / 'typo'}: no such folder, so nothing to restore"),
+            (["keep", "--out", str(tmp_path / "typo"), "--keep", str(tmp_path / "kept")],
+             f"keep --out {tmp_path / 'typo'}: no such folder, so nothing to keep"),
+            (["keep", "--out", str(tmp_path), "--keep", str(tmp_path / "file")],
+             f"--keep {tmp_path / 'file'} is a file, not a folder")):
+        assert study.main([argv[0], "--testbed", "households", *argv[1:]]) == 2
+        assert capsys.readouterr().err.strip() == f"error: {words}"
+    assert not (tmp_path / "out").exists() and not (tmp_path / "kept").exists()
+
+
 PLAYED = ("task_id", "success", "steps", "reward", "invalid_actions")  # what an episode record says was played
 
 

@@ -121,6 +121,20 @@ def test_a_path_too_long_for_the_os_is_a_short_error_naming_the_setting(tmp_path
     refused(lambda: load_manifest(HUGE), "manifest", "not found")
 
 
+@pytest.mark.parametrize(("argv", "words"), [
+    (["sft", "--config", "households_text", "--out", "/tmp/o\x00ut"], "--out '/tmp/o\\x00ut' cannot be a folder"),
+    (["models", "tiny", "/tmp/o\x00ut"], "model folder '/tmp/o\\x00ut' cannot be a folder"),
+    (["leaderboard", "--agent", "random", "--env", ENV_ID, "--out-dir", "/tmp/o\x00ut"],
+     "--out-dir '/tmp/o\\x00ut' cannot be a folder"),
+])
+def test_an_output_folder_with_a_nul_character_is_named(argv, words):
+    """Python's 'embedded null byte' named no setting, and the leaderboard's --out-dir passed its check (a missing
+    folder) to fail while the results were written."""
+    result = CliRunner().invoke(__import__("ecpo_train.apps.cli", fromlist=["app"]).app, argv)
+    lines = result.output.splitlines()
+    assert result.exit_code == 2 and lines == [f"error: {words} (it holds a NUL character)"], result.output
+
+
 # ---------------------------------------------------------------------------------------------- the CLI
 @pytest.mark.parametrize("override", [f"lr={HUGE}", f"estimator={HUGE}", f"{HUGE}=1",
                                       f"env_kwargs={json.dumps({HUGE: 1})}"])

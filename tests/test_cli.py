@@ -114,3 +114,40 @@ def test_eval_takes_env_arguments_as_the_leaderboard_does(tmp_path):
 def test_eval_of_a_folder_without_a_run_is_a_clear_error(tmp_path):
     result = runner.invoke(app, ["eval", str(tmp_path)])
     assert result.exit_code == 2 and "config.yaml" in result.output
+
+
+def test_demo_refuses_a_run_dir_or_model_it_would_overwrite_or_mislabel(tmp_path, monkeypatch):
+    """``ecpo demo run_dir=R`` replaced the run in R (the demo starts with --overwrite: its own folder), and
+    ``model=M`` trained M under SmolLM2's name after pulling SmolLM2: both are refused before any download."""
+    from ecpo_train.apps import demo
+
+    monkeypatch.setattr(demo, "main", lambda **kwargs: (_ for _ in ()).throw(AssertionError("the demo started")))
+    for override in (f"run_dir={tmp_path / 'mine'}", "model=some/model"):
+        result = runner.invoke(app, ["demo", override])
+        lines = result.output.splitlines()
+        assert result.exit_code == 2 and len(lines) == 1, result.output
+        assert lines[0].startswith(f"error: {override}: ecpo demo trains") and "ecpo train --config corridor_llm" in lines[0]
+    assert not (tmp_path / "mine").exists()
+
+
+def test_eval_env_kwargs_replace_the_runs_own_and_a_key_given_twice_is_refused(tmp_path, monkeypatch):
+    """``ecpo eval RUN --env-kwarg K=V`` replaces the run's K (one value each, the user's), while a K the user gives
+    twice is refused rather than its last value taken."""
+    from ecpo_train.evaluation import command
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "config.yaml").write_text("env_id: ecpo/DivergentAnchor-v0\nenv_kwargs: {num_tasks: 4, depth: 8}\n")
+    seen = []
+
+    def evaluated(options):
+        seen.append(command.parse_overrides(options.env_kwarg))
+        return {"markdown": "table"}
+
+    monkeypatch.setattr(command, "run_leaderboard", evaluated)
+    result = runner.invoke(app, ["eval", str(run_dir), "--env-kwarg", "num_tasks=6"])
+    assert result.exit_code == 0, result.output
+    assert seen == [{"depth": 8, "num_tasks": 6}]
+    monkeypatch.undo()
+    twice = runner.invoke(app, ["eval", str(run_dir), "--env-kwarg", "depth=3", "--env-kwarg", "depth=4"])
+    assert twice.exit_code == 2 and twice.output.strip() == "error: --env-kwarg 'depth' is given twice: give it once"

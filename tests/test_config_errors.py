@@ -49,6 +49,24 @@ def test_bad_override_is_one_error_line_and_exit_2(tmp_path, override, named):
     assert not (tmp_path / "run" / "metrics.jsonl").exists()  # no work started
 
 
+@pytest.mark.parametrize(("kind", "words"), [
+    ("folder", "is a folder: give a YAML file or a preset name"), ("binary", "cannot be read: it is not UTF-8 text"),
+    ("empty", "config '' not found (presets in"),
+])
+def test_a_config_that_is_not_a_readable_file_is_named(tmp_path, kind, words):
+    """``--config DIR`` said '.../DIR: Is a directory' (``--config ''`` '.: Is a directory'), a binary file a
+    'utf-8' codec error: neither named --config."""
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "binary").write_bytes(b"lr: 1\n\xd0\xff\xfe\n")
+    path = "" if kind == "empty" else str(tmp_path / kind)
+    for verb in (["train", "--config", path], ["sft", "--config", path, "--out", str(tmp_path / "out")]):
+        result = CliRunner().invoke(app, verb)
+        lines = result.output.splitlines()
+        assert result.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: config "), result.output
+        assert words in lines[0]
+    assert not (tmp_path / "out").exists()
+
+
 def test_bad_yaml_file_and_unwritable_run_dir(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("lr: [1, 2\npolicy: tabular\n")
@@ -200,3 +218,24 @@ def test_fsdp_on_one_process_is_one_clear_error(monkeypatch):
     with pytest.raises(ValueError, match="torchrun --nproc-per-node K"):
         check_fsdp_request(True)
     check_fsdp_request(False)
+
+
+@pytest.mark.parametrize("verb", [["train", "--config", "quickstart"], ["demo"],
+                                  ["sft", "--config", "households_text", "--out", "OUT"]])
+def test_a_key_given_twice_on_the_command_line_is_refused(tmp_path, monkeypatch, verb):
+    """``lr=0.1 ... lr=0.2`` took the last value without a word; code composing overrides keeps that rule."""
+    from ecpo_train.apps import demo
+    from ecpo_train.runtime import sft
+    from ecpo_train.runtime.config import load_config
+
+    def started(*args, **kwargs):
+        raise AssertionError("the command started")
+
+    monkeypatch.setattr(demo, "main", started)  # (were the check gone: no model pull, no expert episodes)
+    monkeypatch.setattr(sft, "_run_sft", started)
+    argv = [str(tmp_path / "out") if word == "OUT" else word for word in verb]
+    extra = [] if verb == ["demo"] else [f"run_dir={tmp_path / 'run'}"]
+    result = CliRunner().invoke(app, [*argv, *extra, "iterations=2", "iterations=3"])
+    assert result.exit_code == 2 and result.output.strip() == "error: override 'iterations' is given twice: give it once"
+    assert not (tmp_path / "run").exists() and not (tmp_path / "out").exists()
+    assert load_config("quickstart", ["iterations=2", "iterations=3"]).iterations == 3  # (a composed list: last wins)

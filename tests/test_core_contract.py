@@ -206,6 +206,19 @@ def test_reset_options_that_are_not_a_dict_are_a_clear_error(options):
         env.step("look")
 
 
+@pytest.mark.parametrize("options", [{"task": "corridor-3"}, {"task_id": "corridor-3", "taskid": "x"},
+                                     {"x" * 10_000: 1}])
+def test_reset_options_other_than_task_id_are_refused_not_ignored(options):
+    """A misspelt key (``task`` for ``task_id``) used to be ignored: the episode was a random task."""
+    env = KeyDoorEnv()
+    env.reset(options={"task_id": "corridor-2"})
+    with pytest.raises(TypeError, match="reads only 'task_id'; got '(task|taskid|x+\\.\\.\\.)") as raised:
+        env.reset(options=options)
+    assert len(str(raised.value)) < 300  # a huge key is quoted as a prefix
+    with pytest.raises(gym.error.ResetNeeded):
+        env.step("look")
+
+
 def test_webshop_rejects_options_that_are_not_a_dict():
     env = gym.make("ecpo/WebShopGen-v0", **EMBEDDED_ENVS["ecpo/WebShopGen-v0"]).unwrapped
     env.reset(seed=0)

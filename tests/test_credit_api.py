@@ -222,6 +222,24 @@ def test_values_go_only_to_an_estimator_that_asks_for_them():
         compute_advantages("ppo", PPO_COLUMNS, values=PPO_VALUES[:4])
 
 
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_ppo_refuses_a_value_that_is_not_finite_rather_than_returning_nan_advantages(bad):
+    """One nan V(s) made every advantage nan (the whitening mixes them): it is one ValueError naming values=."""
+    values = PPO_VALUES.copy()
+    values[2] = bad
+    with pytest.raises(ValueError, match=f"values must be finite; row 2 holds {bad}"):
+        compute_advantages("ppo", PPO_COLUMNS, values=values)
+    with pytest.raises(ValueError, match="values must be finite"):
+        gae_targets(prepare_rows(*PPO_COLUMNS.values()), torch.tensor(values), CreditConfig(), 0.9)
+
+
+def test_values_and_hidden_states_that_are_not_numbers_are_named():
+    with pytest.raises(ValueError, match="values must be numbers, got dtype <U1"):
+        compute_advantages("ppo", PPO_COLUMNS, values=["a"] * 5)
+    with pytest.raises(ValueError, match=r"hidden_states has shape \(5, 1\) \(<U1\), expected \(5, d\) finite"):
+        compute_advantages("pace", PPO_COLUMNS, hidden_states=[["a"]] * 5)
+
+
 def test_the_credit_config_travels_as_one_object():
     """``compute_advantages(name, rows, CreditConfig(...))`` is the same as its fields as a mapping; passing something
     else is one clear error."""
@@ -239,3 +257,20 @@ def test_the_credit_config_travels_as_one_object():
     np.testing.assert_array_equal(by_object, by_fields)
     with pytest.raises(TypeError, match="a CreditConfig or a mapping of its fields"):
         compute_advantages("ecpo", columns, [("kappa", 3.0)])
+
+
+def test_steps_that_are_booleans_are_refused():
+    """A column of flags passed as ``steps`` read True as step 1 (every row a first step)."""
+    with pytest.raises(ValueError, match="steps must be integers, got dtype bool"):
+        compute_advantages("grpo", PPO_COLUMNS | {"steps": [True] * 5})
+
+
+@pytest.mark.parametrize("column", ["group_ids", "traj_ids", "anchor_keys", "action_keys"])
+@pytest.mark.parametrize("missing", [None, float("nan")])
+def test_a_missing_id_or_key_is_refused_not_taken_for_one_id(column, missing):
+    """``None`` anchor keys were one anchor (rows whose state key went missing shared evidence); a NaN id made a
+    misleading 'steps 1..T' error."""
+    values = list(PPO_COLUMNS[column])
+    values[1] = missing
+    with pytest.raises(ValueError, match=f"{column} must hold ids \\(str or int\\), and one is {missing}"):
+        compute_advantages("grpo", PPO_COLUMNS | {column: values})

@@ -46,6 +46,18 @@ def test_make_names_the_setting_gymnasium_would_trace_back_on(kwargs, env_id, wo
     assert "\n" not in str(error.value)
 
 
+@pytest.mark.parametrize(("env_id", "words"), [
+    ("ecpo/Nope-v0", "env_id 'ecpo/Nope-v0' is not a registered id: Environment `Nope` doesn't exist"),
+    ("ecpo/DivergentAnchor-v9", "env_id 'ecpo/DivergentAnchor-v9' is not a registered id: Environment version `v9`"),
+    ("", "env_id '' is not an id: ids look like"), ("x" * 5000, "env_id 'xxx"),
+])
+def test_an_unknown_or_malformed_env_id_is_named_as_the_setting(env_id, words):
+    """gymnasium's own message named the id's parts ('Environment `Nope` doesn't exist'), not the setting."""
+    with pytest.raises(gym.error.Error) as error:
+        make_env(env_id)
+    assert str(error.value).startswith(words) and len(str(error.value)) < 1000
+
+
 @pytest.mark.parametrize("override", ["env_id=nosuchmod:X-v0", "env_kwargs.render_mode=1",
                                       f"env_kwargs.max_steps={10**18}"])
 def test_train_refuses_them_in_one_line(tmp_path, override):

@@ -104,6 +104,31 @@ def test_nproc_below_two_is_one_clear_error(tmp_path):
     assert "at least 2 processes" in result.output
 
 
+@pytest.mark.parametrize(("extra", "words"), [
+    (["--nproc", "2", "fsdp=false"], "'fsdp=false': --nproc 2 runs FSDP (fsdp=true); leave it out"),
+    (["--nproc", "100000"], "--nproc 100000: at most"),
+    (["--nproc", "3"], "n_groups=2 must be a multiple of --nproc 3"),
+])
+def test_nproc_is_checked_against_the_run_before_any_process_starts(monkeypatch, tmp_path, extra, words):
+    """``fsdp=false`` beside ``--nproc`` was dropped (the run sharded anyway), 100,000 processes were launched, and
+    groups that do not split whole were refused once in each of the K processes."""
+    import subprocess
+
+    from typer.testing import CliRunner
+
+    from ecpo_train.apps.cli import app
+
+    def launched(*args, **kwargs):
+        raise AssertionError(f"a process was started: {args}")
+
+    monkeypatch.setattr(subprocess, "call", launched)
+    result = CliRunner().invoke(app, ["train", "--config", "corridor_llm", f"run_dir={tmp_path / 'run'}",
+                                      "model=some/model", *extra])
+    lines = result.output.splitlines()
+    assert result.exit_code == 2 and len(lines) == 1 and lines[0].startswith(f"error: {words}"), result.output
+    assert not (tmp_path / "run").exists()
+
+
 def test_fsdp_needs_n_groups_divisible_by_the_processes(monkeypatch, tmp_path):
     from ecpo_train.runtime import distributed
     from ecpo_train.runtime.trainer import Trainer

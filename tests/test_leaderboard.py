@@ -85,6 +85,14 @@ def test_bad_manifests_give_clear_errors(tmp_path):
         parse_overrides(["oops"])
 
 
+def test_an_env_kwarg_given_twice_is_refused_not_the_last_one_taken():
+    """``--env-kwarg depth=3 --env-kwarg depth=4`` evaluated depth 4 without a word; the bad pair is named."""
+    with pytest.raises(ValueError, match="--env-kwarg 'depth' is given twice: give it once"):
+        parse_overrides(["depth=3", "depth=4"])
+    with pytest.raises(ValueError, match="--env-kwarg 'oops': expected key=value"):
+        parse_overrides(["oops"])
+
+
 @pytest.mark.parametrize("change, words", [
     ({"first": True}, "'first' must be a positive integer"),
     ({"env_kwargs": [["max_steps", 5]]}, "'env_kwargs' must be an object"),

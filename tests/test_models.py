@@ -197,3 +197,24 @@ def test_models_tiny_onto_an_existing_model_folder_is_refused_and_keeps_it(tmp_p
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert result.exit_code == 2 and len(lines) == 1 and "holds files" in lines[0], result.output
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_models_tiny_refuses_an_empty_folder_name_rather_than_writing_the_current_folder(tmp_path, monkeypatch):
+    """``ecpo models tiny ''`` wrote a model into the current folder (when empty), as run_dir='' and --out '' may not."""
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["models", "tiny", ""])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    expected = "error: model folder '' is empty, which would mean the current folder: give the folder (. for the current one)"
+    assert result.exit_code == 2 and lines == [expected], result.output
+    assert list(tmp_path.iterdir()) == []
+    pulled = CliRunner().invoke(app, ["models", "pull", "smollm2-135m-instruct", "--cache-dir", ""])
+    assert pulled.exit_code == 2 and pulled.output.strip() == ("error: cache folder '' is empty, which would mean the "
+                                                              "current folder: give the folder (. for the current one)")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_models_tiny_refuses_an_empty_tokenizer_rather_than_training_one(tmp_path):
+    """``--tokenizer ''`` was taken for "no tokenizer given": a tokenizer was trained instead, silently."""
+    result = CliRunner().invoke(app, ["models", "tiny", str(tmp_path / "model"), "--tokenizer", ""])
+    assert result.exit_code == 2 and result.output.strip().startswith("error: tokenizer folder '' is empty"), result.output
+    assert not (tmp_path / "model").exists()

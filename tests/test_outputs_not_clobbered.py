@@ -139,6 +139,21 @@ def test_leaderboard_refuses_results_played_with_other_env_kwargs(tmp_path):
     assert json.loads((out_dir / "expert" / "run.json").read_text())["seeds"] == [0, 1]
 
 
+def test_an_evaluation_refused_before_its_first_episode_binds_no_settings(tmp_path):
+    """A manifest run whose environment argument is refused used to leave run.json behind with that argument: the
+    corrected command was then refused as 'results played on other environment settings', with no results there."""
+    out_dir = tmp_path / "lb"
+    common = ["leaderboard", "--agent", "random", "--manifest", "webshop_gen", "--limit", "1", "--seeds", "1",
+              "--no-progress", "--out-dir", str(out_dir)]
+    one_error_line(runner.invoke(app, [*common, "--env-kwarg", "bogus=1"]), "bogus")
+    fixed = runner.invoke(app, [*common, "--env-kwarg", "max_steps=3"])
+    assert fixed.exit_code == 0, fixed.output
+    (manifest,) = json.loads((out_dir / "random" / "run.json").read_text())["manifests"].values()
+    assert [g["env_kwargs"] for g in manifest["groups"].values()] == [{"max_steps": 3}]
+    # once an episode is recorded its settings bind the folder, as before
+    one_error_line(runner.invoke(app, [*common, "--env-kwarg", "max_steps=4"]), "played on other environment settings")
+
+
 def test_eval_refuses_its_folder_once_the_run_has_trained_on(tmp_path):
     run_dir = tmp_path / "run"
     fast = ["n_groups=2", "group_size=2", "val_every=0", "progress=false", "tensorboard=false"]

@@ -93,3 +93,41 @@ def test_a_leaderboard_option_the_agent_does_not_read_is_refused(tmp_path, agent
     line = refused(["leaderboard", *agent, *option, "--out-dir", str(tmp_path / "lb")])
     assert line == f"error: {option[0]} would be ignored by --agent {agent[1]}: leave it out"
     assert not (tmp_path / "lb").exists()
+
+
+@pytest.mark.parametrize("option", [["--agent", "random"], ["--seeds", "7"], ["--manifest", "webshop_gen"],
+                                    ["--limit", "2"], ["--env-kwarg", "max_steps=3"], ["--name", "mine"]])
+def test_report_only_refuses_an_option_of_an_evaluation(tmp_path, option):
+    """``--report-only`` only rebuilds the tables: it used to ignore every evaluation option given with it."""
+    (tmp_path / "lb").mkdir()
+    line = refused(["leaderboard", "--report-only", *option, "--out-dir", str(tmp_path / "lb")])
+    assert line == (f"error: --report-only only rebuilds the tables of --out-dir: {option[0]} would be ignored; "
+                    "leave it out")
+
+
+@pytest.mark.parametrize("where", [["--env", "ecpo/DivergentAnchor-v0"], ["--manifest", "webshop_gen"]])
+def test_a_data_dir_no_evaluated_environment_reads_is_refused(tmp_path, where):
+    """The generated environments take no data folder: ``--data-dir`` with them was silently dropped."""
+    line = refused(["leaderboard", *where, "--data-dir", str(tmp_path), "--out-dir", str(tmp_path / "lb")])
+    assert "--data-dir" in line and "would be ignored" in line
+    assert not (tmp_path / "lb").exists()
+
+
+@pytest.mark.parametrize("option", ["--env", "--name", "--data-dir", "--checkpoint"])
+def test_an_empty_leaderboard_option_is_refused_not_taken_for_left_out(tmp_path, option):
+    """``--env ''`` evaluated the default manifests and ``--name ''`` kept the default label, silently."""
+    agent = ["--agent", "checkpoint"] if option == "--checkpoint" else []
+    line = refused(["leaderboard", *agent, option, "", "--out-dir", str(tmp_path / "lb")])
+    assert line == f"error: {option} '' is empty: give a value, or leave the option out"
+    assert not (tmp_path / "lb").exists()
+
+
+def test_sft_refuses_no_checkpointing_for_a_policy_without_decoder_layers(tmp_path, monkeypatch):
+    """``ecpo sft --no-checkpointing`` of the text policy (no transformer layers to recompute) was ignored."""
+    from ecpo_train.runtime import sft
+
+    monkeypatch.setattr(sft, "_run_sft", lambda *a, **k: (_ for _ in ()).throw(AssertionError("sft ran")))
+    line = refused(["sft", "--config", "households_text", "--out", str(tmp_path / "out"), "--no-checkpointing"])
+    assert line == ("error: --no-checkpointing: policy=text has no decoder layers to recompute (only policy=llm), so "
+                    "it would be ignored; leave it out")
+    assert not (tmp_path / "out").exists()

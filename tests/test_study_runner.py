@@ -48,3 +48,33 @@ def test_an_option_the_stage_does_not_read_is_one_line_and_defaults_fill_the_res
     args = command.parse(["run", "--out", "d"])
     assert (args.stage, args.jobs, args.json) == ("run", 2, None)
     assert command.parse(["run", "--out", "d", "--jobs", "1"]).jobs == 1
+
+
+@pytest.mark.parametrize(("module", "argv", "words"), [
+    ("credit_counterfactual", ["run", "--k", "0"], "argument --k: '0' is not a whole number >= 1"),
+    ("credit_counterfactual", ["run", "--targets", "nan"], "argument --targets: 'nan' is not a number in [0, 1]"),
+    ("credit_counterfactual", ["run", "--workers", "-1"], "argument --workers: '-1' is not a whole number >= 1"),
+    ("credit_study", ["run", "--workers", "0"], "argument --workers: '0' is not a whole number >= 1"),
+    ("gpu_comparison", ["run", "--smoke", "--time-limit", "nan"], "argument --time-limit: 'nan' is not a finite"),
+    ("gpu_comparison", ["run", "--smoke", "--iterations", "0"], "argument --iterations: '0' is not a whole number"),
+    ("paper_benchmarks", ["run", "--smoke", "--seed", "-1"], "argument --seed: '-1' is not a whole number >= 0"),
+    ("paper_benchmarks", ["run", "--smoke", "--sft-lr=-1e-5"], "argument --sft-lr: '-1e-5' is not a finite number"),
+    ("memory", ["--rows", "0"], "argument --rows: '0' is not a whole number >= 1"),
+    ("llm_learning", ["run", "--jobs", "0"], "argument --jobs: '0' is not a whole number >= 1"),
+    ("credit_study", ["run", "--envs", "diagnostic", "nope"], "--envs: the protocol has no env 'nope'"),
+    ("arms", [], "the following arguments are required: spec"),
+    ("arms", ["/nonexistent/spec.json"], "spec /nonexistent/spec.json: not an arm's spec (FileNotFoundError"),
+])
+def test_a_benchmark_number_or_name_out_of_range_is_one_line_before_any_work(capsys, module, argv, words):
+    """0 was read as "the default" (--k, --iterations), a negative count as one process, nan as a time limit or a
+    target no run reaches, an unknown --envs name was dropped, and `benchmarks.arms` without its spec was an
+    IndexError: each is refused by the option's type, one line, exit 2."""
+    import importlib
+
+    main = importlib.import_module(f"benchmarks.{module}").main
+    try:
+        code = main(argv)
+    except SystemExit as exited:
+        code = exited.code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("error: ") and words in err[0], err

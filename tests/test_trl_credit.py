@@ -91,3 +91,35 @@ def test_bad_turns_are_refused_with_one_line() -> None:
         token_advantages(episodes, turn_advantages(groups, episodes), 1)
     with pytest.raises(ValueError, match="3 group ids for 2 episodes"):
         turn_advantages([0, 0, 1], episodes)
+
+
+
+@pytest.mark.parametrize(("key", "value", "words"), [
+    ("start", 1.7, "start=1.7 is not a token index"), ("end", None, "end=None is not a token index"),
+    ("start", True, "start=True is not a token index"), ("reward", "1", "reward='1' is not a number"),
+    ("reward", None, "reward=None is not a number"),
+])
+def test_a_turn_field_of_the_wrong_type_is_named(key, value, words) -> None:
+    """A span of 1.7 was cut to 1 (the turn's advantage on the wrong tokens) and None was a TypeError naming nothing."""
+    groups, episodes = play_groups(n_groups=1, group_size=2)
+    broken = [episodes[0], [episodes[1][0] | {key: value}, *episodes[1][1:]]]
+    with pytest.raises(ValueError, match=f"{TURNS_FIELD} of row 1, turn 1: {words}".replace("(", r"\(")):
+        turn_advantages(groups, broken)
+
+
+@pytest.mark.parametrize(("estimator", "options", "words"), [
+    ("ecpp", {}, "unknown advantage estimator 'ecpp'"),
+    ("ecpo", {"kapa": 2.0}, "unknown credit hyperparameter(s) ['kapa']"),
+    ("ecpo", {"kappa": float("nan")}, "credit.kappa=nan is invalid"),
+    ("ppo", {}, "credit_estimator='ppo' needs critic values"),
+    ("tigpo", {}, "credit_estimator='tigpo' needs a task history"),
+])
+def test_the_trainer_refuses_a_credit_it_cannot_compute_before_it_is_built(estimator, options, words) -> None:
+    """A misspelt estimator or hyperparameter, or one needing a critic, was found only after the first batch had
+    been generated; it is now refused when ECPOGRPOTrainer is built, before GRPOTrainer loads anything."""
+    pytest.importorskip("trl")
+    from ecpo_train.integrations.trl_credit import ecpo_grpo_trainer
+
+    with pytest.raises(ValueError) as raised:  # (model=None: GRPOTrainer would fail on it, after the check)
+        ecpo_grpo_trainer()(model=None, credit_estimator=estimator, credit_options=options)
+    assert words in str(raised.value)

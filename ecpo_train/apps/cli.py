@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
+from ecpo_gym.kwargs import shown
 from ecpo_train.evaluation.command import leaderboard_command
 from ecpo_train.evaluation.options import LeaderboardOptions, cut_long_words, error_line, typer_command
 from ecpo_train.runtime.engines import DEFAULT_ENGINE, ENGINES, engine_spec
@@ -32,6 +33,9 @@ def _input_errors() -> tuple[type[BaseException], ...]:
     return ValueError, TypeError, KeyError, OSError, gym.error.Error
 
 
+DEMO_OWN_KEYS = ("run_dir", "model")  # what `ecpo demo` sets itself: an override of them is refused
+
+
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def demo(
     ctx: typer.Context,
@@ -49,9 +53,15 @@ def demo(
         if overrides and tabular:
             raise ValueError(f"ecpo demo --tabular takes no overrides (got {' '.join(overrides)}): it runs the "
                              "quickstart preset as is; use `ecpo train --config quickstart KEY=VALUE` instead")
+        own = [item for item in overrides if item.split("=", 1)[0].strip() in DEMO_OWN_KEYS]
+        if own:  # the demo replaces its own run folder with SmolLM2's run: never another folder, never another model
+            raise ValueError(f"{cut_long_words(own[0])}: ecpo demo trains {DEMO_MODEL} in runs/demo-llm (replacing "
+                             "its earlier run there); for another model or folder use `ecpo train --config "
+                             "corridor_llm model=... run_dir=...`")
         if overrides:  # checked before the credit tables and the model pull, not after them
-            from ecpo_train.runtime.config import load_config
+            from ecpo_train.runtime.config import check_given_once, load_config
 
+            check_given_once(overrides)
             load_config("corridor_llm", [f"model={DEMO_MODEL}", *overrides]).resolved_device()
         main(tabular=tabular, overrides=overrides)
     except _input_errors() as err:
@@ -98,11 +108,12 @@ def train(
     Nothing is written to run_dir until every check (config, env, model, resume compatibility) has passed."""
     from pathlib import Path
 
-    from ecpo_train.runtime.config import config_dict, load_config
+    from ecpo_train.runtime.config import check_given_once, config_dict, load_config
     from ecpo_train.runtime.resume import RESUME_OR_START, plan_start
 
     try:
         spec = engine_spec(engine)
+        check_given_once(ctx.args)
     except ValueError as err:
         raise fail(err) from None
     if resume and resume_or_start:
@@ -128,11 +139,21 @@ def train(
         import sys
 
         try:  # the config and the run folder are checked here, once, before K processes start
-            from ecpo_train.runtime.distributed import check_fsdp_run
+            from ecpo_train.runtime.config_values import read_yaml
+            from ecpo_train.runtime.distributed import check_fsdp_launch
 
+            def says_true(raw: str) -> bool:
+                try:
+                    return read_yaml(raw) is True
+                except Exception:  # noqa: BLE001  (not YAML: not true)
+                    return False
+
+            against = [arg for arg in ctx.args if arg.startswith("fsdp=") and not says_true(arg[5:])]
+            if against:  # --nproc K sets fsdp=true: another value would be dropped silently
+                raise ValueError(f"{shown(against[0])}: --nproc {nproc} runs FSDP (fsdp=true); leave it out, or "
+                                 "leave --nproc out for one process")
             cfg = load_config(config, [arg for arg in ctx.args if not arg.startswith("fsdp=")])
-            check_fsdp_run(cfg.estimator, cfg.policy)  # (a tabular preset: refused here, not in K tracebacks)
-            cfg.resolved_device()
+            check_fsdp_launch(cfg, nproc)  # (a tabular preset, K > the GPUs: refused here, not in K tracebacks)
             plan_start(Path(cfg.run_dir), config_dict(cfg) | {"fsdp": True}, resume=resume, overwrite=overwrite,
                        engine=engine)
         except _input_errors() as err:
@@ -185,11 +206,12 @@ def sft(
     Extra key=value arguments override the preset (e.g. model=DIR env_kwargs.num_tasks=8); a forward holds at
     most max_tokens_per_micro_batch tokens (4096 where the preset sets none).
     """
-    from ecpo_train.runtime.config import load_config
+    from ecpo_train.runtime.config import check_given_once, load_config
     from ecpo_train.runtime.sft import check_sft_out, check_sft_settings, run_sft
 
     try:
         check_sft_settings(episodes, epochs, lr, batch_size)
+        check_given_once(ctx.args)
         cfg = load_config(config, list(ctx.args))
         cfg.resolved_device()
         check_sft_out(out, cfg.model)  # before the expert plays a step
@@ -278,7 +300,9 @@ def evaluate_run(
             raise ValueError(f"{run_folder.config}: env_kwargs must be a mapping")  # noqa: TRY004
         # the run's env and its arguments, each --env-kwarg over them; --env or --manifest: as `ecpo leaderboard`
         own = options.env is None and not options.manifest
-        env_kwargs = [f"{key}={json.dumps(value)}" for key, value in (config.get("env_kwargs") or {}).items()]
+        given = {pair.partition("=")[0].strip() for pair in options.env_kwarg or []}  # (these replace the run's)
+        env_kwargs = [f"{key}={json.dumps(value)}" for key, value in (config.get("env_kwargs") or {}).items()
+                      if key not in given]
         if not options.out_dir:  # the run's own eval/: never a link out of the run folder
             from ecpo_train.files.atomic import refuse_links
 
@@ -335,7 +359,11 @@ def serve(
     except ImportError as err:
         raise fail(f"ecpo serve needs the openenv extra (pip install 'ecpo[openenv]'): {err}") from None
     try:
-        kwargs = json.loads(env_kwargs)
+        try:
+            kwargs = json.loads(env_kwargs)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"--env-kwargs {shown(env_kwargs)} is not JSON ({err.msg}, at character {err.pos})"
+                             ) from None
         if not isinstance(kwargs, dict):
             raise TypeError(f"--env-kwargs must be a JSON object, got {env_kwargs[:80]!r}")
         serve_env(env_id, kwargs, host=host, port=port, max_sessions=max_sessions,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -44,6 +45,9 @@ def factorize_keys(keys: Any, name: str = "keys") -> tuple[np.ndarray, int]:
         lookup = dict.fromkeys(keys)
     except TypeError as err:
         raise ValueError(f"{name} must hold hashable ids (str or int): {err}") from None
+    missing = next((key for key in lookup if key is None or (isinstance(key, float) and math.isnan(key))), False)
+    if missing is not False:  # (every None would be one id: rows of missing keys shared one anchor)
+        raise ValueError(f"{name} must hold ids (str or int), and one is {missing}: a missing key is no id")
     for code, key in enumerate(lookup):
         lookup[key] = code
     codes = np.fromiter(map(lookup.__getitem__, keys), dtype=np.int64, count=len(keys))
@@ -130,6 +134,16 @@ class CreditRows:
         return depth
 
 
+def check_finite_numbers(values: np.ndarray, name: str) -> None:
+    """``ValueError`` naming ``name`` unless the host array ``values`` holds only finite numbers (a column of the
+    step rows: the rewards, a critic's values)."""
+    if values.dtype.kind not in "fiub":
+        raise ValueError(f"{name} must be numbers, got dtype {values.dtype}")
+    finite = np.isfinite(values.astype(np.float64))
+    if not finite.all():
+        raise ValueError(f"{name} must be finite; row {int(np.argmin(finite))} holds {values[~finite][0]}")
+
+
 def _as_steps(steps: Any, n: int) -> np.ndarray:
     steps = np.asarray(host_values(steps, "steps"))
     if steps.shape != (n,):
@@ -137,7 +151,7 @@ def _as_steps(steps: Any, n: int) -> np.ndarray:
     if steps.dtype.kind == "f":
         if not np.all(np.isfinite(steps)) or not np.all(steps == np.round(steps)):
             raise ValueError("steps must be whole numbers (1-based step index)")
-    elif steps.dtype.kind not in "iub":
+    elif steps.dtype.kind not in "iu":  # (a bool is no step number: True was read as step 1)
         raise ValueError(f"steps must be integers, got dtype {steps.dtype}")
     steps = steps.astype(np.int64)
     if n and steps.min() < 1:
@@ -166,11 +180,7 @@ def prepare_rows(
     lengths = {name: len(values) for name, values in host.items()} | {"rewards": n}
     if len(set(lengths.values())) != 1:
         raise ValueError(f"columns must have one entry per step row; got lengths {lengths}")
-    if reward_host.dtype.kind not in "fiub":
-        raise ValueError(f"rewards must be numbers, got dtype {reward_host.dtype}")
-    finite = np.isfinite(reward_host.astype(np.float64))
-    if not finite.all():
-        raise ValueError(f"rewards must be finite; row {int(np.argmin(finite))} holds {reward_host[~finite][0]}")
+    check_finite_numbers(reward_host, "rewards")
     step = _as_steps(steps, n)
 
     group, _ = factorize_keys(host["group_ids"], "group_ids")

@@ -81,14 +81,17 @@ def build_agent(kind: str, **options: Any) -> Agent:
 
 
 def parse_overrides(pairs: list[str] | None) -> dict[str, Any]:
-    """``key=value`` strings to a dict; values are parsed as JSON when they can be (``5``, ``true``, ``[1,2]``)."""
+    """``--env-kwarg`` ``key=value`` strings to a dict; values are parsed as JSON when they can be (``5``, ``true``,
+    ``[1,2]``). A key given twice is refused (not the last one taken)."""
     import json
 
     out: dict[str, Any] = {}
     for pair in pairs or []:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
-            raise ValueError(f"expected key=value, got {shown(pair)}")
+            raise ValueError(f"--env-kwarg {shown(pair)}: expected key=value")
+        if key.strip() in out:  # (the first one was dropped: which one was meant?)
+            raise ValueError(f"--env-kwarg {shown(key.strip())} is given twice: give it once")
         try:
             out[key.strip()] = json.loads(value)
         except json.JSONDecodeError:

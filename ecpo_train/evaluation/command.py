@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ecpo_gym import family_of
+from ecpo_gym.kwargs import shown
 from ecpo_train.evaluation.build import build_agent_from, parse_overrides
 from ecpo_train.evaluation.manifests import load_manifest, manifest_from_env
 from ecpo_train.evaluation.options import LeaderboardOptions, error_line
@@ -37,6 +38,9 @@ def run_leaderboard(options: LeaderboardOptions) -> dict[str, Any]:
         overrides = {}
     else:
         chosen = [load_manifest(m) for m in (options.manifest or DEFAULT_MANIFESTS)]
+    if options.data_dir and not any(getattr(family_of(m.env_id), "data_kwarg", None) for m in chosen):
+        raise ValueError(f"--data-dir {shown(options.data_dir)} would be ignored: no environment evaluated here reads "
+                         f"a data folder ({', '.join(sorted({m.env_id for m in chosen}))}); leave it out")
     agent = build_agent_from(options)
     for manifest in chosen:
         settings = EvalSettings(seeds=list(range(options.seeds)), limit=options.limit, progress=options.progress,

@@ -80,6 +80,17 @@ class LeaderboardOptions:
         if not (math.isfinite(self.temperature) and (self.temperature == 0 or self.temperature >= MIN_TEMPERATURE)):
             raise ValueError(f"--temperature must be 0 (greedy) or a finite number >= {MIN_TEMPERATURE:g} (below it "
                              f"logits / T overflow), got {str(self.temperature)[:40]}")
+        for name in ("env", "name", "data_dir", "model", "checkpoint", "base_url"):  # "" is not "left out"
+            if getattr(self, name) is not None and not str(getattr(self, name)).strip():
+                raise ValueError(f"--{name.replace('_', '-')} {shown(getattr(self, name))} is empty: give a value, "
+                                 "or leave the option out")
+        if self.report_only:  # only rebuilds the tables: every option of an evaluation would be ignored
+            kept = ("report_only", "out_dir", "progress")
+            given = [f"--{f.name.replace('_', '-')}" for f in fields(self)
+                     if f.name not in kept and getattr(self, f.name) != f.default]
+            if given:
+                raise ValueError(f"--report-only only rebuilds the tables of --out-dir: {', '.join(given)} would be "
+                                 "ignored; leave it out")
         if self.env and self.manifest:
             raise ValueError("--env evaluates every task of one env instead of manifests: give --env or --manifest, "
                              "not both")
@@ -100,7 +111,11 @@ class LeaderboardOptions:
 
 
 def check_output_folder(path: str | Path) -> None:
-    """``ValueError`` when ``path`` cannot become a folder: it, or a folder above it, is a file."""
+    """``ValueError`` when ``path`` cannot become a folder: it, or a folder above it, is a file, or the name is too long
+    or holds a NUL character (``run_dir.check_path_length``)."""
+    from ecpo_train.runtime.run_dir import check_path_length
+
+    check_path_length(Path(path), f"--out-dir {shown(str(path))}")
     probe = Path(path).absolute()
     while not os.path.exists(probe):  # (False, not an OSError, for a name too long for a path)
         probe = probe.parent

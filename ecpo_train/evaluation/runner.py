@@ -129,12 +129,21 @@ def _as_json(value: Any) -> Any:
     return json.loads(json.dumps(value, sort_keys=True, default=str))
 
 
+def _has_records(run_dir: Path, manifest_name: str) -> bool:
+    """Whether ``run_dir`` holds a finished episode of manifest ``manifest_name``."""
+    return bool(load_records(run_dir / f"{safe_name(manifest_name)}.jsonl", repair=False))
+
+
 def check_run_config(run_dir: Path, config: dict[str, Any]) -> None:
     """Write ``run.json`` (the agent, the seeds and each manifest's provenance), or check that an existing one
     describes the same agent and the same manifests (more seeds and more manifests add to it); a difference is
-    one ``ValueError`` naming it, and nothing is written."""
+    one ``ValueError`` naming it, and nothing is written. Only settings with results count: a ``run.json`` written
+    by an evaluation that stopped before its first episode (an environment argument refused) is replaced, and so
+    is the provenance of a manifest without an episode."""
     path = refuse_links(run_dir / "run.json")
     config = _as_json(config)
+    if path.is_file() and not any(_has_records(run_dir, p.stem) for p in run_dir.glob("*.jsonl")):
+        path.unlink()  # nothing was played under it: the settings it records bind nothing
     if path.is_file():
         try:
             stored = json.loads(path.read_text(encoding="utf-8"))
@@ -150,7 +159,7 @@ def check_run_config(run_dir: Path, config: dict[str, Any]) -> None:
                              f"{', '.join(keys)}): use another --out-dir or --name, or delete {run_dir}")
         stored_manifests = stored.get("manifests") or {}
         for name, provenance in (config.get("manifests") or {}).items():
-            if name in stored_manifests and stored_manifests[name] != provenance:
+            if name in stored_manifests and stored_manifests[name] != provenance and _has_records(run_dir, name):
                 raise ValueError(f"{run_dir} holds results of manifest {name} played on other environment settings "
                                  "or tasks (env kwargs or task list changed): use another --out-dir, or delete "
                                  f"{run_dir} to evaluate again")

@@ -29,7 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from ecpo_train.core.credit import compute_advantages
+from ecpo_gym.kwargs import shown
+from ecpo_train.core.credit import check_credit, compute_advantages
 
 TURNS_FIELD = "ecpo_turns"
 _TURN_KEYS = ("state_key", "action_key", "reward", "start", "end")
@@ -45,6 +46,13 @@ def _checked_turns(episodes: Sequence[Sequence[Mapping[str, Any]]]) -> list[list
             missing = [key for key in _TURN_KEYS if not isinstance(turn, Mapping) or key not in turn]
             if missing:
                 raise ValueError(f"{TURNS_FIELD} of row {row}, turn {k + 1} lacks {', '.join(missing)}")
+            for key in ("start", "end"):  # (1.7 was cut to 1, None a TypeError naming nothing)
+                if isinstance(turn[key], bool) or not isinstance(turn[key], (int, np.integer)):
+                    raise ValueError(f"{TURNS_FIELD} of row {row}, turn {k + 1}: {key}={shown(turn[key])} is not a "  # noqa: TRY004
+                                     "token index")
+            if isinstance(turn["reward"], bool) or not isinstance(turn["reward"], (int, float, np.number)):
+                raise ValueError(f"{TURNS_FIELD} of row {row}, turn {k + 1}: reward={shown(turn['reward'])} is not a "  # noqa: TRY004
+                                 "number")
             if not 0 <= int(turn["start"]) <= int(turn["end"]):
                 raise ValueError(f"{TURNS_FIELD} of row {row}, turn {k + 1}: span [{turn['start']}, {turn['end']}) "
                                  "is not a token span")
@@ -93,6 +101,20 @@ def token_advantages(episodes: Sequence[Sequence[Mapping[str, Any]]], advantages
     return out
 
 
+def check_trl_credit(estimator: str, credit_options: Mapping[str, Any] | None) -> None:
+    """``ValueError`` for a credit the drop-in cannot compute, found when the trainer is built rather than after the
+    first batch's generation: an unknown estimator, a hyperparameter it refuses, or one that needs what a TRL row
+    does not carry (critic values, a task's history across updates)."""
+    if credit_options is not None and not isinstance(credit_options, Mapping):
+        raise ValueError(f"credit_options must be a dict of credit hyperparameters, got {type(credit_options).__name__}")
+    spec, _, _ = check_credit(estimator, dict(credit_options or {}))
+    needs = [what for what, needed in (("critic values", spec.needs_values), ("a task history", spec.keeps_state))
+             if needed]
+    if needs:
+        raise ValueError(f"credit_estimator={shown(estimator)} needs {' and '.join(needs)}, which ECPOGRPOTrainer's rows do "
+                         "not carry: use a critic-free estimator (ecpo, gigpo, grpo, ...)")
+
+
 def ecpo_grpo_trainer() -> type:
     """:class:`ECPOGRPOTrainer` (TRL is imported here, on first use: the credit functions above need no TRL)."""
     from trl import GRPOTrainer
@@ -104,6 +126,7 @@ def ecpo_grpo_trainer() -> type:
 
         def __init__(self, *args: Any, credit_estimator: str = "ecpo",
                      credit_options: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+            check_trl_credit(credit_estimator, credit_options)  # before the model loads, not after the first batch
             super().__init__(*args, **kwargs)
             if self.accelerator.num_processes > 1:
                 raise ValueError("ECPOGRPOTrainer runs on one process: TRL spreads a GRPO group over processes and "

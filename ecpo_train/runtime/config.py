@@ -400,6 +400,18 @@ def apply_overrides(values: dict[str, Any], overrides: Sequence[str]) -> dict[st
     return values
 
 
+def check_given_once(overrides: Sequence[str]) -> None:
+    """``ValueError`` for a ``key=value`` of one command line whose key comes twice (``lr=1e-6 ... lr=2e-6``): the
+    last would win without a word. (Code that composes overrides, a preset's then a study's, relies on the last one
+    winning: :func:`apply_overrides` keeps that rule; the command line checks this first.)"""
+    seen: set[str] = set()
+    for item in overrides:
+        key = item.split("=", 1)[0].strip()
+        if "=" in item and key in seen:
+            raise ValueError(f"override {shown(key)} is given twice: give it once")
+        seen.add(key)
+
+
 def _is_default(config: TrainConfig, name: str) -> bool:
     """Whether the field ``name`` of ``config`` holds its declared default."""
     item = next(f for f in dataclasses.fields(config) if f.name == name)
@@ -430,11 +442,19 @@ def preset_values(path: str | Path, chain: tuple[str, ...] = ()) -> dict[str, An
     file = Path(path)
     if not os.path.exists(file) and os.path.exists(CONFIG_DIR / f"{path}.yaml"):  # (False for a name too long)
         file = CONFIG_DIR / f"{path}.yaml"
-    if not os.path.exists(file):
+    if not str(path).strip() or not os.path.exists(file):  # ('' would be the current folder)
         presets = ", ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.yaml")))
-        raise FileNotFoundError(f"config {str(path)[:200]} not found (presets in {CONFIG_DIR}: {presets})")
+        name = str(path)[:200] if str(path).strip() else repr(str(path))
+        raise FileNotFoundError(f"config {name} not found (presets in {CONFIG_DIR}: {presets})")
+    if file.is_dir():
+        raise ValueError(f"config {shown(str(path))} is a folder: give a YAML file or a preset name")
     try:
-        values = read_yaml(file.read_text()) or {}
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        why = err.strerror if isinstance(err, OSError) and err.strerror else "it is not UTF-8 text"
+        raise ValueError(f"config {shown(str(path))} cannot be read: {why}") from None
+    try:
+        values = read_yaml(text) or {}
     except yaml.YAMLError as err:
         where = getattr(err, "problem_mark", None)
         line = f" at line {where.line + 1}" if where is not None else ""

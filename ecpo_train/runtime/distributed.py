@@ -67,6 +67,26 @@ def check_fsdp_run(estimator: str, policy: str) -> None:
                          "task's graph in one: use one process (or the RLlib engine, whose driver keeps it)")
 
 
+def check_fsdp_launch(config: Any, nproc: int) -> None:
+    """One clear error, before any of the ``nproc`` processes of ``ecpo train --nproc K`` starts, for a run they could
+    not serve: one FSDP cannot shard (:func:`check_fsdp_run`), more processes than GPUs (each takes one) or than
+    this machine's process ceiling on CPU (``limits.MAX_THREADS``; each holds a copy of the model), and groups that
+    do not split whole over them (else each process refused it in a line of its own)."""
+    from ecpo_train.runtime.limits import MAX_THREADS
+
+    check_fsdp_run(config.estimator, config.policy)
+    if config.resolved_device().startswith("cuda"):
+        if nproc > torch.cuda.device_count():
+            raise ValueError(f"--nproc {nproc}: each process takes one GPU, and this machine has "
+                             f"{torch.cuda.device_count()}")
+    elif nproc > MAX_THREADS:
+        raise ValueError(f"--nproc {nproc}: at most {MAX_THREADS} processes on this machine's CPUs (each holds a copy "
+                         "of the model)")
+    if config.n_groups % nproc:
+        raise ValueError(f"n_groups={config.n_groups} must be a multiple of --nproc {nproc}: each process plays "
+                         "whole groups")
+
+
 class ProcessGroupReducer:
     """The ``loss.Reducer`` of ``policy_update`` over an initialised ``torch.distributed`` group: sums and maxima of
     numbers, statistics averaged (``*max*`` keys: the maximum). Used by ``DataParallel`` (torchrun/FSDP) and by the

@@ -217,7 +217,8 @@ def pull_model(name: str, cache_dir: str | Path | None = None, *, tolerance: flo
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     from ecpo_train.runtime.run_dir import check_writable_folder  # (torch: imported only when needed)
 
-    check_writable_folder(cache, f"cache folder {cache}")  # before a download, not after it
+    given = cache if cache_dir is None else cache_dir  # (as given: '' is refused, not read as the current folder)
+    check_writable_folder(given, f"cache folder {shown(str(given))}")  # before a download, not after it
     out_dir = cache / entry.name
     marker = out_dir / MARKER_FILE
     if marker.is_file():
@@ -290,7 +291,11 @@ def check_model_folder(model: str | Path) -> None:
 
 
 def resolve_tokenizer_dir(tokenizer_path: str | Path | None) -> Path | None:
-    """The tokenizer folder to use: the argument, else ``$ECPO_TOKENIZER_DIR``, else ``None``."""
+    """The tokenizer folder to use: the argument, else ``$ECPO_TOKENIZER_DIR``, else ``None``. An empty argument is
+    refused (it would have meant "train one", silently)."""
+    if tokenizer_path is not None and not str(tokenizer_path).strip():
+        raise ValueError("tokenizer folder '' is empty: give a folder, or leave --tokenizer out (then "
+                         f"${TOKENIZER_ENV_VAR}, else a small tokenizer trained on the fly)")
     candidate = tokenizer_path if tokenizer_path is not None else os.environ.get(TOKENIZER_ENV_VAR)
     if not candidate:
         return None
@@ -353,7 +358,7 @@ def write_tiny_model(out_dir: str | Path, tokenizer_path: str | Path | None = No
     out = Path(out_dir)
     from ecpo_train.runtime.run_dir import check_writable_folder
 
-    check_writable_folder(out, f"model folder {out}")
+    check_writable_folder(out_dir, f"model folder {shown(str(out_dir))}")
     if out.is_dir() and any(out.iterdir()):  # (as `ecpo sft --out`: a model's weights are never replaced silently)
         held = ", ".join(sorted(p.name for p in out.iterdir())[:3])
         raise ValueError(f"model folder {out} holds files ({held}, ...): writing a tiny model there would replace "

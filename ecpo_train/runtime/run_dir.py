@@ -271,17 +271,25 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, float]]:
 
 def check_path_length(path: Path, label: str) -> None:
     """``ValueError`` naming ``label`` when ``path`` is too long for the OS (``OSError``, whose message would quote
-    the path whole: a 10 MB ``run_dir`` a 10 MB error line)."""
+    the path whole: a 10 MB ``run_dir`` a 10 MB error line) or holds a NUL character (no path can: Python's own
+    ``ValueError`` says only 'embedded null byte')."""
     try:
         path.lstat()
     except OSError as err:
         if err.errno == errno.ENAMETOOLONG:
             raise ValueError(f"{label} cannot be a folder ({err.strerror})") from None
+    except ValueError:
+        raise ValueError(f"{label} cannot be a folder (it holds a NUL character)") from None
 
 
-def check_writable_folder(path: Path, label: str) -> None:
+def check_writable_folder(path: str | Path, label: str) -> None:
     """``ValueError`` unless ``path`` is, or can be made as, a folder this process may write; writes nothing
-    (the nearest existing folder on the path must be writable). ``label`` names the path in the message."""
+    (the nearest existing folder on the path must be writable). ``label`` names the path in the message. An empty
+    path is refused (pass it as given: ``Path('')`` is already the current folder)."""
+    if not str(path).strip():
+        raise ValueError(f"{label} is empty, which would mean the current folder: give the folder (. for the "
+                         "current one)")
+    path = Path(path)
     check_path_length(path, label)
     if path.exists() and not path.is_dir():
         raise ValueError(f"{label} is a file, not a folder")

@@ -280,6 +280,11 @@ def run_sft(config: TrainConfig, *, episodes: int, epochs: int, lr: float, out: 
         kinds = [f"policy={name}" for name in available_policies() if policy_spec(name).imitation is not None]
         raise ValueError(f"policy={config.policy}: ecpo sft trains a policy kind that declares a warm start "
                          f"({', '.join(kinds)}), this one has none")
+    if not checkpointing and "gradient_checkpointing" not in policy_spec(config.policy).settings:
+        readers = [f"policy={name}" for name in available_policies()
+                   if "gradient_checkpointing" in policy_spec(name).settings]
+        raise ValueError(f"--no-checkpointing: policy={config.policy} has no decoder layers to recompute (only "
+                         f"{', '.join(readers)}), so it would be ignored; leave it out")
     out = check_sft_out(out, config.model)
     from ecpo_train.runtime.run_lock import acquire_run_lock
 
@@ -368,7 +373,7 @@ def check_sft_out(out: str | Path, model: str) -> Path:
     if not str(out).strip():
         raise ValueError("--out is empty: give the folder to write the fine-tuned model to")
     path = Path(out).expanduser()
-    check_writable_folder(path, f"--out {out}")
+    check_writable_folder(path, f"--out {shown(str(out))}")
     if path.is_symlink():
         raise ValueError(f"--out {out} is a symlink: give the folder itself (nothing is written through a link)")
     model_folder = Path(os.path.expanduser(model))

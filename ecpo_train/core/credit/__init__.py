@@ -52,7 +52,7 @@ ranges), :mod:`.config` (``CreditConfig``: the paper's shared values and the dec
 
 from __future__ import annotations
 
-from ecpo_train.core.credit.api import STEP_COLUMNS, compute_advantages
+from ecpo_train.core.credit.api import STEP_COLUMNS, check_credit, compute_advantages
 from ecpo_train.core.credit.config import COMPAT_MODES, CreditConfig
 from ecpo_train.core.credit.equations import (
     between_action_variance,
@@ -99,6 +99,7 @@ __all__ = [
     "TaskHistory",
     "available_estimators",
     "between_action_variance",
+    "check_credit",
     "check_group_size",
     "compute_advantages",
     "eca_action_std",

@@ -59,11 +59,7 @@ def compute_advantages(name: str, rows: TrajectoryBatch | CreditRows | Mapping[s
     range), and finite rewards so large that float64 arithmetic on them overflows (rejected rather than
     returned as inf/NaN: finite input gives finite advantages or this error).
     """
-    spec = estimator_spec(name)
-    config, options = _settings(spec, credit)
-    if config.compat != COMPAT.default and COMPAT.name not in (spec.credit_keys or ()):
-        aware = sorted(n for n in available_estimators() if COMPAT.name in (estimator_spec(n).credit_keys or ()))
-        raise ValueError(f"compat={shown(config.compat)} applies only to {aware}, not {shown(name)}")
+    spec, config, options = check_credit(name, credit)
     if spec.needs_values and values is None:
         raise ValueError(f"estimator {name!r} needs values=: one critic value V(s) per step row")
     if not spec.needs_values and values is not None:
@@ -86,6 +82,19 @@ def compute_advantages(name: str, rows: TrajectoryBatch | CreditRows | Mapping[s
             return spec.fn(coded, config, inputs)
     except AdvantageOverflow as error:
         raise ValueError(_overflow_cause(error, config, name)) from None
+
+
+def check_credit(name: str, credit: CreditConfig | Mapping[str, Any] | None = None
+                 ) -> tuple[EstimatorSpec, CreditConfig, dict[str, Any]]:
+    """The estimator ``name`` and the hyperparameters ``credit`` of a :func:`compute_advantages` call, checked
+    without rows (``ValueError`` naming the bad one): what a trainer checks when it is built, before its first
+    rollout. Returns the estimator's spec, its ``CreditConfig`` and its options."""
+    spec = estimator_spec(name)
+    config, options = _settings(spec, credit)
+    if config.compat != COMPAT.default and COMPAT.name not in (spec.credit_keys or ()):
+        aware = sorted(n for n in available_estimators() if COMPAT.name in (estimator_spec(n).credit_keys or ()))
+        raise ValueError(f"compat={shown(config.compat)} applies only to {aware}, not {shown(name)}")
+    return spec, config, options
 
 
 def _settings(spec: EstimatorSpec, credit: CreditConfig | Mapping[str, Any] | None

@@ -33,10 +33,12 @@ def pace_estimator(rows: CreditRows, config: CreditConfig, inputs: EstimatorInpu
     anchor, action, action_anchor = rows.anchor, rows.action, rows.action_anchor
     n_anchors, n_actions = rows.n_anchors, rows.n_actions
     if hidden_states is not None:
-        hidden = np.asarray(host_values(hidden_states, "hidden_states"), dtype=np.float64)
-        if hidden.ndim != 2 or hidden.shape[0] != rows.n_rows or not np.isfinite(hidden).all():
-            raise ValueError(f"hidden_states has shape {hidden.shape}, expected ({rows.n_rows}, d) finite: one vector "
-                             "per step row")
+        hidden = np.asarray(host_values(hidden_states, "hidden_states"))
+        if (hidden.dtype.kind not in "fiub" or hidden.ndim != 2 or hidden.shape[0] != rows.n_rows
+                or not np.isfinite(hidden).all()):
+            raise ValueError(f"hidden_states has shape {hidden.shape} ({hidden.dtype}), expected ({rows.n_rows}, d) "
+                             "finite numbers: one vector per step row")
+        hidden = hidden.astype(np.float64)
         anchor = cosine_clusters(hidden, rows.traj_group[rows.traj], config.pace_cosine)
         n_anchors = int(anchor.max()) + 1
         pairs, action = np.unique(np.stack([anchor, rows.action_key], axis=1), axis=0, return_inverse=True)

@@ -11,7 +11,7 @@ from annotated_types import Interval
 from ecpo_train.core.config_values import coerce_value
 from ecpo_train.core.credit.equations import gae_advantage
 from ecpo_train.core.credit.registry import Advantages, EstimatorInputs, Hyperparameter, register_estimator
-from ecpo_train.core.rows import CreditRows, host_values
+from ecpo_train.core.rows import CreditRows, check_finite_numbers, host_values
 
 if TYPE_CHECKING:
     from ecpo_train.core.credit import CreditConfig  # the type (the package builds it after these register)
@@ -23,9 +23,11 @@ GAE_LAMBDA = Hyperparameter("gae_lambda", Annotated[float, Interval(ge=0, le=1)]
 def _gae_rows(rows: CreditRows, values: Any, config: CreditConfig, gae_lambda: float) -> tuple[np.ndarray, np.ndarray]:
     """eq. gae on the host (values come from a critic on any device): ``(advantages, values)`` per row, float64."""
     gae_lambda = coerce_value(GAE_LAMBDA.name, GAE_LAMBDA.type, gae_lambda)
-    values = np.asarray(host_values(values, "values"), dtype=np.float64)
+    values = np.asarray(host_values(values, "values"))
     if values.shape != (rows.n_rows,):
         raise ValueError(f"values has shape {values.shape}, expected ({rows.n_rows},): one V(s) per step row")
+    check_finite_numbers(values, "values")  # a nan V(s) would make every advantage nan (whitening mixes them)
+    values = values.astype(np.float64)
     rewards = np.asarray(rows.ops.host(rows.reward), dtype=np.float64)
     adv = gae_advantage(rewards, values, rows.traj, rows.position, rows.n_trajs, rows.horizon, config.gamma,
                         float(gae_lambda))
