@@ -218,24 +218,3 @@ def test_fsdp_on_one_process_is_one_clear_error(monkeypatch):
     with pytest.raises(ValueError, match="torchrun --nproc-per-node K"):
         check_fsdp_request(True)
     check_fsdp_request(False)
-
-
-@pytest.mark.parametrize("verb", [["train", "--config", "quickstart"], ["demo"],
-                                  ["sft", "--config", "households_text", "--out", "OUT"]])
-def test_a_key_given_twice_on_the_command_line_is_refused(tmp_path, monkeypatch, verb):
-    """``lr=0.1 ... lr=0.2`` took the last value without a word; code composing overrides keeps that rule."""
-    from ecpo_train.apps import demo
-    from ecpo_train.runtime import sft
-    from ecpo_train.runtime.config import load_config
-
-    def started(*args, **kwargs):
-        raise AssertionError("the command started")
-
-    monkeypatch.setattr(demo, "main", started)  # (were the check gone: no model pull, no expert episodes)
-    monkeypatch.setattr(sft, "_run_sft", started)
-    argv = [str(tmp_path / "out") if word == "OUT" else word for word in verb]
-    extra = [] if verb == ["demo"] else [f"run_dir={tmp_path / 'run'}"]
-    result = CliRunner().invoke(app, [*argv, *extra, "iterations=2", "iterations=3"])
-    assert result.exit_code == 2 and result.output.strip() == "error: override 'iterations' is given twice: give it once"
-    assert not (tmp_path / "run").exists() and not (tmp_path / "out").exists()
-    assert load_config("quickstart", ["iterations=2", "iterations=3"]).iterations == 3  # (a composed list: last wins)

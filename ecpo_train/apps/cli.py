@@ -59,9 +59,8 @@ def demo(
                              "its earlier run there); for another model or folder use `ecpo train --config "
                              "corridor_llm model=... run_dir=...`")
         if overrides:  # checked before the credit tables and the model pull, not after them
-            from ecpo_train.runtime.config import check_given_once, load_config
+            from ecpo_train.runtime.config import load_config
 
-            check_given_once(overrides)
             load_config("corridor_llm", [f"model={DEMO_MODEL}", *overrides]).resolved_device()
         main(tabular=tabular, overrides=overrides)
     except _input_errors() as err:
@@ -108,12 +107,11 @@ def train(
     Nothing is written to run_dir until every check (config, env, model, resume compatibility) has passed."""
     from pathlib import Path
 
-    from ecpo_train.runtime.config import check_given_once, config_dict, load_config
+    from ecpo_train.runtime.config import config_dict, load_config
     from ecpo_train.runtime.resume import RESUME_OR_START, plan_start
 
     try:
         spec = engine_spec(engine)
-        check_given_once(ctx.args)
     except ValueError as err:
         raise fail(err) from None
     if resume and resume_or_start:
@@ -206,12 +204,11 @@ def sft(
     Extra key=value arguments override the preset (e.g. model=DIR env_kwargs.num_tasks=8); a forward holds at
     most max_tokens_per_micro_batch tokens (4096 where the preset sets none).
     """
-    from ecpo_train.runtime.config import check_given_once, load_config
+    from ecpo_train.runtime.config import load_config
     from ecpo_train.runtime.sft import check_sft_out, check_sft_settings, run_sft
 
     try:
         check_sft_settings(episodes, epochs, lr, batch_size)
-        check_given_once(ctx.args)
         cfg = load_config(config, list(ctx.args))
         cfg.resolved_device()
         check_sft_out(out, cfg.model)  # before the expert plays a step

@@ -400,18 +400,6 @@ def apply_overrides(values: dict[str, Any], overrides: Sequence[str]) -> dict[st
     return values
 
 
-def check_given_once(overrides: Sequence[str]) -> None:
-    """``ValueError`` for a ``key=value`` of one command line whose key comes twice (``lr=1e-6 ... lr=2e-6``): the
-    last would win without a word. (Code that composes overrides, a preset's then a study's, relies on the last one
-    winning: :func:`apply_overrides` keeps that rule; the command line checks this first.)"""
-    seen: set[str] = set()
-    for item in overrides:
-        key = item.split("=", 1)[0].strip()
-        if "=" in item and key in seen:
-            raise ValueError(f"override {shown(key)} is given twice: give it once")
-        seen.add(key)
-
-
 def _is_default(config: TrainConfig, name: str) -> bool:
     """Whether the field ``name`` of ``config`` holds its declared default."""
     item = next(f for f in dataclasses.fields(config) if f.name == name)
