@@ -76,7 +76,7 @@ def test_an_arm_process_that_fails_is_reported_in_one_line(tmp_path):
 
 def test_a_bad_preset_seed_or_model_is_one_line(capsys, tmp_path):
     for argv, words in ((["--smoke", "--sft-preset", "nope"], "--sft-preset: config nope not found"),
-                        (["--smoke", "--seed", "-1"], "--preset: seed=-1 is invalid"),
+                        (["--smoke", "--seed", "-1"], "--seed: '-1' is not a whole number >= 0"),
                         (["--model", str(tmp_path / "absent")], f"--model: no model at {tmp_path / 'absent'}")):
         with pytest.raises(SystemExit) as stop:
             gpu_comparison.main(["run", "--device", "cpu", *argv])
