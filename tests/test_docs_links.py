@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 COMMAND_PAGES = [*PAGES, *sorted((ROOT / "examples").glob("*/README.md"))]
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
-FENCE = re.compile(r"^```.*?^```", re.S | re.M)
+FENCE = re.compile(r"^```.*?^```", re.DOTALL | re.MULTILINE)
 
 
 def links(page: Path) -> list[str]:
@@ -28,7 +28,7 @@ def anchors(page: Path) -> set[str]:
     """GitHub's heading anchors: lowercase, punctuation other than '-' and '_' dropped, spaces to '-'."""
     text = FENCE.sub("", page.read_text(encoding="utf-8"))
     found = set()
-    for heading in re.findall(r"^#{1,6}\s+(.*?)\s*$", text, re.M):
+    for heading in re.findall(r"^#{1,6}\s+(.*?)\s*$", text, re.MULTILINE):
         slug = re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
         found.add(slug)
     return found
@@ -47,9 +47,7 @@ def test_every_relative_link_resolves(page: Path):
     for target in links(page):
         path, _, anchor = target.partition("#")
         resolved = (page.parent / path).resolve() if path else page
-        if not resolved.exists():
-            broken.append(target)
-        elif anchor and resolved.suffix == ".md" and anchor not in anchors(resolved):
+        if not resolved.exists() or anchor and resolved.suffix == ".md" and anchor not in anchors(resolved):
             broken.append(target)
     assert broken == [], f"{page.relative_to(ROOT)}: broken links {broken}"
 
@@ -125,11 +123,11 @@ def program_source(folder: str, name: str, seen: set[str] | None = None) -> str:
     seen.add(name)
     text = path.read_text(encoding="utf-8")
     if folder == "benchmarks":
-        imported = re.findall(r"^from benchmarks\.(\w+) import", text, re.M) + ["__init__"] + [
-            item.strip() for names in re.findall(r"^from benchmarks import \(?([\w, \n]+)\)?", text, re.M)
+        imported = re.findall(r"^from benchmarks\.(\w+) import", text, re.MULTILINE) + ["__init__"] + [
+            item.strip() for names in re.findall(r"^from benchmarks import \(?([\w, \n]+)\)?", text, re.MULTILINE)
             for item in names.split(",")]
     else:  # scripts import each other by name
-        imported = re.findall(r"^(?:from (\w+) import|import (\w+))", text, re.M)
+        imported = re.findall(r"^(?:from (\w+) import|import (\w+))", text, re.MULTILINE)
         imported = [module for pair in imported for module in pair if module]
     return text + "".join(program_source(folder, module, seen) for module in imported)
 
@@ -170,6 +168,6 @@ def test_every_test_the_pages_name_exists():
             continue
         for file, name in re.findall(r"(tests/\w+\.py)(?:::(\w+))?", page.read_text(encoding="utf-8")):
             path = ROOT / file
-            if not path.is_file() or name and not re.search(rf"^\s*def {name}\(", path.read_text(), re.M):
+            if not path.is_file() or name and not re.search(rf"^\s*def {name}\(", path.read_text(), re.MULTILINE):
                 wrong.append(f"{page.relative_to(ROOT)}: {file}{'::' + name if name else ''}")
     assert wrong == [], "\n".join(wrong)

@@ -5,12 +5,11 @@ its registration declares, ``EstimatorSpec.credit_keys``) and the RLlib engine's
 from __future__ import annotations
 
 import pytest
+from cli_refusals import FAST, refused, runner  # noqa: F401  (tests/cli_refusals.py)
 
 from ecpo_train.core.credit import available_estimators, estimator_spec
 from ecpo_train.core.credit.config import ESTIMATOR_CREDIT_KEYS
 from ecpo_train.runtime.config import POLICY_SETTINGS, load_config, make_config
-
-from cli_refusals import FAST, refused, runner  # noqa: F401  (tests/cli_refusals.py)
 
 
 @pytest.mark.parametrize("override", ["explore_epsilon=0.1", "dtype=bfloat16", "prompt_style=compact",

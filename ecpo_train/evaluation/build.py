@@ -62,10 +62,9 @@ def checkpoint_identity(checkpoint: str) -> dict[str, Any]:
     one, whose results are new results)."""
     from pathlib import Path
 
-    from ecpo_train.runtime.run_dir import checkpoint_file
-
     from ecpo_train.evaluation.agents import text_policy_folder
     from ecpo_train.policies.text import WEIGHTS_FILE
+    from ecpo_train.runtime.run_dir import checkpoint_file
 
     folder = text_policy_folder(checkpoint)
     path = folder / WEIGHTS_FILE if folder is not None else checkpoint_file(Path(checkpoint).expanduser())
