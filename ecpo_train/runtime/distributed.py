@@ -82,9 +82,15 @@ def check_fsdp_launch(config: Any, nproc: int) -> None:
     elif nproc > MAX_THREADS:
         raise ValueError(f"--nproc {nproc}: at most {MAX_THREADS} processes on this machine's CPUs (each holds a copy "
                          "of the model)")
-    if config.n_groups % nproc:
-        raise ValueError(f"n_groups={config.n_groups} must be a multiple of --nproc {nproc}: each process plays "
-                         "whole groups")
+    check_whole_groups(config.n_groups, nproc, f"--nproc {nproc}")
+
+
+def check_whole_groups(n_groups: int, processes: int, named: str = "") -> None:
+    """The groups split whole over the processes (each plays its contiguous share of whole groups); ``named``: how
+    the error names the process count (default: "the K processes")."""
+    if n_groups % processes:
+        raise ValueError(f"n_groups={n_groups} must be a multiple of {named or f'the {processes} processes'}: each "
+                         "process plays whole groups")
 
 
 class ProcessGroupReducer:

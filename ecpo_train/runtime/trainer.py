@@ -72,16 +72,14 @@ class Trainer:
         self.config = config
         self.dp: Any = None  # ecpo_train.runtime.distributed.DataParallel under fsdp=true
         if config.fsdp:
-            from ecpo_train.runtime.distributed import DataParallel, check_fsdp_request
+            from ecpo_train.runtime.distributed import DataParallel, check_fsdp_request, check_whole_groups
 
             check_fsdp_request(config.fsdp, config.estimator, config.policy)
             if config.generation_backend == "vllm":
                 raise ValueError("fsdp=true samples with the gathered transformers weights: use "
                                  "generation_backend=transformers")
             self.dp = DataParallel(config.resolved_device())
-            if config.n_groups % self.dp.world_size:
-                raise ValueError(f"n_groups={config.n_groups} must be a multiple of the {self.dp.world_size} "
-                                 "processes (each plays whole groups)")
+            check_whole_groups(config.n_groups, self.dp.world_size)
         self.writes = self.dp is None or self.dp.is_main
         # building writes nothing (a refused start leaves the folder as it was): the run shell writes
         self.rng = seed_streams(config.seed)
