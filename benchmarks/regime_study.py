@@ -146,10 +146,28 @@ def study_seeds(spec: dict[str, Any]) -> list[int]:
     return [spec["seed_offset"] + k for k in range(1, int(spec["seeds"]) + 1)]
 
 
+def unfinished(out: Path, bed: Any, seeds: list[int]) -> list[str]:
+    """The study's jobs (every warm start, arm and seed) that have not trained all the protocol's iterations or whose
+    endpoint log lacks one of the manifest's games; nothing of the endpoint is read beyond the count of games."""
+    iterations, games, missing = protocol()["iterations"], manifest_games(bed), []
+    for job in jobs(bed, seeds):
+        name = program.job_name(*job)
+        trained = finished(program.metrics_of(out / "runs" / name), iterations)
+        if not trained or len(program.outcomes(out, name, bed)) != games:
+            missing.append(name)
+    return missing
+
+
 def report(out: Path) -> dict[str, Any]:
-    """The registered report of the study testbed (read once, after the last run)."""
+    """The registered report of the study testbed, read once, whole, after the last run: a ``ValueError`` (before
+    any endpoint is read) while a job of the protocol has not finished its training and its evaluation."""
     spec = protocol()
     bed, seeds = _bed(spec["testbeds"]["study"]), study_seeds(spec)
+    if missing := unfinished(out, bed, seeds):
+        raise ValueError(f"--out {str(out)[:200]}: {len(missing)} of the study's {len(jobs(bed, seeds))} runs have not "
+                         f"finished training and evaluation (first: {missing[0]}); the report is read once, when all "
+                         f"have (restore the kept runs first: python -m benchmarks.alfworld_text restore --testbed {bed.name} "
+                         f"--keep {protocol()['keep'][bed.name]} --out {str(out)[:200]})")
     endpoint, auc = endpoint_success(out, bed, seeds), validation_auc(out, bed, seeds)
     diagnostics = {arm: diagnostics_summary([line for job in jobs(bed, seeds, arms=[arm])
                                              for line in program.metrics_of(out / "runs" / program.job_name(*job))])

@@ -52,20 +52,17 @@ OFFSETS = {("a", 101): 0, ("a", 102): 2, ("b", 101): -3, ("b", 102): 5}  # each 
 
 
 def build_study(out):
-    """Seeds 101-102 on both warm starts, every arm (ECPO wins one more game at odd seeds); a seed past them; one run
-    evaluated on 139 games only."""
+    """Seeds 101-102 on both warm starts, every arm, trained and evaluated (ECPO wins one more game at odd seeds); a
+    seed past them."""
     for (label, seed), offset in OFFSETS.items():
         for arm, wins in WINS.items():
             name = f"{label}-{arm}-s{seed}"
             endpoint(out, name, wins + offset + (seed % 2) * (arm == "ecpo"))
             curve(out, name, [(wins + offset) / 140] * 16, strict=0.5 if arm != "ecpo_d1" else 0.8)
     endpoint(out, "a-ecpo-s103", 140)  # a seed beyond the registered two: not read
-    (out / BED.folder / "b-grpo-s102" / f"{BED.manifest}.jsonl").write_text(  # evaluated on 139 games only
-        "\n".join(json.dumps({"manifest": BED.manifest, "group": g, "task_id": t, "seed": 0, "success": True})
-                  for g, t in GAMES[:139]) + "\n")
 
 
-def test_the_report_reads_every_finished_unit_pairs_it_and_leaves_out_what_is_not_finished(tmp_path, spec):
+def test_the_report_reads_every_unit_pairs_it_by_warm_start_and_seed(tmp_path, spec):
     out, offsets = tmp_path, OFFSETS
     build_study(out)
     result = regime_study.report(out)
@@ -73,18 +70,43 @@ def test_the_report_reads_every_finished_unit_pairs_it_and_leaves_out_what_is_no
     success = result["endpoint"]["success"]
     assert success["gigpo_std"] == pytest.approx(np.mean([(56 + o) / 140 for o in offsets.values()]))
     assert success["ecpo"] == pytest.approx(np.mean([(63 + o + u[1] % 2) / 140 for u, o in offsets.items()]))  # not s103
-    assert success["grpo"] == pytest.approx(np.mean([(60 + o) / 140 for u, o in offsets.items() if u != ("b", 102)]))
     ecpo = result["endpoint"]["comparisons"]["ecpo - gigpo_std"]
     diffs = [(63 - 56 + (seed % 2)) / 140 for _, seed in offsets]  # ecpo - gigpo_std in each unit
     assert ecpo["units"] == 4 and ecpo["diff"] == pytest.approx(np.mean(diffs))
     assert ecpo["sd"] == pytest.approx(np.std(diffs, ddof=1))
     assert ecpo["by_warm_start"] == pytest.approx({"a": np.mean(diffs[:2]), "b": np.mean(diffs[2:])})
-    assert result["endpoint"]["comparisons"]["grpo - gigpo_std"]["units"] == 3  # the unit without a whole log is out
     assert ecpo["verdict"] == "shown: a gain"  # 7-8 games of 140 in every unit: Holm rejects
+    assert ecpo["m"] == 3 and result["endpoint"]["comparisons"]["grpo - gigpo_std"]["units"] == 4
     auc = result["validation_auc"]["mean"]
     assert auc["ecpo_d1"] == pytest.approx(np.mean([(50 + o) / 140 for o in offsets.values()]))
     assert result["diagnostics"]["ecpo_d1"]["credit/strict_valid_fraction"] == pytest.approx(0.8)
     assert result["diagnostics"]["grpo"]["invalid_action_rate"] == pytest.approx(0.7)
+
+
+@pytest.mark.parametrize("gap", ["evaluated on 139 games", "trained 149 iterations", "never run"])
+def test_the_report_refuses_a_study_with_a_run_not_finished_and_writes_nothing(tmp_path, spec, gap, capsys):
+    """Read once, whole: while one run of the protocol lacks its last iteration or one endpoint game, `report` is one
+    error line naming it (exit 2), before any endpoint figure is printed, and the result JSON is not written."""
+    out = tmp_path / "study"
+    build_study(out)
+    if gap == "evaluated on 139 games":
+        (out / BED.folder / "b-grpo-s102" / f"{BED.manifest}.jsonl").write_text(
+            "\n".join(json.dumps({"manifest": BED.manifest, "group": g, "task_id": t, "seed": 0, "success": True})
+                      for g, t in GAMES[:139]) + "\n")
+    elif gap == "trained 149 iterations":
+        metrics = out / "runs" / "b-grpo-s102" / "metrics.jsonl"
+        metrics.write_text("".join(metrics.read_text().splitlines(keepends=True)[:149]))
+    else:
+        import shutil
+
+        shutil.rmtree(out / "runs" / "b-grpo-s102")
+        shutil.rmtree(out / BED.folder / "b-grpo-s102")
+    with pytest.raises(ValueError, match=r"1 of the study's 16 runs have not finished .*first: b-grpo-s102"):
+        regime_study.report(out)
+    written = tmp_path / "regime_study.json"
+    assert regime_study.main(["report", "--out", str(out), "--json", str(written)]) == 2
+    printed = capsys.readouterr()
+    assert printed.out.count("\n") <= 1 and "success" not in printed.out + printed.err and not written.exists()
 
 
 def test_an_unfinished_run_has_no_validation_auc(tmp_path, spec):
@@ -149,7 +171,7 @@ def test_the_ledger_holds_the_studys_claims_registered_until_its_report_is_commi
     assert primary["estimate"] == pytest.approx(report["endpoint"]["comparisons"]["ecpo - gigpo_std"]["diff"])
     assert auc["secondary"] and auc["estimate"] == pytest.approx(
         report["validation_auc"]["comparisons"]["ecpo - gigpo_std"]["diff"])
-    assert ecpo["n"] == 4 and grpo["n"] == 3 and claims_ledger.unit_short(ecpo) == "4 of 4 pairs"
+    assert ecpo["n"] == grpo["n"] == 4 and claims_ledger.unit_short(ecpo) == "4 of 4 pairs"
     assert ecpo["source"] == f"benchmarks/results/{regime_study.RESULT_JSON}"
     assert claims_ledger.verdict(ecpo) == "shown"  # +7-8 games of 140 in every unit
     assert claims_ledger.verdict(ecpo_d1) == "contradicted"  # -6 games in every unit, against the paper's direction
