@@ -28,7 +28,7 @@ from typing import Any
 from benchmarks import ROOT
 from benchmarks import alfworld_text as program  # (the protocol's program)
 from benchmarks.study import StudyCommand, finished, read_protocol, run_jobs, run_stage
-from benchmarks.study_keep import check_kept, keep_runs, manifest_games, restore_runs
+from benchmarks.study_keep import check_kept, keep_runs, machine_of, manifest_games, restore_runs
 
 PROTOCOL = Path(__file__).with_name("regime_study.yaml")
 RESULT_JSON = "regime_study.json"  # the report, in benchmarks/results/ (written once, after the last run)
@@ -178,7 +178,18 @@ def report(out: Path) -> dict[str, Any]:
                          "comparisons": compare(endpoint)},
             "validation_auc": {"mean": {arm: sum(v.values()) / len(v) for arm, v in auc.items() if v},
                                "comparisons": compare(auc)},
-            "diagnostics": diagnostics}
+            "diagnostics": diagnostics, "machines": machines(out, bed, seeds)}
+
+
+def machines(out: Path, bed: Any, seeds: list[int]) -> dict[str, Any]:
+    """The CPU each run was played on (its ``machine.json``; ``not recorded`` where none) and the units (warm start,
+    seed) whose arms span machines: float results differ between CPUs, so such a unit is paired across machines."""
+    by_run, by_unit = {}, {}
+    for start, arm, seed in jobs(bed, seeds):
+        name = program.job_name(start, arm, seed)
+        by_run[name] = machine_of(out, name, bed) or "not recorded"
+        by_unit.setdefault(f"{start.label}-s{seed}", set()).add(by_run[name])
+    return {"by_run": by_run, "units_spanning_machines": sorted(u for u, cpus in by_unit.items() if len(cpus) > 1)}
 
 
 # ---------------------------------------------------------------------------------------------- figure

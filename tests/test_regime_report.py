@@ -83,6 +83,20 @@ def test_the_report_reads_every_unit_pairs_it_by_warm_start_and_seed(tmp_path, s
     assert result["diagnostics"]["grpo"]["invalid_action_rate"] == pytest.approx(0.7)
 
 
+def test_the_report_names_each_runs_cpu_and_the_units_whose_arms_span_machines(tmp_path, spec):
+    """A study resumed on another machine: the report says which CPU played each run and which (warm start, seed)
+    pairs its arms across CPUs."""
+    build_study(tmp_path)
+    for name in (f"{label}-{arm}-s{seed}" for label, seed in OFFSETS for arm in WINS):
+        cpu = "AMD EPYC" if name in ("b-ecpo-s101", "b-ecpo_d1-s101") or name.endswith("s102") else "Intel Xeon"
+        if name != "a-grpo-s102":
+            (tmp_path / BED.folder / name / "machine.json").write_text(json.dumps({"cpu": cpu, "cores": "2"}))
+    machines = regime_study.report(tmp_path)["machines"]
+    assert machines["by_run"]["a-ecpo-s101"] == "Intel Xeon" and machines["by_run"]["b-ecpo-s101"] == "AMD EPYC"
+    assert machines["by_run"]["a-grpo-s102"] == "not recorded" and len(machines["by_run"]) == 16
+    assert machines["units_spanning_machines"] == ["a-s102", "b-s101"]  # a-s102: one run's CPU unknown
+
+
 @pytest.mark.parametrize("gap", ["evaluated on 139 games", "trained 149 iterations", "never run"])
 def test_the_report_refuses_a_study_with_a_run_not_finished_and_writes_nothing(tmp_path, spec, gap, capsys):
     """Read once, whole: while one run of the protocol lacks its last iteration or one endpoint game, `report` is one
