@@ -441,11 +441,16 @@ def text_policy_alfworld() -> list[dict[str, Any]]:
 REGIME_ARMS = {"ecpo": "ECPO (d_min 7)", "ecpo_d1": "ECPO (d_min 1)", "grpo": "GRPO"}  # the family, each - GiGPO w/std
 
 
+# A registered study's claims while its runs go on (kept in git as each finishes; no endpoint read before the last).
+UNDER_WAY = "registered; runs under way, read once after the last"
+
+
 def regime_study() -> list[dict[str, Any]]:
     """Issue 71's registered comparison where ECPO's step credit engages (``benchmarks/regime_study.yaml``): each arm
     of the family minus GiGPO w/std in valid_seen success at the final iteration (Holm over the family), the validation
     AUC beside it (its own Holm family; shown, not counted). Until the study's report is committed (it is read once,
-    after the last run) each claim stands registered, with no figure, its source the pilot's seed count."""
+    after the last run) each claim stands registered and under way (its runs started from 04a961a), with no figure, its
+    source the pilot's seed count."""
     from benchmarks.alfworld_text import testbed_named
     from benchmarks.regime_study import RESULT_JSON, protocol, study_seeds
     from benchmarks.study_keep import manifest_games
@@ -472,7 +477,8 @@ def regime_study() -> list[dict[str, Any]]:
                           f"Holm over {len(spec['family'])}; {planned} planned", n, parts, 0 if arm == "grpo" else +1,
                           RESULT_JSON if result is not None else "regime_pilot_seeds.json",  # (the planned count's)
                           (f"{label} vs GiGPO w/std, open commands?",
-                           f"text policy, valid_seen, {spec['iterations']} iterations, CPU")))
+                           f"text policy, valid_seen, {spec['iterations']} iterations, CPU"),
+                          **({} if result is not None else {"status": UNDER_WAY})))
     return rows
 
 

@@ -174,7 +174,7 @@ def test_the_ledger_holds_the_studys_claims_registered_until_its_report_is_commi
     monkeypatch.setattr(claims_sources, "RESULTS", results)
     rows = claims_sources.regime_study()
     assert [r["id"] for r in rows] == ["E10", "E11", "E12"] and {r["n"] for r in rows} == {0}
-    assert [claims_ledger.verdict(r) for r in rows] == ["registered, not run yet"] * 3
+    assert [claims_ledger.verdict(r) for r in rows] == [claims_sources.UNDER_WAY] * 3
     assert claims_ledger.unit_short(rows[0]) == "0 of 4 pairs"  # 2 warm starts x the fixture's 2 seeds
     assert rows[0]["source"] == "benchmarks/results/regime_pilot_seeds.json"  # the registration's count, committed
     build_study(tmp_path / "study")
