@@ -190,3 +190,49 @@ def test_the_ledger_holds_the_studys_claims_registered_until_its_report_is_commi
     assert claims_ledger.verdict(ecpo) == "shown"  # +7-8 games of 140 in every unit
     assert claims_ledger.verdict(ecpo_d1) == "contradicted"  # -6 games in every unit, against the paper's direction
     assert claims_ledger.verdict(grpo) == "a difference shown"  # +4 games, either direction counts
+
+
+def test_each_comparison_is_the_registered_paired_t_test_with_holm_over_three_per_endpoint(tmp_path, monkeypatch):
+    """Against an independent computation (scipy's one-sample t test, Holm by hand, the power by integrating over
+    the chi-square): each family arm minus GiGPO w/std, paired by (warm start, seed) over the 6 units of 3 seeds x 2
+    warm starts; df = units - 1, two-sided p, unadjusted 95 % interval; Holm over the 3 comparisons, separately for
+    the endpoint and for the validation AUC; the MDE at level 0.05 / 3 with exact power 0.8."""
+    from scipy import integrate, stats
+
+    registered = regime_study.protocol() | {"seeds": 3}
+    monkeypatch.setattr(regime_study, "protocol", lambda: registered)
+    units = [(label, seed) for label in ("a", "b") for seed in (101, 102, 103)]
+    rng = np.random.default_rng(7)
+    wins = {arm: {u: int(rng.integers(30, 110)) for u in units} for arm in registered["arms"]}
+    aucs = {arm: {u: rng.uniform(0.1, 0.9, 16).tolist() for u in units} for arm in registered["arms"]}
+    for arm in registered["arms"]:
+        for label, seed in units:
+            endpoint(tmp_path, f"{label}-{arm}-s{seed}", wins[arm][(label, seed)])
+            curve(tmp_path, f"{label}-{arm}-s{seed}", aucs[arm][(label, seed)])
+    result = regime_study.report(tmp_path)
+
+    def power(effect, se, df, alpha):  # P(|T| > crit) for T = (Z + effect / se) / sqrt(V / df), V ~ chi2(df)
+        crit = stats.t.ppf(1 - alpha / 2, df)
+        tail = lambda v: stats.chi2.pdf(v, df) * (stats.norm.sf(crit * math.sqrt(v / df) - effect / se)
+                                                   + stats.norm.cdf(-crit * math.sqrt(v / df) - effect / se))
+        return integrate.quad(tail, 0, np.inf)[0]
+
+    for key, value in (("endpoint", lambda arm, u: wins[arm][u] / 140),
+                       ("validation_auc", lambda arm, u: float(np.mean(aucs[arm][u])))):
+        comparisons, expected = result[key]["comparisons"], {}
+        for arm in registered["family"]:
+            diffs = [value(arm, u) - value("gigpo_std", u) for u in units]
+            test = stats.ttest_1samp(diffs, 0.0)
+            expected[arm] = (np.mean(diffs), test.pvalue, test.confidence_interval(0.95))
+        order = sorted(registered["family"], key=lambda arm: expected[arm][1])
+        holm, running = {}, 0.0
+        for rank, arm in enumerate(order):
+            running = max(running, min(1.0, (3 - rank) * expected[arm][1]))
+            holm[arm] = running
+        for arm in registered["family"]:
+            part, (diff, p, interval) = comparisons[f"{arm} - gigpo_std"], expected[arm]
+            assert (part["units"], part["n"], part["df"], part["m"]) == (6, 6, 5, 3)
+            assert part["diff"] == pytest.approx(diff) and part["p"] == pytest.approx(p)
+            assert (part["low"], part["high"]) == pytest.approx((interval.low, interval.high))
+            assert part["p_holm"] == pytest.approx(holm[arm]) and part["holm_significant"] == (holm[arm] <= 0.05)
+            assert power(part["mde"], part["se"], 5, 0.05 / 3) == pytest.approx(0.8, abs=1e-6)
