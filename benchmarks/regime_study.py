@@ -113,11 +113,24 @@ def validation_points(lines: list[dict[str, float]], iterations: int) -> list[fl
     return points if finished(lines, iterations) and points else None
 
 
+VALIDATE_EVERY = 10  # regime_study.yaml: in-run validation after the first iteration and every 10th
+
+
+def registered_points(lines: list[dict[str, float]], iterations: int) -> list[float] | None:
+    """``validation_points`` of a run validated exactly once after each of iterations 1, 10, 20, ..., ``iterations``
+    (the yaml's 16 points over 150); ``None`` for any other run (unfinished, never validated, a point missing or
+    logged twice), so that the AUC is the mean over the same points in every run."""
+    points = validation_points(lines, iterations)
+    at = [int(line["iteration"]) for line in lines if "val/success" in line]
+    return points if at == sorted({1, *range(VALIDATE_EVERY, iterations + 1, VALIDATE_EVERY)}) else None
+
+
 def validation_auc(out: Path, bed: Any, seeds: list[int]) -> dict[str, dict[tuple[str, int], float]]:
-    """``arm -> (warm start, seed) -> mean val/success over the run's validation points`` (runs that finished)."""
+    """``arm -> (warm start, seed) -> mean val/success over the run's 16 registered validation points`` (runs that
+    finished with every point)."""
     iterations, auc = protocol()["iterations"], {}
     for start, arm, seed in jobs(bed, seeds):
-        points = validation_points(program.metrics_of(out / "runs" / program.job_name(start, arm, seed)), iterations)
+        points = registered_points(program.metrics_of(out / "runs" / program.job_name(start, arm, seed)), iterations)
         if points:
             auc.setdefault(arm, {})[(start.label, seed)] = sum(points) / len(points)
     return auc
@@ -147,12 +160,13 @@ def study_seeds(spec: dict[str, Any]) -> list[int]:
 
 
 def unfinished(out: Path, bed: Any, seeds: list[int]) -> list[str]:
-    """The study's jobs (every warm start, arm and seed) that have not trained all the protocol's iterations or whose
-    endpoint log lacks one of the manifest's games; nothing of the endpoint is read beyond the count of games."""
+    """The study's jobs (every warm start, arm and seed) that have not trained all the protocol's iterations with a
+    validation at each registered point (``registered_points``) or whose endpoint log lacks one of the manifest's
+    games; nothing of the endpoint is read beyond the count of games."""
     iterations, games, missing = protocol()["iterations"], manifest_games(bed), []
     for job in jobs(bed, seeds):
         name = program.job_name(*job)
-        trained = finished(program.metrics_of(out / "runs" / name), iterations)
+        trained = registered_points(program.metrics_of(out / "runs" / name), iterations) is not None
         if not trained or len(program.outcomes(out, name, bed)) != games:
             missing.append(name)
     return missing
@@ -165,7 +179,7 @@ def report(out: Path) -> dict[str, Any]:
     bed, seeds = _bed(spec["testbeds"]["study"]), study_seeds(spec)
     if missing := unfinished(out, bed, seeds):
         raise ValueError(f"--out {str(out)[:200]}: {len(missing)} of the study's {len(jobs(bed, seeds))} runs have not "
-                         f"finished training and evaluation (first: {missing[0]}); the report is read once, when all "
+                         f"finished training, validation and evaluation (first: {missing[0]}); the report is read once, when all "
                          f"have (restore the kept runs first: python -m benchmarks.alfworld_text restore --testbed {bed.name} "
                          f"--keep {protocol()['keep'][bed.name]} --out {str(out)[:200]})")
     endpoint, auc = endpoint_success(out, bed, seeds), validation_auc(out, bed, seeds)

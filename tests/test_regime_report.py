@@ -97,7 +97,8 @@ def test_the_report_names_each_runs_cpu_and_the_units_whose_arms_span_machines(t
     assert machines["units_spanning_machines"] == ["a-s102", "b-s101"]  # a-s102: one run's CPU unknown
 
 
-@pytest.mark.parametrize("gap", ["evaluated on 139 games", "trained 149 iterations", "never run"])
+@pytest.mark.parametrize("gap", ["evaluated on 139 games", "trained 149 iterations", "never run",
+                                 "validated twice after iteration 10", "not validated after iteration 70"])
 def test_the_report_refuses_a_study_with_a_run_not_finished_and_writes_nothing(tmp_path, spec, gap, capsys):
     """Read once, whole: while one run of the protocol lacks its last iteration or one endpoint game, `report` is one
     error line naming it (exit 2), before any endpoint figure is printed, and the result JSON is not written."""
@@ -110,6 +111,14 @@ def test_the_report_refuses_a_study_with_a_run_not_finished_and_writes_nothing(t
     elif gap == "trained 149 iterations":
         metrics = out / "runs" / "b-grpo-s102" / "metrics.jsonl"
         metrics.write_text("".join(metrics.read_text().splitlines(keepends=True)[:149]))
+    elif gap.startswith(("validated twice", "not validated")):
+        metrics = out / "runs" / "b-grpo-s102" / "metrics.jsonl"
+        lines = [json.loads(line) for line in metrics.read_text().splitlines()]
+        if gap.startswith("validated twice"):
+            lines.insert(10, dict(lines[9]))
+        else:
+            del lines[69]["val/success"]
+        metrics.write_text("".join(json.dumps(line) + "\n" for line in lines))
     else:
         import shutil
 
