@@ -178,20 +178,26 @@ def report(out: Path) -> dict[str, Any]:
     spec = protocol()
     bed, seeds = _bed(spec["testbeds"]["study"]), study_seeds(spec)
     if missing := unfinished(out, bed, seeds):
-        raise ValueError(f"--out {str(out)[:200]}: {len(missing)} of the study's {len(jobs(bed, seeds))} runs have not "
-                         f"finished training, validation and evaluation (first: {missing[0]}); the report is read once, when all "
-                         f"have (restore the kept runs first: python -m benchmarks.alfworld_text restore --testbed {bed.name} "
-                         f"--keep {protocol()['keep'][bed.name]} --out {str(out)[:200]})")
+        restore = (f"python -m benchmarks.alfworld_text restore --testbed {bed.name} "
+                   f"--keep {spec['keep'][bed.name]} --out {str(out)[:200]}")
+        raise ValueError(f"--out {str(out)[:200]}: {len(missing)} of the study's {len(jobs(bed, seeds))} runs "
+                         f"have not finished training, validation and evaluation (first: {missing[0]}); the "
+                         f"report is read once, when all have (restore the kept runs first: {restore})")
     endpoint, auc = endpoint_success(out, bed, seeds), validation_auc(out, bed, seeds)
     diagnostics = {arm: diagnostics_summary([line for job in jobs(bed, seeds, arms=[arm])
                                              for line in program.metrics_of(out / "runs" / program.job_name(*job))])
                    for arm in spec["arms"]}
+
+    def by_run(values: dict[str, dict[tuple[str, int], float]]) -> dict[str, dict[str, float]]:
+        return {arm: {f"{label}-s{seed}": value for (label, seed), value in sorted(units.items())}
+                for arm, units in values.items()}
+
     return {"protocol": str(PROTOCOL.name), "policy": "small text policy (policies/text.py), not a language model",
             "testbed": bed.name, "seeds": seeds,
             "endpoint": {"success": {arm: sum(v.values()) / len(v) for arm, v in endpoint.items() if v},
-                         "comparisons": compare(endpoint)},
+                         "by_run": by_run(endpoint), "comparisons": compare(endpoint)},
             "validation_auc": {"mean": {arm: sum(v.values()) / len(v) for arm, v in auc.items() if v},
-                               "comparisons": compare(auc)},
+                               "by_run": by_run(auc), "comparisons": compare(auc)},
             "diagnostics": diagnostics, "machines": machines(out, bed, seeds)}
 
 

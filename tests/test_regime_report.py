@@ -77,6 +77,10 @@ def test_the_report_reads_every_unit_pairs_it_by_warm_start_and_seed(tmp_path, s
     assert ecpo["by_warm_start"] == pytest.approx({"a": np.mean(diffs[:2]), "b": np.mean(diffs[2:])})
     assert ecpo["verdict"] == "shown: a gain"  # 7-8 games of 140 in every unit: Holm rejects
     assert ecpo["m"] == 3 and result["endpoint"]["comparisons"]["grpo - gigpo_std"]["units"] == 4
+    by_run = result["endpoint"]["by_run"]  # each run's share, so that the JSON can be checked on its own
+    assert by_run["ecpo"] == pytest.approx({f"{w}-s{seed}": (63 + o + seed % 2) / 140
+                                            for (w, seed), o in offsets.items()})
+    assert result["validation_auc"]["by_run"]["gigpo_std"]["b-s102"] == pytest.approx((56 + 5) / 140)
     auc = result["validation_auc"]["mean"]
     assert auc["ecpo_d1"] == pytest.approx(np.mean([(50 + o) / 140 for o in offsets.values()]))
     assert result["diagnostics"]["ecpo_d1"]["credit/strict_valid_fraction"] == pytest.approx(0.8)
