@@ -48,7 +48,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks.study import StudyCommand, arms_by_seeds, finished, run_jobs, run_stage
+from benchmarks.study import StudyCommand, arms_by_seeds, run_jobs, run_stage, trained
 from benchmarks.study_keep import evaluation_complete, keep_finished, restore_kept
 from ecpo_train.evaluation.tables import ALFWORLD_COLUMNS
 
@@ -224,7 +224,7 @@ def run(out: Path, jobs: int, iterations: int, arms: list[str], seeds: list[int]
         if evaluation_complete(out, job.name, bed):
             print(f"{job.name}: finished before", flush=True)
             return
-        if not finished(metrics_of(run_dir), iterations):
+        if not trained(metrics_of(run_dir), run_dir / "checkpoint.pt", iterations):
             ecpo(*train_command(run_dir, out / job.start.folder, job.arm, job.seed, iterations, bed),
                  log=out / "logs" / f"{job.name}.log")
         evaluate(run_dir, job.name)

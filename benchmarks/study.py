@@ -64,6 +64,16 @@ def finished(lines: Sequence[Mapping[str, Any]], iterations: int) -> bool:
     return bool(lines) and int(lines[-1]["iteration"]) >= iterations
 
 
+def trained(lines: Sequence[Mapping[str, Any]], checkpoint: Path, iterations: int) -> bool:
+    """Whether a run is ready for its final evaluation: ``finished(lines, iterations)``, and ``checkpoint``, where
+    there is one, holds that last iteration. A run stopped between its last metrics line and its last checkpoint is
+    not (its ``--resume`` cuts the metrics back to the checkpoint and plays the rest again), so a schedule never
+    evaluates an earlier iteration's policy as the final one."""
+    from ecpo_train.runtime.checkpoint_io import checkpoint_iteration
+
+    return finished(lines, iterations) and (not checkpoint.is_file() or checkpoint_iteration(checkpoint) >= iterations)
+
+
 def in_processes(function: Callable[[Any], Any], jobs: Iterable[Any], workers: int, ordered: bool = True,
                  spawn: bool = False) -> Iterator[Any]:
     """``function(job)`` of every job, ``workers`` spawned processes at a time (one OpenMP thread each unless the

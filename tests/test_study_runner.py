@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.alfworld_text import REGIME_OPEN, job_name
-from benchmarks.study import StudyCommand, arms_by_seeds, finished, run_jobs
+from benchmarks.study import StudyCommand, arms_by_seeds, finished, run_jobs, trained
 
 
 def test_jobs_are_seed_major_under_the_names_a_kept_study_holds():
@@ -22,6 +22,23 @@ def test_a_run_is_finished_once_its_metrics_reach_its_iterations():
     lines = [{"iteration": i} for i in range(1, 6)]
     assert [finished(lines[:n], 5) for n in (0, 4, 5)] == [False, False, True]
     assert finished(lines, 4)
+
+
+def test_a_run_stopped_between_its_last_metrics_line_and_its_last_checkpoint_is_trained_on_not_evaluated(tmp_path):
+    """A crash after iteration 5's metrics line but before its checkpoint leaves the checkpoint at 4: the schedule
+    resumes the run (train_command gives --resume, which cuts the metrics back to 4) instead of evaluating iteration
+    4's policy as the final one; a run whose checkpoint holds the last iteration, or that has none left, is trained."""
+    from benchmarks.alfworld_text import train_command
+    from ecpo_train.runtime.checkpoint_io import save_checkpoint
+
+    run_dir, lines = tmp_path / "run", [{"iteration": i} for i in range(1, 6)]
+    checkpoint = run_dir / "checkpoint.pt"
+    assert trained(lines, checkpoint, 5) and not trained(lines[:4], checkpoint, 5)  # no checkpoint: the metrics say
+    save_checkpoint({"iteration": 4}, checkpoint)
+    assert not trained(lines, checkpoint, 5)
+    assert "--resume" in train_command(run_dir, tmp_path / "warm", "ecpo", 1, 5)
+    save_checkpoint({"iteration": 5}, checkpoint)
+    assert trained(lines, checkpoint, 5)
 
 
 def test_a_failed_job_is_raised_after_the_others_finished():
