@@ -166,15 +166,16 @@ def unfinished(out: Path, bed: Any, seeds: list[int]) -> list[str]:
     iterations, games, missing = protocol()["iterations"], manifest_games(bed), []
     for job in jobs(bed, seeds):
         name = program.job_name(*job)
-        trained = registered_points(program.metrics_of(out / "runs" / name), iterations) is not None
-        if not trained or len(program.outcomes(out, name, bed)) != games:
+        curve = registered_points(program.metrics_of(out / "runs" / name), iterations)
+        if curve is None or len(program.outcomes(out, name, bed)) != games:
             missing.append(name)
     return missing
 
 
 def report(out: Path) -> dict[str, Any]:
     """The registered report of the study testbed, read once, whole, after the last run: a ``ValueError`` (before
-    any endpoint is read) while a job of the protocol has not finished its training and its evaluation."""
+    any endpoint is read) while a job of the protocol has not finished its training, its registered validation points
+    and its evaluation (``unfinished``)."""
     spec = protocol()
     bed, seeds = _bed(spec["testbeds"]["study"]), study_seeds(spec)
     if missing := unfinished(out, bed, seeds):
