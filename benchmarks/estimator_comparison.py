@@ -21,6 +21,7 @@ import numpy as np
 from benchmarks import RESULTS
 from benchmarks.stats import apply_holm, fmt_part, paired_diff, paired_values
 from benchmarks.study import StudyCommand, read_protocol, run_stage
+from benchmarks.study_keep import units_spanning_machines
 from ecpo_train.files.atomic import write_text
 
 PROTOCOL = Path(__file__).with_name("estimator_comparison.yaml")
@@ -136,11 +137,9 @@ def machines_line(runs: list[dict[str, Any]], bed_name: str) -> str | None:
             cpus.setdefault(int(run["seed"]), set()).add(run["cpu"])
     if not cpus:
         return None
-    mixed, by_cpu = [], {}
+    mixed, by_cpu = units_spanning_machines(cpus), {}
     for seed, names in sorted(cpus.items()):
-        if len(names) > 1:
-            mixed.append(seed)
-        else:
+        if seed not in mixed:
             by_cpu.setdefault(next(iter(names)), []).append(seed)
     text = "; ".join(f"{cpu} ({_seed_span(seeds)})" for cpu, seeds in by_cpu.items())
     tail = (f"; the arms of seeds {', '.join(map(str, mixed))} span machines" if mixed

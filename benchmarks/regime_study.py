@@ -21,14 +21,21 @@ from __future__ import annotations
 
 import math
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from benchmarks import ROOT
 from benchmarks import alfworld_text as program  # (the protocol's program)
 from benchmarks.study import StudyCommand, finished, read_protocol, run_jobs, run_stage
-from benchmarks.study_keep import check_kept, keep_runs, machine_of, manifest_games, restore_runs
+from benchmarks.study_keep import (
+    check_kept,
+    keep_runs,
+    machine_of,
+    manifest_games,
+    restore_runs,
+    units_spanning_machines,
+)
 
 PROTOCOL = Path(__file__).with_name("regime_study.yaml")
 RESULT_JSON = "regime_study.json"  # the report, in benchmarks/results/ (written once, after the last run)
@@ -73,7 +80,8 @@ def pilot_seeds(out: Path) -> dict[str, Any]:
 
     spec = protocol()
     bed = _bed(spec["testbeds"]["study"])
-    success = endpoint_success(out, bed, spec["pilot"]["seeds"], spec["pilot"]["warm_starts"])
+    runs = read_runs(out, bed, spec["pilot"]["seeds"], spec["pilot"]["warm_starts"])
+    success = endpoint_success(runs, manifest_games(bed))
     sds = {}
     for arm in spec["family"]:
         diffs = paired(success, arm, spec["reference"])[1]
@@ -95,14 +103,38 @@ def seed_count(sds: list[float], spec: dict[str, Any]) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------- report
-def endpoint_success(out: Path, bed: Any, seeds: list[int], labels: list[str] | None = None
-                     ) -> dict[str, dict[tuple[str, int], float]]:
-    """``arm -> (warm start, seed) -> share of the endpoint's games won``, for every run evaluated on all of them."""
-    games, success = manifest_games(bed), {}
-    for start, arm, seed in jobs(bed, seeds, labels):
-        records = program.outcomes(out, program.job_name(start, arm, seed), bed)
-        if len(records) == games:
-            success.setdefault(arm, {})[(start.label, seed)] = sum(bool(r["success"]) for r in records.values()) / games
+Unit = tuple[str, int]  # (warm start, seed): the pairing unit
+
+
+@dataclass(frozen=True)
+class StudyRun:
+    """One job of the study as its files hold it, read once: its training metrics, its endpoint episodes
+    (``game -> record``) and the CPU that played it (``None`` where not recorded)."""
+
+    arm: str
+    unit: Unit
+    lines: list[dict[str, float]]
+    records: dict[str, dict[str, Any]]
+    cpu: str | None
+
+
+def read_runs(out: Path, bed: Any, seeds: list[int], labels: list[str] | None = None
+              ) -> dict[str, StudyRun]:
+    """``job name -> StudyRun`` for every job of the protocol on ``bed`` (warm starts ``labels`` where given), each
+    run's files read once for the gate and every summary of the report."""
+    return {program.job_name(start, arm, seed): StudyRun(
+                arm, (start.label, seed), program.metrics_of(out / "runs" / program.job_name(start, arm, seed)),
+                program.outcomes(out, program.job_name(start, arm, seed), bed),
+                machine_of(out, program.job_name(start, arm, seed), bed))
+            for start, arm, seed in jobs(bed, seeds, labels)}
+
+
+def endpoint_success(runs: dict[str, StudyRun], games: int) -> dict[str, dict[Unit, float]]:
+    """``arm -> (warm start, seed) -> share of the endpoint's games won``, for every run evaluated on all ``games``."""
+    success: dict[str, dict[Unit, float]] = {}
+    for run in runs.values():
+        if len(run.records) == games:
+            success.setdefault(run.arm, {})[run.unit] = sum(bool(r["success"]) for r in run.records.values()) / games
     return success
 
 
@@ -125,14 +157,13 @@ def registered_points(lines: list[dict[str, float]], iterations: int) -> list[fl
     return points if at == sorted({1, *range(VALIDATE_EVERY, iterations + 1, VALIDATE_EVERY)}) else None
 
 
-def validation_auc(out: Path, bed: Any, seeds: list[int]) -> dict[str, dict[tuple[str, int], float]]:
+def validation_auc(runs: dict[str, StudyRun], iterations: int) -> dict[str, dict[Unit, float]]:
     """``arm -> (warm start, seed) -> mean val/success over the run's 16 registered validation points`` (runs that
     finished with every point)."""
-    iterations, auc = protocol()["iterations"], {}
-    for start, arm, seed in jobs(bed, seeds):
-        points = registered_points(program.metrics_of(out / "runs" / program.job_name(start, arm, seed)), iterations)
-        if points:
-            auc.setdefault(arm, {})[(start.label, seed)] = sum(points) / len(points)
+    auc: dict[str, dict[Unit, float]] = {}
+    for run in runs.values():
+        if points := registered_points(run.lines, iterations):
+            auc.setdefault(run.arm, {})[run.unit] = sum(points) / len(points)
     return auc
 
 
@@ -159,17 +190,12 @@ def study_seeds(spec: dict[str, Any]) -> list[int]:
     return [spec["seed_offset"] + k for k in range(1, int(spec["seeds"]) + 1)]
 
 
-def unfinished(out: Path, bed: Any, seeds: list[int]) -> list[str]:
-    """The study's jobs (every warm start, arm and seed) that have not trained all the protocol's iterations with a
-    validation at each registered point (``registered_points``) or whose endpoint log lacks one of the manifest's
-    games; nothing of the endpoint is read beyond the count of games."""
-    iterations, games, missing = protocol()["iterations"], manifest_games(bed), []
-    for job in jobs(bed, seeds):
-        name = program.job_name(*job)
-        curve = registered_points(program.metrics_of(out / "runs" / name), iterations)
-        if curve is None or len(program.outcomes(out, name, bed)) != games:
-            missing.append(name)
-    return missing
+def unfinished(runs: dict[str, StudyRun], iterations: int, games: int) -> list[str]:
+    """The study's jobs that have not trained all ``iterations`` with a validation at each registered point
+    (``registered_points``) or whose endpoint log lacks one of the ``games``; nothing of the endpoint is read beyond
+    the count of games."""
+    return [name for name, run in runs.items()
+            if registered_points(run.lines, iterations) is None or len(run.records) != games]
 
 
 def report(out: Path) -> dict[str, Any]:
@@ -178,18 +204,18 @@ def report(out: Path) -> dict[str, Any]:
     and its evaluation (``unfinished``)."""
     spec = protocol()
     bed, seeds = _bed(spec["testbeds"]["study"]), study_seeds(spec)
-    if missing := unfinished(out, bed, seeds):
+    runs, iterations, games = read_runs(out, bed, seeds), spec["iterations"], manifest_games(bed)
+    if missing := unfinished(runs, iterations, games):
         restore = (f"python -m benchmarks.alfworld_text restore --testbed {bed.name} "
                    f"--keep {spec['keep'][bed.name]} --out {str(out)[:200]}")
-        raise ValueError(f"--out {str(out)[:200]}: {len(missing)} of the study's {len(jobs(bed, seeds))} runs "
+        raise ValueError(f"--out {str(out)[:200]}: {len(missing)} of the study's {len(runs)} runs "
                          f"have not finished training, validation and evaluation (first: {missing[0]}); the "
                          f"report is read once, when all have (restore the kept runs first: {restore})")
-    endpoint, auc = endpoint_success(out, bed, seeds), validation_auc(out, bed, seeds)
-    diagnostics = {arm: diagnostics_summary([line for job in jobs(bed, seeds, arms=[arm])
-                                             for line in program.metrics_of(out / "runs" / program.job_name(*job))])
+    endpoint, auc = endpoint_success(runs, games), validation_auc(runs, iterations)
+    diagnostics = {arm: diagnostics_summary([line for run in runs.values() if run.arm == arm for line in run.lines])
                    for arm in spec["arms"]}
 
-    def by_run(values: dict[str, dict[tuple[str, int], float]]) -> dict[str, dict[str, float]]:
+    def by_run(values: dict[str, dict[Unit, float]]) -> dict[str, dict[str, float]]:
         return {arm: {f"{label}-s{seed}": value for (label, seed), value in sorted(units.items())}
                 for arm, units in values.items()}
 
@@ -199,18 +225,17 @@ def report(out: Path) -> dict[str, Any]:
                          "by_run": by_run(endpoint), "comparisons": compare(endpoint)},
             "validation_auc": {"mean": {arm: sum(v.values()) / len(v) for arm, v in auc.items() if v},
                                "by_run": by_run(auc), "comparisons": compare(auc)},
-            "diagnostics": diagnostics, "machines": machines(out, bed, seeds)}
+            "diagnostics": diagnostics, "machines": machines(runs)}
 
 
-def machines(out: Path, bed: Any, seeds: list[int]) -> dict[str, Any]:
+def machines(runs: dict[str, StudyRun]) -> dict[str, Any]:
     """The CPU each run was played on (its ``machine.json``; ``not recorded`` where none) and the units (warm start,
-    seed) whose arms span machines: float results differ between CPUs, so such a unit is paired across machines."""
-    by_run, by_unit = {}, {}
-    for start, arm, seed in jobs(bed, seeds):
-        name = program.job_name(start, arm, seed)
-        by_run[name] = machine_of(out, name, bed) or "not recorded"
-        by_unit.setdefault(f"{start.label}-s{seed}", set()).add(by_run[name])
-    return {"by_run": by_run, "units_spanning_machines": sorted(u for u, cpus in by_unit.items() if len(cpus) > 1)}
+    seed) whose arms span machines (``units_spanning_machines``): such a unit is paired across CPUs."""
+    by_run = {name: run.cpu or "not recorded" for name, run in runs.items()}
+    by_unit: dict[str, set[str]] = {}
+    for name, run in runs.items():
+        by_unit.setdefault(f"{run.unit[0]}-s{run.unit[1]}", set()).add(by_run[name])
+    return {"by_run": by_run, "units_spanning_machines": units_spanning_machines(by_unit)}
 
 
 # ---------------------------------------------------------------------------------------------- figure

@@ -39,7 +39,7 @@ import json
 import os
 import zlib
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from ecpo_train.files.atomic import no_follow, refuse_links, write_bytes
 
@@ -233,6 +233,12 @@ def machine_of(root: Path, name: str, bed: Played) -> str | None:
     if not isinstance(cpu, str) or not cpu:
         raise ValueError(f"{path} is not a machine record (a JSON object whose 'cpu' is a CPU's name): restore it")
     return cpu
+
+
+def units_spanning_machines(cpus_by_unit: dict[Any, set[str]]) -> list[Any]:
+    """The pairing units (sorted) whose runs were played on more than one CPU: float results differ between CPUs,
+    so such a unit's arms are paired across machines."""
+    return sorted(unit for unit, cpus in cpus_by_unit.items() if len(cpus) > 1)
 
 
 def keep_finished(out: Path, keep: Path, bed: Played) -> list[str]:

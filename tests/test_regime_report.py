@@ -139,7 +139,8 @@ def test_the_report_refuses_a_study_with_a_run_not_finished_and_writes_nothing(t
 def test_an_unfinished_run_has_no_validation_auc(tmp_path, spec):
     curve(tmp_path, "a-ecpo-s101", [0.5] * 15, last=149)  # stopped one iteration short
     curve(tmp_path, "a-gigpo_std-s101", [0.25] * 16)
-    auc = regime_study.validation_auc(tmp_path, BED, [101])
+    runs = regime_study.read_runs(tmp_path, BED, [101], ["a"])
+    auc = regime_study.validation_auc(runs, 150)
     assert auc == {"gigpo_std": {("a", 101): 0.25}}
 
 
