@@ -122,11 +122,12 @@ def read_runs(out: Path, bed: Any, seeds: list[int], labels: list[str] | None = 
               ) -> dict[str, StudyRun]:
     """``job name -> StudyRun`` for every job of the protocol on ``bed`` (warm starts ``labels`` where given), each
     run's files read once for the gate and every summary of the report."""
-    return {program.job_name(start, arm, seed): StudyRun(
-                arm, (start.label, seed), program.metrics_of(out / "runs" / program.job_name(start, arm, seed)),
-                program.outcomes(out, program.job_name(start, arm, seed), bed),
-                machine_of(out, program.job_name(start, arm, seed), bed))
-            for start, arm, seed in jobs(bed, seeds, labels)}
+    runs = {}
+    for start, arm, seed in jobs(bed, seeds, labels):
+        name = program.job_name(start, arm, seed)
+        runs[name] = StudyRun(arm, (start.label, seed), program.metrics_of(out / "runs" / name),
+                              program.outcomes(out, name, bed), machine_of(out, name, bed))
+    return runs
 
 
 def endpoint_success(runs: dict[str, StudyRun], games: int) -> dict[str, dict[Unit, float]]:
