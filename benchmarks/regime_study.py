@@ -106,6 +106,11 @@ def seed_count(sds: list[float], spec: dict[str, Any]) -> dict[str, Any]:
 Unit = tuple[str, int]  # (warm start, seed): the pairing unit
 
 
+def unit_name(unit: Unit) -> str:
+    """A unit as the report's JSON names it: ``a-s101``."""
+    return f"{unit[0]}-s{unit[1]}"
+
+
 @dataclass(frozen=True)
 class StudyRun:
     """One job of the study as its files hold it, read once: its training metrics, its endpoint episodes
@@ -217,7 +222,7 @@ def report(out: Path) -> dict[str, Any]:
                    for arm in spec["arms"]}
 
     def by_run(values: dict[str, dict[Unit, float]]) -> dict[str, dict[str, float]]:
-        return {arm: {f"{label}-s{seed}": value for (label, seed), value in sorted(units.items())}
+        return {arm: {unit_name(unit): value for unit, value in sorted(units.items())}
                 for arm, units in values.items()}
 
     return {"protocol": str(PROTOCOL.name), "policy": "small text policy (policies/text.py), not a language model",
@@ -235,7 +240,7 @@ def machines(runs: dict[str, StudyRun]) -> dict[str, Any]:
     by_run = {name: run.cpu or "not recorded" for name, run in runs.items()}
     by_unit: dict[str, set[str]] = {}
     for name, run in runs.items():
-        by_unit.setdefault(f"{run.unit[0]}-s{run.unit[1]}", set()).add(by_run[name])
+        by_unit.setdefault(unit_name(run.unit), set()).add(by_run[name])
     return {"by_run": by_run, "units_spanning_machines": units_spanning_machines(by_unit)}
 
 
